@@ -1,0 +1,509 @@
+"""Measure the real peak of live tensor memory of fine-tuning steps (optional; needs torch).
+
+Method (the one that produced ``shared/measurements/calibration.jsonl``):
+
+* the model is built from a config on the ``meta`` device, PEFT LoRA applied there, then every
+  parameter and buffer is replaced by a FakeTensor (CPU device) of the same shape and dtype;
+* ``steps`` training steps run under ``FakeTensorMode``: forward with causal-LM loss (labels =
+  input_ids, no attention mask), outputs dropped, ``loss.backward()``, ``optimizer.step()``,
+  ``zero_grad(set_to_none=True)``;
+* bytes are counted by ``torch.distributed._tools.mem_tracker.MemTracker`` (global peak only);
+* transformers' "is tracing" answer for fake tensors is patched so that the packed-sequence check
+  behaves as in a real, unpacked run (no explicit 4D mask, no ``repeat_kv`` copies).
+
+``measure(spec)`` returns a dict shaped like a calibration.jsonl line.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from typing import Any
+
+import torch
+from torch.distributed._tools.mem_tracker import MemTracker, _MemRefType, _TOTAL_KEY
+from torch.utils._python_dispatch import TorchDispatchMode
+
+_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+_DTYPE_SHORT = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}
+ALL_LINEAR = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+
+DEFAULTS: dict[str, Any] = {
+    "method": "lora",
+    "rank": 16,
+    "targets": ALL_LINEAR,
+    "lora_alpha": None,  # None: 2 * rank
+    "lora_dropout": 0.0,
+    "adapter_dtype": "fp32",
+    "batch": 1,
+    "seq": 2048,
+    "dtype": "bf16",
+    "autocast": None,
+    "optimizer": "adamw",
+    "optimizer_impl": "foreach",
+    "gradient_checkpointing": False,
+    "attn_impl": "sdpa",
+    "steps": 2,
+    "device": "fake",
+}
+
+# breakdown keys of calibration.jsonl, in order
+BREAKDOWN_KEYS = (
+    "params",
+    "grads",
+    "optimizer_state",
+    "optimizer_step_temp",
+    "activations",
+    "backward_temp",
+    "buffers",
+    "inputs_other",
+)
+_REF_TO_KEY = {
+    _MemRefType.PARAM: "params",
+    _MemRefType.GRAD: "grads",
+    _MemRefType.ACT: "activations",
+    _MemRefType.TEMP: "backward_temp",
+    _MemRefType.BUFFER: "buffers",
+    _MemRefType.OTH: "inputs_other",
+}
+
+
+def normalize_spec(spec: dict) -> dict:
+    """Fill defaults and accept the calibration.jsonl spellings of a few fields."""
+    s = dict(DEFAULTS)
+    s.update({k: v for k, v in spec.items() if v is not None or k in ("autocast",)})
+    if "arch" not in s:
+        raise ValueError("spec needs 'arch' (a dict of HF config keys)")
+    # calibration.jsonl spellings
+    setup = spec.get("dtype_setup")
+    if setup:
+        s["dtype"], s["autocast"] = {
+            "bf16": ("bf16", None),
+            "fp16": ("fp16", None),
+            "fp32": ("fp32", None),
+            "bf16-autocast": ("bf16", "bf16"),
+            "fp32-autocast-bf16": ("fp32", "bf16"),
+            "fp32-autocast-fp16": ("fp32", "fp16"),
+        }[setup]
+    opt = s.get("optimizer") or "adamw"
+    if "-" in opt:  # "adamw-foreach"
+        s["optimizer"], s["optimizer_impl"] = opt.split("-", 1)
+    if s.get("adapter_dtype") == "peft-default":
+        s["adapter_dtype"] = "fp32"
+    if s["method"] == "full":
+        for k in ("rank", "targets", "lora_alpha", "lora_dropout", "adapter_dtype"):
+            s[k] = None
+    else:
+        s["lora_dropout"] = float(s.get("lora_dropout") or 0.0)
+        if s.get("lora_alpha") is None:
+            s["lora_alpha"] = 2 * int(s["rank"])
+    return s
+
+
+# --------------------------------------------------------------------------------------------
+# model construction
+
+
+def _config(arch: dict, attn_impl: str):
+    import transformers
+
+    arch = dict(arch)
+    model_type = arch.pop("model_type", "llama")
+    for k in ("name", "model"):
+        arch.pop(k, None)
+    cls = {
+        "llama": transformers.LlamaConfig,
+        "mistral": transformers.MistralConfig,
+        "qwen2": transformers.Qwen2Config,
+    }[model_type]
+    if model_type == "mistral":
+        arch.setdefault("sliding_window", None)
+    if model_type == "qwen2":
+        arch.pop("attention_bias", None)  # qwen2 always has q/k/v bias
+    cfg = cls(**arch)
+    cfg._attn_implementation = attn_impl
+    return cfg
+
+
+def build_model(spec: dict):
+    """The (PEFT-wrapped) model on the meta device, in train mode."""
+    import transformers
+
+    cfg = _config(spec["arch"], spec["attn_impl"])
+    dtype = _DTYPES[spec["dtype"]]
+    with torch.device("meta"):
+        model = transformers.AutoModelForCausalLM.from_config(
+            cfg, dtype=dtype, attn_implementation=spec["attn_impl"]
+        )
+        # as loaded weights are: floating buffers (rotary inv_freq) in the weights' dtype too
+        model.to(dtype)
+    if spec["method"] == "lora":
+        import peft
+
+        lcfg = peft.LoraConfig(
+            r=int(spec["rank"]),
+            lora_alpha=spec["lora_alpha"],
+            lora_dropout=spec["lora_dropout"],
+            target_modules=list(spec["targets"]),
+            task_type="CAUSAL_LM",
+        )
+        model = peft.get_peft_model(
+            model, lcfg, autocast_adapter_dtype=(spec["adapter_dtype"] == "fp32")
+        )
+    elif spec["method"] != "full":
+        raise ValueError(f"unknown method {spec['method']!r}")
+    if spec["gradient_checkpointing"]:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    model.train()
+    return model
+
+
+def _fakeify(model, fake_mode, device="cpu") -> None:
+    """Replace every parameter and buffer by a FakeTensor of the same shape and dtype."""
+    memo: dict[int, torch.Tensor] = {}  # keeps tied parameters tied
+    for mod in model.modules():
+        for name, p in list(mod._parameters.items()):
+            if p is None:
+                continue
+            if id(p) not in memo:
+                with fake_mode:
+                    t = torch.empty(p.shape, dtype=p.dtype, device=device)
+                memo[id(p)] = torch.nn.Parameter(t, requires_grad=p.requires_grad)
+            mod._parameters[name] = memo[id(p)]
+        for name, b in list(mod._buffers.items()):
+            if b is None:
+                continue
+            if id(b) not in memo:
+                with fake_mode:
+                    memo[id(b)] = torch.empty(b.shape, dtype=b.dtype, device=device)
+            mod._buffers[name] = memo[id(b)]
+
+
+@contextlib.contextmanager
+def _untraced_packed_check():
+    """Make transformers answer the packed-sequence check as a real, unpacked run does.
+
+    ``find_packed_sequence_indices`` treats FakeTensors as "tracing" and then returns the packed
+    mask, which forces an explicit (b, 1, s, s) mask (and ``repeat_kv`` copies for GQA).  The
+    replacement runs the same ops and, since position ids are ``arange`` (one sequence per row),
+    answers ``None`` like a real run does.
+    """
+    from transformers import masking_utils
+
+    orig = masking_utils.find_packed_sequence_indices
+
+    def find_packed_sequence_indices(position_ids):
+        first_dummy_value = position_ids[:, :1] - 1
+        position_diff = torch.diff(position_ids, prepend=first_dummy_value, dim=-1)
+        packed_sequence_mask = (position_diff != 1).cumsum(-1)
+        _ = (packed_sequence_mask[:, -1] == 0).all()  # the real run reads this (True) and returns None
+        return None
+
+    masking_utils.find_packed_sequence_indices = find_packed_sequence_indices
+    try:
+        yield
+    finally:
+        masking_utils.find_packed_sequence_indices = orig
+
+
+def build_optimizer(spec: dict, params: list):
+    impl = spec["optimizer_impl"]
+    kw: dict[str, Any] = {}
+    if impl == "foreach":
+        kw["foreach"] = True
+    elif impl == "fused":
+        kw["fused"] = True
+    elif impl == "forloop":
+        kw["foreach"] = False
+    else:
+        raise ValueError(f"unknown optimizer_impl {impl!r}")
+    name = spec["optimizer"]
+    if name == "adamw":
+        return torch.optim.AdamW(params, lr=1e-4, **kw)
+    if name == "adam":
+        return torch.optim.Adam(params, lr=1e-4, **kw)
+    if name == "sgd":
+        return torch.optim.SGD(params, lr=1e-4, **kw)
+    if name == "sgd-momentum" or name == "sgdm":
+        return torch.optim.SGD(params, lr=1e-4, momentum=0.9, **kw)
+    raise ValueError(f"unknown optimizer {name!r}")
+
+
+# --------------------------------------------------------------------------------------------
+# the tracker
+
+
+class PeakTracker(MemTracker):
+    """MemTracker keeping only the global peak, plus per-phase peaks.
+
+    * per-module peak bookkeeping is skipped (it makes a 7B case take minutes);
+    * gradient hooks are installed only on parameters that require grad (frozen base weights
+      would raise);
+    * at every new global peak inside ``optimizer.step()`` the bytes held by ``optimizer.state``
+      are recorded, so optimizer states and step temporaries can be told apart.
+    * ``on_peak`` (optional) is called at every new global peak (used by explain_peak).
+    """
+
+    def __init__(self, optimizer=None, on_peak=None, on_op=None) -> None:
+        super().__init__()
+        self.phase = "setup"
+        self.phase_peak: dict[str, int] = {}
+        self.peak_phase: str | None = None
+        self.peak_opt_state_bytes = 0
+        self._optimizer = optimizer
+        self._on_peak = on_peak
+        self._on_op = on_op
+        self.op_index = 0
+
+    def _total(self) -> int:
+        return sum(s[_TOTAL_KEY] for s in self._curr_mem_snap.values())
+
+    def set_phase(self, phase: str) -> None:
+        self.phase = phase
+        self.phase_peak[phase] = max(self.phase_peak.get(phase, 0), self._total())
+
+    def _update_peak_stats(self, peak_state) -> None:  # noqa: ARG002 - global only
+        self.op_index += 1
+        total = self._total()
+        if total > self.phase_peak.get(self.phase, -1):
+            self.phase_peak[self.phase] = total
+        if self._on_op is not None:
+            self._on_op(self, total)
+        for dev, dev_snap in self._curr_mem_snap.items():
+            if self._peak_mem.get(dev, 0) < dev_snap[_TOTAL_KEY]:
+                self._peak_mem[dev] = dev_snap[_TOTAL_KEY]
+                self._peak_mem_snap[dev] = dict(dev_snap)
+                self.peak_phase = self.phase
+                self.peak_opt_state_bytes = (
+                    self.optimizer_state_bytes() if self._in_opt else None
+                )
+                if self._on_peak is not None:
+                    self._on_peak(self)
+
+    def optimizer_state_bytes(self) -> int:
+        if self._optimizer is None:
+            return 0
+        seen = set()
+        total = 0
+        for st in self._optimizer.state.values():
+            for v in st.values():
+                if isinstance(v, torch.Tensor):
+                    s = v.untyped_storage()
+                    if id(s) not in seen:  # storages are per tensor here
+                        seen.add(id(s))
+                        total += s.nbytes()
+        return total
+
+    def _track_module_params_and_buffers(self, module, install_grad_hooks: bool = True):
+        def _grad_hook(grad):
+            self._update_and_maybe_create_winfos(grad, _MemRefType.GRAD)
+
+        param_memory = 0
+        for param in module.parameters():
+            winfos = self._update_and_maybe_create_winfos(param, _MemRefType.PARAM)
+            param_memory += sum(w.mem_consumed for w in winfos)
+            if param.grad is not None:
+                self._update_and_maybe_create_winfos(param.grad, _MemRefType.GRAD)
+            if (
+                install_grad_hooks
+                and param.requires_grad
+                and self._param_to_grad_hook_handles.get(param, None) is None
+            ):
+                h1 = param.register_hook(_grad_hook)
+                h2 = param.register_post_accumulate_grad_hook(lambda p: _grad_hook(p.grad))
+                self._param_to_grad_hook_handles[param] = (h1, h2)
+        buffer_memory = 0
+        for buffer in module.buffers():
+            winfos = self._update_and_maybe_create_winfos(buffer, _MemRefType.BUFFER)
+            buffer_memory += sum(w.mem_consumed for w in winfos)
+        return param_memory, buffer_memory
+
+    def breakdown(self) -> dict[str, int]:
+        out = dict.fromkeys(BREAKDOWN_KEYS, 0)
+        for dev_snap in self._peak_mem_snap.values():
+            for ref, key in _REF_TO_KEY.items():
+                out[key] += int(dev_snap.get(ref, 0))
+            opt = int(dev_snap.get(_MemRefType.OPT, 0))
+            state = opt if self.peak_opt_state_bytes is None else self.peak_opt_state_bytes
+            out["optimizer_state"] += state
+            out["optimizer_step_temp"] += opt - state
+        # everything but the weights, their gradients and the optimizer states
+        out["activations_and_other"] = (
+            self.peak_bytes - out["params"] - out["grads"] - out["optimizer_state"]
+        )
+        return out
+
+    @property
+    def peak_bytes(self) -> int:
+        return int(sum(self._peak_mem.values()))
+
+
+# --------------------------------------------------------------------------------------------
+# the training steps
+
+
+def _train_steps(spec, model, optimizer, input_ids, labels, tracker=None, on_phase=None):
+    ac = spec["autocast"]
+    dev_type = input_ids.device.type if input_ids.device.type != "meta" else "cpu"
+    for step in range(1, int(spec["steps"]) + 1):
+
+        def phase(name, _step=step):
+            if on_phase is not None:
+                on_phase(f"step{_step}:{name}")
+
+        phase("forward")
+        ctx = (
+            torch.autocast(device_type=dev_type, dtype=_DTYPES[ac])
+            if ac
+            else contextlib.nullcontext()
+        )
+        with ctx:
+            out = model(input_ids=input_ids, labels=labels)
+        loss = out.loss
+        del out  # the HF Trainer drops the outputs (logits) before backward
+        phase("backward")
+        loss.backward()
+        del loss
+        phase("optimizer")
+        optimizer.step()
+        phase("zero_grad")
+        optimizer.zero_grad(set_to_none=True)
+        if tracker is not None:
+            tracker.reset_mod_stats()
+
+
+def _versions() -> dict:
+    import peft
+    import transformers
+
+    return {"torch": torch.__version__, "transformers": transformers.__version__, "peft": peft.__version__}
+
+
+def _counts(model) -> tuple[int, int, list]:
+    seen = set()
+    trainable = total = 0
+    tparams = []
+    for p in model.parameters():
+        if id(p) in seen:
+            continue
+        seen.add(id(p))
+        total += p.numel()
+        if p.requires_grad:
+            trainable += p.numel()
+            tparams.append(p)
+    return trainable, total, tparams
+
+
+def prepare(spec: dict, fake_mode=None, device: str = "cpu"):
+    """Build the model, optimizer and inputs (fake unless fake_mode is None)."""
+    model = build_model(spec)
+    if fake_mode is not None:
+        _fakeify(model, fake_mode, device)
+    else:
+        model.to_empty(device=device)
+        with torch.no_grad():
+            for p in model.parameters():
+                p.normal_(0, 0.02)
+    trainable, total, tparams = _counts(model)
+    optimizer = build_optimizer(spec, tparams)
+    b, s, V = int(spec["batch"]), int(spec["seq"]), int(model.config.vocab_size)
+    ctx = fake_mode if fake_mode is not None else contextlib.nullcontext()
+    with ctx:
+        input_ids = torch.randint(0, V, (b, s), device=device)
+        labels = input_ids.clone()
+    return model, optimizer, input_ids, labels, trainable, total
+
+
+def measure(spec: dict) -> dict:
+    """Measure the peak of live tensor bytes of ``spec['steps']`` training steps.
+
+    Returns a dict shaped like a line of calibration.jsonl (see module docstring).
+    """
+    spec = normalize_spec(spec)
+    if spec.get("device") == "cuda":
+        return _measure_cuda(spec)
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    t0 = time.perf_counter()
+    fake_mode = FakeTensorMode(allow_non_fake_inputs=False)
+    model, optimizer, input_ids, labels, trainable, total = prepare(spec, fake_mode)
+    tracker = PeakTracker(optimizer)
+    tracker.track_external(model, optimizer, input_ids, labels)
+    with _untraced_packed_check(), fake_mode, tracker:
+        _train_steps(spec, model, optimizer, input_ids, labels, tracker, tracker.set_phase)
+    return _result(spec, model, optimizer, trainable, total, tracker.peak_bytes,
+                   tracker.peak_phase, tracker.phase_peak, tracker.breakdown(),
+                   time.perf_counter() - t0)
+
+
+def _result(spec, model, optimizer, trainable, total, peak, peak_phase, by_phase, breakdown, secs):
+    b, s, V = int(spec["batch"]), int(spec["seq"]), int(model.config.vocab_size)
+    state_dtypes = sorted(
+        {f"{k}:{str(v.dtype).replace('torch.', '')}"
+         for st in optimizer.state.values() for k, v in st.items()
+         if isinstance(v, torch.Tensor) and v.dim() > 0}
+    )
+    pdtypes = {str(p.dtype).replace("torch.", "") for p in model.parameters() if not p.requires_grad}
+    if not pdtypes:
+        pdtypes = {str(p.dtype).replace("torch.", "") for p in model.parameters()}
+    return {
+        "spec": {k: v for k, v in spec.items()},
+        "method": spec["method"],
+        "rank": spec["rank"],
+        "targets": spec["targets"],
+        "lora_dropout": spec["lora_dropout"],
+        "adapter_dtype": spec["adapter_dtype"],
+        "batch": b,
+        "seq": s,
+        "dtype": spec["dtype"],
+        "autocast": spec["autocast"],
+        "param_dtype": sorted(pdtypes)[0] if len(pdtypes) == 1 else sorted(pdtypes),
+        "optimizer": f"{spec['optimizer']}-{spec['optimizer_impl']}",
+        "optimizer_state_dtypes": state_dtypes,
+        "gradient_checkpointing": bool(spec["gradient_checkpointing"]),
+        "attn_impl": spec["attn_impl"],
+        "steps": int(spec["steps"]),
+        "trainable_params": trainable,
+        "total_params": total,
+        "peak_bytes": int(peak),
+        "peak_phase": peak_phase,
+        "peak_bytes_by_phase": {k: int(v) for k, v in by_phase.items() if k != "setup"},
+        "breakdown_at_peak": breakdown,
+        "logits_bytes": {"bf16": b * s * V * 2, "fp32": b * s * V * 4},
+        "device": spec.get("device", "fake"),
+        "seconds": round(secs, 2),
+        "versions": _versions(),
+    }
+
+
+def _measure_cuda(spec: dict) -> dict:
+    """Real tensors on a CUDA device; torch.cuda.max_memory_allocated() per phase.
+
+    Untested here (no GPU on the development machine).  The peak includes allocator rounding
+    (512-byte blocks) and cuBLAS/attention workspaces, and the GPU kernels differ from the CPU
+    ones that the fake path follows (e.g. flash/memory-efficient SDPA, fused dropout masks), so
+    it is a check of the estimator against a GPU, not a reproduction of the fake numbers.
+    """
+    if not torch.cuda.is_available():
+        raise RuntimeError("device 'cuda' asked for, but torch.cuda.is_available() is False")
+    t0 = time.perf_counter()
+    dev = torch.device("cuda")
+    model, optimizer, input_ids, labels, trainable, total = prepare(spec, None, "cuda")
+    torch.cuda.synchronize()
+    by_phase: dict[str, int] = {}
+    current = {"phase": None}
+
+    def on_phase(name):
+        torch.cuda.synchronize(dev)
+        if current["phase"] is not None:
+            by_phase[current["phase"]] = torch.cuda.max_memory_allocated(dev)
+        torch.cuda.reset_peak_memory_stats(dev)
+        current["phase"] = name
+
+    _train_steps(spec, model, optimizer, input_ids, labels, None, on_phase)
+    on_phase(None)
+    peak_phase = max(by_phase, key=by_phase.get)
+    params = sum(p.numel() * p.element_size() for p in {id(p): p for p in model.parameters()}.values())
+    breakdown = {"params": params}
+    return _result(spec, model, optimizer, trainable, total, by_phase[peak_phase], peak_phase,
+                   by_phase, breakdown, time.perf_counter() - t0)
