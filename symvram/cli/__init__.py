@@ -1,0 +1,68 @@
+"""Command line: argument parsing and error reporting only; every command calls the Python API.
+
+Each command lives in its own module with ``register(subparsers)``; add its name to COMMANDS.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import sys
+
+from ..errors import UserError
+
+COMMANDS = ["estimate"]
+
+DESCRIPTION = """\
+symvram derives the GPU memory of a fine-tuning step from one symbolic ledger:
+  base weights | trainable (gradients, optimizer states, fp32 master, adapters) | activations
+and predicts the peak that torch.cuda.max_memory_allocated() reports.
+
+examples:
+  symvram estimate 7b                                   # full (12 and 16 B/param), LoRA, QLoRA side by side
+  symvram estimate llama-3-8b --method lora --rank 64 --batch 4 --seq 2048
+  symvram estimate ./config.json --method full --master fp32 --format json
+"""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # one line, exit 2, as every other input error
+        raise UserError(f"{self.prog}: {message}")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="symvram", description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--debug", action="store_true", help="show tracebacks (also SYMVRAM_DEBUG=1)")
+    parser.add_argument("--version", action="version", version="symvram " + __import__("symvram").__version__)
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    for name in COMMANDS:
+        importlib.import_module(f".{name}", __name__).register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    debug = "--debug" in argv or os.environ.get("SYMVRAM_DEBUG") == "1"
+    try:
+        parser = build_parser()
+        args = parser.parse_args(argv)
+        if not getattr(args, "func", None):
+            parser.print_help()
+            return 2
+        return args.func(args) or 0
+    except UserError as e:
+        if debug:
+            raise
+        print(f"symvram: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("symvram: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return 0
+    except Exception as e:  # a bug: say so in one line unless debugging
+        if debug:
+            raise
+        print(f"symvram: internal error: {type(e).__name__}: {e} (rerun with --debug for the traceback)",
+              file=sys.stderr)
+        return 1

@@ -1,0 +1,163 @@
+"""Block 3: the tensors a training step saves for backward, and the step's temporaries.
+
+Each term follows what transformers' Llama code and PEFT's LoRA layer really save (verified with
+``symvram validate``): RMSNorm keeps its fp32 upcast and 1/rms; SDPA keeps q, k, v, its output and
+the log-sum-exp; SiLU·up keeps three d_ff-wide tensors; a frozen linear saves nothing for its weight,
+but PEFT's lora_A saves its input — one fp32 copy per target when adapters are fp32 on a 16-bit
+base. The first layer's input needs no gradient under LoRA, so its first RMSNorm saves nothing.
+
+>>> from symvram.ledger.structure import Structure
+>>> terms = saved_terms(Structure(method="lora", targets=("q_proj", "v_proj")))
+>>> [t.key for t in terms][:3]
+['act_norms', 'act_attention', 'act_attention_lse']
+"""
+from __future__ import annotations
+
+import sympy as sp
+
+from ..symbols import sym
+from .architecture import INPUT_WIDTH, LINEARS, L, V, dh, f, h, nh, nkv
+from .structure import Structure
+from .terms import Term
+
+b, s, r = sym("batch"), sym("seq"), sym("rank")
+b_c, b_32, b_a, b_mask, b_id, b_w = (sym(n) for n in (
+    "bytes_act", "bytes_fp32", "bytes_adapter", "bytes_mask", "bytes_index", "bytes_weight"))
+T = b * s  # tokens in the micro-batch
+
+TRANSFORMERS = "transformers LlamaDecoderLayer / LlamaRMSNorm"
+PEFT = "peft tuners/lora/layer.py Linear.forward"
+
+
+def _layer(s_: Structure, first: bool) -> dict[str, tuple[sp.Expr, str, str, str]]:
+    """Saved bytes of one decoder layer: key -> (expr, label, why, source).
+
+    ``first``: the layer reads the embedding output, which needs no gradient under LoRA."""
+    grad_in = not (first and s_.lora)
+    targets = set(s_.targets) if s_.lora else set()
+    attn_grad = grad_in or bool(targets & {"q_proj", "k_proj", "v_proj"})
+    resid_grad = attn_grad or "o_proj" in targets
+    mlp_grad = resid_grad or bool(targets & {"gate_proj", "up_proj"})
+    out: dict[str, tuple[sp.Expr, str, str, str]] = {}
+
+    norm = b_32 * T * h + b_32 * T
+    n_norms = int(grad_in) + int(resid_grad)
+    if n_norms:
+        out["act_norms"] = (n_norms * norm, r"A_{\mathrm{norm}}",
+                            "each RMSNorm keeps its fp32 upcast input and 1/rms for backward", TRANSFORMERS)
+        if not s_.lora:
+            out["act_norm_weight_input"] = (n_norms * b_c * T * h, r"A_{\mathrm{norm},w}",
+                                            "a trainable norm weight also keeps the normalized 16-bit tensor", TRANSFORMERS)
+
+    if attn_grad:
+        if s_.attention == "sdpa":
+            out["act_attention"] = (b_c * T * dh * (nh + 2 * nkv) + b_c * T * nh * dh, r"A_{\mathrm{attn}}",
+                                    "SDPA (flash) keeps q, k, v after RoPE and its output", "torch scaled_dot_product_attention")
+            out["act_attention_lse"] = (b_32 * b * nh * s, r"A_{\mathrm{lse}}",
+                                        "and the fp32 log-sum-exp of each query row", "torch _scaled_dot_product_flash_attention")
+        else:
+            probs_16 = 0 if s_.compute_fp32 else b_c * b * nh * s**2
+            out["act_attention"] = (3 * b_c * T * nh * dh, r"A_{\mathrm{attn}}",
+                                    "eager attention keeps q and the repeat_kv copies of k and v (n_h heads each)",
+                                    "transformers eager_attention_forward")
+            out["act_attention_scores"] = (b_32 * b * nh * s**2 + probs_16, r"A_{\mathrm{scores}}",
+                                           "the fp32 softmax of b·n_h·s² scores and its 16-bit copy",
+                                           "transformers eager_attention_forward")
+    if mlp_grad:
+        out["act_mlp"] = (3 * b_c * T * f, r"A_{\mathrm{mlp}}",
+                          "gate output (SiLU input), SiLU output and up output, d_ff wide each", TRANSFORMERS)
+
+    if not s_.lora:
+        widths = h + nh * dh + h + f
+        out["act_linear_inputs"] = (b_c * T * widths, r"A_{\mathrm{lin}}",
+                                    "each distinct linear input, saved for the weight gradient (q, k, v share one)",
+                                    "torch.nn.functional.linear backward")
+        return out
+
+    group_grad = {"attn_in": grad_in, "attn_out": resid_grad or attn_grad, "mlp_in": resid_grad, "mlp_act": mlp_grad}
+    inputs, masks = sp.Integer(0), sp.Integer(0)
+    for group, width in INPUT_WIDTH.items():
+        n = sum(1 for t in s_.targets if LINEARS[t].input_group == group)
+        if not n:
+            continue
+        if s_.dropout:
+            inputs += n * b_a * T * width
+            if group_grad[group]:
+                masks += n * (b_a if s_.device == "cpu" else b_mask) * T * width
+        elif s_.adapter_upcast:
+            inputs += n * b_a * T * width
+        else:
+            inputs += b_c * T * width
+    if s_.dropout:
+        why = "lora_A keeps its dropped-out input, one per target"
+    elif s_.adapter_upcast:
+        why = "PEFT casts each target's input to the adapter dtype; lora_A keeps that copy, one per target"
+    else:
+        why = "lora_A keeps its input for its weight gradient (targets reading one tensor share it)"
+    out["act_lora_inputs"] = (inputs, r"A_{\mathrm{LoRA,in}}", why, PEFT)
+    if masks != 0:
+        mask_why = ("CPU dropout multiplies by a saved noise tensor of the input's dtype" if s_.device == "cpu"
+                    else "CUDA native_dropout keeps a bool mask per target")
+        out["act_lora_dropout"] = (masks, r"A_{\mathrm{drop}}", mask_why, "torch dropout")
+    out["act_lora_hidden"] = (len(s_.targets) * b_a * T * r, r"A_{\mathrm{LoRA},r}",
+                              "lora_B keeps lora_A's r-wide output, one per target", PEFT)
+    return out
+
+
+def per_layer_bytes(s_: Structure) -> sp.Expr:
+    """Bytes one (not the first) decoder layer saves: also what one checkpoint recompute holds."""
+    return sp.Add(*(e for e, *_ in _layer(s_, first=False).values()))
+
+
+def saved_terms(s_: Structure) -> list[Term]:
+    """Block 3 terms: per-layer saved tensors × L (or checkpointed inputs), then the model's head."""
+    terms: list[Term] = []
+    if s_.checkpointing:
+        terms.append(Term("act_checkpoints", "activations", L * b_c * T * h, r"A_{\mathrm{ckpt}}",
+                          "checkpointing keeps only each layer's input; the layer is recomputed in backward",
+                          "torch.utils.checkpoint (non-reentrant)"))
+    else:
+        general, first = _layer(s_, first=False), _layer(s_, first=True)
+        for key, (expr, label, why, source) in general.items():
+            terms.append(Term(key, "activations", L * expr, f"L \\cdot {label}", why, source))
+        correction = sp.Add(*(first.get(k, (0,))[0] - general[k][0] for k in general))
+        if correction != 0:
+            terms.append(Term("act_first_layer", "activations", sp.expand(correction), r"A_{\mathrm{layer\,0}}",
+                              "the first layer's input (the frozen embedding) needs no gradient, so it saves less",
+                              "autograd saves only what a required gradient needs"))
+    head = b_32 * T * h + b_32 * T
+    why = "the final RMSNorm keeps its fp32 input and 1/rms"
+    if not s_.lora:
+        head += 2 * b_c * T * h
+        why += "; trainable norm and lm_head keep the normalized and the normed tensor"
+    terms.append(Term("act_final_norm", "activations", head, r"A_{\mathrm{head}}", why, TRANSFORMERS))
+    terms.append(Term("act_logsoftmax", "activations", b_32 * T * V, r"A_{\mathrm{lsm}}",
+                      "cross-entropy upcasts logits to fp32 and keeps log_softmax for backward",
+                      "transformers ForCausalLMLoss; torch log_softmax"))
+    terms.append(Term("act_rope", "activations", 2 * b_c * s * dh, r"A_{\mathrm{rope}}",
+                      "RoPE cos and sin, shared by all layers", "transformers LlamaRotaryEmbedding"))
+    terms.append(Term("act_tokens", "activations", 2 * b_id * T, r"A_{\mathrm{ids}}",
+                      "input ids and the shifted labels (int64)", "transformers ForCausalLMLoss"))
+    return terms
+
+
+def transient_terms(s_: Structure) -> list[Term]:
+    """Tensors alive only at one moment of the step (not part of the ledger sum)."""
+    logits_bytes = b_32 if s_.compute_fp32 else b_c
+    terms = [
+        Term("logits", "transient", logits_bytes * T * V, r"M_{\mathrm{logits}}",
+             "the lm_head output, alive while the loss is computed", "transformers LlamaForCausalLM"),
+        Term("loss_backward_temp", "transient", 2 * b_32 * T * V, r"M_{\mathrm{CE}'}",
+             "the loss backward holds nll_loss's fp32 gradient and log_softmax's fp32 gradient at once",
+             "torch nll_loss_backward, _log_softmax_backward_data"),
+        Term("backward_tail", "transient", 2 * b_c * T * h, r"M_{\mathrm{tail}}",
+             "the gradient reaching the embedding and its accumulation buffer", "autograd"),
+    ]
+    if not s_.compute_fp32:
+        terms.insert(1, Term("logits_fp32", "transient", b_32 * T * V, r"M_{\mathrm{logits},32}",
+                             "logits.float(): the fp32 copy cross-entropy reads", "transformers ForCausalLMLoss"))
+    if s_.checkpointing:
+        terms.append(Term("recompute_layer", "transient", per_layer_bytes(s_), r"M_{\mathrm{recompute}}",
+                          "backward recomputes one layer at a time; its saved tensors live until its backward ends",
+                          "torch.utils.checkpoint"))
+    return terms

@@ -1,0 +1,51 @@
+"""Assemble the ledger of one structure: terms of the three blocks, transients, and the moments
+of a training step whose maximum is the peak.
+
+>>> from symvram.ledger.structure import Structure
+>>> led = build_ledger(Structure(method="full", nominal=True))
+>>> led.expand(led.block_expr("trainable"))
+P*bytes_grad + P*bytes_state*states_per_param
+>>> [m.key for m in led.moments]
+['forward_loss', 'loss_backward', 'backward_end', 'optimizer_step']
+"""
+from __future__ import annotations
+
+from functools import lru_cache
+
+from .activations import saved_terms, transient_terms
+from .structure import Structure
+from .terms import Ledger, Moment
+from .weights import base_terms, definitions, optimizer_temp_terms, trainable_terms
+
+
+def _moments(terms: dict, s: Structure) -> tuple[Moment, ...]:
+    params = [k for k, t in terms.items() if t.block == "base" or k in ("adapters", "master")]
+    states = [k for k in ("optimizer_states", "optimizer_steps") if k in terms]
+    saved = [k for k, t in terms.items() if t.block == "activations"]
+    kept = ["act_rope", "act_tokens"]  # alive for the whole step
+    moments = [
+        Moment("forward_loss", "forward, computing the loss", tuple(params + states + saved + [
+            k for k in ("logits", "logits_fp32") if k in terms]),
+            "every saved activation, the logits and their fp32 copy (step 2: optimizer states exist)"),
+        Moment("loss_backward", "start of the loss backward", tuple(params + states + saved + ["loss_backward_temp"]),
+               "every saved activation plus two fp32 vocabulary-sized gradients"),
+    ]
+    if s.checkpointing:
+        moments.append(Moment("recompute", "backward, recomputing the last layer", tuple(
+            params + states + ["act_checkpoints"] + kept + ["recompute_layer"]),
+            "the checkpointed inputs plus one recomputed layer's saved tensors"))
+    moments.append(Moment("backward_end", "end of backward", tuple(params + states + ["grads"] + kept + ["backward_tail"]),
+                          "all gradients exist; the activations are freed"))
+    moments.append(Moment("optimizer_step", "optimizer step", tuple(
+        params + states + ["grads"] + kept + [k for k in ("optimizer_temp",) if k in terms]),
+        "weights, gradients, states and the optimizer's own temporaries"))
+    return tuple(moments)
+
+
+@lru_cache(maxsize=256)
+def build_ledger(s: Structure) -> Ledger:
+    """The ledger for one structure, built once and cached."""
+    terms = base_terms(s) + trainable_terms(s) + saved_terms(s) + transient_terms(s) + optimizer_temp_terms(s)
+    by_key = {t.key: t for t in terms}
+    assert len(by_key) == len(terms), "duplicate term keys"
+    return Ledger(terms=tuple(terms), moments=_moments(by_key, s), definitions=tuple(definitions(s)))

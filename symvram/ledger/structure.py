@@ -1,0 +1,36 @@
+"""The discrete choices that decide the *shape* of the ledger's expressions.
+
+Numbers (dimensions, batch, rank, bytes per element) are symbols substituted later; everything
+here changes which terms exist. A Structure is hashable, so ledgers are built once per structure
+and cached.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Structure:
+    method: str = "full"              # full | lora | qlora
+    nominal: bool = False             # P is a given number (interview preset), not derived
+    tied: bool = False                # lm_head shares the embedding matrix
+    qkv_bias: bool = False            # q/k/v projections carry a bias (Qwen2)
+    targets: tuple[str, ...] = ()     # LoRA target modules, canonical order
+    master: bool = False              # an fp32 master copy of the trainable weights is kept
+    optimizer: str = "adamw"          # adamw | sgd | sgd-momentum | lion | adafactor
+    optimizer_impl: str = "foreach"   # foreach | fused | forloop
+    compute_fp32: bool = False        # activations are fp32 (no .float() copy of the logits)
+    adapter_upcast: bool = False      # LoRA adapters in a wider dtype than the activations: PEFT casts each target's input
+    autocast: bool = False            # weights stored wider than the compute dtype (torch.autocast)
+    dropout: bool = False             # LoRA dropout p > 0
+    device: str = "cuda"              # cuda | cpu: which tensors dropout keeps
+    attention: str = "sdpa"           # sdpa | eager
+    checkpointing: bool = False       # non-reentrant activation checkpointing of each decoder layer
+    double_quant: bool = True         # QLoRA: absmax constants quantized again
+    zero: int = 0                     # ZeRO stage 0-3 (3 = FSDP FULL_SHARD)
+    offload: str = "none"             # none | optimizer | optimizer+params
+    sequence_parallel: bool = False   # Megatron sequence parallelism with tensor parallelism
+
+    @property
+    def lora(self) -> bool:
+        return self.method in ("lora", "qlora")

@@ -1,0 +1,131 @@
+"""The parameter side of the ledger: base weights (block 1) and the trainable triple (block 2).
+
+>>> from symvram.ledger.structure import Structure
+>>> [t.key for t in trainable_terms(Structure(method="full", master=True))]
+['grads', 'master', 'optimizer_states']
+"""
+from __future__ import annotations
+
+import sympy as sp
+
+from ..symbols import sym
+from .architecture import LINEARS, h, L, V
+from .structure import Structure
+from .terms import Term
+
+P, P_train, P_quant, P_keep, P_lora = (sym(n) for n in ("P", "P_train", "P_quant", "P_keep", "P_lora"))
+b_w, b_g, b_m, b_o, n_o, b_a, b_32 = (sym(n) for n in (
+    "bytes_weight", "bytes_grad", "bytes_master", "bytes_state", "states_per_param", "bytes_adapter", "bytes_fp32"))
+q, B_q, c_abs, c_abs2, B_q2 = (sym(n) for n in ("quant_bits", "quant_block", "absmax_bits", "dq_absmax_bits", "dq_block"))
+dh = sym("head_dim")
+
+
+
+
+def quant_constant_bits(double_quant: bool) -> sp.Expr:
+    """Bits of quantization constants per quantized weight: one absmax per block of B_q weights;
+    double quantization stores that absmax in 8 bits plus one fp32 constant per B_q2 absmax."""
+    if double_quant:
+        return c_abs2 / B_q + c_abs / (B_q * B_q2)
+    return c_abs / B_q
+
+
+def base_terms(s: Structure) -> list[Term]:
+    if s.method == "qlora":
+        terms = [
+            Term("weights_nf4", "base", P_quant * q / 8, r"M_{\mathrm{NF4}}",
+                 "linear-layer weights stored as 4-bit NF4 (bitsandbytes)", "QLoRA paper, Dettmers et al. 2023"),
+            Term("quant_constants", "base", P_quant * quant_constant_bits(s.double_quant) / 8, r"M_{\mathrm{absmax}}",
+                 "one absmax per block" + (", double-quantized to 8 bits" if s.double_quant else " in fp32"),
+                 "QLoRA paper §3: 0.5 bit/param, 0.127 with double quantization"),
+            Term("weights_16bit", "base", P_keep * b_w, r"M_{16}",
+                 "embeddings, lm_head, norms and biases stay in 16-bit", "bitsandbytes Linear4bit replaces nn.Linear only"),
+        ]
+    else:
+        terms = [Term("weights", "base", P * b_w, r"M_{w}", "every base weight, stored in the weight dtype")]
+    terms.append(Term("buffers", "base", b_32 * dh / 2, r"M_{\mathrm{buf}}",
+                      "rotary inv_freq buffer (fp32, d_head/2)", "transformers LlamaRotaryEmbedding"))
+    return terms
+
+
+def adafactor_factored(s: Structure) -> sp.Expr:
+    """Adafactor keeps a row and a column second-moment vector per matrix (no first moment)."""
+    if s.lora:
+        per_layer = sum((2 * sym("rank") + LINEARS[t].d_in + LINEARS[t].d_out) for t in s.targets)
+        return L * per_layer
+    per_layer = sum(m.d_in + m.d_out for m in LINEARS.values()) + 2 * h
+    return (V + h) * (1 if s.tied else 2) + L * per_layer + h
+
+
+def trainable_terms(s: Structure) -> list[Term]:
+    terms = []
+    if s.lora:
+        terms.append(Term("adapters", "trainable", P_lora * b_a, r"M_{\mathrm{LoRA}}",
+                          "LoRA A and B matrices (PEFT keeps them in fp32 unless told otherwise)"))
+    terms.append(Term("grads", "trainable", P_train * b_g, r"M_{\mathrm{grad}}",
+                      "one gradient per trainable weight, in the trainable weight's dtype"))
+    if s.master:
+        terms.append(Term("master", "trainable", P_train * b_m, r"M_{\mathrm{master}}",
+                          "fp32 master copy the optimizer updates; needed for fp16, optional for bf16",
+                          "ZeRO paper (Rajbhandari et al. 2020) mixed-precision recipe"))
+    if s.optimizer == "adafactor":
+        expr, why = adafactor_factored(s) * b_o, "Adafactor's factored second moment: a row and a column vector per matrix"
+    else:
+        expr, why = P_train * n_o * b_o, f"{s.optimizer} keeps n_o states per trainable weight (AdamW: m and v)"
+    terms.append(Term("optimizer_states", "trainable", expr, r"M_{\mathrm{opt}}", why))
+    if s.optimizer == "adamw":
+        terms.append(Term("optimizer_steps", "trainable", b_32 * trainable_tensors(s), r"M_{\mathrm{steps}}",
+                          "torch AdamW keeps its step count as a 0-d fp32 tensor per parameter tensor",
+                          "torch/optim/adamw.py _init_group"))
+    return terms
+
+
+def trainable_tensors(s: Structure) -> sp.Expr:
+    """How many trainable tensors (not elements): LoRA has an A and a B per target and layer."""
+    if s.lora:
+        return 2 * L * len(s.targets)
+    per_layer = len(LINEARS) + 2 + (3 if s.qkv_bias else 0)
+    return (1 if s.tied else 2) + L * per_layer + 1
+
+
+def largest_trainable_matrix(s: Structure) -> sp.Expr:
+    """Elements of the largest trainable tensor (a for-loop optimizer's temporaries are that size)."""
+    if s.lora:
+        r = sym("rank")
+        return sp.Max(*(r * LINEARS[t].d_out for t in s.targets), *(r * LINEARS[t].d_in for t in s.targets))
+    return sp.Max(V * h, *(m.d_in * m.d_out for m in LINEARS.values()))
+
+
+def optimizer_temp_terms(s: Structure) -> list[Term]:
+    """Temporaries inside optimizer.step(): torch's foreach AdamW materialises sqrt(v) for every
+    parameter at once; the for-loop version one parameter at a time (two buffers); fused none."""
+    if s.optimizer != "adamw" or s.optimizer_impl == "fused":
+        return []
+    if s.optimizer_impl == "foreach":
+        return [Term("optimizer_temp", "transient", P_train * b_o, r"M_{\mathrm{step}}",
+                     "foreach AdamW: _foreach_sqrt(exp_avg_sq) allocates one state-sized buffer for all parameters",
+                     "torch/optim/adamw.py _multi_tensor_adamw")]
+    return [Term("optimizer_temp", "transient", 2 * largest_trainable_matrix(s) * b_o, r"M_{\mathrm{step}}",
+                 "for-loop AdamW: sqrt(v) and its scaled copy, for the largest parameter",
+                 "torch/optim/adamw.py _single_tensor_adamw")]
+
+
+def definitions(s: Structure) -> list[tuple[sp.Symbol, sp.Expr]]:
+    """Derived quantities, in dependency order."""
+    from .architecture import kept_16bit_params, lora_params, total_params
+
+    defs: list[tuple[sp.Symbol, sp.Expr]] = []
+    if not s.nominal:
+        defs.append((P, total_params(s.tied, s.qkv_bias)))
+    if s.method == "qlora":
+        defs.append((P_keep, kept_16bit_params(s.tied, s.qkv_bias)))
+        defs.append((P_quant, P - P_keep))
+    if s.lora:
+        defs.append((P_lora, lora_params(s.targets, sym("rank"))))
+        defs.append((P_train, P_lora))
+    else:
+        defs.append((P_train, P))
+    return defs
+
+
+__all__ = ["base_terms", "trainable_terms", "optimizer_temp_terms", "definitions"]

@@ -1,0 +1,228 @@
+"""A frozen set of inputs — model, method, recipe, batch, sequence … — checked, with defaults,
+and turned into the ledger's Structure and the numbers to substitute.
+
+>>> sc = Scenario.create("7b", method="lora", rank=16)
+>>> sc.structure.targets[:2], sc.values()["rank"]
+(('q_proj', 'k_proj'), 16)
+"""
+from __future__ import annotations
+
+import math
+import tomllib
+from dataclasses import dataclass, field, replace
+from functools import cache
+from importlib import resources
+
+from .errors import UserError
+from .ledger.architecture import LINEARS, TARGET_SETS
+from .ledger.structure import Structure
+from .presets import ModelSpec, load_model
+from .symbols import SYMBOLS
+
+METHODS = ("full", "lora", "qlora")
+DTYPES = ("bf16", "fp16", "fp32")
+STATE_DTYPES = ("fp32", "bf16", "int8")
+OPTIMIZERS = ("adamw", "sgd", "sgd-momentum", "lion", "adafactor")
+OPTIMIZER_IMPLS = ("foreach", "fused", "forloop")
+ATTENTIONS = ("sdpa", "eager")
+DEVICES = ("cuda", "cpu")
+OFFLOADS = ("none", "optimizer", "optimizer+params")
+MAX_SEQ = 10_000_000
+MAX_BATCH = 1_000_000
+
+
+@cache
+def recipes() -> dict:
+    return tomllib.loads(resources.files("symvram.data").joinpath("recipes.toml").read_text(encoding="utf-8"))
+
+
+def parse_targets(spec: str | tuple[str, ...] | list[str]) -> tuple[str, ...]:
+    """``all-linear``, ``attention``, ``qv``, ``mlp`` or a comma list (``q_proj,v_proj`` or ``q,v``)."""
+    names = spec.split(",") if isinstance(spec, str) else list(spec)
+    chosen: set[str] = set()
+    for raw in names:
+        name = raw.strip()
+        if not name:
+            continue
+        if name in TARGET_SETS:
+            chosen.update(TARGET_SETS[name])
+        elif name in LINEARS:
+            chosen.add(name)
+        elif f"{name}_proj" in LINEARS:
+            chosen.add(f"{name}_proj")
+        else:
+            raise UserError(f"unknown LoRA target {name!r}; use {', '.join(TARGET_SETS)} or module names "
+                            f"({', '.join(LINEARS)})")
+    if not chosen:
+        raise UserError("no LoRA target modules given")
+    return tuple(m for m in LINEARS if m in chosen)
+
+
+def _choice(value: str, allowed: tuple[str, ...], what: str) -> str:
+    if value not in allowed:
+        raise UserError(f"{what} must be one of {', '.join(allowed)}; got {value!r}")
+    return value
+
+
+def _positive_int(value, what: str, limit: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        if isinstance(value, float) and value.is_integer():
+            value = int(value)
+        else:
+            raise UserError(f"{what} must be a positive integer; got {value!r}")
+    if value <= 0:
+        raise UserError(f"{what} must be a positive integer; got {value}")
+    if value > limit:
+        raise UserError(f"{what} = {value} is beyond any real training run (limit {limit})")
+    return value
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """Every input of one estimate. Build it with ``Scenario.create`` (which checks and resolves)."""
+
+    model: ModelSpec
+    method: str = "full"
+    rank: int = 64
+    targets: tuple[str, ...] = TARGET_SETS["all-linear"]
+    dtype: str = "bf16"
+    master: str = "none"
+    state_dtype: str = "fp32"
+    optimizer: str = "adamw"
+    optimizer_impl: str = "foreach"
+    adapter_dtype: str = "bf16"
+    autocast: str = "none"
+    batch: int = 1
+    seq: int = 2048
+    grad_checkpointing: bool = False
+    attention: str = "sdpa"
+    lora_dropout: float = 0.0
+    device: str = "cuda"
+    double_quant: bool = True
+    gpus: int = 1
+    zero: int = 0
+    offload: str = "none"
+    tp: int = 1
+    sequence_parallel: bool = False
+    overrides: tuple[tuple[str, float], ...] = field(default=())
+
+    @classmethod
+    def create(cls, model: str | ModelSpec, **kw) -> "Scenario":
+        """Check every input and fill the defaults. ``adapter_dtype=None`` means: the compute dtype."""
+        spec = model if isinstance(model, ModelSpec) else load_model(model)
+        kw = {k: v for k, v in kw.items() if v is not None}
+        if "targets" in kw:
+            kw["targets"] = parse_targets(kw["targets"])
+        if "overrides" in kw:
+            kw["overrides"] = tuple(sorted(dict(kw["overrides"]).items()))
+        sc = cls(model=spec, **kw)
+        if "adapter_dtype" not in kw:
+            sc = replace(sc, adapter_dtype=sc.compute_dtype)
+        sc._check()
+        return sc
+
+    def with_changes(self, **kw) -> "Scenario":
+        """A copy with some inputs changed, checked again."""
+        merged = {k: getattr(self, k) for k in self.__dataclass_fields__ if k != "model"}
+        merged.update({k: v for k, v in kw.items() if v is not None})
+        return Scenario.create(self.model, **merged)
+
+    @property
+    def compute_dtype(self) -> str:
+        return self.autocast if self.autocast != "none" else self.dtype
+
+    @property
+    def lora(self) -> bool:
+        return self.method in ("lora", "qlora")
+
+    def _check(self) -> None:
+        _choice(self.method, METHODS, "--method")
+        _choice(self.dtype, DTYPES, "--dtype")
+        _choice(self.master, ("none", "fp32"), "--master")
+        _choice(self.state_dtype, STATE_DTYPES, "--state-dtype")
+        _choice(self.optimizer, OPTIMIZERS, "--optimizer")
+        _choice(self.optimizer_impl, OPTIMIZER_IMPLS, "--optimizer-impl")
+        _choice(self.adapter_dtype, DTYPES, "--adapter-dtype")
+        _choice(self.autocast, ("none", "bf16", "fp16"), "--autocast")
+        _choice(self.attention, ATTENTIONS, "--attention")
+        _choice(self.device, DEVICES, "--device")
+        _choice(self.offload, OFFLOADS, "--offload")
+        _positive_int(self.batch, "--batch", MAX_BATCH)
+        _positive_int(self.seq, "--seq", MAX_SEQ)
+        _positive_int(self.gpus, "--gpus", 1_000_000)
+        _positive_int(self.tp, "--tp", 1024)
+        if self.zero not in (0, 1, 2, 3):
+            raise UserError(f"--zero must be 0, 1, 2 or 3; got {self.zero!r}")
+        if not (isinstance(self.lora_dropout, (int, float)) and 0 <= self.lora_dropout < 1):
+            raise UserError(f"--lora-dropout must be in [0, 1); got {self.lora_dropout!r}")
+        if self.autocast != "none" and self.dtype != "fp32":
+            raise UserError(f"--autocast {self.autocast} needs --dtype fp32 (autocast computes in 16-bit "
+                            f"from weights stored wider); the weights are already {self.dtype}")
+        trainable_dtype = self.adapter_dtype if self.lora else self.dtype
+        if trainable_dtype == "fp16" and self.master == "none" and self.autocast == "none":
+            raise UserError("fp16 trainable weights need --master fp32: fp16's 5-bit exponent loses small updates "
+                            "(they underflow), so the optimizer must update an fp32 copy; bf16 has fp32's 8-bit "
+                            "exponent, which is why bf16 can drop the master copy")
+        if self.master == "fp32" and trainable_dtype == "fp32":
+            raise UserError("--master fp32 duplicates weights that are already fp32; drop --master "
+                            "(fp32 weights are their own master copy)")
+        if self.method == "qlora" and self.dtype == "fp32":
+            raise UserError("QLoRA stores the base in 4-bit and computes in 16-bit: use --dtype bf16 or fp16")
+        if self.lora:
+            _positive_int(self.rank, "--rank", 1 << 20)
+            dims = {SYMBOLS[n].symbol: v for n, v in self.model.dims.items()}
+            smallest = min(
+                min(int(LINEARS[t].d_in.subs(dims)), int(LINEARS[t].d_out.subs(dims))) for t in self.targets)
+            if self.rank > smallest:
+                raise UserError(f"--rank {self.rank} is larger than min(d, k) = {smallest} of the targeted matrices; "
+                                "a LoRA update of that rank is no longer low-rank")
+        for name, value in self.overrides:
+            if name not in SYMBOLS or SYMBOLS[name].group == "derived":
+                import difflib
+
+                close = difflib.get_close_matches(name, [n for n, d in SYMBOLS.items() if d.group != "derived"], n=3)
+                hint = f" (did you mean {', '.join(close)}?)" if close else ""
+                raise UserError(f"--set: unknown symbol {name!r}{hint}")
+            if not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+                raise UserError(f"--set {name}: value must be a positive number; got {value!r}")
+            if SYMBOLS[name].integer and not float(value).is_integer():
+                raise UserError(f"--set {name}: {SYMBOLS[name].meaning} must be an integer; got {value!r}")
+
+    @property
+    def structure(self) -> Structure:
+        return Structure(
+            method=self.method, nominal=self.model.params is not None, tied=self.model.tied,
+            qkv_bias=self.model.qkv_bias, targets=self.targets if self.lora else (),
+            master=self.master == "fp32", optimizer=self.optimizer, optimizer_impl=self.optimizer_impl,
+            compute_fp32=self.compute_dtype == "fp32",
+            adapter_upcast=self.lora and self.adapter_dtype != self.compute_dtype,
+            autocast=self.autocast != "none", dropout=self.lora and self.lora_dropout > 0, device=self.device,
+            attention=self.attention, checkpointing=self.grad_checkpointing,
+            double_quant=self.double_quant, zero=self.zero, offload=self.offload,
+            sequence_parallel=self.sequence_parallel,
+        )
+
+    def values(self) -> dict[str, int | float]:
+        """Numbers for every leaf symbol: registry defaults, model dims, run settings, dtypes, overrides."""
+        sizes = recipes()["dtypes"]
+        vals: dict[str, int | float] = {n: d.default for n, d in SYMBOLS.items() if d.default is not None}
+        vals.update(self.model.dims)
+        trainable_dtype = self.adapter_dtype if self.lora else self.dtype
+        vals.update(
+            batch=self.batch, seq=self.seq, rank=self.rank, gpus=self.gpus, tp=self.tp,
+            bytes_weight=sizes[self.dtype], bytes_act=sizes[self.compute_dtype],
+            bytes_grad=sizes[trainable_dtype], bytes_adapter=sizes[self.adapter_dtype],
+            bytes_state=sizes[self.state_dtype],
+            states_per_param=recipes()["optimizers"][self.optimizer]["states"],
+        )
+        vals.update(dict(self.overrides))
+        return vals
+
+    def inputs(self) -> dict:
+        """Every resolved setting (defaults included), JSON-ready."""
+        out = {k: getattr(self, k) for k in self.__dataclass_fields__ if k not in ("model", "overrides")}
+        out["targets"] = list(self.targets) if self.lora else []
+        out["model"] = self.model.name
+        out["model_kind"] = self.model.kind
+        out["overrides"] = dict(self.overrides)
+        return out
