@@ -1,0 +1,226 @@
+"""Inverse questions: the largest integer seq, batch or LoRA rank whose predicted peak fits a card.
+
+Each moment of the step is, once every other symbol has its number, a polynomial in the knob with
+non-negative slope (activations grow with b·s and b·s²; adapters with r), so the peak — a Max of
+moments — fits exactly when every moment does: solve each moment = budget for its largest root and
+take the smallest. A moment that is not such a polynomial (for-loop AdamW's Max over matrices) is
+searched on its lambdified expression (doubling, then bisection). The answer is always re-estimated
+with ``evaluate`` at the value and at value + 1.
+
+The budget is the card's usable memory (``data/gpus.toml``: the CUDA context already taken off)
+less ``headroom`` (default ``DEFAULT_HEADROOM`` = 1 GiB, for allocator rounding and fragmentation
+and library workspaces such as cuBLAS's; pass a size or a percentage of the card).
+
+>>> from symvram.scenario import Scenario
+>>> sc = Scenario.create("7b", method="lora", rank=64, batch=4)
+>>> r = fit(sc, load_card("a100-80g").usable_bytes, solve="seq")
+>>> r.status, r.value, r.at.peak <= r.budget < r.above.peak
+('fits', 2767, True)
+"""
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+
+import sympy as sp
+
+from ..errors import UserError
+from ..evaluate import Breakdown, evaluate, grid_function, substitution
+from ..ledger import build_ledger
+from ..ledger.architecture import LINEARS
+from ..presets import GPUSpec, load_gpu
+from ..present.units import fmt_bytes, parse_size
+from ..scenario import MAX_BATCH, MAX_SEQ, Scenario
+from ..symbols import SYMBOLS, sym
+
+KNOBS = ("seq", "batch", "rank")
+DEFAULT_HEADROOM = "1GiB"
+MIN_CARD_BYTES = 1 << 30  # nothing smaller is a training accelerator; "--gpu 24" (bytes) is a typo
+
+
+def load_card(text: str) -> GPUSpec:
+    """A named card (``rtx-4090``, ``a100-80g`` …) or a size (``24GiB``), taken as usable memory.
+
+    >>> load_card("24GiB").usable_bytes == 24 * 2**30
+    True
+    >>> load_card("4090").name
+    'NVIDIA GeForce RTX 4090 24GB'
+    """
+    text = str(text).strip()
+    try:
+        return load_gpu(text)
+    except UserError as named_error:
+        if not text[:1].isdigit() and text[:1] not in ".-+":
+            raise UserError(f"--gpu: {named_error}") from None
+    try:
+        size = parse_size(text)
+    except UserError as e:
+        raise UserError(f"--gpu {text}: {e}") from None
+    if size < MIN_CARD_BYTES:
+        raise UserError(f"--gpu {text}: {size:,} bytes is not a GPU's memory (at least 1 GiB; write the unit, e.g. 24GiB)")
+    return GPUSpec(key=text, name=f"{fmt_bytes(size)} card", memory_bytes=size, usable_bytes=size)
+
+
+def headroom_bytes(text: str | int, capacity: int) -> int:
+    """``--headroom``: a size (``1GiB``), a percentage of the card (``5%``) or ``0``.
+
+    >>> headroom_bytes("5%", 80 * 2**30) / 2**30
+    4.0
+    """
+    if isinstance(text, int):
+        value = text
+    else:
+        m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*%\s*", str(text))
+        if m:
+            value = int(capacity * float(m.group(1)) / 100)
+        elif str(text).strip() in ("0", "0GiB", "0GB"):
+            value = 0
+        else:
+            value = parse_size(text)
+    if value < 0 or value >= capacity:
+        raise UserError(f"--headroom {text} leaves nothing of the card's {fmt_bytes(capacity)}")
+    return value
+
+
+def max_rank(sc: Scenario) -> int:
+    """The largest rank that is still low-rank for every targeted matrix: min(d_in, d_out)."""
+    dims = {SYMBOLS[n].symbol: v for n, v in sc.model.dims.items()}
+    return min(int(side.subs(dims)) for t in sc.targets for side in (LINEARS[t].d_in, LINEARS[t].d_out))
+
+
+def knob_limit(sc: Scenario, knob: str, limit: int | None = None) -> tuple[int, str]:
+    """The largest value the search may answer, and why it is the limit."""
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
+        raise UserError(f"--limit must be a positive integer; got {limit!r}")
+    if knob == "seq":
+        if limit is not None:
+            return min(limit, MAX_SEQ), "the stated limit"
+        if sc.model.max_position:
+            return sc.model.max_position, f"max_position_embeddings of {sc.model.name}"
+        return MAX_SEQ, "symvram's sequence limit"
+    if knob == "batch":
+        return (min(limit, MAX_BATCH), "the stated limit") if limit else (MAX_BATCH, "symvram's batch limit")
+    top = max_rank(sc)
+    if limit is not None and limit < top:
+        return limit, "the stated limit"
+    return top, "min(d_in, d_out) of the targeted matrices"
+
+
+def check_knob(sc: Scenario, knob: str) -> None:
+    if knob not in KNOBS:
+        raise UserError(f"--solve must be one of {', '.join(KNOBS)}; got {knob!r}")
+    if knob == "rank" and not sc.lora:
+        raise UserError(f"--solve rank does not apply to --method {sc.method}: there are no LoRA adapters")
+
+
+@dataclass(frozen=True)
+class FitResult:
+    """The answer of ``fit``. ``status``: fits (``value`` is the largest that fits, ``above`` the first
+    that does not) | none (not even 1 fits; ``at`` is the estimate at 1) | all (``value`` = ``limit`` fits)."""
+
+    knob: str
+    status: str
+    value: int | None
+    limit: int
+    limit_reason: str
+    card: GPUSpec
+    headroom: int
+    at: Breakdown
+    above: Breakdown | None
+    bounds: dict[str, float]   # moment key -> largest knob value that moment allows (inf: no bound)
+    how: str                   # "solved" | "searched"
+
+    @property
+    def capacity(self) -> int:
+        return self.card.usable_bytes
+
+    @property
+    def budget(self) -> int:
+        return self.capacity - self.headroom
+
+    @property
+    def binding_moment(self) -> str:
+        return min(self.bounds, key=self.bounds.__getitem__)
+
+
+def _monotone_poly(expr: sp.Expr, x: sp.Symbol) -> sp.Poly | None:
+    """``expr`` as a polynomial in x that never decreases for x > 0, or None."""
+    try:
+        poly = sp.Poly(expr, x)
+    except sp.PolynomialError:
+        return None
+    if not poly.domain.is_Numerical or any(c < 0 for c in poly.all_coeffs()[:-1]):
+        return None
+    return poly
+
+
+def _search(fn, budget: int, limit: int) -> int:
+    """Largest integer x in [0, limit] with fn(x) <= budget, fn non-decreasing (0 when none)."""
+    if fn(1) > budget:
+        return 0
+    lo, hi = 1, 2
+    while hi <= limit and fn(hi) <= budget:
+        lo, hi = hi, hi * 2
+    hi = min(hi, limit + 1)
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if fn(mid) <= budget else (lo, mid)
+    return lo
+
+
+def _moment_bounds(sc: Scenario, knob: str, budget: int, limit: int) -> tuple[dict[str, float], str]:
+    led = build_ledger(sc.structure)
+    values = {k: v for k, v in sc.values().items() if k != knob}
+    subs = substitution(led, values)
+    x = sym(knob)
+    bounds: dict[str, float] = {}
+    how = "solved"
+    for m in led.moments:
+        expr = led.moment_expr(m).xreplace(subs)
+        poly = _monotone_poly(expr, x)
+        if poly is None:
+            how = "searched"
+            fn = grid_function(led, led.moment_expr(m), (knob,), values)
+            found = _search(lambda v: float(fn(v)), budget, limit)
+            bounds[m.key] = math.inf if found >= limit else found
+        elif poly.degree() == 0:
+            bounds[m.key] = math.inf if poly.eval(0) <= budget else 0
+        elif poly.eval(limit) <= budget:
+            bounds[m.key] = math.inf
+        else:
+            roots = [rt for rt in sp.Poly(poly - budget, x).real_roots() if rt > 0]
+            bounds[m.key] = int(sp.floor(max(roots))) if roots else 0
+    return bounds, how
+
+
+def fit(sc: Scenario, capacity_bytes: int | GPUSpec, solve: str = "seq",
+        headroom: int | str = DEFAULT_HEADROOM, limit: int | None = None) -> FitResult:
+    """The largest integer ``solve`` (seq | batch | rank) whose peak fits ``capacity − headroom``."""
+    check_knob(sc, solve)
+    card = capacity_bytes if isinstance(capacity_bytes, GPUSpec) else GPUSpec(
+        key="capacity", name=f"{fmt_bytes(capacity_bytes)} card", memory_bytes=capacity_bytes,
+        usable_bytes=capacity_bytes)
+    room = headroom_bytes(headroom, card.usable_bytes)
+    budget = card.usable_bytes - room
+    top, reason = knob_limit(sc, solve, limit)
+    bounds, how = _moment_bounds(sc, solve, budget, top)
+    value = int(min(min(bounds.values()), top))
+
+    def peak_at(v: int) -> Breakdown:
+        return evaluate(sc.with_changes(**{solve: v}))
+
+    # the exact re-estimate decides at the boundary (each term is rounded up to whole bytes there)
+    value = max(value, 1)
+    at = peak_at(value)
+    while at.peak > budget and value > 1:
+        value -= 1
+        at = peak_at(value)
+    if at.peak > budget:
+        return FitResult(solve, "none", None, top, reason, card, room, at, None, bounds, how)
+    above = peak_at(value + 1) if value < top else None
+    while above is not None and above.peak <= budget:
+        value, at = value + 1, above
+        above = peak_at(value + 1) if value < top else None
+    status = "all" if above is None else "fits"
+    return FitResult(solve, status, value, top, reason, card, room, at, above, bounds, how)

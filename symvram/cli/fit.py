@@ -1,0 +1,96 @@
+"""``symvram fit``: the longest sequence (largest batch, rank) whose predicted peak fits a card."""
+from __future__ import annotations
+
+import argparse
+import json
+
+from ..analysis.fit import DEFAULT_HEADROOM, KNOBS, FitResult, fit, load_card
+from ..present.units import fmt_bytes
+from .common import add_model_argument, add_scenario_arguments, positive_int, scenario_from_args, write_output
+
+HELP = f"""\
+Solves the ledger's peak for the largest integer seq, batch or LoRA rank that fits the card's usable
+memory less --headroom, then re-estimates at the answer and at answer + 1.
+
+--gpu: a named card (a100-40g, a100-80g, h100-80g, h200, l4, a10g, t4, rtx-3090, rtx-4090, l40s,
+mi300x …; its usable memory, CUDA context already taken off) or a size such as 24GiB (taken as usable).
+--headroom: reserved on top of the peak for allocator fragmentation and library workspaces
+(default {DEFAULT_HEADROOM}; a size such as 2GiB, a percentage such as 5%, or 0).
+
+examples:
+  symvram fit llama-3-8b --method lora --gpu rtx-4090 --solve seq
+  symvram fit 7b --method qlora --gpu 24GiB --solve batch --seq 4096
+  symvram fit 7b --method lora --gpu a100-80g --solve rank --headroom 5% --format json
+"""
+
+
+def add_card_arguments(p: argparse.ArgumentParser, required: bool = True) -> None:
+    """--gpu and --headroom, shared by the commands that compare a peak with a card."""
+    p.add_argument("--gpu", required=required, help="a named card (rtx-4090, a100-80g …) or a size (24GiB)")
+    p.add_argument("--headroom", default=DEFAULT_HEADROOM,
+                   help=f"memory kept free beyond the peak: a size or a %% of the card (default {DEFAULT_HEADROOM})")
+
+
+def register(sub) -> None:
+    p = sub.add_parser("fit", help="largest seq / batch / rank that fits a card",
+                       description=HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_model_argument(p)
+    add_scenario_arguments(p)
+    add_card_arguments(p)
+    p.add_argument("--solve", choices=KNOBS, default="seq", help="the knob to solve for (default seq)")
+    p.add_argument("--limit", type=positive_int,
+                   help="largest value to consider (default: max_position_embeddings for seq, "
+                        "min(d_in, d_out) for rank)")
+    p.add_argument("--format", choices=("table", "json"), default="table")
+    p.add_argument("-o", "--output", help="write to this file instead of stdout")
+    p.add_argument("--force", action="store_true", help="overwrite --output if it exists")
+    p.set_defaults(func=run)
+
+
+UNIT_WORDS = {"seq": "tokens", "batch": "sequences", "rank": ""}
+
+
+def to_json(r: FitResult) -> dict:
+    return {
+        "knob": r.knob, "status": r.status, "value": r.value, "limit": r.limit, "limit_reason": r.limit_reason,
+        "card": {"key": r.card.key, "name": r.card.name, "usable_bytes": r.card.usable_bytes},
+        "headroom_bytes": r.headroom, "budget_bytes": r.budget, "how": r.how,
+        "binding_moment": r.binding_moment if r.status == "fits" else None,
+        "peak_at_value": {"value": r.at.values[r.knob], "bytes": r.at.peak, "moment": r.at.peak_moment},
+        "peak_above": None if r.above is None else {"value": r.above.values[r.knob], "bytes": r.above.peak,
+                                                    "moment": r.above.peak_moment},
+        "inputs": r.at.scenario.inputs(),
+    }
+
+
+def render(r: FitResult, units: str) -> str:
+    sc = r.at.scenario
+    unit = UNIT_WORDS[r.knob]
+    num = (lambda v: f"{v:,} {unit}".rstrip())
+    fixed = ", ".join(f"{k} {getattr(sc, k)}" for k in KNOBS if k != r.knob and (k != "rank" or sc.lora))
+    lines = [f"{sc.model.name} · {sc.method} · {fixed} on {r.card.name}: {fmt_bytes(r.capacity, units)} usable "
+             f"− {fmt_bytes(r.headroom, units)} headroom = {fmt_bytes(r.budget, units)} budget"]
+    moment = {m.key: m.label for m in r.at.ledger.moments}
+    if r.status == "none":
+        lines.append(f"nothing fits: even {r.knob} 1 needs {fmt_bytes(r.at.peak, units)} at "
+                     f"{moment[r.at.peak_moment]}, {fmt_bytes(r.at.peak - r.budget, units)} over the budget")
+        return "\n".join(lines)
+    if r.status == "all":
+        lines.append(f"everything fits up to the limit: {r.knob} {num(r.value)} ({r.limit_reason}) peaks at "
+                     f"{fmt_bytes(r.at.peak, units)}, {fmt_bytes(r.budget - r.at.peak, units)} under the budget")
+        return "\n".join(lines)
+    lines.append(f"largest {r.knob} that fits: {num(r.value)} ({r.how} from the ledger's moments; the binding "
+                 f"moment is {moment[r.binding_moment]})")
+    lines.append(f"  peak at {r.knob} {num(r.value)}: {fmt_bytes(r.at.peak, units)} "
+                 f"({r.budget - r.at.peak:,} bytes under the budget)")
+    lines.append(f"  peak at {r.knob} {num(r.value + 1)}: {fmt_bytes(r.above.peak, units)} "
+                 f"({r.above.peak - r.budget:,} bytes over)")
+    return "\n".join(lines)
+
+
+def run(args) -> int:
+    sc = scenario_from_args(args)
+    result = fit(sc, load_card(args.gpu), solve=args.solve, headroom=args.headroom, limit=args.limit)
+    text = json.dumps(to_json(result), indent=2) if args.format == "json" else render(result, args.units)
+    write_output(text, args.output, args.force)
+    return 0

@@ -1,0 +1,144 @@
+"""fit: the largest seq / batch / rank under a card, checked against a hand derivation and by
+re-estimating (evaluate) at the answer and the answer + 1."""
+import json
+
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from symvram.analysis import fit as fit_module
+from symvram.analysis.fit import fit, headroom_bytes, knob_limit, load_card
+from symvram.cli import main
+from symvram.errors import UserError
+from symvram.evaluate import evaluate
+from symvram.scenario import Scenario
+
+GIB = 1 << 30
+
+
+def test_seq_matches_hand_derivation_7b_lora():
+    # 7B shape (h 4096, d_ff 11008, L 32, 32 heads, V 32000), LoRA r=64 all-linear, bf16, batch 4.
+    # Bytes saved per token and layer: 2 RMSNorms 2·(4·4096 + 4) = 32776; SDPA q,k,v,out 4·2·4096 = 32768;
+    # lse 4·32 = 128; SiLU·up 3·2·11008 = 66048; lora_A inputs 2·(4096+4096+4096+11008) = 46592;
+    # lora_B inputs 7·2·64 = 896  -> 179208 per layer, ×32 = 5,734,656.
+    # Layer 0 keeps one norm fewer (−16388); the final norm keeps +16388; log_softmax 4·32000; ids 16;
+    # the loss backward's two fp32 vocabulary gradients 8·32000 -> 6,118,672 bytes per token.
+    per_token = 32 * (32776 + 32768 + 128 + 66048 + 46592 + 896) - 16388 + 16388 + 128_000 + 16 + 256_000
+    assert per_token == 6_118_672
+    per_seq_position = 4 * per_token + 2 * 2 * 128          # + RoPE cos/sin, shared by the batch
+    # constant: 14e9 bf16 weights, the rotary buffer 4·64, adapters 2 + AdamW m,v 8 bytes per LoRA param
+    # (159,907,840 of them), 224 AdamW step counters of 4 bytes (grads do not exist at this moment)
+    constant = 14_000_000_000 + 256 + 159_907_840 * 10 + 4 * 2 * 32 * 7
+    capacity = 80 * GIB
+    expected = (capacity - constant) // per_seq_position
+    sc = Scenario.create("7b", method="lora", rank=64, batch=4)
+    r = fit(sc, capacity, solve="seq", headroom=0, limit=100_000)
+    assert (r.status, r.value, r.binding_moment) == ("fits", expected, "loss_backward")
+    assert r.at.peak == constant + expected * per_seq_position
+
+
+CASES = [
+    ("7b", dict(method="lora", rank=64, batch=4), "a100-80g", "seq"),
+    ("7b", dict(method="lora", rank=64, batch=4), "a100-80g", "batch"),
+    ("7b", dict(method="lora", batch=2, seq=512), "a100-40g", "rank"),
+    ("llama-3-8b", dict(method="qlora", attention="eager"), "rtx-4090", "seq"),
+    ("llama-3-8b", dict(method="qlora", optimizer_impl="forloop", seq=256), "l4", "rank"),
+    ("llama-2-7b", dict(method="full", grad_checkpointing=True), "h200", "batch"),
+]
+
+
+@pytest.mark.parametrize("model,kw,card,knob", CASES)
+def test_answer_fits_and_next_does_not(model, kw, card, knob):
+    sc = Scenario.create(model, **kw)
+    r = fit(sc, load_card(card), solve=knob)
+    budget = load_card(card).usable_bytes - GIB
+    assert r.status == "fits"
+    assert evaluate(sc.with_changes(**{knob: r.value})).peak <= budget
+    assert evaluate(sc.with_changes(**{knob: r.value + 1})).peak > budget
+    assert (r.at.peak, r.above.peak) == (evaluate(sc.with_changes(**{knob: r.value})).peak,
+                                         evaluate(sc.with_changes(**{knob: r.value + 1})).peak)
+
+
+def test_search_agrees_with_solve(monkeypatch):
+    sc = Scenario.create("llama-3-8b", method="lora", attention="eager", batch=2)
+    solved = fit(sc, load_card("a100-80g"), solve="seq")
+    monkeypatch.setattr(fit_module, "_monotone_poly", lambda expr, x: None)
+    searched = fit(sc, load_card("a100-80g"), solve="seq")
+    assert (solved.how, searched.how) == ("solved", "searched")
+    assert searched.value == solved.value and searched.bounds == solved.bounds
+
+
+def test_search_on_a_hand_function():
+    assert fit_module._search(lambda x: x * x, 1000, 10_000) == 31      # 31² = 961, 32² = 1024
+    assert fit_module._search(lambda x: x, 0, 100) == 0
+    assert fit_module._search(lambda x: x, 10**9, 100) == 100
+
+
+def test_nothing_fits():
+    sc = Scenario.create("70b", method="full")
+    r = fit(sc, load_card("rtx-4090"), solve="seq")
+    assert (r.status, r.value) == ("none", None)
+    assert evaluate(sc.with_changes(seq=1)).peak > load_card("rtx-4090").usable_bytes   # 70e9 weights alone
+
+
+def test_everything_fits_up_to_max_position():
+    sc = Scenario.create("7b", method="qlora", rank=8)
+    r = fit(sc, load_card("mi300x"), solve="seq")
+    assert (r.status, r.value, r.above) == ("all", 4096, None)                   # 7b: max_position_embeddings 4096
+    assert "max_position_embeddings" in r.limit_reason
+    assert evaluate(sc.with_changes(seq=4096)).peak <= load_card("mi300x").usable_bytes - GIB
+
+
+def test_rank_limit_is_smallest_matrix_side():
+    # Llama-3-8B: k_proj and v_proj map 4096 -> 8 kv heads × 128 = 1024
+    assert knob_limit(Scenario.create("llama-3-8b", method="lora"), "rank") == (
+        1024, "min(d_in, d_out) of the targeted matrices")
+    assert knob_limit(Scenario.create("llama-3-8b", method="lora", targets="mlp"), "rank")[0] == 4096
+
+
+def test_headroom_forms():
+    assert headroom_bytes("5%", 80 * GIB) == 4 * GIB
+    assert headroom_bytes("2GiB", 80 * GIB) == 2 * GIB
+    assert headroom_bytes("0", 80 * GIB) == 0
+    with pytest.raises(UserError):
+        headroom_bytes("100%", 80 * GIB)
+
+
+def test_sized_card():
+    assert load_card("24GiB").usable_bytes == 24 * GIB
+    assert load_card("80GB").usable_bytes == 80 * 10**9
+
+
+@settings(max_examples=15, deadline=None)
+@given(st.integers(min_value=14, max_value=200), st.integers(min_value=1, max_value=60),
+       st.sampled_from(["seq", "batch", "rank"]))
+def test_monotone_in_card_size(small_gib, extra_gib, knob):
+    sc = Scenario.create("7b", method="lora", rank=16, batch=2, seq=1024)
+
+    def answer(gib):
+        r = fit(sc, gib * GIB, solve=knob)
+        return 0 if r.status == "none" else r.value
+
+    assert answer(small_gib) <= answer(small_gib + extra_gib)
+
+
+def test_cli_json_is_the_api_answer(capsys):
+    assert main(["fit", "7b", "--method", "lora", "--batch", "4", "--gpu", "a100-80g", "--format", "json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    r = fit(Scenario.create("7b", method="lora", batch=4), load_card("a100-80g"), solve="seq")
+    assert (data["value"], data["peak_at_value"]["bytes"], data["peak_above"]["bytes"]) == (
+        r.value, r.at.peak, r.above.peak)
+    assert data["budget_bytes"] == load_card("a100-80g").usable_bytes - GIB
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (["--gpu", "banana"], "unknown GPU 'banana'"),
+    (["--gpu", "24"], "24 bytes is not a GPU's memory"),
+    (["--gpu", "0GiB"], "--gpu 0GiB"),
+    (["--gpu", "24GiB", "--solve", "rank"], "--solve rank does not apply to --method full"),
+    (["--gpu", "24GiB", "--headroom", "30GiB"], "leaves nothing"),
+    (["--solve", "seq"], "--gpu"),
+])
+def test_cli_errors_are_one_line_exit_2(capsys, argv, needle):
+    assert main(["fit", "7b", *argv]) == 2
+    err = capsys.readouterr().err
+    assert needle in err and err.count("\n") == 1
