@@ -4,7 +4,7 @@
 >>> m.hidden, m.kv_heads, m.vocab, m.tied
 (4096, 8, 128256, False)
 >>> load_gpu("a100-80g").usable_bytes
-84396996608
+84396107366
 """
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ from .errors import UserError
 
 SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2")
 MAX_CONFIG_BYTES = 1 << 20  # a config.json is a few kB; refuse anything that is not one
+MAX_DIM = 10**7  # no model dimension (hidden, layers, vocab …) comes near this
 GIB = 1 << 30
 
 
@@ -97,8 +98,22 @@ def _int_field(cfg: dict, key: str, source: str, default=None) -> int:
         raise UserError(f"{source}: missing required field {key!r}")
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
         raise UserError(f"{source}: field {key!r} must be a positive integer, got {value!r}")
-    if value > 10**7:
+    if value > MAX_DIM:
         raise UserError(f"{source}: field {key!r} = {value} is not a plausible model dimension")
+    return value
+
+
+def _optional_int(cfg: dict, key: str, source: str, limit: int) -> int | None:
+    value = cfg.get(key)
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or not 0 < value <= limit):
+        raise UserError(f"{source}: field {key!r} must be a positive integer up to {limit}, got {value!r}")
+    return value
+
+
+def _bool_field(cfg: dict, key: str, source: str, default: bool) -> bool:
+    value = default if cfg.get(key) is None else cfg[key]
+    if not isinstance(value, bool):  # "false" is a non-empty string: bool("false") would be True
+        raise UserError(f"{source}: field {key!r} must be true or false, got {value!r}")
     return value
 
 
@@ -121,30 +136,36 @@ def spec_from_config(cfg: dict, name: str, kind: str, source: str) -> ModelSpec:
     head_dim = _int_field({"head_dim": head_dim}, "head_dim", source)
     if heads % kv_heads:
         raise UserError(f"{source}: num_attention_heads {heads} is not a multiple of num_key_value_heads {kv_heads}")
-    qkv_bias = bool(cfg.get("attention_bias", model_type == "qwen2"))
+    qkv_bias = _bool_field(cfg, "attention_bias", source, model_type == "qwen2")
     params = cfg.get("params")
     return ModelSpec(
         name=name, kind=kind, model_type=model_type, hidden=hidden,
         intermediate=_int_field(cfg, "intermediate_size", source),
         layers=_int_field(cfg, "num_hidden_layers", source), heads=heads, kv_heads=kv_heads,
         head_dim=head_dim, vocab=_int_field(cfg, "vocab_size", source),
-        tied=bool(cfg.get("tie_word_embeddings", False)), qkv_bias=qkv_bias,
-        max_position=cfg.get("max_position_embeddings"), params=params,
-        published_params=cfg.get("published_params"), description=cfg.get("description", ""),
+        tied=_bool_field(cfg, "tie_word_embeddings", source, False), qkv_bias=qkv_bias,
+        max_position=_optional_int(cfg, "max_position_embeddings", source, 1 << 40), params=params,
+        published_params=_optional_int(cfg, "published_params", source, 10**15),
+        description=str(cfg.get("description", "")),
     )
 
 
 def load_config_json(path: Path) -> ModelSpec:
     """A Hugging Face config.json (a file, or a folder holding one). Nothing is downloaded."""
-    if path.is_dir():
-        path = path / "config.json"
-    if not path.is_file():
-        raise UserError(f"no config.json at {str(path)!r}")
-    if path.stat().st_size > MAX_CONFIG_BYTES:
-        raise UserError(f"{path}: {path.stat().st_size} bytes is too large for a config.json")
     try:
-        cfg = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        if path.is_dir():
+            path = path / "config.json"
+        if not path.is_file():
+            raise UserError(f"no config.json at {str(path)!r}")
+        with path.open("rb") as fh:
+            data = fh.read(MAX_CONFIG_BYTES + 1)
+    except OSError as e:
+        raise UserError(f"cannot read {str(path)!r}: {e.strerror or e}") from None
+    if len(data) > MAX_CONFIG_BYTES:
+        raise UserError(f"{path}: over {MAX_CONFIG_BYTES} bytes is too large for a config.json")
+    try:
+        cfg = json.loads(data.decode("utf-8"))
+    except (ValueError, RecursionError) as e:  # JSONDecodeError, UnicodeDecodeError, an integer of 5000 digits
         raise UserError(f"{path}: not valid JSON ({e})") from None
     if isinstance(cfg, dict) and "params" in cfg:
         cfg = {k: v for k, v in cfg.items() if k != "params"}  # P of a real config is derived
@@ -155,7 +176,11 @@ def load_config_json(path: Path) -> ModelSpec:
 def load_model(name_or_path: str) -> ModelSpec:
     """A preset name (``7b``, ``llama-3-8b`` …) or a path to a config.json / model folder."""
     text = str(name_or_path)
-    if text.endswith(".json") or "/" in text or Path(text).is_dir():
+    try:
+        is_path = text.endswith(".json") or "/" in text or Path(text).is_dir()
+    except OSError:  # a name too long for the file system is no folder
+        is_path = False
+    if is_path:
         return load_config_json(Path(text))
     key, entry = _lookup(text, model_presets(), "model preset")
     return spec_from_config(entry, name=key, kind=entry["kind"], source=f"preset {key}")

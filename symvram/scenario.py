@@ -16,7 +16,7 @@ from importlib import resources
 from .errors import UserError
 from .ledger.architecture import LINEARS, TARGET_SETS
 from .ledger.structure import Structure
-from .presets import ModelSpec, load_model
+from .presets import MAX_DIM, ModelSpec, load_model
 from .symbols import SYMBOLS
 
 METHODS = ("full", "lora", "qlora")
@@ -29,6 +29,11 @@ DEVICES = ("cuda", "cpu")
 OFFLOADS = ("none", "optimizer", "optimizer+params")
 MAX_SEQ = 10_000_000
 MAX_BATCH = 1_000_000
+MAX_RANK = 1 << 20
+MAX_GPUS = 1_000_000
+# Largest value --set accepts, by symbol name, else by group: beyond these a number is a typo.
+SET_LIMITS = {"batch": MAX_BATCH, "seq": MAX_SEQ, "rank": MAX_RANK, "gpus": MAX_GPUS, "tp": 1024,
+              "P": 10**15, "model": MAX_DIM, "bytes": 64, "quant": 1 << 20, "parallel": MAX_GPUS}
 
 
 @cache
@@ -111,6 +116,10 @@ class Scenario:
         """Check every input and fill the defaults. ``adapter_dtype=None`` means: the compute dtype."""
         spec = model if isinstance(model, ModelSpec) else load_model(model)
         kw = {k: v for k, v in kw.items() if v is not None}
+        unknown = sorted(set(kw) - set(cls.__dataclass_fields__) | ({"model"} & set(kw)))
+        if unknown:
+            raise UserError(f"unknown scenario setting {', '.join(unknown)}; settings are "
+                            f"{', '.join(k for k in cls.__dataclass_fields__ if k != 'model')}")
         if "targets" in kw:
             kw["targets"] = parse_targets(kw["targets"])
         if "overrides" in kw:
@@ -149,10 +158,11 @@ class Scenario:
         _choice(self.offload, OFFLOADS, "--offload")
         _positive_int(self.batch, "--batch", MAX_BATCH)
         _positive_int(self.seq, "--seq", MAX_SEQ)
-        _positive_int(self.gpus, "--gpus", 1_000_000)
+        _positive_int(self.gpus, "--gpus", MAX_GPUS)
         _positive_int(self.tp, "--tp", 1024)
         if self.zero not in (0, 1, 2, 3):
             raise UserError(f"--zero must be 0, 1, 2 or 3; got {self.zero!r}")
+        self._check_parallel()
         if not (isinstance(self.lora_dropout, (int, float)) and 0 <= self.lora_dropout < 1):
             raise UserError(f"--lora-dropout must be in [0, 1); got {self.lora_dropout!r}")
         if self.autocast != "none" and self.dtype != "fp32":
@@ -168,14 +178,23 @@ class Scenario:
                             "(fp32 weights are their own master copy)")
         if self.method == "qlora" and self.dtype == "fp32":
             raise UserError("QLoRA stores the base in 4-bit and computes in 16-bit: use --dtype bf16 or fp16")
+        self._check_overrides()
+        vals = {**self.model.dims, **dict(self.overrides)}  # what --set changes is checked like the rest
+        if vals["heads"] % vals["kv_heads"]:
+            raise UserError(f"heads = {vals['heads']} is not a multiple of kv_heads = {vals['kv_heads']} "
+                            "(each key/value head serves a whole group of query heads)")
         if self.lora:
-            _positive_int(self.rank, "--rank", 1 << 20)
-            dims = {SYMBOLS[n].symbol: v for n, v in self.model.dims.items()}
+            _positive_int(self.rank, "--rank", MAX_RANK)
+            rank = vals.get("rank", self.rank)
+            dims = {SYMBOLS[n].symbol: v for n, v in vals.items() if SYMBOLS[n].group == "model"}
             smallest = min(
                 min(int(LINEARS[t].d_in.subs(dims)), int(LINEARS[t].d_out.subs(dims))) for t in self.targets)
-            if self.rank > smallest:
-                raise UserError(f"--rank {self.rank} is larger than min(d, k) = {smallest} of the targeted matrices; "
+            if rank > smallest:
+                raise UserError(f"--rank {rank} is larger than min(d, k) = {smallest} of the targeted matrices; "
                                 "a LoRA update of that rank is no longer low-rank")
+
+    def _check_overrides(self) -> None:
+        """``--set`` names a registered leaf symbol and a positive, finite, plausible number."""
         for name, value in self.overrides:
             if name not in SYMBOLS or SYMBOLS[name].group == "derived":
                 import difflib
@@ -187,6 +206,26 @@ class Scenario:
                 raise UserError(f"--set {name}: value must be a positive number; got {value!r}")
             if SYMBOLS[name].integer and not float(value).is_integer():
                 raise UserError(f"--set {name}: {SYMBOLS[name].meaning} must be an integer; got {value!r}")
+            limit = SET_LIMITS.get(name) or SET_LIMITS[SYMBOLS[name].group]
+            if value > limit:
+                raise UserError(f"--set {name} = {value:g} is not plausible (limit {limit:g} {SYMBOLS[name].unit})")
+
+    def _check_parallel(self) -> None:
+        """Offload needs ZeRO (parameters only at stage 3); t must split the heads and d_ff evenly."""
+        if self.offload != "none" and self.zero == 0:
+            raise UserError("--offload needs --zero 1, 2 or 3: offloading moves each GPU's shard of the "
+                            "optimizer (DeepSpeed ZeRO-Offload)")
+        if self.offload == "optimizer+params" and self.zero != 3:
+            raise UserError("--offload optimizer+params needs --zero 3: only stage 3 shards the parameters "
+                            "it moves to the CPU")
+        if self.sequence_parallel and self.tp == 1:
+            raise UserError("--sequence-parallel splits the norm/residual activations across the tensor-parallel "
+                            "ranks: it needs --tp 2 or more")
+        dims = {**self.model.dims, **dict(self.overrides)}
+        for name in ("heads", "kv_heads", "intermediate"):
+            if dims[name] % self.tp:
+                raise UserError(f"--tp {self.tp} does not divide {name} = {dims[name]}: tensor parallelism "
+                                f"gives every rank the same share of the heads and of d_ff")
 
     @property
     def structure(self) -> Structure:
@@ -199,7 +238,7 @@ class Scenario:
             autocast=self.autocast != "none", dropout=self.lora and self.lora_dropout > 0, device=self.device,
             attention=self.attention, checkpointing=self.grad_checkpointing,
             double_quant=self.double_quant, zero=self.zero, offload=self.offload,
-            sequence_parallel=self.sequence_parallel,
+            sequence_parallel=self.sequence_parallel, tensor_parallel=self.tp > 1,
         )
 
     def values(self) -> dict[str, int | float]:

@@ -41,19 +41,19 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
+    argv = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in argv or os.environ.get("SYMVRAM_DEBUG") == "1"
+    argv = [a for a in argv if a != "--debug"]  # accepted before or after the command
     try:
         parser = build_parser()
         args = parser.parse_args(argv)
         if not getattr(args, "func", None):
-            parser.print_help()
-            return 2
+            raise UserError(f"no command given; choose one of {', '.join(COMMANDS)} (symvram --help explains each)")
         return args.func(args) or 0
     except UserError as e:
         if debug:
             raise
-        print(f"symvram: error: {e}", file=sys.stderr)
+        print(f"symvram: error: {_one_line(e)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("symvram: interrupted", file=sys.stderr)
@@ -63,6 +63,15 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as e:  # a bug: say so in one line unless debugging
         if debug:
             raise
-        print(f"symvram: internal error: {type(e).__name__}: {e} (rerun with --debug for the traceback)",
+        print(f"symvram: internal error: {type(e).__name__}: {_one_line(e)} (rerun with --debug for the traceback)",
               file=sys.stderr)
         return 1
+
+
+def _one_line(e: Exception) -> str:
+    """The message on one line, whatever a file name or a quoted input held.
+
+    >>> _one_line(ValueError("bad\\nname"))
+    'bad name'
+    """
+    return " ".join(str(e).split())

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 from ..errors import UserError
@@ -72,6 +73,15 @@ def add_scenario_arguments(p: argparse.ArgumentParser, method_default: str | Non
     g.add_argument("--attention", choices=ATTENTIONS, help="sdpa (default; flash/memory-efficient kernel) or "
                                                            "eager (materialises b·heads·seq² scores)")
     g.add_argument("--device", choices=DEVICES, help="cuda (default) or cpu: which tensors dropout keeps")
+    g = p.add_argument_group("several GPUs (per-GPU bytes; offloaded bytes reported as host memory)")
+    g.add_argument("--gpus", type=positive_int, help="data-parallel GPUs N, the ZeRO/FSDP shard degree (default 1)")
+    g.add_argument("--zero", type=int, choices=(0, 1, 2, 3), help="ZeRO stage: 0 = DDP (default), 1 = optimizer "
+                   "states / N, 2 = + gradients (FSDP SHARD_GRAD_OP), 3 = + parameters (FSDP FULL_SHARD)")
+    g.add_argument("--offload", choices=OFFLOADS, help="CPU offload: none (default), optimizer (gradients, states, "
+                                                       "master; ZeRO >= 1), optimizer+params (ZeRO-3)")
+    g.add_argument("--tp", type=positive_int, help="tensor-parallel degree t (Megatron; must divide the heads)")
+    g.add_argument("--sequence-parallel", action="store_true", default=None,
+                   help="with --tp: also split the norm/residual activations along the sequence")
     g = p.add_argument_group("overrides")
     g.add_argument("--set", action="append", type=parse_set, default=[], metavar="SYMBOL=VALUE",
                    help="override any symbol (hidden=5120, bytes_state=1, layers=40 …); repeatable")
@@ -98,17 +108,22 @@ def scenario_from_args(args: argparse.Namespace, **changes) -> Scenario:
 def write_output(text: str | bytes, path: str | None, force: bool) -> None:
     """Print to stdout, or write ``path`` — never over an existing file without --force."""
     if path is None or path == "-":
-        print(text if isinstance(text, str) else text.decode())
-        return
-    target = Path(path)
-    if target.exists() and not force:
-        raise UserError(f"{path} exists; pass --force to overwrite it")
-    if target.is_dir():
-        raise UserError(f"{path} is a directory")
-    try:
-        if isinstance(text, bytes):
-            target.write_bytes(text)
+        if isinstance(text, bytes):  # an image: the bytes as they are
+            sys.stdout.flush()
+            sys.stdout.buffer.write(text)
+            sys.stdout.buffer.flush()
         else:
-            target.write_text(text + ("" if text.endswith("\n") else "\n"), encoding="utf-8")
+            print(text)
+        return
+    data = text if isinstance(text, bytes) else (text + ("" if text.endswith("\n") else "\n")).encode("utf-8")
+    target = Path(path)
+    try:
+        if target.is_dir():
+            raise UserError(f"{path} is a directory; give a file name")
+        # "x" creates the file only if nothing (not even a dangling link) is there: no check-then-write race
+        with target.open("wb" if force else "xb") as fh:
+            fh.write(data)
+    except FileExistsError:
+        raise UserError(f"{path} exists; pass --force to overwrite it") from None
     except OSError as e:
-        raise UserError(f"cannot write {path}: {e.strerror}") from None
+        raise UserError(f"cannot write {path}: {e.strerror or e}") from None

@@ -1,0 +1,210 @@
+"""Bad input through the CLI: exit 2, one line on stderr starting "symvram: error:", nothing on stdout,
+no traceback — and the line says what was wrong (each case names a fragment the message must hold).
+
+The table is the contract of issue 7; every command that takes a model gets the shared scenario cases.
+"""
+import json
+
+import pytest
+
+from symvram.cli import main
+from symvram.errors import UserError
+from symvram.present.units import parse_size
+
+LLAMA = {"model_type": "llama", "hidden_size": 4096, "intermediate_size": 11008, "num_hidden_layers": 32,
+         "num_attention_heads": 32, "num_key_value_heads": 32, "vocab_size": 32000}
+
+
+def _with(**changes):
+    cfg = dict(LLAMA, **changes)
+    return json.dumps({k: v for k, v in cfg.items() if v is not ...})
+
+
+# name -> file content (str) written under tmp_path; "{tmp}/name" in a case refers to it
+FILES = {
+    "gpt2.json": json.dumps({"model_type": "gpt2", "n_embd": 768, "n_layer": 12}),
+    "no_type.json": _with(model_type=...),
+    "array.json": "[1, 2, 3]",
+    "null.json": "null",
+    "string.json": '"llama"',
+    "truncated.json": '{"model_type": "llama", "hidden_size": 40',
+    "latin1.json": b'{"model_type": "llama\xff"}',
+    "empty.json": "",
+    "huge.json": '{"model_type": "llama", "pad": "' + "x" * ((1 << 20) + 10) + '"}',
+    "deep.json": "[" * 100_000 + "]" * 100_000,
+    "bigint.json": '{"model_type": "llama", "hidden_size": ' + "9" * 5000 + "}",
+    "missing_hidden.json": _with(hidden_size=...),
+    "missing_vocab.json": _with(vocab_size=...),
+    "missing_layers.json": _with(num_hidden_layers=...),
+    "hidden_string.json": _with(hidden_size="4096"),
+    "hidden_float.json": _with(hidden_size=4096.5),
+    "hidden_zero.json": _with(hidden_size=0),
+    "hidden_negative.json": _with(hidden_size=-4096),
+    "hidden_absurd.json": _with(hidden_size=10**12),
+    "hidden_bool.json": _with(hidden_size=True),
+    "heads_indivisible.json": _with(num_attention_heads=33, num_key_value_heads=...),
+    "kv_not_divisor.json": _with(num_key_value_heads=5),
+    "kv_zero.json": _with(num_key_value_heads=0),
+    "tie_string.json": _with(tie_word_embeddings="false"),
+    "max_position_string.json": _with(max_position_embeddings="4k"),
+    "config_dir/config.json": "{not json",
+    "empty_dir/.keep": "",
+}
+
+# (id, argv, fragment of the one error line — lower-cased comparison)
+MODEL_CASES = [
+    ("unknown-preset", ["nosuchmodel"], "unknown model preset 'nosuchmodel'"),
+    ("unknown-preset-close", ["llama3-8b"], "closest: llama-3-8b"),
+    ("unknown-preset-close-2", ["mistral7b"], "closest: mistral-7b"),
+    ("blank-preset", [" "], "unknown model preset"),
+    ("name-too-long", ["x" * 5000], "unknown model preset"),
+    ("missing-config", ["{tmp}/nope/config.json"], "no config.json"),
+    ("folder-without-config", ["{tmp}/empty_dir"], "no config.json"),
+    ("folder-bad-config", ["{tmp}/config_dir"], "not valid json"),
+    ("unsupported-model-type", ["{tmp}/gpt2.json"], "supported: llama, mistral, qwen2"),
+    ("no-model-type", ["{tmp}/no_type.json"], "model_type none is not supported"),
+    ("json-array", ["{tmp}/array.json"], "expected a json object"),
+    ("json-null", ["{tmp}/null.json"], "expected a json object"),
+    ("json-string", ["{tmp}/string.json"], "expected a json object"),
+    ("truncated-json", ["{tmp}/truncated.json"], "not valid json"),
+    ("not-utf8", ["{tmp}/latin1.json"], "not valid json"),
+    ("empty-file", ["{tmp}/empty.json"], "not valid json"),
+    ("huge-file", ["{tmp}/huge.json"], "too large for a config.json"),
+    ("deeply-nested", ["{tmp}/deep.json"], "not valid json"),
+    ("5000-digit-int", ["{tmp}/bigint.json"], "not valid json"),
+    ("missing-hidden", ["{tmp}/missing_hidden.json"], "missing required field 'hidden_size'"),
+    ("missing-vocab", ["{tmp}/missing_vocab.json"], "missing required field 'vocab_size'"),
+    ("missing-layers", ["{tmp}/missing_layers.json"], "missing required field 'num_hidden_layers'"),
+    ("hidden-string", ["{tmp}/hidden_string.json"], "'hidden_size' must be a positive integer"),
+    ("hidden-float", ["{tmp}/hidden_float.json"], "'hidden_size' must be a positive integer"),
+    ("hidden-zero", ["{tmp}/hidden_zero.json"], "'hidden_size' must be a positive integer"),
+    ("hidden-negative", ["{tmp}/hidden_negative.json"], "'hidden_size' must be a positive integer"),
+    ("hidden-bool", ["{tmp}/hidden_bool.json"], "'hidden_size' must be a positive integer"),
+    ("hidden-absurd", ["{tmp}/hidden_absurd.json"], "not a plausible model dimension"),
+    ("heads-indivisible", ["{tmp}/heads_indivisible.json"], "not divisible by num_attention_heads"),
+    ("kv-not-divisor", ["{tmp}/kv_not_divisor.json"], "not a multiple of num_key_value_heads"),
+    ("kv-zero", ["{tmp}/kv_zero.json"], "'num_key_value_heads' must be a positive integer"),
+    ("tie-as-string", ["{tmp}/tie_string.json"], "'tie_word_embeddings' must be true or false"),
+    ("max-position-string", ["{tmp}/max_position_string.json"], "'max_position_embeddings' must be a positive"),
+]
+
+SCENARIO_CASES = [
+    ("batch-zero", ["7b", "--batch", "0"], "--batch: expected a positive integer"),
+    ("batch-negative", ["7b", "--batch", "-4"], "--batch: expected a positive integer"),
+    ("batch-fraction", ["7b", "--batch", "1.5"], "--batch: expected a positive integer"),
+    ("batch-word", ["7b", "--batch", "four"], "--batch: expected a positive integer"),
+    ("batch-absurd", ["7b", "--batch", "10000000000"], "--batch = 10000000000 is beyond"),
+    ("seq-zero", ["7b", "--seq", "0"], "--seq: expected a positive integer"),
+    ("seq-negative", ["7b", "--seq", "-2048"], "--seq: expected a positive integer"),
+    ("seq-float", ["7b", "--seq", "2048.0"], "--seq: expected a positive integer"),
+    ("seq-absurd", ["7b", "--seq", "100000000000"], "--seq = 100000000000 is beyond"),
+    ("rank-zero", ["7b", "--method", "lora", "--rank", "0"], "--rank: expected a positive integer"),
+    ("rank-negative", ["7b", "--method", "lora", "--rank", "-8"], "--rank: expected a positive integer"),
+    ("rank-fraction", ["7b", "--method", "lora", "--rank", "8.5"], "--rank: expected a positive integer"),
+    ("rank-absurd", ["7b", "--method", "lora", "--rank", "99999999999"], "beyond any real training run"),
+    ("rank-over-min-dk", ["7b", "--method", "lora", "--rank", "4097"], "larger than min(d, k) = 4096"),
+    ("rank-over-min-dk-gqa", ["llama-3-8b", "--method", "lora", "--rank", "2048", "--targets", "k_proj"],
+     "min(d, k) = 1024"),
+    ("rank-over-min-dk-qlora", ["tinyllama-1.1b", "--method", "qlora", "--rank", "512"], "min(d, k) = 256"),
+    ("unknown-target", ["7b", "--method", "lora", "--targets", "q_proj,lm_head"], "unknown lora target 'lm_head'"),
+    ("unknown-target-set", ["7b", "--method", "lora", "--targets", "everything"], "all-linear, attention"),
+    ("empty-targets", ["7b", "--method", "lora", "--targets", ","], "no lora target modules"),
+    ("fp16-without-master", ["7b", "--method", "full", "--dtype", "fp16"], "need --master fp32"),
+    ("fp16-adapters-without-master", ["7b", "--method", "lora", "--dtype", "fp16", "--adapter-dtype", "fp16"],
+     "need --master fp32"),
+    ("qlora-fp32", ["7b", "--method", "qlora", "--dtype", "fp32"], "qlora stores the base in 4-bit"),
+    ("master-on-fp32", ["7b", "--method", "full", "--dtype", "fp32", "--master", "fp32"], "duplicates weights"),
+    ("autocast-on-bf16", ["7b", "--method", "full", "--autocast", "bf16"], "needs --dtype fp32"),
+    ("unknown-method", ["7b", "--method", "dora"], "invalid choice: 'dora'"),
+    ("unknown-dtype", ["7b", "--dtype", "fp8"], "invalid choice: 'fp8'"),
+    ("dropout-one", ["7b", "--method", "lora", "--lora-dropout", "1"], "--lora-dropout must be in [0, 1)"),
+    ("dropout-nan", ["7b", "--method", "lora", "--lora-dropout", "nan"], "--lora-dropout must be in [0, 1)"),
+    ("dropout-word", ["7b", "--method", "lora", "--lora-dropout", "half"], "invalid float value"),
+    ("set-unknown-symbol", ["7b", "--set", "hiden=4096"], "unknown symbol 'hiden' (did you mean hidden"),
+    ("set-derived-symbol", ["7b", "--set", "P_train=5"], "unknown symbol 'p_train'"),
+    ("set-no-equals", ["7b", "--set", "hidden"], "--set takes symbol=value"),
+    ("set-no-name", ["7b", "--set", "=4096"], "unknown symbol ''"),
+    ("set-not-number", ["7b", "--set", "hidden=big"], "'big' is not a number"),
+    ("set-zero", ["7b", "--set", "layers=0"], "value must be a positive number"),
+    ("set-negative", ["7b", "--set", "bytes_state=-1"], "value must be a positive number"),
+    ("set-nan", ["7b", "--set", "hidden=nan"], "value must be a positive number"),
+    ("set-inf", ["7b", "--set", "hidden=inf"], "value must be a positive number"),
+    ("set-fractional-count", ["7b", "--set", "layers=32.5"], "must be an integer"),
+    ("set-absurd-dim", ["7b", "--set", "hidden=1e300"], "is not plausible"),
+    ("set-absurd-bytes", ["7b", "--set", "bytes_state=1e308"], "is not plausible"),
+    ("set-absurd-P", ["7b", "--set", "P=1e40"], "is not plausible"),
+    ("set-absurd-seq", ["7b", "--set", "seq=1e20"], "is not plausible"),
+    ("set-rank-over-min-dk", ["7b", "--method", "lora", "--set", "rank=100000"], "larger than min(d, k)"),
+    ("set-kv-not-divisor", ["7b", "--set", "kv_heads=3"], "not a multiple of kv_heads = 3"),
+    ("units-unknown", ["7b", "--units", "bananas"], "invalid choice: 'bananas'"),
+    ("unknown-option", ["7b", "--frobnicate"], "unrecognized arguments: --frobnicate"),
+]
+
+ESTIMATE_ONLY = [
+    ("no-model", [], "the following arguments are required: model"),
+    ("format-unknown", ["7b", "--format", "xml"], "invalid choice: 'xml'"),
+]
+
+TOP_LEVEL = [
+    ("no-command", [], "no command given"),
+    ("unknown-command", ["estimat"], "invalid choice: 'estimat'"),
+]
+
+
+def _cases():
+    for cid, argv, frag in MODEL_CASES + SCENARIO_CASES + ESTIMATE_ONLY:
+        yield pytest.param(["estimate", *argv], frag, id=f"estimate-{cid}")
+    for cid, argv, frag in TOP_LEVEL:
+        yield pytest.param(argv, frag, id=cid)
+
+
+CASES = list(_cases())
+
+
+@pytest.fixture(scope="module")
+def tmp(tmp_path_factory):
+    root = tmp_path_factory.mktemp("bad")
+    for name, content in FILES.items():
+        path = root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(content if isinstance(content, bytes) else content.encode())
+    return root
+
+
+@pytest.fixture(autouse=True)
+def _no_debug(monkeypatch):
+    monkeypatch.delenv("SYMVRAM_DEBUG", raising=False)
+
+
+def assert_contract(rc, out, err, fragment):
+    assert rc == 2
+    assert out == ""
+    assert "Traceback" not in err
+    assert err.endswith("\n") and err.count("\n") == 1, err
+    assert err.startswith("symvram: error: ")
+    assert fragment.lower() in err.lower(), err
+
+
+def test_the_list_is_long_enough():
+    assert len(CASES) >= 50
+
+
+@pytest.mark.parametrize("argv,fragment", CASES)
+def test_bad_input(argv, fragment, tmp, capsys):
+    rc = main([a.replace("{tmp}", str(tmp)) for a in argv])
+    out, err = capsys.readouterr()
+    assert_contract(rc, out, err, fragment)
+
+
+@pytest.mark.parametrize("text", ["24 bananas", "", "GiB", "-1g", "nan", "24 G B", "1e400", "2 PiB", "0"])
+def test_unparseable_sizes(text):
+    with pytest.raises(UserError):
+        parse_size(text)
+
+
+@pytest.mark.parametrize("text,expected", [
+    ("24GB", 24 * 10**9), ("24 GiB", 24 * 2**30), ("24g", 24 * 2**30), ("24G", 24 * 2**30),
+    ("80e9", 80 * 10**9), ("512 MiB", 512 * 2**20), ("1.5TiB", 3 * 2**39),
+])
+def test_sizes_that_parse(text, expected):
+    assert parse_size(text) == expected
