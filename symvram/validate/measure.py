@@ -69,12 +69,16 @@ _REF_TO_KEY = {
 
 
 def normalize_spec(spec: dict) -> dict:
-    """Fill defaults and accept the calibration.jsonl spellings of a few fields."""
-    s = dict(DEFAULTS)
-    s.update({k: v for k, v in spec.items() if v is not None or k in ("autocast",)})
-    if "arch" not in s:
+    """The canonical spec: ``arch`` plus the keys of DEFAULTS, defaults filled in.
+
+    Also accepts the calibration.jsonl spellings (``dtype_setup``, ``optimizer: adamw-foreach``,
+    ``adapter_dtype: peft-default``).  Other keys (``name``, ``model``, ...) are dropped.
+    """
+    if "arch" not in spec:
         raise ValueError("spec needs 'arch' (a dict of HF config keys)")
-    # calibration.jsonl spellings
+    s = dict(DEFAULTS)
+    s.update({k: spec[k] for k in DEFAULTS if k in spec and (spec[k] is not None or k == "autocast")})
+    s["arch"] = dict(spec["arch"])
     setup = spec.get("dtype_setup")
     if setup:
         s["dtype"], s["autocast"] = {
@@ -85,18 +89,28 @@ def normalize_spec(spec: dict) -> dict:
             "fp32-autocast-bf16": ("fp32", "bf16"),
             "fp32-autocast-fp16": ("fp32", "fp16"),
         }[setup]
-    opt = s.get("optimizer") or "adamw"
-    if "-" in opt:  # "adamw-foreach"
-        s["optimizer"], s["optimizer_impl"] = opt.split("-", 1)
-    if s.get("adapter_dtype") == "peft-default":
+    opt = s["optimizer"]
+    if "-" in opt and opt.rsplit("-", 1)[1] in ("foreach", "fused", "forloop"):
+        s["optimizer"], s["optimizer_impl"] = opt.rsplit("-", 1)
+    if s["adapter_dtype"] == "peft-default":
         s["adapter_dtype"] = "fp32"
+    if s["dtype"] not in _DTYPES or (s["autocast"] is not None and s["autocast"] not in _DTYPES):
+        raise ValueError(f"dtype/autocast must be one of {sorted(_DTYPES)}")
+    if s["attn_impl"] not in ("sdpa", "eager"):
+        raise ValueError("attn_impl must be 'sdpa' or 'eager'")
     if s["method"] == "full":
         for k in ("rank", "targets", "lora_alpha", "lora_dropout", "adapter_dtype"):
             s[k] = None
+    elif s["method"] == "lora":
+        s["rank"] = int(s["rank"])
+        s["targets"] = list(s["targets"])
+        s["lora_dropout"] = float(s["lora_dropout"] or 0.0)
+        if s["lora_alpha"] is None:
+            s["lora_alpha"] = 2 * s["rank"]
+        if s["adapter_dtype"] not in ("fp32", "base"):
+            raise ValueError("adapter_dtype must be 'fp32' (PEFT default) or 'base'")
     else:
-        s["lora_dropout"] = float(s.get("lora_dropout") or 0.0)
-        if s.get("lora_alpha") is None:
-            s["lora_alpha"] = 2 * int(s["rank"])
+        raise ValueError(f"unknown method {s['method']!r}")
     return s
 
 
@@ -447,7 +461,8 @@ def _result(spec, model, optimizer, trainable, total, peak, peak_phase, by_phase
     if not pdtypes:
         pdtypes = {str(p.dtype).replace("torch.", "") for p in model.parameters()}
     return {
-        "spec": {k: v for k, v in spec.items()},
+        "spec": spec,
+        "arch": spec["arch"],
         "method": spec["method"],
         "rank": spec["rank"],
         "targets": spec["targets"],

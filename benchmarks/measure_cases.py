@@ -1,0 +1,159 @@
+"""Measure a list of cases with symvram.validate.measure, caching each finished case.
+
+    python benchmarks/measure_cases.py benchmarks/cases.jsonl \
+        [--out benchmarks/results/measurements.jsonl] [--jobs 2] [--only NAME ...]
+
+The cases file is JSON (a list of specs) or JSONL (one spec per line); each spec is what
+``symvram.validate.measure.measure`` takes, optionally with ``name`` and ``model`` labels.
+Every finished case is appended (and flushed) to the results JSONL at once, keyed by a hash of
+its canonical spec; cases already there are skipped, so an interrupted run (Ctrl-C) loses
+nothing that finished and resumes where it stopped.  Progress goes to stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import sys
+import time
+import warnings
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _measure_module():
+    """symvram.validate.measure; works from a checkout without installing symvram."""
+    import importlib
+
+    sys.path.insert(0, str(ROOT))
+    try:
+        return importlib.import_module("symvram.validate.measure")
+    except ImportError as e:
+        if e.name in ("torch", "transformers", "peft"):
+            raise
+        # the core package failed to import (e.g. its own dependencies are missing here):
+        # load the validate subpackage alone, it needs only torch/transformers/peft
+        import types
+
+        for name in [n for n in sys.modules if n == "symvram" or n.startswith("symvram.")]:
+            del sys.modules[name]
+        pkg = types.ModuleType("symvram")
+        pkg.__path__ = [str(ROOT / "symvram")]
+        sys.modules["symvram"] = pkg
+        return importlib.import_module("symvram.validate.measure")
+
+
+def load_cases(path: str) -> list[dict]:
+    text = Path(path).read_text()
+    if text.lstrip().startswith("["):
+        return json.loads(text)
+    return [json.loads(line) for line in text.splitlines() if line.strip() and not line.lstrip().startswith("#")]
+
+
+def spec_key(spec: dict, normalize) -> str:
+    """Hash of the canonical spec (labels such as name/model do not count)."""
+    canon = json.dumps(normalize(spec), sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(canon.encode()).hexdigest()[:16]
+
+
+def load_done(out: Path) -> set[str]:
+    done = set()
+    if out.exists():
+        for line in out.read_text().splitlines():
+            try:
+                done.add(json.loads(line)["key"])
+            except (ValueError, KeyError):
+                continue  # a torn last line from a killed run
+    return done
+
+
+def _run_one(spec: dict) -> dict:
+    warnings.filterwarnings("ignore")
+    import logging
+
+    logging.getLogger("transformers").setLevel(logging.ERROR)
+    return _measure_module().measure(spec)
+
+
+def _append(out: Path, row: dict) -> None:
+    with out.open("a") as f:
+        f.write(json.dumps(row, separators=(",", ":")) + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("cases", help="JSON list or JSONL of case specs")
+    ap.add_argument("--out", default=str(ROOT / "benchmarks/results/measurements.jsonl"))
+    ap.add_argument("--jobs", type=int, default=1, help="cases measured in parallel (processes)")
+    ap.add_argument("--only", nargs="*", help="names of the cases to run")
+    a = ap.parse_args(argv)
+
+    mm = _measure_module()
+    cases = load_cases(a.cases)
+    if a.only:
+        cases = [c for c in cases if c.get("name") in set(a.only)]
+    out = Path(a.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    done = load_done(out)
+    todo = []
+    for c in cases:
+        k = spec_key(c, mm.normalize_spec)
+        if k not in done:
+            todo.append((k, c))
+            done.add(k)  # duplicates in the cases file run once
+    print(f"{len(cases)} cases, {len(cases) - len(todo)} cached, {len(todo)} to measure -> {out}",
+          file=sys.stderr)
+    t_start = time.perf_counter()
+    n_ok = n_fail = 0
+
+    def finish(i, k, c, res=None, err=None):
+        nonlocal n_ok, n_fail
+        name = c.get("name", k)
+        if err is not None:
+            n_fail += 1
+            print(f"[{i}/{len(todo)}] {name}: FAILED {err}", file=sys.stderr)
+            return
+        n_ok += 1
+        row = {"key": k, "name": c.get("name"), "model": c.get("model"), **res}
+        _append(out, row)
+        print(f"[{i}/{len(todo)}] {name}: {res['peak_bytes'] / 2**30:.2f} GiB at {res['peak_phase']} "
+              f"({res['seconds']:.1f} s, {time.perf_counter() - t_start:.0f} s total)", file=sys.stderr)
+
+    try:
+        if a.jobs <= 1:
+            for i, (k, c) in enumerate(todo, 1):
+                try:
+                    res = _run_one(c)
+                except KeyboardInterrupt:
+                    raise
+                except Exception as e:  # noqa: BLE001 - report and go on
+                    finish(i, k, c, err=f"{type(e).__name__}: {e}")
+                else:
+                    finish(i, k, c, res)
+        else:
+            with ProcessPoolExecutor(max_workers=a.jobs) as ex:
+                pending = {ex.submit(_run_one, c): (k, c) for k, c in todo}
+                i = 0
+                while pending:
+                    fin, _ = wait(pending, return_when=FIRST_COMPLETED)
+                    for f in fin:
+                        k, c = pending.pop(f)
+                        i += 1
+                        e = f.exception()
+                        finish(i, k, c, err=None if e is None else f"{type(e).__name__}: {e}",
+                               res=None if e is not None else f.result())
+    except KeyboardInterrupt:
+        print(f"\ninterrupted: {n_ok} cases saved in {out}; run again to resume", file=sys.stderr)
+        return 130
+    print(f"done: {n_ok} measured, {n_fail} failed, {time.perf_counter() - t_start:.0f} s", file=sys.stderr)
+    return 1 if n_fail else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
