@@ -1,0 +1,143 @@
+"""The CLI's error contract end to end: a real process prints one line and no traceback; only --debug or
+SYMVRAM_DEBUG=1 shows one; a bug is an "internal error" (exit 1); -o never clobbers a file.
+"""
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from symvram.cli import estimate as estimate_cmd
+from symvram.cli import main
+from symvram.errors import UserError
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def run_cli(*argv, debug_env=None):
+    env = {k: v for k, v in os.environ.items() if k != "SYMVRAM_DEBUG"}
+    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+    if debug_env is not None:
+        env["SYMVRAM_DEBUG"] = debug_env
+    return subprocess.run([sys.executable, "-m", "symvram.cli", *argv], capture_output=True, text=True,
+                          env=env, cwd=ROOT, timeout=120)
+
+
+@pytest.fixture(autouse=True)
+def _no_debug(monkeypatch):
+    monkeypatch.delenv("SYMVRAM_DEBUG", raising=False)
+
+
+@pytest.mark.parametrize("argv", [
+    ["estimate", "llama3-8b"],
+    ["estimate", "7b", "--batch", "0"],
+    ["estimate", "7b", "--method", "qlora", "--dtype", "fp32"],
+    ["estimate", "7b", "--set", "bytes_state=1e308"],
+])
+def test_a_real_process_prints_one_line(argv):
+    p = run_cli(*argv)
+    assert p.returncode == 2
+    assert p.stdout == ""
+    assert "Traceback" not in p.stderr
+    assert p.stderr.startswith("symvram: error: ") and p.stderr.count("\n") == 1
+
+
+@pytest.mark.parametrize("where", ["before", "after"])
+def test_debug_flag_shows_the_traceback(where):
+    argv = ["--debug", "estimate", "llama3-8b"] if where == "before" else ["estimate", "llama3-8b", "--debug"]
+    p = run_cli(*argv)
+    assert p.returncode != 0
+    assert "Traceback" in p.stderr and "UserError: unknown model preset 'llama3-8b'" in p.stderr
+
+
+@pytest.mark.parametrize("value,shows", [("1", True), ("0", False), ("", False)])
+def test_debug_environment_variable(value, shows):
+    p = run_cli("estimate", "llama3-8b", debug_env=value)
+    assert ("Traceback" in p.stderr) is shows
+    if not shows:
+        assert p.returncode == 2 and p.stderr.count("\n") == 1
+
+
+def test_debug_in_process_raises_the_error():
+    with pytest.raises(UserError, match="unknown model preset"):
+        main(["--debug", "estimate", "llama3-8b"])
+
+
+def test_env_debug_in_process_raises_the_error(monkeypatch):
+    monkeypatch.setenv("SYMVRAM_DEBUG", "1")
+    with pytest.raises(UserError, match="--batch"):
+        main(["estimate", "7b", "--batch", "0"])
+
+
+def _bug(args):
+    raise ZeroDivisionError("a bug\nspread over two lines")
+
+
+def test_a_bug_is_an_internal_error_in_one_line(monkeypatch, capsys):
+    monkeypatch.setattr(estimate_cmd, "run", _bug)
+    assert main(["estimate", "7b"]) == 1
+    out, err = capsys.readouterr()
+    assert out == "" and "Traceback" not in err and err.count("\n") == 1
+    assert err.startswith("symvram: internal error: ZeroDivisionError: a bug spread over two lines")
+
+
+def test_a_bug_with_debug_raises(monkeypatch):
+    monkeypatch.setattr(estimate_cmd, "run", _bug)
+    with pytest.raises(ZeroDivisionError):
+        main(["estimate", "7b", "--debug"])
+
+
+def test_an_error_message_with_a_newline_stays_one_line(tmp_path, capsys):
+    folder = tmp_path / "two\nlines"
+    folder.mkdir()
+    (folder / "config.json").write_text("{oops")
+    assert main(["estimate", str(folder)]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.count("\n") == 1 and "not valid JSON" in err
+
+
+# -o: never over an existing file without --force; a path that cannot be written is a user error
+
+def _estimate_to(path, *extra):
+    return main(["estimate", "7b", "--method", "lora", "--format", "json", "-o", str(path), *extra])
+
+
+def test_existing_output_is_kept_without_force(tmp_path, capsys):
+    target = tmp_path / "out.json"
+    target.write_bytes(b"precious\x00bytes")
+    assert _estimate_to(target) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err == f"symvram: error: {target} exists; pass --force to overwrite it\n"
+    assert target.read_bytes() == b"precious\x00bytes"
+
+
+def test_force_overwrites_with_what_stdout_would_show(tmp_path, capsys):
+    target = tmp_path / "out.json"
+    target.write_text("old")
+    assert _estimate_to(target, "--force") == 0
+    assert capsys.readouterr().out == ""
+    assert main(["estimate", "7b", "--method", "lora", "--format", "json"]) == 0
+    assert target.read_text() == capsys.readouterr().out
+
+
+def test_a_dangling_link_is_not_followed(tmp_path, capsys):
+    link, elsewhere = tmp_path / "link.json", tmp_path / "elsewhere.json"
+    link.symlink_to(elsewhere)
+    assert _estimate_to(link) == 2
+    assert "exists; pass --force" in capsys.readouterr().err
+    assert not elsewhere.exists()
+
+
+@pytest.mark.parametrize("make,fragment", [
+    (lambda t: t / "missing" / "out.json", "cannot write"),
+    (lambda t: t, "is a directory"),
+    (lambda t: (t / "file").write_text("x") and t / "file" / "out.json", "cannot write"),
+])
+@pytest.mark.parametrize("force", [False, True])
+def test_unwritable_output(tmp_path, capsys, make, fragment, force):
+    target = make(tmp_path)
+    assert _estimate_to(target, *(["--force"] if force else [])) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.count("\n") == 1 and err.startswith("symvram: error: ") and fragment in err
+    assert not (tmp_path / "missing").exists()
