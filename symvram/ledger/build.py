@@ -13,6 +13,7 @@ from __future__ import annotations
 from functools import lru_cache
 
 from .activations import saved_terms, transient_terms
+from .sharding import gpu_moments, shard_terms
 from .structure import Structure
 from .terms import Ledger, Moment
 from .weights import base_terms, definitions, optimizer_temp_terms, trainable_terms
@@ -46,6 +47,7 @@ def _moments(terms: dict, s: Structure) -> tuple[Moment, ...]:
 def build_ledger(s: Structure) -> Ledger:
     """The ledger for one structure, built once and cached."""
     terms = base_terms(s) + trainable_terms(s) + saved_terms(s) + transient_terms(s) + optimizer_temp_terms(s)
+    terms = shard_terms(terms, s)  # per GPU: ZeRO / FSDP, tensor parallel, offload (identity on one GPU)
     by_key = {t.key: t for t in terms}
     assert len(by_key) == len(terms), "duplicate term keys"
-    return Ledger(terms=tuple(terms), moments=_moments(by_key, s), definitions=tuple(definitions(s)))
+    return Ledger(terms=tuple(terms), moments=gpu_moments(_moments(by_key, s), by_key), definitions=tuple(definitions(s)))

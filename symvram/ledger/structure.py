@@ -30,6 +30,7 @@ class Structure:
     zero: int = 0                     # ZeRO stage 0-3 (3 = FSDP FULL_SHARD)
     offload: str = "none"             # none | optimizer | optimizer+params
     sequence_parallel: bool = False   # Megatron sequence parallelism with tensor parallelism
+    tensor_parallel: bool = False     # tensor parallelism t > 1 (Megatron): weights and activations split
 
     @property
     def lora(self) -> bool:

@@ -14,12 +14,18 @@ from ..symbols import latex
 from .units import fmt_bytes
 
 BLOCK_TITLES = {"base": "base weights", "trainable": "trainable (grads, optimizer, master, adapters)",
-                "activations": "activations", "transient": "temporaries (only at some moments)"}
+                "activations": "activations", "transient": "temporaries (only at some moments)",
+                "host": "host (CPU) memory, offloaded"}
 
 
 def term_latex(bd: Breakdown, key: str) -> str:
     t = bd.ledger.by_key[key]
     return f"{t.label} = {latex(t.expr)}"
+
+
+def host_bytes(bd: Breakdown) -> int:
+    """Bytes offloaded to CPU memory (per GPU's rank); never part of the GPU peak."""
+    return sum(bd.terms[t.key] for t in bd.ledger.block_terms("host"))
 
 
 def to_json(bd: Breakdown) -> dict:
@@ -28,7 +34,8 @@ def to_json(bd: Breakdown) -> dict:
     return {
         "params": {"total": bd.derived["P"], "trainable": bd.derived["P_train"],
                    **{k: v for k, v in bd.derived.items() if k not in ("P", "P_train")}},
-        "bytes": {**bd.blocks, "ledger_total": bd.ledger_total, "peak": bd.peak, "peak_moment": bd.peak_moment},
+        "bytes": {**bd.blocks, "ledger_total": bd.ledger_total, "peak": bd.peak, "peak_moment": bd.peak_moment,
+                  "host": host_bytes(bd)},
         "terms": [{"key": t.key, "block": t.block, "latex": term_latex(bd, t.key), "bytes": bd.terms[t.key],
                    "why": t.why, "source": t.source} for t in led.terms],
         "moments": [{"key": m.key, "label": m.label, "bytes": bd.moments[m.key], "terms": list(m.terms),
@@ -75,7 +82,7 @@ def detail(bd: Breakdown, units: str = "GiB", fmt: str = "table") -> str:
              f"({100 * bd.derived['P_train'] / bd.derived['P']:.2f} %)"
     lines += [params, ""]
     rows = [["block", "term", f"bytes ({units})", "formula", "why"]]
-    for block in (*BLOCKS, "transient"):
+    for block in (*BLOCKS, "transient", "host"):
         for t in bd.ledger.block_terms(block):
             rows.append([block, t.key, fmt_bytes(bd.terms[t.key], units).split()[0], code(latex(t.expr)), t.why])
     lines.append(render_rows(rows, "llrll", fmt))
@@ -84,6 +91,8 @@ def detail(bd: Breakdown, units: str = "GiB", fmt: str = "table") -> str:
     for block in BLOCKS:
         sums.append([BLOCK_TITLES[block], fmt_bytes(bd.blocks[block], units)])
     sums.append(["ledger total (base + trainable + activations)", fmt_bytes(bd.ledger_total, units)])
+    if bd.ledger.block_terms("host"):
+        sums.append([BLOCK_TITLES["host"] + ", not on the GPU", fmt_bytes(host_bytes(bd), units)])
     lines.append(render_rows(sums, "lr", fmt))
     lines.append("")
     mrows = [["moment of the step", f"live ({units})", "what is live"]]

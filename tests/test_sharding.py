@@ -1,0 +1,144 @@
+"""Per-GPU memory under ZeRO / FSDP, offload and tensor parallelism, against hand derivations.
+
+The ZeRO paper (Rajbhandari et al. 2020, §5) gives the model states per GPU for Ψ parameters, K
+bytes of optimizer state per parameter and N_d data-parallel GPUs:
+stage 1: 4Ψ + KΨ/N, stage 2: 2Ψ + (2 + K)Ψ/N, stage 3: (2 + 2 + K)Ψ/N; K = 12 with the fp32 master
+(4 + m 4 + v 4), K = 8 for our default recipe (no master). Step counters (0-d fp32 tensors, one per
+parameter tensor) stay replicated and are taken out before comparing.
+"""
+import pytest
+
+from symvram import estimate
+from symvram.errors import UserError
+from symvram.present.tables import host_bytes, to_json
+
+P7 = 7_000_000_000
+H, F, V, L = 4096, 11008, 32000, 32          # the 7b preset's shape
+
+
+def model_states(e) -> int:
+    """Weights, gradients, master and optimizer states on the GPU (step counters left out)."""
+    keys = ("weights", "grads", "master", "optimizer_states")
+    return sum(e.terms[k] for k in keys if k in e.terms and e.ledger.by_key[k].block != "host")
+
+
+@pytest.mark.parametrize("n", [1, 2, 8, 64])
+def test_zero_paper_formulas_with_master_k12(n):
+    k = 12
+    stage = {z: model_states(estimate("7b", method="full", master="fp32", zero=z, gpus=n)) for z in (0, 1, 2, 3)}
+    assert stage[0] == (2 + 2 + k) * P7
+    assert stage[1] == pytest.approx(4 * P7 + k * P7 / n, abs=4)
+    assert stage[2] == pytest.approx(2 * P7 + (2 * P7 + k * P7) / n, abs=4)
+    assert stage[3] == pytest.approx((2 + 2 + k) * P7 / n, abs=4)
+
+
+@pytest.mark.parametrize("n", [2, 16])
+def test_our_recipe_k8(n):
+    z2 = estimate("7b", method="full", zero=2, gpus=n)
+    assert model_states(z2) == pytest.approx(2 * P7 + (2 * P7 + 8 * P7) / n, abs=4)
+    assert z2.terms["optimizer_steps"] == estimate("7b", method="full").terms["optimizer_steps"]
+
+
+@pytest.mark.parametrize("method", ["full", "lora", "qlora"])
+@pytest.mark.parametrize("zero", [1, 2])
+def test_zero_on_one_gpu_is_no_zero(method, zero):
+    plain, sharded = estimate("7b", method=method), estimate("7b", method=method, zero=zero, gpus=1)
+    assert sharded.terms == plain.terms and sharded.moments == plain.moments
+
+
+def test_zero3_on_one_gpu_costs_the_gathered_units():
+    plain, z3 = estimate("7b", method="full"), estimate("7b", method="full", zero=3, gpus=1)
+    layer = 4 * H * H + 3 * H * F + 2 * H                    # q, k, v, o; gate, up, down; two norms
+    gathered = 2 * max(layer, V * H) * 2                     # two units (compute + prefetch), bf16
+    assert z3.terms["gathered_params"] == gathered
+    assert z3.moments["forward_loss"] == plain.moments["forward_loss"] + gathered
+    assert z3.moments["optimizer_step"] == plain.moments["optimizer_step"]   # resharded before the step
+
+
+@pytest.mark.parametrize("method", ["full", "lora", "qlora"])
+@pytest.mark.parametrize("zero,offload", [(0, "none"), (1, "none"), (2, "none"), (3, "none"),
+                                          (2, "optimizer"), (3, "optimizer"), (3, "optimizer+params")])
+def test_per_gpu_peak_non_increasing_in_n(method, zero, offload):
+    peaks = [estimate("7b", method=method, zero=zero, offload=offload, gpus=n).peak for n in (1, 2, 3, 4, 8, 64)]
+    assert peaks == sorted(peaks, reverse=True)
+
+
+def test_lora_adapters_follow_the_same_rules():
+    one, z3 = estimate("7b", method="lora"), estimate("7b", method="lora", zero=3, gpus=4)
+    for key in ("weights", "adapters", "grads", "optimizer_states"):
+        assert z3.terms[key] == pytest.approx(one.terms[key] / 4, abs=1)
+    z1 = estimate("7b", method="lora", zero=1, gpus=4)
+    assert z1.terms["adapters"] == one.terms["adapters"] and z1.terms["grads"] == one.terms["grads"]
+
+
+def test_optimizer_offload_moves_states_to_host():
+    n = 8
+    e = estimate("7b", method="full", zero=3, gpus=n, offload="optimizer")
+    steps = 4 * (9 * L + 3)                                  # one fp32 step counter per parameter tensor
+    # gradients 2 + m, v 8 + foreach sqrt(v) buffer 4, all sharded, all on the CPU
+    assert host_bytes(e) == pytest.approx((2 + 8 + 4) * P7 / n + steps, abs=4)
+    assert to_json(e)["bytes"]["host"] == host_bytes(e)
+    live = {k for m in e.ledger.moments for k in m.terms}
+    assert not live & {"grads", "optimizer_states", "optimizer_temp"}
+    assert e.terms["weights"] == 2 * P7 // n
+
+
+def test_param_offload_leaves_only_the_working_set():
+    e = estimate("7b", method="full", zero=3, gpus=8, offload="optimizer+params")
+    assert e.blocks["base"] == e.terms["buffers"]
+    assert host_bytes(e) == pytest.approx((2 + 2 + 8 + 4) * P7 / 8 + 4 * (9 * L + 3), abs=8)
+
+
+def test_deepspeed_zero3_offload_gpu_formulas():
+    """DeepSpeed's estimate_zero3_model_states_mem_needs: GPU = 4·LL with parameter offload and
+    4·LL + 2Ψ/N with optimizer offload (LL = largest layer's parameters); ours agree when LL is
+    the unit ZeRO-3 gathers (a decoder layer or the embedding)."""
+    n = 8
+    layer = 4 * H * H + 3 * H * F + 2 * H
+    ll = max(layer, V * H)
+    params = estimate("7b", method="full", zero=3, gpus=n, offload="optimizer+params")
+    assert params.terms["gathered_params"] == 4 * ll
+    opt = estimate("7b", method="full", zero=3, gpus=n, offload="optimizer")
+    assert opt.terms["gathered_params"] + opt.terms["weights"] == 4 * ll + 2 * P7 // n
+
+
+def test_tensor_parallel_megatron_split():
+    t = 4
+    one = estimate("llama-2-7b", method="full")
+    tp = estimate("llama-2-7b", method="full", tp=t)
+    sp = estimate("llama-2-7b", method="full", tp=t, sequence_parallel=True)
+    P = one.derived["P"]
+    norms = L * 2 * H + H                                    # RMSNorm weights stay replicated
+    assert tp.terms["weights"] == pytest.approx(((P - norms) / t + norms) * 2, abs=1)
+    assert tp.terms["act_mlp"] == one.terms["act_mlp"] // t
+    assert tp.terms["act_attention"] == one.terms["act_attention"] // t
+    assert tp.terms["act_norms"] == one.terms["act_norms"]   # residual stream whole without SP
+    assert sp.terms["act_norms"] == one.terms["act_norms"] // t
+    # linear inputs: q/k/v and gate/up read the h-wide norm output (whole), o_proj and down_proj split
+    b, s = 1, 2048
+    assert tp.terms["act_linear_inputs"] == 2 * b * s * L * (2 * H + (H + F) // t)
+    assert tp.terms["act_logsoftmax"] == one.terms["act_logsoftmax"] // t   # vocab-parallel cross-entropy
+
+
+@pytest.mark.parametrize("kw,match", [
+    (dict(zero=0, offload="optimizer"), "needs --zero"),
+    (dict(zero=2, offload="optimizer+params"), "needs --zero 3"),
+    (dict(tp=3), "does not divide heads"),
+    (dict(sequence_parallel=True), "needs --tp"),
+])
+def test_refused_setups(kw, match):
+    with pytest.raises(UserError, match=match):
+        estimate("7b", method="full", **kw)
+
+
+def test_cli_reports_per_gpu_peak_and_host_bytes(capsys):
+    import json
+
+    from symvram.cli import main
+
+    assert main(["estimate", "70b", "--method", "full", "--gpus", "16", "--zero", "3", "--offload", "optimizer",
+                 "--format", "json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    e = estimate("70b", method="full", gpus=16, zero=3, offload="optimizer")
+    assert data["bytes"]["peak"] == e.peak and data["bytes"]["host"] == host_bytes(e) > 0
+    assert data["inputs"]["gpus"] == 16 and data["inputs"]["zero"] == 3
