@@ -1,0 +1,99 @@
+"""What if one or more symbols took other values? Both ledgers, term by term, with the change.
+
+``rank``, ``batch``, ``seq`` (and the other registry symbols that are Scenario fields) change the
+scenario; every other symbol — model dimensions, bytes per element, quantization constants — becomes
+an override. A symbol the method's ledger does not contain is refused, not silently ignored.
+
+>>> from symvram.scenario import Scenario
+>>> w = whatif(Scenario.create("7b", method="lora", rank=64), {"rank": 16})
+>>> w.before.derived["P_train"], w.after.derived["P_train"]
+(159907840, 39976960)
+>>> w.term_delta("adapters") == 2 * (39976960 - 159907840)
+True
+"""
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass
+from functools import lru_cache
+
+from ..errors import UserError
+from ..evaluate import Breakdown, evaluate
+from ..ledger import Ledger, build_ledger
+from ..scenario import Scenario
+from ..symbols import SYMBOLS
+
+FIELD_SYMBOLS = tuple(n for n in SYMBOLS if n in Scenario.__dataclass_fields__)  # batch, seq, rank, gpus, tp
+
+
+@lru_cache(maxsize=128)
+def ledger_symbols(ledger: Ledger) -> frozenset[str]:
+    """Names of the leaf symbols the ledger's terms depend on (derived quantities expanded)."""
+    names: set[str] = set()
+    for t in ledger.terms:
+        names |= {str(s) for s in ledger.expand(t.expr).free_symbols}
+    return frozenset(names)
+
+
+def check_symbol(sc: Scenario, name: str, option: str = "--set") -> None:
+    """Refuse a name that is not a leaf symbol of this scenario's ledger, in one line."""
+    if name not in SYMBOLS:
+        close = difflib.get_close_matches(name, [n for n, d in SYMBOLS.items() if d.group != "derived"], n=3)
+        hint = f" (did you mean {', '.join(close)}?)" if close else ""
+        raise UserError(f"{option}: unknown symbol {name!r}{hint}")
+    ledger = build_ledger(sc.structure)
+    defined = {str(s): e for s, e in ledger.definitions}
+    if name in defined:
+        raise UserError(f"{option} {name}: {name} ({SYMBOLS[name].meaning}) is derived here, {name} = "
+                        f"{ledger.expand(defined[name])}; change the symbols it is built from")
+    if SYMBOLS[name].group == "derived":
+        raise UserError(f"{option} {name}: {SYMBOLS[name].meaning} does not occur with --method {sc.method}")
+    if name not in ledger_symbols(ledger):
+        raise UserError(f"{option} {name}: {SYMBOLS[name].meaning} does not apply to --method {sc.method} "
+                        f"(no term of its ledger contains {name})")
+
+
+def apply_changes(sc: Scenario, changes: dict[str, int | float]) -> Scenario:
+    """The scenario with ``changes`` applied: Scenario fields directly, other symbols as overrides."""
+    for name in changes:
+        check_symbol(sc, name)
+    fields = {k: v for k, v in changes.items() if k in FIELD_SYMBOLS}
+    overrides = {**dict(sc.overrides), **{k: v for k, v in changes.items() if k not in FIELD_SYMBOLS}}
+    return sc.with_changes(**fields, overrides=overrides)
+
+
+@dataclass(frozen=True)
+class WhatIf:
+    """Two breakdowns of the same ledger structure and the changes that lead from one to the other."""
+
+    before: Breakdown
+    after: Breakdown
+    changes: dict[str, int | float]
+
+    @property
+    def ledger(self) -> Ledger:
+        return self.after.ledger
+
+    def term_delta(self, key: str) -> int:
+        return self.after.terms[key] - self.before.terms[key]
+
+    def block_delta(self, block: str) -> int:
+        return self.after.blocks[block] - self.before.blocks[block]
+
+    def moment_delta(self, key: str) -> int:
+        return self.after.moments[key] - self.before.moments[key]
+
+    @property
+    def peak_delta(self) -> int:
+        return self.after.peak - self.before.peak
+
+    def symbol_values(self) -> list[tuple[str, int | float, int | float]]:
+        """(name, before, after) of each changed symbol."""
+        return [(n, self.before.values[n], self.after.values[n]) for n in self.changes]
+
+def whatif(sc: Scenario, changes: dict[str, int | float]) -> WhatIf:
+    """Estimate ``sc`` and ``sc`` with ``changes`` (registry names → numbers)."""
+    if not changes:
+        raise UserError("what-if needs at least one --set SYMBOL=VALUE")
+    after = apply_changes(sc, changes)
+    return WhatIf(evaluate(sc), evaluate(after), dict(changes))
