@@ -1,11 +1,23 @@
 """symvram: a symbolic ledger of GPU memory for fine-tuning LLMs (full, LoRA, QLoRA; one GPU or many).
 
+The API (``symvram.api``) is loaded on first use, so ``import symvram`` itself is instant.
+
 >>> import symvram
 >>> e = symvram.estimate("7b", method="full")
->>> e.bytes["base"], e.bytes["trainable"]
-(14000000000, 70000000000)
+>>> e.terms["weights"], e.terms["grads"], e.terms["optimizer_states"]
+(14000000000, 14000000000, 56000000000)
 """
-from .api import estimate, Scenario
-
-__all__ = ["estimate", "Scenario"]
 __version__ = "0.1.0"
+__all__ = ["Scenario", "scenario", "estimate", "compare", "fit"]
+
+
+def __getattr__(name: str):
+    if name in __all__:
+        from . import api
+
+        return getattr(api, name)
+    raise AttributeError(f"module 'symvram' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted([*globals(), *__all__])

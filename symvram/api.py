@@ -1,16 +1,97 @@
-"""The Python API: the same rooms as the CLI, through another door.
+"""The Python API: the CLI's commands as functions, for scripts and notebooks.
 
->>> e = estimate("llama-2-7b", method="lora", rank=64, adapter_dtype="fp32")
->>> e.params["trainable"]
-159907840
+Every function takes the model as the CLI does (a preset such as ``"7b"``, a config.json path, a
+ModelSpec) or an existing Scenario, plus Scenario settings as keywords (``method``, ``rank``,
+``batch``, ``seq``, ``dtype``, ``master`` …). Results display themselves in Jupyter.
+
+>>> e = estimate("llama-2-7b", method="lora", rank=64)
+>>> e.derived["P"], e.derived["P_train"]
+(6738415616, 159907840)
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from .evaluate import Breakdown, evaluate
-from .presets import ModelSpec
+from .presets import GPUSpec, ModelSpec
 from .scenario import Scenario
 
+Model = str | ModelSpec | Scenario
 
-def estimate(model: str | ModelSpec, **settings) -> Breakdown:
-    """Estimate one scenario. ``settings`` are Scenario fields (method, rank, batch, seq, dtype …)."""
-    return evaluate(Scenario.create(model, **settings))
+
+def scenario(model: Model, **settings) -> Scenario:
+    """A checked Scenario: ``model`` with ``settings``, or an existing Scenario with some changed.
+
+    >>> scenario("7b", method="qlora").with_changes(rank=8).rank
+    8
+    """
+    if isinstance(model, Scenario):
+        return model.with_changes(**settings)
+    return Scenario.create(model, **settings)
+
+
+def estimate(model: Model, **settings) -> Breakdown:
+    """``symvram estimate MODEL --method …``: every term, block and moment of one scenario, in bytes.
+
+    >>> e = estimate("7b", method="full", master="fp32")
+    >>> e.terms["weights"], e.terms["grads"], e.terms["master"], e.terms["optimizer_states"]
+    (14000000000, 14000000000, 28000000000, 56000000000)
+    """
+    return evaluate(scenario(model, **settings))
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """The reference answer's table: named estimates of one model, side by side."""
+
+    rows: tuple[tuple[str, Breakdown], ...]
+
+    def __getitem__(self, name: str) -> Breakdown:
+        return dict(self.rows)[name]
+
+    def table(self, units: str = "GiB", fmt: str = "table") -> str:
+        """The table as text (``fmt="table"``) or Markdown."""
+        from .present.tables import comparison
+
+        return comparison(list(self.rows), units, fmt)
+
+    def __repr__(self) -> str:
+        return self.table()
+
+    def _repr_markdown_(self) -> str:
+        return self.table(fmt="markdown")
+
+
+def compare(model: Model, **settings) -> Comparison:
+    """``symvram estimate MODEL`` (no ``--method``): full at 12 and 16 bytes/param, LoRA and QLoRA.
+
+    >>> c = compare("7b", rank=16)
+    >>> [name for name, _ in c.rows]
+    ['full (12 B/param)', 'full + fp32 master (16 B/param)', 'LoRA', 'QLoRA']
+    >>> c["LoRA"].derived["P_train"]
+    39976960
+    """
+    settings.pop("method", None)
+    settings.pop("master", None)
+    return Comparison((
+        ("full (12 B/param)", estimate(model, **settings, method="full", master="none")),
+        ("full + fp32 master (16 B/param)", estimate(model, **settings, method="full", master="fp32")),
+        ("LoRA", estimate(model, **settings, method="lora", master="none")),
+        ("QLoRA", estimate(model, **settings, method="qlora", master="none")),
+    ))
+
+
+def fit(model: Model, gpu: str | int | GPUSpec, solve: str = "seq", headroom: int | str = "1GiB",
+        limit: int | None = None, **settings):
+    """``symvram fit MODEL --gpu GPU --solve seq|batch|rank``: the largest value whose peak fits.
+
+    ``gpu`` is a card name (``"rtx-4090"``), a size (``"24GiB"``), a number of bytes or a GPUSpec.
+
+    >>> r = fit("7b", "a100-80g", solve="seq", method="lora", batch=4)
+    >>> r.status, r.at.peak <= r.budget < r.above.peak
+    ('fits', True)
+    """
+    from .analysis.fit import fit as _fit, load_card
+
+    card = load_card(gpu) if isinstance(gpu, str) else gpu
+    return _fit(scenario(model, **settings), card, solve=solve, headroom=headroom, limit=limit)

@@ -52,6 +52,14 @@ class Breakdown:
     def peak(self) -> int:
         return self.moments[self.peak_moment]
 
+    def __repr__(self) -> str:
+        from .present.display import breakdown_repr
+        return breakdown_repr(self)
+
+    def _repr_markdown_(self) -> str:
+        from .present.display import breakdown_markdown
+        return breakdown_markdown(self)
+
 
 def substitution(ledger: Ledger, values: dict) -> dict[sp.Symbol, sp.Number]:
     """Leaf values plus derived quantities (P, P_train …), evaluated in order."""

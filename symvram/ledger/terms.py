@@ -32,6 +32,14 @@ class Term:
     why: str
     source: str = ""
 
+    def __repr__(self) -> str:
+        from ..present.display import term_repr
+        return term_repr(self)
+
+    def _repr_latex_(self) -> str:
+        from ..present.display import term_latex
+        return term_latex(self)
+
 
 @dataclass(frozen=True)
 class Moment:
@@ -68,6 +76,14 @@ class Ledger:
     def ledger_total(self) -> sp.Expr:
         """base + trainable + activations: the reference answer's sum."""
         return sp.Add(*(self.block_expr(b) for b in BLOCKS))
+
+    def __repr__(self) -> str:
+        from ..present.display import ledger_repr
+        return ledger_repr(self)
+
+    def _repr_markdown_(self) -> str:
+        from ..present.display import ledger_markdown
+        return ledger_markdown(self)
 
     def expand(self, expr: sp.Expr) -> sp.Expr:
         """Substitute the derived quantities (P_train, P_lora …) by their definitions."""

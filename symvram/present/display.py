@@ -1,0 +1,127 @@
+r"""How results show themselves: a short ``repr`` in a console, Markdown with formulas in Jupyter.
+
+The result classes (Breakdown, Ledger, Term …) call these functions from one-line methods, importing
+this module only when something is displayed. Numbers come from ``evaluate``; this module formats them.
+
+>>> from symvram.api import estimate
+>>> bd = estimate("7b", method="full")
+>>> bd                                   # doctest: +ELLIPSIS
+<Breakdown 7b full: peak ... GiB at ...; base 13.04 GiB, trainable 65.19 GiB, activations ... GiB>
+>>> bd.ledger.by_key["grads"]
+Term('grads', trainable: P_train*bytes_grad)
+>>> print(bd.ledger.by_key["grads"]._repr_latex_())
+$M_{\mathrm{grad}} = P_{\mathrm{train}} \cdot \beta_{g}$
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ..ledger.terms import BLOCKS
+from ..symbols import latex
+from .tables import BLOCK_TITLES, render_rows
+from .units import fmt_bytes
+
+if TYPE_CHECKING:
+    from ..evaluate import Breakdown
+    from ..ledger.terms import Ledger, Term
+
+
+def _cell(text: str) -> str:
+    """A Markdown table cell: a literal ``|`` would end the cell."""
+    return text.replace("|", r"\|")
+
+
+def _number(n: int, units: str) -> str:
+    return fmt_bytes(n, units).split()[0]
+
+
+def _moment_label(bd: Breakdown) -> str:
+    return next(m.label for m in bd.ledger.moments if m.key == bd.peak_moment)
+
+
+def term_math(t: Term) -> str:
+    """``label = expression`` in LaTeX (no dollars)."""
+    return f"{t.label} = {latex(t.expr)}"
+
+
+def term_repr(t: Term) -> str:
+    return f"Term({t.key!r}, {t.block}: {t.expr})"
+
+
+def term_latex(t: Term) -> str:
+    return f"${term_math(t)}$"
+
+
+def title(bd: Breakdown) -> str:
+    """One line naming the scenario: model, method, micro-batch, precision, optimizer."""
+    sc = bd.scenario
+    method = {"full": "full fine-tuning", "lora": "LoRA", "qlora": "QLoRA"}[sc.method]
+    if sc.lora:
+        method += f" r={sc.rank} on {len(sc.targets)} target module{'s' * (len(sc.targets) > 1)}"
+    parts = [sc.model.name, method, f"batch {sc.batch} × seq {sc.seq}",
+             sc.dtype + (f" + autocast {sc.autocast}" if sc.autocast != "none" else "")
+             + (" + fp32 master" if sc.master == "fp32" else ""),
+             f"{sc.optimizer} ({sc.optimizer_impl}), states {sc.state_dtype}"]
+    if sc.grad_checkpointing:
+        parts.append("checkpointing")
+    if sc.gpus > 1:
+        parts.append(f"{sc.gpus} GPUs")
+    return " · ".join(parts)
+
+
+def breakdown_repr(bd: Breakdown, units: str = "GiB") -> str:
+    blocks = ", ".join(f"{b} {fmt_bytes(bd.blocks[b], units)}" for b in BLOCKS)
+    moment = _moment_label(bd)
+    return (f"<Breakdown {bd.scenario.model.name} {bd.scenario.method}: peak {fmt_bytes(bd.peak, units)} "
+            f"at {moment}; {blocks}>")
+
+
+def breakdown_markdown(bd: Breakdown, units: str = "GiB") -> str:
+    """Every term with its formula and value, the block sums, the moments of the step and the peak."""
+    led = bd.ledger
+    p, p_train = bd.derived["P"], bd.derived["P_train"]
+    lines = [f"**{title(bd)}**", "",
+             f"$P$ = {p:,} parameters, $P_{{\\mathrm{{train}}}}$ = {p_train:,} trainable "
+             f"({100 * p_train / p:.2f} %)", ""]
+    rows = [["block", "term", "formula", units, "why"]]
+    for block in (*BLOCKS, "transient"):
+        for t in led.block_terms(block):
+            rows.append([block, t.key, f"${term_math(t)}$", _number(bd.terms[t.key], units), _cell(t.why)])
+    lines += [render_rows(rows, "lllrl", "markdown"), ""]
+    sums = [["block", units]] + [[BLOCK_TITLES[b], _number(bd.blocks[b], units)] for b in BLOCKS]
+    sums.append(["**ledger total** (base + trainable + activations)", f"**{_number(bd.ledger_total, units)}**"])
+    lines += [render_rows(sums, "lr", "markdown"), ""]
+    moments = [["moment of the step", f"live ({units})", "what is live"]]
+    for m in led.moments:
+        name = f"**{m.label}** ← peak" if m.key == bd.peak_moment else m.label
+        moments.append([name, _number(bd.moments[m.key], units), _cell(m.why)])
+    lines += [render_rows(moments, "lrl", "markdown"), ""]
+    if led.definitions:
+        lines.append("where " + ", ".join(f"${latex(s)} = {latex(e)}$" for s, e in led.definitions))
+        lines.append("")
+    lines.append(f"**peak {fmt_bytes(bd.peak, units)}** ({bd.peak:,} bytes) at {_moment_label(bd)}: "
+                 "the figure `torch.cuda.max_memory_allocated()` reports; the CUDA context and allocator "
+                 "slack come on top.")
+    return "\n".join(lines)
+
+
+def ledger_repr(led: Ledger) -> str:
+    counts = ", ".join(f"{b} {len(led.block_terms(b))}" for b in (*BLOCKS, "transient") if led.block_terms(b))
+    return f"<Ledger {len(led.terms)} terms ({counts}); moments {', '.join(m.key for m in led.moments)}>"
+
+
+def ledger_markdown(led: Ledger) -> str:
+    """The symbolic ledger: every term's formula and reason, the definitions, and each moment's terms."""
+    rows = [["block", "term", "formula", "why"]]
+    for block in (*BLOCKS, "transient"):
+        for t in led.block_terms(block):
+            rows.append([block, t.key, f"${term_math(t)}$", _cell(t.why)])
+    lines = [render_rows(rows, "llll", "markdown"), ""]
+    if led.definitions:
+        lines += ["where " + ", ".join(f"${latex(s)} = {latex(e)}$" for s, e in led.definitions), ""]
+    moments = [["moment of the step", "live terms"]]
+    for m in led.moments:
+        moments.append([m.label, "$" + " + ".join(led.by_key[k].label for k in m.terms) + "$"])
+    lines.append(render_rows(moments, "ll", "markdown"))
+    lines += ["", "peak $= \\max$ over the moments"]
+    return "\n".join(lines)

@@ -1,0 +1,110 @@
+"""Results display themselves: short reprs in a console, Markdown/LaTeX in Jupyter (through IPython's
+own display formatter), and none of that machinery is loaded by ``import symvram``.
+
+Expected numbers are derived by hand here from the reference answer's 7B shape."""
+import re
+import subprocess
+import sys
+
+import pytest
+from IPython.core.formatters import DisplayFormatter
+from latex2mathml.converter import convert
+
+from symvram import compare, estimate
+
+GIB = 2**30
+P_LORA_R64 = 32 * 64 * (4 * (4096 + 4096) + 2 * (4096 + 11008) + (11008 + 4096))   # r(d+k) per matrix
+ADAMW_STEP_COUNTERS = 32 * 7 * 2 * 4      # one fp32 step counter per A and B, 7 targets, 32 layers
+
+
+def mime(obj) -> dict:
+    data, _ = DisplayFormatter().format(obj)
+    return data
+
+
+def tables(markdown: str) -> list[list[list[str]]]:
+    """The Markdown tables, each a list of rows of cells (an unescaped | separates cells)."""
+    found, current = [], []
+    for line in markdown.splitlines() + [""]:
+        if line.startswith("|"):
+            if not line.startswith("|---"):
+                current.append([c.strip() for c in re.split(r"(?<!\\)\|", line)[1:-1]])
+        elif current:
+            found, current = found + [current], []
+    return found
+
+
+def table_rows(markdown: str) -> list[list[str]]:
+    return [row for table in tables(markdown) for row in table]
+
+
+def test_breakdown_in_a_console_and_in_jupyter():
+    bd = estimate("7b", method="lora", rank=64)
+    assert P_LORA_R64 == 159_907_840
+    trainable = (P_LORA_R64 * (2 + 2 + 8) + ADAMW_STEP_COUNTERS) / GIB     # adapter, grad, m and v
+    data = mime(bd)
+    assert set(data) == {"text/plain", "text/markdown"}
+    plain = data["text/plain"]
+    assert plain.startswith("<Breakdown 7b lora: peak ") and "\n" not in plain
+    assert f"base {14e9 / GIB:.2f} GiB" in plain and f"trainable {trainable:.2f} GiB" in plain
+    assert f"peak {bd.peak / GIB:.2f} GiB at start of the loss backward" in plain
+
+    md = data["text/markdown"]
+    assert f"{P_LORA_R64:,} trainable ({100 * P_LORA_R64 / 7e9:.2f} %)" in md
+    rows = table_rows(md)
+    term_rows = {r[1]: r for r in rows if len(r) == 5 and r[0] in ("base", "trainable", "activations", "transient")}
+    assert set(term_rows) == {t.key for t in bd.ledger.terms}
+    assert term_rows["weights"][2:4] == [r"$M_{w} = P \cdot \beta_{w}$", f"{14e9 / GIB:.2f}"]
+    assert term_rows["grads"][3] == f"{P_LORA_R64 * 2 / GIB:.2f}"
+    assert term_rows["optimizer_states"][3] == f"{P_LORA_R64 * 8 / GIB:.2f}"
+    assert [len(t[0]) for t in tables(md)] == [5, 2, 3]    # terms; block sums; moments
+    for table in tables(md):                                  # no stray | splits a cell
+        assert {len(row) for row in table} == {len(table[0])}
+    peak_rows = [r for r in rows if "← peak" in r[0]]
+    assert len(peak_rows) == 1 and peak_rows[0][1] == f"{bd.peak / GIB:.2f}"
+
+
+def test_every_displayed_formula_is_valid_latex():
+    """latex2mathml, an independent LaTeX parser, reads every $…$ of the Markdown."""
+    for method in ("full", "lora", "qlora"):
+        bd = estimate("llama-3-8b", method=method, grad_checkpointing=True)
+        formulas = re.findall(r"\$([^$]+)\$", bd._repr_markdown_() + bd.ledger._repr_markdown_())
+        assert len(formulas) > len(bd.ledger.terms)
+        for f in formulas:
+            assert "<math" in convert(f)
+
+
+def test_term_shows_its_formula():
+    t = estimate("7b", method="full", master="fp32").ledger.by_key["master"]
+    assert repr(t) == "Term('master', trainable: P_train*bytes_master)"
+    assert mime(t)["text/latex"] == r"$M_{\mathrm{master}} = P_{\mathrm{train}} \cdot \beta_{m}$"
+
+
+def test_ledger_lists_terms_and_moments_without_numbers():
+    led = estimate("7b", method="full").ledger
+    text = repr(led)
+    assert text.startswith(f"<Ledger {len(led.terms)} terms (base 2, ") and "optimizer_step" in text
+    md = mime(led)["text/markdown"]
+    assert all(f"| {t.key} |" in md for t in led.terms)
+    assert r"$M_{\mathrm{grad}} = P_{\mathrm{train}} \cdot \beta_{g}$" in md
+    assert "GiB" not in md
+
+
+def test_comparison_is_the_reference_table():
+    c = compare("7b")
+    rows = table_rows(mime(c)["text/markdown"])
+    assert [r[0] for r in rows] == ["method", "full (12 B/param)", "full + fp32 master (16 B/param)", "LoRA", "QLoRA"]
+    # base 14 GB of bf16 weights (+ a 256-byte rotary buffer) for full and LoRA
+    assert [r[1] for r in rows[1:4]] == [f"{14e9 / GIB:.2f}"] * 3
+    assert "full (12 B/param)" in repr(c)
+
+
+@pytest.mark.parametrize("code, absent", [
+    ("import symvram", ("sympy", "matplotlib", "jinja2")),
+    ("import symvram; symvram.estimate('7b', method='lora')",
+     ("matplotlib", "jinja2", "symvram.present.display", "IPython")),
+])
+def test_import_stays_light(code, absent):
+    out = subprocess.run([sys.executable, "-c", f"{code}; import sys; print([m for m in {absent!r} if m in sys.modules])"],
+                         capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
