@@ -32,8 +32,8 @@ MAX_BATCH = 1_000_000
 MAX_RANK = 1 << 20
 MAX_GPUS = 1_000_000
 # Largest value --set accepts, by symbol name, else by group: beyond these a number is a typo.
-SET_LIMITS = {"batch": MAX_BATCH, "seq": MAX_SEQ, "rank": MAX_RANK, "gpus": MAX_GPUS, "tp": 1024,
-              "P": 10**15, "model": MAX_DIM, "bytes": 64, "quant": 1 << 20, "parallel": MAX_GPUS}
+FIELD_SYMBOLS = {"batch", "seq", "rank", "gpus", "tp"}  # symbols that are also Scenario fields
+SET_LIMITS = {"P": 10**15, "model": MAX_DIM, "bytes": 64, "quant": 1 << 20}
 
 
 @cache
@@ -123,7 +123,11 @@ class Scenario:
         if "targets" in kw:
             kw["targets"] = parse_targets(kw["targets"])
         if "overrides" in kw:
-            kw["overrides"] = tuple(sorted(dict(kw["overrides"]).items()))
+            overrides = dict(kw["overrides"])
+            for name in FIELD_SYMBOLS & set(overrides):  # --set tp=2 is --tp 2: checked, and in the structure
+                value = overrides.pop(name)
+                kw[name] = int(value) if isinstance(value, float) and value.is_integer() else value
+            kw["overrides"] = tuple(sorted(overrides.items()))
         sc = cls(model=spec, **kw)
         if "adapter_dtype" not in kw:
             sc = replace(sc, adapter_dtype=sc.compute_dtype)
@@ -165,9 +169,9 @@ class Scenario:
         self._check_parallel()
         if not (isinstance(self.lora_dropout, (int, float)) and 0 <= self.lora_dropout < 1):
             raise UserError(f"--lora-dropout must be in [0, 1); got {self.lora_dropout!r}")
-        if self.autocast != "none" and self.dtype != "fp32":
-            raise UserError(f"--autocast {self.autocast} needs --dtype fp32 (autocast computes in 16-bit "
-                            f"from weights stored wider); the weights are already {self.dtype}")
+        if self.autocast != "none" and self.dtype != "fp32" and self.autocast != self.dtype:
+            raise UserError(f"--autocast {self.autocast} with {self.dtype} weights mixes two 16-bit formats; "
+                            f"use --dtype fp32 (HF Trainer's mixed precision) or --autocast {self.dtype}")
         trainable_dtype = self.adapter_dtype if self.lora else self.dtype
         if trainable_dtype == "fp16" and self.master == "none" and self.autocast == "none":
             raise UserError("fp16 trainable weights need --master fp32: fp16's 5-bit exponent loses small updates "
@@ -185,12 +189,11 @@ class Scenario:
                             "(each key/value head serves a whole group of query heads)")
         if self.lora:
             _positive_int(self.rank, "--rank", MAX_RANK)
-            rank = vals.get("rank", self.rank)
             dims = {SYMBOLS[n].symbol: v for n, v in vals.items() if SYMBOLS[n].group == "model"}
             smallest = min(
                 min(int(LINEARS[t].d_in.subs(dims)), int(LINEARS[t].d_out.subs(dims))) for t in self.targets)
-            if rank > smallest:
-                raise UserError(f"--rank {rank} is larger than min(d, k) = {smallest} of the targeted matrices; "
+            if self.rank > smallest:
+                raise UserError(f"--rank {self.rank} is larger than min(d, k) = {smallest} of the targeted matrices; "
                                 "a LoRA update of that rank is no longer low-rank")
 
     def _check_overrides(self) -> None:
@@ -235,7 +238,8 @@ class Scenario:
             master=self.master == "fp32", optimizer=self.optimizer, optimizer_impl=self.optimizer_impl,
             compute_fp32=self.compute_dtype == "fp32",
             adapter_upcast=self.lora and self.adapter_dtype != self.compute_dtype,
-            autocast=self.autocast != "none", dropout=self.lora and self.lora_dropout > 0, device=self.device,
+            autocast=self.autocast != "none", weight_casts=self.autocast != "none" and self.dtype == "fp32",
+            dropout=self.lora and self.lora_dropout > 0, device=self.device,
             attention=self.attention, checkpointing=self.grad_checkpointing,
             double_quant=self.double_quant, zero=self.zero, offload=self.offload,
             sequence_parallel=self.sequence_parallel, tensor_parallel=self.tp > 1,

@@ -29,6 +29,16 @@ TRANSFORMERS = "transformers LlamaDecoderLayer / LlamaRMSNorm"
 PEFT = "peft tuners/lora/layer.py Linear.forward"
 
 
+def _per_call_cast(s_: Structure, group: str) -> bool:
+    """Under autocast, a linear reading the (wider) residual-stream norm output casts it per call."""
+    return s_.weight_casts and group in ("attn_in", "mlp_in")
+
+
+def _shared_with_attention(s_: Structure, group: str) -> bool:
+    """SDPA's output is laid out so that o_proj reads the very tensor SDPA saved (no second copy)."""
+    return group == "attn_out" and s_.attention == "sdpa"
+
+
 def _layer(s_: Structure, first: bool) -> dict[str, tuple[sp.Expr, str, str, str]]:
     """Saved bytes of one decoder layer: key -> (expr, label, why, source).
 
@@ -46,7 +56,7 @@ def _layer(s_: Structure, first: bool) -> dict[str, tuple[sp.Expr, str, str, str
         out["act_norms"] = (n_norms * norm, r"A_{\mathrm{norm}}",
                             "each RMSNorm keeps its fp32 upcast input and 1/rms for backward", TRANSFORMERS)
         if not s_.lora:
-            out["act_norm_weight_input"] = (n_norms * b_c * T * h, r"A_{\mathrm{norm},w}",
+            out["act_norm_weight_input"] = (n_norms * b_w * T * h, r"A_{\mathrm{norm},w}",
                                             "a trainable norm weight also keeps the normalized 16-bit tensor", TRANSFORMERS)
 
     if attn_grad:
@@ -68,28 +78,40 @@ def _layer(s_: Structure, first: bool) -> dict[str, tuple[sp.Expr, str, str, str
                           "gate output (SiLU input), SiLU output and up output, d_ff wide each", TRANSFORMERS)
 
     if not s_.lora:
-        widths = h + nh * dh + h + f
-        out["act_linear_inputs"] = (b_c * T * widths, r"A_{\mathrm{lin}}",
-                                    "each distinct linear input, saved for the weight gradient (q, k, v share one)",
+        saved = sp.Integer(0)
+        for group, width in INPUT_WIDTH.items():
+            n = sum(1 for m in LINEARS.values() if m.input_group == group)
+            if _per_call_cast(s_, group):
+                saved += n * b_c * T * width
+            elif not _shared_with_attention(s_, group):
+                saved += b_c * T * width
+        out["act_linear_inputs"] = (saved, r"A_{\mathrm{lin}}",
+                                    "each distinct linear input, saved for the weight gradient (q, k, v share one; "
+                                    "SDPA's output is o_proj's input; under autocast each call saves its own cast)",
                                     "torch.nn.functional.linear backward")
         return out
 
     group_grad = {"attn_in": grad_in, "attn_out": resid_grad or attn_grad, "mlp_in": resid_grad, "mlp_act": mlp_grad}
+    autocast_copy = s_.autocast and s_.adapter_upcast  # lora_A's autocast saves a compute-dtype copy per target
     inputs, masks = sp.Integer(0), sp.Integer(0)
     for group, width in INPUT_WIDTH.items():
         n = sum(1 for t in s_.targets if LINEARS[t].input_group == group)
         if not n:
             continue
         if s_.dropout:
-            inputs += n * b_a * T * width
+            inputs += n * (b_c if autocast_copy else b_a) * T * width
             if group_grad[group]:
                 masks += n * (b_a if s_.device == "cpu" else b_mask) * T * width
+        elif autocast_copy or _per_call_cast(s_, group):
+            inputs += n * b_c * T * width
         elif s_.adapter_upcast:
             inputs += n * b_a * T * width
-        else:
+        elif not _shared_with_attention(s_, group):
             inputs += b_c * T * width
     if s_.dropout:
         why = "lora_A keeps its dropped-out input, one per target"
+    elif autocast_copy:
+        why = "under autocast lora_A keeps a compute-dtype cast of its input, one per target"
     elif s_.adapter_upcast:
         why = "PEFT casts each target's input to the adapter dtype; lora_A keeps that copy, one per target"
     else:
@@ -99,7 +121,7 @@ def _layer(s_: Structure, first: bool) -> dict[str, tuple[sp.Expr, str, str, str
         mask_why = ("CPU dropout multiplies by a saved noise tensor of the input's dtype" if s_.device == "cpu"
                     else "CUDA native_dropout keeps a bool mask per target")
         out["act_lora_dropout"] = (masks, r"A_{\mathrm{drop}}", mask_why, "torch dropout")
-    out["act_lora_hidden"] = (len(s_.targets) * b_a * T * r, r"A_{\mathrm{LoRA},r}",
+    out["act_lora_hidden"] = (len(s_.targets) * (b_c if s_.autocast else b_a) * T * r, r"A_{\mathrm{LoRA},r}",
                               "lora_B keeps lora_A's r-wide output, one per target", PEFT)
     return out
 
@@ -113,9 +135,14 @@ def saved_terms(s_: Structure) -> list[Term]:
     """Block 3 terms: per-layer saved tensors × L (or checkpointed inputs), then the model's head."""
     terms: list[Term] = []
     if s_.checkpointing:
-        terms.append(Term("act_checkpoints", "activations", L * b_c * T * h, r"A_{\mathrm{ckpt}}",
-                          "checkpointing keeps only each layer's input; the layer is recomputed in backward",
+        terms.append(Term("act_checkpoints", "activations", L * b_w * T * h + b_id * s, r"A_{\mathrm{ckpt}}",
+                          "checkpointing keeps each layer's input (and the position ids); layers are recomputed in backward",
                           "torch.utils.checkpoint (non-reentrant)"))
+        if s_.lora:
+            terms.append(Term("act_input_grad_leaf", "activations", 2 * b_w * T * h, r"A_{\mathrm{emb}}",
+                              "with a frozen embedding, checkpointing makes its output a leaf that requires grad; "
+                              "the previous step's output and its .grad are still referenced",
+                              "transformers enable_input_require_grads"))
     else:
         general, first = _layer(s_, first=False), _layer(s_, first=True)
         for key, (expr, label, why, source) in general.items():
@@ -125,10 +152,20 @@ def saved_terms(s_: Structure) -> list[Term]:
             terms.append(Term("act_first_layer", "activations", sp.expand(correction), r"A_{\mathrm{layer\,0}}",
                               "the first layer's input (the frozen embedding) needs no gradient, so it saves less",
                               "autograd saves only what a required gradient needs"))
+    if s_.weight_casts:
+        from .architecture import linear_params_per_layer
+
+        terms.append(Term("act_weight_casts", "activations", b_c * (L * linear_params_per_layer() + V * h),
+                          r"A_{\mathrm{cast},W}", "autocast casts every linear weight (and lm_head) to the compute "
+                          "dtype per call; backward needs the cast, so it is saved", "torch.autocast"))
+    if s_.lora and s_.autocast and s_.adapter_upcast:
+        terms.append(Term("act_adapter_casts", "activations", sym("P_lora") * b_c, r"A_{\mathrm{cast},LoRA}",
+                          "autocast's cache of the adapters cast to the compute dtype, saved for backward",
+                          "torch.autocast weight cache"))
     head = b_32 * T * h + b_32 * T
     why = "the final RMSNorm keeps its fp32 input and 1/rms"
     if not s_.lora:
-        head += 2 * b_c * T * h
+        head += (b_w + (b_c if s_.weight_casts else b_w)) * T * h
         why += "; trainable norm and lm_head keep the normalized and the normed tensor"
     terms.append(Term("act_final_norm", "activations", head, r"A_{\mathrm{head}}", why, TRANSFORMERS))
     terms.append(Term("act_logsoftmax", "activations", b_32 * T * V, r"A_{\mathrm{lsm}}",
@@ -150,6 +187,8 @@ def transient_terms(s_: Structure) -> list[Term]:
         Term("loss_backward_temp", "transient", 2 * b_32 * T * V, r"M_{\mathrm{CE}'}",
              "the loss backward holds nll_loss's fp32 gradient and log_softmax's fp32 gradient at once",
              "torch nll_loss_backward, _log_softmax_backward_data"),
+        Term("norm_backward_temp", "transient", 5 * b_32 * T * h, r"M_{\mathrm{norm}'}",
+             "the final RMSNorm's backward holds five fp32 hidden-sized gradients at once", "autograd of LlamaRMSNorm"),
         Term("backward_tail", "transient", 2 * b_c * T * h, r"M_{\mathrm{tail}}",
              "the gradient reaching the embedding and its accumulation buffer", "autograd"),
     ]

@@ -6,7 +6,7 @@ of a training step whose maximum is the peak.
 >>> led.expand(led.block_expr("trainable"))
 P*bytes_grad + P*bytes_state*states_per_param
 >>> [m.key for m in led.moments]
-['forward_loss', 'loss_backward', 'backward_end', 'optimizer_step']
+['forward_loss', 'loss_backward', 'final_norm_backward', 'backward_end', 'optimizer_step']
 """
 from __future__ import annotations
 
@@ -31,9 +31,12 @@ def _moments(terms: dict, s: Structure) -> tuple[Moment, ...]:
         Moment("loss_backward", "start of the loss backward", tuple(params + states + saved + ["loss_backward_temp"]),
                "every saved activation plus two fp32 vocabulary-sized gradients"),
     ]
+    moments.append(Moment("final_norm_backward", "backward through the final norm", tuple(
+        params + states + [k for k in saved if k != "act_logsoftmax"] + ["norm_backward_temp"]),
+        "the loss gradients are freed; every layer's activations are still saved"))
     if s.checkpointing:
         moments.append(Moment("recompute", "backward, recomputing the last layer", tuple(
-            params + states + ["act_checkpoints"] + kept + ["recompute_layer"]),
+            params + states + [k for k in saved if k in ("act_checkpoints", "act_input_grad_leaf")] + kept + ["recompute_layer"]),
             "the checkpointed inputs plus one recomputed layer's saved tensors"))
     moments.append(Moment("backward_end", "end of backward", tuple(params + states + ["grads"] + kept + ["backward_tail"]),
                           "all gradients exist; the activations are freed"))

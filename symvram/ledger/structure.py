@@ -21,7 +21,8 @@ class Structure:
     optimizer_impl: str = "foreach"   # foreach | fused | forloop
     compute_fp32: bool = False        # activations are fp32 (no .float() copy of the logits)
     adapter_upcast: bool = False      # LoRA adapters in a wider dtype than the activations: PEFT casts each target's input
-    autocast: bool = False            # weights stored wider than the compute dtype (torch.autocast)
+    autocast: bool = False            # a torch.autocast region: linear inputs and fp32 weights are cast per call
+    weight_casts: bool = False        # weights stored wider than the autocast dtype: each linear saves a cast copy
     dropout: bool = False             # LoRA dropout p > 0
     device: str = "cuda"              # cuda | cpu: which tensors dropout keeps
     attention: str = "sdpa"           # sdpa | eager

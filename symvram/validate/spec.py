@@ -1,0 +1,129 @@
+"""The measurement spec (plain JSON, as in shared/measurements) and its two-way mapping to a Scenario.
+
+Torch-free: the accuracy benchmark and ``symvram validate`` use it to ask the estimator and the
+measurement the same question.
+
+>>> spec = {"arch": {"model_type": "llama", "hidden_size": 64, "intermediate_size": 176,
+...         "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+...         "vocab_size": 1000}, "method": "lora", "rank": 8, "adapter_dtype": "peft-default",
+...         "dtype_setup": "bf16", "optimizer": "adamw-foreach"}
+>>> sc = to_scenario(spec)
+>>> sc.method, sc.adapter_dtype, sc.state_dtype, sc.device
+('lora', 'fp32', 'fp32', 'cpu')
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from ..errors import UserError
+from ..presets import spec_from_config
+from ..scenario import Scenario
+
+ALL_LINEAR = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+_DTYPES = ("bf16", "fp16", "fp32")
+DEFAULTS: dict[str, Any] = {
+    "method": "lora",
+    "rank": 16,
+    "targets": ALL_LINEAR,
+    "lora_alpha": None,  # None: 2 * rank
+    "lora_dropout": 0.0,
+    "adapter_dtype": "fp32",
+    "batch": 1,
+    "seq": 2048,
+    "dtype": "bf16",
+    "autocast": None,
+    "optimizer": "adamw",
+    "optimizer_impl": "foreach",
+    "gradient_checkpointing": False,
+    "attn_impl": "sdpa",
+    "steps": 2,
+    "device": "fake",
+}
+
+
+def normalize_spec(spec: dict) -> dict:
+    """The canonical spec: ``arch`` plus the keys of DEFAULTS, defaults filled in.
+
+    Also accepts the calibration.jsonl spellings (``dtype_setup``, ``optimizer: adamw-foreach``,
+    ``adapter_dtype: peft-default``).  Other keys (``name``, ``model``, ...) are dropped.
+    """
+    if "arch" not in spec:
+        raise UserError("spec needs 'arch' (a dict of HF config keys)")
+    s = dict(DEFAULTS)
+    s.update({k: spec[k] for k in DEFAULTS if k in spec and (spec[k] is not None or k == "autocast")})
+    s["arch"] = dict(spec["arch"])
+    setup = spec.get("dtype_setup")
+    if setup:
+        s["dtype"], s["autocast"] = {
+            "bf16": ("bf16", None),
+            "fp16": ("fp16", None),
+            "fp32": ("fp32", None),
+            "bf16-autocast": ("bf16", "bf16"),
+            "fp32-autocast-bf16": ("fp32", "bf16"),
+            "fp32-autocast-fp16": ("fp32", "fp16"),
+        }[setup]
+    opt = s["optimizer"]
+    if "-" in opt and opt.rsplit("-", 1)[1] in ("foreach", "fused", "forloop"):
+        s["optimizer"], s["optimizer_impl"] = opt.rsplit("-", 1)
+    if s["adapter_dtype"] == "peft-default":
+        s["adapter_dtype"] = "fp32"
+    if s["dtype"] not in _DTYPES or (s["autocast"] is not None and s["autocast"] not in _DTYPES):
+        raise UserError(f"dtype/autocast must be one of {sorted(_DTYPES)}")
+    if s["attn_impl"] not in ("sdpa", "eager"):
+        raise UserError("attn_impl must be 'sdpa' or 'eager'")
+    if s["method"] == "full":
+        for k in ("rank", "targets", "lora_alpha", "lora_dropout", "adapter_dtype"):
+            s[k] = None
+    elif s["method"] == "lora":
+        s["rank"] = int(s["rank"])
+        s["targets"] = list(s["targets"])
+        s["lora_dropout"] = float(s["lora_dropout"] or 0.0)
+        if s["lora_alpha"] is None:
+            s["lora_alpha"] = 2 * s["rank"]
+        if s["adapter_dtype"] not in ("fp32", "base"):
+            raise UserError("adapter_dtype must be 'fp32' (PEFT default) or 'base'")
+    else:
+        raise UserError(f"unknown method {s['method']!r}")
+    return s
+
+
+def to_scenario(spec: dict) -> Scenario:
+    """The Scenario that asks the estimator what ``measure(spec)`` measures.
+
+    torch's AdamW keeps its states in the parameter's dtype, so the state dtype follows the
+    trainable weights (fp32 adapters → fp32 states); a fake-tensor or CPU run takes the CPU paths.
+    """
+    s = normalize_spec(spec)
+    arch = {"model_type": "llama", **s["arch"]}
+    model = spec_from_config(arch, name=spec.get("model") or spec.get("name") or "spec", kind="config",
+                             source="measurement spec")
+    lora = s["method"] == "lora"
+    if lora:
+        adapter = "fp32" if s["adapter_dtype"] == "fp32" else s["dtype"]
+        trainable = adapter
+    else:
+        adapter, trainable = None, s["dtype"]
+    return Scenario.create(
+        model, method=s["method"], rank=s["rank"] if lora else None, targets=s["targets"] if lora else None,
+        lora_dropout=s["lora_dropout"] if lora else None, adapter_dtype=adapter, dtype=s["dtype"],
+        autocast=s["autocast"] or "none", state_dtype=trainable, optimizer=s["optimizer"],
+        optimizer_impl=s["optimizer_impl"], batch=s["batch"], seq=s["seq"],
+        grad_checkpointing=s["gradient_checkpointing"], attention=s["attn_impl"],
+        device="cuda" if s["device"] == "cuda" else "cpu")
+
+
+def from_scenario(sc: Scenario) -> dict:
+    """The measurement spec of a Scenario (``symvram validate``): same model, method and recipe."""
+    m = sc.model
+    arch = {"model_type": m.model_type, "hidden_size": m.hidden, "intermediate_size": m.intermediate,
+            "num_hidden_layers": m.layers, "num_attention_heads": m.heads, "num_key_value_heads": m.kv_heads,
+            "head_dim": m.head_dim, "vocab_size": m.vocab, "tie_word_embeddings": m.tied,
+            "attention_bias": m.qkv_bias}
+    spec = {"arch": arch, "method": "lora" if sc.lora else "full", "batch": sc.batch, "seq": sc.seq,
+            "dtype": sc.dtype, "autocast": None if sc.autocast == "none" else sc.autocast,
+            "optimizer": sc.optimizer, "optimizer_impl": sc.optimizer_impl,
+            "gradient_checkpointing": sc.grad_checkpointing, "attn_impl": sc.attention}
+    if sc.lora:
+        spec.update(rank=sc.rank, targets=list(sc.targets), lora_dropout=sc.lora_dropout,
+                    adapter_dtype="fp32" if sc.adapter_dtype == "fp32" else "base")
+    return spec
