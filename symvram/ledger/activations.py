@@ -16,13 +16,13 @@ from __future__ import annotations
 import sympy as sp
 
 from ..symbols import sym
-from .architecture import INPUT_WIDTH, LINEARS, L, V, dh, f, h, nh, nkv
+from .architecture import INPUT_WIDTH, LINEARS, L, V, dh, f, h, linear_params_per_layer, nh, nkv
 from .structure import Structure
 from .terms import Term
 
 b, s, r = sym("batch"), sym("seq"), sym("rank")
-b_c, b_32, b_a, b_mask, b_id, b_w = (sym(n) for n in (
-    "bytes_act", "bytes_fp32", "bytes_adapter", "bytes_mask", "bytes_index", "bytes_weight"))
+b_c, b_32, b_a, b_mask, b_id, b_w, b_g = (sym(n) for n in (
+    "bytes_act", "bytes_fp32", "bytes_adapter", "bytes_mask", "bytes_index", "bytes_weight", "bytes_grad"))
 T = b * s  # tokens in the micro-batch
 
 TRANSFORMERS = "transformers LlamaDecoderLayer / LlamaRMSNorm"
@@ -77,6 +77,14 @@ def _layer(s_: Structure, first: bool) -> dict[str, tuple[sp.Expr, str, str, str
         out["act_mlp"] = (3 * b_c * T * f, r"A_{\mathrm{mlp}}",
                           "gate output (SiLU input), SiLU output and up output, d_ff wide each", TRANSFORMERS)
 
+    if s_.weight_casts:
+        out["act_weight_casts"] = (b_c * linear_params_per_layer(), r"A_{\mathrm{cast},W}",
+                                   "autocast casts each linear weight to the compute dtype per call; backward needs "
+                                   "the cast, so it is saved", "torch.autocast")
+    if s_.lora and s_.autocast and s_.adapter_upcast:
+        out["act_adapter_casts"] = (b_c * r * sp.Add(*(LINEARS[t].d_in + LINEARS[t].d_out for t in s_.targets)),
+                                    r"A_{\mathrm{cast},LoRA}", "autocast's cache of the adapters cast to the compute "
+                                    "dtype, saved for backward", "torch.autocast weight cache")
     if not s_.lora:
         saved = sp.Integer(0)
         for group, width in INPUT_WIDTH.items():
@@ -153,15 +161,8 @@ def saved_terms(s_: Structure) -> list[Term]:
                               "the first layer's input (the frozen embedding) needs no gradient, so it saves less",
                               "autograd saves only what a required gradient needs"))
     if s_.weight_casts:
-        from .architecture import linear_params_per_layer
-
-        terms.append(Term("act_weight_casts", "activations", b_c * (L * linear_params_per_layer() + V * h),
-                          r"A_{\mathrm{cast},W}", "autocast casts every linear weight (and lm_head) to the compute "
-                          "dtype per call; backward needs the cast, so it is saved", "torch.autocast"))
-    if s_.lora and s_.autocast and s_.adapter_upcast:
-        terms.append(Term("act_adapter_casts", "activations", sym("P_lora") * b_c, r"A_{\mathrm{cast},LoRA}",
-                          "autocast's cache of the adapters cast to the compute dtype, saved for backward",
-                          "torch.autocast weight cache"))
+        terms.append(Term("act_lm_head_cast", "activations", b_c * V * h, r"A_{\mathrm{cast},V}",
+                          "autocast casts lm_head's weight to the compute dtype; backward needs the cast", "torch.autocast"))
     head = b_32 * T * h + b_32 * T
     why = "the final RMSNorm keeps its fp32 input and 1/rms"
     if not s_.lora:
@@ -176,6 +177,15 @@ def saved_terms(s_: Structure) -> list[Term]:
     terms.append(Term("act_tokens", "activations", 2 * b_id * T, r"A_{\mathrm{ids}}",
                       "input ids and the shifted labels (int64)", "transformers ForCausalLMLoss"))
     return terms
+
+
+def _first_layer_params(s_: Structure) -> sp.Expr:
+    """Trainable parameters whose gradients come last: the first layer's (and an untied embedding's)."""
+    if s_.lora:
+        return sym("P_lora") / L
+    from .architecture import params_per_layer
+
+    return params_per_layer(s_.qkv_bias) + (0 if s_.tied else V * h)
 
 
 def transient_terms(s_: Structure) -> list[Term]:
@@ -195,8 +205,13 @@ def transient_terms(s_: Structure) -> list[Term]:
     if not s_.compute_fp32:
         terms.insert(1, Term("logits_fp32", "transient", b_32 * T * V, r"M_{\mathrm{logits},32}",
                              "logits.float(): the fp32 copy cross-entropy reads", "transformers ForCausalLMLoss"))
-    if s_.checkpointing:
-        terms.append(Term("recompute_layer", "transient", per_layer_bytes(s_), r"M_{\mathrm{recompute}}",
-                          "backward recomputes one layer at a time; its saved tensors live until its backward ends",
-                          "torch.utils.checkpoint"))
+    terms.append(Term("layer_backward_temp", "transient", 3 * b_c * T * f + b_c * T * h, r"M_{\mathrm{mlp}'}",
+                      "inside a layer's MLP backward: the gradients of the down input, the SiLU output and the up "
+                      "output (d_ff wide) and the incoming hidden gradient", "autograd of LlamaMLP"))
+    terms.append(Term("grads_before_first_layer", "transient", b_g * (sym("P_train") - _first_layer_params(s_)),
+                      r"M_{\mathrm{grad},>0}", "gradients already accumulated when backward reaches the first layer "
+                      "(all but the first layer's and the embedding's)", "autograd order"))
+    terms.append(Term("one_layer", "transient", per_layer_bytes(s_), r"M_{\mathrm{layer}}",
+                      "one layer's saved tensors (recomputed under checkpointing), alive until its backward ends",
+                      "torch.utils.checkpoint / autograd"))
     return terms

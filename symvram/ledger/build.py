@@ -6,7 +6,7 @@ of a training step whose maximum is the peak.
 >>> led.expand(led.block_expr("trainable"))
 P*bytes_grad + P*bytes_state*states_per_param
 >>> [m.key for m in led.moments]
-['forward_loss', 'loss_backward', 'final_norm_backward', 'backward_end', 'optimizer_step']
+['forward_loss', 'loss_backward', 'final_norm_backward', 'first_layer_backward', 'backward_end', 'optimizer_step']
 """
 from __future__ import annotations
 
@@ -34,10 +34,14 @@ def _moments(terms: dict, s: Structure) -> tuple[Moment, ...]:
     moments.append(Moment("final_norm_backward", "backward through the final norm", tuple(
         params + states + [k for k in saved if k != "act_logsoftmax"] + ["norm_backward_temp"]),
         "the loss gradients are freed; every layer's activations are still saved"))
+    layer = ["one_layer", "layer_backward_temp"]
     if s.checkpointing:
         moments.append(Moment("recompute", "backward, recomputing the last layer", tuple(
-            params + states + [k for k in saved if k in ("act_checkpoints", "act_input_grad_leaf")] + kept + ["recompute_layer"]),
-            "the checkpointed inputs plus one recomputed layer's saved tensors"))
+            params + states + [k for k in saved if k in ("act_checkpoints", "act_input_grad_leaf")] + kept + layer),
+            "the checkpointed inputs plus one recomputed layer's saved tensors and its MLP backward"))
+    moments.append(Moment("first_layer_backward", "backward, reaching the first layer", tuple(
+        params + states + ["grads_before_first_layer"] + kept + layer),
+        "nearly every gradient exists while the first layer's tensors and its MLP backward are live"))
     moments.append(Moment("backward_end", "end of backward", tuple(params + states + ["grads"] + kept + ["backward_tail"]),
                           "all gradients exist; the activations are freed"))
     moments.append(Moment("optimizer_step", "optimizer step", tuple(
