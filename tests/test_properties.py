@@ -1,0 +1,174 @@
+"""Invariants of the engine over random scenarios (hypothesis): what must hold whatever the numbers.
+
+Monotone peak in batch, seq, rank and layers; LoRA parameters exactly r × a hand-derived count; GQA
+never costs more than MHA; checkpointing never raises the peak; ZeRO over one GPU is plain training
+(stage 3 plus its documented gather buffer) and per-GPU memory never grows with N; the JSON output
+round-trips and its parts add up to its totals.
+"""
+import json
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from symvram.evaluate import evaluate
+from symvram.ledger.terms import BLOCKS
+from symvram.present.tables import to_json
+from symvram.presets import load_model, model_presets
+from symvram.scenario import OPTIMIZER_IMPLS, OPTIMIZERS, Scenario
+
+PROPS = settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+PRESETS = sorted(model_presets())
+EXACT = sorted(k for k, v in model_presets().items() if v["kind"] == "exact")
+TARGETS = ["all-linear", "attention", "qv", "mlp", "q,v,down"]
+# (method, dtype, master, adapter_dtype): every combination Scenario accepts
+PRECISIONS = [("full", "bf16", "none", None), ("full", "bf16", "fp32", None), ("full", "fp16", "fp32", None),
+              ("full", "fp32", "none", None), ("lora", "bf16", "none", None), ("lora", "bf16", "none", "fp32"),
+              ("lora", "fp16", "fp32", None), ("lora", "fp32", "none", None), ("qlora", "bf16", "none", None),
+              ("qlora", "bf16", "none", "fp32"), ("qlora", "fp16", "fp32", None)]
+
+
+@st.composite
+def scenarios(draw, models=PRESETS, methods=("full", "lora", "qlora"), max_rank=64):
+    """Valid scenario settings: model, method and precision recipe, optimizer, activations."""
+    method, dtype, master, adapter = draw(st.sampled_from([p for p in PRECISIONS if p[0] in methods]))
+    kw = dict(method=method, dtype=dtype, master=master, adapter_dtype=adapter,
+              optimizer=draw(st.sampled_from(OPTIMIZERS)), optimizer_impl=draw(st.sampled_from(OPTIMIZER_IMPLS)),
+              batch=draw(st.integers(1, 16)), seq=draw(st.integers(1, 8192)),
+              attention=draw(st.sampled_from(["sdpa", "eager"])), grad_checkpointing=draw(st.booleans()))
+    if method != "full":
+        kw.update(rank=draw(st.integers(1, max_rank)), targets=draw(st.sampled_from(TARGETS)),
+                  lora_dropout=draw(st.sampled_from([0.0, 0.1])))
+    return draw(st.sampled_from(models)), kw
+
+
+def peak(model, **kw):
+    return evaluate(Scenario.create(model, **kw)).peak
+
+
+def _pair(draw_ints):
+    lo, hi = sorted(draw_ints)
+    return lo, hi
+
+
+@PROPS
+@given(scenarios(), st.sampled_from(["batch", "seq"]), st.lists(st.integers(1, 8192), min_size=2, max_size=2))
+def test_peak_is_monotone_in_batch_and_seq(case, knob, values):
+    model, kw = case
+    lo, hi = _pair(min(v, 64) if knob == "batch" else v for v in values)
+    assert peak(model, **{**kw, knob: lo}) <= peak(model, **{**kw, knob: hi})
+
+
+@PROPS
+@given(scenarios(methods=("lora", "qlora")), st.lists(st.integers(1, 64), min_size=2, max_size=2))
+def test_peak_is_monotone_in_rank(case, ranks):
+    model, kw = case
+    lo, hi = _pair(ranks)
+    assert peak(model, **{**kw, "rank": lo}) <= peak(model, **{**kw, "rank": hi})
+
+
+@PROPS
+@given(scenarios(models=EXACT), st.lists(st.integers(1, 96), min_size=2, max_size=2))
+def test_peak_and_ledger_are_monotone_in_layers(case, layers):
+    model, kw = case
+    lo, hi = _pair(layers)
+    small = evaluate(Scenario.create(model, **kw, overrides={"layers": lo}))
+    large = evaluate(Scenario.create(model, **kw, overrides={"layers": hi}))
+    assert small.peak <= large.peak
+    assert small.ledger_total <= large.ledger_total
+
+
+# q, k, v, o, gate, up, down as (d_in, d_out), written from the Llama modeling code, not from the ledger
+def hand_lora_params(name, targets, r):
+    m = load_model(name)
+    h, f, q, kv = m.hidden, m.intermediate, m.heads * m.head_dim, m.kv_heads * m.head_dim
+    shapes = {"q_proj": (h, q), "k_proj": (h, kv), "v_proj": (h, kv), "o_proj": (q, h),
+              "gate_proj": (h, f), "up_proj": (h, f), "down_proj": (f, h)}
+    return m.layers * sum(r * (shapes[t][0] + shapes[t][1]) for t in targets)  # A: r×d_in, B: d_out×r
+
+
+@PROPS
+@given(scenarios(methods=("lora", "qlora")), st.integers(1, 256))
+def test_lora_params_are_exactly_linear_in_rank(case, rank):
+    model, kw = case
+    one = evaluate(Scenario.create(model, **{**kw, "rank": 1}))
+    bd = evaluate(Scenario.create(model, **{**kw, "rank": rank}))
+    assert bd.derived["P_train"] == rank * one.derived["P_train"]
+    assert bd.derived["P_train"] == hand_lora_params(model, bd.scenario.targets, rank)
+    assert bd.terms["adapters"] == rank * one.terms["adapters"]
+
+
+def _divisors(n):
+    return [d for d in range(1, n) if n % d == 0]
+
+
+@PROPS
+@given(scenarios(max_rank=32), st.data())
+def test_gqa_never_costs_more_than_mha(case, data):
+    model, kw = case
+    heads = load_model(model).heads
+    kv = data.draw(st.sampled_from(_divisors(heads)), label="kv_heads")
+    mha = evaluate(Scenario.create(model, **kw, overrides={"kv_heads": heads}))
+    gqa = evaluate(Scenario.create(model, **kw, overrides={"kv_heads": kv}))
+    assert gqa.peak <= mha.peak
+    for block in BLOCKS:
+        assert gqa.blocks[block] <= mha.blocks[block]
+
+
+@PROPS
+@given(scenarios(models=EXACT), st.integers(1, 96))
+def test_checkpointing_never_raises_the_peak(case, layers):
+    model, kw = case
+    kw = {**kw, "overrides": {"layers": layers}}
+    with_ckpt = evaluate(Scenario.create(model, **{**kw, "grad_checkpointing": True}))
+    without = evaluate(Scenario.create(model, **{**kw, "grad_checkpointing": False}))
+    assert with_ckpt.peak <= without.peak
+    assert with_ckpt.blocks["activations"] <= without.blocks["activations"]
+
+
+@PROPS
+@given(scenarios(), st.sampled_from([0, 1, 2, 3]), st.integers(1, 64))
+def test_json_round_trips_and_adds_up(case, zero, gpus):
+    model, kw = case
+    bd = evaluate(Scenario.create(model, **kw, zero=zero, gpus=gpus))
+    data = to_json(bd)
+    assert json.loads(json.dumps(data)) == data
+    b = data["bytes"]
+    assert b["base"] + b["trainable"] + b["activations"] == b["ledger_total"]
+    for block in {t["block"] for t in data["terms"]} - {"transient"}:
+        assert sum(t["bytes"] for t in data["terms"] if t["block"] == block) == b[block]
+    by_key = {t["key"]: t["bytes"] for t in data["terms"]}
+    for m in data["moments"]:
+        assert m["bytes"] == sum(by_key[k] for k in m["terms"])
+    top = max(data["moments"], key=lambda m: m["bytes"])
+    assert b["peak"] == top["bytes"] and b["peak_moment"] == top["key"]
+
+
+# ZeRO (symvram.ledger.sharding): stages 1 and 2 over one GPU divide by 1; stage 3 also gathers
+# the largest unit's weights (its documented cost, noted by sharding.notes), so it equals plain
+# training plus that buffer in every moment but the optimizer step.
+
+@PROPS
+@given(scenarios(), st.sampled_from([1, 2, 3]))
+def test_zero_over_one_gpu_is_plain_training(case, stage):
+    model, kw = case
+    plain = evaluate(Scenario.create(model, **kw))
+    zero = evaluate(Scenario.create(model, **kw, zero=stage, gpus=1))
+    assert zero.blocks == plain.blocks
+    gather = zero.terms.get("gathered_params", 0)
+    assert (gather > 0) is (stage == 3)
+    for key, live in plain.moments.items():
+        assert zero.moments[key] == live + (gather if stage == 3 and key != "optimizer_step" else 0)
+
+
+@PROPS
+@given(scenarios(), st.sampled_from([0, 1, 2, 3]), st.lists(st.integers(1, 1024), min_size=2, max_size=2),
+       st.sampled_from(["none", "optimizer", "optimizer+params"]))
+def test_per_gpu_memory_does_not_grow_with_gpus(case, stage, counts, offload):
+    model, kw = case
+    offload = offload if stage == 3 else ("optimizer" if stage and offload != "none" else "none")
+    few, many = _pair(counts)
+    a = evaluate(Scenario.create(model, **kw, zero=stage, gpus=few, offload=offload))
+    b = evaluate(Scenario.create(model, **kw, zero=stage, gpus=many, offload=offload))
+    assert b.peak <= a.peak
+    for block in BLOCKS:
+        assert b.blocks[block] <= a.blocks[block]
