@@ -1,10 +1,10 @@
 """Shapes of a Llama-family decoder as expressions: linear layers, parameter counts.
 
->>> from symvram.symbols import sym
 >>> LINEARS["k_proj"].d_out
 head_dim*kv_heads
->>> params_per_layer(qkv_bias=False)
-2*heads*head_dim*hidden + 2*head_dim*hidden*kv_heads + 3*hidden*intermediate + 2*hidden
+>>> dims = {h: 4096, f: 11008, nh: 32, nkv: 32, dh: 128}
+>>> params_per_layer(qkv_bias=False).xreplace(dims)    # Llama-2-7B: 4·4096² + 3·4096·11008 + 2·4096
+202383360
 """
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 
 >>> from symvram.ledger.structure import Structure
 >>> [t.key for t in trainable_terms(Structure(method="full", master=True))]
-['grads', 'master', 'optimizer_states']
+['grads', 'master', 'optimizer_states', 'optimizer_steps']
 """
 from __future__ import annotations
 
