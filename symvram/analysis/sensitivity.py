@@ -1,0 +1,143 @@
+"""Which knob moves the peak most: ∂peak/∂x from the expressions, and the elasticity x/peak · ∂peak/∂x.
+
+The peak is a Max of moments; at a given point its derivative is the derivative of the *active*
+moment (the argmax), with the derived quantities (P_train = P_LoRA ∝ r …) expanded. The elasticity
+is unit-free — the percent change of the peak per percent change of x — so tokens, ranks and bytes
+per element compare. For a term linear in x, x · ∂term/∂x is the term itself: the elasticity of a
+linear knob is the share of the peak that grows in proportion to it.
+
+>>> from symvram.scenario import Scenario
+>>> res = sensitivity(Scenario.create("7b", method="lora", rank=64, seq=2048, batch=4))
+>>> res.rows[0].knob, res.row("seq").elasticity > 10 * res.row("rank").elasticity
+('seq', True)
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import sympy as sp
+
+from ..errors import UserError
+from ..evaluate import Breakdown, evaluate, substitution
+from ..symbols import SYMBOLS, latex, sym
+from .whatif import apply_changes, check_symbol, ledger_symbols
+
+DEFAULT_KNOBS = ("seq", "batch", "rank", "layers", "hidden", "intermediate", "vocab", "heads", "kv_heads",
+                 "head_dim", "bytes_weight", "bytes_act", "bytes_state", "bytes_adapter", "states_per_param",
+                 "quant_bits", "gpus", "tp")
+
+
+@dataclass(frozen=True)
+class TermShare:
+    """The part of one term that grows in proportion to the knob: x · ∂term/∂x at the point."""
+
+    key: str
+    label: str
+    bytes: float
+
+
+@dataclass(frozen=True)
+class Row:
+    knob: str
+    at: float                 # the knob's value at the point
+    derivative: sp.Expr       # ∂(active moment)/∂x, symbolic
+    value: float              # its value at the point, bytes per unit of x
+    elasticity: float         # value · at / peak
+    shares: tuple[TermShare, ...]   # terms of the active moment that move with x, largest first
+
+    @property
+    def derivative_latex(self) -> str:
+        return latex(self.derivative)
+
+    @property
+    def proportional_bytes(self) -> float:
+        """x · ∂peak/∂x: the bytes of the peak that scale with x (for a linear knob)."""
+        return self.value * self.at
+
+
+@dataclass(frozen=True)
+class SensitivityResult:
+    breakdown: Breakdown
+    moment: str                     # the active (argmax) moment
+    rows: tuple[Row, ...]           # ranked by |elasticity|
+
+    @property
+    def peak(self) -> int:
+        return self.breakdown.peak
+
+    def row(self, knob: str) -> Row:
+        for r in self.rows:
+            if r.knob == knob:
+                return r
+        raise UserError(f"knob {knob!r} is not among {', '.join(r.knob for r in self.rows)}")
+
+
+def _number(x: sp.Expr) -> float:
+    return float(x)
+
+
+def sensitivity(sc, knobs: tuple[str, ...] | list[str] | None = None) -> SensitivityResult:
+    """∂peak/∂x, its value and elasticity for each knob, ranked by |elasticity|.
+
+    ``knobs=None``: every name of ``DEFAULT_KNOBS`` that the method's ledger contains. A knob given
+    explicitly that the ledger does not contain (``rank`` with full fine-tuning) is a UserError."""
+    bd = evaluate(sc)
+    led = bd.ledger
+    if knobs is None:
+        names = [k for k in DEFAULT_KNOBS if k in ledger_symbols(led)]
+    else:
+        names = list(dict.fromkeys(knobs))
+        for k in names:
+            check_symbol(sc, k, option="--knobs")
+    subs = substitution(led, bd.values)
+    moment = next(m for m in led.moments if m.key == bd.peak_moment)
+    terms = [(led.by_key[k], led.expand(led.by_key[k].expr)) for k in moment.terms]
+    expr = sp.Add(*(e for _, e in terms))
+    rows = []
+    for name in names:
+        x = sym(name)
+        at = bd.values[name]
+        derivative = sp.diff(expr, x)
+        value = _number(derivative.xreplace(subs))
+        shares = []
+        for term, e in terms:
+            part = _number(sp.diff(e, x).xreplace(subs)) * at
+            if part:
+                shares.append(TermShare(term.key, term.label, part))
+        shares.sort(key=lambda s: -abs(s.bytes))
+        rows.append(Row(name, at, derivative, value, value * at / bd.peak, tuple(shares)))
+    rows.sort(key=lambda r: -abs(r.elasticity))
+    return SensitivityResult(bd, moment.key, tuple(rows))
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """Knob ``a`` against knob ``b``: the ratio of their elasticities and what halving each saves."""
+
+    a: Row
+    b: Row
+    ratio: float               # elasticity a / elasticity b
+    halved: dict[str, tuple[float, int]]   # knob -> (halved value, bytes the re-estimated peak drops)
+
+
+def halve(value: float, name: str) -> float:
+    return max(1, int(value) // 2) if SYMBOLS[name].integer else value / 2
+
+
+def compare(res: SensitivityResult, a: str, b: str) -> Comparison:
+    """Compare two knobs of ``res``; each halving is re-estimated with ``evaluate`` (not linearised).
+
+    >>> from symvram.scenario import Scenario
+    >>> c = compare(sensitivity(Scenario.create("7b", method="lora", seq=2048, batch=4)), "seq", "rank")
+    >>> c.halved["seq"][0], c.halved["rank"][0], c.halved["seq"][1] > 10 * c.halved["rank"][1]
+    (1024, 32, True)
+    """
+    ra, rb = res.row(a), res.row(b)
+    if rb.elasticity == 0:
+        raise UserError(f"{b} does not move the peak at this point; nothing to compare {a} with")
+    halved = {}
+    for row in (ra, rb):
+        new = halve(row.at, row.knob)
+        after = evaluate(apply_changes(res.breakdown.scenario, {row.knob: new}))
+        halved[row.knob] = (new, res.peak - after.peak)
+    return Comparison(ra, rb, ra.elasticity / rb.elasticity, halved)
