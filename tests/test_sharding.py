@@ -114,9 +114,9 @@ def test_tensor_parallel_megatron_split():
     assert tp.terms["act_attention"] == one.terms["act_attention"] // t
     assert tp.terms["act_norms"] == one.terms["act_norms"]   # residual stream whole without SP
     assert sp.terms["act_norms"] == one.terms["act_norms"] // t
-    # linear inputs: q/k/v and gate/up read the h-wide norm output (whole), o_proj and down_proj split
+    # linear inputs: q/k/v and gate/up read the h-wide norm outputs (whole); down_proj's d_ff input is split
     b, s = 1, 2048
-    assert tp.terms["act_linear_inputs"] == 2 * b * s * L * (2 * H + (H + F) // t)
+    assert tp.terms["act_linear_inputs"] == 2 * b * s * L * (2 * H + F // t)
     assert tp.terms["act_logsoftmax"] == one.terms["act_logsoftmax"] // t   # vocab-parallel cross-entropy
 
 

@@ -40,9 +40,10 @@ b_w, b_a, q = sym("bytes_weight"), sym("bytes_adapter"), sym("quant_bits")
 
 WEIGHT_KEYS = ("weights", "weights_nf4", "quant_constants", "weights_16bit", "adapters")
 STATE_KEYS = ("master", "optimizer_states", "optimizer_temp")   # ZeRO-1 and up
-GRAD_KEYS = ("grads",)                                          # ZeRO-2 and up
+GRAD_KEYS = ("grads", "grads_before_first_layer")               # ZeRO-2 and up: reduce-scattered as produced
+GRAD_VIEWS = ("grads_before_first_layer",)                     # part of "grads" seen at one moment
 OPTIMIZER_HOST_KEYS = ("grads", "master", "optimizer_states", "optimizer_steps", "optimizer_temp")
-PARAM_SIDE = WEIGHT_KEYS + OPTIMIZER_HOST_KEYS + ("buffers",)
+PARAM_SIDE = WEIGHT_KEYS + GRAD_KEYS + OPTIMIZER_HOST_KEYS + ("buffers",)
 REPLICATED_ACTIVATIONS = ("act_rope", "act_tokens", "backward_tail")
 GATHERED = "gathered_params"
 STAGE_NAMES = {0: "DDP", 1: "ZeRO-1", 2: "ZeRO-2", 3: "ZeRO-3"}
@@ -105,17 +106,20 @@ def shard_terms(terms: list[Term], s: Structure) -> list[Term]:
                         r"M_{\mathrm{gather}}",
                         "the largest unit's full weights, all-gathered for compute, and the next one prefetched",
                         "ZeRO-3 / FSDP FULL_SHARD; DeepSpeed estimate_zero3_model_states_mem_needs"))
-    host = OPTIMIZER_HOST_KEYS * (s.offload != "none") + WEIGHT_KEYS * (s.offload == "optimizer+params")
+    if s.offload == "none":
+        return out
+    host = OPTIMIZER_HOST_KEYS + WEIGHT_KEYS * (s.offload == "optimizer+params")
     return [replace(term, block="host", why=term.why + " — offloaded to CPU memory") if term.key in host else term
-            for term in out]
+            for term in out if term.key not in GRAD_VIEWS]
 
 
 def gpu_moments(moments: tuple[Moment, ...], terms: dict[str, Term]) -> tuple[Moment, ...]:
     """Moments of one GPU: host terms leave every moment; under ZeRO-3 the gathered working set is
-    live in forward and backward (parameters are resharded before the optimizer step)."""
+    live in forward and backward (parameters are resharded before the optimizer step). A gradient
+    view dropped by offload (the gradients live on the host) leaves its moments too."""
     out = []
     for m in moments:
-        keys = tuple(k for k in m.terms if terms[k].block != "host")
+        keys = tuple(k for k in m.terms if k in terms and terms[k].block != "host")
         if GATHERED in terms and m.key != "optimizer_step":
             keys += (GATHERED,)
         out.append(replace(m, terms=keys))
