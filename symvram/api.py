@@ -95,3 +95,54 @@ def fit(model: Model, gpu: str | int | GPUSpec, solve: str = "seq", headroom: in
 
     card = load_card(gpu) if isinstance(gpu, str) else gpu
     return _fit(scenario(model, **settings), card, solve=solve, headroom=headroom, limit=limit)
+
+
+def whatif(model: Model, changes: dict[str, int | float], **settings):
+    """``symvram whatif MODEL --set SYMBOL=VALUE …``: both ledgers and the change, term by term.
+
+    ``changes`` maps registry symbols to new values: run settings (``rank``, ``batch``, ``seq``) or any
+    other symbol (``hidden``, ``layers``, ``bytes_state`` …).
+
+    >>> w = whatif("7b", {"bytes_state": 1}, method="full")      # 8-bit optimizer states
+    >>> w.term_delta("optimizer_states") == 7_000_000_000 * 2 * (1 - 4)
+    True
+    """
+    from .analysis.whatif import whatif as _whatif
+
+    return _whatif(scenario(model, **settings), changes)
+
+
+@dataclass(frozen=True)
+class Document:
+    """A rendered document: ``str(doc)`` is its text; Jupyter shows Markdown and HTML as such."""
+
+    text: str
+    fmt: str
+
+    def __str__(self) -> str:
+        return self.text
+
+    def __repr__(self) -> str:
+        heading = next((line.lstrip("# ") for line in self.text.splitlines() if line.startswith("#")), "")
+        return f"<Document {self.fmt}, {len(self.text):,} characters: {heading}>"
+
+    def _repr_markdown_(self) -> str | None:
+        return self.text if self.fmt == "markdown" else None
+
+    def _repr_html_(self) -> str | None:
+        return self.text if self.fmt == "html" else None
+
+
+def explain(model: Model, fmt: str = "markdown", lang: str = "en", gpu: str = "a100-80g", other: str | None = None,
+            units: str = "GiB", **settings) -> Document:
+    """``symvram explain MODEL``: the worked answer (derivation, numbers, follow-ups) as a document.
+
+    ``fmt``: markdown, html or tex; ``lang``: en or zh; ``other``: the model to re-derive at.
+
+    >>> doc = explain("7b", method="lora")
+    >>> doc.text.splitlines()[0]
+    '# Fine-tuning memory of 7b: the worked answer'
+    """
+    from .present.documents import render
+
+    return Document(render(scenario(model, **settings), fmt=fmt, lang=lang, gpu=gpu, other=other, units=units), fmt)

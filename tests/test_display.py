@@ -108,3 +108,22 @@ def test_import_stays_light(code, absent):
     out = subprocess.run([sys.executable, "-c", f"{code}; import sys; print([m for m in {absent!r} if m in sys.modules])"],
                          capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_whatif_shows_the_change():
+    from symvram import whatif
+
+    w = whatif("7b", {"bytes_state": 1}, method="full")          # AdamW's m, v in 8 bits instead of fp32
+    assert repr(w).startswith("<WhatIf 7b full: bytes_state 4 → 1: peak ")
+    row = next(r for r in table_rows(mime(w)["text/markdown"]) if r[1] == "optimizer_states")
+    assert row[3:] == [f"{7e9 * 2 * 4 / GIB:.2f}", f"{7e9 * 2 * 1 / GIB:.2f}", f"{-7e9 * 2 * 3 / GIB:.2f}"]
+
+
+def test_fit_prints_its_answer():
+    from symvram import fit
+
+    r = fit("7b", "rtx-4090", solve="seq", method="qlora")
+    text = repr(r)
+    # the card's usable memory (data/gpus.toml: 23.5 GiB) less the default 1 GiB headroom
+    assert "23.50 GiB usable − 1.00 GiB headroom = 22.50 GiB budget" in text
+    assert f"largest seq that fits: {r.value:,} tokens" in text

@@ -143,6 +143,10 @@ class FitResult:
     def binding_moment(self) -> str:
         return min(self.bounds, key=self.bounds.__getitem__)
 
+    def __repr__(self) -> str:
+        from ..present.display import fit_text
+        return fit_text(self)
+
 
 def _monotone_poly(expr: sp.Expr, x: sp.Symbol) -> sp.Poly | None:
     """``expr`` as a polynomial in x that never decreases for x > 0, or None."""

@@ -91,6 +91,14 @@ class WhatIf:
         """(name, before, after) of each changed symbol."""
         return [(n, self.before.values[n], self.after.values[n]) for n in self.changes]
 
+    def __repr__(self) -> str:
+        from ..present.display import whatif_repr
+        return whatif_repr(self)
+
+    def _repr_markdown_(self) -> str:
+        from ..present.display import whatif_markdown
+        return whatif_markdown(self)
+
 def whatif(sc: Scenario, changes: dict[str, int | float]) -> WhatIf:
     """Estimate ``sc`` and ``sc`` with ``changes`` (registry names → numbers)."""
     if not changes:

@@ -125,3 +125,27 @@ def ledger_markdown(led: Ledger) -> str:
     lines.append(render_rows(moments, "ll", "markdown"))
     lines += ["", "peak $= \\max$ over the moments"]
     return "\n".join(lines)
+
+
+def whatif_repr(w, units: str = "GiB") -> str:
+    """One line: the changes and what they do to the peak."""
+    from ..cli.whatif import _number
+
+    change = ", ".join(f"{n} {_number(x)} → {_number(y)}" for n, x, y in w.symbol_values())
+    return (f"<WhatIf {w.before.scenario.model.name} {w.before.scenario.method}: {change}: peak "
+            f"{fmt_bytes(w.before.peak, units)} → {fmt_bytes(w.after.peak, units)} "
+            f"({100 * w.peak_delta / w.before.peak:+.1f} %)>")
+
+
+def whatif_markdown(w, units: str = "GiB") -> str:
+    """Both ledgers term by term with the change, as ``symvram whatif --format markdown`` prints them."""
+    from ..cli.whatif import render
+
+    return render(w, units, "markdown")
+
+
+def fit_text(r, units: str = "GiB") -> str:
+    """The answer of ``fit`` as ``symvram fit`` prints it (a few lines)."""
+    from ..cli.fit import render
+
+    return render(r, units)
