@@ -112,6 +112,20 @@ def whatif(model: Model, changes: dict[str, int | float], **settings):
     return _whatif(scenario(model, **settings), changes)
 
 
+def sensitivity(model: Model, knobs: list[str] | None = None, **settings):
+    """``symvram sensitivity MODEL``: ∂peak/∂x and the elasticity of each knob, ranked.
+
+    The elasticity is the percent change of the peak per percent change of the knob.
+
+    >>> res = sensitivity("7b", ["bytes_weight", "rank"], method="lora")
+    >>> res.row("bytes_weight").derivative, res.row("bytes_weight").value    # ∂peak/∂β_w = P
+    (P, 7000000000.0)
+    """
+    from .analysis.sensitivity import sensitivity as _sensitivity
+
+    return _sensitivity(scenario(model, **settings), knobs)
+
+
 @dataclass(frozen=True)
 class Document:
     """A rendered document: ``str(doc)`` is its text; Jupyter shows Markdown and HTML as such."""

@@ -127,3 +127,17 @@ def test_fit_prints_its_answer():
     # the card's usable memory (data/gpus.toml: 23.5 GiB) less the default 1 GiB headroom
     assert "23.50 GiB usable − 1.00 GiB headroom = 22.50 GiB budget" in text
     assert f"largest seq that fits: {r.value:,} tokens" in text
+
+
+def test_sensitivity_ranks_knobs_with_their_derivatives():
+    from symvram import sensitivity
+
+    res = sensitivity("7b", method="lora", batch=4)
+    assert repr(res).startswith("<SensitivityResult 7b lora: peak ") and "elasticities" in repr(res)
+    md = mime(res)["text/markdown"]
+    row = next(r for r in table_rows(md) if "`bytes_weight`" in r[1])
+    # the base weights are P·β_w, so ∂peak/∂β_w = P = 7·10⁹ B per byte, and β_w·∂peak/∂β_w = 14·10⁹ B
+    assert row[3:5] == ["2 B/elem", f"{7e9 / GIB:.2f} GiB"] and row[6] == f"{14e9 / GIB:.2f}"
+    assert r"$$\frac{\partial\,\mathrm{peak}}{\partial \beta_{w}} = P$$" in md
+    for f in re.findall(r"\$\$?([^$]+)\$\$?", md):
+        assert "<math" in convert(f)

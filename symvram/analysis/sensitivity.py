@@ -71,6 +71,14 @@ class SensitivityResult:
                 return r
         raise UserError(f"knob {knob!r} is not among {', '.join(r.knob for r in self.rows)}")
 
+    def __repr__(self) -> str:
+        from ..present.display import sensitivity_repr
+        return sensitivity_repr(self)
+
+    def _repr_markdown_(self) -> str:
+        from ..present.display import sensitivity_markdown
+        return sensitivity_markdown(self)
+
 
 def _number(x: sp.Expr) -> float:
     return float(x)

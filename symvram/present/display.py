@@ -149,3 +149,32 @@ def fit_text(r, units: str = "GiB") -> str:
     from ..cli.fit import render
 
     return render(r, units)
+
+
+def sensitivity_repr(res, units: str = "GiB", top: int = 4) -> str:
+    """One line: the active moment and the largest elasticities."""
+    knobs = ", ".join(f"{r.knob} {r.elasticity:.3f}" for r in res.rows[:top])
+    more = f", … ({len(res.rows)} knobs)" if len(res.rows) > top else ""
+    moment = next(m.label for m in res.breakdown.ledger.moments if m.key == res.moment)
+    return (f"<SensitivityResult {res.breakdown.scenario.model.name} {res.breakdown.scenario.method}: peak "
+            f"{fmt_bytes(res.peak, units)} at {moment}; elasticities {knobs}{more}>")
+
+
+def sensitivity_markdown(res, units: str = "GiB") -> str:
+    """The ranked knobs (elasticity = % change of the peak per % change of the knob) and each ∂peak/∂x."""
+    from ..cli.sensitivity import amount
+    from ..symbols import SYMBOLS
+
+    moment = next(m.label for m in res.breakdown.ledger.moments if m.key == res.moment)
+    lines = [f"**{title(res.breakdown)}**: peak {fmt_bytes(res.peak, units)} at *{moment}*, the active "
+             "moment, whose derivative is the peak's", ""]
+    rows = [["#", "knob", "meaning", "at", "∂peak/∂x per unit", "elasticity", f"x·∂peak/∂x ({units})"]]
+    for n, r in enumerate(res.rows, 1):
+        d = SYMBOLS[r.knob]
+        rows.append([str(n), f"${d.latex}$ `{r.knob}`", _cell(d.meaning), f"{r.at:,g} {d.unit}",
+                     amount(r.value, units), f"{r.elasticity:.4f}", _number(r.proportional_bytes, units)])
+    lines += [render_rows(rows, "rllrrrr", "markdown"), ""]
+    for r in res.rows:
+        lines.append(f"$$\\frac{{\\partial\\,\\mathrm{{peak}}}}{{\\partial {SYMBOLS[r.knob].latex}}} = "
+                     f"{r.derivative_latex}$$")
+    return "\n".join(lines)
