@@ -1,0 +1,100 @@
+"""``symvram plan``: the fewest GPUs for every strategy × method, per-GPU and host memory."""
+from __future__ import annotations
+
+import argparse
+import json
+
+from ..analysis.fit import load_card
+from ..analysis.plan import STRATEGIES, PlanResult, plan
+from ..present.tables import host_bytes, render_rows
+from ..present.units import fmt_bytes
+from ..scenario import MAX_GPUS, METHODS
+from .common import add_model_argument, add_scenario_arguments, positive_int, scenario_from_args, write_output
+from .fit import add_card_arguments
+
+HELP = """\
+For each strategy (DDP, ZeRO-1, ZeRO-2, ZeRO-3/FSDP, TP, ZeRO-3 with optimizer or parameter offload)
+and each method (full, LoRA, QLoRA unless --method): the fewest GPUs whose per-GPU peak fits the
+card's usable memory less --headroom, solved from the ledger's expressions in N; the per-GPU peak
+there, the host memory offload needs, and why the strategies rank as they do in communication cost.
+"params only" is the count the interview arithmetic gives (weights + trainable triple, no activations).
+
+examples:
+  symvram plan 70b --gpu a100-80g
+  symvram plan 70b --gpu a100-80g --grad-checkpointing
+  symvram plan llama-3-70b --method lora --gpu h100-80g --max-gpus 64 --seq 4096 --batch 4
+"""
+
+
+def register(sub) -> None:
+    p = sub.add_parser("plan", help="fewest GPUs per strategy (ZeRO, FSDP, TP, offload) and method",
+                       description=HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_model_argument(p)
+    add_scenario_arguments(p)
+    add_card_arguments(p)
+    p.add_argument("--max-gpus", type=positive_int, default=64, help="most GPUs to consider (default 64)")
+    p.add_argument("--format", choices=("table", "markdown", "json"), default="table")
+    p.add_argument("-o", "--output", help="write to this file instead of stdout")
+    p.add_argument("--force", action="store_true", help="overwrite --output if it exists")
+    p.set_defaults(func=run)
+
+
+def to_json(r: PlanResult) -> dict:
+    return {
+        "card": {"key": r.card.key, "name": r.card.name, "usable_bytes": r.card.usable_bytes},
+        "headroom_bytes": r.headroom, "budget_bytes": r.budget, "max_gpus": r.max_gpus,
+        "rows": [{"method": row.method, "strategy": row.strategy.key, "strategy_name": row.strategy.name,
+                  "fits": row.fits, "gpus": row.gpus, "tp": row.tp, "params_only_gpus": row.params_gpus,
+                  "per_gpu_peak_bytes": row.at.peak, "peak_moment": row.at.peak_moment,
+                  "host_bytes_per_gpu": host_bytes(row.at), "host_bytes_total": row.host_total,
+                  "communication_rank": STRATEGIES.index(row.strategy) + 1, "communication": row.strategy.reason}
+                 for row in r.rows],
+        "best": {m: (b.strategy.key if (b := r.best(m)) else None) for m in METHODS if any(x.method == m for x in r.rows)},
+    }
+
+
+def summary(r: PlanResult, method: str, units: str) -> str:
+    """One sentence per method: the fewest GPUs without offload (ties: cheaper communication), then
+    what offload saves in cards and costs in host memory."""
+    rows = [x for x in r.rows if x.method == method]
+    plain = r.best(method, offload=False)
+    offload = r.best(method, offload=True)
+    never = [x.strategy.name for x in rows if not x.fits]
+    parts = []
+    if plain:
+        parts.append(f"{plain.strategy.name} on {plain.gpus} × {r.card.name} ({fmt_bytes(plain.at.peak, units)} per GPU)")
+    if offload and (plain is None or offload.gpus < plain.gpus):
+        parts.append(f"with {offload.strategy.name} on {offload.gpus} ({fmt_bytes(offload.at.peak, units)} per GPU, "
+                     f"{fmt_bytes(offload.host_total, units)} of host memory)")
+    if not parts:
+        return f"{method}: nothing fits on {r.max_gpus} × {r.card.name}"
+    text = f"{method}: " + "; or ".join(parts)
+    if never:
+        text += f"; {', '.join(never)} do not fit on {r.max_gpus}"
+    return text
+
+
+def render(r: PlanResult, sc, units: str, fmt: str) -> str:
+    head = (f"{sc.model.name} · batch {sc.batch} · seq {sc.seq}" + (" · checkpointing" if sc.grad_checkpointing else "")
+            + f" on {r.card.name}: {fmt_bytes(r.card.usable_bytes, units)} usable − {fmt_bytes(r.headroom, units)} "
+              f"headroom = {fmt_bytes(r.budget, units)} per GPU")
+    table = [["method", "strategy", "GPUs", "params only", f"per-GPU peak ({units})", f"host ({units})",
+              "communication (cheapest first)"]]
+    for row in r.rows:
+        gpus = (str(row.gpus) + (f" (t={row.tp})" if row.tp > 1 else "")) if row.fits else f"> {r.max_gpus}"
+        params = str(row.params_gpus) if row.params_gpus else f"> {r.max_gpus}"
+        peak = fmt_bytes(row.at.peak, units).split()[0] + ("" if row.fits else f" at {row.at.scenario.gpus * row.tp}")
+        table.append([row.method, row.strategy.name, gpus, params, peak,
+                      fmt_bytes(row.host_total, units).split()[0], row.strategy.reason])
+    methods = [m for m in METHODS if any(x.method == m for x in r.rows)]
+    lines = [head, "", render_rows(table, "llrrrrl", fmt), ""] + [summary(r, m, units) for m in methods]
+    return "\n".join(lines)
+
+
+def run(args) -> int:
+    sc = scenario_from_args(args)
+    methods = (args.method,) if args.method else None
+    result = plan(sc, load_card(args.gpu), max_gpus=args.max_gpus, headroom=args.headroom, methods=methods)
+    text = json.dumps(to_json(result), indent=2) if args.format == "json" else render(result, sc, args.units, args.format)
+    write_output(text, args.output, args.force)
+    return 0
