@@ -141,3 +141,34 @@ def test_unwritable_output(tmp_path, capsys, make, fragment, force):
     out, err = capsys.readouterr()
     assert out == "" and err.count("\n") == 1 and err.startswith("symvram: error: ") and fragment in err
     assert not (tmp_path / "missing").exists()
+
+
+class _Terminal:
+    """A text stdout that says it is a terminal, with a binary buffer behind it."""
+
+    def __init__(self):
+        import io
+        self.buffer = io.BytesIO()
+
+    def isatty(self):
+        return True
+
+    def flush(self):
+        pass
+
+
+def test_binary_output_is_not_printed_to_a_terminal(monkeypatch):
+    from symvram.cli.common import write_output
+
+    terminal = _Terminal()
+    monkeypatch.setattr(sys, "stdout", terminal)
+    with pytest.raises(UserError, match="binary .* give -o FILE"):
+        write_output(b"%PDF-1.5\x00\xff", None, False)
+    assert terminal.buffer.getvalue() == b""
+
+
+def test_binary_output_goes_through_a_pipe_unchanged(capfdbinary):
+    from symvram.cli.common import write_output
+
+    write_output(b"%PDF-1.5\x00\xff", None, False)
+    assert capfdbinary.readouterr().out == b"%PDF-1.5\x00\xff"

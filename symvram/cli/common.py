@@ -108,10 +108,13 @@ def scenario_from_args(args: argparse.Namespace, **changes) -> Scenario:
 def write_output(text: str | bytes, path: str | None, force: bool) -> None:
     """Print to stdout, or write ``path`` — never over an existing file without --force."""
     if path is None or path == "-":
-        if isinstance(text, bytes):  # an image: the bytes as they are
+        if isinstance(text, bytes):  # a PDF or an image: the bytes as they are, into a pipe or a file
+            binary = getattr(sys.stdout, "buffer", None)
+            if binary is None or sys.stdout.isatty():
+                raise UserError("the output is binary (PDF or image) and stdout is a terminal; give -o FILE")
             sys.stdout.flush()
-            sys.stdout.buffer.write(text)
-            sys.stdout.buffer.flush()
+            binary.write(text)
+            binary.flush()
         else:
             print(text)
         return
