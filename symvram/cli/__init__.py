@@ -11,7 +11,7 @@ import sys
 
 from ..errors import UserError
 
-COMMANDS = ["estimate", "fit", "whatif", "explain", "sensitivity", "plan"]
+COMMANDS = ["estimate", "fit", "whatif", "explain", "sensitivity", "plan", "plot"]
 
 DESCRIPTION = """\
 symvram derives the GPU memory of a fine-tuning step from one symbolic ledger:

@@ -1,0 +1,86 @@
+"""``symvram plot``: a figure of the ledger written to PNG, SVG or PDF (by the file's suffix)."""
+from __future__ import annotations
+
+import argparse
+import io
+from pathlib import Path
+
+from ..analysis.fit import DEFAULT_HEADROOM, load_card
+from ..analysis.sensitivity import sensitivity
+from ..errors import UserError
+from .common import add_model_argument, add_scenario_arguments, positive_int, scenario_from_args, write_output
+from .estimate import comparison_rows
+
+KINDS = ("breakdown", "seq-curve", "tornado", "fit-map")
+FORMATS = ("png", "svg", "pdf")
+DEFAULT_CARDS = ("rtx-4090", "a100-80g")
+
+HELP = f"""\
+  breakdown   stacked base / trainable / activations bars for full (12 and 16 B/param), LoRA and QLoRA,
+              each peak marked
+  seq-curve   the peak against the sequence length for several LoRA ranks (--ranks), with the usable
+              memory of cards (--gpu, repeatable; default {', '.join(DEFAULT_CARDS)}) as horizontal lines
+  tornado     the elasticity of the peak to each knob (see symvram sensitivity)
+  fit-map     which micro-batch × sequence pairs fit --gpu, less --headroom (default {DEFAULT_HEADROOM})
+
+The method defaults to lora here. --theme dark draws for a dark notebook background.
+
+examples:
+  symvram plot 7b --kind breakdown -o breakdown.png
+  symvram plot 7b --kind seq-curve --ranks 8,64,256 --gpu rtx-4090 --gpu h100 -o seq.svg
+  symvram plot 7b --kind tornado --rank 64 --seq 2048 --batch 4 -o tornado.pdf
+  symvram plot llama-3-8b --kind fit-map --gpu a100-80g --theme dark -o fits.png
+"""
+
+
+def _ranks(text: str) -> list[int]:
+    try:
+        return [int(t) for t in text.split(",") if t.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--ranks takes a comma list of integers, got {text!r}") from None
+
+
+def register(sub) -> None:
+    p = sub.add_parser("plot", help="figures: breakdown, seq-curve, tornado, fit-map (png, svg, pdf)",
+                       description=HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_model_argument(p)
+    add_scenario_arguments(p, method_default="lora")
+    p.add_argument("--kind", choices=KINDS, required=True)
+    p.add_argument("--gpu", action="append", help="a named card or a size (24GiB); repeatable for seq-curve")
+    p.add_argument("--headroom", default=DEFAULT_HEADROOM, help=f"fit-map: memory kept free (default {DEFAULT_HEADROOM})")
+    p.add_argument("--ranks", type=_ranks, help="seq-curve: LoRA ranks, one line each (default 8,16,64,256)")
+    p.add_argument("--top", type=positive_int, help="tornado: only the N largest elasticities")
+    p.add_argument("--theme", choices=("light", "dark"), default="light")
+    p.add_argument("-o", "--output", required=True, help="the figure file: .png, .svg or .pdf")
+    p.add_argument("--force", action="store_true", help="overwrite --output if it exists")
+    p.set_defaults(func=run)
+
+
+def figure(args):
+    from ..present import plots
+
+    if args.kind == "breakdown":
+        return plots.breakdown(comparison_rows(args), args.units, args.theme)
+    sc = scenario_from_args(args)
+    if args.kind == "seq-curve":
+        if args.ranks and not sc.lora:
+            raise UserError(f"--ranks does not apply to --method {sc.method}: there are no LoRA adapters")
+        cards = [load_card(g) for g in (args.gpu or DEFAULT_CARDS)]
+        return plots.seq_curve(sc, ranks=args.ranks or (8, 16, 64, 256), cards=cards, units=args.units,
+                               theme=args.theme)
+    if args.kind == "tornado":
+        return plots.tornado(sensitivity(sc), top=args.top, units=args.units, theme=args.theme)
+    if not args.gpu or len(args.gpu) != 1:
+        raise UserError("--kind fit-map needs exactly one --gpu (a named card or a size such as 24GiB)")
+    return plots.fit_map(sc, load_card(args.gpu[0]), headroom=args.headroom, units=args.units, theme=args.theme)
+
+
+def run(args) -> int:
+    suffix = Path(args.output).suffix.lower().lstrip(".")
+    if suffix not in FORMATS:
+        raise UserError(f"-o {args.output}: the suffix chooses the format; use .png, .svg or .pdf")
+    fig = figure(args)
+    buf = io.BytesIO()
+    fig.savefig(buf, format=suffix, dpi=150)
+    write_output(buf.getvalue(), args.output, args.force)
+    return 0

@@ -1,0 +1,144 @@
+"""Plots: the data on the returned Axes against independent evaluate() numbers, and the labels.
+
+Image comparison is opt-in: SYMVRAM_IMAGE_TESTS=1 compares with tests/baseline/ (matplotlib's
+compare_images); rerun with SYMVRAM_IMAGE_TESTS=update to regenerate the baseline."""
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from symvram.analysis.fit import load_card
+from symvram.analysis.sensitivity import sensitivity
+from symvram.api import compare
+from symvram.cli import main
+from symvram.errors import UserError
+from symvram.evaluate import evaluate
+from symvram.present import plots
+from symvram.scenario import Scenario
+
+GIB = 2**30
+BASELINE = Path(__file__).parent / "baseline"
+
+
+@pytest.fixture(scope="module")
+def lora_sc():
+    return Scenario.create("7b", method="lora", rank=64, seq=2048, batch=4)
+
+
+def test_breakdown_bars_and_peaks():
+    rows = compare("7b").rows
+    ax = plots.breakdown(rows).axes[0]
+    assert ax.get_ylabel() == "memory (GiB)"
+    assert [t.get_text() for t in ax.get_xticklabels()] == [name for name, _ in rows]
+    names = ["full (12 B/param)", "full + fp32 master (16 B/param)", "LoRA", "QLoRA"]
+    methods = [dict(method="full", master="none"), dict(method="full", master="fp32"), dict(method="lora"),
+               dict(method="qlora")]
+    expected = [evaluate(Scenario.create("7b", **kw)) for kw in methods]
+    assert [name for name, _ in rows] == names
+    for container, block in zip(ax.containers, ("base", "trainable", "activations")):
+        assert [bar.get_height() for bar in container] == pytest.approx([bd.blocks[block] / GIB for bd in expected])
+    # full at 12 B/param: 14e9 weights (+ the rotary buffer) as the base bar, by hand
+    assert ax.containers[0][0].get_height() == pytest.approx(14e9 / GIB, abs=1e-6)
+    peaks = ax.lines[0].get_ydata()
+    assert list(peaks) == pytest.approx([bd.peak / GIB for bd in expected])
+
+
+def test_breakdown_decimal_units():
+    ax = plots.breakdown(compare("7b").rows, units="GB").axes[0]
+    assert ax.get_ylabel() == "memory (GB)"
+    assert ax.containers[0][0].get_height() == pytest.approx(14.0, abs=1e-6)
+
+
+def test_seq_curve_lines_match_estimates(lora_sc):
+    cards = [load_card("rtx-4090"), load_card("a100-80g")]
+    ax = plots.seq_curve(lora_sc, ranks=(8, 64), cards=cards).axes[0]
+    assert ax.get_xlabel() == "sequence length s (tokens)" and ax.get_ylabel() == "peak (GiB)"
+    r8, r64 = ax.lines[0], ax.lines[1]
+    assert (r8.get_label(), r64.get_label()) == ("r = 8", "r = 64")
+    s = r64.get_xdata()
+    assert s[-1] == 4096                                    # up to 7b's max_position_embeddings
+    for i in (0, 100, len(s) - 1):
+        for line, rank in ((r8, 8), (r64, 64)):
+            bd = evaluate(lora_sc.with_changes(seq=int(s[i]), rank=rank))
+            assert line.get_ydata()[i] == pytest.approx(bd.peak / GIB, abs=1e-6)
+    card_levels = [line.get_ydata()[0] for line in ax.lines[2:]]
+    assert card_levels == pytest.approx([c.usable_bytes / GIB for c in cards])
+
+
+def test_seq_curve_full_has_one_line():
+    ax = plots.seq_curve(Scenario.create("7b", method="full"), seqs=[512, 1024]).axes[0]
+    assert len(ax.lines) == 1
+    assert ax.lines[0].get_ydata()[1] == pytest.approx(
+        evaluate(Scenario.create("7b", method="full", seq=1024)).peak / GIB, abs=1e-6)
+
+
+def test_tornado_bars_are_elasticities(lora_sc):
+    res = sensitivity(lora_sc)
+    ax = plots.tornado(res).axes[0]
+    knobs = [t.get_text() for t in ax.get_yticklabels()]
+    widths = [bar.get_width() for bar in ax.patches]
+    assert knobs[::-1] == [r.knob for r in res.rows]
+    # independent: the elasticity of seq from a finite difference of two estimates (the peak is linear in s)
+    peak = evaluate(lora_sc).peak
+    step = evaluate(lora_sc.with_changes(seq=2049)).peak - peak
+    assert widths[knobs.index("seq")] == pytest.approx(step * 2048 / peak, rel=1e-6)
+    assert "elasticity" in ax.get_xlabel()
+
+
+def test_fit_map_cells_match_estimates(lora_sc):
+    card = load_card("a100-80g")
+    batches, seqs = [1, 2, 3, 4, 6, 8], [512, 1024, 2048, 2560, 3072, 4096]
+    ax = plots.fit_map(lora_sc, card, batches=batches, seqs=seqs).axes[0]
+    cells = np.asarray(ax.images[0].get_array())
+    budget = card.usable_bytes - GIB                         # default headroom 1 GiB
+    for i, b in enumerate(batches):
+        for j, s in enumerate(seqs):
+            assert cells[i, j] == int(evaluate(lora_sc.with_changes(batch=b, seq=s)).peak <= budget)
+    assert 0 < cells.sum() < cells.size                      # this grid crosses the boundary
+    assert ax.get_xlabel() == "sequence length s (tokens)" and ax.get_ylabel() == "micro-batch size b (sequences)"
+    assert card.name in ax.get_title()
+
+
+def test_dark_theme_is_readable():
+    fig = plots.breakdown(compare("7b").rows, theme="dark")
+    ax = fig.axes[0]
+    assert fig.get_facecolor()[:3] == (0.0, 0.0, 0.0)
+    assert ax.yaxis.label.get_color() == "white" and ax.title.get_color() == "white"
+    with pytest.raises(UserError):
+        plots.breakdown(compare("7b").rows, theme="sepia")
+
+
+@pytest.mark.parametrize("suffix,magic", [("png", b"\x89PNG"), ("svg", b"<?xml"), ("pdf", b"%PDF")])
+def test_cli_writes_each_format(tmp_path, suffix, magic):
+    out = tmp_path / f"fig.{suffix}"
+    assert main(["plot", "7b", "--kind", "tornado", "--top", "5", "-o", str(out)]) == 0
+    assert out.read_bytes().startswith(magic)
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (["--kind", "fit-map", "-o", "x.png"], "needs exactly one --gpu"),
+    (["--kind", "fit-map", "--gpu", "24", "-o", "x.png"], "24 bytes is not a GPU's memory"),
+    (["--kind", "tornado", "-o", "x.jpg"], "use .png, .svg or .pdf"),
+    (["--kind", "seq-curve", "--method", "full", "--ranks", "8", "-o", "x.png"], "--ranks does not apply"),
+    (["--kind", "seq-curve", "--ranks", "0", "-o", "x.png"], "a LoRA rank must be between 1 and 4096"),
+])
+def test_cli_errors_are_one_line_exit_2(tmp_path, monkeypatch, capsys, argv, needle):
+    monkeypatch.chdir(tmp_path)
+    assert main(["plot", "7b", *argv]) == 2
+    err = capsys.readouterr().err
+    assert needle in err and err.count("\n") == 1
+    assert not any(tmp_path.iterdir())
+
+
+@pytest.mark.skipif(not os.environ.get("SYMVRAM_IMAGE_TESTS"), reason="image comparison is opt-in")
+def test_breakdown_image(tmp_path):
+    from matplotlib.testing.compare import compare_images
+
+    fig = plots.breakdown(compare("7b").rows)
+    baseline = BASELINE / "breakdown-7b.png"
+    if os.environ["SYMVRAM_IMAGE_TESTS"] == "update":
+        fig.savefig(baseline, dpi=80)
+    actual = tmp_path / "breakdown-7b.png"
+    fig.savefig(actual, dpi=80)
+    assert compare_images(str(baseline), str(actual), tol=2) is None
