@@ -34,6 +34,7 @@ from ..ledger.activations import per_layer_bytes
 from ..ledger.architecture import LINEARS
 from ..ledger.terms import BLOCKS
 from ..analysis.fit import load_card
+from ..analysis.sensitivity import sensitivity
 from ..presets import load_model
 from ..scenario import Scenario
 from ..symbols import LATEX_NAMES, SYMBOLS, latex, sym
@@ -44,6 +45,9 @@ LANGS = ("en", "zh")
 OTHER_SCALE = {"small": "70b", "large": "7b"}   # 7B ↔ 70B: the reference answer's re-derivation
 LARGE = 30_000_000_000                          # a model above this many parameters re-derives at 7B
 PROBE_SEQ = 512                                 # the triage probe: batch 1 and a short sequence
+NODE = 8                                        # cards in one node: where ZeRO stages are compared
+MAX_CARDS = 64                                  # the largest card count searched for ZeRO-3
+STAGES = ((0, "none"), (1, "none"), (2, "none"), (3, "none"), (3, "optimizer"), (3, "optimizer+params"))
 
 
 # ---------------------------------------------------------------- numbers → LaTeX / text
@@ -74,7 +78,7 @@ def substituted_latex(expr: sp.Expr, subs: dict) -> str:
     """``expr`` printed with every symbol replaced by its number, structure kept (nothing evaluated).
 
     >>> substituted_latex(sym("P") * sym("bytes_weight"), {sym("P"): 7, sym("bytes_weight"): 2})
-    '2 \\\\cdot 7'
+    '7 \\\\cdot 2'
     """
     names = {s: number_latex(subs[s]) for s in expr.free_symbols}
     return sp.latex(expr, symbol_names=names, mul_symbol="dot")
@@ -215,11 +219,32 @@ RECIPES = (("full12", dict(method="full", master="none")), ("full16", dict(metho
            ("lora", dict(method="lora", master="none")), ("qlora", dict(method="qlora", master="none")))
 
 
-def comparison(sc: Scenario, capacity: int) -> list[dict]:
-    """Full (12 and 16 B/param), LoRA and QLoRA for ``sc``'s model and activation settings.
+def fewest_cards(sc: Scenario, capacity: int) -> int | None:
+    """The fewest cards (up to MAX_CARDS) on which ZeRO-3 brings the per-GPU peak within ``capacity``.
 
-    ``cards``: the fewest cards of ``capacity`` usable bytes that could hold the peak at all —
-    ⌈peak / capacity⌉, reached only when everything is sharded (ZeRO-3)."""
+    >>> fewest_cards(Scenario.create("7b", method="qlora"), 80 * 2**30)
+    1
+    """
+    return next((n for n in range(1, MAX_CARDS + 1)
+                 if evaluate(sc.with_changes(gpus=n, zero=3)).peak <= capacity), None)
+
+
+def node_stages(sc: Scenario, capacity: int) -> list[dict]:
+    """Per-GPU peak on one node of NODE cards at each ZeRO stage, then with offload."""
+    rows = []
+    for zero, offload in STAGES:
+        staged = _try(sc, gpus=NODE, zero=zero, offload=offload)
+        if isinstance(staged, str):
+            continue
+        peak = evaluate(staged).peak
+        rows.append({"zero": zero, "offload": offload, "peak": peak, "fits": peak <= capacity})
+    return rows
+
+
+def comparison(sc: Scenario, capacity: int) -> list[dict]:
+    """Full (12 and 16 B/param), LoRA and QLoRA for ``sc``'s model and activation settings, with
+    the fewest cards under ZeRO-3 (without and with checkpointing) and the first ZeRO stage or
+    offload that fits one node of NODE cards."""
     rows = []
     for key, changes in RECIPES:
         other = _try(sc, **changes)
@@ -227,11 +252,12 @@ def comparison(sc: Scenario, capacity: int) -> list[dict]:
             rows.append({"key": key, "refused": other})
             continue
         bd = evaluate(other)
-        ckpt = evaluate(other.with_changes(grad_checkpointing=True)).peak
+        stages = node_stages(other, capacity)
         rows.append({"key": key, "refused": None, "blocks": bd.blocks, "total": bd.ledger_total, "peak": bd.peak,
                      "per_param": per_param(bd)["total"].value, "P_train": bd.derived["P_train"],
-                     "fits": bd.peak <= capacity, "cards": math.ceil(bd.peak / capacity),
-                     "peak_ckpt": ckpt, "cards_ckpt": math.ceil(ckpt / capacity)})
+                     "fits": bd.peak <= capacity, "cards": fewest_cards(other, capacity),
+                     "cards_ckpt": fewest_cards(other.with_changes(grad_checkpointing=True), capacity),
+                     "stages": stages, "node_fit": next((st for st in stages if st["fits"]), None)})
     return rows
 
 
@@ -257,11 +283,28 @@ def triage(sc: Scenario, capacity: int) -> dict:
             "fits": bd.peak <= capacity, "fixes": fixes}
 
 
-def activation_cuts(sc: Scenario) -> list[dict]:
-    """Ways to cut activations, each on its own, ranked by the activation bytes it saves."""
+KNOB_UNITS = {"seq": "B/token", "batch": "B/sequence", "rank": "B/rank"}
+
+
+def ranked_knobs(sc: Scenario, units: str) -> dict:
+    """The engine's sensitivity of the peak to seq, batch (and r under LoRA): ∂peak/∂x as three lines, ranked
+    by elasticity (the percent change of the peak per percent change of x)."""
+    res = sensitivity(sc, knobs=("seq", "batch") + (("rank",) if sc.lora else ()))
+    subs = _subs(res.breakdown)
+    moment = next(m for m in res.breakdown.ledger.moments if m.key == res.moment)
+    rows = [{"knob": r.knob, "at": r.at, "elasticity": r.elasticity,
+             "derivative": derive(rf"\frac{{\partial M_{{\mathrm{{peak}}}}}}{{\partial {SYMBOLS[r.knob].latex}}}",
+                                  r.derivative, subs, KNOB_UNITS[r.knob], units)} for r in res.rows]
+    return {"moment": moment, "rows": rows}
+
+
+def activation_cuts(sc: Scenario, ranked: dict) -> list[dict]:
+    """Ways to cut activations, each on its own and re-estimated: the knobs in the order of the engine's
+    sensitivity (halved), then checkpointing and fused attention."""
     bd = evaluate(sc)
-    options = (("seq", dict(seq=max(sc.seq // 2, 1))), ("checkpointing", dict(grad_checkpointing=True)),
-               ("batch", dict(batch=max(sc.batch // 2, 1))), ("attention", dict(attention="sdpa")))
+    halved = {"seq": dict(seq=max(sc.seq // 2, 1)), "batch": dict(batch=max(sc.batch // 2, 1))}
+    options = tuple((r["knob"], halved[r["knob"]]) for r in ranked["rows"] if r["knob"] in halved) + (
+        ("checkpointing", dict(grad_checkpointing=True)), ("attention", dict(attention="sdpa")))
     cuts = []
     for key, changes in options:
         other = _try(sc, **changes)
@@ -271,7 +314,7 @@ def activation_cuts(sc: Scenario) -> list[dict]:
         cuts.append({"key": key, "activations": cut.blocks["activations"], "peak": cut.peak,
                      "saved": bd.blocks["activations"] - cut.blocks["activations"],
                      **{k: getattr(other, k) for k in ("seq", "batch")}})
-    return sorted(cuts, key=lambda c: -c["saved"])
+    return cuts
 
 
 def explain_context(sc: Scenario, gpu: str = "a100-80g", other: str | None = None, units: str = "GiB") -> dict:
@@ -294,6 +337,7 @@ def explain_context(sc: Scenario, gpu: str = "a100-80g", other: str | None = Non
     if other is None:
         other = OTHER_SCALE["large" if bd.derived["P"] > LARGE else "small"]
     other_sc = same_settings(sc, other)
+    knobs = ranked_knobs(sc, units)
     return {
         "sc": sc, "model": sc.model, "units": units, "gpu": card, "capacity": card.usable_bytes,
         "P": bd.derived["P"], "P_train": bd.derived["P_train"],
@@ -308,14 +352,16 @@ def explain_context(sc: Scenario, gpu: str = "a100-80g", other: str | None = Non
         "comparison": comparison(sc, card.usable_bytes),
         "other": {"model": other_sc.model, "P": evaluate(other_sc).derived["P"],
                   "comparison": comparison(other_sc, card.usable_bytes)},
-        "cuts": activation_cuts(sc), "triage": triage(sc, card.usable_bytes),
+        "sensitivity": knobs, "cuts": activation_cuts(sc, knobs), "triage": triage(sc, card.usable_bytes),
+        "node": NODE, "max_cards": MAX_CARDS,
     }
 
 
 # ---------------------------------------------------------------- formats: markup helpers for templates
 
 _TEX_SPECIAL = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_",
-                "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}"}
+                "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}",
+                "<": r"\textless{}", ">": r"\textgreater{}"}
 _MD_SPECIAL = re.compile(r"([\\`*_\[\]<>#|$])")
 
 
