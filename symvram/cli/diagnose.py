@@ -1,0 +1,146 @@
+"""``symvram diagnose``: OOM triage — which side is over, the probe, the remedies in order."""
+from __future__ import annotations
+
+import argparse
+import json
+
+from ..analysis.diagnose import PROBE_SEQ, Diagnosis, diagnose
+from ..analysis.fit import load_card
+from ..errors import UserError
+from ..present.units import fmt_bytes, parse_size
+from .common import add_model_argument, add_scenario_arguments, positive_int, scenario_from_args, write_output
+from .fit import add_card_arguments
+
+HELP = f"""\
+A job that "should fit" ran out of memory. diagnose says which side of the ledger is over — the
+parameter side (base weights + gradients, optimizer states, master, adapters) or the activation side —
+prescribes the probe that splits them on the real job (batch 1, seq {PROBE_SEQ}), then the remedies in
+order, each with its predicted saving and the peak after it, stopping where the job fits:
+max_seq_len from the data's P95, gradient checkpointing, batch 1 + gradient accumulation, optimizer
+precision, QLoRA, and only then more cards. With --measured-peak it fits the unknown overhead.
+
+examples:
+  symvram diagnose llama-3-8b --method lora --gpu 24GiB --batch 4 --seq 4096
+  symvram diagnose llama-3-8b --method lora --gpu 24GiB --batch 4 --seq 4096 --p95-seq 1800
+  symvram diagnose llama-3-8b --method lora --gpu 24GiB --batch 4 --seq 4096 \\
+      --measured-peak 23.5GiB --measured-at batch=1,seq=512
+"""
+MEASURED_KEYS = ("batch", "seq", "rank")
+
+
+def parse_measured_at(text: str) -> dict:
+    """``batch=1,seq=512`` → {"batch": 1, "seq": 512}.
+
+    >>> parse_measured_at("batch=1, seq=512")
+    {'batch': 1, 'seq': 512}
+    """
+    out = {}
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        key, sep, value = part.partition("=")
+        key = key.strip()
+        if not sep or key not in MEASURED_KEYS:
+            raise UserError(f"--measured-at takes {'/'.join(MEASURED_KEYS)}=N pairs, e.g. batch=1,seq=512; got {part!r}")
+        try:
+            out[key] = positive_int(value.strip())
+        except argparse.ArgumentTypeError as e:
+            raise UserError(f"--measured-at {key}: {e}") from None
+    return out
+
+
+def register(sub) -> None:
+    p = sub.add_parser("diagnose", help="OOM triage: which side is over and the remedies in order",
+                       description=HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_model_argument(p)
+    add_scenario_arguments(p)
+    add_card_arguments(p)
+    p.add_argument("--p95-seq", type=positive_int, help="95th percentile of the data's tokenized lengths")
+    p.add_argument("--measured-peak", help="the peak the job reached (torch.cuda.max_memory_allocated), e.g. 23.5GiB")
+    p.add_argument("--measured-at", help="settings of that measurement, e.g. batch=1,seq=512 (default: the job's)")
+    p.add_argument("--max-gpus", type=positive_int, default=64, help="most GPUs to consider for more cards (default 64)")
+    p.add_argument("--format", choices=("table", "json"), default="table")
+    p.add_argument("-o", "--output", help="write to this file instead of stdout")
+    p.add_argument("--force", action="store_true", help="overwrite --output if it exists")
+    p.set_defaults(func=run)
+
+
+def _moment(bd, key=None) -> str:
+    key = key or bd.peak_moment
+    return next(m.label for m in bd.ledger.moments if m.key == key)
+
+
+def render(d: Diagnosis, units: str) -> str:
+    sc, est = d.estimate.scenario, d.estimate
+    fb = (lambda n: fmt_bytes(n, units))
+    budget = (f"{fb(d.card.usable_bytes)} usable − {fb(d.headroom)} headroom"
+              + (f" − {fb(d.overhead)} measured overhead" if d.overhead > 0 else "") + f" = {fb(d.budget)}")
+    lines = [f"{sc.model.name} · {sc.method}" + (f" r={sc.rank}" if sc.lora else "") + f" · batch {sc.batch} · "
+             f"seq {sc.seq} on {d.card.name}: budget {budget}", ""]
+    if d.measured:
+        measured, at = d.measured
+        lines.append(f"measured: {fb(measured)} at batch {at.scenario.batch}, seq {at.scenario.seq}; the ledger "
+                     f"predicts {fb(at.peak)} there: the measurement is {fb(abs(d.overhead))} "
+                     f"({100 * d.overhead / at.peak:+.1f} %) {'above' if d.overhead >= 0 else 'below'} the estimate"
+                     + (" — taken as unknown overhead (context, allocator, fragmentation) and kept free below"
+                        if d.overhead > 0 else " — no overhead to add"))
+    lines.append(f"estimate: peak {fb(est.peak)} at {_moment(est)}: parameter side (base + trainable) "
+                 f"{fb(d.parameter_bytes)}, activation side (saved activations + temporaries) {fb(d.activation_bytes)}")
+    if d.side == "fits":
+        lines.append(f"verdict: the ledger says it fits with {fb(d.budget - est.peak)} to spare; an OOM means "
+                     "something the ledger does not hold (another process, a leak, a different recipe): measure "
+                     "with --measured-peak")
+    elif d.side == "parameter":
+        lines.append(f"verdict: the parameter side alone is over by {fb(d.parameter_bytes - d.budget)}: no batch or "
+                     "sequence setting helps; change the recipe, the method or the number of cards")
+    else:
+        lines.append(f"verdict: the activation side is over: the parameters leave {fb(d.budget - d.parameter_bytes)}, "
+                     f"the activations need {fb(d.activation_bytes)}")
+    verdict = "fits" if d.probe.peak <= d.budget else "is over too"
+    lines.append(f"probe: run the real job at batch 1, seq {d.probe.scenario.seq} (predicted {fb(d.probe.peak)}: "
+                 f"{verdict}). Still OOM → the parameter side is bigger than this ledger: check the LoRA targets, an "
+                 "fp32 master copy the framework keeps, the optimizer's state precision. Runs → activations: go on.")
+    if d.remedies or d.skipped:
+        lines += ["", "remedies, in order (each keeps the ones above it):"]
+    for title, why in d.skipped:
+        lines.append(f"  - {title}: skipped — {why}")
+    for n, r in enumerate(d.remedies, 1):
+        where = "fits" if r.after.peak <= d.budget else f"still {fb(r.after.peak - d.budget)} over"
+        note = "" if r.saving > 0 else f" (no saving: the peak is at {_moment(r.after)})"
+        lines.append(f"  {n}. {r.title}: saves {fb(r.saving)} → peak {fb(r.after.peak)}, {where}{note}; cost: {r.cost}")
+    if d.cards is not None:
+        c = d.cards
+        lines.append(f"  then more cards: {c.strategy.name} on {c.gpus} × {d.card.name} ({fb(c.at.peak)} per GPU"
+                     + (f", {fb(c.host_total)} host" if c.host_total else "") + f") for {sc.method} with the fixes above")
+    elif d.side != "fits" and not d.fixed:
+        lines.append(f"  more cards: nothing fits within --max-gpus; a larger card is needed")
+    return "\n".join(lines)
+
+
+def to_json(d: Diagnosis) -> dict:
+    return {
+        "card": {"name": d.card.name, "usable_bytes": d.card.usable_bytes}, "headroom_bytes": d.headroom,
+        "overhead_bytes": d.overhead, "budget_bytes": d.budget, "side": d.side,
+        "peak_bytes": d.estimate.peak, "peak_moment": d.estimate.peak_moment,
+        "parameter_side_bytes": d.parameter_bytes, "activation_side_bytes": d.activation_bytes,
+        "probe": {"batch": d.probe.scenario.batch, "seq": d.probe.scenario.seq, "peak_bytes": d.probe.peak},
+        "remedies": [{"key": r.key, "title": r.title, "changes": r.changes, "saving_bytes": r.saving,
+                      "peak_after_bytes": r.after.peak, "fits": r.after.peak <= d.budget, "cost": r.cost}
+                     for r in d.remedies],
+        "skipped": [{"title": t, "why": w} for t, w in d.skipped],
+        "more_cards": None if d.cards is None else {"strategy": d.cards.strategy.key, "gpus": d.cards.gpus,
+                                                    "per_gpu_peak_bytes": d.cards.at.peak},
+        "measured": None if d.measured is None else {"peak_bytes": d.measured[0], "estimate_bytes": d.measured[1].peak},
+        "inputs": d.estimate.scenario.inputs(),
+    }
+
+
+def run(args) -> int:
+    sc = scenario_from_args(args)
+    measured = parse_size(args.measured_peak) if args.measured_peak else None
+    if args.measured_at and measured is None:
+        raise UserError("--measured-at describes a measurement: give --measured-peak too")
+    at = parse_measured_at(args.measured_at) if args.measured_at else None
+    d = diagnose(sc, load_card(args.gpu), headroom=args.headroom, p95_seq=args.p95_seq, measured_peak=measured,
+                 measured_at=at, max_gpus=args.max_gpus)
+    text = json.dumps(to_json(d), indent=2) if args.format == "json" else render(d, args.units)
+    write_output(text, args.output, args.force)
+    return 0
