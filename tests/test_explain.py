@@ -183,7 +183,8 @@ def test_html_escapes_a_model_name_from_config_json(tmp_path):
 
 
 @pytest.mark.skipif(shutil.which("pdflatex") is None,
-                    reason="pdflatex is not installed (CI installs texlive-latex-base, latex-cjk-chinese; see .ci/run)")
+                    reason="pdflatex is not installed (Debian: texlive-latex-base latex-cjk-chinese "
+                           "latex-cjk-chinese-arphic-gbsn00lp, as .ci/run installs)")
 @pytest.mark.parametrize("lang", ["en", "zh"])
 def test_tex_compiles_with_pdflatex(lang, tmp_path):
     pdf = documents.compile_pdf(render(Scenario.create("7b"), fmt="tex", lang=lang))

@@ -618,8 +618,8 @@ def compile_pdf(tex: str, timeout: int = 120) -> bytes:
     engine = shutil.which("pdflatex")
     if engine is None:
         raise UserError("--format pdf needs pdflatex, which is not installed; write the TeX with --format tex, "
-                        "or install TeX Live (Debian: apt-get install texlive-latex-base texlive-latex-recommended "
-                        "latex-cjk-chinese latex-cjk-chinese-arphic-gbsn00lp)")
+                        "or install TeX Live (Debian: apt-get install texlive-latex-base latex-cjk-chinese "
+                        "latex-cjk-chinese-arphic-gbsn00lp)")
     with tempfile.TemporaryDirectory(prefix="symvram-") as folder:
         Path(folder, "explain.tex").write_text(tex, encoding="utf-8")
         try:
