@@ -172,3 +172,36 @@ def test_binary_output_goes_through_a_pipe_unchanged(capfdbinary):
 
     write_output(b"%PDF-1.5\x00\xff", None, False)
     assert capfdbinary.readouterr().out == b"%PDF-1.5\x00\xff"
+
+
+# Documents: a template's undefined variable is an error (StrictUndefined), never a silent blank;
+# a model's name from config.json is escaped for HTML, TeX and Markdown.
+
+EVIL = "<script>alert(1)</script> \\input{/etc/passwd}"
+
+
+@pytest.fixture
+def evil_model(tmp_path):
+    import json
+    cfg = {"model_type": "llama", "hidden_size": 2048, "intermediate_size": 5632, "num_hidden_layers": 22,
+           "num_attention_heads": 32, "num_key_value_heads": 4, "vocab_size": 32000, "_name_or_path": EVIL}
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    return str(tmp_path)
+
+
+def test_an_undefined_template_variable_is_an_error(tmp_path, capsys):
+    (tmp_path / "explain.en.j2").write_text("memory of << model_nmae >>\n")
+    assert main(["explain", "7b", "--template-dir", str(tmp_path)]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err == "symvram: error: template error: 'model_nmae' is undefined\n"
+
+
+@pytest.mark.parametrize("fmt,raw,escaped", [
+    ("html", "<script>alert(1)", "&lt;script&gt;alert(1)&lt;/script&gt;"),
+    ("tex", "\\input{/etc/passwd}", "\\textbackslash{}input\\{/etc/passwd\\}"),
+])
+def test_documents_escape_the_model_name(evil_model, capsys, fmt, raw, escaped):
+    assert main(["explain", evil_model, "--format", fmt]) == 0
+    out = capsys.readouterr().out
+    assert escaped in out
+    assert raw not in out
