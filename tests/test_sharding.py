@@ -142,3 +142,9 @@ def test_cli_reports_per_gpu_peak_and_host_bytes(capsys):
     e = estimate("70b", method="full", gpus=16, zero=3, offload="optimizer")
     assert data["bytes"]["peak"] == e.peak and data["bytes"]["host"] == host_bytes(e) > 0
     assert data["inputs"]["gpus"] == 16 and data["inputs"]["zero"] == 3
+
+
+def test_zero3_on_one_gpu_is_explained_not_refused():
+    e = estimate("7b", method="full", zero=3, gpus=1)
+    assert any("ZeRO-3 on one GPU" in n for n in to_json(e)["notes"])
+    assert to_json(estimate("7b", method="full", zero=3, gpus=2))["notes"] == []

@@ -9,6 +9,7 @@ this module only formats them.
 from __future__ import annotations
 
 from ..evaluate import Breakdown
+from ..ledger.sharding import notes
 from ..ledger.terms import BLOCKS
 from ..symbols import latex
 from .units import fmt_bytes
@@ -36,6 +37,7 @@ def to_json(bd: Breakdown) -> dict:
                    **{k: v for k, v in bd.derived.items() if k not in ("P", "P_train")}},
         "bytes": {**bd.blocks, "ledger_total": bd.ledger_total, "peak": bd.peak, "peak_moment": bd.peak_moment,
                   "host": host_bytes(bd)},
+        "notes": notes(bd.scenario.structure, bd.scenario.gpus),
         "terms": [{"key": t.key, "block": t.block, "latex": term_latex(bd, t.key), "bytes": bd.terms[t.key],
                    "why": t.why, "source": t.source} for t in led.terms],
         "moments": [{"key": m.key, "label": m.label, "bytes": bd.moments[m.key], "terms": list(m.terms),
@@ -103,6 +105,7 @@ def detail(bd: Breakdown, units: str = "GiB", fmt: str = "table") -> str:
     lines.append("")
     lines.append(f"peak: {fmt_bytes(bd.peak, units)} ({bd.peak:,} bytes) at {bd.ledger.moments[[m.key for m in bd.ledger.moments].index(bd.peak_moment)].label}"
                  f" — the figure torch.cuda.max_memory_allocated() reports; add the CUDA context and allocator slack on top")
+    lines += [f"note: {n}" for n in notes(bd.scenario.structure, bd.scenario.gpus)]
     return "\n".join(lines)
 
 
