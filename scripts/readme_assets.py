@@ -1,0 +1,137 @@
+"""Regenerate the README's pasted outputs, its CLI and API reference and its plots from the real tool.
+
+    python scripts/readme_assets.py           # write docs/tour/*, splice the outputs into README.md
+    python scripts/readme_assets.py --check   # exit 1 when README.md or docs/tour/*.txt is out of date
+
+Each output goes to ``docs/tour/<name>.txt`` (or ``.md``) and into README.md between the markers
+``<!-- BEGIN name -->`` and ``<!-- END name -->``; nothing between the markers is written by hand. The
+plots go to ``docs/tour/<name>.png`` (``--check`` does not compare images: they vary with matplotlib).
+"""
+from __future__ import annotations
+
+import argparse
+import inspect
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+README = ROOT / "README.md"
+TOUR = ROOT / "docs" / "tour"
+WIDTH = "100"   # argparse wraps help to $COLUMNS
+
+# name -> the symvram command line whose output the README shows
+COMMANDS = {
+    "estimate": ["estimate", "7b"],
+    "estimate-lora": ["estimate", "7b", "--method", "lora", "--format", "markdown"],
+    "whatif": ["whatif", "7b", "--method", "lora", "--set", "seq=4096", "--set", "rank=16"],
+    "sensitivity": ["sensitivity", "7b", "--method", "lora", "--batch", "4", "--knobs", "seq,batch,rank,layers,hidden"],
+    "fit": ["fit", "llama-3-8b", "--method", "lora", "--gpu", "rtx-4090", "--solve", "seq"],
+    "plan": ["plan", "70b", "--gpu", "a100-80g"],
+}
+PLOTS = {   # name -> the command that draws docs/tour/<name>.png
+    "breakdown": ["plot", "7b", "--kind", "breakdown"],
+    "seq_curve": ["plot", "7b", "--kind", "seq-curve", "--ranks", "8,64,256"],
+}
+EXPLAIN = ["explain", "7b", "--method", "lora"]
+
+
+def symvram(args: list[str]) -> str:
+    env = {**os.environ, "COLUMNS": WIDTH}
+    run = subprocess.run([sys.executable, "-m", "symvram", *args], capture_output=True, text=True, env=env, cwd=ROOT)
+    if run.returncode != 0:
+        raise SystemExit(f"symvram {' '.join(args)} failed ({run.returncode}): {run.stderr.strip()}")
+    return run.stdout.rstrip("\n")
+
+
+def fenced(args: list[str], output: str) -> str:
+    return f"```text\n$ symvram {' '.join(args)}\n{output}\n```"
+
+
+def explain_section(markdown: str, number: int) -> str:
+    """Section ``number`` ("## 1. …") of the worked answer, as written; headings demoted one level."""
+    sections = re.split(r"(?m)^(?=## )", markdown)
+    section = next(s for s in sections if s.startswith(f"## {number}."))
+    return "#" + section.strip()
+
+
+def cli_reference() -> str:
+    """``symvram COMMAND --help`` for every command, each folded in a <details> block."""
+    os.environ["COLUMNS"] = WIDTH
+    from symvram.cli import COMMANDS as NAMES, build_parser
+
+    parser = build_parser()
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    helps = {a.dest: a.help for a in sub._choices_actions}
+    blocks = [fenced(["--help"], parser.format_help().rstrip())]
+    for name in NAMES:
+        text = sub.choices[name].format_help().rstrip()
+        blocks.append(f"<details><summary><code>symvram {name}</code>: {helps[name]}</summary>\n\n"
+                      f"```text\n{text}\n```\n</details>")
+    return "\n\n".join(blocks)
+
+
+def api_reference() -> str:
+    """Each function of ``symvram.__all__``: its parameters and the first paragraph of its docstring."""
+    import symvram
+
+    lines = []
+    for name in symvram.__all__:
+        obj = getattr(symvram, name)
+        if inspect.isfunction(obj):
+            summary = inspect.getdoc(obj).split("\n\n")[0].replace("\n", " ")
+            sig = inspect.signature(obj)
+            bare = sig.replace(parameters=[p.replace(annotation=p.empty) for p in sig.parameters.values()],
+                               return_annotation=sig.empty)
+            lines.append(f"- `symvram.{name}{bare}`  \n  {summary}")
+    return "\n".join(lines)
+
+
+def blocks() -> dict[str, str]:
+    """Every generated README block, and the files written to docs/tour."""
+    out = {name: fenced(args, symvram(args)) for name, args in COMMANDS.items() if name != "estimate-lora"}
+    out["estimate-lora"] = f"$ symvram {' '.join(COMMANDS['estimate-lora'])}\n\n" + symvram(COMMANDS["estimate-lora"])
+    out["explain"] = explain_section(symvram(EXPLAIN), 1)
+    out["cli"] = cli_reference()
+    out["api"] = api_reference()
+    return out
+
+
+def splice(readme: str, generated: dict[str, str]) -> str:
+    for name, text in generated.items():
+        pattern = re.compile(rf"(<!-- BEGIN {re.escape(name)} -->\n)(?:.*?\n)?(<!-- END {re.escape(name)} -->)", re.S)
+        if not pattern.search(readme):
+            raise SystemExit(f"README.md has no <!-- BEGIN {name} --> … <!-- END {name} --> block")
+        readme = pattern.sub(lambda m: m.group(1) + text + "\n" + m.group(2), readme)
+    return readme
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--check", action="store_true", help="only report whether anything is out of date")
+    args = parser.parse_args(argv)
+    generated = blocks()
+    files = {TOUR / f"{name}.{'md' if name in ('estimate-lora', 'explain', 'cli', 'api') else 'txt'}": text + "\n"
+             for name, text in generated.items()}
+    readme = splice(README.read_text(encoding="utf-8"), generated)
+    stale = [p for p, text in files.items() if not p.exists() or p.read_text(encoding="utf-8") != text]
+    if README.read_text(encoding="utf-8") != readme:
+        stale.append(README)
+    if args.check:
+        for p in stale:
+            print(f"out of date: {p.relative_to(ROOT)}")
+        return 1 if stale else 0
+    TOUR.mkdir(parents=True, exist_ok=True)
+    for p, text in files.items():
+        p.write_text(text, encoding="utf-8")
+    README.write_text(readme, encoding="utf-8")
+    for name, command in PLOTS.items():
+        symvram([*command, "-o", str(TOUR / f"{name}.png"), "--force"])
+    print(f"wrote {len(files)} files and {len(PLOTS)} plots to {TOUR.relative_to(ROOT)}/, and README.md")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
