@@ -85,7 +85,7 @@ def headroom_bytes(text: str | int, capacity: int) -> int:
 
 def max_rank(sc: Scenario) -> int:
     """The largest rank that is still low-rank for every targeted matrix: min(d_in, d_out)."""
-    dims = {SYMBOLS[n].symbol: v for n, v in sc.model.dims.items()}
+    dims = {SYMBOLS[n].symbol: v for n, v in sc.values().items() if SYMBOLS[n].group == "model"}  # --set included
     return min(int(side.subs(dims)) for t in sc.targets for side in (LINEARS[t].d_in, LINEARS[t].d_out))
 
 

@@ -1,8 +1,8 @@
 """What if one or more symbols took other values? Both ledgers, term by term, with the change.
 
-``rank``, ``batch``, ``seq`` (and the other registry symbols that are Scenario fields) change the
-scenario; every other symbol — model dimensions, bytes per element, quantization constants — becomes
-an override. A symbol the method's ledger does not contain is refused, not silently ignored.
+``rank``, ``batch``, ``seq`` (the registry symbols that are Scenario fields, ``scenario.FIELD_SYMBOLS``)
+change the scenario; every other symbol — model dimensions, bytes per element, quantization constants —
+becomes an override. A symbol the method's ledger does not contain is refused, not silently ignored.
 
 >>> from symvram.scenario import Scenario
 >>> w = whatif(Scenario.create("7b", method="lora", rank=64), {"rank": 16})
@@ -22,8 +22,6 @@ from ..evaluate import Breakdown, evaluate
 from ..ledger import Ledger, build_ledger
 from ..scenario import Scenario
 from ..symbols import SYMBOLS
-
-FIELD_SYMBOLS = tuple(n for n in SYMBOLS if n in Scenario.__dataclass_fields__)  # batch, seq, rank, gpus, tp
 
 
 @lru_cache(maxsize=128)
@@ -54,12 +52,10 @@ def check_symbol(sc: Scenario, name: str, option: str = "--set") -> None:
 
 
 def apply_changes(sc: Scenario, changes: dict[str, int | float]) -> Scenario:
-    """The scenario with ``changes`` applied: Scenario fields directly, other symbols as overrides."""
+    """The scenario with ``changes`` applied (``Scenario.create`` turns batch, seq, rank … into fields)."""
     for name in changes:
         check_symbol(sc, name)
-    fields = {k: v for k, v in changes.items() if k in FIELD_SYMBOLS}
-    overrides = {**dict(sc.overrides), **{k: v for k, v in changes.items() if k not in FIELD_SYMBOLS}}
-    return sc.with_changes(**fields, overrides=overrides)
+    return sc.with_changes(overrides={**dict(sc.overrides), **changes})
 
 
 @dataclass(frozen=True)
