@@ -1,18 +1,18 @@
 """Measurement side of symvram (optional extra ``validate``: torch, transformers, peft).
 
-``measure(spec) -> dict`` runs real training steps of a Hugging Face model under PyTorch's
-FakeTensorMode and returns the peak of live tensor bytes (see :mod:`symvram.validate.measure`).
-``explain_peak(spec) -> dict`` lists the tensors alive at that peak.
+``symvram.validate.measure.measure(spec) -> dict`` runs real training steps of a Hugging Face
+model under PyTorch's FakeTensorMode and returns the peak of live tensor bytes;
+``symvram.validate.explain_peak.explain_peak(spec) -> dict`` lists the tensors alive at that peak;
+``symvram.validate.spec`` maps a Scenario to a measurement spec and back (torch-free).
 
-Importing this package does not import torch; the first use of ``measure`` / ``explain_peak``
-does.
+Importing this package does not import torch; importing ``.measure`` or ``.explain_peak`` does.
 """
 
 from __future__ import annotations
 
 import importlib.util
 
-__all__ = ["MISSING_REASON", "explain_peak", "is_available", "measure"]
+__all__ = ["is_available", "missing_reason"]
 
 
 def _missing() -> list[str]:
@@ -24,7 +24,8 @@ def is_available() -> bool:
     return not _missing()
 
 
-def MISSING_REASON() -> str:  # noqa: N802 - reads like a constant at the call site
+def missing_reason() -> str:
+    """What to install for validate, or "" when everything is there."""
     miss = _missing()
     if not miss:
         return ""
@@ -32,17 +33,3 @@ def MISSING_REASON() -> str:  # noqa: N802 - reads like a constant at the call s
         f"symvram validate needs {', '.join(miss)}: "
         "pip install 'symvram[validate]' (torch==2.13.0, transformers==5.24.0, peft==0.21.2)"
     )
-
-
-def measure(spec: dict) -> dict:
-    """Measure one case; see :func:`symvram.validate.measure.measure`."""
-    from .measure import measure as _measure
-
-    return _measure(spec)
-
-
-def explain_peak(spec: dict, **kwargs) -> dict:
-    """List the live tensors at the global peak; see :func:`symvram.validate.explain_peak.explain_peak`."""
-    from .explain_peak import explain_peak as _explain
-
-    return _explain(spec, **kwargs)

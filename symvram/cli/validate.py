@@ -1,0 +1,91 @@
+"""``symvram validate``: measure the real peak of the same training step and set it beside the estimate."""
+from __future__ import annotations
+
+import argparse
+import json
+import warnings
+
+from ..errors import UserError
+from ..evaluate import evaluate
+from ..present.tables import render_rows
+from ..present.units import fmt_bytes
+from .common import add_model_argument, add_scenario_arguments, scenario_from_args, write_output
+
+HELP = """\
+Builds the real Hugging Face model (transformers + PEFT) from the same preset or config.json, with no
+weights: every tensor is a FakeTensor, so shapes, dtypes and the exact sequence of aten ops are real
+while no storage is allocated. Runs two training steps (forward with causal-LM loss, backward,
+optimizer.step(), zero_grad) and records the peak of live tensor bytes — the figure
+torch.cuda.max_memory_allocated() reports — with PyTorch's MemTracker, then prints it beside the
+estimate, category by category. With --device cuda on a machine with a GPU it runs real tensors and
+reads torch.cuda.max_memory_allocated() (that adds allocator rounding and library workspaces).
+
+Needs the optional extra:  pip install 'symvram[validate]'   (torch, transformers, peft)
+It measures the versions you have installed; the estimator follows torch 2.13, transformers 5.24, peft 0.21.
+
+examples:
+  symvram validate tinyllama-1.1b --method lora --rank 16 --seq 512 --adapter-dtype fp32 --state-dtype fp32
+  symvram validate ./config.json --method full --state-dtype bf16 --format json
+"""
+
+
+def register(sub) -> None:
+    p = sub.add_parser("validate", help="measure the real peak (FakeTensorMode) and compare with the estimate",
+                       description=HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_model_argument(p)
+    add_scenario_arguments(p)
+    p.add_argument("--format", choices=("table", "json"), default="table")
+    p.add_argument("-o", "--output", help="write to this file instead of stdout")
+    p.add_argument("--force", action="store_true", help="overwrite --output if it exists")
+    p.set_defaults(func=run)
+
+
+def _check_supported(sc) -> None:
+    if sc.method == "qlora":
+        raise UserError("validate measures full and LoRA fine-tuning; QLoRA needs bitsandbytes' CUDA kernels, "
+                        "which a fake-tensor run cannot execute")
+    if sc.gpus > 1 or sc.tp > 1 or sc.zero or sc.offload != "none":
+        raise UserError("validate measures one device; multi-GPU strategies are checked by the sharding tests")
+    if sc.optimizer != "adamw":
+        raise UserError(f"validate runs torch.optim.AdamW; --optimizer {sc.optimizer} is not a torch optimizer here")
+    if sc.master == "fp32":
+        raise UserError("validate runs plain torch AdamW, which keeps no separate fp32 master copy; "
+                        "use --dtype fp32 --autocast bf16 for the mixed-precision recipe")
+    trainable = sc.adapter_dtype if sc.lora else sc.dtype
+    if sc.state_dtype != trainable:
+        raise UserError(f"torch AdamW keeps its states in the parameter's dtype ({trainable}); "
+                        f"pass --state-dtype {trainable} so that the estimate describes the same run")
+
+
+def run(args) -> int:
+    from .. import validate
+
+    kw = {"device": "cpu"} if getattr(args, "device", None) is None else {}
+    sc = scenario_from_args(args, **kw)
+    _check_supported(sc)
+    if not validate.is_available():
+        raise UserError(validate.missing_reason())
+    from ..validate.compare import comparison
+    from ..validate.measure import measure
+    from ..validate.spec import from_scenario
+
+    spec = from_scenario(sc)
+    spec["device"] = "cuda" if sc.device == "cuda" else "fake"
+    with warnings.catch_warnings():  # transformers' deprecation notices are not the user's business here
+        warnings.simplefilter("ignore", FutureWarning)
+        measured = measure(spec)
+    bd = evaluate(sc)
+    result = comparison(bd, measured)
+    if args.format == "json":
+        text = json.dumps({"spec": spec, **result}, indent=2)
+    else:
+        rows = [["", f"estimate ({args.units})", f"measured ({args.units})", "error"]]
+        for name, row in result["rows"].items():
+            err = "—" if row["error"] is None else f"{100 * row['error']:+.3f} %"
+            rows.append([name, fmt_bytes(row["estimate"], args.units), fmt_bytes(row["measured"], args.units), err])
+        versions = ", ".join(f"{k} {v}" for k, v in result["versions"].items())
+        text = (render_rows(rows, "lrrr", "table") +
+                f"\n\npeak moment: estimate '{result['estimate_moment']}', measured '{result['measured_phase']}'"
+                f"\nmeasured with {versions} ({'real CUDA tensors' if spec['device'] == 'cuda' else 'FakeTensorMode, CPU code paths'})")
+    write_output(text, args.output, args.force)
+    return 0

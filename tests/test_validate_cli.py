@@ -1,0 +1,48 @@
+"""`symvram validate`: the estimate against PyTorch's own allocation of the same step (tiny models)."""
+import json
+
+import pytest
+
+from symvram.cli import main
+from symvram import validate
+
+TINY = {"model_type": "llama", "hidden_size": 64, "intermediate_size": 176, "num_hidden_layers": 2,
+        "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 1000, "max_position_embeddings": 512}
+TINY_QWEN = {**TINY, "model_type": "qwen2", "tie_word_embeddings": True, "vocab_size": 1200}
+
+needs_torch = pytest.mark.skipif(not validate.is_available(), reason="optional extra 'validate' not installed")
+
+
+def _config(tmp_path, cfg):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(cfg))
+    return str(path)
+
+
+@needs_torch
+@pytest.mark.parametrize("cfg, args", [
+    (TINY, ["--method", "lora", "--rank", "8", "--adapter-dtype", "fp32", "--state-dtype", "fp32",
+            "--batch", "3", "--seq", "40"]),
+    (TINY, ["--method", "lora", "--rank", "8", "--adapter-dtype", "bf16", "--state-dtype", "bf16",
+            "--batch", "2", "--seq", "48", "--grad-checkpointing"]),
+    (TINY_QWEN, ["--method", "full", "--state-dtype", "bf16", "--batch", "2", "--seq", "32",
+                 "--attention", "eager"]),
+])
+def test_validate_measures_what_it_estimates(tmp_path, capsys, cfg, args):
+    assert main(["validate", _config(tmp_path, cfg), *args, "--format", "json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    peak = out["rows"]["peak"]
+    # the measurement is PyTorch's own count of live tensor bytes: the estimate must be within 1 %
+    assert abs(peak["error"]) < 0.01, out
+    assert out["rows"]["params"]["estimate"] == out["rows"]["params"]["measured"]
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["--method", "qlora", "--rank", "8"], "bitsandbytes"),
+    (["--method", "full", "--gpus", "2", "--zero", "2"], "one device"),
+    (["--method", "full", "--state-dtype", "fp32"], "parameter's dtype"),
+])
+def test_validate_refuses_what_it_cannot_measure(tmp_path, capsys, args, needle):
+    assert main(["validate", _config(tmp_path, TINY), *args]) == 2
+    err = capsys.readouterr().err
+    assert needle in err and err.count("\n") == 1
