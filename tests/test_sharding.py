@@ -148,3 +148,18 @@ def test_zero3_on_one_gpu_is_explained_not_refused():
     e = estimate("7b", method="full", zero=3, gpus=1)
     assert any("ZeRO-3 on one GPU" in n for n in to_json(e)["notes"])
     assert to_json(estimate("7b", method="full", zero=3, gpus=2))["notes"] == []
+
+
+@pytest.mark.parametrize("n", [2, 4, 8, 64])
+def test_deepspeed_differences_are_the_documented_ones(n):
+    """docs/sharding.md: DeepSpeed's estimate_zero2/zero3_model_states_mem_needs (no offload) against
+    our fp32-master recipe (k = 12): ZeRO-2 differs by 2Ψ + 2Ψ/N (full 16-bit grads + fp32 grad
+    partition), ZeRO-3 by 2Ψ/N (fp32 grad partition); the gathered layers agree (4·LL)."""
+    psi = P7
+    ll = max(4 * H * H + 3 * H * F + 2 * H, V * H)
+    ds_zero2 = 4 * psi + 16 * psi / n
+    ds_zero3 = 4 * ll + 18 * psi / n
+    z2 = estimate("7b", method="full", master="fp32", zero=2, gpus=n)
+    z3 = estimate("7b", method="full", master="fp32", zero=3, gpus=n)
+    assert ds_zero2 - model_states(z2) == pytest.approx(2 * psi + 2 * psi / n, abs=8)
+    assert ds_zero3 - (model_states(z3) + z3.terms["gathered_params"]) == pytest.approx(2 * psi / n, abs=8)
