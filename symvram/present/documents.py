@@ -458,6 +458,11 @@ class HTMLFormat(MarkdownFormat):
         return "\n".join(out)
 
 
+def _breakable(tex: str) -> str:
+    r"""Plain parentheses instead of ``\left( … \right)`` (one unbreakable box), so long lines can wrap."""
+    return tex.replace(r"\left(", "(").replace(r"\right)", ")")
+
+
 class TexFormat(MarkdownFormat):
     name, suffix = "tex", "tex"
 
@@ -474,16 +479,22 @@ class TexFormat(MarkdownFormat):
     def code(self, text) -> Markup:
         return Markup(f"\\texttt{{{self.escape(text)}}}")
 
+    def m(self, tex: str) -> Markup:
+        return Markup(f"${_breakable(tex)}$")
+
     def eq(self, *lines: str) -> Markup:
-        body = " \\\\\n".join(_align(line) for line in lines)
-        return Markup(f"\\begin{{align*}}\n{body}\n\\end{{align*}}")
+        """Each line as text-style display math, which TeX breaks at + and · when it is wider than the page."""
+        body = "\\\\\n".join(f"$\\displaystyle {_breakable(line)}$" for line in lines)
+        return Markup(f"\\begin{{flushleft}}\n{body}\n\\end{{flushleft}}")
 
     def table(self, head, rows, align: str) -> Markup:
-        spec = "".join("r" if a == "r" else ("p{0.4\\linewidth}" if a == "p" else "l") for a in align)
+        """A tabular shrunk to the text width when wider; ``p`` (formula) and ``t`` (prose) columns wrap."""
+        widths = {"r": "r", "l": "l", "p": "p{0.34\\linewidth}", "t": "p{0.28\\linewidth}"}
+        spec = "".join(widths[a] for a in align)
         lines = [" & ".join(self._text(c) for c in head) + r" \\ \hline"]
         lines += [" & ".join(self._text(c) for c in row) + r" \\" for row in rows]
-        return Markup("\\begin{center}\\small\\begin{tabular}{" + spec + "}\n" + "\n".join(lines)
-                      + "\n\\end{tabular}\\end{center}")
+        return Markup("\\begin{center}\\small\\resizebox{\\ifdim\\width>\\linewidth\\linewidth\\else\\width\\fi}{!}{"
+                      "\\begin{tabular}{" + spec + "}\n" + "\n".join(lines) + "\n\\end{tabular}}\\end{center}")
 
     def finish(self, body: str) -> str:
         out = []
