@@ -50,6 +50,19 @@ def test_peak_delta_is_the_difference_of_two_estimates():
     assert w.moment_delta(before.peak_moment) == after.moments[before.peak_moment] - before.peak
 
 
+def test_tensor_parallel_change_compares_two_ledgers():
+    # tp 2 -> 1 changes the structure (no tensor parallelism): the deltas still come from both estimates
+    w = whatif(Scenario.create("7b", method="full", tp=2), {"tp": 1})
+    before, after = estimate("7b", method="full", tp=2), estimate("7b", method="full")
+    assert w.peak_delta == after.peak - before.peak
+    assert {t.key: w.term_delta(t.key) for t in w.terms()} == {
+        k: after.terms.get(k, 0) - before.terms.get(k, 0) for k in set(before.terms) | set(after.terms)}
+    # t = 2 split every weight but the RMSNorm vectors (2 per layer + the final one, replicated on each
+    # rank) in two; back at t = 1 the other half returns: (7e9 − norms) · 2 bytes / 2
+    norms = 32 * 2 * 4096 + 4096
+    assert w.term_delta("weights") == (7_000_000_000 - norms) * 2 // 2
+
+
 @pytest.mark.parametrize("sc_kw,changes,needle", [
     (dict(method="lora"), {"hiden": 4096}, "did you mean hidden"),
     (dict(method="full"), {"rank": 16}, "does not apply to --method full"),

@@ -19,7 +19,7 @@ from functools import lru_cache
 
 from ..errors import UserError
 from ..evaluate import Breakdown, evaluate
-from ..ledger import Ledger, build_ledger
+from ..ledger import Ledger, Moment, Term, build_ledger
 from ..scenario import Scenario
 from ..symbols import SYMBOLS
 
@@ -60,24 +60,29 @@ def apply_changes(sc: Scenario, changes: dict[str, int | float]) -> Scenario:
 
 @dataclass(frozen=True)
 class WhatIf:
-    """Two breakdowns of the same ledger structure and the changes that lead from one to the other."""
+    """Two breakdowns and the changes that lead from one to the other."""
 
     before: Breakdown
     after: Breakdown
     changes: dict[str, int | float]
 
-    @property
-    def ledger(self) -> Ledger:
-        return self.after.ledger
+    def terms(self) -> list[Term]:
+        """Every term of either ledger (a change of t or N can change the structure), after's formula first."""
+        after = {t.key: t for t in self.after.ledger.terms}
+        return [after.pop(t.key, t) for t in self.before.ledger.terms] + list(after.values())
+
+    def moments(self) -> list[Moment]:
+        after = {m.key: m for m in self.after.ledger.moments}
+        return [after.pop(m.key, m) for m in self.before.ledger.moments] + list(after.values())
 
     def term_delta(self, key: str) -> int:
-        return self.after.terms[key] - self.before.terms[key]
+        return self.after.terms.get(key, 0) - self.before.terms.get(key, 0)
 
     def block_delta(self, block: str) -> int:
         return self.after.blocks[block] - self.before.blocks[block]
 
     def moment_delta(self, key: str) -> int:
-        return self.after.moments[key] - self.before.moments[key]
+        return self.after.moments.get(key, 0) - self.before.moments.get(key, 0)
 
     @property
     def peak_delta(self) -> int:
