@@ -63,6 +63,31 @@ def sym(name: str) -> sp.Symbol:
         raise KeyError(f"unknown symbol {name!r}{hint}") from None
 
 
+_GREEK = {"\\beta": "β", "\\tau": "τ"}
+
+
+def text_name(latex_name: str) -> str:
+    """A terminal-friendly name from a LaTeX name: ``\\beta_{w}`` → ``β_w``, ``P_{\\mathrm{LoRA}}`` → ``P_LoRA``."""
+    name = latex_name
+    for tex, char in _GREEK.items():
+        name = name.replace(tex, char)
+    for junk in ("\\mathrm", "{", "}", "\\", " "):
+        name = name.replace(junk, "")
+    return name
+
+
+TEXT_SYMBOLS: dict[sp.Symbol, sp.Symbol] = {d.symbol: sp.Symbol(text_name(d.latex)) for d in SYMBOLS.values()}
+
+
+def text(expr: sp.Basic) -> str:
+    """A one-line formula for terminals, with the registry's short names.
+
+    >>> text(sym("batch") * sym("seq") * sym("hidden") * sym("bytes_fp32"))
+    'b*h*s*β_32'
+    """
+    return sp.sstr(expr.xreplace(TEXT_SYMBOLS), order="none")
+
+
 def latex(expr: sp.Basic) -> str:
     """LaTeX of ``expr`` with the registry's symbol names (``h`` for hidden, ``\\beta_{w}`` …)."""
     return sp.latex(expr, symbol_names=LATEX_NAMES, mul_symbol="dot")

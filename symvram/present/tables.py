@@ -11,7 +11,7 @@ from __future__ import annotations
 from ..evaluate import Breakdown
 from ..ledger.sharding import notes
 from ..ledger.terms import BLOCKS
-from ..symbols import latex
+from ..symbols import latex, text
 from .units import fmt_bytes
 
 BLOCK_TITLES = {"base": "base weights", "trainable": "trainable (grads, optimizer, master, adapters)",
@@ -73,7 +73,6 @@ def detail(bd: Breakdown, units: str = "GiB", fmt: str = "table") -> str:
     """Every term with its formula and value, the block sums, each moment, and the peak."""
     sc = bd.scenario
     md = fmt == "markdown"
-    code = (lambda s: f"`{s}`") if md else (lambda s: s)
     title = (f"{sc.model.name} · {sc.method}" + (f" r={sc.rank}" if sc.lora else "") +
              f" · batch {sc.batch} · seq {sc.seq} · {sc.dtype}" + (f"/autocast {sc.autocast}" if sc.autocast != "none" else "") +
              f" · {sc.optimizer} ({sc.optimizer_impl}), states {sc.state_dtype}" +
@@ -86,7 +85,8 @@ def detail(bd: Breakdown, units: str = "GiB", fmt: str = "table") -> str:
     rows = [["block", "term", f"bytes ({units})", "formula", "why"]]
     for block in (*BLOCKS, "transient", "host"):
         for t in bd.ledger.block_terms(block):
-            rows.append([block, t.key, fmt_bytes(bd.terms[t.key], units).split()[0], code(latex(t.expr)), t.why])
+            formula = f"${latex(t.expr)}$" if md else text(t.expr)
+            rows.append([block, t.key, fmt_bytes(bd.terms[t.key], units).split()[0], formula, t.why])
     lines.append(render_rows(rows, "llrll", fmt))
     lines.append("")
     sums = [["", f"{units}"]]
