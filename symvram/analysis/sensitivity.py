@@ -80,10 +80,6 @@ class SensitivityResult:
         return sensitivity_markdown(self)
 
 
-def _number(x: sp.Expr) -> float:
-    return float(x)
-
-
 def sensitivity(sc, knobs: tuple[str, ...] | list[str] | None = None) -> SensitivityResult:
     """∂peak/∂x, its value and elasticity for each knob, ranked by |elasticity|.
 
@@ -106,10 +102,10 @@ def sensitivity(sc, knobs: tuple[str, ...] | list[str] | None = None) -> Sensiti
         x = sym(name)
         at = bd.values[name]
         derivative = sp.diff(expr, x)
-        value = _number(derivative.xreplace(subs))
+        value = float(derivative.xreplace(subs))
         shares = []
         for term, e in terms:
-            part = _number(sp.diff(e, x).xreplace(subs)) * at
+            part = float(sp.diff(e, x).xreplace(subs)) * at
             if part:
                 shares.append(TermShare(term.key, term.label, part))
         shares.sort(key=lambda s: -abs(s.bytes))
