@@ -1,0 +1,327 @@
+"""The interactive calculator page: one self-contained HTML file generated from the ledger.
+
+Every formula in the page is the ledger's own SymPy expression, printed twice: as JavaScript
+(``sympy.jscode``) for the arithmetic and as MathML (``latex2mathml`` of ``symbols.latex``) for the
+reader. The page holds the ledgers of every structure its controls can reach; it works out which one
+applies from two tables computed here by building real Scenarios:
+
+- the *recipe* table (method × dtype × master × state dtype × adapter dtype): which
+  structure fields and which numbers (``bytes_weight``, ``bytes_grad`` …) each choice gives, or the
+  error ``Scenario.create`` raises;
+- the *shape* table (method × targets × optimizer implementation × attention × checkpointing ×
+  ZeRO stage): the rest of the structure, the largest valid rank, or the error.
+
+Batch, sequence length, rank and the number of GPUs are plain numbers the page substitutes; which symbols they set is
+found by changing each one on a Scenario and seeing which values move. No formula, dtype size or
+validity rule is typed into the page by hand.
+
+>>> recipe, shape = controls(Scenario.create("7b", method="lora", zero=2))
+>>> [c.name for c in shape], shape[-1].option_labels()[shape[-1].initial]
+(['method', 'targets', 'optimizer_impl', 'attention', 'grad_checkpointing', 'zero'], '2: ZeRO-2')
+"""
+from __future__ import annotations
+
+import itertools
+import json
+import re
+from dataclasses import asdict, dataclass, fields
+from functools import cache
+from importlib import resources
+
+import jinja2
+from latex2mathml.converter import convert as latex_to_mathml
+from sympy.printing.jscode import jscode
+
+from ..errors import UserError
+from ..ledger import build_ledger
+from ..ledger.architecture import TARGET_SETS
+from ..ledger.sharding import STAGE_NAMES
+from ..ledger.structure import Structure
+from ..presets import gpu_presets, load_gpu
+from ..ledger.terms import BLOCKS
+from ..scenario import (ATTENTIONS, DTYPES, MAX_BATCH, MAX_GPUS, MAX_RANK, MAX_SEQ, METHODS, OPTIMIZER_IMPLS,
+                        STATE_DTYPES, Scenario)
+from ..symbols import latex
+from .tables import BLOCK_TITLES
+from .units import UNITS
+
+CONTINUOUS = ("batch", "seq", "rank", "gpus")
+LIMITS = {"batch": MAX_BATCH, "seq": MAX_SEQ, "rank": MAX_RANK, "gpus": MAX_GPUS}
+LABELS = {
+    "method": "method", "targets": "LoRA targets", "optimizer_impl": "AdamW implementation",
+    "attention": "attention", "grad_checkpointing": "activation checkpointing", "zero": "ZeRO stage (FSDP)",
+    "dtype": "weight dtype", "master": "fp32 master copy", "state_dtype": "optimizer-state dtype",
+    "adapter_dtype": "adapter dtype", "batch": "micro-batch", "seq": "sequence length",
+    "rank": "LoRA rank r", "gpus": "data-parallel GPUs N",
+}
+_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+@dataclass(frozen=True)
+class Control:
+    """One discrete control: its Scenario field, the values it offers and which is selected."""
+
+    name: str
+    values: tuple
+    initial: int
+
+    def option_labels(self) -> list[str]:
+        def label(v) -> str:
+            if isinstance(v, tuple):
+                named = [k for k, members in TARGET_SETS.items() if members == v]
+                return named[0] if named else ",".join(v)
+            if isinstance(v, bool):
+                return "on" if v else "off"
+            if self.name == "zero":
+                return f"{v}: {STAGE_NAMES[v]}"
+            return str(v)
+        return [label(v) for v in self.values]
+
+
+def _control(sc: Scenario, name: str, values: tuple) -> Control:
+    current = getattr(sc, name)
+    if current not in values:
+        values = (*values, current)
+    return Control(name, values, values.index(current))
+
+
+def controls(sc: Scenario) -> tuple[tuple[Control, ...], tuple[Control, ...]]:
+    """The recipe controls and the shape controls (method belongs to both), initialised from ``sc``."""
+    method = _control(sc, "method", METHODS)
+    recipe = (method, _control(sc, "dtype", DTYPES), _control(sc, "master", ("none", "fp32")),
+              _control(sc, "state_dtype", STATE_DTYPES), _control(sc, "adapter_dtype", DTYPES))
+    shape = (method, _control(sc, "targets", tuple(TARGET_SETS.values())),
+             _control(sc, "optimizer_impl", OPTIMIZER_IMPLS), _control(sc, "attention", ATTENTIONS),
+             _control(sc, "grad_checkpointing", (False, True)), _control(sc, "zero", tuple(STAGE_NAMES)))
+    return recipe, shape
+
+
+def fixed_settings(sc: Scenario) -> dict[str, str]:
+    """The settings the page has no control for, as text: they stay as the command line gave them.
+
+    >>> fixed_settings(Scenario.create("7b", method="lora", lora_dropout=0.05))["lora_dropout"]
+    '0.05'
+    """
+    recipe, shape = controls(sc)
+    controlled = {c.name for c in (*recipe, *shape)} | set(CONTINUOUS) | {"model", "model_kind", "targets"}
+    return {k: ", ".join(f"{n}={v}" for n, v in value.items()) if isinstance(value, dict) else str(value)
+            for k, value in sc.inputs().items() if k not in controlled and value != {}}
+
+
+def _table(base_for, group: tuple[Control, ...]) -> list[Scenario | str]:
+    """Every combination of ``group`` (mixed radix, last control fastest): a Scenario or the error."""
+    out: list[Scenario | str] = []
+    for combo in itertools.product(*(c.values for c in group)):
+        kw = {c.name: v for c, v in zip(group, combo)}
+        try:
+            base = base_for(kw["method"])
+            out.append(base if isinstance(base, str) else base.with_changes(**kw))
+        except UserError as e:
+            out.append(str(e))
+    return out
+
+
+def _varying(items: list[dict]) -> set[str]:
+    return {k for k in items[0] if len({repr(d[k]) for d in items}) > 1} if items else set()
+
+
+def continuous_symbols(sc: Scenario) -> dict[str, list[str]]:
+    """Which value names each continuous setting fills (found by changing it, not by retyping).
+
+    >>> continuous_symbols(Scenario.create("7b", method="lora"))
+    {'batch': ['batch'], 'seq': ['seq'], 'rank': ['rank'], 'gpus': ['gpus']}
+    """
+    base = sc.with_changes(**{name: 1 for name in CONTINUOUS})
+    before = base.values()
+    out = {}
+    for name in CONTINUOUS:
+        after = base.with_changes(**{name: 2}).values()
+        moved = sorted(k for k in after if after[k] != before[k])
+        if any(after[k] != 2 for k in moved):
+            raise AssertionError(f"{name} does not map to its symbols one to one")
+        out[name] = moved
+    return out
+
+
+def _max_rank(sc: Scenario) -> int:
+    """The largest rank Scenario accepts for this method and these targets."""
+    def ok(r: int) -> bool:
+        try:
+            sc.with_changes(rank=r)
+            return True
+        except UserError:
+            return False
+    lo, hi = 1, MAX_RANK
+    if ok(hi):
+        return hi
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if ok(mid) else (lo, mid)
+    return lo
+
+
+@cache
+def _mathml(tex: str) -> str:
+    # inline HTML5 MathML needs no namespace (and the page names no URL at all)
+    return latex_to_mathml(tex).replace(' xmlns="http://www.w3.org/1998/Math/MathML"', "")
+
+
+@cache
+def _term_tex(label: str, expr) -> str:
+    """``label = formula``, as ``estimate``'s tables print it (printed once per distinct term)."""
+    return f"{label} = {latex(expr)}"
+
+
+class _Interner:
+    """Assigns each distinct item a small integer, in first-seen order."""
+
+    def __init__(self):
+        self.items: dict = {}
+
+    def __call__(self, item) -> int:
+        return self.items.setdefault(item, len(self.items))
+
+    def list(self) -> list:
+        return list(self.items)
+
+
+def _js_function(expr) -> str:
+    names = sorted(str(s) for s in expr.free_symbols)
+    bad = [n for n in names if not _IDENTIFIER.match(n)]
+    if bad:
+        raise AssertionError(f"symbol names {bad} are not JavaScript identifiers")
+    code = jscode(expr)
+    if "<" in code or ">" in code:  # arithmetic never compares; keep the script block unbreakable
+        raise AssertionError(f"unexpected JavaScript for {expr}: {code}")
+    return f"function(v){{{'const {' + ', '.join(names) + '} = v; ' if names else ''}return {code};}}"
+
+
+def page_data(sc: Scenario, gpu: str | None = None, units: str = "GiB") -> tuple[dict, list[str]]:
+    """Everything the page needs: JSON-ready data and the JavaScript function of each distinct expression."""
+    card = load_gpu(gpu).key if gpu else None
+    recipe, shape = controls(sc)
+    probe = sc.with_changes(rank=1)
+    recipe_rows = _table(lambda m: probe, recipe)
+    first_ok = {}
+    for row in recipe_rows:
+        if not isinstance(row, str):
+            first_ok.setdefault(row.method, row)
+    shape_rows = _table(lambda m: first_ok.get(m, f"no precision recipe is valid for --method {m}"), shape)
+
+    # Split the Structure: fields the recipe decides (per method) and the rest, which the shape decides.
+    recipe_fields: dict[str, set[str]] = {}
+    common_fields = {f.name for f in fields(Structure)}
+    for m in METHODS:
+        recipe_structs = [asdict(r.structure) for r in recipe_rows if not isinstance(r, str) and r.method == m]
+        shape_structs = [asdict(r.structure) for r in shape_rows if not isinstance(r, str) and r.method == m]
+        recipe_fields[m] = _varying(recipe_structs)
+        clash = recipe_fields[m] & _varying(shape_structs)
+        if clash:
+            raise AssertionError(f"structure fields {clash} depend on both control groups")
+        shape_values = [r.values() for r in shape_rows if not isinstance(r, str) and r.method == m]
+        if _varying(shape_values) - set(CONTINUOUS):
+            raise AssertionError("a shape control changes a numeric value")
+    ok_recipes = [r for r in recipe_rows if not isinstance(r, str)]
+    continuous = continuous_symbols(probe)
+    fixed_names = {n for names in continuous.values() for n in names}
+    value_dicts = [{k: v for k, v in r.values().items() if k not in fixed_names} for r in ok_recipes]
+    recipe_value_names = _varying(value_dicts)
+    common = {k: v for k, v in value_dicts[0].items() if k not in recipe_value_names} if value_dicts else {}
+
+    vals, recipe_parts, shape_parts = _Interner(), _Interner(), _Interner()
+    recipe_table = []
+    for r in recipe_rows:
+        if isinstance(r, str):
+            recipe_table.append(r)
+            continue
+        part = (r.method, tuple((f, getattr(r.structure, f)) for f in sorted(recipe_fields[r.method])))
+        values = r.values()
+        recipe_table.append([recipe_parts(part), vals(tuple((k, values[k]) for k in sorted(recipe_value_names)))])
+    shape_table = []
+    max_rank: dict[tuple, int] = {}
+    for r in shape_rows:
+        if isinstance(r, str):
+            shape_table.append(r)
+            continue
+        key = (r.method, r.targets)
+        if key not in max_rank:
+            max_rank[key] = _max_rank(r)
+        shape_table.append([shape_parts(r.structure), max_rank[key]])
+
+    fns, maths, term_ids, moment_ids, def_ids = _Interner(), _Interner(), _Interner(), _Interner(), _Interner()
+    lists = _Interner()  # structures share most of their term lists: each block's list is stored once
+    structures, pairs = [], {}
+    for s_id, s_struct in enumerate(shape_parts.list()):
+        for r_id, (method, assigned) in enumerate(recipe_parts.list()):
+            if method != s_struct.method:
+                continue
+            s = Structure(**{**asdict(s_struct), **dict(assigned)})
+            led = build_ledger(s)
+            terms = [term_ids((t.key, t.block, fns(t.expr), maths(_term_tex(t.label, t.expr)), t.why))
+                     for t in led.terms]
+            blocks = [b for b in dict.fromkeys(t.block for t in led.terms)]
+            structures.append([
+                [lists(tuple(i for i, t in zip(terms, led.terms) if t.block == b)) for b in blocks],
+                lists(tuple(moment_ids((m.key, m.label, m.terms)) for m in led.moments)),
+                lists(tuple(def_ids((str(symbol), fns(expr))) for symbol, expr in led.definitions)),
+            ])
+            pairs[f"{s_id},{r_id}"] = len(structures) - 1
+
+    gpus = {key: load_gpu(key) for key in gpu_presets()}
+    data = {
+        "model": sc.model.name,
+        "model_kind": sc.model.kind,
+        "units": {u: UNITS[u] for u in ("GiB", "GB")},
+        "unit": units,
+        "recipe": [c.name for c in recipe],
+        "shape": [c.name for c in shape],
+        "controls": {c.name: {"label": LABELS[c.name], "options": c.option_labels(),
+                              "values": [list(v) if isinstance(v, tuple) else v for v in c.values],
+                              "initial": c.initial} for c in (*recipe, *shape)},
+        "continuous": {name: {"label": LABELS[name], "symbols": continuous[name], "initial": getattr(sc, name)}
+                       for name in CONTINUOUS},
+        "limits": LIMITS,
+        "recipeTable": recipe_table,
+        "shapeTable": shape_table,
+        "pairs": pairs,
+        "common": common,
+        "vals": [dict(v) for v in vals.list()],
+        "structures": structures,
+        "lists": [list(x) for x in lists.list()],
+        "terms": [{"key": k, "block": b, "fn": f, "math": m, "why": w} for k, b, f, m, w in term_ids.list()],
+        "moments": [{"key": k, "label": label, "terms": list(t)} for k, label, t in moment_ids.list()],
+        "defs": [{"symbol": s, "fn": f} for s, f in def_ids.list()],
+        "mathml": [_mathml(tex) for tex in maths.list()],
+        "blocks": BLOCK_TITLES,
+        "ledgerBlocks": list(BLOCKS),
+        "fixed": fixed_settings(sc),
+        "gpus": {k: {"name": g.name, "usable": g.usable_bytes} for k, g in gpus.items()},
+        "gpu": card,
+    }
+    return data, [_js_function(e) for e in fns.list()]
+
+
+def _json_for_script(data: dict) -> str:
+    """JSON that cannot close its <script> element: <, > and & as \\u escapes.
+
+    >>> _json_for_script({"model": "</script><b>"})
+    '{"model":"\\\\u003c/script\\\\u003e\\\\u003cb\\\\u003e"}'
+    """
+    text = json.dumps(data, ensure_ascii=True, separators=(",", ":"))
+    return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+
+
+@cache
+def _environment() -> jinja2.Environment:
+    loader = jinja2.FunctionLoader(
+        lambda name: resources.files("symvram.templates").joinpath("page", name).read_text(encoding="utf-8"))
+    return jinja2.Environment(loader=loader, autoescape=True, undefined=jinja2.StrictUndefined)
+
+
+def render_page(sc: Scenario, gpu: str | None = None, units: str = "GiB") -> str:
+    """The calculator page for ``sc`` (controls start at its settings); ``gpu`` is the card to check against."""
+    data, functions = page_data(sc, gpu, units)
+    card = load_gpu(gpu) if gpu else None
+    return _environment().get_template("page.html.j2").render(
+        model=sc.model.name, card=card.name if card else None, data_json=_json_for_script(data),
+        functions="[\n" + ",\n".join(functions) + "\n]")
