@@ -11,7 +11,7 @@ import sys
 
 from ..errors import UserError
 
-COMMANDS = ["estimate", "fit", "whatif", "sensitivity", "explain", "validate", "plan", "plot", "diagnose"]
+COMMANDS = ["estimate", "fit", "whatif", "sensitivity", "explain", "validate", "plan", "plot", "diagnose", "page"]
 
 DESCRIPTION = """\
 symvram derives the GPU memory of a fine-tuning step from one symbolic ledger:
