@@ -8,7 +8,7 @@ The API (``symvram.api``) is loaded on first use, so ``import symvram`` itself i
 (14000000000, 14000000000, 56000000000)
 """
 __version__ = "0.1.0"
-__all__ = ["Scenario", "estimate", "compare", "whatif", "fit", "sensitivity", "explain"]
+__all__ = ["Scenario", "estimate", "compare", "whatif", "fit", "sensitivity", "plan", "diagnose", "explain", "plot"]
 
 
 def __getattr__(name: str):

@@ -91,10 +91,9 @@ def fit(model: Model, gpu: str | int | GPUSpec, solve: str = "seq", headroom: in
     >>> r.status, r.at.peak <= r.budget < r.above.peak
     ('fits', True)
     """
-    from .analysis.fit import fit as _fit, load_card
+    from .analysis.fit import fit as _fit
 
-    card = load_card(gpu) if isinstance(gpu, str) else gpu
-    return _fit(scenario(model, **settings), card, solve=solve, headroom=headroom, limit=limit)
+    return _fit(scenario(model, **settings), _card(gpu), solve=solve, headroom=headroom, limit=limit)
 
 
 def whatif(model: Model, changes: dict[str, int | float], **settings):
@@ -124,6 +123,81 @@ def sensitivity(model: Model, knobs: list[str] | None = None, **settings):
     from .analysis.sensitivity import sensitivity as _sensitivity
 
     return _sensitivity(scenario(model, **settings), knobs)
+
+
+def _card(gpu: str | int | GPUSpec) -> GPUSpec:
+    from .analysis.fit import load_card
+
+    if isinstance(gpu, GPUSpec):
+        return gpu
+    return load_card(gpu if isinstance(gpu, str) else f"{gpu}B")
+
+
+def plan(model: Model, gpu: str | int | GPUSpec, max_gpus: int = 64, headroom: int | str = "1GiB",
+         methods: tuple[str, ...] | None = None, strategies: tuple[str, ...] | None = None, **settings):
+    """``symvram plan MODEL --gpu GPU``: the fewest GPUs for each method × strategy (DDP, ZeRO, TP, offload).
+
+    >>> r = plan("70b", "a100-80g", methods=("qlora",), grad_checkpointing=True)
+    >>> r.best("qlora").gpus, r.best("qlora").strategy.name     # a 35 GB NF4 base: one 80 GB card
+    (1, 'DDP')
+    """
+    from .analysis.plan import plan as _plan
+
+    return _plan(scenario(model, **settings), _card(gpu), max_gpus=max_gpus, headroom=headroom,
+                 methods=methods, strategies=strategies)
+
+
+def diagnose(model: Model, gpu: str | int | GPUSpec, headroom: int | str = "1GiB", p95_seq: int | None = None,
+             measured_peak: int | str | None = None, measured_at: dict | None = None, max_gpus: int = 64,
+             **settings):
+    """``symvram diagnose MODEL --gpu GPU``: OOM triage, which side is over and the remedies in order.
+
+    ``measured_peak`` (bytes or a size such as ``"23.1GiB"``) fits the overhead the ledger does not hold.
+
+    >>> d = diagnose("llama-3-8b", "24GiB", method="lora", batch=4, seq=4096)
+    >>> d.side, d.fixed
+    ('activation', True)
+    """
+    from .analysis.diagnose import diagnose as _diagnose
+    from .present.units import parse_size
+
+    if isinstance(measured_peak, str):
+        measured_peak = parse_size(measured_peak)
+    return _diagnose(scenario(model, **settings), _card(gpu), headroom=headroom, p95_seq=p95_seq,
+                     measured_peak=measured_peak, measured_at=measured_at, max_gpus=max_gpus)
+
+
+def plot(model: Model, kind: str = "breakdown", gpu: str | list[str] | None = None, ranks=(8, 16, 64, 256),
+         top: int | None = None, headroom: int | str = "1GiB", units: str = "GiB", theme: str = "light",
+         **settings):
+    """``symvram plot MODEL --kind KIND``: a matplotlib Figure (breakdown, seq-curve, tornado, fit-map).
+
+    The method defaults to LoRA, as in the CLI. ``gpu``: the cards drawn on a seq-curve (default
+    rtx-4090 and a100-80g), the card of a fit-map. In Jupyter, ``%matplotlib inline`` shows the figure.
+
+    >>> fig = plot("7b", "seq-curve", ranks=(16, 64))
+    >>> fig.axes[0].get_xlabel()
+    'sequence length s (tokens)'
+    """
+    from .cli.plot import DEFAULT_CARDS, KINDS
+    from .errors import UserError
+    from .present import plots
+
+    if kind not in KINDS:
+        raise UserError(f"plot kind must be one of {', '.join(KINDS)}; got {kind!r}")
+    settings.setdefault("method", "lora")
+    cards = [_card(g) for g in ([gpu] if isinstance(gpu, (str, int, GPUSpec)) else gpu or [])]
+    if kind == "breakdown":
+        return plots.breakdown(compare(model, **settings).rows, units, theme)
+    sc = scenario(model, **settings)
+    if kind == "seq-curve":
+        return plots.seq_curve(sc, ranks=ranks, cards=cards or [_card(c) for c in DEFAULT_CARDS],
+                               units=units, theme=theme)
+    if kind == "tornado":
+        return plots.tornado(sensitivity(sc), top=top, units=units, theme=theme)
+    if len(cards) != 1:
+        raise UserError("plot kind fit-map needs exactly one gpu (a named card or a size such as 24GiB)")
+    return plots.fit_map(sc, cards[0], headroom=headroom, units=units, theme=theme)
 
 
 @dataclass(frozen=True)

@@ -2,6 +2,7 @@
 own display formatter), and none of that machinery is loaded by ``import symvram``.
 
 Expected numbers are derived by hand here from the reference answer's 7B shape."""
+import base64
 import re
 import subprocess
 import sys
@@ -141,3 +142,39 @@ def test_sensitivity_ranks_knobs_with_their_derivatives():
     assert r"$$\frac{\partial\,\mathrm{peak}}{\partial \beta_{w}} = P$$" in md
     for f in re.findall(r"\$\$?([^$]+)\$\$?", md):
         assert "<math" in convert(f)
+
+
+def test_plan_names_the_fewest_gpus():
+    from symvram import plan
+
+    # the reference answer: a 70B QLoRA base is ≈ 35 GB of NF4 weights, so one 80 GB card runs it
+    # (with checkpointing: 80 layers of saved activations at 2048 tokens would not leave room)
+    r = plan("70b", "a100-80g", methods=("qlora",), strategies=("ddp",), grad_checkpointing=True)
+    assert repr(r) == "<PlanResult 70b on NVIDIA A100 80GB, 77.60 GiB per GPU: fewest GPUs qlora 1 (DDP)>"
+    rows = table_rows(mime(r)["text/markdown"])
+    assert rows[0][:3] == ["method", "strategy", "GPUs"] and rows[1][:3] == ["qlora", "DDP", "1"]
+
+
+def test_diagnosis_gives_the_verdict_and_the_triage():
+    from symvram import diagnose
+
+    d = diagnose("llama-3-8b", "24GiB", method="lora", batch=4, seq=4096)
+    # budget: the 24 GiB given as usable, less the default 1 GiB headroom
+    assert repr(d).startswith("<Diagnosis llama-3-8b lora on 24.00 GiB card: activation side over, peak ")
+    assert "> budget 23.00 GiB; fits after" in repr(d)
+    md = mime(d)["text/markdown"]
+    assert md.startswith("```text\n") and md.endswith("\n```") and "remedies, in order" in md
+
+
+def test_plot_returns_a_figure_that_jupyter_shows_as_png():
+    from IPython.core.pylabtools import select_figure_formats
+    from IPython.core.interactiveshell import InteractiveShell
+
+    from symvram import plot
+
+    fig = plot("7b", "breakdown")
+    assert fig.axes[0].get_ylabel() == "memory (GiB)"
+    shell = InteractiveShell.instance()
+    select_figure_formats(shell, {"png"})              # what %matplotlib inline does
+    data, _ = shell.display_formatter.format(fig)
+    assert base64.b64decode(data["image/png"])[:4] == b"\x89PNG"

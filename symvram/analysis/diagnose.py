@@ -86,6 +86,14 @@ class Diagnosis:
     def fixed(self) -> bool:
         return bool(self.remedies) and self.remedies[-1].after.peak <= self.budget
 
+    def __repr__(self) -> str:
+        from ..present.display import diagnosis_repr
+        return diagnosis_repr(self)
+
+    def _repr_markdown_(self) -> str:
+        from ..present.display import diagnosis_markdown
+        return diagnosis_markdown(self)
+
 
 def parameter_side(bd: Breakdown) -> int:
     """Base weights + the trainable triple on the GPU: what is there before the first token."""

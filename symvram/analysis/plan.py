@@ -108,6 +108,14 @@ class PlanResult:
                    and (offload is None or (r.strategy.offload != "none") == offload)]
         return min(fitting, key=lambda r: (r.gpus, STRATEGIES.index(r.strategy))) if fitting else None
 
+    def __repr__(self) -> str:
+        from ..present.display import plan_repr
+        return plan_repr(self)
+
+    def _repr_markdown_(self) -> str:
+        from ..present.display import plan_markdown
+        return plan_markdown(self)
+
 
 def _first_fit(sc: Scenario, exprs_of, budget: int, top: int) -> int | None:
     """Smallest N in 1 … top with max(exprs(N)) ≤ budget, on the lambdified (non-increasing)

@@ -178,3 +178,39 @@ def sensitivity_markdown(res, units: str = "GiB") -> str:
         lines.append(f"$$\\frac{{\\partial\\,\\mathrm{{peak}}}}{{\\partial {SYMBOLS[r.knob].latex}}} = "
                      f"{r.derivative_latex}$$")
     return "\n".join(lines)
+
+
+def plan_repr(r, units: str = "GiB") -> str:
+    """One line: the fewest GPUs for each method without offload (with offload when nothing else fits)."""
+    from ..scenario import METHODS
+
+    parts = []
+    for method in [m for m in METHODS if any(x.method == m for x in r.rows)]:
+        best = r.best(method, offload=False) or r.best(method)
+        parts.append(f"{method} {best.gpus} ({best.strategy.name})" if best else f"{method} > {r.max_gpus}")
+    name = r.rows[0].at.scenario.model.name if r.rows else "?"
+    return f"<PlanResult {name} on {r.card.name}, {fmt_bytes(r.budget, units)} per GPU: fewest GPUs {'; '.join(parts)}>"
+
+
+def plan_markdown(r, units: str = "GiB") -> str:
+    """Every strategy × method with its GPU count, as ``symvram plan --format markdown`` prints it."""
+    from ..cli.plan import render
+
+    return render(r, r.rows[0].at.scenario, units, "markdown")
+
+
+def diagnosis_repr(d, units: str = "GiB") -> str:
+    sc = d.estimate.scenario
+    if d.side == "fits":
+        verdict = f"fits with {fmt_bytes(d.budget - d.estimate.peak, units)} to spare"
+    else:
+        verdict = (f"{d.side} side over, peak {fmt_bytes(d.estimate.peak, units)} > budget {fmt_bytes(d.budget, units)}; "
+                   + (f"fits after {len(d.remedies)} remedies" if d.fixed else "the remedies are not enough"))
+    return f"<Diagnosis {sc.model.name} {sc.method} on {d.card.name}: {verdict}>"
+
+
+def diagnosis_markdown(d, units: str = "GiB") -> str:
+    """The triage as ``symvram diagnose`` prints it."""
+    from ..cli.diagnose import render
+
+    return f"```text\n{render(d, units)}\n```"
