@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import re
 import shutil
-import subprocess
 from html.parser import HTMLParser
 from pathlib import Path
 
@@ -139,10 +138,11 @@ def test_a_change_of_input_changes_the_document_consistently():
 class _Collect(HTMLParser):
     def __init__(self):
         super().__init__()
-        self.stack, self.maths, self.outside, self.tags = [], 0, [], []
+        self.stack, self.maths, self.outside, self.tags, self.sources = [], 0, [], [], []
 
     def handle_starttag(self, tag, attrs):
         self.tags.append(tag)
+        self.sources += [value for name, value in attrs if name in ("src", "href")]
         if tag == "math":
             self.maths += 1
         self.stack.append(tag)
@@ -165,7 +165,9 @@ def test_html_is_self_contained_and_every_formula_is_mathml(lang):
     # no LaTeX left outside <math>: every formula became MathML
     assert not re.search(r"\\(cdot|frac|mathrm|beta|left|approx)|\$", prose)
     assert parser.maths >= 40
-    assert not {"script", "link", "img", "iframe"} & set(parser.tags)   # nothing loaded from elsewhere
+    assert not {"script", "link", "iframe"} & set(parser.tags)
+    # the plot is embedded: nothing is loaded from elsewhere
+    assert parser.tags.count("img") == 1 and all(src.startswith("data:image/svg+xml;base64,") for src in parser.sources)
 
 
 def test_html_escapes_a_model_name_from_config_json(tmp_path):
@@ -226,7 +228,5 @@ def test_cli_unwritable_path_is_a_clear_error(tmp_path, capsys):
 @pytest.mark.skipif(shutil.which("pdflatex") is None, reason="pdflatex is not installed")
 def test_cli_pdf(tmp_path):
     out = tmp_path / "a.pdf"
-    run = subprocess.run(["python3", "-m", "symvram", "explain", "7b", "--method", "qlora", "--format", "pdf", "-o",
-                          str(out)], capture_output=True, text=True, cwd=Path(__file__).parents[1], timeout=300)
-    assert run.returncode == 0, run.stderr
+    assert main(["explain", "7b", "--method", "qlora", "--lang", "zh", "--format", "pdf", "-o", str(out)]) == 0
     assert out.read_bytes().startswith(b"%PDF")

@@ -13,7 +13,9 @@ True
 """
 from __future__ import annotations
 
+import base64
 import dataclasses
+import io
 import math
 import re
 import shutil
@@ -38,6 +40,7 @@ from ..analysis.sensitivity import sensitivity
 from ..presets import load_model
 from ..scenario import Scenario
 from ..symbols import LATEX_NAMES, SYMBOLS, latex, sym
+from . import plots
 from .units import UNITS, fmt_bytes
 
 FORMATS = ("markdown", "html", "tex")
@@ -354,6 +357,9 @@ def explain_context(sc: Scenario, gpu: str = "a100-80g", other: str | None = Non
                   "comparison": comparison(other_sc, card.usable_bytes)},
         "sensitivity": knobs, "cuts": activation_cuts(sc, knobs), "triage": triage(sc, card.usable_bytes),
         "node": NODE, "max_cards": MAX_CARDS,
+        "figures": {"comparison": lambda: plots.breakdown(
+                        [(key, evaluate(sc.with_changes(**changes))) for key, changes in RECIPES
+                         if not isinstance(_try(sc, **changes), str)], units)},
     }
 
 
@@ -403,8 +409,12 @@ class MarkdownFormat:
         lines = ["| " + " | ".join(cells[0]) + " |", sep] + ["| " + " | ".join(r) + " |" for r in cells[1:]]
         return Markup("\n".join(lines))
 
+    def figure(self, make, alt: str) -> Markup:
+        """A plot, drawn only by formats that embed one (HTML)."""
+        return Markup("")
+
     def finish(self, body: str) -> str:
-        return body
+        return re.sub(r"\n{3,}", "\n\n", body)
 
 
 def _align(line: str) -> str:
@@ -441,17 +451,26 @@ class HTMLFormat(MarkdownFormat):
                        for row in rows)
         return Markup(f"<table><thead><tr>{th}</tr></thead><tbody>{body}</tbody></table>")
 
+    def figure(self, make, alt: str) -> Markup:
+        """``make()`` → a matplotlib Figure, embedded as a base64 SVG (the file stays self-contained)."""
+        buffer = io.BytesIO()
+        make().savefig(buffer, format="svg", metadata={"Date": None}, bbox_inches="tight")
+        uri = "data:image/svg+xml;base64," + base64.b64encode(buffer.getvalue()).decode("ascii")
+        return Markup(f'<figure><img alt="{self.escape(alt)}" src="{uri}"></figure>')
+
     def finish(self, body: str) -> str:
         """Blank-line separated chunks: '- ' lines become a list, '1. ' lines an ordered list,
         markup chunks stay, the rest are paragraphs."""
         out = []
         for chunk in re.split(r"\n\s*\n", body.strip()):
             lines = chunk.strip().splitlines()
+            if not lines:
+                continue
             if all(line.startswith("- ") for line in lines):
                 out.append("<ul>" + "".join(f"<li>{line[2:]}</li>" for line in lines) + "</ul>")
             elif all(re.match(r"\d+\. ", line) for line in lines):
                 out.append("<ol>" + "".join(f"<li>{line.split('. ', 1)[1]}</li>" for line in lines) + "</ol>")
-            elif re.match(r"<(h\d|table|div|ul|ol|p)\b", chunk.lstrip()):
+            elif re.match(r"<(h\d|table|div|ul|ol|p|figure)\b", chunk.lstrip()):
                 out.append(chunk.strip())
             else:
                 out.append(f"<p>{chunk.strip()}</p>")
@@ -500,6 +519,8 @@ class TexFormat(MarkdownFormat):
         out = []
         for chunk in re.split(r"\n\s*\n", body.strip()):
             lines = chunk.strip().splitlines()
+            if not lines:
+                continue
             if all(line.startswith("- ") for line in lines):
                 out.append("\\begin{itemize}\n" + "\n".join(f"\\item {line[2:]}" for line in lines) + "\n\\end{itemize}")
             elif all(re.match(r"\d+\. ", line) for line in lines):
