@@ -46,10 +46,13 @@ def test_zero_on_one_gpu_is_no_zero(method, zero):
     assert sharded.terms == plain.terms and sharded.moments == plain.moments
 
 
+LAYER_7B = 4 * H * H + 3 * H * F + 2 * H              # q, k, v, o; gate, up, down; two norms
+ROOT_7B = 2 * V * H + H                                # embeddings, lm_head, final norm
+
+
 def test_zero3_on_one_gpu_costs_the_gathered_units():
     plain, z3 = estimate("7b", method="full"), estimate("7b", method="full", zero=3, gpus=1)
-    layer = 4 * H * H + 3 * H * F + 2 * H                    # q, k, v, o; gate, up, down; two norms
-    gathered = 2 * max(layer, V * H) * 2                     # two units (compute + prefetch), bf16
+    gathered = (ROOT_7B + 2 * LAYER_7B) * 2                # root + computing + prefetched layer, bf16
     assert z3.terms["gathered_params"] == gathered
     assert z3.moments["forward_loss"] == plain.moments["forward_loss"] + gathered
     assert z3.moments["optimizer_step"] == plain.moments["optimizer_step"]   # resharded before the step
@@ -91,15 +94,15 @@ def test_param_offload_leaves_only_the_working_set():
 
 def test_deepspeed_zero3_offload_gpu_formulas():
     """DeepSpeed's estimate_zero3_model_states_mem_needs: GPU = 4·LL with parameter offload and
-    4·LL + 2Ψ/N with optimizer offload (LL = largest layer's parameters); ours agree when LL is
-    the unit ZeRO-3 gathers (a decoder layer or the embedding)."""
+    4·LL + 2Ψ/N with optimizer offload, LL = the largest single module's parameters (here the
+    embedding, V·h). The sharded part agrees; the gathered part is FSDP2's root + two layers instead."""
     n = 8
-    layer = 4 * H * H + 3 * H * F + 2 * H
-    ll = max(layer, V * H)
+    ll = max(V * H, H * F)
     params = estimate("7b", method="full", zero=3, gpus=n, offload="optimizer+params")
-    assert params.terms["gathered_params"] == 4 * ll
     opt = estimate("7b", method="full", zero=3, gpus=n, offload="optimizer")
-    assert opt.terms["gathered_params"] + opt.terms["weights"] == 4 * ll + 2 * P7 // n
+    assert opt.terms["weights"] == 2 * P7 // n                                    # DeepSpeed's 2Ψ/N
+    assert params.terms["gathered_params"] - 4 * ll == 2 * (ROOT_7B + 2 * LAYER_7B) - 4 * ll
+    assert params.terms["gathered_params"] - 4 * ll == 2 * H + 4 * LAYER_7B       # = 2·(final norm + 2 layers)
 
 
 def test_tensor_parallel_megatron_split():
@@ -154,12 +157,11 @@ def test_zero3_on_one_gpu_is_explained_not_refused():
 def test_deepspeed_differences_are_the_documented_ones(n):
     """docs/sharding.md: DeepSpeed's estimate_zero2/zero3_model_states_mem_needs (no offload) against
     our fp32-master recipe (k = 12): ZeRO-2 differs by 2Ψ + 2Ψ/N (full 16-bit grads + fp32 grad
-    partition), ZeRO-3 by 2Ψ/N (fp32 grad partition); the gathered layers agree (4·LL)."""
+    partition), ZeRO-3's sharded part by 2Ψ/N (fp32 grad partition)."""
     psi = P7
-    ll = max(4 * H * H + 3 * H * F + 2 * H, V * H)
     ds_zero2 = 4 * psi + 16 * psi / n
-    ds_zero3 = 4 * ll + 18 * psi / n
+    ds_zero3_sharded = 18 * psi / n
     z2 = estimate("7b", method="full", master="fp32", zero=2, gpus=n)
     z3 = estimate("7b", method="full", master="fp32", zero=3, gpus=n)
     assert ds_zero2 - model_states(z2) == pytest.approx(2 * psi + 2 * psi / n, abs=8)
-    assert ds_zero3 - (model_states(z3) + z3.terms["gathered_params"]) == pytest.approx(2 * psi / n, abs=8)
+    assert ds_zero3_sharded - model_states(z3) == pytest.approx(2 * psi / n, abs=8)

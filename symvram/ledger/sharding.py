@@ -8,8 +8,9 @@
   the residual/norm activations stay whole unless sequence parallelism splits them along s too;
 * then ZeRO over the N data-parallel ranks: stage 1 divides the optimizer states, the fp32 master
   and the optimizer's temporaries by N; stage 2 also the gradients; stage 3 (= FSDP FULL_SHARD) also
-  the weights and the LoRA adapters, and adds ``gathered_params``: the largest unit's full weights,
-  twice (the one computing and the one prefetched). FSDP SHARD_GRAD_OP is stage 2.
+  the weights and the LoRA adapters, and adds ``gathered_params``: the all-gathered root unit
+  (embeddings, lm_head, final norm) and two decoder layers (computing, prefetched), as FSDP2 wrapped
+  per decoder layer holds them. FSDP SHARD_GRAD_OP is stage 2.
 * CPU offload then moves terms to the ``host`` block (reported apart, never part of the GPU peak):
   ``optimizer`` the gradients, states, master and step temporaries (the optimizer runs on the CPU,
   as DeepSpeed's CPU-Adam); ``optimizer+params`` also the weights and adapters.
@@ -29,7 +30,8 @@ from dataclasses import replace
 import sympy as sp
 
 from ..symbols import sym
-from .architecture import L, V, f, h, nh, nkv, bias_params_per_layer, linear_params_per_layer, params_per_layer
+from .architecture import (L, V, bias_params_per_layer, embedding_params, f, h, linear_params_per_layer, nh, nkv,
+                           params_per_layer)
 from .structure import Structure
 from .terms import Moment, Term
 from .weights import quant_constant_bits
@@ -78,16 +80,28 @@ def _tensor_parallel(term: Term, s: Structure) -> Term:
                    why=term.why + " — per tensor-parallel rank")
 
 
-def unit_bytes(s: Structure) -> sp.Expr:
-    """Stored bytes of the largest unit ZeRO-3 gathers at once: a decoder layer (with its adapters)
-    or the embedding matrix, whichever is larger."""
+def layer_bytes(s: Structure) -> sp.Expr:
+    """Stored bytes of one decoder layer (with its adapters; NF4 and constants under QLoRA)."""
     if s.method == "qlora":
-        layer = linear_params_per_layer() * (q + quant_constant_bits(s.double_quant)) / 8 + (2 * h + bias_params_per_layer(s.qkv_bias)) * b_w
+        layer = linear_params_per_layer() * (q + quant_constant_bits(s.double_quant)) / 8 + (
+            2 * h + bias_params_per_layer(s.qkv_bias)) * b_w
     else:
         layer = params_per_layer(s.qkv_bias) * b_w
     if s.lora:
         layer += P_lora / L * b_a
-    return sp.Max(layer, V * h * b_w)
+    return layer
+
+
+def root_bytes(s: Structure) -> sp.Expr:
+    """Stored bytes of the root unit: embeddings, lm_head (unless tied) and the final norm."""
+    return (embedding_params(s.tied) + h) * b_w
+
+
+def gathered_bytes(s: Structure) -> sp.Expr:
+    """ZeRO-3's working set with one unit per decoder layer (FSDP2 ``fully_shard`` per layer, then
+    the root): the root stays gathered from the start of forward to the end of backward, plus the
+    layer computing and the next one prefetched."""
+    return root_bytes(s) + 2 * layer_bytes(s)
 
 
 def _divide(term: Term, stage: int) -> Term:
@@ -101,11 +115,12 @@ def shard_terms(terms: list[Term], s: Structure) -> list[Term]:
     sharded = STATE_KEYS * (s.zero >= 1) + GRAD_KEYS * (s.zero >= 2) + WEIGHT_KEYS * (s.zero >= 3)
     out = [_divide(term, s.zero) if term.key in sharded else term for term in out]
     if s.zero == 3:
-        gathered = 2 * unit_bytes(s)
+        gathered = gathered_bytes(s)
         out.append(Term(GATHERED, "transient", gathered.xreplace(TP_WIDTHS) if s.tensor_parallel else gathered,
                         r"M_{\mathrm{gather}}",
-                        "the largest unit's full weights, all-gathered for compute, and the next one prefetched",
-                        "ZeRO-3 / FSDP FULL_SHARD; DeepSpeed estimate_zero3_model_states_mem_needs"))
+                        "all-gathered weights: the root unit (embeddings, lm_head, final norm) for the whole "
+                        "forward and backward, the layer computing and the next one prefetched",
+                        "torch FSDP2 fully_shard per decoder layer (ZeRO-3 / FULL_SHARD)"))
     if s.offload == "none":
         return out
     host = OPTIMIZER_HOST_KEYS + WEIGHT_KEYS * (s.offload == "optimizer+params")
@@ -135,10 +150,11 @@ def notes(s: Structure, gpus: int) -> list[str]:
     out = []
     if s.zero == 3 and gpus == 1:
         out.append("ZeRO-3 on one GPU shards nothing: every parameter is still gathered into a working buffer, "
-                   "so it costs two units more than plain training; it only pays with --offload")
+                   "so it costs the gathered working set on top of plain training; it only pays with --offload")
     elif s.zero and gpus == 1:
         out.append(f"ZeRO-{s.zero} on one GPU divides by N = 1: the same memory as plain training")
     return out
 
 
-__all__ = ["shard_terms", "gpu_moments", "unit_bytes", "norm_params", "notes", "GATHERED"]
+__all__ = ["shard_terms", "gpu_moments", "gathered_bytes", "layer_bytes", "root_bytes", "norm_params", "notes",
+           "GATHERED"]
