@@ -101,8 +101,10 @@ def _divisors(n):
     return [d for d in range(1, n) if n % d == 0]
 
 
+# Exact presets only: a nominal preset keeps P as written (13e9) whatever kv_heads is, so fewer k/v
+# weights there only move bytes between "the first layer" and "the rest" (found by hypothesis).
 @PROPS
-@given(scenarios(max_rank=32), st.data())
+@given(scenarios(models=EXACT, max_rank=32), st.data())
 def test_gqa_never_costs_more_than_mha(case, data):
     model, kw = case
     heads = load_model(model).heads
@@ -114,8 +116,11 @@ def test_gqa_never_costs_more_than_mha(case, data):
         assert gqa.blocks[block] <= mha.blocks[block]
 
 
+# From two layers up: with one layer there is nothing to save — checkpointing keeps that layer's input,
+# makes the embedding output a grad leaf, and its recompute holds the whole layer again, which under
+# LoRA is more than the (first) layer saves without it (found by hypothesis at L = 1).
 @PROPS
-@given(scenarios(models=EXACT), st.integers(1, 96))
+@given(scenarios(models=EXACT), st.integers(2, 96))
 def test_checkpointing_never_raises_the_peak(case, layers):
     model, kw = case
     kw = {**kw, "overrides": {"layers": layers}}
