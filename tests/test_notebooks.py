@@ -36,7 +36,16 @@ EXPECTED = {
         "UserError: fp16 trainable weights need --master fp32",
         "| QLoRA |",
     ],
+    "02_whatif_sensitivity.ipynb": [
+        # rank 64 -> 16: a quarter of the adapters, each with 2 + 2 + 8 bytes (adapter, gradient, m and v)
+        f"trainable block: {(32 * LORA_PER_LAYER_R64 // 4 - 32 * LORA_PER_LAYER_R64) * 12:,} bytes",
+        f"full fine-tuning, optimizer states: {P_7B * 2 * (1 - 4):,} bytes",     # m, v: 4 -> 1 byte each
+        "rank appears in its own derivative: False",                            # r(d_in + d_out): linear
+        "∂peak/∂bytes_weight = P",                                              # base weights P·β_w
+        "budget: 22.50 GiB",                       # RTX 4090: 23.5 GiB usable (data/gpus.toml) − 1 GiB headroom
+    ],
 }
+IMAGES = {"01_classic_7b.ipynb": 0, "02_whatif_sensitivity.ipynb": 3}
 
 
 def notebook_paths():
@@ -53,7 +62,7 @@ def outputs_text(nb) -> str:
 
 
 def test_every_notebook_has_expectations():
-    assert [p.name for p in notebook_paths()] == sorted(EXPECTED)
+    assert [p.name for p in notebook_paths()] == sorted(EXPECTED) == sorted(IMAGES)
 
 
 @pytest.mark.parametrize("path", notebook_paths(), ids=lambda p: p.name)
@@ -72,3 +81,5 @@ def test_notebook_runs_offline_and_shows_the_derivation(path):
     text = outputs_text(nb)
     for expected in EXPECTED[path.name]:
         assert expected in text
+    images = [o for c in nb.cells for o in c.get("outputs", []) if "image/png" in o.get("data", {})]
+    assert len(images) == IMAGES[path.name]
