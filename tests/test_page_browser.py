@@ -1,0 +1,157 @@
+"""The calculator page in a real browser: headless Chromium (Debian's chromium + chromium-driver,
+driven by Selenium) sets random controls and reads the peak the page computed; it must equal
+``symvram estimate --format json`` for the same settings, to the byte, and its text to the rounding.
+
+Skipped, with the reason, where Selenium or Chromium is missing (.ci/run installs both).
+"""
+from __future__ import annotations
+
+import json
+import random
+import shutil
+import tempfile
+
+import pytest
+
+from symvram.cli import main
+from symvram.presets import load_gpu
+from symvram.present.page import render_page
+from symvram.present.units import fmt_bytes
+from symvram.scenario import Scenario
+
+CHROMIUM_FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                  "--disable-background-networking", "--disable-component-update", "--disable-sync")
+CLI_FLAGS = {"method": "--method", "targets": "--targets", "optimizer_impl": "--optimizer-impl",
+             "attention": "--attention", "zero": "--zero", "dtype": "--dtype", "master": "--master",
+             "state_dtype": "--state-dtype", "adapter_dtype": "--adapter-dtype", "batch": "--batch",
+             "seq": "--seq", "rank": "--rank", "gpus": "--gpus"}
+
+
+def _binary(*names: str) -> str | None:
+    return next((p for p in (shutil.which(n) for n in names) if p), None)
+
+
+@pytest.fixture(scope="module")
+def browser():
+    webdriver = pytest.importorskip("selenium.webdriver", reason="selenium is not installed (pip install -e '.[test]')")
+    from selenium.webdriver.chrome.service import Service
+
+    chromium = _binary("chromium", "chromium-browser")
+    driver_path = _binary("chromedriver")
+    if not chromium or not driver_path:
+        pytest.skip("no headless browser: install Debian's chromium and chromium-driver (apt-get install "
+                    "chromium chromium-driver; .ci/run does)")
+    profile = tempfile.TemporaryDirectory(prefix="symvram-chromium-")
+    options = webdriver.ChromeOptions()
+    options.binary_location = chromium
+    for flag in (*CHROMIUM_FLAGS, f"--user-data-dir={profile.name}", "--window-size=1200,900"):
+        options.add_argument(flag)
+    try:
+        driver = webdriver.Chrome(options=options, service=Service(driver_path))
+    except Exception as e:  # the browser could not start here: say why instead of failing
+        profile.cleanup()
+        pytest.skip(f"Chromium did not start: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
+    yield driver
+    driver.quit()
+    profile.cleanup()
+
+
+def _open(browser, tmp_path, model: str, **settings):
+    path = tmp_path / f"{model}.html"
+    path.write_text(render_page(Scenario.create(model, **settings), gpu="a100-80g"), encoding="utf-8")
+    browser.get(path.as_uri())
+    return browser.execute_script("return JSON.parse(document.getElementById('data').textContent)")
+
+
+def _cli_peak(capsys, model: str, argv: list[str]) -> int | None:
+    capsys.readouterr()
+    code = main(["estimate", model, *argv, "--format", "json"])
+    out = capsys.readouterr().out
+    return json.loads(out)["bytes"]["peak"] if code == 0 else None
+
+
+def _random_settings(rng: random.Random, data: dict) -> dict:
+    """An option index for each select, a number for each numeric input."""
+    chosen = {name: rng.randrange(len(c["options"])) for name, c in data["controls"].items()}
+    chosen.update(batch=rng.choice([1, 1, 2, 3, 4, 8, 16]), seq=rng.choice([1, 77, 512, 2048, 4096, 8192, 32768]),
+                  rank=rng.choice([1, 4, 8, 16, 64, 128, 256, 1024, 4096]), gpus=rng.choice([1, 1, 2, 3, 8, 64]))
+    return chosen
+
+
+def _cli_args(data: dict, chosen: dict) -> list[str]:
+    argv = []
+    for name, value in chosen.items():
+        if name in data["controls"]:
+            value = data["controls"][name]["values"][value]
+        if name == "grad_checkpointing":
+            argv += ["--grad-checkpointing"] if value else []
+        elif name == "targets":
+            argv += ["--targets", ",".join(value)]
+        else:
+            argv += [CLI_FLAGS[name], str(value)]
+    return argv
+
+
+def _set_controls(browser, chosen: dict) -> None:
+    from selenium.webdriver.support.ui import Select
+
+    for name, value in chosen.items():
+        element = browser.find_element("id", f"c-{name}")
+        if element.tag_name == "select":
+            Select(element).select_by_value(str(value))
+        else:
+            element.clear()
+            element.send_keys(str(value))
+
+
+@pytest.mark.parametrize("model, start, settings", [
+    ("llama-3-8b", {"method": "lora"}, 12),                       # GQA, untied embeddings
+    ("qwen2.5-0.5b", {"method": "qlora", "rank": 16}, 12),        # tied embeddings, q/k/v biases
+])
+def test_page_peak_equals_estimate(browser, tmp_path, capsys, model, start, settings):
+    data = _open(browser, tmp_path, model, **start)
+    card = load_gpu("a100-80g")
+    rng = random.Random(f"page-{model}")
+    checked = errors = 0
+    for _ in range(10 * settings):
+        if checked == settings:
+            break
+        chosen = _random_settings(rng, data)
+        _set_controls(browser, chosen)
+        peak = browser.find_element("id", "peak")
+        expected = _cli_peak(capsys, model, _cli_args(data, chosen))
+        if expected is None:  # the CLI refuses these settings: so must the page
+            assert peak.get_attribute("data-bytes") == "", chosen
+            assert browser.find_element("id", "error").text
+            errors += 1
+            continue
+        assert int(peak.get_attribute("data-bytes")) == expected, (chosen, _cli_args(data, chosen))
+        assert peak.text == fmt_bytes(expected, "GiB")
+        verdict = browser.find_element("id", "verdict").text
+        assert verdict.startswith("fits on" if expected <= card.usable_bytes else "does not fit on"), verdict
+        checked += 1
+    assert checked == settings, f"only {checked} valid settings in {10 * settings} draws"
+    assert errors, "no invalid setting was drawn: the error path went unchecked"
+
+
+def test_page_starts_at_the_command_line_and_makes_no_request(browser, tmp_path, capsys):
+    _open(browser, tmp_path, "llama-3-8b", method="full", master="fp32", batch=2, seq=1024, zero=3, gpus=8)
+    expected = _cli_peak(capsys, "llama-3-8b", ["--method", "full", "--master", "fp32", "--batch", "2",
+                                                "--seq", "1024", "--zero", "3", "--gpus", "8"])
+    assert int(browser.find_element("id", "peak").get_attribute("data-bytes")) == expected
+    assert browser.execute_script("return performance.getEntriesByType('resource').length") == 0
+    assert browser.get_log("browser") == []  # no script error, no blocked load
+
+
+def test_page_is_readable_at_phone_width(browser, tmp_path):
+    _open(browser, tmp_path, "7b", method="lora")
+    browser.set_window_size(390, 844)
+    try:
+        # the page itself never scrolls sideways (wide formulas scroll inside their own cell)
+        width = browser.execute_script("return [document.documentElement.scrollWidth, window.innerWidth]")
+        assert width[0] <= width[1], width
+        peak = browser.find_element("id", "peak")
+        assert peak.is_displayed() and peak.text.endswith("GiB")
+        assert browser.find_element("id", "c-method").is_displayed()
+    finally:
+        browser.set_window_size(1200, 900)
