@@ -1,0 +1,139 @@
+"""Check the ZeRO-3 terms against PyTorch's own FSDP2 (needs torch, transformers, peft).
+
+The model of ``spec`` (see ``symvram.validate.spec``) is built on the meta device, materialised as
+FakeTensors, wrapped with ``fully_shard`` per decoder layer and then at the root over a fake process
+group of ``world_size`` ranks (``torch.testing._internal.distributed.fake_pg``: collectives return at
+once, nothing is communicated), and trained for two steps under FakeTensorMode. PyTorch's
+``FSDPMemTracker`` sorts every live byte of rank 0 into FSDP's categories; the largest value each
+category reaches is compared with the per-GPU terms of the ZeRO-3 ledger:
+
+* sharded parameters ↔ ``weights`` (+ ``adapters``) = P β_w / N;
+* sharded gradients ↔ ``grads`` = P_train β_g / N;
+* optimizer states (read from ``optimizer.state`` after the steps) ↔ ``optimizer_states`` +
+  ``optimizer_steps``;
+* unsharded (all-gathered) parameters ↔ ``gathered_params`` less one decoder layer: a fake process
+  group runs the all-gathers synchronously, so the prefetched layer never overlaps the computing one.
+"""
+from __future__ import annotations
+
+import warnings
+
+import torch
+
+from ..evaluate import Breakdown, evaluate, substitution
+from ..ledger.sharding import layer_bytes
+from ..scenario import Scenario
+from .spec import from_scenario
+
+CATEGORIES = ("sharded_params", "sharded_grads", "optimizer_states", "unsharded_params")
+
+
+def _process_group(world_size: int):
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    if dist.is_initialized():
+        if dist.get_world_size() == world_size and dist.get_backend() == "fake":
+            return init_device_mesh("cpu", (world_size,))
+        dist.destroy_process_group()
+    dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=world_size)
+    return init_device_mesh("cpu", (world_size,))
+
+
+def _tracker_class():
+    from torch.distributed._tools.fsdp2_mem_tracker import FSDPMemTracker
+
+    class MaxTracker(FSDPMemTracker):
+        """FSDPMemTracker that also keeps the largest value each category reaches."""
+
+        def __init__(self, *args):
+            super().__init__(*args)
+            self.maxima: dict[str, int] = {}
+
+        def _update_peak_stats(self, peak_state) -> None:
+            super()._update_peak_stats(peak_state)
+            for snap in self._curr_mem_snap.values():
+                for key, value in snap.items():
+                    name = getattr(key, "value", key)
+                    self.maxima[name] = max(self.maxima.get(name, 0), int(value))
+
+    return MaxTracker
+
+
+def _local_bytes(t: torch.Tensor) -> int:
+    local = t.to_local() if hasattr(t, "to_local") else t
+    return local.numel() * local.element_size()
+
+
+def measure_fsdp(spec: dict, world_size: int) -> dict:
+    """Rank 0's bytes under FSDP2 with ``world_size`` fake ranks, by category (see module docstring)."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.distributed.fsdp import fully_shard
+
+    from .measure import _untraced_packed_check, build_model, build_optimizer, normalize_spec
+
+    spec = normalize_spec(spec)
+    mesh = _process_group(world_size)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)
+        model = build_model(spec)
+    fake = FakeTensorMode(allow_non_fake_inputs=True)
+    with fake:
+        model.to_empty(device="cpu")
+        for module in model.modules():
+            if type(module).__name__.endswith("DecoderLayer"):
+                fully_shard(module, mesh=mesh)
+        fully_shard(model, mesh=mesh)
+        optimizer = build_optimizer(spec, [p for p in model.parameters() if p.requires_grad])
+        ids = torch.randint(0, int(model.config.vocab_size), (int(spec["batch"]), int(spec["seq"])))
+        tracker = _tracker_class()(model, optimizer)
+        tracker.track_inputs((ids,))
+        with _untraced_packed_check(), tracker:
+            for _ in range(int(spec["steps"])):
+                loss = model(input_ids=ids, labels=ids).loss
+                loss.backward()
+                del loss
+                optimizer.step()
+                optimizer.zero_grad(set_to_none=True)
+                tracker.reset_mod_stats()
+        states = sum(_local_bytes(v) for st in optimizer.state.values() for v in st.values()
+                     if isinstance(v, torch.Tensor))
+    m = tracker.maxima
+    return {
+        "world_size": world_size,
+        "sharded_params": m.get("Sharded Param", 0),
+        "sharded_grads": m.get("Sharded Grad", 0),
+        "optimizer_states": states,
+        "unsharded_params": m.get("Unsharded Param", 0),
+        "unsharded_grads": m.get("Unsharded Grad", 0),
+        "peak_bytes": int(tracker.get_tracker_snapshot("peak")[torch.device("cpu")]["Total"]),
+        "versions": {"torch": torch.__version__},
+    }
+
+
+def expected(bd: Breakdown) -> dict[str, int]:
+    """The same categories from the ZeRO-3 ledger of one GPU."""
+    t = bd.terms
+    one_layer = int(layer_bytes(bd.scenario.structure).xreplace(substitution(bd.ledger, bd.values)))
+    return {
+        "sharded_params": t.get("weights", 0) + t.get("adapters", 0),
+        "sharded_grads": t["grads"],
+        "optimizer_states": t["optimizer_states"] + t.get("optimizer_steps", 0),
+        "unsharded_params": t["gathered_params"] - one_layer,
+    }
+
+
+def compare_fsdp(sc: Scenario, world_size: int) -> dict:
+    """Measure ``sc`` (full or LoRA) under FSDP2 with ``world_size`` ranks; estimate, measured, error."""
+    sc = sc.with_changes(zero=3, gpus=world_size, device="cpu")
+    spec = from_scenario(sc)
+    spec["device"] = "fake"
+    measured = measure_fsdp(spec, world_size)
+    est = expected(evaluate(sc))
+    rows = {c: {"estimate": est[c], "measured": measured[c],
+                "error": (est[c] - measured[c]) / measured[c] if measured[c] else None} for c in CATEGORIES}
+    return {"world_size": world_size, "rows": rows, "measured": measured}
+
+
+__all__ = ["measure_fsdp", "expected", "compare_fsdp", "CATEGORIES"]
