@@ -211,6 +211,10 @@ def transient_terms(s_: Structure) -> list[Term]:
     terms.append(Term("grads_before_first_layer", "transient", b_g * (sym("P_train") - _first_layer_params(s_)),
                       r"M_{\mathrm{grad},>0}", "gradients already accumulated when backward reaches the first layer "
                       "(all but the first layer's and the embedding's)", "autograd order"))
+    if s_.method == "qlora":
+        terms.append(Term("dequant_temp", "transient", b_c * sp.Max(*(m.d_in * m.d_out for m in LINEARS.values())),
+                          r"M_{\mathrm{dequant}}", "bitsandbytes dequantizes one 4-bit weight to the compute dtype "
+                          "for each matmul (the largest is the bound)", "bitsandbytes MatMul4Bit"))
     terms.append(Term("one_layer", "transient", per_layer_bytes(s_), r"M_{\mathrm{layer}}",
                       "one layer's saved tensors (recomputed under checkpointing), alive until its backward ends",
                       "torch.utils.checkpoint / autograd"))

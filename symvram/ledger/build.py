@@ -34,7 +34,7 @@ def _moments(terms: dict, s: Structure) -> tuple[Moment, ...]:
     moments.append(Moment("final_norm_backward", "backward through the final norm", tuple(
         params + states + [k for k in saved if k != "act_logsoftmax"] + ["norm_backward_temp"]),
         "the loss gradients are freed; every layer's activations are still saved"))
-    layer = ["one_layer", "layer_backward_temp"]
+    layer = ["one_layer", "layer_backward_temp"] + [k for k in ("dequant_temp",) if k in terms]
     if s.checkpointing:
         moments.append(Moment("recompute", "backward, recomputing the last layer", tuple(
             params + states + [k for k in saved if k in ("act_checkpoints", "act_input_grad_leaf")] + kept + layer),
