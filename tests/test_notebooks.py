@@ -23,6 +23,7 @@ _socket.socket.connect = _socket.socket.connect_ex = _no_network
 """
 
 P_7B = 7_000_000_000
+KEEP_16BIT_70B = 2 * 32000 * 8192 + 80 * 2 * 8192 + 8192   # embeddings, lm_head, norms: not quantized
 LORA_PER_LAYER_R64 = 4 * 64 * (4096 + 4096) + 2 * 64 * (4096 + 11008) + 64 * (11008 + 4096)   # q k v o; gate up; down
 
 EXPECTED = {
@@ -44,8 +45,17 @@ EXPECTED = {
         "∂peak/∂bytes_weight = P",                                              # base weights P·β_w
         "budget: 22.50 GiB",                       # RTX 4090: 23.5 GiB usable (data/gpus.toml) − 1 GiB headroom
     ],
+    "03_70b_multi_gpu.ipynb": [
+        "full fine-tuning, parameter side: 840 GB (12 bytes per parameter)",     # 70·10⁹ × 12 B
+        "LoRA base weights: 140 GB",                                             # 70·10⁹ × 2 B
+        f"QLoRA NF4 weights: {(70 * 10**9 - KEEP_16BIT_70B) // 2:,} bytes",      # 4 bits per quantized weight
+        # ZeRO paper: stage 1 splits the optimizer states over N, stage 3 also the weights
+        r"M_{\mathrm{train}} = P \cdot \beta_{g} + \frac{P \cdot \beta_{o} \cdot n_{o}}{N}",
+        r"M_{\mathrm{base}} = \frac{P \cdot \beta_{w}}{N}",
+        "QLoRA with checkpointing: 1 × NVIDIA A100 80GB with DDP",               # the reference: one 80 GB card
+    ],
 }
-IMAGES = {"01_classic_7b.ipynb": 0, "02_whatif_sensitivity.ipynb": 3}
+IMAGES = {"01_classic_7b.ipynb": 0, "02_whatif_sensitivity.ipynb": 3, "03_70b_multi_gpu.ipynb": 1}
 
 
 def notebook_paths():
