@@ -41,3 +41,19 @@ def test_lora_per_rank():
     lora = L * rank * (2 * (H + H) + 2 * (H + KV) + 2 * (H + F) + (F + H))
     assert rows["sharded_grads"]["measured"] == 2 * lora // n
     assert rows["sharded_params"]["measured"] == 2 * (P + lora) // n
+
+
+def test_cli_world_size(tmp_path, capsys):
+    import json
+
+    from symvram.cli import main
+
+    cfg = tmp_path / "config.json"
+    cfg.write_text(json.dumps(ARCH))
+    assert main(["validate", str(cfg), "--method", "full", "--state-dtype", "bf16", "--seq", "32",
+                 "--world-size", "2", "--format", "json"]) == 0
+    rows = json.loads(capsys.readouterr().out)["rows"]
+    assert rows["sharded_params"]["measured"] == 2 * P // 2 == rows["sharded_params"]["estimate"]
+    assert main(["validate", "tinyllama-1.1b", "--method", "full", "--state-dtype", "bf16", "--set", "layers=2",
+                 "--world-size", "2"]) == 2
+    assert "config.json" in capsys.readouterr().err

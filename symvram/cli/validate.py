@@ -9,7 +9,7 @@ from ..errors import UserError
 from ..evaluate import evaluate
 from ..present.tables import render_rows
 from ..present.units import fmt_bytes
-from .common import add_model_argument, add_scenario_arguments, scenario_from_args, write_output
+from .common import add_model_argument, add_scenario_arguments, positive_int, scenario_from_args, write_output
 
 HELP = """\
 Builds the real Hugging Face model (transformers + PEFT) from the same preset or config.json, with no
@@ -34,6 +34,8 @@ def register(sub) -> None:
                        description=HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_model_argument(p)
     add_scenario_arguments(p)
+    p.add_argument("--world-size", type=positive_int, metavar="N",
+                   help="check the ZeRO-3 / FSDP terms instead: torch FSDP2 fully_shard over N fake ranks")
     p.add_argument("--format", choices=("table", "json"), default="table")
     p.add_argument("-o", "--output", help="write to this file instead of stdout")
     p.add_argument("--force", action="store_true", help="overwrite --output if it exists")
@@ -65,6 +67,10 @@ def run(args) -> int:
     _check_supported(sc)
     if not validate.is_available():
         raise UserError(validate.missing_reason())
+    if args.world_size:  # ZeRO-3 against torch FSDP2 over N fake ranks
+        from ..validate.fsdp import cli_text
+        write_output(cli_text(sc, args.world_size, args.format, args.units), args.output, args.force)
+        return 0
     from ..validate.compare import comparison
     from ..validate.measure import measure
     from ..validate.spec import from_scenario

@@ -20,9 +20,11 @@ import warnings
 
 import torch
 
+from ..errors import UserError
 from ..evaluate import Breakdown, evaluate, substitution
 from ..ledger.sharding import layer_bytes
 from ..scenario import Scenario
+from ..symbols import SYMBOLS
 from .spec import from_scenario
 
 CATEGORIES = ("sharded_params", "sharded_grads", "optimizer_states", "unsharded_params")
@@ -126,6 +128,10 @@ def expected(bd: Breakdown) -> dict[str, int]:
 
 def compare_fsdp(sc: Scenario, world_size: int) -> dict:
     """Measure ``sc`` (full or LoRA) under FSDP2 with ``world_size`` ranks; estimate, measured, error."""
+    shape = sorted(n for n, _ in sc.overrides if SYMBOLS[n].group == "model")
+    if shape:
+        raise UserError(f"--set {', '.join(shape)}: the measured model is built from the preset or config.json, "
+                        "not from overrides; write a config.json with those dimensions instead")
     sc = sc.with_changes(zero=3, gpus=world_size, device="cpu")
     spec = from_scenario(sc)
     spec["device"] = "fake"
@@ -136,4 +142,25 @@ def compare_fsdp(sc: Scenario, world_size: int) -> dict:
     return {"world_size": world_size, "rows": rows, "measured": measured}
 
 
-__all__ = ["measure_fsdp", "expected", "compare_fsdp", "CATEGORIES"]
+def cli_text(sc: Scenario, world_size: int, fmt: str = "table", units: str = "GiB") -> str:
+    """``symvram validate --world-size N``: the comparison as a table or JSON."""
+    import json
+
+    from ..present.tables import render_rows
+    from ..present.units import fmt_bytes
+
+    result = compare_fsdp(sc, world_size)
+    if fmt == "json":
+        return json.dumps(result, indent=2)
+    rows = [["rank 0 under FSDP2", "estimate (bytes)", "measured (bytes)", f"measured ({units})", "error"]]
+    for name, row in result["rows"].items():
+        err = "—" if row["error"] is None else f"{100 * row['error']:+.3f} %"
+        rows.append([name, f"{row['estimate']:,}", f"{row['measured']:,}", fmt_bytes(row["measured"], units), err])
+    m = result["measured"]
+    return (render_rows(rows, "lrrrr", "table") +
+            f"\n\n{world_size} fake ranks, fully_shard per decoder layer then the root, torch {m['versions']['torch']}; "
+            f"the estimate's all-gathered set counts a prefetched layer a synchronous fake group never overlaps, "
+            f"so the row above leaves one layer out. Measured peak of rank 0: {fmt_bytes(m['peak_bytes'], units)}.")
+
+
+__all__ = ["measure_fsdp", "expected", "compare_fsdp", "cli_text", "CATEGORIES"]
