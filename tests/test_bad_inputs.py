@@ -167,7 +167,9 @@ TOP_LEVEL = [
 
 # Every other command that reads a model and a scenario gets all the cases above; these are the
 # arguments it needs besides them (placed before the case's own, so a case's --set wins).
-NEEDS = {"fit": ["--gpu", "80GiB"], "whatif": ["--set", "vocab=32000"], "sensitivity": [], "explain": []}
+NEEDS = {"fit": ["--gpu", "80GiB"], "whatif": ["--set", "vocab=32000"], "sensitivity": [], "explain": [],
+         "plan": ["--gpu", "80GiB"], "diagnose": ["--gpu", "80GiB"], "page": [],
+         "plot": ["--kind", "tornado", "-o", "{tmp}/never-written.png"], "validate": ["--state-dtype", "bf16"]}
 
 COMMAND_CASES = {
     "fit": [
@@ -209,13 +211,17 @@ COMMAND_CASES = {
 }
 
 
+MODEL_SAMPLE = {"unknown-preset-close", "missing-config", "unsupported-model-type", "json-array", "truncated-json",
+                "huge-file", "missing-hidden", "hidden-string"}
+
+
 def _cases():
     for cid, argv, frag in MODEL_CASES + SCENARIO_CASES + ESTIMATE_ONLY:
         yield pytest.param(["estimate", *argv], frag, id=f"estimate-{cid}")
     for cid, argv, frag in TOP_LEVEL:
         yield pytest.param(argv, frag, id=cid)
-    for command in (c for c in COMMANDS if c in NEEDS):
-        for cid, argv, frag in MODEL_CASES + SCENARIO_CASES:
+    for command in (c for c in COMMANDS if c in NEEDS):  # every command reads the model through load_model
+        for cid, argv, frag in [c for c in MODEL_CASES if c[0] in MODEL_SAMPLE] + SCENARIO_CASES:
             yield pytest.param([command, *NEEDS[command], *argv], frag, id=f"{command}-{cid}")
         for cid, argv, frag in COMMAND_CASES.get(command, []):
             yield pytest.param([command, *argv], frag, id=f"{command}-{cid}")
