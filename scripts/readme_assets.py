@@ -30,6 +30,8 @@ COMMANDS = {
     "sensitivity": ["sensitivity", "7b", "--method", "lora", "--batch", "4", "--knobs", "seq,batch,rank,layers,hidden"],
     "fit": ["fit", "llama-3-8b", "--method", "lora", "--gpu", "rtx-4090", "--solve", "seq"],
     "plan": ["plan", "70b", "--gpu", "a100-80g"],
+    "diagnose": ["diagnose", "llama-3-8b", "--method", "lora", "--batch", "4", "--seq", "4096", "--gpu", "rtx-4090",
+                 "--p95-seq", "1500"],
 }
 PLOTS = {   # name -> the command that draws docs/tour/<name>.png
     "breakdown": ["plot", "7b", "--kind", "breakdown"],
@@ -55,6 +57,13 @@ def explain_section(markdown: str, number: int) -> str:
     sections = re.split(r"(?m)^(?=## )", markdown)
     section = next(s for s in sections if s.startswith(f"## {number}."))
     return "#" + section.strip()
+
+
+def accuracy_summary() -> str:
+    """The headline table of benchmarks/results/accuracy.md (written by benchmarks/accuracy.py)."""
+    text = (ROOT / "benchmarks" / "results" / "accuracy.md").read_text(encoding="utf-8")
+    section = re.search(r"(?m)^## (All .*)\n\n((?:\|.*\n)+)", text)
+    return f"{section.group(1)}:\n\n{section.group(2).rstrip()}"
 
 
 def cli_reference() -> str:
@@ -96,6 +105,7 @@ def blocks() -> dict[str, str]:
     out["explain"] = explain_section(symvram(EXPLAIN), 1)
     out["cli"] = cli_reference()
     out["api"] = api_reference()
+    out["accuracy"] = accuracy_summary()
     return out
 
 
@@ -113,7 +123,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--check", action="store_true", help="only report whether anything is out of date")
     args = parser.parse_args(argv)
     generated = blocks()
-    files = {TOUR / f"{name}.{'md' if name in ('estimate-lora', 'explain', 'cli', 'api') else 'txt'}": text + "\n"
+    files = {TOUR / f"{name}.{'md' if name in ('estimate-lora', 'explain', 'cli', 'api', 'accuracy') else 'txt'}": text + "\n"
              for name, text in generated.items()}
     readme = splice(README.read_text(encoding="utf-8"), generated)
     stale = [p for p, text in files.items() if not p.exists() or p.read_text(encoding="utf-8") != text]
