@@ -100,3 +100,12 @@ def test_cli_json(capsys):
 def test_bad_max_gpus():
     with pytest.raises(UserError, match="--max-gpus"):
         plan(Scenario.create("7b"), A100, max_gpus=0)
+
+
+def test_summary_points_at_activations_when_they_cost_cards(plain):
+    from symvram.cli.plan import summary
+
+    z3 = row(plain, "lora", "zero3")
+    assert z3.params_gpus == 2 < z3.gpus                       # the parameters alone fit on two
+    text = summary(plain, "lora", "GiB")
+    assert "--grad-checkpointing" in text and "2 for the parameters alone" in text

@@ -8,7 +8,7 @@ from ..analysis.fit import load_card
 from ..analysis.plan import STRATEGIES, PlanResult, plan
 from ..present.tables import host_bytes, render_rows
 from ..present.units import fmt_bytes
-from ..scenario import MAX_GPUS, METHODS
+from ..scenario import METHODS
 from .common import add_model_argument, add_scenario_arguments, positive_int, scenario_from_args, write_output
 from .fit import add_card_arguments
 
@@ -71,6 +71,10 @@ def summary(r: PlanResult, method: str, units: str) -> str:
     text = f"{method}: " + "; or ".join(parts)
     if never:
         text += f"; {', '.join(never)} do not fit on {r.max_gpus}"
+    starved = [x for x in rows if x.params_gpus and (not x.fits or x.gpus > x.params_gpus)]
+    if starved and not rows[0].at.scenario.grad_checkpointing:
+        text += (f" — activations, which ZeRO does not divide, cost cards ({starved[0].strategy.name}: "
+                 f"{starved[0].params_gpus} for the parameters alone): try --grad-checkpointing or a shorter --seq")
     return text
 
 
