@@ -207,14 +207,6 @@ def test_documents_escape_the_model_name(evil_model, capsys, fmt, raw, escaped):
     assert raw not in out
 
 
-def test_the_page_escapes_the_model_name(evil_model, tmp_path, capsys):
-    target = tmp_path / "page.html"
-    assert main(["page", evil_model, "-o", str(target)]) == 0
-    html = target.read_text()
-    assert "<script>alert(1)" not in html
-    assert "\\u003cscript\\u003ealert(1)" in html  # inside the page's JSON data, which no </script> can close
-
-
 def test_the_document_environment_is_strict():
     import jinja2
 
