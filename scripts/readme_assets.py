@@ -82,6 +82,25 @@ def cli_reference() -> str:
     return "\n\n".join(blocks)
 
 
+CONSOLE = [   # Python expressions whose console repr the README shows
+    'symvram.estimate("7b", method="lora")',
+    'symvram.whatif("7b", {"seq": 4096, "rank": 16}, method="lora")',
+    'symvram.sensitivity("7b", method="lora", batch=4)',
+    'symvram.plan("70b", "a100-80g")',
+    'symvram.estimate("7b", method="full").ledger.by_key["grads"]',
+]
+
+
+def console() -> str:
+    """A console session: each expression of CONSOLE and its repr."""
+    import symvram
+
+    lines = [">>> import symvram"]
+    for expr in CONSOLE:
+        lines += [f">>> {expr}", repr(eval(expr, {"symvram": symvram}))]
+    return "```pycon\n" + "\n".join(lines) + "\n```"
+
+
 def api_reference() -> str:
     """Each function of ``symvram.__all__``: its parameters and the first paragraph of its docstring."""
     import symvram
@@ -106,6 +125,7 @@ def blocks() -> dict[str, str]:
     out["cli"] = cli_reference()
     out["api"] = api_reference()
     out["accuracy"] = accuracy_summary()
+    out["console"] = console()
     return out
 
 
@@ -123,7 +143,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--check", action="store_true", help="only report whether anything is out of date")
     args = parser.parse_args(argv)
     generated = blocks()
-    files = {TOUR / f"{name}.{'md' if name in ('estimate-lora', 'explain', 'cli', 'api', 'accuracy') else 'txt'}": text + "\n"
+    files = {TOUR / f"{name}.{'md' if name in ('estimate-lora', 'explain', 'cli', 'api', 'accuracy', 'console') else 'txt'}": text + "\n"
              for name, text in generated.items()}
     readme = splice(README.read_text(encoding="utf-8"), generated)
     stale = [p for p, text in files.items() if not p.exists() or p.read_text(encoding="utf-8") != text]
