@@ -29,10 +29,8 @@ def _no_debug(monkeypatch):
     monkeypatch.delenv("SYMVRAM_DEBUG", raising=False)
 
 
-@pytest.mark.parametrize("argv", [
-    ["estimate", "llama3-8b"],
+@pytest.mark.parametrize("argv", [  # an argparse error and an engine error (it overflowed a float once)
     ["estimate", "7b", "--batch", "0"],
-    ["estimate", "7b", "--method", "qlora", "--dtype", "fp32"],
     ["estimate", "7b", "--set", "bytes_state=1e308"],
 ])
 def test_a_real_process_prints_one_line(argv):
@@ -51,7 +49,7 @@ def test_debug_flag_shows_the_traceback(where):
     assert "Traceback" in p.stderr and "UserError: unknown model preset 'llama3-8b'" in p.stderr
 
 
-@pytest.mark.parametrize("value,shows", [("1", True), ("0", False), ("", False)])
+@pytest.mark.parametrize("value,shows", [("1", True), ("0", False)])
 def test_debug_environment_variable(value, shows):
     p = run_cli("estimate", "llama3-8b", debug_env=value)
     assert ("Traceback" in p.stderr) is shows
