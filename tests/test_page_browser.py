@@ -8,49 +8,30 @@ from __future__ import annotations
 
 import json
 import random
-import shutil
 import tempfile
 
 import pytest
 
 from symvram.cli import main
 from symvram.presets import load_gpu
-from symvram.present.page import render_page
+from symvram.present.page import headless_chromium, render_page
 from symvram.present.units import fmt_bytes
 from symvram.scenario import Scenario
 
-CHROMIUM_FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                  "--disable-background-networking", "--disable-component-update", "--disable-sync")
 CLI_FLAGS = {"method": "--method", "targets": "--targets", "optimizer_impl": "--optimizer-impl",
              "attention": "--attention", "zero": "--zero", "dtype": "--dtype", "master": "--master",
              "state_dtype": "--state-dtype", "adapter_dtype": "--adapter-dtype", "batch": "--batch",
              "seq": "--seq", "rank": "--rank", "gpus": "--gpus"}
 
 
-def _binary(*names: str) -> str | None:
-    return next((p for p in (shutil.which(n) for n in names) if p), None)
-
-
 @pytest.fixture(scope="module")
 def browser():
-    webdriver = pytest.importorskip("selenium.webdriver", reason="selenium is not installed (pip install -e '.[test]')")
-    from selenium.webdriver.chrome.service import Service
-
-    chromium = _binary("chromium", "chromium-browser")
-    driver_path = _binary("chromedriver")
-    if not chromium or not driver_path:
-        pytest.skip("no headless browser: install Debian's chromium and chromium-driver (apt-get install "
-                    "chromium chromium-driver; .ci/run does)")
     profile = tempfile.TemporaryDirectory(prefix="symvram-chromium-")
-    options = webdriver.ChromeOptions()
-    options.binary_location = chromium
-    for flag in (*CHROMIUM_FLAGS, f"--user-data-dir={profile.name}", "--window-size=1200,900"):
-        options.add_argument(flag)
     try:
-        driver = webdriver.Chrome(options=options, service=Service(driver_path))
-    except Exception as e:  # the browser could not start here: say why instead of failing
+        driver = headless_chromium(profile.name)
+    except RuntimeError as e:  # no browser here: say why instead of failing
         profile.cleanup()
-        pytest.skip(f"Chromium did not start: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
+        pytest.skip(str(e))
     yield driver
     driver.quit()
     profile.cleanup()
