@@ -55,14 +55,17 @@ def test_breakdown_in_a_console_and_in_jupyter():
     rows = table_rows(md)
     term_rows = {r[1]: r for r in rows if len(r) == 5 and r[0] in ("base", "trainable", "activations", "transient")}
     assert set(term_rows) == {t.key for t in bd.ledger.terms}
-    assert term_rows["weights"][2:4] == [r"$M_{w} = P \cdot \beta_{w}$", f"{14e9 / GIB:.2f}"]
-    assert term_rows["grads"][3] == f"{P_LORA_R64 * 2 / GIB:.2f}"
-    assert term_rows["optimizer_states"][3] == f"{P_LORA_R64 * 8 / GIB:.2f}"
+    assert term_rows["weights"][2:4] == [f"{14e9 / GIB:.2f}", r"$P \cdot \beta_{w}$"]
+    assert term_rows["grads"][2] == f"{P_LORA_R64 * 2 / GIB:.2f}"
+    assert term_rows["optimizer_states"][2] == f"{P_LORA_R64 * 8 / GIB:.2f}"
     assert [len(t[0]) for t in tables(md)] == [5, 2, 3]    # terms; block sums; moments
     for table in tables(md):                                  # no stray | splits a cell
         assert {len(row) for row in table} == {len(table[0])}
     peak_rows = [r for r in rows if "← peak" in r[0]]
-    assert len(peak_rows) == 1 and peak_rows[0][1] == f"{bd.peak / GIB:.2f}"
+    assert len(peak_rows) == 1 and peak_rows[0][1] == f"{bd.peak / GIB:.2f} GiB"
+    # the formulas' derived quantities are defined: r(d_in + d_out) summed over the seven matrices
+    assert (r"$P_{\mathrm{LoRA}} = L \cdot r \cdot \left(2 \cdot d_{head} \cdot n_{h} + 2 \cdot d_{head} \cdot "
+            r"n_{kv} + 7 \cdot h + 3 \cdot d_{ff}\right)$") in md
 
 
 def test_every_displayed_formula_is_valid_latex():

@@ -18,8 +18,10 @@ from typing import TYPE_CHECKING
 
 from ..ledger.terms import BLOCKS
 from ..symbols import latex
-from .tables import BLOCK_TITLES, render_rows
+from .tables import render_rows
 from .units import fmt_bytes
+
+LEDGER_BLOCKS = (*BLOCKS, "transient", "host")   # host: terms offloaded to CPU memory
 
 if TYPE_CHECKING:
     from ..evaluate import Breakdown
@@ -35,8 +37,8 @@ def _number(n: int, units: str) -> str:
     return fmt_bytes(n, units).split()[0]
 
 
-def _moment_label(bd: Breakdown) -> str:
-    return next(m.label for m in bd.ledger.moments if m.key == bd.peak_moment)
+def _moment_label(led: Ledger, key: str) -> str:
+    return next(m.label for m in led.moments if m.key == key)
 
 
 def term_math(t: Term) -> str:
@@ -71,54 +73,38 @@ def title(bd: Breakdown) -> str:
 
 def breakdown_repr(bd: Breakdown, units: str = "GiB") -> str:
     blocks = ", ".join(f"{b} {fmt_bytes(bd.blocks[b], units)}" for b in BLOCKS)
-    moment = _moment_label(bd)
+    moment = _moment_label(bd.ledger, bd.peak_moment)
     return (f"<Breakdown {bd.scenario.model.name} {bd.scenario.method}: peak {fmt_bytes(bd.peak, units)} "
             f"at {moment}; {blocks}>")
 
 
+def definitions_markdown(led: Ledger) -> str:
+    """The derived quantities (P, P_train, P_LoRA …) a ledger's formulas use, as one Markdown line."""
+    return "where " + ", ".join(f"${latex(s)} = {latex(e)}$" for s, e in led.definitions) if led.definitions else ""
+
+
 def breakdown_markdown(bd: Breakdown, units: str = "GiB") -> str:
-    """Every term with its formula and value, the block sums, the moments of the step and the peak."""
-    led = bd.ledger
-    p, p_train = bd.derived["P"], bd.derived["P_train"]
-    lines = [f"**{title(bd)}**", "",
-             f"$P$ = {p:,} parameters, $P_{{\\mathrm{{train}}}}$ = {p_train:,} trainable "
-             f"({100 * p_train / p:.2f} %)", ""]
-    rows = [["block", "term", "formula", units, "why"]]
-    for block in (*BLOCKS, "transient"):
-        for t in led.block_terms(block):
-            rows.append([block, t.key, f"${term_math(t)}$", _number(bd.terms[t.key], units), _cell(t.why)])
-    lines += [render_rows(rows, "lllrl", "markdown"), ""]
-    sums = [["block", units]] + [[BLOCK_TITLES[b], _number(bd.blocks[b], units)] for b in BLOCKS]
-    sums.append(["**ledger total** (base + trainable + activations)", f"**{_number(bd.ledger_total, units)}**"])
-    lines += [render_rows(sums, "lr", "markdown"), ""]
-    moments = [["moment of the step", f"live ({units})", "what is live"]]
-    for m in led.moments:
-        name = f"**{m.label}** ← peak" if m.key == bd.peak_moment else m.label
-        moments.append([name, _number(bd.moments[m.key], units), _cell(m.why)])
-    lines += [render_rows(moments, "lrl", "markdown"), ""]
-    if led.definitions:
-        lines.append("where " + ", ".join(f"${latex(s)} = {latex(e)}$" for s, e in led.definitions))
-        lines.append("")
-    lines.append(f"**peak {fmt_bytes(bd.peak, units)}** ({bd.peak:,} bytes) at {_moment_label(bd)}: "
-                 "the figure `torch.cuda.max_memory_allocated()` reports; the CUDA context and allocator "
-                 "slack come on top.")
-    return "\n".join(lines)
+    """``symvram estimate --method … --format markdown`` (every term with its formula and value, the
+    block sums, the moments and the peak), then the definitions its formulas use."""
+    from .tables import detail
+
+    return "\n\n".join(part for part in (detail(bd, units, "markdown"), definitions_markdown(bd.ledger)) if part)
 
 
 def ledger_repr(led: Ledger) -> str:
-    counts = ", ".join(f"{b} {len(led.block_terms(b))}" for b in (*BLOCKS, "transient") if led.block_terms(b))
+    counts = ", ".join(f"{b} {len(led.block_terms(b))}" for b in LEDGER_BLOCKS if led.block_terms(b))
     return f"<Ledger {len(led.terms)} terms ({counts}); moments {', '.join(m.key for m in led.moments)}>"
 
 
 def ledger_markdown(led: Ledger) -> str:
     """The symbolic ledger: every term's formula and reason, the definitions, and each moment's terms."""
     rows = [["block", "term", "formula", "why"]]
-    for block in (*BLOCKS, "transient"):
+    for block in LEDGER_BLOCKS:
         for t in led.block_terms(block):
             rows.append([block, t.key, f"${term_math(t)}$", _cell(t.why)])
     lines = [render_rows(rows, "llll", "markdown"), ""]
     if led.definitions:
-        lines += ["where " + ", ".join(f"${latex(s)} = {latex(e)}$" for s, e in led.definitions), ""]
+        lines += [definitions_markdown(led), ""]
     moments = [["moment of the step", "live terms"]]
     for m in led.moments:
         moments.append([m.label, "$" + " + ".join(led.by_key[k].label for k in m.terms) + "$"])
@@ -129,9 +115,9 @@ def ledger_markdown(led: Ledger) -> str:
 
 def whatif_repr(w, units: str = "GiB") -> str:
     """One line: the changes and what they do to the peak."""
-    from ..cli.whatif import _number
+    from ..cli.whatif import _number as plain
 
-    change = ", ".join(f"{n} {_number(x)} → {_number(y)}" for n, x, y in w.symbol_values())
+    change = ", ".join(f"{n} {plain(x)} → {plain(y)}" for n, x, y in w.symbol_values())
     return (f"<WhatIf {w.before.scenario.model.name} {w.before.scenario.method}: {change}: peak "
             f"{fmt_bytes(w.before.peak, units)} → {fmt_bytes(w.after.peak, units)} "
             f"({100 * w.peak_delta / w.before.peak:+.1f} %)>")
@@ -155,7 +141,7 @@ def sensitivity_repr(res, units: str = "GiB", top: int = 4) -> str:
     """One line: the active moment and the largest elasticities."""
     knobs = ", ".join(f"{r.knob} {r.elasticity:.3f}" for r in res.rows[:top])
     more = f", … ({len(res.rows)} knobs)" if len(res.rows) > top else ""
-    moment = next(m.label for m in res.breakdown.ledger.moments if m.key == res.moment)
+    moment = _moment_label(res.breakdown.ledger, res.moment)
     return (f"<SensitivityResult {res.breakdown.scenario.model.name} {res.breakdown.scenario.method}: peak "
             f"{fmt_bytes(res.peak, units)} at {moment}; elasticities {knobs}{more}>")
 
@@ -165,7 +151,7 @@ def sensitivity_markdown(res, units: str = "GiB") -> str:
     from ..cli.sensitivity import amount
     from ..symbols import SYMBOLS
 
-    moment = next(m.label for m in res.breakdown.ledger.moments if m.key == res.moment)
+    moment = _moment_label(res.breakdown.ledger, res.moment)
     lines = [f"**{title(res.breakdown)}**: peak {fmt_bytes(res.peak, units)} at *{moment}*, the active "
              "moment, whose derivative is the peak's", ""]
     rows = [["#", "knob", "meaning", "at", "∂peak/∂x per unit", "elasticity", f"x·∂peak/∂x ({units})"]]
