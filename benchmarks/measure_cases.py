@@ -128,6 +128,8 @@ def main(argv=None) -> int:
     try:
         if a.jobs <= 1:
             for i, (k, c) in enumerate(todo, 1):
+                if k in load_done(out):  # finished meanwhile by another runner
+                    continue
                 try:
                     res = _run_one(c)
                 except KeyboardInterrupt:
@@ -137,10 +139,22 @@ def main(argv=None) -> int:
                 else:
                     finish(i, k, c, res)
         else:
-            with ProcessPoolExecutor(max_workers=a.jobs) as ex:
-                pending = {ex.submit(_run_one, c): (k, c) for k, c in todo}
+            import multiprocessing as mp
+
+            # fresh workers now and then (a long-lived process slowly accumulates memory);
+            # cases are submitted lazily so that one finished by another runner is skipped
+            with ProcessPoolExecutor(max_workers=a.jobs, mp_context=mp.get_context("spawn"),
+                                     max_tasks_per_child=4) as ex:
+                queue = list(todo)
+                pending: dict = {}
                 i = 0
-                while pending:
+                while queue or pending:
+                    while queue and len(pending) < a.jobs:
+                        k, c = queue.pop(0)
+                        if k not in load_done(out):
+                            pending[ex.submit(_run_one, c)] = (k, c)
+                    if not pending:
+                        break
                     fin, _ = wait(pending, return_when=FIRST_COMPLETED)
                     for f in fin:
                         k, c = pending.pop(f)

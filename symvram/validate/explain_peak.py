@@ -164,9 +164,9 @@ def explain_peak(spec: dict, phases: bool = False) -> dict:
     first, trainable, total = _run(spec, None)
     capture = {(first.peak_phase, first.peak_bytes): "global"}
     if phases:
-        for ph, total in first.phase_peak.items():
+        for ph, phase_total in first.phase_peak.items():
             if ph != "setup":
-                capture.setdefault((ph, total), ph)
+                capture.setdefault((ph, phase_total), ph)
     second, _, _ = _run(spec, capture)
     if second.peak_bytes != first.peak_bytes:
         raise RuntimeError("the two runs differ: the op sequence is not deterministic")

@@ -134,6 +134,9 @@ def _config(arch: dict, attn_impl: str):
         arch.setdefault("sliding_window", None)
     if model_type == "qwen2":
         arch.pop("attention_bias", None)  # qwen2 always has q/k/v bias
+    # training: no KV cache (with one, the forward would also hold the cache's copies of k/v;
+    # the calibration set was measured without)
+    arch.setdefault("use_cache", False)
     cfg = cls(**arch)
     cfg._attn_implementation = attn_impl
     return cfg
