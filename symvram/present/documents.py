@@ -219,7 +219,7 @@ def activations(sc: Scenario, units: str) -> dict:
 
 
 RECIPES = (("full12", dict(method="full", master="none")), ("full16", dict(method="full", master="fp32")),
-           ("lora", dict(method="lora", master="none")), ("qlora", dict(method="qlora", master="none")))
+           ("lora", dict(method="lora")), ("qlora", dict(method="qlora")))   # LoRA keeps the run's master setting
 
 
 def fewest_cards(sc: Scenario, capacity: int) -> int | None:
@@ -331,7 +331,7 @@ def explain_context(sc: Scenario, gpu: str = "a100-80g", other: str | None = Non
         raise UserError(f"--units must be one of {', '.join(UNITS)}; got {units!r}")
     card = load_card(gpu)
     bd = evaluate(sc)
-    lora_bd = bd if sc.lora else evaluate(sc.with_changes(method="lora", master="none"))
+    lora_bd = bd if sc.lora else evaluate(sc.with_changes(method="lora"))   # the same recipe, adapters only
     full = {k: _try(sc, method="full", dtype="bf16", autocast="none", master=m, adapter_dtype="bf16")
             for k, m in (("full12", "none"), ("full16", "fp32"))}
     fp16 = _try(sc, method="full", dtype="fp16", autocast="none", master="none", adapter_dtype="fp16")
