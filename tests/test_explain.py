@@ -124,12 +124,18 @@ def test_numbers_in_the_text_are_the_engines(model, lang):
     assert f"= {documents.group_digits(spec.layers * sum(per_matrix) // 64, chr(92) + ',')}" + r"\ \mathrm{params}" in text
 
 
+def test_bytes_per_param_follow_the_recipe():
+    """8-bit optimizer states: 2 (weight) + 2 (grad) + 2·1 (m, v) = 6 B/param, 10 with the fp32 master."""
+    text = render(Scenario.create("7b", state_dtype="int8"), fmt="markdown", lang="zh")
+    assert "**6 还是 10？**" in text and "= 2 + 1 \\cdot 2 + 2" in text
+
+
 def test_a_change_of_input_changes_the_document_consistently():
     """r=16 at seq 4096: the LoRA count, the r-rescaling follow-up and the comparison all move together."""
     text = render(Scenario.create("7b", method="lora", rank=16, seq=4096), fmt="markdown", lang="en")
     assert "39,976,960" in text                        # 32 · 16 · (4·8192 + 3·15104), by hand
     assert "**LoRA at r = 64?**" in text and "= 159,907,840" in text
-    lora = table_rows(section(text, "## 5. "))[2]
+    lora = table_rows(section(text, "## 5. "), 0)[2]
     assert gib(lora[3]) == round(estimate("7b", method="lora", rank=16, seq=4096).blocks["activations"] / GIB, 2)
 
 
