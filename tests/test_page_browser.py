@@ -37,9 +37,9 @@ def browser():
     profile.cleanup()
 
 
-def _open(browser, tmp_path, model: str, **settings):
+def _open(browser, tmp_path, model: str, units: str = "GiB", **settings):
     path = tmp_path / f"{model}.html"
-    path.write_text(render_page(Scenario.create(model, **settings), gpu="a100-80g"), encoding="utf-8")
+    path.write_text(render_page(Scenario.create(model, **settings), gpu="a100-80g", units=units), encoding="utf-8")
     browser.get(path.as_uri())
     return browser.execute_script("return JSON.parse(document.getElementById('data').textContent)")
 
@@ -85,12 +85,17 @@ def _set_controls(browser, chosen: dict) -> None:
             element.send_keys(str(value))
 
 
-@pytest.mark.parametrize("model, start, settings", [
-    ("llama-3-8b", {"method": "lora"}, 12),                       # GQA, untied embeddings
-    ("qwen2.5-0.5b", {"method": "qlora", "rank": 16}, 12),        # tied embeddings, q/k/v biases
+@pytest.mark.parametrize("model, start, fixed, settings", [
+    ("llama-3-8b", {"method": "lora"}, [], 12),                       # GQA, untied embeddings
+    ("qwen2.5-0.5b", {"method": "qlora", "rank": 16}, [], 12),        # tied embeddings, q/k/v biases
+    # settings the page has no control for stay as given: tensor parallel, offload, --set, GB
+    ("llama-3-8b", {"method": "full", "zero": 2, "tp": 2, "offload": "optimizer", "units": "GB",
+                    "lora_dropout": 0.1, "overrides": {"bytes_state": 1}},
+     ["--tp", "2", "--offload", "optimizer", "--lora-dropout", "0.1", "--set", "bytes_state=1"], 6),
 ])
-def test_page_peak_equals_estimate(browser, tmp_path, capsys, model, start, settings):
+def test_page_peak_equals_estimate(browser, tmp_path, capsys, model, start, fixed, settings):
     data = _open(browser, tmp_path, model, **start)
+    units = start.get("units", "GiB")
     card = load_gpu("a100-80g")
     rng = random.Random(f"page-{model}")
     checked = errors = 0
@@ -100,14 +105,14 @@ def test_page_peak_equals_estimate(browser, tmp_path, capsys, model, start, sett
         chosen = _random_settings(rng, data)
         _set_controls(browser, chosen)
         peak = browser.find_element("id", "peak")
-        expected = _cli_peak(capsys, model, _cli_args(data, chosen))
+        expected = _cli_peak(capsys, model, _cli_args(data, chosen) + fixed)
         if expected is None:  # the CLI refuses these settings: so must the page
             assert peak.get_attribute("data-bytes") == "", chosen
             assert browser.find_element("id", "error").text
             errors += 1
             continue
-        assert int(peak.get_attribute("data-bytes")) == expected, (chosen, _cli_args(data, chosen))
-        assert peak.text == fmt_bytes(expected, "GiB")
+        assert int(peak.get_attribute("data-bytes")) == expected, (chosen, _cli_args(data, chosen) + fixed)
+        assert peak.text == fmt_bytes(expected, units)
         verdict = browser.find_element("id", "verdict").text
         assert verdict.startswith("fits on" if expected <= card.usable_bytes else "does not fit on"), verdict
         checked += 1
