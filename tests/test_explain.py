@@ -6,6 +6,7 @@ hand derivations written here; snapshots pin whole documents (regenerate: script
 from __future__ import annotations
 
 import json
+import math
 import re
 import shutil
 from html.parser import HTMLParser
@@ -14,6 +15,8 @@ from pathlib import Path
 import pytest
 
 from symvram import estimate
+from symvram.analysis.fit import load_card
+from symvram.analysis.plan import plan
 from symvram.cli import main
 from symvram.errors import UserError
 from symvram.present import documents
@@ -88,25 +91,21 @@ def test_numbers_in_the_text_are_the_engines(model, lang):
         assert [gib(c) for c in row[1:6]] == [round(b / GIB, 2) for b in figures]
     assert [integer(r[6].split()[0]) for r in rows] == [12, 16, 12, 12]   # bf16 2+2+8, + fp32 master 4; LoRA 2+2+8
 
-    # 6: the other scale (7b <-> 70b): the single-card peak, and the fewest cards under ZeRO-3 found by
-    # scanning the card count here, without and with checkpointing
+    # 6: the other scale (7b <-> 70b): peaks without and with checkpointing, then analysis.plan's fewest cards
     other = "70b" if model == "7b" else "7b"
-
-    def fewest(**kw):
-        return next(n for n in range(1, 65) if estimate(other, gpus=n, zero=3, **kw).peak <= usable)
-
-    rows = table_rows(section(text, other_h))
-    for row, recipe in zip(rows, RECIPES):
-        assert gib(row[1]) == round(estimate(other, **recipe).peak / GIB, 2)
-        assert integer(row[3]) == fewest(grad_checkpointing=True, **recipe)
-        if row[2].isdigit():
-            assert integer(row[2]) == fewest(**recipe)
-    # the per-stage table on one node of 8 cards: ZeRO-0 … 3, then offload
-    for row, recipe in zip(table_rows(section(text, other_h), 1), RECIPES):
-        stages = [dict(zero=0), dict(zero=1), dict(zero=2), dict(zero=3), dict(zero=3, offload="optimizer"),
-                  dict(zero=3, offload="optimizer+params")]
-        assert [gib(c) for c in row[1:]] == [round(estimate(other, gpus=8, **st, **recipe).peak / GIB, 2)
-                                             for st in stages]
+    for row, recipe in zip(table_rows(section(text, other_h), 0), RECIPES):
+        assert gib(row[4]) == round(estimate(other, **recipe).peak / GIB, 2)
+        assert gib(row[5]) == round(estimate(other, grad_checkpointing=True, **recipe).peak / GIB, 2)
+    result = plan(Scenario.create(other), load_card("a100-80g"))
+    order = list(dict.fromkeys(r.strategy.key for r in result.rows))     # the table lists strategies in plan's order
+    cells = dict(zip(order, (row[1:] for row in table_rows(section(text, other_h), 1))))
+    for r in result.rows:
+        cell = cells[r.strategy.key][["full", "lora", "qlora"].index(r.method)]
+        assert cell == (f"{r.gpus} ({r.params_gpus})" if lang == "en" else f"{r.gpus}（{r.params_gpus}）") \
+            if r.fits else cell in ("does not fit", "放不下")
+    if other == "70b":   # the interview count: 70e9 · 12 B = 840 GB of parameter side over ZeRO-3 → 11 cards, 8 are not enough
+        zero3 = cells["zero3"][0]
+        assert zero3.endswith(("(11)", "（11）")) and math.ceil(840e9 / (usable - GIB)) == 11
 
     # 3: LoRA r=64 all-linear, by hand: r·(d_in + d_out) per matrix from the preset's shape
     spec = Scenario.create(model).model

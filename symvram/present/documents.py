@@ -36,10 +36,11 @@ from ..ledger.activations import per_layer_bytes
 from ..ledger.architecture import LINEARS
 from ..ledger.terms import BLOCKS
 from ..analysis.fit import load_card
+from ..analysis.plan import STRATEGIES, plan
 from ..analysis.sensitivity import sensitivity
 from ..presets import load_model
-from ..scenario import Scenario
-from ..symbols import LATEX_NAMES, SYMBOLS, latex, sym
+from ..scenario import METHODS, Scenario
+from ..symbols import SYMBOLS, latex, sym
 from . import plots
 from .units import UNITS, fmt_bytes
 
@@ -48,9 +49,6 @@ LANGS = ("en", "zh")
 OTHER_SCALE = {"small": "70b", "large": "7b"}   # 7B ↔ 70B: the reference answer's re-derivation
 LARGE = 30_000_000_000                          # a model above this many parameters re-derives at 7B
 PROBE_SEQ = 512                                 # the triage probe: batch 1 and a short sequence
-NODE = 8                                        # cards in one node: where ZeRO stages are compared
-MAX_CARDS = 64                                  # the largest card count searched for ZeRO-3
-STAGES = ((0, "none"), (1, "none"), (2, "none"), (3, "none"), (3, "optimizer"), (3, "optimizer+params"))
 
 
 # ---------------------------------------------------------------- numbers → LaTeX / text
@@ -222,32 +220,21 @@ RECIPES = (("full12", dict(method="full", master="none")), ("full16", dict(metho
            ("lora", dict(method="lora")), ("qlora", dict(method="qlora")))   # LoRA keeps the run's master setting
 
 
-def fewest_cards(sc: Scenario, capacity: int) -> int | None:
-    """The fewest cards (up to MAX_CARDS) on which ZeRO-3 brings the per-GPU peak within ``capacity``.
-
-    >>> fewest_cards(Scenario.create("7b", method="qlora"), 80 * 2**30)
-    1
-    """
-    return next((n for n in range(1, MAX_CARDS + 1)
-                 if evaluate(sc.with_changes(gpus=n, zero=3)).peak <= capacity), None)
-
-
-def node_stages(sc: Scenario, capacity: int) -> list[dict]:
-    """Per-GPU peak on one node of NODE cards at each ZeRO stage, then with offload."""
-    rows = []
-    for zero, offload in STAGES:
-        staged = _try(sc, gpus=NODE, zero=zero, offload=offload)
-        if isinstance(staged, str):
-            continue
-        peak = evaluate(staged).peak
-        rows.append({"zero": zero, "offload": offload, "peak": peak, "fits": peak <= capacity})
-    return rows
+def scale_plan(sc: Scenario, card) -> dict:
+    """``analysis.plan``'s fewest GPUs for every strategy × method, arranged as a table, with each method's
+    best strategy overall and without offload."""
+    res = plan(sc, card)
+    methods = [m for m in METHODS if any(r.method == m for r in res.rows)]
+    by = {(r.method, r.strategy.key): r for r in res.rows}
+    rows = [{"strategy": st, "cells": [by.get((m, st.key)) for m in methods]}
+            for st in STRATEGIES if any((m, st.key) in by for m in methods)]
+    return {"methods": methods, "rows": rows, "max_gpus": res.max_gpus, "headroom": res.headroom,
+            "best": {m: res.best(m) for m in methods}, "best_on_gpu": {m: res.best(m, offload=False) for m in methods}}
 
 
 def comparison(sc: Scenario, capacity: int) -> list[dict]:
-    """Full (12 and 16 B/param), LoRA and QLoRA for ``sc``'s model and activation settings, with
-    the fewest cards under ZeRO-3 (without and with checkpointing) and the first ZeRO stage or
-    offload that fits one node of NODE cards."""
+    """Full (without and with the fp32 master), LoRA and QLoRA for ``sc``'s model and activation
+    settings; ``peak_ckpt`` is the peak with gradient checkpointing."""
     rows = []
     for key, changes in RECIPES:
         other = _try(sc, **changes)
@@ -255,12 +242,10 @@ def comparison(sc: Scenario, capacity: int) -> list[dict]:
             rows.append({"key": key, "refused": other})
             continue
         bd = evaluate(other)
-        stages = node_stages(other, capacity)
         rows.append({"key": key, "refused": None, "blocks": bd.blocks, "total": bd.ledger_total, "peak": bd.peak,
                      "per_param": per_param(bd)["total"].value, "P_train": bd.derived["P_train"],
-                     "fits": bd.peak <= capacity, "cards": fewest_cards(other, capacity),
-                     "cards_ckpt": fewest_cards(other.with_changes(grad_checkpointing=True), capacity),
-                     "stages": stages, "node_fit": next((st for st in stages if st["fits"]), None)})
+                     "fits": bd.peak <= capacity,
+                     "peak_ckpt": evaluate(other.with_changes(grad_checkpointing=True)).peak})
     return rows
 
 
@@ -354,9 +339,8 @@ def explain_context(sc: Scenario, gpu: str = "a100-80g", other: str | None = Non
         "activations": activations(sc, units),
         "comparison": comparison(sc, card.usable_bytes),
         "other": {"model": other_sc.model, "P": evaluate(other_sc).derived["P"],
-                  "comparison": comparison(other_sc, card.usable_bytes)},
+                  "comparison": comparison(other_sc, card.usable_bytes), "plan": scale_plan(other_sc, card)},
         "sensitivity": knobs, "cuts": activation_cuts(sc, knobs), "triage": triage(sc, card.usable_bytes),
-        "node": NODE, "max_cards": MAX_CARDS,
         "figures": {"comparison": lambda: plots.breakdown(
                         [(key, evaluate(sc.with_changes(**changes))) for key, changes in RECIPES
                          if not isinstance(_try(sc, **changes), str)], units)},
