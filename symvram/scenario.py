@@ -116,7 +116,7 @@ class Scenario:
         """Check every input and fill the defaults. ``adapter_dtype=None`` means: the compute dtype."""
         spec = model if isinstance(model, ModelSpec) else load_model(model)
         kw = {k: v for k, v in kw.items() if v is not None}
-        unknown = sorted(set(kw) - set(cls.__dataclass_fields__) | ({"model"} & set(kw)))
+        unknown = sorted(set(kw) - set(cls.__dataclass_fields__))
         if unknown:
             raise UserError(f"unknown scenario setting {', '.join(unknown)}; settings are "
                             f"{', '.join(k for k in cls.__dataclass_fields__ if k != 'model')}")
@@ -164,8 +164,11 @@ class Scenario:
         _positive_int(self.seq, "--seq", MAX_SEQ)
         _positive_int(self.gpus, "--gpus", MAX_GPUS)
         _positive_int(self.tp, "--tp", 1024)
-        if self.zero not in (0, 1, 2, 3):
+        if isinstance(self.zero, bool) or self.zero not in (0, 1, 2, 3):
             raise UserError(f"--zero must be 0, 1, 2 or 3; got {self.zero!r}")
+        for flag in ("grad_checkpointing", "double_quant", "sequence_parallel"):
+            if not isinstance(getattr(self, flag), bool):  # "false" is a non-empty string: it would switch it on
+                raise UserError(f"{flag} must be True or False; got {getattr(self, flag)!r}")
         self._check_parallel()
         if not (isinstance(self.lora_dropout, (int, float)) and 0 <= self.lora_dropout < 1):
             raise UserError(f"--lora-dropout must be in [0, 1); got {self.lora_dropout!r}")
