@@ -212,3 +212,19 @@ def test_the_document_environment_is_strict():
 
     with pytest.raises(jinja2.UndefinedError):
         environment().from_string("<< misspelled >>").render()
+
+
+def test_zero3_on_one_gpu_is_explained_not_refused(capsys):
+    assert main(["estimate", "7b", "--method", "full", "--zero", "3", "--gpus", "1"]) == 0
+    out, err = capsys.readouterr()
+    assert err == "" and "note: ZeRO-3 on one GPU shards nothing" in out
+
+
+def test_cli_json_parses_and_adds_up(capsys):
+    import json
+
+    assert main(["estimate", "llama-3-8b", "--method", "qlora", "--zero", "2", "--gpus", "4", "--format", "json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    b = data["bytes"]
+    assert b["base"] + b["trainable"] + b["activations"] == b["ledger_total"]
+    assert b["peak"] == max(m["bytes"] for m in data["moments"])
