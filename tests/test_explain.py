@@ -5,6 +5,7 @@ hand derivations written here; snapshots pin whole documents (regenerate: script
 """
 from __future__ import annotations
 
+import functools
 import json
 import math
 import re
@@ -34,6 +35,12 @@ SNAPSHOTS = {
     "explain-70b-qlora-ckpt.zh.tex": ("70b", dict(method="qlora", grad_checkpointing=True), "tex", "zh"),
 }
 HEADINGS = {"en": ("## 3. ", "## 5. ", "## 6. "), "zh": ("## 三、", "## 五、", "## 六、")}
+
+
+@functools.cache
+def context(model: str, **settings) -> dict:
+    """The engine's numbers for one scenario, computed once and rendered in several languages/formats."""
+    return documents.explain_context(Scenario.create(model, **settings))
 
 
 def snapshot_text(name: str) -> str:
@@ -78,7 +85,7 @@ RECIPES = [dict(method="full", master="none"), dict(method="full", master="fp32"
 @pytest.mark.parametrize("lang", ["en", "zh"])
 @pytest.mark.parametrize("model", ["7b", "70b"])
 def test_numbers_in_the_text_are_the_engines(model, lang):
-    text = render(Scenario.create(model), fmt="markdown", lang=lang)
+    text = documents.render_context(context(model), fmt="markdown", lang=lang)
     lora_h, table_h, other_h = HEADINGS[lang]
     usable = load_gpu("a100-80g").usable_bytes
 
@@ -163,7 +170,7 @@ class _Collect(HTMLParser):
 
 @pytest.mark.parametrize("lang", ["en", "zh"])
 def test_html_is_self_contained_and_every_formula_is_mathml(lang):
-    html = render(Scenario.create("7b", method="lora"), fmt="html", lang=lang)
+    html = documents.render_context(context("7b", method="lora"), fmt="html", lang=lang)
     parser = _Collect()
     parser.feed(html)
     prose = "".join(parser.outside)
