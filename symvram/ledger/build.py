@@ -6,7 +6,7 @@ of a training step whose maximum is the peak.
 >>> led.expand(led.block_expr("trainable"))
 P*bytes_grad + P*bytes_state*states_per_param + bytes_fp32*(9*layers + 3)
 >>> [m.key for m in led.moments]
-['forward_loss', 'loss_backward', 'final_norm_backward', 'first_layer_backward', 'backward_end', 'optimizer_step']
+['forward_loss', 'loss_backward', 'final_norm_backward', 'last_layer_backward', 'first_layer_backward', 'backward_end', 'optimizer_step']
 """
 from __future__ import annotations
 
@@ -34,7 +34,12 @@ def _moments(terms: dict, s: Structure) -> tuple[Moment, ...]:
     moments.append(Moment("final_norm_backward", "backward through the final norm", tuple(
         params + states + [k for k in saved if k != "act_logsoftmax"] + ["norm_backward_temp"]),
         "the loss gradients are freed; every layer's activations are still saved"))
-    layer = ["one_layer", "layer_backward_temp"] + [k for k in ("dequant_temp",) if k in terms]
+    layer_temps = ["layer_backward_temp"] + [k for k in ("dequant_temp",) if k in terms]
+    layer = ["one_layer"] + layer_temps
+    if not s.checkpointing:
+        moments.append(Moment("last_layer_backward", "backward through the last layer's MLP", tuple(
+            params + states + [k for k in saved if k != "act_logsoftmax"] + layer_temps),
+            "every layer's activations are still saved while the last layer's MLP backward runs"))
     if s.checkpointing:
         moments.append(Moment("recompute", "backward, recomputing the last layer", tuple(
             params + states + [k for k in saved if k in ("act_checkpoints", "act_input_grad_leaf")] + kept + layer),
