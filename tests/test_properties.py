@@ -119,17 +119,11 @@ def test_gqa_never_costs_more_than_mha(case, data):
 # From two layers up: with one layer there is nothing to save — checkpointing keeps that layer's input,
 # makes the embedding output a grad leaf, and its recompute holds the whole layer again, which under
 # LoRA is more than the (first) layer saves without it (found by hypothesis at L = 1).
-# QLoRA from 2048 tokens up: below, a layer's backward (its temporaries and the dequantized weight,
-# 141 MB for a 13B layer) outweighs the loss's temporaries, and the ledger without checkpointing has no
-# moment "backward of the last layer with every activation still saved" — the recompute moment with
-# checkpointing does, so it came out higher (by up to 10 MB at 256 tokens; reported, not hidden here).
 @PROPS
 @given(scenarios(models=EXACT), st.integers(2, 96))
 def test_checkpointing_never_raises_the_peak(case, layers):
     model, kw = case
     kw = {**kw, "overrides": {"layers": layers}}
-    if kw["method"] == "qlora":
-        kw["seq"] = max(kw["seq"], 2048)
     with_ckpt = evaluate(Scenario.create(model, **{**kw, "grad_checkpointing": True}))
     without = evaluate(Scenario.create(model, **{**kw, "grad_checkpointing": False}))
     assert with_ckpt.peak <= without.peak
@@ -185,9 +179,12 @@ def test_per_gpu_memory_does_not_grow_with_gpus(case, stage, counts, offload):
         assert b.blocks[block] <= a.blocks[block]
 
 
-# fit's answer is the exact threshold: checked here with evaluate, whatever route (roots or search) fit took
+# fit's answer is the exact threshold: checked here with evaluate, whatever route (roots or search) fit took.
+# Its symbolic step is bounded by construction (real roots of a moment polynomial of degree <= 2 in the
+# knob, else bisection on the lambdified moment); the 60 s deadline, far above the ~1 s it takes on a
+# loaded machine, catches a solve that runs away.
 
-@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=15, deadline=60_000, suppress_health_check=[HealthCheck.too_slow])
 @given(scenarios(), st.sampled_from(["seq", "batch", "rank"]), st.integers(8, 160), st.sampled_from([0, 3]))
 def test_fit_answers_the_largest_value_that_fits(case, knob, card_gib, zero):
     from symvram.analysis.fit import fit
