@@ -212,9 +212,11 @@ def test_pdf_without_pdflatex_says_so(monkeypatch):
 
 
 def test_template_dir_comes_first(tmp_path):
-    (tmp_path / "explain.en.j2").write_text("Peak of << model.name >>: << peak|bytes >>\n")
+    (tmp_path / "explain.en.j2").write_text("Peak of << model.name >>: << peak|bytes >>, "
+                                            "<< m.m(ledger.by_key['weights_16bit']|latex) >>\n")
     text = render(Scenario.create("7b", method="qlora"), template_dir=str(tmp_path))
-    assert text.startswith(f"Peak of 7b: {estimate('7b', method='qlora').peak / GIB:.2f} GiB")
+    assert text.startswith(f"Peak of 7b: {estimate('7b', method='qlora').peak / GIB:.2f} GiB, "
+                           r"$M_{16} = P_{16} \cdot \beta_{w}$")
     (tmp_path / "explain.en.j2").write_text("<< no_such_value >>\n")
     with pytest.raises(UserError, match="template error"):
         render(Scenario.create("7b"), template_dir=str(tmp_path))

@@ -34,7 +34,7 @@ from ..errors import UserError
 from ..evaluate import Breakdown, evaluate, substitution
 from ..ledger.activations import per_layer_bytes
 from ..ledger.architecture import LINEARS
-from ..ledger.terms import BLOCKS
+from ..ledger.terms import BLOCKS, Term
 from ..analysis.fit import load_card
 from ..analysis.plan import STRATEGIES, plan
 from ..analysis.sensitivity import sensitivity
@@ -327,7 +327,7 @@ def explain_context(sc: Scenario, gpu: str = "a100-80g", other: str | None = Non
     other_sc = same_settings(sc, other)
     knobs = ranked_knobs(sc, units)
     return {
-        "sc": sc, "model": sc.model, "units": units, "gpu": card, "capacity": card.usable_bytes,
+        "sc": sc, "model": sc.model, "units": units, "gpu": card, "capacity": card.usable_bytes, "ledger": bd.ledger,
         "P": bd.derived["P"], "P_train": bd.derived["P_train"],
         "peak": bd.peak, "peak_moment": next(m for m in bd.ledger.moments if m.key == bd.peak_moment),
         "ledger_total": bd.ledger_total, "blocks": blocks(bd, units), "per_param": per_param(bd),
@@ -541,7 +541,11 @@ def _filter_count(n) -> str:
 
 
 def _filter_sig(x, digits: int = 3) -> str:
-    """``x`` to ``digits`` significant figures (no exponent for ordinary magnitudes)."""
+    """``x`` to ``digits`` significant figures (no exponent for ordinary magnitudes).
+
+    >>> _filter_sig(0.43469, 2), _filter_sig(0.0000097, 2), _filter_sig(1234.5, 2)
+    ('0.43', '0.0000097', '1,234')
+    """
     if x == 0:
         return "0"
     decimals = max(digits - 1 - int(math.floor(math.log10(abs(x)))), 0)
@@ -553,17 +557,14 @@ def _filter_pct(x, decimals: int = 1) -> str:
     return f"{100 * x:.{decimals}f} %"
 
 
-def _filter_latex(expr) -> str:
-    """LaTeX of a SymPy expression with the registry's names (the one printer: ``symbols.latex``)."""
-    return latex(expr)
+def _filter_latex(item) -> str:
+    """LaTeX of a ledger Term (``label = formula``) or of a SymPy expression, with the registry's names."""
+    if isinstance(item, Term):
+        return f"{item.label} = {latex(item.expr)}"
+    return latex(item)
 
 
-def _filter_gb(n) -> str:
-    """Bytes in decimal GB, as the reference answer counts (14 G for 7e9 bf16 weights)."""
-    return fmt_bytes(n, "GB")
-
-
-FILTERS = {"bytes": jinja2.pass_context(_filter_bytes), "gb": _filter_gb, "count": _filter_count,
+FILTERS = {"bytes": jinja2.pass_context(_filter_bytes), "count": _filter_count,
            "sig": _filter_sig, "pct": _filter_pct, "latex": _filter_latex}
 
 
