@@ -165,3 +165,16 @@ def test_deepspeed_differences_are_the_documented_ones(n):
     z3 = estimate("7b", method="full", master="fp32", zero=3, gpus=n)
     assert ds_zero2 - model_states(z2) == pytest.approx(2 * psi + 2 * psi / n, abs=8)
     assert ds_zero3_sharded - model_states(z3) == pytest.approx(2 * psi / n, abs=8)
+
+
+@pytest.mark.parametrize("method", ["full", "lora", "qlora"])
+@pytest.mark.parametrize("kw", [{}, {"grad_checkpointing": True}, {"optimizer_impl": "forloop"}])
+def test_every_parameter_sized_term_is_known_to_the_sharding(method, kw):
+    """A new term proportional to a parameter count must say how ZeRO, TP and offload treat it."""
+    from symvram.ledger.sharding import PARAM_SIDE
+    from symvram.symbols import sym
+
+    counts = {sym(n) for n in ("P", "P_train", "P_lora", "P_quant", "P_keep")}
+    for term in estimate("7b", method=method, **kw).ledger.terms:
+        if term.expr.free_symbols & counts:
+            assert term.key in PARAM_SIDE, term.key
