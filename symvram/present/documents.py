@@ -336,6 +336,7 @@ def explain_context(sc: Scenario, gpu: str = "a100-80g", other: str | None = Non
         "lora": lora_table(lora_bd),
         "lora_trainable": lora_bd.blocks["trainable"],
         "alt_rank": alt_rank, "alt_P_lora": alt.derived["P_lora"], "alt_trainable": alt.blocks["trainable"],
+        "alt_lora": lora_table(alt),
         "activations": activations(sc, units),
         "comparison": comparison(sc, card.usable_bytes),
         "other": {"model": other_sc.model, "P": evaluate(other_sc).derived["P"],
