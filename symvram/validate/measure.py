@@ -18,14 +18,13 @@ from __future__ import annotations
 
 import contextlib
 import time
+import warnings
 from typing import Any
 
 import torch
 from torch.distributed._tools.mem_tracker import MemTracker, _MemRefType, _TOTAL_KEY
-from torch.utils._python_dispatch import TorchDispatchMode
 
 _DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
-_DTYPE_SHORT = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}
 ALL_LINEAR = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 
 DEFAULTS: dict[str, Any] = {
@@ -164,36 +163,39 @@ def build_model(spec: dict):
             target_modules=list(spec["targets"]),
             task_type="CAUSAL_LM",
         )
-        model = peft.get_peft_model(
-            model, lcfg, autocast_adapter_dtype=(spec["adapter_dtype"] == "fp32")
-        )
+        with warnings.catch_warnings():  # peft asks the deprecated is_gradient_checkpointing
+            warnings.simplefilter("ignore", FutureWarning)
+            model = peft.get_peft_model(
+                model, lcfg, autocast_adapter_dtype=(spec["adapter_dtype"] == "fp32")
+            )
     elif spec["method"] != "full":
         raise ValueError(f"unknown method {spec['method']!r}")
     if spec["gradient_checkpointing"]:
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        with warnings.catch_warnings():  # deprecated alias of activation_checkpointing_enable
+            warnings.simplefilter("ignore", FutureWarning)
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     model.train()
     return model
 
 
 def _fakeify(model, fake_mode, device="cpu") -> None:
     """Replace every parameter and buffer by a FakeTensor of the same shape and dtype."""
-    memo: dict[int, torch.Tensor] = {}  # keeps tied parameters tied
+    memo: dict[int, tuple] = {}  # id(meta tensor) -> (meta tensor, fake); keeps tied weights tied
+
+    def fake_of(t, param: bool):
+        if id(t) not in memo:
+            with fake_mode:
+                f = torch.empty(t.shape, dtype=t.dtype, device=device)
+            memo[id(t)] = (t, torch.nn.Parameter(f, requires_grad=t.requires_grad) if param else f)
+        return memo[id(t)][1]
+
     for mod in model.modules():
         for name, p in list(mod._parameters.items()):
-            if p is None:
-                continue
-            if id(p) not in memo:
-                with fake_mode:
-                    t = torch.empty(p.shape, dtype=p.dtype, device=device)
-                memo[id(p)] = torch.nn.Parameter(t, requires_grad=p.requires_grad)
-            mod._parameters[name] = memo[id(p)]
+            if p is not None:
+                mod._parameters[name] = fake_of(p, True)
         for name, b in list(mod._buffers.items()):
-            if b is None:
-                continue
-            if id(b) not in memo:
-                with fake_mode:
-                    memo[id(b)] = torch.empty(b.shape, dtype=b.dtype, device=device)
-            mod._buffers[name] = memo[id(b)]
+            if b is not None:
+                mod._buffers[name] = fake_of(b, False)
 
 
 @contextlib.contextmanager
