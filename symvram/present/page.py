@@ -24,7 +24,7 @@ from __future__ import annotations
 import itertools
 import json
 import re
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass
 from functools import cache
 from importlib import resources
 
@@ -210,7 +210,6 @@ def page_data(sc: Scenario, gpu: str | None = None, units: str = "GiB") -> tuple
 
     # Split the Structure: fields the recipe decides (per method) and the rest, which the shape decides.
     recipe_fields: dict[str, set[str]] = {}
-    common_fields = {f.name for f in fields(Structure)}
     for m in METHODS:
         recipe_structs = [asdict(r.structure) for r in recipe_rows if not isinstance(r, str) and r.method == m]
         shape_structs = [asdict(r.structure) for r in shape_rows if not isinstance(r, str) and r.method == m]
@@ -259,7 +258,7 @@ def page_data(sc: Scenario, gpu: str | None = None, units: str = "GiB") -> tuple
             led = build_ledger(s)
             terms = [term_ids((t.key, t.block, fns(t.expr), maths(_term_tex(t.label, t.expr)), t.why))
                      for t in led.terms]
-            blocks = [b for b in dict.fromkeys(t.block for t in led.terms)]
+            blocks = list(dict.fromkeys(t.block for t in led.terms))
             structures.append([
                 [lists(tuple(i for i, t in zip(terms, led.terms) if t.block == b)) for b in blocks],
                 lists(tuple(moment_ids((m.key, m.label, m.terms)) for m in led.moments)),
