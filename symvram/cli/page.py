@@ -8,8 +8,8 @@ from .common import add_model_argument, add_scenario_arguments, scenario_from_ar
 
 HELP = """\
 One self-contained HTML file (no network, no CDN) with controls for method, rank, targets, batch,
-sequence length, checkpointing, attention, the precision recipe, the AdamW implementation and the
-GPU card. The three blocks, every term (formula and value) and the predicted peak update as the
+sequence length, checkpointing, attention, the precision recipe, the AdamW implementation, the
+number of GPUs and the ZeRO stage, and the GPU card; other settings stay as given here. The three blocks, every term (formula and value) and the predicted peak update as the
 controls move; the arithmetic is the ledger's SymPy expressions printed as JavaScript.
 
 examples:

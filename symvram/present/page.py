@@ -270,7 +270,7 @@ def page_data(sc: Scenario, gpu: str | None = None, units: str = "GiB") -> tuple
     data = {
         "model": sc.model.name,
         "model_kind": sc.model.kind,
-        "units": {u: UNITS[u] for u in ("GiB", "GB")},
+        "units": dict(UNITS),
         "unit": units,
         "recipe": [c.name for c in recipe],
         "shape": [c.name for c in shape],
