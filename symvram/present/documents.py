@@ -317,8 +317,8 @@ def explain_context(sc: Scenario, gpu: str = "a100-80g", other: str | None = Non
     card = load_card(gpu)
     bd = evaluate(sc)
     lora_bd = bd if sc.lora else evaluate(sc.with_changes(method="lora"))   # the same recipe, adapters only
-    full = {k: _try(sc, method="full", dtype="bf16", autocast="none", master=m, adapter_dtype="bf16")
-            for k, m in (("full12", "none"), ("full16", "fp32"))}
+    full = {k: sc.with_changes(method="full", dtype="bf16", autocast="none", master=m, adapter_dtype="bf16")
+            for k, m in (("full12", "none"), ("full16", "fp32"))}   # the 12-vs-16 question is about bf16 weights
     fp16 = _try(sc, method="full", dtype="fp16", autocast="none", master="none", adapter_dtype="fp16")
     alt_rank = 16 if sc.rank != 16 else 64
     alt = evaluate(lora_bd.scenario.with_changes(rank=alt_rank))
