@@ -136,6 +136,15 @@ def test_bytes_per_param_follow_the_recipe():
     assert "**6 还是 10？**" in text and "= 2 + 1 \\cdot 2 + 2" in text
 
 
+def test_decimal_units():
+    """--units GB: the reference answer's arithmetic, 7e9 bf16 weights = 14 GB, 12 B/param = 84 GB with the grads
+    and states (70 GB trainable)."""
+    text = render(Scenario.create("7b"), fmt="markdown", units="GB")
+    full = table_rows(section(text, "## 5. "))[0]
+    assert full[1:3] == ["14.00 GB", "70.00 GB"]
+    assert r"= 14\,000\,000\,256\ \mathrm{B} \approx 14.00\ \mathrm{GB}" in text
+
+
 def test_a_change_of_input_changes_the_document_consistently():
     """r=16 at seq 4096: the LoRA count, the r-rescaling follow-up and the comparison all move together."""
     text = render(Scenario.create("7b", method="lora", rank=16, seq=4096), fmt="markdown", lang="en")
