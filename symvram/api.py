@@ -211,14 +211,22 @@ class Document:
         return self.text
 
     def __repr__(self) -> str:
-        heading = next((line.lstrip("# ") for line in self.text.splitlines() if line.startswith("#")), "")
+        import re
+
+        title = re.search(r"(?m)^# (.*)$|<h1[^>]*>(.*?)</h1>|\\section\*?\{(.*?)\}", self.text)
+        heading = next((g for g in title.groups() if g), "") if title else ""
         return f"<Document {self.fmt}, {len(self.text):,} characters: {heading}>"
 
     def _repr_markdown_(self) -> str | None:
         return self.text if self.fmt == "markdown" else None
 
     def _repr_html_(self) -> str | None:
-        return self.text if self.fmt == "html" else None
+        """A whole HTML page, shown in an iframe so that its styles stay out of the notebook."""
+        if self.fmt != "html":
+            return None
+        from html import escape
+
+        return f'<iframe srcdoc="{escape(self.text)}" style="width: 100%; height: 40em; border: 0"></iframe>'
 
 
 def explain(model: Model, fmt: str = "markdown", lang: str = "en", gpu: str = "a100-80g", other: str | None = None,

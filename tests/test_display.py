@@ -181,3 +181,17 @@ def test_plot_returns_a_figure_that_jupyter_shows_as_png():
     select_figure_formats(shell, {"png"})              # what %matplotlib inline does
     data, _ = shell.display_formatter.format(fig)
     assert base64.b64decode(data["image/png"])[:4] == b"\x89PNG"
+
+
+def test_explain_document_shows_as_markdown_or_as_an_isolated_page():
+    from html import unescape
+
+    from symvram import explain
+
+    md = explain("7b", method="lora")
+    assert f"{P_LORA_R64:,}" in str(md)                         # the hand count appears in the derivation
+    assert set(mime(md)) == {"text/plain", "text/markdown"} and mime(md)["text/markdown"] == md.text
+    page = explain("7b", method="lora", fmt="html", lang="zh")
+    shown = mime(page)["text/html"]
+    assert shown.startswith('<iframe srcdoc="') and unescape(shown.split('"')[1]) == page.text
+    assert repr(page).startswith(f"<Document html, {len(page.text):,} characters: ")
