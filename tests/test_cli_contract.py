@@ -228,3 +228,44 @@ def test_cli_json_parses_and_adds_up(capsys):
     b = data["bytes"]
     assert b["base"] + b["trainable"] + b["activations"] == b["ledger_total"]
     assert b["peak"] == max(m["bytes"] for m in data["moments"])
+
+
+# Any mix of documented options, sensible or not: it runs (exit 0, nothing on stderr) or it is refused
+# by the contract (exit 2, one line) — never an internal error (exit 1) or a traceback.
+
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+NUMBERS = ["0", "1", "2", "3", "8", "64", "4096", "-1", "1.5", "1e9", "x"]
+OPTIONS = {
+    "--method": ["full", "lora", "qlora"], "--rank": NUMBERS, "--targets": ["qv", "mlp", "o", "gate,up", "lm_head"],
+    "--lora-dropout": ["0", "0.1", "1"], "--no-double-quant": None, "--dtype": ["bf16", "fp16", "fp32"],
+    "--master": ["none", "fp32"], "--state-dtype": ["fp32", "bf16", "int8"],
+    "--optimizer": ["adamw", "sgd", "sgd-momentum", "lion", "adafactor"], "--optimizer-impl": ["foreach", "fused", "forloop"],
+    "--adapter-dtype": ["bf16", "fp16", "fp32"], "--autocast": ["none", "bf16", "fp16"], "--batch": NUMBERS,
+    "--seq": NUMBERS, "--grad-checkpointing": None, "--attention": ["sdpa", "eager"], "--device": ["cuda", "cpu"],
+    "--gpus": NUMBERS, "--zero": ["0", "1", "2", "3"], "--offload": ["none", "optimizer", "optimizer+params"],
+    "--tp": ["1", "2", "3", "8"], "--sequence-parallel": None, "--units": ["GiB", "GB"], "--format": ["table", "json"],
+    "--set": ["layers=1", "kv_heads=1", "heads=64", "vocab=1", "bytes_state=1", "quant_bits=2", "rank=1", "tp=2",
+              "intermediate=1", "head_dim=1", "states_per_param=0.5", "P=1e12", "hidden=-1"],
+}
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.sampled_from(["7b", "70b", "llama-3-8b", "qwen2.5-0.5b", "tinyllama-1.1b"]),
+       st.lists(st.sampled_from(sorted(OPTIONS)), min_size=1, max_size=6, unique=True), st.data())
+def test_no_mix_of_options_is_an_internal_error(model, names, data):
+    import contextlib
+    import io
+
+    argv = ["estimate", model]
+    for name in names:
+        argv += [name] if OPTIONS[name] is None else [name, data.draw(st.sampled_from(OPTIONS[name]), label=name)]
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        rc = main(argv)
+    if rc == 0:
+        assert err.getvalue() == "" and out.getvalue()
+    else:
+        assert rc == 2 and out.getvalue() == ""
+        assert err.getvalue().startswith("symvram: error: ") and err.getvalue().count("\n") == 1
