@@ -99,10 +99,13 @@ def grid_function(ledger: Ledger, expr: sp.Expr, free: tuple[str, ...], values: 
     True
     """
     fixed = {SYMBOLS[n].symbol: _exact(v) for n, v in values.items() if n not in free}
-    full = ledger.expand(expr).xreplace(fixed)
+    if isinstance(expr, sp.Max):  # substitute moment by moment: SymPy's Max compares its arguments on every rebuild
+        full = sp.Max(*(ledger.expand(a).xreplace(fixed) for a in expr.args), evaluate=False)
+    else:
+        full = ledger.expand(expr).xreplace(fixed)
     return _lambdified(full, free)
 
 
 def peak_expr(ledger: Ledger) -> sp.Expr:
     """The peak as a SymPy Max over the moments (derived quantities not yet expanded)."""
-    return sp.Max(*(ledger.moment_expr(m) for m in ledger.moments))
+    return sp.Max(*(ledger.moment_expr(m) for m in ledger.moments), evaluate=False)
