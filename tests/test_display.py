@@ -107,6 +107,8 @@ def test_comparison_is_the_reference_table():
     ("import symvram", ("sympy", "matplotlib", "jinja2")),
     ("import symvram; symvram.estimate('7b', method='lora')",
      ("matplotlib", "jinja2", "symvram.present.display", "IPython")),
+    # the ledger and the evaluation carry display methods but import no presentation code until asked
+    ("import symvram.ledger, symvram.evaluate", ("symvram.present.display", "symvram.present.tables", "symvram.cli")),
 ])
 def test_import_stays_light(code, absent):
     out = subprocess.run([sys.executable, "-c", f"{code}; import sys; print([m for m in {absent!r} if m in sys.modules])"],
