@@ -269,3 +269,21 @@ def test_no_mix_of_options_is_an_internal_error(model, names, data):
     else:
         assert rc == 2 and out.getvalue() == ""
         assert err.getvalue().startswith("symvram: error: ") and err.getvalue().count("\n") == 1
+
+
+@pytest.mark.parametrize("argv,name", [
+    (["fit", "7b", "--method", "lora", "--gpu", "24GiB"], "out.txt"),
+    (["whatif", "7b", "--set", "seq=4096"], "out.txt"),
+    (["sensitivity", "7b", "--method", "lora"], "out.txt"),
+    (["plan", "7b", "--gpu", "80GiB", "--max-gpus", "8"], "out.txt"),
+    (["diagnose", "7b", "--method", "lora", "--gpu", "24GiB"], "out.txt"),
+    (["explain", "7b", "--format", "html"], "out.html"),
+    (["plot", "7b", "--kind", "tornado"], "out.png"),
+])
+def test_every_command_keeps_an_existing_output(tmp_path, capsys, argv, name):
+    target = tmp_path / name
+    target.write_bytes(b"keep me")
+    assert main([*argv, "-o", str(target)]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err == f"symvram: error: {target} exists; pass --force to overwrite it\n"
+    assert target.read_bytes() == b"keep me"
