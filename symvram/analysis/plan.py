@@ -16,7 +16,8 @@ ZeRO-3 + parameter offload   parameters live on the CPU and cross PCIe every for
 
 >>> from symvram.scenario import Scenario
 >>> from symvram.analysis.fit import load_card
->>> r = plan(Scenario.create("70b"), load_card("a100-80g"), methods=("qlora",), strategies=("ddp",))
+>>> sc = Scenario.create("70b", grad_checkpointing=True)
+>>> r = plan(sc, load_card("a100-80g"), methods=("qlora",), strategies=("ddp",))
 >>> r.rows[0].gpus, r.rows[0].params_gpus
 (1, 1)
 """
