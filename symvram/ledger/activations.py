@@ -179,6 +179,11 @@ def saved_terms(s_: Structure) -> list[Term]:
     return terms
 
 
+def _largest_linear() -> sp.Expr:
+    """Elements of the largest projection weight (left unevaluated: which one depends on the numbers)."""
+    return sp.Max(*{m.d_in * m.d_out for m in LINEARS.values()}, evaluate=False)
+
+
 def _first_layer_params(s_: Structure) -> sp.Expr:
     """Trainable parameters whose gradients come last: the first layer's (and an untied embedding's)."""
     if s_.lora:
@@ -212,7 +217,7 @@ def transient_terms(s_: Structure) -> list[Term]:
                       r"M_{\mathrm{grad},>0}", "gradients already accumulated when backward reaches the first layer "
                       "(all but the first layer's and the embedding's)", "autograd order"))
     if s_.method == "qlora":
-        terms.append(Term("dequant_temp", "transient", b_c * sp.Max(*(m.d_in * m.d_out for m in LINEARS.values())),
+        terms.append(Term("dequant_temp", "transient", b_c * _largest_linear(),
                           r"M_{\mathrm{dequant}}", "bitsandbytes dequantizes one 4-bit weight to the compute dtype "
                           "for each matmul (the largest is the bound)", "bitsandbytes MatMul4Bit"))
     terms.append(Term("one_layer", "transient", per_layer_bytes(s_), r"M_{\mathrm{layer}}",

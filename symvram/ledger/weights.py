@@ -92,8 +92,9 @@ def largest_trainable_matrix(s: Structure) -> sp.Expr:
     """Elements of the largest trainable tensor (a for-loop optimizer's temporaries are that size)."""
     if s.lora:
         r = sym("rank")
-        return sp.Max(*(r * LINEARS[t].d_out for t in s.targets), *(r * LINEARS[t].d_in for t in s.targets))
-    return sp.Max(V * h, *(m.d_in * m.d_out for m in LINEARS.values()))
+        return sp.Max(*{r * LINEARS[t].d_out for t in s.targets} | {r * LINEARS[t].d_in for t in s.targets},
+                      evaluate=False)  # SymPy's pairwise comparison of symbolic sizes is slow and decides nothing here
+    return sp.Max(V * h, *{m.d_in * m.d_out for m in LINEARS.values()}, evaluate=False)
 
 
 def optimizer_temp_terms(s: Structure) -> list[Term]:
