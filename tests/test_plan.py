@@ -109,3 +109,10 @@ def test_summary_points_at_activations_when_they_cost_cards(plain):
     assert z3.params_gpus == 2 < z3.gpus                       # the parameters alone fit on two
     text = summary(plain, "lora", "GiB")
     assert "--grad-checkpointing" in text and "2 for the parameters alone" in text
+
+
+def test_cli_refuses_the_settings_it_searches(capsys):
+    from symvram.cli import main
+
+    assert main(["plan", "7b", "--gpu", "a100-80g", "--zero", "3"]) == 2
+    assert "--zero" in capsys.readouterr().err

@@ -6,6 +6,7 @@ import json
 
 from ..analysis.fit import load_card
 from ..analysis.plan import STRATEGIES, PlanResult, plan
+from ..errors import UserError
 from ..present.tables import host_bytes, render_rows
 from ..present.units import fmt_bytes
 from ..scenario import METHODS
@@ -96,6 +97,10 @@ def render(r: PlanResult, sc, units: str, fmt: str) -> str:
 
 
 def run(args) -> int:
+    chosen = [f"--{k.replace('_', '-')}" for k in ("gpus", "zero", "offload", "tp", "sequence_parallel")
+              if getattr(args, k, None) is not None]
+    if chosen:
+        raise UserError(f"plan searches {', '.join(chosen)} itself; use estimate to price one setup")
     sc = scenario_from_args(args)
     methods = (args.method,) if args.method else None
     result = plan(sc, load_card(args.gpu), max_gpus=args.max_gpus, headroom=args.headroom, methods=methods)
