@@ -287,3 +287,22 @@ def test_every_command_keeps_an_existing_output(tmp_path, capsys, argv, name):
     out, err = capsys.readouterr()
     assert out == "" and err == f"symvram: error: {target} exists; pass --force to overwrite it\n"
     assert target.read_bytes() == b"keep me"
+
+
+def _no_constants(name):
+    raise AssertionError(f"{name} is not JSON (RFC 8259 has no NaN or Infinity)")
+
+
+@pytest.mark.parametrize("argv", [
+    ["estimate", "70b", "--method", "qlora", "--zero", "3", "--gpus", "8", "--offload", "optimizer+params"],
+    ["fit", "7b", "--method", "lora", "--gpu", "141GiB", "--solve", "rank"],  # every moment allows r: no bound
+    ["whatif", "7b", "--method", "lora", "--set", "rank=1"],
+    ["sensitivity", "7b", "--method", "lora", "--zero", "3", "--gpus", "8", "--knobs", "gpus,seq"],
+    ["plan", "70b", "--gpu", "24GiB", "--max-gpus", "4"],  # strategies that never fit
+    ["diagnose", "70b", "--gpu", "24GiB", "--measured-peak", "30GiB"],
+])
+def test_json_outputs_are_strict_json(capsys, argv):
+    import json
+
+    assert main([*argv, "--format", "json"]) == 0
+    json.loads(capsys.readouterr().out, parse_constant=_no_constants)
