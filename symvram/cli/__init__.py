@@ -26,8 +26,12 @@ examples:
 
 
 class _Parser(argparse.ArgumentParser):
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("allow_abbrev", False)  # `--gpu` must not silently mean `--gpus`
+        super().__init__(*args, **kwargs)
+
     def error(self, message):  # one line, exit 2, as every other input error
-        raise UserError(f"{self.prog}: {message}")
+        raise UserError(message if self.prog == "symvram" else f"{self.prog.removeprefix('symvram ')}: {message}")
 
 
 def build_parser() -> argparse.ArgumentParser:
