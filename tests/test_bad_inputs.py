@@ -181,6 +181,8 @@ COMMAND_CASES = {
         ("card-zero", ["7b", "--gpu", "0GiB"], "must be positive"),
         ("card-half-byte", ["7b", "--gpu", "0.5"], "is not a gpu's memory"),
         ("card-infinite", ["7b", "--gpu", "1e400"], "--gpu 1e400"),
+        ("card-absurd", ["7b", "--gpu", "2000TiB"], "larger than any accelerator"),
+        ("card-negative", ["7b", "--gpu=-24GiB"], "cannot read '-24GiB' as a memory size"),
         ("headroom-over-card", ["7b", "--gpu", "24GiB", "--headroom", "30GiB"], "leaves nothing"),
         ("headroom-200-percent", ["7b", "--gpu", "24GiB", "--headroom", "200%"], "leaves nothing"),
         ("headroom-bananas", ["7b", "--gpu", "24GiB", "--headroom", "bananas"], "cannot read 'bananas'"),
