@@ -169,6 +169,7 @@ class Scenario:
         for flag in ("grad_checkpointing", "double_quant", "sequence_parallel"):
             if not isinstance(getattr(self, flag), bool):  # "false" is a non-empty string: it would switch it on
                 raise UserError(f"{flag} must be True or False; got {getattr(self, flag)!r}")
+        self._check_overrides()  # first: the checks below compute with the --set values
         self._check_parallel()
         if not (isinstance(self.lora_dropout, (int, float)) and 0 <= self.lora_dropout < 1):
             raise UserError(f"--lora-dropout must be in [0, 1); got {self.lora_dropout!r}")
@@ -185,7 +186,6 @@ class Scenario:
                             "(fp32 weights are their own master copy)")
         if self.method == "qlora" and self.dtype == "fp32":
             raise UserError("QLoRA stores the base in 4-bit and computes in 16-bit: use --dtype bf16 or fp16")
-        self._check_overrides()
         vals = {**self.model.dims, **dict(self.overrides)}  # what --set changes is checked like the rest
         if vals["heads"] % vals["kv_heads"]:
             raise UserError(f"heads = {vals['heads']} is not a multiple of kv_heads = {vals['kv_heads']} "

@@ -310,6 +310,8 @@ from symvram.scenario import Scenario  # noqa: E402
     ({"lora_dropout": True}, "--lora-dropout must be in [0, 1)"),
     ({"overrides": {"layers": float("nan")}}, "value must be a positive number"),
     ({"overrides": {"hidden": "4096"}}, "value must be a positive number"),
+    ({"overrides": {"heads": "x"}, "tp": 2}, "value must be a positive number"),  # a TypeError in the tp check once
+    ({"overrides": {"intermediate": float("nan")}}, "value must be a positive number"),
     ({"method": "lora", "overrides": {"rank": 5000}}, "larger than min(d, k) = 4096"),
     ({"overrides": {"tp": 3}}, "--tp 3 does not divide heads = 32"),
 ])
