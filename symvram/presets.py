@@ -93,7 +93,7 @@ def _lookup(name: str, table: dict[str, dict], what: str) -> tuple[str, dict]:
 
 
 def _int_field(cfg: dict, key: str, source: str, default=None) -> int:
-    value = cfg.get(key, default)
+    value = default if cfg.get(key) is None else cfg[key]  # null means absent, as transformers reads it
     if value is None:
         raise UserError(f"{source}: missing required field {key!r}")
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:

@@ -335,3 +335,14 @@ def test_set_dims_are_checked_as_the_model():
     with pytest.raises(UserError, match="min\\(d, k\\) = 256"):  # k_proj: 2 kv heads x 128 after the change
         Scenario.create("llama-3-8b", method="lora", rank=512, overrides={"kv_heads": 2})
     assert Scenario.create("llama-3-8b", method="lora", rank=512, overrides={"kv_heads": 4}).rank == 512
+
+
+def test_null_fields_read_as_absent(tmp_path):
+    """transformers' LlamaConfig: num_key_value_heads None means num_attention_heads (MHA); a null
+    head_dim means hidden / heads. Such a config.json is not bad input."""
+    from symvram.presets import load_model
+
+    path = tmp_path / "config.json"
+    path.write_text(_with(num_key_value_heads=None, head_dim=None, tie_word_embeddings=None))
+    m = load_model(str(path))
+    assert (m.kv_heads, m.head_dim, m.tied) == (32, 128, False)
