@@ -44,7 +44,6 @@ class _AnatomyTracker(PeakTracker):
 
     def __init__(self, optimizer=None, capture_at=None) -> None:
         super().__init__(optimizer)
-        self.event = 0
         self._cur_op = "external"
         self._capture_at = capture_at or {}  # (phase, total bytes) -> label
         self.captures: dict[str, dict] = {}
@@ -83,7 +82,6 @@ class _AnatomyTracker(PeakTracker):
 
     # --- moments ----------------------------------------------------------------------------
     def _tick(self, total: int) -> None:
-        self.event += 1
         # moments are found again by (phase, total): the first time the phase reaches its peak
         label = self._capture_at.get((self.phase, total))
         if label is not None and label not in self.captures:
@@ -149,13 +147,11 @@ def group(tensors: list[dict]) -> list[dict]:
 
 def _module_pattern(fqn: str) -> str:
     """'PeftModelForCausalLM.base_model.model.model.layers.3.mlp' -> '...layers.N.mlp'."""
-    parts = fqn.split(".")
-    out = []
-    for p in parts:
-        out.append("N" if p.isdigit() else p)
-    s = ".".join(out)
-    i = s.find("layers.N")
-    return ("…" + s[i - 1:]) if i > 0 else s.rsplit(".", 2)[-1] if "." in s else s
+    s = ".".join("N" if p.isdigit() else p for p in fqn.split("."))
+    i = s.find(".layers.N")
+    if i >= 0:
+        return "…" + s[i:]
+    return s.rsplit(".", 1)[-1]
 
 
 def explain_peak(spec: dict, phases: bool = False) -> dict:
@@ -183,8 +179,6 @@ def explain_peak(spec: dict, phases: bool = False) -> dict:
         cap = dict(cap)
         cap["groups"] = group(cap.pop("tensors"))
         result["moments"][label] = cap
-        if label == "global":
-            cap["same_moment_as_phase_peak"] = first.peak_phase
     return result
 
 
