@@ -9,7 +9,10 @@ import pytest
 
 from symvram.cli import COMMANDS, main
 from symvram.errors import UserError
+from symvram.evaluate import evaluate
 from symvram.present.units import parse_size
+from symvram.presets import load_model
+from symvram.scenario import Scenario
 
 LLAMA = {"model_type": "llama", "hidden_size": 4096, "intermediate_size": 11008, "num_hidden_layers": 32,
          "num_attention_heads": 32, "num_key_value_heads": 32, "vocab_size": 32000}
@@ -294,9 +297,6 @@ def test_sizes_that_parse(text, expected):
 
 # The Python API takes the same inputs without argparse in front: the same checks, the same UserError.
 
-from symvram.evaluate import evaluate  # noqa: E402
-from symvram.scenario import Scenario  # noqa: E402
-
 
 @pytest.mark.parametrize("kw,fragment", [
     ({"bacth": 4}, "unknown scenario setting bacth"),
@@ -340,8 +340,6 @@ def test_set_dims_are_checked_as_the_model():
 def test_null_fields_read_as_absent(tmp_path):
     """transformers' LlamaConfig: num_key_value_heads None means num_attention_heads (MHA); a null
     head_dim means hidden / heads. Such a config.json is not bad input."""
-    from symvram.presets import load_model
-
     path = tmp_path / "config.json"
     path.write_text(_with(num_key_value_heads=None, head_dim=None, tie_word_embeddings=None))
     m = load_model(str(path))

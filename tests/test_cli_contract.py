@@ -1,16 +1,24 @@
 """The CLI's error contract end to end: a real process prints one line and no traceback; only --debug or
 SYMVRAM_DEBUG=1 shows one; a bug is an "internal error" (exit 1); -o never clobbers a file.
 """
+import contextlib
+import io
+import json
 import os
 import subprocess
 import sys
 from pathlib import Path
 
+import jinja2
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from symvram.cli import estimate as estimate_cmd
 from symvram.cli import main
+from symvram.cli.common import write_output
 from symvram.errors import UserError
+from symvram.present.documents import environment
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -145,7 +153,6 @@ class _Terminal:
     """A text stdout that says it is a terminal, with a binary buffer behind it."""
 
     def __init__(self):
-        import io
         self.buffer = io.BytesIO()
 
     def isatty(self):
@@ -156,8 +163,6 @@ class _Terminal:
 
 
 def test_binary_output_is_not_printed_to_a_terminal(monkeypatch):
-    from symvram.cli.common import write_output
-
     terminal = _Terminal()
     monkeypatch.setattr(sys, "stdout", terminal)
     with pytest.raises(UserError, match="binary .* give -o FILE"):
@@ -166,8 +171,6 @@ def test_binary_output_is_not_printed_to_a_terminal(monkeypatch):
 
 
 def test_binary_output_goes_through_a_pipe_unchanged(capfdbinary):
-    from symvram.cli.common import write_output
-
     write_output(b"%PDF-1.5\x00\xff", None, False)
     assert capfdbinary.readouterr().out == b"%PDF-1.5\x00\xff"
 
@@ -180,7 +183,6 @@ EVIL = "<script>alert(1)</script> \\input{/etc/passwd}"
 
 @pytest.fixture
 def evil_model(tmp_path):
-    import json
     cfg = {"model_type": "llama", "hidden_size": 2048, "intermediate_size": 5632, "num_hidden_layers": 22,
            "num_attention_heads": 32, "num_key_value_heads": 4, "vocab_size": 32000, "_name_or_path": EVIL}
     (tmp_path / "config.json").write_text(json.dumps(cfg))
@@ -206,10 +208,6 @@ def test_documents_escape_the_model_name(evil_model, capsys, fmt, raw, escaped):
 
 
 def test_the_document_environment_is_strict():
-    import jinja2
-
-    from symvram.present.documents import environment
-
     with pytest.raises(jinja2.UndefinedError):
         environment().from_string("<< misspelled >>").render()
 
@@ -221,8 +219,6 @@ def test_zero3_on_one_gpu_is_explained_not_refused(capsys):
 
 
 def test_cli_json_parses_and_adds_up(capsys):
-    import json
-
     assert main(["estimate", "llama-3-8b", "--method", "qlora", "--zero", "2", "--gpus", "4", "--format", "json"]) == 0
     data = json.loads(capsys.readouterr().out)
     b = data["bytes"]
@@ -232,9 +228,6 @@ def test_cli_json_parses_and_adds_up(capsys):
 
 # Any mix of documented options, sensible or not: it runs (exit 0, nothing on stderr) or it is refused
 # by the contract (exit 2, one line) — never an internal error (exit 1) or a traceback.
-
-from hypothesis import HealthCheck, given, settings  # noqa: E402
-from hypothesis import strategies as st  # noqa: E402
 
 NUMBERS = ["0", "1", "2", "3", "8", "64", "4096", "-1", "1.5", "1e9", "x"]
 OPTIONS = {
@@ -255,9 +248,6 @@ OPTIONS = {
 @given(st.sampled_from(["7b", "70b", "llama-3-8b", "qwen2.5-0.5b", "tinyllama-1.1b"]),
        st.lists(st.sampled_from(sorted(OPTIONS)), min_size=1, max_size=6, unique=True), st.data())
 def test_no_mix_of_options_is_an_internal_error(model, names, data):
-    import contextlib
-    import io
-
     argv = ["estimate", model]
     for name in names:
         argv += [name] if OPTIONS[name] is None else [name, data.draw(st.sampled_from(OPTIONS[name]), label=name)]
@@ -302,7 +292,5 @@ def _no_constants(name):
     ["diagnose", "70b", "--gpu", "24GiB", "--measured-peak", "30GiB"],
 ])
 def test_json_outputs_are_strict_json(capsys, argv):
-    import json
-
     assert main([*argv, "--format", "json"]) == 0
     json.loads(capsys.readouterr().out, parse_constant=_no_constants)
