@@ -12,8 +12,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .errors import UserError
 from .evaluate import Breakdown, evaluate
-from .presets import GPUSpec, ModelSpec
+from .presets import GPUSpec, ModelSpec, load_model
 from .scenario import Scenario
 
 Model = str | ModelSpec | Scenario
@@ -42,18 +43,23 @@ def estimate(model: Model, **settings) -> Breakdown:
 
 @dataclass(frozen=True)
 class Comparison:
-    """The reference answer's table: named estimates of one model, side by side."""
+    """The reference answer's table: named estimates of one model, side by side.
+
+    ``skipped`` names the rows the engine refuses for these settings, with the reason (fp32 weights
+    are their own master copy; fp16 needs one)."""
 
     rows: tuple[tuple[str, Breakdown], ...]
+    skipped: tuple[tuple[str, str], ...] = ()
 
     def __getitem__(self, name: str) -> Breakdown:
         return dict(self.rows)[name]
 
     def table(self, units: str = "GiB", fmt: str = "table") -> str:
-        """The table as text (``fmt="table"``) or Markdown."""
+        """The table as text (``fmt="table"``) or Markdown, with a line for each refused row."""
         from .present.tables import comparison
 
-        return comparison(list(self.rows), units, fmt)
+        notes = "".join(f"\n{name}: not shown — {reason}" for name, reason in self.skipped)
+        return comparison(list(self.rows), units, fmt) + ("\n" + notes if notes else "")
 
     def __repr__(self) -> str:
         return self.table()
@@ -62,23 +68,34 @@ class Comparison:
         return self.table(fmt="markdown")
 
 
+COMPARED = (("full", {"method": "full", "master": "none"}), ("full + fp32 master", {"method": "full", "master": "fp32"}),
+            ("LoRA", {"method": "lora"}), ("QLoRA", {"method": "qlora"}))
+
+
 def compare(model: Model, **settings) -> Comparison:
-    """``symvram estimate MODEL`` (no ``--method``): full at 12 and 16 bytes/param, LoRA and QLoRA.
+    """``symvram estimate MODEL`` (no ``--method``): full without and with an fp32 master, LoRA, QLoRA.
 
     >>> c = compare("7b", rank=16)
     >>> [name for name, _ in c.rows]
-    ['full (12 B/param)', 'full + fp32 master (16 B/param)', 'LoRA', 'QLoRA']
+    ['full', 'full + fp32 master', 'LoRA', 'QLoRA']
     >>> c["LoRA"].derived["P_train"]
     39976960
+    >>> [name for name, _ in compare("7b", dtype="fp32").skipped]   # fp32 weights are their own master
+    ['full + fp32 master', 'QLoRA']
     """
-    settings.pop("method", None)
-    settings.pop("master", None)
-    return Comparison((
-        ("full (12 B/param)", estimate(model, **settings, method="full", master="none")),
-        ("full + fp32 master (16 B/param)", estimate(model, **settings, method="full", master="fp32")),
-        ("LoRA", estimate(model, **settings, method="lora", master="none")),
-        ("QLoRA", estimate(model, **settings, method="qlora", master="none")),
-    ))
+    settings = {k: v for k, v in settings.items() if k not in ("method", "master")}
+    model = model if isinstance(model, ModelSpec) else load_model(model)  # a bad model is one error, not four
+    rows, skipped = [], []
+    for name, choice in COMPARED:
+        try:
+            rows.append((name, estimate(model, **settings, **choice)))
+        except UserError as e:
+            skipped.append((name, str(e)))
+    if not rows:
+        reasons = dict.fromkeys(reason for _, reason in skipped)
+        raise UserError(next(iter(reasons)) if len(reasons) == 1 else
+                        "; ".join(f"{name}: {reason}" for name, reason in skipped))
+    return Comparison(tuple(rows), tuple(skipped))
 
 
 def fit(model: Model, gpu: str | int | GPUSpec, solve: str = "seq", headroom: int | str = "1GiB",
@@ -180,7 +197,6 @@ def plot(model: Model, kind: str = "breakdown", gpu: str | list[str] | None = No
     'sequence length s (tokens)'
     """
     from .cli.plot import DEFAULT_CARDS, KINDS
-    from .errors import UserError
     from .present import plots
 
     if kind not in KINDS:

@@ -97,10 +97,10 @@ def test_ledger_lists_terms_and_moments_without_numbers():
 def test_comparison_is_the_reference_table():
     c = compare("7b")
     rows = table_rows(mime(c)["text/markdown"])
-    assert [r[0] for r in rows] == ["method", "full (12 B/param)", "full + fp32 master (16 B/param)", "LoRA", "QLoRA"]
+    assert [r[0] for r in rows] == ["method", "full", "full + fp32 master", "LoRA", "QLoRA"]
     # base 14 GB of bf16 weights (+ a 256-byte rotary buffer) for full and LoRA
     assert [r[1] for r in rows[1:4]] == [f"{14e9 / GIB:.2f}"] * 3
-    assert "full (12 B/param)" in repr(c)
+    assert "full + fp32 master" in repr(c)
 
 
 @pytest.mark.parametrize("code, absent", [

@@ -31,7 +31,7 @@ def test_breakdown_bars_and_peaks():
     ax = plots.breakdown(rows).axes[0]
     assert ax.get_ylabel() == "memory (GiB)"
     assert [t.get_text() for t in ax.get_xticklabels()] == [name for name, _ in rows]
-    names = ["full (12 B/param)", "full + fp32 master (16 B/param)", "LoRA", "QLoRA"]
+    names = ["full", "full + fp32 master", "LoRA", "QLoRA"]
     methods = [dict(method="full", master="none"), dict(method="full", master="fp32"), dict(method="lora"),
                dict(method="qlora")]
     expected = [evaluate(Scenario.create("7b", **kw)) for kw in methods]

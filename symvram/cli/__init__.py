@@ -19,7 +19,7 @@ symvram derives the GPU memory of a fine-tuning step from one symbolic ledger:
 and predicts the peak that torch.cuda.max_memory_allocated() reports.
 
 examples:
-  symvram estimate 7b                                   # full (12 and 16 B/param), LoRA, QLoRA side by side
+  symvram estimate 7b                                   # full (with and without fp32 master), LoRA, QLoRA
   symvram estimate llama-3-8b --method lora --rank 64 --batch 4 --seq 2048
   symvram estimate ./config.json --method full --master fp32 --format json
 """

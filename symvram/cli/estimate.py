@@ -5,12 +5,14 @@ import argparse
 import json
 
 from ..evaluate import evaluate
-from ..present.tables import comparison, detail, to_json
-from .common import add_model_argument, add_scenario_arguments, scenario_from_args, write_output
+from ..api import compare
+from ..present.tables import detail, to_json
+from .common import add_model_argument, add_scenario_arguments, scenario_from_args, scenario_kwargs, write_output
 
 HELP = """\
-Without --method: the reference answer's table — full fine-tuning at 12 and 16 bytes/param, LoRA and
-QLoRA — each split into base / trainable / activations, with the predicted peak.
+Without --method: the reference answer's table — full fine-tuning without and with an fp32 master copy
+(12 and 16 bytes/param with the default recipe), LoRA and QLoRA — each split into base / trainable /
+activations, with the predicted peak. Rows the engine refuses for your settings say why.
 With --method: every term of the ledger with its formula and value, the moments of the step, the peak.
 
 examples:
@@ -31,27 +33,29 @@ def register(sub) -> None:
     p.set_defaults(func=run)
 
 
-def comparison_rows(args) -> list[tuple[str, object]]:
-    """Full (no master / fp32 master), LoRA and QLoRA for the same model and activations settings."""
-    return [
-        ("full (12 B/param)", evaluate(scenario_from_args(args, method="full", master="none"))),
-        ("full + fp32 master (16 B/param)", evaluate(scenario_from_args(args, method="full", master="fp32"))),
-        ("LoRA", evaluate(scenario_from_args(args, method="lora", master=None))),
-        ("QLoRA", evaluate(scenario_from_args(args, method="qlora", master=None))),
-    ]
+def compare_methods(args):
+    """Full without and with an fp32 master, LoRA and QLoRA, for the same model and activation settings."""
+    kw = scenario_kwargs(args)
+    kw.pop("overrides", None)
+    return compare(args.model, overrides=dict(args.set), **kw) if args.set else compare(args.model, **kw)
 
 
 def run(args) -> int:
     if args.method is None:
-        rows = comparison_rows(args)
+        table = compare_methods(args)
         if args.format == "json":
-            text = json.dumps({name: to_json(bd) for name, bd in rows}, indent=2)
+            text = json.dumps({**{name: to_json(bd) for name, bd in table.rows},
+                               **{name: {"error": reason} for name, reason in table.skipped}}, indent=2)
         else:
-            sc = rows[2][1].scenario
-            head = (f"{sc.model.name}: P = {rows[0][1].derived['P']:,} parameters; LoRA r={sc.rank} on "
-                    f"{','.join(sc.targets)} = {rows[2][1].derived['P_train']:,} trainable; "
-                    f"batch {sc.batch}, seq {sc.seq}" + (", checkpointing" if sc.grad_checkpointing else ""))
-            text = head + "\n\n" + comparison(rows, args.units, args.format)
+            first = table.rows[0][1]
+            sc = first.scenario
+            head = f"{sc.model.name}: P = {first.derived['P']:,} parameters; "
+            lora = dict(table.rows).get("LoRA")
+            if lora:
+                head += (f"LoRA r={lora.scenario.rank} on {','.join(lora.scenario.targets)} = "
+                         f"{lora.derived['P_train']:,} trainable; ")
+            head += f"batch {sc.batch}, seq {sc.seq}" + (", checkpointing" if sc.grad_checkpointing else "")
+            text = head + "\n\n" + table.table(args.units, args.format)
     else:
         bd = evaluate(scenario_from_args(args))
         text = json.dumps(to_json(bd), indent=2) if args.format == "json" else detail(bd, args.units, args.format)

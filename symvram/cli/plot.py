@@ -9,14 +9,14 @@ from ..analysis.fit import DEFAULT_HEADROOM, load_card
 from ..analysis.sensitivity import sensitivity
 from ..errors import UserError
 from .common import add_model_argument, add_scenario_arguments, positive_int, scenario_from_args, write_output
-from .estimate import comparison_rows
+from .estimate import compare_methods
 
 KINDS = ("breakdown", "seq-curve", "tornado", "fit-map")
 FORMATS = ("png", "svg", "pdf")
 DEFAULT_CARDS = ("rtx-4090", "a100-80g")
 
 HELP = f"""\
-  breakdown   stacked base / trainable / activations bars for full (12 and 16 B/param), LoRA and QLoRA,
+  breakdown   stacked base / trainable / activations bars for full (without and with an fp32 master), LoRA and QLoRA,
               each peak marked
   seq-curve   the peak against the sequence length for several LoRA ranks (--ranks), with the usable
               memory of cards (--gpu, repeatable; default {', '.join(DEFAULT_CARDS)}) as horizontal lines
@@ -60,7 +60,7 @@ def figure(args):
     from ..present import plots
 
     if args.kind == "breakdown":
-        return plots.breakdown(comparison_rows(args), args.units, args.theme)
+        return plots.breakdown(list(compare_methods(args).rows), args.units, args.theme)
     sc = scenario_from_args(args)
     if args.kind == "seq-curve":
         if args.ranks and not sc.lora:
