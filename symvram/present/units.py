@@ -47,6 +47,8 @@ def parse_size(text: str) -> int:
     value = number * scale
     if not math.isfinite(value) or value <= 0:
         raise UserError(f"memory size must be positive; got {text!r}")
+    if value < 1:
+        raise UserError(f"{text!r} is less than one byte (a bare number is bytes; write 0.5GiB for half a GiB)")
     if value > 1 << 50:
         raise UserError(f"{text!r} is larger than any accelerator (over 1 PiB)")
     return int(value)
