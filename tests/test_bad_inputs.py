@@ -182,7 +182,7 @@ COMMAND_CASES = {
         ("card-bananas", ["7b", "--gpu", "24 bananas"], "unknown unit 'bananas'"),
         ("card-unknown-name", ["7b", "--gpu", "rtx4090x"], "closest: rtx-4090"),
         ("card-zero", ["7b", "--gpu", "0GiB"], "must be positive"),
-        ("card-half-byte", ["7b", "--gpu", "0.5"], "is not a gpu's memory"),
+        ("card-half-byte", ["7b", "--gpu", "0.5"], "less than one byte"),
         ("card-infinite", ["7b", "--gpu", "1e400"], "--gpu 1e400"),
         ("card-absurd", ["7b", "--gpu", "2000TiB"], "larger than any accelerator"),
         ("card-negative", ["7b", "--gpu=-24GiB"], "cannot read '-24GiB' as a memory size"),
@@ -210,7 +210,7 @@ COMMAND_CASES = {
     ],
     "explain": [
         ("card-unknown", ["7b", "--gpu", "bananas"], "unknown gpu 'bananas'"),
-        ("card-half-byte", ["7b", "--gpu", "0.5"], "is not a gpu's memory"),
+        ("card-half-byte", ["7b", "--gpu", "0.5"], "less than one byte"),
         ("other-unknown", ["7b", "--other", "nosuch"], "unknown model preset 'nosuch'"),
         ("lang-unknown", ["7b", "--lang", "fr"], "invalid choice: 'fr'"),
         ("format-unknown", ["7b", "--format", "docx"], "invalid choice: 'docx'"),
