@@ -8,7 +8,7 @@ from ..analysis.sensitivity import Comparison, SensitivityResult, compare, sensi
 from ..errors import UserError
 from ..present.tables import render_rows
 from ..present.units import UNITS, fmt_bytes
-from ..symbols import SYMBOLS
+from ..symbols import SYMBOLS, text
 from .common import add_model_argument, add_scenario_arguments, scenario_from_args, write_output
 
 HELP = """\
@@ -90,7 +90,6 @@ def explain(res: SensitivityResult, c: Comparison, units: str) -> list[str]:
 
 def render(res: SensitivityResult, c: Comparison | None, units: str, fmt: str) -> str:
     md = fmt == "markdown"
-    code = (lambda s: f"`{s}`") if md else (lambda s: s)
     sc = res.breakdown.scenario
     label = next(m.label for m in res.breakdown.ledger.moments if m.key == res.moment)
     lines = [("## " if md else "") + f"{sc.model.name} · {sc.method}" + (f" r={sc.rank}" if sc.lora else "") +
@@ -103,7 +102,9 @@ def render(res: SensitivityResult, c: Comparison | None, units: str, fmt: str) -
                      f"{r.elasticity:.4f}", fmt_bytes(r.proportional_bytes, units).split()[0]])
     lines += [render_rows(rows, "rllrlrrr", fmt), "", "derivatives of the active moment:"]
     for r in res.rows:
-        lines.append(("- " if md else "  ") + code(f"∂peak/∂{r.knob} = {r.derivative_latex}"))
+        formula = f"$\\frac{{\\partial\\,\\mathrm{{peak}}}}{{\\partial {SYMBOLS[r.knob].latex}}} = {r.derivative_latex}$" if md \
+            else f"∂peak/∂{r.knob} = {text(r.derivative)}"
+        lines.append(("- " if md else "  ") + formula)
     if c is not None:
         lines += [""] + explain(res, c, units)
     return "\n".join(lines)
