@@ -24,27 +24,9 @@ from typing import Any
 import torch
 from torch.distributed._tools.mem_tracker import MemTracker, _MemRefType, _TOTAL_KEY
 
-_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
-ALL_LINEAR = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+from .spec import ALL_LINEAR, DEFAULTS, normalize_spec  # noqa: F401 - one definition of a spec, re-exported
 
-DEFAULTS: dict[str, Any] = {
-    "method": "lora",
-    "rank": 16,
-    "targets": ALL_LINEAR,
-    "lora_alpha": None,  # None: 2 * rank
-    "lora_dropout": 0.0,
-    "adapter_dtype": "fp32",
-    "batch": 1,
-    "seq": 2048,
-    "dtype": "bf16",
-    "autocast": None,
-    "optimizer": "adamw",
-    "optimizer_impl": "foreach",
-    "gradient_checkpointing": False,
-    "attn_impl": "sdpa",
-    "steps": 2,
-    "device": "fake",
-}
+_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 
 # breakdown keys of calibration.jsonl, in order
 BREAKDOWN_KEYS = (
@@ -65,52 +47,6 @@ _REF_TO_KEY = {
     _MemRefType.BUFFER: "buffers",
     _MemRefType.OTH: "inputs_other",
 }
-
-
-def normalize_spec(spec: dict) -> dict:
-    """The canonical spec: ``arch`` plus the keys of DEFAULTS, defaults filled in.
-
-    Also accepts the calibration.jsonl spellings (``dtype_setup``, ``optimizer: adamw-foreach``,
-    ``adapter_dtype: peft-default``).  Other keys (``name``, ``model``, ...) are dropped.
-    """
-    if "arch" not in spec:
-        raise ValueError("spec needs 'arch' (a dict of HF config keys)")
-    s = dict(DEFAULTS)
-    s.update({k: spec[k] for k in DEFAULTS if k in spec and (spec[k] is not None or k == "autocast")})
-    s["arch"] = dict(spec["arch"])
-    setup = spec.get("dtype_setup")
-    if setup:
-        s["dtype"], s["autocast"] = {
-            "bf16": ("bf16", None),
-            "fp16": ("fp16", None),
-            "fp32": ("fp32", None),
-            "bf16-autocast": ("bf16", "bf16"),
-            "fp32-autocast-bf16": ("fp32", "bf16"),
-            "fp32-autocast-fp16": ("fp32", "fp16"),
-        }[setup]
-    opt = s["optimizer"]
-    if "-" in opt and opt.rsplit("-", 1)[1] in ("foreach", "fused", "forloop"):
-        s["optimizer"], s["optimizer_impl"] = opt.rsplit("-", 1)
-    if s["adapter_dtype"] == "peft-default":
-        s["adapter_dtype"] = "fp32"
-    if s["dtype"] not in _DTYPES or (s["autocast"] is not None and s["autocast"] not in _DTYPES):
-        raise ValueError(f"dtype/autocast must be one of {sorted(_DTYPES)}")
-    if s["attn_impl"] not in ("sdpa", "eager"):
-        raise ValueError("attn_impl must be 'sdpa' or 'eager'")
-    if s["method"] == "full":
-        for k in ("rank", "targets", "lora_alpha", "lora_dropout", "adapter_dtype"):
-            s[k] = None
-    elif s["method"] == "lora":
-        s["rank"] = int(s["rank"])
-        s["targets"] = list(s["targets"])
-        s["lora_dropout"] = float(s["lora_dropout"] or 0.0)
-        if s["lora_alpha"] is None:
-            s["lora_alpha"] = 2 * s["rank"]
-        if s["adapter_dtype"] not in ("fp32", "base"):
-            raise ValueError("adapter_dtype must be 'fp32' (PEFT default) or 'base'")
-    else:
-        raise ValueError(f"unknown method {s['method']!r}")
-    return s
 
 
 # --------------------------------------------------------------------------------------------
