@@ -24,7 +24,7 @@ from typing import Any
 import torch
 from torch.distributed._tools.mem_tracker import MemTracker, _MemRefType, _TOTAL_KEY
 
-from .spec import ALL_LINEAR, DEFAULTS, normalize_spec  # noqa: F401 - one definition of a spec, re-exported
+from .spec import normalize_spec  # the one definition of a spec (torch-free)
 
 _DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 
