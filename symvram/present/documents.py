@@ -41,7 +41,6 @@ from ..analysis.sensitivity import sensitivity
 from ..presets import load_model
 from ..scenario import METHODS, Scenario
 from ..symbols import SYMBOLS, latex, sym
-from . import plots
 from .units import UNITS, fmt_bytes
 
 FORMATS = ("markdown", "html", "tex")
@@ -305,6 +304,13 @@ def activation_cuts(sc: Scenario, ranked: dict) -> list[dict]:
     return cuts
 
 
+def _plots():
+    """matplotlib is imported only when a document embeds a figure (keeps the CLI's start fast)."""
+    from . import plots
+
+    return plots
+
+
 def explain_context(sc: Scenario, gpu: str = "a100-80g", other: str | None = None, units: str = "GiB") -> dict:
     """Every number and formula of the worked answer for ``sc``, from the engine.
 
@@ -342,7 +348,7 @@ def explain_context(sc: Scenario, gpu: str = "a100-80g", other: str | None = Non
         "other": {"model": other_sc.model, "P": evaluate(other_sc).derived["P"],
                   "comparison": comparison(other_sc, card.usable_bytes), "plan": scale_plan(other_sc, card)},
         "sensitivity": knobs, "cuts": activation_cuts(sc, knobs), "triage": triage(sc, card.usable_bytes),
-        "figures": {"comparison": lambda: plots.breakdown(
+        "figures": {"comparison": lambda: _plots().breakdown(
                         [(key, evaluate(sc.with_changes(**changes))) for key, changes in RECIPES
                          if not isinstance(_try(sc, **changes), str)], units)},
     }
