@@ -85,9 +85,9 @@ def test_term_shows_its_formula():
 
 
 def test_ledger_lists_terms_and_moments_without_numbers():
-    led = estimate("7b", method="full").ledger
+    led = estimate("llama-2-7b", method="full").ledger
     text = repr(led)
-    assert text.startswith(f"<Ledger {len(led.terms)} terms (base 2, ") and "optimizer_step" in text
+    assert text.startswith(f"<Ledger {len(led.terms)} terms (base 2, ") and "optimizer_step" in text  # weights, buffers
     md = mime(led)["text/markdown"]
     assert all(f"| {t.key} |" in md for t in led.terms)
     assert r"$M_{\mathrm{grad}} = P_{\mathrm{train}} \cdot \beta_{g}$" in md

@@ -142,7 +142,7 @@ def test_decimal_units():
     text = render(Scenario.create("7b"), fmt="markdown", units="GB")
     full = table_rows(section(text, "## 5. "))[0]
     assert full[1:3] == ["14.00 GB", "70.00 GB"]
-    assert r"= 14\,000\,000\,256\ \mathrm{B} \approx 14.00\ \mathrm{GB}" in text
+    assert r"= 14\,000\,000\,000\ \mathrm{B} \approx 14.00\ \mathrm{GB}" in text
 
 
 def test_a_change_of_input_changes_the_document_consistently():

@@ -4,7 +4,7 @@ of a training step whose maximum is the peak.
 >>> from symvram.ledger.structure import Structure
 >>> led = build_ledger(Structure(method="full", nominal=True))
 >>> led.expand(led.block_expr("trainable"))
-P*bytes_grad + P*bytes_state*states_per_param + bytes_fp32*(9*layers + 3)
+P*bytes_grad + P*bytes_state*states_per_param
 >>> [m.key for m in led.moments]
 ['forward_loss', 'loss_backward', 'final_norm_backward', 'last_layer_backward', 'first_layer_backward', 'backward_end', 'optimizer_step']
 """

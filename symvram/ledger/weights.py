@@ -1,7 +1,7 @@
 """The parameter side of the ledger: base weights (block 1) and the trainable triple (block 2).
 
 >>> from symvram.ledger.structure import Structure
->>> [t.key for t in trainable_terms(Structure(method="full", master=True))]
+>>> [t.key for t in trainable_terms(Structure(method="full", master=True))]   # a real model (not nominal)
 ['grads', 'master', 'optimizer_states', 'optimizer_steps']
 """
 from __future__ import annotations
@@ -43,8 +43,9 @@ def base_terms(s: Structure) -> list[Term]:
         ]
     else:
         terms = [Term("weights", "base", P * b_w, r"M_{w}", "every base weight, stored in the weight dtype")]
-    terms.append(Term("buffers", "base", b_32 * dh / 2, r"M_{\mathrm{buf}}",
-                      "rotary inv_freq buffer (fp32, d_head/2)", "transformers LlamaRotaryEmbedding"))
+    if not s.nominal:  # an interview preset is P·bytes exactly; real models carry their buffers and counters
+        terms.append(Term("buffers", "base", b_32 * dh / 2, r"M_{\mathrm{buf}}",
+                          "rotary inv_freq buffer (fp32, d_head/2)", "transformers LlamaRotaryEmbedding"))
     return terms
 
 
@@ -73,7 +74,7 @@ def trainable_terms(s: Structure) -> list[Term]:
     else:
         expr, why = P_train * n_o * b_o, f"{s.optimizer} keeps n_o states per trainable weight (AdamW: m and v)"
     terms.append(Term("optimizer_states", "trainable", expr, r"M_{\mathrm{opt}}", why))
-    if s.optimizer == "adamw":
+    if s.optimizer == "adamw" and not s.nominal:
         terms.append(Term("optimizer_steps", "trainable", b_32 * trainable_tensors(s), r"M_{\mathrm{steps}}",
                           "torch AdamW keeps its step count as a 0-d fp32 tensor per parameter tensor",
                           "torch/optim/adamw.py _init_group"))
