@@ -89,6 +89,13 @@ def add_scenario_arguments(p: argparse.ArgumentParser, method_default: str | Non
     g.add_argument("--units", choices=tuple(UNITS), default="GiB", help="GiB (2^30, default; card sizes) or GB (10^9)")
 
 
+def add_output_arguments(p: argparse.ArgumentParser, required: bool = False,
+                         help: str = "write to this file instead of stdout") -> None:
+    """-o/--output and --force: a file is never overwritten without --force."""
+    p.add_argument("-o", "--output", required=required, help=help)
+    p.add_argument("--force", action="store_true", help="overwrite --output if it exists")
+
+
 def scenario_kwargs(args: argparse.Namespace) -> dict:
     keys = ("method", "rank", "targets", "lora_dropout", "double_quant", "dtype", "master", "state_dtype",
             "optimizer", "optimizer_impl", "adapter_dtype", "autocast", "batch", "seq", "grad_checkpointing",

@@ -8,7 +8,7 @@ from ..analysis.diagnose import PROBE_SEQ, Diagnosis, diagnose
 from ..analysis.fit import load_card
 from ..errors import UserError
 from ..present.units import fmt_bytes, parse_size
-from .common import add_model_argument, add_scenario_arguments, positive_int, scenario_from_args, write_output
+from .common import add_model_argument, add_output_arguments, add_scenario_arguments, positive_int, scenario_from_args, write_output
 from .fit import add_card_arguments
 
 HELP = f"""\
@@ -58,8 +58,7 @@ def register(sub) -> None:
     p.add_argument("--measured-at", help="settings of that measurement, e.g. batch=1,seq=512 (default: the job's)")
     p.add_argument("--max-gpus", type=positive_int, default=64, help="most GPUs to consider for more cards (default 64)")
     p.add_argument("--format", choices=("table", "json"), default="table")
-    p.add_argument("-o", "--output", help="write to this file instead of stdout")
-    p.add_argument("--force", action="store_true", help="overwrite --output if it exists")
+    add_output_arguments(p)
     p.set_defaults(func=run)
 
 

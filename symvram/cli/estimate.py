@@ -7,7 +7,7 @@ import json
 from ..evaluate import evaluate
 from ..api import compare
 from ..present.tables import detail, to_json
-from .common import add_model_argument, add_scenario_arguments, scenario_from_args, scenario_kwargs, write_output
+from .common import add_model_argument, add_output_arguments, add_scenario_arguments, scenario_from_args, scenario_kwargs, write_output
 
 HELP = """\
 Without --method: the reference answer's table — full fine-tuning without and with an fp32 master copy
@@ -28,8 +28,7 @@ def register(sub) -> None:
     add_model_argument(p)
     add_scenario_arguments(p)
     p.add_argument("--format", choices=("table", "markdown", "json"), default="table")
-    p.add_argument("-o", "--output", help="write to this file instead of stdout")
-    p.add_argument("--force", action="store_true", help="overwrite --output if it exists")
+    add_output_arguments(p)
     p.set_defaults(func=run)
 
 

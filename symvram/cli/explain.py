@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 
 from ..present.documents import FORMATS, LANGS, compile_pdf, render
-from .common import add_model_argument, add_scenario_arguments, scenario_from_args, write_output
+from .common import add_model_argument, add_output_arguments, add_scenario_arguments, scenario_from_args, write_output
 
 HELP = """\
 Writes the full answer to "how much GPU memory does fine-tuning this model take, and why?": the ledger's
@@ -33,8 +33,7 @@ def register(sub) -> None:
     p.add_argument("--gpu", default="a100-80g", help="the card to count with (default a100-80g; a name or a size)")
     p.add_argument("--other", help="the model to re-derive at (default: 70b for a model below 30B, else 7b)")
     p.add_argument("--template-dir", help="a folder of your own templates, searched before the shipped ones")
-    p.add_argument("-o", "--output", help="write to this file instead of stdout")
-    p.add_argument("--force", action="store_true", help="overwrite --output if it exists")
+    add_output_arguments(p)
     p.set_defaults(func=run)
 
 

@@ -6,7 +6,7 @@ import json
 
 from ..analysis.fit import DEFAULT_HEADROOM, KNOBS, FitResult, fit, load_card
 from ..present.units import fmt_bytes
-from .common import add_model_argument, add_scenario_arguments, positive_int, scenario_from_args, write_output
+from .common import add_model_argument, add_output_arguments, add_scenario_arguments, positive_int, scenario_from_args, write_output
 
 HELP = f"""\
 Solves the ledger's peak for the largest integer seq, batch or LoRA rank that fits the card's usable
@@ -42,8 +42,7 @@ def register(sub) -> None:
                    help="largest value to consider (default: max_position_embeddings for seq, "
                         "min(d_in, d_out) for rank)")
     p.add_argument("--format", choices=("table", "json"), default="table")
-    p.add_argument("-o", "--output", help="write to this file instead of stdout")
-    p.add_argument("--force", action="store_true", help="overwrite --output if it exists")
+    add_output_arguments(p)
     p.set_defaults(func=run)
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 
 from ..present.page import render_page
-from .common import add_model_argument, add_scenario_arguments, scenario_from_args, write_output
+from .common import add_model_argument, add_output_arguments, add_scenario_arguments, scenario_from_args, write_output
 
 HELP = """\
 One self-contained HTML file (no network, no CDN) with controls for method, rank, targets, batch,
@@ -24,8 +24,7 @@ def register(sub) -> None:
     add_model_argument(p)
     add_scenario_arguments(p)
     p.add_argument("--gpu", help="card to check the peak against (data/gpus.toml: a100-80g, h100, l4, 4090 …)")
-    p.add_argument("-o", "--output", help="write to this file instead of stdout")
-    p.add_argument("--force", action="store_true", help="overwrite --output if it exists")
+    add_output_arguments(p)
     p.set_defaults(func=run)
 
 

@@ -10,7 +10,7 @@ from ..errors import UserError
 from ..present.tables import host_bytes, render_rows
 from ..present.units import fmt_bytes
 from ..scenario import METHODS
-from .common import add_model_argument, add_scenario_arguments, positive_int, scenario_from_args, write_output
+from .common import add_model_argument, add_output_arguments, add_scenario_arguments, positive_int, scenario_from_args, write_output
 from .fit import add_card_arguments
 
 HELP = """\
@@ -35,8 +35,7 @@ def register(sub) -> None:
     add_card_arguments(p)
     p.add_argument("--max-gpus", type=positive_int, default=64, help="most GPUs to consider (default 64)")
     p.add_argument("--format", choices=("table", "markdown", "json"), default="table")
-    p.add_argument("-o", "--output", help="write to this file instead of stdout")
-    p.add_argument("--force", action="store_true", help="overwrite --output if it exists")
+    add_output_arguments(p)
     p.set_defaults(func=run)
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 from ..analysis.fit import DEFAULT_HEADROOM, load_card
 from ..analysis.sensitivity import sensitivity
 from ..errors import UserError
-from .common import add_model_argument, add_scenario_arguments, positive_int, scenario_from_args, write_output
+from .common import add_model_argument, add_output_arguments, add_scenario_arguments, positive_int, scenario_from_args, write_output
 from .estimate import compare_methods
 
 KINDS = ("breakdown", "seq-curve", "tornado", "fit-map")
@@ -51,8 +51,7 @@ def register(sub) -> None:
     p.add_argument("--ranks", type=_ranks, help="seq-curve: LoRA ranks, one line each (default 8,16,64,256)")
     p.add_argument("--top", type=positive_int, help="tornado: only the N largest elasticities")
     p.add_argument("--theme", choices=("light", "dark"), default="light")
-    p.add_argument("-o", "--output", required=True, help="the figure file: .png, .svg or .pdf")
-    p.add_argument("--force", action="store_true", help="overwrite --output if it exists")
+    add_output_arguments(p, required=True, help="the figure file: .png, .svg or .pdf")
     p.set_defaults(func=run)
 
 

@@ -9,7 +9,7 @@ from ..errors import UserError
 from ..present.tables import render_rows
 from ..present.units import UNITS, fmt_bytes
 from ..symbols import SYMBOLS, text
-from .common import add_model_argument, add_scenario_arguments, scenario_from_args, write_output
+from .common import add_model_argument, add_output_arguments, add_scenario_arguments, scenario_from_args, write_output
 
 HELP = """\
 Differentiates the peak — the active moment of the step, derived quantities expanded — with respect
@@ -42,8 +42,7 @@ def register(sub) -> None:
                                                 "knobs that apply to the method)")
     p.add_argument("--compare", type=_names, metavar="A,B", help="the two knobs to compare (default seq,rank)")
     p.add_argument("--format", choices=("table", "markdown", "json"), default="table")
-    p.add_argument("-o", "--output", help="write to this file instead of stdout")
-    p.add_argument("--force", action="store_true", help="overwrite --output if it exists")
+    add_output_arguments(p)
     p.set_defaults(func=run)
 
 

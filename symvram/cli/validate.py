@@ -9,7 +9,7 @@ from ..errors import UserError
 from ..evaluate import evaluate
 from ..present.tables import render_rows
 from ..present.units import fmt_bytes
-from .common import add_model_argument, add_scenario_arguments, positive_int, scenario_from_args, write_output
+from .common import add_model_argument, add_output_arguments, add_scenario_arguments, positive_int, scenario_from_args, write_output
 
 HELP = """\
 Builds the real Hugging Face model (transformers + PEFT) from the same preset or config.json, with no
@@ -37,8 +37,7 @@ def register(sub) -> None:
     p.add_argument("--world-size", type=positive_int, metavar="N",
                    help="check the ZeRO-3 / FSDP terms instead: torch FSDP2 fully_shard over N fake ranks")
     p.add_argument("--format", choices=("table", "json"), default="table")
-    p.add_argument("-o", "--output", help="write to this file instead of stdout")
-    p.add_argument("--force", action="store_true", help="overwrite --output if it exists")
+    add_output_arguments(p)
     p.set_defaults(func=run)
 
 

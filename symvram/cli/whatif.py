@@ -9,7 +9,7 @@ from ..ledger.terms import BLOCKS
 from ..present.tables import BLOCK_TITLES, render_rows, to_json
 from ..present.units import fmt_bytes
 from ..symbols import latex
-from .common import add_model_argument, add_scenario_arguments, scenario_from_args, write_output
+from .common import add_model_argument, add_output_arguments, add_scenario_arguments, scenario_from_args, write_output
 
 HELP = """\
 The scenario described by the other options is the "before"; each --set SYMBOL=VALUE is the change.
@@ -30,8 +30,7 @@ def register(sub) -> None:
     add_model_argument(p)
     add_scenario_arguments(p)
     p.add_argument("--format", choices=("table", "markdown", "json"), default="table")
-    p.add_argument("-o", "--output", help="write to this file instead of stdout")
-    p.add_argument("--force", action="store_true", help="overwrite --output if it exists")
+    add_output_arguments(p)
     p.set_defaults(func=run)
 
 
