@@ -20,6 +20,9 @@ torch.cuda.max_memory_allocated() reports — with PyTorch's MemTracker, then pr
 estimate, category by category. With --device cuda on a machine with a GPU it runs real tensors and
 reads torch.cuda.max_memory_allocated() (that adds allocator rounding and library workspaces).
 
+Unless you say otherwise it measures what a plain run does: PEFT's fp32 adapters, torch AdamW's
+states in the trainable weights' dtype, the CPU code paths (a GPU run with --device cuda).
+
 Needs the optional extra:  pip install 'symvram[validate]'   (torch, transformers, peft)
 It measures the versions you have installed; the estimator follows torch 2.13, transformers 5.24, peft 0.21.
 
@@ -58,11 +61,25 @@ def _check_supported(sc) -> None:
                         f"pass --state-dtype {trainable} so that the estimate describes the same run")
 
 
+def run_defaults(args) -> dict:
+    """What a plain run does where the user said nothing: the CPU code paths of a fake-tensor run,
+    PEFT's fp32 adapters, and torch AdamW's states in the trainable weights' dtype."""
+    kw = {}
+    if args.device is None:
+        kw["device"] = "cpu"
+    method = args.method or "full"
+    if method != "full" and args.adapter_dtype is None:
+        kw["adapter_dtype"] = "fp32"
+    if args.state_dtype is None:
+        kw["state_dtype"] = (args.adapter_dtype or kw.get("adapter_dtype")) if method != "full" \
+            else (args.dtype or "bf16")
+    return kw
+
+
 def run(args) -> int:
     from .. import validate
 
-    kw = {"device": "cpu"} if getattr(args, "device", None) is None else {}
-    sc = scenario_from_args(args, **kw)
+    sc = scenario_from_args(args, **run_defaults(args))
     _check_supported(sc)
     if not validate.is_available():
         raise UserError(validate.missing_reason())
