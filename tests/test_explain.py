@@ -253,3 +253,16 @@ def test_cli_pdf(tmp_path):
     out = tmp_path / "a.pdf"
     assert main(["explain", "7b", "--method", "qlora", "--lang", "zh", "--format", "pdf", "-o", str(out)]) == 0
     assert out.read_bytes().startswith(b"%PDF")
+
+
+def test_markdown_code_span_holds_backticks(tmp_path):
+    """A config.json name with backticks stays inside one code span (CommonMark: a longer fence),
+    so it cannot close the span and inject HTML."""
+    import json
+
+    cfg = {"model_type": "llama", "hidden_size": 64, "intermediate_size": 176, "num_hidden_layers": 2,
+           "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 1000,
+           "_name_or_path": "evil`<img src=x onerror=alert(1)>`x"}
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    text = render(Scenario.create(str(tmp_path / "config.json"), method="lora", rank=8), fmt="markdown")
+    assert "``evil`<img src=x onerror=alert(1)>`x``" in text

@@ -380,7 +380,11 @@ class MarkdownFormat:
         return Markup(f"**{self._text(text)}**")
 
     def code(self, text) -> Markup:
-        return Markup(f"`{text}`")
+        """Inline code; a run of backticks inside is fenced by a longer run (CommonMark)."""
+        text = str(text)
+        fence = "`" * (max((len(run) for run in re.findall(r"`+", text)), default=0) + 1)
+        pad = " " if text.startswith("`") or text.endswith("`") else ""
+        return Markup(f"{fence}{pad}{text}{pad}{fence}")
 
     def m(self, tex: str) -> Markup:
         return Markup(f"${tex}$")
@@ -629,6 +633,8 @@ def render_context(ctx: dict, fmt: str = "markdown", lang: str = "en", template_
     except jinja2.TemplateError as e:
         where = f" ({e.name}:{e.lineno})" if isinstance(e, jinja2.TemplateSyntaxError) else ""
         raise UserError(f"template error{where}: {e.message}") from None
+    except UnicodeDecodeError as e:
+        raise UserError(f"a template in --template-dir is not UTF-8 text ({e.reason} at byte {e.start})") from None
 
 
 def render(sc: Scenario, fmt: str = "markdown", lang: str = "en", gpu: str = "a100-80g", other: str | None = None,
