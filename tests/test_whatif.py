@@ -104,3 +104,14 @@ def test_cli_errors_are_one_line_exit_2(capsys, argv, needle):
     assert main(["whatif", *argv]) == 2
     err = capsys.readouterr().err
     assert needle in err and err.count("\n") == 1
+
+
+def test_set_tp_is_the_tp_option():
+    """--set tp=2 changes the ledger's structure as --tp 2 does: the same peak, by an independent estimate."""
+    from symvram.analysis.whatif import whatif as run_whatif
+    from symvram.evaluate import evaluate
+    from symvram.scenario import Scenario
+
+    sc = Scenario.create("7b", method="full")
+    w = run_whatif(sc, {"tp": 2})
+    assert w.after.peak == evaluate(Scenario.create("7b", method="full", tp=2)).peak < w.before.peak

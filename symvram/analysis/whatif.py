@@ -24,6 +24,9 @@ from ..scenario import Scenario
 from ..symbols import SYMBOLS
 
 
+STRUCTURAL_FIELDS = {"gpus", "tp"}  # Scenario fields that switch sharding on, so they change the ledger itself
+
+
 @lru_cache(maxsize=128)
 def ledger_symbols(ledger: Ledger) -> frozenset[str]:
     """Names of the leaf symbols the ledger's terms depend on (derived quantities expanded)."""
@@ -46,6 +49,8 @@ def check_symbol(sc: Scenario, name: str, option: str = "--set") -> None:
                         f"{ledger.expand(defined[name])}; change the symbols it is built from")
     if SYMBOLS[name].group == "derived":
         raise UserError(f"{option} {name}: {SYMBOLS[name].meaning} does not occur with --method {sc.method}")
+    if name in STRUCTURAL_FIELDS:  # --set tp=2 is --tp 2: it may add terms the current ledger lacks
+        return
     if name not in ledger_symbols(ledger):
         raise UserError(f"{option} {name}: {SYMBOLS[name].meaning} does not apply to --method {sc.method} "
                         f"(no term of its ledger contains {name})")
