@@ -184,7 +184,12 @@ def diagnose(model: Model, gpu: str | int | GPUSpec, headroom: int | str = "1GiB
                      measured_peak=measured_peak, measured_at=measured_at, max_gpus=max_gpus)
 
 
-def plot(model: Model, kind: str = "breakdown", gpu: str | list[str] | None = None, ranks=(8, 16, 64, 256),
+PLOT_KINDS = ("breakdown", "seq-curve", "tornado", "fit-map")
+DEFAULT_PLOT_CARDS = ("rtx-4090", "a100-80g")
+DEFAULT_PLOT_RANKS = (8, 16, 64, 256)
+
+
+def plot(model: Model, kind: str = "breakdown", gpu: str | list[str] | None = None, ranks=None,
          top: int | None = None, headroom: int | str = "1GiB", units: str = "GiB", theme: str = "light",
          **settings):
     """``symvram plot MODEL --kind KIND``: a matplotlib Figure (breakdown, seq-curve, tornado, fit-map).
@@ -196,23 +201,24 @@ def plot(model: Model, kind: str = "breakdown", gpu: str | list[str] | None = No
     >>> fig.axes[0].get_xlabel()
     'sequence length s (tokens)'
     """
-    from .cli.plot import DEFAULT_CARDS, KINDS
     from .present import plots
 
-    if kind not in KINDS:
-        raise UserError(f"plot kind must be one of {', '.join(KINDS)}; got {kind!r}")
+    if kind not in PLOT_KINDS:
+        raise UserError(f"plot kind must be one of {', '.join(PLOT_KINDS)}; got {kind!r}")
     settings.setdefault("method", "lora")
     cards = [_card(g) for g in ([gpu] if isinstance(gpu, (str, int, GPUSpec)) else gpu or [])]
     if kind == "breakdown":
         return plots.breakdown(compare(model, **settings).rows, units, theme)
     sc = scenario(model, **settings)
     if kind == "seq-curve":
-        return plots.seq_curve(sc, ranks=ranks, cards=cards or [_card(c) for c in DEFAULT_CARDS],
-                               units=units, theme=theme)
+        if ranks and not sc.lora:
+            raise UserError(f"--ranks does not apply to --method {sc.method}: there are no LoRA adapters")
+        return plots.seq_curve(sc, ranks=ranks or DEFAULT_PLOT_RANKS,
+                               cards=cards or [_card(c) for c in DEFAULT_PLOT_CARDS], units=units, theme=theme)
     if kind == "tornado":
         return plots.tornado(sensitivity(sc), top=top, units=units, theme=theme)
     if len(cards) != 1:
-        raise UserError("plot kind fit-map needs exactly one gpu (a named card or a size such as 24GiB)")
+        raise UserError("--kind fit-map needs exactly one --gpu (a named card or a size such as 24GiB)")
     return plots.fit_map(sc, cards[0], headroom=headroom, units=units, theme=theme)
 
 

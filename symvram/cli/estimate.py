@@ -32,16 +32,9 @@ def register(sub) -> None:
     p.set_defaults(func=run)
 
 
-def compare_methods(args):
-    """Full without and with an fp32 master, LoRA and QLoRA, for the same model and activation settings."""
-    kw = scenario_kwargs(args)
-    kw.pop("overrides", None)
-    return compare(args.model, overrides=dict(args.set), **kw) if args.set else compare(args.model, **kw)
-
-
 def run(args) -> int:
     if args.method is None:
-        table = compare_methods(args)
+        table = compare(args.model, **scenario_kwargs(args))
         if args.format == "json":
             text = json.dumps({**{name: to_json(bd) for name, bd in table.rows},
                                **{name: {"error": reason} for name, reason in table.skipped}}, indent=2)

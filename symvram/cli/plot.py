@@ -5,15 +5,13 @@ import argparse
 import io
 from pathlib import Path
 
-from ..analysis.fit import DEFAULT_HEADROOM, load_card
-from ..analysis.sensitivity import sensitivity
+from ..analysis.fit import DEFAULT_HEADROOM
+from ..api import DEFAULT_PLOT_CARDS as DEFAULT_CARDS, PLOT_KINDS as KINDS, plot
 from ..errors import UserError
-from .common import add_model_argument, add_output_arguments, add_scenario_arguments, positive_int, scenario_from_args, write_output
-from .estimate import compare_methods
+from .common import (add_model_argument, add_output_arguments, add_scenario_arguments, positive_int,
+                     scenario_kwargs, write_output)
 
-KINDS = ("breakdown", "seq-curve", "tornado", "fit-map")
 FORMATS = ("png", "svg", "pdf")
-DEFAULT_CARDS = ("rtx-4090", "a100-80g")
 
 HELP = f"""\
   breakdown   stacked base / trainable / activations bars for full (without and with an fp32 master), LoRA and QLoRA,
@@ -56,22 +54,9 @@ def register(sub) -> None:
 
 
 def figure(args):
-    from ..present import plots
-
-    if args.kind == "breakdown":
-        return plots.breakdown(list(compare_methods(args).rows), args.units, args.theme)
-    sc = scenario_from_args(args)
-    if args.kind == "seq-curve":
-        if args.ranks and not sc.lora:
-            raise UserError(f"--ranks does not apply to --method {sc.method}: there are no LoRA adapters")
-        cards = [load_card(g) for g in (args.gpu or DEFAULT_CARDS)]
-        return plots.seq_curve(sc, ranks=args.ranks or (8, 16, 64, 256), cards=cards, units=args.units,
-                               theme=args.theme)
-    if args.kind == "tornado":
-        return plots.tornado(sensitivity(sc), top=args.top, units=args.units, theme=args.theme)
-    if not args.gpu or len(args.gpu) != 1:
-        raise UserError("--kind fit-map needs exactly one --gpu (a named card or a size such as 24GiB)")
-    return plots.fit_map(sc, load_card(args.gpu[0]), headroom=args.headroom, units=args.units, theme=args.theme)
+    """The figure through the Python API (one dispatch for both doors)."""
+    return plot(args.model, args.kind, gpu=args.gpu, ranks=args.ranks, top=args.top, headroom=args.headroom,
+                units=args.units, theme=args.theme, **scenario_kwargs(args))
 
 
 def run(args) -> int:
