@@ -54,17 +54,13 @@ _REF_TO_KEY = {
 
 
 def _config(arch: dict, attn_impl: str):
+    """The transformers config of ``arch`` (config.json keys; ``model_type`` picks the class)."""
     import transformers
 
     arch = dict(arch)
     model_type = arch.pop("model_type", "llama")
     for k in ("name", "model"):
         arch.pop(k, None)
-    cls = {
-        "llama": transformers.LlamaConfig,
-        "mistral": transformers.MistralConfig,
-        "qwen2": transformers.Qwen2Config,
-    }[model_type]
     if model_type == "mistral":
         arch.setdefault("sliding_window", None)
     if model_type == "qwen2":
@@ -72,7 +68,7 @@ def _config(arch: dict, attn_impl: str):
     # training: no KV cache (with one, the forward would also hold the cache's copies of k/v;
     # the calibration set was measured without)
     arch.setdefault("use_cache", False)
-    cfg = cls(**arch)
+    cfg = transformers.AutoConfig.for_model(model_type, **arch)
     cfg._attn_implementation = attn_impl
     return cfg
 
