@@ -14,7 +14,7 @@ from functools import cache
 from importlib import resources
 
 from .errors import UserError
-from .ledger.architecture import LINEARS, TARGET_SETS
+from .ledger.architecture import Family, family
 from .ledger.structure import Structure
 from .presets import MAX_DIM, ModelSpec, load_model
 from .symbols import SYMBOLS
@@ -33,7 +33,7 @@ MAX_RANK = 1 << 20
 MAX_GPUS = 1_000_000
 # Largest value --set accepts, by symbol name, else by group: beyond these a number is a typo.
 FIELD_SYMBOLS = {"batch", "seq", "rank", "gpus", "tp"}  # symbols that are also Scenario fields
-SET_LIMITS = {"P": 10**15, "model": MAX_DIM, "bytes": 64, "quant": 1 << 20}
+SET_LIMITS = {"P": 10**15, "model": MAX_DIM, "bytes": 64, "quant": 1 << 20, "moe_imbalance": 1000}
 
 
 @cache
@@ -41,26 +41,39 @@ def recipes() -> dict:
     return tomllib.loads(resources.files("symvram.data").joinpath("recipes.toml").read_text(encoding="utf-8"))
 
 
-def parse_targets(spec: str | tuple[str, ...] | list[str]) -> tuple[str, ...]:
-    """``all-linear``, ``attention``, ``qv``, ``mlp`` or a comma list (``q_proj,v_proj`` or ``q,v``)."""
+def parse_targets(spec: str | tuple[str, ...] | list[str], fam: Family | None = None) -> tuple[str, ...]:
+    """A family's target group (``all-linear``, ``attention``, ``qv``, ``mlp``) or a comma list of its
+    module names (``q_proj,v_proj`` or ``q,v``), in the family's module order.
+
+    >>> parse_targets("qv"), parse_targets("qkv,o", family("phi3"))
+    (('q_proj', 'v_proj'), ('qkv_proj', 'o_proj'))
+    """
+    fam = fam or family("llama")
     names = spec.split(",") if isinstance(spec, str) else list(spec)
     chosen: set[str] = set()
     for raw in names:
         name = raw.strip()
         if not name:
             continue
-        if name in TARGET_SETS:
-            chosen.update(TARGET_SETS[name])
-        elif name in LINEARS:
+        if name in fam.target_sets:
+            chosen.update(fam.target_sets[name])
+        elif name in fam.linear_map:
             chosen.add(name)
-        elif f"{name}_proj" in LINEARS:
+        elif f"{name}_proj" in fam.linear_map:
             chosen.add(f"{name}_proj")
         else:
-            raise UserError(f"unknown LoRA target {name!r}; use {', '.join(TARGET_SETS)} or module names "
-                            f"({', '.join(LINEARS)})")
+            raise UserError(f"unknown LoRA target {name!r} for {fam.key}; use {', '.join(fam.target_sets)} or module "
+                            f"names ({', '.join(fam.linear_map)})")
     if not chosen:
         raise UserError("no LoRA target modules given")
-    return tuple(m for m in LINEARS if m in chosen)
+    return tuple(m.name for m in fam.linears if m.name in chosen)
+
+
+@cache
+def smallest_target_side(family_name: str, targets: tuple[str, ...], dims: tuple[tuple[str, int], ...]) -> int:
+    """min(d_in, d_out) over the targeted matrices: the largest rank LoRA can have (computed once per shape)."""
+    fam, values = family(family_name), {SYMBOLS[n].symbol: v for n, v in dims}
+    return min(int(side.xreplace(values)) for t in targets for side in (fam.linear(t).d_in, fam.linear(t).d_out))
 
 
 def _choice(value: str, allowed: tuple[str, ...], what: str) -> str:
@@ -89,7 +102,7 @@ class Scenario:
     model: ModelSpec
     method: str = "full"
     rank: int = 64
-    targets: tuple[str, ...] = TARGET_SETS["all-linear"]
+    targets: tuple[str, ...] = ()   # resolved by create: the family's all-linear unless given
     dtype: str = "bf16"
     master: str = "none"
     state_dtype: str = "fp32"
@@ -120,8 +133,7 @@ class Scenario:
         if unknown:
             raise UserError(f"unknown scenario setting {', '.join(unknown)}; settings are "
                             f"{', '.join(k for k in cls.__dataclass_fields__ if k != 'model')}")
-        if "targets" in kw:
-            kw["targets"] = parse_targets(kw["targets"])
+        kw["targets"] = parse_targets(kw.get("targets", "all-linear"), family(spec.family))
         if "overrides" in kw:
             overrides = dict(kw["overrides"])
             for name in FIELD_SYMBOLS & set(overrides):  # --set tp=2 is --tp 2: checked, and in the structure
@@ -192,9 +204,8 @@ class Scenario:
                             "(each key/value head serves a whole group of query heads)")
         if self.lora:
             _positive_int(self.rank, "--rank", MAX_RANK)
-            dims = {SYMBOLS[n].symbol: v for n, v in vals.items() if SYMBOLS[n].group == "model"}
-            smallest = min(
-                min(int(LINEARS[t].d_in.subs(dims)), int(LINEARS[t].d_out.subs(dims))) for t in self.targets)
+            smallest = smallest_target_side(self.model.family, self.targets,
+                                            tuple(sorted((n, v) for n, v in vals.items() if SYMBOLS[n].group == "model")))
             if self.rank > smallest:
                 raise UserError(f"--rank {self.rank} is larger than min(d, k) = {smallest} of the targeted matrices; "
                                 "a LoRA update of that rank is no longer low-rank")
@@ -236,8 +247,8 @@ class Scenario:
     @property
     def structure(self) -> Structure:
         return Structure(
-            method=self.method, nominal=self.model.params is not None, tied=self.model.tied,
-            qkv_bias=self.model.qkv_bias, targets=self.targets if self.lora else (),
+            method=self.method, nominal=self.model.params is not None, family=self.model.family,
+            tied=self.model.tied, options=self.model.options, targets=self.targets if self.lora else (),
             master=self.master == "fp32", optimizer=self.optimizer, optimizer_impl=self.optimizer_impl,
             compute_fp32=self.compute_dtype == "fp32",
             adapter_upcast=self.lora and self.adapter_dtype != self.compute_dtype,

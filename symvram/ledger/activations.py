@@ -16,7 +16,7 @@ from __future__ import annotations
 import sympy as sp
 
 from ..symbols import sym
-from .architecture import INPUT_WIDTH, LINEARS, L, V, dh, f, h, linear_params_per_layer, nh, nkv
+from .architecture import L, V, dh, f, h, nh, nkv
 from .structure import Structure
 from .terms import Term
 
@@ -39,24 +39,39 @@ def _shared_with_attention(s_: Structure, group: str) -> bool:
     return group == "attn_out" and s_.attention == "sdpa"
 
 
+def _grad_flags(s_: Structure, first: bool) -> dict[str, bool]:
+    """Which tensors of a layer need a gradient, by site (a norm saves for backward only then).
+
+    ``first``: the layer reads the embedding output, which needs no gradient under LoRA."""
+    fam = s_.arch
+    reads = {fam.linear(t).input_group for t in s_.targets} if s_.lora else set()
+    grad_in = not (first and s_.lora)
+    attn = grad_in or "attn_in" in reads                 # q, k, v (their projections' outputs)
+    attn_out = attn or "attn_out" in reads               # o_proj's output
+    resid = grad_in or attn_out                          # the residual stream after attention
+    mlp = resid or "mlp_in" in reads                     # the MLP's hidden tensors
+    mlp_out = mlp or "mlp_act" in reads                  # down_proj's output
+    return {"layer_in": grad_in, "q": attn, "k": attn, "attn_out": attn_out, "resid": resid, "mlp": mlp,
+            "mlp_out": mlp_out}
+
+
 def _layer(s_: Structure, first: bool) -> dict[str, tuple[sp.Expr, str, str, str]]:
     """Saved bytes of one decoder layer: key -> (expr, label, why, source).
 
     ``first``: the layer reads the embedding output, which needs no gradient under LoRA."""
-    grad_in = not (first and s_.lora)
-    targets = set(s_.targets) if s_.lora else set()
-    attn_grad = grad_in or bool(targets & {"q_proj", "k_proj", "v_proj"})
-    resid_grad = attn_grad or "o_proj" in targets
-    mlp_grad = resid_grad or bool(targets & {"gate_proj", "up_proj"})
+    fam = s_.arch
+    grad = _grad_flags(s_, first)
+    grad_in, attn_grad, resid_grad, mlp_grad = grad["layer_in"], grad["q"], grad["resid"], grad["mlp"]
     out: dict[str, tuple[sp.Expr, str, str, str]] = {}
 
-    norm = b_32 * T * h + b_32 * T
-    n_norms = int(grad_in) + int(resid_grad)
-    if n_norms:
-        out["act_norms"] = (n_norms * norm, r"A_{\mathrm{norm}}",
+    saving = [n for n in fam.norms if grad[n.at]]
+    if saving:
+        out["act_norms"] = (sp.Add(*(b_32 * T * n.rows * n.width + b_32 * T * n.rows for n in saving)),
+                            r"A_{\mathrm{norm}}",
                             "each RMSNorm keeps its fp32 upcast input and 1/rms for backward", TRANSFORMERS)
         if not s_.lora:
-            out["act_norm_weight_input"] = (n_norms * b_w * T * h, r"A_{\mathrm{norm},w}",
+            out["act_norm_weight_input"] = (sp.Add(*(b_w * T * n.rows * n.width for n in saving)),
+                                            r"A_{\mathrm{norm},w}",
                                             "a trainable norm weight also keeps the normalized 16-bit tensor", TRANSFORMERS)
 
     if attn_grad:
@@ -78,17 +93,17 @@ def _layer(s_: Structure, first: bool) -> dict[str, tuple[sp.Expr, str, str, str
                           "gate output (SiLU input), SiLU output and up output, d_ff wide each", TRANSFORMERS)
 
     if s_.weight_casts:
-        out["act_weight_casts"] = (b_c * linear_params_per_layer(), r"A_{\mathrm{cast},W}",
+        out["act_weight_casts"] = (b_c * fam.linear_params_per_layer(), r"A_{\mathrm{cast},W}",
                                    "autocast casts each linear weight to the compute dtype per call; backward needs "
                                    "the cast, so it is saved", "torch.autocast")
     if s_.lora and s_.autocast and s_.adapter_upcast:
-        out["act_adapter_casts"] = (b_c * r * sp.Add(*(LINEARS[t].d_in + LINEARS[t].d_out for t in s_.targets)),
+        out["act_adapter_casts"] = (b_c * r * sp.Add(*(fam.linear(t).d_in + fam.linear(t).d_out for t in s_.targets)),
                                     r"A_{\mathrm{cast},LoRA}", "autocast's cache of the adapters cast to the compute "
                                     "dtype, saved for backward", "torch.autocast weight cache")
     if not s_.lora:
         saved = sp.Integer(0)
-        for group, width in INPUT_WIDTH.items():
-            n = sum(1 for m in LINEARS.values() if m.input_group == group)
+        for group, width in fam.group_width.items():
+            n = sum(1 for m in fam.linears if m.input_group == group)
             if _per_call_cast(s_, group):
                 saved += n * b_c * T * width
             elif not _shared_with_attention(s_, group):
@@ -102,8 +117,8 @@ def _layer(s_: Structure, first: bool) -> dict[str, tuple[sp.Expr, str, str, str
     group_grad = {"attn_in": grad_in, "attn_out": resid_grad or attn_grad, "mlp_in": resid_grad, "mlp_act": mlp_grad}
     autocast_copy = s_.autocast and s_.adapter_upcast  # lora_A's autocast saves a compute-dtype copy per target
     inputs, masks = sp.Integer(0), sp.Integer(0)
-    for group, width in INPUT_WIDTH.items():
-        n = sum(1 for t in s_.targets if LINEARS[t].input_group == group)
+    for group, width in fam.group_width.items():
+        n = sum(1 for t in s_.targets if fam.linear(t).input_group == group)
         if not n:
             continue
         if s_.dropout:
@@ -179,18 +194,16 @@ def saved_terms(s_: Structure) -> list[Term]:
     return terms
 
 
-def _largest_linear() -> sp.Expr:
-    """Elements of the largest projection weight (left unevaluated: which one depends on the numbers)."""
-    return sp.Max(*{m.d_in * m.d_out for m in LINEARS.values()}, evaluate=False)
+def _largest_linear(s_: Structure) -> sp.Expr:
+    """Elements of the largest quantized (nn.Linear) weight (left unevaluated: which one depends on the numbers)."""
+    return sp.Max(*{m.params for m in s_.arch.linears}, evaluate=False)
 
 
 def _first_layer_params(s_: Structure) -> sp.Expr:
     """Trainable parameters whose gradients come last: the first layer's (and an untied embedding's)."""
     if s_.lora:
         return sym("P_lora") / L
-    from .architecture import params_per_layer
-
-    return params_per_layer(s_.qkv_bias) + (0 if s_.tied else V * h)
+    return s_.arch.params_per_layer(s_.options) + (0 if s_.tied else V * h)
 
 
 def transient_terms(s_: Structure) -> list[Term]:
@@ -217,7 +230,7 @@ def transient_terms(s_: Structure) -> list[Term]:
                       r"M_{\mathrm{grad},>0}", "gradients already accumulated when backward reaches the first layer "
                       "(all but the first layer's and the embedding's)", "autograd order"))
     if s_.method == "qlora":
-        terms.append(Term("dequant_temp", "transient", b_c * _largest_linear(),
+        terms.append(Term("dequant_temp", "transient", b_c * _largest_linear(s_),
                           r"M_{\mathrm{dequant}}", "bitsandbytes dequantizes one 4-bit weight to the compute dtype "
                           "for each matmul (the largest is the bound)", "bitsandbytes MatMul4Bit"))
     terms.append(Term("one_layer", "transient", per_layer_bytes(s_), r"M_{\mathrm{layer}}",
