@@ -62,9 +62,20 @@ class ModelSpec:
             d["P"] = self.params
         return d
 
-    @property
-    def qkv_bias(self) -> bool:
-        return "attention_bias" in self.options
+    def config(self) -> dict:
+        """The config.json fields of this shape, as its family reads them (what ``validate`` builds).
+
+        >>> load_model("qwen2.5-0.5b").config()["attention_bias"], load_model("mixtral-8x7b").config()["num_local_experts"]
+        (True, 8)
+        """
+        from .ledger.architecture import family
+
+        fam, dims = family(self.family), self.dims
+        cfg = {"model_type": self.model_type}
+        cfg.update({keys.split("|")[0]: dims[symbol] for symbol, keys, _ in fam.dims})
+        cfg.update({o: o in self.options for o, _ in fam.options if o != "tie_word_embeddings"})
+        cfg["tie_word_embeddings"] = self.tied
+        return cfg
 
 
 @dataclass(frozen=True)

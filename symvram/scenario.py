@@ -254,7 +254,7 @@ class Scenario:
             adapter_upcast=self.lora and self.adapter_dtype != self.compute_dtype,
             autocast=self.autocast != "none", weight_casts=self.autocast != "none" and self.dtype == "fp32",
             dropout=self.lora and self.lora_dropout > 0, device=self.device,
-            attention=self.attention, checkpointing=self.grad_checkpointing,
+            attention=self.attention, grad_checkpointing=self.grad_checkpointing,
             double_quant=self.double_quant, zero=self.zero, offload=self.offload,
             sequence_parallel=self.sequence_parallel, tensor_parallel=self.tp > 1,
         )

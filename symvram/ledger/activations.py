@@ -157,7 +157,7 @@ def per_layer_bytes(s_: Structure) -> sp.Expr:
 def saved_terms(s_: Structure) -> list[Term]:
     """Block 3 terms: per-layer saved tensors × L (or checkpointed inputs), then the model's head."""
     terms: list[Term] = []
-    if s_.checkpointing:
+    if s_.grad_checkpointing:
         terms.append(Term("act_checkpoints", "activations", L * b_w * T * h + b_id * s, r"A_{\mathrm{ckpt}}",
                           "checkpointing keeps each layer's input (and the position ids); layers are recomputed in backward",
                           "torch.utils.checkpoint (non-reentrant)"))

@@ -36,11 +36,11 @@ def _moments(terms: dict, s: Structure) -> tuple[Moment, ...]:
         "the loss gradients are freed; every layer's activations are still saved"))
     layer_temps = ["layer_backward_temp"] + [k for k in ("dequant_temp",) if k in terms]
     layer = ["one_layer"] + layer_temps
-    if not s.checkpointing:
+    if not s.grad_checkpointing:
         moments.append(Moment("last_layer_backward", "backward through the last layer's MLP", tuple(
             params + states + [k for k in saved if k != "act_logsoftmax"] + layer_temps),
             "every layer's activations are still saved while the last layer's MLP backward runs"))
-    if s.checkpointing:
+    if s.grad_checkpointing:
         moments.append(Moment("recompute", "backward, recomputing the last layer", tuple(
             params + states + [k for k in saved if k in ("act_checkpoints", "act_input_grad_leaf")] + kept + layer),
             "the checkpointed inputs plus one recomputed layer's saved tensors and its MLP backward"))

@@ -29,7 +29,7 @@ class Structure:
     dropout: bool = False             # LoRA dropout p > 0
     device: str = "cuda"              # cuda | cpu: which tensors dropout keeps
     attention: str = "sdpa"           # sdpa | eager
-    checkpointing: bool = False       # non-reentrant activation checkpointing of each decoder layer
+    grad_checkpointing: bool = False  # non-reentrant activation checkpointing of each decoder layer
     double_quant: bool = True         # QLoRA: absmax constants quantized again
     zero: int = 0                     # ZeRO stage 0-3 (3 = FSDP FULL_SHARD)
     offload: str = "none"             # none | optimizer | optimizer+params

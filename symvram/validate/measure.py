@@ -53,7 +53,7 @@ _REF_TO_KEY = {
 # model construction
 
 
-def _config(arch: dict, attn_impl: str):
+def _config(arch: dict, attention: str):
     """The transformers config of ``arch`` (config.json keys; ``model_type`` picks the class)."""
     import transformers
 
@@ -69,7 +69,7 @@ def _config(arch: dict, attn_impl: str):
     # the calibration set was measured without)
     arch.setdefault("use_cache", False)
     cfg = transformers.AutoConfig.for_model(model_type, **arch)
-    cfg._attn_implementation = attn_impl
+    cfg._attn_implementation = attention
     return cfg
 
 
@@ -77,11 +77,11 @@ def build_model(spec: dict):
     """The (PEFT-wrapped) model on the meta device, in train mode."""
     import transformers
 
-    cfg = _config(spec["arch"], spec["attn_impl"])
+    cfg = _config(spec["arch"], spec["attention"])
     dtype = _DTYPES[spec["dtype"]]
     with torch.device("meta"):
         model = transformers.AutoModelForCausalLM.from_config(
-            cfg, dtype=dtype, attn_implementation=spec["attn_impl"]
+            cfg, dtype=dtype, attn_implementation=spec["attention"]
         )
         # as loaded weights are: floating buffers (rotary inv_freq) in the weights' dtype too
         model.to(dtype)
@@ -102,7 +102,7 @@ def build_model(spec: dict):
             )
     elif spec["method"] != "full":
         raise ValueError(f"unknown method {spec['method']!r}")
-    if spec["gradient_checkpointing"]:
+    if spec["grad_checkpointing"]:
         with warnings.catch_warnings():  # deprecated alias of activation_checkpointing_enable
             warnings.simplefilter("ignore", FutureWarning)
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
@@ -412,8 +412,8 @@ def _result(spec, model, optimizer, trainable, total, peak, peak_phase, by_phase
         "param_dtype": sorted(pdtypes)[0] if len(pdtypes) == 1 else sorted(pdtypes),
         "optimizer": f"{spec['optimizer']}-{spec['optimizer_impl']}",
         "optimizer_state_dtypes": state_dtypes,
-        "gradient_checkpointing": bool(spec["gradient_checkpointing"]),
-        "attn_impl": spec["attn_impl"],
+        "gradient_checkpointing": bool(spec["grad_checkpointing"]),  # calibration.jsonl's spelling
+        "attn_impl": spec["attention"],
         "steps": int(spec["steps"]),
         "trainable_params": trainable,
         "total_params": total,
