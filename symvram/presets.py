@@ -72,7 +72,10 @@ class ModelSpec:
 
         fam, dims = family(self.family), self.dims
         cfg = {"model_type": self.model_type}
-        cfg.update({keys.split("|")[0]: dims[symbol] for symbol, keys, _ in fam.dims})
+        cfg.update({keys.split("|")[0]: dims[symbol] for symbol, keys, _ in fam.dims if keys != "layer_types"})
+        if "sliding_layers" in dims:  # counts of layer kinds, laid out as a list (the order costs nothing)
+            cfg["layer_types"] = (["sliding_attention"] * dims["sliding_layers"]
+                                  + ["full_attention"] * (self.layers - dims["sliding_layers"]))
         cfg.update({o: o in self.options for o, _ in fam.options if o != "tie_word_embeddings"})
         cfg["tie_word_embeddings"] = self.tied
         return cfg
@@ -147,6 +150,18 @@ def _family_of(cfg: dict, source: str):
     return family(known[model_type])
 
 
+def _count_layer_types(cfg: dict, fam, layers: int, what: str, source: str) -> int:
+    """How many distinct layer types (``what`` = "layer types present") or sliding-window layers
+    ("sliding layers") a config has: its ``layer_types``, else the family's pattern (every n-th layer full)."""
+    types = cfg.get("layer_types")
+    if types is None:
+        n = cfg.get("sliding_window_pattern") or fam.extra("sliding_pattern")
+        types = ["full_attention" if (i + 1) % n == 0 else "sliding_attention" for i in range(layers)]
+    if not isinstance(types, list) or len(types) != layers:
+        raise UserError(f"{source}: layer_types must list one attention kind per layer ({layers})")
+    return len(set(types)) if what == "layer types present" else types.count("sliding_attention")
+
+
 def spec_from_config(cfg: dict, name: str, kind: str, source: str) -> ModelSpec:
     """Build a ModelSpec from config.json-style fields (also used for presets): the family's data
     entry names the fields it reads and their defaults."""
@@ -159,6 +174,9 @@ def spec_from_config(cfg: dict, name: str, kind: str, source: str) -> ModelSpec:
     fam = _family_of(cfg, source)
     dims: dict[str, int] = {}
     for symbol, keys, default in fam.dims:
+        if keys == "layer_types":  # counted from the per-layer attention kinds
+            dims[symbol] = _count_layer_types(cfg, fam, dims["layers"], default, source)
+            continue
         key = next((k for k in keys.split("|") if cfg.get(k) is not None), keys.split("|")[0])  # "a|b": either
         if cfg.get(key) is None and default != "required":
             value = sympify(expr(default).xreplace({sym(n): v for n, v in dims.items()}))

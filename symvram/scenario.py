@@ -133,7 +133,9 @@ class Scenario:
         if unknown:
             raise UserError(f"unknown scenario setting {', '.join(unknown)}; settings are "
                             f"{', '.join(k for k in cls.__dataclass_fields__ if k != 'model')}")
-        kw["targets"] = parse_targets(kw.get("targets", "all-linear"), family(spec.family))
+        fam = family(spec.family)
+        kw["targets"] = parse_targets(kw.get("targets", "all-linear"), fam)
+        kw.setdefault("attention", fam.default_attention)
         if "overrides" in kw:
             overrides = dict(kw["overrides"])
             for name in FIELD_SYMBOLS & set(overrides):  # --set tp=2 is --tp 2: checked, and in the structure
@@ -170,6 +172,9 @@ class Scenario:
         _choice(self.adapter_dtype, DTYPES, "--adapter-dtype")
         _choice(self.autocast, ("none", "bf16", "fp16"), "--autocast")
         _choice(self.attention, ATTENTIONS, "--attention")
+        fam = family(self.model.family)
+        if self.attention not in fam.attention_kernels:
+            raise UserError(f"--attention {self.attention}: {fam.attention_why or fam.key + ' runs ' + ', '.join(fam.attention_kernels)}")
         _choice(self.device, DEVICES, "--device")
         _choice(self.offload, OFFLOADS, "--offload")
         _positive_int(self.batch, "--batch", MAX_BATCH)

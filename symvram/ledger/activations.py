@@ -39,6 +39,25 @@ def _shared_with_attention(s_: Structure, group: str) -> bool:
     return group == "attn_out" and s_.attention == "sdpa"
 
 
+NORM_WHY = {
+    "rms": "each RMSNorm keeps its fp32 upcast input and 1/rms for backward",
+    "gemma_rms": "each Gemma RMSNorm keeps its fp32 upcast input, 1/rms and the fp32 (1 + w) it multiplies by",
+}
+
+
+def norm_saved(s_: Structure, rows: sp.Expr, width: sp.Expr) -> sp.Expr:
+    """What one norm over ``rows`` rows of ``width`` per token saves when its input needs a gradient:
+    the fp32 upcast input and 1/rms (Gemma's norm also its fp32 (1 + w), a weight-sized vector)."""
+    saved = b_32 * T * rows * width + b_32 * T * rows
+    return saved + b_32 * width if s_.arch.norm == "gemma_rms" else saved
+
+
+def norm_weight_input(s_: Structure) -> sp.Symbol:
+    """Bytes per element of the normalized tensor a trainable norm weight keeps for its gradient
+    (Gemma normalizes and scales in fp32; Llama casts back to the weight dtype first)."""
+    return b_32 if s_.arch.norm == "gemma_rms" else b_w
+
+
 def _grad_flags(s_: Structure, first: bool) -> dict[str, bool]:
     """Which tensors of a layer need a gradient, by site (a norm saves for backward only then).
 
@@ -66,13 +85,13 @@ def _layer(s_: Structure, first: bool) -> dict[str, tuple[sp.Expr, str, str, str
 
     saving = [n for n in fam.norms if grad[n.at]]
     if saving:
-        out["act_norms"] = (sp.Add(*(b_32 * T * n.rows * n.width + b_32 * T * n.rows for n in saving)),
-                            r"A_{\mathrm{norm}}",
-                            "each RMSNorm keeps its fp32 upcast input and 1/rms for backward", TRANSFORMERS)
+        out["act_norms"] = (sp.Add(*(norm_saved(s_, n.rows, n.width) for n in saving)), r"A_{\mathrm{norm}}",
+                            NORM_WHY[fam.norm], TRANSFORMERS)
         if not s_.lora:
-            out["act_norm_weight_input"] = (sp.Add(*(b_w * T * n.rows * n.width for n in saving)),
+            out["act_norm_weight_input"] = (sp.Add(*(norm_weight_input(s_) * T * n.rows * n.width for n in saving)),
                                             r"A_{\mathrm{norm},w}",
-                                            "a trainable norm weight also keeps the normalized 16-bit tensor", TRANSFORMERS)
+                                            "a trainable norm weight also keeps the normalized "
+                                            + ("fp32" if fam.norm == "gemma_rms" else "16-bit") + " tensor", TRANSFORMERS)
 
     if attn_grad:
         if s_.attention == "sdpa":
@@ -85,8 +104,10 @@ def _layer(s_: Structure, first: bool) -> dict[str, tuple[sp.Expr, str, str, str
             out["act_attention"] = (3 * b_c * T * nh * dh, r"A_{\mathrm{attn}}",
                                     "eager attention keeps q and the repeat_kv copies of k and v (n_h heads each)",
                                     "transformers eager_attention_forward")
-            out["act_attention_scores"] = (b_32 * b * nh * s**2 + probs_16, r"A_{\mathrm{scores}}",
-                                           "the fp32 softmax of b·n_h·s² scores and its 16-bit copy",
+            softcap = b_c * b * nh * s**2 if fam.extra("attn_logit_softcapping") else 0
+            out["act_attention_scores"] = (b_32 * b * nh * s**2 + probs_16 + softcap, r"A_{\mathrm{scores}}",
+                                           "the fp32 softmax of b·n_h·s² scores and its 16-bit copy"
+                                           + " (and the tanh of the soft-capped scores)" * bool(softcap),
                                            "transformers eager_attention_forward")
     if mlp_grad:
         out["act_mlp"] = (3 * b_c * T * f, r"A_{\mathrm{mlp}}",
@@ -149,6 +170,16 @@ def _layer(s_: Structure, first: bool) -> dict[str, tuple[sp.Expr, str, str, str
     return out
 
 
+def sliding_extra(s_: Structure) -> sp.Expr:
+    """A sliding-window layer under SDPA once the sequence is longer than the window (Gemma 3): the
+    window needs an explicit mask, so SDPA saves a 16-bit (b, 1, s, s) mask and k, v are expanded to
+    n_h heads (repeat_kv) instead of GQA. Nothing while s ≤ w."""
+    w = s_.arch.dim("window", 0)
+    if w == 0 or s_.attention != "sdpa":
+        return sp.Integer(0)
+    return sp.Piecewise((b_c * b * s**2 + 2 * b_c * T * dh * (nh - nkv), s > w), (0, True))
+
+
 def per_layer_bytes(s_: Structure) -> sp.Expr:
     """Bytes one (not the first) decoder layer saves: also what one checkpoint recompute holds."""
     return sp.Add(*(e for e, *_ in _layer(s_, first=False).values()))
@@ -156,6 +187,7 @@ def per_layer_bytes(s_: Structure) -> sp.Expr:
 
 def saved_terms(s_: Structure) -> list[Term]:
     """Block 3 terms: per-layer saved tensors × L (or checkpointed inputs), then the model's head."""
+    fam = s_.arch
     terms: list[Term] = []
     if s_.grad_checkpointing:
         terms.append(Term("act_checkpoints", "activations", L * b_w * T * h + b_id * s, r"A_{\mathrm{ckpt}}",
@@ -175,20 +207,35 @@ def saved_terms(s_: Structure) -> list[Term]:
             terms.append(Term("act_first_layer", "activations", sp.expand(correction), r"A_{\mathrm{layer\,0}}",
                               "the first layer's input (the frozen embedding) needs no gradient, so it saves less",
                               "autograd saves only what a required gradient needs"))
+    if sliding_extra(s_) != 0:
+        if s_.grad_checkpointing:
+            w = fam.dim("window")
+            terms.append(Term("act_sliding_mask", "activations", sp.Piecewise((s**2, s > w), (0, True)),
+                              r"A_{\mathrm{win}}", "the shared boolean sliding-window mask, a checkpoint input",
+                              fam.source))
+        else:
+            terms.append(Term("act_sliding_mask", "activations", fam.dim("sliding_layers") * sliding_extra(s_),
+                              r"L_{\mathrm{win}} \cdot A_{\mathrm{win}}", sliding_extra.__doc__.split(".")[0]
+                              + ": a 16-bit mask and k, v repeated to n_h heads, per sliding layer", fam.source))
     if s_.weight_casts:
         terms.append(Term("act_lm_head_cast", "activations", b_c * V * h, r"A_{\mathrm{cast},V}",
                           "autocast casts lm_head's weight to the compute dtype; backward needs the cast", "torch.autocast"))
-    head = b_32 * T * h + b_32 * T
-    why = "the final RMSNorm keeps its fp32 input and 1/rms"
+    head = norm_saved(s_, 1, h)
+    why = NORM_WHY[fam.norm].replace("each", "the final", 1)
     if not s_.lora:
-        head += (b_w + (b_c if s_.weight_casts else b_w)) * T * h
+        head += (norm_weight_input(s_) + (b_c if s_.weight_casts else b_w)) * T * h
         why += "; trainable norm and lm_head keep the normalized and the normed tensor"
     terms.append(Term("act_final_norm", "activations", head, r"A_{\mathrm{head}}", why, TRANSFORMERS))
     terms.append(Term("act_logsoftmax", "activations", b_32 * T * V, r"A_{\mathrm{lsm}}",
                       "cross-entropy upcasts logits to fp32 and keeps log_softmax for backward",
                       "transformers ForCausalLMLoss; torch log_softmax"))
-    terms.append(Term("act_rope", "activations", 2 * b_c * s * dh, r"A_{\mathrm{rope}}",
-                      "RoPE cos and sin, shared by all layers", "transformers LlamaRotaryEmbedding"))
+    if fam.extra("final_logit_softcapping"):
+        terms.append(Term("act_logit_softcap", "activations", b_c * T * V, r"A_{\mathrm{cap}}",
+                          "final-logit soft-capping keeps tanh(logits / cap) for backward", fam.source))
+    bases = fam.dim("rope_bases")
+    terms.append(Term("act_rope", "activations", 2 * bases * b_c * s * dh, r"A_{\mathrm{rope}}",
+                      "RoPE cos and sin, shared by all layers" + " (one pair per rotary base)" * (bases != 1),
+                      "transformers LlamaRotaryEmbedding"))
     terms.append(Term("act_tokens", "activations", 2 * b_id * T, r"A_{\mathrm{ids}}",
                       "input ids and the shifted labels (int64)", "transformers ForCausalLMLoss"))
     return terms
@@ -229,11 +276,15 @@ def transient_terms(s_: Structure) -> list[Term]:
     terms.append(Term("grads_before_first_layer", "transient", b_g * (sym("P_train") - _first_layer_params(s_)),
                       r"M_{\mathrm{grad},>0}", "gradients already accumulated when backward reaches the first layer "
                       "(all but the first layer's and the embedding's)", "autograd order"))
+    if s_.tied and not s_.lora:
+        terms.append(Term("tied_grad_sum", "transient", 2 * b_g * V * h, r"M_{\mathrm{tied}'}",
+                          "tied embeddings: lm_head's gradient and the embedding's are summed at the end of backward, "
+                          "both alive beside the sum", "autograd of a shared weight (embedding_dense_backward)"))
     if s_.method == "qlora":
         terms.append(Term("dequant_temp", "transient", b_c * _largest_linear(s_),
                           r"M_{\mathrm{dequant}}", "bitsandbytes dequantizes one 4-bit weight to the compute dtype "
                           "for each matmul (the largest is the bound)", "bitsandbytes MatMul4Bit"))
-    terms.append(Term("one_layer", "transient", per_layer_bytes(s_), r"M_{\mathrm{layer}}",
+    terms.append(Term("one_layer", "transient", per_layer_bytes(s_) + sliding_extra(s_), r"M_{\mathrm{layer}}",
                       "one layer's saved tensors (recomputed under checkpointing), alive until its backward ends",
                       "torch.utils.checkpoint / autograd"))
     return terms

@@ -85,6 +85,7 @@ class Family:
     activation: str
     attention_kernels: tuple[str, ...]
     default_attention: str
+    attention_why: str
     dims: tuple[tuple[str, str, str], ...]       # (symbol, config.json key, default: "required" | expression)
     options: tuple[tuple[str, bool], ...]        # boolean config switches and their defaults
     linears: tuple[Linear, ...]
@@ -112,6 +113,11 @@ class Family:
         for m in self.linears:
             out.setdefault(m.input_group, m.d_in)
         return out
+
+    def dim(self, name: str, default: int = 1) -> sp.Expr:
+        """The family's symbol ``name`` if its entry reads that dimension, else the constant every other
+        family has (one rotary base, no sliding layers …)."""
+        return sym(name) if any(d[0] == name for d in self.dims) else sp.Integer(default)
 
     def extra(self, name: str, default=None):
         return dict(self.extras).get(name, default)
@@ -215,6 +221,7 @@ def family(name: str) -> Family:
         key=name, description=e["description"], model_types=tuple(e["model_types"]), source=e["source"],
         norm=e["norm"], mlp_kind=mlp["kind"], activation=mlp.get("activation", "silu"),
         attention_kernels=tuple(e["attention"]["kernels"]), default_attention=e["attention"]["default"],
+        attention_why=e["attention"].get("why", ""),
         dims=tuple((s, key, str(default)) for s, (key, default) in e["dims"].items()),
         options=tuple(e.get("options", {}).items()),
         linears=_linears(e["linears"], where), norms=norms,

@@ -42,8 +42,12 @@ def base_terms(s: Structure) -> list[Term]:
     else:
         terms = [Term("weights", "base", P * b_w, r"M_{w}", "every base weight, stored in the weight dtype")]
     if not s.nominal:  # an interview preset is P·bytes exactly; real models carry their buffers and counters
-        terms.append(Term("buffers", "base", b_32 * dh / 2, r"M_{\mathrm{buf}}",
-                          "rotary inv_freq buffer (fp32, d_head/2)", "transformers LlamaRotaryEmbedding"))
+        fam = s.arch
+        scale = b_w if fam.extra("embed_scale") else 0
+        terms.append(Term("buffers", "base", fam.dim("rope_bases") * b_w * dh + scale, r"M_{\mathrm{buf}}",
+                          "rotary inv_freq and original_inv_freq (d_head/2 each, in the weight dtype)"
+                          + (" per rotary base" if fam.dim("rope_bases") != 1 else "")
+                          + ("; the embedding's √h scale" if scale else ""), "transformers LlamaRotaryEmbedding"))
     return terms
 
 

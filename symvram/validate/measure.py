@@ -69,6 +69,9 @@ def _config(arch: dict, attention: str):
     # the calibration set was measured without)
     arch.setdefault("use_cache", False)
     cfg = transformers.AutoConfig.for_model(model_type, **arch)
+    for key in ("pad_token_id", "bos_token_id", "eos_token_id"):  # a small test vocabulary lacks the defaults' ids
+        if isinstance(getattr(cfg, key, None), int) and getattr(cfg, key) >= cfg.vocab_size:
+            setattr(cfg, key, None)
     cfg._attn_implementation = attention
     return cfg
 

@@ -37,7 +37,7 @@ DEFAULTS: dict[str, Any] = {
     "optimizer": "adamw",
     "optimizer_impl": "foreach",
     "grad_checkpointing": False,
-    "attention": "sdpa",
+    "attention": None,  # None: the family's default kernel (sdpa; eager for Gemma 2)
     "steps": 2,
     "device": "fake",
 }
@@ -73,6 +73,11 @@ def normalize_spec(spec: dict) -> dict:
         s["adapter_dtype"] = "fp32"
     if s["dtype"] not in _DTYPES or (s["autocast"] is not None and s["autocast"] not in _DTYPES):
         raise UserError(f"dtype/autocast must be one of {sorted(_DTYPES)}")
+    if s["attention"] is None:
+        from ..ledger.architecture import families_by_model_type, family
+
+        known = families_by_model_type().get(s["arch"].get("model_type", "llama"))
+        s["attention"] = family(known).default_attention if known else "sdpa"
     if s["attention"] not in ("sdpa", "eager"):
         raise UserError("attention must be 'sdpa' or 'eager'")
     if s["method"] == "full":
