@@ -61,19 +61,22 @@ def parse_targets(spec: str | tuple[str, ...] | list[str], fam: Family | None = 
             chosen.add(name)
         elif f"{name}_proj" in fam.linear_map:
             chosen.add(f"{name}_proj")
+        elif aliases := [w for w, names in fam.extra("peft_target_modules", {}).items() if name in names]:
+            chosen.update(aliases)  # PEFT's names for a fused expert weight (Mixtral w1/w3 → gate_up_proj)
         else:
             raise UserError(f"unknown LoRA target {name!r} for {fam.key}; use {', '.join(fam.target_sets)} or module "
                             f"names ({', '.join(fam.linear_map)})")
     if not chosen:
         raise UserError("no LoRA target modules given")
-    return tuple(m.name for m in fam.linears if m.name in chosen)
+    return tuple(m.name for m in fam.linears + fam.moe_weights if m.name in chosen)
 
 
 @cache
 def smallest_target_side(family_name: str, targets: tuple[str, ...], dims: tuple[tuple[str, int], ...]) -> int:
     """min(d_in, d_out) over the targeted matrices: the largest rank LoRA can have (computed once per shape)."""
     fam, values = family(family_name), {SYMBOLS[n].symbol: v for n, v in dims}
-    return min(int(side.xreplace(values)) for t in targets for side in (fam.linear(t).d_in, fam.linear(t).d_out))
+    linear = [t for t in targets if fam.linear(t) in fam.linears] or targets  # not the E-wide router
+    return min(int(side.xreplace(values)) for t in linear for side in (fam.linear(t).d_in, fam.linear(t).d_out))
 
 
 def _choice(value: str, allowed: tuple[str, ...], what: str) -> str:
@@ -190,6 +193,10 @@ class Scenario:
         self._check_parallel()
         if not (isinstance(self.lora_dropout, (int, float)) and 0 <= self.lora_dropout < 1):
             raise UserError(f"--lora-dropout must be in [0, 1); got {self.lora_dropout!r}")
+        experts = [t for t in self.targets if family(self.model.family).linear(t).count != 1] if self.lora else []
+        if experts and self.lora_dropout:
+            raise UserError(f"LoRA on the fused experts ({', '.join(experts)}) goes through PEFT's target_parameters, "
+                            "which needs --lora-dropout 0")
         if self.autocast != "none" and self.dtype != "fp32" and self.autocast != self.dtype:
             raise UserError(f"--autocast {self.autocast} with {self.dtype} weights mixes two 16-bit formats; "
                             f"use --dtype fp32 (HF Trainer's mixed precision) or --autocast {self.dtype}")

@@ -16,13 +16,13 @@ from __future__ import annotations
 import sympy as sp
 
 from ..symbols import sym
-from .architecture import L, V, dh, f, h, nh, nkv
+from .architecture import E, L, V, dh, f, f_e, h, k_e, nh, nkv
 from .structure import Structure
 from .terms import Term
 
 b, s, r = sym("batch"), sym("seq"), sym("rank")
-b_c, b_32, b_a, b_mask, b_id, b_w, b_g = (sym(n) for n in (
-    "bytes_act", "bytes_fp32", "bytes_adapter", "bytes_mask", "bytes_index", "bytes_weight", "bytes_grad"))
+b_c, b_32, b_a, b_mask, b_id, b_w, b_g, b_i32 = (sym(n) for n in (
+    "bytes_act", "bytes_fp32", "bytes_adapter", "bytes_mask", "bytes_index", "bytes_weight", "bytes_grad", "bytes_int32"))
 T = b * s  # tokens in the micro-batch
 
 TRANSFORMERS = "transformers LlamaDecoderLayer / LlamaRMSNorm"
@@ -109,16 +109,20 @@ def _layer(s_: Structure, first: bool) -> dict[str, tuple[sp.Expr, str, str, str
                                            "the fp32 softmax of b·n_h·s² scores and its 16-bit copy"
                                            + " (and the tanh of the soft-capped scores)" * bool(softcap),
                                            "transformers eager_attention_forward")
-    if mlp_grad:
+    if mlp_grad and fam.moe:
+        out.update(_moe_layer(s_))
+    elif mlp_grad:
+        act = {"silu": "SiLU", "gelu_tanh": "GELU"}[fam.activation]
         out["act_mlp"] = (3 * b_c * T * f, r"A_{\mathrm{mlp}}",
-                          "gate output (SiLU input), SiLU output and up output, d_ff wide each", TRANSFORMERS)
+                          f"gate output ({act} input), {act} output and up output, d_ff wide each", TRANSFORMERS)
 
     if s_.weight_casts:
         out["act_weight_casts"] = (b_c * fam.linear_params_per_layer(), r"A_{\mathrm{cast},W}",
                                    "autocast casts each linear weight to the compute dtype per call; backward needs "
                                    "the cast, so it is saved", "torch.autocast")
-    if s_.lora and s_.autocast and s_.adapter_upcast:
-        out["act_adapter_casts"] = (b_c * r * sp.Add(*(fam.linear(t).d_in + fam.linear(t).d_out for t in s_.targets)),
+    lin_targets = [t for t in s_.targets if fam.linear(t) in fam.linears]  # nn.Linear targets (PEFT's lora.Linear)
+    if s_.lora and s_.autocast and s_.adapter_upcast and lin_targets:
+        out["act_adapter_casts"] = (b_c * r * sp.Add(*(fam.linear(t).d_in + fam.linear(t).d_out for t in lin_targets)),
                                     r"A_{\mathrm{cast},LoRA}", "autocast's cache of the adapters cast to the compute "
                                     "dtype, saved for backward", "torch.autocast weight cache")
     if not s_.lora:
@@ -139,7 +143,7 @@ def _layer(s_: Structure, first: bool) -> dict[str, tuple[sp.Expr, str, str, str
     autocast_copy = s_.autocast and s_.adapter_upcast  # lora_A's autocast saves a compute-dtype copy per target
     inputs, masks = sp.Integer(0), sp.Integer(0)
     for group, width in fam.group_width.items():
-        n = sum(1 for t in s_.targets if fam.linear(t).input_group == group)
+        n = sum(1 for t in lin_targets if fam.linear(t).input_group == group)
         if not n:
             continue
         if s_.dropout:
@@ -160,14 +164,76 @@ def _layer(s_: Structure, first: bool) -> dict[str, tuple[sp.Expr, str, str, str
         why = "PEFT casts each target's input to the adapter dtype; lora_A keeps that copy, one per target"
     else:
         why = "lora_A keeps its input for its weight gradient (targets reading one tensor share it)"
+    if not lin_targets:
+        return out
     out["act_lora_inputs"] = (inputs, r"A_{\mathrm{LoRA,in}}", why, PEFT)
     if masks != 0:
         mask_why = ("CPU dropout multiplies by a saved noise tensor of the input's dtype" if s_.device == "cpu"
                     else "CUDA native_dropout keeps a bool mask per target")
         out["act_lora_dropout"] = (masks, r"A_{\mathrm{drop}}", mask_why, "torch dropout")
-    out["act_lora_hidden"] = (len(s_.targets) * (b_c if s_.autocast else b_a) * T * r, r"A_{\mathrm{LoRA},r}",
+    out["act_lora_hidden"] = (len(lin_targets) * (b_c if s_.autocast else b_a) * T * r, r"A_{\mathrm{LoRA},r}",
                               "lora_B keeps lora_A's r-wide output, one per target", PEFT)
     return out
+
+
+MOE = "transformers integrations/moe.py (grouped_mm experts)"
+
+
+def _moe_parts(s_: Structure) -> tuple:
+    """(router module, the fused expert weights, those LoRA targets, whether the experts' weights train)."""
+    fam = s_.arch
+    router = fam.linear(fam.extra("router"))
+    experts = [m for m in fam.moe_weights if m is not router]
+    targeted = [m for m in experts if s_.lora and m.name in s_.targets]
+    return router, experts, targeted, (not s_.lora) or bool(targeted)
+
+
+def _moe_layer(s_: Structure) -> dict[str, tuple[sp.Expr, str, str, str]]:
+    """What one MoE block saves (transformers' grouped_mm path: the S = T·k_E token-expert pairs are
+    sorted by expert, gathered, run through two grouped matmuls and scattered back)."""
+    fam = s_.arch
+    router, experts, targeted, experts_train = _moe_parts(s_)
+    S = T * k_e
+    renorm = fam.extra("topk_renormalized") or "norm_topk_prob" in s_.options
+    b_sw = b_32 if fam.extra("routing_weights_fp32") else b_c
+    out = {"act_moe_router": (b_32 * T * E + b_id * T * k_e + (b_32 * T + b_32 * T * k_e if renorm else 0),
+                              r"A_{\mathrm{route}}", "the router's fp32 softmax over E experts and the int64 top-k "
+                              "indices" + " (and the renormalized top-k weights with their sum)" * bool(renorm), fam.source),
+           "act_moe_experts": (3 * b_id * S + b_i32 * E + 3 * b_c * S * f_e + b_c * S * h + b_sw * S,
+                               r"A_{\mathrm{exp}}", "per token-expert pair: three int64 sort/gather indices, the "
+                               "gate_up output (2·d_E) and its SiLU (d_E), the down output (h) and the routing weight; "
+                               "E int32 group offsets", MOE)}
+    if experts_train:
+        out["act_moe_expert_inputs"] = (b_c * S * h + b_c * S * f_e, r"A_{\mathrm{exp,in}}",
+                                        "the gathered tokens and the SiLU·up product, kept for the expert weights' "
+                                        "gradients", MOE)
+    if targeted:
+        out["act_moe_merged"] = (b_c * sp.Add(*(m.count * m.d_in * m.d_out + m.count * m.rank_factor * r * (m.d_in + m.d_out)
+                                               for m in targeted)), r"A_{\mathrm{exp,W'}}",
+                                 "PEFT's target_parameters builds W + (α/r)·B·A of every targeted expert weight each "
+                                 "forward, in the compute dtype, and keeps it (and the cast factors) for backward",
+                                 "peft tuners/lora/layer.py ParamWrapper")
+    if not s_.lora or router.name in s_.targets:
+        out["act_moe_router_input"] = (b_c * T * h + (b_c * E * h if s_.lora else 0), r"A_{\mathrm{route,in}}",
+                                       "the router's input, kept for its weight gradient"
+                                       + " (and the merged router weight)" * s_.lora, fam.source)
+    return out
+
+
+def _layer_backward_temp(s_: Structure) -> tuple[sp.Expr, str, str]:
+    """The temporaries of the last layer's MLP backward, net of what that backward has freed already."""
+    if not s_.arch.moe:
+        return (3 * b_c * T * f + b_c * T * h, "inside a layer's MLP backward: the gradients of the down input, the "
+                "SiLU output and the up output (d_ff wide) and the incoming hidden gradient", "autograd of LlamaMLP")
+    S = T * k_e
+    _, _, targeted, _ = _moe_parts(s_)
+    freed = b_c * S * h + b_id * S  # the down output and one index vector are gone by then
+    if targeted:
+        return (b_c * E * h * f_e + b_c * S * f_e + b_c * S * h + b_c * T * h - freed,
+                "the down matmul's backward: the merged expert weight's gradient (E·h·d_E), the pairs' gradients and "
+                "the incoming hidden gradient, net of the freed down output and index", MOE)
+    return (3 * b_c * S * f_e + b_c * T * h - freed, "the SiLU·up backward of the experts: three d_E-wide gradients "
+            "per token-expert pair and the incoming hidden gradient, net of the freed down output and index", MOE)
 
 
 def sliding_extra(s_: Structure) -> sp.Expr:
@@ -270,9 +336,8 @@ def transient_terms(s_: Structure) -> list[Term]:
     if not s_.compute_fp32:
         terms.insert(1, Term("logits_fp32", "transient", b_32 * T * V, r"M_{\mathrm{logits},32}",
                              "logits.float(): the fp32 copy cross-entropy reads", "transformers ForCausalLMLoss"))
-    terms.append(Term("layer_backward_temp", "transient", 3 * b_c * T * f + b_c * T * h, r"M_{\mathrm{mlp}'}",
-                      "inside a layer's MLP backward: the gradients of the down input, the SiLU output and the up "
-                      "output (d_ff wide) and the incoming hidden gradient", "autograd of LlamaMLP"))
+    temp, why, source = _layer_backward_temp(s_)
+    terms.append(Term("layer_backward_temp", "transient", temp, r"M_{\mathrm{mlp}'}", why, source))
     terms.append(Term("grads_before_first_layer", "transient", b_g * (sym("P_train") - _first_layer_params(s_)),
                       r"M_{\mathrm{grad},>0}", "gradients already accumulated when backward reaches the first layer "
                       "(all but the first layer's and the embedding's)", "autograd order"))

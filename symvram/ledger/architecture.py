@@ -55,6 +55,7 @@ class Linear:
     input_group: str
     bias: str | None = None
     count: sp.Expr = sp.Integer(1)
+    rank_factor: int = 1   # PEFT gives a merged weight (gate_up_proj from gate + up) this many times the rank
 
     @property
     def params(self) -> sp.Expr:
@@ -100,7 +101,8 @@ class Family:
 
     @cached_property
     def linear_map(self) -> dict[str, Linear]:
-        return {m.name: m for m in self.linears}
+        """Every weight LoRA can target: the nn.Linear layers and the MoE block's weights."""
+        return {m.name: m for m in self.linears + self.moe_weights}
 
     @cached_property
     def target_sets(self) -> dict[str, tuple[str, ...]]:
@@ -161,8 +163,10 @@ class Family:
         return self.embedding_params(tied) + L * per_layer + h
 
     def lora_params(self, targets: tuple[str, ...], rank: sp.Symbol) -> sp.Expr:
-        """r (d_in + d_out) per target matrix, summed over targets and layers."""
-        return L * rank * sp.Add(*(self.linear(t).d_in + self.linear(t).d_out for t in targets))
+        """r (d_in + d_out) per target matrix, summed over targets and layers (an expert weight: per expert,
+        at its rank factor)."""
+        return L * rank * sp.Add(*(self.linear(t).count * self.linear(t).rank_factor
+                                   * (self.linear(t).d_in + self.linear(t).d_out) for t in targets))
 
     def tensors_per_layer(self, options: tuple[str, ...]) -> int:
         """Parameter tensors (not elements) of one layer: weights, biases, norm weights."""
@@ -202,7 +206,8 @@ def _linears(table: dict, where: str, count: str | int = 1) -> tuple[Linear, ...
     for name, m in table.items():
         if m["reads"] not in GROUPS:
             raise ValueError(f"{where}: {name}.reads must be one of {GROUPS}")
-        out.append(Linear(name, expr(m["d_in"]), expr(m["d_out"]), m["reads"], m.get("bias"), expr(m.get("count", count))))
+        out.append(Linear(name, expr(m["d_in"]), expr(m["d_out"]), m["reads"], m.get("bias"), expr(m.get("count", count)),
+                          m.get("rank_factor", 1)))
     return tuple(out)
 
 

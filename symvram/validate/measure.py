@@ -76,6 +76,16 @@ def _config(arch: dict, attention: str):
     return cfg
 
 
+def peft_target_modules(spec: dict) -> list[str]:
+    """The target_modules a user writes for these targets: a fused MoE expert weight is asked for by the
+    names PEFT maps onto it (Mixtral w1 + w3 → gate_up_proj at rank 2r), as the family entry lists them."""
+    from ..ledger.architecture import families_by_model_type, family
+
+    known = families_by_model_type().get(spec["arch"].get("model_type", "llama"))
+    names = family(known).extra("peft_target_modules", {}) if known else {}
+    return list(dict.fromkeys(n for t in spec["targets"] for n in names.get(t, [t])))
+
+
 def build_model(spec: dict):
     """The (PEFT-wrapped) model on the meta device, in train mode."""
     import transformers
@@ -95,7 +105,7 @@ def build_model(spec: dict):
             r=int(spec["rank"]),
             lora_alpha=spec["lora_alpha"],
             lora_dropout=spec["lora_dropout"],
-            target_modules=list(spec["targets"]),
+            target_modules=peft_target_modules(spec),
             task_type="CAUSAL_LM",
         )
         with warnings.catch_warnings():  # peft asks the deprecated is_gradient_checkpointing
