@@ -9,7 +9,7 @@ from ..errors import UserError
 from ..evaluate import evaluate
 from ..present.tables import render_rows
 from ..present.units import fmt_bytes
-from .common import add_model_argument, add_output_arguments, add_scenario_arguments, positive_int, scenario_from_args, write_output
+from .common import add_model_argument, add_output_arguments, add_scenario_arguments, positive_int, scenario_from_args, scenario_kwargs, write_output
 
 HELP = """\
 Builds the real Hugging Face model (transformers + PEFT) from the same preset or config.json, with no
@@ -61,25 +61,26 @@ def _check_supported(sc) -> None:
                         f"pass --state-dtype {trainable} so that the estimate describes the same run")
 
 
-def run_defaults(args) -> dict:
-    """What a plain run does where the user said nothing: the CPU code paths of a fake-tensor run,
-    PEFT's fp32 adapters, and torch AdamW's states in the trainable weights' dtype."""
+def run_defaults(given: dict) -> dict:
+    """What a plain run does where the user (flags or --from files: ``given``) said nothing: the CPU
+    code paths of a fake-tensor run, PEFT's fp32 adapters, and torch AdamW's states in the trainable
+    weights' dtype."""
     kw = {}
-    if args.device is None:
+    if given.get("device") is None:
         kw["device"] = "cpu"
-    method = args.method or "full"
-    if method != "full" and args.adapter_dtype is None:
+    method = given.get("method") or "full"
+    if method != "full" and given.get("adapter_dtype") is None:
         kw["adapter_dtype"] = "fp32"
-    if args.state_dtype is None:
-        kw["state_dtype"] = (args.adapter_dtype or kw.get("adapter_dtype")) if method != "full" \
-            else (args.dtype or "bf16")
+    if given.get("state_dtype") is None:
+        kw["state_dtype"] = (given.get("adapter_dtype") or kw.get("adapter_dtype")) if method != "full" \
+            else (given.get("dtype") or "bf16")
     return kw
 
 
 def run(args) -> int:
     from .. import validate
 
-    sc = scenario_from_args(args, **run_defaults(args))
+    sc = scenario_from_args(args, **run_defaults(scenario_kwargs(args)))
     _check_supported(sc)
     if not validate.is_available():
         raise UserError(validate.missing_reason())

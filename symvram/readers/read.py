@@ -17,7 +17,6 @@ True
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -130,7 +129,8 @@ def _leaves(doc: dict, prefix: str = "") -> list[str]:
 
 
 def _known(key: str, names) -> bool:
-    return any(key == n or key.startswith(n + ".") for n in names)
+    """A leaf is known when a row or a harmless key names it, a mapping above it, or a key below it."""
+    return any(key == n or key.startswith(n + ".") or n.startswith(key + ".") for n in names)
 
 
 # ------------------------------------------------------------------------------------------ reading
@@ -139,7 +139,8 @@ class _Reader:
         self.reading = Reading()
         self.facts: dict[str, list[Value]] = {}
         self.seen: set[Path] = set()
-        self.unmodelled: dict[tuple[str, str], list[str]] = {}
+        self.unmodelled: dict[tuple[str, str], list[str]] = {}   # (file, why) → "key = value", one line each
+        self.pending: dict[tuple[str, str], list[str]] = {}
 
     def add(self, name: str, value: Value) -> None:
         self.facts.setdefault(name, []).append(value)
@@ -192,8 +193,7 @@ class _Reader:
             elif row.setting in PENDING:
                 default, why = PENDING[row.setting]
                 if value != default:
-                    self.reading.warnings.append(f"{where} = {_show(raw)}: not modelled yet ({why}); "
-                                                 f"estimated without it")
+                    self.pending.setdefault((shown, why), []).append(f"{prefix}{row.key} = {_show(raw)}")
             else:
                 self.add(row.setting, entry)
 
@@ -208,7 +208,7 @@ class _Reader:
         path = next((p for p in candidates if p.is_file()), None)
         if path is None:
             raise UserError(f"{shown}: {key}: no such file {raw!r} (looked beside {shown} and in the current folder)")
-        self.file(path, os.path.relpath(path) if not os.path.isabs(raw) else raw, tool)
+        self.file(path, str(path), tool)
 
     def best(self, name: str) -> Value | None:
         """The value of a fact: the highest priority wins; among equals, the last file read."""
@@ -240,6 +240,8 @@ def read_files(paths: list[str], cli: dict | None = None) -> Reading:
     r = _Reader()
     for p in paths:
         r.file(Path(p), p)
+    for (shown, why), keys in r.pending.items():
+        r.reading.warnings.append(f"{shown}: {', '.join(keys)}: not modelled yet ({why}); estimated without it")
     for (shown, why), keys in r.unmodelled.items():
         r.reading.warnings.append(f"{shown}: {', '.join(keys)}: {why} — not modelled; the estimate leaves it out")
     facts = {name: v for name in FACTS + tuple(_SETTINGS) if (v := r.best(name)) is not None}
@@ -255,8 +257,10 @@ _SETTINGS = ("rank", "lora_dropout", "targets", "seq", "batch", "grad_checkpoint
 
 
 def _join(*values: Value | None) -> str:
-    """One source for a setting derived from several facts: ``file:key1,key2`` when they share a file."""
+    """One source for a setting derived from several facts: ``file:key1,key2`` when they share a file
+    (the keys that are on, when some are)."""
     parts = [v for v in values if v is not None and v.priority > 0]
+    parts = [v for v in parts if v.value] or parts
     if not parts:
         defaults = [v.source for v in values if v is not None]
         return defaults[0] if defaults else "symvram default"
@@ -279,6 +283,8 @@ def _resolve(f: dict[str, Value], reading: Reading, cli: dict) -> dict[str, Valu
         elif method == "qlora" and not quant:
             pass  # axolotl's adapter: qlora implies the 4-bit base
         out["method"] = Value(method, _join(adapter, quant), max(v.priority for v in (adapter, quant) if v))
+    elif training in ("trl", "trainer") and reading.primary:
+        out["method"] = Value("full", f"{TOOLS[training].title} default (no adapter in it)", 0)
     method = cli.get("method") or (out["method"].value if "method" in out else "full")
     # LoRA targets: a flag for every linear layer wins over a list
     linear = f.get("target_linear")
@@ -342,10 +348,10 @@ def _precision(f: dict[str, Value], training: str, method: str, ds: bool, readin
         out["optimizer_impl"] = Value(impl, optim.source, optim.priority)
     if pure_on:
         dtype = adapter = "bf16"
-        autocast, master, why = "none", "none", "bf16 without AMP"
+        autocast, master, why = "none", "none", "bf16, no AMP"
     elif ds and compute != "fp32":
         dtype = adapter = compute
-        autocast, master, why = "none", "fp32", "DeepSpeed's 16-bit engine: fp32 master and states"
+        autocast, master, why = "none", "fp32", "DeepSpeed"
     else:
         model_dtype = f.get("model_dtype")
         if method == "qlora" or (lora and training in ("axolotl", "llamafactory")) or \
@@ -364,10 +370,11 @@ def _precision(f: dict[str, Value], training: str, method: str, ds: bool, readin
     trainable = adapter if lora else dtype
     state = "int8" if eight_bit else ("fp32" if master == "fp32" else trainable)
     shown = src if src != "symvram default" else f"{TOOLS[training].title if training in TOOLS else training} default"
-    out["dtype"] = Value(dtype, f"{shown} ({why})")
+    shown = f"{shown} ({why})"
+    out["dtype"] = Value(dtype, shown)
     out["autocast"] = Value(autocast, shown)
     out["master"] = Value(master, shown)
     if lora:
-        out["adapter_dtype"] = Value(adapter, f"{shown} (PEFT fp32 adapters)" if adapter == "fp32" else shown)
+        out["adapter_dtype"] = Value(adapter, shown if adapter != "fp32" else f"{shown}, PEFT's fp32 adapters")
     out["state_dtype"] = Value(state, optim.source if eight_bit else shown)
     return out

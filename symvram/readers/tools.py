@@ -78,7 +78,7 @@ AXOLOTL = Tool("axolotl", "axolotl 0.19", (
     Row("lora_target_linear", "target_linear", BOOL),
     Row("lora_modules_to_save", "modules_to_save", c.nonempty),
     Row("peft_use_dora", "dora", BOOL),
-    Row("bnb_config_kwargs.bnb_4bit_use_double_quant", "double_quant", BOOL),
+    Row("bnb_config_kwargs.bnb_4bit_use_double_quant", "double_quant", BOOL, default=True),
     Row("sequence_len", "seq", c.integer, default=512),
     Row("micro_batch_size", "batch", c.integer, default=1),
     Row("gradient_accumulation_steps", INFO, c.integer, default=1),
@@ -211,7 +211,9 @@ _TRAINER_ROWS = (
     Row("use_liger_kernel", "liger", c.is_on),
     Row("use_liger_kernel", "loss_impl", lambda v: "liger-flce" if BOOL(v) else "torch"),
     Row("torch_compile", None, c.is_on, why="torch.compile fuses kernels and changes what is saved"),
-    Row("tf32", INFO, lambda v: v),
+    Row("auto_find_batch_size", None, c.is_on, why="auto_find_batch_size halves the batch after each OOM"),
+    Row("parallelism_config", None, c.is_on, why="tensor/context parallelism from parallelism_config"),
+    Row("ddp_bucket_cap_mb", None, c.is_on, why="DDP's gradient buckets"),
 )
 _TRAINER_HARMLESS = frozenset({
     "output_dir", "overwrite_output_dir", "do_train", "do_eval", "do_predict", "eval_strategy", "prediction_loss_only",
@@ -233,8 +235,13 @@ _TRAINER_HARMLESS = frozenset({
     "past_index", "jit_mode_eval", "bf16_full_eval", "fp16_full_eval", "half_precision_backend", "tf32",
     "dataloader_prefetch_count", "dataloader_persistent_workers", "debug", "disable_tqdm", "router_aux_loss_coef",
     "model_init_kwargs.revision", "model_init_kwargs.trust_remote_code", "model_init_kwargs.device_map",
+    "optim_target_modules", "label_smoothing_factor", "torch_compile_backend", "torch_compile_mode",
+    "liger_kernel_config", "include_num_input_tokens_seen", "trackio_bucket_id", "trackio_static_space_id",
+    "eval_do_concat_batches", "eval_use_gather_object", "enable_jit_checkpoint", "hub_always_push", "hub_revision",
+    "dataloader_prefetch_factor", "dataloader_multiprocessing_context", "dataloader_in_order",
+    "train_sampling_strategy", "ddp_broadcast_buffers", "ddp_static_graph", "use_cache",
 })
-TRAINER = Tool("trainer", "transformers 5.24 TrainingArguments", _TRAINER_ROWS, harmless=_TRAINER_HARMLESS,
+TRAINER = Tool("trainer", "transformers 5.24 Trainer", _TRAINER_ROWS, harmless=_TRAINER_HARMLESS,
                markers=frozenset({"per_device_train_batch_size", "output_dir", "optim", "learning_rate"}))
 TRL = Tool("trl", "TRL 1.16 SFTConfig", (
     *[r for r in _TRAINER_ROWS if r.key not in ("gradient_checkpointing", "bf16")],
