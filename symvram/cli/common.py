@@ -176,9 +176,15 @@ def scenario_from_args(args: argparse.Namespace, **changes) -> Scenario:
     try:
         sc = Scenario.create(model, **kw)
     except UserError as e:
-        if reading(args) is None:
+        r = reading(args)
+        if r is None:
             raise
-        raise UserError(f"{e} (the run read from {', '.join(args.from_files)})") from None
+        import re
+
+        named = [n.replace("-", "_") for n in re.findall(r"--([a-z][a-z0-9-]*)", str(e))]
+        found = [f"{n} from {r.settings[n].source}" for n in dict.fromkeys(named) if n in r.settings]
+        raise UserError(f"{e} ({'; '.join(found) if found else 'the run read from ' + ', '.join(args.from_files)})") \
+            from None
     if not getattr(args, "shows_provenance", False) and reading(args) is not None:
         print(provenance_text(args, sc), end="", file=sys.stderr)  # stdout stays the command's own output
     return check_context(sc)

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import UserError
+from . import convert as c
 from .convert import WrongValue
 from .tools import DETECT, FACTS, INFO, NO_DEFAULT, OPTIMIZERS, PENDING, TOOLS, Tool
 
@@ -289,7 +290,7 @@ def _resolve(f: dict[str, Value], reading: Reading, cli: dict) -> dict[str, Valu
     # LoRA targets: a flag for every linear layer wins over a list
     linear = f.get("target_linear")
     if linear is not None and linear.value:
-        out["targets"] = Value(("all-linear",), linear.source, linear.priority)
+        out["targets"] = Value(c.targets("all-linear"), linear.source, linear.priority)
     # parallelism: DeepSpeed ZeRO or FSDP, their offload
     ds = any(t == "deepspeed" for _, t in reading.files) or ("ds_stage" in f and f["ds_stage"].priority > 0) \
         or ("distributed" in f and f["distributed"].value == "DEEPSPEED")
@@ -321,11 +322,15 @@ def _precision(f: dict[str, Value], training: str, method: str, ds: bool, readin
     Trainer AMP (no DeepSpeed): autocast in the compute dtype; PEFT keeps adapters in fp32
     (``autocast_adapter_dtype``); torch optimizers keep states in the parameter's dtype; no master.
     axolotl and LLaMA-Factory load the base in the compute dtype (LLaMA-Factory upcasts trainable
-    parameters to fp32 unless ``pure_bf16``); TRL's SFTTrainer loads fp32 unless ``model_init_kwargs``
-    says otherwise. DeepSpeed with bf16/fp16 casts the model to 16-bit and keeps an fp32 master and
+    parameters to fp32 unless ``pure_bf16``; with neither flag it infers bf16 and runs without AMP);
+    TRL's SFTTrainer loads fp32 unless ``model_init_kwargs`` says otherwise, and a plain Trainer's
+    model is taken as fp32 (full fine-tuning with fp16 too: fp16 weights cannot train without a
+    master copy). DeepSpeed with bf16/fp16 casts the model to 16-bit and keeps an fp32 master and
     fp32 optimizer states.
     """
     bf16, fp16, pure = f.get("bf16"), f.get("fp16"), f.get("pure_bf16")
+    top = max((v.priority for v in (bf16, fp16) if v is not None), default=0)
+    bf16, fp16 = (v if v is not None and v.priority == top else None for v in (bf16, fp16))  # a file over accelerate
     if bf16 and fp16 and bf16.value and fp16.value:
         raise UserError(f"{bf16.source} and {fp16.source} are both true: choose bf16 or fp16")
     pure_on = pure is not None and pure.value
@@ -353,8 +358,11 @@ def _precision(f: dict[str, Value], training: str, method: str, ds: bool, readin
         dtype = adapter = compute
         autocast, master, why = "none", "fp32", "DeepSpeed"
     else:
-        model_dtype = f.get("model_dtype")
-        if method == "qlora" or (lora and training in ("axolotl", "llamafactory")) or \
+        model_dtype, why = f.get("model_dtype"), "Trainer AMP"
+        if training == "llamafactory" and compute == "fp32":
+            dtype = "bf16" if lora else "fp32"  # no flag: the base loads in the inferred dtype, no AMP
+            why = "LLaMA-Factory infers bf16, no AMP"
+        elif method == "qlora" or (lora and training in ("axolotl", "llamafactory")) or \
                 (training == "axolotl" and compute != "fp16"):
             dtype = compute
         elif training == "llamafactory":
@@ -366,7 +374,7 @@ def _precision(f: dict[str, Value], training: str, method: str, ds: bool, readin
             dtype = "bf16" if compute == "fp32" else compute
         adapter = "fp32"
         autocast = compute if compute != "fp32" else "none"
-        master, why = "none", "Trainer AMP"
+        master = "none"
     trainable = adapter if lora else dtype
     state = "int8" if eight_bit else ("fp32" if master == "fp32" else trainable)
     shown = src if src != "symvram default" else f"{TOOLS[training].title if training in TOOLS else training} default"
