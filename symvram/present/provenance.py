@@ -59,9 +59,29 @@ def _fit(text: str, width: int) -> str:
     return text if len(text) <= width else "…" + text[-(width - 1):]
 
 
+def _short(rows, files):
+    """Sources name a file by its base name when no two files share one (the heading has the paths)."""
+    import os
+
+    names = {f: os.path.basename(f.split(":")[0]) + f[len(f.split(":")[0]):] for f, _ in files}
+    if len(set(names.values())) < len(names):
+        return rows
+    ordered = sorted(names, key=len, reverse=True)   # a referenced mapping "a.yml:deepspeed" before "a.yml"
+
+    def cut(source):
+        for f in ordered:
+            if source.startswith(f + ":") or source.startswith(f + " "):
+                return names[f] + source[len(f):]
+        return source
+
+    return [(k, v, cut(s)) for k, v, s in rows]
+
+
 def provenance_table(rows, notes, files) -> str:
     """The table, at most WIDTH columns; ``notes``: (key, value, source) shown with no effect."""
     import textwrap
+
+    rows, notes = _short(rows, files), _short(notes, files)
 
     head = "scenario read from " + ", ".join(f"{f} ({t})" for f, t in files) if files else "scenario"
     lines = textwrap.wrap(head, WIDTH, subsequent_indent="  ", break_on_hyphens=False)
