@@ -378,6 +378,15 @@ def test_every_command_takes_from(command, capsys, tmp_path):
     assert "scenario read from" in (out if command == "diagnose" else err)
 
 
+@pytest.mark.parametrize("command,extra", [("fit", ["--gpu", "a100-80g"]), ("plan", ["--gpu", "a100-80g"]),
+                                           ("whatif", ["--set", "rank=8"]), ("sensitivity", [])])
+def test_json_carries_the_scenario_read(command, extra, capsys):
+    rc, out, err = _run([command, "--from", str(CONFIGS / "llamafactory-lora.yaml"), *extra, "--format", "json"], capsys)
+    assert rc == 0 and err == ""
+    read = json.loads(out)["scenario_read"]
+    assert read["settings"]["seq"] == {"value": "2048", "source": f"{CONFIGS / 'llamafactory-lora.yaml'}:cutoff_len"}
+
+
 def test_seq_beyond_the_context_warns(capsys):
     rc, out, err = _run(["estimate", "llama-2-7b", "--method", "lora", "--seq", "8192"], capsys)
     assert rc == 0

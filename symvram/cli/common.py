@@ -185,8 +185,9 @@ def scenario_from_args(args: argparse.Namespace, **changes) -> Scenario:
         found = [f"{n} from {r.settings[n].source}" for n in dict.fromkeys(named) if n in r.settings]
         raise UserError(f"{e} ({'; '.join(found) if found else 'the run read from ' + ', '.join(args.from_files)})") \
             from None
-    if not getattr(args, "shows_provenance", False) and reading(args) is not None:
-        print(provenance_text(args, sc), end="", file=sys.stderr)  # stdout stays the command's own output
+    if not getattr(args, "shows_provenance", False) and getattr(args, "format", None) != "json" \
+            and reading(args) is not None:  # the table on stderr: stdout stays the command's output (JSON has it)
+        print(provenance_text(args, sc), end="", file=sys.stderr)
     return check_context(sc)
 
 

@@ -10,7 +10,7 @@ from ..errors import UserError
 from ..evaluate import evaluate
 from ..present.tables import render_rows
 from ..present.units import fmt_bytes
-from .common import add_model_argument, add_output_arguments, add_scenario_arguments, positive_int, scenario_from_args, scenario_kwargs, write_output
+from .common import add_model_argument, add_output_arguments, add_scenario_arguments, positive_int, provenance_dict, scenario_from_args, scenario_kwargs, write_output
 
 HELP = """\
 Builds the real Hugging Face model (transformers + PEFT) from the same preset or config.json, with no
@@ -117,7 +117,8 @@ def run(args) -> int:
     result = comparison(bd, measured)
     line = _warn_versions(result["versions"])
     if args.format == "json":
-        text = json.dumps({"spec": spec, **result, "ledger_versions": validate.LEDGER_VERSIONS}, indent=2)
+        text = json.dumps({"spec": spec, **result, "ledger_versions": validate.LEDGER_VERSIONS,
+                           **provenance_dict(args, sc)}, indent=2)
     else:
         rows = [["", f"estimate ({args.units})", f"measured ({args.units})", "error"]]
         for name, row in result["rows"].items():
