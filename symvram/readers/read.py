@@ -51,7 +51,6 @@ class Reading:
     notes: list[tuple[str, Value]] = field(default_factory=list)     # shown, no effect (alpha, packing …)
     warnings: list[str] = field(default_factory=list)
     unread: list[str] = field(default_factory=list)                  # "file:key" known to nothing here
-    facts: dict[str, Value] = field(default_factory=dict)
 
     @property
     def primary(self) -> tuple[str, str] | None:
@@ -246,7 +245,6 @@ def read_files(paths: list[str], cli: dict | None = None) -> Reading:
     for (shown, why), keys in r.unmodelled.items():
         r.reading.warnings.append(f"{shown}: {', '.join(keys)}: {why} — not modelled; the estimate leaves it out")
     facts = {name: v for name in FACTS + tuple(_SETTINGS) if (v := r.best(name)) is not None}
-    r.reading.facts = facts
     r.reading.model = facts.get("model")
     r.reading.settings = _resolve(facts, r.reading, cli or {})
     return r.reading
@@ -281,8 +279,6 @@ def _resolve(f: dict[str, Value], reading: Reading, cli: dict) -> dict[str, Valu
         elif quant and quant.value == 8:
             reading.warnings.append(f"{quant.source}: an 8-bit (LLM.int8) base is not modelled; estimated as "
                                     f"{'LoRA on a 16-bit base' if method != 'full' else 'full fine-tuning'}")
-        elif method == "qlora" and not quant:
-            pass  # axolotl's adapter: qlora implies the 4-bit base
         out["method"] = Value(method, _join(adapter, quant), max(v.priority for v in (adapter, quant) if v))
     elif training in ("trl", "trainer") and reading.primary:
         out["method"] = Value("full", f"{TOOLS[training].title} default (no adapter in it)", 0)
