@@ -392,3 +392,15 @@ def test_seq_beyond_the_context_warns(capsys):
     assert rc == 0
     assert err == ("symvram: warning: seq 8192 is longer than llama-2-7b's context (max_position_embeddings 4096); "
                    "estimated as given\n")
+
+
+def test_the_default_seq_beyond_a_short_context_does_not_warn(tmp_path, capsys):
+    """symvram's default seq 2048 on a 512-token config is not the user's choice: no warning line."""
+    cfg = {"model_type": "llama", "hidden_size": 64, "intermediate_size": 176, "num_hidden_layers": 2,
+           "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 1000, "max_position_embeddings": 512}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(cfg))
+    rc, out, err = _run(["estimate", str(path), "--method", "lora", "--rank", "8"], capsys)
+    assert rc == 0 and err == ""
+    rc, out, err = _run(["estimate", str(path), "--method", "lora", "--rank", "8", "--seq", "1024"], capsys)
+    assert "seq 1024 is longer than" in err

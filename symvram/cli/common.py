@@ -160,10 +160,11 @@ def scenario_kwargs(args: argparse.Namespace) -> dict:
     return kw
 
 
-def check_context(sc: Scenario) -> Scenario:
-    """A sequence beyond the model's context is estimated as given, with a warning line."""
+def check_context(sc: Scenario, args: argparse.Namespace) -> Scenario:
+    """A sequence the user gave (flag or file) beyond the model's context is estimated as given, with a
+    warning line (symvram's default 2048 on a short-context config is not the user's choice: no warning)."""
     limit = sc.model.max_position
-    if limit is not None and sc.seq > limit:
+    if limit is not None and sc.seq > limit and "seq" in scenario_kwargs(args):
         print(f"symvram: warning: seq {sc.seq} is longer than {sc.model.name}'s context "
               f"(max_position_embeddings {limit}); estimated as given", file=sys.stderr)
     return sc
@@ -188,7 +189,7 @@ def scenario_from_args(args: argparse.Namespace, **changes) -> Scenario:
     if not getattr(args, "shows_provenance", False) and getattr(args, "format", None) != "json" \
             and reading(args) is not None:  # the table on stderr: stdout stays the command's output (JSON has it)
         print(provenance_text(args, sc), end="", file=sys.stderr)
-    return check_context(sc)
+    return check_context(sc, args)
 
 
 def provenance(args: argparse.Namespace, sc: Scenario):

@@ -84,7 +84,7 @@ def run(args) -> int:
     kw = scenario_kwargs(args)
     if "method" not in kw:
         table = compare(model_of(args), **kw)
-        sc = check_context(table.rows[0][1].scenario)
+        sc = check_context(table.rows[0][1].scenario, args)
         if args.format == "json":
             text = json.dumps({**{name: to_json(bd) for name, bd in table.rows},
                                **{name: {"error": reason} for name, reason in table.skipped},

@@ -94,7 +94,7 @@ def provenance_table(rows, notes, files) -> str:
     for key, value, source in allrows:
         lines.append(f"{key:<{w1}}  {_fit(value, w2):<{w2}}  {_fit(source, w3)}".rstrip())
     if notes:
-        lines.append("* read and shown; no effect on the estimate (the ledger counts b·s tokens per micro-batch)")
+        lines.append("* read and shown; no effect on the peak (the ledger counts b·s tokens per micro-batch)")
     return "\n".join(lines)
 
 
