@@ -234,13 +234,20 @@ def load_config_json(path: Path) -> ModelSpec:
 
 
 def load_model(name_or_path: str) -> ModelSpec:
-    """A preset name (``7b``, ``llama-3-8b`` …) or a path to a config.json / model folder."""
+    """A preset name (``7b``, ``llama-3-8b`` …), a path to a config.json / model folder, or a Hub id
+    (``meta-llama/Llama-3.1-8B``: a preset of that name, the local cache, a download; ``readers.hub``)."""
     text = str(name_or_path)
     try:
         is_path = text.endswith(".json") or "/" in text or Path(text).is_dir()
+        exists = Path(text).exists()
     except OSError:  # a name too long for the file system is no folder
-        is_path = False
+        is_path = exists = False
     if is_path:
+        if not exists:
+            from .readers.hub import is_hub_id, resolve
+
+            if is_hub_id(text):
+                return resolve(text)
         return load_config_json(Path(text))
     key, entry = _lookup(text, model_presets(), "model preset")
     return spec_from_config(entry, name=key, kind=entry["kind"], source=f"preset {key}")

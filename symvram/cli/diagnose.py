@@ -8,7 +8,8 @@ from ..analysis.diagnose import PROBE_SEQ, Diagnosis, diagnose
 from ..analysis.fit import load_card
 from ..errors import UserError
 from ..present.units import fmt_bytes, parse_size
-from .common import add_model_argument, add_output_arguments, add_scenario_arguments, positive_int, scenario_from_args, write_output
+from .common import (add_model_argument, add_output_arguments, add_scenario_arguments, positive_int, provenance_dict,
+                     provenance_text, reading, scenario_from_args, write_output)
 from .fit import add_card_arguments
 
 HELP = f"""\
@@ -24,6 +25,7 @@ examples:
   symvram diagnose llama-3-8b --method lora --gpu 24GiB --batch 4 --seq 4096 --p95-seq 1800
   symvram diagnose llama-3-8b --method lora --gpu 24GiB --batch 4 --seq 4096 \\
       --measured-peak 23.5GiB --measured-at batch=1,seq=512
+  symvram diagnose --from axolotl.yml --gpu rtx-4090      # the remedies as edits to axolotl.yml
 """
 MEASURED_KEYS = ("batch", "seq", "rank")
 
@@ -59,7 +61,7 @@ def register(sub) -> None:
     p.add_argument("--max-gpus", type=positive_int, default=64, help="most GPUs to consider for more cards (default 64)")
     p.add_argument("--format", choices=("table", "json"), default="table")
     add_output_arguments(p)
-    p.set_defaults(func=run)
+    p.set_defaults(func=run, shows_provenance=True)
 
 
 def _moment(bd, key=None) -> str:
@@ -67,7 +69,37 @@ def _moment(bd, key=None) -> str:
     return next(m.label for m in bd.ledger.moments if m.key == key)
 
 
-def render(d: Diagnosis, units: str) -> str:
+def remedy_edits(d: Diagnosis, reading) -> list[list[str]]:
+    """Each remedy's own changes (not the ones above it) as edits to the --from files."""
+    from ..readers.edits import edits
+
+    out, before = [], {}
+    for r in d.remedies:
+        step = {k: v for k, v in r.changes.items() if before.get(k) != v}
+        out.append(edits(reading, step, batch_before=r.before.scenario.batch))
+        before = r.changes
+    return out
+
+
+def remedy_lines(d: Diagnosis, units: str, reading=None) -> list[str]:
+    """The remedies in order; with a Reading, each followed by the edits to the user's file."""
+    fb = (lambda n: fmt_bytes(n, units))
+    lines = []
+    if d.remedies or d.skipped:
+        lines += ["", "remedies, in order (each keeps the ones above it):" if reading is None else
+                  "remedies, in order, as edits to your files (each keeps the ones above it):"]
+    for title, why in d.skipped:
+        lines.append(f"  - {title}: skipped — {why}")
+    changes = remedy_edits(d, reading) if reading is not None else [[] for _ in d.remedies]
+    for n, (r, edit) in enumerate(zip(d.remedies, changes), 1):
+        where = "fits" if r.after.peak <= d.budget else f"still {fb(r.after.peak - d.budget)} over"
+        note = "" if r.saving > 0 else f" (no saving: the peak is at {_moment(r.after)})"
+        lines.append(f"  {n}. {r.title}: saves {fb(r.saving)} → peak {fb(r.after.peak)}, {where}{note}; cost: {r.cost}")
+        lines += [f"       {e}" for e in edit]
+    return lines
+
+
+def render(d: Diagnosis, units: str, reading=None) -> str:
     sc, est = d.estimate.scenario, d.estimate
     fb = (lambda n: fmt_bytes(n, units))
     budget = (f"{fb(d.card.usable_bytes)} usable − {fb(d.headroom)} headroom"
@@ -97,14 +129,7 @@ def render(d: Diagnosis, units: str) -> str:
     lines.append(f"probe: run the real job at batch 1, seq {d.probe.scenario.seq} (predicted {fb(d.probe.peak)}: "
                  f"{verdict}). Still OOM → the parameter side is bigger than this ledger: check the LoRA targets, an "
                  "fp32 master copy the framework keeps, the optimizer's state precision. Runs → activations: go on.")
-    if d.remedies or d.skipped:
-        lines += ["", "remedies, in order (each keeps the ones above it):"]
-    for title, why in d.skipped:
-        lines.append(f"  - {title}: skipped — {why}")
-    for n, r in enumerate(d.remedies, 1):
-        where = "fits" if r.after.peak <= d.budget else f"still {fb(r.after.peak - d.budget)} over"
-        note = "" if r.saving > 0 else f" (no saving: the peak is at {_moment(r.after)})"
-        lines.append(f"  {n}. {r.title}: saves {fb(r.saving)} → peak {fb(r.after.peak)}, {where}{note}; cost: {r.cost}")
+    lines += remedy_lines(d, units, reading)
     if d.cards is not None:
         c = d.cards
         lines.append(f"  then more cards: {c.strategy.name} on {c.gpus} × {d.card.name} ({fb(c.at.peak)} per GPU"
@@ -114,7 +139,8 @@ def render(d: Diagnosis, units: str) -> str:
     return "\n".join(lines)
 
 
-def to_json(d: Diagnosis) -> dict:
+def to_json(d: Diagnosis, reading=None) -> dict:
+    edits = remedy_edits(d, reading) if reading is not None else [None] * len(d.remedies)
     return {
         "card": {"name": d.card.name, "usable_bytes": d.card.usable_bytes}, "headroom_bytes": d.headroom,
         "overhead_bytes": d.overhead, "budget_bytes": d.budget, "side": d.side,
@@ -122,8 +148,9 @@ def to_json(d: Diagnosis) -> dict:
         "parameter_side_bytes": d.parameter_bytes, "activation_side_bytes": d.activation_bytes,
         "probe": {"batch": d.probe.scenario.batch, "seq": d.probe.scenario.seq, "peak_bytes": d.probe.peak},
         "remedies": [{"key": r.key, "title": r.title, "changes": r.changes, "saving_bytes": r.saving,
-                      "peak_after_bytes": r.after.peak, "fits": r.after.peak <= d.budget, "cost": r.cost}
-                     for r in d.remedies],
+                      "peak_after_bytes": r.after.peak, "fits": r.after.peak <= d.budget, "cost": r.cost,
+                      **({"edits": e} if e is not None else {})}
+                     for r, e in zip(d.remedies, edits)],
         "skipped": [{"title": t, "why": w} for t, w in d.skipped],
         "more_cards": None if d.cards is None else {"strategy": d.cards.strategy.key, "gpus": d.cards.gpus,
                                                     "per_gpu_peak_bytes": d.cards.at.peak},
@@ -140,6 +167,8 @@ def run(args) -> int:
     at = parse_measured_at(args.measured_at) if args.measured_at else None
     d = diagnose(sc, load_card(args.gpu), headroom=args.headroom, p95_seq=args.p95_seq, measured_peak=measured,
                  measured_at=at, max_gpus=args.max_gpus)
-    text = json.dumps(to_json(d), indent=2) if args.format == "json" else render(d, args.units)
+    r = reading(args)
+    text = (json.dumps({**to_json(d, r), **provenance_dict(args, sc)}, indent=2) if args.format == "json"
+            else provenance_text(args, sc) + render(d, args.units, r))
     write_output(text, args.output, args.force)
     return 0
