@@ -19,13 +19,12 @@ SHOWN = ("method", "batch", "seq", "grad_checkpointing", "rank", "targets", "lor
 LORA_ONLY = {"rank", "targets", "lora_dropout", "adapter_dtype"}
 
 
-def _value(v) -> str:
-    from ..ledger.architecture import TARGET_SETS
-
+def _value(v, target_sets: dict[str, tuple[str, ...]]) -> str:
+    """A setting as text; a target tuple by its family group name when it is one (all-linear …)."""
     if isinstance(v, bool):
         return "true" if v else "false"
     if isinstance(v, tuple):
-        return next((name for name, mods in TARGET_SETS.items() if set(mods) == set(v)), ",".join(v))
+        return next((name for name, mods in target_sets.items() if set(mods) == set(v)), ",".join(v))
     return str(v)
 
 
@@ -50,7 +49,7 @@ def provenance_rows(sc, reading, cli: set[str], model_source: str) -> list[tuple
             source = "symvram default (the compute dtype)"
         else:
             source = "symvram default"
-        rows.append((key, _value(value), source))
+        rows.append((key, _value(value, sc.structure.arch.target_sets), source))
     return rows
 
 
