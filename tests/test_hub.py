@@ -45,6 +45,8 @@ def test_an_id_that_names_a_preset():
     assert m.name == "llama-3.1-8b" and m == load_model("llama-3.1-8b")
     assert load_model("Qwen/Qwen2.5-7B").name == "qwen2.5-7b"
     assert load_model("TinyLlama/tinyllama").name == "tinyllama-1.1b"   # an alias
+    assert load_model("allenai/OLMo-2-1124-7B").name == "olmo-2-7b"      # the repo its description names
+    assert load_model("mistralai/Mixtral-8x7B-v0.1").name == "mixtral-8x7b"
     peak = evaluate(Scenario.create("meta-llama/Llama-3.1-8B", method="lora")).peak
     assert peak == evaluate(Scenario.create("llama-3.1-8b", method="lora")).peak
 

@@ -47,9 +47,12 @@ def offline() -> bool:
 
 
 def _preset(repo_id: str) -> ModelSpec | None:
+    """The preset named like the repo (``meta-llama/Llama-3.1-8B`` → llama-3.1-8b) or whose description
+    names that repo (``allenai/OLMo-2-1124-7B`` → olmo-2-7b)."""
     name = repo_id.split("/", 1)[1].lower()
     for key, entry in model_presets().items():
-        if name == key or name in entry.get("aliases", ()):
+        described = (entry.get("description") or "").split(" ")[0].lower()
+        if name == key or name in entry.get("aliases", ()) or described == repo_id.lower():
             return spec_from_config(entry, name=key, kind=entry["kind"], source=f"preset {key}")
     return None
 
