@@ -35,12 +35,15 @@ def _per_call_cast(s_: Structure, group: str) -> bool:
 
 
 def _shared_with_attention(s_: Structure, group: str) -> bool:
-    """SDPA's output is laid out so that o_proj reads the very tensor SDPA saved (no second copy)."""
-    return group == "attn_out" and s_.attention == "sdpa"
+    """SDPA's output is laid out so that o_proj reads the very tensor SDPA saved (no second copy);
+    Phi-3's q comes from a slice of the fused qkv, so SDPA's output is (b, n_h, s, d) and o_proj reads a
+    contiguous copy instead."""
+    return group == "attn_out" and s_.attention == "sdpa" and not s_.arch.extra("fused_qkv")
 
 
 NORM_WHY = {
     "rms": "each RMSNorm keeps its fp32 upcast input and 1/rms for backward",
+    "rms_fp32_weight": "each RMSNorm keeps its fp32 upcast input and 1/rms for backward (the weight multiplies in fp32)",
     "gemma_rms": "each Gemma RMSNorm keeps its fp32 upcast input, 1/rms and the fp32 (1 + w) it multiplies by",
 }
 
@@ -54,8 +57,8 @@ def norm_saved(s_: Structure, rows: sp.Expr, width: sp.Expr) -> sp.Expr:
 
 def norm_weight_input(s_: Structure) -> sp.Symbol:
     """Bytes per element of the normalized tensor a trainable norm weight keeps for its gradient
-    (Gemma normalizes and scales in fp32; Llama casts back to the weight dtype first)."""
-    return b_32 if s_.arch.norm == "gemma_rms" else b_w
+    (Gemma and OLMo 2 scale in fp32; Llama casts back to the weight dtype first)."""
+    return b_w if s_.arch.norm == "rms" else b_32
 
 
 def _grad_flags(s_: Structure, first: bool) -> dict[str, bool]:
@@ -83,7 +86,8 @@ def _layer(s_: Structure, first: bool) -> dict[str, tuple[sp.Expr, str, str, str
     grad_in, attn_grad, resid_grad, mlp_grad = grad["layer_in"], grad["q"], grad["resid"], grad["mlp"]
     out: dict[str, tuple[sp.Expr, str, str, str]] = {}
 
-    saving = [n for n in fam.norms if grad[n.at]]
+    targets = set(s_.targets) if s_.lora else set()
+    saving = [n for n in fam.norms if grad[n.at] if not n.after or grad_in or n.after in targets]
     if saving:
         out["act_norms"] = (sp.Add(*(norm_saved(s_, n.rows, n.width) for n in saving)), r"A_{\mathrm{norm}}",
                             NORM_WHY[fam.norm], TRANSFORMERS)
@@ -91,12 +95,15 @@ def _layer(s_: Structure, first: bool) -> dict[str, tuple[sp.Expr, str, str, str
             out["act_norm_weight_input"] = (sp.Add(*(norm_weight_input(s_) * T * n.rows * n.width for n in saving)),
                                             r"A_{\mathrm{norm},w}",
                                             "a trainable norm weight also keeps the normalized "
-                                            + ("fp32" if fam.norm == "gemma_rms" else "16-bit") + " tensor", TRANSFORMERS)
+                                            + ("16-bit" if fam.norm == "rms" else "fp32") + " tensor", TRANSFORMERS)
 
     if attn_grad:
         if s_.attention == "sdpa":
-            out["act_attention"] = (b_c * T * dh * (nh + 2 * nkv) + b_c * T * nh * dh, r"A_{\mathrm{attn}}",
-                                    "SDPA (flash) keeps q, k, v after RoPE and its output", "torch scaled_dot_product_attention")
+            fused = b_c * T * dh * (nh + nkv) if fam.extra("fused_qkv") else 0
+            out["act_attention"] = (b_c * T * dh * (nh + 2 * nkv) + b_c * T * nh * dh + fused, r"A_{\mathrm{attn}}",
+                                    "SDPA (flash) keeps q, k, v after RoPE and its output"
+                                    + ("; v is a view of the fused qkv output, which it keeps whole" if fused else ""),
+                                    "torch scaled_dot_product_attention")
             out["act_attention_lse"] = (b_32 * b * nh * s, r"A_{\mathrm{lse}}",
                                         "and the fp32 log-sum-exp of each query row", "torch _scaled_dot_product_flash_attention")
         else:
@@ -299,7 +306,8 @@ def saved_terms(s_: Structure) -> list[Term]:
         terms.append(Term("act_logit_softcap", "activations", b_c * T * V, r"A_{\mathrm{cap}}",
                           "final-logit soft-capping keeps tanh(logits / cap) for backward", fam.source))
     bases = fam.dim("rope_bases")
-    terms.append(Term("act_rope", "activations", 2 * bases * b_c * s * dh, r"A_{\mathrm{rope}}",
+    b_rope = b_32 if fam.extra("rope_fp32") else b_c  # OLMo 2 keeps cos/sin in fp32
+    terms.append(Term("act_rope", "activations", 2 * bases * b_rope * s * dh, r"A_{\mathrm{rope}}",
                       "RoPE cos and sin, shared by all layers" + " (one pair per rotary base)" * (bases != 1),
                       "transformers LlamaRotaryEmbedding"))
     terms.append(Term("act_tokens", "activations", 2 * b_id * T, r"A_{\mathrm{ids}}",

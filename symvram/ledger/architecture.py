@@ -32,7 +32,7 @@ GROUPS = ("attn_in", "attn_out", "mlp_in", "mlp_act")  # the tensors a layer's l
 NORM_SITES = ("layer_in", "resid", "attn_out", "mlp_out", "q", "k")
 MLP_KINDS = ("gated", "moe")
 ACTIVATIONS = ("silu", "gelu_tanh")
-NORM_KINDS = ("rms", "gemma_rms")
+NORM_KINDS = ("rms", "gemma_rms", "rms_fp32_weight")
 
 
 def expr(text: str | int) -> sp.Expr:
@@ -71,6 +71,7 @@ class Norm:
     at: str
     width: sp.Expr
     rows: sp.Expr = sp.Integer(1)
+    after: str | None = None  # the projection whose output it normalizes (a q/k norm): it saves if that one trains
 
 
 @dataclass(frozen=True)
@@ -219,7 +220,8 @@ def family(name: str) -> Family:
     mlp = e["mlp"]
     if mlp["kind"] not in MLP_KINDS or mlp.get("activation", "silu") not in ACTIVATIONS or e["norm"] not in NORM_KINDS:
         raise ValueError(f"{where}: mlp kind/activation or norm kind unknown")
-    norms = tuple(Norm(n, v["at"], expr(v["width"]), expr(v.get("rows", 1))) for n, v in e["norms"].items())
+    norms = tuple(Norm(n, v["at"], expr(v["width"]), expr(v.get("rows", 1)), v.get("after"))
+                  for n, v in e["norms"].items())
     if any(n.at not in NORM_SITES for n in norms):
         raise ValueError(f"{where}: a norm's 'at' must be one of {NORM_SITES}")
     fam = Family(
