@@ -25,15 +25,18 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
+import sympy as sp
 
 from ..errors import UserError
-from ..evaluate import Breakdown, evaluate, grid_function
+from ..evaluate import Breakdown, evaluate
 from ..ledger import build_ledger
 from ..presets import GPUSpec
 from ..present.tables import host_bytes
 from ..scenario import MAX_GPUS, METHODS, Scenario
+from ..symbols import SYMBOLS
 from .fit import DEFAULT_HEADROOM, headroom_bytes
 
 MAX_TP = 8  # tensor parallelism needs NVLink: it stays inside one node
@@ -120,16 +123,28 @@ class PlanResult:
 
 def _first_fit(sc: Scenario, exprs_of, budget: int, top: int) -> int | None:
     """Smallest N in 1 … top with max(exprs(N)) ≤ budget, on the lambdified (non-increasing)
-    expressions; each moment is lambdified alone (a SymPy Max over them is slow to build)."""
-    ledger = build_ledger(sc.structure)
-    ns = np.arange(1, top + 1)
-    values = np.zeros(ns.shape)
-    for expr in exprs_of(ledger):
-        fn = grid_function(ledger, expr, ("gpus",), sc.values())
-        values = np.maximum(values, np.broadcast_to(np.asarray(fn(ns), dtype=float), ns.shape))
-    ok = np.nonzero(values <= budget)[0]
+    expressions: one compiled function per (structure, expressions), every leaf symbol an argument,
+    so that a new scenario with the same structure reuses it."""
+    names, fn = _compiled(sc.structure, exprs_of)
+    values = sc.values()
+    ns = np.arange(1, top + 1, dtype=float)  # float: products of large dims must not overflow int64
+    outs = fn(*(ns if n == "gpus" else values[n] for n in names))
+    peaks = np.zeros(ns.shape)
+    for out in outs:
+        peaks = np.maximum(peaks, np.broadcast_to(np.asarray(out, dtype=float), ns.shape))
+    ok = np.nonzero(peaks <= budget)[0]
     return int(ns[ok[0]]) if len(ok) else None
 
+
+@lru_cache(maxsize=512)
+def _compiled(structure, exprs_of):
+    """The expressions ``exprs_of(ledger)`` with derived quantities expanded, lambdified once with
+    every leaf symbol they use (``gpus`` among them) as an argument; each moment stays its own
+    output (a SymPy Max over them is slow to build)."""
+    ledger = build_ledger(structure)
+    exprs = [ledger.expand(e) for e in exprs_of(ledger)]
+    names = tuple(sorted({str(s) for e in exprs for s in e.free_symbols} | {"gpus"}))
+    return names, sp.lambdify([SYMBOLS[n].symbol for n in names], exprs, modules="numpy")
 
 def _moment_exprs(ledger):
     return [ledger.moment_expr(m) for m in ledger.moments]
