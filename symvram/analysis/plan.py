@@ -2,7 +2,7 @@
 
 The per-GPU peak is the ledger's Max over moments with N (``gpus``) left free; every term is a
 constant or a constant over N, so it is non-increasing in N and the smallest N that fits is found
-on its lambdified function over 1 … max_gpus at once, then re-estimated exactly with ``evaluate``.
+by bisection on its compiled function over 1 … max_gpus, then re-estimated exactly with ``evaluate``.
 Strategies are listed in order of communication cost (cheapest first):
 
 ===========================  ============================================================
@@ -27,7 +27,6 @@ import math
 from dataclasses import dataclass
 from functools import lru_cache
 
-import numpy as np
 import sympy as sp
 
 from ..errors import UserError
@@ -122,18 +121,22 @@ class PlanResult:
 
 
 def _first_fit(sc: Scenario, exprs_of, budget: int, top: int) -> int | None:
-    """Smallest N in 1 … top with max(exprs(N)) ≤ budget, on the lambdified (non-increasing)
-    expressions: one compiled function per (structure, expressions), every leaf symbol an argument,
+    """Smallest N in 1 … top with max(exprs(N)) ≤ budget: a bisection on the compiled (non-increasing)
+    expressions, one compiled function per (structure, expressions) with every leaf symbol an argument,
     so that a new scenario with the same structure reuses it."""
     names, fn = _compiled(sc.structure, exprs_of)
     values = sc.values()
-    ns = np.arange(1, top + 1, dtype=float)  # float: products of large dims must not overflow int64
-    outs = fn(*(ns if n == "gpus" else values[n] for n in names))
-    peaks = np.zeros(ns.shape)
-    for out in outs:
-        peaks = np.maximum(peaks, np.broadcast_to(np.asarray(out, dtype=float), ns.shape))
-    ok = np.nonzero(peaks <= budget)[0]
-    return int(ns[ok[0]]) if len(ok) else None
+
+    def fits(n: int) -> bool:
+        return max(fn(*(n if k == "gpus" else values[k] for k in names))) <= budget
+
+    if not fits(top):
+        return None
+    lo, hi = 1, top
+    while lo < hi:
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if fits(mid) else (mid + 1, hi)
+    return lo
 
 
 @lru_cache(maxsize=512)
@@ -144,7 +147,7 @@ def _compiled(structure, exprs_of):
     ledger = build_ledger(structure)
     exprs = [ledger.expand(e) for e in exprs_of(ledger)]
     names = tuple(sorted({str(s) for e in exprs for s in e.free_symbols} | {"gpus"}))
-    return names, sp.lambdify([SYMBOLS[n].symbol for n in names], exprs, modules="numpy")
+    return names, sp.lambdify([SYMBOLS[n].symbol for n in names], exprs, modules="math")
 
 def _moment_exprs(ledger):
     return [ledger.moment_expr(m) for m in ledger.moments]

@@ -34,12 +34,14 @@ class _Parser(argparse.ArgumentParser):
         raise UserError(message if self.prog == "symvram" else f"{self.prog.removeprefix('symvram ')}: {message}")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The whole parser, or (``only``) one command's: a command's module, and the libraries it needs,
+    are imported only when that command runs or ``symvram --help`` lists them all."""
     parser = _Parser(prog="symvram", description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--debug", action="store_true", help="show tracebacks (also SYMVRAM_DEBUG=1)")
     parser.add_argument("--version", action="version", version="symvram " + __import__("symvram").__version__)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
-    for name in COMMANDS:
+    for name in [only] if only in COMMANDS else COMMANDS:
         importlib.import_module(f".{name}", __name__).register(sub)
     return parser
 
@@ -49,7 +51,7 @@ def main(argv: list[str] | None = None) -> int:
     debug = "--debug" in argv or os.environ.get("SYMVRAM_DEBUG") == "1"
     argv = [a for a in argv if a != "--debug"]  # accepted before or after the command
     try:
-        parser = build_parser()
+        parser = build_parser(_command_of(argv))
         args = parser.parse_args(argv)
         if not getattr(args, "func", None):
             raise UserError(f"no command given; choose one of {', '.join(COMMANDS)} (symvram --help explains each)")
@@ -70,6 +72,16 @@ def main(argv: list[str] | None = None) -> int:
         print(f"symvram: internal error: {type(e).__name__}: {_one_line(e)} (rerun with --debug for the traceback)",
               file=sys.stderr)
         return 1
+
+
+def _command_of(argv: list[str]) -> str | None:
+    """The command named in ``argv`` (the first word not an option), or None.
+
+    >>> _command_of(["estimate", "7b"]), _command_of(["--version"]), _command_of(["nosuch"])
+    ('estimate', None, None)
+    """
+    first = next((a for a in argv if not a.startswith("-")), None)
+    return first if first in COMMANDS else None
 
 
 def _one_line(e: Exception) -> str:
