@@ -137,8 +137,20 @@ def test_breakdown_image(tmp_path):
 
     fig = plots.breakdown(compare("7b").rows)
     baseline = BASELINE / "breakdown-7b.png"
-    if os.environ["SYMVRAM_IMAGE_TESTS"] == "update":
+    if os.environ["SYMVRAM_IMAGE_TESTS"] == "update":  # writing the baseline is not a test of it
         fig.savefig(baseline, dpi=80)
+        pytest.skip(f"wrote {baseline.name}; rerun with SYMVRAM_IMAGE_TESTS=1 to compare")
     actual = tmp_path / "breakdown-7b.png"
     fig.savefig(actual, dpi=80)
     assert compare_images(str(baseline), str(actual), tol=2) is None
+
+
+def test_importing_plots_keeps_the_users_backend():
+    """A notebook's backend survives ``import symvram.present.plots`` (and the API's plot)."""
+    import subprocess
+    import sys
+
+    code = ("import matplotlib; matplotlib.use('svg'); import symvram.present.plots; "
+            "from symvram.api import plot; plot('7b', 'breakdown'); print(matplotlib.get_backend())")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "svg"

@@ -63,6 +63,9 @@ def run(args) -> int:
     suffix = Path(args.output).suffix.lower().lstrip(".")
     if suffix not in FORMATS:
         raise UserError(f"-o {args.output}: the suffix chooses the format; use .png, .svg or .pdf")
+    import matplotlib
+
+    matplotlib.use("Agg")  # the CLI draws to files only; a library import never chooses the backend
     fig = figure(args)
     buf = io.BytesIO()
     fig.savefig(buf, format=suffix, dpi=150)

@@ -1,4 +1,4 @@
-"""Figures of the ledger (matplotlib, Agg; no pyplot state): each function returns a Figure.
+"""Figures of the ledger (matplotlib, no pyplot state): each function returns a Figure.
 
 - ``breakdown``: stacked bars of the three blocks per method, with the peak marked;
 - ``seq_curve``: the peak against the sequence length for several LoRA ranks, cards as horizontal lines;
@@ -19,24 +19,23 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from contextlib import contextmanager
 
-import matplotlib
+# No ``matplotlib.use`` here: importing this module must not switch a notebook's backend. A bare
+# ``Figure`` draws with whatever canvas its ``savefig`` format needs; the CLI picks Agg itself.
+import numpy as np
+from matplotlib import style
+from matplotlib.colors import ListedColormap
+from matplotlib.figure import Figure
+from matplotlib.patches import Patch
 
-matplotlib.use("Agg")
-import numpy as np  # noqa: E402
-from matplotlib import style  # noqa: E402
-from matplotlib.colors import ListedColormap  # noqa: E402
-from matplotlib.figure import Figure  # noqa: E402
-from matplotlib.patches import Patch  # noqa: E402
-
-from ..analysis.fit import DEFAULT_HEADROOM, headroom_bytes, max_rank  # noqa: E402
-from ..analysis.sensitivity import SensitivityResult  # noqa: E402
-from ..errors import UserError  # noqa: E402
-from ..evaluate import Breakdown, grid_function, peak_expr  # noqa: E402
-from ..ledger import build_ledger  # noqa: E402
-from ..ledger.terms import BLOCKS  # noqa: E402
-from ..presets import GPUSpec  # noqa: E402
-from ..scenario import Scenario  # noqa: E402
-from .units import fmt_bytes, in_units  # noqa: E402
+from ..analysis.fit import DEFAULT_HEADROOM, headroom_bytes, max_rank
+from ..analysis.sensitivity import SensitivityResult
+from ..errors import UserError
+from ..evaluate import Breakdown, grid_function, peak_expr
+from ..ledger import build_ledger
+from ..ledger.terms import BLOCKS
+from ..presets import GPUSpec
+from ..scenario import Scenario
+from .units import fmt_bytes, in_units
 
 THEMES = {"light": "default", "dark": "dark_background"}
 # Okabe–Ito: readable for colour-blind readers, and on both white and black backgrounds
