@@ -143,7 +143,7 @@ def sensitivity(model: Model, knobs: list[str] | None = None, **settings):
 
 
 def _card(gpu: str | int | GPUSpec) -> GPUSpec:
-    from .analysis.fit import load_card
+    from .presets import load_card
 
     if isinstance(gpu, GPUSpec):
         return gpu

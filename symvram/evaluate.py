@@ -53,12 +53,12 @@ class Breakdown:
         return self.moments[self.peak_moment]
 
     def __repr__(self) -> str:
-        from .present.display import breakdown_repr
-        return breakdown_repr(self)
+        from .rendering import render
+        return render(self, "repr")
 
     def _repr_markdown_(self) -> str:
-        from .present.display import breakdown_markdown
-        return breakdown_markdown(self)
+        from .rendering import render
+        return render(self, "markdown")
 
 
 def substitution(ledger: Ledger, values: dict) -> dict[sp.Symbol, sp.Number]:

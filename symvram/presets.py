@@ -18,6 +18,7 @@ from pathlib import Path
 
 from .errors import UserError
 from .symbols import sym
+from .units import fmt_bytes, parse_size
 
 MAX_CONFIG_BYTES = 1 << 20  # a config.json is a few kB; refuse anything that is not one
 MAX_DIM = 10**7  # no model dimension (hidden, layers, vocab …) comes near this
@@ -258,3 +259,29 @@ def load_gpu(name: str) -> GPUSpec:
     key, entry = _lookup(name, gpu_presets(), "GPU")
     return GPUSpec(key=key, name=entry["name"], memory_bytes=round(entry["memory_gib"] * GIB),
                    usable_bytes=round(entry["usable_gib"] * GIB))
+
+
+MIN_CARD_BYTES = 1 << 30  # nothing smaller is a training accelerator; "--gpu 24" (bytes) is a typo
+
+
+def load_card(text: str) -> GPUSpec:
+    """A named card (``rtx-4090``, ``a100-80g`` …) or a size (``24GiB``), taken as usable memory.
+
+    >>> load_card("24GiB").usable_bytes == 24 * 2**30
+    True
+    >>> load_card("4090").name
+    'NVIDIA GeForce RTX 4090 24GB'
+    """
+    text = str(text).strip()
+    try:
+        return load_gpu(text)
+    except UserError as named_error:
+        if not text[:1].isdigit() and text[:1] not in ".-+":
+            raise UserError(f"--gpu: {named_error}") from None
+    try:
+        size = parse_size(text)
+    except UserError as e:
+        raise UserError(f"--gpu {text}: {e}") from None
+    if size < MIN_CARD_BYTES:
+        raise UserError(f"--gpu {text}: {size:,} bytes is not a GPU's memory (at least 1 GiB; write the unit, e.g. 24GiB)")
+    return GPUSpec(key=text, name=f"{fmt_bytes(size)} card", memory_bytes=size, usable_bytes=size)

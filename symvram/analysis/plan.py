@@ -33,10 +33,10 @@ from ..errors import UserError
 from ..evaluate import Breakdown, evaluate
 from ..ledger import build_ledger
 from ..presets import GPUSpec
-from ..present.tables import host_bytes
 from ..scenario import MAX_GPUS, METHODS, Scenario
 from ..symbols import SYMBOLS
 from .fit import DEFAULT_HEADROOM, headroom_bytes
+from .host import host_bytes
 
 MAX_TP = 8  # tensor parallelism needs NVLink: it stays inside one node
 
@@ -112,12 +112,12 @@ class PlanResult:
         return min(fitting, key=lambda r: (r.gpus, STRATEGIES.index(r.strategy))) if fitting else None
 
     def __repr__(self) -> str:
-        from ..present.display import plan_repr
-        return plan_repr(self)
+        from ..rendering import render
+        return render(self, "repr")
 
     def _repr_markdown_(self) -> str:
-        from ..present.display import plan_markdown
-        return plan_markdown(self)
+        from ..rendering import render
+        return render(self, "markdown")
 
 
 def _first_fit(sc: Scenario, exprs_of, budget: int, top: int) -> int | None:

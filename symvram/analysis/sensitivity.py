@@ -72,12 +72,12 @@ class SensitivityResult:
         raise UserError(f"knob {knob!r} is not among {', '.join(r.knob for r in self.rows)}")
 
     def __repr__(self) -> str:
-        from ..present.display import sensitivity_repr
-        return sensitivity_repr(self)
+        from ..rendering import render
+        return render(self, "repr")
 
     def _repr_markdown_(self) -> str:
-        from ..present.display import sensitivity_markdown
-        return sensitivity_markdown(self)
+        from ..rendering import render
+        return render(self, "markdown")
 
 
 def sensitivity(sc, knobs: tuple[str, ...] | list[str] | None = None) -> SensitivityResult:

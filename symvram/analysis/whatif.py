@@ -98,12 +98,12 @@ class WhatIf:
         return [(n, self.before.values[n], self.after.values[n]) for n in self.changes]
 
     def __repr__(self) -> str:
-        from ..present.display import whatif_repr
-        return whatif_repr(self)
+        from ..rendering import render
+        return render(self, "repr")
 
     def _repr_markdown_(self) -> str:
-        from ..present.display import whatif_markdown
-        return whatif_markdown(self)
+        from ..rendering import render
+        return render(self, "markdown")
 
 def whatif(sc: Scenario, changes: dict[str, int | float]) -> WhatIf:
     """Estimate ``sc`` and ``sc`` with ``changes`` (registry names → numbers)."""

@@ -4,10 +4,11 @@ from __future__ import annotations
 import argparse
 import json
 
-from ..analysis.diagnose import PROBE_SEQ, Diagnosis, diagnose
-from ..analysis.fit import load_card
+from ..analysis.diagnose import PROBE_SEQ, diagnose
+from ..presets import load_card
 from ..errors import UserError
-from ..present.units import fmt_bytes, parse_size
+from ..present.reports import diagnosis_json, diagnosis_text
+from ..units import parse_size
 from .common import (add_model_argument, add_output_arguments, add_scenario_arguments, positive_int, provenance_dict,
                      provenance_text, reading, scenario_from_args, write_output)
 from .fit import add_card_arguments
@@ -64,101 +65,6 @@ def register(sub) -> None:
     p.set_defaults(func=run, shows_provenance=True)
 
 
-def _moment(bd, key=None) -> str:
-    key = key or bd.peak_moment
-    return next(m.label for m in bd.ledger.moments if m.key == key)
-
-
-def remedy_edits(d: Diagnosis, reading) -> list[list[str]]:
-    """Each remedy's own changes (not the ones above it) as edits to the --from files."""
-    from ..readers.edits import edits
-
-    out, before = [], {}
-    for r in d.remedies:
-        step = {k: v for k, v in r.changes.items() if before.get(k) != v}
-        out.append(edits(reading, step, batch_before=r.before.scenario.batch))
-        before = r.changes
-    return out
-
-
-def remedy_lines(d: Diagnosis, units: str, reading=None) -> list[str]:
-    """The remedies in order; with a Reading, each followed by the edits to the user's file."""
-    fb = (lambda n: fmt_bytes(n, units))
-    lines = []
-    if d.remedies or d.skipped:
-        lines += ["", "remedies, in order (each keeps the ones above it):" if reading is None else
-                  "remedies, in order, as edits to your files (each keeps the ones above it):"]
-    for title, why in d.skipped:
-        lines.append(f"  - {title}: skipped — {why}")
-    changes = remedy_edits(d, reading) if reading is not None else [[] for _ in d.remedies]
-    for n, (r, edit) in enumerate(zip(d.remedies, changes), 1):
-        where = "fits" if r.after.peak <= d.budget else f"still {fb(r.after.peak - d.budget)} over"
-        note = "" if r.saving > 0 else f" (no saving: the peak is at {_moment(r.after)})"
-        lines.append(f"  {n}. {r.title}: saves {fb(r.saving)} → peak {fb(r.after.peak)}, {where}{note}; cost: {r.cost}")
-        lines += [f"       {e}" for e in edit]
-    return lines
-
-
-def render(d: Diagnosis, units: str, reading=None) -> str:
-    sc, est = d.estimate.scenario, d.estimate
-    fb = (lambda n: fmt_bytes(n, units))
-    budget = (f"{fb(d.card.usable_bytes)} usable − {fb(d.headroom)} headroom"
-              + (f" − {fb(d.overhead)} measured overhead" if d.overhead > 0 else "") + f" = {fb(d.budget)}")
-    lines = [f"{sc.model.name} · {sc.method}" + (f" r={sc.rank}" if sc.lora else "") + f" · batch {sc.batch} · "
-             f"seq {sc.seq} on {d.card.name}: budget {budget}", ""]
-    if d.measured:
-        measured, at = d.measured
-        lines.append(f"measured: {fb(measured)} at batch {at.scenario.batch}, seq {at.scenario.seq}; the ledger "
-                     f"predicts {fb(at.peak)} there: the measurement is {fb(abs(d.overhead))} "
-                     f"({100 * d.overhead / at.peak:+.1f} %) {'above' if d.overhead >= 0 else 'below'} the estimate"
-                     + (" — taken as unknown overhead (context, allocator, fragmentation) and kept free below"
-                        if d.overhead > 0 else " — no overhead to add"))
-    lines.append(f"estimate: peak {fb(est.peak)} at {_moment(est)}: parameter side (base + trainable) "
-                 f"{fb(d.parameter_bytes)}, activation side (saved activations + temporaries) {fb(d.activation_bytes)}")
-    if d.side == "fits":
-        lines.append(f"verdict: the ledger says it fits with {fb(d.budget - est.peak)} to spare; an OOM means "
-                     "something the ledger does not hold (another process, a leak, a different recipe): measure "
-                     "with --measured-peak")
-    elif d.side == "parameter":
-        lines.append(f"verdict: the parameter side alone is over by {fb(d.parameter_bytes - d.budget)}: no batch or "
-                     "sequence setting helps; change the recipe, the method or the number of cards")
-    else:
-        lines.append(f"verdict: the activation side is over: the parameters leave {fb(d.budget - d.parameter_bytes)}, "
-                     f"the activations need {fb(d.activation_bytes)}")
-    verdict = "fits" if d.probe.peak <= d.budget else "is over too"
-    lines.append(f"probe: run the real job at batch 1, seq {d.probe.scenario.seq} (predicted {fb(d.probe.peak)}: "
-                 f"{verdict}). Still OOM → the parameter side is bigger than this ledger: check the LoRA targets, an "
-                 "fp32 master copy the framework keeps, the optimizer's state precision. Runs → activations: go on.")
-    lines += remedy_lines(d, units, reading)
-    if d.cards is not None:
-        c = d.cards
-        lines.append(f"  then more cards: {c.strategy.name} on {c.gpus} × {d.card.name} ({fb(c.at.peak)} per GPU"
-                     + (f", {fb(c.host_total)} host" if c.host_total else "") + f") for {sc.method} with the fixes above")
-    elif d.side != "fits" and not d.fixed:
-        lines.append(f"  more cards: nothing fits within --max-gpus; a larger card is needed")
-    return "\n".join(lines)
-
-
-def to_json(d: Diagnosis, reading=None) -> dict:
-    edits = remedy_edits(d, reading) if reading is not None else [None] * len(d.remedies)
-    return {
-        "card": {"name": d.card.name, "usable_bytes": d.card.usable_bytes}, "headroom_bytes": d.headroom,
-        "overhead_bytes": d.overhead, "budget_bytes": d.budget, "side": d.side,
-        "peak_bytes": d.estimate.peak, "peak_moment": d.estimate.peak_moment,
-        "parameter_side_bytes": d.parameter_bytes, "activation_side_bytes": d.activation_bytes,
-        "probe": {"batch": d.probe.scenario.batch, "seq": d.probe.scenario.seq, "peak_bytes": d.probe.peak},
-        "remedies": [{"key": r.key, "title": r.title, "changes": r.changes, "saving_bytes": r.saving,
-                      "peak_after_bytes": r.after.peak, "fits": r.after.peak <= d.budget, "cost": r.cost,
-                      **({"edits": e} if e is not None else {})}
-                     for r, e in zip(d.remedies, edits)],
-        "skipped": [{"title": t, "why": w} for t, w in d.skipped],
-        "more_cards": None if d.cards is None else {"strategy": d.cards.strategy.key, "gpus": d.cards.gpus,
-                                                    "per_gpu_peak_bytes": d.cards.at.peak},
-        "measured": None if d.measured is None else {"peak_bytes": d.measured[0], "estimate_bytes": d.measured[1].peak},
-        "inputs": d.estimate.scenario.inputs(),
-    }
-
-
 def run(args) -> int:
     sc = scenario_from_args(args)
     measured = parse_size(args.measured_peak) if args.measured_peak else None
@@ -168,7 +74,7 @@ def run(args) -> int:
     d = diagnose(sc, load_card(args.gpu), headroom=args.headroom, p95_seq=args.p95_seq, measured_peak=measured,
                  measured_at=at, max_gpus=args.max_gpus)
     r = reading(args)
-    text = (json.dumps({**to_json(d, r), **provenance_dict(args, sc)}, indent=2) if args.format == "json"
-            else provenance_text(args, sc) + render(d, args.units, r))
+    text = (json.dumps({**diagnosis_json(d, r), **provenance_dict(args, sc)}, indent=2) if args.format == "json"
+            else provenance_text(args, sc) + diagnosis_text(d, args.units, r))
     write_output(text, args.output, args.force)
     return 0

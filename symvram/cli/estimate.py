@@ -46,7 +46,7 @@ def _verdict(sc, args) -> tuple[str, dict]:
     """The verdict on --gpu (text and JSON), with the remedies when the run does not fit."""
     from ..analysis.diagnose import diagnose
     from ..analysis.fit import load_card
-    from .diagnose import remedy_edits, remedy_lines
+    from ..present.reports import remedy_edits, remedy_lines
 
     d = diagnose(sc, load_card(args.gpu), headroom=args.headroom)
     fb = (lambda n: fmt_bytes(n, args.units))

@@ -4,12 +4,10 @@ from __future__ import annotations
 import argparse
 import json
 
-from ..analysis.fit import load_card
-from ..analysis.plan import STRATEGIES, PlanResult, plan
+from ..presets import load_card
+from ..analysis.plan import plan
 from ..errors import UserError
-from ..present.tables import host_bytes, render_rows
-from ..present.units import fmt_bytes
-from ..scenario import METHODS
+from ..present.reports import plan_json, plan_text
 from .common import add_model_argument, add_output_arguments, add_scenario_arguments, positive_int, provenance_dict, scenario_from_args, scenario_kwargs, write_output
 from .fit import add_card_arguments
 
@@ -39,62 +37,6 @@ def register(sub) -> None:
     p.set_defaults(func=run)
 
 
-def to_json(r: PlanResult) -> dict:
-    return {
-        "card": {"key": r.card.key, "name": r.card.name, "usable_bytes": r.card.usable_bytes},
-        "headroom_bytes": r.headroom, "budget_bytes": r.budget, "max_gpus": r.max_gpus,
-        "rows": [{"method": row.method, "strategy": row.strategy.key, "strategy_name": row.strategy.name,
-                  "fits": row.fits, "gpus": row.gpus, "tp": row.tp, "params_only_gpus": row.params_gpus,
-                  "per_gpu_peak_bytes": row.at.peak, "peak_moment": row.at.peak_moment,
-                  "host_bytes_per_gpu": host_bytes(row.at), "host_bytes_total": row.host_total,
-                  "communication_rank": STRATEGIES.index(row.strategy) + 1, "communication": row.strategy.reason}
-                 for row in r.rows],
-        "best": {m: (b.strategy.key if (b := r.best(m)) else None) for m in METHODS if any(x.method == m for x in r.rows)},
-    }
-
-
-def summary(r: PlanResult, method: str, units: str) -> str:
-    """One sentence per method: the fewest GPUs without offload (ties: cheaper communication), then
-    what offload saves in cards and costs in host memory."""
-    rows = [x for x in r.rows if x.method == method]
-    plain = r.best(method, offload=False)
-    offload = r.best(method, offload=True)
-    never = [x.strategy.name for x in rows if not x.fits]
-    parts = []
-    if plain:
-        parts.append(f"{plain.strategy.name} on {plain.gpus} × {r.card.name} ({fmt_bytes(plain.at.peak, units)} per GPU)")
-    if offload and (plain is None or offload.gpus < plain.gpus):
-        parts.append(f"with {offload.strategy.name} on {offload.gpus} ({fmt_bytes(offload.at.peak, units)} per GPU, "
-                     f"{fmt_bytes(offload.host_total, units)} of host memory)")
-    if not parts:
-        return f"{method}: nothing fits on {r.max_gpus} × {r.card.name}"
-    text = f"{method}: " + "; or ".join(parts)
-    if never:
-        text += f"; {', '.join(never)} do not fit on {r.max_gpus}"
-    starved = [x for x in rows if x.params_gpus and (not x.fits or x.gpus > x.params_gpus)]
-    if starved and not rows[0].at.scenario.grad_checkpointing:
-        text += (f" — activations, which ZeRO does not divide, cost cards ({starved[0].strategy.name}: "
-                 f"{starved[0].params_gpus} for the parameters alone): try --grad-checkpointing or a shorter --seq")
-    return text
-
-
-def render(r: PlanResult, sc, units: str, fmt: str) -> str:
-    head = (f"{sc.model.name} · batch {sc.batch} · seq {sc.seq}" + (" · checkpointing" if sc.grad_checkpointing else "")
-            + f" on {r.card.name}: {fmt_bytes(r.card.usable_bytes, units)} usable − {fmt_bytes(r.headroom, units)} "
-              f"headroom = {fmt_bytes(r.budget, units)} per GPU")
-    table = [["method", "strategy", "GPUs", "params only", f"per-GPU peak ({units})", f"host ({units})",
-              "communication (cheapest first)"]]
-    for row in r.rows:
-        gpus = (str(row.gpus) + (f" (t={row.tp})" if row.tp > 1 else "")) if row.fits else f"> {r.max_gpus}"
-        params = str(row.params_gpus) if row.params_gpus else f"> {r.max_gpus}"
-        peak = fmt_bytes(row.at.peak, units).split()[0] + ("" if row.fits else f" at {row.at.scenario.gpus * row.tp}")
-        table.append([row.method, row.strategy.name, gpus, params, peak,
-                      fmt_bytes(row.host_total, units).split()[0], row.strategy.reason])
-    methods = [m for m in METHODS if any(x.method == m for x in r.rows)]
-    lines = [head, "", render_rows(table, "llrrrrl", fmt), ""] + [summary(r, m, units) for m in methods]
-    return "\n".join(lines)
-
-
 def run(args) -> int:
     chosen = [f"--{k.replace('_', '-')}" for k in ("gpus", "zero", "offload", "tp", "sequence_parallel")
               if getattr(args, k, None) is not None]
@@ -103,6 +45,6 @@ def run(args) -> int:
     sc = scenario_from_args(args)
     methods = (sc.method,) if "method" in scenario_kwargs(args) else None
     result = plan(sc, load_card(args.gpu), max_gpus=args.max_gpus, headroom=args.headroom, methods=methods)
-    text = json.dumps({**to_json(result), **provenance_dict(args, sc)}, indent=2) if args.format == "json" else render(result, sc, args.units, args.format)
+    text = json.dumps({**plan_json(result), **provenance_dict(args, sc)}, indent=2) if args.format == "json" else plan_text(result, sc, args.units, args.format)
     write_output(text, args.output, args.force)
     return 0

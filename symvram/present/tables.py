@@ -8,11 +8,12 @@ this module only formats them.
 """
 from __future__ import annotations
 
+from ..analysis.host import host_bytes
 from ..evaluate import Breakdown
 from ..ledger.sharding import notes
 from ..ledger.terms import BLOCKS
 from ..symbols import latex, text
-from .units import fmt_bytes
+from ..units import fmt_bytes
 
 BLOCK_TITLES = {"base": "base weights", "trainable": "trainable (grads, optimizer, master, adapters)",
                 "activations": "activations", "transient": "temporaries (only at some moments)",
@@ -22,11 +23,6 @@ BLOCK_TITLES = {"base": "base weights", "trainable": "trainable (grads, optimize
 def term_latex(bd: Breakdown, key: str) -> str:
     t = bd.ledger.by_key[key]
     return f"{t.label} = {latex(t.expr)}"
-
-
-def host_bytes(bd: Breakdown) -> int:
-    """Bytes offloaded to CPU memory (per GPU's rank); never part of the GPU peak."""
-    return sum(bd.terms[t.key] for t in bd.ledger.block_terms("host"))
 
 
 def to_json(bd: Breakdown) -> dict:

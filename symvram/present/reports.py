@@ -1,0 +1,400 @@
+"""The CLI's reports of every analysis result, text (table or Markdown) and JSON, in the render layer.
+
+``symvram whatif``, ``fit``, ``sensitivity``, ``plan`` and ``diagnose`` parse their arguments, call the
+analysis and print what these functions return; the results' ``repr`` and Jupyter Markdown
+(``symvram.present.display``) use them too. Each is registered for its result type and format in
+``symvram.rendering``, so that ``render(result, "text")`` and ``render(result, "json")`` find it.
+"""
+from __future__ import annotations
+
+from ..analysis.diagnose import Diagnosis
+from ..analysis.fit import KNOBS, FitResult
+from ..analysis.host import host_bytes
+from ..analysis.plan import STRATEGIES, PlanResult
+from ..analysis.sensitivity import Comparison, SensitivityResult
+from ..analysis.whatif import WhatIf
+from ..ledger.terms import BLOCKS
+from ..rendering import renders
+from ..scenario import METHODS
+from ..symbols import SYMBOLS, latex, text
+from ..units import UNITS, fmt_bytes
+from .tables import BLOCK_TITLES, render_rows, to_json
+
+
+# ---- whatif ---------------------------------------------------------------------------------------------
+
+def _signed(n: int, units: str) -> str:
+    return ("+" if n > 0 else "") + fmt_bytes(n, units).split()[0]
+
+
+def _value(table: dict[str, int], key: str, units: str) -> str:
+    """A term's or moment's bytes, or a dash where that ledger has no such term."""
+    return fmt_bytes(table[key], units).split()[0] if key in table else "—"
+
+
+def _number(v: int | float) -> str:
+    return f"{v:,}" if isinstance(v, int) or float(v).is_integer() else f"{v:g}"
+
+
+def whatif_text(w: WhatIf, units: str, fmt: str) -> str:
+    md = fmt == "markdown"
+    code = (lambda s: f"`{s}`") if md else (lambda s: s)
+    b, a = w.before, w.after
+    sc = b.scenario
+    change = ", ".join(f"{n} {_number(x)} → {_number(y)}" for n, x, y in w.symbol_values())
+    lines = [("## " if md else "") + f"{sc.model.name} · {sc.method}: what if {change}", ""]
+    rows = [["block", "term", "formula", f"before ({units})", f"after ({units})", f"Δ ({units})"]]
+    terms = w.terms()
+    for block in dict.fromkeys(t.block for t in terms):
+        for t in (t for t in terms if t.block == block):
+            rows.append([block, t.key, code(latex(t.expr)), _value(b.terms, t.key, units), _value(a.terms, t.key, units),
+                         _signed(w.term_delta(t.key), units)])
+    lines += [render_rows(rows, "lllrrr", fmt), ""]
+    rows = [["block", f"before ({units})", f"after ({units})", f"Δ ({units})"]]
+    for block in BLOCKS:
+        rows.append([BLOCK_TITLES[block], fmt_bytes(b.blocks[block], units).split()[0],
+                     fmt_bytes(a.blocks[block], units).split()[0], _signed(w.block_delta(block), units)])
+    rows.append(["ledger total", fmt_bytes(b.ledger_total, units).split()[0], fmt_bytes(a.ledger_total, units).split()[0],
+                 _signed(a.ledger_total - b.ledger_total, units)])
+    lines += [render_rows(rows, "lrrr", fmt), ""]
+    rows = [["moment of the step", f"before ({units})", f"after ({units})", f"Δ ({units})"]]
+    for m in w.moments():
+        mark = "".join((" ← peak before" if m.key == b.peak_moment else "", " ← peak after" if m.key == a.peak_moment else ""))
+        rows.append([m.label + mark, _value(b.moments, m.key, units), _value(a.moments, m.key, units),
+                     _signed(w.moment_delta(m.key), units)])
+    lines += [render_rows(rows, "lrrr", fmt), ""]
+    labels = {m.key: m.label for m in w.moments()}
+    lines.append(f"peak: {fmt_bytes(b.peak, units)} ({labels[b.peak_moment]}) → {fmt_bytes(a.peak, units)} "
+                 f"({labels[a.peak_moment]}): {_signed(w.peak_delta, units)} {units} "
+                 f"({100 * w.peak_delta / b.peak:+.1f} %)")
+    return "\n".join(lines)
+
+
+def whatif_json(w: WhatIf) -> dict:
+    return {
+        "changes": {n: {"before": x, "after": y} for n, x, y in w.symbol_values()},
+        "before": to_json(w.before), "after": to_json(w.after),
+        "delta": {"terms": {t.key: w.term_delta(t.key) for t in w.terms()},
+                  "blocks": {blk: w.block_delta(blk) for blk in BLOCKS},
+                  "moments": {m.key: w.moment_delta(m.key) for m in w.moments()},
+                  "peak": w.peak_delta},
+    }
+
+
+# ---- fit ------------------------------------------------------------------------------------------------
+
+UNIT_WORDS = {"seq": "tokens", "batch": "sequences", "rank": ""}
+
+
+
+def fit_json(r: FitResult) -> dict:
+    return {
+        "knob": r.knob, "status": r.status, "value": r.value, "limit": r.limit, "limit_reason": r.limit_reason,
+        "card": {"key": r.card.key, "name": r.card.name, "usable_bytes": r.card.usable_bytes},
+        "headroom_bytes": r.headroom, "budget_bytes": r.budget, "how": r.how,
+        "binding_moment": r.binding_moment if r.status == "fits" else None,
+        "peak_at_value": {"value": r.at.values[r.knob], "bytes": r.at.peak, "moment": r.at.peak_moment},
+        "peak_above": None if r.above is None else {"value": r.above.values[r.knob], "bytes": r.above.peak,
+                                                    "moment": r.above.peak_moment},
+        "inputs": r.at.scenario.inputs(),
+    }
+
+
+def fit_text(r: FitResult, units: str) -> str:
+    sc = r.at.scenario
+    unit = UNIT_WORDS[r.knob]
+    num = (lambda v: f"{v:,} {unit}".rstrip())
+    fixed = ", ".join(f"{k} {getattr(sc, k)}" for k in KNOBS if k != r.knob and (k != "rank" or sc.lora))
+    lines = [f"{sc.model.name} · {sc.method} · {fixed} on {r.card.name}: {fmt_bytes(r.capacity, units)} usable "
+             f"− {fmt_bytes(r.headroom, units)} headroom = {fmt_bytes(r.budget, units)} budget"]
+    moment = {m.key: m.label for m in r.at.ledger.moments}
+    if r.status == "none":
+        lines.append(f"nothing fits: even {r.knob} 1 needs {fmt_bytes(r.at.peak, units)} at "
+                     f"{moment[r.at.peak_moment]}, {fmt_bytes(r.at.peak - r.budget, units)} over the budget")
+        return "\n".join(lines)
+    if r.status == "all":
+        lines.append(f"everything fits up to the limit: {r.knob} {num(r.value)} ({r.limit_reason}) peaks at "
+                     f"{fmt_bytes(r.at.peak, units)}, {fmt_bytes(r.budget - r.at.peak, units)} under the budget")
+        return "\n".join(lines)
+    lines.append(f"largest {r.knob} that fits: {num(r.value)} ({r.how} from the ledger's moments; the binding "
+                 f"moment is {moment[r.binding_moment]})")
+    lines.append(f"  peak at {r.knob} {num(r.value)}: {fmt_bytes(r.at.peak, units)} "
+                 f"({r.budget - r.at.peak:,} bytes under the budget)")
+    lines.append(f"  peak at {r.knob} {num(r.value + 1)}: {fmt_bytes(r.above.peak, units)} "
+                 f"({r.above.peak - r.budget:,} bytes over)")
+    return "\n".join(lines)
+
+
+# ---- sensitivity ----------------------------------------------------------------------------------------
+
+def amount(n: float, units: str) -> str:
+    """Bytes in the card unit, or in its mega unit when under one of those (derivatives are small)."""
+    small = {"GiB": "MiB", "GB": "MB"}.get(units, units)
+    return fmt_bytes(n, units if abs(n) >= UNITS[units] else small)
+
+
+def sensitivity_explanation(res: SensitivityResult, c: Comparison, units: str) -> list[str]:
+    """Why knob a moves the peak more than knob b, and by how much: every number from the expressions."""
+    lines = [f"why {c.a.knob} moves the peak {c.ratio:.1f}× as much as {c.b.knob} (per percent):"]
+    for row in (c.a, c.b):
+        tops = ", ".join(f"{s.key} {amount(s.bytes, units)}" for s in row.shares[:3])
+        lines.append(f"  {row.knob}·∂peak/∂{row.knob} = {amount(row.proportional_bytes, units)} "
+                     f"({100 * row.elasticity:.1f} % of the {fmt_bytes(res.peak, units)} peak) moves with "
+                     f"{row.knob}: {tops}")
+    linear = [r.knob for r in (c.a, c.b) if r.knob not in {str(x) for x in r.derivative.free_symbols}]
+    if linear:
+        lines.append(f"  the peak is linear in {' and in '.join(linear)} (∂peak/∂x does not contain x), so each "
+                     "elasticity is exactly the share of the peak that is proportional to the knob")
+    lines.append(f"  so 1 % less {c.a.knob} saves {amount(c.a.proportional_bytes / 100, units)}, 1 % less "
+                 f"{c.b.knob} {amount(c.b.proportional_bytes / 100, units)}")
+    (va, sa), (vb, sb) = c.halved[c.a.knob], c.halved[c.b.knob]
+    lines.append(f"  re-estimated: {c.a.knob} {c.a.at:g} → {va:g} saves {fmt_bytes(sa, units)}; "
+                 f"{c.b.knob} {c.b.at:g} → {vb:g} saves {fmt_bytes(sb, units)}"
+                 + (f" ({sa / sb:.1f}× as much)" if sb > 0 else ""))
+    return lines
+
+
+def sensitivity_text(res: SensitivityResult, c: Comparison | None, units: str, fmt: str) -> str:
+    md = fmt == "markdown"
+    sc = res.breakdown.scenario
+    label = next(m.label for m in res.breakdown.ledger.moments if m.key == res.moment)
+    lines = [("## " if md else "") + f"{sc.model.name} · {sc.method}" + (f" r={sc.rank}" if sc.lora else "") +
+             f" · batch {sc.batch} · seq {sc.seq}: peak {fmt_bytes(res.peak, units)} at {label} "
+             "(the active moment: its derivative is the peak's)", ""]
+    rows = [["#", "knob", "meaning", "at", "unit", "∂peak/∂x (per unit)", "elasticity", f"x·∂peak/∂x ({units})"]]
+    for n, r in enumerate(res.rows, 1):
+        d = SYMBOLS[r.knob]
+        rows.append([str(n), r.knob, d.meaning, f"{r.at:,g}", d.unit, amount(r.value, units),
+                     f"{r.elasticity:.4f}", fmt_bytes(r.proportional_bytes, units).split()[0]])
+    lines += [render_rows(rows, "rllrlrrr", fmt), "", "derivatives of the active moment:"]
+    for r in res.rows:
+        formula = f"$\\frac{{\\partial\\,\\mathrm{{peak}}}}{{\\partial {SYMBOLS[r.knob].latex}}} = {r.derivative_latex}$" if md \
+            else f"∂peak/∂{r.knob} = {text(r.derivative)}"
+        lines.append(("- " if md else "  ") + formula)
+    if c is not None:
+        lines += [""] + sensitivity_explanation(res, c, units)
+    return "\n".join(lines)
+
+
+def sensitivity_json(res: SensitivityResult, c: Comparison | None, units: str) -> dict:
+    out = {
+        "peak_bytes": res.peak, "active_moment": res.moment, "inputs": res.breakdown.scenario.inputs(),
+        "knobs": [{"knob": r.knob, "meaning": SYMBOLS[r.knob].meaning, "unit": SYMBOLS[r.knob].unit, "at": r.at,
+                   "derivative_latex": r.derivative_latex, "value": r.value, "elasticity": r.elasticity,
+                   "proportional_bytes": r.proportional_bytes,
+                   "terms": [{"key": s.key, "bytes": s.bytes} for s in r.shares]} for r in res.rows],
+    }
+    if c is not None:
+        out["comparison"] = {"a": c.a.knob, "b": c.b.knob, "elasticity_ratio": c.ratio,
+                             "halved": {k: {"value": v, "saves_bytes": saved} for k, (v, saved) in c.halved.items()},
+                             "explanation": sensitivity_explanation(res, c, units)}
+    return out
+
+
+# ---- plan -----------------------------------------------------------------------------------------------
+
+def plan_json(r: PlanResult) -> dict:
+    return {
+        "card": {"key": r.card.key, "name": r.card.name, "usable_bytes": r.card.usable_bytes},
+        "headroom_bytes": r.headroom, "budget_bytes": r.budget, "max_gpus": r.max_gpus,
+        "rows": [{"method": row.method, "strategy": row.strategy.key, "strategy_name": row.strategy.name,
+                  "fits": row.fits, "gpus": row.gpus, "tp": row.tp, "params_only_gpus": row.params_gpus,
+                  "per_gpu_peak_bytes": row.at.peak, "peak_moment": row.at.peak_moment,
+                  "host_bytes_per_gpu": host_bytes(row.at), "host_bytes_total": row.host_total,
+                  "communication_rank": STRATEGIES.index(row.strategy) + 1, "communication": row.strategy.reason}
+                 for row in r.rows],
+        "best": {m: (b.strategy.key if (b := r.best(m)) else None) for m in METHODS if any(x.method == m for x in r.rows)},
+    }
+
+
+def plan_summary(r: PlanResult, method: str, units: str) -> str:
+    """One sentence per method: the fewest GPUs without offload (ties: cheaper communication), then
+    what offload saves in cards and costs in host memory."""
+    rows = [x for x in r.rows if x.method == method]
+    plain = r.best(method, offload=False)
+    offload = r.best(method, offload=True)
+    never = [x.strategy.name for x in rows if not x.fits]
+    parts = []
+    if plain:
+        parts.append(f"{plain.strategy.name} on {plain.gpus} × {r.card.name} ({fmt_bytes(plain.at.peak, units)} per GPU)")
+    if offload and (plain is None or offload.gpus < plain.gpus):
+        parts.append(f"with {offload.strategy.name} on {offload.gpus} ({fmt_bytes(offload.at.peak, units)} per GPU, "
+                     f"{fmt_bytes(offload.host_total, units)} of host memory)")
+    if not parts:
+        return f"{method}: nothing fits on {r.max_gpus} × {r.card.name}"
+    text = f"{method}: " + "; or ".join(parts)
+    if never:
+        text += f"; {', '.join(never)} do not fit on {r.max_gpus}"
+    starved = [x for x in rows if x.params_gpus and (not x.fits or x.gpus > x.params_gpus)]
+    if starved and not rows[0].at.scenario.grad_checkpointing:
+        text += (f" — activations, which ZeRO does not divide, cost cards ({starved[0].strategy.name}: "
+                 f"{starved[0].params_gpus} for the parameters alone): try --grad-checkpointing or a shorter --seq")
+    return text
+
+
+def plan_text(r: PlanResult, sc, units: str, fmt: str) -> str:
+    head = (f"{sc.model.name} · batch {sc.batch} · seq {sc.seq}" + (" · checkpointing" if sc.grad_checkpointing else "")
+            + f" on {r.card.name}: {fmt_bytes(r.card.usable_bytes, units)} usable − {fmt_bytes(r.headroom, units)} "
+              f"headroom = {fmt_bytes(r.budget, units)} per GPU")
+    table = [["method", "strategy", "GPUs", "params only", f"per-GPU peak ({units})", f"host ({units})",
+              "communication (cheapest first)"]]
+    for row in r.rows:
+        gpus = (str(row.gpus) + (f" (t={row.tp})" if row.tp > 1 else "")) if row.fits else f"> {r.max_gpus}"
+        params = str(row.params_gpus) if row.params_gpus else f"> {r.max_gpus}"
+        peak = fmt_bytes(row.at.peak, units).split()[0] + ("" if row.fits else f" at {row.at.scenario.gpus * row.tp}")
+        table.append([row.method, row.strategy.name, gpus, params, peak,
+                      fmt_bytes(row.host_total, units).split()[0], row.strategy.reason])
+    methods = [m for m in METHODS if any(x.method == m for x in r.rows)]
+    lines = [head, "", render_rows(table, "llrrrrl", fmt), ""] + [plan_summary(r, m, units) for m in methods]
+    return "\n".join(lines)
+
+
+# ---- diagnose -------------------------------------------------------------------------------------------
+
+def _moment(bd, key=None) -> str:
+    key = key or bd.peak_moment
+    return next(m.label for m in bd.ledger.moments if m.key == key)
+
+
+def remedy_edits(d: Diagnosis, reading) -> list[list[str]]:
+    """Each remedy's own changes (not the ones above it) as edits to the --from files."""
+    from ..readers.edits import edits
+
+    out, before = [], {}
+    for r in d.remedies:
+        step = {k: v for k, v in r.changes.items() if before.get(k) != v}
+        out.append(edits(reading, step, batch_before=r.before.scenario.batch))
+        before = r.changes
+    return out
+
+
+def remedy_lines(d: Diagnosis, units: str, reading=None) -> list[str]:
+    """The remedies in order; with a Reading, each followed by the edits to the user's file."""
+    fb = (lambda n: fmt_bytes(n, units))
+    lines = []
+    if d.remedies or d.skipped:
+        lines += ["", "remedies, in order (each keeps the ones above it):" if reading is None else
+                  "remedies, in order, as edits to your files (each keeps the ones above it):"]
+    for title, why in d.skipped:
+        lines.append(f"  - {title}: skipped — {why}")
+    changes = remedy_edits(d, reading) if reading is not None else [[] for _ in d.remedies]
+    for n, (r, edit) in enumerate(zip(d.remedies, changes), 1):
+        where = "fits" if r.after.peak <= d.budget else f"still {fb(r.after.peak - d.budget)} over"
+        note = "" if r.saving > 0 else f" (no saving: the peak is at {_moment(r.after)})"
+        lines.append(f"  {n}. {r.title}: saves {fb(r.saving)} → peak {fb(r.after.peak)}, {where}{note}; cost: {r.cost}")
+        lines += [f"       {e}" for e in edit]
+    return lines
+
+
+def diagnosis_text(d: Diagnosis, units: str, reading=None) -> str:
+    sc, est = d.estimate.scenario, d.estimate
+    fb = (lambda n: fmt_bytes(n, units))
+    budget = (f"{fb(d.card.usable_bytes)} usable − {fb(d.headroom)} headroom"
+              + (f" − {fb(d.overhead)} measured overhead" if d.overhead > 0 else "") + f" = {fb(d.budget)}")
+    lines = [f"{sc.model.name} · {sc.method}" + (f" r={sc.rank}" if sc.lora else "") + f" · batch {sc.batch} · "
+             f"seq {sc.seq} on {d.card.name}: budget {budget}", ""]
+    if d.measured:
+        measured, at = d.measured
+        lines.append(f"measured: {fb(measured)} at batch {at.scenario.batch}, seq {at.scenario.seq}; the ledger "
+                     f"predicts {fb(at.peak)} there: the measurement is {fb(abs(d.overhead))} "
+                     f"({100 * d.overhead / at.peak:+.1f} %) {'above' if d.overhead >= 0 else 'below'} the estimate"
+                     + (" — taken as unknown overhead (context, allocator, fragmentation) and kept free below"
+                        if d.overhead > 0 else " — no overhead to add"))
+    lines.append(f"estimate: peak {fb(est.peak)} at {_moment(est)}: parameter side (base + trainable) "
+                 f"{fb(d.parameter_bytes)}, activation side (saved activations + temporaries) {fb(d.activation_bytes)}")
+    if d.side == "fits":
+        lines.append(f"verdict: the ledger says it fits with {fb(d.budget - est.peak)} to spare; an OOM means "
+                     "something the ledger does not hold (another process, a leak, a different recipe): measure "
+                     "with --measured-peak")
+    elif d.side == "parameter":
+        lines.append(f"verdict: the parameter side alone is over by {fb(d.parameter_bytes - d.budget)}: no batch or "
+                     "sequence setting helps; change the recipe, the method or the number of cards")
+    else:
+        lines.append(f"verdict: the activation side is over: the parameters leave {fb(d.budget - d.parameter_bytes)}, "
+                     f"the activations need {fb(d.activation_bytes)}")
+    verdict = "fits" if d.probe.peak <= d.budget else "is over too"
+    lines.append(f"probe: run the real job at batch 1, seq {d.probe.scenario.seq} (predicted {fb(d.probe.peak)}: "
+                 f"{verdict}). Still OOM → the parameter side is bigger than this ledger: check the LoRA targets, an "
+                 "fp32 master copy the framework keeps, the optimizer's state precision. Runs → activations: go on.")
+    lines += remedy_lines(d, units, reading)
+    if d.cards is not None:
+        c = d.cards
+        lines.append(f"  then more cards: {c.strategy.name} on {c.gpus} × {d.card.name} ({fb(c.at.peak)} per GPU"
+                     + (f", {fb(c.host_total)} host" if c.host_total else "") + f") for {sc.method} with the fixes above")
+    elif d.side != "fits" and not d.fixed:
+        lines.append(f"  more cards: nothing fits within --max-gpus; a larger card is needed")
+    return "\n".join(lines)
+
+
+def diagnosis_json(d: Diagnosis, reading=None) -> dict:
+    edits = remedy_edits(d, reading) if reading is not None else [None] * len(d.remedies)
+    return {
+        "card": {"name": d.card.name, "usable_bytes": d.card.usable_bytes}, "headroom_bytes": d.headroom,
+        "overhead_bytes": d.overhead, "budget_bytes": d.budget, "side": d.side,
+        "peak_bytes": d.estimate.peak, "peak_moment": d.estimate.peak_moment,
+        "parameter_side_bytes": d.parameter_bytes, "activation_side_bytes": d.activation_bytes,
+        "probe": {"batch": d.probe.scenario.batch, "seq": d.probe.scenario.seq, "peak_bytes": d.probe.peak},
+        "remedies": [{"key": r.key, "title": r.title, "changes": r.changes, "saving_bytes": r.saving,
+                      "peak_after_bytes": r.after.peak, "fits": r.after.peak <= d.budget, "cost": r.cost,
+                      **({"edits": e} if e is not None else {})}
+                     for r, e in zip(d.remedies, edits)],
+        "skipped": [{"title": t, "why": w} for t, w in d.skipped],
+        "more_cards": None if d.cards is None else {"strategy": d.cards.strategy.key, "gpus": d.cards.gpus,
+                                                    "per_gpu_peak_bytes": d.cards.at.peak},
+        "measured": None if d.measured is None else {"peak_bytes": d.measured[0], "estimate_bytes": d.measured[1].peak},
+        "inputs": d.estimate.scenario.inputs(),
+    }
+
+
+
+# ---- the registry -----------------------------------------------------------------------------------------
+
+@renders(WhatIf, "text")
+def _whatif_text(w: WhatIf, units: str = "GiB", fmt: str = "table") -> str:
+    return whatif_text(w, units, fmt)
+
+
+@renders(WhatIf, "json")
+def _whatif_json(w: WhatIf, **_) -> dict:
+    return whatif_json(w)
+
+
+@renders(FitResult, "text")
+def _fit_text(r: FitResult, units: str = "GiB", **_) -> str:
+    return fit_text(r, units)
+
+
+@renders(FitResult, "json")
+def _fit_json(r: FitResult, **_) -> dict:
+    return fit_json(r)
+
+
+@renders(SensitivityResult, "text")
+def _sensitivity_text(res: SensitivityResult, units: str = "GiB", fmt: str = "table",
+                      comparison: Comparison | None = None) -> str:
+    return sensitivity_text(res, comparison, units, fmt)
+
+
+@renders(SensitivityResult, "json")
+def _sensitivity_json(res: SensitivityResult, units: str = "GiB", comparison: Comparison | None = None) -> dict:
+    return sensitivity_json(res, comparison, units)
+
+
+@renders(PlanResult, "text")
+def _plan_text(r: PlanResult, units: str = "GiB", fmt: str = "table") -> str:
+    return plan_text(r, r.rows[0].at.scenario, units, fmt)
+
+
+@renders(PlanResult, "json")
+def _plan_json(r: PlanResult, **_) -> dict:
+    return plan_json(r)
+
+
+@renders(Diagnosis, "text")
+def _diagnosis_text(d: Diagnosis, units: str = "GiB", reading=None) -> str:
+    return diagnosis_text(d, units, reading)
+
+
+@renders(Diagnosis, "json")
+def _diagnosis_json(d: Diagnosis, reading=None, **_) -> dict:
+    return diagnosis_json(d, reading)
