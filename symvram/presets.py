@@ -255,7 +255,17 @@ def load_model(name_or_path: str) -> ModelSpec:
 
 
 def load_gpu(name: str) -> GPUSpec:
-    """A named card from ``data/gpus.toml``."""
+    """A named card from ``data/gpus.toml``; a name that several cards share (``a100``: 40 or 80 GB) is
+    refused with the choices rather than read as one of them.
+
+    >>> load_gpu("a100")
+    Traceback (most recent call last):
+    ...
+    symvram.errors.UserError: 'a100' names more than one card: a100-40g, a100-80g (say which)
+    """
+    shared = [k for k in gpu_presets() if k.startswith(name.strip().lower() + "-")]
+    if len(shared) > 1:
+        raise UserError(f"{name!r} names more than one card: {', '.join(shared)} (say which)")
     key, entry = _lookup(name, gpu_presets(), "GPU")
     return GPUSpec(key=key, name=entry["name"], memory_bytes=round(entry["memory_gib"] * GIB),
                    usable_bytes=round(entry["usable_gib"] * GIB))

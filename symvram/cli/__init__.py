@@ -39,6 +39,8 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     are imported only when that command runs or ``symvram --help`` lists them all."""
     parser = _Parser(prog="symvram", description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--debug", action="store_true", help="show tracebacks (also SYMVRAM_DEBUG=1)")
+    parser.add_argument("--wide", action="store_true",
+                        help="keep every table row and formula on one line (default: output fits 100 columns)")
     parser.add_argument("--version", action="version", version="symvram " + __import__("symvram").__version__)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     for name in [only] if only in COMMANDS else COMMANDS:
@@ -49,8 +51,13 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in argv or os.environ.get("SYMVRAM_DEBUG") == "1"
-    argv = [a for a in argv if a != "--debug"]  # accepted before or after the command
+    wide = "--wide" in argv
+    argv = [a for a in argv if a not in ("--debug", "--wide")]  # accepted before or after the command
     try:
+        if wide:
+            from ..present import tables
+
+            tables.WIDTH, width_before = 0, tables.WIDTH
         parser = build_parser(_command_of(argv))
         args = parser.parse_args(argv)
         if not getattr(args, "func", None):
@@ -72,6 +79,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"symvram: internal error: {type(e).__name__}: {_one_line(e)} (rerun with --debug for the traceback)",
               file=sys.stderr)
         return 1
+    finally:
+        if wide:
+            tables.WIDTH = width_before
 
 
 def _command_of(argv: list[str]) -> str | None:

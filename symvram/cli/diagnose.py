@@ -7,6 +7,7 @@ import json
 from ..analysis.diagnose import PROBE_SEQ, diagnose
 from ..presets import load_card
 from ..errors import UserError
+from ..present.tables import terminal
 from ..present.reports import diagnosis_json, diagnosis_text
 from ..units import parse_size
 from .common import (add_model_argument, add_output_arguments, add_scenario_arguments, positive_int, provenance_dict,
@@ -76,5 +77,5 @@ def run(args) -> int:
     r = reading(args)
     text = (json.dumps({**diagnosis_json(d, r), **provenance_dict(args, sc)}, indent=2) if args.format == "json"
             else provenance_text(args, sc) + diagnosis_text(d, args.units, r))
-    write_output(text, args.output, args.force)
+    write_output(terminal(text) if args.format == "table" else text, args.output, args.force)
     return 0

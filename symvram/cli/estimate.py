@@ -6,7 +6,7 @@ import json
 
 from ..api import compare
 from ..evaluate import evaluate
-from ..present.tables import detail, to_json
+from ..present.tables import detail, terminal, to_json
 from ..present.units import fmt_bytes
 from .common import (add_model_argument, add_output_arguments, add_scenario_arguments, check_context, model_of,
                      provenance_dict, provenance_text, reading, scenario_from_args, scenario_kwargs, write_output)
@@ -109,5 +109,5 @@ def run(args) -> int:
                               indent=2)
         else:
             text = provenance_text(args, sc) + detail(bd, args.units, args.format) + ("\n\n" + verdict if verdict else "")
-    write_output(text, args.output, args.force)
+    write_output(terminal(text) if args.format == "table" else text, args.output, args.force)
     return 0

@@ -6,6 +6,7 @@ import json
 
 from ..analysis.fit import DEFAULT_HEADROOM, KNOBS, fit
 from ..presets import load_card
+from ..present.tables import terminal
 from ..present.reports import fit_json, fit_text
 from .common import add_model_argument, add_output_arguments, add_scenario_arguments, positive_int, provenance_dict, scenario_from_args, write_output
 
@@ -51,5 +52,5 @@ def run(args) -> int:
     sc = scenario_from_args(args)
     result = fit(sc, load_card(args.gpu), solve=args.solve, headroom=args.headroom, limit=args.limit)
     text = json.dumps({**fit_json(result), **provenance_dict(args, sc)}, indent=2) if args.format == "json" else fit_text(result, args.units)
-    write_output(text, args.output, args.force)
+    write_output(terminal(text) if args.format == "table" else text, args.output, args.force)
     return 0

@@ -7,6 +7,7 @@ import json
 from ..presets import load_card
 from ..analysis.plan import plan
 from ..errors import UserError
+from ..present.tables import terminal
 from ..present.reports import plan_json, plan_text
 from .common import add_model_argument, add_output_arguments, add_scenario_arguments, positive_int, provenance_dict, scenario_from_args, scenario_kwargs, write_output
 from .fit import add_card_arguments
@@ -46,5 +47,5 @@ def run(args) -> int:
     methods = (sc.method,) if "method" in scenario_kwargs(args) else None
     result = plan(sc, load_card(args.gpu), max_gpus=args.max_gpus, headroom=args.headroom, methods=methods)
     text = json.dumps({**plan_json(result), **provenance_dict(args, sc)}, indent=2) if args.format == "json" else plan_text(result, sc, args.units, args.format)
-    write_output(text, args.output, args.force)
+    write_output(terminal(text) if args.format == "table" else text, args.output, args.force)
     return 0

@@ -6,6 +6,7 @@ import json
 
 from ..analysis.sensitivity import SensitivityResult, compare, sensitivity
 from ..errors import UserError
+from ..present.tables import terminal
 from ..present.reports import sensitivity_json, sensitivity_text
 from .common import add_model_argument, add_output_arguments, add_scenario_arguments, provenance_dict, scenario_from_args, write_output
 
@@ -65,5 +66,5 @@ def run(args) -> int:
     c = compare(res, *chosen) if chosen else None
     text = (json.dumps({**sensitivity_json(res, c, args.units), **provenance_dict(args, sc)}, indent=2) if args.format == "json"
             else sensitivity_text(res, c, args.units, args.format))
-    write_output(text, args.output, args.force)
+    write_output(terminal(text) if args.format == "table" else text, args.output, args.force)
     return 0

@@ -5,6 +5,7 @@ import argparse
 import json
 
 from ..analysis.whatif import whatif
+from ..present.tables import terminal
 from ..present.reports import whatif_json, whatif_text
 from .common import add_model_argument, add_output_arguments, add_scenario_arguments, provenance_dict, scenario_from_args, write_output
 
@@ -35,5 +36,5 @@ def run(args) -> int:
     sc = scenario_from_args(args, overrides=None)   # --set is the change, not part of the "before"
     w = whatif(sc, dict(args.set))
     text = json.dumps({**whatif_json(w), **provenance_dict(args, sc)}, indent=2) if args.format == "json" else whatif_text(w, args.units, args.format)
-    write_output(text, args.output, args.force)
+    write_output(terminal(text) if args.format == "table" else text, args.output, args.force)
     return 0

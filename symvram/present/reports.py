@@ -47,7 +47,8 @@ def whatif_text(w: WhatIf, units: str, fmt: str) -> str:
     terms = w.terms()
     for block in dict.fromkeys(t.block for t in terms):
         for t in (t for t in terms if t.block == block):
-            rows.append([block, t.key, code(latex(t.expr)), _value(b.terms, t.key, units), _value(a.terms, t.key, units),
+            rows.append([block, t.key, code(latex(t.expr)) if md else text(t.expr), _value(b.terms, t.key, units),
+                         _value(a.terms, t.key, units),
                          _signed(w.term_delta(t.key), units)])
     lines += [render_rows(rows, "lllrrr", fmt), ""]
     rows = [["block", f"before ({units})", f"after ({units})", f"Δ ({units})"]]
