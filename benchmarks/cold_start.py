@@ -31,7 +31,7 @@ COMMANDS = {
     "plan": (SYMVRAM + ["plan", "70b", "--gpu", "a100-80g"], 1.5),
     "diagnose": (SYMVRAM + ["diagnose", "7b", "--gpu", "a100-80g"], 1.5),
     "validate --help": (SYMVRAM + ["validate", "--help"], 1.5),
-    "plot": (SYMVRAM + ["plot", "7b", "-o", str(TMP / "symvram-cold.png"), "--force"], 3.0),
+    "plot": (SYMVRAM + ["plot", "7b", "--kind", "breakdown", "-o", str(TMP / "symvram-cold.png"), "--force"], 3.0),
     "page": (SYMVRAM + ["page", "7b", "-o", str(TMP / "symvram-cold.html"), "--force"], 2.5),
 }
 
