@@ -52,3 +52,19 @@ def test_an_ambiguous_card_name_is_refused_with_the_choices(capsys):
     err = capsys.readouterr().err
     assert "a100-40g" in err and "a100-80g" in err and err.count("\n") == 1
     assert main(["fit", "7b", "--gpu", "h100"]) == 0  # one card of that name: taken
+
+
+def test_grammar_of_counts(capsys):
+    from symvram.analysis.fit import fit
+    from symvram.analysis.plan import plan
+    from symvram.present.reports import fit_text, plan_summary
+    from symvram.presets import load_card
+    from symvram.scenario import Scenario
+
+    sc = Scenario.create("70b", method="full", seq=4096)
+    r = fit(sc, load_card("h200"), solve="batch")
+    assert "1 sequences" not in fit_text(r, "GiB")
+    p = plan(Scenario.create("7b"), load_card("rtx-4090"), max_gpus=2, strategies=("ddp", "zero3"))
+    for m in ("full", "lora"):
+        text = plan_summary(p, m, "GiB")
+        assert "DDP do not fit" not in text and "ZeRO-3 / FSDP FULL_SHARD do not fit" not in text

@@ -104,7 +104,7 @@ def fit_json(r: FitResult) -> dict:
 def fit_text(r: FitResult, units: str) -> str:
     sc = r.at.scenario
     unit = UNIT_WORDS[r.knob]
-    num = (lambda v: f"{v:,} {unit}".rstrip())
+    num = (lambda v: f"{v:,} {unit[:-1] if v == 1 and unit.endswith('s') else unit}".rstrip())  # 1 sequence
     fixed = ", ".join(f"{k} {getattr(sc, k)}" for k in KNOBS if k != r.knob and (k != "rank" or sc.lora))
     lines = [f"{sc.model.name} · {sc.method} · {fixed} on {r.card.name}: {fmt_bytes(r.capacity, units)} usable "
              f"− {fmt_bytes(r.headroom, units)} headroom = {fmt_bytes(r.budget, units)} budget"]
@@ -225,7 +225,7 @@ def plan_summary(r: PlanResult, method: str, units: str) -> str:
         return f"{method}: nothing fits on {r.max_gpus} × {r.card.name}"
     text = f"{method}: " + "; or ".join(parts)
     if never:
-        text += f"; {', '.join(never)} do not fit on {r.max_gpus}"
+        text += f"; {', '.join(never)} {'does' if len(never) == 1 else 'do'} not fit on {r.max_gpus}"
     starved = [x for x in rows if x.params_gpus and (not x.fits or x.gpus > x.params_gpus)]
     if starved and not rows[0].at.scenario.grad_checkpointing:
         text += (f" — activations, which ZeRO does not divide, cost cards ({starved[0].strategy.name}: "
