@@ -154,3 +154,38 @@ def test_importing_plots_keeps_the_users_backend():
             "from symvram.api import plot; plot('7b', 'breakdown'); print(matplotlib.get_backend())")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "svg"
+
+
+def test_seq_axes_follow_the_question_not_the_context():
+    """A 131k-context model at seq 2048: the seq-curve spans 8192 tokens on a log2 axis, the --seq is
+    marked, the y axis stops a little above the largest card, and each line's crossing is labelled."""
+    sc = Scenario.create("llama-3.1-8b", method="lora", seq=2048)
+    assert sc.model.max_position >= 131072
+    cards = [load_card("rtx-4090"), load_card("a100-80g")]
+    ax = plots.seq_curve(sc, ranks=(8, 64), cards=cards).axes[0]
+    s = ax.lines[0].get_xdata()
+    assert s[-1] == 8192 and ax.get_xscale() == "log"
+    assert [c.get_label() for c in ax.collections] == ["--seq 2,048"]
+    assert ax.get_ylim()[1] <= 1.25 * cards[1].usable_bytes / GIB + 1e-9
+    crossings = [t.get_text() for t in ax.texts if t.get_text().replace(",", "").isdigit()]
+    assert crossings, "no crossing labelled"
+    for text in crossings[:2]:   # the last seq under the card, from the estimate
+        x = int(text.replace(",", ""))
+        assert evaluate(sc.with_changes(seq=x, rank=8)).peak <= cards[0].usable_bytes or \
+            evaluate(sc.with_changes(seq=x, rank=64)).peak <= cards[0].usable_bytes
+    ax = plots.seq_curve(sc, ranks=(8,), seq_max=32768).axes[0]
+    assert ax.lines[0].get_xdata()[-1] == 32768
+
+
+def test_fit_map_log2_axis_marks_the_run():
+    sc = Scenario.create("llama-3.1-8b", method="lora", seq=2048, batch=2)
+    fig = plots.fit_map(sc, load_card("a100-80g"))
+    ax = fig.axes[0]
+    left, right, _, _ = ax.images[0].get_extent()
+    assert right - left == pytest.approx(np.log2(8192) - np.log2(256), abs=0.2)   # log2 units, up to 8192
+    (marker,) = ax.collections
+    assert tuple(marker.get_offsets()[0]) == pytest.approx((11.0, 2.0))
+    assert "--seq 2,048, --batch 2" in [t.get_text() for t in ax.get_legend().get_texts()]
+    fig.canvas.draw()   # the title fits the figure (two lines, not clipped)
+    bbox = ax.title.get_window_extent()
+    assert bbox.x0 >= 0 and bbox.x1 <= fig.bbox.width

@@ -48,6 +48,8 @@ def register(sub) -> None:
     p.add_argument("--headroom", default=DEFAULT_HEADROOM, help=f"fit-map: memory kept free (default {DEFAULT_HEADROOM})")
     p.add_argument("--ranks", type=_ranks, help="seq-curve: LoRA ranks, one line each (default 8,16,64,256)")
     p.add_argument("--top", type=positive_int, help="tornado: only the N largest elasticities")
+    p.add_argument("--seq-max", type=positive_int, help="seq-curve, fit-map: the longest sequence drawn (default: "
+                                                        "4 × --seq, at least 8192, within the model's context)")
     p.add_argument("--theme", choices=("light", "dark"), default="light")
     add_output_arguments(p, required=True, help="the figure file: .png, .svg or .pdf")
     p.set_defaults(func=run)
@@ -56,7 +58,7 @@ def register(sub) -> None:
 def figure(args):
     """The figure through the Python API (one dispatch for both doors)."""
     return plot(model_of(args), args.kind, gpu=args.gpu, ranks=args.ranks, top=args.top, headroom=args.headroom,
-                units=args.units, theme=args.theme, **scenario_kwargs(args))
+                units=args.units, theme=args.theme, seq_max=args.seq_max, **scenario_kwargs(args))
 
 
 def run(args) -> int:

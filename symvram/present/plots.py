@@ -92,14 +92,43 @@ def _card_lines(ax, cards: Sequence[GPUSpec], units: str) -> None:
                     xytext=(-4, 3), textcoords="offset points", ha="right", va="bottom", fontsize="small")
 
 
-def seq_curve(sc: Scenario, ranks: Sequence[int] = (8, 16, 64, 256), seqs: Sequence[int] | None = None,
-              cards: Sequence[GPUSpec] = (), units: str = "GiB", theme: str = "light") -> Figure:
-    """Peak against sequence length, one line per LoRA rank (one line for full fine-tuning).
+def default_seq_max(sc: Scenario) -> int:
+    """The longest sequence a picture spans by default: what a user trains at, not the model's context —
+    four times ``--seq``, at least 8192, never past max_position_embeddings.
 
-    ``seqs`` default: 256 points up to the model's max_position_embeddings (8192 when unknown)."""
+    >>> default_seq_max(Scenario.create("7b", seq=2048)), default_seq_max(Scenario.create("llama-3.1-8b", seq=2048))
+    (4096, 8192)
+    """
+    want = max(4 * sc.seq, 8192)
+    return min(want, sc.model.max_position) if sc.model.max_position else want
+
+
+def seq_grid(sc: Scenario, seq_max: int | None, points: int) -> np.ndarray:
+    """``points`` sequence lengths evenly spaced on a log2 axis, from 1/32 of ``seq_max`` (at least 16)."""
+    top = seq_max or default_seq_max(sc)
+    if isinstance(top, bool) or not isinstance(top, (int, np.integer)) or top < 2:
+        raise UserError(f"--seq-max must be an integer of at least 2; got {seq_max!r}")
+    low = min(max(16, top // 32), top - 1)
+    return np.unique(np.round(np.geomspace(low, top, points)).astype(np.int64))
+
+
+def _pow2_ticks(ax, low: float, high: float, log_axis: bool = True) -> None:
+    """Ticks at the powers of two in [low, high], labelled in tokens."""
+    ks = [k for k in range(0, 41) if low <= 2 ** k <= high]
+    if ks:
+        ax.set_xticks([2 ** k if log_axis else k for k in ks], [f"{2 ** k:,}" for k in ks])
+
+
+def seq_curve(sc: Scenario, ranks: Sequence[int] = (8, 16, 64, 256), seqs: Sequence[int] | None = None,
+              cards: Sequence[GPUSpec] = (), units: str = "GiB", theme: str = "light",
+              seq_max: int | None = None) -> Figure:
+    """Peak against sequence length on a log2 axis, one line per LoRA rank (one line for full fine-tuning);
+    the cards as horizontal lines, where each line crosses them labelled, the scenario's own ``seq`` marked,
+    the y axis clipped a little above the largest card.
+
+    ``seqs`` default: points up to ``seq_max`` (default ``default_seq_max``: what a user trains at)."""
     led = build_ledger(sc.structure)
-    top = sc.model.max_position or 8192
-    s = np.unique(np.linspace(1, top, 256).astype(np.int64)) if seqs is None else np.asarray(seqs, dtype=np.int64)
+    s = seq_grid(sc, seq_max, 256) if seqs is None else np.asarray(seqs, dtype=np.int64)
     if s.size == 0 or s.min() < 1:
         raise UserError("sequence lengths must be positive integers")
     values = sc.values()
@@ -111,17 +140,32 @@ def seq_curve(sc: Scenario, ranks: Sequence[int] = (8, 16, 64, 256), seqs: Seque
                 if not 1 <= r <= limit:
                     raise UserError(f"--ranks {r}: a LoRA rank must be between 1 and {limit} (min(d_in, d_out))")
             fn = grid_function(led, peak_expr(led), ("seq", "rank"), values)
-            for n, r in enumerate(ranks):
-                peak = np.broadcast_to(fn(s, r), s.shape)
-                ax.plot(s, in_units(peak, units), color=LINE_COLORS[n % len(LINE_COLORS)], label=f"r = {r}")
+            curves = [(np.broadcast_to(fn(s, r), s.shape), LINE_COLORS[n % len(LINE_COLORS)], f"r = {r}")
+                      for n, r in enumerate(ranks)]
         else:
             fn = grid_function(led, peak_expr(led), ("seq",), values)
-            ax.plot(s, in_units(np.broadcast_to(fn(s), s.shape), units), color=LINE_COLORS[0], label=sc.method)
+            curves = [(np.broadcast_to(fn(s), s.shape), LINE_COLORS[0], sc.method)]
+        for peak, color, label in curves:
+            ax.plot(s, in_units(peak, units), color=color, label=label)
         _card_lines(ax, cards, units)
+        for card in cards:  # where each line first goes over each card
+            for peak, color, _ in curves:
+                over = np.nonzero(peak > card.usable_bytes)[0]
+                if len(over) and over[0] > 0:
+                    x = int(s[over[0] - 1])
+                    ax.annotate(f"{x:,}", (x, in_units(card.usable_bytes, units)), xytext=(0, -12),
+                                textcoords="offset points", ha="center", fontsize="x-small", color=color)
+        if s.min() <= sc.seq <= s.max():  # the scenario's own seq (a collection: ax.lines holds only curves and cards)
+            ax.vlines([sc.seq], 0, 1, transform=ax.get_xaxis_transform(), colors="grey", linestyles=":",
+                      linewidth=1, label=f"--seq {sc.seq:,}")
+        ax.set_xscale("log", base=2)
+        _pow2_ticks(ax, s.min(), s.max())
         ax.set_xlabel("sequence length s (tokens)")
         ax.set_ylabel(f"peak ({units})")
         ax.set_xlim(s.min(), s.max())
-        ax.set_ylim(bottom=0)
+        highest = max(float(np.max(in_units(peak, units))) for peak, _, _ in curves)
+        cap = 1.25 * max((in_units(c.usable_bytes, units) for c in cards), default=highest)
+        ax.set_ylim(0, min(highest * 1.05, cap) if cards else None)
         ax.set_title(f"{sc.model.name} · {sc.method} · batch {sc.batch}: peak against sequence length")
         ax.legend(loc="upper left", fontsize="small")
     return fig
@@ -148,13 +192,14 @@ def tornado(res: SensitivityResult, top: int | None = None, units: str = "GiB", 
 
 
 def fit_map(sc: Scenario, card: GPUSpec, batches: Sequence[int] | None = None, seqs: Sequence[int] | None = None,
-            headroom: int | str = DEFAULT_HEADROOM, units: str = "GiB", theme: str = "light") -> Figure:
-    """Fits / does not fit ``card`` (usable memory − headroom) over a batch × seq grid.
+            headroom: int | str = DEFAULT_HEADROOM, units: str = "GiB", theme: str = "light",
+            seq_max: int | None = None) -> Figure:
+    """Fits / does not fit ``card`` (usable memory − headroom) over a batch × seq grid, seq on a log2
+    axis up to ``seq_max`` (default ``default_seq_max``), the scenario's own (seq, batch) marked.
 
     The image's cell [i, j] is 1 when batch ``batches[i]`` and seq ``seqs[j]`` fit."""
     b = np.arange(1, 33, dtype=np.int64) if batches is None else np.asarray(batches, dtype=np.int64)
-    top = sc.model.max_position or 8192
-    s = np.linspace(top / 64, top, 64).astype(np.int64) if seqs is None else np.asarray(seqs, dtype=np.int64)
+    s = seq_grid(sc, seq_max, 64) if seqs is None else np.asarray(seqs, dtype=np.int64)
     if b.size == 0 or s.size == 0 or b.min() < 1 or s.min() < 1:
         raise UserError("batch sizes and sequence lengths must be positive integers")
     budget = card.usable_bytes - headroom_bytes(headroom, card.usable_bytes)
@@ -165,21 +210,28 @@ def fit_map(sc: Scenario, card: GPUSpec, batches: Sequence[int] | None = None, s
     with _theme(theme):
         fig, ax = _axes((8, 5))
         ax.imshow(fits, origin="lower", aspect="auto", cmap=ListedColormap(FIT_COLORS), vmin=0, vmax=1,
-                  interpolation="nearest", extent=_extent(s, b))
+                  interpolation="nearest", extent=_extent(np.log2(s), b))
+        _pow2_ticks(ax, s.min(), s.max(), log_axis=False)
+        here = []
+        if s.min() <= sc.seq <= s.max() and b.min() <= sc.batch <= b.max():
+            here = [ax.scatter([np.log2(sc.seq)], [sc.batch], marker="x", color="black", zorder=3,
+                       label=f"--seq {sc.seq:,}, --batch {sc.batch}")]
         ax.set_xlabel("sequence length s (tokens)")
         ax.set_ylabel("micro-batch size b (sequences)")
-        ax.set_title(f"{sc.model.name} · {sc.method} on {card.name}: budget {fmt_bytes(budget, units)} "
-                     f"({fmt_bytes(card.usable_bytes, units)} usable − headroom)")
-        ax.legend(handles=[Patch(color=FIT_COLORS[1], label="fits"), Patch(color=FIT_COLORS[0], label="does not fit")],
+        ax.set_title(f"{sc.model.name} · {sc.method} on {card.name}:\nbudget {fmt_bytes(budget, units)} "
+                     f"({fmt_bytes(card.usable_bytes, units)} usable − headroom)", fontsize="medium")
+        ax.legend(handles=[Patch(color=FIT_COLORS[1], label="fits"), Patch(color=FIT_COLORS[0], label="does not fit"),
+                           *here],
                   loc="upper right", fontsize="small")
     return fig
 
 
 def _extent(s: np.ndarray, b: np.ndarray) -> tuple[float, float, float, float]:
-    """Cell edges so that each cell is centred on its grid value (grids are evenly spaced)."""
+    """Cell edges so that each cell is centred on its grid value (grids are evenly spaced; the seq grid
+    is given in log2)."""
     ds = (s[-1] - s[0]) / (len(s) - 1) if len(s) > 1 else 1
     db = (b[-1] - b[0]) / (len(b) - 1) if len(b) > 1 else 1
     return (s[0] - ds / 2, s[-1] + ds / 2, b[0] - db / 2, b[-1] + db / 2)
 
 
-__all__ = ["breakdown", "seq_curve", "tornado", "fit_map", "THEMES"]
+__all__ = ["breakdown", "seq_curve", "tornado", "fit_map", "default_seq_max", "THEMES"]
