@@ -164,8 +164,11 @@ def seq_curve(sc: Scenario, ranks: Sequence[int] = (8, 16, 64, 256), seqs: Seque
         ax.set_ylabel(f"peak ({units})")
         ax.set_xlim(s.min(), s.max())
         highest = max(float(np.max(in_units(peak, units))) for peak, _, _ in curves)
-        cap = 1.25 * max((in_units(c.usable_bytes, units) for c in cards), default=highest)
-        ax.set_ylim(0, min(highest * 1.05, cap) if cards else None)
+        if cards:  # every card line shows; a curve far above the largest card is cut a little above it
+            largest = max(in_units(c.usable_bytes, units) for c in cards)
+            ax.set_ylim(0, min(max(highest * 1.05, largest * 1.1), largest * 1.25))
+        else:
+            ax.set_ylim(bottom=0)
         ax.set_title(f"{sc.model.name} · {sc.method} · batch {sc.batch}: peak against sequence length")
         ax.legend(loc="upper left", fontsize="small")
     return fig
