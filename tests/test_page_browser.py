@@ -15,6 +15,7 @@ import pytest
 from symvram.cli import main
 from symvram.presets import load_gpu
 from symvram.present.page import headless_chromium, render_page
+from symvram.analysis.fit import DEFAULT_HEADROOM, headroom_bytes
 from symvram.present.units import fmt_bytes
 from symvram.scenario import Scenario
 
@@ -114,7 +115,9 @@ def test_page_peak_equals_estimate(browser, tmp_path, capsys, model, start, fixe
         assert int(peak.get_attribute("data-bytes")) == expected, (chosen, _cli_args(data, chosen) + fixed)
         assert peak.text == fmt_bytes(expected, units)
         verdict = browser.find_element("id", "verdict").text
-        assert verdict.startswith("fits on" if expected <= card.usable_bytes else "does not fit on"), verdict
+        budget = card.usable_bytes - headroom_bytes(DEFAULT_HEADROOM, card.usable_bytes)  # as fit and diagnose keep
+        assert verdict.startswith("fits on" if expected <= budget else "does not fit on"), verdict
+        assert ("over by" in verdict) == (expected > budget), verdict
         checked += 1
     assert checked == settings, f"only {checked} valid settings in {10 * settings} draws"
     assert errors, "no invalid setting was drawn: the error path went unchecked"

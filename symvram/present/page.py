@@ -32,6 +32,7 @@ import jinja2
 from latex2mathml.converter import convert as latex_to_mathml
 from sympy.printing.jscode import jscode
 
+from ..analysis.fit import DEFAULT_HEADROOM, headroom_bytes
 from ..errors import UserError
 from ..ledger import build_ledger
 from ..ledger.sharding import STAGE_NAMES
@@ -296,6 +297,8 @@ def page_data(sc: Scenario, gpu: str | None = None, units: str = "GiB") -> tuple
         "ledgerBlocks": list(BLOCKS),
         "fixed": fixed_settings(sc),
         "gpus": {k: {"name": g.name, "usable": g.usable_bytes} for k, g in gpus.items()},
+        # the verdict keeps the headroom that fit, plan and diagnose keep (--headroom's default)
+        "headroom": headroom_bytes(DEFAULT_HEADROOM, 1 << 50),
         "gpu": card,
     }
     return data, [_js_function(e) for e in fns.list()]
