@@ -281,6 +281,8 @@ def load_card(text: str) -> GPUSpec:
     True
     >>> load_card("4090").name
     'NVIDIA GeForce RTX 4090 24GB'
+    >>> load_card("24GB").name, load_card("24G").name, load_card("24 GiB").name
+    ('24GB = 22.35 GiB card', '24G = 24.00 GiB card', '24.00 GiB card')
     """
     text = str(text).strip()
     try:
@@ -294,4 +296,6 @@ def load_card(text: str) -> GPUSpec:
         raise UserError(f"--gpu {text}: {e}") from None
     if size < MIN_CARD_BYTES:
         raise UserError(f"--gpu {text}: {size:,} bytes is not a GPU's memory (at least 1 GiB; write the unit, e.g. 24GiB)")
-    return GPUSpec(key=text, name=f"{fmt_bytes(size)} card", memory_bytes=size, usable_bytes=size)
+    # echo how a size was read unless it was written in GiB: "24GB = 22.35 GiB card", "24G = 24.00 GiB card"
+    echo = "" if text.lower().replace(" ", "").endswith("gib") else f"{text} = "
+    return GPUSpec(key=text, name=f"{echo}{fmt_bytes(size)} card", memory_bytes=size, usable_bytes=size)
