@@ -166,7 +166,7 @@ def sensitivity_markdown(res: SensitivityResult, units: str = "GiB") -> str:
     rows = [["#", "knob", "meaning", "at", "∂peak/∂x per unit", "elasticity", f"x·∂peak/∂x ({units})"]]
     for n, r in enumerate(res.rows, 1):
         d = SYMBOLS[r.knob]
-        rows.append([str(n), f"${d.latex}$ `{r.knob}`", _cell(d.meaning), f"{r.at:,g} {d.unit}",
+        rows.append([str(n), f"${d.latex}$ `{r.knob}`", _cell(d.meaning), f"{r.at:,g} " + (d.unit[:-1] if r.at == 1 and d.unit.endswith("s") else d.unit),
                      amount(r.value, units), f"{r.elasticity:.4f}", _number(r.proportional_bytes, units)])
     lines += [render_rows(rows, "rllrrrr", "markdown"), ""]
     for r in res.rows:

@@ -156,7 +156,14 @@ def sensitivity_explanation(res: SensitivityResult, c: Comparison, units: str) -
 
 
 def sensitivity_text(res: SensitivityResult, c: Comparison | None, units: str, fmt: str) -> str:
+    """The ranked knobs as a text table, or (``fmt="markdown"``) the one Markdown table that Jupyter shows
+    too (``display.sensitivity_markdown``), then the comparison of two knobs."""
     md = fmt == "markdown"
+    if md:
+        from .display import sensitivity_markdown
+
+        explanation = sensitivity_explanation(res, c, units) if c is not None else []
+        return sensitivity_markdown(res, units) + ("\n\n" + "\n".join(explanation) if explanation else "")
     sc = res.breakdown.scenario
     label = next(m.label for m in res.breakdown.ledger.moments if m.key == res.moment)
     lines = [("## " if md else "") + f"{sc.model.name} · {sc.method}" + (f" r={sc.rank}" if sc.lora else "") +
