@@ -60,15 +60,9 @@ def _axes(size: tuple[float, float]):
     return fig, fig.add_subplot()
 
 
-def transient_at_peak(bd: Breakdown) -> int:
-    """Bytes of the temporaries (the ledger's transient terms) live at the peak moment."""
-    moment = next(m for m in bd.ledger.moments if m.key == bd.peak_moment)
-    return sum(bd.terms[k] for k in moment.terms if bd.ledger.by_key[k].block == "transient")
-
-
 def breakdown(rows: Iterable[tuple[str, Breakdown]], units: str = "GiB", theme: str = "light") -> Figure:
-    """Stacked base / trainable / activations per named estimate, the temporaries live at the peak hatched
-    on top; a diamond marks each peak."""
+    """Stacked base / trainable / activations per named estimate, what the peak holds beyond them
+    (temporaries) hatched on top; a diamond marks each peak."""
     rows = list(rows)
     with _theme(theme):
         fig, ax = _axes((1.6 * len(rows) + 3, 4.8))
@@ -78,10 +72,11 @@ def breakdown(rows: Iterable[tuple[str, Breakdown]], units: str = "GiB", theme: 
             heights = np.array([in_units(bd.blocks[block], units) for _, bd in rows])
             ax.bar(x, heights, 0.6, bottom=bottom, color=BLOCK_COLORS[block], label=BLOCK_NAMES[block])
             bottom += heights
-        # what the peak adds on top of the blocks: the temporaries live at the peak moment, hatched
-        temps = np.array([in_units(transient_at_peak(bd), units) for _, bd in rows])
-        ax.bar(x, temps, 0.6, bottom=bottom, color="none", edgecolor=PEAK_COLOR, hatch="///", linewidth=0.8,
-               label="temporaries at the peak")
+        # what the peak holds beyond the three blocks (temporaries: fp32 logits, the optimizer's scratch …),
+        # hatched up to the peak; nothing where a peak moment holds less than the blocks' sum
+        above = np.array([in_units(max(0, bd.peak - bd.ledger_total), units) for _, bd in rows])
+        ax.bar(x, above, 0.6, bottom=bottom, color="none", edgecolor=PEAK_COLOR, hatch="///", linewidth=0.8,
+               label="temporaries: the peak above the blocks")
         peaks = [in_units(bd.peak, units) for _, bd in rows]
         ax.plot(x, peaks, linestyle="none", marker="D", markersize=8, color=PEAK_COLOR,
                 label="peak (max_memory_allocated)")
