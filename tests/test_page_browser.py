@@ -110,6 +110,7 @@ def test_page_peak_equals_estimate(browser, tmp_path, capsys, model, start, fixe
         if expected is None:  # the CLI refuses these settings: so must the page
             assert peak.get_attribute("data-bytes") == "", chosen
             assert browser.find_element("id", "error").text
+            assert browser.find_element("id", "legend").text == "", "a stale legend beside no estimate"
             errors += 1
             continue
         assert int(peak.get_attribute("data-bytes")) == expected, (chosen, _cli_args(data, chosen) + fixed)
