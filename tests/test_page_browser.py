@@ -7,14 +7,19 @@ Skipped, with the reason, where Selenium or Chromium is missing (.ci/run install
 from __future__ import annotations
 
 import json
+from pathlib import Path
+import sys
 import random
 import tempfile
 
 import pytest
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+from browser import headless_chromium  # noqa: E402  (scripts/browser.py: not shipped in the package)
+
 from symvram.cli import main
 from symvram.presets import load_gpu
-from symvram.present.page import headless_chromium, render_page
+from symvram.present.page import render_page
 from symvram.analysis.fit import DEFAULT_HEADROOM, headroom_bytes
 from symvram.present.units import fmt_bytes
 from symvram.scenario import Scenario
