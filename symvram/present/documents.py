@@ -135,6 +135,8 @@ def _try(sc: Scenario, **changes) -> Scenario | str:
 def same_settings(sc: Scenario, model: str) -> Scenario:
     """The same method, recipe and activation settings on another model."""
     kw = {k: getattr(sc, k) for k in sc.__dataclass_fields__ if k != "model"}
+    groups = sc.structure.arch.target_sets  # another family names its modules otherwise: pass the group
+    kw["targets"] = next((g for g, members in groups.items() if set(members) == set(sc.targets)), sc.targets)
     return Scenario.create(load_model(model), **kw)
 
 
