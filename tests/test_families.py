@@ -171,3 +171,14 @@ def test_estimate_equals_the_measured_peak(model_type, settings):
     measured = measure({**from_scenario(sc), "steps": 2})
     # within 8 bytes: the 0-d fp32 loss and its gradient seed are not ledger terms
     assert 0 <= measured["peak_bytes"] - evaluate(sc).peak <= 8
+
+
+def test_the_readme_shows_the_whole_qwen3_entry():
+    """"Adding a family is one data entry": the README's example is the shipped file, comments aside."""
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    entry = (root / "symvram/data/families/qwen3.toml").read_text(encoding="utf-8")
+    lines = [ln for ln in entry.splitlines() if ln.strip() and not ln.startswith("#")]
+    readme = (root / "README.md").read_text(encoding="utf-8")
+    assert "\n".join(lines) in "\n".join(ln for ln in readme.splitlines() if ln.strip())
