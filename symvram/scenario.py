@@ -251,8 +251,8 @@ class Scenario:
             raise UserError("--sequence-parallel splits the norm/residual activations across the tensor-parallel "
                             "ranks: it needs --tp 2 or more")
         dims = {**self.model.dims, **dict(self.overrides)}
-        for name in ("heads", "kv_heads", "intermediate"):
-            if dims[name] % self.tp:
+        for name in ("heads", "kv_heads", "intermediate", "moe_intermediate"):
+            if name in dims and dims[name] % self.tp:
                 raise UserError(f"--tp {self.tp} does not divide {name} = {dims[name]}: tensor parallelism "
                                 f"gives every rank the same share of the heads and of d_ff")
 
