@@ -182,3 +182,28 @@ def test_the_readme_shows_the_whole_qwen3_entry():
     lines = [ln for ln in entry.splitlines() if ln.strip() and not ln.startswith("#")]
     readme = (root / "README.md").read_text(encoding="utf-8")
     assert "\n".join(lines) in "\n".join(ln for ln in readme.splitlines() if ln.strip())
+
+
+ONE_PER_FAMILY = ["llama-3.2-1b", "mistral-7b", "qwen2.5-0.5b", "qwen3-0.6b", "gemma-2-2b", "gemma-3-1b", "phi-3-mini",
+                  "olmo-2-7b", "mixtral-8x7b", "qwen3-30b-a3b"]
+
+
+def test_one_preset_per_family():
+    from symvram.presets import load_model
+
+    assert {load_model(m).family for m in ONE_PER_FAMILY} == set(family_names())
+
+
+@pytest.mark.parametrize("model", ONE_PER_FAMILY)
+def test_every_question_answers_for_every_family(model):
+    """estimate, whatif, sensitivity, fit, plan, diagnose and explain run on each family, and agree: what
+    whatif reports for seq = 4096 is what estimate computes there."""
+    from symvram import api
+
+    lora = dict(method="lora", rank=8)
+    assert api.whatif(model, {"seq": 4096}, **lora).after.peak == api.estimate(model, seq=4096, **lora).peak
+    assert api.sensitivity(model, **lora)
+    assert api.fit(model, "h100-80g", **lora)
+    assert api.plan(model, "h100-80g", max_gpus=8)
+    assert api.diagnose(model, "rtx-4090", **lora)
+    assert "LoRA" in api.explain(model, **lora).text
