@@ -252,10 +252,11 @@ def past_window(s_: Structure) -> sp.Expr:
 def sliding_extra(s_: Structure) -> sp.Expr:
     """A sliding-window layer under SDPA once the sequence is longer than the window (Gemma 3): the
     window needs an explicit mask, so SDPA saves a 16-bit (b, 1, s, s) mask and k, v are expanded to
-    n_h heads (repeat_kv) instead of GQA. Nothing while s ≤ w."""
+    n_h heads (repeat_kv, a copy unless n_kv = 1) instead of GQA. Nothing while s ≤ w."""
     if s_.arch.dim("window", 0) == 0 or s_.attention != "sdpa":
         return sp.Integer(0)
-    return past_window(s_) * (b_c * b * s**2 + 2 * b_c * T * dh * (nh - nkv))
+    repeated = sp.Min(1, nkv - 1)  # with one kv head repeat_kv is a stride-0 view: no copy
+    return past_window(s_) * (b_c * b * s**2 + repeated * 2 * b_c * T * dh * (nh - nkv))
 
 
 def per_layer_bytes(s_: Structure) -> sp.Expr:
