@@ -207,3 +207,12 @@ def test_every_question_answers_for_every_family(model):
     assert api.plan(model, "h100-80g", max_gpus=8)
     assert api.diagnose(model, "rtx-4090", **lora)
     assert "LoRA" in api.explain(model, **lora).text
+
+
+def test_a_multimodal_config_is_read_through_its_text_config():
+    """Gemma 3 4B–27B ship model_type gemma3 with the language model under text_config."""
+    text = {**PUBLISHED[3][0]}
+    spec = spec_from_config({"model_type": "gemma3", "text_config": text, "vision_config": {"hidden_size": 1152}},
+                            "g", "config", "test")
+    assert spec.family == "gemma3_text"
+    assert evaluate(Scenario.create(spec, method="full")).derived["P"] == 3_880_263_168
