@@ -212,16 +212,22 @@ def test_html_escapes_a_model_name_from_config_json(tmp_path):
     assert "script" not in parser.tags
     assert "<script>alert(1)</script>&_%$#" in "".join(parser.outside)
     tex = render(sc, fmt="tex")
-    assert r"\textless{}script\textgreater{}alert(1)\textless{}/script\textgreater{}\&\_\%\$\#" in tex
+    assert r"\textless{}script\textgreater{}alert(1)\textless{}/script\textgreater{}\&\_\allowbreak{}\%\$\#" in tex
 
 
 @pytest.mark.skipif(shutil.which("pdflatex") is None,
                     reason="pdflatex is not installed (Debian: texlive-latex-base latex-cjk-chinese "
                            "latex-cjk-chinese-arphic-gbsn00lp, as .ci/run installs)")
 @pytest.mark.parametrize("lang", ["en", "zh"])
-def test_tex_compiles_with_pdflatex(lang, tmp_path):
-    pdf = documents.compile_pdf(render(Scenario.create("7b"), fmt="tex", lang=lang))
+@pytest.mark.parametrize("settings", [{}, dict(method="qlora"), dict(method="lora", batch=4, seq=4096)],
+                         ids=["full", "qlora", "lora-4096"])
+def test_tex_compiles_with_pdflatex(lang, settings, tmp_path):
+    """Both languages compile, and no line or table sticks out of the text block by more than 1 pt (the old
+    documents had 151 pt of "up_proj, down_proj" off the edge of the zh QLoRA page, and tables squeezed
+    into unbreakable \\resizebox-es)."""
+    pdf, log = documents.compile_tex(render(Scenario.create("7b", **settings), fmt="tex", lang=lang))
     assert pdf.startswith(b"%PDF") and len(pdf) > 10_000
+    assert [pt for pt in documents.overfull_boxes(log) if pt > 1.0] == []
 
 
 def test_pdf_without_pdflatex_says_so(monkeypatch):
@@ -410,3 +416,34 @@ def test_chinese_is_chinese(settings):
     if settings.get("method") == "qlora":
         assert "权重 BF16" not in text and "4-bit NF4" in text.split("\n\n")[1]
     assert not re.search(r"从 ([\d.]+ GiB) 变成 \1", text)
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_tex_markup(lang):
+    """Derivations aligned on '=' (align*), tables that break across pages (longtable), no bare % (a TeX
+    comment that cut the units sentence short), straight quotes and --master kept as typed."""
+    tex = render(Scenario.create("7b", method="qlora"), fmt="tex", lang=lang)
+    body = tex[tex.index(r"\begin{document}"):]
+    assert body.count(r"\begin{align*}") >= 8 and "&= " in body and r"\begin{flushleft}" not in body
+    assert r"\begin{longtable}" in body and r"\resizebox" not in body
+    assert not re.search(r"(?<!\\)%", body)
+    assert r"--master" not in body and "\"" not in body.replace(r"\texttt{\"}", "")
+    assert r"d_{\mathrm{head}}" in body and "d_{head}" not in body
+    full = render(Scenario.create("7b"), fmt="tex", lang="en")
+    assert r"``12 to 16 bytes per parameter" in full and "-{}-master fp32" in full
+
+
+def test_html_derivations_are_aligned_math_blocks():
+    """One <math display="block"> per derivation, an <mtable> aligned right|left on '=', units upright
+    (\\mathrm{B} as text, not an italic <mi>B</mi>), multi-letter subscripts upright."""
+    ctx = context("7b", method="lora")
+    html = documents.render_context(ctx, fmt="html", lang="en")
+    blocks = re.findall(r'<math[^>]*display="block">(.*?)</math>', html, re.S)
+    derivations = 3 + 1 + 1 + 1 + 1 + 1 + 1 + 1   # base, trainable, β (3), P_LoRA, ∂P/∂r, A_layer, A_ckpt, r=16
+    assert len(blocks) == derivations
+    assert all(b.startswith('<mtable columnalign="right left"') for b in blocks)
+    assert "<mi>B</mi>" not in html and "<mtext>B</mtext>" in html
+    assert "<mi>h</mi><mi>e</mi><mi>a</mi><mi>d</mi>" not in html
+    # A_layer's long sum is cut into rows (each continuation row starts with +), so it does not run off the page
+    rows = sorted(b.count("<mtr>") for b in blocks)
+    assert rows[0] == 3 and rows[-1] >= 5

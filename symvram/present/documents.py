@@ -470,6 +470,73 @@ def _align(line: str) -> str:
     return f"{head}&={tail}" if eq else line
 
 
+_MULTI_SUB = re.compile(r"_\{([A-Za-z]{2,})\}")
+
+
+def upright_subscripts(tex: str) -> str:
+    """A multi-letter subscript is a name, not a product: ``d_{head}`` → ``d_{\\mathrm{head}}``.
+
+    >>> print(upright_subscripts("d_{head} + n_{h}"))
+    d_{\\mathrm{head}} + n_{h}
+    """
+    return _MULTI_SUB.sub(r"_{\\mathrm{\1}}", tex)
+
+
+def visible_width(tex: str) -> int:
+    """Rough printed width of a LaTeX formula in characters (commands such as \\cdot count as one)."""
+    s = re.sub(r"\\[,;! ]", "", tex)
+    s = re.sub(r"\\(cdot|approx|times|beta|partial|quad|le|ge)\b", "x", s)
+    s = re.sub(r"\\(mathrm|frac|left|right|displaystyle|text)\b", "", s)
+    s = re.sub(r"\\[A-Za-z]+", "x", s)
+    return len(re.sub(r"[{}^_ ]", "", s)) + s.count(" + ") * 2
+
+
+def split_terms(expr: str, width: int = 58) -> list[str]:
+    """``expr`` cut at top-level `` + `` (outside braces and parentheses) into rows of at most ``width``
+    visible characters; rows after the first begin with ``+``."""
+    depth, cuts = 0, []
+    i = 0
+    while i < len(expr):
+        c = expr[i]
+        if c in "{(":
+            depth += 1
+        elif c in "})":
+            depth -= 1
+        elif depth == 0 and expr.startswith(" + ", i):
+            cuts.append(i)
+        i += 1
+    pieces, start = [], 0
+    for cut in cuts:
+        pieces.append(expr[start:cut])
+        start = cut + 1          # keep "+ …" on the next piece
+    pieces.append(expr[start:])
+    rows, current = [], ""
+    for piece in pieces:
+        candidate = current + (" " if current else "") + piece.strip() if current else piece.strip()
+        if current and visible_width(candidate) > width:
+            rows.append(current)
+            current = piece.strip()
+        else:
+            current = candidate
+    rows.append(current)
+    return rows
+
+
+def derivation_rows(lines: tuple[str, ...], width: int = 58) -> list[tuple[str, str]]:
+    """(left, right) cells of an aligned derivation: the label left of the first '=', each line's right-hand
+    side starting with '=' (or '+' on a continuation row), long lines cut at top-level sums."""
+    rows = []
+    for line in lines:
+        head, eq, tail = _breakable(line).partition("=")
+        if not eq:
+            rows.append(("", line))
+            continue
+        parts = split_terms(tail.strip(), width)
+        rows.append((head.strip(), "= " + parts[0]))
+        rows += [("", r"\quad " + part) for part in parts[1:]]
+    return rows
+
+
 class HTMLFormat(MarkdownFormat):
     name, suffix = "html", "html"
 
@@ -486,10 +553,17 @@ class HTMLFormat(MarkdownFormat):
         return Markup(f"<code>{self.escape(text)}</code>")
 
     def m(self, tex: str) -> Markup:
-        return Markup(mathml(tex, "inline"))
+        return Markup(mathml(upright_subscripts(tex), "inline"))
 
     def eq(self, *lines: str) -> Markup:
-        return Markup('<div class="eq">' + "".join(mathml(line, "block") for line in lines) + "</div>")
+        """One block ``<math>`` per derivation: an ``<mtable>`` aligned on '=' (label right, the rest left)."""
+        cells = []
+        for left, right in derivation_rows(lines, width=80):
+            cells.append("<mtr>" + "".join(f'<mtd columnalign="{a}">{_mathml_inner(upright_subscripts(x))}</mtd>'
+                                           for x, a in ((left, "right"), (right, "left"))) + "</mtr>")
+        return Markup('<div class="eq"><math xmlns="http://www.w3.org/1998/Math/MathML" display="block">'
+                      '<mtable columnalign="right left" columnspacing="0.3em" rowspacing="0.4em">'
+                      + "".join(cells) + "</mtable></math></div>")
 
     def table(self, head, rows, align: str) -> Markup:
         style = [' class="num"' if a == "r" else '' for a in align]
@@ -529,11 +603,23 @@ def _breakable(tex: str) -> str:
     return tex.replace(r"\left(", "(").replace(r"\right)", ")")
 
 
+def _print_width(text: str) -> int:
+    """Width in Latin characters: a CJK character prints about twice as wide."""
+    return sum(2 if ord(c) > 0x2E80 else 1 for c in text)
+
+
+_UNIT_CELL = re.compile(r"^(\\textbf\{)?(-?[\d,]+\.\d+) (GiB|GB|MiB|MB)(\})?$")
+
+
 class TexFormat(MarkdownFormat):
     name, suffix = "tex", "tex"
 
     def escape(self, text) -> str:
-        return "".join(_TEX_SPECIAL.get(c, c) for c in str(text))
+        """TeX specials escaped; a straight quote prints as itself (not as a closing curly quote) and ``--``
+        stays two hyphens (``--master``, not an en dash)."""
+        out = "".join(_TEX_SPECIAL.get(c, c) for c in str(text))
+        # identifiers such as _foreach_sqrt(exp_avg_sq) may break after an underscore in a narrow column
+        return out.replace('"', r"\symvramquote{}").replace("--", "-{}-").replace(r"\_", r"\_\allowbreak{}")
 
     def h(self, level: int, text) -> Markup:
         command = {1: "section*", 2: "subsection*", 3: "subsubsection*", 4: "paragraph"}[level]
@@ -546,21 +632,65 @@ class TexFormat(MarkdownFormat):
         return Markup(f"\\texttt{{{self.escape(text)}}}")
 
     def m(self, tex: str) -> Markup:
-        return Markup(f"${_breakable(tex)}$")
+        return Markup(f"${upright_subscripts(_breakable(tex))}$")
 
     def eq(self, *lines: str) -> Markup:
-        """Each line as text-style display math, which TeX breaks at + and · when it is wider than the page."""
-        body = "\\\\\n".join(f"$\\displaystyle {_breakable(line)}$" for line in lines)
-        return Markup(f"\\begin{{flushleft}}\n{body}\n\\end{{flushleft}}")
+        """An ``align*`` aligned on '=': the label, then each line's right-hand side, long sums cut into rows."""
+        rows = [f"{upright_subscripts(left)} &{upright_subscripts(right)}" for left, right in derivation_rows(lines)]
+        return Markup("\\begin{align*}\n" + " \\\\\n".join(rows) + "\n\\end{align*}")
 
     def table(self, head, rows, align: str) -> Markup:
-        """A tabular shrunk to the text width when wider; ``p`` (formula) and ``t`` (prose) columns wrap."""
-        widths = {"r": "r", "l": "l", "p": "p{0.34\\linewidth}", "t": "p{0.28\\linewidth}"}
-        spec = "".join(widths[a] for a in align)
-        lines = [" & ".join(self._text(c) for c in head) + r" \\ \hline"]
+        """A ``longtable`` (it breaks across pages) in footnote size. Numeric columns whose cells share a unit
+        print the unit once, in the header; ``p`` (formula) and ``t`` (prose) columns wrap and share the width
+        the others leave."""
+        head, rows = list(head), [list(r) for r in rows]
+        for j, a in enumerate(align):
+            if a != "r":
+                continue
+            matches = [_UNIT_CELL.match(str(r[j])) for r in rows if str(r[j]).strip()]
+            units = {mt.group(3) for mt in matches if mt}
+            if matches and all(matches) and len(units) == 1:
+                for r in rows:
+                    mt = _UNIT_CELL.match(str(r[j]))
+                    if mt:
+                        r[j] = Markup(f"\\textbf{{{mt.group(2)}}}") if mt.group(1) else mt.group(2)
+                unit = units.pop()
+                head[j] = head[j] if str(head[j]) == unit else Markup(f"{self._text(head[j])} ({unit})")
+        def width(cell) -> int:
+            text = str(self._text(cell))
+            return round(_print_width(re.sub(r"\\[A-Za-z]+|[{}$^_]", "", text)) * (1.4 if "$" in text else 1))
+
+        em = 0.0105   # one footnote-size character (and a little), as a fraction of the line
+        fixed = {}
+        for j, a in enumerate(align):
+            cells = [width(r[j]) for r in rows] or [0]
+            words = [_print_width(w) for w in re.split(r"[ /]", re.sub(r"\\[A-Za-z]+|[{}$]", "", str(self._text(head[j]))))]
+            if a == "r":
+                fixed[j] = em * max(max(cells), min(max(words), 12), 4)
+            elif a == "l":
+                fixed[j] = em * min(max(max(cells), max(words)), 28)
+        n_wrap = sum(a in "pt" for a in align)
+        free = max(0.99 - sum(fixed.values()) - 0.0125 * len(align), 0.12 * n_wrap)
+        weight = {"p": 1.15, "t": 0.85}
+        total = sum(weight[a] for a in align if a in weight) or 1
+        share = {a: free * weight[a] / total for a in "pt"}
+        cols = []
+        for j, a in enumerate(align):
+            w = fixed.get(j) or share[a]
+            if a == "l":   # short labels: natural width, never wrapped
+                cols.append("l")
+                continue
+            ragged = "raggedleft" if a == "r" else "raggedright"
+            cols.append(f">{{\\{ragged}\\arraybackslash}}p{{{w:.3f}\\linewidth}}")
+        spec = "".join(cols)
+
+        def header(cell, a):
+            return self._text(cell)
+
+        lines = [" & ".join(header(c, a) for c, a in zip(head, align)) + r" \\ \hline \endhead"]
         lines += [" & ".join(self._text(c) for c in row) + r" \\" for row in rows]
-        return Markup("\\begin{center}\\small\\resizebox{\\ifdim\\width>\\linewidth\\linewidth\\else\\width\\fi}{!}{"
-                      "\\begin{tabular}{" + spec + "}\n" + "\n".join(lines) + "\n\\end{tabular}}\\end{center}")
+        return Markup("{\\footnotesize\\setlength{\\tabcolsep}{3pt}\n\\begin{longtable}{@{}" + spec + "@{}}\n"
+                      + "\n".join(lines) + "\n\\end{longtable}}")
 
     def finish(self, body: str) -> str:
         out = []
@@ -575,10 +705,27 @@ class TexFormat(MarkdownFormat):
                            + "\n\\end{enumerate}")
             else:
                 out.append(chunk.strip())
-        return "\n\n".join(out)
+        # straight quotes typed in a template's prose become TeX's opening and closing quotes; Chinese
+        # enumeration commas and commas may break the line after them even next to Latin words (CJKutf8 does
+        # not break between a Latin identifier and full-width punctuation on its own)
+        text = re.sub(r'"([^"\n]*)"', r"``\1''", "\n\n".join(out))
+        return re.sub(r"([、，；：])", r"\1\\allowbreak{}", text)
 
 
 MARKUP = {"markdown": MarkdownFormat(), "html": HTMLFormat(), "tex": TexFormat()}
+
+
+def _upright_units(tex: str) -> str:
+    """``\\mathrm{B}`` as text: latex2mathml turns a one-letter ``\\mathrm`` into an italic ``<mi>``."""
+    return re.sub(r"\\mathrm\{([A-Za-z])\}", r"\\text{\1}", tex)
+
+
+def _mathml_inner(tex: str) -> str:
+    """The MathML of ``tex`` without its ``<math>`` wrapper (a cell of a larger table)."""
+    if not tex.strip():
+        return ""
+    out = mathml(tex, "inline")
+    return out[out.index(">") + 1:out.rindex("</math>")]
 
 
 def mathml(tex: str, display: str = "inline") -> str:
@@ -589,7 +736,7 @@ def mathml(tex: str, display: str = "inline") -> str:
     """
     from latex2mathml.converter import convert
 
-    return convert(tex, display=display)
+    return convert(_upright_units(tex), display=display)
 
 
 # ---------------------------------------------------------------- the Jinja2 environment and its filters
@@ -706,6 +853,16 @@ def render(sc: Scenario, fmt: str = "markdown", lang: str = "en", gpu: str = "a1
 
 def compile_pdf(tex: str, timeout: int = 120) -> bytes:
     """Run pdflatex on a document from ``render(..., fmt="tex")`` and return the PDF's bytes."""
+    return compile_tex(tex, timeout)[0]
+
+
+def overfull_boxes(log: str) -> list[float]:
+    """Every ``Overfull \\hbox (… pt too wide)`` of a pdflatex log, in points."""
+    return [float(x) for x in re.findall(r"Overfull \\hbox \(([\d.]+)pt too wide\)", log)]
+
+
+def compile_tex(tex: str, timeout: int = 120) -> tuple[bytes, str]:
+    """Run pdflatex on a document; the PDF's bytes and pdflatex's log (for overfull boxes)."""
     engine = shutil.which("pdflatex")
     if engine is None:
         raise UserError("--format pdf needs pdflatex, which is not installed; write the TeX with --format tex, "
@@ -723,4 +880,5 @@ def compile_pdf(tex: str, timeout: int = 120) -> bytes:
             log = run.stdout.decode("utf-8", "replace")
             error = next((line for line in log.splitlines() if line.startswith("!")), "no PDF was written")
             raise UserError(f"pdflatex failed: {error.lstrip('! ')}")
-        return pdf.read_bytes()
+        log = Path(folder, "explain.log").read_text(encoding="utf-8", errors="replace")
+        return pdf.read_bytes(), log
