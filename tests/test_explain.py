@@ -447,3 +447,26 @@ def test_html_derivations_are_aligned_math_blocks():
     # A_layer's long sum is cut into rows (each continuation row starts with +), so it does not run off the page
     rows = sorted(b.count("<mtr>") for b in blocks)
     assert rows[0] == 3 and rows[-1] >= 5
+
+
+def test_the_loss_is_the_first_lever_for_llama3_qlora_at_4096():
+    """Llama-3 QLoRA, batch 4 × 4096 with checkpointing: the fp32 log-softmax and the two fp32 loss gradients are
+    3 · 4 B · T · V (T = 16,384 tokens, V = 128,256) = 23.48 GiB of a 34.86 GiB peak; a chunked cross-entropy is
+    the first lever and the first remedy."""
+    text = render(Scenario.create("llama-3-8b", method="qlora", batch=4, seq=4096, grad_checkpointing=True),
+                  fmt="markdown", lang="en", gpu="rtx-4090")
+    bound = 3 * 4 * 4 * 4096 * 128256
+    levers = text[text.index("**Which lever"):text.index("**It ran out")]
+    first = next(x for x in levers.splitlines() if x.startswith("1. "))
+    assert first.startswith("1. a chunked / fused cross-entropy") and f"{bound / GIB:.2f} GiB" in first
+    triage = text[text.index("**It ran out"):]
+    assert next(x for x in triage.splitlines() if x.startswith("1. ")).startswith("1. a chunked / fused cross-entropy")
+    assert "What sets it is the loss's vocabulary-sized tensors" in triage
+
+
+def test_fused_adamw_is_named_in_the_headline():
+    """7B full: the 12 B/param peak (112 GB) drops by the foreach buffer, 7e9 · 4 B = 28 GB, with fused AdamW."""
+    head = render(Scenario.create("7b"), fmt="markdown", lang="en").split("## 1. ")[0]
+    fused = estimate("7b", optimizer_impl="fused").peak
+    assert abs((estimate("7b").peak - fused) - 7e9 * 4) < 0.05e9    # the buffer, less the end-of-backward tail
+    assert f"{fused / 1e9:.2f} GB ({fused / GIB:.2f} GiB) with fused AdamW" in head

@@ -235,6 +235,8 @@ def comparison(sc: Scenario, capacity: int) -> list[dict]:
                      "per_param": per_param(bd)["total"].value, "P_train": bd.derived["P_train"],
                      "fits": bd.peak <= capacity, "moment": _label(bd),
                      "peak_ckpt": ckpt.peak, "fits_ckpt": ckpt.peak <= capacity,
+                     "peak_fused": evaluate(other.with_changes(optimizer_impl="fused")).peak
+                     if other.optimizer == "adamw" and other.optimizer_impl != "fused" else None,
                      "base_terms": {k: bd.terms[k] for k in ("weights", "weights_nf4", "quant_constants",
                                                              "weights_16bit") if k in bd.terms},
                      "P_quant": bd.derived.get("P_quant"), "P_keep": bd.derived.get("P_keep")})
