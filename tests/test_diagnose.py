@@ -164,3 +164,14 @@ def test_cli(capsys):
 def test_bad_p95():
     with pytest.raises(UserError, match="--p95-seq"):
         diagnose(Scenario.create("7b"), 24 * GIB, p95_seq=0)
+
+
+def test_a_full_run_is_not_told_to_check_lora_targets(capsys):
+    from symvram.cli import main
+
+    assert main(["diagnose", "llama-3-8b", "--method", "full", "--gpu", "h200", "--batch", "8", "--seq", "4096"]) == 0
+    full = capsys.readouterr().out
+    assert "probe:" in full and "LoRA" not in full.split("probe:")[1].split("\n")[0]
+    assert main(["diagnose", "llama-3-8b", "--method", "lora", "--gpu", "rtx-4090", "--batch", "4", "--seq", "4096"]) == 0
+    lora = capsys.readouterr().out
+    assert "LoRA target modules" in lora and "no tensor parallelism" in lora

@@ -470,3 +470,19 @@ def test_fused_adamw_is_named_in_the_headline():
     fused = estimate("7b", optimizer_impl="fused").peak
     assert abs((estimate("7b").peak - fused) - 7e9 * 4) < 0.05e9    # the buffer, less the end-of-backward tail
     assert f"{fused / 1e9:.2f} GB ({fused / GIB:.2f} GiB) with fused AdamW" in head
+
+
+def test_qlora_base_against_the_back_of_envelope_figure():
+    """The reference's 3.5 GB is 7e9 × 0.5 B. The ledger's base: NF4 for the linear layers (P_quant / 2 bytes),
+    the double-quantized absmax (8 bits per 64 weights + 32 bits per 64 · 256), and the embeddings, lm_head and
+    norms in bf16 (P_keep · 2): by hand from the 7B preset's shapes."""
+    text = render(Scenario.create("7b"), fmt="markdown", lang="en")
+    h, f, L, V = 4096, 11008, 32, 32000
+    p_keep = 2 * V * h + (2 * L + 1) * h
+    p_quant = 7_000_000_000 - p_keep
+    nf4, constants = p_quant // 2, p_quant * (8 / 64 + 32 / (64 * 256)) / 8
+    line = next(x for x in text.splitlines() if x.startswith("The QLoRA base is"))
+    assert "0.5 B/param × 7,000,000,000 = 3.50 GB" in line
+    assert f"{nf4 / 1e9:.2f} GB of 4-bit NF4 weights for the {p_quant:,} linear-layer parameters" in line
+    assert f"{constants / 1e9:.2f} GB of quantization constants" in line
+    assert f"{p_keep * 2 / 1e9:.2f} GB for the {p_keep:,} parameters that stay in 16 bits" in line
