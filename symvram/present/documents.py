@@ -561,7 +561,8 @@ class HTMLFormat(MarkdownFormat):
         """One block ``<math>`` per derivation: an ``<mtable>`` aligned on '=' (label right, the rest left)."""
         cells = []
         for left, right in derivation_rows(lines, width=80):
-            cells.append("<mtr>" + "".join(f'<mtd columnalign="{a}">{_mathml_inner(upright_subscripts(x))}</mtd>'
+            cells.append("<mtr>" + "".join(f'<mtd columnalign="{a}" class="{a[0]}" style="text-align: {a}">'
+                                           f'{_mathml_inner(upright_subscripts(x))}</mtd>'
                                            for x, a in ((left, "right"), (right, "left"))) + "</mtr>")
         return Markup('<div class="eq"><math xmlns="http://www.w3.org/1998/Math/MathML" display="block">'
                       '<mtable columnalign="right left" columnspacing="0.3em" rowspacing="0.4em">'
