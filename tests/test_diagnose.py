@@ -131,7 +131,7 @@ def test_more_cards_when_every_remedy_falls_short():
     assert not d.fixed and d.cards is not None
     c = d.cards
     # the cards are counted for LoRA (the job's method) with the earlier fixes, per GPU
-    kw = dict(method="lora", grad_checkpointing=True, state_dtype="int8", zero=c.strategy.zero,
+    kw = dict(method="lora", grad_checkpointing=True, state_dtype="int8", optimizer_impl="fused", zero=c.strategy.zero,
               offload=c.strategy.offload, tp=c.tp, sequence_parallel=c.tp > 1)
     n = c.gpus // c.tp
     assert estimate("7b", gpus=n, **kw).peak == c.at.peak <= d.budget
@@ -175,3 +175,14 @@ def test_a_full_run_is_not_told_to_check_lora_targets(capsys):
     assert main(["diagnose", "llama-3-8b", "--method", "lora", "--gpu", "rtx-4090", "--batch", "4", "--seq", "4096"]) == 0
     lora = capsys.readouterr().out
     assert "LoRA target modules" in lora and "no tensor parallelism" in lora
+
+
+def test_8bit_states_carry_no_foreach_buffer():
+    """bitsandbytes' AdamW8bit updates in a fused kernel: 7B full with 8-bit states is 2 + 2 + 2 · 1 = 6 B/param
+    = 42e9 B of parameter side and no 7e9 · 1 B foreach buffer on top (the ledger's foreach 8-bit figure is
+    about 6.5 GiB higher)."""
+    d = diagnose(Scenario.create("7b", method="full"), load_card("a100-80g"))
+    r = d.proposals[0]
+    assert r.key == "precision" and r.changes == {"state_dtype": "int8", "optimizer_impl": "fused"}
+    assert "optimizer_temp" not in r.after.terms
+    assert r.after.blocks["base"] + r.after.blocks["trainable"] == 7e9 * (2 + 2 + 2)

@@ -285,7 +285,8 @@ def timeline(bd: Breakdown) -> dict:
 
 LEVERS = (
     ("fused_adamw", lambda sc: {"optimizer_impl": "fused"} if sc.optimizer == "adamw" and sc.optimizer_impl != "fused" else None),
-    ("int8_states", lambda sc: {"state_dtype": "int8"} if sc.state_dtype != "int8" else None),
+    ("int8_states", lambda sc: {"state_dtype": "int8", **({"optimizer_impl": "fused"} if sc.optimizer == "adamw" else {})}
+     if sc.state_dtype != "int8" else None),   # bitsandbytes' 8-bit AdamW is a fused kernel: no foreach buffer
     ("no_master", lambda sc: {"master": "none"} if sc.master == "fp32" else None),
     ("zero2", lambda sc: {"gpus": 8, "zero": 2} if sc.gpus == 1 and not sc.zero else None),
     ("seq_half", lambda sc: {"seq": max(sc.seq // 2, 1)} if sc.seq > 1 else None),
