@@ -530,7 +530,7 @@ def derivation_rows(lines: tuple[str, ...], width: int = 58) -> list[tuple[str, 
     side starting with '=' (or '+' on a continuation row), long lines cut at top-level sums."""
     rows = []
     for line in lines:
-        head, eq, tail = _breakable(line).partition("=")
+        head, eq, tail = line.partition("=")
         if not eq:
             rows.append(("", line))
             continue
