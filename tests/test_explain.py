@@ -295,6 +295,14 @@ def test_headline_answer_in_the_questions_units():
     assert "does not fit one NVIDIA A100 80GB" in head
     assert '"80GB" has 80 GiB' in head                        # why a card's "80GB" is GiB-sized
     assert f"**{70 * 12} GB**" in render(Scenario.create("70b"), fmt="markdown", lang="en")
+    # the other scale: 840e9 B over a 77.6 GiB budget is ⌈10.08⌉ = 11 cards of parameter side, so eight are not
+    # enough; 7B's 84e9 B needs ⌈1.008⌉ = 2 (and nobody says "eight" there)
+    budget = load_gpu("a100-80g").usable_bytes - GIB
+    assert math.ceil(840e9 / budget) == 11 and math.ceil(84e9 / budget) == 2
+    six = section(text, "## 6. ")
+    assert "at least 11 cards of 77.60 GiB for that alone, so eight are not enough" in six
+    other = section(render(Scenario.create("70b"), fmt="markdown", lang="en"), "## 6. ")
+    assert "at least 2 cards of 77.60 GiB for that alone;" in other and "eight" not in other
     zh = render(Scenario.create("7b"), fmt="markdown", lang="zh")
     assert "**84 GB**" in zh and "**112 GB**" in zh and "放不下" in zh.split("## 一、")[0]
 
