@@ -424,6 +424,8 @@ def test_chinese_is_chinese(settings):
     if settings.get("method") == "qlora":
         assert "权重 BF16" not in text and "4-bit NF4" in text.split("\n\n")[1]
     assert not re.search(r"从 ([\d.]+ GiB) 变成 \1", text)
+    en = render(Scenario.create("7b", **settings), fmt="markdown", lang="en")
+    assert not re.search(r"from ([\d.]+ GiB) to \1", en)
 
 
 @pytest.mark.parametrize("lang", ["en", "zh"])
