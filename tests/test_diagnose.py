@@ -186,3 +186,12 @@ def test_8bit_states_carry_no_foreach_buffer():
     assert r.key == "precision" and r.changes == {"state_dtype": "int8", "optimizer_impl": "fused"}
     assert "optimizer_temp" not in r.after.terms
     assert r.after.blocks["base"] + r.after.blocks["trainable"] == 7e9 * (2 + 2 + 2)
+
+
+def test_fp16_keeps_its_master_and_still_gets_8bit_states():
+    """fp16 weights cannot drop the fp32 master (the engine refuses it), so the precision remedy is 8-bit states
+    alone: 7B full fp16 with master, 2 + 2 + 4 + 2 · 1 = 10 B/param of parameter side after it."""
+    d = diagnose(Scenario.create("7b", dtype="fp16", master="fp32"), 24 * GIB)
+    r = d.proposals[0]
+    assert d.cause == "parameter" and r.key == "precision" and "master" not in r.changes
+    assert r.after.blocks["base"] + r.after.blocks["trainable"] == 7e9 * (2 + 2 + 4 + 2)

@@ -256,7 +256,7 @@ def triage_steps(est: Breakdown, budget: int, p95_seq: int | None) -> tuple[list
             skipped.append(("max_seq_len from the data's P95",
                             "pass --p95-seq: the 95th percentile of your tokenized lengths; a default max_seq_len "
                             "(often 4096) pads or keeps far more tokens than most samples have"))
-        floor = min(current.peak - budget, current.peak // 200)   # a remedy must save at least this much
+        floor = min(current.peak - budget, current.peak // 50)   # a remedy must save at least this much (2 %)
         options = []
         for c in _candidates(current.scenario, p95_seq):
             if c.key in done or not any(sizes[p] for p in c.parts):
@@ -267,8 +267,16 @@ def triage_steps(est: Breakdown, budget: int, p95_seq: int | None) -> tuple[list
             if c.changes is not None:
                 try:
                     after = evaluate(sc.with_changes(**{**changes, **c.changes}))
-                except UserError:
-                    continue   # e.g. the engine refuses this combination
+                except UserError:   # e.g. fp16 weights cannot drop the fp32 master: keep the rest of the remedy
+                    kept = {k: v for k, v in c.changes.items() if k != "master"}
+                    if not kept or kept == c.changes:
+                        continue
+                    try:
+                        after = evaluate(sc.with_changes(**{**changes, **kept}))
+                    except UserError:
+                        continue
+                    c = _Candidate(c.key, "8-bit optimizer states", c.tier, c.parts, kept,
+                                   c.cost.split("; without the master")[0])
                 saving = current.peak - after.peak
             else:
                 saving = sum(sizes[p] for p in c.parts)

@@ -100,7 +100,7 @@ def verdict(d: Diagnosis, fb) -> str:
                            f"the parameter side leaves {fb(room)}",
              "backward": f"the backward temporaries ({fb(sizes['backward'])}) are the largest part of the peak; "
                          f"the parameter side leaves {fb(room)}"}[cause]
-    return f"verdict: the {PART_NAMES[cause].split(' (')[0]} — {where}"
+    return f"verdict: {where}"
 
 
 def render(d: Diagnosis, units: str) -> str:
