@@ -103,6 +103,27 @@ def verdict(d: Diagnosis, fb) -> str:
     return f"verdict: {where}"
 
 
+def remedy_lines(d: Diagnosis, units: str) -> list[str]:
+    """The remedies for the peak's moment, cheapest first: modelled ones with their saving and the peak after,
+    the ones the engine cannot model yet with the most they can save."""
+    fb = (lambda n: fmt_bytes(n, units))
+    lines = []
+    if d.proposals or d.skipped:
+        lines += ["", f"remedies for the {d.moment_label}, cheapest first (each keeps the ones above it; "
+                      "stops at the first that fits):"]
+    for title, why in d.skipped:
+        lines.append(f"  - {title}: skipped — {why}")
+    for n, r in enumerate(d.proposals, 1):
+        if not r.modelled:
+            lines.append(f"  {n}. {r.title}: up to {fb(r.bound)} at the {_moment(r.before)} (not modelled yet: the "
+                         f"steps below are estimated without it); cost: {r.cost}")
+            continue
+        where = "fits" if r.after.peak <= d.budget else f"still {fb(r.after.peak - d.budget)} over"
+        lines.append(f"  {n}. {r.title}: saves {fb(r.saving)} → peak {fb(r.after.peak)} at the {_moment(r.after)}, "
+                     f"{where}; cost: {r.cost}")
+    return lines
+
+
 def render(d: Diagnosis, units: str) -> str:
     sc, est = d.estimate.scenario, d.estimate
     fb = (lambda n: fmt_bytes(n, units))
@@ -132,19 +153,7 @@ def render(d: Diagnosis, units: str) -> str:
         verdict_probe = "fits" if d.probe.peak <= d.budget else "is over too"
         lines.append(f"probe: run the real job at batch 1, seq {d.probe.scenario.seq} (predicted {fb(d.probe.peak)}: "
                      f"{verdict_probe}). " + probe_advice(d))
-    if d.proposals or d.skipped:
-        lines += ["", f"remedies for the {d.moment_label}, cheapest first (each keeps the ones above it; "
-                      "stops at the first that fits):"]
-    for title, why in d.skipped:
-        lines.append(f"  - {title}: skipped — {why}")
-    for n, r in enumerate(d.proposals, 1):
-        if not r.modelled:
-            lines.append(f"  {n}. {r.title}: up to {fb(r.bound)} at the {_moment(r.before)} (not modelled yet: the "
-                         f"steps below are estimated without it); cost: {r.cost}")
-            continue
-        where = "fits" if r.after.peak <= d.budget else f"still {fb(r.after.peak - d.budget)} over"
-        lines.append(f"  {n}. {r.title}: saves {fb(r.saving)} → peak {fb(r.after.peak)} at the {_moment(r.after)}, "
-                     f"{where}; cost: {r.cost}")
+    lines += remedy_lines(d, units)
     if d.cards is not None:
         c = d.cards
         lead = f"  or keep {sc.method}:" if d.fixed else "  then more cards:"
@@ -164,10 +173,14 @@ def to_json(d: Diagnosis) -> dict:
         "parts_bytes": {p: sum(v.values()) for p, v in d.parts.items()},
         "parameter_side_bytes": d.parameter_bytes, "activation_side_bytes": d.activation_bytes,
         "probe": {"batch": d.probe.scenario.batch, "seq": d.probe.scenario.seq, "peak_bytes": d.probe.peak},
-        "remedies": [{"key": r.key, "title": r.title, "tier": r.tier, "modelled": r.modelled, "changes": r.changes,
-                      "saving_bytes": r.saving, "peak_after_bytes": r.after.peak if r.modelled else None,
-                      "fits": r.modelled and r.after.peak <= d.budget, "cost": r.cost}
-                     for r in d.proposals],
+        # the modelled remedies, each on top of the previous (as before); "proposals" adds, in order, the
+        # remedies the engine cannot model yet (a chunked cross-entropy) with the most they can save
+        "remedies": [{"key": r.key, "title": r.title, "tier": r.tier, "changes": r.changes, "saving_bytes": r.saving,
+                      "peak_after_bytes": r.after.peak, "fits": r.after.peak <= d.budget, "cost": r.cost}
+                     for r in d.remedies],
+        "proposals": [{"key": r.key, "title": r.title, "tier": r.tier, "modelled": r.modelled,
+                       "saving_bytes": r.saving, "peak_after_bytes": r.after.peak if r.modelled else None,
+                       "cost": r.cost} for r in d.proposals],
         "skipped": [{"title": t, "why": w} for t, w in d.skipped],
         "more_cards": None if d.cards is None else {"strategy": d.cards.strategy.key, "gpus": d.cards.gpus,
                                                     "per_gpu_peak_bytes": d.cards.at.peak},
