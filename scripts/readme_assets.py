@@ -32,6 +32,7 @@ COMMANDS = {
     "plan": ["plan", "70b", "--gpu", "a100-80g"],
     "diagnose": ["diagnose", "llama-3-8b", "--method", "lora", "--batch", "4", "--seq", "4096", "--gpu", "rtx-4090",
                  "--p95-seq", "1500"],
+    "from": ["diagnose", "--from", "examples/configs/axolotl-qlora.yml", "--gpu", "rtx-4090", "--seq", "8192"],
 }
 PLOTS = {   # name -> the command that draws docs/tour/<name>.png
     "breakdown": ["plot", "7b", "--kind", "breakdown"],

@@ -17,8 +17,8 @@ from importlib import resources
 from pathlib import Path
 
 from .errors import UserError
+from .symbols import sym
 
-SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2")
 MAX_CONFIG_BYTES = 1 << 20  # a config.json is a few kB; refuse anything that is not one
 MAX_DIM = 10**7  # no model dimension (hidden, layers, vocab …) comes near this
 GIB = 1 << 30
@@ -26,15 +26,18 @@ GIB = 1 << 30
 
 @dataclass(frozen=True)
 class ModelSpec:
-    """The shape of a Llama-family decoder, and where it came from.
+    """The shape of a decoder, its family, and where it came from.
 
     ``params`` is set only for nominal interview presets (P taken as written); for exact presets and
-    config.json files P is derived from the shape (see ``ledger.architecture``).
+    config.json files P is derived from the shape (see ``ledger.architecture``). ``options`` are the
+    family's boolean switches that are on (``attention_bias``); ``extra`` the family's own dimensions
+    (an MoE model's experts and top-k).
     """
 
     name: str
     kind: str  # "nominal" | "exact" | "config"
     model_type: str
+    family: str
     hidden: int
     intermediate: int
     layers: int
@@ -43,7 +46,8 @@ class ModelSpec:
     head_dim: int
     vocab: int
     tied: bool
-    qkv_bias: bool
+    options: tuple[str, ...] = ()
+    extra: tuple[tuple[str, int], ...] = ()
     max_position: int | None = None
     params: int | None = None
     published_params: int | None = None
@@ -53,10 +57,28 @@ class ModelSpec:
     def dims(self) -> dict[str, int]:
         """Values of the model symbols (the registry names)."""
         d = dict(hidden=self.hidden, intermediate=self.intermediate, layers=self.layers,
-                 heads=self.heads, kv_heads=self.kv_heads, head_dim=self.head_dim, vocab=self.vocab)
+                 heads=self.heads, kv_heads=self.kv_heads, head_dim=self.head_dim, vocab=self.vocab, **dict(self.extra))
         if self.params is not None:
             d["P"] = self.params
         return d
+
+    def config(self) -> dict:
+        """The config.json fields of this shape, as its family reads them (what ``validate`` builds).
+
+        >>> load_model("qwen2.5-0.5b").config()["attention_bias"], load_model("mixtral-8x7b").config()["num_local_experts"]
+        (True, 8)
+        """
+        from .ledger.architecture import family
+
+        fam, dims = family(self.family), self.dims
+        cfg = {"model_type": self.model_type}
+        cfg.update({keys.split("|")[0]: dims[symbol] for symbol, keys, _ in fam.dims if keys != "layer_types"})
+        if "sliding_layers" in dims:  # counts of layer kinds, laid out as a list (the order costs nothing)
+            cfg["layer_types"] = (["sliding_attention"] * dims["sliding_layers"]
+                                  + ["full_attention"] * (self.layers - dims["sliding_layers"]))
+        cfg.update({o: o in self.options for o, _ in fam.options if o != "tie_word_embeddings"})
+        cfg["tie_word_embeddings"] = self.tied
+        return cfg
 
 
 @dataclass(frozen=True)
@@ -117,34 +139,72 @@ def _bool_field(cfg: dict, key: str, source: str, default: bool) -> bool:
     return value
 
 
+def _family_of(cfg: dict, source: str):
+    from .ledger.architecture import families_by_model_type, family
+
+    model_type = cfg.get("model_type")
+    known = families_by_model_type()
+    if model_type not in known:
+        raise UserError(f"{source}: model_type {model_type!r} is not supported; supported: {', '.join(sorted(known))} "
+                        "(a family is added as one file under symvram/data/families/, see the README)")
+    return family(known[model_type])
+
+
+def _count_layer_types(cfg: dict, fam, layers: int, what: str, source: str) -> int:
+    """How many distinct layer types (``what`` = "layer types present") or sliding-window layers
+    ("sliding layers") a config has: its ``layer_types``, else the family's pattern (every n-th layer full)."""
+    types = cfg.get("layer_types")
+    if types is None:
+        n = cfg.get("sliding_window_pattern") or fam.extra("sliding_pattern")
+        types = ["full_attention" if (i + 1) % n == 0 else "sliding_attention" for i in range(layers)]
+    if not isinstance(types, list) or len(types) != layers:
+        raise UserError(f"{source}: layer_types must list one attention kind per layer ({layers})")
+    return len(set(types)) if what == "layer types present" else types.count("sliding_attention")
+
+
 def spec_from_config(cfg: dict, name: str, kind: str, source: str) -> ModelSpec:
-    """Build a ModelSpec from config.json-style fields (also used for presets)."""
+    """Build a ModelSpec from config.json-style fields (also used for presets): the family's data
+    entry names the fields it reads and their defaults."""
+    from sympy import sympify
+
+    from .ledger.architecture import expr
+
     if not isinstance(cfg, dict):
         raise UserError(f"{source}: expected a JSON object")
-    model_type = cfg.get("model_type")
-    if model_type not in SUPPORTED_MODEL_TYPES:
-        raise UserError(f"{source}: model_type {model_type!r} is not supported; supported: "
-                        f"{', '.join(SUPPORTED_MODEL_TYPES)} (Llama-family decoders)")
-    hidden = _int_field(cfg, "hidden_size", source)
-    heads = _int_field(cfg, "num_attention_heads", source)
-    kv_heads = _int_field(cfg, "num_key_value_heads", source, default=heads)
-    head_dim = cfg.get("head_dim") or None
-    if head_dim is None:
-        if hidden % heads:
-            raise UserError(f"{source}: hidden_size {hidden} is not divisible by num_attention_heads {heads}")
-        head_dim = hidden // heads
-    head_dim = _int_field({"head_dim": head_dim}, "head_dim", source)
-    if heads % kv_heads:
-        raise UserError(f"{source}: num_attention_heads {heads} is not a multiple of num_key_value_heads {kv_heads}")
-    qkv_bias = _bool_field(cfg, "attention_bias", source, model_type == "qwen2")
-    params = cfg.get("params")
+    fam = _family_of(cfg, source)
+    dims: dict[str, int] = {}
+    for symbol, keys, default in fam.dims:
+        if keys == "layer_types":  # counted from the per-layer attention kinds
+            dims[symbol] = _count_layer_types(cfg, fam, dims["layers"], default, source)
+            continue
+        key = next((k for k in keys.split("|") if cfg.get(k) is not None), keys.split("|")[0])  # "a|b": either
+        if cfg.get(key) is None and default != "required":
+            value = sympify(expr(default).xreplace({sym(n): v for n, v in dims.items()}))
+            if not value.is_integer:  # head_dim = hidden/heads: hidden_size is not divisible by num_attention_heads
+                raise UserError(f"{source}: {key} is absent and its default {default} is not a whole number: "
+                                + ", ".join(f"{k} {cfg.get(k)}" for n, k, _ in fam.dims if n in default
+                                            and cfg.get(k) is not None) + " (hidden_size is not divisible by "
+                                "num_attention_heads)" * (default == "hidden/heads"))
+            dims[symbol] = int(value)
+        dims[symbol] = _int_field({key: dims.get(symbol, cfg.get(key))}, key, source)
+    if dims["heads"] % dims["kv_heads"]:
+        raise UserError(f"{source}: num_attention_heads {dims['heads']} is not a multiple of num_key_value_heads "
+                        f"{dims['kv_heads']}")
+    if fam.moe and dims["experts_per_token"] > dims["experts"]:
+        raise UserError(f"{source}: each token is routed to {dims['experts_per_token']} experts but the model has "
+                        f"only {dims['experts']}")
+    for key, allowed in fam.extra("must_equal", {}).items():  # settings the family's ledger assumes
+        if cfg.get(key) is not None and cfg[key] != allowed:
+            raise UserError(f"{source}: {key} = {cfg[key]!r} is not modelled for {fam.key} (only {allowed!r})")
+    options = tuple(o for o, default in fam.options
+                    if o != "tie_word_embeddings" and _bool_field(cfg, o, source, default))
+    base = {"hidden", "intermediate", "layers", "heads", "kv_heads", "head_dim", "vocab"}
     return ModelSpec(
-        name=name, kind=kind, model_type=model_type, hidden=hidden,
-        intermediate=_int_field(cfg, "intermediate_size", source),
-        layers=_int_field(cfg, "num_hidden_layers", source), heads=heads, kv_heads=kv_heads,
-        head_dim=head_dim, vocab=_int_field(cfg, "vocab_size", source),
-        tied=_bool_field(cfg, "tie_word_embeddings", source, False), qkv_bias=qkv_bias,
-        max_position=_optional_int(cfg, "max_position_embeddings", source, 1 << 40), params=params,
+        name=name, kind=kind, model_type=cfg["model_type"], family=fam.key,
+        **{k: v for k, v in dims.items() if k in base},
+        tied=_bool_field(cfg, "tie_word_embeddings", source, dict(fam.options).get("tie_word_embeddings", False)),
+        options=options, extra=tuple(sorted((k, v) for k, v in dims.items() if k not in base)),
+        max_position=_optional_int(cfg, "max_position_embeddings", source, 1 << 40), params=cfg.get("params"),
         published_params=_optional_int(cfg, "published_params", source, 10**15),
         description=str(cfg.get("description", "")),
     )
@@ -174,13 +234,20 @@ def load_config_json(path: Path) -> ModelSpec:
 
 
 def load_model(name_or_path: str) -> ModelSpec:
-    """A preset name (``7b``, ``llama-3-8b`` …) or a path to a config.json / model folder."""
+    """A preset name (``7b``, ``llama-3-8b`` …), a path to a config.json / model folder, or a Hub id
+    (``meta-llama/Llama-3.1-8B``: a preset of that name, the local cache, a download; ``readers.hub``)."""
     text = str(name_or_path)
     try:
         is_path = text.endswith(".json") or "/" in text or Path(text).is_dir()
+        exists = Path(text).exists()
     except OSError:  # a name too long for the file system is no folder
-        is_path = False
+        is_path = exists = False
     if is_path:
+        if not exists:
+            from .readers.hub import is_hub_id, resolve
+
+            if is_hub_id(text):
+                return resolve(text)
         return load_config_json(Path(text))
     key, entry = _lookup(text, model_presets(), "model preset")
     return spec_from_config(entry, name=key, kind=entry["kind"], source=f"preset {key}")

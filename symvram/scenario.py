@@ -14,7 +14,7 @@ from functools import cache
 from importlib import resources
 
 from .errors import UserError
-from .ledger.architecture import LINEARS, TARGET_SETS
+from .ledger.architecture import Family, family
 from .ledger.structure import Structure
 from .presets import MAX_DIM, ModelSpec, load_model
 from .symbols import SYMBOLS
@@ -41,26 +41,42 @@ def recipes() -> dict:
     return tomllib.loads(resources.files("symvram.data").joinpath("recipes.toml").read_text(encoding="utf-8"))
 
 
-def parse_targets(spec: str | tuple[str, ...] | list[str]) -> tuple[str, ...]:
-    """``all-linear``, ``attention``, ``qv``, ``mlp`` or a comma list (``q_proj,v_proj`` or ``q,v``)."""
+def parse_targets(spec: str | tuple[str, ...] | list[str], fam: Family | None = None) -> tuple[str, ...]:
+    """A family's target group (``all-linear``, ``attention``, ``qv``, ``mlp``) or a comma list of its
+    module names (``q_proj,v_proj`` or ``q,v``), in the family's module order.
+
+    >>> parse_targets("qv"), parse_targets("qkv,o", family("phi3"))
+    (('q_proj', 'v_proj'), ('qkv_proj', 'o_proj'))
+    """
+    fam = fam or family("llama")
     names = spec.split(",") if isinstance(spec, str) else list(spec)
     chosen: set[str] = set()
     for raw in names:
         name = raw.strip()
         if not name:
             continue
-        if name in TARGET_SETS:
-            chosen.update(TARGET_SETS[name])
-        elif name in LINEARS:
+        if name in fam.target_sets:
+            chosen.update(fam.target_sets[name])
+        elif name in fam.linear_map:
             chosen.add(name)
-        elif f"{name}_proj" in LINEARS:
+        elif f"{name}_proj" in fam.linear_map:
             chosen.add(f"{name}_proj")
+        elif aliases := [w for w, names in fam.extra("peft_target_modules", {}).items() if name in names]:
+            chosen.update(aliases)  # PEFT's names for a fused expert weight (Mixtral w1/w3 → gate_up_proj)
         else:
-            raise UserError(f"unknown LoRA target {name!r}; use {', '.join(TARGET_SETS)} or module names "
-                            f"({', '.join(LINEARS)})")
+            raise UserError(f"unknown LoRA target {name!r} for {fam.key}; use {', '.join(fam.target_sets)} or module "
+                            f"names ({', '.join(fam.linear_map)})")
     if not chosen:
         raise UserError("no LoRA target modules given")
-    return tuple(m for m in LINEARS if m in chosen)
+    return tuple(m.name for m in fam.linears + fam.moe_weights if m.name in chosen)
+
+
+@cache
+def smallest_target_side(family_name: str, targets: tuple[str, ...], dims: tuple[tuple[str, int], ...]) -> int:
+    """min(d_in, d_out) over the targeted matrices: the largest rank LoRA can have (computed once per shape)."""
+    fam, values = family(family_name), {SYMBOLS[n].symbol: v for n, v in dims}
+    linear = [t for t in targets if fam.linear(t) in fam.linears] or targets  # not the E-wide router
+    return min(int(side.xreplace(values)) for t in linear for side in (fam.linear(t).d_in, fam.linear(t).d_out))
 
 
 def _choice(value: str, allowed: tuple[str, ...], what: str) -> str:
@@ -89,7 +105,7 @@ class Scenario:
     model: ModelSpec
     method: str = "full"
     rank: int = 64
-    targets: tuple[str, ...] = TARGET_SETS["all-linear"]
+    targets: tuple[str, ...] = ()   # resolved by create: the family's all-linear unless given
     dtype: str = "bf16"
     master: str = "none"
     state_dtype: str = "fp32"
@@ -120,8 +136,9 @@ class Scenario:
         if unknown:
             raise UserError(f"unknown scenario setting {', '.join(unknown)}; settings are "
                             f"{', '.join(k for k in cls.__dataclass_fields__ if k != 'model')}")
-        if "targets" in kw:
-            kw["targets"] = parse_targets(kw["targets"])
+        fam = family(spec.family)
+        kw["targets"] = parse_targets(kw.get("targets", "all-linear"), fam)
+        kw.setdefault("attention", fam.default_attention)
         if "overrides" in kw:
             overrides = dict(kw["overrides"])
             for name in FIELD_SYMBOLS & set(overrides):  # --set tp=2 is --tp 2: checked, and in the structure
@@ -158,6 +175,9 @@ class Scenario:
         _choice(self.adapter_dtype, DTYPES, "--adapter-dtype")
         _choice(self.autocast, ("none", "bf16", "fp16"), "--autocast")
         _choice(self.attention, ATTENTIONS, "--attention")
+        fam = family(self.model.family)
+        if self.attention not in fam.attention_kernels:
+            raise UserError(f"--attention {self.attention}: {fam.attention_why or fam.key + ' runs ' + ', '.join(fam.attention_kernels)}")
         _choice(self.device, DEVICES, "--device")
         _choice(self.offload, OFFLOADS, "--offload")
         _positive_int(self.batch, "--batch", MAX_BATCH)
@@ -173,6 +193,10 @@ class Scenario:
         self._check_parallel()
         if not (isinstance(self.lora_dropout, (int, float)) and 0 <= self.lora_dropout < 1):
             raise UserError(f"--lora-dropout must be in [0, 1); got {self.lora_dropout!r}")
+        experts = [t for t in self.targets if family(self.model.family).linear(t).count != 1] if self.lora else []
+        if experts and self.lora_dropout:
+            raise UserError(f"LoRA on the fused experts ({', '.join(experts)}) goes through PEFT's target_parameters, "
+                            "which needs --lora-dropout 0")
         if self.autocast != "none" and self.dtype != "fp32" and self.autocast != self.dtype:
             raise UserError(f"--autocast {self.autocast} with {self.dtype} weights mixes two 16-bit formats; "
                             f"use --dtype fp32 (HF Trainer's mixed precision) or --autocast {self.dtype}")
@@ -194,9 +218,8 @@ class Scenario:
                             "(each key/value head serves a whole group of query heads)")
         if self.lora:
             _positive_int(self.rank, "--rank", MAX_RANK)
-            dims = {SYMBOLS[n].symbol: v for n, v in vals.items() if SYMBOLS[n].group == "model"}
-            smallest = min(
-                min(int(LINEARS[t].d_in.subs(dims)), int(LINEARS[t].d_out.subs(dims))) for t in self.targets)
+            smallest = smallest_target_side(self.model.family, self.targets,
+                                            tuple(sorted((n, v) for n, v in vals.items() if SYMBOLS[n].group == "model")))
             if self.rank > smallest:
                 raise UserError(f"--rank {self.rank} is larger than min(d, k) = {smallest} of the targeted matrices; "
                                 "a LoRA update of that rank is no longer low-rank")
@@ -230,22 +253,22 @@ class Scenario:
             raise UserError("--sequence-parallel splits the norm/residual activations across the tensor-parallel "
                             "ranks: it needs --tp 2 or more")
         dims = {**self.model.dims, **dict(self.overrides)}
-        for name in ("heads", "kv_heads", "intermediate"):
-            if dims[name] % self.tp:
+        for name in ("heads", "kv_heads", "intermediate", "moe_intermediate"):
+            if name in dims and dims[name] % self.tp:
                 raise UserError(f"--tp {self.tp} does not divide {name} = {dims[name]}: tensor parallelism "
                                 f"gives every rank the same share of the heads and of d_ff")
 
     @property
     def structure(self) -> Structure:
         return Structure(
-            method=self.method, nominal=self.model.params is not None, tied=self.model.tied,
-            qkv_bias=self.model.qkv_bias, targets=self.targets if self.lora else (),
+            method=self.method, nominal=self.model.params is not None, family=self.model.family,
+            tied=self.model.tied, options=self.model.options, targets=self.targets if self.lora else (),
             master=self.master == "fp32", optimizer=self.optimizer, optimizer_impl=self.optimizer_impl,
             compute_fp32=self.compute_dtype == "fp32",
             adapter_upcast=self.lora and self.adapter_dtype != self.compute_dtype,
             autocast=self.autocast != "none", weight_casts=self.autocast != "none" and self.dtype == "fp32",
             dropout=self.lora and self.lora_dropout > 0, device=self.device,
-            attention=self.attention, checkpointing=self.grad_checkpointing,
+            attention=self.attention, grad_checkpointing=self.grad_checkpointing,
             double_quant=self.double_quant, zero=self.zero, offload=self.offload,
             sequence_parallel=self.sequence_parallel, tensor_parallel=self.tp > 1,
         )

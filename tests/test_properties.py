@@ -17,8 +17,12 @@ from symvram.presets import load_model, model_presets
 from symvram.scenario import OPTIMIZER_IMPLS, OPTIMIZERS, STATE_DTYPES, Scenario
 
 PROPS = settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-PRESETS = sorted(model_presets())
-EXACT = sorted(k for k, v in model_presets().items() if v["kind"] == "exact")
+# the invariants below that name Llama's modules (targets, hand-derived LoRA shapes) run over the Llama-layer
+# families; test_every_family_is_monotone_in_batch_seq_and_rank runs over every preset
+LLAMA_LAYER = ("llama", "mistral", "qwen2")
+ALL_PRESETS = sorted(model_presets())
+PRESETS = sorted(k for k, v in model_presets().items() if v["model_type"] in LLAMA_LAYER)
+EXACT = sorted(k for k in PRESETS if model_presets()[k]["kind"] == "exact")
 TARGETS = ["all-linear", "attention", "qv", "mlp", "q,v,down"]
 # (method, dtype, master, adapter_dtype): every combination Scenario accepts
 PRECISIONS = [("full", "bf16", "none", None), ("full", "bf16", "fp32", None), ("full", "fp16", "fp32", None),
@@ -46,10 +50,22 @@ def scenarios(draw, models=PRESETS, methods=("full", "lora", "qlora"), max_rank=
         zero = draw(st.sampled_from([0, 1, 2, 3]))
         offloads = {0: ["none"], 1: ["none", "optimizer"], 2: ["none", "optimizer"]}.get(
             zero, ["none", "optimizer", "optimizer+params"])
-        tp = draw(st.sampled_from([1, 2]))  # 2 divides the heads, kv heads and d_ff of every preset
+        tp = draw(st.sampled_from([1, 2]))  # 2 divides the heads, kv heads and d_ff of every Llama-layer preset
         kw.update(zero=zero, gpus=draw(st.integers(1, 16)), offload=draw(st.sampled_from(offloads)), tp=tp,
                   sequence_parallel=tp > 1 and draw(st.booleans()))
     return draw(st.sampled_from(models)), kw
+
+
+@PROPS
+@given(st.sampled_from(ALL_PRESETS), st.sampled_from(["full", "lora", "qlora"]), st.sampled_from(["batch", "seq", "rank"]),
+       st.lists(st.integers(1, 4096), min_size=2, max_size=2), st.booleans())
+def test_every_family_is_monotone_in_batch_seq_and_rank(model, method, knob, values, ckpt):
+    """Every family (Gemma, Phi-3, OLMo 2, MoE …): more tokens or a larger rank never lowers the peak."""
+    if knob == "rank" and method == "full":
+        knob = "seq"
+    lo, hi = _pair(min(v, 8) if knob != "seq" else v for v in values)  # rank ≤ 8: Mixtral's router width
+    kw = dict(method=method, targets="attention", grad_checkpointing=ckpt)
+    assert peak(model, **{**kw, knob: lo}) <= peak(model, **{**kw, knob: hi})
 
 
 def peak(model, **kw):

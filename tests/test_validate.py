@@ -24,8 +24,8 @@ ARCH = {
 ALL = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 LORA = {"arch": ARCH, "method": "lora", "rank": r, "targets": ALL, "lora_dropout": 0.0,
         "adapter_dtype": "fp32", "batch": b, "seq": s, "dtype": "bf16", "autocast": None,
-        "optimizer": "adamw", "optimizer_impl": "foreach", "gradient_checkpointing": False,
-        "attn_impl": "sdpa", "steps": 2}
+        "optimizer": "adamw", "optimizer_impl": "foreach", "grad_checkpointing": False,
+        "attention": "sdpa", "steps": 2}
 
 # hand counts
 PER_LAYER = h * nh * hd + 2 * h * nkv * hd + nh * hd * h + 3 * h * f + 2 * h

@@ -46,3 +46,30 @@ def test_validate_refuses_what_it_cannot_measure(tmp_path, capsys, args, needle)
     assert main(["validate", _config(tmp_path, TINY), *args]) == 2
     err = capsys.readouterr().err
     assert needle in err and err.count("\n") == 1
+
+
+@needs_torch
+def test_validate_prints_its_versions_beside_the_ledgers(tmp_path, capsys, monkeypatch):
+    """The versions it ran with and the ledger's, side by side; a warning line per difference."""
+    from symvram.validate import LEDGER_VERSIONS, measure
+
+    args = ["validate", _config(tmp_path, TINY), "--method", "lora", "--rank", "4", "--seq", "16"]
+    assert main(args) == 0
+    out, err = capsys.readouterr()
+    assert "; the ledger follows torch 2.13.0, transformers 5.24.0, peft 0.21.2" in out
+    monkeypatch.setattr(measure, "_versions", lambda: {"torch": "2.13.0", "transformers": "5.99.0", "peft": "0.21.2"})
+    assert main([*args, "--format", "json"]) == 0
+    out, err = capsys.readouterr()
+    assert json.loads(out)["ledger_versions"] == LEDGER_VERSIONS
+    assert err == ("symvram: warning: measured with transformers 5.99.0; the ledger follows 5.24.0: a difference "
+                   "from the estimate may come from the library\n")
+
+
+def test_validate_accepts_newer_libraries():
+    """The validate extra takes the ledger's versions as a minimum, so it installs into a training environment."""
+    import tomllib
+    from pathlib import Path
+
+    extra = tomllib.loads((Path(__file__).parent.parent / "pyproject.toml").read_text())["project"][
+        "optional-dependencies"]["validate"]
+    assert extra == [f"{k}>={v}" for k, v in validate.LEDGER_VERSIONS.items()]

@@ -28,10 +28,9 @@ import sympy as sp
 from ..errors import UserError
 from ..evaluate import Breakdown, evaluate, grid_function, substitution
 from ..ledger import build_ledger
-from ..ledger.architecture import LINEARS
 from ..presets import GPUSpec, load_gpu
 from ..present.units import fmt_bytes, parse_size
-from ..scenario import MAX_BATCH, MAX_SEQ, Scenario
+from ..scenario import MAX_BATCH, MAX_SEQ, Scenario, smallest_target_side
 from ..symbols import SYMBOLS, sym
 
 KNOBS = ("seq", "batch", "rank")
@@ -85,8 +84,8 @@ def headroom_bytes(text: str | int, capacity: int) -> int:
 
 def max_rank(sc: Scenario) -> int:
     """The largest rank that is still low-rank for every targeted matrix: min(d_in, d_out)."""
-    dims = {SYMBOLS[n].symbol: v for n, v in sc.values().items() if SYMBOLS[n].group == "model"}  # --set included
-    return min(int(side.subs(dims)) for t in sc.targets for side in (LINEARS[t].d_in, LINEARS[t].d_out))
+    dims = tuple(sorted((n, v) for n, v in sc.values().items() if SYMBOLS[n].group == "model"))  # --set included
+    return smallest_target_side(sc.model.family, sc.targets, dims)
 
 
 def knob_limit(sc: Scenario, knob: str, limit: int | None = None) -> tuple[int, str]:

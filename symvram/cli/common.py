@@ -34,14 +34,28 @@ def parse_set(text: str) -> tuple[str, float]:
 
 
 def add_model_argument(p: argparse.ArgumentParser) -> None:
-    p.add_argument("model", help="a preset (7b, 13b, 70b, llama-2-7b, llama-3-8b, mistral-7b, qwen2.5-7b …) "
-                                 "or a Hugging Face config.json / model folder (nothing is downloaded)")
+    p.add_argument("model", nargs="?",
+                   help="a preset (7b, 13b, 70b, llama-2-7b, llama-3-8b, mistral-7b, qwen2.5-7b …), a Hugging Face "
+                        "config.json / model folder, or a Hub id org/name (a preset of that name, the local HF "
+                        "cache, else config.json alone is downloaded with the hub extra); optional with --from "
+                        "when the file names its base model")
 
 
 def add_scenario_arguments(p: argparse.ArgumentParser, method_default: str | None = None) -> None:
-    """The inputs of one scenario; defaults are the reference answer's modern recipe."""
+    """The inputs of one scenario; defaults are the reference answer's modern recipe.
+
+    Every flag defaults to None (``--set`` to []): a value that is not None was given on the command
+    line, and wins over the --from files; ``method_default`` applies only when neither says."""
+    g = p.add_argument_group("your training config")
+    g.add_argument("--from", dest="from_files", action="append", default=[], metavar="FILE",
+                   help="read the run from a training config: axolotl or LLaMA-Factory YAML, TRL SFTConfig / "
+                        "TrainingArguments JSON, DeepSpeed JSON, accelerate config YAML; repeatable; files it "
+                        "names (deepspeed: ds.json) are read too; flags given here win over the files")
+    g.add_argument("--verbose", action="store_true", help="with --from: also list the keys not read "
+                                                          "(not known to change memory)")
+    p.set_defaults(method_default=method_default)
     g = p.add_argument_group("method")
-    g.add_argument("--method", choices=METHODS, default=method_default,
+    g.add_argument("--method", choices=METHODS,
                    help="full fine-tuning, LoRA (frozen 16-bit base) or QLoRA (frozen NF4 base)")
     g.add_argument("--rank", type=positive_int, help="LoRA rank r (default 64)")
     g.add_argument("--targets", help="LoRA targets: all-linear (default), attention, qv, mlp, or a comma list "
@@ -96,20 +110,115 @@ def add_output_arguments(p: argparse.ArgumentParser, required: bool = False,
     p.add_argument("--force", action="store_true", help="overwrite --output if it exists")
 
 
-def scenario_kwargs(args: argparse.Namespace) -> dict:
-    keys = ("method", "rank", "targets", "lora_dropout", "double_quant", "dtype", "master", "state_dtype",
-            "optimizer", "optimizer_impl", "adapter_dtype", "autocast", "batch", "seq", "grad_checkpointing",
-            "attention", "device", "gpus", "zero", "offload", "tp", "sequence_parallel")
-    kw = {k: getattr(args, k) for k in keys if getattr(args, k, None) is not None}
-    if args.set:
+SCENARIO_FLAGS = ("method", "rank", "targets", "lora_dropout", "double_quant", "dtype", "master", "state_dtype",
+                  "optimizer", "optimizer_impl", "adapter_dtype", "autocast", "batch", "seq", "grad_checkpointing",
+                  "attention", "device", "gpus", "zero", "offload", "tp", "sequence_parallel")
+
+
+def cli_settings(args: argparse.Namespace) -> dict:
+    """The scenario settings given on the command line (every flag's default is None)."""
+    kw = {k: getattr(args, k) for k in SCENARIO_FLAGS if getattr(args, k, None) is not None}
+    if getattr(args, "set", None):
         kw["overrides"] = dict(args.set)
     return kw
+
+
+def reading(args: argparse.Namespace):
+    """The --from files read once (warnings printed once, on stderr), or None without --from."""
+    if not getattr(args, "from_files", None):
+        return None
+    if getattr(args, "_reading", None) is None:
+        from ..readers.read import read_files
+
+        args._reading = read_files(args.from_files, cli_settings(args))
+        for line in args._reading.warnings:
+            print(f"symvram: warning: {line}", file=sys.stderr)
+        if args.verbose and args._reading.unread:
+            print(f"symvram: not read (not known to change memory): {', '.join(args._reading.unread)}",
+                  file=sys.stderr)
+    return args._reading
+
+
+def model_of(args: argparse.Namespace) -> str:
+    """The model on the command line, else the base model the --from files name."""
+    if args.model is not None:
+        return args.model
+    r = reading(args)
+    if r is not None and r.model is not None:
+        return r.model.value
+    if r is not None:
+        raise UserError(f"{', '.join(args.from_files)} names no base model; give MODEL on the command line")
+    raise UserError("the following arguments are required: model (a preset, a config.json, a Hub id) or --from FILE")
+
+
+def scenario_kwargs(args: argparse.Namespace) -> dict:
+    """Settings of the --from files, then the command line's over them."""
+    r = reading(args)
+    kw = {**(r.kwargs() if r is not None else {}), **cli_settings(args)}
+    if "method" not in kw and getattr(args, "method_default", None):
+        kw["method"] = args.method_default
+    return kw
+
+
+def check_context(sc: Scenario, args: argparse.Namespace) -> Scenario:
+    """A sequence the user gave (flag or file) beyond the model's context is estimated as given, with a
+    warning line (symvram's default 2048 on a short-context config is not the user's choice: no warning)."""
+    limit = sc.model.max_position
+    if limit is not None and sc.seq > limit and "seq" in scenario_kwargs(args):
+        print(f"symvram: warning: seq {sc.seq} is longer than {sc.model.name}'s context "
+              f"(max_position_embeddings {limit}); estimated as given", file=sys.stderr)
+    return sc
 
 
 def scenario_from_args(args: argparse.Namespace, **changes) -> Scenario:
     kw = scenario_kwargs(args)
     kw.update(changes)
-    return Scenario.create(args.model, **kw)
+    model = model_of(args)
+    try:
+        sc = Scenario.create(model, **kw)
+    except UserError as e:
+        r = reading(args)
+        if r is None:
+            raise
+        import re
+
+        named = [n.replace("-", "_") for n in re.findall(r"--([a-z][a-z0-9-]*)", str(e))]
+        found = [f"{n} from {r.settings[n].source}" for n in dict.fromkeys(named) if n in r.settings]
+        raise UserError(f"{e} ({'; '.join(found) if found else 'the run read from ' + ', '.join(args.from_files)})") \
+            from None
+    if not getattr(args, "shows_provenance", False) and getattr(args, "format", None) != "json" \
+            and reading(args) is not None:  # the table on stderr: stdout stays the command's output (JSON has it)
+        print(provenance_text(args, sc), end="", file=sys.stderr)
+    return check_context(sc, args)
+
+
+def provenance(args: argparse.Namespace, sc: Scenario):
+    """(rows, notes, files, warnings) of the scenario read with --from, or None without it."""
+    from ..present.provenance import provenance_rows
+
+    r = reading(args)
+    if r is None:
+        return None
+    model_source = "command line" if args.model is not None else r.model.source
+    rows = provenance_rows(sc, r, set(cli_settings(args)), model_source)
+    notes = [(k, str(v.value).lower() if isinstance(v.value, bool) else str(v.value), v.source) for k, v in r.notes]
+    return rows, notes, r.files, r.warnings
+
+
+def provenance_text(args: argparse.Namespace, sc: Scenario) -> str:
+    """The scenario read, as a table for the top of a command's output ("" without --from)."""
+    from ..present.provenance import provenance_table
+
+    p = provenance(args, sc)
+    return "" if p is None else provenance_table(*p[:3]) + "\n\n"
+
+
+def provenance_dict(args: argparse.Namespace, sc: Scenario) -> dict:
+    """{"scenario_read": …} for a command's JSON ({} without --from)."""
+    from ..present.provenance import provenance_json
+
+    p = provenance(args, sc)
+    return {} if p is None else {"scenario_read": provenance_json(*p)}
 
 
 def write_output(text: str | bytes, path: str | None, force: bool) -> None:

@@ -8,7 +8,8 @@ from ..analysis.diagnose import PART_NAMES, PARTS, PROBE_SEQ, Diagnosis, diagnos
 from ..analysis.fit import load_card
 from ..errors import UserError
 from ..present.units import fmt_bytes, parse_size
-from .common import add_model_argument, add_output_arguments, add_scenario_arguments, positive_int, scenario_from_args, write_output
+from .common import (add_model_argument, add_output_arguments, add_scenario_arguments, positive_int, provenance_dict,
+                     provenance_text, reading, scenario_from_args, write_output)
 from .fit import add_card_arguments
 
 HELP = f"""\
@@ -27,6 +28,7 @@ examples:
   symvram diagnose llama-3-8b --method lora --gpu 24GiB --batch 4 --seq 4096 --p95-seq 1800
   symvram diagnose llama-3-8b --method lora --gpu 24GiB --batch 4 --seq 4096 \\
       --measured-peak 23.5GiB --measured-at batch=1,seq=512
+  symvram diagnose --from axolotl.yml --gpu rtx-4090      # the remedies as edits to axolotl.yml
 """
 MEASURED_KEYS = ("batch", "seq", "rank")
 
@@ -62,7 +64,7 @@ def register(sub) -> None:
     p.add_argument("--max-gpus", type=positive_int, default=64, help="most GPUs to consider for more cards (default 64)")
     p.add_argument("--format", choices=("table", "json"), default="table")
     add_output_arguments(p)
-    p.set_defaults(func=run)
+    p.set_defaults(func=run, shows_provenance=True)
 
 
 def _moment(bd, key=None) -> str:
@@ -103,16 +105,30 @@ def verdict(d: Diagnosis, fb) -> str:
     return f"verdict: {where}"
 
 
-def remedy_lines(d: Diagnosis, units: str) -> list[str]:
+def remedy_edits(d: Diagnosis, reading) -> list[list[str]]:
+    """Each remedy's own changes (not the ones above it) as edits to the --from files."""
+    from ..readers.edits import edits
+
+    out, before = [], {}
+    for r in d.remedies:
+        step = {k: v for k, v in r.changes.items() if before.get(k) != v}
+        out.append(edits(reading, step, batch_before=r.before.scenario.batch))
+        before = r.changes
+    return out
+
+
+def remedy_lines(d: Diagnosis, units: str, reading=None) -> list[str]:
     """The remedies for the peak's moment, cheapest first: modelled ones with their saving and the peak after,
-    the ones the engine cannot model yet with the most they can save."""
+    the ones the engine cannot model yet with the most they can save; with a Reading (--from), each modelled
+    remedy followed by its edits to the user's files."""
     fb = (lambda n: fmt_bytes(n, units))
     lines = []
     if d.proposals or d.skipped:
         lines += ["", f"remedies for the {d.moment_label}, cheapest first (each keeps the ones above it; "
-                      "stops at the first that fits):"]
+                      "stops at the first that fits)" + (":" if reading is None else ", as edits to your files:")]
     for title, why in d.skipped:
         lines.append(f"  - {title}: skipped — {why}")
+    edits = iter(remedy_edits(d, reading) if reading is not None else [[] for _ in d.remedies])
     for n, r in enumerate(d.proposals, 1):
         if not r.modelled:
             lines.append(f"  {n}. {r.title}: up to {fb(r.bound)} at the {_moment(r.before)} (not modelled yet: the "
@@ -121,10 +137,11 @@ def remedy_lines(d: Diagnosis, units: str) -> list[str]:
         where = "fits" if r.after.peak <= d.budget else f"still {fb(r.after.peak - d.budget)} over"
         lines.append(f"  {n}. {r.title}: saves {fb(r.saving)} → peak {fb(r.after.peak)} at the {_moment(r.after)}, "
                      f"{where}; cost: {r.cost}")
+        lines += [f"       {e}" for e in next(edits)]
     return lines
 
 
-def render(d: Diagnosis, units: str) -> str:
+def render(d: Diagnosis, units: str, reading=None) -> str:
     sc, est = d.estimate.scenario, d.estimate
     fb = (lambda n: fmt_bytes(n, units))
     budget = (f"{fb(d.card.usable_bytes)} usable − {fb(d.headroom)} headroom"
@@ -153,7 +170,7 @@ def render(d: Diagnosis, units: str) -> str:
         verdict_probe = "fits" if d.probe.peak <= d.budget else "is over too"
         lines.append(f"probe: run the real job at batch 1, seq {d.probe.scenario.seq} (predicted {fb(d.probe.peak)}: "
                      f"{verdict_probe}). " + probe_advice(d))
-    lines += remedy_lines(d, units)
+    lines += remedy_lines(d, units, reading)
     if d.cards is not None:
         c = d.cards
         lead = f"  or keep {sc.method}:" if d.fixed else "  then more cards:"
@@ -165,7 +182,8 @@ def render(d: Diagnosis, units: str) -> str:
     return "\n".join(lines)
 
 
-def to_json(d: Diagnosis) -> dict:
+def to_json(d: Diagnosis, reading=None) -> dict:
+    edits = remedy_edits(d, reading) if reading is not None else [None] * len(d.remedies)
     return {
         "card": {"name": d.card.name, "usable_bytes": d.card.usable_bytes}, "headroom_bytes": d.headroom,
         "overhead_bytes": d.overhead, "budget_bytes": d.budget, "cause": d.cause, "side": d.cause,
@@ -176,8 +194,9 @@ def to_json(d: Diagnosis) -> dict:
         # the modelled remedies, each on top of the previous (as before); "proposals" adds, in order, the
         # remedies the engine cannot model yet (a chunked cross-entropy) with the most they can save
         "remedies": [{"key": r.key, "title": r.title, "tier": r.tier, "changes": r.changes, "saving_bytes": r.saving,
-                      "peak_after_bytes": r.after.peak, "fits": r.after.peak <= d.budget, "cost": r.cost}
-                     for r in d.remedies],
+                      "peak_after_bytes": r.after.peak, "fits": r.after.peak <= d.budget, "cost": r.cost,
+                      **({"edits": e} if e is not None else {})}
+                     for r, e in zip(d.remedies, edits)],
         "proposals": [{"key": r.key, "title": r.title, "tier": r.tier, "modelled": r.modelled,
                        "saving_bytes": r.saving, "peak_after_bytes": r.after.peak if r.modelled else None,
                        "cost": r.cost} for r in d.proposals],
@@ -197,6 +216,8 @@ def run(args) -> int:
     at = parse_measured_at(args.measured_at) if args.measured_at else None
     d = diagnose(sc, load_card(args.gpu), headroom=args.headroom, p95_seq=args.p95_seq, measured_peak=measured,
                  measured_at=at, max_gpus=args.max_gpus)
-    text = json.dumps(to_json(d), indent=2) if args.format == "json" else render(d, args.units)
+    r = reading(args)
+    text = (json.dumps({**to_json(d, r), **provenance_dict(args, sc)}, indent=2) if args.format == "json"
+            else provenance_text(args, sc) + render(d, args.units, r))
     write_output(text, args.output, args.force)
     return 0

@@ -1,24 +1,33 @@
-"""``symvram estimate``: the comparison table, or one detailed ledger."""
+"""``symvram estimate``: the comparison table, or one detailed ledger; with --gpu, the verdict."""
 from __future__ import annotations
 
 import argparse
 import json
 
-from ..evaluate import evaluate
 from ..api import compare
+from ..evaluate import evaluate
 from ..present.tables import detail, to_json
-from .common import add_model_argument, add_output_arguments, add_scenario_arguments, scenario_from_args, scenario_kwargs, write_output
+from ..present.units import fmt_bytes
+from .common import (add_model_argument, add_output_arguments, add_scenario_arguments, check_context, model_of,
+                     provenance_dict, provenance_text, reading, scenario_from_args, scenario_kwargs, write_output)
+from .fit import add_card_arguments
 
 HELP = """\
 Without --method: the reference answer's table — full fine-tuning without and with an fp32 master copy
 (12 and 16 bytes/param with the default recipe), LoRA and QLoRA — each split into base / trainable /
 activations, with the predicted peak. Rows the engine refuses for your settings say why.
-With --method: every term of the ledger with its formula and value, the moments of the step, the peak.
+With --method (or a --from file that sets the method): every term of the ledger with its formula and
+value, the moments of the step, the peak. With --from, the scenario read comes first: each setting,
+its value and where it came from. With --gpu, the verdict; when it does not fit, the remedies
+(written as edits to the --from files).
 
 examples:
   symvram estimate 7b
   symvram estimate llama-3-8b --method lora --rank 64 --targets all-linear --batch 4 --seq 2048 --format json
   symvram estimate ./config.json --method full --master fp32
+  symvram estimate meta-llama/Llama-3.1-8B --method lora       # a Hub id: preset, HF cache or config.json
+  symvram estimate --from axolotl.yml --gpu a100-80g --gpus 8
+  symvram estimate --from trainer_args.json --from ds_zero3.json llama-3-8b
 """
 
 
@@ -27,29 +36,78 @@ def register(sub) -> None:
                        description=HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_model_argument(p)
     add_scenario_arguments(p)
+    add_card_arguments(p, required=False)
     p.add_argument("--format", choices=("table", "markdown", "json"), default="table")
     add_output_arguments(p)
-    p.set_defaults(func=run)
+    p.set_defaults(func=run, shows_provenance=True)
+
+
+def _verdict(sc, args) -> tuple[str, dict]:
+    """The verdict on --gpu (text and JSON), with the remedies when the run does not fit."""
+    from ..analysis.diagnose import diagnose
+    from ..analysis.fit import load_card
+    from .diagnose import remedy_edits, remedy_lines
+
+    d = diagnose(sc, load_card(args.gpu), headroom=args.headroom)
+    fb = (lambda n: fmt_bytes(n, args.units))
+    cards = f"{sc.gpus} × {d.card.name}" if sc.gpus > 1 else d.card.name
+    if d.side == "fits":
+        line = (f"verdict on {cards}: fits — peak {fb(d.estimate.peak)} per GPU, budget {fb(d.budget)} "
+                f"({fb(d.card.usable_bytes)} usable − {fb(d.headroom)} headroom), {fb(d.budget - d.estimate.peak)} to spare")
+    else:
+        line = (f"verdict on {cards}: does not fit — peak {fb(d.estimate.peak)} per GPU, budget {fb(d.budget)}, "
+                f"over by {fb(d.estimate.peak - d.budget)} ({d.side} side)")
+    r = reading(args)
+    lines = [line] + remedy_lines(d, args.units, r)
+    if d.side != "fits" and not d.fixed:
+        lines.append("  none of these is enough: see symvram diagnose (more cards) or symvram plan")
+    edits = remedy_edits(d, r) if r is not None else [None] * len(d.remedies)
+    data = {"card": d.card.name, "gpus": sc.gpus, "budget_bytes": d.budget, "peak_bytes": d.estimate.peak,
+            "fits": d.side == "fits",
+            "remedies": [{"title": x.title, "changes": x.changes, "peak_after_bytes": x.after.peak,
+                          "fits": x.after.peak <= d.budget, **({"edits": e} if e is not None else {})}
+                         for x, e in zip(d.remedies, edits)]}
+    return "\n".join(lines), data
+
+
+def _compare_verdict(table, args) -> str:
+    from ..analysis.fit import headroom_bytes, load_card
+
+    card = load_card(args.gpu)
+    budget = card.usable_bytes - headroom_bytes(args.headroom, card.usable_bytes)
+    fb = (lambda n: fmt_bytes(n, args.units))
+    words = [f"{name} {'fits' if bd.peak <= budget else 'over by ' + fb(bd.peak - budget)}" for name, bd in table.rows]
+    return f"on {card.name} (budget {fb(budget)} per GPU): " + "; ".join(words)
 
 
 def run(args) -> int:
-    if args.method is None:
-        table = compare(args.model, **scenario_kwargs(args))
+    kw = scenario_kwargs(args)
+    if "method" not in kw:
+        table = compare(model_of(args), **kw)
+        sc = check_context(table.rows[0][1].scenario, args)
         if args.format == "json":
             text = json.dumps({**{name: to_json(bd) for name, bd in table.rows},
-                               **{name: {"error": reason} for name, reason in table.skipped}}, indent=2)
+                               **{name: {"error": reason} for name, reason in table.skipped},
+                               **provenance_dict(args, sc)}, indent=2)
         else:
             first = table.rows[0][1]
-            sc = first.scenario
             head = f"{sc.model.name}: P = {first.derived['P']:,} parameters; "
             lora = dict(table.rows).get("LoRA")
             if lora:
                 head += (f"LoRA r={lora.scenario.rank} on {','.join(lora.scenario.targets)} = "
                          f"{lora.derived['P_train']:,} trainable; ")
             head += f"batch {sc.batch}, seq {sc.seq}" + (", checkpointing" if sc.grad_checkpointing else "")
-            text = head + "\n\n" + table.table(args.units, args.format)
+            text = provenance_text(args, sc) + head + "\n\n" + table.table(args.units, args.format)
+            if args.gpu:
+                text += "\n\n" + _compare_verdict(table, args)
     else:
-        bd = evaluate(scenario_from_args(args))
-        text = json.dumps(to_json(bd), indent=2) if args.format == "json" else detail(bd, args.units, args.format)
+        sc = scenario_from_args(args)
+        bd = evaluate(sc)
+        verdict, data = _verdict(sc, args) if args.gpu else ("", None)
+        if args.format == "json":
+            text = json.dumps({**to_json(bd), **provenance_dict(args, sc), **({"verdict": data} if data else {})},
+                              indent=2)
+        else:
+            text = provenance_text(args, sc) + detail(bd, args.units, args.format) + ("\n\n" + verdict if verdict else "")
     write_output(text, args.output, args.force)
     return 0

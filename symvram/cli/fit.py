@@ -6,7 +6,7 @@ import json
 
 from ..analysis.fit import DEFAULT_HEADROOM, KNOBS, FitResult, fit, load_card
 from ..present.units import fmt_bytes
-from .common import add_model_argument, add_output_arguments, add_scenario_arguments, positive_int, scenario_from_args, write_output
+from .common import add_model_argument, add_output_arguments, add_scenario_arguments, positive_int, provenance_dict, scenario_from_args, write_output
 
 HELP = f"""\
 Solves the ledger's peak for the largest integer seq, batch or LoRA rank that fits the card's usable
@@ -90,6 +90,6 @@ def render(r: FitResult, units: str) -> str:
 def run(args) -> int:
     sc = scenario_from_args(args)
     result = fit(sc, load_card(args.gpu), solve=args.solve, headroom=args.headroom, limit=args.limit)
-    text = json.dumps(to_json(result), indent=2) if args.format == "json" else render(result, args.units)
+    text = json.dumps({**to_json(result), **provenance_dict(args, sc)}, indent=2) if args.format == "json" else render(result, args.units)
     write_output(text, args.output, args.force)
     return 0

@@ -10,7 +10,7 @@ from ..errors import UserError
 from ..present.tables import host_bytes, render_rows
 from ..present.units import fmt_bytes
 from ..scenario import METHODS
-from .common import add_model_argument, add_output_arguments, add_scenario_arguments, positive_int, scenario_from_args, write_output
+from .common import add_model_argument, add_output_arguments, add_scenario_arguments, positive_int, provenance_dict, scenario_from_args, scenario_kwargs, write_output
 from .fit import add_card_arguments
 
 HELP = """\
@@ -104,8 +104,8 @@ def run(args) -> int:
     if chosen:
         raise UserError(f"plan searches {', '.join(chosen)} itself; use estimate to price one setup")
     sc = scenario_from_args(args)
-    methods = (args.method,) if args.method else None
+    methods = (sc.method,) if "method" in scenario_kwargs(args) else None
     result = plan(sc, load_card(args.gpu), max_gpus=args.max_gpus, headroom=args.headroom, methods=methods)
-    text = json.dumps(to_json(result), indent=2) if args.format == "json" else render(result, sc, args.units, args.format)
+    text = json.dumps({**to_json(result), **provenance_dict(args, sc)}, indent=2) if args.format == "json" else render(result, sc, args.units, args.format)
     write_output(text, args.output, args.force)
     return 0

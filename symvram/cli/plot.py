@@ -8,7 +8,7 @@ from pathlib import Path
 from ..analysis.fit import DEFAULT_HEADROOM
 from ..api import DEFAULT_PLOT_CARDS as DEFAULT_CARDS, PLOT_KINDS as KINDS, plot
 from ..errors import UserError
-from .common import (add_model_argument, add_output_arguments, add_scenario_arguments, positive_int,
+from .common import (add_model_argument, add_output_arguments, add_scenario_arguments, model_of, positive_int,
                      scenario_kwargs, write_output)
 
 FORMATS = ("png", "svg", "pdf")
@@ -55,7 +55,7 @@ def register(sub) -> None:
 
 def figure(args):
     """The figure through the Python API (one dispatch for both doors)."""
-    return plot(args.model, args.kind, gpu=args.gpu, ranks=args.ranks, top=args.top, headroom=args.headroom,
+    return plot(model_of(args), args.kind, gpu=args.gpu, ranks=args.ranks, top=args.top, headroom=args.headroom,
                 units=args.units, theme=args.theme, **scenario_kwargs(args))
 
 

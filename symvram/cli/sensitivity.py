@@ -9,7 +9,7 @@ from ..errors import UserError
 from ..present.tables import render_rows
 from ..present.units import UNITS, fmt_bytes
 from ..symbols import SYMBOLS, text
-from .common import add_model_argument, add_output_arguments, add_scenario_arguments, scenario_from_args, write_output
+from .common import add_model_argument, add_output_arguments, add_scenario_arguments, provenance_dict, scenario_from_args, write_output
 
 HELP = """\
 Differentiates the peak — the active moment of the step, derived quantities expanded — with respect
@@ -125,9 +125,11 @@ def to_json(res: SensitivityResult, c: Comparison | None, units: str) -> dict:
 
 
 def run(args) -> int:
-    res = sensitivity(scenario_from_args(args), args.knobs)
+    sc = scenario_from_args(args)
+    res = sensitivity(sc, args.knobs)
     chosen = pair(res, args.compare)
     c = compare(res, *chosen) if chosen else None
-    text = json.dumps(to_json(res, c, args.units), indent=2) if args.format == "json" else render(res, c, args.units, args.format)
+    text = (json.dumps({**to_json(res, c, args.units), **provenance_dict(args, sc)}, indent=2) if args.format == "json"
+            else render(res, c, args.units, args.format))
     write_output(text, args.output, args.force)
     return 0

@@ -3,13 +3,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import warnings
 
 from ..errors import UserError
 from ..evaluate import evaluate
 from ..present.tables import render_rows
 from ..present.units import fmt_bytes
-from .common import add_model_argument, add_output_arguments, add_scenario_arguments, positive_int, scenario_from_args, write_output
+from .common import add_model_argument, add_output_arguments, add_scenario_arguments, positive_int, provenance_dict, scenario_from_args, scenario_kwargs, write_output
 
 HELP = """\
 Builds the real Hugging Face model (transformers + PEFT) from the same preset or config.json, with no
@@ -23,8 +24,10 @@ reads torch.cuda.max_memory_allocated() (that adds allocator rounding and librar
 Unless you say otherwise it measures what a plain run does: PEFT's fp32 adapters, torch AdamW's
 states in the trainable weights' dtype, the CPU code paths (a GPU run with --device cuda).
 
-Needs the optional extra:  pip install 'symvram[validate]'   (torch, transformers, peft)
-It measures the versions you have installed; the estimator follows torch 2.13, transformers 5.24, peft 0.21.
+Needs the optional extra:  pip install 'symvram[validate]'   (torch, transformers, peft: these versions or
+newer, so it installs into an existing training environment). It measures the versions you have installed,
+prints them beside the versions the ledger follows (torch 2.13.0, transformers 5.24.0, peft 0.21.2) and
+warns when they differ.
 
 examples:
   symvram validate tinyllama-1.1b --method lora --rank 16 --seq 512 --adapter-dtype fp32 --state-dtype fp32
@@ -61,30 +64,44 @@ def _check_supported(sc) -> None:
                         f"pass --state-dtype {trainable} so that the estimate describes the same run")
 
 
-def run_defaults(args) -> dict:
-    """What a plain run does where the user said nothing: the CPU code paths of a fake-tensor run,
-    PEFT's fp32 adapters, and torch AdamW's states in the trainable weights' dtype."""
+def run_defaults(given: dict) -> dict:
+    """What a plain run does where the user (flags or --from files: ``given``) said nothing: the CPU
+    code paths of a fake-tensor run, PEFT's fp32 adapters, and torch AdamW's states in the trainable
+    weights' dtype."""
     kw = {}
-    if args.device is None:
+    if given.get("device") is None:
         kw["device"] = "cpu"
-    method = args.method or "full"
-    if method != "full" and args.adapter_dtype is None:
+    method = given.get("method") or "full"
+    if method != "full" and given.get("adapter_dtype") is None:
         kw["adapter_dtype"] = "fp32"
-    if args.state_dtype is None:
-        kw["state_dtype"] = (args.adapter_dtype or kw.get("adapter_dtype")) if method != "full" \
-            else (args.dtype or "bf16")
+    if given.get("state_dtype") is None:
+        kw["state_dtype"] = (given.get("adapter_dtype") or kw.get("adapter_dtype")) if method != "full" \
+            else (given.get("dtype") or "bf16")
     return kw
+
+
+def _warn_versions(measured: dict) -> str:
+    """Print a warning line per library whose version is not the ledger's; return the versions line."""
+    from ..validate import version_note
+
+    line, warnings = version_note(measured)
+    for w in warnings:
+        print(f"symvram: warning: {w}", file=sys.stderr)
+    return line
 
 
 def run(args) -> int:
     from .. import validate
 
-    sc = scenario_from_args(args, **run_defaults(args))
+    sc = scenario_from_args(args, **run_defaults(scenario_kwargs(args)))
     _check_supported(sc)
     if not validate.is_available():
         raise UserError(validate.missing_reason())
     if args.world_size:  # ZeRO-3 against torch FSDP2 over N fake ranks
+        import torch
+
         from ..validate.fsdp import cli_text
+        _warn_versions({"torch": torch.__version__})
         write_output(cli_text(sc, args.world_size, args.format, args.units), args.output, args.force)
         return 0
     from ..validate.compare import comparison
@@ -98,16 +115,17 @@ def run(args) -> int:
         measured = measure(spec)
     bd = evaluate(sc)
     result = comparison(bd, measured)
+    line = _warn_versions(result["versions"])
     if args.format == "json":
-        text = json.dumps({"spec": spec, **result}, indent=2)
+        text = json.dumps({"spec": spec, **result, "ledger_versions": validate.LEDGER_VERSIONS,
+                           **provenance_dict(args, sc)}, indent=2)
     else:
         rows = [["", f"estimate ({args.units})", f"measured ({args.units})", "error"]]
         for name, row in result["rows"].items():
             err = "—" if row["error"] is None else f"{100 * row['error']:+.3f} %"
             rows.append([name, fmt_bytes(row["estimate"], args.units), fmt_bytes(row["measured"], args.units), err])
-        versions = ", ".join(f"{k} {v}" for k, v in result["versions"].items())
         text = (render_rows(rows, "lrrr", "table") +
                 f"\n\npeak moment: estimate '{result['estimate_moment']}', measured '{result['measured_phase']}'"
-                f"\nmeasured with {versions} ({'real CUDA tensors' if spec['device'] == 'cuda' else 'FakeTensorMode, CPU code paths'})")
+                f"\n{line} ({'real CUDA tensors' if spec['device'] == 'cuda' else 'FakeTensorMode, CPU code paths'})")
     write_output(text, args.output, args.force)
     return 0

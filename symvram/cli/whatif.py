@@ -9,7 +9,7 @@ from ..ledger.terms import BLOCKS
 from ..present.tables import BLOCK_TITLES, render_rows, to_json
 from ..present.units import fmt_bytes
 from ..symbols import latex
-from .common import add_model_argument, add_output_arguments, add_scenario_arguments, scenario_from_args, write_output
+from .common import add_model_argument, add_output_arguments, add_scenario_arguments, provenance_dict, scenario_from_args, write_output
 
 HELP = """\
 The scenario described by the other options is the "before"; each --set SYMBOL=VALUE is the change.
@@ -95,6 +95,6 @@ def to_json_whatif(w: WhatIf) -> dict:
 def run(args) -> int:
     sc = scenario_from_args(args, overrides=None)   # --set is the change, not part of the "before"
     w = whatif(sc, dict(args.set))
-    text = json.dumps(to_json_whatif(w), indent=2) if args.format == "json" else render(w, args.units, args.format)
+    text = json.dumps({**to_json_whatif(w), **provenance_dict(args, sc)}, indent=2) if args.format == "json" else render(w, args.units, args.format)
     write_output(text, args.output, args.force)
     return 0

@@ -16,13 +16,13 @@ from __future__ import annotations
 import sympy as sp
 
 from ..symbols import sym
-from .architecture import INPUT_WIDTH, LINEARS, L, V, dh, f, h, linear_params_per_layer, nh, nkv
+from .architecture import E, L, V, dh, f, f_e, h, k_e, nh, nkv
 from .structure import Structure
 from .terms import Term
 
 b, s, r = sym("batch"), sym("seq"), sym("rank")
-b_c, b_32, b_a, b_mask, b_id, b_w, b_g = (sym(n) for n in (
-    "bytes_act", "bytes_fp32", "bytes_adapter", "bytes_mask", "bytes_index", "bytes_weight", "bytes_grad"))
+b_c, b_32, b_a, b_mask, b_id, b_w, b_g, b_i32 = (sym(n) for n in (
+    "bytes_act", "bytes_fp32", "bytes_adapter", "bytes_mask", "bytes_index", "bytes_weight", "bytes_grad", "bytes_int32"))
 T = b * s  # tokens in the micro-batch
 
 TRANSFORMERS = "transformers LlamaDecoderLayer / LlamaRMSNorm"
@@ -35,34 +35,75 @@ def _per_call_cast(s_: Structure, group: str) -> bool:
 
 
 def _shared_with_attention(s_: Structure, group: str) -> bool:
-    """SDPA's output is laid out so that o_proj reads the very tensor SDPA saved (no second copy)."""
-    return group == "attn_out" and s_.attention == "sdpa"
+    """SDPA's output is laid out so that o_proj reads the very tensor SDPA saved (no second copy);
+    Phi-3's q comes from a slice of the fused qkv, so SDPA's output is (b, n_h, s, d) and o_proj reads a
+    contiguous copy instead."""
+    return group == "attn_out" and s_.attention == "sdpa" and not s_.arch.extra("fused_qkv")
+
+
+NORM_WHY = {
+    "rms": "each RMSNorm keeps its fp32 upcast input and 1/rms for backward",
+    "rms_fp32_weight": "each RMSNorm keeps its fp32 upcast input and 1/rms for backward (the weight multiplies in fp32)",
+    "gemma_rms": "each Gemma RMSNorm keeps its fp32 upcast input, 1/rms and the fp32 (1 + w) it multiplies by",
+}
+
+
+def norm_saved(s_: Structure, rows: sp.Expr, width: sp.Expr) -> sp.Expr:
+    """What one norm over ``rows`` rows of ``width`` per token saves when its input needs a gradient:
+    the fp32 upcast input and 1/rms (Gemma's norm also its fp32 (1 + w), a weight-sized vector)."""
+    saved = b_32 * T * rows * width + b_32 * T * rows
+    return saved + b_32 * width if s_.arch.norm == "gemma_rms" else saved
+
+
+def norm_weight_input(s_: Structure) -> sp.Symbol:
+    """Bytes per element of the normalized tensor a trainable norm weight keeps for its gradient
+    (Gemma and OLMo 2 scale in fp32; Llama casts back to the weight dtype first)."""
+    return b_w if s_.arch.norm == "rms" else b_32
+
+
+def _grad_flags(s_: Structure, first: bool) -> dict[str, bool]:
+    """Which tensors of a layer need a gradient, by site (a norm saves for backward only then).
+
+    ``first``: the layer reads the embedding output, which needs no gradient under LoRA."""
+    fam = s_.arch
+    reads = {fam.linear(t).input_group for t in s_.targets} if s_.lora else set()
+    grad_in = not (first and s_.lora)
+    attn = grad_in or "attn_in" in reads                 # q, k, v (their projections' outputs)
+    attn_out = attn or "attn_out" in reads               # o_proj's output
+    resid = grad_in or attn_out                          # the residual stream after attention
+    mlp = resid or "mlp_in" in reads                     # the MLP's hidden tensors
+    mlp_out = mlp or "mlp_act" in reads                  # down_proj's output
+    return {"layer_in": grad_in, "q": attn, "k": attn, "attn_out": attn_out, "resid": resid, "mlp": mlp,
+            "mlp_out": mlp_out}
 
 
 def _layer(s_: Structure, first: bool) -> dict[str, tuple[sp.Expr, str, str, str]]:
     """Saved bytes of one decoder layer: key -> (expr, label, why, source).
 
     ``first``: the layer reads the embedding output, which needs no gradient under LoRA."""
-    grad_in = not (first and s_.lora)
-    targets = set(s_.targets) if s_.lora else set()
-    attn_grad = grad_in or bool(targets & {"q_proj", "k_proj", "v_proj"})
-    resid_grad = attn_grad or "o_proj" in targets
-    mlp_grad = resid_grad or bool(targets & {"gate_proj", "up_proj"})
+    fam = s_.arch
+    grad = _grad_flags(s_, first)
+    grad_in, attn_grad, resid_grad, mlp_grad = grad["layer_in"], grad["q"], grad["resid"], grad["mlp"]
     out: dict[str, tuple[sp.Expr, str, str, str]] = {}
 
-    norm = b_32 * T * h + b_32 * T
-    n_norms = int(grad_in) + int(resid_grad)
-    if n_norms:
-        out["act_norms"] = (n_norms * norm, r"A_{\mathrm{norm}}",
-                            "each RMSNorm keeps its fp32 upcast input and 1/rms for backward", TRANSFORMERS)
+    targets = set(s_.targets) if s_.lora else set()
+    saving = [n for n in fam.norms if grad[n.at] if not n.after or grad_in or n.after in targets]
+    if saving:
+        out["act_norms"] = (sp.Add(*(norm_saved(s_, n.rows, n.width) for n in saving)), r"A_{\mathrm{norm}}",
+                            NORM_WHY[fam.norm], TRANSFORMERS)
         if not s_.lora:
-            out["act_norm_weight_input"] = (n_norms * b_w * T * h, r"A_{\mathrm{norm},w}",
-                                            "a trainable norm weight also keeps the normalized 16-bit tensor", TRANSFORMERS)
+            out["act_norm_weight_input"] = (sp.Add(*(norm_weight_input(s_) * T * n.rows * n.width for n in saving)),
+                                            r"A_{\mathrm{norm},w}",
+                                            "a trainable norm weight also keeps the normalized "
+                                            + ("16-bit" if fam.norm == "rms" else "fp32") + " tensor", TRANSFORMERS)
 
     if attn_grad:
         if s_.attention == "sdpa":
-            out["act_attention"] = (b_c * T * dh * (nh + 2 * nkv) + b_c * T * nh * dh, r"A_{\mathrm{attn}}",
-                                    "SDPA (flash) keeps q, k, v after RoPE and its output", "torch scaled_dot_product_attention")
+            fused = b_c * T * dh * (nh + nkv) if fam.extra("fused_qkv") else 0
+            out["act_attention"] = (b_c * T * dh * (nh + 2 * nkv) + b_c * T * nh * dh + fused, r"A_{\mathrm{attn}}",
+                                    "SDPA (flash) keeps q, k, v after RoPE and its output"
+                                    + ("; v is a view of the fused qkv output, which it keeps whole" if fused else ""),
+                                    "torch scaled_dot_product_attention")
             out["act_attention_lse"] = (b_32 * b * nh * s, r"A_{\mathrm{lse}}",
                                         "and the fp32 log-sum-exp of each query row", "torch _scaled_dot_product_flash_attention")
         else:
@@ -70,25 +111,31 @@ def _layer(s_: Structure, first: bool) -> dict[str, tuple[sp.Expr, str, str, str
             out["act_attention"] = (3 * b_c * T * nh * dh, r"A_{\mathrm{attn}}",
                                     "eager attention keeps q and the repeat_kv copies of k and v (n_h heads each)",
                                     "transformers eager_attention_forward")
-            out["act_attention_scores"] = (b_32 * b * nh * s**2 + probs_16, r"A_{\mathrm{scores}}",
-                                           "the fp32 softmax of b·n_h·s² scores and its 16-bit copy",
+            softcap = b_c * b * nh * s**2 if fam.extra("attn_logit_softcapping") else 0
+            out["act_attention_scores"] = (b_32 * b * nh * s**2 + probs_16 + softcap, r"A_{\mathrm{scores}}",
+                                           "the fp32 softmax of b·n_h·s² scores and its 16-bit copy"
+                                           + " (and the tanh of the soft-capped scores)" * bool(softcap),
                                            "transformers eager_attention_forward")
-    if mlp_grad:
+    if mlp_grad and fam.moe:
+        out.update(_moe_layer(s_))
+    elif mlp_grad:
+        act = {"silu": "SiLU", "gelu_tanh": "GELU"}[fam.activation]
         out["act_mlp"] = (3 * b_c * T * f, r"A_{\mathrm{mlp}}",
-                          "gate output (SiLU input), SiLU output and up output, d_ff wide each", TRANSFORMERS)
+                          f"gate output ({act} input), {act} output and up output, d_ff wide each", TRANSFORMERS)
 
     if s_.weight_casts:
-        out["act_weight_casts"] = (b_c * linear_params_per_layer(), r"A_{\mathrm{cast},W}",
+        out["act_weight_casts"] = (b_c * fam.linear_params_per_layer(), r"A_{\mathrm{cast},W}",
                                    "autocast casts each linear weight to the compute dtype per call; backward needs "
                                    "the cast, so it is saved", "torch.autocast")
-    if s_.lora and s_.autocast and s_.adapter_upcast:
-        out["act_adapter_casts"] = (b_c * r * sp.Add(*(LINEARS[t].d_in + LINEARS[t].d_out for t in s_.targets)),
+    lin_targets = [t for t in s_.targets if fam.linear(t) in fam.linears]  # nn.Linear targets (PEFT's lora.Linear)
+    if s_.lora and s_.autocast and s_.adapter_upcast and lin_targets:
+        out["act_adapter_casts"] = (b_c * r * sp.Add(*(fam.linear(t).d_in + fam.linear(t).d_out for t in lin_targets)),
                                     r"A_{\mathrm{cast},LoRA}", "autocast's cache of the adapters cast to the compute "
                                     "dtype, saved for backward", "torch.autocast weight cache")
     if not s_.lora:
         saved = sp.Integer(0)
-        for group, width in INPUT_WIDTH.items():
-            n = sum(1 for m in LINEARS.values() if m.input_group == group)
+        for group, width in fam.group_width.items():
+            n = sum(1 for m in fam.linears if m.input_group == group)
             if _per_call_cast(s_, group):
                 saved += n * b_c * T * width
             elif not _shared_with_attention(s_, group):
@@ -102,8 +149,8 @@ def _layer(s_: Structure, first: bool) -> dict[str, tuple[sp.Expr, str, str, str
     group_grad = {"attn_in": grad_in, "attn_out": resid_grad or attn_grad, "mlp_in": resid_grad, "mlp_act": mlp_grad}
     autocast_copy = s_.autocast and s_.adapter_upcast  # lora_A's autocast saves a compute-dtype copy per target
     inputs, masks = sp.Integer(0), sp.Integer(0)
-    for group, width in INPUT_WIDTH.items():
-        n = sum(1 for t in s_.targets if LINEARS[t].input_group == group)
+    for group, width in fam.group_width.items():
+        n = sum(1 for t in lin_targets if fam.linear(t).input_group == group)
         if not n:
             continue
         if s_.dropout:
@@ -124,14 +171,91 @@ def _layer(s_: Structure, first: bool) -> dict[str, tuple[sp.Expr, str, str, str
         why = "PEFT casts each target's input to the adapter dtype; lora_A keeps that copy, one per target"
     else:
         why = "lora_A keeps its input for its weight gradient (targets reading one tensor share it)"
+    if not lin_targets:
+        return out
     out["act_lora_inputs"] = (inputs, r"A_{\mathrm{LoRA,in}}", why, PEFT)
     if masks != 0:
         mask_why = ("CPU dropout multiplies by a saved noise tensor of the input's dtype" if s_.device == "cpu"
                     else "CUDA native_dropout keeps a bool mask per target")
         out["act_lora_dropout"] = (masks, r"A_{\mathrm{drop}}", mask_why, "torch dropout")
-    out["act_lora_hidden"] = (len(s_.targets) * (b_c if s_.autocast else b_a) * T * r, r"A_{\mathrm{LoRA},r}",
+    out["act_lora_hidden"] = (len(lin_targets) * (b_c if s_.autocast else b_a) * T * r, r"A_{\mathrm{LoRA},r}",
                               "lora_B keeps lora_A's r-wide output, one per target", PEFT)
     return out
+
+
+MOE = "transformers integrations/moe.py (grouped_mm experts)"
+
+
+def _moe_parts(s_: Structure) -> tuple:
+    """(router module, the fused expert weights, those LoRA targets, whether the experts' weights train)."""
+    fam = s_.arch
+    router = fam.linear(fam.extra("router"))
+    experts = [m for m in fam.moe_weights if m is not router]
+    targeted = [m for m in experts if s_.lora and m.name in s_.targets]
+    return router, experts, targeted, (not s_.lora) or bool(targeted)
+
+
+def _moe_layer(s_: Structure) -> dict[str, tuple[sp.Expr, str, str, str]]:
+    """What one MoE block saves (transformers' grouped_mm path: the S = T·k_E token-expert pairs are
+    sorted by expert, gathered, run through two grouped matmuls and scattered back)."""
+    fam = s_.arch
+    router, experts, targeted, experts_train = _moe_parts(s_)
+    S = T * k_e
+    renorm = fam.extra("topk_renormalized") or "norm_topk_prob" in s_.options
+    b_sw = b_32 if fam.extra("routing_weights_fp32") else b_c
+    out = {"act_moe_router": (b_32 * T * E + b_id * T * k_e + (b_32 * T + b_32 * T * k_e if renorm else 0),
+                              r"A_{\mathrm{route}}", "the router's fp32 softmax over E experts and the int64 top-k "
+                              "indices" + " (and the renormalized top-k weights with their sum)" * bool(renorm), fam.source),
+           "act_moe_experts": (3 * b_id * S + b_i32 * E + 3 * b_c * S * f_e + b_c * S * h + b_sw * S,
+                               r"A_{\mathrm{exp}}", "per token-expert pair: three int64 sort/gather indices, the "
+                               "gate_up output (2·d_E) and its SiLU (d_E), the down output (h) and the routing weight; "
+                               "E int32 group offsets", MOE)}
+    if experts_train:
+        out["act_moe_expert_inputs"] = (b_c * S * h + b_c * S * f_e, r"A_{\mathrm{exp,in}}",
+                                        "the gathered tokens and the SiLU·up product, kept for the expert weights' "
+                                        "gradients", MOE)
+    if targeted:
+        out["act_moe_merged"] = (b_c * sp.Add(*(m.count * m.d_in * m.d_out + m.count * m.rank_factor * r * (m.d_in + m.d_out)
+                                               for m in targeted)), r"A_{\mathrm{exp,W'}}",
+                                 "PEFT's target_parameters builds W + (α/r)·B·A of every targeted expert weight each "
+                                 "forward, in the compute dtype, and keeps it (and the cast factors) for backward",
+                                 "peft tuners/lora/layer.py ParamWrapper")
+    if not s_.lora or router.name in s_.targets:
+        out["act_moe_router_input"] = (b_c * T * h + (b_c * E * h if s_.lora else 0), r"A_{\mathrm{route,in}}",
+                                       "the router's input, kept for its weight gradient"
+                                       + " (and the merged router weight)" * s_.lora, fam.source)
+    return out
+
+
+def _layer_backward_temp(s_: Structure) -> tuple[sp.Expr, str, str]:
+    """The temporaries of the last layer's MLP backward, net of what that backward has freed already."""
+    if not s_.arch.moe:
+        return (3 * b_c * T * f + b_c * T * h, "inside a layer's MLP backward: the gradients of the down input, the "
+                "SiLU output and the up output (d_ff wide) and the incoming hidden gradient", "autograd of LlamaMLP")
+    S = T * k_e
+    _, _, targeted, _ = _moe_parts(s_)
+    freed = b_c * S * h + b_id * S  # the down output and one index vector are gone by then
+    if targeted:
+        return (b_c * E * h * f_e + b_c * S * f_e + b_c * S * h + b_c * T * h - freed,
+                "the down matmul's backward: the merged expert weight's gradient (E·h·d_E), the pairs' gradients and "
+                "the incoming hidden gradient, net of the freed down output and index", MOE)
+    return (3 * b_c * S * f_e + b_c * T * h - freed, "the SiLU·up backward of the experts: three d_E-wide gradients "
+            "per token-expert pair and the incoming hidden gradient, net of the freed down output and index", MOE)
+
+
+def past_window(s_: Structure) -> sp.Expr:
+    """1 once the sequence is longer than the sliding window, else 0 (s and w are integers): a step
+    written as min(1, max(0, s − w)) so that every printer and lambdify handle it."""
+    return sp.Min(1, sp.Max(0, s - s_.arch.dim("window")))
+
+
+def sliding_extra(s_: Structure) -> sp.Expr:
+    """A sliding-window layer under SDPA once the sequence is longer than the window (Gemma 3): the
+    window needs an explicit mask, so SDPA saves a 16-bit (b, 1, s, s) mask and k, v are expanded to
+    n_h heads (repeat_kv) instead of GQA. Nothing while s ≤ w."""
+    if s_.arch.dim("window", 0) == 0 or s_.attention != "sdpa":
+        return sp.Integer(0)
+    return past_window(s_) * (b_c * b * s**2 + 2 * b_c * T * dh * (nh - nkv))
 
 
 def per_layer_bytes(s_: Structure) -> sp.Expr:
@@ -141,8 +265,9 @@ def per_layer_bytes(s_: Structure) -> sp.Expr:
 
 def saved_terms(s_: Structure) -> list[Term]:
     """Block 3 terms: per-layer saved tensors × L (or checkpointed inputs), then the model's head."""
+    fam = s_.arch
     terms: list[Term] = []
-    if s_.checkpointing:
+    if s_.grad_checkpointing:
         terms.append(Term("act_checkpoints", "activations", L * b_w * T * h + b_id * s, r"A_{\mathrm{ckpt}}",
                           "checkpointing keeps each layer's input (and the position ids); layers are recomputed in backward",
                           "torch.utils.checkpoint (non-reentrant)"))
@@ -160,37 +285,50 @@ def saved_terms(s_: Structure) -> list[Term]:
             terms.append(Term("act_first_layer", "activations", sp.expand(correction), r"A_{\mathrm{layer\,0}}",
                               "the first layer's input (the frozen embedding) needs no gradient, so it saves less",
                               "autograd saves only what a required gradient needs"))
+    if sliding_extra(s_) != 0:
+        if s_.grad_checkpointing:
+            terms.append(Term("act_sliding_mask", "activations", past_window(s_) * s**2,
+                              r"A_{\mathrm{win}}", "the shared boolean sliding-window mask, a checkpoint input",
+                              fam.source))
+        else:
+            terms.append(Term("act_sliding_mask", "activations", fam.dim("sliding_layers") * sliding_extra(s_),
+                              r"L_{\mathrm{win}} \cdot A_{\mathrm{win}}", sliding_extra.__doc__.split(".")[0]
+                              + ": a 16-bit mask and k, v repeated to n_h heads, per sliding layer", fam.source))
     if s_.weight_casts:
         terms.append(Term("act_lm_head_cast", "activations", b_c * V * h, r"A_{\mathrm{cast},V}",
                           "autocast casts lm_head's weight to the compute dtype; backward needs the cast", "torch.autocast"))
-    head = b_32 * T * h + b_32 * T
-    why = "the final RMSNorm keeps its fp32 input and 1/rms"
+    head = norm_saved(s_, 1, h)
+    why = NORM_WHY[fam.norm].replace("each", "the final", 1)
     if not s_.lora:
-        head += (b_w + (b_c if s_.weight_casts else b_w)) * T * h
+        head += (norm_weight_input(s_) + (b_c if s_.weight_casts else b_w)) * T * h
         why += "; trainable norm and lm_head keep the normalized and the normed tensor"
     terms.append(Term("act_final_norm", "activations", head, r"A_{\mathrm{head}}", why, TRANSFORMERS))
     terms.append(Term("act_logsoftmax", "activations", b_32 * T * V, r"A_{\mathrm{lsm}}",
                       "cross-entropy upcasts logits to fp32 and keeps log_softmax for backward",
                       "transformers ForCausalLMLoss; torch log_softmax"))
-    terms.append(Term("act_rope", "activations", 2 * b_c * s * dh, r"A_{\mathrm{rope}}",
-                      "RoPE cos and sin, shared by all layers", "transformers LlamaRotaryEmbedding"))
+    if fam.extra("final_logit_softcapping"):
+        terms.append(Term("act_logit_softcap", "activations", b_c * T * V, r"A_{\mathrm{cap}}",
+                          "final-logit soft-capping keeps tanh(logits / cap) for backward", fam.source))
+    bases = fam.dim("rope_bases")
+    b_rope = b_32 if fam.extra("rope_fp32") else b_c  # OLMo 2 keeps cos/sin in fp32
+    terms.append(Term("act_rope", "activations", 2 * bases * b_rope * s * dh, r"A_{\mathrm{rope}}",
+                      "RoPE cos and sin, shared by all layers" + " (one pair per rotary base)" * (bases != 1),
+                      "transformers LlamaRotaryEmbedding"))
     terms.append(Term("act_tokens", "activations", 2 * b_id * T, r"A_{\mathrm{ids}}",
                       "input ids and the shifted labels (int64)", "transformers ForCausalLMLoss"))
     return terms
 
 
-def _largest_linear() -> sp.Expr:
-    """Elements of the largest projection weight (left unevaluated: which one depends on the numbers)."""
-    return sp.Max(*{m.d_in * m.d_out for m in LINEARS.values()}, evaluate=False)
+def _largest_linear(s_: Structure) -> sp.Expr:
+    """Elements of the largest quantized (nn.Linear) weight (left unevaluated: which one depends on the numbers)."""
+    return sp.Max(*{m.params for m in s_.arch.linears}, evaluate=False)
 
 
 def _first_layer_params(s_: Structure) -> sp.Expr:
     """Trainable parameters whose gradients come last: the first layer's (and an untied embedding's)."""
     if s_.lora:
         return sym("P_lora") / L
-    from .architecture import params_per_layer
-
-    return params_per_layer(s_.qkv_bias) + (0 if s_.tied else V * h)
+    return s_.arch.params_per_layer(s_.options) + (0 if s_.tied else V * h)
 
 
 def transient_terms(s_: Structure) -> list[Term]:
@@ -210,17 +348,20 @@ def transient_terms(s_: Structure) -> list[Term]:
     if not s_.compute_fp32:
         terms.insert(1, Term("logits_fp32", "transient", b_32 * T * V, r"M_{\mathrm{logits},32}",
                              "logits.float(): the fp32 copy cross-entropy reads", "transformers ForCausalLMLoss"))
-    terms.append(Term("layer_backward_temp", "transient", 3 * b_c * T * f + b_c * T * h, r"M_{\mathrm{mlp}'}",
-                      "inside a layer's MLP backward: the gradients of the down input, the SiLU output and the up "
-                      "output (d_ff wide) and the incoming hidden gradient", "autograd of LlamaMLP"))
+    temp, why, source = _layer_backward_temp(s_)
+    terms.append(Term("layer_backward_temp", "transient", temp, r"M_{\mathrm{mlp}'}", why, source))
     terms.append(Term("grads_before_first_layer", "transient", b_g * (sym("P_train") - _first_layer_params(s_)),
                       r"M_{\mathrm{grad},>0}", "gradients already accumulated when backward reaches the first layer "
                       "(all but the first layer's and the embedding's)", "autograd order"))
+    if s_.tied and not s_.lora:
+        terms.append(Term("tied_grad_sum", "transient", 2 * b_g * V * h, r"M_{\mathrm{tied}'}",
+                          "tied embeddings: lm_head's gradient and the embedding's are summed at the end of backward, "
+                          "both alive beside the sum", "autograd of a shared weight (embedding_dense_backward)"))
     if s_.method == "qlora":
-        terms.append(Term("dequant_temp", "transient", b_c * _largest_linear(),
+        terms.append(Term("dequant_temp", "transient", b_c * _largest_linear(s_),
                           r"M_{\mathrm{dequant}}", "bitsandbytes dequantizes one 4-bit weight to the compute dtype "
                           "for each matmul (the largest is the bound)", "bitsandbytes MatMul4Bit"))
-    terms.append(Term("one_layer", "transient", per_layer_bytes(s_), r"M_{\mathrm{layer}}",
+    terms.append(Term("one_layer", "transient", per_layer_bytes(s_) + sliding_extra(s_), r"M_{\mathrm{layer}}",
                       "one layer's saved tensors (recomputed under checkpointing), alive until its backward ends",
                       "torch.utils.checkpoint / autograd"))
     return terms

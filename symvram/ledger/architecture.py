@@ -1,82 +1,254 @@
-"""Shapes of a Llama-family decoder as expressions: linear layers, parameter counts.
+"""Model families as data: each decoder family's layers, norms and LoRA target groups, read from
+``symvram/data/families/*.toml``, and the parameter counts they imply as expressions.
 
->>> LINEARS["k_proj"].d_out
+A family is one data entry (``extends`` another and restates only what differs); the ledger takes it
+as an input like every other choice, so nothing here describes one architecture in code.
+
+>>> fam = family("llama")
+>>> fam.linear("k_proj").d_out
 head_dim*kv_heads
 >>> dims = {h: 4096, f: 11008, nh: 32, nkv: 32, dh: 128}
->>> params_per_layer(qkv_bias=False).xreplace(dims)    # Llama-2-7B: 4·4096² + 3·4096·11008 + 2·4096
+>>> fam.params_per_layer(()).xreplace(dims)    # Llama-2-7B: 4·4096² + 3·4096·11008 + 2·4096
 202383360
+>>> family("qwen3").params_per_layer(()).xreplace({**dims, f: 12288, nkv: 8})  # + q/k norms of d_head each
+192946432
 """
 from __future__ import annotations
 
+import tomllib
 from dataclasses import dataclass
+from functools import cache, cached_property
+from importlib import resources
 
 import sympy as sp
 
-from ..symbols import sym
+from ..errors import UserError
+from ..symbols import SYMBOLS, sym
 
 h, f, L, nh, nkv, dh, V = (sym(n) for n in ("hidden", "intermediate", "layers", "heads", "kv_heads", "head_dim", "vocab"))
+E, k_e, f_e = sym("experts"), sym("experts_per_token"), sym("moe_intermediate")
+
+GROUPS = ("attn_in", "attn_out", "mlp_in", "mlp_act")  # the tensors a layer's linears read
+NORM_SITES = ("layer_in", "resid", "attn_out", "mlp_out", "q", "k")
+MLP_KINDS = ("gated", "moe")
+ACTIVATIONS = ("silu", "gelu_tanh")
+NORM_KINDS = ("rms", "gemma_rms", "rms_fp32_weight")
+
+
+def expr(text: str | int) -> sp.Expr:
+    """A shape expression over registry symbols: ``"kv_heads*head_dim"`` → kv_heads·head_dim."""
+    if isinstance(text, int):
+        return sp.Integer(text)
+    return sp.sympify(text, locals={n: d.symbol for n, d in SYMBOLS.items()}, rational=True)
 
 
 @dataclass(frozen=True)
 class Linear:
-    """One projection of a decoder layer: y = x W^T with W of shape (d_out, d_in).
-
-    ``input_group`` names the tensor it reads: projections in one group read the same tensor
-    (q, k and v all read the attention norm's output)."""
+    """One projection: y = x Wᵀ with W of shape (d_out, d_in). ``input_group`` names the tensor it
+    reads (projections of one group read the same tensor: q, k and v all read the attention norm's
+    output); ``bias`` names the config option that gives it a bias; ``count`` is how many copies a
+    layer holds (E for a fused 3-D expert weight, 1 for an nn.Linear)."""
 
     name: str
     d_in: sp.Expr
     d_out: sp.Expr
     input_group: str
+    bias: str | None = None
+    count: sp.Expr = sp.Integer(1)
+    rank_factor: int = 1   # PEFT gives a merged weight (gate_up_proj from gate + up) this many times the rank
+
+    @property
+    def params(self) -> sp.Expr:
+        return self.count * self.d_in * self.d_out
 
 
-LINEARS: dict[str, Linear] = {m.name: m for m in (
-    Linear("q_proj", h, nh * dh, "attn_in"),
-    Linear("k_proj", h, nkv * dh, "attn_in"),
-    Linear("v_proj", h, nkv * dh, "attn_in"),
-    Linear("o_proj", nh * dh, h, "attn_out"),
-    Linear("gate_proj", h, f, "mlp_in"),
-    Linear("up_proj", h, f, "mlp_in"),
-    Linear("down_proj", f, h, "mlp_act"),
-)}
-INPUT_WIDTH = {"attn_in": h, "attn_out": nh * dh, "mlp_in": h, "mlp_act": f}
-TARGET_SETS = {
-    "all-linear": tuple(LINEARS),
-    "attention": ("q_proj", "k_proj", "v_proj", "o_proj"),
-    "qv": ("q_proj", "v_proj"),
-    "mlp": ("gate_proj", "up_proj", "down_proj"),
-}
+@dataclass(frozen=True)
+class Norm:
+    """One normalization of a layer: where it sits, its weight width and its rows per token
+    (a per-head q/k norm normalizes n_h rows of d_head per token)."""
+
+    name: str
+    at: str
+    width: sp.Expr
+    rows: sp.Expr = sp.Integer(1)
+    after: str | None = None  # the projection whose output it normalizes (a q/k norm): it saves if that one trains
 
 
-def linear_params_per_layer() -> sp.Expr:
-    return sp.Add(*(m.d_in * m.d_out for m in LINEARS.values()))
+@dataclass(frozen=True)
+class Family:
+    """One decoder family: the data entry, parsed and checked."""
+
+    key: str
+    description: str
+    model_types: tuple[str, ...]
+    source: str
+    norm: str
+    mlp_kind: str
+    activation: str
+    attention_kernels: tuple[str, ...]
+    default_attention: str
+    attention_why: str
+    dims: tuple[tuple[str, str, str], ...]       # (symbol, config.json key, default: "required" | expression)
+    options: tuple[tuple[str, bool], ...]        # boolean config switches and their defaults
+    linears: tuple[Linear, ...]
+    norms: tuple[Norm, ...]
+    moe_weights: tuple[Linear, ...]              # the MoE block's weights that are not nn.Linear (router, fused experts)
+    targets: tuple[tuple[str, tuple[str, ...]], ...]
+    extras: tuple[tuple[str, object], ...] = ()  # family-specific settings (soft-capping, embedding scale …)
+
+    # --- lookups -------------------------------------------------------------------------------
+    def linear(self, name: str) -> Linear:
+        return self.linear_map[name]
+
+    @cached_property
+    def linear_map(self) -> dict[str, Linear]:
+        """Every weight LoRA can target: the nn.Linear layers and the MoE block's weights."""
+        return {m.name: m for m in self.linears + self.moe_weights}
+
+    @cached_property
+    def target_sets(self) -> dict[str, tuple[str, ...]]:
+        return dict(self.targets)
+
+    @cached_property
+    def group_width(self) -> dict[str, sp.Expr]:
+        """Width of each tensor a linear reads (every reader of a group has the same d_in)."""
+        out: dict[str, sp.Expr] = {}
+        for m in self.linears:
+            out.setdefault(m.input_group, m.d_in)
+        return out
+
+    def dim(self, name: str, default: int = 1) -> sp.Expr:
+        """The family's symbol ``name`` if its entry reads that dimension, else the constant every other
+        family has (one rotary base, no sliding layers …)."""
+        return sym(name) if any(d[0] == name for d in self.dims) else sp.Integer(default)
+
+    def extra(self, name: str, default=None):
+        return dict(self.extras).get(name, default)
+
+    @property
+    def moe(self) -> bool:
+        return self.mlp_kind == "moe"
+
+    # --- parameter counts ------------------------------------------------------------------------
+    def bias_params_per_layer(self, options: tuple[str, ...]) -> sp.Expr:
+        """Bias vectors switched on by the model's options (Qwen2: q, k and v)."""
+        return sp.Add(*(m.d_out for m in self.linears if m.bias in options))
+
+    def linear_params_per_layer(self) -> sp.Expr:
+        """Weights of every nn.Linear of one layer (the ones LoRA can target and bitsandbytes quantizes)."""
+        return sp.Add(*(m.params for m in self.linears))
+
+    def expert_params_per_layer(self) -> sp.Expr:
+        return sp.Add(*(m.params for m in self.moe_weights))
+
+    def norm_params_per_layer(self) -> sp.Expr:
+        return sp.Add(*(n.width for n in self.norms))
+
+    def params_per_layer(self, options: tuple[str, ...]) -> sp.Expr:
+        """Linear and expert weights, biases and norm weights of one decoder layer."""
+        return (self.linear_params_per_layer() + self.expert_params_per_layer() + self.bias_params_per_layer(options)
+                + self.norm_params_per_layer())
+
+    def embedding_params(self, tied: bool) -> sp.Expr:
+        """Token embeddings, plus the lm_head unless it is tied to them."""
+        return V * h if tied else 2 * V * h
+
+    def total_params(self, tied: bool, options: tuple[str, ...]) -> sp.Expr:
+        """P derived from the architecture: embeddings (+ lm_head), L layers, the final norm."""
+        return self.embedding_params(tied) + L * self.params_per_layer(options) + h
+
+    def kept_16bit_params(self, tied: bool, options: tuple[str, ...]) -> sp.Expr:
+        """Parameters QLoRA leaves unquantized: everything but the nn.Linear weights of the layers
+        (embeddings, lm_head, norms, biases, and the MoE router and fused 3-D experts, which are not nn.Linear)."""
+        per_layer = self.expert_params_per_layer() + self.norm_params_per_layer() + self.bias_params_per_layer(options)
+        return self.embedding_params(tied) + L * per_layer + h
+
+    def lora_params(self, targets: tuple[str, ...], rank: sp.Symbol) -> sp.Expr:
+        """r (d_in + d_out) per target matrix, summed over targets and layers (an expert weight: per expert,
+        at its rank factor)."""
+        return L * rank * sp.Add(*(self.linear(t).count * self.linear(t).rank_factor
+                                   * (self.linear(t).d_in + self.linear(t).d_out) for t in targets))
+
+    def tensors_per_layer(self, options: tuple[str, ...]) -> int:
+        """Parameter tensors (not elements) of one layer: weights, biases, norm weights."""
+        return (len(self.linears) + len(self.moe_weights) + sum(1 for m in self.linears if m.bias in options)
+                + len(self.norms))
+
+    def largest_matrix(self) -> sp.Expr:
+        """Elements of the largest weight tensor of a layer (left unevaluated: which one depends on the numbers)."""
+        return sp.Max(*{m.params for m in self.linears + self.moe_weights}, evaluate=False)
+
+    def factored_sizes_per_layer(self) -> sp.Expr:
+        """Adafactor's row + column vectors of every matrix of a layer, and the norms' full vectors."""
+        return (sp.Add(*(m.count * (m.d_in + m.d_out) for m in self.linears + self.moe_weights))
+                + self.norm_params_per_layer())
 
 
-def bias_params_per_layer(qkv_bias: bool) -> sp.Expr:
-    """Qwen2 keeps a bias on q, k and v."""
-    return (nh * dh + 2 * nkv * dh) if qkv_bias else sp.Integer(0)
+# --- the data entries ----------------------------------------------------------------------------
+
+def _read(name: str) -> dict:
+    path = resources.files("symvram.data").joinpath("families", f"{name}.toml")
+    if not path.is_file():
+        raise UserError(f"no model family {name!r}; known: {', '.join(family_names())}")
+    return tomllib.loads(path.read_text(encoding="utf-8"))
 
 
-def params_per_layer(qkv_bias: bool) -> sp.Expr:
-    """Linear weights, optional qkv biases and the two RMSNorm weights of one decoder layer."""
-    return linear_params_per_layer() + bias_params_per_layer(qkv_bias) + 2 * h
+def _resolved(name: str, seen: tuple[str, ...] = ()) -> dict:
+    """The entry with its ``extends`` chain applied (a child's top-level key replaces the parent's)."""
+    if name in seen:
+        raise ValueError(f"families: 'extends' cycle {' -> '.join(seen + (name,))}")
+    entry = _read(name)
+    parent = entry.pop("extends", None)
+    return {**_resolved(parent, seen + (name,)), **entry} if parent else entry
 
 
-def embedding_params(tied: bool) -> sp.Expr:
-    """Token embeddings, plus the lm_head unless it is tied to them."""
-    return V * h if tied else 2 * V * h
+def _linears(table: dict, where: str, count: str | int = 1) -> tuple[Linear, ...]:
+    out = []
+    for name, m in table.items():
+        if m["reads"] not in GROUPS:
+            raise ValueError(f"{where}: {name}.reads must be one of {GROUPS}")
+        out.append(Linear(name, expr(m["d_in"]), expr(m["d_out"]), m["reads"], m.get("bias"), expr(m.get("count", count)),
+                          m.get("rank_factor", 1)))
+    return tuple(out)
 
 
-def total_params(tied: bool, qkv_bias: bool) -> sp.Expr:
-    """P derived from the architecture: embeddings (+ lm_head), L layers, the final norm."""
-    return embedding_params(tied) + L * params_per_layer(qkv_bias) + h
+@cache
+def family(name: str) -> Family:
+    """The family called ``name`` (its data file's stem), parsed once."""
+    e = _resolved(name)
+    where = f"families/{name}.toml"
+    mlp = e["mlp"]
+    if mlp["kind"] not in MLP_KINDS or mlp.get("activation", "silu") not in ACTIVATIONS or e["norm"] not in NORM_KINDS:
+        raise ValueError(f"{where}: mlp kind/activation or norm kind unknown")
+    norms = tuple(Norm(n, v["at"], expr(v["width"]), expr(v.get("rows", 1)), v.get("after"))
+                  for n, v in e["norms"].items())
+    if any(n.at not in NORM_SITES for n in norms):
+        raise ValueError(f"{where}: a norm's 'at' must be one of {NORM_SITES}")
+    fam = Family(
+        key=name, description=e["description"], model_types=tuple(e["model_types"]), source=e["source"],
+        norm=e["norm"], mlp_kind=mlp["kind"], activation=mlp.get("activation", "silu"),
+        attention_kernels=tuple(e["attention"]["kernels"]), default_attention=e["attention"]["default"],
+        attention_why=e["attention"].get("why", ""),
+        dims=tuple((s, key, str(default)) for s, (key, default) in e["dims"].items()),
+        options=tuple(e.get("options", {}).items()),
+        linears=_linears(e["linears"], where), norms=norms,
+        moe_weights=_linears(e.get("moe_weights", {}), where, "experts"),
+        targets=tuple((g, tuple(ms)) for g, ms in e["targets"].items()),
+        extras=tuple(sorted(e.get("extras", {}).items())),
+    )
+    for group, members in fam.targets:
+        if unknown := set(members) - set(fam.linear_map):
+            raise ValueError(f"{where}: target group {group!r} names unknown modules {sorted(unknown)}")
+    return fam
 
 
-def kept_16bit_params(tied: bool, qkv_bias: bool) -> sp.Expr:
-    """Parameters QLoRA leaves unquantized: embeddings, lm_head, norms and biases."""
-    return embedding_params(tied) + L * (2 * h + bias_params_per_layer(qkv_bias)) + h
+@cache
+def family_names() -> tuple[str, ...]:
+    return tuple(sorted(p.name[:-5] for p in resources.files("symvram.data").joinpath("families").iterdir()
+                        if p.name.endswith(".toml")))
 
 
-def lora_params(targets: tuple[str, ...], rank: sp.Symbol) -> sp.Expr:
-    """r (d_in + d_out) per target matrix, summed over targets and layers."""
-    return L * rank * sp.Add(*(LINEARS[t].d_in + LINEARS[t].d_out for t in targets))
+@cache
+def families_by_model_type() -> dict[str, str]:
+    """config.json ``model_type`` → family name."""
+    return {mt: name for name in family_names() for mt in family(name).model_types}

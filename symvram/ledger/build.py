@@ -24,6 +24,7 @@ def _moments(terms: dict, s: Structure) -> tuple[Moment, ...]:
     states = [k for k in ("optimizer_states", "optimizer_steps") if k in terms]
     saved = [k for k, t in terms.items() if t.block == "activations"]
     kept = ["act_rope", "act_tokens"]  # alive for the whole step
+    loss_saved = ("act_logsoftmax", "act_logit_softcap")  # freed once the loss backward is done
     moments = [
         Moment("forward_loss", "forward, computing the loss", tuple(params + states + saved + [
             k for k in ("logits", "logits_fp32") if k in terms]),
@@ -32,23 +33,25 @@ def _moments(terms: dict, s: Structure) -> tuple[Moment, ...]:
                "every saved activation plus two fp32 vocabulary-sized gradients"),
     ]
     moments.append(Moment("final_norm_backward", "backward through the final norm", tuple(
-        params + states + [k for k in saved if k != "act_logsoftmax"] + ["norm_backward_temp"]),
+        params + states + [k for k in saved if k not in loss_saved] + ["norm_backward_temp"]),
         "the loss gradients are freed; every layer's activations are still saved"))
     layer_temps = ["layer_backward_temp"] + [k for k in ("dequant_temp",) if k in terms]
     layer = ["one_layer"] + layer_temps
-    if not s.checkpointing:
+    if not s.grad_checkpointing:
         moments.append(Moment("last_layer_backward", "backward through the last layer's MLP", tuple(
-            params + states + [k for k in saved if k != "act_logsoftmax"] + layer_temps),
+            params + states + [k for k in saved if k not in loss_saved] + layer_temps),
             "every layer's activations are still saved while the last layer's MLP backward runs"))
-    if s.checkpointing:
+    if s.grad_checkpointing:
         moments.append(Moment("recompute", "backward, recomputing the last layer", tuple(
-            params + states + [k for k in saved if k in ("act_checkpoints", "act_input_grad_leaf")] + kept + layer),
+            params + states + [k for k in saved if k in ("act_checkpoints", "act_input_grad_leaf", "act_sliding_mask")] + kept
+            + layer),
             "the checkpointed inputs plus one recomputed layer's saved tensors and its MLP backward"))
     moments.append(Moment("first_layer_backward", "backward, reaching the first layer", tuple(
         params + states + ["grads_before_first_layer"] + kept + layer),
         "nearly every gradient exists while the first layer's tensors and its MLP backward are live"))
-    moments.append(Moment("backward_end", "end of backward", tuple(params + states + ["grads"] + kept + ["backward_tail"]),
-                          "all gradients exist; the activations are freed"))
+    moments.append(Moment("backward_end", "end of backward", tuple(
+        params + states + ["grads"] + kept + ["backward_tail"] + [k for k in ("tied_grad_sum",) if k in terms]),
+        "all gradients exist; the activations are freed"))
     moments.append(Moment("optimizer_step", "optimizer step", tuple(
         params + states + ["grads"] + kept + [k for k in ("optimizer_temp",) if k in terms]),
         "weights, gradients, states and the optimizer's own temporaries"))

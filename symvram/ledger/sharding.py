@@ -30,8 +30,7 @@ from dataclasses import replace
 import sympy as sp
 
 from ..symbols import sym
-from .architecture import (L, V, bias_params_per_layer, embedding_params, f, h, linear_params_per_layer, nh, nkv,
-                           params_per_layer)
+from .architecture import L, V, f, f_e, h, nh, nkv
 from .structure import Structure
 from .terms import Moment, Term
 from .weights import quant_constant_bits
@@ -51,20 +50,20 @@ GATHERED = "gathered_params"
 STAGE_NAMES = {0: "DDP", 1: "ZeRO-1", 2: "ZeRO-2", 3: "ZeRO-3"}
 
 
-def norm_params() -> sp.Expr:
-    """RMSNorm weights: two per layer and the final one, replicated on every tensor-parallel rank."""
-    return L * 2 * h + h
+def norm_params(s: Structure) -> sp.Expr:
+    """Norm weights: the layers' and the final one, replicated on every tensor-parallel rank."""
+    return L * s.arch.norm_params_per_layer() + h
 
 
 def _tp_params(s: Structure) -> dict[sp.Symbol, sp.Expr]:
     """Per-rank parameter counts under tensor parallelism of degree t."""
-    R = norm_params()
+    R = norm_params(s)
     split = {P: (P - R) / t + R, P_lora: P_lora / t, P_quant: P_quant / t, P_keep: (P_keep - R) / t + R}
     split[P_train] = P_train / t if s.lora else (P_train - R) / t + R
     return split
 
 
-TP_WIDTHS = {nh: nh / t, nkv: nkv / t, f: f / t, V: V / t}
+TP_WIDTHS = {nh: nh / t, nkv: nkv / t, f: f / t, V: V / t, f_e: f_e / t}  # experts split like the dense MLP
 
 
 def _tensor_parallel(term: Term, s: Structure) -> Term:
@@ -82,11 +81,12 @@ def _tensor_parallel(term: Term, s: Structure) -> Term:
 
 def layer_bytes(s: Structure) -> sp.Expr:
     """Stored bytes of one decoder layer (with its adapters; NF4 and constants under QLoRA)."""
+    fam = s.arch
     if s.method == "qlora":
-        layer = linear_params_per_layer() * (q + quant_constant_bits(s.double_quant)) / 8 + (
-            2 * h + bias_params_per_layer(s.qkv_bias)) * b_w
+        layer = fam.linear_params_per_layer() * (q + quant_constant_bits(s.double_quant)) / 8 + (
+            fam.params_per_layer(s.options) - fam.linear_params_per_layer()) * b_w
     else:
-        layer = params_per_layer(s.qkv_bias) * b_w
+        layer = fam.params_per_layer(s.options) * b_w
     if s.lora:
         layer += P_lora / L * b_a
     return layer
@@ -94,7 +94,7 @@ def layer_bytes(s: Structure) -> sp.Expr:
 
 def root_bytes(s: Structure) -> sp.Expr:
     """Stored bytes of the root unit: embeddings, lm_head (unless tied) and the final norm."""
-    return (embedding_params(s.tied) + h) * b_w
+    return (s.arch.embedding_params(s.tied) + h) * b_w
 
 
 def gathered_bytes(s: Structure) -> sp.Expr:
@@ -153,6 +153,9 @@ def notes(s: Structure, gpus: int) -> list[str]:
                    "so it costs the gathered working set on top of plain training; it only pays with --offload")
     elif s.zero and gpus == 1:
         out.append(f"ZeRO-{s.zero} on one GPU divides by N = 1: the same memory as plain training")
+    if s.arch.moe:
+        out.append("MoE: transformers' grouped_mm experts hold every token-expert pair (T·k_E rows), so the memory "
+                   "does not depend on how evenly the router spreads tokens (measured: identical for any routing)")
     return out
 
 

@@ -8,13 +8,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .architecture import Family, family
+
 
 @dataclass(frozen=True)
 class Structure:
     method: str = "full"              # full | lora | qlora
     nominal: bool = False             # P is a given number (interview preset), not derived
+    family: str = "llama"             # the decoder family (data/families/<family>.toml)
     tied: bool = False                # lm_head shares the embedding matrix
-    qkv_bias: bool = False            # q/k/v projections carry a bias (Qwen2)
+    options: tuple[str, ...] = ()     # the family's boolean switches that are on (attention_bias …)
     targets: tuple[str, ...] = ()     # LoRA target modules, canonical order
     master: bool = False              # an fp32 master copy of the trainable weights is kept
     optimizer: str = "adamw"          # adamw | sgd | sgd-momentum | lion | adafactor
@@ -26,12 +29,16 @@ class Structure:
     dropout: bool = False             # LoRA dropout p > 0
     device: str = "cuda"              # cuda | cpu: which tensors dropout keeps
     attention: str = "sdpa"           # sdpa | eager
-    checkpointing: bool = False       # non-reentrant activation checkpointing of each decoder layer
+    grad_checkpointing: bool = False  # non-reentrant activation checkpointing of each decoder layer
     double_quant: bool = True         # QLoRA: absmax constants quantized again
     zero: int = 0                     # ZeRO stage 0-3 (3 = FSDP FULL_SHARD)
     offload: str = "none"             # none | optimizer | optimizer+params
     sequence_parallel: bool = False   # Megatron sequence parallelism with tensor parallelism
     tensor_parallel: bool = False     # tensor parallelism t > 1 (Megatron): weights and activations split
+
+    @property
+    def arch(self) -> Family:
+        return family(self.family)
 
     @property
     def lora(self) -> bool:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import sympy as sp
 
 from ..symbols import sym
-from .architecture import LINEARS, h, L, V
+from .architecture import L, V, h
 from .structure import Structure
 from .terms import Term
 
@@ -18,8 +18,6 @@ b_w, b_g, b_m, b_o, n_o, b_a, b_32 = (sym(n) for n in (
     "bytes_weight", "bytes_grad", "bytes_master", "bytes_state", "states_per_param", "bytes_adapter", "bytes_fp32"))
 q, B_q, c_abs, c_abs2, B_q2 = (sym(n) for n in ("quant_bits", "quant_block", "absmax_bits", "dq_absmax_bits", "dq_block"))
 dh = sym("head_dim")
-
-
 
 
 def quant_constant_bits(double_quant: bool) -> sp.Expr:
@@ -44,18 +42,21 @@ def base_terms(s: Structure) -> list[Term]:
     else:
         terms = [Term("weights", "base", P * b_w, r"M_{w}", "every base weight, stored in the weight dtype")]
     if not s.nominal:  # an interview preset is P·bytes exactly; real models carry their buffers and counters
-        terms.append(Term("buffers", "base", b_32 * dh / 2, r"M_{\mathrm{buf}}",
-                          "rotary inv_freq buffer (fp32, d_head/2)", "transformers LlamaRotaryEmbedding"))
+        fam = s.arch
+        scale = b_w if fam.extra("embed_scale") else 0
+        terms.append(Term("buffers", "base", fam.dim("rope_bases") * b_w * dh + scale, r"M_{\mathrm{buf}}",
+                          "rotary inv_freq and original_inv_freq (d_head/2 each, in the weight dtype)"
+                          + (" per rotary base" if fam.dim("rope_bases") != 1 else "")
+                          + ("; the embedding's √h scale" if scale else ""), "transformers LlamaRotaryEmbedding"))
     return terms
 
 
 def adafactor_factored(s: Structure) -> sp.Expr:
     """Adafactor keeps a row and a column second-moment vector per matrix (no first moment)."""
+    fam = s.arch
     if s.lora:
-        per_layer = sum((2 * sym("rank") + LINEARS[t].d_in + LINEARS[t].d_out) for t in s.targets)
-        return L * per_layer
-    per_layer = sum(m.d_in + m.d_out for m in LINEARS.values()) + 2 * h
-    return (V + h) * (1 if s.tied else 2) + L * per_layer + h
+        return L * sp.Add(*(2 * sym("rank") + fam.linear(t).d_in + fam.linear(t).d_out for t in s.targets))
+    return (V + h) * (1 if s.tied else 2) + L * fam.factored_sizes_per_layer() + h
 
 
 def trainable_terms(s: Structure) -> list[Term]:
@@ -85,17 +86,16 @@ def trainable_tensors(s: Structure) -> sp.Expr:
     """How many trainable tensors (not elements): LoRA has an A and a B per target and layer."""
     if s.lora:
         return 2 * L * len(s.targets)
-    per_layer = len(LINEARS) + 2 + (3 if s.qkv_bias else 0)
-    return (1 if s.tied else 2) + L * per_layer + 1
+    return (1 if s.tied else 2) + L * s.arch.tensors_per_layer(s.options) + 1
 
 
 def largest_trainable_matrix(s: Structure) -> sp.Expr:
     """Elements of the largest trainable tensor (a for-loop optimizer's temporaries are that size)."""
     if s.lora:
-        r = sym("rank")
-        return sp.Max(*{r * LINEARS[t].d_out for t in s.targets} | {r * LINEARS[t].d_in for t in s.targets},
+        r, fam = sym("rank"), s.arch
+        return sp.Max(*{r * fam.linear(t).d_out for t in s.targets} | {r * fam.linear(t).d_in for t in s.targets},
                       evaluate=False)  # SymPy's pairwise comparison of symbolic sizes is slow and decides nothing here
-    return sp.Max(V * h, *{m.d_in * m.d_out for m in LINEARS.values()}, evaluate=False)
+    return sp.Max(V * h, *{m.params for m in s.arch.linears + s.arch.moe_weights}, evaluate=False)
 
 
 def optimizer_temp_terms(s: Structure) -> list[Term]:
@@ -114,16 +114,15 @@ def optimizer_temp_terms(s: Structure) -> list[Term]:
 
 def definitions(s: Structure) -> list[tuple[sp.Symbol, sp.Expr]]:
     """Derived quantities, in dependency order."""
-    from .architecture import kept_16bit_params, lora_params, total_params
-
+    fam = s.arch
     defs: list[tuple[sp.Symbol, sp.Expr]] = []
     if not s.nominal:
-        defs.append((P, total_params(s.tied, s.qkv_bias)))
+        defs.append((P, fam.total_params(s.tied, s.options)))
     if s.method == "qlora":
-        defs.append((P_keep, kept_16bit_params(s.tied, s.qkv_bias)))
+        defs.append((P_keep, fam.kept_16bit_params(s.tied, s.options)))
         defs.append((P_quant, P - P_keep))
     if s.lora:
-        defs.append((P_lora, lora_params(s.targets, sym("rank"))))
+        defs.append((P_lora, fam.lora_params(s.targets, sym("rank"))))
         defs.append((P_train, P_lora))
     else:
         defs.append((P_train, P))

@@ -33,7 +33,6 @@ from markupsafe import Markup
 from ..errors import UserError
 from ..evaluate import Breakdown, evaluate, substitution
 from ..ledger.activations import per_layer_bytes
-from ..ledger.architecture import LINEARS
 from ..ledger.terms import BLOCKS, Term
 from ..analysis.fit import load_card
 from ..analysis.diagnose import LOSS_HOOK, PART_NAMES, PARTS, diagnose, part_bytes, parameter_side
@@ -135,6 +134,8 @@ def _try(sc: Scenario, **changes) -> Scenario | str:
 def same_settings(sc: Scenario, model: str) -> Scenario:
     """The same method, recipe and activation settings on another model."""
     kw = {k: getattr(sc, k) for k in sc.__dataclass_fields__ if k != "model"}
+    groups = sc.structure.arch.target_sets  # another family names its modules otherwise: pass the group
+    kw["targets"] = next((g for g, members in groups.items() if set(members) == set(sc.targets)), sc.targets)
     return Scenario.create(load_model(model), **kw)
 
 
@@ -169,7 +170,7 @@ def lora_table(bd: Breakdown) -> dict:
     definition = dict(bd.ledger.definitions)[sym("P_lora")]
     rows = []
     for t in sc.targets:
-        lin = LINEARS[t]
+        lin = sc.structure.arch.linear(t)
         per_matrix = r * (lin.d_in + lin.d_out)
         rows.append({"target": t, "d_in": int(value_of(lin.d_in, subs)), "d_out": int(value_of(lin.d_out, subs)),
                      "latex": latex(per_matrix), "per_layer": int(value_of(per_matrix, subs))})

@@ -34,7 +34,6 @@ from sympy.printing.jscode import jscode
 
 from ..errors import UserError
 from ..ledger import build_ledger
-from ..ledger.architecture import TARGET_SETS
 from ..ledger.sharding import STAGE_NAMES
 from ..ledger.structure import Structure
 from ..presets import gpu_presets, load_gpu
@@ -64,11 +63,12 @@ class Control:
     name: str
     values: tuple
     initial: int
+    named: tuple[tuple[str, tuple], ...] = ()  # names of tuple values (the family's LoRA target groups)
 
     def option_labels(self) -> list[str]:
         def label(v) -> str:
             if isinstance(v, tuple):
-                named = [k for k, members in TARGET_SETS.items() if members == v]
+                named = [k for k, members in self.named if members == v]
                 return named[0] if named else ",".join(v)
             if isinstance(v, bool):
                 return "on" if v else "off"
@@ -78,11 +78,11 @@ class Control:
         return [label(v) for v in self.values]
 
 
-def _control(sc: Scenario, name: str, values: tuple) -> Control:
+def _control(sc: Scenario, name: str, values: tuple, named: tuple = ()) -> Control:
     current = getattr(sc, name)
     if current not in values:
         values = (*values, current)
-    return Control(name, values, values.index(current))
+    return Control(name, values, values.index(current), named)
 
 
 def controls(sc: Scenario) -> tuple[tuple[Control, ...], tuple[Control, ...]]:
@@ -90,7 +90,8 @@ def controls(sc: Scenario) -> tuple[tuple[Control, ...], tuple[Control, ...]]:
     method = _control(sc, "method", METHODS)
     recipe = (method, _control(sc, "dtype", DTYPES), _control(sc, "master", ("none", "fp32")),
               _control(sc, "state_dtype", STATE_DTYPES), _control(sc, "adapter_dtype", DTYPES))
-    shape = (method, _control(sc, "targets", tuple(TARGET_SETS.values())),
+    groups = sc.structure.arch.targets
+    shape = (method, _control(sc, "targets", tuple(dict.fromkeys(m for _, m in groups)), groups),
              _control(sc, "optimizer_impl", OPTIMIZER_IMPLS), _control(sc, "attention", ATTENTIONS),
              _control(sc, "grad_checkpointing", (False, True)), _control(sc, "zero", tuple(STAGE_NAMES)))
     return recipe, shape

@@ -53,7 +53,7 @@ _REF_TO_KEY = {
 # model construction
 
 
-def _config(arch: dict, attn_impl: str):
+def _config(arch: dict, attention: str):
     """The transformers config of ``arch`` (config.json keys; ``model_type`` picks the class)."""
     import transformers
 
@@ -69,19 +69,32 @@ def _config(arch: dict, attn_impl: str):
     # the calibration set was measured without)
     arch.setdefault("use_cache", False)
     cfg = transformers.AutoConfig.for_model(model_type, **arch)
-    cfg._attn_implementation = attn_impl
+    for key in ("pad_token_id", "bos_token_id", "eos_token_id"):  # a small test vocabulary lacks the defaults' ids
+        if isinstance(getattr(cfg, key, None), int) and getattr(cfg, key) >= cfg.vocab_size:
+            setattr(cfg, key, None)
+    cfg._attn_implementation = attention
     return cfg
+
+
+def peft_target_modules(spec: dict) -> list[str]:
+    """The target_modules a user writes for these targets: a fused MoE expert weight is asked for by the
+    names PEFT maps onto it (Mixtral w1 + w3 → gate_up_proj at rank 2r), as the family entry lists them."""
+    from ..ledger.architecture import families_by_model_type, family
+
+    known = families_by_model_type().get(spec["arch"].get("model_type", "llama"))
+    names = family(known).extra("peft_target_modules", {}) if known else {}
+    return list(dict.fromkeys(n for t in spec["targets"] for n in names.get(t, [t])))
 
 
 def build_model(spec: dict):
     """The (PEFT-wrapped) model on the meta device, in train mode."""
     import transformers
 
-    cfg = _config(spec["arch"], spec["attn_impl"])
+    cfg = _config(spec["arch"], spec["attention"])
     dtype = _DTYPES[spec["dtype"]]
     with torch.device("meta"):
         model = transformers.AutoModelForCausalLM.from_config(
-            cfg, dtype=dtype, attn_implementation=spec["attn_impl"]
+            cfg, dtype=dtype, attn_implementation=spec["attention"]
         )
         # as loaded weights are: floating buffers (rotary inv_freq) in the weights' dtype too
         model.to(dtype)
@@ -92,7 +105,7 @@ def build_model(spec: dict):
             r=int(spec["rank"]),
             lora_alpha=spec["lora_alpha"],
             lora_dropout=spec["lora_dropout"],
-            target_modules=list(spec["targets"]),
+            target_modules=peft_target_modules(spec),
             task_type="CAUSAL_LM",
         )
         with warnings.catch_warnings():  # peft asks the deprecated is_gradient_checkpointing
@@ -102,7 +115,7 @@ def build_model(spec: dict):
             )
     elif spec["method"] != "full":
         raise ValueError(f"unknown method {spec['method']!r}")
-    if spec["gradient_checkpointing"]:
+    if spec["grad_checkpointing"]:
         with warnings.catch_warnings():  # deprecated alias of activation_checkpointing_enable
             warnings.simplefilter("ignore", FutureWarning)
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
@@ -412,8 +425,8 @@ def _result(spec, model, optimizer, trainable, total, peak, peak_phase, by_phase
         "param_dtype": sorted(pdtypes)[0] if len(pdtypes) == 1 else sorted(pdtypes),
         "optimizer": f"{spec['optimizer']}-{spec['optimizer_impl']}",
         "optimizer_state_dtypes": state_dtypes,
-        "gradient_checkpointing": bool(spec["gradient_checkpointing"]),
-        "attn_impl": spec["attn_impl"],
+        "gradient_checkpointing": bool(spec["grad_checkpointing"]),  # calibration.jsonl's spelling
+        "attn_impl": spec["attention"],
         "steps": int(spec["steps"]),
         "trainable_params": trainable,
         "total_params": total,

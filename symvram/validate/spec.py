@@ -21,6 +21,8 @@ from ..scenario import Scenario
 
 ALL_LINEAR = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 _DTYPES = ("bf16", "fp16", "fp32")
+# calibration.jsonl's spellings of the settings that Scenario names otherwise (read, never written)
+ALIASES = {"gradient_checkpointing": "grad_checkpointing", "attn_impl": "attention"}
 DEFAULTS: dict[str, Any] = {
     "method": "lora",
     "rank": 16,
@@ -34,8 +36,8 @@ DEFAULTS: dict[str, Any] = {
     "autocast": None,
     "optimizer": "adamw",
     "optimizer_impl": "foreach",
-    "gradient_checkpointing": False,
-    "attn_impl": "sdpa",
+    "grad_checkpointing": False,
+    "attention": None,  # None: the family's default kernel (sdpa; eager for Gemma 2)
     "steps": 2,
     "device": "fake",
 }
@@ -44,11 +46,13 @@ DEFAULTS: dict[str, Any] = {
 def normalize_spec(spec: dict) -> dict:
     """The canonical spec: ``arch`` plus the keys of DEFAULTS, defaults filled in.
 
-    Also accepts the calibration.jsonl spellings (``dtype_setup``, ``optimizer: adamw-foreach``,
+    Setting names are Scenario's (``grad_checkpointing``, ``attention``); also accepts the calibration.jsonl
+    spellings (``gradient_checkpointing``, ``attn_impl``, ``dtype_setup``, ``optimizer: adamw-foreach``,
     ``adapter_dtype: peft-default``).  Other keys (``name``, ``model``, ...) are dropped.
     """
     if "arch" not in spec:
         raise UserError("spec needs 'arch' (a dict of HF config keys)")
+    spec = {ALIASES.get(k, k): v for k, v in spec.items()}
     s = dict(DEFAULTS)
     s.update({k: spec[k] for k in DEFAULTS if k in spec and (spec[k] is not None or k == "autocast")})
     s["arch"] = dict(spec["arch"])
@@ -69,8 +73,13 @@ def normalize_spec(spec: dict) -> dict:
         s["adapter_dtype"] = "fp32"
     if s["dtype"] not in _DTYPES or (s["autocast"] is not None and s["autocast"] not in _DTYPES):
         raise UserError(f"dtype/autocast must be one of {sorted(_DTYPES)}")
-    if s["attn_impl"] not in ("sdpa", "eager"):
-        raise UserError("attn_impl must be 'sdpa' or 'eager'")
+    if s["attention"] is None:
+        from ..ledger.architecture import families_by_model_type, family
+
+        known = families_by_model_type().get(s["arch"].get("model_type", "llama"))
+        s["attention"] = family(known).default_attention if known else "sdpa"
+    if s["attention"] not in ("sdpa", "eager"):
+        raise UserError("attention must be 'sdpa' or 'eager'")
     if s["method"] == "full":
         for k in ("rank", "targets", "lora_alpha", "lora_dropout", "adapter_dtype"):
             s[k] = None
@@ -108,21 +117,16 @@ def to_scenario(spec: dict) -> Scenario:
         lora_dropout=s["lora_dropout"] if lora else None, adapter_dtype=adapter, dtype=s["dtype"],
         autocast=s["autocast"] or "none", state_dtype=trainable, optimizer=s["optimizer"],
         optimizer_impl=s["optimizer_impl"], batch=s["batch"], seq=s["seq"],
-        grad_checkpointing=s["gradient_checkpointing"], attention=s["attn_impl"],
+        grad_checkpointing=s["grad_checkpointing"], attention=s["attention"],
         device="cuda" if s["device"] == "cuda" else "cpu")
 
 
 def from_scenario(sc: Scenario) -> dict:
     """The measurement spec of a Scenario (``symvram validate``): same model, method and recipe."""
-    m = sc.model
-    arch = {"model_type": m.model_type, "hidden_size": m.hidden, "intermediate_size": m.intermediate,
-            "num_hidden_layers": m.layers, "num_attention_heads": m.heads, "num_key_value_heads": m.kv_heads,
-            "head_dim": m.head_dim, "vocab_size": m.vocab, "tie_word_embeddings": m.tied,
-            "attention_bias": m.qkv_bias}
-    spec = {"arch": arch, "method": "lora" if sc.lora else "full", "batch": sc.batch, "seq": sc.seq,
+    spec = {"arch": sc.model.config(), "method": "lora" if sc.lora else "full", "batch": sc.batch, "seq": sc.seq,
             "dtype": sc.dtype, "autocast": None if sc.autocast == "none" else sc.autocast,
             "optimizer": sc.optimizer, "optimizer_impl": sc.optimizer_impl,
-            "gradient_checkpointing": sc.grad_checkpointing, "attn_impl": sc.attention}
+            "grad_checkpointing": sc.grad_checkpointing, "attention": sc.attention}
     if sc.lora:
         spec.update(rank=sc.rank, targets=list(sc.targets), lora_dropout=sc.lora_dropout,
                     adapter_dtype="fp32" if sc.adapter_dtype == "fp32" else "base")

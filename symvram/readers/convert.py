@@ -1,0 +1,177 @@
+"""Value converters for the mapping tables: a file's value → the value of a setting or a fact.
+
+Each converter takes the value as the file holds it and returns the converted value, or raises
+``WrongValue`` saying what it expected; the reader turns that into one line naming file and key.
+
+>>> integer(4), boolean(True), choice({"cpu": "optimizer", "none": "none"})("cpu")
+(4, True, 'optimizer')
+>>> integer("four")
+Traceback (most recent call last):
+...
+symvram.readers.convert.WrongValue: expected a positive integer, got 'four'
+"""
+from __future__ import annotations
+
+from ..errors import UserError
+from ..scenario import parse_targets
+
+
+class WrongValue(ValueError):
+    """A value of the wrong type or outside what the key accepts (the message says what was expected)."""
+
+
+def boolean(value) -> bool:
+    """true or false (a YAML/JSON boolean; "true" as a string is refused, as the tools' own schemas do)."""
+    if not isinstance(value, bool):
+        raise WrongValue(f"expected true or false, got {value!r}")
+    return value
+
+
+def integer(value) -> int:
+    """A positive integer (4 or 4.0; not "4", not true)."""
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise WrongValue(f"expected a positive integer, got {value!r}")
+    return value
+
+
+def number(value) -> float:
+    """A real number (an int or a float, not a string)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise WrongValue(f"expected a number, got {value!r}")
+    return value
+
+
+def text(value) -> str:
+    if not isinstance(value, str):
+        raise WrongValue(f"expected a string, got {value!r}")
+    return value
+
+
+def is_on(value) -> bool:
+    """For keys the ledger does not model: does this value switch the feature on? (anything but off/empty)."""
+    return value not in (None, False, 0, "", [], {}, "none", "None", "no", "NO", "disabled")
+
+
+def nonempty(value) -> bool:
+    """A list or comma string of module names: is any name given?"""
+    if isinstance(value, str):
+        return bool(value.strip())
+    if isinstance(value, list):
+        return bool(value)
+    raise WrongValue(f"expected a list of module names, got {value!r}")
+
+
+def choice(mapping: dict):
+    """A converter accepting the keys of ``mapping`` (strings compared case-insensitively)."""
+    lowered = {(k.lower() if isinstance(k, str) else k): v for k, v in mapping.items()}
+
+    def convert(value):
+        key = value.lower() if isinstance(value, str) else value
+        if isinstance(key, (bool, int, str)) or key is None:
+            if key in lowered and (not isinstance(key, bool) or isinstance(value, bool)):
+                return lowered[key]
+        shown = ", ".join(str(k) for k in mapping if k is not None)
+        raise WrongValue(f"expected one of {shown}, got {value!r}")
+
+    convert.accepted = tuple(mapping)
+    return convert
+
+
+def targets(value) -> tuple[str, ...]:
+    """LoRA target modules: a list, a comma string, or "all-linear"/"all" (PEFT's and LLaMA-Factory's)."""
+    if isinstance(value, str) and value.strip().lower() in ("all", "all-linear"):
+        return parse_targets("all-linear")
+    if not isinstance(value, (str, list)) or (isinstance(value, list) and not all(isinstance(v, str) for v in value)):
+        raise WrongValue(f"expected a list of module names or all-linear, got {value!r}")
+    try:
+        return parse_targets(value)
+    except UserError as e:
+        raise WrongValue(str(e)) from None
+
+
+def attention(value) -> str:
+    """An attention implementation → the ledger's sdpa (no b·heads·s² scores kept) or eager."""
+    names = {"eager": "eager", "sdpa": "sdpa", "flash_attention_2": "sdpa", "flash_attention_3": "sdpa",
+             "flex_attention": "sdpa", "kernels-community/flash-attn": "sdpa", "kernels-community/flash-attn3": "sdpa",
+             "kernels-community/vllm-flash-attn3": "sdpa"}
+    return choice(names)(value)
+
+
+# LLaMA-Factory's flash_attn (AttentionFunction): auto picks sdpa where it can, disabled is eager
+LLAMAFACTORY_ATTENTION = choice({"auto": "sdpa", "disabled": "eager", "sdpa": "sdpa", "fa2": "sdpa", "fa3": "sdpa"})
+
+
+def flag_attention(kind: str):
+    """axolotl's flash_attention / sdp_attention / xformers_attention / eager_attention: true → kind."""
+
+    def convert(value):
+        return kind if boolean(value) else None
+
+    return convert
+
+
+def mixed(value) -> str | None:
+    """bf16 / fp16 of axolotl, where "auto" means bf16 on Ampere or newer (the cards this estimates)."""
+    if value == "auto":
+        return True
+    return boolean(value) if value is not None else None
+
+
+def auto_or(convert):
+    """DeepSpeed's "auto": the value comes from the training arguments — the key is skipped."""
+
+    def wrapped(value):
+        return None if value == "auto" else convert(value)
+
+    return wrapped
+
+
+def dtype_name(value) -> str:
+    """torch dtype spelled as transformers writes it (``bfloat16``, ``torch.float16``, ``auto``)."""
+    names = {"bfloat16": "bf16", "float16": "fp16", "half": "fp16", "float32": "fp32", "float": "fp32",
+             "auto": "bf16"}  # auto: the checkpoint's dtype, bf16 for the models this estimates
+    if not isinstance(value, str) or value.removeprefix("torch.").lower() not in names:
+        raise WrongValue(f"expected a dtype (bfloat16, float16, float32, auto), got {value!r}")
+    return names[value.removeprefix("torch.").lower()]
+
+
+def zero_stage(value) -> int:
+    if isinstance(value, bool) or value not in (0, 1, 2, 3):
+        raise WrongValue(f"expected a ZeRO stage 0, 1, 2 or 3, got {value!r}")
+    return value
+
+
+# torch FSDP's ShardingStrategy (by name or accelerate's 1-based number) → the ZeRO stage it equals
+FSDP_STRATEGY = choice({"FULL_SHARD": 3, "SHARD_GRAD_OP": 2, "NO_SHARD": 0, "HYBRID_SHARD": 3,
+                        "HYBRID_SHARD_ZERO2": 2, 1: 3, 2: 2, 3: 0, 4: 3, 5: 2})
+
+
+def reshard(value) -> int:
+    """FSDP2's reshard_after_forward: true is FULL_SHARD (stage 3), false SHARD_GRAD_OP (stage 2)."""
+    return 3 if boolean(value) else 2
+
+
+def trainer_fsdp(value) -> int | None:
+    """TrainingArguments.fsdp: "full_shard auto_wrap offload", a list of those words, true, or empty."""
+    if value in (None, False, "", []):
+        return None
+    if value is True:
+        return 3
+    words = value.split() if isinstance(value, str) else value
+    if not isinstance(words, list) or not all(isinstance(w, str) for w in words):
+        raise WrongValue(f"expected FSDP options such as 'full_shard auto_wrap', got {value!r}")
+    stages = {"full_shard": 3, "shard_grad_op": 2, "hybrid_shard": 3, "hybrid_shard_zero2": 2, "no_shard": 0}
+    found = [stages[w.lower()] for w in words if w.lower() in stages]
+    return found[0] if found else 3
+
+
+def trainer_fsdp_offload(value) -> bool | None:
+    words = value.split() if isinstance(value, str) else value if isinstance(value, list) else []
+    return True if any(isinstance(w, str) and w.lower() == "offload" for w in words) else None
+
+
+def offload_device(value) -> bool:
+    """DeepSpeed offload device: cpu or nvme moves it off the GPU; none keeps it."""
+    return choice({"none": False, "cpu": True, "nvme": True, None: False})(value)

@@ -1,0 +1,107 @@
+"""A remedy's setting changes (from ``analysis.diagnose``) written as edits to the user's own file.
+
+Each Scenario setting a remedy changes has a key in each tool; the edit goes to the file the
+setting was read from when that tool has the key, else to the training file. A change no key
+expresses is written as the command-line flag.
+
+>>> import pathlib, tempfile
+>>> d = pathlib.Path(tempfile.mkdtemp())
+>>> _ = (d / "run.yml").write_text("base_model: llama-3-8b\\nmicro_batch_size: 4\\n")
+>>> from .read import read_files
+>>> r = read_files([str(d / "run.yml")])
+>>> [e.split(": ", 1)[1] for e in edits(r, {"grad_checkpointing": True, "batch": 1}, batch_before=4)]
+['gradient_checkpointing: true', 'micro_batch_size: 1', 'gradient_accumulation_steps: 4']
+"""
+from __future__ import annotations
+
+import json
+
+from .read import Reading
+
+# tool → Scenario setting (or "accum", "optim") → key in that tool's file
+KEYS = {
+    "axolotl": {"seq": "sequence_len", "batch": "micro_batch_size", "grad_checkpointing": "gradient_checkpointing",
+                "optim": "optimizer", "accum": "gradient_accumulation_steps"},
+    "llamafactory": {"seq": "cutoff_len", "batch": "per_device_train_batch_size",
+                     "grad_checkpointing": "disable_gradient_checkpointing", "optim": "optim",
+                     "accum": "gradient_accumulation_steps"},
+    "trl": {"seq": "max_length", "batch": "per_device_train_batch_size", "grad_checkpointing": "gradient_checkpointing",
+            "optim": "optim", "accum": "gradient_accumulation_steps"},
+    "trainer": {"batch": "per_device_train_batch_size", "grad_checkpointing": "gradient_checkpointing",
+                "optim": "optim", "accum": "gradient_accumulation_steps"},
+    "deepspeed": {"batch": "train_micro_batch_size_per_gpu", "accum": "gradient_accumulation_steps"},
+}
+NEGATED = {("llamafactory", "grad_checkpointing")}   # disable_gradient_checkpointing: false turns it on
+QLORA = {"axolotl": {"adapter": "qlora", "load_in_4bit": True},
+         "llamafactory": {"finetuning_type": "lora", "quantization_bit": 4},
+         "trl": {"model_init_kwargs.quantization_config.load_in_4bit": True}}
+EIGHT_BIT = "adamw_bnb_8bit"
+
+
+def _line(file: str, key: str, value) -> str:
+    """``file: key: value`` in the file's own syntax (JSON or YAML), a dotted key as nested mappings.
+
+    >>> _line("args.json", "model_init_kwargs.quantization_config.load_in_4bit", True)
+    'args.json: "model_init_kwargs": {"quantization_config": {"load_in_4bit": true}}'
+    >>> _line("run.yml", "gradient_checkpointing", True)
+    'run.yml: gradient_checkpointing: true'
+    """
+    parts = key.split(".")
+    if file.split(":")[0].lower().endswith(".json"):
+        nested = value
+        for part in reversed(parts):
+            nested = {part: nested}
+        return f"{file}: {json.dumps(nested)[1:-1]}"
+    body = str(value).lower() if isinstance(value, bool) else str(value)
+    for part in reversed(parts[1:]):
+        body = f"{{{part}: {body}}}"
+    return f"{file}: {parts[0]}: {body}"
+
+
+def _target(reading: Reading, setting: str, name: str) -> tuple[str, str] | None:
+    """(file, tool) that should hold ``name``: where ``setting`` was read, else the training file."""
+    tools = dict(reading.files)
+    got = reading.settings.get(setting)
+    if got is not None and got.file in tools and name in KEYS.get(tools[got.file], {}):
+        return got.file, tools[got.file]
+    primary = reading.primary
+    if primary and name in KEYS.get(primary[1], {}):
+        return primary
+    return None
+
+
+def _flag(setting: str, value) -> str:
+    flag = "--" + setting.replace("_", "-")
+    return flag if value is True else f"{flag} {value}"
+
+
+def edits(reading: Reading, changes: dict, batch_before: int = 1) -> list[str]:
+    """The lines to change in the user's files for ``changes`` (Scenario settings → new values)."""
+    out = []
+    for setting, value in changes.items():
+        if setting == "method" and value == "qlora" and reading.primary and reading.primary[1] in QLORA:
+            file, tool = reading.primary
+            out += [_line(file, k, v) for k, v in QLORA[tool].items()]
+            continue
+        if setting == "state_dtype" and value == "int8":
+            where = _target(reading, "optimizer", "optim")
+            if where:
+                out.append(_line(where[0], KEYS[where[1]]["optim"], EIGHT_BIT))
+                continue
+        if setting == "master" and value == "none" and any(t == "deepspeed" for _, t in reading.files):
+            out.append("(DeepSpeed's bf16/fp16 engine always keeps the fp32 master: no key drops it)")
+            continue
+        where = _target(reading, setting, setting)
+        if where is None:
+            out.append(_flag(setting, value))
+            continue
+        file, tool = where
+        key = KEYS[tool][setting]
+        out.append(_line(file, key, (not value) if (tool, setting) in NEGATED else value))
+        if setting == "batch":
+            accum = next((v.value for k, v in reading.notes if k.endswith("gradient_accumulation_steps")
+                          and isinstance(v.value, int)), 1)
+            steps = accum * batch_before // value
+            where = _target(reading, "batch", "accum") or where
+            out.append(_line(where[0], KEYS[where[1]]["accum"], steps))
+    return out

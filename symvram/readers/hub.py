@@ -1,0 +1,121 @@
+"""Hugging Face Hub model ids (``org/name``) → a ModelSpec, without downloading weights.
+
+In order: a preset of that name (``meta-llama/Llama-3.1-8B`` → ``llama-3.1-8b``); the config.json in
+the local Hugging Face cache (``HF_HUB_CACHE``, else ``HF_HOME/hub``, else ``~/.cache/huggingface/hub``,
+laid out as huggingface_hub lays it out: ``models--org--name/snapshots/<commit>/config.json``); then,
+with the optional ``hub`` extra (huggingface_hub) and unless ``HF_HUB_OFFLINE`` is set, a download
+of config.json alone into that cache. Otherwise one line says why, with the command that fetches
+just the config and the presets whose names are close.
+
+>>> resolve("meta-llama/Llama-3.1-8B").name
+'llama-3.1-8b'
+>>> is_hub_id("Qwen/Qwen2.5-7B"), is_hub_id("./models/x"), is_hub_id("a/b/config.json")
+(True, False, False)
+"""
+from __future__ import annotations
+
+import difflib
+import os
+import re
+from dataclasses import replace
+from pathlib import Path
+
+from ..errors import UserError
+from ..presets import ModelSpec, load_config_json, model_presets, spec_from_config
+
+HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,95}/[A-Za-z0-9][A-Za-z0-9_.-]{0,95}$")
+TRUE = ("1", "true", "yes", "on")
+
+
+def is_hub_id(text: str) -> bool:
+    """``org/name`` as the Hub spells repository ids (not a path: no leading ./ or /, no .json)."""
+    return bool(HUB_ID.match(text)) and ".." not in text and not text.lower().endswith(".json")
+
+
+def cache_dir() -> Path:
+    """Where huggingface_hub (and so transformers) keeps downloaded files."""
+    for var in ("HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE"):
+        if os.environ.get(var):
+            return Path(os.environ[var]).expanduser()
+    home = os.environ.get("HF_HOME") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "huggingface")
+    return Path(home).expanduser() / "hub"
+
+
+def offline() -> bool:
+    return any(os.environ.get(v, "").strip().lower() in TRUE for v in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"))
+
+
+def _preset(repo_id: str) -> ModelSpec | None:
+    """The preset named like the repo (``meta-llama/Llama-3.1-8B`` → llama-3.1-8b) or whose description
+    names that repo (``allenai/OLMo-2-1124-7B`` → olmo-2-7b)."""
+    name = repo_id.split("/", 1)[1].lower()
+    for key, entry in model_presets().items():
+        described = (entry.get("description") or "").split(" ")[0].lower()
+        if name == key or name in entry.get("aliases", ()) or described == repo_id.lower():
+            return spec_from_config(entry, name=key, kind=entry["kind"], source=f"preset {key}")
+    return None
+
+
+def cached_config(repo_id: str, root: Path | None = None) -> Path | None:
+    """config.json of ``repo_id`` in the cache: the snapshot ``refs/main`` names, else the newest one."""
+    root = root or cache_dir()
+    folder = root / ("models--" + repo_id.replace("/", "--"))
+    if not folder.is_dir() and root.is_dir():  # the Hub's ids are case-insensitive
+        want = folder.name.lower()
+        folder = next((p for p in root.iterdir() if p.name.lower() == want), folder)
+    snapshots = folder / "snapshots"
+    try:
+        ref = (folder / "refs" / "main").read_text(encoding="utf-8").strip()
+    except (OSError, UnicodeDecodeError):
+        ref = ""
+    if ref and (snapshots / ref / "config.json").is_file():
+        return snapshots / ref / "config.json"
+    found = sorted(snapshots.glob("*/config.json"), key=lambda p: p.stat().st_mtime) if snapshots.is_dir() else []
+    return found[-1] if found else None
+
+
+def _close_presets(repo_id: str) -> str:
+    name = repo_id.split("/", 1)[1].lower()
+    table = model_presets()
+    names = list(table) + [a for e in table.values() for a in e.get("aliases", ())]
+    close = difflib.get_close_matches(name, names, n=3, cutoff=0.6)
+    close += [n for n in names if n not in close and (name.startswith(n) or n.startswith(name))][:3 - len(close)]
+    return f"; presets that match: {', '.join(close)}" if close else f"; presets: {', '.join(table)}"
+
+
+def _refuse(repo_id: str, why: str) -> UserError:
+    return UserError(f"{repo_id}: {why}; fetch just its config with `hf download {repo_id} config.json` "
+                     f"(or pass a config.json path){_close_presets(repo_id)}")
+
+
+def _download(repo_id: str) -> Path:
+    if offline():
+        raise _refuse(repo_id, "not in the local Hugging Face cache and HF_HUB_OFFLINE is set")
+    try:
+        import huggingface_hub
+    except ImportError:
+        raise _refuse(repo_id, "not in the local Hugging Face cache, and downloading needs "
+                               "pip install 'symvram[hub]'") from None
+    errors = getattr(huggingface_hub, "errors", None)
+    gated = getattr(errors, "GatedRepoError", ())
+    missing = tuple(getattr(errors, n) for n in ("RepositoryNotFoundError", "RevisionNotFoundError",
+                                                 "EntryNotFoundError") if hasattr(errors, n))
+    try:
+        return Path(huggingface_hub.hf_hub_download(repo_id, "config.json", cache_dir=str(cache_dir())))
+    except gated:
+        raise _refuse(repo_id, "gated on the Hub: accept its licence on the model page and log in "
+                               "(hf auth login)") from None
+    except missing:
+        raise _refuse(repo_id, "no such model on the Hub (or it is private)") from None
+    except Exception as e:  # no network, a proxy, a timeout: one line, never a traceback
+        raise _refuse(repo_id, f"cannot reach the Hub ({type(e).__name__})") from None
+
+
+def resolve(repo_id: str) -> ModelSpec:
+    """A ModelSpec for a Hub id, named by the id (or by the preset it matches)."""
+    spec = _preset(repo_id)
+    if spec is not None:
+        return spec
+    path = cached_config(repo_id) or _download(repo_id)
+    return replace(load_config_json(path), name=repo_id)

@@ -1,0 +1,384 @@
+"""Training config files → Scenario settings, each with where it came from.
+
+``read_files(paths)`` loads each file (YAML or JSON), recognises its format, follows the files it
+names (a training YAML's ``deepspeed: ds.json``), reads every key through the tool's table
+(``readers.tools``) and combines the facts into Scenario settings by the tools' own rules:
+
+>>> import json, pathlib, tempfile
+>>> d = pathlib.Path(tempfile.mkdtemp())
+>>> _ = (d / "ds.json").write_text(json.dumps({"zero_optimization": {"stage": 3}, "bf16": {"enabled": True}}))
+>>> _ = (d / "axolotl.yml").write_text("base_model: llama-3-8b\\nmicro_batch_size: 2\\ndeepspeed: ds.json\\n")
+>>> r = read_files([str(d / "axolotl.yml")])
+>>> r.model.value, r.settings["batch"].value, r.settings["zero"].value, r.settings["master"].value
+('llama-3-8b', 2, 3, 'fp32')
+>>> r.settings["zero"].source.endswith("ds.json:zero_optimization.stage")
+True
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..errors import UserError
+from . import convert as c
+from .convert import WrongValue
+from .tools import DETECT, FACTS, INFO, NO_DEFAULT, OPTIMIZERS, PENDING, TOOLS, Tool
+
+MAX_BYTES = 1 << 20  # a training config is a few kB
+TRAINING_TOOLS = ("axolotl", "llamafactory", "trl", "trainer")
+FORMATS = "axolotl YAML, LLaMA-Factory YAML, TRL/Trainer arguments JSON, DeepSpeed JSON, accelerate config YAML"
+
+
+@dataclass(frozen=True)
+class Value:
+    """A value and where it came from: ``file:key``, ``<tool> default`` or ``command line``."""
+
+    value: object
+    source: str
+    priority: int = 2   # 0: a tool's default, 1: a weaker file key (accelerate's mixed_precision), 2: a file key
+    file: str | None = None
+    key: str | None = None
+
+
+@dataclass
+class Reading:
+    """What the files say: Scenario settings with their sources, the notes, warnings and unread keys."""
+
+    files: list[tuple[str, str]] = field(default_factory=list)       # (path as shown, tool name)
+    model: Value | None = None
+    settings: dict[str, Value] = field(default_factory=dict)         # Scenario keyword → Value
+    notes: list[tuple[str, Value]] = field(default_factory=list)     # shown, no effect (alpha, packing …)
+    warnings: list[str] = field(default_factory=list)
+    unread: list[str] = field(default_factory=list)                  # "file:key" known to nothing here
+
+    @property
+    def primary(self) -> tuple[str, str] | None:
+        """The training file (axolotl, LLaMA-Factory, TRL/Trainer) the edits go to, if any."""
+        return next(((f, t) for f, t in self.files if t in TRAINING_TOOLS), None)
+
+    def kwargs(self) -> dict:
+        return {k: v.value for k, v in self.settings.items()}
+
+
+# ------------------------------------------------------------------------------------------ loading
+def _load(path: Path, shown: str) -> dict:
+    try:
+        with path.open("rb") as fh:
+            data = fh.read(MAX_BYTES + 1)
+    except FileNotFoundError:
+        raise UserError(f"--from {shown}: no such file") from None
+    except OSError as e:
+        raise UserError(f"--from {shown}: cannot read it ({e.strerror or e})") from None
+    if len(data) > MAX_BYTES:
+        raise UserError(f"{shown}: over {MAX_BYTES} bytes is too large for a training config")
+    try:
+        body = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise UserError(f"{shown}: not UTF-8 text ({e.reason} at byte {e.start})") from None
+    if path.suffix.lower() == ".json":
+        try:
+            doc = json.loads(body)
+        except (ValueError, RecursionError) as e:
+            raise UserError(f"{shown}: not valid JSON ({e})") from None
+    else:
+        import yaml  # PyYAML, only when a YAML file is read
+
+        try:
+            doc = yaml.safe_load(body)
+        except yaml.YAMLError as e:
+            mark = getattr(e, "problem_mark", None)
+            where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
+            raise UserError(f"{shown}: not valid YAML ({where}{getattr(e, 'problem', None) or e})") from None
+        except RecursionError:
+            raise UserError(f"{shown}: not valid YAML (nested too deeply)") from None
+    if not isinstance(doc, dict):
+        raise UserError(f"{shown}: expected a mapping of settings at the top level, got {type(doc).__name__}")
+    return doc
+
+
+def detect(doc: dict, shown: str) -> Tool:
+    """The tool whose format ``doc`` is: the first in DETECT whose marker keys it holds.
+
+    >>> detect({"zero_optimization": {"stage": 2}}, "x").name, detect({"cutoff_len": 1024}, "x").name
+    ('deepspeed', 'llamafactory')
+    """
+    keys = set(doc)
+    for name in DETECT:
+        if keys & TOOLS[name].markers:
+            return TOOLS[name]
+    listed = ", ".join(sorted(map(str, keys))[:6]) or "no keys"
+    raise UserError(f"{shown}: not a training config symvram reads ({FORMATS}); its keys: {listed}")
+
+
+def _lookup(doc: dict, key: str):
+    node = doc
+    for part in key.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return False, None
+        node = node[part]
+    return True, node
+
+
+def _leaves(doc: dict, prefix: str = "") -> list[str]:
+    out = []
+    for k, v in doc.items():
+        name = f"{prefix}{k}"
+        out += _leaves(v, name + ".") if isinstance(v, dict) and v else [name]
+    return out
+
+
+def _known(key: str, names) -> bool:
+    """A leaf is known when a row or a harmless key names it, a mapping above it, or a key below it."""
+    return any(key == n or key.startswith(n + ".") or n.startswith(key + ".") for n in names)
+
+
+# ------------------------------------------------------------------------------------------ reading
+class _Reader:
+    def __init__(self):
+        self.reading = Reading()
+        self.facts: dict[str, list[Value]] = {}
+        self.seen: set[Path] = set()
+        self.unmodelled: dict[tuple[str, str], list[str]] = {}   # (file, why) → "key = value", one line each
+        self.pending: dict[tuple[str, str], list[str]] = {}
+
+    def add(self, name: str, value: Value) -> None:
+        self.facts.setdefault(name, []).append(value)
+
+    def file(self, path: Path, shown: str, tool: Tool | None = None, referenced_by: str | None = None) -> None:
+        real = path.resolve()
+        if real in self.seen:
+            return
+        self.seen.add(real)
+        doc = _load(path, shown)
+        tool = tool or detect(doc, shown)
+        self.reading.files.append((shown, tool.name))
+        self.doc(doc, tool, shown, "", path.parent)
+
+    def doc(self, doc: dict, tool: Tool, shown: str, prefix: str, folder: Path) -> None:
+        names = {r.key for r in tool.rows} | tool.harmless
+        for key in _leaves(doc):
+            if not _known(key, names):
+                self.reading.unread.append(f"{shown}:{prefix}{key}")
+        for row in tool.rows:
+            present, raw = _lookup(doc, row.key)
+            where = f"{shown}:{prefix}{row.key}"
+            if row.setting and row.setting.startswith("@"):
+                if present and raw not in (None, "", {}):
+                    self.reference(raw, TOOLS[row.setting[1:]], shown, prefix + row.key, folder)
+                continue
+            value = None
+            if present and raw is not None:
+                try:
+                    value = row.convert(raw)
+                except WrongValue as e:
+                    raise UserError(f"{shown}: {prefix}{row.key}: {e}") from None
+                except (TypeError, AttributeError):
+                    raise UserError(f"{shown}: {prefix}{row.key}: unexpected value {raw!r}") from None
+            if row.setting is None:
+                if value:
+                    self.unmodelled.setdefault((shown, row.why), []).append(f"{prefix}{row.key} = {_show(raw)}")
+                continue
+            if value is None:
+                if row.default is not NO_DEFAULT:
+                    entry = Value(row.default, f"{tool.title} default", 0, shown, prefix + row.key)
+                    if row.setting == INFO:
+                        self.reading.notes.append((prefix + row.key, entry))
+                    else:
+                        self.add(row.setting, entry)
+                continue
+            entry = Value(value, where, row.priority, shown, prefix + row.key)
+            if row.setting == INFO:
+                self.reading.notes.append((prefix + row.key, entry))
+            elif row.setting in PENDING:
+                default, why = PENDING[row.setting]
+                if value != default:
+                    self.pending.setdefault((shown, why), []).append(f"{prefix}{row.key} = {_show(raw)}")
+            else:
+                self.add(row.setting, entry)
+
+    def reference(self, raw, tool: Tool, shown: str, key: str, folder: Path) -> None:
+        if isinstance(raw, dict):
+            self.reading.files.append((f"{shown}:{key}", tool.name))
+            self.doc(raw, tool, shown, key + ".", folder)
+            return
+        if not isinstance(raw, str):
+            raise UserError(f"{shown}: {key}: expected a file name or a mapping, got {raw!r}")
+        candidates = [folder / raw, Path(raw)]
+        path = next((p for p in candidates if p.is_file()), None)
+        if path is None:
+            raise UserError(f"{shown}: {key}: no such file {raw!r} (looked beside {shown} and in the current folder)")
+        self.file(path, str(path), tool)
+
+    def best(self, name: str) -> Value | None:
+        """The value of a fact: the highest priority wins; among equals, the last file read."""
+        found = self.facts.get(name, [])
+        if not found:
+            return None
+        top = max(v.priority for v in found)
+        winners = [v for v in found if v.priority == top]
+        if top > 0 and len({repr(v.value) for v in winners}) > 1:
+            others = ", ".join(f"{v.source} = {_show(v.value)}" for v in winners[:-1])
+            self.reading.warnings.append(f"{winners[-1].source} = {_show(winners[-1].value)} overrides {others}")
+        return winners[-1]
+
+
+def _show(value) -> str:
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, tuple):
+        return ",".join(value)
+    return str(value) if not isinstance(value, str) or value else "''"
+
+
+def read_files(paths: list[str], cli: dict | None = None) -> Reading:
+    """Read ``paths`` (in order; later files win over earlier ones) into a Reading.
+
+    ``cli`` holds the settings given on the command line: the rules that derive one setting from
+    another (the precision recipe depends on the method) use them, and they win over the files.
+    """
+    r = _Reader()
+    for p in paths:
+        r.file(Path(p), p)
+    for (shown, why), keys in r.pending.items():
+        r.reading.warnings.append(f"{shown}: {', '.join(keys)}: not modelled yet ({why}); estimated without it")
+    for (shown, why), keys in r.unmodelled.items():
+        r.reading.warnings.append(f"{shown}: {', '.join(keys)}: {why} — not modelled; the estimate leaves it out")
+    facts = {name: v for name in FACTS + tuple(_SETTINGS) if (v := r.best(name)) is not None}
+    r.reading.model = facts.get("model")
+    r.reading.settings = _resolve(facts, r.reading, cli or {})
+    return r.reading
+
+
+# Scenario settings a table may set directly
+_SETTINGS = ("rank", "lora_dropout", "targets", "seq", "batch", "grad_checkpointing", "attention", "gpus",
+             "double_quant", "tp")
+
+
+def _join(*values: Value | None) -> str:
+    """One source for a setting derived from several facts: ``file:key1,key2`` when they share a file
+    (the keys that are on, when some are)."""
+    parts = [v for v in values if v is not None and v.priority > 0]
+    parts = [v for v in parts if v.value] or parts
+    if not parts:
+        defaults = [v.source for v in values if v is not None]
+        return defaults[0] if defaults else "symvram default"
+    files = dict.fromkeys(v.file for v in parts)
+    return "; ".join(f"{f}:{','.join(v.key for v in parts if v.file == f)}" for f in files)
+
+
+def _resolve(f: dict[str, Value], reading: Reading, cli: dict) -> dict[str, Value]:
+    out = {k: f[k] for k in _SETTINGS if k in f}
+    training = reading.primary[1] if reading.primary else "trainer"
+    # method: the adapter and a 4-bit base
+    adapter, quant = f.get("adapter"), f.get("quant")
+    if adapter is not None or quant is not None:
+        method = adapter.value if adapter else "full"
+        if quant and quant.value == 4 and method in ("lora", "qlora"):
+            method = "qlora"
+        elif quant and quant.value == 8:
+            reading.warnings.append(f"{quant.source}: an 8-bit (LLM.int8) base is not modelled; estimated as "
+                                    f"{'LoRA on a 16-bit base' if method != 'full' else 'full fine-tuning'}")
+        out["method"] = Value(method, _join(adapter, quant), max(v.priority for v in (adapter, quant) if v))
+    elif training in ("trl", "trainer") and reading.primary:
+        out["method"] = Value("full", f"{TOOLS[training].title} default (no adapter in it)", 0)
+    method = cli.get("method") or (out["method"].value if "method" in out else "full")
+    # LoRA targets: a flag for every linear layer wins over a list
+    linear = f.get("target_linear")
+    if linear is not None and linear.value:
+        out["targets"] = Value(c.targets("all-linear"), linear.source, linear.priority)
+    # parallelism: DeepSpeed ZeRO or FSDP, their offload
+    ds = any(t == "deepspeed" for _, t in reading.files) or ("ds_stage" in f and f["ds_stage"].priority > 0) \
+        or ("distributed" in f and f["distributed"].value == "DEEPSPEED")
+    fsdp = f.get("fsdp")
+    fsdp_on = fsdp is not None or ("distributed" in f and f["distributed"].value == "FSDP") or \
+        (training == "axolotl" and any(t == "fsdp" for _, t in reading.files))
+    if ds and fsdp_on:
+        raise UserError(f"{_join(f.get('ds_stage'))} and {_join(fsdp) if fsdp else 'the FSDP settings'} "
+                        "configure both DeepSpeed and FSDP; a run uses one")
+    if ds and "ds_stage" in f:
+        out["zero"] = f["ds_stage"]
+        opt, par = f.get("ds_offload_optimizer"), f.get("ds_offload_param")
+        if par is not None and par.value:
+            out["offload"] = Value("optimizer+params", _join(opt, par))
+        elif opt is not None and opt.value:
+            out["offload"] = Value("optimizer", opt.source)
+    elif fsdp_on:
+        out["zero"] = fsdp if fsdp is not None else Value(3, "FSDP's default FULL_SHARD", 0)
+        off = f.get("fsdp_offload")
+        if off is not None and off.value:
+            out["offload"] = Value("optimizer+params", off.source)
+    out.update(_precision(f, training, method, ds, reading))
+    return out
+
+
+def _precision(f: dict[str, Value], training: str, method: str, ds: bool, reading: Reading) -> dict[str, Value]:
+    """bf16/fp16, the tool's way of loading the model, DeepSpeed and the optimizer → the recipe.
+
+    Trainer AMP (no DeepSpeed): autocast in the compute dtype; PEFT keeps adapters in fp32
+    (``autocast_adapter_dtype``); torch optimizers keep states in the parameter's dtype; no master.
+    axolotl and LLaMA-Factory load the base in the compute dtype (LLaMA-Factory upcasts trainable
+    parameters to fp32 unless ``pure_bf16``; with neither flag it infers bf16 and runs without AMP);
+    TRL's SFTTrainer loads fp32 unless ``model_init_kwargs`` says otherwise, and a plain Trainer's
+    model is taken as fp32 (full fine-tuning with fp16 too: fp16 weights cannot train without a
+    master copy). DeepSpeed with bf16/fp16 casts the model to 16-bit and keeps an fp32 master and
+    fp32 optimizer states.
+    """
+    bf16, fp16, pure = f.get("bf16"), f.get("fp16"), f.get("pure_bf16")
+    top = max((v.priority for v in (bf16, fp16) if v is not None), default=0)
+    bf16, fp16 = (v if v is not None and v.priority == top else None for v in (bf16, fp16))  # a file over accelerate
+    if bf16 and fp16 and bf16.value and fp16.value:
+        raise UserError(f"{bf16.source} and {fp16.source} are both true: choose bf16 or fp16")
+    pure_on = pure is not None and pure.value
+    compute = "bf16" if (bf16 and bf16.value) or pure_on else "fp16" if fp16 and fp16.value else "fp32"
+    src = _join(bf16, fp16, pure)
+    lora = method in ("lora", "qlora")
+    out: dict[str, Value] = {}
+    optim = f.get("optim")
+    name = optim.value if optim else "adamw_torch"
+    known = OPTIMIZERS.get(name.lower())
+    if known is None:
+        reading.warnings.append(f"{optim.source} = {name}: this optimizer is not modelled; estimated as torch AdamW")
+        known = ("adamw", "foreach", False, False)
+    optimizer, impl, eight_bit, paged = known
+    if paged:
+        reading.warnings.append(f"{optim.source} = {name}: not modelled yet ({PENDING['paged_optimizer'][1]}); "
+                                "estimated as resident on the GPU")
+    if optim:
+        out["optimizer"] = Value(optimizer, optim.source, optim.priority)
+        out["optimizer_impl"] = Value(impl, optim.source, optim.priority)
+    if pure_on:
+        dtype = adapter = "bf16"
+        autocast, master, why = "none", "none", "bf16, no AMP"
+    elif ds and compute != "fp32":
+        dtype = adapter = compute
+        autocast, master, why = "none", "fp32", "DeepSpeed"
+    else:
+        model_dtype, why = f.get("model_dtype"), "Trainer AMP"
+        if training == "llamafactory" and compute == "fp32":
+            dtype = "bf16" if lora else "fp32"  # no flag: the base loads in the inferred dtype, no AMP
+            why = "LLaMA-Factory infers bf16, no AMP"
+        elif method == "qlora" or (lora and training in ("axolotl", "llamafactory")) or \
+                (training == "axolotl" and compute != "fp16"):
+            dtype = compute
+        elif training == "llamafactory":
+            dtype = "fp32"  # full: trainable parameters upcast to fp32
+        else:
+            dtype = model_dtype.value if model_dtype else "fp32"
+            src = _join(bf16, fp16, model_dtype)
+        if method == "qlora" and dtype == "fp32":
+            dtype = "bf16" if compute == "fp32" else compute
+        adapter = "fp32"
+        autocast = compute if compute != "fp32" else "none"
+        master = "none"
+    trainable = adapter if lora else dtype
+    state = "int8" if eight_bit else ("fp32" if master == "fp32" else trainable)
+    shown = src if src != "symvram default" else f"{TOOLS[training].title if training in TOOLS else training} default"
+    shown = f"{shown} ({why})"
+    out["dtype"] = Value(dtype, shown)
+    out["autocast"] = Value(autocast, shown)
+    out["master"] = Value(master, shown)
+    if lora:
+        out["adapter_dtype"] = Value(adapter, shown if adapter != "fp32" else f"{shown}, PEFT's fp32 adapters")
+    out["state_dtype"] = Value(state, optim.source if eight_bit else shown)
+    return out

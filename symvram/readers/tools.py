@@ -1,0 +1,361 @@
+"""The mapping, as data: for each training tool, file key → setting, value converter, tool default.
+
+A ``Row`` names where its value goes:
+
+- a Scenario setting (``batch``, ``seq``, ``rank`` …): used as it is;
+- a fact (``FACTS``) that a rule in ``readers.read`` combines with others (``bf16`` + ``fp16`` +
+  the adapter → dtype, autocast, adapter dtype, master, state dtype);
+- a pending setting (``PENDING``): memory-relevant, not in the ledger yet — a value other than the
+  default gives one warning line and the estimate assumes the default;
+- ``None``: memory-relevant and not modelled; the converter says whether the value switches it on
+  (then one warning line);
+- ``INFO``: shown in the scenario read, no effect on the estimate (LoRA alpha, packing …);
+- ``@deepspeed`` / ``@fsdp``: another file (or an inline mapping) read with that tool's table.
+
+Adding a setting is one row. The defaults are the tools' own, from the versions named in ``Tool.title``:
+
+>>> row = next(r for r in TOOLS["axolotl"].rows if r.key == "sequence_len")
+>>> row.setting, row.convert(4096), row.default
+('seq', 4096, 512)
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+from . import convert as c
+
+NO_DEFAULT = object()
+
+
+@dataclass(frozen=True)
+class Row:
+    key: str                              # dotted path in the file: "zero_optimization.stage"
+    setting: str | None                   # Scenario setting, fact, pending setting, INFO, @tool or None
+    convert: Callable = lambda v: v
+    default: object = NO_DEFAULT          # the tool's own default when the file is silent
+    why: str = ""                         # for None / pending rows: what the ledger does not hold
+    priority: int = 2                     # a lower priority yields to a higher one for the same setting
+
+
+@dataclass(frozen=True)
+class Tool:
+    name: str
+    title: str                            # the tool and the version whose defaults and keys this follows
+    rows: tuple[Row, ...]
+    harmless: frozenset[str] = field(default_factory=frozenset)  # keys (or key prefixes) known not to change memory
+    markers: frozenset[str] = field(default_factory=frozenset)   # keys that identify the format
+
+
+INFO = "info"
+# Facts a rule combines into Scenario settings (see readers.read)
+FACTS = ("model", "adapter", "quant", "bf16", "fp16", "pure_bf16", "model_dtype", "optim", "target_linear",
+         "ds_stage", "ds_offload_optimizer", "ds_offload_param", "fsdp", "fsdp_offload", "distributed")
+# Memory-relevant settings the ledger does not hold yet: the default it assumes, and what a change does
+PENDING = {
+    "dora": (False, "DoRA adds a magnitude vector and the weight-norm activations per target"),
+    "modules_to_save": (False, "modules_to_save trains full copies of those modules (weights, grads, states)"),
+    "loss_impl": ("torch", "a fused/chunked loss does not materialise the full fp32 logits"),
+    "liger": (False, "Liger's fused RMSNorm/SwiGLU/RoPE kernels keep fewer activations"),
+    "checkpoint_reentrant": (True, "non-reentrant checkpointing frees and recomputes on a different schedule"),
+    "activation_offloading": (False, "offloaded activations live in host memory, not on the GPU"),
+    "paged_optimizer": (False, "paged optimizer states may be evicted to host memory under pressure"),
+}
+
+BOOL = c.boolean
+ATTN = c.attention
+
+# ---------------------------------------------------------------- axolotl 0.19.0 (utils/schemas/*.py)
+AXOLOTL = Tool("axolotl", "axolotl 0.19", (
+    Row("base_model", "model", c.text),
+    Row("adapter", "adapter", c.choice({"lora": "lora", "qlora": "qlora", None: "full"}), default="full"),
+    Row("load_in_4bit", "quant", lambda v: 4 if BOOL(v) else None),
+    Row("load_in_8bit", "quant", lambda v: 8 if BOOL(v) else None),
+    Row("lora_r", "rank", c.integer, default=8),                       # PEFT LoraConfig.r
+    Row("lora_alpha", INFO, c.number, default=8),                      # PEFT LoraConfig.lora_alpha
+    Row("lora_dropout", "lora_dropout", c.number, default=0.0),
+    Row("lora_target_modules", "targets", c.targets, default=("q_proj", "v_proj")),  # PEFT's llama default
+    Row("lora_target_linear", "target_linear", BOOL),
+    Row("lora_modules_to_save", "modules_to_save", c.nonempty),
+    Row("peft_use_dora", "dora", BOOL),
+    Row("bnb_config_kwargs.bnb_4bit_use_double_quant", "double_quant", BOOL, default=True),
+    Row("sequence_len", "seq", c.integer, default=512),
+    Row("micro_batch_size", "batch", c.integer, default=1),
+    Row("gradient_accumulation_steps", INFO, c.integer, default=1),
+    Row("gradient_checkpointing", "grad_checkpointing",
+        c.choice({True: True, False: False, "offload": True, "offload_disk": True, None: False}), default=False),
+    Row("gradient_checkpointing", "activation_offloading", lambda v: v in ("offload", "offload_disk")),
+    Row("gradient_checkpointing_kwargs.use_reentrant", "checkpoint_reentrant", BOOL),
+    Row("activation_offloading", "activation_offloading", c.is_on),
+    Row("optimizer", "optim", c.text, default="adamw_torch_fused"),
+    Row("bf16", "bf16", c.mixed, default=True),                        # "auto": bf16 on Ampere or newer
+    Row("fp16", "fp16", BOOL),
+    Row("bfloat16", "pure_bf16", BOOL),                                # bf16 without AMP
+    Row("float16", None, c.is_on, why="fp16 weights without AMP"),
+    Row("fp8", None, c.is_on, why="fp8 training"),
+    Row("flash_attention", "attention", c.flag_attention("sdpa")),
+    Row("sdp_attention", "attention", c.flag_attention("sdpa")),
+    Row("xformers_attention", "attention", c.flag_attention("sdpa")),
+    Row("flex_attention", "attention", c.flag_attention("sdpa")),
+    Row("eager_attention", "attention", c.flag_attention("eager")),
+    Row("attn_implementation", "attention", ATTN, default="sdpa"),     # transformers' default where torch has SDPA
+    Row("sample_packing", INFO, BOOL, default=False),
+    Row("deepspeed", "@deepspeed"),
+    Row("fsdp", "fsdp", lambda v: c.trainer_fsdp(v)),
+    Row("fsdp", "fsdp_offload", c.trainer_fsdp_offload),
+    Row("fsdp_config", "@fsdp"),
+    Row("fsdp_version", INFO, c.integer),
+    Row("tensor_parallel_size", "tp", c.integer),
+    Row("context_parallel_size", None, lambda v: c.integer(v) > 1, why="context parallelism splits the sequence"),
+    Row("sequence_parallel_degree", None, lambda v: c.integer(v) > 1, why="sequence parallelism splits the sequence"),
+    Row("liger_rms_norm", "liger", c.is_on),
+    Row("liger_glu_activation", "liger", c.is_on),
+    Row("liger_rope", "liger", c.is_on),
+    Row("liger_layer_norm", "liger", c.is_on),
+    Row("liger_fused_linear_cross_entropy", "loss_impl", lambda v: "liger-flce" if BOOL(v) else "torch"),
+    Row("liger_cross_entropy", "loss_impl", lambda v: "liger-ce" if BOOL(v) else "torch"),
+    Row("cut_cross_entropy", "loss_impl", lambda v: "cce" if BOOL(v) else "torch"),
+    Row("chunked_cross_entropy", "loss_impl", lambda v: "chunked" if BOOL(v) else "torch"),
+    Row("torch_compile", None, c.is_on, why="torch.compile fuses kernels and changes what is saved"),
+    Row("unfrozen_parameters", None, c.nonempty, why="training a subset of parameters"),
+    Row("relora", None, c.is_on, why="ReLoRA"),
+), harmless=frozenset({
+    "base_model_config", "model_type", "tokenizer_type", "tokenizer_config", "trust_remote_code", "revision_of_model",
+    "datasets", "test_datasets", "dataset_prepared_path", "val_set_size", "output_dir", "num_epochs", "max_steps",
+    "learning_rate", "lr_scheduler", "warmup_steps", "warmup_ratio", "weight_decay", "logging_steps", "save_steps",
+    "saves_per_epoch", "evals_per_epoch", "eval_steps", "save_strategy", "eval_strategy", "wandb_project",
+    "wandb_entity", "wandb_name", "wandb_log_model", "wandb_watch", "hub_model_id", "special_tokens", "chat_template",
+    "train_on_inputs", "group_by_length", "pad_to_sequence_len", "tf32", "seed", "strict", "resume_from_checkpoint",
+    "local_rank", "early_stopping_patience", "max_grad_norm", "adam_beta1", "adam_beta2", "adam_epsilon",
+    "lora_model_dir", "lora_fan_in_fan_out", "debug", "logging_dir", "plugins", "save_total_limit",
+    "eval_sample_packing", "remove_unused_columns", "shuffle_merged_datasets", "dataset_processes", "lora_on_cpu",
+    "save_safetensors", "save_first_step", "gc_steps", "optim_args", "lr_scheduler_kwargs", "cosine_min_lr_ratio",
+    "auto_resume_from_checkpoints", "flash_attn_cross_entropy", "flash_attn_rms_norm", "flash_attn_fuse_mlp",
+    "eval_table_size", "eval_max_new_tokens", "load_best_model_at_end", "metric_for_best_model", "rl", "type_of_model",
+}), markers=frozenset({"base_model", "sequence_len", "micro_batch_size", "lora_target_linear", "adapter",
+                       "num_epochs", "load_in_4bit"}))
+
+# ------------------------------------------- LLaMA-Factory 0.9.5 (hparams/*_args.py; Trainer's own keys too)
+LLAMAFACTORY = Tool("llamafactory", "LLaMA-Factory 0.9.5", (
+    Row("model_name_or_path", "model", c.text),
+    Row("finetuning_type", "adapter", c.choice({"lora": "lora", "full": "full", "freeze": "full", "oft": "lora"}),
+        default="lora"),
+    Row("finetuning_type", None, lambda v: v in ("freeze", "oft"),
+        why="freeze (a subset of layers) and OFT are estimated as full and LoRA"),
+    Row("quantization_bit", "quant", c.choice({4: 4, 8: 8, None: None})),
+    Row("quantization_method", None, lambda v: str(v).lower() not in ("bnb", "bitsandbytes"),
+        why="only bitsandbytes NF4 is modelled"),
+    Row("double_quantization", "double_quant", BOOL, default=True),
+    Row("lora_rank", "rank", c.integer, default=8),
+    Row("lora_alpha", INFO, c.number, default="2 × lora_rank"),
+    Row("lora_dropout", "lora_dropout", c.number, default=0.0),
+    Row("lora_target", "targets", c.targets, default=c.targets("all")),
+    Row("additional_target", "modules_to_save", c.nonempty),
+    Row("use_dora", "dora", BOOL),
+    Row("cutoff_len", "seq", c.integer, default=2048),
+    Row("per_device_train_batch_size", "batch", c.integer, default=8),  # the Trainer's
+    Row("gradient_accumulation_steps", INFO, c.integer, default=1),
+    Row("disable_gradient_checkpointing", "grad_checkpointing", lambda v: not BOOL(v), default=True),
+    Row("use_reentrant_gc", "checkpoint_reentrant", BOOL),
+    Row("optim", "optim", c.text, default="adamw_torch_fused"),         # transformers 5.24 with torch >= 2.8
+    Row("bf16", "bf16", BOOL),
+    Row("fp16", "fp16", BOOL),
+    Row("pure_bf16", "pure_bf16", BOOL),
+    Row("flash_attn", "attention", c.LLAMAFACTORY_ATTENTION, default="sdpa"),
+    Row("packing", INFO, BOOL, default=False),
+    Row("neat_packing", INFO, BOOL),
+    Row("enable_liger_kernel", "liger", c.is_on),
+    Row("enable_liger_kernel", "loss_impl", lambda v: "liger-flce" if BOOL(v) else "torch"),
+    Row("deepspeed", "@deepspeed"),
+    Row("use_unsloth", None, c.is_on, why="Unsloth's kernels and its offloaded checkpointing"),
+    Row("use_unsloth_gc", None, c.is_on, why="Unsloth's offloaded checkpointing"),
+    Row("use_galore", None, c.is_on, why="GaLore's projected optimizer states"),
+    Row("use_apollo", None, c.is_on, why="APOLLO's optimizer states"),
+    Row("use_badam", None, c.is_on, why="BAdam trains one block at a time"),
+    Row("use_adam_mini", None, c.is_on, why="Adam-mini's reduced states"),
+    Row("use_muon", None, c.is_on, why="Muon's optimizer states"),
+    Row("upcast_layernorm", None, c.is_on, why="fp32 norm weights"),
+    Row("upcast_lmhead_output", None, c.is_on, why="fp32 lm_head output"),
+    Row("shift_attn", None, c.is_on, why="shift short attention"),
+    Row("mixture_of_depths", None, c.is_on, why="mixture of depths"),
+    Row("stage", None, lambda v: v not in ("sft", "pt"), default="sft",
+        why="only SFT/pre-training steps are modelled (DPO/KTO/PPO/RM add a reference or value model)"),
+    Row("torch_compile", None, c.is_on, why="torch.compile fuses kernels and changes what is saved"),
+), harmless=frozenset({
+    "template", "dataset", "dataset_dir", "eval_dataset", "output_dir", "overwrite_output_dir", "overwrite_cache",
+    "preprocessing_num_workers", "dataloader_num_workers", "max_samples", "logging_steps", "save_steps", "plot_loss",
+    "learning_rate", "num_train_epochs", "lr_scheduler_type", "warmup_ratio", "warmup_steps", "ddp_timeout",
+    "report_to", "val_size", "per_device_eval_batch_size", "eval_strategy", "eval_steps", "do_train", "do_eval",
+    "trust_remote_code", "resume_from_checkpoint", "save_only_model", "adapter_name_or_path", "train_on_prompt",
+    "mask_history", "max_grad_norm", "weight_decay", "seed", "run_name", "logging_dir", "save_total_limit",
+    "tokenized_path", "streaming", "buffer_size", "mix_strategy", "create_new_adapter", "pissa_init", "loraplus_lr_ratio",
+    "use_rslora", "max_steps", "adam_beta1", "adam_beta2", "infer_backend", "enable_thinking", "default_system",
+    "quantization_type", "save_strategy", "new_special_tokens", "resize_vocab", "rope_scaling",
+}), markers=frozenset({"finetuning_type", "cutoff_len", "stage", "template", "lora_target", "quantization_bit"}))
+
+# --------------------- transformers 5.24 TrainingArguments / TRL 1.16 SFTConfig, as to_json_string() writes them
+_TRAINER_ROWS = (
+    Row("per_device_train_batch_size", "batch", c.integer, default=8),
+    Row("gradient_accumulation_steps", INFO, c.integer, default=1),
+    Row("gradient_checkpointing", "grad_checkpointing", lambda v: v is not None and BOOL(v), default=False),
+    Row("activation_checkpointing", "grad_checkpointing", lambda v: None if v is None else BOOL(v)),
+    Row("gradient_checkpointing_kwargs.use_reentrant", "checkpoint_reentrant", BOOL),
+    Row("activation_checkpointing_kwargs.use_reentrant", "checkpoint_reentrant", BOOL),
+    Row("optim", "optim", c.text, default="adamw_torch_fused"),        # torch >= 2.8
+    Row("bf16", "bf16", lambda v: None if v is None else BOOL(v)),
+    Row("fp16", "fp16", BOOL),
+    Row("deepspeed", "@deepspeed"),
+    Row("fsdp", "fsdp", c.trainer_fsdp),
+    Row("fsdp", "fsdp_offload", c.trainer_fsdp_offload),
+    Row("fsdp_config", "@fsdp"),
+    Row("use_liger_kernel", "liger", c.is_on),
+    Row("use_liger_kernel", "loss_impl", lambda v: "liger-flce" if BOOL(v) else "torch"),
+    Row("torch_compile", None, c.is_on, why="torch.compile fuses kernels and changes what is saved"),
+    Row("auto_find_batch_size", None, c.is_on, why="auto_find_batch_size halves the batch after each OOM"),
+    Row("parallelism_config", None, c.is_on, why="tensor/context parallelism from parallelism_config"),
+    Row("ddp_bucket_cap_mb", None, c.is_on, why="DDP's gradient buckets"),
+)
+_TRAINER_HARMLESS = frozenset({
+    "output_dir", "overwrite_output_dir", "do_train", "do_eval", "do_predict", "eval_strategy", "prediction_loss_only",
+    "per_device_eval_batch_size", "eval_accumulation_steps", "eval_delay", "torch_empty_cache_steps", "learning_rate",
+    "weight_decay", "adam_beta1", "adam_beta2", "adam_epsilon", "max_grad_norm", "num_train_epochs", "max_steps",
+    "lr_scheduler_type", "lr_scheduler_kwargs", "warmup_ratio", "warmup_steps", "log_level", "log_level_replica",
+    "log_on_each_node", "logging_dir", "logging_strategy", "logging_first_step", "logging_steps", "logging_nan_inf_filter",
+    "save_strategy", "save_steps", "save_total_limit", "save_safetensors", "save_on_each_node", "save_only_model",
+    "seed", "data_seed", "run_name", "report_to", "dataloader_num_workers", "dataloader_pin_memory", "remove_unused_columns",
+    "label_names", "load_best_model_at_end", "metric_for_best_model", "greater_is_better", "push_to_hub", "hub_model_id",
+    "hub_strategy", "hub_token", "hub_private_repo", "resume_from_checkpoint", "disable_tqdm", "eval_steps", "local_rank",
+    "ddp_backend", "ddp_timeout", "ddp_find_unused_parameters", "dataloader_drop_last", "group_by_length",
+    "length_column_name", "include_for_metrics", "optim_args", "neftune_noise_alpha", "full_determinism",
+    "use_cpu", "logging_steps", "project", "trackio_space_id", "average_tokens_across_devices", "dataset_text_field",
+    "dataset_kwargs", "dataset_num_proc", "eos_token", "pad_token", "truncation_mode", "shuffle_dataset",
+    "packing_strategy", "pad_to_multiple_of", "eval_packing", "completion_only_loss", "assistant_only_loss", "loss_type",
+    "chat_template_path", "trust_remote_code", "restore_callback_states_from_checkpoint", "accelerator_config",
+    "batch_eval_metrics", "eval_on_start", "use_liger_kernel_kwargs", "ignore_data_skip", "skip_memory_metrics",
+    "past_index", "jit_mode_eval", "bf16_full_eval", "fp16_full_eval", "half_precision_backend", "tf32",
+    "dataloader_prefetch_count", "dataloader_persistent_workers", "debug", "disable_tqdm", "router_aux_loss_coef",
+    "model_init_kwargs.revision", "model_init_kwargs.trust_remote_code", "model_init_kwargs.device_map",
+    "optim_target_modules", "label_smoothing_factor", "torch_compile_backend", "torch_compile_mode",
+    "liger_kernel_config", "include_num_input_tokens_seen", "trackio_bucket_id", "trackio_static_space_id",
+    "eval_do_concat_batches", "eval_use_gather_object", "enable_jit_checkpoint", "hub_always_push", "hub_revision",
+    "dataloader_prefetch_factor", "dataloader_multiprocessing_context", "dataloader_in_order",
+    "train_sampling_strategy", "ddp_broadcast_buffers", "ddp_static_graph", "use_cache",
+})
+TRAINER = Tool("trainer", "transformers 5.24 Trainer", _TRAINER_ROWS, harmless=_TRAINER_HARMLESS,
+               markers=frozenset({"per_device_train_batch_size", "output_dir", "optim", "learning_rate"}))
+TRL = Tool("trl", "TRL 1.16 SFTConfig", (
+    *[r for r in _TRAINER_ROWS if r.key not in ("gradient_checkpointing", "bf16")],
+    Row("gradient_checkpointing", "grad_checkpointing", BOOL, default=True),   # SFTConfig's default differs
+    Row("bf16", "bf16", lambda v: None if v is None else BOOL(v), default=True),  # True unless fp16
+    Row("max_length", "seq", lambda v: None if v is None else c.integer(v), default=1024),
+    Row("max_seq_length", "seq", c.integer),                           # TRL < 0.20
+    Row("packing", INFO, BOOL, default=False),
+    Row("padding_free", INFO, BOOL, default=False),
+    Row("model_init_kwargs.dtype", "model_dtype", c.dtype_name, default="fp32"),  # SFTTrainer loads fp32 unless told
+    Row("model_init_kwargs.torch_dtype", "model_dtype", c.dtype_name),
+    Row("model_init_kwargs.attn_implementation", "attention", ATTN, default="sdpa"),
+    Row("model_init_kwargs.quantization_config.load_in_4bit", "quant", lambda v: 4 if BOOL(v) else None),
+    Row("model_init_kwargs.quantization_config.load_in_8bit", "quant", lambda v: 8 if BOOL(v) else None),
+    Row("model_init_kwargs.quantization_config.bnb_4bit_use_double_quant", "double_quant", BOOL),
+    Row("model_init_kwargs.use_kernels", "liger", c.is_on),
+    Row("activation_offloading", "activation_offloading", c.is_on),
+), harmless=_TRAINER_HARMLESS, markers=frozenset({"dataset_text_field", "max_length", "packing",
+                                                  "completion_only_loss", "assistant_only_loss"}))
+
+# ------------------------------------------------------- DeepSpeed 0.19 config JSON (runtime/zero/config.py)
+_BUCKETS = ("reduce_bucket_size", "allgather_bucket_size", "stage3_prefetch_bucket_size",
+            "stage3_max_live_parameters", "stage3_max_reuse_distance", "stage3_param_persistence_threshold",
+            "sub_group_size")
+DEEPSPEED = Tool("deepspeed", "DeepSpeed 0.19 config", (
+    Row("zero_optimization.stage", "ds_stage", c.zero_stage, default=0),
+    Row("zero_optimization.offload_optimizer.device", "ds_offload_optimizer", c.offload_device),
+    Row("zero_optimization.offload_param.device", "ds_offload_param", c.offload_device),
+    Row("bf16.enabled", "bf16", c.auto_or(BOOL)),
+    Row("fp16.enabled", "fp16", c.auto_or(BOOL)),
+    Row("train_micro_batch_size_per_gpu", "batch", c.auto_or(c.integer)),
+    Row("gradient_accumulation_steps", INFO, c.auto_or(c.integer)),
+    Row("optimizer.type", "optim", lambda v: "ds_" + c.text(v).lower()),
+    Row("activation_checkpointing.partition_activations", None, c.is_on,
+        why="partitioned checkpoints split the saved activations across GPUs"),
+    Row("activation_checkpointing.cpu_checkpointing", None, c.is_on, why="checkpoints kept in host memory"),
+    *[Row(f"zero_optimization.{k}", None, lambda v: v is not None,
+          why="ZeRO's communication buckets and prefetch buffers") for k in _BUCKETS],
+), harmless=frozenset({
+    "train_batch_size", "gradient_clipping", "steps_per_print", "wall_clock_breakdown", "scheduler",
+    "optimizer.params", "zero_allow_untested_optimizer", "communication_data_type", "prescale_gradients",
+    "zero_optimization.overlap_comm", "zero_optimization.contiguous_gradients", "zero_optimization.allgather_partitions",
+    "zero_optimization.reduce_scatter", "zero_optimization.round_robin_gradients",
+    "zero_optimization.stage3_gather_16bit_weights_on_model_save", "zero_optimization.offload_optimizer.pin_memory",
+    "zero_optimization.offload_param.pin_memory", "fp16.loss_scale", "fp16.loss_scale_window", "fp16.initial_scale_power",
+    "fp16.hysteresis", "fp16.min_loss_scale", "fp16.auto_cast", "flops_profiler", "tensorboard", "wandb", "csv_monitor",
+    "zero_optimization.offload_optimizer.buffer_count", "zero_optimization.offload_param.buffer_count",
+    "zero_optimization.offload_optimizer.nvme_path", "zero_optimization.offload_param.nvme_path",
+    "zero_optimization.offload_param.buffer_size", "zero_optimization.offload_param.max_in_cpu",
+    "zero_optimization.offload_optimizer.fast_init", "zero_optimization.offload_optimizer.ratio",
+    "zero_optimization.stage3_gather_fp16_weights_on_model_save", "zero_optimization.ignore_unused_parameters",
+    "zero_optimization.memory_efficient_linear", "zero_force_ds_cpu_optimizer", "bf16.immediate_grad_update",
+    "activation_checkpointing.contiguous_memory_optimization", "activation_checkpointing.number_checkpoints",
+    "activation_checkpointing.synchronize_checkpoint_boundary", "activation_checkpointing.profile", "dump_state",
+}), markers=frozenset({"zero_optimization", "train_micro_batch_size_per_gpu", "train_batch_size", "zero_allow_untested_optimizer"}))
+
+# ---------------------------------- FSDP options (TrainingArguments.fsdp_config, axolotl fsdp_config, accelerate)
+_FSDP_ROWS = []
+for _prefix in ("", "fsdp_"):
+    _FSDP_ROWS += [
+        Row(f"{_prefix}sharding_strategy", "fsdp", c.FSDP_STRATEGY),
+        Row(f"{_prefix}reshard_after_forward", "fsdp", c.reshard),
+        Row(f"{_prefix}offload_params", "fsdp_offload", BOOL),
+        Row(f"{_prefix}activation_checkpointing", "grad_checkpointing", BOOL),
+        Row(f"{_prefix}version", INFO, c.integer),
+    ]
+FSDP = Tool("fsdp", "torch FSDP options (accelerate 1.15 names)", tuple(_FSDP_ROWS), harmless=frozenset(
+    f"{p}{k}" for p in ("", "fsdp_") for k in (
+        "auto_wrap_policy", "transformer_layer_cls_to_wrap", "backward_prefetch", "forward_prefetch",
+        "state_dict_type", "final_state_dict_type", "sync_module_states", "use_orig_params", "cpu_ram_efficient_loading",
+        "min_num_params", "cpu_offload_pin_memory", "limit_all_gathers", "mixed_precision_policy", "xla",
+        "xla_fsdp_grad_ckpt", "xla_fsdp_v2")))
+
+# --------------------------------------------------- accelerate 1.15 config YAML (accelerate config)
+ACCELERATE = Tool("accelerate", "accelerate 1.15 config", (
+    Row("num_processes", "gpus", c.integer, default=1),
+    Row("distributed_type", "distributed", c.choice({k: k for k in (
+        "NO", "MULTI_GPU", "DEEPSPEED", "FSDP", "MULTI_CPU", "MULTI_XPU", "MULTI_NPU", "MULTI_MLU", "MULTI_HPU",
+        "MULTI_SDAA", "MULTI_MUSA", "XLA", "MEGATRON_LM")})),
+    Row("mixed_precision", "bf16", c.choice({"bf16": True, "fp16": False, "no": False, "fp8": False}), priority=1),
+    Row("mixed_precision", "fp16", c.choice({"fp16": True, "bf16": False, "no": False, "fp8": False}), priority=1),
+    Row("mixed_precision", None, lambda v: v == "fp8", why="fp8 training"),
+    Row("fsdp_config", "@fsdp"),
+    Row("deepspeed_config.zero_stage", "ds_stage", c.zero_stage),
+    Row("deepspeed_config.offload_optimizer_device", "ds_offload_optimizer", c.offload_device),
+    Row("deepspeed_config.offload_param_device", "ds_offload_param", c.offload_device),
+    Row("deepspeed_config.deepspeed_config_file", "@deepspeed"),
+    Row("deepspeed_config.gradient_accumulation_steps", INFO, c.integer),
+    Row("dynamo_config.dynamo_backend", None, lambda v: str(v).upper() != "NO",
+        why="torch.compile fuses kernels and changes what is saved"),
+), harmless=frozenset({
+    "compute_environment", "debug", "downcast_bf16", "enable_cpu_affinity", "gpu_ids", "machine_rank",
+    "main_process_ip", "main_process_port", "main_training_function", "num_machines", "rdzv_backend", "same_network",
+    "tpu_env", "tpu_use_cluster", "tpu_use_sudo", "use_cpu", "deepspeed_config.zero3_init_flag",
+    "deepspeed_config.zero3_save_16bit_model", "deepspeed_config.gradient_clipping", "deepspeed_config.deepspeed_multinode_launcher",
+}), markers=frozenset({"distributed_type", "compute_environment", "num_processes", "mixed_precision", "machine_rank"}))
+
+TOOLS = {t.name: t for t in (AXOLOTL, LLAMAFACTORY, TRL, TRAINER, DEEPSPEED, FSDP, ACCELERATE)}
+# The order in which a file's format is recognised (the first whose markers it holds)
+DETECT = ("deepspeed", "accelerate", "llamafactory", "axolotl", "trl", "trainer")
+
+# torch / bitsandbytes optimizer names (TrainingArguments.optim, axolotl's optimizer) and DeepSpeed's
+# optimizer.type → (optimizer, implementation, 8-bit states, paged). Absent names are not modelled.
+OPTIMIZERS = {
+    "adamw_torch": ("adamw", "foreach", False, False), "adamw_torch_fused": ("adamw", "fused", False, False),
+    "adamw_hf": ("adamw", "foreach", False, False), "adamw_apex_fused": ("adamw", "fused", False, False),
+    "adamw_torch_xla": ("adamw", "foreach", False, False), "adamw_torch_npu_fused": ("adamw", "fused", False, False),
+    "adamw_bnb_8bit": ("adamw", "fused", True, False), "adamw_8bit": ("adamw", "fused", True, False),
+    "adamw_torch_8bit": ("adamw", "fused", True, False), "paged_adamw_8bit": ("adamw", "fused", True, True),
+    "paged_adamw_32bit": ("adamw", "fused", False, True), "ao_adamw_8bit": ("adamw", "fused", True, False),
+    "optimi_adamw": ("adamw", "foreach", False, False),
+    "adafactor": ("adafactor", "foreach", False, False), "sgd": ("sgd", "foreach", False, False),
+    "lion_32bit": ("lion", "foreach", False, False), "lion_8bit": ("lion", "foreach", True, False),
+    "paged_lion_32bit": ("lion", "foreach", False, True), "paged_lion_8bit": ("lion", "foreach", True, True),
+    "ds_adam": ("adamw", "fused", False, False), "ds_adamw": ("adamw", "fused", False, False),
+    "ds_lion": ("lion", "foreach", False, False),
+}

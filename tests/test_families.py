@@ -1,0 +1,209 @@
+"""Families as data: every entry's parameter layout against transformers' own model, built on the meta
+device from a config (the independent source), and the published totals of real checkpoints."""
+from __future__ import annotations
+
+import pytest
+import sympy as sp
+
+from symvram.errors import UserError
+from symvram.evaluate import evaluate
+from symvram.ledger.architecture import families_by_model_type, family, family_names
+from symvram.presets import spec_from_config
+from symvram.scenario import Scenario
+from symvram.symbols import sym
+
+# Tiny configs with distinct dimensions (head_dim ≠ hidden/heads where the family reads head_dim).
+TINY = {
+    "llama": {"attention_bias": True},
+    "mistral": {},
+    "qwen2": {},
+    "qwen3": {"tie_word_embeddings": True},
+    "gemma2": {},
+    "gemma3_text": {},
+    "phi3": {"pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 2},
+    "olmo2": {"pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 2},
+    "mixtral": {"num_local_experts": 5, "num_experts_per_tok": 2},
+    "qwen3_moe": {"num_experts": 6, "num_experts_per_tok": 3, "moe_intermediate_size": 40},
+}
+BASE = {"hidden_size": 64, "intermediate_size": 176, "num_hidden_layers": 3, "num_attention_heads": 4,
+        "num_key_value_heads": 2, "head_dim": 24, "vocab_size": 1000}
+
+
+def tiny_config(model_type: str) -> dict:
+    cfg = {"model_type": model_type, **BASE, **TINY[model_type]}
+    if model_type == "phi3":
+        cfg.pop("head_dim")  # Phi-3 has no head_dim field: hidden / heads
+    return cfg
+
+
+def expected_layer_shapes(spec) -> list[tuple[int, ...]]:
+    """Every parameter shape of one layer, from the family entry alone."""
+    fam = family(spec.family)
+    vals = {sym(n): v for n, v in spec.dims.items()}
+    n = lambda e: int(sp.sympify(e).xreplace(vals))  # noqa: E731
+    shapes = [(n(m.d_out), n(m.d_in)) for m in fam.linears]
+    shapes += [(n(m.d_out),) for m in fam.linears if m.bias in spec.options]
+    shapes += [(n(x.width),) for x in fam.norms]
+    shapes += [((n(m.count),) if n(m.count) > 1 else ()) + (n(m.d_out), n(m.d_in)) for m in fam.moe_weights]
+    return sorted(shapes)
+
+
+def test_every_model_type_has_a_tiny_case():
+    assert set(TINY) == set(families_by_model_type())
+
+
+@pytest.mark.parametrize("model_type", sorted(TINY))
+def test_layout_matches_transformers_meta_model(model_type):
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    cfg = tiny_config(model_type)
+    spec = spec_from_config(cfg, "tiny", "config", "test")
+    hf_cfg = transformers.AutoConfig.for_model(**{k: v for k, v in cfg.items()})
+    with torch.device("meta"):
+        model = transformers.AutoModelForCausalLM.from_config(hf_cfg)
+    params = dict(model.named_parameters())  # tied weights appear once
+    layer0 = sorted(tuple(p.shape) for name, p in params.items() if ".layers.0." in name)
+    assert layer0 == expected_layer_shapes(spec)
+    bd = evaluate(Scenario.create(spec, method="full"))
+    assert bd.derived["P"] == sum(p.numel() for p in params.values())
+
+
+PUBLISHED = [  # (config.json fields, the total the model card / safetensors index publishes)
+    ({"model_type": "qwen3", "hidden_size": 4096, "intermediate_size": 12288, "num_hidden_layers": 36,
+      "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128, "vocab_size": 151936}, 8_190_735_360),
+    ({"model_type": "qwen3", "hidden_size": 1024, "intermediate_size": 3072, "num_hidden_layers": 28,
+      "num_attention_heads": 16, "num_key_value_heads": 8, "head_dim": 128, "vocab_size": 151936,
+      "tie_word_embeddings": True}, 596_049_920),
+    ({"model_type": "gemma2", "hidden_size": 3584, "intermediate_size": 14336, "num_hidden_layers": 42,
+      "num_attention_heads": 16, "num_key_value_heads": 8, "head_dim": 256, "vocab_size": 256000}, 9_241_705_984),
+    ({"model_type": "gemma3_text", "hidden_size": 2560, "intermediate_size": 10240, "num_hidden_layers": 34,
+      "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 256, "vocab_size": 262208}, 3_880_263_168),
+    ({"model_type": "phi3", "hidden_size": 3072, "intermediate_size": 8192, "num_hidden_layers": 32,
+      "num_attention_heads": 32, "num_key_value_heads": 32, "vocab_size": 32064}, 3_821_079_552),
+    ({"model_type": "olmo2", "hidden_size": 4096, "intermediate_size": 11008, "num_hidden_layers": 32,
+      "num_attention_heads": 32, "num_key_value_heads": 32, "vocab_size": 100352}, 7_298_617_344),
+    ({"model_type": "mixtral", "hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32,
+      "num_attention_heads": 32, "num_key_value_heads": 8, "vocab_size": 32000, "num_local_experts": 8,
+      "num_experts_per_tok": 2}, 46_702_792_704),
+    ({"model_type": "qwen3_moe", "hidden_size": 2048, "intermediate_size": 6144, "moe_intermediate_size": 768,
+      "num_hidden_layers": 48, "num_attention_heads": 32, "num_key_value_heads": 4, "head_dim": 128,
+      "vocab_size": 151936, "num_experts": 128, "num_experts_per_tok": 8}, 30_532_122_624),
+]
+
+
+@pytest.mark.parametrize("cfg, published", PUBLISHED, ids=lambda x: x.get("model_type") if isinstance(x, dict) else "")
+def test_published_totals(cfg, published):
+    spec = spec_from_config(cfg, "m", "config", "test")
+    assert evaluate(Scenario.create(spec, method="full")).derived["P"] == published
+
+
+def test_extends_restates_only_what_differs():
+    """qwen3 is llama plus two per-head norms: the same linears, dims and targets."""
+    llama, qwen3 = family("llama"), family("qwen3")
+    assert qwen3.linears == llama.linears and qwen3.targets == llama.targets
+    assert [n.name for n in qwen3.norms] == [n.name for n in llama.norms] + ["q_norm", "k_norm"]
+
+
+def test_every_family_parses():
+    for name in family_names():
+        fam = family(name)
+        assert fam.target_sets["all-linear"], name
+
+
+@pytest.mark.parametrize("cfg, message", [
+    ({"model_type": "gpt2"}, "supported: gemma2, gemma3_text, llama"),
+    ({**PUBLISHED[6][0], "num_experts_per_tok": 9}, "routed to 9 experts but the model has only 8"),
+    ({**PUBLISHED[7][0], "decoder_sparse_step": 2}, "decoder_sparse_step = 2 is not modelled"),
+    ({k: v for k, v in PUBLISHED[7][0].items() if k != "moe_intermediate_size"}, "'moe_intermediate_size'"),
+    ({**PUBLISHED[0][0], "num_key_value_heads": 7}, "not a multiple of num_key_value_heads 7"),
+])
+def test_bad_family_configs_are_refused_with_the_reason(cfg, message):
+    with pytest.raises(UserError, match=message):
+        spec_from_config(cfg, "m", "config", "test")
+
+
+def test_lora_targets_are_the_family_modules():
+    phi = spec_from_config(PUBLISHED[4][0], "phi", "config", "test")
+    sc = Scenario.create(phi, method="lora", rank=8)
+    assert sc.targets == ("qkv_proj", "o_proj", "gate_up_proj", "down_proj")
+    # P_LoRA = L · r · Σ(d_in + d_out) of the fused matrices, by hand for Phi-3-mini:
+    per_layer = (3072 + 9216) + (3072 + 3072) + (3072 + 16384) + (8192 + 3072)
+    assert evaluate(sc).derived["P_lora"] == 32 * 8 * per_layer
+    with pytest.raises(UserError, match="unknown LoRA target 'q_proj' for phi3"):
+        Scenario.create(phi, method="lora", targets="q_proj")
+
+
+# Measured (torch's FakeTensorMode, the method of shared/measurements) against the estimate, byte-exact on
+# small shapes for each family's mechanisms: norms, q/k norms, fused projections, soft-capping, MoE routing.
+MEASURED = [
+    ("qwen3", dict(method="lora", rank=8, targets="qv")),
+    ("qwen3", dict(method="full", attention="eager")),
+    ("gemma2", dict(method="lora", rank=8)),
+    ("gemma2", dict(method="full")),
+    ("gemma3_text", dict(method="lora", rank=8, grad_checkpointing=True)),
+    ("gemma3_text", dict(method="full")),
+    ("phi3", dict(method="lora", rank=8, adapter_dtype="bf16")),
+    ("phi3", dict(method="full")),
+    ("olmo2", dict(method="lora", rank=8)),
+    ("olmo2", dict(method="full")),
+    ("mixtral", dict(method="lora", rank=8, targets="all-linear")),
+    ("mixtral", dict(method="full")),
+    ("qwen3_moe", dict(method="lora", rank=8, targets="attention")),
+    ("qwen3_moe", dict(method="lora", rank=8, targets="q,k,v,o,gate_proj,up_proj,down_proj")),
+]
+
+
+@pytest.mark.parametrize("model_type, settings", MEASURED, ids=[f"{m}-{i}" for i, (m, _) in enumerate(MEASURED)])
+def test_estimate_equals_the_measured_peak(model_type, settings):
+    pytest.importorskip("peft")
+    from symvram.validate.measure import measure
+    from symvram.validate.spec import from_scenario
+
+    cfg = {**tiny_config(model_type), "num_hidden_layers": 2}
+    if model_type == "gemma3_text":  # one sliding (window 16 < seq) and one full layer
+        cfg.update(layer_types=["sliding_attention", "full_attention"], sliding_window=16)
+    if model_type == "qwen3_moe":
+        cfg["norm_topk_prob"] = True
+    trainable = settings.pop("adapter_dtype", "fp32") if settings["method"] == "lora" else "bf16"
+    sc = Scenario.create(spec_from_config(cfg, "tiny", "config", "test"), batch=2, seq=64, device="cpu",
+                         adapter_dtype=trainable if settings["method"] == "lora" else None,
+                         state_dtype=trainable, **settings)  # torch AdamW: states in the trainable dtype
+    measured = measure({**from_scenario(sc), "steps": 2})
+    # within 8 bytes: the 0-d fp32 loss and its gradient seed are not ledger terms
+    assert 0 <= measured["peak_bytes"] - evaluate(sc).peak <= 8
+
+
+def test_the_readme_shows_the_whole_qwen3_entry():
+    """"Adding a family is one data entry": the README's example is the shipped file, comments aside."""
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    entry = (root / "symvram/data/families/qwen3.toml").read_text(encoding="utf-8")
+    lines = [ln for ln in entry.splitlines() if ln.strip() and not ln.startswith("#")]
+    readme = (root / "README.md").read_text(encoding="utf-8")
+    assert "\n".join(lines) in "\n".join(ln for ln in readme.splitlines() if ln.strip())
+
+
+ONE_PER_FAMILY = ["llama-3.2-1b", "mistral-7b", "qwen2.5-0.5b", "qwen3-0.6b", "gemma-2-2b", "gemma-3-1b", "phi-3-mini",
+                  "olmo-2-7b", "mixtral-8x7b", "qwen3-30b-a3b"]
+
+
+def test_one_preset_per_family():
+    from symvram.presets import load_model
+
+    assert {load_model(m).family for m in ONE_PER_FAMILY} == set(family_names())
+
+
+@pytest.mark.parametrize("model", ONE_PER_FAMILY)
+def test_every_question_answers_for_every_family(model):
+    """estimate, whatif, sensitivity, fit, plan, diagnose and explain run on each family, and agree: what
+    whatif reports for seq = 4096 is what estimate computes there."""
+    from symvram import api
+
+    lora = dict(method="lora", rank=8)
+    assert api.whatif(model, {"seq": 4096}, **lora).after.peak == api.estimate(model, seq=4096, **lora).peak
+    assert api.sensitivity(model, **lora)
+    assert api.fit(model, "h100-80g", **lora)
+    assert api.plan(model, "h100-80g", max_gpus=8)
+    assert api.diagnose(model, "rtx-4090", **lora)
+    assert "LoRA" in api.explain(model, **lora).text
