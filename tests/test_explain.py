@@ -496,3 +496,14 @@ def test_qlora_base_against_the_back_of_envelope_figure():
     assert f"{nf4 / 1e9:.2f} GB of 4-bit NF4 weights for the {p_quant:,} linear-layer parameters" in line
     assert f"{constants / 1e9:.2f} GB of quantization constants" in line
     assert f"{p_keep * 2 / 1e9:.2f} GB for the {p_keep:,} parameters that stay in 16 bits" in line
+
+
+@pytest.mark.skipif(shutil.which("pdflatex") is None, reason="pdflatex is not installed")
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_tex_of_a_moe_family_fits_the_page(lang):
+    """Qwen3-MoE's LoRA count is one product L · r · (… + … + …): its rows are cut inside the parentheses, and the
+    experts' term explanations (with Greek letters and √) compile."""
+    tex = render(Scenario.create("qwen3-30b-a3b", method="lora", rank=8), fmt="tex", lang=lang)
+    pdf, log = documents.compile_tex(tex)
+    assert [pt for pt in documents.overfull_boxes(log) if pt > 1.0] == []
+    assert r"\bigl(" in tex and r"\bigr)" in tex
