@@ -159,7 +159,8 @@ def render(d: Diagnosis, units: str, reading=None) -> str:
     for part in PARTS:
         terms = {k: v for k, v in d.parts[part].items() if v}
         if sum(terms.values()) * 1000 >= est.peak:   # parts below 0.1 % of the peak (rotary cache, ids) are noise
-            detail = ", ".join(f"{k} {fb(v)}" for k, v in sorted(terms.items(), key=lambda kv: -kv[1])[:4])
+            shown = [(k, v) for k, v in sorted(terms.items(), key=lambda kv: -kv[1]) if v * 1000 >= est.peak][:4]
+            detail = ", ".join(f"{k} {fb(v)}" for k, v in shown)
             lines.append(f"  {PART_NAMES[part]}: {fb(sum(terms.values()))} ({detail})")
     lines.append(verdict(d, fb))
     if d.cause == "optimizer":
