@@ -5,22 +5,25 @@ import argparse
 import json
 
 from ..analysis.diagnose import PROBE_SEQ, diagnose
-from ..presets import load_card
 from ..errors import UserError
-from ..present.tables import terminal
 from ..present.reports import diagnosis_json, diagnosis_text
+from ..present.tables import terminal
+from ..presets import load_card
 from ..units import parse_size
 from .common import (add_model_argument, add_output_arguments, add_scenario_arguments, positive_int, provenance_dict,
                      provenance_text, reading, scenario_from_args, write_output)
 from .fit import add_card_arguments
 
 HELP = f"""\
-A job that "should fit" ran out of memory. diagnose says which side of the ledger is over — the
-parameter side (base weights + gradients, optimizer states, master, adapters) or the activation side —
-prescribes the probe that splits them on the real job (batch 1, seq {PROBE_SEQ}), then the remedies in
-order, each with its predicted saving and the peak after it, stopping where the job fits:
-max_seq_len from the data's P95, gradient checkpointing, batch 1 + gradient accumulation, optimizer
-precision, QLoRA, and only then more cards. With --measured-peak it fits the unknown overhead.
+A job that "should fit" ran out of memory. diagnose names the moment of the peak and splits its bytes
+into what lives there: the parameter side (weights, gradients, optimizer states, master, adapters),
+the optimizer step's temporaries, the loss's vocabulary-sized tensors, the saved activations and the
+backward temporaries. It prescribes the probe that splits parameters from the rest on the real job
+(batch 1, seq {PROBE_SEQ}), then the remedies for that moment, cheapest first, each with its predicted
+saving and price, stopping at the first that fits: free ones (fused AdamW, a chunked cross-entropy,
+SDPA, max_seq_len from the data's P95), gradient checkpointing, batch 1 + gradient accumulation,
+optimizer precision, LoRA/QLoRA, and only then more cards (tensor parallelism only over NVLink).
+With --measured-peak it fits the unknown overhead.
 
 examples:
   symvram diagnose llama-3-8b --method lora --gpu 24GiB --batch 4 --seq 4096
