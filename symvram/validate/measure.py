@@ -7,7 +7,9 @@ Method (the one that produced ``shared/measurements/calibration.jsonl``):
 * ``steps`` training steps run under ``FakeTensorMode``: forward with causal-LM loss (labels =
   input_ids, no attention mask), outputs dropped, ``loss.backward()``, ``optimizer.step()``,
   ``zero_grad(set_to_none=True)``;
-* bytes are counted by ``torch.distributed._tools.mem_tracker.MemTracker`` (global peak only);
+* bytes are counted by ``torch.distributed._tools.mem_tracker.MemTracker`` (global peak only), and the
+  matmul-class FLOPs of each phase by ``FlopCounterMode`` in the same run (``flops``: forward, backward —
+  the recompute of checkpointed layers included —, optimizer, total of one step; see validate/flops.py);
 * transformers' "is tracing" answer for fake tensors is patched so that the packed-sequence check
   behaves as in a real, unpacked run (no explicit 4D mask, no ``repeat_kv`` copies).
 
@@ -24,6 +26,7 @@ from typing import Any
 import torch
 from torch.distributed._tools.mem_tracker import MemTracker, _MemRefType, _TOTAL_KEY
 
+from .flops import PhaseFlops, flop_counter
 from .spec import normalize_spec  # the one definition of a spec (torch-free)
 
 _DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
@@ -393,11 +396,20 @@ def measure(spec: dict) -> dict:
     model, optimizer, input_ids, labels, trainable, total = prepare(spec, fake_mode)
     tracker = PeakTracker(optimizer)
     tracker.track_external(model, optimizer, input_ids, labels)
-    with _untraced_packed_check(), fake_mode, tracker:
-        _train_steps(spec, model, optimizer, input_ids, labels, tracker, tracker.set_phase)
-    return _result(spec, model, optimizer, trainable, total, tracker.peak_bytes,
-                   tracker.peak_phase, tracker.phase_peak, tracker.breakdown(),
-                   time.perf_counter() - t0)
+    counter = flop_counter()
+    phases = PhaseFlops(counter)
+
+    def on_phase(name):
+        tracker.set_phase(name)
+        phases(name)
+
+    with _untraced_packed_check(), fake_mode, tracker, counter:
+        _train_steps(spec, model, optimizer, input_ids, labels, tracker, on_phase)
+    result = _result(spec, model, optimizer, trainable, total, tracker.peak_bytes,
+                     tracker.peak_phase, tracker.phase_peak, tracker.breakdown(),
+                     time.perf_counter() - t0)
+    result["flops"] = phases.last_step()  # FlopCounterMode in the same run: matmul-class FLOPs of one step
+    return result
 
 
 def _result(spec, model, optimizer, trainable, total, peak, peak_phase, by_phase, breakdown, secs):
