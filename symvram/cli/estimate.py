@@ -5,6 +5,7 @@ import argparse
 import json
 
 from ..api import compare
+from ..errors import UserError
 from ..evaluate import evaluate
 from ..present.tables import detail, to_json
 from ..present.units import fmt_bytes
@@ -80,6 +81,54 @@ def _compare_verdict(table, args) -> str:
     return f"on {card.name} (budget {fb(budget)} per GPU): " + "; ".join(words)
 
 
+def time_of(sc, args):
+    """The step time on --gpu (None without a card), --mfu and --interconnect checked first."""
+    from ..analysis.fit import load_card
+    from ..timing import check_interconnect, check_mfu, step_time
+
+    mfu = check_mfu(args.mfu) if getattr(args, "mfu", None) is not None else None
+    link = check_interconnect(getattr(args, "interconnect", None))
+    if not getattr(args, "gpu", None):
+        return None
+    try:
+        return step_time(sc, load_card(args.gpu), mfu, link)
+    except UserError as e:
+        if mfu is not None or link is not None:   # a time was asked for: a card without figures is an error
+            raise
+        return str(e)   # the memory answer stands; the time line says why there is none
+
+
+def time_json(sc, st) -> dict:
+    """The JSON ``time`` block: FLOPs always; seconds and tokens/s on a card."""
+    from ..timing import flops
+
+    if st is not None and not isinstance(st, str):
+        return st.json()
+    f = flops(sc)
+    return {"flops_per_step": f.per_step, "flops": f.by_phase, "flops_by_term": f.by_term,
+            "seconds_per_step": None, "tokens_per_second": None,
+            "why_no_seconds": st if isinstance(st, str) else
+            "a step time needs a card: pass --gpu (with --mfu, --interconnect to change the assumptions)"}
+
+
+def time_lines(sc, st) -> list[str]:
+    """One line of FLOPs (and, on a card, one of time) with the assumptions."""
+    from ..present.units import fmt_flops
+    from ..timing import flops
+
+    if isinstance(st, str):
+        return time_lines(sc, None)[:1] + [f"  no step time: {st.removeprefix('symvram: error: ')}"]
+    f = st.flops if st is not None else flops(sc)
+    lines = [f"time: {fmt_flops(f.per_step)} matmul FLOPs per micro-batch step on one GPU (forward "
+             f"{fmt_flops(f.by_phase['forward'])}, backward {fmt_flops(f.by_phase['backward'])}"
+             + (f", recompute {fmt_flops(f.by_phase['recompute'])}" if f.by_phase["recompute"] else "") + ")"]
+    if st is None:
+        lines.append("  step time: pass --gpu for seconds per step and tokens/s")
+    else:
+        lines.append(f"  on {st.card.name}: {st.summary()}; assuming " + "; ".join(st.assumptions()))
+    return lines
+
+
 def run(args) -> int:
     kw = scenario_kwargs(args)
     if "method" not in kw:
@@ -103,11 +152,13 @@ def run(args) -> int:
     else:
         sc = scenario_from_args(args)
         bd = evaluate(sc)
+        st = time_of(sc, args)
         verdict, data = _verdict(sc, args) if args.gpu else ("", None)
         if args.format == "json":
-            text = json.dumps({**to_json(bd), **provenance_dict(args, sc), **({"verdict": data} if data else {})},
-                              indent=2)
+            text = json.dumps({**to_json(bd), "time": time_json(sc, st), **provenance_dict(args, sc),
+                               **({"verdict": data} if data else {})}, indent=2)
         else:
-            text = provenance_text(args, sc) + detail(bd, args.units, args.format) + ("\n\n" + verdict if verdict else "")
+            text = (provenance_text(args, sc) + detail(bd, args.units, args.format) + "\n" + "\n".join(time_lines(sc, st))
+                    + ("\n\n" + verdict if verdict else ""))
     write_output(text, args.output, args.force)
     return 0

@@ -29,6 +29,17 @@ def add_card_arguments(p: argparse.ArgumentParser, required: bool = True) -> Non
     p.add_argument("--gpu", required=required, help="a named card (rtx-4090, a100-80g …) or a size (24GiB)")
     p.add_argument("--headroom", default=DEFAULT_HEADROOM,
                    help=f"memory kept free beyond the peak: a size or a %% of the card (default {DEFAULT_HEADROOM})")
+    add_time_arguments(p)
+
+
+def add_time_arguments(p: argparse.ArgumentParser) -> None:
+    """--mfu and --interconnect: the step-time roofline's stated assumptions (symvram.timing)."""
+    from ..timing import DEFAULT_MFU, interconnects
+
+    p.add_argument("--mfu", help=f"model FLOPs utilization in (0, 1] for step times (default {DEFAULT_MFU}: "
+                                 "the matmul share of a tuned step)")
+    p.add_argument("--interconnect", help=f"GPU-to-GPU link for step times (default: the card's; "
+                                          f"{', '.join(interconnects())})")
 
 
 def register(sub) -> None:
