@@ -35,6 +35,8 @@ def test_validate_measures_what_it_estimates(tmp_path, capsys, cfg, args):
     # the measurement is PyTorch's own count of live tensor bytes: the estimate must be within 1 %
     assert abs(peak["error"]) < 0.01, out
     assert out["rows"]["params"]["estimate"] == out["rows"]["params"]["measured"]
+    # FlopCounterMode in the same run: the FLOPs ledger within 0.5 % per phase (it is exact on these)
+    assert all(abs(row["error"]) < 0.005 for row in out["flops"].values()), out["flops"]
 
 
 @pytest.mark.parametrize("args, needle", [

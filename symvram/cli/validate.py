@@ -90,6 +90,20 @@ def _warn_versions(measured: dict) -> str:
     return line
 
 
+def flops_comparison(sc, measured: dict) -> dict:
+    """Predicted vs counted FLOPs of one step: forward, backward (with the checkpointed recompute), total."""
+    from ..timing import flops
+
+    counted = measured.get("flops")
+    if not counted:
+        return {}
+    f = flops(sc)
+    pred = {"forward": f.by_phase["forward"], "backward": f.by_phase["backward"] + f.by_phase["recompute"],
+            "total": f.per_step}
+    return {k: {"estimate": v, "measured": counted[k],
+                "error": None if not counted[k] else (v - counted[k]) / counted[k]} for k, v in pred.items()}
+
+
 def run(args) -> int:
     from .. import validate
 
@@ -115,6 +129,7 @@ def run(args) -> int:
         measured = measure(spec)
     bd = evaluate(sc)
     result = comparison(bd, measured)
+    result["flops"] = flops_comparison(sc, measured)
     line = _warn_versions(result["versions"])
     if args.format == "json":
         text = json.dumps({"spec": spec, **result, "ledger_versions": validate.LEDGER_VERSIONS,
@@ -127,5 +142,13 @@ def run(args) -> int:
         text = (render_rows(rows, "lrrr", "table") +
                 f"\n\npeak moment: estimate '{result['estimate_moment']}', measured '{result['measured_phase']}'"
                 f"\n{line} ({'real CUDA tensors' if spec['device'] == 'cuda' else 'FakeTensorMode, CPU code paths'})")
+        if result["flops"]:
+            frows = [["matmul FLOPs per step", "estimate", "counted", "error"]]
+            for name, row in result["flops"].items():
+                frows.append([name, f"{row['estimate']:,}", f"{row['measured']:,}",
+                              "—" if row["error"] is None else f"{100 * row['error']:+.3f} %"])
+            text += ("\n\n" + render_rows(frows, "lrrr", "table") + "\ncounted by torch.utils.flop_counter."
+                     "FlopCounterMode in the same run (matmul-class ops; attention over the full s×s scores; "
+                     "elementwise work and the optimizer's update are not counted)")
     write_output(text, args.output, args.force)
     return 0
