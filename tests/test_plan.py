@@ -116,3 +116,25 @@ def test_cli_refuses_the_settings_it_searches(capsys):
 
     assert main(["plan", "7b", "--gpu", "a100-80g", "--zero", "3"]) == 2
     assert "--zero" in capsys.readouterr().err
+
+
+def test_plan_ranks_the_fitting_setups_by_predicted_tokens_per_second(capsys):
+    from symvram.cli import main
+
+    assert main(["plan", "70b", "--gpu", "a100-80g", "--grad-checkpointing", "--format", "json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    timed = sorted((r for r in data["rows"] if r["speed_rank"]), key=lambda r: r["speed_rank"])
+    assert timed and all(r["fits"] for r in timed)
+    speeds = [r["tokens_per_second_per_gpu"] for r in timed]
+    assert speeds == sorted(speeds, reverse=True)
+    for r in timed:   # tokens/s in all: every data-parallel rank's micro-batch per step
+        assert r["tokens_per_second"] == pytest.approx(r["tokens_per_second_per_gpu"] * r["gpus"])
+    assert "fastest per GPU" not in data["fastest_why"] and data["fastest_why"].startswith(timed[0]["method"])
+    assert data["time_assumptions"]
+
+
+def test_plan_on_a_card_without_figures_keeps_strategy_order(capsys):
+    from symvram.cli import main
+
+    assert main(["plan", "7b", "--gpu", "t4", "--method", "qlora"]) == 0
+    assert "no step times" in capsys.readouterr().out
