@@ -27,12 +27,14 @@ def test_activation_side_and_probe(lora24):
     assert lora24.probe.peak == estimate("llama-3-8b", method="lora", batch=1, seq=512).peak
 
 
-def test_remedies_in_the_reference_order_with_their_savings(lora24):
+def test_remedies_free_ones_first_with_their_savings_and_prices(lora24):
+    # free in time first (the reference order among them), then the priced ones: checkpointing costs
+    # one more forward of LoRA's matmuls, derived from the FLOPs ledger
     steps = [
         ("seq_p95", dict(method="lora", batch=4, seq=1800)),
-        ("checkpointing", dict(method="lora", batch=4, seq=1800, grad_checkpointing=True)),
-        ("batch1", dict(method="lora", batch=1, seq=1800, grad_checkpointing=True)),
-        ("precision", dict(method="lora", batch=1, seq=1800, grad_checkpointing=True, state_dtype="int8")),
+        ("batch1", dict(method="lora", batch=1, seq=1800)),
+        ("precision", dict(method="lora", batch=1, seq=1800, state_dtype="int8")),
+        ("checkpointing", dict(method="lora", batch=1, seq=1800, grad_checkpointing=True, state_dtype="int8")),
         ("qlora", dict(method="qlora", batch=1, seq=1800, grad_checkpointing=True, state_dtype="int8")),
     ]
     got = [r.key for r in lora24.remedies]
@@ -44,14 +46,16 @@ def test_remedies_in_the_reference_order_with_their_savings(lora24):
         previous = after
     assert lora24.remedies[-1].after.peak <= lora24.budget < lora24.remedies[-2].after.peak
     assert lora24.cards is None
+    prices = {r.key: r.price for r in lora24.remedies}
+    assert prices["seq_p95"] < 0 and prices["batch1"] == prices["precision"] == 0   # fewer FLOPs per token; none
+    assert 40 < prices["checkpointing"] < 50
 
 
 def test_without_p95_the_sequence_step_is_explained_not_guessed():
     d = diagnose(Scenario.create("llama-3-8b", **JOB), 24 * GIB)
     assert d.skipped and "--p95-seq" in d.skipped[0][1]
-    assert d.remedies[0].key == "checkpointing"
-    assert d.remedies[0].after.peak == estimate("llama-3-8b", method="lora", batch=4, seq=4096,
-                                                grad_checkpointing=True).peak
+    assert d.remedies[0].key == "batch1"        # free in time: the same FLOPs per token
+    assert d.remedies[0].after.peak == estimate("llama-3-8b", method="lora", batch=1, seq=4096).peak
 
 
 def test_parameter_side_of_70b_full():
@@ -63,7 +67,7 @@ def test_parameter_side_of_70b_full():
 
 def test_more_cards_when_every_remedy_falls_short():
     d = diagnose(Scenario.create("7b", method="lora"), 6 * GIB)
-    assert [r.key for r in d.remedies] == ["checkpointing", "precision", "qlora"]   # batch is already 1
+    assert [r.key for r in d.remedies] == ["precision", "checkpointing", "qlora"]   # batch is already 1; free first
     assert not d.fixed and d.cards is not None
     c = d.cards
     # the cards are counted for LoRA (the job's method) with the earlier fixes, per GPU

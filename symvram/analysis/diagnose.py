@@ -7,9 +7,13 @@ activations and the step's temporaries). The probe — batch 1 and a short seque
 keeps the parameter side whole and shrinks the other: still OOM means the parameters are bigger than
 the ledger (targets, an fp32 master the framework keeps, optimizer precision); fits means activations.
 
-Remedies, cumulative, in order: max_seq_len from the data's P95; gradient checkpointing (≈ 20–30 %
-slower); batch 1 with gradient accumulation; optimizer precision (8-bit states, no fp32 master);
-QLoRA; only then more cards (from ``plan``, for the job with the earlier fixes and its own method).
+Remedies, cumulative: the free ones first — those whose time price (symvram.timing: the predicted
+step time per token on a card with peak figures, else matmul FLOPs per token) is at most
+``FREE_PRICE`` % — then the priced ones, each group in the reference answer's order: max_seq_len from
+the data's P95; gradient checkpointing (its price derived from the FLOPs ledger: one more forward);
+batch 1 with gradient accumulation; optimizer precision (8-bit states, no fp32 master); QLoRA; only
+then more cards (from ``plan``, for the job with the earlier fixes and its own method). Each remedy
+carries its time price beside the bytes it saves.
 
 With a measured peak, the unknown overhead (CUDA context the card's usable figure did not cover,
 allocator rounding and fragmentation, library workspaces) is fitted as measured − estimated at the
@@ -18,9 +22,9 @@ measured settings and added to every predicted peak.
 >>> from symvram.scenario import Scenario
 >>> d = diagnose(Scenario.create("llama-3-8b", method="lora", batch=4, seq=4096), 24 * 2**30)
 >>> d.side, [r.key for r in d.remedies]
-('activation', ['checkpointing', 'batch1', 'precision'])
->>> d.remedies[-1].after.peak <= d.budget < d.remedies[-2].after.peak
-True
+('activation', ['batch1', 'precision', 'checkpointing'])
+>>> [round(r.price) for r in d.remedies]       # % more time per token: batch 1 and 8-bit states are free
+[0, 0, 45]
 """
 from __future__ import annotations
 
@@ -34,6 +38,7 @@ from .fit import DEFAULT_HEADROOM, headroom_bytes
 from .plan import PlanRow, plan
 
 PROBE_SEQ = 512
+FREE_PRICE = 1.0   # % of time per token: a remedy at or below this costs nothing worth naming
 
 
 @dataclass(frozen=True)
@@ -46,6 +51,8 @@ class Remedy:
     cost: str
     before: Breakdown
     after: Breakdown
+    price: float | None = None     # % more time per token (negative: faster), see time_price
+    price_basis: str = ""
 
     @property
     def saving(self) -> int:
@@ -111,8 +118,11 @@ def _candidates(sc: Scenario, p95_seq: int | None) -> list[tuple[str, str, dict,
         out.append(("seq_p95", f"max_seq_len {p95_seq} (the data's P95) instead of {sc.seq}", {"seq": p95_seq},
                     "the longest 5 % of samples are truncated (or packed/split)"))
     if not sc.grad_checkpointing:
+        from ..timing import flops
+
+        share = flops(sc).recompute_share_if_checkpointed
         out.append(("checkpointing", "gradient checkpointing", {"grad_checkpointing": True},
-                    "≈ 20–30 % slower: each layer's forward is recomputed in backward"))
+                    f"each layer's forward is recomputed in backward: +{100 * share:.0f} % matmul FLOPs for {sc.method}"))
     if sc.batch > 1:
         out.append(("batch1", f"batch 1 with gradient accumulation over {sc.batch} steps", {"batch": 1},
                     f"same effective batch ({sc.batch}); smaller kernels run less efficiently"))
@@ -128,6 +138,28 @@ def _candidates(sc: Scenario, p95_seq: int | None) -> list[tuple[str, str, dict,
         out.append(("qlora", "QLoRA (4-bit NF4 base, LoRA adapters)", {"method": "qlora"},
                     "dequantization makes steps slower" + ("; LoRA instead of full fine-tuning" if sc.method == "full" else "")))
     return out
+
+
+def time_price(before: Scenario, after: Scenario, card: GPUSpec) -> tuple[float, str]:
+    """% more time per token that ``after`` takes than ``before``: the roofline's step time on a card with
+    peak figures, else the matmul FLOPs per token (the card-independent part of it)."""
+    from ..timing import flops, step_time
+
+    try:
+        a, b = step_time(before, card), step_time(after, card)
+        return 100 * (a.tokens_per_second_per_gpu / b.tokens_per_second_per_gpu - 1), "step time"
+    except UserError:
+        from ..ledger.comm import build_comm
+
+        per_token = [flops(x).per_step / (x.batch * x.seq) for x in (before, after)]
+        basis = "matmul FLOPs per token"
+        if "dequantize" in build_comm(after.structure).by_key and "dequantize" not in build_comm(before.structure).by_key:
+            basis += "; it adds memory-bound work (dequantization), unpriced without a card's bandwidth"
+        return 100 * (per_token[1] / per_token[0] - 1), basis
+
+
+def _free(price: float, basis: str) -> bool:
+    return price <= FREE_PRICE and "unpriced" not in basis
 
 
 def diagnose(sc: Scenario, capacity: int | GPUSpec, headroom: int | str = DEFAULT_HEADROOM,
@@ -151,20 +183,36 @@ def diagnose(sc: Scenario, capacity: int | GPUSpec, headroom: int | str = DEFAUL
     remedies, skipped = [], []
     current, changes = est, {}
     if current.peak > budget:
-        for key, title, change, cost in _candidates(sc, p95_seq):
-            if change is None:
-                skipped.append((title, cost))
-                continue
-            try:
-                after = evaluate(sc.with_changes(**changes, **change))
-            except UserError as e:  # e.g. no master dropped for fp16 weights
-                skipped.append((title, str(e)))
-                continue
-            changes = {**changes, **change}
-            remedies.append(Remedy(key, title, dict(changes), cost, current, after))
-            current = after
-            if after.peak <= budget:
+        pending = _candidates(sc, p95_seq)
+        skipped += [(title, cost) for _, title, change, cost in pending if change is None]
+        pending = [c for c in pending if c[2] is not None]
+        while pending and current.peak > budget:
+            # the first free remedy from here (time price ≤ FREE_PRICE %), else the first in the reference order
+            tried = []
+            for cand in pending:
+                key, title, change, cost = cand
+                try:
+                    after = evaluate(sc.with_changes(**changes, **change))
+                except UserError as e:  # e.g. no master dropped for fp16 weights
+                    tried.append((cand, None, str(e)))
+                    continue
+                price, basis = time_price(current.scenario, after.scenario, card)
+                tried.append((cand, (after, price, basis), ""))
+                if _free(price, basis):
+                    break
+            for cand, _, why in tried:
+                if why:
+                    skipped.append((cand[1], why))
+                    pending.remove(cand)
+            usable = [(c, r) for c, r, why in tried if not why]
+            if not usable:
                 break
+            cand, (after, price, basis) = next(((c, r) for c, r in usable if _free(r[1], r[2])), usable[0])
+            pending.remove(cand)
+            key, title, change, cost = cand
+            changes = {**changes, **change}
+            remedies.append(Remedy(key, title, dict(changes), cost, current, after, price, basis))
+            current = after
     cards = None
     if current.peak > budget:
         kept = sc.with_changes(**{k: v for k, v in changes.items() if k != "method"})  # the fixes, same method

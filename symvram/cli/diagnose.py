@@ -86,15 +86,18 @@ def remedy_lines(d: Diagnosis, units: str, reading=None) -> list[str]:
     fb = (lambda n: fmt_bytes(n, units))
     lines = []
     if d.remedies or d.skipped:
-        lines += ["", "remedies, in order (each keeps the ones above it):" if reading is None else
-                  "remedies, in order, as edits to your files (each keeps the ones above it):"]
+        lines += ["", "remedies, free ones first (each keeps the ones above it):" if reading is None else
+                  "remedies, free ones first, as edits to your files (each keeps the ones above it):"]
     for title, why in d.skipped:
         lines.append(f"  - {title}: skipped — {why}")
     changes = remedy_edits(d, reading) if reading is not None else [[] for _ in d.remedies]
     for n, (r, edit) in enumerate(zip(d.remedies, changes), 1):
         where = "fits" if r.after.peak <= d.budget else f"still {fb(r.after.peak - d.budget)} over"
         note = "" if r.saving > 0 else f" (no saving: the peak is at {_moment(r.after)})"
-        lines.append(f"  {n}. {r.title}: saves {fb(r.saving)} → peak {fb(r.after.peak)}, {where}{note}; cost: {r.cost}")
+        price = "" if r.price is None else (f"; time price {r.price:+.1f} % per token ({r.price_basis})"
+                                            if abs(r.price) >= 0.05 or "unpriced" in r.price_basis
+                                            else f"; free in time ({r.price_basis})")
+        lines.append(f"  {n}. {r.title}: saves {fb(r.saving)} → peak {fb(r.after.peak)}, {where}{note}{price}; cost: {r.cost}")
         lines += [f"       {e}" for e in edit]
     return lines
 
@@ -149,6 +152,7 @@ def to_json(d: Diagnosis, reading=None) -> dict:
         "probe": {"batch": d.probe.scenario.batch, "seq": d.probe.scenario.seq, "peak_bytes": d.probe.peak},
         "remedies": [{"key": r.key, "title": r.title, "changes": r.changes, "saving_bytes": r.saving,
                       "peak_after_bytes": r.after.peak, "fits": r.after.peak <= d.budget, "cost": r.cost,
+                      "time_price_percent": r.price, "time_price_basis": r.price_basis,
                       **({"edits": e} if e is not None else {})}
                      for r, e in zip(d.remedies, edits)],
         "skipped": [{"title": t, "why": w} for t, w in d.skipped],
