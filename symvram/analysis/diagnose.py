@@ -24,7 +24,7 @@ measured settings and added to every predicted peak.
 >>> d.side, [r.key for r in d.remedies]
 ('activation', ['batch1', 'precision', 'checkpointing'])
 >>> [round(r.price) for r in d.remedies]       # % more time per token: batch 1 and 8-bit states are free
-[0, 0, 45]
+[0, 0, 43]
 """
 from __future__ import annotations
 

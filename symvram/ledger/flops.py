@@ -20,7 +20,7 @@ is not a matmul and is priced as memory traffic in ``symvram.timing`` instead.
 >>> from symvram.ledger.structure import Structure
 >>> fl = build_flops(Structure(method="full"))
 >>> fl.phase_expr("backward") - 2 * fl.phase_expr("forward")   # full: 2 × forward, plus SDPA's score recompute
-6*batch*heads*head_dim*layers*seq**2
+2*batch*head_dim*heads*layers*seq**2
 """
 from __future__ import annotations
 
