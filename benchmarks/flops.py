@@ -42,6 +42,8 @@ def main(argv=None) -> int:
     if a.limit:
         cases = cases[:a.limit]
     rows, worst = [], 0.0
+    out = Path(a.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
     for case in cases:
         spec = {**normalize_spec(case), "seq": a.seq, "steps": 1}
         t0 = time.perf_counter()
@@ -55,20 +57,25 @@ def main(argv=None) -> int:
         worst = max(worst, *(abs(e) for e in err.values()))
         rows.append({"name": case.get("name"), "predicted": pred, "counted": {k: counted[k] for k in pred},
                      "error": err, "seconds": round(time.perf_counter() - t0, 1)})
+        write(out, a.seq, rows, worst, len(cases))   # after every case: an interrupted run keeps its results
         print(f"{case.get('name')}: total predicted {pred['total']:,} counted {counted['total']:,} "
               f"error {100 * err['total']:+.4f} %", file=sys.stderr, flush=True)
-    Path(a.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(a.out + ".json").write_text(json.dumps({"seq": a.seq, "cases": rows, "worst_error": worst}, indent=1))
-    lines = [f"# FLOPs: the ledger against FlopCounterMode (seq {a.seq}, one step)", "",
+    print(write(out, a.seq, rows, worst, len(cases)))
+    return 0 if worst <= TOLERANCE else 1
+
+
+def write(out: Path, seq: int, rows: list, worst: float, total: int) -> str:
+    Path(str(out) + ".json").write_text(json.dumps({"seq": seq, "cases": rows, "worst_error": worst}, indent=1))
+    lines = [f"# FLOPs: the ledger against FlopCounterMode (seq {seq}, one step; {len(rows)} of {total} cases)", "",
              "| case | predicted | counted | forward error | backward error | total error |", "|---|---:|---:|---:|---:|---:|"]
     for r in rows:
         lines.append(f"| {r['name']} | {r['predicted']['total']:,} | {r['counted']['total']:,} | "
                      + " | ".join(f"{100 * r['error'][k]:+.4f} %" for k in ("forward", "backward", "total")) + " |")
     lines += ["", f"worst |error|: {100 * worst:.4f} % (requirement: within {100 * TOLERANCE:g} %). Matmul-class ops only; "
               "causal masking not discounted; elementwise work and the optimizer's update not counted."]
-    Path(a.out + ".md").write_text("\n".join(lines) + "\n")
-    print("\n".join(lines))
-    return 0 if worst <= TOLERANCE else 1
+    text = "\n".join(lines) + "\n"
+    Path(str(out) + ".md").write_text(text)
+    return text
 
 
 if __name__ == "__main__":

@@ -113,3 +113,16 @@ def test_estimate_json_has_the_time_block(capsys):
 def test_a_card_without_figures_keeps_the_memory_answer(capsys):
     assert main(["estimate", "7b", "--method", "lora", "--gpu", "24GiB"]) == 0
     assert "no step time" in capsys.readouterr().out
+
+
+def test_explain_derives_the_checkpointing_overhead_for_full_and_lora(capsys):
+    from symvram.present.documents import recompute_price
+    from symvram.evaluate import evaluate
+
+    price = recompute_price(evaluate(Scenario.create("7b", method="lora", grad_checkpointing=True)))
+    assert price["full"] < price["percent"] == price["lora"]
+    assert price["derivation"].value == flops(Scenario.create("7b", method="lora", grad_checkpointing=True)).by_phase["recompute"]
+    assert main(["explain", "7b", "--method", "full"]) == 0
+    out = capsys.readouterr().out
+    assert f"full fine-tuning +{price['full']:.0f} %" in out and f"LoRA +{price['lora']:.0f} %" in out
+    assert "20–30" not in out
