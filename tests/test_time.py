@@ -126,3 +126,18 @@ def test_explain_derives_the_checkpointing_overhead_for_full_and_lora(capsys):
     out = capsys.readouterr().out
     assert f"full fine-tuning +{price['full']:.0f} %" in out and f"LoRA +{price['lora']:.0f} %" in out
     assert "20–30" not in out
+
+
+def test_the_gpu_step_time_benchmark_skips_cleanly_without_cuda(capsys):
+    import importlib.util
+    from pathlib import Path
+
+    torch = pytest.importorskip("torch")
+    if torch.cuda.is_available():
+        pytest.skip("a CUDA GPU is here: run benchmarks/step_time_gpu.py itself")
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "step_time_gpu.py"
+    spec = importlib.util.spec_from_file_location("step_time_gpu", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    assert mod.main([]) == 0
+    assert capsys.readouterr().out.startswith("skipped: no CUDA GPU")
