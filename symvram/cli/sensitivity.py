@@ -94,12 +94,15 @@ def render(res: SensitivityResult, c: Comparison | None, units: str, fmt: str) -
     lines = [("## " if md else "") + f"{sc.model.name} · {sc.method}" + (f" r={sc.rank}" if sc.lora else "") +
              f" · batch {sc.batch} · seq {sc.seq}: peak {fmt_bytes(res.peak, units)} at {label} "
              "(the active moment: its derivative is the peak's)", ""]
-    rows = [["#", "knob", "meaning", "at", "unit", "∂peak/∂x (per unit)", "elasticity", f"x·∂peak/∂x ({units})"]]
+    rows = [["#", "knob", "meaning", "at", "unit", "∂peak/∂x (per unit)", "elasticity", f"x·∂peak/∂x ({units})",
+             "time elasticity"]]
     for n, r in enumerate(res.rows, 1):
         d = SYMBOLS[r.knob]
         rows.append([str(n), r.knob, d.meaning, f"{r.at:,g}", d.unit, amount(r.value, units),
-                     f"{r.elasticity:.4f}", fmt_bytes(r.proportional_bytes, units).split()[0]])
-    lines += [render_rows(rows, "rllrlrrr", fmt), "", "derivatives of the active moment:"]
+                     f"{r.elasticity:.4f}", fmt_bytes(r.proportional_bytes, units).split()[0], f"{r.time_elasticity:.4f}"])
+    lines += [render_rows(rows, "rllrlrrrr", fmt),
+              "time elasticity: x/F · ∂F/∂x of the step's matmul FLOPs F (symvram.ledger.flops): the % more "
+              "compute per % more x", "", "derivatives of the active moment:"]
     for r in res.rows:
         formula = f"$\\frac{{\\partial\\,\\mathrm{{peak}}}}{{\\partial {SYMBOLS[r.knob].latex}}} = {r.derivative_latex}$" if md \
             else f"∂peak/∂{r.knob} = {text(r.derivative)}"
@@ -114,7 +117,7 @@ def to_json(res: SensitivityResult, c: Comparison | None, units: str) -> dict:
         "peak_bytes": res.peak, "active_moment": res.moment, "inputs": res.breakdown.scenario.inputs(),
         "knobs": [{"knob": r.knob, "meaning": SYMBOLS[r.knob].meaning, "unit": SYMBOLS[r.knob].unit, "at": r.at,
                    "derivative_latex": r.derivative_latex, "value": r.value, "elasticity": r.elasticity,
-                   "proportional_bytes": r.proportional_bytes,
+                   "proportional_bytes": r.proportional_bytes, "time_elasticity": r.time_elasticity,
                    "terms": [{"key": s.key, "bytes": s.bytes} for s in r.shares]} for r in res.rows],
     }
     if c is not None:

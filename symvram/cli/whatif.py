@@ -7,7 +7,7 @@ import json
 from ..analysis.whatif import WhatIf, whatif
 from ..ledger.terms import BLOCKS
 from ..present.tables import BLOCK_TITLES, render_rows, to_json
-from ..present.units import fmt_bytes
+from ..present.units import fmt_bytes, fmt_flops
 from ..symbols import latex
 from .common import add_model_argument, add_output_arguments, add_scenario_arguments, provenance_dict, scenario_from_args, write_output
 
@@ -78,6 +78,9 @@ def render(w: WhatIf, units: str, fmt: str) -> str:
     lines.append(f"peak: {fmt_bytes(b.peak, units)} ({labels[b.peak_moment]}) → {fmt_bytes(a.peak, units)} "
                  f"({labels[a.peak_moment]}): {_signed(w.peak_delta, units)} {units} "
                  f"({100 * w.peak_delta / b.peak:+.1f} %)")
+    t = w.time()
+    lines.append(f"time: {fmt_flops(t['before']['flops_per_step'])} → {fmt_flops(t['after']['flops_per_step'])} matmul "
+                 f"FLOPs per step, {t['flops_per_token_change_percent']:+.1f} % per token (step times: estimate --gpu)")
     return "\n".join(lines)
 
 
@@ -89,6 +92,7 @@ def to_json_whatif(w: WhatIf) -> dict:
                   "blocks": {blk: w.block_delta(blk) for blk in BLOCKS},
                   "moments": {m.key: w.moment_delta(m.key) for m in w.moments()},
                   "peak": w.peak_delta},
+        "time": w.time(),
     }
 
 
