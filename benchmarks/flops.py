@@ -66,7 +66,7 @@ def main(argv=None) -> int:
 
 def write(out: Path, seq: int, rows: list, worst: float, total: int) -> str:
     Path(str(out) + ".json").write_text(json.dumps({"seq": seq, "cases": rows, "worst_error": worst}, indent=1))
-    lines = [f"# FLOPs: the ledger against FlopCounterMode (seq {seq}, one step; {len(rows)} of {total} cases)", "",
+    lines = [f"# FLOPs: the ledger against FlopCounterMode (every case at seq {seq}, one step; {len(rows)} of {total} cases)", "",
              "| case | predicted | counted | forward error | backward error | total error |", "|---|---:|---:|---:|---:|---:|"]
     for r in rows:
         lines.append(f"| {r['name']} | {r['predicted']['total']:,} | {r['counted']['total']:,} | "

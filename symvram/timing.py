@@ -65,9 +65,11 @@ def check_interconnect(name: str | None) -> str | None:
     raise UserError(f"--interconnect: unknown link {name!r}; known: {', '.join(interconnects())}")
 
 
-def time_expr(sc: Scenario) -> sp.Expr:
-    """Seconds per step as one expression over the registry symbols (derived quantities unexpanded)."""
-    fl, cm = build_flops(sc.structure), build_comm(sc.structure)
+def time_expr(sc) -> sp.Expr:
+    """Seconds per step as one expression over the registry symbols (derived quantities unexpanded),
+    of a Scenario or a Structure."""
+    structure = getattr(sc, "structure", sc)
+    fl, cm = build_flops(structure), build_comm(structure)
     return (fl.total / (Phi * mu) + cm.block_expr("hbm") / B_hbm + (1 - omega) * cm.block_expr("network") / B_link
             + cm.block_expr("host") / B_host)
 

@@ -141,3 +141,12 @@ def test_the_gpu_step_time_benchmark_skips_cleanly_without_cuda(capsys):
     spec.loader.exec_module(mod)
     assert mod.main([]) == 0
     assert capsys.readouterr().out.startswith("skipped: no CUDA GPU")
+
+
+def test_the_page_carries_the_step_time_function_and_card_figures():
+    from symvram.present.page import page_data
+
+    data, fns = page_data(Scenario.create("7b", method="lora"), gpu="h100")
+    assert all(len(st) == 4 for st in data["structures"])
+    assert data["gpus"]["h100-80g"]["peak_flops"] == 989e12 and "peak_flops" not in data["gpus"]["t4"]
+    assert any("peak_flops" in f and "mfu" in f for f in fns)
