@@ -199,11 +199,12 @@ def _js_function(expr) -> str:
 
 
 def _card_time(key: str) -> dict:
-    """A card's roofline figures for the page's step time (none where gpus.toml has no 16-bit peak)."""
+    """A card's roofline figures for the page's step time: the dense bf16 peak (none where gpus.toml has no bf16
+    figure: T4 and V100 have no bf16; the command line prices their fp16 runs)."""
     from ..timing import interconnects
 
     e = gpu_presets()[key]
-    peak = e.get("bf16_tflops") or e.get("fp16_tflops")
+    peak = e.get("bf16_tflops")
     if not peak:
         return {}
     return {"peak_flops": peak * 1e12, "hbm_bandwidth": e["hbm_gbps"] * 1e9,
