@@ -83,7 +83,7 @@ def add_scenario_arguments(p: argparse.ArgumentParser, method_default: str | Non
     g.add_argument("--batch", type=positive_int, help="micro-batch size per GPU (default 1)")
     g.add_argument("--seq", type=positive_int, help="sequence length in tokens (default 2048)")
     g.add_argument("--grad-checkpointing", action="store_true", default=None,
-                   help="activation checkpointing of each decoder layer (≈ 20–30 %% slower, far less memory)")
+                   help="activation checkpointing of each decoder layer (far less memory; one more forward per step: its price is in estimate's time line)")
     g.add_argument("--attention", choices=ATTENTIONS, help="sdpa (default; flash/memory-efficient kernel) or "
                                                            "eager (materialises b·heads·seq² scores)")
     g.add_argument("--device", choices=DEVICES, help="cuda (default) or cpu: which tensors dropout keeps")
