@@ -150,3 +150,25 @@ def test_the_page_carries_the_step_time_function_and_card_figures():
     assert all(len(st) == 4 for st in data["structures"])
     assert data["gpus"]["h100-80g"]["peak_flops"] == 989e12 and "peak_flops" not in data["gpus"]["t4"]
     assert any("peak_flops" in f and "mfu" in f for f in fns)
+
+
+def test_communication_ledger_by_hand():
+    """Ring collectives: DDP all-reduces 2(N−1)/N of the gradients; ZeRO-1/2 reduce-scatter them and all-gather
+    the updated weights; ZeRO-3 gathers every layer twice, the root once; TP all-reduces b·s·h per layer and pass."""
+    from symvram.ledger.comm import build_comm
+
+    def comm(**kw):
+        sc = Scenario.create("7b", method="full", **kw)
+        led = build_ledger(sc.structure)
+        subs = substitution(led, sc.values())
+        return {t.key: int(t.expr.xreplace(subs)) for t in build_comm(sc.structure).terms}, sc
+
+    P = 7 * 10**9
+    c, _ = comm(gpus=8)
+    assert c["allreduce_grads"] == 2 * 7 * P * 2 // 8
+    c, _ = comm(gpus=4, zero=2)
+    assert c["reduce_scatter_grads"] == c["allgather_params"] == 3 * P * 2 // 4
+    c, sc = comm(gpus=1, tp=8, sequence_parallel=True, zero=1)
+    assert c["tp_activations"] == 2 * 2 * 2 * 7 * 32 * 2048 * 4096 * 2 // 8
+    c, _ = comm(gpus=2, zero=3, offload="optimizer")
+    assert c["offload_grads"] == c["offload_params_back"] == P * 2 // 2 and "optimizer_update" not in c

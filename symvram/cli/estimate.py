@@ -129,13 +129,23 @@ def time_lines(sc, st) -> list[str]:
     return lines
 
 
+def compare_time_line(table) -> str:
+    """One line: each method's matmul FLOPs per step (the time ledger beside the memory table)."""
+    from ..present.units import fmt_flops
+    from ..timing import flops
+
+    cells = [f"{name} {fmt_flops(flops(bd.scenario).per_step)}" for name, bd in table.rows]
+    return ("time: matmul FLOPs per micro-batch step — " + "; ".join(cells)
+            + " (seconds per step: estimate --method … --gpu CARD)")
+
+
 def run(args) -> int:
     kw = scenario_kwargs(args)
     if "method" not in kw:
         table = compare(model_of(args), **kw)
         sc = check_context(table.rows[0][1].scenario, args)
         if args.format == "json":
-            text = json.dumps({**{name: to_json(bd) for name, bd in table.rows},
+            text = json.dumps({**{name: {**to_json(bd), "time": time_json(bd.scenario, None)} for name, bd in table.rows},
                                **{name: {"error": reason} for name, reason in table.skipped},
                                **provenance_dict(args, sc)}, indent=2)
         else:
@@ -147,6 +157,7 @@ def run(args) -> int:
                          f"{lora.derived['P_train']:,} trainable; ")
             head += f"batch {sc.batch}, seq {sc.seq}" + (", checkpointing" if sc.grad_checkpointing else "")
             text = provenance_text(args, sc) + head + "\n\n" + table.table(args.units, args.format)
+            text += "\n\n" + compare_time_line(table)
             if args.gpu:
                 text += "\n\n" + _compare_verdict(table, args)
     else:
