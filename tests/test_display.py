@@ -168,7 +168,7 @@ def test_diagnosis_gives_the_verdict_and_the_triage():
     assert repr(d).startswith("<Diagnosis llama-3-8b lora on 24.00 GiB card: activation side over, peak ")
     assert "> budget 23.00 GiB; fits after" in repr(d)
     md = mime(d)["text/markdown"]
-    assert md.startswith("```text\n") and md.endswith("\n```") and "remedies, in order" in md
+    assert md.startswith("```text\n") and md.endswith("\n```") and "remedies, free ones first" in md
 
 
 def test_plot_returns_a_figure_that_jupyter_shows_as_png():
