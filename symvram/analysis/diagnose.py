@@ -140,13 +140,14 @@ def _candidates(sc: Scenario, p95_seq: int | None) -> list[tuple[str, str, dict,
     return out
 
 
-def time_price(before: Scenario, after: Scenario, card: GPUSpec) -> tuple[float, str]:
+def time_price(before: Scenario, after: Scenario, card: GPUSpec, mfu: float | None = None,
+               interconnect: str | None = None) -> tuple[float, str]:
     """% more time per token that ``after`` takes than ``before``: the roofline's step time on a card with
     peak figures, else the matmul FLOPs per token (the card-independent part of it)."""
     from ..timing import flops, step_time
 
     try:
-        a, b = step_time(before, card), step_time(after, card)
+        a, b = step_time(before, card, mfu, interconnect), step_time(after, card, mfu, interconnect)
         return 100 * (a.tokens_per_second_per_gpu / b.tokens_per_second_per_gpu - 1), "step time"
     except UserError:
         from ..ledger.comm import build_comm
@@ -164,7 +165,7 @@ def _free(price: float, basis: str) -> bool:
 
 def diagnose(sc: Scenario, capacity: int | GPUSpec, headroom: int | str = DEFAULT_HEADROOM,
              p95_seq: int | None = None, measured_peak: int | None = None, measured_at: dict | None = None,
-             max_gpus: int = 64) -> Diagnosis:
+             max_gpus: int = 64, mfu: float | None = None, interconnect: str | None = None) -> Diagnosis:
     """Triage an OOM of ``sc`` on a card of ``capacity`` bytes (or a GPUSpec)."""
     card = capacity if isinstance(capacity, GPUSpec) else GPUSpec("capacity", f"{capacity:,} B card", capacity, capacity)
     room = headroom_bytes(headroom, card.usable_bytes)
@@ -196,7 +197,7 @@ def diagnose(sc: Scenario, capacity: int | GPUSpec, headroom: int | str = DEFAUL
                 except UserError as e:  # e.g. no master dropped for fp16 weights
                     tried.append((cand, None, str(e)))
                     continue
-                price, basis = time_price(current.scenario, after.scenario, card)
+                price, basis = time_price(current.scenario, after.scenario, card, mfu, interconnect)
                 tried.append((cand, (after, price, basis), ""))
                 if _free(price, basis):
                     break

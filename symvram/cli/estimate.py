@@ -49,7 +49,10 @@ def _verdict(sc, args) -> tuple[str, dict]:
     from ..analysis.fit import load_card
     from .diagnose import remedy_edits, remedy_lines
 
-    d = diagnose(sc, load_card(args.gpu), headroom=args.headroom)
+    from ..timing import check_interconnect, check_mfu
+
+    d = diagnose(sc, load_card(args.gpu), headroom=args.headroom,
+                 mfu=check_mfu(args.mfu) if args.mfu is not None else None, interconnect=check_interconnect(args.interconnect))
     fb = (lambda n: fmt_bytes(n, args.units))
     cards = f"{sc.gpus} × {d.card.name}" if sc.gpus > 1 else d.card.name
     if d.side == "fits":
