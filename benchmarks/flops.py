@@ -34,11 +34,13 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seq", type=int, default=128)
     ap.add_argument("--limit", type=int, default=0, help="first N cases only")
+    ap.add_argument("--every", type=int, default=1, help="every K-th case only (a spread over the models)")
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "flops"))
     a = ap.parse_args(argv)
     from symvram.validate.measure import measure
 
     cases = [json.loads(line) for line in (ROOT / "benchmarks" / "cases.jsonl").read_text().splitlines() if line.strip()]
+    cases = cases[::max(1, a.every)]
     if a.limit:
         cases = cases[:a.limit]
     rows, worst = [], 0.0

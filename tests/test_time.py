@@ -31,6 +31,9 @@ COUNTED = [
     ("mixtral", dict(method="full")),
     ("mixtral", dict(method="lora", rank=8, targets="all-linear")),
     ("gemma2", dict(method="lora", rank=8, grad_checkpointing=True)),
+    ("mixtral", dict(method="lora", rank=8, targets="all-linear", grad_checkpointing=True)),
+    ("qwen3_moe", dict(method="full", grad_checkpointing=True)),
+    ("olmo2", dict(method="lora", rank=8, targets="mlp", grad_checkpointing=True)),
 ]
 
 
