@@ -107,6 +107,12 @@ def flops(sc: Scenario) -> Flops:
     return Flops(by_phase, by_term, total, (with_ - without) / without)
 
 
+def comm_bytes(sc: Scenario) -> dict[str, int]:
+    """Bytes one GPU sends per step (network, host) and the memory-bound HBM bytes: card-independent."""
+    cm, subs = build_comm(sc.structure), _subs(sc)
+    return {blk: int(sp.ceiling(_num(cm.block_expr(blk), subs))) for blk in ("network", "host", "hbm")}
+
+
 @dataclass(frozen=True)
 class Link:
     key: str
@@ -207,10 +213,8 @@ def step_time(sc: Scenario, card: GPUSpec, mfu: float | None = None, interconnec
     peak, hbm, link_key, host_key = card_figures(card, sc.compute_dtype)
     link = _link(check_interconnect(interconnect) or link_key)
     host = _link(host_key)
-    subs = _subs(sc)
     fl = flops(sc)
-    cm = build_comm(sc.structure)
-    comm = {blk: int(sp.ceiling(_num(cm.block_expr(blk), subs))) for blk in ("network", "host", "hbm")}
+    comm = comm_bytes(sc)
     overlap = sc.values()["overlap"]
     seconds = {"compute": fl.per_step / (peak * mfu), "memory": comm["hbm"] / hbm,
                "network": (1 - overlap) * comm["network"] / link.bytes_per_s,

@@ -103,12 +103,13 @@ def time_of(sc, args):
 
 def time_json(sc, st) -> dict:
     """The JSON ``time`` block: FLOPs always; seconds and tokens/s on a card."""
-    from ..timing import flops
+    from ..timing import comm_bytes, flops
 
     if st is not None and not isinstance(st, str):
         return st.json()
-    f = flops(sc)
+    f, c = flops(sc), comm_bytes(sc)
     return {"flops_per_step": f.per_step, "flops": f.by_phase, "flops_by_term": f.by_term,
+            "comm_bytes_per_step": c["network"], "host_bytes_per_step": c["host"], "hbm_bytes_per_step": c["hbm"],
             "seconds_per_step": None, "tokens_per_second": None,
             "why_no_seconds": st if isinstance(st, str) else
             "a step time needs a card: pass --gpu (with --mfu, --interconnect to change the assumptions)"}
