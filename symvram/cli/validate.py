@@ -20,6 +20,9 @@ optimizer.step(), zero_grad) and records the peak of live tensor bytes — the f
 torch.cuda.max_memory_allocated() reports — with PyTorch's MemTracker, then prints it beside the
 estimate, category by category. With --device cuda on a machine with a GPU it runs real tensors and
 reads torch.cuda.max_memory_allocated() (that adds allocator rounding and library workspaces).
+In the same fake run, torch.utils.flop_counter.FlopCounterMode counts the step's matmul FLOPs (forward,
+backward with any checkpointed recompute) beside the FLOPs ledger's; with --world-size, the bytes each
+FSDP2 collective sends beside the communication ledger's.
 
 Unless you say otherwise it measures what a plain run does: PEFT's fp32 adapters, torch AdamW's
 states in the trainable weights' dtype, the CPU code paths (a GPU run with --device cuda).
