@@ -21,6 +21,9 @@ With --method (or a --from file that sets the method): every term of the ledger 
 value, the moments of the step, the peak. With --from, the scenario read comes first: each setting,
 its value and where it came from. With --gpu, the verdict; when it does not fit, the remedies
 (written as edits to the --from files).
+Every answer ends with its time: the step's matmul FLOPs (forward, backward, recompute) from the FLOPs
+ledger; with --gpu also seconds per step and tokens/s from a stated roofline (--mfu, default 0.4;
+--interconnect, default the card's link), the assumptions printed beside it. JSON: the "time" block.
 
 examples:
   symvram estimate 7b
