@@ -83,7 +83,16 @@ def _compare_verdict(table, args) -> str:
     card = load_card(args.gpu)
     budget = card.usable_bytes - headroom_bytes(args.headroom, card.usable_bytes)
     fb = (lambda n: fmt_bytes(n, args.units))
-    words = [f"{name} {'fits' if bd.peak <= budget else 'over by ' + fb(bd.peak - budget)}" for name, bd in table.rows]
+    from ..timing import step_time
+
+    def speed(bd) -> str:
+        try:
+            return f", {step_time(bd.scenario, card).tokens_per_second_per_gpu:,.0f} tokens/s per GPU"
+        except UserError:   # a card without peak figures: the memory verdict alone
+            return ""
+
+    words = [f"{name} {'fits' + speed(bd) if bd.peak <= budget else 'over by ' + fb(bd.peak - budget)}"
+             for name, bd in table.rows]
     return f"on {card.name} (budget {fb(budget)} per GPU): " + "; ".join(words)
 
 
