@@ -5,7 +5,7 @@ import argparse
 import json
 
 from ..analysis.fit import load_card
-from ..analysis.plan import STRATEGIES, PlanResult, plan
+from ..analysis.plan import STRATEGIES, PlanResult, plan, interconnect, tensor_parallel_ok
 from ..errors import UserError
 from ..present.tables import host_bytes, render_rows
 from ..present.units import fmt_bytes
@@ -136,6 +136,9 @@ def render(r: PlanResult, sc, units: str, fmt: str) -> str:
                   "fastest: " + why_fastest(r), "time assumes: " + "; ".join(timed.time.assumptions())]
     else:
         lines += ["", f"no step times: {r.card.name} has no peak FLOP/s figure in data/gpus.toml (rows in strategy order)"]
+    if not tensor_parallel_ok(r.card, r.interconnect):
+        lines.append(f"tensor parallelism is left out: {r.card.name} cards talk over {interconnect(r.card, r.interconnect)} "
+                     "(data/gpus.toml, --interconnect), and TP all-reduces activations inside every layer, which needs NVLink")
     return "\n".join(lines)
 
 
