@@ -17,15 +17,19 @@ from .errors import UserError
 from .ledger.architecture import Family, family
 from .ledger.structure import Structure
 from .presets import MAX_DIM, ModelSpec, load_model
+from .stacks import STACK_SETTINGS, check_stack, concrete, resolve
 from .symbols import SYMBOLS
 
 METHODS = ("full", "lora", "qlora")
 DTYPES = ("bf16", "fp16", "fp32")
 STATE_DTYPES = ("fp32", "bf16", "int8")
-OPTIMIZERS = ("adamw", "sgd", "sgd-momentum", "lion", "adafactor")
+OPTIMIZERS = ("adamw", "sgd", "sgd-momentum", "lion", "adafactor", "adamw8bit", "paged-adamw8bit")
+BNB_OPTIMIZERS = ("adamw8bit", "paged-adamw8bit")  # bitsandbytes: states in int8 by construction
 OPTIMIZER_IMPLS = ("foreach", "fused", "forloop")
 ATTENTIONS = ("sdpa", "eager")
 DEVICES = ("cuda", "cpu")
+CHECKPOINT_IMPLS = ("non-reentrant", "reentrant")
+LOSS_IMPLS = ("torch",)
 OFFLOADS = ("none", "optimizer", "optimizer+params")
 MAX_SEQ = 10_000_000
 MAX_BATCH = 1_000_000
@@ -103,6 +107,7 @@ class Scenario:
     """Every input of one estimate. Build it with ``Scenario.create`` (which checks and resolves)."""
 
     model: ModelSpec
+    stack: str = "interview"        # create() picks the model's default stack (hf for real models)
     method: str = "full"
     rank: int = 64
     targets: tuple[str, ...] = ()   # resolved by create: the family's all-linear unless given
@@ -125,11 +130,14 @@ class Scenario:
     offload: str = "none"
     tp: int = 1
     sequence_parallel: bool = False
+    checkpoint_impl: str = "non-reentrant"
+    loss_impl: str = "torch"
     overrides: tuple[tuple[str, float], ...] = field(default=())
 
     @classmethod
     def create(cls, model: str | ModelSpec, **kw) -> "Scenario":
-        """Check every input and fill the defaults. ``adapter_dtype=None`` means: the compute dtype."""
+        """Check every input and fill the defaults: a setting not given (or None) takes the value of the stack
+        (``stack``, else the model's default stack: see symvram.stacks)."""
         spec = model if isinstance(model, ModelSpec) else load_model(model)
         kw = {k: v for k, v in kw.items() if v is not None}
         unknown = sorted(set(kw) - set(cls.__dataclass_fields__))
@@ -145,15 +153,26 @@ class Scenario:
                 value = overrides.pop(name)
                 kw[name] = int(value) if isinstance(value, float) and value.is_integer() else value
             kw["overrides"] = tuple(sorted(overrides.items()))
+        state_given = kw.get("state_dtype")
+        kw = resolve(spec, kw)
+        kw = concrete(kw, kw.get("method", "full") in ("lora", "qlora"))
+        if kw.get("optimizer") in BNB_OPTIMIZERS:
+            if state_given not in (None, "int8"):
+                raise UserError(f"--optimizer {kw['optimizer']} keeps its states in 8 bits (bitsandbytes); "
+                                f"--state-dtype {state_given} contradicts it")
+            kw["state_dtype"] = "int8"
         sc = cls(model=spec, **kw)
-        if "adapter_dtype" not in kw:
-            sc = replace(sc, adapter_dtype=sc.compute_dtype)
         sc._check()
         return sc
 
     def with_changes(self, **kw) -> "Scenario":
         """A copy with some inputs changed, checked again."""
         merged = {k: getattr(self, k) for k in self.__dataclass_fields__ if k != "model"}
+        if kw.get("stack") not in (None, self.stack):  # what the old stack implied, the new one decides
+            implied = concrete(resolve(self.model, {"stack": self.stack, "dtype": self.dtype}), self.lora)
+            for key in STACK_SETTINGS:
+                if key not in kw and merged[key] == implied[key]:
+                    del merged[key]
         merged.update({k: v for k, v in kw.items() if v is not None})
         return Scenario.create(self.model, **merged)
 
@@ -166,7 +185,10 @@ class Scenario:
         return self.method in ("lora", "qlora")
 
     def _check(self) -> None:
+        check_stack(self.stack)
         _choice(self.method, METHODS, "--method")
+        _choice(self.checkpoint_impl, CHECKPOINT_IMPLS, "--checkpoint-impl")
+        _choice(self.loss_impl, LOSS_IMPLS, "--loss-impl")
         _choice(self.dtype, DTYPES, "--dtype")
         _choice(self.master, ("none", "fp32"), "--master")
         _choice(self.state_dtype, STATE_DTYPES, "--state-dtype")
@@ -262,6 +284,7 @@ class Scenario:
             method=self.method, nominal=self.model.params is not None, family=self.model.family,
             tied=self.model.tied, options=self.model.options, targets=self.targets if self.lora else (),
             master=self.master == "fp32", optimizer=self.optimizer, optimizer_impl=self.optimizer_impl,
+            embed_states_fp32=self.optimizer in BNB_OPTIMIZERS and self.stack == "hf" and not self.lora,
             compute_fp32=self.compute_dtype == "fp32",
             adapter_upcast=self.lora and self.adapter_dtype != self.compute_dtype,
             autocast=self.autocast != "none", weight_casts=self.autocast != "none" and self.dtype == "fp32",

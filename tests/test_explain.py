@@ -31,7 +31,7 @@ SNAPSHOT_DIR = Path(__file__).parent / "snapshots"
 SNAPSHOTS = {
     "explain-7b-full.en.md": ("7b", {}, "markdown", "en"),
     "explain-7b-full.zh.md": ("7b", {}, "markdown", "zh"),
-    "explain-llama-3-8b-lora-r16-seq4096.en.md": ("llama-3-8b", dict(method="lora", rank=16, seq=4096), "markdown", "en"),
+    "explain-llama-3-8b-lora-r16-seq4096.en.md": ("llama-3-8b", dict(method="lora", rank=16, seq=4096, stack="interview"), "markdown", "en"),
     "explain-70b-qlora-ckpt.zh.tex": ("70b", dict(method="qlora", grad_checkpointing=True), "tex", "zh"),
 }
 HEADINGS = {"en": ("## 3. ", "## 5. ", "## 6. "), "zh": ("## 三、", "## 五、", "## 六、")}

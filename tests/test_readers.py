@@ -27,7 +27,7 @@ SAMPLES = {
         attention="sdpa", double_quant=True,
         # bf16: auto → AMP in bf16 on a bf16-loaded base; PEFT's fp32 adapters; bitsandbytes 8-bit AdamW
         dtype="bf16", autocast="bf16", adapter_dtype="fp32", master="none", state_dtype="int8",
-        optimizer="adamw", optimizer_impl="fused")),
+        optimizer="adamw8bit", optimizer_impl="fused", checkpoint_impl="reentrant")),
     "llamafactory-lora.yaml": (None, "qwen2.5-7b", dict(
         method="lora", rank=16, lora_dropout=0.0, targets=ALL_LINEAR, seq=2048, batch=4, double_quant=True,
         grad_checkpointing=True,            # LLaMA-Factory checkpoints unless disable_gradient_checkpointing
@@ -41,7 +41,7 @@ SAMPLES = {
     "trainer-full.json+accelerate-fsdp.yaml": ("llama-3-8b", "llama-3-8b", dict(
         method="full", batch=4, grad_checkpointing=True, gpus=8, zero=3,
         dtype="fp32", autocast="bf16", master="none", state_dtype="fp32",   # Trainer AMP on an fp32 model
-        optimizer="adamw", optimizer_impl="foreach")),
+        optimizer="adamw", optimizer_impl="foreach", checkpoint_impl="non-reentrant")),
 }
 
 
@@ -239,9 +239,8 @@ def test_a_training_file_beats_accelerates_mixed_precision(tmp_path):
     ("liger_fused_linear_cross_entropy: true\n", "liger_fused_linear_cross_entropy = true"),
     ("liger_rms_norm: true\n", "liger_rms_norm = true"),
     ("cut_cross_entropy: true\n", "cut_cross_entropy"),
-    ("gradient_checkpointing_kwargs: {use_reentrant: false}\ngradient_checkpointing: true\n", "use_reentrant"),
     ("torch_compile: true\n", "torch_compile = true: torch.compile"),
-    ("optimizer: paged_adamw_8bit\n", "paged_adamw_8bit: not modelled yet (paged"),
+    ("optimizer: paged_lion_8bit\n", "paged_lion_8bit: not modelled yet (paged"),
     ("optimizer: galore_adamw\n", "galore_adamw: this optimizer is not modelled"),
     ("load_in_8bit: true\nadapter: lora\n", "8-bit (LLM.int8) base is not modelled"),
     ("context_parallel_size: 2\n", "context parallelism"),

@@ -21,8 +21,8 @@ torch.cuda.max_memory_allocated() reports — with PyTorch's MemTracker, then pr
 estimate, category by category. With --device cuda on a machine with a GPU it runs real tensors and
 reads torch.cuda.max_memory_allocated() (that adds allocator rounding and library workspaces).
 
-Unless you say otherwise it measures what a plain run does: PEFT's fp32 adapters, torch AdamW's
-states in the trainable weights' dtype, the CPU code paths (a GPU run with --device cuda).
+Its defaults are the stack's (--stack; hf for real models), the same as symvram estimate's; it measures
+the CPU code paths (a GPU run with --device cuda).
 
 Needs the optional extra:  pip install 'symvram[validate]'   (torch, transformers, peft: these versions or
 newer, so it installs into an existing training environment). It measures the versions you have installed,
@@ -65,19 +65,10 @@ def _check_supported(sc) -> None:
 
 
 def run_defaults(given: dict) -> dict:
-    """What a plain run does where the user (flags or --from files: ``given``) said nothing: the CPU
-    code paths of a fake-tensor run, PEFT's fp32 adapters, and torch AdamW's states in the trainable
-    weights' dtype."""
-    kw = {}
-    if given.get("device") is None:
-        kw["device"] = "cpu"
-    method = given.get("method") or "full"
-    if method != "full" and given.get("adapter_dtype") is None:
-        kw["adapter_dtype"] = "fp32"
-    if given.get("state_dtype") is None:
-        kw["state_dtype"] = (given.get("adapter_dtype") or kw.get("adapter_dtype")) if method != "full" \
-            else (given.get("dtype") or "bf16")
-    return kw
+    """What the measurement needs where the user (flags or --from files: ``given``) said nothing: the CPU
+    code paths of a fake-tensor run. Every other default is the stack's (symvram.stacks), the same as
+    ``symvram estimate``'s: the estimate and the measurement describe the same run."""
+    return {"device": "cpu"} if given.get("device") is None else {}
 
 
 def _warn_versions(measured: dict) -> str:

@@ -128,10 +128,14 @@ def _layer(s_: Structure, first: bool) -> dict[str, tuple[sp.Expr, str, str, str
                                    "autocast casts each linear weight to the compute dtype per call; backward needs "
                                    "the cast, so it is saved", "torch.autocast")
     lin_targets = [t for t in s_.targets if fam.linear(t) in fam.linears]  # nn.Linear targets (PEFT's lora.Linear)
+    group_grad = {"attn_in": grad_in, "attn_out": resid_grad or attn_grad, "mlp_in": resid_grad, "mlp_act": mlp_grad}
     if s_.lora and s_.autocast and s_.adapter_upcast and lin_targets:
-        out["act_adapter_casts"] = (b_c * r * sp.Add(*(fam.linear(t).d_in + fam.linear(t).d_out for t in lin_targets)),
-                                    r"A_{\mathrm{cast},LoRA}", "autocast's cache of the adapters cast to the compute "
-                                    "dtype, saved for backward", "torch.autocast weight cache")
+        # lora_A's cast weight is saved only for its input's gradient: not in the first layer's q, k, v
+        casts = sp.Add(*((fam.linear(t).d_in if group_grad[fam.linear(t).input_group] else 0) + fam.linear(t).d_out
+                         for t in lin_targets))
+        out["act_adapter_casts"] = (b_c * r * casts, r"A_{\mathrm{cast},LoRA}", "autocast's cache of the adapters "
+                                    "cast to the compute dtype, saved for backward (lora_A's only where its input "
+                                    "needs a gradient)", "torch.autocast weight cache")
     if not s_.lora:
         saved = sp.Integer(0)
         for group, width in fam.group_width.items():
@@ -146,7 +150,6 @@ def _layer(s_: Structure, first: bool) -> dict[str, tuple[sp.Expr, str, str, str
                                     "torch.nn.functional.linear backward")
         return out
 
-    group_grad = {"attn_in": grad_in, "attn_out": resid_grad or attn_grad, "mlp_in": resid_grad, "mlp_act": mlp_grad}
     autocast_copy = s_.autocast and s_.adapter_upcast  # lora_A's autocast saves a compute-dtype copy per target
     inputs, masks = sp.Integer(0), sp.Integer(0)
     for group, width in fam.group_width.items():

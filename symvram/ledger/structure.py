@@ -22,6 +22,7 @@ class Structure:
     master: bool = False              # an fp32 master copy of the trainable weights is kept
     optimizer: str = "adamw"          # adamw | sgd | sgd-momentum | lion | adafactor
     optimizer_impl: str = "foreach"   # foreach | fused | forloop
+    embed_states_fp32: bool = False   # HF Trainer + bitsandbytes 8-bit: nn.Embedding weights get 32-bit states
     compute_fp32: bool = False        # activations are fp32 (no .float() copy of the logits)
     adapter_upcast: bool = False      # LoRA adapters in a wider dtype than the activations: PEFT casts each target's input
     autocast: bool = False            # a torch.autocast region: linear inputs and fp32 weights are cast per call
@@ -39,6 +40,16 @@ class Structure:
     @property
     def arch(self) -> Family:
         return family(self.family)
+
+    @property
+    def bnb(self) -> bool:
+        """A bitsandbytes 8-bit optimizer (blockwise int8 states, no step tensors, no step temporaries)."""
+        return self.optimizer in ("adamw8bit", "paged-adamw8bit")
+
+    @property
+    def paged(self) -> bool:
+        """Paged bitsandbytes states (CUDA unified memory; on the CPU bitsandbytes falls back to plain buffers)."""
+        return self.optimizer.startswith("paged-") and self.device == "cuda"
 
     @property
     def lora(self) -> bool:

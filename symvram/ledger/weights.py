@@ -10,6 +10,7 @@ import sympy as sp
 
 from ..symbols import sym
 from .architecture import L, V, h
+from .functions import at_least, ceil_div
 from .structure import Structure
 from .terms import Term
 
@@ -18,6 +19,8 @@ b_w, b_g, b_m, b_o, n_o, b_a, b_32 = (sym(n) for n in (
     "bytes_weight", "bytes_grad", "bytes_master", "bytes_state", "states_per_param", "bytes_adapter", "bytes_fp32"))
 q, B_q, c_abs, c_abs2, B_q2 = (sym(n) for n in ("quant_bits", "quant_block", "absmax_bits", "dq_absmax_bits", "dq_block"))
 dh = sym("head_dim")
+n_8, B_o, n_qmap, n_page = (sym(n) for n in ("bnb_min_8bit", "bnb_state_block", "bnb_qmap", "bnb_paged_min"))
+BNB = "bitsandbytes optim/optimizer.py Optimizer2State.init_state"
 
 
 def quant_constant_bits(double_quant: bool) -> sp.Expr:
@@ -59,6 +62,59 @@ def adafactor_factored(s: Structure) -> sp.Expr:
     return (V + h) * (1 if s.tied else 2) + L * fam.factored_sizes_per_layer() + h
 
 
+def trainable_tensor_sizes(s: Structure) -> list[tuple[sp.Expr, sp.Expr, bool]]:
+    """Every trainable tensor as (elements, how many such tensors, is an nn.Embedding weight)."""
+    fam, r = s.arch, sym("rank")
+    if s.lora:
+        out = []
+        for t in s.targets:
+            m = fam.linear(t)
+            k = m.count * m.rank_factor
+            out += [(k * r * m.d_in, L, False), (k * r * m.d_out, L, False)]
+        return out
+    out = [(V * h, sp.Integer(1), True)] + ([] if s.tied else [(V * h, sp.Integer(1), False)])
+    out += [(m.params, L, False) for m in fam.linears + fam.moe_weights]
+    out += [(m.d_out, L, False) for m in fam.linears if m.bias in s.options]
+    out += [(n.width, L, False) for n in fam.norms]
+    return out + [(h, sp.Integer(1), False)]
+
+
+def bnb_state_bytes(s: Structure, n: sp.Expr, embedding: bool) -> tuple[sp.Expr, sp.Expr]:
+    """(allocator-resident, paged) state bytes of one tensor of n elements under a bitsandbytes 8-bit AdamW:
+    n ≥ min_8bit_size: two uint8 states (n each) and two fp32 absmax per block of 256; smaller tensors — and
+    an embedding the HF Trainer overrides to 32 bits — two fp32 states. Paged optimizers put the two state
+    buffers of tensors with ≥ 100k elements in CUDA unified memory (the absmax stay ordinary)."""
+    paged = at_least(n, n_page) if s.paged else 0
+    states32 = n_o * b_32 * n
+    if embedding and s.embed_states_fp32:
+        return states32 * (1 - paged), states32 * paged
+    big = at_least(n, n_8)
+    return (big * (n_o * b_o * n * (1 - paged) + n_o * b_32 * ceil_div(n, B_o)) + (1 - big) * states32,
+            big * n_o * b_o * n * paged)
+
+
+def bnb_terms(s: Structure) -> list[Term]:
+    resident = paged = sp.Integer(0)
+    for n, count, embedding in trainable_tensor_sizes(s):
+        inside, outside = bnb_state_bytes(s, n, embedding)
+        resident += count * inside
+        paged += count * outside
+    qmap = at_least(largest_trainable_matrix(s), n_8) * n_o * b_32 * n_qmap
+    why = ("bitsandbytes 8-bit AdamW: m and v in uint8 with an fp32 absmax per 256 elements; tensors under 4096 "
+           "elements keep fp32 states; two shared fp32 quantization maps")
+    if s.embed_states_fp32:
+        why += "; the HF Trainer overrides the embedding to 32-bit states"
+    if s.paged:
+        why += "; the states of tensors with ≥ 100k elements are paged (listed apart)"
+    terms = [Term("optimizer_states", "trainable", resident + qmap, r"M_{\mathrm{opt},8}", why, BNB)]
+    if s.paged:
+        terms.append(Term("paged_states", "paged", paged, r"M_{\mathrm{paged}}",
+                          "paged optimizer states in CUDA unified memory (cudaMallocManaged): on the GPU when paged in, "
+                          "but outside torch's allocator — torch.cuda.max_memory_allocated() does not count them",
+                          "bitsandbytes functional.get_paged, optim/optimizer.py get_state_buffer"))
+    return terms
+
+
 def trainable_terms(s: Structure) -> list[Term]:
     terms = []
     if s.lora:
@@ -70,6 +126,8 @@ def trainable_terms(s: Structure) -> list[Term]:
         terms.append(Term("master", "trainable", P_train * b_m, r"M_{\mathrm{master}}",
                           "fp32 master copy the optimizer updates; needed for fp16, optional for bf16",
                           "ZeRO paper (Rajbhandari et al. 2020) mixed-precision recipe"))
+    if s.bnb:
+        return terms + bnb_terms(s)  # the step count is a Python int: no step tensors
     if s.optimizer == "adafactor":
         expr, why = adafactor_factored(s) * b_o, "Adafactor's factored second moment: a row and a column vector per matrix"
     else:

@@ -57,7 +57,6 @@ PENDING = {
     "modules_to_save": (False, "modules_to_save trains full copies of those modules (weights, grads, states)"),
     "loss_impl": ("torch", "a fused/chunked loss does not materialise the full fp32 logits"),
     "liger": (False, "Liger's fused RMSNorm/SwiGLU/RoPE kernels keep fewer activations"),
-    "checkpoint_reentrant": (True, "non-reentrant checkpointing frees and recomputes on a different schedule"),
     "activation_offloading": (False, "offloaded activations live in host memory, not on the GPU"),
     "paged_optimizer": (False, "paged optimizer states may be evicted to host memory under pressure"),
 }
@@ -85,7 +84,7 @@ AXOLOTL = Tool("axolotl", "axolotl 0.19", (
     Row("gradient_checkpointing", "grad_checkpointing",
         c.choice({True: True, False: False, "offload": True, "offload_disk": True, None: False}), default=False),
     Row("gradient_checkpointing", "activation_offloading", lambda v: v in ("offload", "offload_disk")),
-    Row("gradient_checkpointing_kwargs.use_reentrant", "checkpoint_reentrant", BOOL),
+    Row("gradient_checkpointing_kwargs.use_reentrant", "checkpoint_impl", c.reentrant),
     Row("activation_offloading", "activation_offloading", c.is_on),
     Row("optimizer", "optim", c.text, default="adamw_torch_fused"),
     Row("bf16", "bf16", c.mixed, default=True),                        # "auto": bf16 on Ampere or newer
@@ -156,7 +155,7 @@ LLAMAFACTORY = Tool("llamafactory", "LLaMA-Factory 0.9.5", (
     Row("per_device_train_batch_size", "batch", c.integer, default=8),  # the Trainer's
     Row("gradient_accumulation_steps", INFO, c.integer, default=1),
     Row("disable_gradient_checkpointing", "grad_checkpointing", lambda v: not BOOL(v), default=True),
-    Row("use_reentrant_gc", "checkpoint_reentrant", BOOL),
+    Row("use_reentrant_gc", "checkpoint_impl", c.reentrant),
     Row("optim", "optim", c.text, default="adamw_torch_fused"),         # transformers 5.24 with torch >= 2.8
     Row("bf16", "bf16", BOOL),
     Row("fp16", "fp16", BOOL),
@@ -199,8 +198,8 @@ _TRAINER_ROWS = (
     Row("gradient_accumulation_steps", INFO, c.integer, default=1),
     Row("gradient_checkpointing", "grad_checkpointing", lambda v: v is not None and BOOL(v), default=False),
     Row("activation_checkpointing", "grad_checkpointing", lambda v: None if v is None else BOOL(v)),
-    Row("gradient_checkpointing_kwargs.use_reentrant", "checkpoint_reentrant", BOOL),
-    Row("activation_checkpointing_kwargs.use_reentrant", "checkpoint_reentrant", BOOL),
+    Row("gradient_checkpointing_kwargs.use_reentrant", "checkpoint_impl", c.reentrant),
+    Row("activation_checkpointing_kwargs.use_reentrant", "checkpoint_impl", c.reentrant),
     Row("optim", "optim", c.text, default="adamw_torch_fused"),        # torch >= 2.8
     Row("bf16", "bf16", lambda v: None if v is None else BOOL(v)),
     Row("fp16", "fp16", BOOL),

@@ -118,7 +118,8 @@ def build_model(spec: dict):
     if spec["grad_checkpointing"]:
         with warnings.catch_warnings():  # deprecated alias of activation_checkpointing_enable
             warnings.simplefilter("ignore", FutureWarning)
-            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+            reentrant = spec.get("checkpoint_impl", "non-reentrant") == "reentrant"
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": reentrant})
     model.train()
     return model
 
@@ -170,7 +171,34 @@ def _untraced_packed_check():
         masking_utils.find_packed_sequence_indices = orig
 
 
-def build_optimizer(spec: dict, params: list):
+def _bnb_optimizer(spec: dict, params: list, model):
+    """bitsandbytes' AdamW8bit / PagedAdamW8bit (lazy import: bitsandbytes is optional).
+
+    Its quantization maps are built with ``.tolist()`` (data-dependent, impossible under FakeTensorMode):
+    they are built real and turned into fakes of the parameters' mode. Under the ``hf`` stack every
+    nn.Embedding weight gets 32-bit states, as transformers' Trainer registers for 8-bit optimizers
+    (trainer.py: ``register_module_override(module, "weight", {"optim_bits": 32})``)."""
+    try:
+        import bitsandbytes as bnb
+    except ImportError as e:  # pragma: no cover - depends on the environment
+        raise RuntimeError(f"--optimizer {spec['optimizer']} needs bitsandbytes: pip install bitsandbytes") from e
+    manager = bnb.optim.GlobalOptimManager.get_instance()
+    manager.initialize()  # a process-wide singleton: overrides of an earlier measurement (by index) must not leak
+    opt = bnb.optim.AdamW(params, lr=1e-4, optim_bits=8, is_paged=spec["optimizer"].startswith("paged-"))
+    fm = getattr(params[0], "fake_mode", None) if params else None
+    if fm is not None:
+        opt.name2qmap["dynamic"] = fm.from_tensor(bnb.functional.create_dynamic_map(signed=True))
+        opt.name2qmap["udynamic"] = fm.from_tensor(bnb.functional.create_dynamic_map(signed=False))
+    if spec.get("stack") == "hf" and model is not None:
+        for mod in model.modules():
+            if isinstance(mod, torch.nn.Embedding):
+                manager.register_module_override(mod, "weight", {"optim_bits": 32})
+    return opt
+
+
+def build_optimizer(spec: dict, params: list, model=None):
+    if spec["optimizer"] in ("adamw8bit", "paged-adamw8bit"):
+        return _bnb_optimizer(spec, params, model)
     impl = spec["optimizer_impl"]
     kw: dict[str, Any] = {}
     if impl == "foreach":
@@ -369,7 +397,7 @@ def prepare(spec: dict, fake_mode=None, device: str = "cpu"):
             for p in model.parameters():
                 p.normal_(0, 0.02)
     trainable, total, tparams = _counts(model)
-    optimizer = build_optimizer(spec, tparams)
+    optimizer = build_optimizer(spec, tparams, model)
     b, s, V = int(spec["batch"]), int(spec["seq"]), int(model.config.vocab_size)
     ctx = fake_mode if fake_mode is not None else contextlib.nullcontext()
     with ctx:
