@@ -151,7 +151,9 @@ def test_every_row_names_a_known_target():
             else:
                 assert row.setting in fields | set(FACTS) | set(PENDING) | {INFO}, (tool.name, row.key)
                 assert row.setting != "model" or row.key in ("base_model", "model_name_or_path")
-                assert row.setting not in fields or row.setting in _SETTINGS, (tool.name, row.key)
+                # a Scenario field is set from the files, unless its values there are still pending (loss_impl)
+                assert row.setting not in fields or row.setting in _SETTINGS or row.setting in PENDING, \
+                    (tool.name, row.key)
 
 
 @pytest.mark.parametrize("text,setting,value", [

@@ -73,3 +73,14 @@ def test_validate_accepts_newer_libraries():
     extra = tomllib.loads((Path(__file__).parent.parent / "pyproject.toml").read_text())["project"][
         "optional-dependencies"]["validate"]
     assert extra == [f"{k}>={v}" for k, v in validate.LEDGER_VERSIONS.items()]
+
+
+@needs_torch
+def test_validate_measures_bitsandbytes_8bit_adamw(tmp_path, capsys):
+    pytest.importorskip("bitsandbytes")
+    args = ["validate", _config(tmp_path, TINY), "--method", "full", "--optimizer", "adamw8bit", "--batch", "2",
+            "--seq", "32", "--format", "json"]
+    assert main(args) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["rows"]["optimizer_state"]["error"] == 0 and abs(out["rows"]["peak"]["error"]) < 1e-4, out
+    assert out["versions"]["bitsandbytes"] == "0.50.2"

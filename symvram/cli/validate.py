@@ -53,13 +53,20 @@ def _check_supported(sc) -> None:
                         "which a fake-tensor run cannot execute")
     if sc.gpus > 1 or sc.tp > 1 or sc.zero or sc.offload != "none":
         raise UserError("validate measures one device; multi-GPU strategies are checked by the sharding tests")
-    if sc.optimizer != "adamw":
-        raise UserError(f"validate runs torch.optim.AdamW; --optimizer {sc.optimizer} is not a torch optimizer here")
+    bnb = sc.optimizer in ("adamw8bit", "paged-adamw8bit")
+    if sc.optimizer != "adamw" and not bnb:
+        raise UserError(f"validate runs torch.optim.AdamW or bitsandbytes' AdamW8bit; --optimizer {sc.optimizer} "
+                        "is not measured here")
+    if bnb:
+        import importlib.util
+
+        if importlib.util.find_spec("bitsandbytes") is None:
+            raise UserError(f"--optimizer {sc.optimizer} is measured with bitsandbytes: pip install bitsandbytes")
     if sc.master == "fp32":
         raise UserError("validate runs plain torch AdamW, which keeps no separate fp32 master copy; "
                         "use --dtype fp32 --autocast bf16 for the mixed-precision recipe")
     trainable = sc.adapter_dtype if sc.lora else sc.dtype
-    if sc.state_dtype != trainable:
+    if sc.state_dtype != trainable and not bnb:
         raise UserError(f"torch AdamW keeps its states in the parameter's dtype ({trainable}); "
                         f"pass --state-dtype {trainable} so that the estimate describes the same run")
 

@@ -368,7 +368,12 @@ def _versions() -> dict:
     import peft
     import transformers
 
-    return {"torch": torch.__version__, "transformers": transformers.__version__, "peft": peft.__version__}
+    out = {"torch": torch.__version__, "transformers": transformers.__version__, "peft": peft.__version__}
+    import sys
+
+    if "bitsandbytes" in sys.modules:  # imported only by a run that uses it
+        out["bitsandbytes"] = sys.modules["bitsandbytes"].__version__
+    return out
 
 
 def _counts(model) -> tuple[int, int, list]:
