@@ -29,6 +29,7 @@ OPTIMIZER_IMPLS = ("foreach", "fused", "forloop")
 ATTENTIONS = ("sdpa", "eager")
 DEVICES = ("cuda", "cpu")
 CHECKPOINT_IMPLS = ("non-reentrant", "reentrant")
+KBIT_PREPS = ("peft", "none")
 LOSS_IMPLS = ("torch",)
 OFFLOADS = ("none", "optimizer", "optimizer+params")
 MAX_SEQ = 10_000_000
@@ -132,6 +133,7 @@ class Scenario:
     sequence_parallel: bool = False
     checkpoint_impl: str = "non-reentrant"
     loss_impl: str = "torch"
+    kbit_prep: str = "none"         # QLoRA: peft's prepare_model_for_kbit_training (fp32 non-quantized weights)
     overrides: tuple[tuple[str, float], ...] = field(default=())
 
     @classmethod
@@ -177,7 +179,14 @@ class Scenario:
         return Scenario.create(self.model, **merged)
 
     @property
+    def kbit_prepared(self) -> bool:
+        """QLoRA through peft.prepare_model_for_kbit_training: every weight that is not 4-bit is cast to fp32."""
+        return self.method == "qlora" and self.kbit_prep == "peft"
+
+    @property
     def compute_dtype(self) -> str:
+        if self.kbit_prepared:  # the fp32 embedding makes the residual stream, and what is saved, fp32
+            return "fp32"
         return self.autocast if self.autocast != "none" else self.dtype
 
     @property
@@ -189,6 +198,7 @@ class Scenario:
         _choice(self.method, METHODS, "--method")
         _choice(self.checkpoint_impl, CHECKPOINT_IMPLS, "--checkpoint-impl")
         _choice(self.loss_impl, LOSS_IMPLS, "--loss-impl")
+        _choice(self.kbit_prep, KBIT_PREPS, "--kbit-prep")
         _choice(self.dtype, DTYPES, "--dtype")
         _choice(self.master, ("none", "fp32"), "--master")
         _choice(self.state_dtype, STATE_DTYPES, "--state-dtype")
@@ -290,7 +300,8 @@ class Scenario:
             autocast=self.autocast != "none", weight_casts=self.autocast != "none" and self.dtype == "fp32",
             dropout=self.lora and self.lora_dropout > 0, device=self.device,
             attention=self.attention, grad_checkpointing=self.grad_checkpointing,
-            double_quant=self.double_quant, zero=self.zero, offload=self.offload,
+            double_quant=self.double_quant, kbit_prep=self.kbit_prepared,
+            checkpoint_reentrant=self.grad_checkpointing and self.checkpoint_impl == "reentrant", zero=self.zero, offload=self.offload,
             sequence_parallel=self.sequence_parallel, tensor_parallel=self.tp > 1,
         )
 
@@ -304,7 +315,7 @@ class Scenario:
             batch=self.batch, seq=self.seq, rank=self.rank, gpus=self.gpus, tp=self.tp,
             bytes_weight=sizes[self.dtype], bytes_act=sizes[self.compute_dtype],
             bytes_grad=sizes[trainable_dtype], bytes_adapter=sizes[self.adapter_dtype],
-            bytes_state=sizes[self.state_dtype],
+            bytes_state=sizes[self.state_dtype], bytes_autocast=sizes[self.autocast] if self.autocast != "none" else 2,
             states_per_param=recipes()["optimizers"][self.optimizer]["states"],
         )
         vals.update(dict(self.overrides))

@@ -21,7 +21,7 @@ from .errors import UserError
 
 # the settings a stack decides (in the order the header names them)
 STACK_SETTINGS = ("adapter_dtype", "autocast", "optimizer", "optimizer_impl", "state_dtype", "checkpoint_impl",
-                  "loss_impl")
+                  "loss_impl", "kbit_prep")
 
 
 @cache
@@ -52,6 +52,10 @@ def resolve(model, kw: dict) -> dict:
     name = check_stack(kw.get("stack") or default_stack(model))
     kw["stack"] = name
     entry = stacks()[name]
+    if kw.get("method") == "qlora" and (kw.get("kbit_prep") or entry["kbit_prep"]) == "peft":
+        for key in ("grad_checkpointing", "checkpoint_impl"):  # what prepare_model_for_kbit_training turns on
+            if kw.get(key) is None and f"kbit_{key}" in entry:
+                kw[key] = entry[f"kbit_{key}"]
     for key in STACK_SETTINGS:
         if kw.get(key) is None:
             kw[key] = entry[key]
@@ -89,4 +93,6 @@ def summary(sc) -> str:
         parts.append("fp32 master")
     parts.append(f"checkpointing {sc.checkpoint_impl}" if sc.grad_checkpointing else "no checkpointing")
     parts.append(f"loss {sc.loss_impl}")
+    if sc.method == "qlora":
+        parts.append("prepare_model_for_kbit_training" if sc.kbit_prep == "peft" else "no kbit preparation")
     return f"stack {sc.stack} ({stacks()[sc.stack]['title']}): " + ", ".join(parts)

@@ -49,8 +49,13 @@ def register(sub) -> None:
 
 def _check_supported(sc) -> None:
     if sc.method == "qlora":
-        raise UserError("validate measures full and LoRA fine-tuning; QLoRA needs bitsandbytes' CUDA kernels, "
-                        "which a fake-tensor run cannot execute")
+        import importlib.util
+
+        if importlib.util.find_spec("bitsandbytes") is None:
+            raise UserError("QLoRA is measured through bitsandbytes' fake-tensor kernels: pip install bitsandbytes")
+        if sc.structure.arch.moe:
+            raise UserError("QLoRA of a mixture-of-experts model is not measured: its fused experts are not "
+                            "nn.Linear, so bitsandbytes leaves them in 16-bit")
     if sc.gpus > 1 or sc.tp > 1 or sc.zero or sc.offload != "none":
         raise UserError("validate measures one device; multi-GPU strategies are checked by the sharding tests")
     bnb = sc.optimizer in ("adamw8bit", "paged-adamw8bit")

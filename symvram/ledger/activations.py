@@ -266,11 +266,12 @@ def saved_terms(s_: Structure) -> list[Term]:
     fam = s_.arch
     terms: list[Term] = []
     if s_.grad_checkpointing:
-        terms.append(Term("act_checkpoints", "activations", L * b_w * T * h + b_id * s, r"A_{\mathrm{ckpt}}",
+        b_res = b_32 if s_.kbit_prep else b_w  # the residual stream's dtype: fp32 after kbit preparation
+        terms.append(Term("act_checkpoints", "activations", L * b_res * T * h + b_id * s, r"A_{\mathrm{ckpt}}",
                           "checkpointing keeps each layer's input (and the position ids); layers are recomputed in backward",
                           "torch.utils.checkpoint (non-reentrant)"))
         if s_.lora:
-            terms.append(Term("act_input_grad_leaf", "activations", 2 * b_w * T * h, r"A_{\mathrm{emb}}",
+            terms.append(Term("act_input_grad_leaf", "activations", 2 * b_res * T * h, r"A_{\mathrm{emb}}",
                               "with a frozen embedding, checkpointing makes its output a leaf that requires grad; "
                               "the previous step's output and its .grad are still referenced",
                               "transformers enable_input_require_grads"))
@@ -293,8 +294,9 @@ def saved_terms(s_: Structure) -> list[Term]:
             terms.append(Term("act_sliding_mask", "activations", fam.dim("sliding_layers") * sliding_extra(s_),
                               r"L_{\mathrm{win}} \cdot A_{\mathrm{win}}", sliding_extra.__doc__.split(".")[0]
                               + ": a 16-bit mask and k, v repeated to n_h heads, per sliding layer", fam.source))
-    if s_.weight_casts:
-        terms.append(Term("act_lm_head_cast", "activations", b_c * V * h, r"A_{\mathrm{cast},V}",
+    if s_.weight_casts or (s_.kbit_prep and s_.autocast):  # a prepared QLoRA model's lm_head is fp32
+        b_cast = sym("bytes_autocast") if s_.kbit_prep else b_c
+        terms.append(Term("act_lm_head_cast", "activations", b_cast * V * h, r"A_{\mathrm{cast},V}",
                           "autocast casts lm_head's weight to the compute dtype; backward needs the cast", "torch.autocast"))
     head = norm_saved(s_, 1, h)
     why = NORM_WHY[fam.norm].replace("each", "the final", 1)
@@ -313,6 +315,11 @@ def saved_terms(s_: Structure) -> list[Term]:
     terms.append(Term("act_rope", "activations", 2 * bases * b_rope * s * dh, r"A_{\mathrm{rope}}",
                       "RoPE cos and sin, shared by all layers" + " (one pair per rotary base)" * (bases != 1),
                       "transformers LlamaRotaryEmbedding"))
+    if s_.checkpoint_reentrant and s_.kbit_prep:
+        terms.append(Term("act_reentrant_rope", "activations", 2 * bases * b_rope * s * dh + b_id * s,
+                          r"A_{\mathrm{rope}}'", "reentrant checkpointing of a prepared QLoRA model keeps one more "
+                          "step's RoPE cos, sin and cache_position alive (measured; not with non-reentrant)",
+                          "torch.utils.checkpoint (use_reentrant=True)"))
     terms.append(Term("act_tokens", "activations", 2 * b_id * T, r"A_{\mathrm{ids}}",
                       "input ids and the shifted labels (int64)", "transformers ForCausalLMLoss"))
     return terms
@@ -357,8 +364,8 @@ def transient_terms(s_: Structure) -> list[Term]:
                           "tied embeddings: lm_head's gradient and the embedding's are summed at the end of backward, "
                           "both alive beside the sum", "autograd of a shared weight (embedding_dense_backward)"))
     if s_.method == "qlora":
-        terms.append(Term("dequant_temp", "transient", b_c * _largest_linear(s_),
-                          r"M_{\mathrm{dequant}}", "bitsandbytes dequantizes one 4-bit weight to the compute dtype "
+        terms.append(Term("dequant_temp", "transient", b_w * _largest_linear(s_),
+                          r"M_{\mathrm{dequant}}", "bitsandbytes dequantizes one 4-bit weight to the load dtype "
                           "for each matmul (the largest is the bound)", "bitsandbytes MatMul4Bit"))
     terms.append(Term("one_layer", "transient", per_layer_bytes(s_) + sliding_extra(s_), r"M_{\mathrm{layer}}",
                       "one layer's saved tensors (recomputed under checkpointing), alive until its backward ends",

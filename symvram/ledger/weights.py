@@ -31,8 +31,42 @@ def quant_constant_bits(double_quant: bool) -> sp.Expr:
     return c_abs / B_q
 
 
+def nf4_bytes(n: sp.Expr, double_quant: bool) -> tuple[sp.Expr, sp.Expr]:
+    """(packed weight, quantization state) bytes of one n-element Linear4bit weight, as bitsandbytes 0.50
+    ``quantize_4bit(blocksize=64)`` allocates them: two 4-bit codes per uint8; per block of 64 an absmax —
+    with double quantization a uint8 one, plus per 256 of those an fp32 absmax, the 256-entry fp32 code
+    (a copy per weight), an fp32 offset and the 16-entry NF4 code; without it an fp32 absmax and the NF4 code."""
+    blocks = ceil_div(n, B_q)
+    if double_quant:
+        state = blocks + b_32 * ceil_div(blocks, B_q2) + b_32 * n_qmap + b_32 + b_32 * 2**q
+    else:
+        state = b_32 * blocks + b_32 * 2**q
+    return ceil_div(n, 2), state
+
+
 def base_terms(s: Structure) -> list[Term]:
-    if s.method == "qlora":
+    if s.method == "qlora" and not s.nominal:
+        fam = s.arch
+        packed = L * sp.Add(*(nf4_bytes(m.params, s.double_quant)[0] for m in fam.linears))
+        states = L * sp.Add(*(nf4_bytes(m.params, s.double_quant)[1] for m in fam.linears))
+        b_keep = b_32 if s.kbit_prep else b_w
+        terms = [
+            Term("weights_nf4", "base", packed, r"M_{\mathrm{NF4}}",
+                 "each nn.Linear weight of the layers as packed 4-bit NF4 (two per byte; bitsandbytes Params4bit)",
+                 "transformers replace_with_bnb_linear; bitsandbytes functional.quantize_4bit"),
+            Term("quant_constants", "base", states, r"M_{\mathrm{absmax}}",
+                 "its quantization state per weight: one absmax per 64 weights"
+                 + (" in uint8, double-quantized (an fp32 absmax per 256, a 256-entry fp32 code, an offset)"
+                    if s.double_quant else " in fp32") + " and the 16-entry NF4 code",
+                 "bitsandbytes functional.quantize_4bit(compress_statistics=True)"),
+            Term("weights_16bit", "base", P_keep * b_keep - (b_keep - b_w) * L * fam.bias_params_per_layer(s.options),
+                 r"M_{16}" if not s.kbit_prep else r"M_{32}",
+                 "embeddings, lm_head, norms, biases (and fused MoE experts, not nn.Linear) stay unquantized"
+                 + (": prepare_model_for_kbit_training casts them to fp32 (a Linear4bit's bias goes back to the "
+                    "compute dtype at its first forward)" if s.kbit_prep else ""),
+                 "peft prepare_model_for_kbit_training" if s.kbit_prep else "bitsandbytes Linear4bit replaces nn.Linear only"),
+        ]
+    elif s.method == "qlora":
         terms = [
             Term("weights_nf4", "base", P_quant * q / 8, r"M_{\mathrm{NF4}}",
                  "linear-layer weights stored as 4-bit NF4 (bitsandbytes)", "QLoRA paper, Dettmers et al. 2023"),

@@ -98,7 +98,12 @@ def build_model(spec: dict):
         )
         # as loaded weights are: floating buffers (rotary inv_freq) in the weights' dtype too
         model.to(dtype)
-    if spec["method"] == "lora":
+    prepared = False
+    if spec["method"] == "qlora":
+        _quantize_linears(model, dtype)
+        if spec.get("kbit_prep", "peft") == "peft":
+            prepared = _kbit_prepare(model, spec)
+    if spec["method"] in ("lora", "qlora"):
         import peft
 
         lcfg = peft.LoraConfig(
@@ -115,7 +120,7 @@ def build_model(spec: dict):
             )
     elif spec["method"] != "full":
         raise ValueError(f"unknown method {spec['method']!r}")
-    if spec["grad_checkpointing"]:
+    if spec["grad_checkpointing"] and not prepared:
         with warnings.catch_warnings():  # deprecated alias of activation_checkpointing_enable
             warnings.simplefilter("ignore", FutureWarning)
             reentrant = spec.get("checkpoint_impl", "non-reentrant") == "reentrant"
@@ -124,8 +129,96 @@ def build_model(spec: dict):
     return model
 
 
+def _quantize_linears(model, dtype) -> None:
+    """transformers' bitsandbytes 4-bit load on the meta device: every ``nn.Linear`` but the modules it keeps
+    (``get_keys_to_not_convert``: lm_head, tied weights) becomes a ``Linear4bit`` (NF4, double quantization,
+    compute dtype bf16, uint8 storage), frozen. Embeddings, norms and fused MoE experts (not nn.Linear) stay."""
+    import bitsandbytes as bnb
+    from transformers.quantizers.base import get_keys_to_not_convert
+
+    skip = get_keys_to_not_convert(model)
+    for name, mod in list(model.named_modules()):
+        if type(mod) is torch.nn.Linear and not any(name == k or name.startswith(k + ".") for k in skip):
+            new = bnb.nn.Linear4bit(mod.in_features, mod.out_features, mod.bias is not None,
+                                    compute_dtype=torch.bfloat16, compress_statistics=True, quant_type="nf4",
+                                    quant_storage=torch.uint8, device="meta")
+            new.weight.data = new.weight.data.to(dtype)
+            if mod.bias is not None:
+                new.bias.data = new.bias.data.to(dtype)
+            new.support_avx512bf16_for_cpu = False
+            new.source_cls = torch.nn.Linear
+            new.requires_grad_(False)
+            model.set_submodule(name, new)
+    model.is_loaded_in_4bit = True
+    model.quantization_method = "bitsandbytes"
+
+
+def _kbit_prepare(model, spec) -> bool:
+    """peft.prepare_model_for_kbit_training as QLoRA recipes call it: 16-bit parameters (embeddings, lm_head,
+    norms) cast to fp32, and — with checkpointing — its own gradient_checkpointing_enable: PEFT passes ``{}``,
+    which torch reads as use_reentrant=True (--checkpoint-impl reentrant); the HF Trainer enables it again
+    with transformers' default, use_reentrant=False (--checkpoint-impl non-reentrant)."""
+    import peft
+
+    reentrant = spec.get("checkpoint_impl", "non-reentrant") == "reentrant"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        peft.prepare_model_for_kbit_training(
+            model, use_gradient_checkpointing=bool(spec["grad_checkpointing"]),
+            gradient_checkpointing_kwargs=None if reentrant else {"use_reentrant": False})
+    return bool(spec["grad_checkpointing"])
+
+
+def _fakeify_4bit(model, fake_mode, device) -> int:
+    """Quantize every (meta) Linear4bit weight from a fake 16-bit weight under the fake mode; returns the bytes
+    of the quantization states (absmax, the nested absmax and code, offset, the NF4 code): GPU tensors for the
+    whole run that are neither parameters nor buffers, so MemTracker does not see them.
+
+    ``Params4bit`` cannot wrap a FakeTensor (``_make_subclass``): the packed weight is a plain Parameter
+    carrying Params4bit's attributes. ``create_dynamic_map`` reads values (``.tolist()``): it is built real."""
+    import bitsandbytes as bnb
+
+    F = bnb.functional
+    q4 = [m for m in model.modules() if isinstance(m, bnb.nn.Linear4bit)]
+    if q4 and getattr(F.name2qmap.get("dynamic"), "fake_mode", None) is not fake_mode:
+        F.name2qmap["dynamic"] = fake_mode.from_tensor(F.create_dynamic_map())
+    total = 0
+    for m in q4:
+        shape, dt = tuple(m.weight.shape), m.weight.dtype
+        with fake_mode:
+            w = torch.empty(shape, dtype=dt, device=device)
+            packed, qs = F.quantize_4bit(w, blocksize=64, compress_statistics=True, quant_type="nf4",
+                                         quant_storage=torch.uint8)
+        p = torch.nn.Parameter(packed, requires_grad=False)
+        for k, v in dict(quant_state=qs, blocksize=64, compress_statistics=True, quant_type="nf4",
+                         quant_storage=torch.uint8, module=m, bnb_quantized=True).items():
+            setattr(p, k, v)
+        m._parameters["weight"] = p
+        m.quant_state = qs
+        total += sum(t.numel() * t.element_size() for t in (qs.absmax, qs.state2.absmax, qs.state2.code, qs.offset,
+                                                             qs.code))
+    return total
+
+
 def _fakeify(model, fake_mode, device="cpu") -> None:
-    """Replace every parameter and buffer by a FakeTensor of the same shape and dtype."""
+    """Replace every parameter and buffer by a FakeTensor of the same shape and dtype (4-bit weights:
+    quantized under the fake mode; their quantization states' bytes in ``model._symvram_untracked``)."""
+    model._symvram_untracked = 0
+    import sys
+
+    bnb = sys.modules.get("bitsandbytes")  # imported by a 4-bit build only
+    q4 = [m for m in model.modules() if isinstance(m, bnb.nn.Linear4bit)] if bnb is not None else []
+    if q4:
+        metas = {id(m): m._parameters.pop("weight") for m in q4}  # quantized below, not copied
+        _fakeify_plain(model, fake_mode, device)
+        for m in q4:
+            m._parameters["weight"] = metas[id(m)]
+        model._symvram_untracked = _fakeify_4bit(model, fake_mode, device)
+        return
+    _fakeify_plain(model, fake_mode, device)
+
+
+def _fakeify_plain(model, fake_mode, device="cpu") -> None:
     memo: dict[int, tuple] = {}  # id(meta tensor) -> (meta tensor, fake); keeps tied weights tied
 
     def fake_of(t, param: bool):
@@ -428,8 +521,14 @@ def measure(spec: dict) -> dict:
     tracker.track_external(model, optimizer, input_ids, labels)
     with _untraced_packed_check(), fake_mode, tracker:
         _train_steps(spec, model, optimizer, input_ids, labels, tracker, tracker.set_phase)
-    return _result(spec, model, optimizer, trainable, total, tracker.peak_bytes,
-                   tracker.peak_phase, tracker.phase_peak, tracker.breakdown(),
+    # the 4-bit quantization states live on the GPU for the whole run; MemTracker does not see them
+    untracked = int(getattr(model, "_symvram_untracked", 0))
+    breakdown = tracker.breakdown()
+    if untracked:
+        breakdown["params"] += untracked
+        breakdown["quant_state"] = untracked
+    return _result(spec, model, optimizer, trainable, total, tracker.peak_bytes + untracked,
+                   tracker.peak_phase, {k: v + untracked for k, v in tracker.phase_peak.items()}, breakdown,
                    time.perf_counter() - t0)
 
 

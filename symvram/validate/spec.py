@@ -27,7 +27,8 @@ ALIASES = {"gradient_checkpointing": "grad_checkpointing", "attn_impl": "attenti
 # A spec without "stack" is a plain PyTorch loop (the torch stack): the settings it leaves out take that
 # stack's values. Keys in OPTIONAL appear in the canonical spec only when they differ from their default, so
 # the keys (hashes) of earlier measurements stay the same.
-OPTIONAL: dict[str, Any] = {"stack": "torch", "checkpoint_impl": "non-reentrant", "loss_impl": "torch"}
+OPTIONAL: dict[str, Any] = {"stack": "torch", "checkpoint_impl": "non-reentrant", "loss_impl": "torch",
+                            "kbit_prep": "peft"}
 
 
 def _stack_values(name: str, dtype: str) -> dict[str, Any]:
@@ -36,7 +37,8 @@ def _stack_values(name: str, dtype: str) -> dict[str, Any]:
     autocast = {"none": None, "weights16": dtype if dtype in ("bf16", "fp16") else "bf16"}.get(e["autocast"], e["autocast"])
     adapter = "base" if e["adapter_dtype"] == "compute" and autocast is None else e["adapter_dtype"]
     return {"adapter_dtype": adapter, "optimizer": e["optimizer"], "optimizer_impl": e["optimizer_impl"],
-            "autocast": autocast, "checkpoint_impl": e["checkpoint_impl"], "loss_impl": e["loss_impl"]}
+            "autocast": autocast, "checkpoint_impl": e["checkpoint_impl"], "loss_impl": e["loss_impl"],
+            "kbit_prep": e["kbit_prep"]}
 
 
 DEFAULTS: dict[str, Any] = {
@@ -101,7 +103,7 @@ def normalize_spec(spec: dict) -> dict:
     if s["method"] == "full":
         for k in ("rank", "targets", "lora_alpha", "lora_dropout", "adapter_dtype"):
             s[k] = None
-    elif s["method"] == "lora":
+    elif s["method"] in ("lora", "qlora"):
         s["rank"] = int(s["rank"])
         s["targets"] = list(s["targets"])
         s["lora_dropout"] = float(s["lora_dropout"] or 0.0)
@@ -127,7 +129,7 @@ def to_scenario(spec: dict) -> Scenario:
     arch = {"model_type": "llama", **s["arch"]}
     model = spec_from_config(arch, name=spec.get("model") or spec.get("name") or "spec", kind="config",
                              source="measurement spec")
-    lora = s["method"] == "lora"
+    lora = s["method"] in ("lora", "qlora")
     if lora:
         adapter = "fp32" if s["adapter_dtype"] == "fp32" else s["dtype"]
         trainable = adapter
@@ -145,7 +147,7 @@ def to_scenario(spec: dict) -> Scenario:
 
 def from_scenario(sc: Scenario) -> dict:
     """The measurement spec of a Scenario (``symvram validate``): same model, method and recipe."""
-    spec = {"arch": sc.model.config(), "method": "lora" if sc.lora else "full", "batch": sc.batch, "seq": sc.seq,
+    spec = {"arch": sc.model.config(), "method": sc.method, "batch": sc.batch, "seq": sc.seq,
             "dtype": sc.dtype, "autocast": None if sc.autocast == "none" else sc.autocast,
             "optimizer": sc.optimizer, "optimizer_impl": sc.optimizer_impl,
             "grad_checkpointing": sc.grad_checkpointing, "attention": sc.attention,
