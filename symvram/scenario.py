@@ -30,7 +30,7 @@ ATTENTIONS = ("sdpa", "eager")
 DEVICES = ("cuda", "cpu")
 CHECKPOINT_IMPLS = ("non-reentrant", "reentrant")
 KBIT_PREPS = ("peft", "none")
-LOSS_IMPLS = ("torch",)
+LOSS_IMPLS = ("torch", "chunked", "liger", "cce")
 OFFLOADS = ("none", "optimizer", "optimizer+params")
 MAX_SEQ = 10_000_000
 MAX_BATCH = 1_000_000
@@ -240,6 +240,11 @@ class Scenario:
         if self.master == "fp32" and trainable_dtype == "fp32":
             raise UserError("--master fp32 duplicates weights that are already fp32; drop --master "
                             "(fp32 weights are their own master copy)")
+        if self.loss_impl != "torch" and fam.extra("final_logit_softcapping"):
+            raise UserError(f"--loss-impl {self.loss_impl} with {fam.key}'s final-logit soft-capping is not modelled")
+        if self.loss_impl == "cce" and self.compute_dtype == "fp32":
+            raise UserError("--loss-impl cce: Cut Cross-Entropy asserts 16-bit hidden states (bf16/fp16); these are "
+                            "fp32" + (" (prepare_model_for_kbit_training casts them)" if self.kbit_prepared else ""))
         if self.method == "qlora" and self.dtype == "fp32":
             raise UserError("QLoRA stores the base in 4-bit and computes in 16-bit: use --dtype bf16 or fp16")
         vals = {**self.model.dims, **dict(self.overrides)}  # what --set changes is checked like the rest
@@ -301,7 +306,8 @@ class Scenario:
             dropout=self.lora and self.lora_dropout > 0, device=self.device,
             attention=self.attention, grad_checkpointing=self.grad_checkpointing,
             double_quant=self.double_quant, kbit_prep=self.kbit_prepared,
-            checkpoint_reentrant=self.grad_checkpointing and self.checkpoint_impl == "reentrant", zero=self.zero, offload=self.offload,
+            checkpoint_reentrant=self.grad_checkpointing and self.checkpoint_impl == "reentrant",
+            loss_impl=self.loss_impl, zero=self.zero, offload=self.offload,
             sequence_parallel=self.sequence_parallel, tensor_parallel=self.tp > 1,
         )
 

@@ -37,11 +37,11 @@ SAMPLES = {
         method="full", seq=4096, batch=2, grad_checkpointing=True, attention="sdpa",
         # DeepSpeed's bf16 engine (from ds-zero3.json, which the TRL file names): fp32 master and states
         dtype="bf16", autocast="none", master="fp32", state_dtype="fp32", zero=3,
-        optimizer="adamw", optimizer_impl="fused")),
+        optimizer="adamw", optimizer_impl="fused", loss_impl="torch")),
     "trainer-full.json+accelerate-fsdp.yaml": ("llama-3-8b", "llama-3-8b", dict(
         method="full", batch=4, grad_checkpointing=True, gpus=8, zero=3,
         dtype="fp32", autocast="bf16", master="none", state_dtype="fp32",   # Trainer AMP on an fp32 model
-        optimizer="adamw", optimizer_impl="foreach", checkpoint_impl="non-reentrant")),
+        optimizer="adamw", optimizer_impl="foreach", checkpoint_impl="non-reentrant", loss_impl="torch")),
 }
 
 
@@ -239,9 +239,8 @@ def test_a_training_file_beats_accelerates_mixed_precision(tmp_path):
 @pytest.mark.parametrize("text,named", [
     ("peft_use_dora: true\nadapter: lora\n", "peft_use_dora = true: not modelled yet (DoRA"),
     ("lora_modules_to_save: [embed_tokens, lm_head]\nadapter: lora\n", "lora_modules_to_save"),
-    ("liger_fused_linear_cross_entropy: true\n", "liger_fused_linear_cross_entropy = true"),
     ("liger_rms_norm: true\n", "liger_rms_norm = true"),
-    ("cut_cross_entropy: true\n", "cut_cross_entropy"),
+    ("liger_cross_entropy: true\n", "liger_cross_entropy = true"),
     ("torch_compile: true\n", "torch_compile = true: torch.compile"),
     ("optimizer: paged_lion_8bit\n", "paged_lion_8bit: not modelled yet (paged"),
     ("optimizer: galore_adamw\n", "galore_adamw: this optimizer is not modelled"),

@@ -58,6 +58,9 @@ def _check_supported(sc) -> None:
                             "nn.Linear, so bitsandbytes leaves them in 16-bit")
     if sc.gpus > 1 or sc.tp > 1 or sc.zero or sc.offload != "none":
         raise UserError("validate measures one device; multi-GPU strategies are checked by the sharding tests")
+    if sc.loss_impl in ("liger", "cce"):
+        raise UserError(f"--loss-impl {sc.loss_impl} runs GPU kernels only (Triton): the estimate models it from its "
+                        "source, a fake-tensor run cannot measure it")
     bnb = sc.optimizer in ("adamw8bit", "paged-adamw8bit")
     if sc.optimizer != "adamw" and not bnb:
         raise UserError(f"validate runs torch.optim.AdamW or bitsandbytes' AdamW8bit; --optimizer {sc.optimizer} "

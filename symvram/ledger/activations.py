@@ -17,6 +17,7 @@ import sympy as sp
 
 from ..symbols import sym
 from .architecture import E, L, V, dh, f, f_e, h, k_e, nh, nkv
+from .functions import ceil_div, pow2_ceil
 from .structure import Structure
 from .terms import Term
 
@@ -304,9 +305,22 @@ def saved_terms(s_: Structure) -> list[Term]:
         head += (norm_weight_input(s_) + (b_c if s_.weight_casts else b_w)) * T * h
         why += "; trainable norm and lm_head keep the normalized and the normed tensor"
     terms.append(Term("act_final_norm", "activations", head, r"A_{\mathrm{head}}", why, TRANSFORMERS))
-    terms.append(Term("act_logsoftmax", "activations", b_32 * T * V, r"A_{\mathrm{lsm}}",
-                      "cross-entropy upcasts logits to fp32 and keeps log_softmax for backward",
-                      "transformers ForCausalLMLoss; torch log_softmax"))
+    if s_.loss_impl == "liger":
+        terms.append(Term("act_logsoftmax", "activations", b_c * T * h + b_32 * T, r"A_{\mathrm{FLCE}}",
+                          "Liger's fused linear cross-entropy computes the hidden states' gradient in the forward and "
+                          "keeps it (and the per-token loss) for backward; no logits survive (modelled from source, "
+                          "not measured here: Triton only)", "liger_kernel ops/fused_linear_cross_entropy.py"))
+    elif s_.loss_impl == "cce":
+        terms.append(Term("act_logsoftmax", "activations", b_32 * T + b_32 * V, r"A_{\mathrm{CCE}}",
+                          "Cut Cross-Entropy keeps the fp32 log-sum-exp per token and the fp32 average logit per "
+                          "vocabulary entry; no logits are materialised (modelled from source, not measured here)",
+                          "cut_cross_entropy cce.py"))
+    else:
+        terms.append(Term("act_logsoftmax", "activations", b_32 * T * V, r"A_{\mathrm{lsm}}",
+                          "cross-entropy upcasts logits to fp32 and keeps log_softmax for backward"
+                          + (" (torchtune: each chunk's, all chunks together)" if s_.loss_impl == "chunked" else ""),
+                          "torchtune CEWithChunkedOutputLoss" if s_.loss_impl == "chunked"
+                          else "transformers ForCausalLMLoss; torch log_softmax"))
     if fam.extra("final_logit_softcapping"):
         terms.append(Term("act_logit_softcap", "activations", b_c * T * V, r"A_{\mathrm{cap}}",
                           "final-logit soft-capping keeps tanh(logits / cap) for backward", fam.source))
@@ -337,23 +351,62 @@ def _first_layer_params(s_: Structure) -> sp.Expr:
     return s_.arch.params_per_layer(s_.options) + (0 if s_.tied else V * h)
 
 
+def liger_chunk(s_: Structure) -> sp.Expr:
+    """Liger FLCE's rows per chunk: inc_factor = ⌈V / h⌉, chunk = min(next_pow2(⌈BT / inc_factor⌉), BT)."""
+    inc = ceil_div(V, h)
+    return sp.Min(pow2_ceil(ceil_div(T, inc)), T, evaluate=False)
+
+
+def loss_terms(s_: Structure, logits_bytes) -> list[Term]:
+    """The loss's transients: the logits (and their fp32 copy) while it is computed, and the start of its
+    backward — per implementation (``--loss-impl``)."""
+    lm_head_trains = not s_.lora  # full fine-tuning: the lm_head weight's gradient comes out of the loss
+    if s_.loss_impl == "liger":
+        grad_w = b_g * V * h if lm_head_trains else sp.Integer(0)
+        why = ("Liger FLCE: one chunk of logits (chunk = min(next_pow2(⌈T/⌈V/h⌉⌉), T) rows), the gradients it "
+               "writes in the forward" + (" (lm_head's weight gradient too)" if lm_head_trains else "")
+               + " — modelled from source, not measured here (Triton kernels only)")
+        return [Term("logits", "transient", b_c * liger_chunk(s_) * V + grad_w, r"M_{\mathrm{logits}}", why,
+                     "liger_kernel ops/fused_linear_cross_entropy.py"),
+                Term("loss_backward_temp", "transient", grad_w, r"M_{\mathrm{CE}'}",
+                     "Liger's backward returns the gradients stored in the forward (nothing new)",
+                     "liger_kernel fused_linear_cross_entropy_backward")]
+    if s_.loss_impl == "cce":
+        grad_w = b_c * V * h if lm_head_trains else sp.Integer(0)
+        return [Term("logits", "transient", b_32 * T, r"M_{\mathrm{logits}}",
+                     "Cut Cross-Entropy's forward: an fp32 dot product per token; no logits (modelled from source, "
+                     "not measured here)", "cut_cross_entropy cce.py"),
+                Term("loss_backward_temp", "transient", b_c * T * h + 12 * V + grad_w, r"M_{\mathrm{CE}'}",
+                     "its backward: the hidden states' gradient, the vocabulary sort (int64 then int32)"
+                     + (" and lm_head's gradient" if lm_head_trains else "") + " (modelled from source)",
+                     "cut_cross_entropy cce_backward.py")]
+    chunks = sym("loss_chunks") if s_.loss_impl == "chunked" else 1
+    terms = [
+        Term("logits", "transient", logits_bytes * T * V, r"M_{\mathrm{logits}}",
+             "the lm_head output, alive while the loss is computed"
+             + (" (torchtune: the list of c chunks)" if chunks != 1 else ""), "transformers LlamaForCausalLM"),
+        Term("loss_backward_temp", "transient", 2 * b_32 * T * V / chunks, r"M_{\mathrm{CE}'}",
+             "the loss backward holds nll_loss's fp32 gradient and log_softmax's fp32 gradient at once"
+             + (" — of one chunk at a time" if chunks != 1 else ""),
+             "torch nll_loss_backward, _log_softmax_backward_data"),
+    ]
+    if not s_.compute_fp32:
+        terms.insert(1, Term("logits_fp32", "transient", b_32 * T * V / chunks, r"M_{\mathrm{logits},32}",
+                             "logits.float(): the fp32 copy cross-entropy reads" + (" (one chunk)" if chunks != 1 else ""),
+                             "transformers ForCausalLMLoss" if chunks == 1 else "torchtune CEWithChunkedOutputLoss"))
+    return terms
+
+
 def transient_terms(s_: Structure) -> list[Term]:
     """Tensors alive only at one moment of the step (not part of the ledger sum)."""
     logits_bytes = b_32 if s_.compute_fp32 else b_c
-    terms = [
-        Term("logits", "transient", logits_bytes * T * V, r"M_{\mathrm{logits}}",
-             "the lm_head output, alive while the loss is computed", "transformers LlamaForCausalLM"),
-        Term("loss_backward_temp", "transient", 2 * b_32 * T * V, r"M_{\mathrm{CE}'}",
-             "the loss backward holds nll_loss's fp32 gradient and log_softmax's fp32 gradient at once",
-             "torch nll_loss_backward, _log_softmax_backward_data"),
+    terms = loss_terms(s_, logits_bytes) + [
         Term("norm_backward_temp", "transient", 5 * b_32 * T * h, r"M_{\mathrm{norm}'}",
              "the final RMSNorm's backward holds five fp32 hidden-sized gradients at once", "autograd of LlamaRMSNorm"),
         Term("backward_tail", "transient", 2 * b_c * T * h, r"M_{\mathrm{tail}}",
              "the gradient reaching the embedding and its accumulation buffer", "autograd"),
     ]
-    if not s_.compute_fp32:
-        terms.insert(1, Term("logits_fp32", "transient", b_32 * T * V, r"M_{\mathrm{logits},32}",
-                             "logits.float(): the fp32 copy cross-entropy reads", "transformers ForCausalLMLoss"))
+
     temp, why, source = _layer_backward_temp(s_)
     terms.append(Term("layer_backward_temp", "transient", temp, r"M_{\mathrm{mlp}'}", why, source))
     terms.append(Term("grads_before_first_layer", "transient", b_g * (sym("P_train") - _first_layer_params(s_)),

@@ -63,3 +63,28 @@ class at_least(sp.Function):  # noqa: N801
     def _javascript(self, printer):
         n, m = (printer._print(a) for a in self.args)
         return f"Math.sign(Math.max(({n}) - ({m}) + 1, 0))"
+
+
+class pow2_ceil(sp.Function):  # noqa: N801
+    """The smallest power of two ≥ x (triton.next_power_of_2); derivative taken as 1."""
+
+    @classmethod
+    def eval(cls, x):
+        if x.is_Number:
+            n = int(sp.ceiling(x))
+            return sp.Integer(1 << max(n - 1, 0).bit_length())
+        return None
+
+    def fdiff(self, argindex=1):
+        return sp.Integer(1)
+
+    def _latex(self, printer):
+        return rf"2^{{\left\lceil \log_2 {printer._print(self.args[0])} \right\rceil}}"
+
+    def _numpycode(self, printer):
+        x = printer._print(self.args[0])
+        return f"numpy.exp2(numpy.ceil(numpy.log2(numpy.maximum({x}, 1))))"
+
+    def _javascript(self, printer):
+        x = printer._print(self.args[0])
+        return f"Math.pow(2, Math.ceil(Math.log2(Math.max({x}, 1))))"

@@ -443,9 +443,12 @@ def _train_steps(spec, model, optimizer, input_ids, labels, tracker=None, on_pha
             else contextlib.nullcontext()
         )
         with ctx:
-            out = model(input_ids=input_ids, labels=labels)
-        loss = out.loss
-        del out  # the HF Trainer drops the outputs (logits) before backward
+            if spec.get("loss_impl", "torch") == "chunked":
+                loss = _chunked_loss(model, input_ids, labels)
+            else:
+                out = model(input_ids=input_ids, labels=labels)
+                loss = out.loss
+                del out  # the HF Trainer drops the outputs (logits) before backward
         phase("backward")
         loss.backward()
         del loss
@@ -455,6 +458,32 @@ def _train_steps(spec, model, optimizer, input_ids, labels, tracker=None, on_pha
         optimizer.zero_grad(set_to_none=True)
         if tracker is not None:
             tracker.reset_mod_stats()
+
+
+CHUNKS = 8  # torchtune CEWithChunkedOutputLoss(num_output_chunks=8), the recipes' default
+
+
+def _chunked_loss(model, input_ids, labels):
+    """torchtune 0.6's chunked output and loss on the Hugging Face model: the decoder's last hidden state is
+    split along the sequence into 8 chunks, each projected by lm_head (``TransformerDecoder.chunked_output``:
+    the list of 16-bit chunks lives until the loss returns), then ``CEWithChunkedOutputLoss`` sums
+    ``cross_entropy(chunk.float(), labels, reduction="sum")`` over the chunks and divides by the token count.
+    lm_head is applied with F.linear (MemTracker refuses a module called twice in one step)."""
+    import torch.nn.functional as F
+
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    hidden = base.model(input_ids=input_ids).last_hidden_state
+    weight = base.lm_head.weight
+    logits = [F.linear(chunk, weight) for chunk in hidden.chunk(CHUNKS, dim=1)]
+    del hidden
+    total = (labels != -100).sum()
+    targets = [chunk.reshape(-1) for chunk in labels.chunk(CHUNKS, dim=1)]
+    loss = 0.0
+    for i in range(len(logits)):
+        loss = loss + F.cross_entropy(logits[i].reshape(-1, logits[i].size(-1)).float(), targets[i],
+                                      ignore_index=-100, reduction="sum")
+    del logits, targets
+    return loss / total
 
 
 def _versions() -> dict:
