@@ -133,6 +133,7 @@ class Scenario:
     sequence_parallel: bool = False
     checkpoint_impl: str = "non-reentrant"
     loss_impl: str = "torch"
+    dora: bool = False              # PEFT LoraConfig(use_dora=True)
     kbit_prep: str = "none"         # QLoRA: peft's prepare_model_for_kbit_training (fp32 non-quantized weights)
     overrides: tuple[tuple[str, float], ...] = field(default=())
 
@@ -218,7 +219,7 @@ class Scenario:
         _positive_int(self.tp, "--tp", 1024)
         if isinstance(self.zero, bool) or self.zero not in (0, 1, 2, 3):
             raise UserError(f"--zero must be 0, 1, 2 or 3; got {self.zero!r}")
-        for flag in ("grad_checkpointing", "double_quant", "sequence_parallel"):
+        for flag in ("grad_checkpointing", "double_quant", "sequence_parallel", "dora"):
             if not isinstance(getattr(self, flag), bool):  # "false" is a non-empty string: it would switch it on
                 raise UserError(f"{flag} must be True or False; got {getattr(self, flag)!r}")
         self._check_overrides()  # first: the checks below compute with the --set values
@@ -240,6 +241,13 @@ class Scenario:
         if self.master == "fp32" and trainable_dtype == "fp32":
             raise UserError("--master fp32 duplicates weights that are already fp32; drop --master "
                             "(fp32 weights are their own master copy)")
+        if self.dora and not self.lora:
+            raise UserError("--dora is a LoRA variant: use --method lora (or qlora)")
+        if self.dora and self.method == "qlora":
+            raise UserError("--dora with QLoRA is not modelled yet: PEFT dequantizes each 4-bit weight per forward "
+                            "for the weight norm (not measured here)")
+        if self.dora and any(family(self.model.family).linear(t).count != 1 for t in self.targets):
+            raise UserError("--dora on fused MoE experts: PEFT's target_parameters does not support DoRA")
         if self.loss_impl != "torch" and fam.extra("final_logit_softcapping"):
             raise UserError(f"--loss-impl {self.loss_impl} with {fam.key}'s final-logit soft-capping is not modelled")
         if self.loss_impl == "cce" and self.compute_dtype == "fp32":
@@ -307,7 +315,7 @@ class Scenario:
             attention=self.attention, grad_checkpointing=self.grad_checkpointing,
             double_quant=self.double_quant, kbit_prep=self.kbit_prepared,
             checkpoint_reentrant=self.grad_checkpointing and self.checkpoint_impl == "reentrant",
-            loss_impl=self.loss_impl, zero=self.zero, offload=self.offload,
+            loss_impl=self.loss_impl, dora=self.lora and self.dora, zero=self.zero, offload=self.offload,
             sequence_parallel=self.sequence_parallel, tensor_parallel=self.tp > 1,
         )
 

@@ -237,7 +237,6 @@ def test_a_training_file_beats_accelerates_mixed_precision(tmp_path):
 
 
 @pytest.mark.parametrize("text,named", [
-    ("peft_use_dora: true\nadapter: lora\n", "peft_use_dora = true: not modelled yet (DoRA"),
     ("lora_modules_to_save: [embed_tokens, lm_head]\nadapter: lora\n", "lora_modules_to_save"),
     ("liger_rms_norm: true\n", "liger_rms_norm = true"),
     ("liger_cross_entropy: true\n", "liger_cross_entropy = true"),

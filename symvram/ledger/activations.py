@@ -184,6 +184,14 @@ def _layer(s_: Structure, first: bool) -> dict[str, tuple[sp.Expr, str, str, str
         out["act_lora_dropout"] = (masks, r"A_{\mathrm{drop}}", mask_why, "torch dropout")
     out["act_lora_hidden"] = (len(lin_targets) * (b_c if s_.autocast else b_a) * T * r, r"A_{\mathrm{LoRA},r}",
                               "lora_B keeps lora_A's r-wide output, one per target", PEFT)
+    if s_.dora:
+        d_out = [fam.linear(t).d_out for t in lin_targets]
+        scale = sp.Add(*(fam.linear(t).d_out for t in lin_targets if group_grad[fam.linear(t).input_group]))
+        b_lr = b_c if s_.autocast else b_a  # autocast runs lora_B in the compute dtype
+        out["act_dora"] = (sp.Add(*d_out) * (b_lr * T + b_c * T + 2 * b_32) + b_32 * scale, r"A_{\mathrm{DoRA}}",
+                           "DoRA keeps, per target, the LoRA result (adapter dtype) and the base result for the "
+                           "magnitude's gradient, the fp32 weight norm and m/‖W′‖ (and m/‖W′‖ − 1 where the "
+                           "input needs a gradient)", "peft tuners/lora/dora.py DoraLinearLayer.forward")
     return out
 
 

@@ -34,6 +34,7 @@ class Structure:
     double_quant: bool = True         # QLoRA: absmax constants quantized again
     kbit_prep: bool = False           # QLoRA via peft.prepare_model_for_kbit_training: non-4-bit weights and activations fp32
     checkpoint_reentrant: bool = False  # torch.utils.checkpoint(use_reentrant=True)
+    dora: bool = False                # PEFT use_dora: a magnitude vector per target and the weight-norm tensors
     loss_impl: str = "torch"          # torch | chunked (torchtune) | liger (fused linear CE) | cce (Cut Cross-Entropy)
     zero: int = 0                     # ZeRO stage 0-3 (3 = FSDP FULL_SHARD)
     offload: str = "none"             # none | optimizer | optimizer+params

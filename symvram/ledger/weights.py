@@ -177,7 +177,7 @@ def trainable_terms(s: Structure) -> list[Term]:
 def trainable_tensors(s: Structure) -> sp.Expr:
     """How many trainable tensors (not elements): LoRA has an A and a B per target and layer."""
     if s.lora:
-        return 2 * L * len(s.targets)
+        return (3 if s.dora else 2) * L * len(s.targets)  # A, B (and DoRA's magnitude) per target
     return (1 if s.tied else 2) + L * s.arch.tensors_per_layer(s.options) + 1
 
 
@@ -214,7 +214,8 @@ def definitions(s: Structure) -> list[tuple[sp.Symbol, sp.Expr]]:
         defs.append((P_keep, fam.kept_16bit_params(s.tied, s.options)))
         defs.append((P_quant, P - P_keep))
     if s.lora:
-        defs.append((P_lora, fam.lora_params(s.targets, sym("rank"))))
+        magnitude = L * sp.Add(*(fam.linear(t).d_out for t in s.targets)) if s.dora else 0  # DoRA's m, d_out each
+        defs.append((P_lora, fam.lora_params(s.targets, sym("rank")) + magnitude))
         defs.append((P_train, P_lora))
     else:
         defs.append((P_train, P))

@@ -255,7 +255,7 @@ BNB_ADAMW8 = ("adamw_bnb_8bit", "adamw_8bit", "paged_adamw_8bit")
 
 # Scenario settings a table may set directly
 _SETTINGS = ("rank", "lora_dropout", "targets", "seq", "batch", "grad_checkpointing", "attention", "gpus",
-             "double_quant", "tp", "checkpoint_impl", "loss_impl")
+             "double_quant", "tp", "checkpoint_impl", "loss_impl", "dora")
 
 
 def _join(*values: Value | None) -> str:

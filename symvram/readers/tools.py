@@ -53,7 +53,6 @@ FACTS = ("model", "adapter", "quant", "bf16", "fp16", "pure_bf16", "model_dtype"
          "ds_stage", "ds_offload_optimizer", "ds_offload_param", "fsdp", "fsdp_offload", "distributed")
 # Memory-relevant settings the ledger does not hold yet: the default it assumes, and what a change does
 PENDING = {
-    "dora": (False, "DoRA adds a magnitude vector and the weight-norm activations per target"),
     "modules_to_save": (False, "modules_to_save trains full copies of those modules (weights, grads, states)"),
     "liger": (False, "Liger's fused RMSNorm/SwiGLU/RoPE kernels keep fewer activations"),
     "activation_offloading": (False, "offloaded activations live in host memory, not on the GPU"),

@@ -112,7 +112,10 @@ def build_model(spec: dict):
             lora_dropout=spec["lora_dropout"],
             target_modules=peft_target_modules(spec),
             task_type="CAUSAL_LM",
+            use_dora=bool(spec.get("dora", False)),
         )
+        if spec.get("dora"):
+            _dora_collect_cycles()
         with warnings.catch_warnings():  # peft asks the deprecated is_gradient_checkpointing
             warnings.simplefilter("ignore", FutureWarning)
             model = peft.get_peft_model(
@@ -127,6 +130,27 @@ def build_model(spec: dict):
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": reentrant})
     model.train()
     return model
+
+
+def _dora_collect_cycles() -> None:
+    """Collect garbage when a DoRA forward returns. MemTracker's module hooks put DoRA's weight-norm graph (eye,
+    A(eye), ΔW: locals of the forward) in reference cycles, so they would live until Python's cyclic collector
+    runs — at random; without the tracker they are freed at return, as in real training."""
+    import gc
+
+    from peft.tuners.lora import dora
+
+    if getattr(dora.DoraLinearLayer.forward, "_symvram_gc", False):
+        return
+    orig = dora.DoraLinearLayer.forward
+
+    def forward(self, *args, **kwargs):
+        out = orig(self, *args, **kwargs)
+        gc.collect()
+        return out
+
+    forward._symvram_gc = True
+    dora.DoraLinearLayer.forward = forward
 
 
 def _quantize_linears(model, dtype) -> None:
