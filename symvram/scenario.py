@@ -136,17 +136,19 @@ class Scenario:
     dora: bool = False              # PEFT LoraConfig(use_dora=True)
     kbit_prep: str = "none"         # QLoRA: peft's prepare_model_for_kbit_training (fp32 non-quantized weights)
     overrides: tuple[tuple[str, float], ...] = field(default=())
+    # the settings given (not filled by the stack): with_changes keeps them and lets the stack fill the rest again
+    given: frozenset = field(default=frozenset(), compare=False, repr=False)
 
     @classmethod
     def create(cls, model: str | ModelSpec, **kw) -> "Scenario":
         """Check every input and fill the defaults: a setting not given (or None) takes the value of the stack
         (``stack``, else the model's default stack: see symvram.stacks)."""
         spec = model if isinstance(model, ModelSpec) else load_model(model)
-        kw = {k: v for k, v in kw.items() if v is not None}
+        kw = {k: v for k, v in kw.items() if v is not None and k != "given"}
         unknown = sorted(set(kw) - set(cls.__dataclass_fields__))
         if unknown:
             raise UserError(f"unknown scenario setting {', '.join(unknown)}; settings are "
-                            f"{', '.join(k for k in cls.__dataclass_fields__ if k != 'model')}")
+                            f"{', '.join(k for k in cls.__dataclass_fields__ if k not in ('model', 'given'))}")
         fam = family(spec.family)
         kw["targets"] = parse_targets(kw.get("targets", "all-linear"), fam)
         kw.setdefault("attention", fam.default_attention)
@@ -157,6 +159,7 @@ class Scenario:
                 kw[name] = int(value) if isinstance(value, float) and value.is_integer() else value
             kw["overrides"] = tuple(sorted(overrides.items()))
         state_given = kw.get("state_dtype")
+        given = frozenset(kw) - {"targets"}
         kw = resolve(spec, kw)
         kw = concrete(kw, kw.get("method", "full") in ("lora", "qlora"))
         if kw.get("optimizer") in BNB_OPTIMIZERS:
@@ -164,18 +167,15 @@ class Scenario:
                 raise UserError(f"--optimizer {kw['optimizer']} keeps its states in 8 bits (bitsandbytes); "
                                 f"--state-dtype {state_given} contradicts it")
             kw["state_dtype"] = "int8"
-        sc = cls(model=spec, **kw)
+        sc = cls(model=spec, **kw, given=given)
         sc._check()
         return sc
 
     def with_changes(self, **kw) -> "Scenario":
         """A copy with some inputs changed, checked again."""
-        merged = {k: getattr(self, k) for k in self.__dataclass_fields__ if k != "model"}
-        if kw.get("stack") not in (None, self.stack):  # what the old stack implied, the new one decides
-            implied = concrete(resolve(self.model, {"stack": self.stack, "dtype": self.dtype}), self.lora)
-            for key in STACK_SETTINGS:
-                if key not in kw and merged[key] == implied[key]:
-                    del merged[key]
+        implied = (*STACK_SETTINGS, "grad_checkpointing")  # what the stack fills in, it fills in again
+        merged = {k: getattr(self, k) for k in self.__dataclass_fields__ if k not in ("model", "given")
+                  and (k not in implied or k in self.given)}
         merged.update({k: v for k, v in kw.items() if v is not None})
         return Scenario.create(self.model, **merged)
 
@@ -337,7 +337,7 @@ class Scenario:
 
     def inputs(self) -> dict:
         """Every resolved setting (defaults included), JSON-ready."""
-        out = {k: getattr(self, k) for k in self.__dataclass_fields__ if k not in ("model", "overrides")}
+        out = {k: getattr(self, k) for k in self.__dataclass_fields__ if k not in ("model", "overrides", "given")}
         out["targets"] = list(self.targets) if self.lora else []
         out["model"] = self.model.name
         out["model_kind"] = self.model.kind
