@@ -139,6 +139,12 @@ def _bool_field(cfg: dict, key: str, source: str, default: bool) -> bool:
     return value
 
 
+def _known_types() -> dict[str, str]:
+    from .ledger.architecture import families_by_model_type
+
+    return families_by_model_type()
+
+
 def _family_of(cfg: dict, source: str):
     from .ledger.architecture import families_by_model_type, family
 
@@ -171,6 +177,10 @@ def spec_from_config(cfg: dict, name: str, kind: str, source: str) -> ModelSpec:
 
     if not isinstance(cfg, dict):
         raise UserError(f"{source}: expected a JSON object")
+    text = cfg.get("text_config")
+    if isinstance(text, dict) and cfg.get("model_type") not in _known_types() and text.get("model_type") in _known_types():
+        cfg = {**text, "tie_word_embeddings": cfg.get("tie_word_embeddings", text.get("tie_word_embeddings"))}
+        source += " (its text_config: the language model; vision towers are not modelled)"  # Gemma 3 4B–27B
     fam = _family_of(cfg, source)
     dims: dict[str, int] = {}
     for symbol, keys, default in fam.dims:

@@ -38,7 +38,7 @@ MAX_RANK = 1 << 20
 MAX_GPUS = 1_000_000
 # Largest value --set accepts, by symbol name, else by group: beyond these a number is a typo.
 FIELD_SYMBOLS = {"batch", "seq", "rank", "gpus", "tp"}  # symbols that are also Scenario fields
-SET_LIMITS = {"P": 10**15, "model": MAX_DIM, "bytes": 64, "quant": 1 << 20, "moe_imbalance": 1000}
+SET_LIMITS = {"P": 10**15, "model": MAX_DIM, "bytes": 64, "quant": 1 << 20}
 
 
 @cache
@@ -235,9 +235,11 @@ class Scenario:
                             f"use --dtype fp32 (HF Trainer's mixed precision) or --autocast {self.dtype}")
         trainable_dtype = self.adapter_dtype if self.lora else self.dtype
         if trainable_dtype == "fp16" and self.master == "none" and self.autocast == "none":
-            raise UserError("fp16 trainable weights need --master fp32: fp16's 5-bit exponent loses small updates "
-                            "(they underflow), so the optimizer must update an fp32 copy; bf16 has fp32's 8-bit "
-                            "exponent, which is why bf16 can drop the master copy")
+            raise UserError("fp16 trainable weights need --master fp32: fp16's 5-bit exponent has too little range "
+                            "(gradients underflow below 6e-8, hence loss scaling, and the optimizer's update must be "
+                            "applied to an fp32 copy); bf16 has fp32's 8-bit exponent, so it can drop the master copy, "
+                            "at a price: its 8 significant bits (fp16 has 11) round away updates smaller than about "
+                            "2^-8 of a weight, fp16 only below 2^-11 (w + dw == w)")
         if self.master == "fp32" and trainable_dtype == "fp32":
             raise UserError("--master fp32 duplicates weights that are already fp32; drop --master "
                             "(fp32 weights are their own master copy)")
@@ -296,8 +298,8 @@ class Scenario:
             raise UserError("--sequence-parallel splits the norm/residual activations across the tensor-parallel "
                             "ranks: it needs --tp 2 or more")
         dims = {**self.model.dims, **dict(self.overrides)}
-        for name in ("heads", "kv_heads", "intermediate"):
-            if dims[name] % self.tp:
+        for name in ("heads", "kv_heads", "intermediate", "moe_intermediate"):
+            if name in dims and dims[name] % self.tp:
                 raise UserError(f"--tp {self.tp} does not divide {name} = {dims[name]}: tensor parallelism "
                                 f"gives every rank the same share of the heads and of d_ff")
 

@@ -32,11 +32,8 @@ def test_remedies_in_the_reference_order_with_their_savings(lora24):
         ("seq_p95", dict(method="lora", batch=4, seq=1800)),
         ("checkpointing", dict(method="lora", batch=4, seq=1800, grad_checkpointing=True)),
         ("batch1", dict(method="lora", batch=1, seq=1800, grad_checkpointing=True)),
-        ("precision", dict(method="lora", batch=1, seq=1800, grad_checkpointing=True, state_dtype="int8")),
-        ("qlora", dict(method="qlora", batch=1, seq=1800, grad_checkpointing=True, state_dtype="int8")),
     ]
-    got = [r.key for r in lora24.remedies]
-    assert got == [k for k, _ in steps][:len(got)]             # a prefix of the order: it stops where it fits
+    assert [r.key for r in lora24.remedies] == [k for k, _ in steps]   # stops at the first that fits
     previous = estimate("llama-3-8b", **JOB).peak
     for remedy, (key, kw) in zip(lora24.remedies, steps):
         after = estimate("llama-3-8b", **kw).peak
@@ -54,6 +51,72 @@ def test_without_p95_the_sequence_step_is_explained_not_guessed():
                                                 grad_checkpointing=True).peak
 
 
+# ---------------------------------------------------------------- the five causes (issue 13)
+
+def test_full_fine_tuning_at_the_optimizer_step():
+    """llama-3.1-8b, full, bf16 AdamW states, checkpointing, on 72 GiB: the peak is the optimizer step, where the
+    activations are freed; foreach AdamW's sqrt(v) buffer (one state: P · 2 B) is what does not fit, and fused
+    AdamW — free — removes it. Parameter side by hand: P · (2 weight + 2 grad + 2 · 2 states) = 8 B/param."""
+    sc = Scenario.create("llama-3.1-8b", method="full", state_dtype="bf16", grad_checkpointing=True)
+    d = diagnose(sc, load_card("72GiB"))
+    P = estimate("llama-3.1-8b").derived["P"]
+    assert d.cause == "optimizer" and d.moment == "optimizer_step"
+    assert sum(d.parts["optimizer"].values()) == 2 * P
+    assert 8 * P <= d.parameter_bytes < 8 * P + 2**20 <= d.budget           # + AdamW's fp32 step counters
+    assert set(d.parts["activation"]) <= {"act_rope", "act_tokens"}          # freed: rotary cache and ids only
+    first = d.proposals[0]
+    assert first.key == "fused_adamw" and first.modelled and first.after.peak <= d.budget
+    assert first.after.peak == estimate("llama-3.1-8b", method="full", state_dtype="bf16", grad_checkpointing=True,
+                                        optimizer_impl="fused").peak
+    assert len(d.proposals) == 1                                              # it stops at the first that fits
+
+
+def test_llama3_qlora_long_sequence_the_loss_dominates():
+    """Llama-3 QLoRA, batch 4 × seq 4096, checkpointing, RTX 4090: at the start of the loss backward the fp32
+    log-softmax output and the two fp32 gradients of the loss are 3 · 4 B · T · V = 3 × 7.8 GiB; the first remedy
+    is a chunked cross-entropy, free."""
+    sc = Scenario.create("llama-3-8b", method="qlora", batch=4, seq=4096, grad_checkpointing=True)
+    d = diagnose(sc, load_card("rtx-4090"))
+    T, V = 4 * 4096, 128256
+    assert d.cause == "loss" and d.moment == "loss_backward"
+    assert sum(d.parts["loss"].values()) == 3 * 4 * T * V
+    assert d.proposals[0].key == "chunked_loss" and d.proposals[0].saving == 3 * 4 * T * V
+    if not d.proposals[0].modelled:       # until Scenario has loss_impl the later steps are estimated without it
+        assert "loss_impl" not in Scenario.__dataclass_fields__
+    assert d.cards is None or d.cards.strategy.key != "tp"                   # RTX 4090: PCIe, no TP
+
+
+def test_lora_where_the_activations_dominate():
+    """llama-3-8b LoRA at batch 4 × 4096 on 24 GiB: the saved activations (the MLP's three d_ff-wide tensors alone
+    are 3 · 2 B · T · d_ff · L = 42 GiB) dominate; with the data's P95 the first remedy is the shorter sequence."""
+    d = diagnose(Scenario.create("llama-3-8b", **JOB), 24 * GIB, p95_seq=1800)
+    assert d.cause == "activation"
+    assert d.parts["activation"]["act_mlp"] == 3 * 2 * (4 * 4096) * 14336 * 32
+    assert d.proposals[0].key == "seq_p95"
+    d = diagnose(Scenario.create("llama-3-8b", **JOB), load_card("rtx-4090"))
+    assert d.cause == "activation" and d.remedies[0].key == "checkpointing"
+    assert d.cards is None or d.cards.strategy.key != "tp"
+
+
+def test_a_setting_that_fits_gets_no_remedy():
+    d = diagnose(Scenario.create("7b", method="lora"), load_card("a100-80g"))
+    assert d.cause == "fits" and d.proposals == () and d.cards is None
+    assert d.estimate.peak <= d.budget == round(78.6 * GIB) - GIB
+
+
+def test_parameter_side_no_activation_remedy_can_fix():
+    """70B full: 70e9 · (2 + 2 + 8) = 840 GB of parameter side on a 77.6 GiB budget. No batch, sequence, loss or
+    optimizer-temporary remedy is offered until the parameter side fits; the first is the optimizer's precision."""
+    d = diagnose(Scenario.create("70b", method="full"), load_card("a100-80g"))
+    assert d.cause == "parameter" and d.parameter_bytes == 840e9 > d.budget
+    assert d.proposals[0].key == "precision"
+    for r in d.proposals:
+        if r.before.blocks["base"] + r.before.blocks["trainable"] > d.budget:
+            assert r.tier in ("precision", "method"), r.key
+    assert "checkpointing" not in [r.key for r in d.proposals][:2]
+    assert d.cards is not None and d.cards.gpus > 1 and d.changes_method    # keeping full: more cards
+
+
 def test_parameter_side_of_70b_full():
     d = diagnose(Scenario.create("70b", method="full"), load_card("a100-80g"))
     assert d.side == "parameter"
@@ -63,11 +126,12 @@ def test_parameter_side_of_70b_full():
 
 def test_more_cards_when_every_remedy_falls_short():
     d = diagnose(Scenario.create("7b", method="lora"), 6 * GIB)
-    assert [r.key for r in d.remedies] == ["checkpointing", "precision", "qlora"]   # batch is already 1
+    # the parameter side (13 GiB of bf16 base) is over 5 GiB: precision and QLoRA first, then checkpointing
+    assert [r.key for r in d.remedies] == ["precision", "qlora", "checkpointing"]
     assert not d.fixed and d.cards is not None
     c = d.cards
     # the cards are counted for LoRA (the job's method) with the earlier fixes, per GPU
-    kw = dict(method="lora", grad_checkpointing=True, state_dtype="int8", zero=c.strategy.zero,
+    kw = dict(method="lora", grad_checkpointing=True, state_dtype="int8", optimizer_impl="fused", zero=c.strategy.zero,
               offload=c.strategy.offload, tp=c.tp, sequence_parallel=c.tp > 1)
     n = c.gpus // c.tp
     assert estimate("7b", gpus=n, **kw).peak == c.at.peak <= d.budget
@@ -100,3 +164,34 @@ def test_cli(capsys):
 def test_bad_p95():
     with pytest.raises(UserError, match="--p95-seq"):
         diagnose(Scenario.create("7b"), 24 * GIB, p95_seq=0)
+
+
+def test_a_full_run_is_not_told_to_check_lora_targets(capsys):
+    from symvram.cli import main
+
+    assert main(["diagnose", "llama-3-8b", "--method", "full", "--gpu", "h200", "--batch", "8", "--seq", "4096"]) == 0
+    full = capsys.readouterr().out
+    assert "probe:" in full and "LoRA" not in full.split("probe:")[1].split("\n")[0]
+    assert main(["diagnose", "llama-3-8b", "--method", "lora", "--gpu", "rtx-4090", "--batch", "4", "--seq", "4096"]) == 0
+    lora = capsys.readouterr().out
+    assert "LoRA target modules" in lora and "no tensor parallelism" in lora
+
+
+def test_8bit_states_carry_no_foreach_buffer():
+    """bitsandbytes' AdamW8bit updates in a fused kernel: 7B full with 8-bit states is 2 + 2 + 2 · 1 = 6 B/param
+    = 42e9 B of parameter side and no 7e9 · 1 B foreach buffer on top (the ledger's foreach 8-bit figure is
+    about 6.5 GiB higher)."""
+    d = diagnose(Scenario.create("7b", method="full"), load_card("a100-80g"))
+    r = d.proposals[0]
+    assert r.key == "precision" and r.changes == {"state_dtype": "int8", "optimizer_impl": "fused"}
+    assert "optimizer_temp" not in r.after.terms
+    assert r.after.blocks["base"] + r.after.blocks["trainable"] == 7e9 * (2 + 2 + 2)
+
+
+def test_fp16_keeps_its_master_and_still_gets_8bit_states():
+    """fp16 weights cannot drop the fp32 master (the engine refuses it), so the precision remedy is 8-bit states
+    alone: 7B full fp16 with master, 2 + 2 + 4 + 2 · 1 = 10 B/param of parameter side after it."""
+    d = diagnose(Scenario.create("7b", dtype="fp16", master="fp32"), 24 * GIB)
+    r = d.proposals[0]
+    assert d.cause == "parameter" and r.key == "precision" and "master" not in r.changes
+    assert r.after.blocks["base"] + r.after.blocks["trainable"] == 7e9 * (2 + 2 + 4 + 2)

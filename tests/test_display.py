@@ -165,10 +165,11 @@ def test_diagnosis_gives_the_verdict_and_the_triage():
 
     d = diagnose("llama-3-8b", "24GiB", method="lora", batch=4, seq=4096)
     # budget: the 24 GiB given as usable, less the default 1 GiB headroom
-    assert repr(d).startswith("<Diagnosis llama-3-8b lora on 24.00 GiB card: activation side over, peak ")
+    assert repr(d).startswith("<Diagnosis llama-3-8b lora on 24.00 GiB card: activation side over at the start of "
+                              "the loss backward, peak ")
     assert "> budget 23.00 GiB; fits after" in repr(d)
     md = mime(d)["text/markdown"]
-    assert md.startswith("```text\n") and md.endswith("\n```") and "remedies, in order" in md
+    assert md.startswith("```text\n") and md.endswith("\n```") and "cheapest first" in md
 
 
 def test_plot_returns_a_figure_that_jupyter_shows_as_png():

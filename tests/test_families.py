@@ -171,3 +171,48 @@ def test_estimate_equals_the_measured_peak(model_type, settings):
     measured = measure({**from_scenario(sc), "steps": 2})
     # within 8 bytes: the 0-d fp32 loss and its gradient seed are not ledger terms
     assert 0 <= measured["peak_bytes"] - evaluate(sc).peak <= 8
+
+
+def test_the_readme_shows_the_whole_qwen3_entry():
+    """"Adding a family is one data entry": the README's example is the shipped file, comments aside."""
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    entry = (root / "symvram/data/families/qwen3.toml").read_text(encoding="utf-8")
+    lines = [ln for ln in entry.splitlines() if ln.strip() and not ln.startswith("#")]
+    readme = (root / "README.md").read_text(encoding="utf-8")
+    assert "\n".join(lines) in "\n".join(ln for ln in readme.splitlines() if ln.strip())
+
+
+ONE_PER_FAMILY = ["llama-3.2-1b", "mistral-7b", "qwen2.5-0.5b", "qwen3-0.6b", "gemma-2-2b", "gemma-3-1b", "phi-3-mini",
+                  "olmo-2-7b", "mixtral-8x7b", "qwen3-30b-a3b"]
+
+
+def test_one_preset_per_family():
+    from symvram.presets import load_model
+
+    assert {load_model(m).family for m in ONE_PER_FAMILY} == set(family_names())
+
+
+@pytest.mark.parametrize("model", ONE_PER_FAMILY)
+def test_every_question_answers_for_every_family(model):
+    """estimate, whatif, sensitivity, fit, plan, diagnose and explain run on each family, and agree: what
+    whatif reports for seq = 4096 is what estimate computes there."""
+    from symvram import api
+
+    lora = dict(method="lora", rank=8)
+    assert api.whatif(model, {"seq": 4096}, **lora).after.peak == api.estimate(model, seq=4096, **lora).peak
+    assert api.sensitivity(model, **lora)
+    assert api.fit(model, "h100-80g", **lora)
+    assert api.plan(model, "h100-80g", max_gpus=8)
+    assert api.diagnose(model, "rtx-4090", **lora)
+    assert "LoRA" in api.explain(model, **lora).text
+
+
+def test_a_multimodal_config_is_read_through_its_text_config():
+    """Gemma 3 4B–27B ship model_type gemma3 with the language model under text_config."""
+    text = {**PUBLISHED[3][0]}
+    spec = spec_from_config({"model_type": "gemma3", "text_config": text, "vision_config": {"hidden_size": 1152}},
+                            "g", "config", "test")
+    assert spec.family == "gemma3_text"
+    assert evaluate(Scenario.create(spec, method="full")).derived["P"] == 3_880_263_168

@@ -116,3 +116,36 @@ def test_cli_refuses_the_settings_it_searches(capsys):
 
     assert main(["plan", "7b", "--gpu", "a100-80g", "--zero", "3"]) == 2
     assert "--zero" in capsys.readouterr().err
+
+
+def test_tensor_parallelism_needs_nvlink():
+    """data/gpus.toml gives every card its interconnect; TP is not planned on PCIe-only cards (RTX 4090)."""
+    import tomllib
+    from importlib import resources
+
+    cards = tomllib.loads(resources.files("symvram.data").joinpath("gpus.toml").read_text(encoding="utf-8"))
+    assert all(c.get("interconnect") in ("nvlink", "pcie", "infinity-fabric") for c in cards.values())
+    assert cards["rtx-4090"]["interconnect"] == "pcie" and cards["a100-80g"]["interconnect"] == "nvlink"
+    r = plan(Scenario.create("70b", grad_checkpointing=True), load_card("rtx-4090"), methods=("lora",))
+    assert "tp" not in {row.strategy.key for row in r.rows}
+    assert "tp" in {row.strategy.key for row in plan(Scenario.create("7b"), A100, methods=("lora",)).rows}
+
+
+def test_tp_parameter_count_is_the_minimum_over_degrees():
+    """70B LoRA, parameter side per rank at t = 2: (P − R)/2 + R bf16 weights (R: the replicated norms) plus
+    the adapters' triple halved — below the 77.6 GiB budget, so 2 cards hold the parameters alone."""
+    at2 = estimate("70b", method="lora", tp=2, sequence_parallel=True, zero=1)
+    assert at2.blocks["base"] + at2.blocks["trainable"] <= BUDGET
+    norms = 80 * 2 * 8192 + 8192
+    assert at2.blocks["base"] == pytest.approx(((70e9 - norms) / 2 + norms) * 2, rel=1e-6)
+    r = plan(Scenario.create("70b"), A100, methods=("lora",), strategies=("tp",))
+    assert row(r, "lora", "tp").params_gpus == 2 < row(r, "lora", "tp").gpus
+
+
+def test_offload_host_memory_leaves_out_the_foreach_buffer():
+    """DeepSpeed's CPU Adam updates tensor by tensor in place: the host holds 70e9 · (2 grad + 8 states) bytes
+    plus the step counters, not the 4 B/param foreach buffer (so about 652 GiB, not 912)."""
+    r = plan(Scenario.create("70b"), A100, methods=("full",), strategies=("zero3_offload",))
+    host = r.rows[0].host_total
+    n = r.rows[0].at.scenario.gpus
+    assert 0 <= host - 70e9 * (2 + 8) <= n * (4 * STEPS_70B + 8)   # + each rank's fp32 step counters (and rounding)

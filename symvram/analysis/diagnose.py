@@ -1,71 +1,128 @@
-"""OOM triage: which side is over, the probe that tells them apart on the real job, and the remedies
-in the reference answer's order, each re-estimated from the ledger, stopping where the job fits.
+"""OOM triage, the one the CLI, ``explain``, the notebooks and the page all use.
 
-Sides: the parameter side is what exists before the first token (base weights + the trainable triple:
-gradients, optimizer states, master, adapters); the activation side is the rest of the peak (saved
-activations and the step's temporaries). The probe — batch 1 and a short sequence on the real job —
-keeps the parameter side whole and shrinks the other: still OOM means the parameters are bigger than
-the ledger (targets, an fp32 master the framework keeps, optimizer precision); fits means activations.
-
-Remedies, cumulative, in order: max_seq_len from the data's P95; gradient checkpointing (≈ 20–30 %
-slower); batch 1 with gradient accumulation; optimizer precision (8-bit states, no fp32 master);
-QLoRA; only then more cards (from ``plan``, for the job with the earlier fixes and its own method).
+1. **Where the peak is.** The peak is one moment of the step (the ledger's ``moments``: forward and
+   loss, loss backward, the layers' backward, the optimizer step …). Its live bytes are split into
+   what actually lives there: the *parameter side* (weights, gradients, optimizer states, master,
+   adapters), the *optimizer-step temporaries* (foreach AdamW's ``sqrt(v)`` buffer), the *loss*
+   (vocabulary-sized logits and their fp32 gradients), the *saved activations*, and the *backward
+   temporaries* (one layer's recomputed tensors and MLP gradients). The cause is the parameter side
+   when it alone is over the budget, otherwise the largest of the other parts.
+2. **The probe** (batch 1 and a short sequence on the real job) keeps the parameter side and the
+   optimizer step whole and shrinks the rest; it tells a ledger that is wrong about parameters from
+   one that is right.
+3. **Remedies for that moment**, cheapest first — free ones (fused AdamW, a chunked cross-entropy,
+   SDPA instead of eager attention, ``max_seq_len`` from the data's P95), then gradient checkpointing,
+   batch 1 with accumulation, optimizer precision, LoRA/QLoRA, and only then more cards (from ``plan``,
+   TP only over NVLink). A remedy is offered only when the part it shrinks lives at the current peak
+   and, while the parameter side alone is over, only if it shrinks the parameter side. Each is
+   re-estimated on top of the previous ones; the triage stops at the first that fits.
 
 With a measured peak, the unknown overhead (CUDA context the card's usable figure did not cover,
 allocator rounding and fragmentation, library workspaces) is fitted as measured − estimated at the
 measured settings and added to every predicted peak.
 
 >>> from symvram.scenario import Scenario
->>> d = diagnose(Scenario.create("llama-3-8b", method="lora", batch=4, seq=4096), 24 * 2**30)
->>> d.side, [r.key for r in d.remedies]
-('activation', ['checkpointing', 'batch1', 'precision'])
->>> d.remedies[-1].after.peak <= d.budget < d.remedies[-2].after.peak
-True
+>>> d = diagnose(Scenario.create("7b", method="full"), 80 * 2**30)
+>>> d.cause, d.moment, d.proposals[0].key
+('optimizer', 'optimizer_step', 'fused_adamw')
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ..errors import UserError
 from ..evaluate import Breakdown, evaluate
+from ..ledger.terms import Term
 from ..presets import GPUSpec
 from ..scenario import Scenario
 from .fit import DEFAULT_HEADROOM, headroom_bytes
-from .plan import PlanRow, plan
+from .plan import PlanRow, plan, tensor_parallel_ok
 
 PROBE_SEQ = 512
+PARTS = ("parameter", "optimizer", "loss", "activation", "backward")
+PART_NAMES = {"parameter": "parameter side (weights, gradients, optimizer states, master)",
+              "optimizer": "optimizer-step temporaries", "loss": "loss (vocabulary-sized logits and gradients)",
+              "activation": "saved activations", "backward": "backward temporaries (one layer, MLP gradients)"}
+# hooks for settings other engineers add to Scenario: a remedy is re-estimated only when its field exists
+LOSS_HOOK = "loss_impl"
+TIERS = ("free", "recompute", "throughput", "precision", "method", "more cards")
+
+
+def part_of(term: Term) -> str:
+    """Which part of a moment ``term`` belongs to, read from its block and its expression's symbols."""
+    names = {str(s) for s in term.expr.free_symbols}
+    if term.key.startswith("optimizer_") and term.block == "transient":
+        return "optimizer"
+    if term.block in ("base", "trainable") or names & {"P", "P_train", "P_lora", "P_quant", "P_keep"}:
+        return "parameter"
+    if "vocab" in names and "seq" in names:
+        return "loss"
+    return "activation" if term.block == "activations" else "backward"
+
+
+def moment_parts(bd: Breakdown, moment: str | None = None) -> dict[str, dict[str, int]]:
+    """part → {term key: bytes} of the terms live at ``moment`` (default: the peak's)."""
+    m = next(x for x in bd.ledger.moments if x.key == (moment or bd.peak_moment))
+    out: dict[str, dict[str, int]] = {p: {} for p in PARTS}
+    for key in m.terms:
+        out[part_of(bd.ledger.by_key[key])][key] = bd.terms[key]
+    return out
+
+
+def part_bytes(bd: Breakdown, moment: str | None = None) -> dict[str, int]:
+    return {p: sum(v.values()) for p, v in moment_parts(bd, moment).items()}
+
+
+def parameter_side(bd: Breakdown) -> int:
+    """Base weights + the trainable triple on the GPU: what is there at the optimizer step whatever the batch."""
+    return bd.blocks["base"] + bd.blocks["trainable"]
 
 
 @dataclass(frozen=True)
 class Remedy:
-    """One step of the triage: the changes (cumulative with the earlier steps) and the estimate after."""
+    """One step: the changes (cumulative with the earlier steps) and the estimate after. A remedy the
+    engine cannot model yet (``after`` None) carries ``bound``: the bytes of its part at the moment,
+    the most it can save; the steps after it are estimated without it."""
 
     key: str
     title: str
+    tier: str
     changes: dict
     cost: str
     before: Breakdown
-    after: Breakdown
+    after: Breakdown | None
+    bound: int = 0
+
+    @property
+    def modelled(self) -> bool:
+        return self.after is not None
 
     @property
     def saving(self) -> int:
-        return self.before.peak - self.after.peak
+        return self.before.peak - self.after.peak if self.after is not None else self.bound
 
 
 @dataclass(frozen=True)
 class Diagnosis:
-    """``side``: fits | activation | parameter. ``overhead``: fitted from a measurement (0 without)."""
+    """``cause``: fits | parameter | optimizer | loss | activation | backward. ``overhead``: fitted
+    from a measurement (0 without). ``proposals``: every remedy in order, modelled or not;
+    ``remedies``: the modelled ones, each on top of the previous."""
 
     estimate: Breakdown
     card: GPUSpec
     headroom: int
     parameter_bytes: int
     probe: Breakdown
-    remedies: tuple[Remedy, ...]
+    proposals: tuple[Remedy, ...]
     skipped: tuple[tuple[str, str], ...]
     cards: PlanRow | None
     overhead: int = 0
     measured: tuple[int, Breakdown] | None = None
+    parts: dict = field(default_factory=dict)
+
+    @property
+    def remedies(self) -> tuple[Remedy, ...]:
+        return tuple(r for r in self.proposals if r.modelled)
 
     @property
     def budget(self) -> int:
@@ -73,18 +130,36 @@ class Diagnosis:
         return self.card.usable_bytes - self.headroom - max(self.overhead, 0)
 
     @property
+    def moment(self) -> str:
+        return self.estimate.peak_moment
+
+    @property
+    def moment_label(self) -> str:
+        return next(m.label for m in self.estimate.ledger.moments if m.key == self.moment)
+
+    @property
     def activation_bytes(self) -> int:
+        """The peak less the parameter side: what the batch, the sequence and the step's temporaries add."""
         return self.estimate.peak - self.parameter_bytes
 
     @property
-    def side(self) -> str:
+    def cause(self) -> str:
         if self.estimate.peak <= self.budget:
             return "fits"
-        return "parameter" if self.parameter_bytes > self.budget else "activation"
+        if self.parameter_bytes > self.budget:
+            return "parameter"
+        sizes = part_bytes(self.estimate)
+        return max(PARTS[1:], key=lambda p: sizes[p])
+
+    side = cause   # the name earlier releases used
 
     @property
     def fixed(self) -> bool:
         return bool(self.remedies) and self.remedies[-1].after.peak <= self.budget
+
+    @property
+    def changes_method(self) -> bool:
+        return any("method" in r.changes for r in self.remedies)
 
     def __repr__(self) -> str:
         from ..present.display import diagnosis_repr
@@ -95,39 +170,132 @@ class Diagnosis:
         return diagnosis_markdown(self)
 
 
-def parameter_side(bd: Breakdown) -> int:
-    """Base weights + the trainable triple on the GPU: what is there before the first token."""
-    return bd.blocks["base"] + bd.blocks["trainable"]
+@dataclass(frozen=True)
+class _Candidate:
+    key: str
+    title: str
+    tier: str
+    parts: tuple[str, ...]      # the parts of a moment it shrinks
+    changes: dict | None        # None: the engine cannot model it (yet)
+    cost: str
 
 
-def _candidates(sc: Scenario, p95_seq: int | None) -> list[tuple[str, str, dict, str] | tuple[str, str, None, str]]:
-    """(key, title, changes or None, cost or why skipped) in the reference order."""
-    out = []
-    if p95_seq is None:
-        out.append(("seq_p95", "max_seq_len from the data's P95", None,
-                    "pass --p95-seq: the 95th percentile of your tokenized lengths; a default max_seq_len (often "
-                    "4096) pads or keeps far more tokens than most samples have, and activations grow with it"))
-    elif p95_seq < sc.seq:
-        out.append(("seq_p95", f"max_seq_len {p95_seq} (the data's P95) instead of {sc.seq}", {"seq": p95_seq},
-                    "the longest 5 % of samples are truncated (or packed/split)"))
-    if not sc.grad_checkpointing:
-        out.append(("checkpointing", "gradient checkpointing", {"grad_checkpointing": True},
-                    "≈ 20–30 % slower: each layer's forward is recomputed in backward"))
-    if sc.batch > 1:
-        out.append(("batch1", f"batch 1 with gradient accumulation over {sc.batch} steps", {"batch": 1},
-                    f"same effective batch ({sc.batch}); smaller kernels run less efficiently"))
-    precision = {}
-    if sc.state_dtype != "int8":
-        precision["state_dtype"] = "int8"
+def _precision(sc: Scenario) -> dict:
+    """8-bit states (bitsandbytes' 8-bit optimizers update in one fused kernel per tensor: no foreach
+    temporary, so the estimate says fused) and no fp32 master copy."""
+    out = {}
+    if sc.state_dtype != "int8" and sc.optimizer in ("adamw", "lion", "sgd-momentum"):
+        out["state_dtype"] = "int8"
+        if sc.optimizer == "adamw":
+            out["optimizer_impl"] = "fused"
     if sc.master == "fp32":
-        precision["master"] = "none"
-    if precision:
-        out.append(("precision", "8-bit optimizer states" + (", no fp32 master" if "master" in precision else ""),
-                    precision, "bitsandbytes 8-bit AdamW: a small accuracy risk; bf16 weights need no fp32 master"))
-    if sc.method != "qlora":
-        out.append(("qlora", "QLoRA (4-bit NF4 base, LoRA adapters)", {"method": "qlora"},
-                    "dequantization makes steps slower" + ("; LoRA instead of full fine-tuning" if sc.method == "full" else "")))
+        out["master"] = "none"
     return out
+
+
+def _candidates(sc: Scenario, p95_seq: int | None) -> list[_Candidate]:
+    """Every remedy that applies to the current settings ``sc``, in the order of their cost."""
+    out = []
+    if sc.optimizer == "adamw" and sc.optimizer_impl != "fused":
+        out.append(_Candidate("fused_adamw", "fused AdamW (torch.optim.AdamW(..., fused=True))", "free", ("optimizer",),
+                              {"optimizer_impl": "fused"},
+                              f"none: the same update in one CUDA kernel, without the {sc.optimizer_impl} "
+                              "implementation's temporary"))
+    if getattr(sc, LOSS_HOOK, None) not in ("chunked", "fused"):
+        hook = {LOSS_HOOK: "chunked"} if LOSS_HOOK in Scenario.__dataclass_fields__ else None
+        out.append(_Candidate("chunked_loss", "a chunked / fused cross-entropy (e.g. Liger's fused linear "
+                              "cross-entropy)", "free", ("loss",), hook,
+                              "none in memory or accuracy: the loss is computed over chunks of tokens, so the "
+                              "vocabulary-sized fp32 logits and their gradients never exist whole; a kernel library"))
+    if sc.attention == "eager":
+        out.append(_Candidate("sdpa", "SDPA / FlashAttention instead of eager attention", "free", ("activation",),
+                              {"attention": "sdpa"}, "none where the model supports it (attn_implementation=\"sdpa\"): "
+                              "the b·heads·s² attention scores are never stored"))
+    if p95_seq is not None and p95_seq < sc.seq:
+        out.append(_Candidate("seq_p95", f"max_seq_len {p95_seq} (the data's P95) instead of {sc.seq}", "free",
+                              ("activation", "loss", "backward"), {"seq": p95_seq},
+                              "the longest 5 % of samples are truncated (or packed/split)"))
+    if not sc.grad_checkpointing:
+        out.append(_Candidate("checkpointing", "gradient checkpointing", "recompute", ("activation",),
+                              {"grad_checkpointing": True},
+                              "≈ 20–30 % slower: each layer's forward is recomputed in backward"))
+    if sc.batch > 1:
+        out.append(_Candidate("batch1", f"batch 1 with gradient accumulation over {sc.batch} steps", "throughput",
+                              ("activation", "loss", "backward"), {"batch": 1},
+                              f"same effective batch ({sc.batch}); smaller kernels run less efficiently"))
+    precision = _precision(sc)
+    if precision:
+        words = [w for k, w in (("state_dtype", "8-bit optimizer states"), ("master", "no fp32 master copy"))
+                 if k in precision]
+        out.append(_Candidate("precision", ", ".join(words), "precision", ("parameter", "optimizer"), precision,
+                              "bitsandbytes 8-bit AdamW (AdamW8bit, a fused kernel): a small accuracy risk"
+                              + ("; without the master, bf16 rounds away updates below ≈ 2^-8 of a weight"
+                                 if "master" in precision else "")))
+    if sc.method == "full":
+        out.append(_Candidate("lora", "LoRA (frozen base, adapters only)", "method", ("parameter", "optimizer"),
+                              {"method": "lora"}, "adapters instead of every weight: a different fine-tune"))
+    if sc.method != "qlora":
+        out.append(_Candidate("qlora", "QLoRA (4-bit NF4 base, LoRA adapters)", "method", ("parameter",),
+                              {"method": "qlora"}, "dequantization makes steps slower; the base is 4-bit"
+                              + ("; adapters instead of full fine-tuning" if sc.method == "full" else "")))
+    return out
+
+
+def triage_steps(est: Breakdown, budget: int, p95_seq: int | None) -> tuple[list[Remedy], list[tuple[str, str]]]:
+    """The remedies from ``est`` until the peak fits ``budget`` (or none is left): at each step the
+    cheapest tier first (among the free ones the largest saving); each applies to the current peak's moment."""
+    sc = est.scenario
+    proposals, skipped, done = [], [], set()
+    current, changes = est, {}
+    while current.peak > budget:
+        sizes = part_bytes(current)
+        params_over = parameter_side(current) > budget
+        if p95_seq is None and "seq_p95" not in done and not params_over and (
+                sizes["activation"] + sizes["loss"] + sizes["backward"]) * 10 >= current.peak:
+            done.add("seq_p95")
+            skipped.append(("max_seq_len from the data's P95",
+                            "pass --p95-seq: the 95th percentile of your tokenized lengths; a default max_seq_len "
+                            "(often 4096) pads or keeps far more tokens than most samples have"))
+        floor = min(current.peak - budget, current.peak // 50)   # a remedy must save at least this much (2 %)
+        options = []
+        for c in _candidates(current.scenario, p95_seq):
+            if c.key in done or not any(sizes[p] for p in c.parts):
+                continue
+            if params_over and "parameter" not in c.parts:
+                continue   # nothing but the parameter side can bring a parameter side under the budget
+            after = None
+            if c.changes is not None:
+                try:
+                    after = evaluate(sc.with_changes(**{**changes, **c.changes}))
+                except UserError:   # e.g. fp16 weights cannot drop the fp32 master: keep the rest of the remedy
+                    kept = {k: v for k, v in c.changes.items() if k != "master"}
+                    if not kept or kept == c.changes:
+                        continue
+                    try:
+                        after = evaluate(sc.with_changes(**{**changes, **kept}))
+                    except UserError:
+                        continue
+                    c = _Candidate(c.key, "8-bit optimizer states", c.tier, c.parts, kept,
+                                   c.cost.split("; without the master")[0])
+                saving = current.peak - after.peak
+            else:
+                saving = sum(sizes[p] for p in c.parts)
+            if saving < max(floor, 1):
+                continue
+            # free remedies by what they save; the costly ones in their order of cost (LoRA before QLoRA)
+            options.append((TIERS.index(c.tier), -saving if c.tier == "free" else 0, len(options), c, after))
+        if not options:
+            break
+        _, _, _, c, after = min(options)
+        done.add(c.key)
+        if after is None:
+            proposals.append(Remedy(c.key, c.title, c.tier, {}, c.cost, current, None,
+                                    sum(sizes[p] for p in c.parts)))
+            continue
+        changes = {**changes, **c.changes}
+        proposals.append(Remedy(c.key, c.title, c.tier, dict(changes), c.cost, current, after))
+        current = after
+    return proposals, skipped
 
 
 def diagnose(sc: Scenario, capacity: int | GPUSpec, headroom: int | str = DEFAULT_HEADROOM,
@@ -146,33 +314,20 @@ def diagnose(sc: Scenario, capacity: int | GPUSpec, headroom: int | str = DEFAUL
         at = evaluate(sc.with_changes(**(measured_at or {})))
         overhead, measured = measured_peak - at.peak, (measured_peak, at)
     probe = evaluate(sc.with_changes(batch=1, seq=min(PROBE_SEQ, sc.seq)))
-    partial = Diagnosis(est, card, room, parameter_side(est), probe, (), (), None, overhead, measured)
-    budget = partial.budget
-    remedies, skipped = [], []
-    current, changes = est, {}
-    if current.peak > budget:
-        for key, title, change, cost in _candidates(sc, p95_seq):
-            if change is None:
-                skipped.append((title, cost))
-                continue
-            try:
-                after = evaluate(sc.with_changes(**changes, **change))
-            except UserError as e:  # e.g. no master dropped for fp16 weights
-                skipped.append((title, str(e)))
-                continue
-            changes = {**changes, **change}
-            remedies.append(Remedy(key, title, dict(changes), cost, current, after))
-            current = after
-            if after.peak <= budget:
-                break
+    budget = card.usable_bytes - room - max(overhead, 0)
+    proposals, skipped = triage_steps(est, budget, p95_seq)
+    modelled = [r for r in proposals if r.modelled]
+    last = modelled[-1].after if modelled else est
     cards = None
-    if current.peak > budget:
-        kept = sc.with_changes(**{k: v for k, v in changes.items() if k != "method"})  # the fixes, same method
-        result = plan(kept, GPUSpec(card.key, card.name, card.memory_bytes, card.usable_bytes - max(overhead, 0)),
+    if last.peak > budget or any("method" in r.changes for r in modelled):
+        kept = {k: v for r in modelled for k, v in r.changes.items() if k != "method"}   # the fixes, same method
+        result = plan(sc.with_changes(**kept), GPUSpec(card.key, card.name, card.memory_bytes,
+                                                       card.usable_bytes - max(overhead, 0)),
                       max_gpus=max_gpus, headroom=room, methods=(sc.method,))
         cards = result.best(sc.method, offload=False) or result.best(sc.method)
-    return Diagnosis(est, card, room, partial.parameter_bytes, probe, tuple(remedies), tuple(skipped), cards,
-                     overhead, measured)
+    return Diagnosis(est, card, room, parameter_side(est), probe, tuple(proposals), tuple(skipped), cards,
+                     overhead, measured, moment_parts(est))
 
 
-__all__ = ["diagnose", "Diagnosis", "Remedy", "parameter_side"]
+__all__ = ["diagnose", "Diagnosis", "Remedy", "parameter_side", "moment_parts", "part_bytes", "part_of", "PARTS",
+           "PART_NAMES", "LOSS_HOOK", "tensor_parallel_ok"]

@@ -23,6 +23,7 @@ ZeRO-3 + parameter offload   parameters live on the CPU and cross PCIe every for
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -31,12 +32,37 @@ import numpy as np
 from ..errors import UserError
 from ..evaluate import Breakdown, evaluate, grid_function
 from ..ledger import build_ledger
-from ..presets import GPUSpec
+from ..presets import GPUSpec, gpu_presets
 from ..present.tables import host_bytes
 from ..scenario import MAX_GPUS, METHODS, Scenario
 from .fit import DEFAULT_HEADROOM, headroom_bytes
 
 MAX_TP = 8  # tensor parallelism needs NVLink: it stays inside one node
+TP_INTERCONNECTS = ("nvlink", "infinity-fabric")   # data/gpus.toml's `interconnect` fast enough for TP
+
+
+def host_resident(bd: Breakdown) -> int:
+    """Bytes one rank keeps in CPU memory under offload: the ledger's host terms less the foreach AdamW
+    buffer, which DeepSpeed's CPU Adam (an in-place, tensor-by-tensor C++ kernel) never allocates."""
+    led = bd.ledger
+    temp = bd.terms["optimizer_temp"] if "optimizer_temp" in led.by_key and led.by_key["optimizer_temp"].block == "host" else 0
+    return host_bytes(bd) - temp
+
+
+def interconnect(card: GPUSpec) -> str | None:
+    """The card's GPU-to-GPU link from ``data/gpus.toml`` (``nvlink``, ``pcie`` …); None for a card given
+    as a size, whose link is unknown.
+
+    >>> from symvram.analysis.fit import load_card
+    >>> interconnect(load_card("rtx-4090")), interconnect(load_card("a100-80g")), interconnect(load_card("80GiB"))
+    ('pcie', 'nvlink', None)
+    """
+    return gpu_presets().get(card.key, {}).get("interconnect")
+
+
+def tensor_parallel_ok(card: GPUSpec) -> bool:
+    """Tensor parallelism is offered unless the card is known to talk over PCIe only."""
+    return interconnect(card) in TP_INTERCONNECTS + (None,)
 
 
 @dataclass(frozen=True)
@@ -88,7 +114,7 @@ class PlanRow:
     @property
     def host_total(self) -> int:
         """CPU memory the whole job needs for offloaded shards (each data-parallel rank's share)."""
-        return host_bytes(self.at) * self.at.scenario.gpus * self.tp
+        return host_resident(self.at) * self.at.scenario.gpus * self.tp
 
 
 @dataclass(frozen=True)
@@ -170,15 +196,18 @@ def _row(sc: Scenario, method: str, st: Strategy, budget: int, max_gpus: int) ->
     if not st.tensor_parallel:
         n, at = fewest_gpus(base, budget, max_gpus)
         return PlanRow(method, st, n, 1, at, _first_fit(base, _params_expr, budget, max_gpus))
-    best = None
+    best, params = None, []
     for t in tp_degrees(base):
         shaped = base.with_changes(tp=t, sequence_parallel=True)
         n, at = fewest_gpus(shaped, budget, max(1, max_gpus // t))
         p = _first_fit(shaped, _params_expr, budget, max(1, max_gpus // t))
+        if p is not None:
+            params.append(p * t)
         row = PlanRow(method, st, None if n is None else n * t, t, at, None if p is None else p * t)
         if best is None or (row.fits, -(row.gpus or 0), -row.at.peak) > (best.fits, -(best.gpus or 0), -best.at.peak):
             best = row
-    return best
+    # the parameter side's own count is minimised over t too (not taken at the t whose whole peak fits)
+    return None if best is None else dataclasses.replace(best, params_gpus=min(params, default=None))
 
 
 def plan(sc: Scenario, gpu: GPUSpec, max_gpus: int = 64, headroom: int | str = DEFAULT_HEADROOM,
@@ -196,10 +225,12 @@ def plan(sc: Scenario, gpu: GPUSpec, max_gpus: int = 64, headroom: int | str = D
         for st in STRATEGIES:
             if strategies and st.key not in strategies:
                 continue
+            if st.tensor_parallel and not tensor_parallel_ok(gpu):   # TP over PCIe: not a plan anyone runs
+                continue
             row = _row(sc, method, st, budget, max_gpus)
             if row is not None:
                 rows.append(row)
     return PlanResult(gpu, room, max_gpus, tuple(rows))
 
 
-__all__ = ["plan", "fewest_gpus", "PlanResult", "PlanRow", "STRATEGIES", "Strategy"]
+__all__ = ["plan", "interconnect", "tensor_parallel_ok", "fewest_gpus", "PlanResult", "PlanRow", "STRATEGIES", "Strategy"]

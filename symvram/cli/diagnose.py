@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from ..analysis.diagnose import PROBE_SEQ, Diagnosis, diagnose
+from ..analysis.diagnose import PART_NAMES, PARTS, PROBE_SEQ, Diagnosis, diagnose, tensor_parallel_ok
 from ..analysis.fit import load_card
 from ..errors import UserError
 from ..stacks import summary as stack_summary
@@ -14,12 +14,15 @@ from .common import (add_model_argument, add_output_arguments, add_scenario_argu
 from .fit import add_card_arguments
 
 HELP = f"""\
-A job that "should fit" ran out of memory. diagnose says which side of the ledger is over — the
-parameter side (base weights + gradients, optimizer states, master, adapters) or the activation side —
-prescribes the probe that splits them on the real job (batch 1, seq {PROBE_SEQ}), then the remedies in
-order, each with its predicted saving and the peak after it, stopping where the job fits:
-max_seq_len from the data's P95, gradient checkpointing, batch 1 + gradient accumulation, optimizer
-precision, QLoRA, and only then more cards. With --measured-peak it fits the unknown overhead.
+A job that "should fit" ran out of memory. diagnose names the moment of the peak and splits its bytes
+into what lives there: the parameter side (weights, gradients, optimizer states, master, adapters),
+the optimizer step's temporaries, the loss's vocabulary-sized tensors, the saved activations and the
+backward temporaries. It prescribes the probe that splits parameters from the rest on the real job
+(batch 1, seq {PROBE_SEQ}), then the remedies for that moment, cheapest first, each with its predicted
+saving and price, stopping at the first that fits: free ones (fused AdamW, a chunked cross-entropy,
+SDPA, max_seq_len from the data's P95), gradient checkpointing, batch 1 + gradient accumulation,
+optimizer precision, LoRA/QLoRA, and only then more cards (tensor parallelism only over NVLink).
+With --measured-peak it fits the unknown overhead.
 
 examples:
   symvram diagnose llama-3-8b --method lora --gpu 24GiB --batch 4 --seq 4096
@@ -70,6 +73,39 @@ def _moment(bd, key=None) -> str:
     return next(m.label for m in bd.ledger.moments if m.key == key)
 
 
+def probe_advice(d: Diagnosis) -> str:
+    """What the probe (batch 1, short sequence) can and cannot tell for this job."""
+    sc = d.estimate.scenario
+    suspects = (["the LoRA target modules (all-linear adapts more matrices than q,v)"] if sc.lora else []) + [
+        "an fp32 master copy the framework keeps", "the optimizer's state precision and implementation"]
+    return ("Still OOM → the parameter side is bigger than this ledger: check " + ", ".join(suspects)
+            + ". Runs → the batch- and sequence-dependent part is the problem: go on.")
+
+
+def verdict(d: Diagnosis, fb) -> str:
+    parts = d.parts
+    sizes = {p: sum(v.values()) for p, v in parts.items()}
+    cause = d.cause
+    if cause == "fits":
+        return (f"verdict: the ledger says it fits with {fb(d.budget - d.estimate.peak)} to spare; an OOM means "
+                "something the ledger does not hold (another process, a leak, a different recipe): measure "
+                "with --measured-peak")
+    if cause == "parameter":
+        return (f"verdict: the parameter side alone ({fb(d.parameter_bytes)}) is over the budget by "
+                f"{fb(d.parameter_bytes - d.budget)}: no batch, sequence, checkpointing or loss setting can fix it; "
+                "only the optimizer's precision, the method or more cards can")
+    room = d.budget - sizes["parameter"]
+    where = {"optimizer": f"at the {d.moment_label} the activations are already freed: the optimizer's own "
+                          f"temporaries ({fb(sizes['optimizer'])}) do not fit in the {fb(room)} the parameter side leaves",
+             "loss": f"the loss's vocabulary-sized tensors ({fb(sizes['loss'])}) are the largest part of the peak; "
+                     f"the parameter side leaves {fb(room)}",
+             "activation": f"the saved activations ({fb(sizes['activation'])}) are the largest part of the peak; "
+                           f"the parameter side leaves {fb(room)}",
+             "backward": f"the backward temporaries ({fb(sizes['backward'])}) are the largest part of the peak; "
+                         f"the parameter side leaves {fb(room)}"}[cause]
+    return f"verdict: {where}"
+
+
 def remedy_edits(d: Diagnosis, reading) -> list[list[str]]:
     """Each remedy's own changes (not the ones above it) as edits to the --from files."""
     from ..readers.edits import edits
@@ -83,20 +119,26 @@ def remedy_edits(d: Diagnosis, reading) -> list[list[str]]:
 
 
 def remedy_lines(d: Diagnosis, units: str, reading=None) -> list[str]:
-    """The remedies in order; with a Reading, each followed by the edits to the user's file."""
+    """The remedies for the peak's moment, cheapest first: modelled ones with their saving and the peak after,
+    the ones the engine cannot model yet with the most they can save; with a Reading (--from), each modelled
+    remedy followed by its edits to the user's files."""
     fb = (lambda n: fmt_bytes(n, units))
     lines = []
-    if d.remedies or d.skipped:
-        lines += ["", "remedies, in order (each keeps the ones above it):" if reading is None else
-                  "remedies, in order, as edits to your files (each keeps the ones above it):"]
+    if d.proposals or d.skipped:
+        lines += ["", f"remedies for the {d.moment_label}, cheapest first (each keeps the ones above it; "
+                      "stops at the first that fits)" + (":" if reading is None else ", as edits to your files:")]
     for title, why in d.skipped:
         lines.append(f"  - {title}: skipped — {why}")
-    changes = remedy_edits(d, reading) if reading is not None else [[] for _ in d.remedies]
-    for n, (r, edit) in enumerate(zip(d.remedies, changes), 1):
+    edits = iter(remedy_edits(d, reading) if reading is not None else [[] for _ in d.remedies])
+    for n, r in enumerate(d.proposals, 1):
+        if not r.modelled:
+            lines.append(f"  {n}. {r.title}: up to {fb(r.bound)} at the {_moment(r.before)} (not modelled yet: the "
+                         f"steps below are estimated without it); cost: {r.cost}")
+            continue
         where = "fits" if r.after.peak <= d.budget else f"still {fb(r.after.peak - d.budget)} over"
-        note = "" if r.saving > 0 else f" (no saving: the peak is at {_moment(r.after)})"
-        lines.append(f"  {n}. {r.title}: saves {fb(r.saving)} → peak {fb(r.after.peak)}, {where}{note}; cost: {r.cost}")
-        lines += [f"       {e}" for e in edit]
+        lines.append(f"  {n}. {r.title}: saves {fb(r.saving)} → peak {fb(r.after.peak)} at the {_moment(r.after)}, "
+                     f"{where}; cost: {r.cost}")
+        lines += [f"       {e}" for e in next(edits)]
     return lines
 
 
@@ -114,29 +156,31 @@ def render(d: Diagnosis, units: str, reading=None) -> str:
                      f"({100 * d.overhead / at.peak:+.1f} %) {'above' if d.overhead >= 0 else 'below'} the estimate"
                      + (" — taken as unknown overhead (context, allocator, fragmentation) and kept free below"
                         if d.overhead > 0 else " — no overhead to add"))
-    lines.append(f"estimate: peak {fb(est.peak)} at {_moment(est)}: parameter side (base + trainable) "
-                 f"{fb(d.parameter_bytes)}, activation side (saved activations + temporaries) {fb(d.activation_bytes)}")
-    if d.side == "fits":
-        lines.append(f"verdict: the ledger says it fits with {fb(d.budget - est.peak)} to spare; an OOM means "
-                     "something the ledger does not hold (another process, a leak, a different recipe): measure "
-                     "with --measured-peak")
-    elif d.side == "parameter":
-        lines.append(f"verdict: the parameter side alone is over by {fb(d.parameter_bytes - d.budget)}: no batch or "
-                     "sequence setting helps; change the recipe, the method or the number of cards")
-    else:
-        lines.append(f"verdict: the activation side is over: the parameters leave {fb(d.budget - d.parameter_bytes)}, "
-                     f"the activations need {fb(d.activation_bytes)}")
-    verdict = "fits" if d.probe.peak <= d.budget else "is over too"
-    lines.append(f"probe: run the real job at batch 1, seq {d.probe.scenario.seq} (predicted {fb(d.probe.peak)}: "
-                 f"{verdict}). Still OOM → the parameter side is bigger than this ledger: check the LoRA targets, an "
-                 "fp32 master copy the framework keeps, the optimizer's state precision. Runs → activations: go on.")
+    lines.append(f"estimate: peak {fb(est.peak)} at the {d.moment_label}; what lives there:")
+    for part in PARTS:
+        terms = {k: v for k, v in d.parts[part].items() if v}
+        if sum(terms.values()) * 1000 >= est.peak:   # parts below 0.1 % of the peak (rotary cache, ids) are noise
+            shown = [(k, v) for k, v in sorted(terms.items(), key=lambda kv: -kv[1]) if v * 1000 >= est.peak][:4]
+            detail = ", ".join(f"{k} {fb(v)}" for k, v in shown)
+            lines.append(f"  {PART_NAMES[part]}: {fb(sum(terms.values()))} ({detail})")
+    lines.append(verdict(d, fb))
+    if d.cause == "optimizer":
+        lines.append(f"probe: batch 1, seq {d.probe.scenario.seq} predicts {fb(d.probe.peak)} — it cannot split the "
+                     "sides here: the optimizer step's temporaries do not depend on the batch or the sequence; the "
+                     "first remedy below is the test")
+    elif d.cause not in ("fits", "parameter"):
+        verdict_probe = "fits" if d.probe.peak <= d.budget else "is over too"
+        lines.append(f"probe: run the real job at batch 1, seq {d.probe.scenario.seq} (predicted {fb(d.probe.peak)}: "
+                     f"{verdict_probe}). " + probe_advice(d))
     lines += remedy_lines(d, units, reading)
     if d.cards is not None:
         c = d.cards
-        lines.append(f"  then more cards: {c.strategy.name} on {c.gpus} × {d.card.name} ({fb(c.at.peak)} per GPU"
-                     + (f", {fb(c.host_total)} host" if c.host_total else "") + f") for {sc.method} with the fixes above")
-    elif d.side != "fits" and not d.fixed:
-        lines.append(f"  more cards: nothing fits within --max-gpus; a larger card is needed")
+        lead = f"  or keep {sc.method}:" if d.fixed else "  then more cards:"
+        lines.append(f"{lead} {c.strategy.name} on {c.gpus} × {d.card.name} ({fb(c.at.peak)} per GPU"
+                     + (f", {fb(c.host_total)} host" if c.host_total else "") + f") with the other fixes above"
+                     + ("" if tensor_parallel_ok(d.card) else "; no tensor parallelism: these cards have no NVLink"))
+    elif d.cause != "fits" and not d.fixed:
+        lines.append("  more cards: nothing fits within --max-gpus; a larger card is needed")
     return "\n".join(lines)
 
 
@@ -144,14 +188,20 @@ def to_json(d: Diagnosis, reading=None) -> dict:
     edits = remedy_edits(d, reading) if reading is not None else [None] * len(d.remedies)
     return {
         "card": {"name": d.card.name, "usable_bytes": d.card.usable_bytes}, "headroom_bytes": d.headroom,
-        "overhead_bytes": d.overhead, "budget_bytes": d.budget, "side": d.side,
+        "overhead_bytes": d.overhead, "budget_bytes": d.budget, "cause": d.cause, "side": d.cause,
         "peak_bytes": d.estimate.peak, "peak_moment": d.estimate.peak_moment,
+        "parts_bytes": {p: sum(v.values()) for p, v in d.parts.items()},
         "parameter_side_bytes": d.parameter_bytes, "activation_side_bytes": d.activation_bytes,
         "probe": {"batch": d.probe.scenario.batch, "seq": d.probe.scenario.seq, "peak_bytes": d.probe.peak},
-        "remedies": [{"key": r.key, "title": r.title, "changes": r.changes, "saving_bytes": r.saving,
+        # the modelled remedies, each on top of the previous (as before); "proposals" adds, in order, the
+        # remedies the engine cannot model yet (a chunked cross-entropy) with the most they can save
+        "remedies": [{"key": r.key, "title": r.title, "tier": r.tier, "changes": r.changes, "saving_bytes": r.saving,
                       "peak_after_bytes": r.after.peak, "fits": r.after.peak <= d.budget, "cost": r.cost,
                       **({"edits": e} if e is not None else {})}
                      for r, e in zip(d.remedies, edits)],
+        "proposals": [{"key": r.key, "title": r.title, "tier": r.tier, "modelled": r.modelled,
+                       "saving_bytes": r.saving, "peak_after_bytes": r.after.peak if r.modelled else None,
+                       "cost": r.cost} for r in d.proposals],
         "skipped": [{"title": t, "why": w} for t, w in d.skipped],
         "more_cards": None if d.cards is None else {"strategy": d.cards.strategy.key, "gpus": d.cards.gpus,
                                                     "per_gpu_peak_bytes": d.cards.at.peak},

@@ -7,10 +7,13 @@ from ..present.documents import FORMATS, LANGS, compile_pdf, render
 from .common import add_model_argument, add_output_arguments, add_scenario_arguments, scenario_from_args, write_output
 
 HELP = """\
-Writes the full answer to "how much GPU memory does fine-tuning this model take, and why?": the ledger's
-three blocks, bytes per parameter (12 vs 16), the LoRA count r·(d_in + d_out), activations and
-checkpointing, full / LoRA / QLoRA side by side, the same at another scale (7B <-> 70B), and the follow-up
-questions (rank, cutting activations, OOM triage). Every number and formula comes from the ledger.
+Writes the full answer to "how much GPU memory does fine-tuning this model take, and why?": the headline
+in GB and GiB (7B full: 84 GB at 12 B/param, 112 GB at 16), the ledger's three blocks with the step's
+temporaries and the moment timeline that reconciles ledger total and peak, bytes per parameter (12 vs 16,
+bf16 vs fp16), the LoRA count r·(d_in + d_out), activations, checkpointing and SDPA vs eager, full / LoRA /
+QLoRA side by side, the same at another scale (7B <-> 70B) with plan's fewest cards, and the follow-up
+questions (rank, levers ranked by what they save at the peak, diagnose's OOM triage). Every number and
+formula comes from the ledger.
 
 Templates: Jinja2 files in symvram's templates/ (explain.<lang>.j2 for the content, layout.<format>.j2
 around it; delimiters << value >>, <% statement %>, <# comment #>). --template-dir DIR is searched first.

@@ -5,7 +5,7 @@ import argparse
 import json
 
 from ..analysis.fit import load_card
-from ..analysis.plan import STRATEGIES, PlanResult, plan
+from ..analysis.plan import STRATEGIES, PlanResult, plan, interconnect, tensor_parallel_ok
 from ..errors import UserError
 from ..present.tables import host_bytes, render_rows
 from ..stacks import summary as stack_summary
@@ -93,6 +93,9 @@ def render(r: PlanResult, sc, units: str, fmt: str) -> str:
                       fmt_bytes(row.host_total, units).split()[0], row.strategy.reason])
     methods = [m for m in METHODS if any(x.method == m for x in r.rows)]
     lines = [head, "", render_rows(table, "llrrrrl", fmt), ""] + [summary(r, m, units) for m in methods]
+    if not tensor_parallel_ok(r.card):
+        lines.append(f"tensor parallelism is left out: {r.card.name} cards talk over {interconnect(r.card)} "
+                     "(data/gpus.toml), and TP all-reduces activations inside every layer, which needs NVLink")
     return "\n".join(lines)
 
 

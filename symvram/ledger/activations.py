@@ -255,14 +255,20 @@ def _layer_backward_temp(s_: Structure) -> tuple[sp.Expr, str, str]:
             "per token-expert pair and the incoming hidden gradient, net of the freed down output and index", MOE)
 
 
+def past_window(s_: Structure) -> sp.Expr:
+    """1 once the sequence is longer than the sliding window, else 0 (s and w are integers): a step
+    written as min(1, max(0, s − w)) so that every printer and lambdify handle it."""
+    return sp.Min(1, sp.Max(0, s - s_.arch.dim("window")))
+
+
 def sliding_extra(s_: Structure) -> sp.Expr:
     """A sliding-window layer under SDPA once the sequence is longer than the window (Gemma 3): the
     window needs an explicit mask, so SDPA saves a 16-bit (b, 1, s, s) mask and k, v are expanded to
-    n_h heads (repeat_kv) instead of GQA. Nothing while s ≤ w."""
-    w = s_.arch.dim("window", 0)
-    if w == 0 or s_.attention != "sdpa":
+    n_h heads (repeat_kv, a copy unless n_kv = 1) instead of GQA. Nothing while s ≤ w."""
+    if s_.arch.dim("window", 0) == 0 or s_.attention != "sdpa":
         return sp.Integer(0)
-    return sp.Piecewise((b_c * b * s**2 + 2 * b_c * T * dh * (nh - nkv), s > w), (0, True))
+    repeated = sp.Min(1, nkv - 1)  # with one kv head repeat_kv is a stride-0 view: no copy
+    return past_window(s_) * (b_c * b * s**2 + repeated * 2 * b_c * T * dh * (nh - nkv))
 
 
 def per_layer_bytes(s_: Structure) -> sp.Expr:
@@ -295,8 +301,7 @@ def saved_terms(s_: Structure) -> list[Term]:
                               "autograd saves only what a required gradient needs"))
     if sliding_extra(s_) != 0:
         if s_.grad_checkpointing:
-            w = fam.dim("window")
-            terms.append(Term("act_sliding_mask", "activations", sp.Piecewise((s**2, s > w), (0, True)),
+            terms.append(Term("act_sliding_mask", "activations", past_window(s_) * s**2,
                               r"A_{\mathrm{win}}", "the shared boolean sliding-window mask, a checkpoint input",
                               fam.source))
         else:

@@ -190,7 +190,7 @@ def diagnosis_repr(d, units: str = "GiB") -> str:
     if d.side == "fits":
         verdict = f"fits with {fmt_bytes(d.budget - d.estimate.peak, units)} to spare"
     else:
-        verdict = (f"{d.side} side over, peak {fmt_bytes(d.estimate.peak, units)} > budget {fmt_bytes(d.budget, units)}; "
+        verdict = (f"{d.cause} side over at the {d.moment_label}, peak {fmt_bytes(d.estimate.peak, units)} > budget {fmt_bytes(d.budget, units)}; "
                    + (f"fits after {len(d.remedies)} remedies" if d.fixed else "the remedies are not enough"))
     return f"<Diagnosis {sc.model.name} {sc.method} on {d.card.name}: {verdict}>"
 

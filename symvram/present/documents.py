@@ -35,8 +35,8 @@ from ..evaluate import Breakdown, evaluate, substitution
 from ..ledger.activations import per_layer_bytes
 from ..ledger.terms import BLOCKS, Term
 from ..analysis.fit import load_card
-from ..analysis.plan import STRATEGIES, plan
-from ..analysis.sensitivity import sensitivity
+from ..analysis.diagnose import LOSS_HOOK, PART_NAMES, PARTS, diagnose, part_bytes, parameter_side
+from ..analysis.plan import STRATEGIES, plan, tensor_parallel_ok
 from ..presets import load_model
 from ..scenario import METHODS, Scenario
 from ..symbols import SYMBOLS, latex, sym
@@ -46,7 +46,6 @@ FORMATS = ("markdown", "html", "tex")
 LANGS = ("en", "zh")
 OTHER_SCALE = {"small": "70b", "large": "7b"}   # 7B ↔ 70B: the reference answer's re-derivation
 LARGE = 30_000_000_000                          # a model above this many parameters re-derives at 7B
-PROBE_SEQ = 512                                 # the triage probe: batch 1 and a short sequence
 
 
 # ---------------------------------------------------------------- numbers → LaTeX / text
@@ -135,6 +134,8 @@ def _try(sc: Scenario, **changes) -> Scenario | str:
 def same_settings(sc: Scenario, model: str) -> Scenario:
     """The same method, recipe and activation settings on another model."""
     kw = {k: getattr(sc, k) for k in sc.__dataclass_fields__ if k != "model"}
+    groups = sc.structure.arch.target_sets  # another family names its modules otherwise: pass the group
+    kw["targets"] = next((g for g, members in groups.items() if set(members) == set(sc.targets)), sc.targets)
     return Scenario.create(load_model(model), **kw)
 
 
@@ -218,21 +219,10 @@ RECIPES = (("full12", dict(method="full", master="none")), ("full16", dict(metho
            ("lora", dict(method="lora")), ("qlora", dict(method="qlora")))   # LoRA keeps the run's master setting
 
 
-def scale_plan(sc: Scenario, card) -> dict:
-    """``analysis.plan``'s fewest GPUs for every strategy × method, arranged as a table, with each method's
-    best strategy overall and without offload."""
-    res = plan(sc, card)
-    methods = [m for m in METHODS if any(r.method == m for r in res.rows)]
-    by = {(r.method, r.strategy.key): r for r in res.rows}
-    rows = [{"strategy": st, "cells": [by.get((m, st.key)) for m in methods]}
-            for st in STRATEGIES if any((m, st.key) in by for m in methods)]
-    return {"methods": methods, "rows": rows, "max_gpus": res.max_gpus, "headroom": res.headroom,
-            "best": {m: res.best(m) for m in methods}, "best_on_gpu": {m: res.best(m, offload=False) for m in methods}}
-
-
 def comparison(sc: Scenario, capacity: int) -> list[dict]:
     """Full (without and with the fp32 master), LoRA and QLoRA for ``sc``'s model and activation
-    settings; ``peak_ckpt`` is the peak with gradient checkpointing."""
+    settings: the blocks, the optimizer step's temporary (its own line: it is not one of the three
+    blocks), the peak, and the peak with gradient checkpointing."""
     rows = []
     for key, changes in RECIPES:
         other = _try(sc, **changes)
@@ -240,67 +230,135 @@ def comparison(sc: Scenario, capacity: int) -> list[dict]:
             rows.append({"key": key, "refused": other})
             continue
         bd = evaluate(other)
+        ckpt = evaluate(other.with_changes(grad_checkpointing=True))
         rows.append({"key": key, "refused": None, "blocks": bd.blocks, "total": bd.ledger_total, "peak": bd.peak,
+                     "params": parameter_side(bd), "step_temp": bd.terms.get("optimizer_temp", 0),
                      "per_param": per_param(bd)["total"].value, "P_train": bd.derived["P_train"],
-                     "fits": bd.peak <= capacity,
-                     "peak_ckpt": evaluate(other.with_changes(grad_checkpointing=True)).peak})
+                     "fits": bd.peak <= capacity, "moment": _label(bd),
+                     "peak_ckpt": ckpt.peak, "fits_ckpt": ckpt.peak <= capacity,
+                     "peak_fused": evaluate(other.with_changes(optimizer_impl="fused")).peak
+                     if other.optimizer == "adamw" and other.optimizer_impl != "fused" else None,
+                     "base_terms": {k: bd.terms[k] for k in ("weights", "weights_nf4", "quant_constants",
+                                                             "weights_16bit") if k in bd.terms},
+                     "P_quant": bd.derived.get("P_quant"), "P_keep": bd.derived.get("P_keep")})
     return rows
 
 
-def triage(sc: Scenario, capacity: int) -> dict:
-    """The OOM triage: a probe at batch 1 and a short sequence splits the parameter side from the
-    activation side; then the fixes in order, each applied on top of the previous ones."""
+def _label(bd: Breakdown, key: str | None = None) -> str:
+    return next(m.label for m in bd.ledger.moments if m.key == (key or bd.peak_moment))
+
+
+def card_sizes(card) -> dict:
+    """The card's memory in both units; ``nominal_gib``: the number in its name ("80GB"), which HBM's
+    power-of-two stacks make a GiB figure."""
+    m = re.search(r"(\d+)\s*GB\b", card.name)
+    return {"memory": card.memory_bytes, "usable": card.usable_bytes,
+            "nominal_gib": int(m.group(1)) if m else None,
+            "nominal_bytes": int(m.group(1)) * 2**30 if m else None}
+
+
+def headline(sc: Scenario, budget: int) -> dict:
+    """The short answer in the question's units: each recipe's parameter side (weights, gradients,
+    optimizer states, master: the interview arithmetic), its peak, and whether it fits the budget."""
+    rows = {r["key"]: r for r in comparison(sc, budget) if not r["refused"]}
+    return {"rows": rows, "P": evaluate(sc).derived["P"]}
+
+
+def timeline(bd: Breakdown) -> dict:
+    """Every moment of the step, the parts live then, and the reconciliation of the ledger total with the
+    peak: peak = total − (block terms not live at the peak) + (temporaries live at the peak)."""
+    rows = []
+    for m in bd.ledger.moments:
+        parts = part_bytes(bd, m.key)
+        rows.append({"key": m.key, "label": m.label, "why": m.why, "bytes": bd.moments[m.key], "parts": parts,
+                     "peak": m.key == bd.peak_moment})
+    moment = next(m for m in bd.ledger.moments if m.key == bd.peak_moment)
+    live = set(moment.terms)
+    freed = [(t.key, bd.terms[t.key]) for t in bd.ledger.terms if t.block in BLOCKS and t.key not in live]
+    temps = [(t.key, bd.terms[t.key]) for t in bd.ledger.terms if t.block == "transient" and t.key in live]
+    freed_bytes, temp_bytes = sum(v for _, v in freed), sum(v for _, v in temps)
+    assert bd.ledger_total - freed_bytes + temp_bytes == bd.peak
+    return {"rows": rows, "freed": freed_bytes, "temps": temp_bytes,
+            "temp_terms": [{"key": k, "bytes": v, "label": bd.ledger.by_key[k].label, "why": bd.ledger.by_key[k].why,
+                            "latex": latex(bd.ledger.by_key[k].expr)} for k, v in temps if v],
+            "freed_keys": [k for k, v in freed if v], "parts": part_bytes(bd)}
+
+
+LEVERS = (
+    ("fused_adamw", lambda sc: {"optimizer_impl": "fused"} if sc.optimizer == "adamw" and sc.optimizer_impl != "fused" else None),
+    ("int8_states", lambda sc: {"state_dtype": "int8", **({"optimizer_impl": "fused"} if sc.optimizer == "adamw" else {})}
+     if sc.state_dtype != "int8" else None),   # bitsandbytes' 8-bit AdamW is a fused kernel: no foreach buffer
+    ("no_master", lambda sc: {"master": "none"} if sc.master == "fp32" else None),
+    ("zero2", lambda sc: {"gpus": 8, "zero": 2} if sc.gpus == 1 and not sc.zero else None),
+    ("seq_half", lambda sc: {"seq": max(sc.seq // 2, 1)} if sc.seq > 1 else None),
+    ("batch_half", lambda sc: {"batch": max(sc.batch // 2, 1)} if sc.batch > 1 else None),
+    ("checkpointing", lambda sc: {"grad_checkpointing": True} if not sc.grad_checkpointing else None),
+    ("sdpa", lambda sc: {"attention": "sdpa"} if sc.attention == "eager" else None),
+    ("chunked_loss", lambda sc: {LOSS_HOOK: "chunked"} if LOSS_HOOK in Scenario.__dataclass_fields__ else None),
+    ("rank_half", lambda sc: {"rank": max(sc.rank // 2, 1)} if sc.lora and sc.rank > 1 else None),
+)
+
+
+def levers(sc: Scenario) -> dict:
+    """Each lever on its own, re-estimated, ranked by the GiB it takes off the peak (at the peak's own
+    moment, wherever the peak moves). A chunked cross-entropy the engine cannot model yet is ranked by
+    its bound: the loss's vocabulary-sized bytes live at the peak."""
     bd = evaluate(sc)
-    probe = evaluate(sc.with_changes(batch=1, seq=min(PROBE_SEQ, sc.seq)))
-    steps = (("seq", dict(seq=max(sc.seq // 2, 1))), ("checkpointing", dict(grad_checkpointing=True)),
-             ("batch", dict(batch=1)), ("optimizer", dict(master="none", state_dtype="int8")),
-             ("qlora", dict(method="qlora")))
-    current, fixes = sc, []
-    for key, changes in steps:
-        nxt = _try(current, **changes)
-        if isinstance(nxt, str) or nxt == current:
+    parts = part_bytes(bd)
+    rows = []
+    for key, make in LEVERS:
+        changes = make(sc)
+        if changes is None:
+            if key == "chunked_loss" and parts["loss"]:
+                rows.append({"key": key, "saved": parts["loss"], "modelled": False, "peak": bd.peak - parts["loss"],
+                             "moment": _label(bd)})
             continue
-        current = nxt
-        peak = evaluate(current).peak
-        fixes.append({"key": key, "peak": peak, "fits": peak <= capacity, "seq": current.seq, "batch": current.batch})
-    params_side = bd.blocks["base"] + bd.blocks["trainable"]
-    return {"probe_seq": probe.scenario.seq, "probe_peak": probe.peak, "probe_fits": probe.peak <= capacity,
-            "params_side": params_side, "activation_side": bd.peak - params_side, "peak": bd.peak,
-            "fits": bd.peak <= capacity, "fixes": fixes}
-
-
-KNOB_UNITS = {"seq": "B/token", "batch": "B/sequence", "rank": "B/rank"}
-
-
-def ranked_knobs(sc: Scenario, units: str) -> dict:
-    """The engine's sensitivity of the peak to seq, batch (and r under LoRA): ∂peak/∂x as three lines, ranked
-    by elasticity (the percent change of the peak per percent change of x)."""
-    res = sensitivity(sc, knobs=("seq", "batch") + (("rank",) if sc.lora else ()))
-    subs = _subs(res.breakdown)
-    moment = next(m for m in res.breakdown.ledger.moments if m.key == res.moment)
-    rows = [{"knob": r.knob, "at": r.at, "elasticity": r.elasticity,
-             "derivative": derive(rf"\frac{{\partial M_{{\mathrm{{peak}}}}}}{{\partial {SYMBOLS[r.knob].latex}}}",
-                                  r.derivative, subs, KNOB_UNITS[r.knob], units)} for r in res.rows]
-    return {"moment": moment, "rows": rows}
-
-
-def activation_cuts(sc: Scenario, ranked: dict) -> list[dict]:
-    """Ways to cut activations, each on its own and re-estimated: the knobs in the order of the engine's
-    sensitivity (halved), then checkpointing and fused attention."""
-    bd = evaluate(sc)
-    halved = {"seq": dict(seq=max(sc.seq // 2, 1)), "batch": dict(batch=max(sc.batch // 2, 1))}
-    options = tuple((r["knob"], halved[r["knob"]]) for r in ranked["rows"] if r["knob"] in halved) + (
-        ("checkpointing", dict(grad_checkpointing=True)), ("attention", dict(attention="sdpa")))
-    cuts = []
-    for key, changes in options:
         other = _try(sc, **changes)
-        if isinstance(other, str) or other == sc:
+        if isinstance(other, str):
             continue
-        cut = evaluate(other)
-        cuts.append({"key": key, "activations": cut.blocks["activations"], "peak": cut.peak,
-                     "saved": bd.blocks["activations"] - cut.blocks["activations"],
-                     **{k: getattr(other, k) for k in ("seq", "batch")}})
-    return cuts
+        after = evaluate(other)
+        rows.append({"key": key, "saved": bd.peak - after.peak, "modelled": True, "peak": after.peak,
+                     "moment": _label(after), **{k: getattr(other, k) for k in ("seq", "batch", "rank")}})
+    rows.sort(key=lambda r: -r["saved"])
+    activation_like = parts["activation"] + parts["loss"] + parts["backward"]
+    return {"rows": rows, "moment": _label(bd), "moment_key": bd.peak_moment, "parts": parts,
+            "activations_set_peak": activation_like > parts["optimizer"] and bd.peak_moment != "optimizer_step",
+            "attention": attention_cost(sc)}
+
+
+def attention_cost(sc: Scenario) -> dict:
+    """SDPA / FlashAttention against eager attention: eager saves the b·heads·s² probabilities."""
+    tried = [_try(sc, attention=a) for a in ("sdpa", "eager")]
+    refused = next((x for x in tried if isinstance(x, str)), None)
+    if refused:   # a family that runs one kernel only (Gemma 2: eager, for its soft-capped scores)
+        return {"refused": refused}
+    sdpa, eager = (evaluate(x) for x in tried)
+    extra = [t for t in eager.ledger.terms if t.block == "activations" and eager.terms[t.key] != sdpa.terms.get(t.key)]
+    return {"refused": None, "sdpa_act": sdpa.blocks["activations"], "eager_act": eager.blocks["activations"],
+            "sdpa_peak": sdpa.peak, "eager_peak": eager.peak, "extra": eager.blocks["activations"] - sdpa.blocks["activations"],
+            "terms": [{"label": t.label, "latex": latex(t.expr), "why": t.why} for t in extra]}
+
+
+def scale_plan(sc: Scenario, card) -> dict:
+    """``analysis.plan``'s fewest GPUs for every strategy × method, without and with gradient
+    checkpointing; per method the headline (fewest cards without offload, either way) and the
+    offload alternative with its host memory."""
+    plain, ckpt = plan(sc.with_changes(grad_checkpointing=False), card), plan(sc.with_changes(grad_checkpointing=True), card)
+    methods = [m for m in METHODS if any(r.method == m for r in plain.rows)]
+    by = {(r.method, r.strategy.key): r for r in plain.rows}
+    by_ckpt = {(r.method, r.strategy.key): r for r in ckpt.rows}
+    rows = [{"strategy": st, "cells": [by.get((m, st.key)) for m in methods],
+             "ckpt": [by_ckpt.get((m, st.key)) for m in methods]}
+            for st in STRATEGIES if any((m, st.key) in by for m in methods)]
+
+    def fewest(rows_):
+        rows_ = [r for r in rows_ if r is not None]
+        return min(rows_, key=lambda r: (r.gpus, r.at.scenario.grad_checkpointing)) if rows_ else None
+
+    best = {m: fewest([plain.best(m, offload=False), ckpt.best(m, offload=False)]) for m in methods}
+    offload = {m: fewest([plain.best(m, offload=True), ckpt.best(m, offload=True)]) for m in methods}
+    return {"methods": methods, "rows": rows, "max_gpus": plain.max_gpus, "headroom": plain.headroom,
+            "best_on_gpu": best, "offload": offload, "tp": tensor_parallel_ok(card)}
 
 
 def _plots():
@@ -330,12 +388,15 @@ def explain_context(sc: Scenario, gpu: str = "a100-80g", other: str | None = Non
     if other is None:
         other = OTHER_SCALE["large" if bd.derived["P"] > LARGE else "small"]
     other_sc = same_settings(sc, other)
-    knobs = ranked_knobs(sc, units)
+    triage = diagnose(sc, card)
+    budget = triage.budget
     return {
-        "sc": sc, "model": sc.model, "units": units, "gpu": card, "capacity": card.usable_bytes, "ledger": bd.ledger,
+        "sc": sc, "model": sc.model, "units": units, "gpu": card, "capacity": card.usable_bytes, "budget": budget,
+        "headroom": triage.headroom, "card_sizes": card_sizes(card), "ledger": bd.ledger,
         "P": bd.derived["P"], "P_train": bd.derived["P_train"],
         "peak": bd.peak, "peak_moment": next(m for m in bd.ledger.moments if m.key == bd.peak_moment),
         "ledger_total": bd.ledger_total, "blocks": blocks(bd, units), "per_param": per_param(bd),
+        "headline": headline(sc, budget), "timeline": timeline(bd), "part_names": PART_NAMES, "parts": PARTS,
         "full12": per_param(evaluate(full["full12"])), "full16": per_param(evaluate(full["full16"])),
         "fp16_refusal": fp16 if isinstance(fp16, str) else None,
         "lora": lora_table(lora_bd),
@@ -343,10 +404,10 @@ def explain_context(sc: Scenario, gpu: str = "a100-80g", other: str | None = Non
         "alt_rank": alt_rank, "alt_P_lora": alt.derived["P_lora"], "alt_trainable": alt.blocks["trainable"],
         "alt_lora": lora_table(alt),
         "activations": activations(sc, units),
-        "comparison": comparison(sc, card.usable_bytes),
-        "other": {"model": other_sc.model, "P": evaluate(other_sc).derived["P"],
-                  "comparison": comparison(other_sc, card.usable_bytes), "plan": scale_plan(other_sc, card)},
-        "sensitivity": knobs, "cuts": activation_cuts(sc, knobs), "triage": triage(sc, card.usable_bytes),
+        "comparison": comparison(sc, budget),
+        "other": {"model": other_sc.model, "P": evaluate(other_sc).derived["P"], "headline": headline(other_sc, budget),
+                  "comparison": comparison(other_sc, budget), "plan": scale_plan(other_sc, card)},
+        "levers": levers(sc), "triage": triage,
         "figures": {"comparison": lambda: _plots().breakdown(
                         [(key, evaluate(sc.with_changes(**changes))) for key, changes in RECIPES
                          if not isinstance(_try(sc, **changes), str)], units)},
@@ -417,6 +478,103 @@ def _align(line: str) -> str:
     return f"{head}&={tail}" if eq else line
 
 
+_MULTI_SUB = re.compile(r"_\{([A-Za-z]{2,})\}")
+
+
+def upright_subscripts(tex: str) -> str:
+    """A multi-letter subscript is a name, not a product: ``d_{head}`` → ``d_{\\mathrm{head}}``.
+
+    >>> print(upright_subscripts("d_{head} + n_{h}"))
+    d_{\\mathrm{head}} + n_{h}
+    """
+    return _MULTI_SUB.sub(r"_{\\mathrm{\1}}", tex)
+
+
+def visible_width(tex: str) -> int:
+    """Rough printed width of a LaTeX formula in characters (commands such as \\cdot count as one)."""
+    s = re.sub(r"\\[,;! ]", "", tex)
+    s = re.sub(r"\\(cdot|approx|times|beta|partial|quad|le|ge)\b", "x", s)
+    s = re.sub(r"\\(mathrm|frac|left|right|displaystyle|text)\b", "", s)
+    s = re.sub(r"\\[A-Za-z]+", "x", s)
+    return len(re.sub(r"[{}^_ ]", "", s)) + s.count(" + ") * 2
+
+
+def split_terms(expr: str, width: int = 58) -> list[str]:
+    """``expr`` cut at top-level `` + `` (outside braces and parentheses) into rows of at most ``width``
+    visible characters; rows after the first begin with ``+``."""
+    depth, cuts = 0, []
+    i = 0
+    while i < len(expr):
+        c = expr[i]
+        if c in "{(":
+            depth += 1
+        elif c in "})":
+            depth -= 1
+        elif depth == 0 and expr.startswith(" + ", i):
+            cuts.append(i)
+        i += 1
+    pieces, start = [], 0
+    for cut in cuts:
+        pieces.append(expr[start:cut])
+        start = cut + 1          # keep "+ …" on the next piece
+    pieces.append(expr[start:])
+    rows, current = [], ""
+    for piece in pieces:
+        candidate = current + (" " if current else "") + piece.strip() if current else piece.strip()
+        if current and visible_width(candidate) > width:
+            rows.append(current)
+            current = piece.strip()
+        else:
+            current = candidate
+    rows.append(current)
+    out = []
+    for row in rows:   # one long product a · (x + y + …): cut inside its outer parentheses
+        inner = _outer_parentheses(row)
+        if visible_width(row) > width and inner is not None:
+            prefix, body = inner
+            parts = split_terms(body, width - 4)
+            if len(parts) > 1:
+                out += [f"{prefix}\\bigl({parts[0]}"] + parts[1:-1] + [f"{parts[-1]}\\bigr)"]
+                continue
+        out.append(row)
+    return out
+
+
+def _outer_parentheses(expr: str) -> tuple[str, str] | None:
+    """``prefix \\left( body \\right)`` → (prefix, body) when those parentheses close at the very end."""
+    start = expr.find(r"\left(")
+    if start < 0 or not expr.rstrip().endswith(r"\right)"):
+        return None
+    depth, i = 0, start
+    while i < len(expr):
+        if expr.startswith(r"\left(", i):
+            depth, i = depth + 1, i + 6
+            continue
+        if expr.startswith(r"\right)", i):
+            depth -= 1
+            if depth == 0:
+                return (expr[:start], expr[start + 6:i].strip()) if not expr[i + 7:].strip() else None
+            i += 7
+            continue
+        i += 1
+    return None
+
+
+def derivation_rows(lines: tuple[str, ...], width: int = 58) -> list[tuple[str, str]]:
+    """(left, right) cells of an aligned derivation: the label left of the first '=', each line's right-hand
+    side starting with '=' (or '+' on a continuation row), long lines cut at top-level sums."""
+    rows = []
+    for line in lines:
+        head, eq, tail = line.partition("=")
+        if not eq:
+            rows.append(("", line))
+            continue
+        parts = split_terms(tail.strip(), width)
+        rows.append((head.strip(), "= " + parts[0]))
+        rows += [("", r"\quad " + part) for part in parts[1:]]
+    return rows
+
+
 class HTMLFormat(MarkdownFormat):
     name, suffix = "html", "html"
 
@@ -433,10 +591,18 @@ class HTMLFormat(MarkdownFormat):
         return Markup(f"<code>{self.escape(text)}</code>")
 
     def m(self, tex: str) -> Markup:
-        return Markup(mathml(tex, "inline"))
+        return Markup(mathml(upright_subscripts(tex), "inline"))
 
     def eq(self, *lines: str) -> Markup:
-        return Markup('<div class="eq">' + "".join(mathml(line, "block") for line in lines) + "</div>")
+        """One block ``<math>`` per derivation: an ``<mtable>`` aligned on '=' (label right, the rest left)."""
+        cells = []
+        for left, right in derivation_rows(lines, width=80):
+            cells.append("<mtr>" + "".join(f'<mtd columnalign="{a}" class="{a[0]}" style="text-align: {a}">'
+                                           f'{_mathml_inner(upright_subscripts(x))}</mtd>'
+                                           for x, a in ((left, "right"), (right, "left"))) + "</mtr>")
+        return Markup('<div class="eq"><math xmlns="http://www.w3.org/1998/Math/MathML" display="block">'
+                      '<mtable columnalign="right left" columnspacing="0.3em" rowspacing="0.4em">'
+                      + "".join(cells) + "</mtable></math></div>")
 
     def table(self, head, rows, align: str) -> Markup:
         style = [' class="num"' if a == "r" else '' for a in align]
@@ -476,11 +642,23 @@ def _breakable(tex: str) -> str:
     return tex.replace(r"\left(", "(").replace(r"\right)", ")")
 
 
+def _print_width(text: str) -> int:
+    """Width in Latin characters: a CJK character prints about twice as wide."""
+    return sum(2 if ord(c) > 0x2E80 else 1 for c in text)
+
+
+_UNIT_CELL = re.compile(r"^(\\textbf\{)?(-?[\d,]+\.\d+) (GiB|GB|MiB|MB)(\})?$")
+
+
 class TexFormat(MarkdownFormat):
     name, suffix = "tex", "tex"
 
     def escape(self, text) -> str:
-        return "".join(_TEX_SPECIAL.get(c, c) for c in str(text))
+        """TeX specials escaped; a straight quote prints as itself (not as a closing curly quote) and ``--``
+        stays two hyphens (``--master``, not an en dash)."""
+        out = "".join(_TEX_SPECIAL.get(c, c) for c in str(text))
+        # identifiers such as _foreach_sqrt(exp_avg_sq) may break after an underscore in a narrow column
+        return out.replace('"', r"\symvramquote{}").replace("--", "-{}-").replace(r"\_", r"\_\allowbreak{}")
 
     def h(self, level: int, text) -> Markup:
         command = {1: "section*", 2: "subsection*", 3: "subsubsection*", 4: "paragraph"}[level]
@@ -493,21 +671,65 @@ class TexFormat(MarkdownFormat):
         return Markup(f"\\texttt{{{self.escape(text)}}}")
 
     def m(self, tex: str) -> Markup:
-        return Markup(f"${_breakable(tex)}$")
+        return Markup(f"${upright_subscripts(_breakable(tex))}$")
 
     def eq(self, *lines: str) -> Markup:
-        """Each line as text-style display math, which TeX breaks at + and · when it is wider than the page."""
-        body = "\\\\\n".join(f"$\\displaystyle {_breakable(line)}$" for line in lines)
-        return Markup(f"\\begin{{flushleft}}\n{body}\n\\end{{flushleft}}")
+        """An ``align*`` aligned on '=': the label, then each line's right-hand side, long sums cut into rows."""
+        rows = [f"{upright_subscripts(left)} &{upright_subscripts(right)}" for left, right in derivation_rows(lines)]
+        return Markup("\\begin{align*}\n" + " \\\\\n".join(rows) + "\n\\end{align*}")
 
     def table(self, head, rows, align: str) -> Markup:
-        """A tabular shrunk to the text width when wider; ``p`` (formula) and ``t`` (prose) columns wrap."""
-        widths = {"r": "r", "l": "l", "p": "p{0.34\\linewidth}", "t": "p{0.28\\linewidth}"}
-        spec = "".join(widths[a] for a in align)
-        lines = [" & ".join(self._text(c) for c in head) + r" \\ \hline"]
+        """A ``longtable`` (it breaks across pages) in footnote size. Numeric columns whose cells share a unit
+        print the unit once, in the header; ``p`` (formula) and ``t`` (prose) columns wrap and share the width
+        the others leave."""
+        head, rows = list(head), [list(r) for r in rows]
+        for j, a in enumerate(align):
+            if a != "r":
+                continue
+            matches = [_UNIT_CELL.match(str(r[j])) for r in rows if str(r[j]).strip()]
+            units = {mt.group(3) for mt in matches if mt}
+            if matches and all(matches) and len(units) == 1:
+                for r in rows:
+                    mt = _UNIT_CELL.match(str(r[j]))
+                    if mt:
+                        r[j] = Markup(f"\\textbf{{{mt.group(2)}}}") if mt.group(1) else mt.group(2)
+                unit = units.pop()
+                head[j] = head[j] if str(head[j]) == unit else Markup(f"{self._text(head[j])} ({unit})")
+        def width(cell) -> int:
+            text = str(self._text(cell))
+            return round(_print_width(re.sub(r"\\[A-Za-z]+|[{}$^_]", "", text)) * (1.4 if "$" in text else 1))
+
+        em = 0.0105   # one footnote-size character (and a little), as a fraction of the line
+        fixed = {}
+        for j, a in enumerate(align):
+            cells = [width(r[j]) for r in rows] or [0]
+            words = [_print_width(w) for w in re.split(r"[ /]", re.sub(r"\\[A-Za-z]+|[{}$]", "", str(self._text(head[j]))))]
+            if a == "r":
+                fixed[j] = em * max(max(cells), min(max(words), 12), 4)
+            elif a == "l":
+                fixed[j] = em * min(max(max(cells), max(words)), 28)
+        n_wrap = sum(a in "pt" for a in align)
+        free = max(0.99 - sum(fixed.values()) - 0.0125 * len(align), 0.12 * n_wrap)
+        weight = {"p": 1.15, "t": 0.85}
+        total = sum(weight[a] for a in align if a in weight) or 1
+        share = {a: free * weight[a] / total for a in "pt"}
+        cols = []
+        for j, a in enumerate(align):
+            w = fixed.get(j) or share[a]
+            if a == "l":   # short labels: natural width, never wrapped
+                cols.append("l")
+                continue
+            ragged = "raggedleft" if a == "r" else "raggedright"
+            cols.append(f">{{\\{ragged}\\arraybackslash}}p{{{w:.3f}\\linewidth}}")
+        spec = "".join(cols)
+
+        def header(cell, a):
+            return self._text(cell)
+
+        lines = [" & ".join(header(c, a) for c, a in zip(head, align)) + r" \\ \hline \endhead"]
         lines += [" & ".join(self._text(c) for c in row) + r" \\" for row in rows]
-        return Markup("\\begin{center}\\small\\resizebox{\\ifdim\\width>\\linewidth\\linewidth\\else\\width\\fi}{!}{"
-                      "\\begin{tabular}{" + spec + "}\n" + "\n".join(lines) + "\n\\end{tabular}}\\end{center}")
+        return Markup("{\\footnotesize\\setlength{\\tabcolsep}{3pt}\n\\begin{longtable}{@{}" + spec + "@{}}\n"
+                      + "\n".join(lines) + "\n\\end{longtable}}")
 
     def finish(self, body: str) -> str:
         out = []
@@ -522,10 +744,27 @@ class TexFormat(MarkdownFormat):
                            + "\n\\end{enumerate}")
             else:
                 out.append(chunk.strip())
-        return "\n\n".join(out)
+        # straight quotes typed in a template's prose become TeX's opening and closing quotes; Chinese
+        # enumeration commas and commas may break the line after them even next to Latin words (CJKutf8 does
+        # not break between a Latin identifier and full-width punctuation on its own)
+        text = re.sub(r'"([^"\n]*)"', r"``\1''", "\n\n".join(out))
+        return re.sub(r"([、，；：])", r"\1\\allowbreak{}", text)
 
 
 MARKUP = {"markdown": MarkdownFormat(), "html": HTMLFormat(), "tex": TexFormat()}
+
+
+def _upright_units(tex: str) -> str:
+    """``\\mathrm{B}`` as text: latex2mathml turns a one-letter ``\\mathrm`` into an italic ``<mi>``."""
+    return re.sub(r"\\mathrm\{([A-Za-z])\}", r"\\text{\1}", tex)
+
+
+def _mathml_inner(tex: str) -> str:
+    """The MathML of ``tex`` without its ``<math>`` wrapper (a cell of a larger table)."""
+    if not tex.strip():
+        return ""
+    out = mathml(tex, "inline")
+    return out[out.index(">") + 1:out.rindex("</math>")]
 
 
 def mathml(tex: str, display: str = "inline") -> str:
@@ -536,7 +775,7 @@ def mathml(tex: str, display: str = "inline") -> str:
     """
     from latex2mathml.converter import convert
 
-    return convert(tex, display=display)
+    return convert(_upright_units(tex), display=display)
 
 
 # ---------------------------------------------------------------- the Jinja2 environment and its filters
@@ -574,7 +813,16 @@ def _filter_latex(item) -> str:
     return latex(item)
 
 
-FILTERS = {"bytes": jinja2.pass_context(_filter_bytes), "count": _filter_count,
+def _filter_gb(n) -> str:
+    """Decimal gigabytes, whole when exact (the interview's ``84 GB``), else to the cent."""
+    return f"{int(n) // 10**9:,} GB" if int(n) % 10**9 == 0 else fmt_bytes(n, "GB")
+
+
+def _filter_gib(n) -> str:
+    return fmt_bytes(n, "GiB")
+
+
+FILTERS = {"bytes": jinja2.pass_context(_filter_bytes), "gb": _filter_gb, "gib": _filter_gib, "count": _filter_count,
            "sig": _filter_sig, "pct": _filter_pct, "latex": _filter_latex}
 
 
@@ -644,6 +892,16 @@ def render(sc: Scenario, fmt: str = "markdown", lang: str = "en", gpu: str = "a1
 
 def compile_pdf(tex: str, timeout: int = 120) -> bytes:
     """Run pdflatex on a document from ``render(..., fmt="tex")`` and return the PDF's bytes."""
+    return compile_tex(tex, timeout)[0]
+
+
+def overfull_boxes(log: str) -> list[float]:
+    """Every ``Overfull \\hbox (… pt too wide)`` of a pdflatex log, in points."""
+    return [float(x) for x in re.findall(r"Overfull \\hbox \(([\d.]+)pt too wide\)", log)]
+
+
+def compile_tex(tex: str, timeout: int = 120) -> tuple[bytes, str]:
+    """Run pdflatex on a document; the PDF's bytes and pdflatex's log (for overfull boxes)."""
     engine = shutil.which("pdflatex")
     if engine is None:
         raise UserError("--format pdf needs pdflatex, which is not installed; write the TeX with --format tex, "
@@ -661,4 +919,5 @@ def compile_pdf(tex: str, timeout: int = 120) -> bytes:
             log = run.stdout.decode("utf-8", "replace")
             error = next((line for line in log.splitlines() if line.startswith("!")), "no PDF was written")
             raise UserError(f"pdflatex failed: {error.lstrip('! ')}")
-        return pdf.read_bytes()
+        log = Path(folder, "explain.log").read_text(encoding="utf-8", errors="replace")
+        return pdf.read_bytes(), log
