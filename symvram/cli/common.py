@@ -96,8 +96,9 @@ def add_scenario_arguments(p: argparse.ArgumentParser, method_default: str | Non
     g = p.add_argument_group("activations")
     g.add_argument("--batch", type=positive_int, help="micro-batch size per GPU (default 1)")
     g.add_argument("--seq", type=positive_int, help="sequence length in tokens (default 2048)")
-    g.add_argument("--grad-checkpointing", action="store_true", default=None,
-                   help="activation checkpointing of each decoder layer (≈ 20–30 %% slower, far less memory)")
+    g.add_argument("--grad-checkpointing", action=argparse.BooleanOptionalAction, default=None,
+                   help="activation checkpointing of each decoder layer (≈ 20–30 %% slower, far less memory); "
+                        "default off, but on for QLoRA under torch and hf (prepare_model_for_kbit_training turns it on)")
     g.add_argument("--checkpoint-impl", choices=CHECKPOINT_IMPLS,
                    help="with --grad-checkpointing: torch.utils.checkpoint's non-reentrant (transformers' default) or "
                         "reentrant implementation (default: the stack's)")
