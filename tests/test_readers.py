@@ -297,7 +297,8 @@ def test_diagnose_writes_remedies_as_edits(tmp_path, capsys):
     assert f"{path}: micro_batch_size: 1" in out and f"{path}: gradient_accumulation_steps: 8" in out
     rc, out, err = _run(["diagnose", "--from", path, "--gpu", "24GiB", "--format", "json"], capsys)
     data = json.loads(out)
-    assert data["remedies"][0]["edits"] == [f"{path}: gradient_checkpointing: true"]
+    assert data["remedies"][0]["edits"] == ["--loss-impl liger"]  # a fused loss first (no file key written yet)
+    assert data["remedies"][1]["edits"] == [f"{path}: gradient_checkpointing: true"]
     assert data["scenario_read"]["settings"]["batch"]["source"] == f"{path}:micro_batch_size"
 
 
@@ -324,7 +325,7 @@ def test_estimate_gpu_gives_remedy_edits_when_it_does_not_fit(tmp_path, capsys):
     rc, out, err = _run(["estimate", "--from", path, "--gpu", "rtx-4090", "--format", "json"], capsys)
     verdict = json.loads(out)["verdict"]
     assert verdict["fits"] is False
-    assert verdict["remedies"][0]["edits"] == [f"{path}: gradient_checkpointing: true"]
+    assert [r["edits"] for r in verdict["remedies"][:2]] == [["--loss-impl liger"], [f"{path}: gradient_checkpointing: true"]]
 
 
 # ------------------------------------------------------------------ bad input: one line, exit 2
