@@ -41,7 +41,7 @@ def deepspeed_zero3(sc: Scenario, n: int) -> int:
 def run_case(case: dict) -> dict:
     kw = dict(case)
     n = kw.pop("world_size")
-    sc = Scenario.create(MODEL, seq=SEQ, **kw)
+    sc = Scenario.create(MODEL, stack="torch", seq=SEQ, **kw)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         result = compare_fsdp(sc, n)

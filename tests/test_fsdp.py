@@ -21,7 +21,7 @@ P = ROOT + L * LAYER
 
 @pytest.mark.parametrize("n", [2, 4, 8])
 def test_full_fine_tuning_per_rank(n):
-    r = compare_fsdp(Scenario.create(TINY, method="full", seq=32, state_dtype="bf16"), n)
+    r = compare_fsdp(Scenario.create(TINY, stack="torch", method="full", seq=32, state_dtype="bf16"), n)
     rows = r["rows"]
     for row in rows.values():
         assert row["estimate"] == row["measured"]
@@ -41,7 +41,7 @@ def test_full_fine_tuning_per_rank(n):
 
 def test_lora_per_rank():
     n, rank = 4, 8
-    sc = Scenario.create(TINY, method="lora", rank=rank, seq=32, adapter_dtype="bf16", state_dtype="bf16")
+    sc = Scenario.create(TINY, stack="torch", method="lora", rank=rank, seq=32, adapter_dtype="bf16", state_dtype="bf16")
     r = compare_fsdp(sc, n)
     rows = r["rows"]
     for row in rows.values():

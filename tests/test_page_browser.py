@@ -65,7 +65,7 @@ def _cli_args(data: dict, chosen: dict) -> list[str]:
         if name in data["controls"]:
             value = data["controls"][name]["values"][value]
         if name == "grad_checkpointing":
-            argv += ["--grad-checkpointing"] if value else []
+            argv += ["--grad-checkpointing"] if value else ["--no-grad-checkpointing"]
         elif name == "targets":
             argv += ["--targets", ",".join(value)]
         else:
@@ -111,7 +111,7 @@ def test_page_peak_equals_estimate(browser, tmp_path, capsys, model, start, fixe
             assert browser.find_element("id", "error").text
             errors += 1
             continue
-        assert int(peak.get_attribute("data-bytes")) == expected, (chosen, _cli_args(data, chosen) + fixed)
+        assert int(peak.get_attribute("data-bytes")) == expected, " ".join(_cli_args(data, chosen) + fixed)
         assert peak.text == fmt_bytes(expected, units)
         verdict = browser.find_element("id", "verdict").text
         assert verdict.startswith("fits on" if expected <= card.usable_bytes else "does not fit on"), verdict

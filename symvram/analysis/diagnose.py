@@ -206,7 +206,7 @@ def _candidates(sc: Scenario, p95_seq: int | None) -> list[_Candidate]:
                               f"none: the same update in one CUDA kernel, without the {sc.optimizer_impl} "
                               "implementation's temporary"))
     if getattr(sc, LOSS_HOOK, None) not in ("chunked", "fused"):
-        hook = {LOSS_HOOK: "chunked"} if LOSS_HOOK in Scenario.__dataclass_fields__ else None
+        hook = {LOSS_HOOK: "liger"} if LOSS_HOOK in Scenario.__dataclass_fields__ else None
         out.append(_Candidate("chunked_loss", "a chunked / fused cross-entropy (e.g. Liger's fused linear "
                               "cross-entropy)", "free", ("loss",), hook,
                               "none in memory or accuracy: the loss is computed over chunks of tokens, so the "

@@ -7,6 +7,7 @@ import json
 from ..analysis.diagnose import PART_NAMES, PARTS, PROBE_SEQ, Diagnosis, diagnose, tensor_parallel_ok
 from ..analysis.fit import load_card
 from ..errors import UserError
+from ..stacks import summary as stack_summary
 from ..present.units import fmt_bytes, parse_size
 from .common import (add_model_argument, add_output_arguments, add_scenario_arguments, positive_int, provenance_dict,
                      provenance_text, reading, scenario_from_args, write_output)
@@ -150,7 +151,7 @@ def render(d: Diagnosis, units: str, reading=None) -> str:
     budget = (f"{fb(d.card.usable_bytes)} usable − {fb(d.headroom)} headroom"
               + (f" − {fb(d.overhead)} measured overhead" if d.overhead > 0 else "") + f" = {fb(d.budget)}")
     lines = [f"{sc.model.name} · {sc.method}" + (f" r={sc.rank}" if sc.lora else "") + f" · batch {sc.batch} · "
-             f"seq {sc.seq} on {d.card.name}: budget {budget}", ""]
+             f"seq {sc.seq} on {d.card.name}: budget {budget}", stack_summary(sc), ""]
     if d.measured:
         measured, at = d.measured
         lines.append(f"measured: {fb(measured)} at batch {at.scenario.batch}, seq {at.scenario.seq}; the ledger "

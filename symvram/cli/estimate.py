@@ -9,6 +9,7 @@ from ..errors import UserError
 from ..evaluate import evaluate
 from ..present.tables import detail, to_json
 from ..present.units import fmt_bytes
+from ..stacks import summary as stack_summary
 from .common import (add_model_argument, add_output_arguments, add_scenario_arguments, check_context, model_of,
                      provenance_dict, provenance_text, reading, scenario_from_args, scenario_kwargs, write_output)
 from .fit import add_card_arguments
@@ -172,6 +173,7 @@ def run(args) -> int:
                 head += (f"LoRA r={lora.scenario.rank} on {','.join(lora.scenario.targets)} = "
                          f"{lora.derived['P_train']:,} trainable; ")
             head += f"batch {sc.batch}, seq {sc.seq}" + (", checkpointing" if sc.grad_checkpointing else "")
+            head += "\n" + stack_summary((lora or first).scenario)
             text = provenance_text(args, sc) + head + "\n\n" + table.table(args.units, args.format)
             text += "\n\n" + compare_time_line(table)
             if args.gpu:

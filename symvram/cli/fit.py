@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 import json
 
+from ..stacks import summary as stack_summary
 from ..analysis.fit import DEFAULT_HEADROOM, KNOBS, FitResult, fit, load_card
 from ..present.units import fmt_bytes
 from .common import add_model_argument, add_output_arguments, add_scenario_arguments, positive_int, provenance_dict, scenario_from_args, write_output
@@ -80,7 +81,7 @@ def render(r: FitResult, units: str) -> str:
     num = (lambda v: f"{v:,} {unit}".rstrip())
     fixed = ", ".join(f"{k} {getattr(sc, k)}" for k in KNOBS if k != r.knob and (k != "rank" or sc.lora))
     lines = [f"{sc.model.name} · {sc.method} · {fixed} on {r.card.name}: {fmt_bytes(r.capacity, units)} usable "
-             f"− {fmt_bytes(r.headroom, units)} headroom = {fmt_bytes(r.budget, units)} budget"]
+             f"− {fmt_bytes(r.headroom, units)} headroom = {fmt_bytes(r.budget, units)} budget", stack_summary(sc)]
     moment = {m.key: m.label for m in r.at.ledger.moments}
     if r.status == "none":
         lines.append(f"nothing fits: even {r.knob} 1 needs {fmt_bytes(r.at.peak, units)} at "

@@ -8,6 +8,7 @@ from ..analysis.fit import load_card
 from ..analysis.plan import STRATEGIES, PlanResult, plan, interconnect, tensor_parallel_ok
 from ..errors import UserError
 from ..present.tables import host_bytes, render_rows
+from ..stacks import summary as stack_summary
 from ..present.units import fmt_bytes
 from ..scenario import METHODS
 from .common import add_model_argument, add_output_arguments, add_scenario_arguments, positive_int, provenance_dict, scenario_from_args, scenario_kwargs, write_output
@@ -117,7 +118,7 @@ def summary(r: PlanResult, method: str, units: str) -> str:
 def render(r: PlanResult, sc, units: str, fmt: str) -> str:
     head = (f"{sc.model.name} · batch {sc.batch} · seq {sc.seq}" + (" · checkpointing" if sc.grad_checkpointing else "")
             + f" on {r.card.name}: {fmt_bytes(r.card.usable_bytes, units)} usable − {fmt_bytes(r.headroom, units)} "
-              f"headroom = {fmt_bytes(r.budget, units)} per GPU")
+              f"headroom = {fmt_bytes(r.budget, units)} per GPU") + "\n" + stack_summary(sc)
     table = [["method", "strategy", "GPUs", "params only", f"per-GPU peak ({units})", f"host ({units})",
               "tokens/s per GPU", "tokens/s", "communication"]]
     for row in r.ranked:

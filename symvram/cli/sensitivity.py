@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 import json
 
+from ..stacks import summary as stack_summary
 from ..analysis.sensitivity import Comparison, SensitivityResult, compare, sensitivity
 from ..errors import UserError
 from ..present.tables import render_rows
@@ -93,7 +94,7 @@ def render(res: SensitivityResult, c: Comparison | None, units: str, fmt: str) -
     label = next(m.label for m in res.breakdown.ledger.moments if m.key == res.moment)
     lines = [("## " if md else "") + f"{sc.model.name} · {sc.method}" + (f" r={sc.rank}" if sc.lora else "") +
              f" · batch {sc.batch} · seq {sc.seq}: peak {fmt_bytes(res.peak, units)} at {label} "
-             "(the active moment: its derivative is the peak's)", ""]
+             "(the active moment: its derivative is the peak's)", stack_summary(sc), ""]
     rows = [["#", "knob", "meaning", "at", "unit", "∂peak/∂x (per unit)", "elasticity", f"x·∂peak/∂x ({units})",
              "time elasticity"]]
     for n, r in enumerate(res.rows, 1):

@@ -24,8 +24,8 @@ In the same fake run, torch.utils.flop_counter.FlopCounterMode counts the step's
 backward with any checkpointed recompute) beside the FLOPs ledger's; with --world-size, the bytes each
 FSDP2 collective sends beside the communication ledger's.
 
-Unless you say otherwise it measures what a plain run does: PEFT's fp32 adapters, torch AdamW's
-states in the trainable weights' dtype, the CPU code paths (a GPU run with --device cuda).
+Its defaults are the stack's (--stack; hf for real models), the same as symvram estimate's; it measures
+the CPU code paths (a GPU run with --device cuda).
 
 Needs the optional extra:  pip install 'symvram[validate]'   (torch, transformers, peft: these versions or
 newer, so it installs into an existing training environment). It measures the versions you have installed,
@@ -52,35 +52,41 @@ def register(sub) -> None:
 
 def _check_supported(sc) -> None:
     if sc.method == "qlora":
-        raise UserError("validate measures full and LoRA fine-tuning; QLoRA needs bitsandbytes' CUDA kernels, "
-                        "which a fake-tensor run cannot execute")
+        import importlib.util
+
+        if importlib.util.find_spec("bitsandbytes") is None:
+            raise UserError("QLoRA is measured through bitsandbytes' fake-tensor kernels: pip install bitsandbytes")
+        if sc.structure.arch.moe:
+            raise UserError("QLoRA of a mixture-of-experts model is not measured: its fused experts are not "
+                            "nn.Linear, so bitsandbytes leaves them in 16-bit")
     if sc.gpus > 1 or sc.tp > 1 or sc.zero or sc.offload != "none":
         raise UserError("validate measures one device; multi-GPU strategies are checked by the sharding tests")
-    if sc.optimizer != "adamw":
-        raise UserError(f"validate runs torch.optim.AdamW; --optimizer {sc.optimizer} is not a torch optimizer here")
+    if sc.loss_impl in ("liger", "cce"):
+        raise UserError(f"--loss-impl {sc.loss_impl} runs GPU kernels only (Triton): the estimate models it from its "
+                        "source, a fake-tensor run cannot measure it")
+    bnb = sc.optimizer in ("adamw8bit", "paged-adamw8bit")
+    if sc.optimizer != "adamw" and not bnb:
+        raise UserError(f"validate runs torch.optim.AdamW or bitsandbytes' AdamW8bit; --optimizer {sc.optimizer} "
+                        "is not measured here")
+    if bnb:
+        import importlib.util
+
+        if importlib.util.find_spec("bitsandbytes") is None:
+            raise UserError(f"--optimizer {sc.optimizer} is measured with bitsandbytes: pip install bitsandbytes")
     if sc.master == "fp32":
         raise UserError("validate runs plain torch AdamW, which keeps no separate fp32 master copy; "
                         "use --dtype fp32 --autocast bf16 for the mixed-precision recipe")
     trainable = sc.adapter_dtype if sc.lora else sc.dtype
-    if sc.state_dtype != trainable:
+    if sc.state_dtype != trainable and not bnb:
         raise UserError(f"torch AdamW keeps its states in the parameter's dtype ({trainable}); "
                         f"pass --state-dtype {trainable} so that the estimate describes the same run")
 
 
 def run_defaults(given: dict) -> dict:
-    """What a plain run does where the user (flags or --from files: ``given``) said nothing: the CPU
-    code paths of a fake-tensor run, PEFT's fp32 adapters, and torch AdamW's states in the trainable
-    weights' dtype."""
-    kw = {}
-    if given.get("device") is None:
-        kw["device"] = "cpu"
-    method = given.get("method") or "full"
-    if method != "full" and given.get("adapter_dtype") is None:
-        kw["adapter_dtype"] = "fp32"
-    if given.get("state_dtype") is None:
-        kw["state_dtype"] = (given.get("adapter_dtype") or kw.get("adapter_dtype")) if method != "full" \
-            else (given.get("dtype") or "bf16")
-    return kw
+    """What the measurement needs where the user (flags or --from files: ``given``) said nothing: the CPU
+    code paths of a fake-tensor run. Every other default is the stack's (symvram.stacks), the same as
+    ``symvram estimate``'s: the estimate and the measurement describe the same run."""
+    return {"device": "cpu"} if given.get("device") is None else {}
 
 
 def _warn_versions(measured: dict) -> str:

@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 import json
 
+from ..stacks import summary as stack_summary
 from ..analysis.whatif import WhatIf, whatif
 from ..ledger.terms import BLOCKS
 from ..present.tables import BLOCK_TITLES, render_rows, to_json
@@ -53,7 +54,7 @@ def render(w: WhatIf, units: str, fmt: str) -> str:
     b, a = w.before, w.after
     sc = b.scenario
     change = ", ".join(f"{n} {_number(x)} → {_number(y)}" for n, x, y in w.symbol_values())
-    lines = [("## " if md else "") + f"{sc.model.name} · {sc.method}: what if {change}", ""]
+    lines = [("## " if md else "") + f"{sc.model.name} · {sc.method}: what if {change}", stack_summary(sc), ""]
     rows = [["block", "term", "formula", f"before ({units})", f"after ({units})", f"Δ ({units})"]]
     terms = w.terms()
     for block in dict.fromkeys(t.block for t in terms):

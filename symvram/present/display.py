@@ -21,7 +21,7 @@ from ..symbols import latex
 from .tables import render_rows
 from .units import fmt_bytes
 
-LEDGER_BLOCKS = (*BLOCKS, "transient", "host")   # host: terms offloaded to CPU memory
+LEDGER_BLOCKS = (*BLOCKS, "transient", "host", "paged")  # host: offloaded to CPU memory; paged: unified memory
 
 if TYPE_CHECKING:
     from ..evaluate import Breakdown

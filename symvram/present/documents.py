@@ -313,7 +313,7 @@ LEVERS = (
     ("batch_half", lambda sc: {"batch": max(sc.batch // 2, 1)} if sc.batch > 1 else None),
     ("checkpointing", lambda sc: {"grad_checkpointing": True} if not sc.grad_checkpointing else None),
     ("sdpa", lambda sc: {"attention": "sdpa"} if sc.attention == "eager" else None),
-    ("chunked_loss", lambda sc: {LOSS_HOOK: "chunked"} if LOSS_HOOK in Scenario.__dataclass_fields__ else None),
+    ("chunked_loss", lambda sc: {LOSS_HOOK: "liger"} if LOSS_HOOK in Scenario.__dataclass_fields__ else None),
     ("rank_half", lambda sc: {"rank": max(sc.rank // 2, 1)} if sc.lora and sc.rank > 1 else None),
 )
 

@@ -16,6 +16,7 @@ category reaches is compared with the per-GPU terms of the ZeRO-3 ledger:
 """
 from __future__ import annotations
 
+import contextlib
 import warnings
 
 import torch
@@ -53,6 +54,12 @@ def _tracker_class():
         def __init__(self, *args):
             super().__init__(*args)
             self.maxima: dict[str, int] = {}
+            self.suspended = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            if self.suspended:  # see _untracked_sharding_propagation
+                return func(*args, **(kwargs or {}))
+            return super().__torch_dispatch__(func, types, args, kwargs)
 
         def _update_peak_stats(self, peak_state) -> None:
             super()._update_peak_stats(peak_state)
@@ -104,6 +111,35 @@ class CollectiveBytes:
         self.sent = {}
 
 
+@contextlib.contextmanager
+def _untracked_sharding_propagation(tracker):
+    """Leave DTensor's sharding propagation out of the count.
+
+    The first time DTensor meets an op schema it runs the op once on fake tensors of the *global*
+    shapes to learn the output's shape and stride (``ShardingPropagator._propagate_tensor_meta_non_cached``,
+    cached per schema afterwards). It uses the active FakeTensorMode, i.e. ours, so the tracker counted
+    those full-size tensors: for the foreach AdamW step of step 1, three unsharded parameter-sized sets
+    (3 P β, whatever N). With real tensors the propagation runs in a private FakeTensorMode and
+    allocates nothing.
+    """
+    from torch.distributed.tensor._sharding_prop import ShardingPropagator
+
+    orig = ShardingPropagator._propagate_tensor_meta_non_cached
+
+    def _propagate_tensor_meta_non_cached(self, op_schema):
+        tracker.suspended += 1
+        try:
+            return orig(self, op_schema)
+        finally:
+            tracker.suspended -= 1
+
+    ShardingPropagator._propagate_tensor_meta_non_cached = _propagate_tensor_meta_non_cached
+    try:
+        yield
+    finally:
+        ShardingPropagator._propagate_tensor_meta_non_cached = orig
+
+
 def _local_bytes(t: torch.Tensor) -> int:
     local = t.to_local() if hasattr(t, "to_local") else t
     return local.numel() * local.element_size()
@@ -133,7 +169,7 @@ def measure_fsdp(spec: dict, world_size: int) -> dict:
         tracker = _tracker_class()(model, optimizer)
         tracker.track_inputs((ids,))
         collectives = CollectiveBytes(world_size)
-        with _untraced_packed_check(), tracker, collectives.mode:
+        with _untraced_packed_check(), _untracked_sharding_propagation(tracker), tracker, collectives.mode:
             for _ in range(int(spec["steps"])):
                 collectives.reset()   # keep the last step's
                 loss = model(input_ids=ids, labels=ids).loss
@@ -231,7 +267,8 @@ def cli_text(sc: Scenario, world_size: int, fmt: str = "table", units: str = "Gi
             f"\n\n{world_size} fake ranks, fully_shard per decoder layer then the root, torch {m['versions']['torch']}; "
             f"the estimate's all-gathered set counts a prefetched layer a synchronous fake group never overlaps, "
             f"so the unsharded row leaves one layer out. The peak also holds activations and the step's temporaries "
-            f"(torch's foreach AdamW over DTensor shards allocates more than on plain tensors: see docs/sharding.md).")
+            f"(DTensor's sharding propagation, which runs each new op once on full-size fake tensors, is left out "
+            f"of the count: real tensors never allocate those; see docs/sharding.md).")
 
 
 __all__ = ["measure_fsdp", "expected", "compare_fsdp", "cli_text", "CATEGORIES"]
