@@ -17,7 +17,7 @@ import sympy as sp
 
 from ..symbols import sym
 from .architecture import E, L, V, dh, f, f_e, h, k_e, nh, nkv
-from .functions import ceil_div, pow2_ceil
+from .functions import at_least, ceil_div, pow2_ceil
 from .structure import Structure
 from .terms import Term
 
@@ -256,9 +256,8 @@ def _layer_backward_temp(s_: Structure) -> tuple[sp.Expr, str, str]:
 
 
 def past_window(s_: Structure) -> sp.Expr:
-    """1 once the sequence is longer than the sliding window, else 0 (s and w are integers): a step
-    written as min(1, max(0, s − w)) so that every printer and lambdify handle it."""
-    return sp.Min(1, sp.Max(0, s - s_.arch.dim("window")))
+    """1 once the sequence is longer than the sliding window, else 0 (s and w are integers)."""
+    return at_least(s, s_.arch.dim("window") + 1)
 
 
 def sliding_extra(s_: Structure) -> sp.Expr:
@@ -267,7 +266,7 @@ def sliding_extra(s_: Structure) -> sp.Expr:
     n_h heads (repeat_kv, a copy unless n_kv = 1) instead of GQA. Nothing while s ≤ w."""
     if s_.arch.dim("window", 0) == 0 or s_.attention != "sdpa":
         return sp.Integer(0)
-    repeated = sp.Min(1, nkv - 1)  # with one kv head repeat_kv is a stride-0 view: no copy
+    repeated = at_least(nkv, 2)  # with one kv head repeat_kv is a stride-0 view: no copy
     return past_window(s_) * (b_c * b * s**2 + repeated * 2 * b_c * T * dh * (nh - nkv))
 
 
