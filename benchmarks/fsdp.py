@@ -41,7 +41,7 @@ def deepspeed_zero3(sc: Scenario, n: int) -> int:
 def run_case(case: dict) -> dict:
     kw = dict(case)
     n = kw.pop("world_size")
-    sc = Scenario.create(MODEL, seq=SEQ, **kw)
+    sc = Scenario.create(MODEL, stack="torch", seq=SEQ, **kw)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         result = compare_fsdp(sc, n)
@@ -79,6 +79,17 @@ def markdown(results: list[dict]) -> str:
                      f"{ds} | {peak['measured'] / gib:.3f} | {pct(peak['estimate'], peak['measured'])} |")
     lines += ["", "Each symvram cell is (estimate − measured) / measured. The gathered set is compared without the "
               "prefetched layer, which a synchronous fake process group never holds at the same time."]
+    lines += ["", "## Bytes each GPU sends per step: the communication ledger against the collectives FSDP2 dispatched",
+              "", "Counted on rank 0 by a dispatch mode that reads every c10d all-gather and reduce-scatter of the last "
+              "step ((N − 1) × the shard each); the ledger: every layer's weights gathered in forward and again in "
+              "backward, the root once, every trainable gradient reduce-scattered (symvram/ledger/comm.py).", "",
+              "| method | N | all-gather: measured (bytes) | symvram | reduce-scatter: measured (bytes) | symvram |",
+              "|---|---:|---:|---:|---:|---:|"]
+    for r in results:
+        c = r["comm"]
+        lines.append(f"| {r['case']['method']} | {r['world_size']} | {c['allgather']['measured']:,} | "
+                     f"{pct(c['allgather']['estimate'], c['allgather']['measured'])} | {c['reduce_scatter']['measured']:,} | "
+                     f"{pct(c['reduce_scatter']['estimate'], c['reduce_scatter']['measured'])} |")
     return "\n".join(lines) + "\n"
 
 

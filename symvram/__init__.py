@@ -8,7 +8,8 @@ The API (``symvram.api``) is loaded on first use, so ``import symvram`` itself i
 (14000000000, 14000000000, 56000000000)
 """
 __version__ = "0.1.0"
-__all__ = ["Scenario", "estimate", "compare", "whatif", "fit", "sensitivity", "plan", "diagnose", "explain", "plot"]
+__all__ = ["Scenario", "estimate", "compare", "whatif", "fit", "sensitivity", "plan", "diagnose", "explain", "plot",
+           "step_time"]
 
 
 def __getattr__(name: str):

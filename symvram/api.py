@@ -150,6 +150,19 @@ def _card(gpu: str | int | GPUSpec) -> GPUSpec:
     return load_card(gpu if isinstance(gpu, str) else f"{gpu}B")
 
 
+def step_time(model: Model, gpu: str | GPUSpec, mfu: float | None = None, interconnect: str | None = None,
+              **settings):
+    """The time ledger of one setup on a card: FLOPs by phase, bytes sent, seconds per step, tokens/s.
+
+    >>> t = step_time("7b", "h100", method="lora")
+    >>> t.flops.by_phase["recompute"], round(t.seconds_per_step, 3)
+    (0, 0.162)
+    """
+    from .timing import step_time as _step_time
+
+    return _step_time(scenario(model, **settings), _card(gpu), mfu, interconnect)
+
+
 def plan(model: Model, gpu: str | int | GPUSpec, max_gpus: int = 64, headroom: int | str = "1GiB",
          methods: tuple[str, ...] | None = None, strategies: tuple[str, ...] | None = None, **settings):
     """``symvram plan MODEL --gpu GPU``: the fewest GPUs for each method × strategy (DDP, ZeRO, TP, offload).

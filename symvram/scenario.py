@@ -17,15 +17,20 @@ from .errors import UserError
 from .ledger.architecture import Family, family
 from .ledger.structure import Structure
 from .presets import MAX_DIM, ModelSpec, load_model
+from .stacks import STACK_SETTINGS, check_stack, concrete, resolve
 from .symbols import SYMBOLS
 
 METHODS = ("full", "lora", "qlora")
 DTYPES = ("bf16", "fp16", "fp32")
 STATE_DTYPES = ("fp32", "bf16", "int8")
-OPTIMIZERS = ("adamw", "sgd", "sgd-momentum", "lion", "adafactor")
+OPTIMIZERS = ("adamw", "sgd", "sgd-momentum", "lion", "adafactor", "adamw8bit", "paged-adamw8bit")
+BNB_OPTIMIZERS = ("adamw8bit", "paged-adamw8bit")  # bitsandbytes: states in int8 by construction
 OPTIMIZER_IMPLS = ("foreach", "fused", "forloop")
 ATTENTIONS = ("sdpa", "eager")
 DEVICES = ("cuda", "cpu")
+CHECKPOINT_IMPLS = ("non-reentrant", "reentrant")
+KBIT_PREPS = ("peft", "none")
+LOSS_IMPLS = ("torch", "chunked", "liger", "cce")
 OFFLOADS = ("none", "optimizer", "optimizer+params")
 MAX_SEQ = 10_000_000
 MAX_BATCH = 1_000_000
@@ -33,7 +38,8 @@ MAX_RANK = 1 << 20
 MAX_GPUS = 1_000_000
 # Largest value --set accepts, by symbol name, else by group: beyond these a number is a typo.
 FIELD_SYMBOLS = {"batch", "seq", "rank", "gpus", "tp"}  # symbols that are also Scenario fields
-SET_LIMITS = {"P": 10**15, "model": MAX_DIM, "bytes": 64, "quant": 1 << 20}
+SET_LIMITS = {"P": 10**15, "model": MAX_DIM, "bytes": 64, "quant": 1 << 20,
+              "mfu": 1, "overlap": 1, "time": 10**18}
 
 
 @cache
@@ -103,6 +109,7 @@ class Scenario:
     """Every input of one estimate. Build it with ``Scenario.create`` (which checks and resolves)."""
 
     model: ModelSpec
+    stack: str = "interview"        # create() picks the model's default stack (hf for real models)
     method: str = "full"
     rank: int = 64
     targets: tuple[str, ...] = ()   # resolved by create: the family's all-linear unless given
@@ -125,17 +132,24 @@ class Scenario:
     offload: str = "none"
     tp: int = 1
     sequence_parallel: bool = False
+    checkpoint_impl: str = "non-reentrant"
+    loss_impl: str = "torch"
+    dora: bool = False              # PEFT LoraConfig(use_dora=True)
+    kbit_prep: str = "none"         # QLoRA: peft's prepare_model_for_kbit_training (fp32 non-quantized weights)
     overrides: tuple[tuple[str, float], ...] = field(default=())
+    # the settings given (not filled by the stack): with_changes keeps them and lets the stack fill the rest again
+    given: frozenset = field(default=frozenset(), compare=False, repr=False)
 
     @classmethod
     def create(cls, model: str | ModelSpec, **kw) -> "Scenario":
-        """Check every input and fill the defaults. ``adapter_dtype=None`` means: the compute dtype."""
+        """Check every input and fill the defaults: a setting not given (or None) takes the value of the stack
+        (``stack``, else the model's default stack: see symvram.stacks)."""
         spec = model if isinstance(model, ModelSpec) else load_model(model)
-        kw = {k: v for k, v in kw.items() if v is not None}
+        kw = {k: v for k, v in kw.items() if v is not None and k != "given"}
         unknown = sorted(set(kw) - set(cls.__dataclass_fields__))
         if unknown:
             raise UserError(f"unknown scenario setting {', '.join(unknown)}; settings are "
-                            f"{', '.join(k for k in cls.__dataclass_fields__ if k != 'model')}")
+                            f"{', '.join(k for k in cls.__dataclass_fields__ if k not in ('model', 'given'))}")
         fam = family(spec.family)
         kw["targets"] = parse_targets(kw.get("targets", "all-linear"), fam)
         kw.setdefault("attention", fam.default_attention)
@@ -145,20 +159,36 @@ class Scenario:
                 value = overrides.pop(name)
                 kw[name] = int(value) if isinstance(value, float) and value.is_integer() else value
             kw["overrides"] = tuple(sorted(overrides.items()))
-        sc = cls(model=spec, **kw)
-        if "adapter_dtype" not in kw:
-            sc = replace(sc, adapter_dtype=sc.compute_dtype)
+        state_given = kw.get("state_dtype")
+        given = frozenset(kw) - {"targets"}
+        kw = resolve(spec, kw)
+        kw = concrete(kw, kw.get("method", "full") in ("lora", "qlora"))
+        if kw.get("optimizer") in BNB_OPTIMIZERS:
+            if state_given not in (None, "int8"):
+                raise UserError(f"--optimizer {kw['optimizer']} keeps its states in 8 bits (bitsandbytes); "
+                                f"--state-dtype {state_given} contradicts it")
+            kw["state_dtype"] = "int8"
+        sc = cls(model=spec, **kw, given=given)
         sc._check()
         return sc
 
     def with_changes(self, **kw) -> "Scenario":
         """A copy with some inputs changed, checked again."""
-        merged = {k: getattr(self, k) for k in self.__dataclass_fields__ if k != "model"}
+        implied = (*STACK_SETTINGS, "grad_checkpointing")  # what the stack fills in, it fills in again
+        merged = {k: getattr(self, k) for k in self.__dataclass_fields__ if k not in ("model", "given")
+                  and (k not in implied or k in self.given)}
         merged.update({k: v for k, v in kw.items() if v is not None})
         return Scenario.create(self.model, **merged)
 
     @property
+    def kbit_prepared(self) -> bool:
+        """QLoRA through peft.prepare_model_for_kbit_training: every weight that is not 4-bit is cast to fp32."""
+        return self.method == "qlora" and self.kbit_prep == "peft"
+
+    @property
     def compute_dtype(self) -> str:
+        if self.kbit_prepared:  # the fp32 embedding makes the residual stream, and what is saved, fp32
+            return "fp32"
         return self.autocast if self.autocast != "none" else self.dtype
 
     @property
@@ -166,7 +196,11 @@ class Scenario:
         return self.method in ("lora", "qlora")
 
     def _check(self) -> None:
+        check_stack(self.stack)
         _choice(self.method, METHODS, "--method")
+        _choice(self.checkpoint_impl, CHECKPOINT_IMPLS, "--checkpoint-impl")
+        _choice(self.loss_impl, LOSS_IMPLS, "--loss-impl")
+        _choice(self.kbit_prep, KBIT_PREPS, "--kbit-prep")
         _choice(self.dtype, DTYPES, "--dtype")
         _choice(self.master, ("none", "fp32"), "--master")
         _choice(self.state_dtype, STATE_DTYPES, "--state-dtype")
@@ -186,7 +220,7 @@ class Scenario:
         _positive_int(self.tp, "--tp", 1024)
         if isinstance(self.zero, bool) or self.zero not in (0, 1, 2, 3):
             raise UserError(f"--zero must be 0, 1, 2 or 3; got {self.zero!r}")
-        for flag in ("grad_checkpointing", "double_quant", "sequence_parallel"):
+        for flag in ("grad_checkpointing", "double_quant", "sequence_parallel", "dora"):
             if not isinstance(getattr(self, flag), bool):  # "false" is a non-empty string: it would switch it on
                 raise UserError(f"{flag} must be True or False; got {getattr(self, flag)!r}")
         self._check_overrides()  # first: the checks below compute with the --set values
@@ -210,6 +244,18 @@ class Scenario:
         if self.master == "fp32" and trainable_dtype == "fp32":
             raise UserError("--master fp32 duplicates weights that are already fp32; drop --master "
                             "(fp32 weights are their own master copy)")
+        if self.dora and not self.lora:
+            raise UserError("--dora is a LoRA variant: use --method lora (or qlora)")
+        if self.dora and self.method == "qlora":
+            raise UserError("--dora with QLoRA is not modelled yet: PEFT dequantizes each 4-bit weight per forward "
+                            "for the weight norm (not measured here)")
+        if self.dora and any(family(self.model.family).linear(t).count != 1 for t in self.targets):
+            raise UserError("--dora on fused MoE experts: PEFT's target_parameters does not support DoRA")
+        if self.loss_impl != "torch" and fam.extra("final_logit_softcapping"):
+            raise UserError(f"--loss-impl {self.loss_impl} with {fam.key}'s final-logit soft-capping is not modelled")
+        if self.loss_impl == "cce" and self.compute_dtype == "fp32":
+            raise UserError("--loss-impl cce: Cut Cross-Entropy asserts 16-bit hidden states (bf16/fp16); these are "
+                            "fp32" + (" (prepare_model_for_kbit_training casts them)" if self.kbit_prepared else ""))
         if self.method == "qlora" and self.dtype == "fp32":
             raise UserError("QLoRA stores the base in 4-bit and computes in 16-bit: use --dtype bf16 or fp16")
         vals = {**self.model.dims, **dict(self.overrides)}  # what --set changes is checked like the rest
@@ -264,12 +310,15 @@ class Scenario:
             method=self.method, nominal=self.model.params is not None, family=self.model.family,
             tied=self.model.tied, options=self.model.options, targets=self.targets if self.lora else (),
             master=self.master == "fp32", optimizer=self.optimizer, optimizer_impl=self.optimizer_impl,
+            embed_states_fp32=self.optimizer in BNB_OPTIMIZERS and self.stack == "hf" and not self.lora,
             compute_fp32=self.compute_dtype == "fp32",
             adapter_upcast=self.lora and self.adapter_dtype != self.compute_dtype,
             autocast=self.autocast != "none", weight_casts=self.autocast != "none" and self.dtype == "fp32",
             dropout=self.lora and self.lora_dropout > 0, device=self.device,
             attention=self.attention, grad_checkpointing=self.grad_checkpointing,
-            double_quant=self.double_quant, zero=self.zero, offload=self.offload,
+            double_quant=self.double_quant, kbit_prep=self.kbit_prepared,
+            checkpoint_reentrant=self.grad_checkpointing and self.checkpoint_impl == "reentrant",
+            loss_impl=self.loss_impl, dora=self.lora and self.dora, zero=self.zero, offload=self.offload,
             sequence_parallel=self.sequence_parallel, tensor_parallel=self.tp > 1,
         )
 
@@ -283,7 +332,7 @@ class Scenario:
             batch=self.batch, seq=self.seq, rank=self.rank, gpus=self.gpus, tp=self.tp,
             bytes_weight=sizes[self.dtype], bytes_act=sizes[self.compute_dtype],
             bytes_grad=sizes[trainable_dtype], bytes_adapter=sizes[self.adapter_dtype],
-            bytes_state=sizes[self.state_dtype],
+            bytes_state=sizes[self.state_dtype], bytes_autocast=sizes[self.autocast] if self.autocast != "none" else 2,
             states_per_param=recipes()["optimizers"][self.optimizer]["states"],
         )
         vals.update(dict(self.overrides))
@@ -291,7 +340,7 @@ class Scenario:
 
     def inputs(self) -> dict:
         """Every resolved setting (defaults included), JSON-ready."""
-        out = {k: getattr(self, k) for k in self.__dataclass_fields__ if k not in ("model", "overrides")}
+        out = {k: getattr(self, k) for k in self.__dataclass_fields__ if k not in ("model", "overrides", "given")}
         out["targets"] = list(self.targets) if self.lora else []
         out["model"] = self.model.name
         out["model_kind"] = self.model.kind

@@ -53,3 +53,11 @@ def parse_size(text: str) -> int:
     if value > 1 << 50:
         raise UserError(f"{text!r} is larger than any accelerator (over 1 PiB)")
     return int(value)
+
+
+def fmt_flops(n: float) -> str:
+    """FLOPs with an SI prefix: ``fmt_flops(8.9e13)`` → ``'89.0 TFLOP'``."""
+    for scale, prefix in ((1e18, "E"), (1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(n) >= scale:
+            return f"{n / scale:.3g} {prefix}FLOP"
+    return f"{n:.3g} FLOP"

@@ -11,7 +11,7 @@ from symvram.errors import UserError
 from symvram.scenario import Scenario
 
 GIB = 2**30
-JOB = dict(method="lora", batch=4, seq=4096)                 # the reference's "24 GB card, OOM" job
+JOB = dict(method="lora", batch=4, seq=4096, stack="interview")  # the reference's "24 GB card, OOM" job (its recipe)
 
 
 @pytest.fixture(scope="module")
@@ -24,19 +24,19 @@ def test_activation_side_and_probe(lora24):
     assert lora24.side == "activation"
     assert lora24.budget == 23 * GIB                          # 24 GiB − 1 GiB default headroom
     assert lora24.parameter_bytes == e.blocks["base"] + e.blocks["trainable"] < lora24.budget < e.peak
-    assert lora24.probe.peak == estimate("llama-3-8b", method="lora", batch=1, seq=512).peak
+    assert lora24.probe.peak == estimate("llama-3-8b", stack="interview", method="lora", batch=1, seq=512).peak
 
 
 def test_remedies_in_the_reference_order_with_their_savings(lora24):
     steps = [
         ("seq_p95", dict(method="lora", batch=4, seq=1800)),
-        ("checkpointing", dict(method="lora", batch=4, seq=1800, grad_checkpointing=True)),
-        ("batch1", dict(method="lora", batch=1, seq=1800, grad_checkpointing=True)),
+        ("chunked_loss", dict(method="lora", batch=4, seq=1800, loss_impl="liger")),   # Liger FLCE, free
+        ("checkpointing", dict(method="lora", batch=4, seq=1800, loss_impl="liger", grad_checkpointing=True)),
     ]
     assert [r.key for r in lora24.remedies] == [k for k, _ in steps]   # stops at the first that fits
     previous = estimate("llama-3-8b", **JOB).peak
     for remedy, (key, kw) in zip(lora24.remedies, steps):
-        after = estimate("llama-3-8b", **kw).peak
+        after = estimate("llama-3-8b", stack="interview", **kw).peak
         assert remedy.after.peak == after and remedy.saving == previous - after
         previous = after
     assert lora24.remedies[-1].after.peak <= lora24.budget < lora24.remedies[-2].after.peak
@@ -46,9 +46,9 @@ def test_remedies_in_the_reference_order_with_their_savings(lora24):
 def test_without_p95_the_sequence_step_is_explained_not_guessed():
     d = diagnose(Scenario.create("llama-3-8b", **JOB), 24 * GIB)
     assert d.skipped and "--p95-seq" in d.skipped[0][1]
-    assert d.remedies[0].key == "checkpointing"
-    assert d.remedies[0].after.peak == estimate("llama-3-8b", method="lora", batch=4, seq=4096,
-                                                grad_checkpointing=True).peak
+    assert [r.key for r in d.remedies[:2]] == ["chunked_loss", "checkpointing"]
+    assert d.remedies[1].after.peak == estimate("llama-3-8b", stack="interview", method="lora", batch=4, seq=4096,
+                                                loss_impl="liger", grad_checkpointing=True).peak
 
 
 # ---------------------------------------------------------------- the five causes (issue 13)
@@ -57,16 +57,16 @@ def test_full_fine_tuning_at_the_optimizer_step():
     """llama-3.1-8b, full, bf16 AdamW states, checkpointing, on 72 GiB: the peak is the optimizer step, where the
     activations are freed; foreach AdamW's sqrt(v) buffer (one state: P · 2 B) is what does not fit, and fused
     AdamW — free — removes it. Parameter side by hand: P · (2 weight + 2 grad + 2 · 2 states) = 8 B/param."""
-    sc = Scenario.create("llama-3.1-8b", method="full", state_dtype="bf16", grad_checkpointing=True)
+    sc = Scenario.create("llama-3.1-8b", stack="interview", method="full", state_dtype="bf16", grad_checkpointing=True)
     d = diagnose(sc, load_card("72GiB"))
-    P = estimate("llama-3.1-8b").derived["P"]
+    P = estimate("llama-3.1-8b", stack="interview").derived["P"]
     assert d.cause == "optimizer" and d.moment == "optimizer_step"
     assert sum(d.parts["optimizer"].values()) == 2 * P
     assert 8 * P <= d.parameter_bytes < 8 * P + 2**20 <= d.budget           # + AdamW's fp32 step counters
     assert set(d.parts["activation"]) <= {"act_rope", "act_tokens"}          # freed: rotary cache and ids only
     first = d.proposals[0]
     assert first.key == "fused_adamw" and first.modelled and first.after.peak <= d.budget
-    assert first.after.peak == estimate("llama-3.1-8b", method="full", state_dtype="bf16", grad_checkpointing=True,
+    assert first.after.peak == estimate("llama-3.1-8b", stack="interview", method="full", state_dtype="bf16", grad_checkpointing=True,
                                         optimizer_impl="fused").peak
     assert len(d.proposals) == 1                                              # it stops at the first that fits
 
@@ -75,12 +75,14 @@ def test_llama3_qlora_long_sequence_the_loss_dominates():
     """Llama-3 QLoRA, batch 4 × seq 4096, checkpointing, RTX 4090: at the start of the loss backward the fp32
     log-softmax output and the two fp32 gradients of the loss are 3 · 4 B · T · V = 3 × 7.8 GiB; the first remedy
     is a chunked cross-entropy, free."""
-    sc = Scenario.create("llama-3-8b", method="qlora", batch=4, seq=4096, grad_checkpointing=True)
+    sc = Scenario.create("llama-3-8b", stack="interview", method="qlora", batch=4, seq=4096, grad_checkpointing=True)
     d = diagnose(sc, load_card("rtx-4090"))
     T, V = 4 * 4096, 128256
     assert d.cause == "loss" and d.moment == "loss_backward"
     assert sum(d.parts["loss"].values()) == 3 * 4 * T * V
-    assert d.proposals[0].key == "chunked_loss" and d.proposals[0].saving == 3 * 4 * T * V
+    chunked = estimate("llama-3-8b", stack="interview", method="qlora", batch=4, seq=4096, grad_checkpointing=True,
+                       loss_impl="liger")  # Liger FLCE (modelled)
+    assert d.proposals[0].key == "chunked_loss" and d.proposals[0].saving == d.estimate.peak - chunked.peak
     if not d.proposals[0].modelled:       # until Scenario has loss_impl the later steps are estimated without it
         assert "loss_impl" not in Scenario.__dataclass_fields__
     assert d.cards is None or d.cards.strategy.key != "tp"                   # RTX 4090: PCIe, no TP
@@ -94,7 +96,7 @@ def test_lora_where_the_activations_dominate():
     assert d.parts["activation"]["act_mlp"] == 3 * 2 * (4 * 4096) * 14336 * 32
     assert d.proposals[0].key == "seq_p95"
     d = diagnose(Scenario.create("llama-3-8b", **JOB), load_card("rtx-4090"))
-    assert d.cause == "activation" and d.remedies[0].key == "checkpointing"
+    assert d.cause == "activation" and [r.key for r in d.remedies[:2]] == ["chunked_loss", "checkpointing"]
     assert d.cards is None or d.cards.strategy.key != "tp"
 
 
@@ -127,11 +129,12 @@ def test_parameter_side_of_70b_full():
 def test_more_cards_when_every_remedy_falls_short():
     d = diagnose(Scenario.create("7b", method="lora"), 6 * GIB)
     # the parameter side (13 GiB of bf16 base) is over 5 GiB: precision and QLoRA first, then checkpointing
-    assert [r.key for r in d.remedies] == ["precision", "qlora", "checkpointing"]
+    assert [r.key for r in d.remedies] == ["precision", "qlora", "chunked_loss", "checkpointing"]
     assert not d.fixed and d.cards is not None
     c = d.cards
     # the cards are counted for LoRA (the job's method) with the earlier fixes, per GPU
-    kw = dict(method="lora", grad_checkpointing=True, state_dtype="int8", optimizer_impl="fused", zero=c.strategy.zero,
+    kw = dict(method="lora", grad_checkpointing=True, state_dtype="int8", optimizer_impl="fused", loss_impl="liger",
+              zero=c.strategy.zero,
               offload=c.strategy.offload, tp=c.tp, sequence_parallel=c.tp > 1)
     n = c.gpus // c.tp
     assert estimate("7b", gpus=n, **kw).peak == c.at.peak <= d.budget
@@ -143,7 +146,7 @@ def test_measured_overhead_is_fitted():
     measured = round(23.5 * GIB)
     d = diagnose(Scenario.create("llama-3-8b", **JOB), 24 * GIB, measured_peak=measured,
                  measured_at={"batch": 1, "seq": 512})
-    at = estimate("llama-3-8b", method="lora", batch=1, seq=512).peak
+    at = estimate("llama-3-8b", stack="interview", method="lora", batch=1, seq=512).peak
     assert d.overhead == measured - at > 0
     assert d.budget == 23 * GIB - d.overhead
     assert d.remedies[-1].after.peak <= d.budget
@@ -152,11 +155,11 @@ def test_measured_overhead_is_fitted():
 def test_cli(capsys):
     from symvram.cli import main
 
-    assert main(["diagnose", "llama-3-8b", "--method", "lora", "--gpu", "24GiB", "--batch", "4", "--seq", "4096",
-                 "--measured-peak", "23.5GiB", "--measured-at", "batch=1,seq=512", "--format", "json"]) == 0
+    assert main(["diagnose", "llama-3-8b", "--stack", "interview", "--method", "lora", "--gpu", "24GiB", "--batch", "4",
+                 "--seq", "4096", "--measured-peak", "23.5GiB", "--measured-at", "batch=1,seq=512", "--format", "json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["side"] == "activation"
-    assert data["measured"]["estimate_bytes"] == estimate("llama-3-8b", method="lora", batch=1, seq=512).peak
+    assert data["measured"]["estimate_bytes"] == estimate("llama-3-8b", stack="interview", method="lora", batch=1, seq=512).peak
     assert main(["diagnose", "7b", "--gpu", "24GiB", "--measured-at", "heads=3", "--measured-peak", "20GiB"]) == 2
     assert "--measured-at" in capsys.readouterr().err
 
@@ -172,7 +175,8 @@ def test_a_full_run_is_not_told_to_check_lora_targets(capsys):
     assert main(["diagnose", "llama-3-8b", "--method", "full", "--gpu", "h200", "--batch", "8", "--seq", "4096"]) == 0
     full = capsys.readouterr().out
     assert "probe:" in full and "LoRA" not in full.split("probe:")[1].split("\n")[0]
-    assert main(["diagnose", "llama-3-8b", "--method", "lora", "--gpu", "rtx-4090", "--batch", "4", "--seq", "4096"]) == 0
+    assert main(["diagnose", "llama-3-8b", "--stack", "interview", "--method", "lora", "--gpu", "rtx-4090",
+                 "--batch", "8", "--seq", "16384"]) == 0
     lora = capsys.readouterr().out
     assert "LoRA target modules" in lora and "no tensor parallelism" in lora
 
@@ -195,3 +199,19 @@ def test_fp16_keeps_its_master_and_still_gets_8bit_states():
     r = d.proposals[0]
     assert d.cause == "parameter" and r.key == "precision" and "master" not in r.changes
     assert r.after.blocks["base"] + r.after.blocks["trainable"] == 7e9 * (2 + 2 + 4 + 2)
+
+
+def test_each_remedy_carries_its_time_price():
+    """Checkpointing's price comes from the FLOPs ledger (one more forward of LoRA's matmuls); on a card with
+    peak figures the price is the predicted step time per token, otherwise the matmul FLOPs per token."""
+    from symvram.timing import flops
+
+    sc = Scenario.create("llama-3-8b", method="lora", batch=4, seq=4096)
+    share = 100 * flops(sc).recompute_share_if_checkpointed
+    for card in (load_card("rtx-4090"), 24 * GIB):
+        d = diagnose(sc, card)
+        ckpt = next(r for r in d.remedies if r.key == "checkpointing")
+        assert f"+{share:.0f} % matmul FLOPs" in ckpt.cost
+        assert ckpt.price == pytest.approx(share, abs=3)   # the step is matmul-bound
+        assert ckpt.price_basis == ("step time" if card != 24 * GIB else "matmul FLOPs per token")
+        assert all(r.price is not None for r in d.remedies)

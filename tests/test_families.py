@@ -165,7 +165,7 @@ def test_estimate_equals_the_measured_peak(model_type, settings):
     if model_type == "qwen3_moe":
         cfg["norm_topk_prob"] = True
     trainable = settings.pop("adapter_dtype", "fp32") if settings["method"] == "lora" else "bf16"
-    sc = Scenario.create(spec_from_config(cfg, "tiny", "config", "test"), batch=2, seq=64, device="cpu",
+    sc = Scenario.create(spec_from_config(cfg, "tiny", "config", "test"), stack="torch", batch=2, seq=64, device="cpu",
                          adapter_dtype=trainable if settings["method"] == "lora" else None,
                          state_dtype=trainable, **settings)  # torch AdamW: states in the trainable dtype
     measured = measure({**from_scenario(sc), "steps": 2})

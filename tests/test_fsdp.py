@@ -21,7 +21,7 @@ P = ROOT + L * LAYER
 
 @pytest.mark.parametrize("n", [2, 4, 8])
 def test_full_fine_tuning_per_rank(n):
-    r = compare_fsdp(Scenario.create(TINY, method="full", seq=32, state_dtype="bf16"), n)
+    r = compare_fsdp(Scenario.create(TINY, stack="torch", method="full", seq=32, state_dtype="bf16"), n)
     rows = r["rows"]
     for row in rows.values():
         assert row["estimate"] == row["measured"]
@@ -30,17 +30,28 @@ def test_full_fine_tuning_per_rank(n):
     assert rows["optimizer_states"]["measured"] == 2 * 2 * P // n + 4 * (L * 9 + 3)
     # all-gathered at most: the root unit and one layer (a fake group never overlaps the prefetch)
     assert rows["unsharded_params"]["measured"] == 2 * (ROOT + LAYER)
+    # bytes each rank sends (the collectives FSDP2 dispatched): every layer gathered in forward and again
+    # in backward, the root once; every gradient reduce-scattered — equal to the communication ledger
+    comm = r["comm"]
+    for row in comm.values():
+        assert row["estimate"] == row["measured"]
+    assert comm["allgather"]["measured"] == (n - 1) * 2 * (ROOT + 2 * L * LAYER) // n
+    assert comm["reduce_scatter"]["measured"] == (n - 1) * 2 * P // n
 
 
 def test_lora_per_rank():
     n, rank = 4, 8
-    sc = Scenario.create(TINY, method="lora", rank=rank, seq=32, adapter_dtype="bf16", state_dtype="bf16")
-    rows = compare_fsdp(sc, n)["rows"]
+    sc = Scenario.create(TINY, stack="torch", method="lora", rank=rank, seq=32, adapter_dtype="bf16", state_dtype="bf16")
+    r = compare_fsdp(sc, n)
+    rows = r["rows"]
     for row in rows.values():
         assert row["estimate"] == row["measured"]
     lora = L * rank * (2 * (H + H) + 2 * (H + KV) + 2 * (H + F) + (F + H))
     assert rows["sharded_grads"]["measured"] == 2 * lora // n
     assert rows["sharded_params"]["measured"] == 2 * (P + lora) // n
+    comm = r["comm"]
+    assert comm["reduce_scatter"]["measured"] == comm["reduce_scatter"]["estimate"] == (n - 1) * 2 * lora // n
+    assert comm["allgather"]["measured"] == comm["allgather"]["estimate"]
 
 
 def test_cli_world_size(tmp_path, capsys):

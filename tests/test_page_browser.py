@@ -71,7 +71,7 @@ def _cli_args(data: dict, chosen: dict) -> list[str]:
         if name in data["controls"]:
             value = data["controls"][name]["values"][value]
         if name == "grad_checkpointing":
-            argv += ["--grad-checkpointing"] if value else []
+            argv += ["--grad-checkpointing"] if value else ["--no-grad-checkpointing"]
         elif name == "targets":
             argv += ["--targets", ",".join(value)]
         else:
@@ -118,7 +118,7 @@ def test_page_peak_equals_estimate(browser, tmp_path, capsys, model, start, fixe
             assert browser.find_element("id", "legend").text == "", "a stale legend beside no estimate"
             errors += 1
             continue
-        assert int(peak.get_attribute("data-bytes")) == expected, (chosen, _cli_args(data, chosen) + fixed)
+        assert int(peak.get_attribute("data-bytes")) == expected, " ".join(_cli_args(data, chosen) + fixed)
         assert peak.text == fmt_bytes(expected, units)
         verdict = browser.find_element("id", "verdict").text
         budget = card.usable_bytes - headroom_bytes(DEFAULT_HEADROOM, card.usable_bytes)  # as fit and diagnose keep

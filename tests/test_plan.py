@@ -118,14 +118,41 @@ def test_cli_refuses_the_settings_it_searches(capsys):
     assert "--zero" in capsys.readouterr().err
 
 
+def test_plan_ranks_the_fitting_setups_by_predicted_tokens_per_second(capsys):
+    from symvram.cli import main
+
+    assert main(["plan", "70b", "--gpu", "a100-80g", "--grad-checkpointing", "--format", "json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    timed = sorted((r for r in data["rows"] if r["speed_rank"]), key=lambda r: r["speed_rank"])
+    assert timed and all(r["fits"] for r in timed)
+    speeds = [r["tokens_per_second_per_gpu"] for r in timed]
+    assert speeds == sorted(speeds, reverse=True)
+    for r in timed:   # tokens/s in all: every data-parallel rank's micro-batch per step
+        assert r["tokens_per_second"] == pytest.approx(r["tokens_per_second_per_gpu"] * r["gpus"])
+    assert "fastest per GPU" not in data["fastest_why"] and data["fastest_why"].startswith(timed[0]["method"])
+    assert data["time_assumptions"]
+
+
+def test_plan_on_a_card_without_figures_keeps_strategy_order(capsys):
+    from symvram.cli import main
+
+    assert main(["plan", "7b", "--gpu", "t4", "--method", "qlora"]) == 0
+    assert "no step times" in capsys.readouterr().out
+
+
 def test_tensor_parallelism_needs_nvlink():
-    """data/gpus.toml gives every card its interconnect; TP is not planned on PCIe-only cards (RTX 4090)."""
+    """data/gpus.toml gives every card its interconnect (a link of data/interconnects.toml, whose kind is nvlink,
+    pcie or infinity-fabric); TP is not planned on PCIe-only cards (RTX 4090)."""
     import tomllib
     from importlib import resources
 
+    from symvram.analysis.plan import interconnect
+
     cards = tomllib.loads(resources.files("symvram.data").joinpath("gpus.toml").read_text(encoding="utf-8"))
-    assert all(c.get("interconnect") in ("nvlink", "pcie", "infinity-fabric") for c in cards.values())
-    assert cards["rtx-4090"]["interconnect"] == "pcie" and cards["a100-80g"]["interconnect"] == "nvlink"
+    assert all(interconnect(load_card(k)) in ("nvlink", "pcie", "infinity-fabric") for k in cards)
+    assert interconnect(load_card("rtx-4090")) == "pcie" and interconnect(load_card("a100-80g")) == "nvlink"
+    # --interconnect overrides the card's link, for TP too
+    assert interconnect(load_card("a100-80g"), "pcie4") == "pcie"
     r = plan(Scenario.create("70b", grad_checkpointing=True), load_card("rtx-4090"), methods=("lora",))
     assert "tp" not in {row.strategy.key for row in r.rows}
     assert "tp" in {row.strategy.key for row in plan(Scenario.create("7b"), A100, methods=("lora",)).rows}

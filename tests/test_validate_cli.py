@@ -35,10 +35,12 @@ def test_validate_measures_what_it_estimates(tmp_path, capsys, cfg, args):
     # the measurement is PyTorch's own count of live tensor bytes: the estimate must be within 1 %
     assert abs(peak["error"]) < 0.01, out
     assert out["rows"]["params"]["estimate"] == out["rows"]["params"]["measured"]
+    # FlopCounterMode in the same run: the FLOPs ledger within 0.5 % per phase (it is exact on these)
+    assert all(abs(row["error"]) < 0.005 for row in out["flops"].values()), out["flops"]
 
 
 @pytest.mark.parametrize("args, needle", [
-    (["--method", "qlora", "--rank", "8"], "bitsandbytes"),
+    (["--method", "full", "--optimizer", "lion"], "not measured here"),
     (["--method", "full", "--gpus", "2", "--zero", "2"], "one device"),
     (["--method", "full", "--state-dtype", "fp32"], "parameter's dtype"),
 ])
@@ -73,3 +75,27 @@ def test_validate_accepts_newer_libraries():
     extra = tomllib.loads((Path(__file__).parent.parent / "pyproject.toml").read_text())["project"][
         "optional-dependencies"]["validate"]
     assert extra == [f"{k}>={v}" for k, v in validate.LEDGER_VERSIONS.items()]
+
+
+@needs_torch
+def test_validate_measures_bitsandbytes_8bit_adamw(tmp_path, capsys):
+    pytest.importorskip("bitsandbytes")
+    args = ["validate", _config(tmp_path, TINY), "--method", "full", "--optimizer", "adamw8bit", "--batch", "2",
+            "--seq", "32", "--format", "json"]
+    assert main(args) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["rows"]["optimizer_state"]["error"] == 0 and abs(out["rows"]["peak"]["error"]) < 1e-4, out
+    assert out["versions"]["bitsandbytes"] == "0.50.2"
+
+
+@needs_torch
+def test_validate_measures_qlora_as_run(tmp_path, capsys):
+    """bitsandbytes NF4 + prepare_model_for_kbit_training + PEFT's reentrant checkpointing (the torch stack)."""
+    pytest.importorskip("bitsandbytes")
+    args = ["validate", _config(tmp_path, TINY), "--method", "qlora", "--rank", "8", "--stack", "torch", "--batch",
+            "2", "--seq", "32", "--format", "json"]
+    assert main(args) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["spec"]["method"] == "qlora" and out["spec"]["grad_checkpointing"] is True
+    assert out["spec"]["checkpoint_impl"] == "reentrant"
+    assert out["rows"]["params"]["error"] == 0 and abs(out["rows"]["peak"]["error"]) < 1e-4, out

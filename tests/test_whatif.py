@@ -24,7 +24,7 @@ def test_rank_64_to_16_on_7b():
 
 def test_doubling_seq_doubles_sdpa_activations():
     # with SDPA every saved tensor is b·s·(something) (RoPE's cos/sin: s·d_head), so all of block 3 doubles
-    w = whatif(Scenario.create("llama-3-8b", method="lora", batch=2, seq=1024), {"seq": 2048})
+    w = whatif(Scenario.create("llama-3-8b", method="lora", batch=2, seq=1024, stack="torch"), {"seq": 2048})
     assert w.after.blocks["activations"] == 2 * w.before.blocks["activations"]
     assert w.block_delta("trainable") == 0 and w.block_delta("base") == 0
 

@@ -15,7 +15,9 @@
    batch 1 with accumulation, optimizer precision, LoRA/QLoRA, and only then more cards (from ``plan``,
    TP only over NVLink). A remedy is offered only when the part it shrinks lives at the current peak
    and, while the parameter side alone is over, only if it shrinks the parameter side. Each is
-   re-estimated on top of the previous ones; the triage stops at the first that fits.
+   re-estimated on top of the previous ones; the triage stops at the first that fits. Each carries its
+   **time price** (``time_price``: the predicted step time per token on a card with peak figures, else the
+   matmul FLOPs per token), and checkpointing's cost is derived from the FLOPs ledger, not quoted.
 
 With a measured peak, the unknown overhead (CUDA context the card's usable figure did not cover,
 allocator rounding and fragmentation, library workspaces) is fitted as measured − estimated at the
@@ -92,6 +94,8 @@ class Remedy:
     before: Breakdown
     after: Breakdown | None
     bound: int = 0
+    price: float | None = None     # % more time per token (negative: faster); see time_price
+    price_basis: str = ""
 
     @property
     def modelled(self) -> bool:
@@ -202,7 +206,7 @@ def _candidates(sc: Scenario, p95_seq: int | None) -> list[_Candidate]:
                               f"none: the same update in one CUDA kernel, without the {sc.optimizer_impl} "
                               "implementation's temporary"))
     if getattr(sc, LOSS_HOOK, None) not in ("chunked", "fused"):
-        hook = {LOSS_HOOK: "chunked"} if LOSS_HOOK in Scenario.__dataclass_fields__ else None
+        hook = {LOSS_HOOK: "liger"} if LOSS_HOOK in Scenario.__dataclass_fields__ else None
         out.append(_Candidate("chunked_loss", "a chunked / fused cross-entropy (e.g. Liger's fused linear "
                               "cross-entropy)", "free", ("loss",), hook,
                               "none in memory or accuracy: the loss is computed over chunks of tokens, so the "
@@ -216,9 +220,13 @@ def _candidates(sc: Scenario, p95_seq: int | None) -> list[_Candidate]:
                               ("activation", "loss", "backward"), {"seq": p95_seq},
                               "the longest 5 % of samples are truncated (or packed/split)"))
     if not sc.grad_checkpointing:
+        from ..timing import flops
+
+        share = flops(sc).recompute_share_if_checkpointed
         out.append(_Candidate("checkpointing", "gradient checkpointing", "recompute", ("activation",),
                               {"grad_checkpointing": True},
-                              "≈ 20–30 % slower: each layer's forward is recomputed in backward"))
+                              f"each layer's forward is recomputed in backward: +{100 * share:.0f} % matmul FLOPs "
+                              f"for {sc.method}"))
     if sc.batch > 1:
         out.append(_Candidate("batch1", f"batch 1 with gradient accumulation over {sc.batch} steps", "throughput",
                               ("activation", "loss", "backward"), {"batch": 1},
@@ -298,9 +306,36 @@ def triage_steps(est: Breakdown, budget: int, p95_seq: int | None) -> tuple[list
     return proposals, skipped
 
 
+def time_price(before: Scenario, after: Scenario, card: GPUSpec, mfu: float | None = None,
+               interconnect: str | None = None) -> tuple[float, str]:
+    """% more time per token that ``after`` takes than ``before``: the roofline's step time (symvram.timing)
+    on a card with peak figures, else the matmul FLOPs per token (the card-independent part of it)."""
+    from ..ledger.comm import build_comm
+    from ..timing import flops, step_time
+
+    try:
+        a, b = step_time(before, card, mfu, interconnect), step_time(after, card, mfu, interconnect)
+        return 100 * (a.tokens_per_second_per_gpu / b.tokens_per_second_per_gpu - 1), "step time"
+    except UserError:
+        per_token = [flops(x).per_step / (x.batch * x.seq) for x in (before, after)]
+        basis = "matmul FLOPs per token"
+        if "dequantize" in build_comm(after.structure).by_key and "dequantize" not in build_comm(before.structure).by_key:
+            basis += "; it adds memory-bound work (dequantization), unpriced without a card's bandwidth"
+        return 100 * (per_token[1] / per_token[0] - 1), basis
+
+
+def _priced(r: Remedy, card: GPUSpec, mfu, interconnect) -> Remedy:
+    if not r.modelled:
+        return r
+    from dataclasses import replace
+
+    price, basis = time_price(r.before.scenario, r.after.scenario, card, mfu, interconnect)
+    return replace(r, price=price, price_basis=basis)
+
+
 def diagnose(sc: Scenario, capacity: int | GPUSpec, headroom: int | str = DEFAULT_HEADROOM,
              p95_seq: int | None = None, measured_peak: int | None = None, measured_at: dict | None = None,
-             max_gpus: int = 64) -> Diagnosis:
+             max_gpus: int = 64, mfu: float | None = None, interconnect: str | None = None) -> Diagnosis:
     """Triage an OOM of ``sc`` on a card of ``capacity`` bytes (or a GPUSpec)."""
     card = capacity if isinstance(capacity, GPUSpec) else GPUSpec("capacity", f"{capacity:,} B card", capacity, capacity)
     room = headroom_bytes(headroom, card.usable_bytes)
@@ -316,6 +351,7 @@ def diagnose(sc: Scenario, capacity: int | GPUSpec, headroom: int | str = DEFAUL
     probe = evaluate(sc.with_changes(batch=1, seq=min(PROBE_SEQ, sc.seq)))
     budget = card.usable_bytes - room - max(overhead, 0)
     proposals, skipped = triage_steps(est, budget, p95_seq)
+    proposals = [_priced(r, card, mfu, interconnect) for r in proposals]
     modelled = [r for r in proposals if r.modelled]
     last = modelled[-1].after if modelled else est
     cards = None
@@ -329,5 +365,5 @@ def diagnose(sc: Scenario, capacity: int | GPUSpec, headroom: int | str = DEFAUL
                      overhead, measured, moment_parts(est))
 
 
-__all__ = ["diagnose", "Diagnosis", "Remedy", "parameter_side", "moment_parts", "part_bytes", "part_of", "PARTS",
+__all__ = ["diagnose", "time_price", "Diagnosis", "Remedy", "parameter_side", "moment_parts", "part_bytes", "part_of", "PARTS",
            "PART_NAMES", "LOSS_HOOK", "tensor_parallel_ok"]

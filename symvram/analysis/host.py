@@ -1,5 +1,6 @@
-"""CPU memory that offloading moves off the GPU (the ledger's ``host`` block): an analysis quantity,
-used by plan and shown by the render layer."""
+"""Memory that is not in the GPU allocator's peak: what offloading moves to the CPU (the ledger's
+``host`` block) and bitsandbytes' paged optimizer states (``paged``). Analysis quantities, used by plan
+and shown by the render layer."""
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
@@ -16,3 +17,13 @@ def host_bytes(bd: Breakdown) -> int:
     True
     """
     return sum(bd.terms[t.key] for t in bd.ledger.block_terms("host"))
+
+
+def paged_bytes(bd: Breakdown) -> int:
+    """Paged optimizer states: on the GPU when paged in, outside torch's allocator (never in the peak).
+
+    >>> from symvram.api import estimate
+    >>> paged_bytes(estimate("qwen2.5-0.5b", method="full", optimizer="paged-adamw8bit")) > 0
+    True
+    """
+    return sum(bd.terms[t.key] for t in bd.ledger.block_terms("paged"))

@@ -47,20 +47,24 @@ def host_resident(bd: Breakdown) -> int:
     return host_bytes(bd) - temp
 
 
-def interconnect(card: GPUSpec) -> str | None:
-    """The card's GPU-to-GPU link from ``data/gpus.toml`` (``nvlink``, ``pcie`` …); None for a card given
-    as a size, whose link is unknown.
+def interconnect(card: GPUSpec, override: str | None = None) -> str | None:
+    """The kind of the card's GPU-to-GPU link (``nvlink``, ``infinity-fabric``, ``pcie``, ``network``): the
+    ``kind`` in ``data/interconnects.toml`` of its ``interconnect`` in ``data/gpus.toml`` (or of ``override``,
+    --interconnect); None for a card given as a size, whose link is unknown.
 
     >>> from symvram.analysis.fit import load_card
     >>> interconnect(load_card("rtx-4090")), interconnect(load_card("a100-80g")), interconnect(load_card("80GiB"))
     ('pcie', 'nvlink', None)
     """
-    return gpu_presets().get(card.key, {}).get("interconnect")
+    from ..timing import interconnects
+
+    link = override or gpu_presets().get(card.key, {}).get("interconnect")
+    return interconnects()[link]["kind"] if link else None
 
 
-def tensor_parallel_ok(card: GPUSpec) -> bool:
-    """Tensor parallelism is offered unless the card is known to talk over PCIe only."""
-    return interconnect(card) in TP_INTERCONNECTS + (None,)
+def tensor_parallel_ok(card: GPUSpec, override: str | None = None) -> bool:
+    """Tensor parallelism is offered unless the card is known to talk over PCIe (or a network) only."""
+    return interconnect(card, override) in TP_INTERCONNECTS + (None,)
 
 
 @dataclass(frozen=True)
@@ -104,10 +108,19 @@ class PlanRow:
     tp: int
     at: Breakdown
     params_gpus: int | None
+    time: object = None   # symvram.timing.StepTime at ``at`` (fitting rows on a card with figures)
 
     @property
     def fits(self) -> bool:
         return self.gpus is not None
+
+    @property
+    def tokens_per_second(self) -> float | None:
+        return self.time.tokens_per_second if self.time is not None else None
+
+    @property
+    def tokens_per_second_per_gpu(self) -> float | None:
+        return self.time.tokens_per_second_per_gpu if self.time is not None else None
 
     @property
     def host_total(self) -> int:
@@ -121,6 +134,7 @@ class PlanResult:
     headroom: int
     max_gpus: int
     rows: tuple[PlanRow, ...]
+    interconnect: str | None = None   # --interconnect: the link step times and TP eligibility assume
 
     @property
     def budget(self) -> int:
@@ -132,6 +146,18 @@ class PlanResult:
         fitting = [r for r in self.rows if r.method == method and r.fits
                    and (offload is None or (r.strategy.offload != "none") == offload)]
         return min(fitting, key=lambda r: (r.gpus, STRATEGIES.index(r.strategy))) if fitting else None
+
+    @property
+    def ranked(self) -> tuple[PlanRow, ...]:
+        """The setups that fit, fastest first by predicted tokens/s per GPU (the throughput of the cards
+        paid for; the total grows with the count), then the rest in strategy order."""
+        timed = sorted((r for r in self.rows if r.fits and r.time is not None),
+                       key=lambda r: (-r.tokens_per_second_per_gpu, r.gpus))
+        return tuple(timed) + tuple(r for r in self.rows if r not in timed)
+
+    def fastest(self, method: str | None = None) -> PlanRow | None:
+        rows = [r for r in self.ranked if r.time is not None and (method is None or r.method == method)]
+        return rows[0] if rows else None
 
     def __repr__(self) -> str:
         from ..rendering import render
@@ -248,9 +274,28 @@ def _row(sc: Scenario, method: str, st: Strategy, budget: int, max_gpus: int) ->
     return None if best is None else dataclasses.replace(best, params_gpus=min(params, default=None))
 
 
+def _timed(row: PlanRow, gpu: GPUSpec, mfu, interconnect) -> PlanRow:
+    """The row with its step time at the fewest GPUs (none on a card without peak figures, unless a
+    time was asked for with --mfu or --interconnect: then the card's missing figure is an error)."""
+    from dataclasses import replace
+
+    from ..timing import step_time
+
+    if not row.fits:
+        return row
+    try:
+        return replace(row, time=step_time(row.at.scenario, gpu, mfu, interconnect))
+    except UserError:
+        if mfu is not None or interconnect is not None:
+            raise
+        return row
+
+
 def plan(sc: Scenario, gpu: GPUSpec, max_gpus: int = 64, headroom: int | str = DEFAULT_HEADROOM,
-         methods: tuple[str, ...] | None = None, strategies: tuple[str, ...] | None = None) -> PlanResult:
-    """Every strategy × method (``methods`` default: full, LoRA, QLoRA) on ``gpu`` cards."""
+         methods: tuple[str, ...] | None = None, strategies: tuple[str, ...] | None = None,
+         mfu: float | None = None, interconnect: str | None = None) -> PlanResult:
+    """Every strategy × method (``methods`` default: full, LoRA, QLoRA) on ``gpu`` cards, each setup that
+    fits with its predicted step time (symvram.timing) at ``mfu`` over ``interconnect``."""
     if isinstance(max_gpus, bool) or not isinstance(max_gpus, int) or not 1 <= max_gpus <= MAX_GPUS:
         raise UserError(f"--max-gpus must be an integer from 1 to {MAX_GPUS}; got {max_gpus!r}")
     unknown = set(strategies or ()) - set(BY_KEY)
@@ -263,12 +308,12 @@ def plan(sc: Scenario, gpu: GPUSpec, max_gpus: int = 64, headroom: int | str = D
         for st in STRATEGIES:
             if strategies and st.key not in strategies:
                 continue
-            if st.tensor_parallel and not tensor_parallel_ok(gpu):   # TP over PCIe: not a plan anyone runs
+            if st.tensor_parallel and not tensor_parallel_ok(gpu, interconnect):   # TP over PCIe: not a plan anyone runs
                 continue
             row = _row(sc, method, st, budget, max_gpus)
             if row is not None:
-                rows.append(row)
-    return PlanResult(gpu, room, max_gpus, tuple(rows))
+                rows.append(_timed(row, gpu, mfu, interconnect))
+    return PlanResult(gpu, room, max_gpus, tuple(rows), interconnect)
 
 
 __all__ = ["plan", "interconnect", "tensor_parallel_ok", "fewest_gpus", "PlanResult", "PlanRow", "STRATEGIES", "Strategy"]

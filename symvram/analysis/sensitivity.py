@@ -44,6 +44,7 @@ class Row:
     value: float              # its value at the point, bytes per unit of x
     elasticity: float         # value · at / peak
     shares: tuple[TermShare, ...]   # terms of the active moment that move with x, largest first
+    time_elasticity: float = 0.0    # x/F · ∂F/∂x of the step's matmul FLOPs F (the time ledger beside the memory one)
 
     @property
     def derivative_latex(self) -> str:
@@ -97,6 +98,10 @@ def sensitivity(sc, knobs: tuple[str, ...] | list[str] | None = None) -> Sensiti
     moment = next(m for m in led.moments if m.key == bd.peak_moment)
     terms = [(led.by_key[k], led.expand(led.by_key[k].expr)) for k in moment.terms]
     expr = sp.Add(*(e for _, e in terms))
+    from ..ledger.flops import build_flops
+
+    flops_expr = build_flops(sc.structure).total
+    flops_value = float(flops_expr.xreplace(subs))
     rows = []
     for name in names:
         x = sym(name)
@@ -109,7 +114,8 @@ def sensitivity(sc, knobs: tuple[str, ...] | list[str] | None = None) -> Sensiti
             if part:
                 shares.append(TermShare(term.key, term.label, part))
         shares.sort(key=lambda s: -abs(s.bytes))
-        rows.append(Row(name, at, derivative, value, value * at / bd.peak, tuple(shares)))
+        time_el = float(sp.diff(flops_expr, x).xreplace(subs)) * at / flops_value
+        rows.append(Row(name, at, derivative, value, value * at / bd.peak, tuple(shares), time_el))
     rows.sort(key=lambda r: -abs(r.elasticity))
     return SensitivityResult(bd, moment.key, tuple(rows))
 

@@ -91,6 +91,17 @@ class WhatIf:
     def peak_delta(self) -> int:
         return self.after.peak - self.before.peak
 
+    def time(self) -> dict:
+        """Matmul FLOPs per step and per token, before and after (the time ledger beside the memory one)."""
+        from ..timing import flops
+
+        out = {}
+        for side, bd in (("before", self.before), ("after", self.after)):
+            f, sc = flops(bd.scenario), bd.scenario
+            out[side] = {"flops_per_step": f.per_step, "flops_per_token": f.per_step / (sc.batch * sc.seq)}
+        out["flops_per_token_change_percent"] = 100 * (out["after"]["flops_per_token"] / out["before"]["flops_per_token"] - 1)
+        return out
+
     def symbol_values(self) -> list[tuple[str, int | float, int | float]]:
         """(name, before, after) of each changed symbol."""
         return [(n, self.before.values[n], self.after.values[n]) for n in self.changes]

@@ -6,8 +6,9 @@ import sys
 from pathlib import Path
 
 from ..errors import UserError
-from ..scenario import (ATTENTIONS, DEVICES, DTYPES, METHODS, OFFLOADS, OPTIMIZER_IMPLS, OPTIMIZERS,
-                        STATE_DTYPES, Scenario)
+from ..scenario import (ATTENTIONS, CHECKPOINT_IMPLS, DEVICES, DTYPES, LOSS_IMPLS, METHODS, OFFLOADS,
+                        OPTIMIZER_IMPLS, OPTIMIZERS, STATE_DTYPES, Scenario)
+from ..stacks import stack_names, stacks
 from ..present.units import UNITS
 
 
@@ -54,6 +55,10 @@ def add_scenario_arguments(p: argparse.ArgumentParser, method_default: str | Non
     g.add_argument("--verbose", action="store_true", help="with --from: also list the keys not read "
                                                           "(not known to change memory)")
     p.set_defaults(method_default=method_default)
+    g.add_argument("--stack", choices=stack_names(),
+                   help="the training stack whose defaults fill every setting not given: "
+                        + "; ".join(f"{k} = {v['title']} ({v['about']})" for k, v in stacks().items())
+                        + ". Default: interview for the nominal presets 7b/13b/70b, hf for real models")
     g = p.add_argument_group("method")
     g.add_argument("--method", choices=METHODS,
                    help="full fine-tuning, LoRA (frozen 16-bit base) or QLoRA (frozen NF4 base)")
@@ -62,28 +67,47 @@ def add_scenario_arguments(p: argparse.ArgumentParser, method_default: str | Non
                                      "of modules (q_proj,v_proj or q,v)")
     g.add_argument("--lora-dropout", type=float, help="LoRA dropout p (default 0); p > 0 keeps a dropped copy "
                                                       "of each target's input and a mask")
+    g.add_argument("--dora", action="store_true", default=None,
+                   help="DoRA (PEFT use_dora): a magnitude vector per target, and per forward the weight norm and "
+                        "the LoRA and base results kept for its gradient")
+    g.add_argument("--kbit-prep", choices=("peft", "none"),
+                   help="QLoRA: peft's prepare_model_for_kbit_training (peft: embeddings, lm_head and norms cast to "
+                        "fp32, so every activation is fp32) or none (default: the stack's — peft under torch and hf)")
     g.add_argument("--no-double-quant", dest="double_quant", action="store_false", default=None,
                    help="QLoRA: absmax constants in fp32 (0.5 bit/param) instead of double-quantized (0.127)")
     g = p.add_argument_group("precision and optimizer")
     g.add_argument("--dtype", choices=DTYPES, help="dtype the weights are stored in (default bf16)")
     g.add_argument("--master", choices=("none", "fp32"), help="keep an fp32 master copy of the trainable weights "
                                                             "(default none: 12 B/param; fp32: 16 B/param)")
-    g.add_argument("--state-dtype", choices=STATE_DTYPES, help="optimizer-state dtype (default fp32; torch's "
-                                                               "AdamW keeps states in the parameter's dtype)")
+    g.add_argument("--state-dtype", choices=STATE_DTYPES, help="optimizer-state dtype (default: the stack's — fp32 "
+                                                               "under interview; torch's AdamW keeps states in the "
+                                                               "parameter's dtype)")
     g.add_argument("--optimizer", choices=OPTIMIZERS, help="default adamw (two states per parameter)")
     g.add_argument("--optimizer-impl", choices=OPTIMIZER_IMPLS,
-                   help="torch AdamW implementation: foreach (default; one state-sized temporary), fused (none), "
-                        "forloop (two temporaries of the largest parameter)")
-    g.add_argument("--adapter-dtype", choices=DTYPES, help="LoRA adapter dtype (default: the compute dtype, as "
-                                                           "in the reference answer; PEFT itself keeps adapters "
-                                                           "in fp32 — pass fp32 to match a default PEFT run)")
+                   help="torch AdamW implementation: foreach (one state-sized temporary), fused (none; the HF "
+                        "Trainer's adamw_torch_fused), forloop (two temporaries of the largest parameter); "
+                        "default: the stack's")
+    g.add_argument("--adapter-dtype", choices=DTYPES, help="LoRA adapter dtype (default: the stack's — fp32 as PEFT "
+                                                           "keeps them under torch and hf, the compute dtype under "
+                                                           "interview)")
     g.add_argument("--autocast", choices=("none", "bf16", "fp16"),
-                   help="torch.autocast compute dtype with --dtype fp32 (HF Trainer bf16=True on an fp32 model)")
+                   help="torch.autocast compute dtype (default: the stack's — the HF Trainer's bf16=True autocasts "
+                        "under hf; none under torch and interview)")
     g = p.add_argument_group("activations")
     g.add_argument("--batch", type=positive_int, help="micro-batch size per GPU (default 1)")
     g.add_argument("--seq", type=positive_int, help="sequence length in tokens (default 2048)")
-    g.add_argument("--grad-checkpointing", action="store_true", default=None,
-                   help="activation checkpointing of each decoder layer (≈ 20–30 %% slower, far less memory)")
+    g.add_argument("--grad-checkpointing", action=argparse.BooleanOptionalAction, default=None,
+                   help="activation checkpointing of each decoder layer (far less memory; one more forward per step: "
+                        "its price is in estimate's time line); "
+                        "default off, but on for QLoRA under torch and hf (prepare_model_for_kbit_training turns it on)")
+    g.add_argument("--checkpoint-impl", choices=CHECKPOINT_IMPLS,
+                   help="with --grad-checkpointing: torch.utils.checkpoint's non-reentrant (transformers' default) or "
+                        "reentrant implementation (default: the stack's)")
+    g.add_argument("--loss-impl", choices=LOSS_IMPLS,
+                   help="cross-entropy: torch (transformers' loss: fp32 logits and vocabulary-sized gradients), "
+                        "chunked (torchtune's CEWithChunkedOutputLoss, 8 chunks), liger (Liger's fused linear "
+                        "cross-entropy) or cce (Cut Cross-Entropy); liger and cce are modelled from their source, not "
+                        "measured here (default: the stack's)")
     g.add_argument("--attention", choices=ATTENTIONS, help="sdpa (default; flash/memory-efficient kernel) or "
                                                            "eager (materialises b·heads·seq² scores)")
     g.add_argument("--device", choices=DEVICES, help="cuda (default) or cpu: which tensors dropout keeps")
@@ -110,7 +134,7 @@ def add_output_arguments(p: argparse.ArgumentParser, required: bool = False,
     p.add_argument("--force", action="store_true", help="overwrite --output if it exists")
 
 
-SCENARIO_FLAGS = ("method", "rank", "targets", "lora_dropout", "double_quant", "dtype", "master", "state_dtype",
+SCENARIO_FLAGS = ("stack", "checkpoint_impl", "loss_impl", "kbit_prep", "dora", "method", "rank", "targets", "lora_dropout", "double_quant", "dtype", "master", "state_dtype",
                   "optimizer", "optimizer_impl", "adapter_dtype", "autocast", "batch", "seq", "grad_checkpointing",
                   "attention", "device", "gpus", "zero", "offload", "tp", "sequence_parallel")
 

@@ -75,8 +75,12 @@ def run(args) -> int:
     if args.measured_at and measured is None:
         raise UserError("--measured-at describes a measurement: give --measured-peak too")
     at = parse_measured_at(args.measured_at) if args.measured_at else None
+    from ..timing import check_interconnect, check_mfu
+
     d = diagnose(sc, load_card(args.gpu), headroom=args.headroom, p95_seq=args.p95_seq, measured_peak=measured,
-                 measured_at=at, max_gpus=args.max_gpus)
+                 measured_at=at, max_gpus=args.max_gpus,
+                 mfu=check_mfu(args.mfu) if args.mfu is not None else None,
+                 interconnect=check_interconnect(args.interconnect))
     r = reading(args)
     text = (json.dumps({**diagnosis_json(d, r), **provenance_dict(args, sc)}, indent=2) if args.format == "json"
             else provenance_text(args, sc) + diagnosis_text(d, args.units, r))

@@ -5,9 +5,12 @@ import argparse
 import json
 
 from ..api import compare
+from ..errors import UserError
 from ..evaluate import evaluate
+from ..present.reports import compare_time_line, time_json, time_lines
 from ..present.tables import detail, terminal, to_json
 from ..present.units import fmt_bytes
+from ..stacks import summary as stack_summary
 from .common import (add_model_argument, add_output_arguments, add_scenario_arguments, check_context, model_of,
                      provenance_dict, provenance_text, reading, scenario_from_args, scenario_kwargs, write_output)
 from .fit import add_card_arguments
@@ -20,6 +23,9 @@ With --method (or a --from file that sets the method): every term of the ledger 
 value, the moments of the step, the peak. With --from, the scenario read comes first: each setting,
 its value and where it came from. With --gpu, the verdict; when it does not fit, the remedies
 (written as edits to the --from files).
+Every answer ends with its time: the step's matmul FLOPs (forward, backward, recompute) from the FLOPs
+ledger; with --gpu also seconds per step and tokens/s from a stated roofline (--mfu, default 0.4;
+--interconnect, default the card's link), the assumptions printed beside it. JSON: the "time" block.
 
 examples:
   symvram estimate 7b
@@ -45,10 +51,12 @@ def register(sub) -> None:
 def _verdict(sc, args) -> tuple[str, dict]:
     """The verdict on --gpu (text and JSON), with the remedies when the run does not fit."""
     from ..analysis.diagnose import diagnose
-    from ..analysis.fit import load_card
+    from ..presets import load_card
     from ..present.reports import remedy_edits, remedy_lines
+    from ..timing import check_interconnect, check_mfu
 
-    d = diagnose(sc, load_card(args.gpu), headroom=args.headroom)
+    d = diagnose(sc, load_card(args.gpu), headroom=args.headroom,
+                 mfu=check_mfu(args.mfu) if args.mfu is not None else None, interconnect=check_interconnect(args.interconnect))
     fb = (lambda n: fmt_bytes(n, args.units))
     cards = f"{sc.gpus} × {d.card.name}" if sc.gpus > 1 else d.card.name
     if d.side == "fits":
@@ -71,13 +79,40 @@ def _verdict(sc, args) -> tuple[str, dict]:
 
 
 def _compare_verdict(table, args) -> str:
-    from ..analysis.fit import headroom_bytes, load_card
+    from ..analysis.fit import headroom_bytes
+    from ..presets import load_card
+    from ..timing import step_time
 
     card = load_card(args.gpu)
     budget = card.usable_bytes - headroom_bytes(args.headroom, card.usable_bytes)
     fb = (lambda n: fmt_bytes(n, args.units))
-    words = [f"{name} {'fits' if bd.peak <= budget else 'over by ' + fb(bd.peak - budget)}" for name, bd in table.rows]
+
+    def speed(bd) -> str:
+        try:
+            return f", {step_time(bd.scenario, card).tokens_per_second_per_gpu:,.0f} tokens/s per GPU"
+        except UserError:   # a card without peak figures: the memory verdict alone
+            return ""
+
+    words = [f"{name} {'fits' + speed(bd) if bd.peak <= budget else 'over by ' + fb(bd.peak - budget)}"
+             for name, bd in table.rows]
     return f"on {card.name} (budget {fb(budget)} per GPU): " + "; ".join(words)
+
+
+def time_of(sc, args):
+    """The step time on --gpu (None without a card), --mfu and --interconnect checked first."""
+    from ..presets import load_card
+    from ..timing import check_interconnect, check_mfu, step_time
+
+    mfu = check_mfu(args.mfu) if getattr(args, "mfu", None) is not None else None
+    link = check_interconnect(getattr(args, "interconnect", None))
+    if not getattr(args, "gpu", None):
+        return None
+    try:
+        return step_time(sc, load_card(args.gpu), mfu, link)
+    except UserError as e:
+        if mfu is not None or link is not None:   # a time was asked for: a card without figures is an error
+            raise
+        return str(e)   # the memory answer stands; the time line says why there is none
 
 
 def run(args) -> int:
@@ -86,7 +121,7 @@ def run(args) -> int:
         table = compare(model_of(args), **kw)
         sc = check_context(table.rows[0][1].scenario, args)
         if args.format == "json":
-            text = json.dumps({**{name: to_json(bd) for name, bd in table.rows},
+            text = json.dumps({**{name: {**to_json(bd), "time": time_json(bd.scenario, None)} for name, bd in table.rows},
                                **{name: {"error": reason} for name, reason in table.skipped},
                                **provenance_dict(args, sc)}, indent=2)
         else:
@@ -97,17 +132,21 @@ def run(args) -> int:
                 head += (f"LoRA r={lora.scenario.rank} on {','.join(lora.scenario.targets)} = "
                          f"{lora.derived['P_train']:,} trainable; ")
             head += f"batch {sc.batch}, seq {sc.seq}" + (", checkpointing" if sc.grad_checkpointing else "")
+            head += "\n" + stack_summary((lora or first).scenario)
             text = provenance_text(args, sc) + head + "\n\n" + table.table(args.units, args.format)
+            text += "\n\n" + compare_time_line(table)
             if args.gpu:
                 text += "\n\n" + _compare_verdict(table, args)
     else:
         sc = scenario_from_args(args)
         bd = evaluate(sc)
+        st = time_of(sc, args)
         verdict, data = _verdict(sc, args) if args.gpu else ("", None)
         if args.format == "json":
-            text = json.dumps({**to_json(bd), **provenance_dict(args, sc), **({"verdict": data} if data else {})},
-                              indent=2)
+            text = json.dumps({**to_json(bd), "time": time_json(sc, st), **provenance_dict(args, sc),
+                               **({"verdict": data} if data else {})}, indent=2)
         else:
-            text = provenance_text(args, sc) + detail(bd, args.units, args.format) + ("\n\n" + verdict if verdict else "")
+            text = (provenance_text(args, sc) + detail(bd, args.units, args.format) + "\n" + "\n".join(time_lines(sc, st))
+                    + ("\n\n" + verdict if verdict else ""))
     write_output(terminal(text) if args.format == "table" else text, args.output, args.force)
     return 0

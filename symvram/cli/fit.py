@@ -26,11 +26,23 @@ examples:
 """
 
 
-def add_card_arguments(p: argparse.ArgumentParser, required: bool = True) -> None:
+def add_card_arguments(p: argparse.ArgumentParser, required: bool = True, time: bool = True) -> None:
     """--gpu and --headroom, shared by the commands that compare a peak with a card."""
     p.add_argument("--gpu", required=required, help="a named card (rtx-4090, a100-80g …) or a size (24GiB)")
     p.add_argument("--headroom", default=DEFAULT_HEADROOM,
                    help=f"memory kept free beyond the peak: a size or a %% of the card (default {DEFAULT_HEADROOM})")
+    if time:
+        add_time_arguments(p)
+
+
+def add_time_arguments(p: argparse.ArgumentParser) -> None:
+    """--mfu and --interconnect: the step-time roofline's stated assumptions (symvram.timing)."""
+    from ..timing import DEFAULT_MFU, interconnects
+
+    p.add_argument("--mfu", help=f"model FLOPs utilization in (0, 1] for step times (default {DEFAULT_MFU}: "
+                                 "the matmul share of a tuned step)")
+    p.add_argument("--interconnect", help=f"GPU-to-GPU link for step times (default: the card's; "
+                                          f"{', '.join(interconnects())})")
 
 
 def register(sub) -> None:
@@ -38,7 +50,7 @@ def register(sub) -> None:
                        description=HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_model_argument(p)
     add_scenario_arguments(p)
-    add_card_arguments(p)
+    add_card_arguments(p, time=False)
     p.add_argument("--solve", choices=KNOBS, default="seq", help="the knob to solve for (default seq)")
     p.add_argument("--limit", type=positive_int,
                    help="largest value to consider (default: max_position_embeddings for seq, "

@@ -18,6 +18,9 @@ and each method (full, LoRA, QLoRA unless --method): the fewest GPUs whose per-G
 card's usable memory less --headroom, solved from the ledger's expressions in N; the per-GPU peak
 there, the host memory offload needs, and why the strategies rank as they do in communication cost.
 "params only" is the count the interview arithmetic gives (weights + trainable triple, no activations).
+The setups that fit are ranked by predicted tokens/s per GPU (symvram.timing: the FLOPs ledger at the card's
+dense bf16 peak × --mfu, memory-bound work over HBM, the communication ledger over --interconnect or the
+card's link, no overlap), with tokens/s in all beside it and why the fastest wins; GPUs stays a column.
 
 examples:
   symvram plan 70b --gpu a100-80g
@@ -45,7 +48,11 @@ def run(args) -> int:
         raise UserError(f"plan searches {', '.join(chosen)} itself; use estimate to price one setup")
     sc = scenario_from_args(args)
     methods = (sc.method,) if "method" in scenario_kwargs(args) else None
-    result = plan(sc, load_card(args.gpu), max_gpus=args.max_gpus, headroom=args.headroom, methods=methods)
+    from ..timing import check_interconnect, check_mfu
+
+    mfu = check_mfu(args.mfu) if args.mfu is not None else None
+    result = plan(sc, load_card(args.gpu), max_gpus=args.max_gpus, headroom=args.headroom, methods=methods,
+                  mfu=mfu, interconnect=check_interconnect(args.interconnect))
     text = json.dumps({**plan_json(result), **provenance_dict(args, sc)}, indent=2) if args.format == "json" else plan_text(result, sc, args.units, args.format)
     write_output(terminal(text) if args.format == "table" else text, args.output, args.force)
     return 0

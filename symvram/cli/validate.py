@@ -20,9 +20,12 @@ optimizer.step(), zero_grad) and records the peak of live tensor bytes — the f
 torch.cuda.max_memory_allocated() reports — with PyTorch's MemTracker, then prints it beside the
 estimate, category by category. With --device cuda on a machine with a GPU it runs real tensors and
 reads torch.cuda.max_memory_allocated() (that adds allocator rounding and library workspaces).
+In the same fake run, torch.utils.flop_counter.FlopCounterMode counts the step's matmul FLOPs (forward,
+backward with any checkpointed recompute) beside the FLOPs ledger's; with --world-size, the bytes each
+FSDP2 collective sends beside the communication ledger's.
 
-Unless you say otherwise it measures what a plain run does: PEFT's fp32 adapters, torch AdamW's
-states in the trainable weights' dtype, the CPU code paths (a GPU run with --device cuda).
+Its defaults are the stack's (--stack; hf for real models), the same as symvram estimate's; it measures
+the CPU code paths (a GPU run with --device cuda).
 
 Needs the optional extra:  pip install 'symvram[validate]'   (torch, transformers, peft: these versions or
 newer, so it installs into an existing training environment). It measures the versions you have installed,
@@ -49,35 +52,41 @@ def register(sub) -> None:
 
 def _check_supported(sc) -> None:
     if sc.method == "qlora":
-        raise UserError("validate measures full and LoRA fine-tuning; QLoRA needs bitsandbytes' CUDA kernels, "
-                        "which a fake-tensor run cannot execute")
+        import importlib.util
+
+        if importlib.util.find_spec("bitsandbytes") is None:
+            raise UserError("QLoRA is measured through bitsandbytes' fake-tensor kernels: pip install bitsandbytes")
+        if sc.structure.arch.moe:
+            raise UserError("QLoRA of a mixture-of-experts model is not measured: its fused experts are not "
+                            "nn.Linear, so bitsandbytes leaves them in 16-bit")
     if sc.gpus > 1 or sc.tp > 1 or sc.zero or sc.offload != "none":
         raise UserError("validate measures one device; multi-GPU strategies are checked by the sharding tests")
-    if sc.optimizer != "adamw":
-        raise UserError(f"validate runs torch.optim.AdamW; --optimizer {sc.optimizer} is not a torch optimizer here")
+    if sc.loss_impl in ("liger", "cce"):
+        raise UserError(f"--loss-impl {sc.loss_impl} runs GPU kernels only (Triton): the estimate models it from its "
+                        "source, a fake-tensor run cannot measure it")
+    bnb = sc.optimizer in ("adamw8bit", "paged-adamw8bit")
+    if sc.optimizer != "adamw" and not bnb:
+        raise UserError(f"validate runs torch.optim.AdamW or bitsandbytes' AdamW8bit; --optimizer {sc.optimizer} "
+                        "is not measured here")
+    if bnb:
+        import importlib.util
+
+        if importlib.util.find_spec("bitsandbytes") is None:
+            raise UserError(f"--optimizer {sc.optimizer} is measured with bitsandbytes: pip install bitsandbytes")
     if sc.master == "fp32":
         raise UserError("validate runs plain torch AdamW, which keeps no separate fp32 master copy; "
                         "use --dtype fp32 --autocast bf16 for the mixed-precision recipe")
     trainable = sc.adapter_dtype if sc.lora else sc.dtype
-    if sc.state_dtype != trainable:
+    if sc.state_dtype != trainable and not bnb:
         raise UserError(f"torch AdamW keeps its states in the parameter's dtype ({trainable}); "
                         f"pass --state-dtype {trainable} so that the estimate describes the same run")
 
 
 def run_defaults(given: dict) -> dict:
-    """What a plain run does where the user (flags or --from files: ``given``) said nothing: the CPU
-    code paths of a fake-tensor run, PEFT's fp32 adapters, and torch AdamW's states in the trainable
-    weights' dtype."""
-    kw = {}
-    if given.get("device") is None:
-        kw["device"] = "cpu"
-    method = given.get("method") or "full"
-    if method != "full" and given.get("adapter_dtype") is None:
-        kw["adapter_dtype"] = "fp32"
-    if given.get("state_dtype") is None:
-        kw["state_dtype"] = (given.get("adapter_dtype") or kw.get("adapter_dtype")) if method != "full" \
-            else (given.get("dtype") or "bf16")
-    return kw
+    """What the measurement needs where the user (flags or --from files: ``given``) said nothing: the CPU
+    code paths of a fake-tensor run. Every other default is the stack's (symvram.stacks), the same as
+    ``symvram estimate``'s: the estimate and the measurement describe the same run."""
+    return {"device": "cpu"} if given.get("device") is None else {}
 
 
 def _warn_versions(measured: dict) -> str:
@@ -88,6 +97,20 @@ def _warn_versions(measured: dict) -> str:
     for w in warnings:
         print(f"symvram: warning: {w}", file=sys.stderr)
     return line
+
+
+def flops_comparison(sc, measured: dict) -> dict:
+    """Predicted vs counted FLOPs of one step: forward, backward (with the checkpointed recompute), total."""
+    from ..timing import flops
+
+    counted = measured.get("flops")
+    if not counted:
+        return {}
+    f = flops(sc)
+    pred = {"forward": f.by_phase["forward"], "backward": f.by_phase["backward"] + f.by_phase["recompute"],
+            "total": f.per_step}
+    return {k: {"estimate": v, "measured": counted[k],
+                "error": None if not counted[k] else (v - counted[k]) / counted[k]} for k, v in pred.items()}
 
 
 def run(args) -> int:
@@ -115,6 +138,7 @@ def run(args) -> int:
         measured = measure(spec)
     bd = evaluate(sc)
     result = comparison(bd, measured)
+    result["flops"] = flops_comparison(sc, measured)
     line = _warn_versions(result["versions"])
     if args.format == "json":
         text = json.dumps({"spec": spec, **result, "ledger_versions": validate.LEDGER_VERSIONS,
@@ -127,5 +151,13 @@ def run(args) -> int:
         text = (render_rows(rows, "lrrr", "table") +
                 f"\n\npeak moment: estimate '{result['estimate_moment']}', measured '{result['measured_phase']}'"
                 f"\n{line} ({'real CUDA tensors' if spec['device'] == 'cuda' else 'FakeTensorMode, CPU code paths'})")
+        if result["flops"]:
+            frows = [["matmul FLOPs per step", "estimate", "counted", "error"]]
+            for name, row in result["flops"].items():
+                frows.append([name, f"{row['estimate']:,}", f"{row['measured']:,}",
+                              "—" if row["error"] is None else f"{100 * row['error']:+.3f} %"])
+            text += ("\n\n" + render_rows(frows, "lrrr", "table") + "\ncounted by torch.utils.flop_counter."
+                     "FlopCounterMode in the same run (matmul-class ops; attention over the full s×s scores; "
+                     "elementwise work and the optimizer's update are not counted)")
     write_output(text, args.output, args.force)
     return 0

@@ -17,6 +17,7 @@ import sympy as sp
 
 from ..symbols import sym
 from .architecture import E, L, V, dh, f, f_e, h, k_e, nh, nkv
+from .functions import at_least, ceil_div, pow2_ceil
 from .structure import Structure
 from .terms import Term
 
@@ -128,10 +129,14 @@ def _layer(s_: Structure, first: bool) -> dict[str, tuple[sp.Expr, str, str, str
                                    "autocast casts each linear weight to the compute dtype per call; backward needs "
                                    "the cast, so it is saved", "torch.autocast")
     lin_targets = [t for t in s_.targets if fam.linear(t) in fam.linears]  # nn.Linear targets (PEFT's lora.Linear)
+    group_grad = {"attn_in": grad_in, "attn_out": resid_grad or attn_grad, "mlp_in": resid_grad, "mlp_act": mlp_grad}
     if s_.lora and s_.autocast and s_.adapter_upcast and lin_targets:
-        out["act_adapter_casts"] = (b_c * r * sp.Add(*(fam.linear(t).d_in + fam.linear(t).d_out for t in lin_targets)),
-                                    r"A_{\mathrm{cast},LoRA}", "autocast's cache of the adapters cast to the compute "
-                                    "dtype, saved for backward", "torch.autocast weight cache")
+        # lora_A's cast weight is saved only for its input's gradient: not in the first layer's q, k, v
+        casts = sp.Add(*((fam.linear(t).d_in if group_grad[fam.linear(t).input_group] else 0) + fam.linear(t).d_out
+                         for t in lin_targets))
+        out["act_adapter_casts"] = (b_c * r * casts, r"A_{\mathrm{cast},LoRA}", "autocast's cache of the adapters "
+                                    "cast to the compute dtype, saved for backward (lora_A's only where its input "
+                                    "needs a gradient)", "torch.autocast weight cache")
     if not s_.lora:
         saved = sp.Integer(0)
         for group, width in fam.group_width.items():
@@ -146,7 +151,6 @@ def _layer(s_: Structure, first: bool) -> dict[str, tuple[sp.Expr, str, str, str
                                     "torch.nn.functional.linear backward")
         return out
 
-    group_grad = {"attn_in": grad_in, "attn_out": resid_grad or attn_grad, "mlp_in": resid_grad, "mlp_act": mlp_grad}
     autocast_copy = s_.autocast and s_.adapter_upcast  # lora_A's autocast saves a compute-dtype copy per target
     inputs, masks = sp.Integer(0), sp.Integer(0)
     for group, width in fam.group_width.items():
@@ -180,6 +184,14 @@ def _layer(s_: Structure, first: bool) -> dict[str, tuple[sp.Expr, str, str, str
         out["act_lora_dropout"] = (masks, r"A_{\mathrm{drop}}", mask_why, "torch dropout")
     out["act_lora_hidden"] = (len(lin_targets) * (b_c if s_.autocast else b_a) * T * r, r"A_{\mathrm{LoRA},r}",
                               "lora_B keeps lora_A's r-wide output, one per target", PEFT)
+    if s_.dora:
+        d_out = [fam.linear(t).d_out for t in lin_targets]
+        scale = sp.Add(*(fam.linear(t).d_out for t in lin_targets if group_grad[fam.linear(t).input_group]))
+        b_lr = b_c if s_.autocast else b_a  # autocast runs lora_B in the compute dtype
+        out["act_dora"] = (sp.Add(*d_out) * (b_lr * T + b_c * T + 2 * b_32) + b_32 * scale, r"A_{\mathrm{DoRA}}",
+                           "DoRA keeps, per target, the LoRA result (adapter dtype) and the base result for the "
+                           "magnitude's gradient, the fp32 weight norm and m/‖W′‖ (and m/‖W′‖ − 1 where the "
+                           "input needs a gradient)", "peft tuners/lora/dora.py DoraLinearLayer.forward")
     return out
 
 
@@ -244,9 +256,8 @@ def _layer_backward_temp(s_: Structure) -> tuple[sp.Expr, str, str]:
 
 
 def past_window(s_: Structure) -> sp.Expr:
-    """1 once the sequence is longer than the sliding window, else 0 (s and w are integers): a step
-    written as min(1, max(0, s − w)) so that every printer and lambdify handle it."""
-    return sp.Min(1, sp.Max(0, s - s_.arch.dim("window")))
+    """1 once the sequence is longer than the sliding window, else 0 (s and w are integers)."""
+    return at_least(s, s_.arch.dim("window") + 1)
 
 
 def sliding_extra(s_: Structure) -> sp.Expr:
@@ -255,7 +266,7 @@ def sliding_extra(s_: Structure) -> sp.Expr:
     n_h heads (repeat_kv, a copy unless n_kv = 1) instead of GQA. Nothing while s ≤ w."""
     if s_.arch.dim("window", 0) == 0 or s_.attention != "sdpa":
         return sp.Integer(0)
-    repeated = sp.Min(1, nkv - 1)  # with one kv head repeat_kv is a stride-0 view: no copy
+    repeated = at_least(nkv, 2)  # with one kv head repeat_kv is a stride-0 view: no copy
     return past_window(s_) * (b_c * b * s**2 + repeated * 2 * b_c * T * dh * (nh - nkv))
 
 
@@ -269,11 +280,12 @@ def saved_terms(s_: Structure) -> list[Term]:
     fam = s_.arch
     terms: list[Term] = []
     if s_.grad_checkpointing:
-        terms.append(Term("act_checkpoints", "activations", L * b_w * T * h + b_id * s, r"A_{\mathrm{ckpt}}",
+        b_res = b_32 if s_.kbit_prep else b_w  # the residual stream's dtype: fp32 after kbit preparation
+        terms.append(Term("act_checkpoints", "activations", L * b_res * T * h + b_id * s, r"A_{\mathrm{ckpt}}",
                           "checkpointing keeps each layer's input (and the position ids); layers are recomputed in backward",
                           "torch.utils.checkpoint (non-reentrant)"))
         if s_.lora:
-            terms.append(Term("act_input_grad_leaf", "activations", 2 * b_w * T * h, r"A_{\mathrm{emb}}",
+            terms.append(Term("act_input_grad_leaf", "activations", 2 * b_res * T * h, r"A_{\mathrm{emb}}",
                               "with a frozen embedding, checkpointing makes its output a leaf that requires grad; "
                               "the previous step's output and its .grad are still referenced",
                               "transformers enable_input_require_grads"))
@@ -295,8 +307,9 @@ def saved_terms(s_: Structure) -> list[Term]:
             terms.append(Term("act_sliding_mask", "activations", fam.dim("sliding_layers") * sliding_extra(s_),
                               r"L_{\mathrm{win}} \cdot A_{\mathrm{win}}", sliding_extra.__doc__.split(".")[0]
                               + ": a 16-bit mask and k, v repeated to n_h heads, per sliding layer", fam.source))
-    if s_.weight_casts:
-        terms.append(Term("act_lm_head_cast", "activations", b_c * V * h, r"A_{\mathrm{cast},V}",
+    if s_.weight_casts or (s_.kbit_prep and s_.autocast):  # a prepared QLoRA model's lm_head is fp32
+        b_cast = sym("bytes_autocast") if s_.kbit_prep else b_c
+        terms.append(Term("act_lm_head_cast", "activations", b_cast * V * h, r"A_{\mathrm{cast},V}",
                           "autocast casts lm_head's weight to the compute dtype; backward needs the cast", "torch.autocast"))
     head = norm_saved(s_, 1, h)
     why = NORM_WHY[fam.norm].replace("each", "the final", 1)
@@ -304,9 +317,22 @@ def saved_terms(s_: Structure) -> list[Term]:
         head += (norm_weight_input(s_) + (b_c if s_.weight_casts else b_w)) * T * h
         why += "; trainable norm and lm_head keep the normalized and the normed tensor"
     terms.append(Term("act_final_norm", "activations", head, r"A_{\mathrm{head}}", why, TRANSFORMERS))
-    terms.append(Term("act_logsoftmax", "activations", b_32 * T * V, r"A_{\mathrm{lsm}}",
-                      "cross-entropy upcasts logits to fp32 and keeps log_softmax for backward",
-                      "transformers ForCausalLMLoss; torch log_softmax"))
+    if s_.loss_impl == "liger":
+        terms.append(Term("act_logsoftmax", "activations", b_c * T * h + b_32 * T, r"A_{\mathrm{FLCE}}",
+                          "Liger's fused linear cross-entropy computes the hidden states' gradient in the forward and "
+                          "keeps it (and the per-token loss) for backward; no logits survive (modelled from source, "
+                          "not measured here: Triton only)", "liger_kernel ops/fused_linear_cross_entropy.py"))
+    elif s_.loss_impl == "cce":
+        terms.append(Term("act_logsoftmax", "activations", b_32 * T + b_32 * V, r"A_{\mathrm{CCE}}",
+                          "Cut Cross-Entropy keeps the fp32 log-sum-exp per token and the fp32 average logit per "
+                          "vocabulary entry; no logits are materialised (modelled from source, not measured here)",
+                          "cut_cross_entropy cce.py"))
+    else:
+        terms.append(Term("act_logsoftmax", "activations", b_32 * T * V, r"A_{\mathrm{lsm}}",
+                          "cross-entropy upcasts logits to fp32 and keeps log_softmax for backward"
+                          + (" (torchtune: each chunk's, all chunks together)" if s_.loss_impl == "chunked" else ""),
+                          "torchtune CEWithChunkedOutputLoss" if s_.loss_impl == "chunked"
+                          else "transformers ForCausalLMLoss; torch log_softmax"))
     if fam.extra("final_logit_softcapping"):
         terms.append(Term("act_logit_softcap", "activations", b_c * T * V, r"A_{\mathrm{cap}}",
                           "final-logit soft-capping keeps tanh(logits / cap) for backward", fam.source))
@@ -315,6 +341,11 @@ def saved_terms(s_: Structure) -> list[Term]:
     terms.append(Term("act_rope", "activations", 2 * bases * b_rope * s * dh, r"A_{\mathrm{rope}}",
                       "RoPE cos and sin, shared by all layers" + " (one pair per rotary base)" * (bases != 1),
                       "transformers LlamaRotaryEmbedding"))
+    if s_.checkpoint_reentrant and s_.kbit_prep:
+        terms.append(Term("act_reentrant_rope", "activations", 2 * bases * b_rope * s * dh + b_id * s,
+                          r"A_{\mathrm{rope}}'", "reentrant checkpointing of a prepared QLoRA model keeps one more "
+                          "step's RoPE cos, sin and cache_position alive (measured; not with non-reentrant)",
+                          "torch.utils.checkpoint (use_reentrant=True)"))
     terms.append(Term("act_tokens", "activations", 2 * b_id * T, r"A_{\mathrm{ids}}",
                       "input ids and the shifted labels (int64)", "transformers ForCausalLMLoss"))
     return terms
@@ -332,23 +363,62 @@ def _first_layer_params(s_: Structure) -> sp.Expr:
     return s_.arch.params_per_layer(s_.options) + (0 if s_.tied else V * h)
 
 
+def liger_chunk(s_: Structure) -> sp.Expr:
+    """Liger FLCE's rows per chunk: inc_factor = ⌈V / h⌉, chunk = min(next_pow2(⌈BT / inc_factor⌉), BT)."""
+    inc = ceil_div(V, h)
+    return sp.Min(pow2_ceil(ceil_div(T, inc)), T, evaluate=False)
+
+
+def loss_terms(s_: Structure, logits_bytes) -> list[Term]:
+    """The loss's transients: the logits (and their fp32 copy) while it is computed, and the start of its
+    backward — per implementation (``--loss-impl``)."""
+    lm_head_trains = not s_.lora  # full fine-tuning: the lm_head weight's gradient comes out of the loss
+    if s_.loss_impl == "liger":
+        grad_w = b_g * V * h if lm_head_trains else sp.Integer(0)
+        why = ("Liger FLCE: one chunk of logits (chunk = min(next_pow2(⌈T/⌈V/h⌉⌉), T) rows), the gradients it "
+               "writes in the forward" + (" (lm_head's weight gradient too)" if lm_head_trains else "")
+               + " — modelled from source, not measured here (Triton kernels only)")
+        return [Term("logits", "transient", b_c * liger_chunk(s_) * V + grad_w, r"M_{\mathrm{logits}}", why,
+                     "liger_kernel ops/fused_linear_cross_entropy.py"),
+                Term("loss_backward_temp", "transient", grad_w, r"M_{\mathrm{CE}'}",
+                     "Liger's backward returns the gradients stored in the forward (nothing new)",
+                     "liger_kernel fused_linear_cross_entropy_backward")]
+    if s_.loss_impl == "cce":
+        grad_w = b_c * V * h if lm_head_trains else sp.Integer(0)
+        return [Term("logits", "transient", b_32 * T, r"M_{\mathrm{logits}}",
+                     "Cut Cross-Entropy's forward: an fp32 dot product per token; no logits (modelled from source, "
+                     "not measured here)", "cut_cross_entropy cce.py"),
+                Term("loss_backward_temp", "transient", b_c * T * h + 12 * V + grad_w, r"M_{\mathrm{CE}'}",
+                     "its backward: the hidden states' gradient, the vocabulary sort (int64 then int32)"
+                     + (" and lm_head's gradient" if lm_head_trains else "") + " (modelled from source)",
+                     "cut_cross_entropy cce_backward.py")]
+    chunks = sym("loss_chunks") if s_.loss_impl == "chunked" else 1
+    terms = [
+        Term("logits", "transient", logits_bytes * T * V, r"M_{\mathrm{logits}}",
+             "the lm_head output, alive while the loss is computed"
+             + (" (torchtune: the list of c chunks)" if chunks != 1 else ""), "transformers LlamaForCausalLM"),
+        Term("loss_backward_temp", "transient", 2 * b_32 * T * V / chunks, r"M_{\mathrm{CE}'}",
+             "the loss backward holds nll_loss's fp32 gradient and log_softmax's fp32 gradient at once"
+             + (" — of one chunk at a time" if chunks != 1 else ""),
+             "torch nll_loss_backward, _log_softmax_backward_data"),
+    ]
+    if not s_.compute_fp32:
+        terms.insert(1, Term("logits_fp32", "transient", b_32 * T * V / chunks, r"M_{\mathrm{logits},32}",
+                             "logits.float(): the fp32 copy cross-entropy reads" + (" (one chunk)" if chunks != 1 else ""),
+                             "transformers ForCausalLMLoss" if chunks == 1 else "torchtune CEWithChunkedOutputLoss"))
+    return terms
+
+
 def transient_terms(s_: Structure) -> list[Term]:
     """Tensors alive only at one moment of the step (not part of the ledger sum)."""
     logits_bytes = b_32 if s_.compute_fp32 else b_c
-    terms = [
-        Term("logits", "transient", logits_bytes * T * V, r"M_{\mathrm{logits}}",
-             "the lm_head output, alive while the loss is computed", "transformers LlamaForCausalLM"),
-        Term("loss_backward_temp", "transient", 2 * b_32 * T * V, r"M_{\mathrm{CE}'}",
-             "the loss backward holds nll_loss's fp32 gradient and log_softmax's fp32 gradient at once",
-             "torch nll_loss_backward, _log_softmax_backward_data"),
+    terms = loss_terms(s_, logits_bytes) + [
         Term("norm_backward_temp", "transient", 5 * b_32 * T * h, r"M_{\mathrm{norm}'}",
              "the final RMSNorm's backward holds five fp32 hidden-sized gradients at once", "autograd of LlamaRMSNorm"),
         Term("backward_tail", "transient", 2 * b_c * T * h, r"M_{\mathrm{tail}}",
              "the gradient reaching the embedding and its accumulation buffer", "autograd"),
     ]
-    if not s_.compute_fp32:
-        terms.insert(1, Term("logits_fp32", "transient", b_32 * T * V, r"M_{\mathrm{logits},32}",
-                             "logits.float(): the fp32 copy cross-entropy reads", "transformers ForCausalLMLoss"))
+
     temp, why, source = _layer_backward_temp(s_)
     terms.append(Term("layer_backward_temp", "transient", temp, r"M_{\mathrm{mlp}'}", why, source))
     terms.append(Term("grads_before_first_layer", "transient", b_g * (sym("P_train") - _first_layer_params(s_)),
@@ -359,8 +429,8 @@ def transient_terms(s_: Structure) -> list[Term]:
                           "tied embeddings: lm_head's gradient and the embedding's are summed at the end of backward, "
                           "both alive beside the sum", "autograd of a shared weight (embedding_dense_backward)"))
     if s_.method == "qlora":
-        terms.append(Term("dequant_temp", "transient", b_c * _largest_linear(s_),
-                          r"M_{\mathrm{dequant}}", "bitsandbytes dequantizes one 4-bit weight to the compute dtype "
+        terms.append(Term("dequant_temp", "transient", b_w * _largest_linear(s_),
+                          r"M_{\mathrm{dequant}}", "bitsandbytes dequantizes one 4-bit weight to the load dtype "
                           "for each matmul (the largest is the bound)", "bitsandbytes MatMul4Bit"))
     terms.append(Term("one_layer", "transient", per_layer_bytes(s_) + sliding_extra(s_), r"M_{\mathrm{layer}}",
                       "one layer's saved tensors (recomputed under checkpointing), alive until its backward ends",

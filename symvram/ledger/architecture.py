@@ -250,6 +250,6 @@ def family_names() -> tuple[str, ...]:
 
 @cache
 def families_by_model_type() -> dict[str, str]:
-    """config.json ``model_type`` → family name (from the data files alone: parsing every family's
-    expressions to find one would cost a cold start a second)."""
+    """config.json ``model_type`` → family name, from the entries' text alone (parsing every family's
+    expressions would cost a cold start a second)."""
     return {mt: name for name in family_names() for mt in _resolved(name)["model_types"]}

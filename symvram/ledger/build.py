@@ -23,7 +23,7 @@ def _moments(terms: dict, s: Structure) -> tuple[Moment, ...]:
     params = [k for k, t in terms.items() if t.block == "base" or k in ("adapters", "master")]
     states = [k for k in ("optimizer_states", "optimizer_steps") if k in terms]
     saved = [k for k, t in terms.items() if t.block == "activations"]
-    kept = ["act_rope", "act_tokens"]  # alive for the whole step
+    kept = ["act_rope", "act_tokens"] + [k for k in ("act_reentrant_rope",) if k in terms]  # alive for the whole step
     loss_saved = ("act_logsoftmax", "act_logit_softcap")  # freed once the loss backward is done
     moments = [
         Moment("forward_loss", "forward, computing the loss", tuple(params + states + saved + [

@@ -22,6 +22,7 @@ class Structure:
     master: bool = False              # an fp32 master copy of the trainable weights is kept
     optimizer: str = "adamw"          # adamw | sgd | sgd-momentum | lion | adafactor
     optimizer_impl: str = "foreach"   # foreach | fused | forloop
+    embed_states_fp32: bool = False   # HF Trainer + bitsandbytes 8-bit: nn.Embedding weights get 32-bit states
     compute_fp32: bool = False        # activations are fp32 (no .float() copy of the logits)
     adapter_upcast: bool = False      # LoRA adapters in a wider dtype than the activations: PEFT casts each target's input
     autocast: bool = False            # a torch.autocast region: linear inputs and fp32 weights are cast per call
@@ -31,6 +32,10 @@ class Structure:
     attention: str = "sdpa"           # sdpa | eager
     grad_checkpointing: bool = False  # non-reentrant activation checkpointing of each decoder layer
     double_quant: bool = True         # QLoRA: absmax constants quantized again
+    kbit_prep: bool = False           # QLoRA via peft.prepare_model_for_kbit_training: non-4-bit weights and activations fp32
+    checkpoint_reentrant: bool = False  # torch.utils.checkpoint(use_reentrant=True)
+    dora: bool = False                # PEFT use_dora: a magnitude vector per target and the weight-norm tensors
+    loss_impl: str = "torch"          # torch | chunked (torchtune) | liger (fused linear CE) | cce (Cut Cross-Entropy)
     zero: int = 0                     # ZeRO stage 0-3 (3 = FSDP FULL_SHARD)
     offload: str = "none"             # none | optimizer | optimizer+params
     sequence_parallel: bool = False   # Megatron sequence parallelism with tensor parallelism
@@ -39,6 +44,16 @@ class Structure:
     @property
     def arch(self) -> Family:
         return family(self.family)
+
+    @property
+    def bnb(self) -> bool:
+        """A bitsandbytes 8-bit optimizer (blockwise int8 states, no step tensors, no step temporaries)."""
+        return self.optimizer in ("adamw8bit", "paged-adamw8bit")
+
+    @property
+    def paged(self) -> bool:
+        """Paged bitsandbytes states (CUDA unified memory; on the CPU bitsandbytes falls back to plain buffers)."""
+        return self.optimizer.startswith("paged-") and self.device == "cuda"
 
     @property
     def lora(self) -> bool:

@@ -10,6 +10,7 @@ import sympy as sp
 
 from ..symbols import sym
 from .architecture import L, V, h
+from .functions import at_least, ceil_div
 from .structure import Structure
 from .terms import Term
 
@@ -18,6 +19,8 @@ b_w, b_g, b_m, b_o, n_o, b_a, b_32 = (sym(n) for n in (
     "bytes_weight", "bytes_grad", "bytes_master", "bytes_state", "states_per_param", "bytes_adapter", "bytes_fp32"))
 q, B_q, c_abs, c_abs2, B_q2 = (sym(n) for n in ("quant_bits", "quant_block", "absmax_bits", "dq_absmax_bits", "dq_block"))
 dh = sym("head_dim")
+n_8, B_o, n_qmap, n_page = (sym(n) for n in ("bnb_min_8bit", "bnb_state_block", "bnb_qmap", "bnb_paged_min"))
+BNB = "bitsandbytes optim/optimizer.py Optimizer2State.init_state"
 
 
 def quant_constant_bits(double_quant: bool) -> sp.Expr:
@@ -28,8 +31,42 @@ def quant_constant_bits(double_quant: bool) -> sp.Expr:
     return c_abs / B_q
 
 
+def nf4_bytes(n: sp.Expr, double_quant: bool) -> tuple[sp.Expr, sp.Expr]:
+    """(packed weight, quantization state) bytes of one n-element Linear4bit weight, as bitsandbytes 0.50
+    ``quantize_4bit(blocksize=64)`` allocates them: two 4-bit codes per uint8; per block of 64 an absmax —
+    with double quantization a uint8 one, plus per 256 of those an fp32 absmax, the 256-entry fp32 code
+    (a copy per weight), an fp32 offset and the 16-entry NF4 code; without it an fp32 absmax and the NF4 code."""
+    blocks = ceil_div(n, B_q)
+    if double_quant:
+        state = blocks + b_32 * ceil_div(blocks, B_q2) + b_32 * n_qmap + b_32 + b_32 * 2**q
+    else:
+        state = b_32 * blocks + b_32 * 2**q
+    return ceil_div(n, 2), state
+
+
 def base_terms(s: Structure) -> list[Term]:
-    if s.method == "qlora":
+    if s.method == "qlora" and not s.nominal:
+        fam = s.arch
+        packed = L * sp.Add(*(nf4_bytes(m.params, s.double_quant)[0] for m in fam.linears))
+        states = L * sp.Add(*(nf4_bytes(m.params, s.double_quant)[1] for m in fam.linears))
+        b_keep = b_32 if s.kbit_prep else b_w
+        terms = [
+            Term("weights_nf4", "base", packed, r"M_{\mathrm{NF4}}",
+                 "each nn.Linear weight of the layers as packed 4-bit NF4 (two per byte; bitsandbytes Params4bit)",
+                 "transformers replace_with_bnb_linear; bitsandbytes functional.quantize_4bit"),
+            Term("quant_constants", "base", states, r"M_{\mathrm{absmax}}",
+                 "its quantization state per weight: one absmax per 64 weights"
+                 + (" in uint8, double-quantized (an fp32 absmax per 256, a 256-entry fp32 code, an offset)"
+                    if s.double_quant else " in fp32") + " and the 16-entry NF4 code",
+                 "bitsandbytes functional.quantize_4bit(compress_statistics=True)"),
+            Term("weights_16bit", "base", P_keep * b_keep - (b_keep - b_w) * L * fam.bias_params_per_layer(s.options),
+                 r"M_{16}" if not s.kbit_prep else r"M_{32}",
+                 "embeddings, lm_head, norms, biases (and fused MoE experts, not nn.Linear) stay unquantized"
+                 + (": prepare_model_for_kbit_training casts them to fp32 (a Linear4bit's bias goes back to the "
+                    "compute dtype at its first forward)" if s.kbit_prep else ""),
+                 "peft prepare_model_for_kbit_training" if s.kbit_prep else "bitsandbytes Linear4bit replaces nn.Linear only"),
+        ]
+    elif s.method == "qlora":
         terms = [
             Term("weights_nf4", "base", P_quant * q / 8, r"M_{\mathrm{NF4}}",
                  "linear-layer weights stored as 4-bit NF4 (bitsandbytes)", "QLoRA paper, Dettmers et al. 2023"),
@@ -59,6 +96,59 @@ def adafactor_factored(s: Structure) -> sp.Expr:
     return (V + h) * (1 if s.tied else 2) + L * fam.factored_sizes_per_layer() + h
 
 
+def trainable_tensor_sizes(s: Structure) -> list[tuple[sp.Expr, sp.Expr, bool]]:
+    """Every trainable tensor as (elements, how many such tensors, is an nn.Embedding weight)."""
+    fam, r = s.arch, sym("rank")
+    if s.lora:
+        out = []
+        for t in s.targets:
+            m = fam.linear(t)
+            k = m.count * m.rank_factor
+            out += [(k * r * m.d_in, L, False), (k * r * m.d_out, L, False)]
+        return out
+    out = [(V * h, sp.Integer(1), True)] + ([] if s.tied else [(V * h, sp.Integer(1), False)])
+    out += [(m.params, L, False) for m in fam.linears + fam.moe_weights]
+    out += [(m.d_out, L, False) for m in fam.linears if m.bias in s.options]
+    out += [(n.width, L, False) for n in fam.norms]
+    return out + [(h, sp.Integer(1), False)]
+
+
+def bnb_state_bytes(s: Structure, n: sp.Expr, embedding: bool) -> tuple[sp.Expr, sp.Expr]:
+    """(allocator-resident, paged) state bytes of one tensor of n elements under a bitsandbytes 8-bit AdamW:
+    n ≥ min_8bit_size: two uint8 states (n each) and two fp32 absmax per block of 256; smaller tensors — and
+    an embedding the HF Trainer overrides to 32 bits — two fp32 states. Paged optimizers put the two state
+    buffers of tensors with ≥ 100k elements in CUDA unified memory (the absmax stay ordinary)."""
+    paged = at_least(n, n_page) if s.paged else 0
+    states32 = n_o * b_32 * n
+    if embedding and s.embed_states_fp32:
+        return states32 * (1 - paged), states32 * paged
+    big = at_least(n, n_8)
+    return (big * (n_o * b_o * n * (1 - paged) + n_o * b_32 * ceil_div(n, B_o)) + (1 - big) * states32,
+            big * n_o * b_o * n * paged)
+
+
+def bnb_terms(s: Structure) -> list[Term]:
+    resident = paged = sp.Integer(0)
+    for n, count, embedding in trainable_tensor_sizes(s):
+        inside, outside = bnb_state_bytes(s, n, embedding)
+        resident += count * inside
+        paged += count * outside
+    qmap = at_least(largest_trainable_matrix(s), n_8) * n_o * b_32 * n_qmap
+    why = ("bitsandbytes 8-bit AdamW: m and v in uint8 with an fp32 absmax per 256 elements; tensors under 4096 "
+           "elements keep fp32 states; two shared fp32 quantization maps")
+    if s.embed_states_fp32:
+        why += "; the HF Trainer overrides the embedding to 32-bit states"
+    if s.paged:
+        why += "; the states of tensors with ≥ 100k elements are paged (listed apart)"
+    terms = [Term("optimizer_states", "trainable", resident + qmap, r"M_{\mathrm{opt},8}", why, BNB)]
+    if s.paged:
+        terms.append(Term("paged_states", "paged", paged, r"M_{\mathrm{paged}}",
+                          "paged optimizer states in CUDA unified memory (cudaMallocManaged): on the GPU when paged in, "
+                          "but outside torch's allocator — torch.cuda.max_memory_allocated() does not count them",
+                          "bitsandbytes functional.get_paged, optim/optimizer.py get_state_buffer"))
+    return terms
+
+
 def trainable_terms(s: Structure) -> list[Term]:
     terms = []
     if s.lora:
@@ -70,6 +160,8 @@ def trainable_terms(s: Structure) -> list[Term]:
         terms.append(Term("master", "trainable", P_train * b_m, r"M_{\mathrm{master}}",
                           "fp32 master copy the optimizer updates; needed for fp16, optional for bf16",
                           "ZeRO paper (Rajbhandari et al. 2020) mixed-precision recipe"))
+    if s.bnb:
+        return terms + bnb_terms(s)  # the step count is a Python int: no step tensors
     if s.optimizer == "adafactor":
         expr, why = adafactor_factored(s) * b_o, "Adafactor's factored second moment: a row and a column vector per matrix"
     else:
@@ -85,7 +177,7 @@ def trainable_terms(s: Structure) -> list[Term]:
 def trainable_tensors(s: Structure) -> sp.Expr:
     """How many trainable tensors (not elements): LoRA has an A and a B per target and layer."""
     if s.lora:
-        return 2 * L * len(s.targets)
+        return (3 if s.dora else 2) * L * len(s.targets)  # A, B (and DoRA's magnitude) per target
     return (1 if s.tied else 2) + L * s.arch.tensors_per_layer(s.options) + 1
 
 
@@ -122,7 +214,8 @@ def definitions(s: Structure) -> list[tuple[sp.Symbol, sp.Expr]]:
         defs.append((P_keep, fam.kept_16bit_params(s.tied, s.options)))
         defs.append((P_quant, P - P_keep))
     if s.lora:
-        defs.append((P_lora, fam.lora_params(s.targets, sym("rank"))))
+        magnitude = L * sp.Add(*(fam.linear(t).d_out for t in s.targets)) if s.dora else 0  # DoRA's m, d_out each
+        defs.append((P_lora, fam.lora_params(s.targets, sym("rank")) + magnitude))
         defs.append((P_train, P_lora))
     else:
         defs.append((P_train, P))

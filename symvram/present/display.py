@@ -25,12 +25,13 @@ from ..evaluate import Breakdown
 from ..ledger.terms import BLOCKS, Ledger, Term
 from ..rendering import renders
 from ..scenario import METHODS
+from ..stacks import summary as stack_summary
 from ..symbols import SYMBOLS, latex
 from ..units import fmt_bytes
 from . import reports
 from .tables import render_rows
 
-LEDGER_BLOCKS = (*BLOCKS, "transient", "host")   # host: terms offloaded to CPU memory
+LEDGER_BLOCKS = (*BLOCKS, "transient", "host", "paged")  # host: offloaded to CPU memory; paged: unified memory
 
 
 def _cell(text: str) -> str:
@@ -162,13 +163,15 @@ def sensitivity_markdown(res: SensitivityResult, units: str = "GiB") -> str:
     amount = reports.amount
     moment = _moment_label(res.breakdown.ledger, res.moment)
     lines = [f"**{title(res.breakdown)}**: peak {fmt_bytes(res.peak, units)} at *{moment}*, the active "
-             "moment, whose derivative is the peak's", ""]
-    rows = [["#", "knob", "meaning", "at", "∂peak/∂x per unit", "elasticity", f"x·∂peak/∂x ({units})"]]
+             "moment, whose derivative is the peak's", "", stack_summary(res.breakdown.scenario), ""]
+    rows = [["#", "knob", "meaning", "at", "∂peak/∂x per unit", "elasticity", f"x·∂peak/∂x ({units})",
+             "time elasticity"]]
     for n, r in enumerate(res.rows, 1):
         d = SYMBOLS[r.knob]
         rows.append([str(n), f"${d.latex}$ `{r.knob}`", _cell(d.meaning), f"{r.at:,g} " + (d.unit[:-1] if r.at == 1 and d.unit.endswith("s") else d.unit),
-                     amount(r.value, units), f"{r.elasticity:.4f}", _number(r.proportional_bytes, units)])
-    lines += [render_rows(rows, "rllrrrr", "markdown"), ""]
+                     amount(r.value, units), f"{r.elasticity:.4f}", _number(r.proportional_bytes, units),
+                     f"{r.time_elasticity:.4f}"])
+    lines += [render_rows(rows, "rllrrrrr", "markdown"), reports.TIME_ELASTICITY, ""]
     for r in res.rows:
         lines.append(f"$$\\frac{{\\partial\\,\\mathrm{{peak}}}}{{\\partial {SYMBOLS[r.knob].latex}}} = "
                      f"{r.derivative_latex}$$")

@@ -212,7 +212,26 @@ def activations(sc: Scenario, units: str) -> dict:
         "peak_plain": plain.peak, "peak_checkpointed": ckpt.peak,
         "checkpoint_term": derive(r"A_{\mathrm{ckpt}}", ckpt.ledger.by_key["act_checkpoints"].expr, _subs(ckpt),
                                   "bytes", units),
+        "recompute": recompute_price(ckpt),
     }
+
+
+def recompute_price(ckpt: Breakdown) -> dict:
+    """Checkpointing's time price from the FLOPs ledger: the recompute term (derived), its share of the
+    step without checkpointing for this method, and for full fine-tuning and LoRA side by side."""
+    from ..ledger.flops import build_flops
+    from ..timing import flops
+
+    sc = ckpt.scenario
+    term = build_flops(sc.structure).by_key["recompute_layers"]
+    out = {"derivation": derive(term.label, term.expr, _subs(ckpt), "FLOP"),
+           "percent": 100 * flops(sc).recompute_share_if_checkpointed}
+    for method in ("full", "lora"):
+        try:
+            out[method] = 100 * flops(sc.with_changes(method=method)).recompute_share_if_checkpointed
+        except UserError:
+            out[method] = None
+    return out
 
 
 RECIPES = (("full12", dict(method="full", master="none")), ("full16", dict(method="full", master="fp32")),
@@ -294,7 +313,7 @@ LEVERS = (
     ("batch_half", lambda sc: {"batch": max(sc.batch // 2, 1)} if sc.batch > 1 else None),
     ("checkpointing", lambda sc: {"grad_checkpointing": True} if not sc.grad_checkpointing else None),
     ("sdpa", lambda sc: {"attention": "sdpa"} if sc.attention == "eager" else None),
-    ("chunked_loss", lambda sc: {LOSS_HOOK: "chunked"} if LOSS_HOOK in Scenario.__dataclass_fields__ else None),
+    ("chunked_loss", lambda sc: {LOSS_HOOK: "liger"} if LOSS_HOOK in Scenario.__dataclass_fields__ else None),
     ("rank_half", lambda sc: {"rank": max(sc.rank // 2, 1)} if sc.lora and sc.rank > 1 else None),
 )
 

@@ -34,6 +34,7 @@ from sympy.printing.jscode import jscode
 
 from ..analysis.fit import DEFAULT_HEADROOM, headroom_bytes
 from ..errors import UserError
+from ..timing import time_expr
 from ..ledger import build_ledger
 from ..ledger.sharding import STAGE_NAMES
 from ..ledger.structure import Structure
@@ -198,6 +199,20 @@ def _js_function(expr) -> str:
     return f"function(v){{{'const {' + ', '.join(names) + '} = v; ' if names else ''}return {code};}}"
 
 
+def _card_time(key: str) -> dict:
+    """A card's roofline figures for the page's step time: the dense bf16 peak (none where gpus.toml has no bf16
+    figure: T4 and V100 have no bf16; the command line prices their fp16 runs)."""
+    from ..timing import interconnects
+
+    e = gpu_presets()[key]
+    peak = e.get("bf16_tflops")
+    if not peak:
+        return {}
+    return {"peak_flops": peak * 1e12, "hbm_bandwidth": e["hbm_gbps"] * 1e9,
+            "link_bandwidth": interconnects()[e["interconnect"]]["gbps"] * 1e9,
+            "host_bandwidth": interconnects()[e["host_link"]]["gbps"] * 1e9}
+
+
 def page_data(sc: Scenario, gpu: str | None = None, units: str = "GiB") -> tuple[dict, list[str]]:
     """Everything the page needs: JSON-ready data and the JavaScript function of each distinct expression."""
     card = load_gpu(gpu).key if gpu else None
@@ -265,6 +280,7 @@ def page_data(sc: Scenario, gpu: str | None = None, units: str = "GiB") -> tuple
                 [lists(tuple(i for i, t in zip(terms, led.terms) if t.block == b)) for b in blocks],
                 lists(tuple(moment_ids((m.key, m.label, m.terms)) for m in led.moments)),
                 lists(tuple(def_ids((str(symbol), fns(expr))) for symbol, expr in led.definitions)),
+                fns(time_expr(s)),   # seconds per step (symvram.timing's roofline), card figures as symbols
             ])
             pairs[f"{s_id},{r_id}"] = len(structures) - 1
 
@@ -296,7 +312,7 @@ def page_data(sc: Scenario, gpu: str | None = None, units: str = "GiB") -> tuple
         "blocks": BLOCK_TITLES,
         "ledgerBlocks": list(BLOCKS),
         "fixed": fixed_settings(sc),
-        "gpus": {k: {"name": g.name, "usable": g.usable_bytes} for k, g in gpus.items()},
+        "gpus": {k: {"name": g.name, "usable": g.usable_bytes, **_card_time(k)} for k, g in gpus.items()},
         # the verdict keeps the headroom that fit, plan and diagnose keep (--headroom's default)
         "headroom": headroom_bytes(DEFAULT_HEADROOM, 1 << 50),
         "gpu": card,

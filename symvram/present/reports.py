@@ -17,8 +17,52 @@ from ..ledger.terms import BLOCKS
 from ..rendering import renders
 from ..scenario import METHODS
 from ..symbols import SYMBOLS, latex, text
-from ..units import UNITS, fmt_bytes
+from ..stacks import summary as stack_summary
+from ..units import UNITS, fmt_bytes, fmt_flops
 from .tables import BLOCK_TITLES, render_rows, to_json
+
+
+# ---- estimate's time lines ------------------------------------------------------------------------------
+
+def time_json(sc, st) -> dict:
+    """The JSON ``time`` block: FLOPs always; seconds and tokens/s on a card."""
+    from ..timing import comm_bytes, flops
+
+    if st is not None and not isinstance(st, str):
+        return st.json()
+    f, c = flops(sc), comm_bytes(sc)
+    return {"flops_per_step": f.per_step, "flops": f.by_phase, "flops_by_term": f.by_term,
+            "comm_bytes_per_step": c["network"], "host_bytes_per_step": c["host"], "hbm_bytes_per_step": c["hbm"],
+            "seconds_per_step": None, "tokens_per_second": None,
+            "why_no_seconds": st if isinstance(st, str) else
+            "a step time needs a card: pass --gpu (with --mfu, --interconnect to change the assumptions)"}
+
+
+def time_lines(sc, st) -> list[str]:
+    """One line of FLOPs (and, on a card, one of time) with the assumptions."""
+    from ..timing import flops
+
+    if isinstance(st, str):
+        return time_lines(sc, None)[:1] + [f"  no step time: {st.removeprefix('symvram: error: ')}"]
+    f = st.flops if st is not None else flops(sc)
+    lines = [f"time: {fmt_flops(f.per_step)} matmul FLOPs per micro-batch step on one GPU (forward "
+             f"{fmt_flops(f.by_phase['forward'])}, backward {fmt_flops(f.by_phase['backward'])}"
+             + (f", recompute {fmt_flops(f.by_phase['recompute'])}" if f.by_phase["recompute"] else "") + ")"]
+    if st is None:
+        lines.append("  step time: pass --gpu for seconds per step and tokens/s")
+    else:
+        lines.append(f"  on {st.card.name}: {st.summary()}; assuming " + "; ".join(st.assumptions()))
+    return lines
+
+
+def compare_time_line(table) -> str:
+    """One line: each method's matmul FLOPs per step (the time ledger beside the memory table)."""
+    from ..timing import flops
+
+    cells = [f"{name} {fmt_flops(flops(bd.scenario).per_step)}" for name, bd in table.rows]
+    return ("time: matmul FLOPs per micro-batch step — " + "; ".join(cells)
+            + " (seconds per step: estimate --method … --gpu CARD)")
+
 
 
 # ---- whatif ---------------------------------------------------------------------------------------------
@@ -42,7 +86,7 @@ def whatif_text(w: WhatIf, units: str, fmt: str) -> str:
     b, a = w.before, w.after
     sc = b.scenario
     change = ", ".join(f"{n} {_number(x)} → {_number(y)}" for n, x, y in w.symbol_values())
-    lines = [("## " if md else "") + f"{sc.model.name} · {sc.method}: what if {change}", ""]
+    lines = [("## " if md else "") + f"{sc.model.name} · {sc.method}: what if {change}", stack_summary(sc), ""]
     rows = [["block", "term", "formula", f"before ({units})", f"after ({units})", f"Δ ({units})"]]
     terms = w.terms()
     for block in dict.fromkeys(t.block for t in terms):
@@ -68,6 +112,9 @@ def whatif_text(w: WhatIf, units: str, fmt: str) -> str:
     lines.append(f"peak: {fmt_bytes(b.peak, units)} ({labels[b.peak_moment]}) → {fmt_bytes(a.peak, units)} "
                  f"({labels[a.peak_moment]}): {_signed(w.peak_delta, units)} {units} "
                  f"({100 * w.peak_delta / b.peak:+.1f} %)")
+    t = w.time()
+    lines.append(f"time: {fmt_flops(t['before']['flops_per_step'])} → {fmt_flops(t['after']['flops_per_step'])} matmul "
+                 f"FLOPs per step, {t['flops_per_token_change_percent']:+.1f} % per token (step times: estimate --gpu)")
     return "\n".join(lines)
 
 
@@ -79,6 +126,7 @@ def whatif_json(w: WhatIf) -> dict:
                   "blocks": {blk: w.block_delta(blk) for blk in BLOCKS},
                   "moments": {m.key: w.moment_delta(m.key) for m in w.moments()},
                   "peak": w.peak_delta},
+        "time": w.time(),
     }
 
 
@@ -107,7 +155,7 @@ def fit_text(r: FitResult, units: str) -> str:
     num = (lambda v: f"{v:,} {unit[:-1] if v == 1 and unit.endswith('s') else unit}".rstrip())  # 1 sequence
     fixed = ", ".join(f"{k} {getattr(sc, k)}" for k in KNOBS if k != r.knob and (k != "rank" or sc.lora))
     lines = [f"{sc.model.name} · {sc.method} · {fixed} on {r.card.name}: {fmt_bytes(r.capacity, units)} usable "
-             f"− {fmt_bytes(r.headroom, units)} headroom = {fmt_bytes(r.budget, units)} budget"]
+             f"− {fmt_bytes(r.headroom, units)} headroom = {fmt_bytes(r.budget, units)} budget", stack_summary(sc)]
     moment = {m.key: m.label for m in r.at.ledger.moments}
     if r.status == "none":
         lines.append(f"nothing fits: even {r.knob} 1 needs {fmt_bytes(r.at.peak, units)} at "
@@ -132,6 +180,10 @@ def amount(n: float, units: str) -> str:
     """Bytes in the card unit, or in its mega unit when under one of those (derivatives are small)."""
     small = {"GiB": "MiB", "GB": "MB"}.get(units, units)
     return fmt_bytes(n, units if abs(n) >= UNITS[units] else small)
+
+
+TIME_ELASTICITY = ("time elasticity: x/F · ∂F/∂x of the step's matmul FLOPs F (symvram.ledger.flops): the % more "
+                   "compute per % more x")
 
 
 def sensitivity_explanation(res: SensitivityResult, c: Comparison, units: str) -> list[str]:
@@ -168,13 +220,14 @@ def sensitivity_text(res: SensitivityResult, c: Comparison | None, units: str, f
     label = next(m.label for m in res.breakdown.ledger.moments if m.key == res.moment)
     lines = [("## " if md else "") + f"{sc.model.name} · {sc.method}" + (f" r={sc.rank}" if sc.lora else "") +
              f" · batch {sc.batch} · seq {sc.seq}: peak {fmt_bytes(res.peak, units)} at {label} "
-             "(the active moment: its derivative is the peak's)", ""]
-    rows = [["#", "knob", "meaning", "at", "unit", "∂peak/∂x (per unit)", "elasticity", f"x·∂peak/∂x ({units})"]]
+             "(the active moment: its derivative is the peak's)", stack_summary(sc), ""]
+    rows = [["#", "knob", "meaning", "at", "unit", "∂peak/∂x (per unit)", "elasticity", f"x·∂peak/∂x ({units})",
+             "time elasticity"]]
     for n, r in enumerate(res.rows, 1):
         d = SYMBOLS[r.knob]
         rows.append([str(n), r.knob, d.meaning, f"{r.at:,g}", d.unit, amount(r.value, units),
-                     f"{r.elasticity:.4f}", fmt_bytes(r.proportional_bytes, units).split()[0]])
-    lines += [render_rows(rows, "rllrlrrr", fmt), "", "derivatives of the active moment:"]
+                     f"{r.elasticity:.4f}", fmt_bytes(r.proportional_bytes, units).split()[0], f"{r.time_elasticity:.4f}"])
+    lines += [render_rows(rows, "rllrlrrrr", fmt), TIME_ELASTICITY, "", "derivatives of the active moment:"]
     for r in res.rows:
         formula = f"$\\frac{{\\partial\\,\\mathrm{{peak}}}}{{\\partial {SYMBOLS[r.knob].latex}}} = {r.derivative_latex}$" if md \
             else f"∂peak/∂{r.knob} = {text(r.derivative)}"
@@ -189,7 +242,7 @@ def sensitivity_json(res: SensitivityResult, c: Comparison | None, units: str) -
         "peak_bytes": res.peak, "active_moment": res.moment, "inputs": res.breakdown.scenario.inputs(),
         "knobs": [{"knob": r.knob, "meaning": SYMBOLS[r.knob].meaning, "unit": SYMBOLS[r.knob].unit, "at": r.at,
                    "derivative_latex": r.derivative_latex, "value": r.value, "elasticity": r.elasticity,
-                   "proportional_bytes": r.proportional_bytes,
+                   "proportional_bytes": r.proportional_bytes, "time_elasticity": r.time_elasticity,
                    "terms": [{"key": s.key, "bytes": s.bytes} for s in r.shares]} for r in res.rows],
     }
     if c is not None:
@@ -209,10 +262,43 @@ def plan_json(r: PlanResult) -> dict:
                   "fits": row.fits, "gpus": row.gpus, "tp": row.tp, "params_only_gpus": row.params_gpus,
                   "per_gpu_peak_bytes": row.at.peak, "peak_moment": row.at.peak_moment,
                   "host_bytes_per_gpu": host_bytes(row.at), "host_bytes_total": row.host_total,
-                  "communication_rank": STRATEGIES.index(row.strategy) + 1, "communication": row.strategy.reason}
+                  "communication_rank": STRATEGIES.index(row.strategy) + 1, "communication": row.strategy.reason,
+                  "tokens_per_second": row.tokens_per_second, "tokens_per_second_per_gpu": row.tokens_per_second_per_gpu,
+                  "seconds_per_step": row.time.seconds_per_step if row.time else None,
+                  "seconds": row.time.seconds if row.time else None,
+                  "speed_rank": r.ranked.index(row) + 1 if row.time else None}
                  for row in r.rows],
+        "fastest": {m: (f.strategy.key if (f := r.fastest(m)) else None) for m in METHODS
+                    if any(x.method == m for x in r.rows)},
+        "fastest_why": why_fastest(r),
+        "time_assumptions": next((x.time.assumptions() for x in r.ranked if x.time), None),
         "best": {m: (b.strategy.key if (b := r.best(m)) else None) for m in METHODS if any(x.method == m for x in r.rows)},
     }
+
+
+def why_fastest(r: PlanResult) -> str | None:
+    """Why the fastest setup wins: GPU-seconds per 1,000 tokens by kind (compute, memory, network, host),
+    against the fewest-GPU setup's."""
+    top = r.fastest()
+    if top is None:
+        return None
+
+    def cost(row):   # GPU-seconds per 1,000 tokens, by kind
+        scale = 1000 * row.time.gpus_total / row.time.tokens_per_step
+        return {k: row.time.seconds[k] * scale for k in ("compute", "memory", "network", "host")}
+
+    mine = cost(top)
+    parts = ", ".join(f"{k} {v:.3g}" for k, v in mine.items() if v)
+    text = (f"{top.method} with {top.strategy.name} on {top.gpus}: {top.tokens_per_second_per_gpu:,.0f} tokens/s per "
+            f"GPU ({top.tokens_per_second:,.0f} in all); GPU-seconds per 1,000 tokens: {parts}")
+    fewest = min((x for x in r.ranked if x.time is not None), key=lambda x: (x.gpus, -x.tokens_per_second_per_gpu))
+    if fewest is not top:
+        theirs = cost(fewest)
+        extra = max(theirs, key=lambda k: theirs[k] - mine[k])
+        text += (f"; the fewest-GPU setup ({fewest.method}, {fewest.strategy.name} on {fewest.gpus}) reaches "
+                 f"{fewest.tokens_per_second_per_gpu:,.0f} per GPU, losing most on {extra} "
+                 f"({theirs[extra]:.3g} against {mine[extra]:.3g})")
+    return text
 
 
 def plan_summary(r: PlanResult, method: str, units: str) -> str:
@@ -243,20 +329,28 @@ def plan_summary(r: PlanResult, method: str, units: str) -> str:
 def plan_text(r: PlanResult, sc, units: str, fmt: str) -> str:
     head = (f"{sc.model.name} · batch {sc.batch} · seq {sc.seq}" + (" · checkpointing" if sc.grad_checkpointing else "")
             + f" on {r.card.name}: {fmt_bytes(r.card.usable_bytes, units)} usable − {fmt_bytes(r.headroom, units)} "
-              f"headroom = {fmt_bytes(r.budget, units)} per GPU")
+              f"headroom = {fmt_bytes(r.budget, units)} per GPU") + "\n" + stack_summary(sc)
     table = [["method", "strategy", "GPUs", "params only", f"per-GPU peak ({units})", f"host ({units})",
-              "communication (cheapest first)"]]
-    for row in r.rows:
+              "tokens/s per GPU", "tokens/s", "communication"]]
+    for row in r.ranked:
         gpus = (str(row.gpus) + (f" (t={row.tp})" if row.tp > 1 else "")) if row.fits else f"> {r.max_gpus}"
         params = str(row.params_gpus) if row.params_gpus else f"> {r.max_gpus}"
         peak = fmt_bytes(row.at.peak, units).split()[0] + ("" if row.fits else f" at {row.at.scenario.gpus * row.tp}")
+        speed = ([f"{row.tokens_per_second_per_gpu:,.0f}", f"{row.tokens_per_second:,.0f}"] if row.time
+                 else ["—", "—"])
         table.append([row.method, row.strategy.name, gpus, params, peak,
-                      fmt_bytes(row.host_total, units).split()[0], row.strategy.reason])
+                      fmt_bytes(row.host_total, units).split()[0], *speed, row.strategy.reason])
     methods = [m for m in METHODS if any(x.method == m for x in r.rows)]
-    lines = [head, "", render_rows(table, "llrrrrl", fmt), ""] + [plan_summary(r, m, units) for m in methods]
-    if not tensor_parallel_ok(r.card):
-        lines.append(f"tensor parallelism is left out: {r.card.name} cards talk over {interconnect(r.card)} "
-                     "(data/gpus.toml), and TP all-reduces activations inside every layer, which needs NVLink")
+    lines = [head, "", render_rows(table, "llrrrrrrl", fmt), ""] + [plan_summary(r, m, units) for m in methods]
+    timed = next((x for x in r.ranked if x.time), None)
+    if timed:
+        lines += ["", "ranked by predicted tokens/s per GPU (fastest first; GPUs is the fewest that fit)",
+                  "fastest: " + why_fastest(r), "time assumes: " + "; ".join(timed.time.assumptions())]
+    else:
+        lines += ["", f"no step times: {r.card.name} has no peak FLOP/s figure in data/gpus.toml (rows in strategy order)"]
+    if not tensor_parallel_ok(r.card, r.interconnect):
+        lines.append(f"tensor parallelism is left out: {r.card.name} cards talk over {interconnect(r.card, r.interconnect)} "
+                     "(data/gpus.toml, --interconnect), and TP all-reduces activations inside every layer, which needs NVLink")
     return "\n".join(lines)
 
 
@@ -330,8 +424,11 @@ def remedy_lines(d: Diagnosis, units: str, reading=None) -> list[str]:
                          f"steps below are estimated without it); cost: {r.cost}")
             continue
         where = "fits" if r.after.peak <= d.budget else f"still {fb(r.after.peak - d.budget)} over"
+        price = "" if r.price is None else (f"; time price {r.price:+.1f} % per token ({r.price_basis})"
+                                            if abs(r.price) >= 0.05 or "unpriced" in r.price_basis
+                                            else f"; free in time ({r.price_basis})")
         lines.append(f"  {n}. {r.title}: saves {fb(r.saving)} → peak {fb(r.after.peak)} at the {_moment(r.after)}, "
-                     f"{where}; cost: {r.cost}")
+                     f"{where}{price}; cost: {r.cost}")
         lines += [f"       {e}" for e in next(edits)]
     return lines
 
@@ -342,7 +439,7 @@ def diagnosis_text(d: Diagnosis, units: str, reading=None) -> str:
     budget = (f"{fb(d.card.usable_bytes)} usable − {fb(d.headroom)} headroom"
               + (f" − {fb(d.overhead)} measured overhead" if d.overhead > 0 else "") + f" = {fb(d.budget)}")
     lines = [f"{sc.model.name} · {sc.method}" + (f" r={sc.rank}" if sc.lora else "") + f" · batch {sc.batch} · "
-             f"seq {sc.seq} on {d.card.name}: budget {budget}", ""]
+             f"seq {sc.seq} on {d.card.name}: budget {budget}", stack_summary(sc), ""]
     if d.measured:
         measured, at = d.measured
         lines.append(f"measured: {fb(measured)} at batch {at.scenario.batch}, seq {at.scenario.seq}; the ledger "
@@ -391,6 +488,7 @@ def diagnosis_json(d: Diagnosis, reading=None) -> dict:
         # remedies the engine cannot model yet (a chunked cross-entropy) with the most they can save
         "remedies": [{"key": r.key, "title": r.title, "tier": r.tier, "changes": r.changes, "saving_bytes": r.saving,
                       "peak_after_bytes": r.after.peak, "fits": r.after.peak <= d.budget, "cost": r.cost,
+                      "time_price_percent": r.price, "time_price_basis": r.price_basis,
                       **({"edits": e} if e is not None else {})}
                      for r, e in zip(d.remedies, edits)],
         "proposals": [{"key": r.key, "title": r.title, "tier": r.tier, "modelled": r.modelled,

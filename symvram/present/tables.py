@@ -8,7 +8,7 @@ this module only formats them.
 """
 from __future__ import annotations
 
-from ..analysis.host import host_bytes
+from ..analysis.host import host_bytes, paged_bytes
 from ..evaluate import Breakdown
 from ..ledger.sharding import notes
 from ..ledger.terms import BLOCKS
@@ -17,7 +17,8 @@ from ..units import fmt_bytes
 
 BLOCK_TITLES = {"base": "base weights", "trainable": "trainable (grads, optimizer, master, adapters)",
                 "activations": "activations", "transient": "temporaries (only at some moments)",
-                "host": "host (CPU) memory, offloaded"}
+                "host": "host (CPU) memory, offloaded",
+                "paged": "paged optimizer states (CUDA unified memory)"}
 
 
 def term_latex(bd: Breakdown, key: str) -> str:
@@ -32,7 +33,7 @@ def to_json(bd: Breakdown) -> dict:
         "params": {"total": bd.derived["P"], "trainable": bd.derived["P_train"],
                    **{k: v for k, v in bd.derived.items() if k not in ("P", "P_train")}},
         "bytes": {**bd.blocks, "ledger_total": bd.ledger_total, "peak": bd.peak, "peak_moment": bd.peak_moment,
-                  "host": host_bytes(bd)},
+                  "host": host_bytes(bd), **({"paged": paged_bytes(bd)} if bd.ledger.block_terms("paged") else {})},
         "notes": notes(bd.scenario.structure, bd.scenario.gpus),
         "terms": [{"key": t.key, "block": t.block, "latex": term_latex(bd, t.key), "bytes": bd.terms[t.key],
                    "why": t.why, "source": t.source} for t in led.terms],
@@ -147,13 +148,15 @@ def detail(bd: Breakdown, units: str = "GiB", fmt: str = "table") -> str:
              f" · {sc.optimizer} ({sc.optimizer_impl}), states {sc.state_dtype}" +
              (", fp32 master" if sc.master == "fp32" else "") + (", checkpointing" if sc.grad_checkpointing else "") +
              f" · {sc.attention}")
-    lines = [("## " if md else "") + title, ""]
+    from ..stacks import summary
+
+    lines = [("## " if md else "") + title, summary(sc), ""]
     params = f"parameters: {bd.derived['P']:,} total, {bd.derived['P_train']:,} trainable " \
              f"({100 * bd.derived['P_train'] / bd.derived['P']:.2f} %)"
     lines += [params, ""]
     per = " per GPU" if sc.gpus * sc.tp > 1 else ""  # sharded results are each GPU's, and say so
     rows = [["block", "term", f"bytes{per} ({units})", "formula", "why"]]
-    for block in (*BLOCKS, "transient", "host"):
+    for block in (*BLOCKS, "transient", "host", "paged"):
         for t in bd.ledger.block_terms(block):
             formula = f"${latex(t.expr)}$" if md else text(t.expr)
             rows.append([block, t.key, fmt_bytes(bd.terms[t.key], units).split()[0], formula, t.why])
@@ -169,6 +172,9 @@ def detail(bd: Breakdown, units: str = "GiB", fmt: str = "table") -> str:
         if per:
             sums.append([f"host memory of the whole job ({sc.gpus * sc.tp} GPUs)",
                          fmt_bytes(host_bytes(bd) * sc.gpus * sc.tp, units)])
+    if bd.ledger.block_terms("paged"):
+        sums.append([BLOCK_TITLES["paged"] + ": on the GPU when paged in, not in the peak (outside "
+                     "torch.cuda.max_memory_allocated)", fmt_bytes(paged_bytes(bd), units)])
     lines.append(render_rows(sums, "lr", fmt))
     lines.append("")
     mrows = [["moment of the step", f"live{per} ({units})", "what is live"]]

@@ -49,6 +49,11 @@ def text(value) -> str:
     return value
 
 
+def reentrant(value) -> str:
+    """``use_reentrant`` (true/false) as symvram's --checkpoint-impl."""
+    return "reentrant" if boolean(value) else "non-reentrant"
+
+
 def is_on(value) -> bool:
     """For keys the ledger does not model: does this value switch the feature on? (anything but off/empty)."""
     return value not in (None, False, 0, "", [], {}, "none", "None", "no", "NO", "disabled")

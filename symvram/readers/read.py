@@ -250,9 +250,12 @@ def read_files(paths: list[str], cli: dict | None = None) -> Reading:
     return r.reading
 
 
+# the Trainer's optim names that run bitsandbytes' AdamW with optim_bits=8 (transformers trainer_optimizer.py)
+BNB_ADAMW8 = ("adamw_bnb_8bit", "adamw_8bit", "paged_adamw_8bit")
+
 # Scenario settings a table may set directly
 _SETTINGS = ("rank", "lora_dropout", "targets", "seq", "batch", "grad_checkpointing", "attention", "gpus",
-             "double_quant", "tp")
+             "double_quant", "tp", "checkpoint_impl", "loss_impl", "dora")
 
 
 def _join(*values: Value | None) -> str:
@@ -341,6 +344,8 @@ def _precision(f: dict[str, Value], training: str, method: str, ds: bool, readin
         reading.warnings.append(f"{optim.source} = {name}: this optimizer is not modelled; estimated as torch AdamW")
         known = ("adamw", "foreach", False, False)
     optimizer, impl, eight_bit, paged = known
+    if optimizer == "adamw" and eight_bit and name.lower() in BNB_ADAMW8:  # bitsandbytes' AdamW8bit / PagedAdamW8bit
+        optimizer, paged = ("paged-adamw8bit" if paged else "adamw8bit"), False
     if paged:
         reading.warnings.append(f"{optim.source} = {name}: not modelled yet ({PENDING['paged_optimizer'][1]}); "
                                 "estimated as resident on the GPU")

@@ -53,11 +53,8 @@ FACTS = ("model", "adapter", "quant", "bf16", "fp16", "pure_bf16", "model_dtype"
          "ds_stage", "ds_offload_optimizer", "ds_offload_param", "fsdp", "fsdp_offload", "distributed")
 # Memory-relevant settings the ledger does not hold yet: the default it assumes, and what a change does
 PENDING = {
-    "dora": (False, "DoRA adds a magnitude vector and the weight-norm activations per target"),
     "modules_to_save": (False, "modules_to_save trains full copies of those modules (weights, grads, states)"),
-    "loss_impl": ("torch", "a fused/chunked loss does not materialise the full fp32 logits"),
     "liger": (False, "Liger's fused RMSNorm/SwiGLU/RoPE kernels keep fewer activations"),
-    "checkpoint_reentrant": (True, "non-reentrant checkpointing frees and recomputes on a different schedule"),
     "activation_offloading": (False, "offloaded activations live in host memory, not on the GPU"),
     "paged_optimizer": (False, "paged optimizer states may be evicted to host memory under pressure"),
 }
@@ -85,7 +82,7 @@ AXOLOTL = Tool("axolotl", "axolotl 0.19", (
     Row("gradient_checkpointing", "grad_checkpointing",
         c.choice({True: True, False: False, "offload": True, "offload_disk": True, None: False}), default=False),
     Row("gradient_checkpointing", "activation_offloading", lambda v: v in ("offload", "offload_disk")),
-    Row("gradient_checkpointing_kwargs.use_reentrant", "checkpoint_reentrant", BOOL),
+    Row("gradient_checkpointing_kwargs.use_reentrant", "checkpoint_impl", c.reentrant),
     Row("activation_offloading", "activation_offloading", c.is_on),
     Row("optimizer", "optim", c.text, default="adamw_torch_fused"),
     Row("bf16", "bf16", c.mixed, default=True),                        # "auto": bf16 on Ampere or newer
@@ -112,8 +109,8 @@ AXOLOTL = Tool("axolotl", "axolotl 0.19", (
     Row("liger_glu_activation", "liger", c.is_on),
     Row("liger_rope", "liger", c.is_on),
     Row("liger_layer_norm", "liger", c.is_on),
-    Row("liger_fused_linear_cross_entropy", "loss_impl", lambda v: "liger-flce" if BOOL(v) else "torch"),
-    Row("liger_cross_entropy", "loss_impl", lambda v: "liger-ce" if BOOL(v) else "torch"),
+    Row("liger_fused_linear_cross_entropy", "loss_impl", lambda v: "liger" if BOOL(v) else "torch"),
+    Row("liger_cross_entropy", None, c.is_on, why="Liger's (unfused) cross-entropy kernel"),
     Row("cut_cross_entropy", "loss_impl", lambda v: "cce" if BOOL(v) else "torch"),
     Row("chunked_cross_entropy", "loss_impl", lambda v: "chunked" if BOOL(v) else "torch"),
     Row("torch_compile", None, c.is_on, why="torch.compile fuses kernels and changes what is saved"),
@@ -156,7 +153,7 @@ LLAMAFACTORY = Tool("llamafactory", "LLaMA-Factory 0.9.5", (
     Row("per_device_train_batch_size", "batch", c.integer, default=8),  # the Trainer's
     Row("gradient_accumulation_steps", INFO, c.integer, default=1),
     Row("disable_gradient_checkpointing", "grad_checkpointing", lambda v: not BOOL(v), default=True),
-    Row("use_reentrant_gc", "checkpoint_reentrant", BOOL),
+    Row("use_reentrant_gc", "checkpoint_impl", c.reentrant),
     Row("optim", "optim", c.text, default="adamw_torch_fused"),         # transformers 5.24 with torch >= 2.8
     Row("bf16", "bf16", BOOL),
     Row("fp16", "fp16", BOOL),
@@ -165,7 +162,7 @@ LLAMAFACTORY = Tool("llamafactory", "LLaMA-Factory 0.9.5", (
     Row("packing", INFO, BOOL, default=False),
     Row("neat_packing", INFO, BOOL),
     Row("enable_liger_kernel", "liger", c.is_on),
-    Row("enable_liger_kernel", "loss_impl", lambda v: "liger-flce" if BOOL(v) else "torch"),
+    Row("enable_liger_kernel", "loss_impl", lambda v: "liger" if BOOL(v) else "torch"),
     Row("deepspeed", "@deepspeed"),
     Row("use_unsloth", None, c.is_on, why="Unsloth's kernels and its offloaded checkpointing"),
     Row("use_unsloth_gc", None, c.is_on, why="Unsloth's offloaded checkpointing"),
@@ -199,8 +196,8 @@ _TRAINER_ROWS = (
     Row("gradient_accumulation_steps", INFO, c.integer, default=1),
     Row("gradient_checkpointing", "grad_checkpointing", lambda v: v is not None and BOOL(v), default=False),
     Row("activation_checkpointing", "grad_checkpointing", lambda v: None if v is None else BOOL(v)),
-    Row("gradient_checkpointing_kwargs.use_reentrant", "checkpoint_reentrant", BOOL),
-    Row("activation_checkpointing_kwargs.use_reentrant", "checkpoint_reentrant", BOOL),
+    Row("gradient_checkpointing_kwargs.use_reentrant", "checkpoint_impl", c.reentrant),
+    Row("activation_checkpointing_kwargs.use_reentrant", "checkpoint_impl", c.reentrant),
     Row("optim", "optim", c.text, default="adamw_torch_fused"),        # torch >= 2.8
     Row("bf16", "bf16", lambda v: None if v is None else BOOL(v)),
     Row("fp16", "fp16", BOOL),
@@ -209,7 +206,7 @@ _TRAINER_ROWS = (
     Row("fsdp", "fsdp_offload", c.trainer_fsdp_offload),
     Row("fsdp_config", "@fsdp"),
     Row("use_liger_kernel", "liger", c.is_on),
-    Row("use_liger_kernel", "loss_impl", lambda v: "liger-flce" if BOOL(v) else "torch"),
+    Row("use_liger_kernel", "loss_impl", lambda v: "liger" if BOOL(v) else "torch"),
     Row("torch_compile", None, c.is_on, why="torch.compile fuses kernels and changes what is saved"),
     Row("auto_find_batch_size", None, c.is_on, why="auto_find_batch_size halves the batch after each OOM"),
     Row("parallelism_config", None, c.is_on, why="tensor/context parallelism from parallelism_config"),

@@ -16,7 +16,7 @@ __all__ = ["is_available", "missing_reason", "LEDGER_VERSIONS", "version_note"]
 
 # The library versions whose saved tensors and allocations the ledger follows (the validate extra's minimum;
 # CI installs exactly these). Other versions are accepted and measured; validate says when they differ.
-LEDGER_VERSIONS = {"torch": "2.13.0", "transformers": "5.24.0", "peft": "0.21.2"}
+LEDGER_VERSIONS = {"torch": "2.13.0", "transformers": "5.24.0", "peft": "0.21.2", "bitsandbytes": "0.50.2"}
 
 
 def version_note(measured: dict[str, str]) -> tuple[str, list[str]]:
@@ -51,5 +51,5 @@ def missing_reason() -> str:
         return ""
     return (
         f"symvram validate needs {', '.join(miss)}: "
-        "pip install 'symvram[validate]' (torch>=2.13.0, transformers>=5.24.0, peft>=0.21.2)"
+        "pip install 'symvram[validate]' (torch>=2.13.0, transformers>=5.24.0, peft>=0.21.2, bitsandbytes>=0.50.2)"
     )

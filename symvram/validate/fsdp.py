@@ -16,12 +16,14 @@ category reaches is compared with the per-GPU terms of the ZeRO-3 ledger:
 """
 from __future__ import annotations
 
+import contextlib
 import warnings
 
 import torch
 
 from ..errors import UserError
 from ..evaluate import Breakdown, evaluate, substitution
+from ..ledger import build_ledger
 from ..ledger.sharding import layer_bytes
 from ..scenario import Scenario
 from ..symbols import SYMBOLS
@@ -52,6 +54,12 @@ def _tracker_class():
         def __init__(self, *args):
             super().__init__(*args)
             self.maxima: dict[str, int] = {}
+            self.suspended = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            if self.suspended:  # see _untracked_sharding_propagation
+                return func(*args, **(kwargs or {}))
+            return super().__torch_dispatch__(func, types, args, kwargs)
 
         def _update_peak_stats(self, peak_state) -> None:
             super()._update_peak_stats(peak_state)
@@ -61,6 +69,75 @@ def _tracker_class():
                     self.maxima[name] = max(self.maxima.get(name, 0), int(value))
 
     return MaxTracker
+
+
+class CollectiveBytes:
+    """Bytes rank 0 sends per collective, from the c10d ops FSDP2 dispatches (a dispatch mode, as
+    CommDebugMode is, that also reads their sizes). Ring convention: an all-gather or reduce-scatter of a
+    full tensor S over n ranks sends (n − 1)/n · S = (n − 1) × the shard from each rank."""
+
+    OPS = {"c10d._allgather_base_": "allgather", "c10d._reduce_scatter_base_": "reduce_scatter",
+           "c10d.allreduce_": "allreduce"}
+
+    def __init__(self, world_size: int) -> None:
+        from torch.utils._python_dispatch import TorchDispatchMode
+
+        counter = self
+        self.world_size = world_size
+        self.sent: dict[str, int] = {}
+
+        class _Mode(TorchDispatchMode):
+            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+                kind = counter.OPS.get(str(func.overloadpacket) if hasattr(func, "overloadpacket") else str(func))
+                if kind is None:
+                    kind = counter.OPS.get(str(func).rsplit(".", 1)[0])
+                if kind is not None:
+                    counter.add(kind, [a for a in args if isinstance(a, torch.Tensor)]
+                                + [t for a in args if isinstance(a, (list, tuple)) for t in a if isinstance(t, torch.Tensor)])
+                return func(*args, **(kwargs or {}))
+
+        self.mode = _Mode()
+
+    def add(self, kind: str, tensors: list) -> None:
+        n = self.world_size
+        sizes = [t.numel() * t.element_size() for t in tensors]
+        if kind == "allreduce":
+            sent = 2 * (n - 1) * sizes[0] // n
+        else:
+            sent = (n - 1) * min(sizes[:2])   # (output, input): the shard is the smaller one
+        self.sent[kind] = self.sent.get(kind, 0) + sent
+
+    def reset(self) -> None:
+        self.sent = {}
+
+
+@contextlib.contextmanager
+def _untracked_sharding_propagation(tracker):
+    """Leave DTensor's sharding propagation out of the count.
+
+    The first time DTensor meets an op schema it runs the op once on fake tensors of the *global*
+    shapes to learn the output's shape and stride (``ShardingPropagator._propagate_tensor_meta_non_cached``,
+    cached per schema afterwards). It uses the active FakeTensorMode, i.e. ours, so the tracker counted
+    those full-size tensors: for the foreach AdamW step of step 1, three unsharded parameter-sized sets
+    (3 P β, whatever N). With real tensors the propagation runs in a private FakeTensorMode and
+    allocates nothing.
+    """
+    from torch.distributed.tensor._sharding_prop import ShardingPropagator
+
+    orig = ShardingPropagator._propagate_tensor_meta_non_cached
+
+    def _propagate_tensor_meta_non_cached(self, op_schema):
+        tracker.suspended += 1
+        try:
+            return orig(self, op_schema)
+        finally:
+            tracker.suspended -= 1
+
+    ShardingPropagator._propagate_tensor_meta_non_cached = _propagate_tensor_meta_non_cached
+    try:
+        yield
+    finally:
+        ShardingPropagator._propagate_tensor_meta_non_cached = orig
 
 
 def _local_bytes(t: torch.Tensor) -> int:
@@ -91,8 +168,10 @@ def measure_fsdp(spec: dict, world_size: int) -> dict:
         ids = torch.randint(0, int(model.config.vocab_size), (int(spec["batch"]), int(spec["seq"])))
         tracker = _tracker_class()(model, optimizer)
         tracker.track_inputs((ids,))
-        with _untraced_packed_check(), tracker:
+        collectives = CollectiveBytes(world_size)
+        with _untraced_packed_check(), _untracked_sharding_propagation(tracker), tracker, collectives.mode:
             for _ in range(int(spec["steps"])):
+                collectives.reset()   # keep the last step's
                 loss = model(input_ids=ids, labels=ids).loss
                 loss.backward()
                 del loss
@@ -110,6 +189,7 @@ def measure_fsdp(spec: dict, world_size: int) -> dict:
         "unsharded_params": m.get("Unsharded Param", 0),
         "unsharded_grads": m.get("Unsharded Grad", 0),
         "peak_bytes": int(tracker.get_tracker_snapshot("peak")[torch.device("cpu")]["Total"]),
+        "comm_bytes": dict(collectives.sent),   # sent by rank 0 in the last step, per collective kind
         "versions": {"torch": torch.__version__},
     }
 
@@ -141,7 +221,25 @@ def compare_fsdp(sc: Scenario, world_size: int) -> dict:
     rows = {c: {"estimate": est[c], "measured": measured[c],
                 "error": (est[c] - measured[c]) / measured[c] if measured[c] else None} for c in CATEGORIES}
     peak = {"estimate": bd.peak, "estimate_moment": bd.peak_moment, "measured": measured["peak_bytes"]}
-    return {"world_size": world_size, "rows": rows, "peak": peak, "measured": measured}
+    return {"world_size": world_size, "rows": rows, "peak": peak, "measured": measured,
+            "comm": comm_rows(sc, measured["comm_bytes"])}
+
+
+def expected_comm(sc: Scenario) -> dict[str, int]:
+    """Bytes one GPU sends per step, by collective, from the communication ledger."""
+    from ..ledger.comm import build_comm
+
+    cm = build_comm(sc.structure)
+    subs = substitution(build_ledger(sc.structure), sc.values())
+    value = {x.key: int(x.expr.xreplace(subs)) for x in cm.terms}
+    return {"allgather": value.get("allgather_forward", 0) + value.get("allgather_backward", 0),
+            "reduce_scatter": value.get("reduce_scatter_grads", 0)}
+
+
+def comm_rows(sc: Scenario, counted: dict[str, int]) -> dict[str, dict]:
+    est = expected_comm(sc)
+    return {k: {"estimate": est[k], "measured": counted.get(k, 0),
+                "error": (est[k] - counted[k]) / counted[k] if counted.get(k) else None} for k in est}
 
 
 def cli_text(sc: Scenario, world_size: int, fmt: str = "table", units: str = "GiB") -> str:
@@ -159,13 +257,18 @@ def cli_text(sc: Scenario, world_size: int, fmt: str = "table", units: str = "Gi
         err = "—" if row["error"] is None else f"{100 * row['error']:+.3f} %"
         rows.append([name, f"{row['estimate']:,}", f"{row['measured']:,}", fmt_bytes(row["measured"], units), err])
     m, peak = result["measured"], result["peak"]
+    for name, row in result["comm"].items():
+        err = "—" if row["error"] is None else f"{100 * row['error']:+.3f} %"
+        rows.append([f"{name} bytes sent per step", f"{row['estimate']:,}", f"{row['measured']:,}",
+                     fmt_bytes(row["measured"], units), err])
     rows.append(["peak of the step", f"{peak['estimate']:,}", f"{peak['measured']:,}", fmt_bytes(peak["measured"], units),
                  f"{100 * (peak['estimate'] - peak['measured']) / peak['measured']:+.3f} %"])
     return (render_rows(rows, "lrrrr", "table") +
             f"\n\n{world_size} fake ranks, fully_shard per decoder layer then the root, torch {m['versions']['torch']}; "
             f"the estimate's all-gathered set counts a prefetched layer a synchronous fake group never overlaps, "
             f"so the unsharded row leaves one layer out. The peak also holds activations and the step's temporaries "
-            f"(torch's foreach AdamW over DTensor shards allocates more than on plain tensors: see docs/sharding.md).")
+            f"(DTensor's sharding propagation, which runs each new op once on full-size fake tensors, is left out "
+            f"of the count: real tensors never allocate those; see docs/sharding.md).")
 
 
 __all__ = ["measure_fsdp", "expected", "compare_fsdp", "cli_text", "CATEGORIES"]

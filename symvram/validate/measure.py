@@ -7,7 +7,9 @@ Method (the one that produced ``shared/measurements/calibration.jsonl``):
 * ``steps`` training steps run under ``FakeTensorMode``: forward with causal-LM loss (labels =
   input_ids, no attention mask), outputs dropped, ``loss.backward()``, ``optimizer.step()``,
   ``zero_grad(set_to_none=True)``;
-* bytes are counted by ``torch.distributed._tools.mem_tracker.MemTracker`` (global peak only);
+* bytes are counted by ``torch.distributed._tools.mem_tracker.MemTracker`` (global peak only), and the
+  matmul-class FLOPs of each phase by ``FlopCounterMode`` in the same run (``flops``: forward, backward —
+  the recompute of checkpointed layers included —, optimizer, total of one step; see validate/flops.py);
 * transformers' "is tracing" answer for fake tensors is patched so that the packed-sequence check
   behaves as in a real, unpacked run (no explicit 4D mask, no ``repeat_kv`` copies).
 
@@ -24,6 +26,7 @@ from typing import Any
 import torch
 from torch.distributed._tools.mem_tracker import MemTracker, _MemRefType, _TOTAL_KEY
 
+from .flops import PhaseFlops, flop_counter
 from .spec import normalize_spec  # the one definition of a spec (torch-free)
 
 _DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
@@ -98,7 +101,12 @@ def build_model(spec: dict):
         )
         # as loaded weights are: floating buffers (rotary inv_freq) in the weights' dtype too
         model.to(dtype)
-    if spec["method"] == "lora":
+    prepared = False
+    if spec["method"] == "qlora":
+        _quantize_linears(model, dtype)
+        if spec.get("kbit_prep", "peft") == "peft":
+            prepared = _kbit_prepare(model, spec)
+    if spec["method"] in ("lora", "qlora"):
         import peft
 
         lcfg = peft.LoraConfig(
@@ -107,7 +115,10 @@ def build_model(spec: dict):
             lora_dropout=spec["lora_dropout"],
             target_modules=peft_target_modules(spec),
             task_type="CAUSAL_LM",
+            use_dora=bool(spec.get("dora", False)),
         )
+        if spec.get("dora"):
+            _dora_collect_cycles()
         with warnings.catch_warnings():  # peft asks the deprecated is_gradient_checkpointing
             warnings.simplefilter("ignore", FutureWarning)
             model = peft.get_peft_model(
@@ -115,16 +126,126 @@ def build_model(spec: dict):
             )
     elif spec["method"] != "full":
         raise ValueError(f"unknown method {spec['method']!r}")
-    if spec["grad_checkpointing"]:
+    if spec["grad_checkpointing"] and not prepared:
         with warnings.catch_warnings():  # deprecated alias of activation_checkpointing_enable
             warnings.simplefilter("ignore", FutureWarning)
-            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+            reentrant = spec.get("checkpoint_impl", "non-reentrant") == "reentrant"
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": reentrant})
     model.train()
     return model
 
 
+def _dora_collect_cycles() -> None:
+    """Collect garbage when a DoRA forward returns. MemTracker's module hooks put DoRA's weight-norm graph (eye,
+    A(eye), ΔW: locals of the forward) in reference cycles, so they would live until Python's cyclic collector
+    runs — at random; without the tracker they are freed at return, as in real training."""
+    import gc
+
+    from peft.tuners.lora import dora
+
+    if getattr(dora.DoraLinearLayer.forward, "_symvram_gc", False):
+        return
+    orig = dora.DoraLinearLayer.forward
+
+    def forward(self, *args, **kwargs):
+        out = orig(self, *args, **kwargs)
+        gc.collect()
+        return out
+
+    forward._symvram_gc = True
+    dora.DoraLinearLayer.forward = forward
+
+
+def _quantize_linears(model, dtype) -> None:
+    """transformers' bitsandbytes 4-bit load on the meta device: every ``nn.Linear`` but the modules it keeps
+    (``get_keys_to_not_convert``: lm_head, tied weights) becomes a ``Linear4bit`` (NF4, double quantization,
+    compute dtype bf16, uint8 storage), frozen. Embeddings, norms and fused MoE experts (not nn.Linear) stay."""
+    import bitsandbytes as bnb
+    from transformers.quantizers.base import get_keys_to_not_convert
+
+    skip = get_keys_to_not_convert(model)
+    for name, mod in list(model.named_modules()):
+        if type(mod) is torch.nn.Linear and not any(name == k or name.startswith(k + ".") for k in skip):
+            new = bnb.nn.Linear4bit(mod.in_features, mod.out_features, mod.bias is not None,
+                                    compute_dtype=torch.bfloat16, compress_statistics=True, quant_type="nf4",
+                                    quant_storage=torch.uint8, device="meta")
+            new.weight.data = new.weight.data.to(dtype)
+            if mod.bias is not None:
+                new.bias.data = new.bias.data.to(dtype)
+            new.support_avx512bf16_for_cpu = False
+            new.source_cls = torch.nn.Linear
+            new.requires_grad_(False)
+            model.set_submodule(name, new)
+    model.is_loaded_in_4bit = True
+    model.quantization_method = "bitsandbytes"
+
+
+def _kbit_prepare(model, spec) -> bool:
+    """peft.prepare_model_for_kbit_training as QLoRA recipes call it: 16-bit parameters (embeddings, lm_head,
+    norms) cast to fp32, and — with checkpointing — its own gradient_checkpointing_enable: PEFT passes ``{}``,
+    which torch reads as use_reentrant=True (--checkpoint-impl reentrant); the HF Trainer enables it again
+    with transformers' default, use_reentrant=False (--checkpoint-impl non-reentrant)."""
+    import peft
+
+    reentrant = spec.get("checkpoint_impl", "non-reentrant") == "reentrant"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        peft.prepare_model_for_kbit_training(
+            model, use_gradient_checkpointing=bool(spec["grad_checkpointing"]),
+            gradient_checkpointing_kwargs=None if reentrant else {"use_reentrant": False})
+    return bool(spec["grad_checkpointing"])
+
+
+def _fakeify_4bit(model, fake_mode, device) -> int:
+    """Quantize every (meta) Linear4bit weight from a fake 16-bit weight under the fake mode; returns the bytes
+    of the quantization states (absmax, the nested absmax and code, offset, the NF4 code): GPU tensors for the
+    whole run that are neither parameters nor buffers, so MemTracker does not see them.
+
+    ``Params4bit`` cannot wrap a FakeTensor (``_make_subclass``): the packed weight is a plain Parameter
+    carrying Params4bit's attributes. ``create_dynamic_map`` reads values (``.tolist()``): it is built real."""
+    import bitsandbytes as bnb
+
+    F = bnb.functional
+    q4 = [m for m in model.modules() if isinstance(m, bnb.nn.Linear4bit)]
+    if q4 and getattr(F.name2qmap.get("dynamic"), "fake_mode", None) is not fake_mode:
+        F.name2qmap["dynamic"] = fake_mode.from_tensor(F.create_dynamic_map())
+    total = 0
+    for m in q4:
+        shape, dt = tuple(m.weight.shape), m.weight.dtype
+        with fake_mode:
+            w = torch.empty(shape, dtype=dt, device=device)
+            packed, qs = F.quantize_4bit(w, blocksize=64, compress_statistics=True, quant_type="nf4",
+                                         quant_storage=torch.uint8)
+        p = torch.nn.Parameter(packed, requires_grad=False)
+        for k, v in dict(quant_state=qs, blocksize=64, compress_statistics=True, quant_type="nf4",
+                         quant_storage=torch.uint8, module=m, bnb_quantized=True).items():
+            setattr(p, k, v)
+        m._parameters["weight"] = p
+        m.quant_state = qs
+        total += sum(t.numel() * t.element_size() for t in (qs.absmax, qs.state2.absmax, qs.state2.code, qs.offset,
+                                                             qs.code))
+    return total
+
+
 def _fakeify(model, fake_mode, device="cpu") -> None:
-    """Replace every parameter and buffer by a FakeTensor of the same shape and dtype."""
+    """Replace every parameter and buffer by a FakeTensor of the same shape and dtype (4-bit weights:
+    quantized under the fake mode; their quantization states' bytes in ``model._symvram_untracked``)."""
+    model._symvram_untracked = 0
+    import sys
+
+    bnb = sys.modules.get("bitsandbytes")  # imported by a 4-bit build only
+    q4 = [m for m in model.modules() if isinstance(m, bnb.nn.Linear4bit)] if bnb is not None else []
+    if q4:
+        metas = {id(m): m._parameters.pop("weight") for m in q4}  # quantized below, not copied
+        _fakeify_plain(model, fake_mode, device)
+        for m in q4:
+            m._parameters["weight"] = metas[id(m)]
+        model._symvram_untracked = _fakeify_4bit(model, fake_mode, device)
+        return
+    _fakeify_plain(model, fake_mode, device)
+
+
+def _fakeify_plain(model, fake_mode, device="cpu") -> None:
     memo: dict[int, tuple] = {}  # id(meta tensor) -> (meta tensor, fake); keeps tied weights tied
 
     def fake_of(t, param: bool):
@@ -170,7 +291,34 @@ def _untraced_packed_check():
         masking_utils.find_packed_sequence_indices = orig
 
 
-def build_optimizer(spec: dict, params: list):
+def _bnb_optimizer(spec: dict, params: list, model):
+    """bitsandbytes' AdamW8bit / PagedAdamW8bit (lazy import: bitsandbytes is optional).
+
+    Its quantization maps are built with ``.tolist()`` (data-dependent, impossible under FakeTensorMode):
+    they are built real and turned into fakes of the parameters' mode. Under the ``hf`` stack every
+    nn.Embedding weight gets 32-bit states, as transformers' Trainer registers for 8-bit optimizers
+    (trainer.py: ``register_module_override(module, "weight", {"optim_bits": 32})``)."""
+    try:
+        import bitsandbytes as bnb
+    except ImportError as e:  # pragma: no cover - depends on the environment
+        raise RuntimeError(f"--optimizer {spec['optimizer']} needs bitsandbytes: pip install bitsandbytes") from e
+    manager = bnb.optim.GlobalOptimManager.get_instance()
+    manager.initialize()  # a process-wide singleton: overrides of an earlier measurement (by index) must not leak
+    opt = bnb.optim.AdamW(params, lr=1e-4, optim_bits=8, is_paged=spec["optimizer"].startswith("paged-"))
+    fm = getattr(params[0], "fake_mode", None) if params else None
+    if fm is not None:
+        opt.name2qmap["dynamic"] = fm.from_tensor(bnb.functional.create_dynamic_map(signed=True))
+        opt.name2qmap["udynamic"] = fm.from_tensor(bnb.functional.create_dynamic_map(signed=False))
+    if spec.get("stack") == "hf" and model is not None:
+        for mod in model.modules():
+            if isinstance(mod, torch.nn.Embedding):
+                manager.register_module_override(mod, "weight", {"optim_bits": 32})
+    return opt
+
+
+def build_optimizer(spec: dict, params: list, model=None):
+    if spec["optimizer"] in ("adamw8bit", "paged-adamw8bit"):
+        return _bnb_optimizer(spec, params, model)
     impl = spec["optimizer_impl"]
     kw: dict[str, Any] = {}
     if impl == "foreach":
@@ -322,9 +470,12 @@ def _train_steps(spec, model, optimizer, input_ids, labels, tracker=None, on_pha
             else contextlib.nullcontext()
         )
         with ctx:
-            out = model(input_ids=input_ids, labels=labels)
-        loss = out.loss
-        del out  # the HF Trainer drops the outputs (logits) before backward
+            if spec.get("loss_impl", "torch") == "chunked":
+                loss = _chunked_loss(model, input_ids, labels)
+            else:
+                out = model(input_ids=input_ids, labels=labels)
+                loss = out.loss
+                del out  # the HF Trainer drops the outputs (logits) before backward
         phase("backward")
         loss.backward()
         del loss
@@ -336,11 +487,42 @@ def _train_steps(spec, model, optimizer, input_ids, labels, tracker=None, on_pha
             tracker.reset_mod_stats()
 
 
+CHUNKS = 8  # torchtune CEWithChunkedOutputLoss(num_output_chunks=8), the recipes' default
+
+
+def _chunked_loss(model, input_ids, labels):
+    """torchtune 0.6's chunked output and loss on the Hugging Face model: the decoder's last hidden state is
+    split along the sequence into 8 chunks, each projected by lm_head (``TransformerDecoder.chunked_output``:
+    the list of 16-bit chunks lives until the loss returns), then ``CEWithChunkedOutputLoss`` sums
+    ``cross_entropy(chunk.float(), labels, reduction="sum")`` over the chunks and divides by the token count.
+    lm_head is applied with F.linear (MemTracker refuses a module called twice in one step)."""
+    import torch.nn.functional as F
+
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    hidden = base.model(input_ids=input_ids).last_hidden_state
+    weight = base.lm_head.weight
+    logits = [F.linear(chunk, weight) for chunk in hidden.chunk(CHUNKS, dim=1)]
+    del hidden
+    total = (labels != -100).sum()
+    targets = [chunk.reshape(-1) for chunk in labels.chunk(CHUNKS, dim=1)]
+    loss = 0.0
+    for i in range(len(logits)):
+        loss = loss + F.cross_entropy(logits[i].reshape(-1, logits[i].size(-1)).float(), targets[i],
+                                      ignore_index=-100, reduction="sum")
+    del logits, targets
+    return loss / total
+
+
 def _versions() -> dict:
     import peft
     import transformers
 
-    return {"torch": torch.__version__, "transformers": transformers.__version__, "peft": peft.__version__}
+    out = {"torch": torch.__version__, "transformers": transformers.__version__, "peft": peft.__version__}
+    import sys
+
+    if "bitsandbytes" in sys.modules:  # imported only by a run that uses it
+        out["bitsandbytes"] = sys.modules["bitsandbytes"].__version__
+    return out
 
 
 def _counts(model) -> tuple[int, int, list]:
@@ -369,7 +551,7 @@ def prepare(spec: dict, fake_mode=None, device: str = "cpu"):
             for p in model.parameters():
                 p.normal_(0, 0.02)
     trainable, total, tparams = _counts(model)
-    optimizer = build_optimizer(spec, tparams)
+    optimizer = build_optimizer(spec, tparams, model)
     b, s, V = int(spec["batch"]), int(spec["seq"]), int(model.config.vocab_size)
     ctx = fake_mode if fake_mode is not None else contextlib.nullcontext()
     with ctx:
@@ -393,11 +575,26 @@ def measure(spec: dict) -> dict:
     model, optimizer, input_ids, labels, trainable, total = prepare(spec, fake_mode)
     tracker = PeakTracker(optimizer)
     tracker.track_external(model, optimizer, input_ids, labels)
-    with _untraced_packed_check(), fake_mode, tracker:
-        _train_steps(spec, model, optimizer, input_ids, labels, tracker, tracker.set_phase)
-    return _result(spec, model, optimizer, trainable, total, tracker.peak_bytes,
-                   tracker.peak_phase, tracker.phase_peak, tracker.breakdown(),
-                   time.perf_counter() - t0)
+    counter = flop_counter()
+    phases = PhaseFlops(counter)
+
+    def on_phase(name):
+        tracker.set_phase(name)
+        phases(name)
+
+    with _untraced_packed_check(), fake_mode, tracker, counter:
+        _train_steps(spec, model, optimizer, input_ids, labels, tracker, on_phase)
+    # the 4-bit quantization states live on the GPU for the whole run; MemTracker does not see them
+    untracked = int(getattr(model, "_symvram_untracked", 0))
+    breakdown = tracker.breakdown()
+    if untracked:
+        breakdown["params"] += untracked
+        breakdown["quant_state"] = untracked
+    result = _result(spec, model, optimizer, trainable, total, tracker.peak_bytes + untracked,
+                     tracker.peak_phase, {k: v + untracked for k, v in tracker.phase_peak.items()}, breakdown,
+                     time.perf_counter() - t0)
+    result["flops"] = phases.last_step()  # FlopCounterMode in the same run: matmul-class FLOPs of one step
+    return result
 
 
 def _result(spec, model, optimizer, trainable, total, peak, peak_phase, by_phase, breakdown, secs):

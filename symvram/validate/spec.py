@@ -17,12 +17,30 @@ from typing import Any
 
 from ..errors import UserError
 from ..presets import spec_from_config
-from ..scenario import Scenario
+from ..scenario import BNB_OPTIMIZERS, Scenario
+from ..stacks import check_stack, stacks
 
 ALL_LINEAR = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 _DTYPES = ("bf16", "fp16", "fp32")
 # calibration.jsonl's spellings of the settings that Scenario names otherwise (read, never written)
 ALIASES = {"gradient_checkpointing": "grad_checkpointing", "attn_impl": "attention"}
+# A spec without "stack" is a plain PyTorch loop (the torch stack): the settings it leaves out take that
+# stack's values. Keys in OPTIONAL appear in the canonical spec only when they differ from their default, so
+# the keys (hashes) of earlier measurements stay the same.
+OPTIONAL: dict[str, Any] = {"stack": "torch", "checkpoint_impl": "non-reentrant", "loss_impl": "torch",
+                            "kbit_prep": "peft", "dora": False}
+
+
+def _stack_values(name: str, dtype: str) -> dict[str, Any]:
+    """The spec's spelling of a stack's defaults (symvram.stacks: the one place they are resolved)."""
+    e = stacks()[check_stack(name)]
+    autocast = {"none": None, "weights16": dtype if dtype in ("bf16", "fp16") else "bf16"}.get(e["autocast"], e["autocast"])
+    adapter = "base" if e["adapter_dtype"] == "compute" and autocast is None else e["adapter_dtype"]
+    return {"adapter_dtype": adapter, "optimizer": e["optimizer"], "optimizer_impl": e["optimizer_impl"],
+            "autocast": autocast, "checkpoint_impl": e["checkpoint_impl"], "loss_impl": e["loss_impl"],
+            "kbit_prep": e["kbit_prep"]}
+
+
 DEFAULTS: dict[str, Any] = {
     "method": "lora",
     "rank": 16,
@@ -54,7 +72,9 @@ def normalize_spec(spec: dict) -> dict:
         raise UserError("spec needs 'arch' (a dict of HF config keys)")
     spec = {ALIASES.get(k, k): v for k, v in spec.items()}
     s = dict(DEFAULTS)
-    s.update({k: spec[k] for k in DEFAULTS if k in spec and (spec[k] is not None or k == "autocast")})
+    stack = spec.get("stack") or OPTIONAL["stack"]
+    s.update({**OPTIONAL, **_stack_values(stack, spec.get("dtype") or DEFAULTS["dtype"]), "stack": stack})
+    s.update({k: spec[k] for k in (*DEFAULTS, *OPTIONAL) if k in spec and (spec[k] is not None or k == "autocast")})
     s["arch"] = dict(spec["arch"])
     setup = spec.get("dtype_setup")
     if setup:
@@ -67,7 +87,7 @@ def normalize_spec(spec: dict) -> dict:
             "fp32-autocast-fp16": ("fp32", "fp16"),
         }[setup]
     opt = s["optimizer"]
-    if "-" in opt and opt.rsplit("-", 1)[1] in ("foreach", "fused", "forloop"):
+    if opt not in BNB_OPTIMIZERS and "-" in opt and opt.rsplit("-", 1)[1] in ("foreach", "fused", "forloop"):
         s["optimizer"], s["optimizer_impl"] = opt.rsplit("-", 1)
     if s["adapter_dtype"] == "peft-default":
         s["adapter_dtype"] = "fp32"
@@ -83,7 +103,7 @@ def normalize_spec(spec: dict) -> dict:
     if s["method"] == "full":
         for k in ("rank", "targets", "lora_alpha", "lora_dropout", "adapter_dtype"):
             s[k] = None
-    elif s["method"] == "lora":
+    elif s["method"] in ("lora", "qlora"):
         s["rank"] = int(s["rank"])
         s["targets"] = list(s["targets"])
         s["lora_dropout"] = float(s["lora_dropout"] or 0.0)
@@ -93,6 +113,9 @@ def normalize_spec(spec: dict) -> dict:
             raise UserError("adapter_dtype must be 'fp32' (PEFT default) or 'base'")
     else:
         raise UserError(f"unknown method {s['method']!r}")
+    for key, default in OPTIONAL.items():
+        if s[key] == default:
+            del s[key]
     return s
 
 
@@ -106,7 +129,7 @@ def to_scenario(spec: dict) -> Scenario:
     arch = {"model_type": "llama", **s["arch"]}
     model = spec_from_config(arch, name=spec.get("model") or spec.get("name") or "spec", kind="config",
                              source="measurement spec")
-    lora = s["method"] == "lora"
+    lora = s["method"] in ("lora", "qlora")
     if lora:
         adapter = "fp32" if s["adapter_dtype"] == "fp32" else s["dtype"]
         trainable = adapter
@@ -115,18 +138,20 @@ def to_scenario(spec: dict) -> Scenario:
     return Scenario.create(
         model, method=s["method"], rank=s["rank"] if lora else None, targets=s["targets"] if lora else None,
         lora_dropout=s["lora_dropout"] if lora else None, adapter_dtype=adapter, dtype=s["dtype"],
-        autocast=s["autocast"] or "none", state_dtype=trainable, optimizer=s["optimizer"],
-        optimizer_impl=s["optimizer_impl"], batch=s["batch"], seq=s["seq"],
+        autocast=s["autocast"] or "none", state_dtype=None if s["optimizer"] in BNB_OPTIMIZERS else trainable,
+        optimizer=s["optimizer"],
+        optimizer_impl=s["optimizer_impl"], batch=s["batch"], seq=s["seq"], **{k: s.get(k, v) for k, v in OPTIONAL.items()},
         grad_checkpointing=s["grad_checkpointing"], attention=s["attention"],
         device="cuda" if s["device"] == "cuda" else "cpu")
 
 
 def from_scenario(sc: Scenario) -> dict:
     """The measurement spec of a Scenario (``symvram validate``): same model, method and recipe."""
-    spec = {"arch": sc.model.config(), "method": "lora" if sc.lora else "full", "batch": sc.batch, "seq": sc.seq,
+    spec = {"arch": sc.model.config(), "method": sc.method, "batch": sc.batch, "seq": sc.seq,
             "dtype": sc.dtype, "autocast": None if sc.autocast == "none" else sc.autocast,
             "optimizer": sc.optimizer, "optimizer_impl": sc.optimizer_impl,
-            "grad_checkpointing": sc.grad_checkpointing, "attention": sc.attention}
+            "grad_checkpointing": sc.grad_checkpointing, "attention": sc.attention,
+            **{k: getattr(sc, k) for k, v in OPTIONAL.items() if getattr(sc, k) != v}}
     if sc.lora:
         spec.update(rank=sc.rank, targets=list(sc.targets), lora_dropout=sc.lora_dropout,
                     adapter_dtype="fp32" if sc.adapter_dtype == "fp32" else "base")

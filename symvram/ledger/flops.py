@@ -1,0 +1,188 @@
+"""The FLOPs ledger: every matmul of one training step as a SymPy term over the registry symbols.
+
+Same style as the memory ledger: a ``Term`` per line (its ``block`` is the phase: forward | backward |
+recompute), built per Structure and cached. Counted as ``torch.utils.flop_counter`` counts (the
+independent check in ``symvram validate``): a matmul of (m×k)·(k×n) is 2·m·k·n; attention is QKᵀ and
+AV over the full s×s scores (causal masking is not discounted), and the SDPA kernel's backward
+recomputes the scores (5 matmuls against eager attention's 4, each needed only for the operands that
+need a gradient). Elementwise work — norms, activations, softmax, the loss, the optimizer's update —
+is not a matmul and is priced as memory traffic in ``symvram.timing`` instead.
+
+* forward: 2·T·d_in·d_out per linear (T = b·s tokens; a routed expert sees T·k_E of them), the
+  router, attention, the lm_head, the LoRA adapters (x·A, then ·B);
+* backward: an input gradient wherever the input needs one (under LoRA not in the first layer's
+  attention input: the frozen embedding needs no gradient), a weight gradient only for trainable
+  weights — so LoRA's backward is about half of full fine-tuning's — and the adapters' own gradients;
+* recompute: checkpointing runs each layer's forward again in backward, stopping early (torch's
+  non-reentrant checkpoint) once the last saved tensor is rebuilt: the down projection's product,
+  which nothing saves, is skipped unless a post-norm or the expert routing weights read it.
+
+>>> from symvram.ledger.structure import Structure
+>>> fl = build_flops(Structure(method="full"))
+>>> fl.phase_expr("backward") - 2 * fl.phase_expr("forward")   # full: 2 × forward, plus SDPA's score recompute
+2*batch*head_dim*heads*layers*seq**2
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property, lru_cache
+
+import sympy as sp
+
+from ..symbols import sym
+from .architecture import E, L, V, dh, h, k_e, nh
+from .structure import Structure
+from .terms import Term
+
+b, s, r, t = sym("batch"), sym("seq"), sym("rank"), sym("tp")
+T = b * s
+PHASES = ("forward", "backward", "recompute")
+COUNTER = "torch.utils.flop_counter (2·m·k·n per matmul)"
+PEFT = "peft tuners/lora/layer.py"
+
+
+@dataclass(frozen=True)
+class FlopsLedger:
+    """The matmul FLOPs of one micro-batch's step on one GPU, by phase."""
+
+    terms: tuple[Term, ...]
+
+    @cached_property
+    def by_key(self) -> dict[str, Term]:
+        return {x.key: x for x in self.terms}
+
+    def phase_terms(self, phase: str) -> tuple[Term, ...]:
+        return tuple(x for x in self.terms if x.block == phase)
+
+    def phase_expr(self, phase: str) -> sp.Expr:
+        return sp.Add(*(x.expr for x in self.phase_terms(phase)))
+
+    @cached_property
+    def total(self) -> sp.Expr:
+        return sp.Add(*(x.expr for x in self.terms))
+
+
+def _feeds(name: str) -> str:
+    """Which of q, k, v an attention-input projection produces (``qkv`` for a fused one)."""
+    return "qkv" if name.startswith("qkv") else name[0]
+
+
+def _trains(s_: Structure, name: str) -> bool:
+    """The projection's output depends on a trainable weight (its own, or its LoRA adapter)."""
+    return s_.method == "full" or name in s_.targets
+
+
+def _needs_grad(s_: Structure, first: bool) -> dict[str, bool]:
+    """Which tensors of a layer need a gradient: its input groups and q, k, v.
+
+    Full fine-tuning: all. LoRA: a later layer's input depends on the adapters of the layers before;
+    the first layer's input is the frozen embedding's output (a leaf that requires grad only under
+    checkpointing, transformers' enable_input_require_grads), and a tensor inside it needs a gradient
+    once a trained projection produced it."""
+    fam = s_.arch
+    layer_in = s_.method == "full" or not first or s_.grad_checkpointing
+    readers = {g: [m for m in fam.linears + fam.moe_weights if m.input_group == g] for g in ("attn_in", "attn_out",
+                                                                                            "mlp_in", "mlp_act")}
+    out = {"attn_in": layer_in}
+    for x in "qkv":
+        out[x] = layer_in or any(_trains(s_, m.name) for m in readers["attn_in"] if x in _feeds(m.name))
+    out["attn_out"] = out["q"] or out["k"] or out["v"]
+    out["mlp_in"] = layer_in or out["attn_out"] or any(_trains(s_, m.name) for m in readers["attn_out"])
+    out["mlp_act"] = out["mlp_in"] or any(_trains(s_, m.name) for m in readers["mlp_in"])
+    return out
+
+
+def _tokens(s_: Structure, m) -> sp.Expr:
+    """Rows a weight multiplies: T, or T·k_E for a routed expert (count E)."""
+    return T * k_e if s_.arch.moe and m.count != 1 and m in s_.arch.moe_weights else T
+
+
+def _layer(s_: Structure, first: bool) -> dict[str, sp.Expr]:
+    """FLOPs of one decoder layer by kind (forward, input grads, weight grads, adapters, attention)."""
+    fam = s_.arch
+    g = _needs_grad(s_, first)
+    weights = fam.linears + fam.moe_weights
+    fwd = {m.name: 2 * _tokens(s_, m) * m.d_in * m.d_out for m in weights}
+    out = {"forward": sp.Add(*fwd.values())}
+    out["input_grad"] = sp.Add(*(fwd[m.name] for m in weights if g[m.input_group]))
+    # a weight gradient: full fine-tuning, or a LoRA'd bare parameter (router, fused experts), which PEFT
+    # merges (W + B·A) before the op runs, so the merged weight needs its gradient
+    out["weight_grad"] = sp.Add(*(fwd[m.name] for m in weights
+                                  if s_.method == "full" or (m.name in s_.targets and m in fam.moe_weights)))
+    lora_fwd = lora_bwd = sp.Integer(0)
+    for name in s_.targets:
+        m = fam.linear(name)
+        if m in fam.linears:   # nn.Linear: x·A (d_in → r), then ·B (r → d_out), per token
+            lora_fwd += 2 * T * r * (m.d_in + m.d_out)
+            # B: its weight and its input (A's output) gradients; A: its weight, and its input if needed
+            lora_bwd += 2 * T * r * (2 * m.d_out + m.d_in + (m.d_in if g[m.input_group] else 0))
+        else:                  # a parameter: the delta B·A per copy (E for fused experts), per step, not per token
+            delta = 2 * m.count * m.rank_factor * r * m.d_in * m.d_out
+            # PEFT's register_parametrization evaluates a stacked expert's delta once more to check it
+            lora_fwd += delta * (2 if m.count != 1 else 1)
+            lora_bwd += 2 * delta
+    out["lora_forward"], out["lora_backward"] = lora_fwd, lora_bwd
+    attn = 2 * T * s * nh * dh      # one of the two attention matmuls (QKᵀ or AV), full scores
+    out["attention_forward"] = 2 * attn
+    if s_.attention == "sdpa":   # the fused kernel: one backward recomputing the scores, 5 matmuls
+        out["attention_backward"] = 5 * attn if g["attn_out"] else sp.Integer(0)
+    else:                        # eager: autograd of QKᵀ and AV, per operand that needs a gradient
+        scores = g["q"] or g["k"]
+        out["attention_backward"] = attn * (g["q"] + g["k"] + scores + g["v"])
+    # what checkpointing's early stop leaves out of the recompute: the down projection's product (or,
+    # under LoRA on it, the B matmul after it) when no post-norm and no routing weight reads it
+    down = [m for m in fam.linears if m.input_group == "mlp_act"]
+    skipped = sp.Integer(0)
+    if down and not fam.moe and not any(n.at == "mlp_out" for n in fam.norms):
+        m = down[0]
+        skipped = 2 * T * r * m.d_out if m.name in s_.targets else fwd[m.name]
+    out["recompute_skipped"] = skipped
+    return out
+
+
+def _per_layer(s_: Structure, key: str) -> sp.Expr:
+    """L layers: (L − 1) later ones and the first, which may differ under LoRA."""
+    later, first = _layer(s_, False)[key], _layer(s_, True)[key]
+    return sp.expand((L - 1) * later + first) if later != first else L * later
+
+
+@lru_cache(maxsize=256)
+def build_flops(s_: Structure) -> FlopsLedger:
+    """The FLOPs ledger of one structure (built once and cached; no simplify)."""
+    lm_head = 2 * T * h * V
+    split = 1 / t if s_.tensor_parallel else sp.Integer(1)   # Megatron: every matmul split t ways (vocab too)
+    terms = [
+        Term("fwd_layers", "forward", _per_layer(s_, "forward"), r"F_{\mathrm{lin}}",
+             "2·T·d_in·d_out per projection of every layer (a routed expert: T·k_E tokens)", COUNTER),
+        Term("fwd_attention", "forward", _per_layer(s_, "attention_forward"), r"F_{\mathrm{attn}}",
+             "QKᵀ and AV per head over the full s×s scores (causal masking not discounted)", COUNTER),
+        Term("fwd_lm_head", "forward", lm_head, r"F_{\mathrm{head}}", "the lm_head: 2·T·h·V", COUNTER),
+    ]
+    if s_.lora:
+        terms.append(Term("fwd_lora", "forward", _per_layer(s_, "lora_forward"), r"F_{\mathrm{LoRA}}",
+                          "the adapters: 2·T·r·(d_in + d_out) per target (a parameter target: its B·A delta)", PEFT))
+    terms += [
+        Term("bwd_input_grads", "backward", _per_layer(s_, "input_grad") + lm_head, r"F_{\nabla x}",
+             "an input gradient for every projection whose input needs one, and the lm_head's", COUNTER),
+        Term("bwd_attention", "backward", _per_layer(s_, "attention_backward"), r"F_{\nabla\mathrm{attn}}",
+             "SDPA's backward recomputes the scores (5 matmuls); eager: one per operand needing a gradient",
+             COUNTER),
+    ]
+    weight_grads = _per_layer(s_, "weight_grad") + (lm_head if s_.method == "full" else 0)
+    if weight_grads != 0:
+        terms.append(Term("bwd_weight_grads", "backward", weight_grads, r"F_{\nabla W}",
+                          "a weight gradient for every trainable weight (none for LoRA's frozen base)", COUNTER))
+    if s_.lora:
+        terms.append(Term("bwd_lora", "backward", _per_layer(s_, "lora_backward"), r"F_{\nabla\mathrm{LoRA}}",
+                          "the adapters' weight gradients and the gradient through them", PEFT))
+    if s_.grad_checkpointing:
+        recompute = (_per_layer(s_, "forward") + _per_layer(s_, "attention_forward")
+                     + (_per_layer(s_, "lora_forward") if s_.lora else 0) - L * _layer(s_, False)["recompute_skipped"])
+        terms.append(Term("recompute_layers", "recompute", recompute, r"F_{\mathrm{rec}}",
+                          "checkpointing reruns every layer's forward in backward, stopping after the last saved "
+                          "tensor (the down projection's product is skipped when nothing saves it)",
+                          "torch.utils.checkpoint (non-reentrant, early stop)"))
+    if split != 1:
+        terms = [Term(x.key, x.block, x.expr * split, x.label, x.why + " (÷ t: tensor parallel)", x.source)
+                 for x in terms]
+    return FlopsLedger(tuple(terms))

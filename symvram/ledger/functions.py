@@ -1,0 +1,90 @@
+"""Integer helpers the ledger's expressions need beyond +, ×, Max: exact on numbers, smooth for derivatives,
+printable as LaTeX, numpy and JavaScript (the calculator page). No comparison operators in the printed code.
+
+>>> from symvram.symbols import sym
+>>> ceil_div(8320, 256), at_least(4095, 4096), at_least(4096, 4096)
+(33, 0, 1)
+>>> import sympy as sp; n = sp.Symbol("n", positive=True)
+>>> sp.diff(ceil_div(n, 256), n), sp.diff(at_least(n, 4096), n)
+(1/256, 0)
+"""
+from __future__ import annotations
+
+import sympy as sp
+
+
+class ceil_div(sp.Function):  # noqa: N801 - reads like the math
+    """⌈n / B⌉: blocks of B elements needed for n (bitsandbytes' one constant per block). Its derivative
+    is taken as 1/B (the sensitivity of the average)."""
+
+    @classmethod
+    def eval(cls, n, B):
+        if n.is_Number and B.is_Number:
+            return sp.ceiling(sp.Rational(n) / B)
+        return None
+
+    def fdiff(self, argindex=1):
+        n, B = self.args
+        return 1 / B if argindex == 1 else -n / B**2
+
+    def _latex(self, printer):
+        n, B = (printer._print(a) for a in self.args)
+        return rf"\left\lceil \frac{{{n}}}{{{B}}} \right\rceil"
+
+    def _numpycode(self, printer):
+        n, B = (printer._print(a) for a in self.args)
+        return f"numpy.ceil(({n}) / ({B}))"
+
+    def _javascript(self, printer):
+        n, B = (printer._print(a) for a in self.args)
+        return f"Math.ceil(({n}) / ({B}))"
+
+
+class at_least(sp.Function):  # noqa: N801
+    """1 when the integer n ≥ m, else 0 (a size threshold, e.g. bitsandbytes' min_8bit_size); derivative 0."""
+
+    @classmethod
+    def eval(cls, n, m):
+        if n.is_Number and m.is_Number:
+            return sp.Integer(1 if n >= m else 0)
+        return None
+
+    def fdiff(self, argindex=1):
+        return sp.Integer(0)
+
+    def _latex(self, printer):
+        n, m = (printer._print(a) for a in self.args)
+        return rf"[{n} \geq {m}]"
+
+    def _numpycode(self, printer):
+        n, m = (printer._print(a) for a in self.args)
+        return f"numpy.heaviside(({n}) - ({m}), 1.0)"
+
+    def _javascript(self, printer):
+        n, m = (printer._print(a) for a in self.args)
+        return f"Math.sign(Math.max(({n}) - ({m}) + 1, 0))"
+
+
+class pow2_ceil(sp.Function):  # noqa: N801
+    """The smallest power of two ≥ x (triton.next_power_of_2); derivative taken as 1."""
+
+    @classmethod
+    def eval(cls, x):
+        if x.is_Number:
+            n = int(sp.ceiling(x))
+            return sp.Integer(1 << max(n - 1, 0).bit_length())
+        return None
+
+    def fdiff(self, argindex=1):
+        return sp.Integer(1)
+
+    def _latex(self, printer):
+        return rf"2^{{\left\lceil \log_2 {printer._print(self.args[0])} \right\rceil}}"
+
+    def _numpycode(self, printer):
+        x = printer._print(self.args[0])
+        return f"numpy.exp2(numpy.ceil(numpy.log2(numpy.maximum({x}, 1))))"
+
+    def _javascript(self, printer):
+        x = printer._print(self.args[0])
+        return f"Math.pow(2, Math.ceil(Math.log2(Math.max({x}, 1))))"

@@ -1,0 +1,98 @@
+"""Training stacks: the defaults a real run has, as data (``data/stacks.toml``), resolved in one place.
+
+``resolve(model, kw)`` fills every setting the user did not give from the stack (``kw["stack"]``, else
+``interview`` for the nominal presets 7b/13b/70b and ``hf`` for real models). ``Scenario.create`` and the
+measurement spec (``validate.spec.normalize_spec``) both call it, so an estimate and a measurement of the
+same flags describe the same run.
+
+>>> from symvram.presets import load_model
+>>> resolve(load_model("7b"), {})["adapter_dtype"], resolve(load_model("llama-2-7b"), {"method": "lora"})["adapter_dtype"]
+('compute', 'fp32')
+>>> resolve(load_model("llama-2-7b"), {"stack": "hf"})["autocast"]
+'bf16'
+"""
+from __future__ import annotations
+
+import tomllib
+from functools import cache
+from importlib import resources
+
+from .errors import UserError
+
+# the settings a stack decides (in the order the header names them)
+STACK_SETTINGS = ("adapter_dtype", "autocast", "optimizer", "optimizer_impl", "state_dtype", "checkpoint_impl",
+                  "loss_impl", "kbit_prep")
+
+
+@cache
+def stacks() -> dict[str, dict]:
+    return tomllib.loads(resources.files("symvram.data").joinpath("stacks.toml").read_text(encoding="utf-8"))
+
+
+def stack_names() -> tuple[str, ...]:
+    return tuple(stacks())
+
+
+def default_stack(model) -> str:
+    """``interview`` for a nominal preset (P given: the reference answer's 7b/13b/70b), else ``hf``."""
+    return "interview" if getattr(model, "params", None) is not None else "hf"
+
+
+def check_stack(name: str) -> str:
+    if name not in stacks():
+        raise UserError(f"--stack must be one of {', '.join(stacks())}; got {name!r}")
+    return name
+
+
+def resolve(model, kw: dict) -> dict:
+    """``kw`` with the stack named and every stack setting the user left out filled in (``adapter_dtype``
+    may stay ``"compute"`` and ``state_dtype`` ``"param"``: Scenario resolves those once the dtypes are
+    known, see ``concrete``)."""
+    kw = dict(kw)
+    name = check_stack(kw.get("stack") or default_stack(model))
+    kw["stack"] = name
+    entry = stacks()[name]
+    if kw.get("method") == "qlora" and (kw.get("kbit_prep") or entry["kbit_prep"]) == "peft":
+        for key in ("grad_checkpointing", "checkpoint_impl"):  # what prepare_model_for_kbit_training turns on
+            if kw.get(key) is None and f"kbit_{key}" in entry:
+                kw[key] = entry[f"kbit_{key}"]
+    for key in STACK_SETTINGS:
+        if kw.get(key) is None:
+            kw[key] = entry[key]
+    if kw["autocast"] == "weights16":
+        kw["autocast"] = kw.get("dtype") if kw.get("dtype") in ("bf16", "fp16") else "bf16"
+    return kw
+
+
+def concrete(kw: dict, lora: bool) -> dict:
+    """Replace the stack's relative dtypes by real ones: ``compute`` → the compute dtype, ``param`` → the
+    trainable weights' dtype."""
+    kw = dict(kw)
+    dtype = kw.get("dtype") or "bf16"
+    compute = kw["autocast"] if kw.get("autocast") not in (None, "none") else dtype
+    if kw.get("adapter_dtype") == "compute":
+        kw["adapter_dtype"] = compute
+    if kw.get("state_dtype") == "param":
+        kw["state_dtype"] = kw["adapter_dtype"] if lora else dtype
+    return kw
+
+
+IMPL_WORDS = {"foreach": "torch foreach", "fused": "torch fused", "forloop": "torch for-loop"}
+
+
+def summary(sc) -> str:
+    """One line naming the stack and what it implies for this scenario (every header prints it)."""
+    parts = []
+    if sc.lora:
+        parts.append(f"adapters {sc.adapter_dtype}")
+    parts.append(f"autocast {sc.autocast}" if sc.autocast != "none" else "no autocast")
+    impl = "bitsandbytes" if sc.optimizer in ("adamw8bit", "paged-adamw8bit") else IMPL_WORDS.get(sc.optimizer_impl,
+                                                                                                   sc.optimizer_impl)
+    parts.append(f"{sc.optimizer} ({impl}), states {sc.state_dtype}")
+    if sc.master == "fp32":
+        parts.append("fp32 master")
+    parts.append(f"checkpointing {sc.checkpoint_impl}" if sc.grad_checkpointing else "no checkpointing")
+    parts.append(f"loss {sc.loss_impl}")
+    if sc.method == "qlora":
+        parts.append("prepare_model_for_kbit_training" if sc.kbit_prep == "peft" else "no kbit preparation")
+    return f"stack {sc.stack} ({stacks()[sc.stack]['title']}): " + ", ".join(parts)

@@ -1,0 +1,228 @@
+"""The time price of memory: FLOPs, communication and step time of a scenario, from the FLOPs and
+communication ledgers and a stated roofline.
+
+    step time = F / (Φ · μ)                    matmul FLOPs at the card's dense peak Φ times MFU μ
+              + M_HBM / B_HBM                  memory-bound work (optimizer update, QLoRA dequantization)
+              + (1 − ω) · C_link / B_link      GPU-to-GPU bytes sent, of which a fraction ω is hidden
+              + C_host / B_host                offload traffic over PCIe (never hidden)
+
+Assumptions, printed wherever a time is: μ = 0.4 unless ``--mfu`` (the matmul-bound part of a
+well-tuned fine-tuning step; elementwise kernels, launches and the loss are inside that derating);
+ω = 0 (no overlap: communication adds to compute — an upper bound; ``--set overlap=0.7`` to change
+it); nominal link and HBM bandwidths (data/gpus.toml, data/interconnects.toml); the CPU optimizer's
+own update time under offload is not counted. Step time cannot be measured without a GPU: the
+benchmark ``benchmarks/step_time_gpu.py`` compares it with a real step where there is one.
+
+>>> from symvram.scenario import Scenario
+>>> sc = Scenario.create("7b", method="full")
+>>> f = flops(sc)
+>>> round(f.recompute_share_if_checkpointed, 3)    # one more forward, less the early-stopped down projection
+0.257
+"""
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass
+from functools import cache
+from importlib import resources
+
+import sympy as sp
+
+from .errors import UserError
+from .evaluate import substitution
+from .ledger import build_ledger
+from .ledger.comm import build_comm
+from .ledger.flops import PHASES, build_flops
+from .presets import GPUSpec, gpu_presets
+from .scenario import Scenario
+from .symbols import sym
+
+DEFAULT_MFU = 0.4
+Phi, mu, B_hbm, B_link, B_host, omega = (sym(n) for n in ("peak_flops", "mfu", "hbm_bandwidth", "link_bandwidth",
+                                                           "host_bandwidth", "overlap"))
+
+
+@cache
+def interconnects() -> dict[str, dict]:
+    return tomllib.loads(resources.files("symvram.data").joinpath("interconnects.toml").read_text(encoding="utf-8"))
+
+
+def check_mfu(value) -> float:
+    """``--mfu``: a fraction in (0, 1]."""
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        raise UserError(f"--mfu must be a number in (0, 1] (model FLOPs utilization, default {DEFAULT_MFU}); "
+                        f"got {value!r}") from None
+    if not 0 < v <= 1:
+        raise UserError(f"--mfu must be in (0, 1] (model FLOPs utilization, default {DEFAULT_MFU}); got {value!r}")
+    return v
+
+
+def check_interconnect(name: str | None) -> str | None:
+    if name is None or name in interconnects():
+        return name
+    raise UserError(f"--interconnect: unknown link {name!r}; known: {', '.join(interconnects())}")
+
+
+def time_expr(sc) -> sp.Expr:
+    """Seconds per step as one expression over the registry symbols (derived quantities unexpanded),
+    of a Scenario or a Structure."""
+    structure = getattr(sc, "structure", sc)
+    fl, cm = build_flops(structure), build_comm(structure)
+    return (fl.total / (Phi * mu) + cm.block_expr("hbm") / B_hbm + (1 - omega) * cm.block_expr("network") / B_link
+            + cm.block_expr("host") / B_host)
+
+
+@dataclass(frozen=True)
+class Flops:
+    """Matmul-class FLOPs of one micro-batch's step on one GPU, by phase and by term."""
+
+    by_phase: dict[str, int]
+    by_term: dict[str, int]
+    per_step: int
+    recompute_share_if_checkpointed: float   # what checkpointing adds, over the step without it
+
+    def json(self) -> dict:
+        return {"by_phase": self.by_phase, "by_term": self.by_term}
+
+
+def _subs(sc: Scenario) -> dict:
+    return substitution(build_ledger(sc.structure), sc.values())
+
+
+def _num(expr: sp.Expr, subs: dict) -> sp.Expr:
+    return expr.xreplace(subs)
+
+
+def flops(sc: Scenario) -> Flops:
+    fl = build_flops(sc.structure)
+    subs = _subs(sc)
+    by_term = {x.key: int(_num(x.expr, subs)) for x in fl.terms}
+    by_phase = {p: sum(by_term[x.key] for x in fl.phase_terms(p)) for p in PHASES}
+    total = sum(by_phase.values())
+    other = sc.with_changes(grad_checkpointing=not sc.grad_checkpointing)
+    other_total = sum(int(_num(x.expr, subs)) for x in build_flops(other.structure).terms)
+    without, with_ = (other_total, total) if sc.grad_checkpointing else (total, other_total)
+    return Flops(by_phase, by_term, total, (with_ - without) / without)
+
+
+def comm_bytes(sc: Scenario) -> dict[str, int]:
+    """Bytes one GPU sends per step (network, host) and the memory-bound HBM bytes: card-independent."""
+    cm, subs = build_comm(sc.structure), _subs(sc)
+    return {blk: int(sp.ceiling(_num(cm.block_expr(blk), subs))) for blk in ("network", "host", "hbm")}
+
+
+@dataclass(frozen=True)
+class Link:
+    key: str
+    name: str
+    bytes_per_s: float
+
+
+@dataclass(frozen=True)
+class StepTime:
+    """The roofline of one scenario on one card."""
+
+    scenario: Scenario
+    card: GPUSpec
+    mfu: float
+    link: Link
+    host_link: Link
+    flops: Flops
+    comm: dict[str, int]           # network / host bytes sent per step, hbm bytes of the memory-bound work
+    seconds: dict[str, float]      # compute / memory / network / host / total
+    peak_flops: float
+
+    @property
+    def seconds_per_step(self) -> float:
+        return self.seconds["total"]
+
+    @property
+    def tokens_per_step(self) -> int:
+        return self.scenario.batch * self.scenario.seq * self.scenario.gpus   # every data-parallel rank's micro-batch
+
+    @property
+    def tokens_per_second(self) -> float:
+        return self.tokens_per_step / self.seconds_per_step
+
+    @property
+    def gpus_total(self) -> int:
+        return self.scenario.gpus * self.scenario.tp
+
+    @property
+    def tokens_per_second_per_gpu(self) -> float:
+        return self.tokens_per_second / self.gpus_total
+
+    def assumptions(self) -> list[str]:
+        sc = self.scenario
+        out = [f"MFU {self.mfu:g} of {self.card.name}'s dense {sc.compute_dtype} peak "
+               f"{self.peak_flops / 1e12:g} TFLOP/s",
+               f"HBM {self.card_hbm / 1e9:g} GB/s for the memory-bound work"]
+        if self.comm["network"]:
+            overlap = sc.values()["overlap"]
+            out.append(f"{self.link.name} at {self.link.bytes_per_s / 1e9:g} GB/s per direction, "
+                       + ("no overlap with compute (an upper bound)" if not overlap else f"{overlap:g} of it hidden"))
+        if self.comm["host"]:
+            out.append(f"{self.host_link.name} at {self.host_link.bytes_per_s / 1e9:g} GB/s to the CPU; the CPU "
+                       "optimizer's own update time is not counted")
+        return out
+
+    @property
+    def card_hbm(self) -> float:
+        return gpu_presets()[self.card.key]["hbm_gbps"] * 1e9
+
+    def summary(self) -> str:
+        return (f"{self.seconds_per_step:.3g} s/step, {self.tokens_per_second:,.0f} tokens/s in all "
+                f"({self.tokens_per_second_per_gpu:,.0f} per GPU)")
+
+    def json(self) -> dict:
+        return {"flops_per_step": self.flops.per_step, "flops": self.flops.by_phase,
+                "flops_by_term": self.flops.by_term,
+                "comm_bytes_per_step": self.comm["network"], "host_bytes_per_step": self.comm["host"],
+                "hbm_bytes_per_step": self.comm["hbm"],
+                "seconds_per_step": self.seconds_per_step, "seconds": self.seconds,
+                "tokens_per_second": self.tokens_per_second,
+                "tokens_per_second_per_gpu": self.tokens_per_second_per_gpu,
+                "card": self.card.name, "mfu": self.mfu, "interconnect": self.link.key,
+                "assumptions": self.assumptions()}
+
+
+def _link(key: str) -> Link:
+    entry = interconnects()[key]
+    return Link(key, entry["name"], entry["gbps"] * 1e9)
+
+
+def card_figures(card: GPUSpec, dtype: str) -> tuple[float, float, str, str]:
+    """(peak FLOP/s, HBM B/s, interconnect, host link) of a named card; one-line errors otherwise."""
+    entry = gpu_presets().get(card.key)
+    if entry is None:
+        raise UserError(f"--gpu {card.key}: a bare size has no peak FLOP/s or bandwidth for a step time; name a card "
+                        f"({', '.join(k for k, e in gpu_presets().items() if 'bf16_tflops' in e)})")
+    field = f"{dtype}_tflops"
+    if dtype not in ("bf16", "fp16") or field not in entry:
+        with_figure = [k for k, e in gpu_presets().items() if field in e] if dtype in ("bf16", "fp16") else []
+        raise UserError(f"--gpu {card.key}: no dense {dtype} peak figure for {card.name} in data/gpus.toml, so no step "
+                        f"time; cards with one: {', '.join(with_figure) or 'none (compute in bf16 or fp16)'}")
+    return entry[field] * 1e12, entry["hbm_gbps"] * 1e9, entry["interconnect"], entry["host_link"]
+
+
+def step_time(sc: Scenario, card: GPUSpec, mfu: float | None = None, interconnect: str | None = None) -> StepTime:
+    """Seconds per step and tokens/s of ``sc`` on ``card`` (the roofline above)."""
+    mfu = check_mfu(DEFAULT_MFU if mfu is None else mfu)
+    peak, hbm, link_key, host_key = card_figures(card, sc.compute_dtype)
+    link = _link(check_interconnect(interconnect) or link_key)
+    host = _link(host_key)
+    fl = flops(sc)
+    comm = comm_bytes(sc)
+    overlap = sc.values()["overlap"]
+    seconds = {"compute": fl.per_step / (peak * mfu), "memory": comm["hbm"] / hbm,
+               "network": (1 - overlap) * comm["network"] / link.bytes_per_s,
+               "host": comm["host"] / host.bytes_per_s}
+    seconds["total"] = sum(seconds.values())
+    return StepTime(sc, card, mfu, link, host, fl, comm, seconds, peak)
+
+
+def time_price(before: StepTime, after: StepTime) -> float:
+    """The change in throughput a remedy costs, in % of tokens/s per GPU (positive: slower)."""
+    return 100 * (1 - after.tokens_per_second_per_gpu / before.tokens_per_second_per_gpu)

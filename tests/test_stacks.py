@@ -1,0 +1,91 @@
+"""Training stacks (symvram/data/stacks.toml): the defaults a real run has, resolved in one place for the
+estimate and the measurement, and named in every header."""
+from __future__ import annotations
+
+import pytest
+
+from symvram import estimate
+from symvram.cli import main
+from symvram.errors import UserError
+from symvram.scenario import Scenario
+from symvram.validate.spec import from_scenario, normalize_spec, to_scenario
+
+GIB = 2**30
+
+
+def test_default_stack_is_interview_for_nominal_presets_and_hf_for_real_models():
+    assert Scenario.create("7b", method="lora").stack == "interview"
+    assert Scenario.create("llama-3.1-8b", method="lora").stack == "hf"
+
+
+def test_the_issue_numbers_llama_3_1_8b_lora_r16_seq4096():
+    """The issue's new-user run: interview's 43.8 GiB, PEFT's fp32 adapters 57.4, Trainer bf16=True 47.9."""
+    peak = {st: estimate("llama-3.1-8b", method="lora", rank=16, seq=4096, stack=st).peak / GIB
+            for st in ("interview", "torch", "hf")}
+    assert round(peak["interview"], 1) == 43.8 and round(peak["torch"], 1) == 57.4 and round(peak["hf"], 1) == 47.9
+    assert estimate("llama-3.1-8b", method="lora", rank=16, seq=4096).peak == \
+        estimate("llama-3.1-8b", method="lora", rank=16, seq=4096, stack="hf").peak
+
+
+@pytest.mark.parametrize("stack, expected", [
+    ("interview", dict(adapter_dtype="bf16", autocast="none", optimizer_impl="foreach", state_dtype="fp32")),
+    ("torch", dict(adapter_dtype="fp32", autocast="none", optimizer_impl="foreach", state_dtype="fp32")),
+    ("hf", dict(adapter_dtype="fp32", autocast="bf16", optimizer_impl="fused", state_dtype="fp32")),
+])
+def test_each_stack_sets_its_defaults(stack, expected):
+    sc = Scenario.create("llama-3-8b", method="lora", stack=stack)
+    assert {k: getattr(sc, k) for k in expected} == expected
+
+
+def test_states_follow_the_parameter_dtype_under_torch_stacks():
+    assert Scenario.create("qwen2.5-0.5b", method="full").state_dtype == "bf16"
+    assert Scenario.create("qwen2.5-0.5b", method="full", dtype="fp32").state_dtype == "fp32"
+    assert Scenario.create("qwen2.5-0.5b", method="full", stack="interview").state_dtype == "fp32"
+
+
+def test_explicit_flags_win_over_the_stack():
+    sc = Scenario.create("llama-3-8b", method="lora", stack="hf", autocast="none", adapter_dtype="bf16",
+                         optimizer_impl="foreach")
+    assert (sc.autocast, sc.adapter_dtype, sc.optimizer_impl, sc.state_dtype) == ("none", "bf16", "foreach", "bf16")
+
+
+def test_changing_the_stack_changes_what_it_implied_only():
+    sc = Scenario.create("llama-3-8b", method="lora", rank=16)
+    torch_sc = sc.with_changes(stack="torch")
+    assert torch_sc == Scenario.create("llama-3-8b", method="lora", rank=16, stack="torch")
+    kept = Scenario.create("llama-3-8b", method="lora", optimizer_impl="forloop").with_changes(stack="torch")
+    assert kept.optimizer_impl == "forloop"
+
+
+def test_unknown_stack_is_refused():
+    with pytest.raises(UserError, match="--stack must be one of interview, torch, hf"):
+        Scenario.create("llama-3-8b", stack="megatron")
+
+
+def test_the_measurement_spec_describes_the_same_run():
+    """validate's spec comes from the scenario and back: the same settings, the same estimate."""
+    for st in ("torch", "hf"):  # interview's fp32 states on 16-bit weights are no torch AdamW run
+        for method in ("full", "lora"):
+            sc = Scenario.create("qwen2.5-0.5b", method=method, stack=st, device="cpu")
+            back = to_scenario({**from_scenario(sc), "device": "fake"})
+            assert back.structure == sc.structure and back.values() == sc.values(), (st, method)
+
+
+def test_a_spec_names_its_stack_only_when_it_is_not_torch():
+    arch = {"model_type": "llama", "hidden_size": 64, "intermediate_size": 176, "num_hidden_layers": 2,
+            "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 1000}
+    plain = normalize_spec({"arch": arch})
+    assert "stack" not in plain and plain["autocast"] is None and plain["optimizer_impl"] == "foreach"
+    hf = normalize_spec({"arch": arch, "stack": "hf"})
+    assert hf["stack"] == "hf" and hf["autocast"] == "bf16" and hf["optimizer_impl"] == "fused"
+    assert to_scenario({"arch": arch, "stack": "hf"}).stack == "hf"
+
+
+def test_every_header_names_the_stack(capsys):
+    assert main(["estimate", "llama-3-8b", "--method", "lora"]) == 0
+    out = capsys.readouterr().out
+    assert "stack hf (transformers Trainer / TRL SFTTrainer): adapters fp32, autocast bf16, adamw (torch fused)" in out
+    assert main(["estimate", "7b"]) == 0
+    assert "stack interview (the reference answer's arithmetic): adapters bf16, no autocast" in capsys.readouterr().out
+    assert main(["estimate", "llama-3-8b", "--method", "lora", "--stack", "torch", "--grad-checkpointing"]) == 0
+    assert "checkpointing non-reentrant, loss torch" in capsys.readouterr().out
