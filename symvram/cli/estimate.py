@@ -9,7 +9,6 @@ from ..errors import UserError
 from ..evaluate import evaluate
 from ..present.reports import compare_time_line, time_json, time_lines
 from ..present.tables import detail, terminal, to_json
-from ..present.units import fmt_bytes
 from ..stacks import summary as stack_summary
 from .common import (add_model_argument, add_output_arguments, add_scenario_arguments, check_context, model_of,
                      provenance_dict, provenance_text, reading, scenario_from_args, scenario_kwargs, write_output)
@@ -52,50 +51,21 @@ def _verdict(sc, args) -> tuple[str, dict]:
     """The verdict on --gpu (text and JSON), with the remedies when the run does not fit."""
     from ..analysis.diagnose import diagnose
     from ..presets import load_card
-    from ..present.reports import remedy_edits, remedy_lines
+    from ..present.reports import estimate_verdict
     from ..timing import check_interconnect, check_mfu
 
     d = diagnose(sc, load_card(args.gpu), headroom=args.headroom,
                  mfu=check_mfu(args.mfu) if args.mfu is not None else None, interconnect=check_interconnect(args.interconnect))
-    fb = (lambda n: fmt_bytes(n, args.units))
-    cards = f"{sc.gpus} × {d.card.name}" if sc.gpus > 1 else d.card.name
-    if d.side == "fits":
-        line = (f"verdict on {cards}: fits — peak {fb(d.estimate.peak)} per GPU, budget {fb(d.budget)} "
-                f"({fb(d.card.usable_bytes)} usable − {fb(d.headroom)} headroom), {fb(d.budget - d.estimate.peak)} to spare")
-    else:
-        line = (f"verdict on {cards}: does not fit — peak {fb(d.estimate.peak)} per GPU, budget {fb(d.budget)}, "
-                f"over by {fb(d.estimate.peak - d.budget)} ({d.side} side)")
-    r = reading(args)
-    lines = [line] + remedy_lines(d, args.units, r)
-    if d.side != "fits" and not d.fixed:
-        lines.append("  none of these is enough: see symvram diagnose (more cards) or symvram plan")
-    edits = remedy_edits(d, r) if r is not None else [None] * len(d.remedies)
-    data = {"card": d.card.name, "gpus": sc.gpus, "budget_bytes": d.budget, "peak_bytes": d.estimate.peak,
-            "fits": d.side == "fits",
-            "remedies": [{"title": x.title, "changes": x.changes, "peak_after_bytes": x.after.peak,
-                          "fits": x.after.peak <= d.budget, **({"edits": e} if e is not None else {})}
-                         for x, e in zip(d.remedies, edits)]}
-    return "\n".join(lines), data
+    return estimate_verdict(d, args.units, reading(args))
 
 
 def _compare_verdict(table, args) -> str:
     from ..analysis.fit import headroom_bytes
     from ..presets import load_card
-    from ..timing import step_time
+    from ..present.reports import compare_verdict
 
     card = load_card(args.gpu)
-    budget = card.usable_bytes - headroom_bytes(args.headroom, card.usable_bytes)
-    fb = (lambda n: fmt_bytes(n, args.units))
-
-    def speed(bd) -> str:
-        try:
-            return f", {step_time(bd.scenario, card).tokens_per_second_per_gpu:,.0f} tokens/s per GPU"
-        except UserError:   # a card without peak figures: the memory verdict alone
-            return ""
-
-    words = [f"{name} {'fits' + speed(bd) if bd.peak <= budget else 'over by ' + fb(bd.peak - budget)}"
-             for name, bd in table.rows]
-    return f"on {card.name} (budget {fb(budget)} per GPU): " + "; ".join(words)
+    return compare_verdict(table, card, card.usable_bytes - headroom_bytes(args.headroom, card.usable_bytes), args.units)
 
 
 def time_of(sc, args):

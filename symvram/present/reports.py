@@ -22,7 +22,7 @@ from ..units import UNITS, fmt_bytes, fmt_flops
 from .tables import BLOCK_TITLES, render_rows, to_json
 
 
-# ---- estimate's time lines ------------------------------------------------------------------------------
+# ---- estimate: time lines and verdicts ----------------------------------------------------------------
 
 def time_json(sc, st) -> dict:
     """The JSON ``time`` block: FLOPs always; seconds and tokens/s on a card."""
@@ -63,6 +63,47 @@ def compare_time_line(table) -> str:
     return ("time: matmul FLOPs per micro-batch step — " + "; ".join(cells)
             + " (seconds per step: estimate --method … --gpu CARD)")
 
+
+
+def estimate_verdict(d: Diagnosis, units: str, reading=None) -> tuple[str, dict]:
+    """``estimate --gpu``'s verdict (text and JSON): fits or over by how much, with the remedies when not."""
+    sc = d.estimate.scenario
+    fb = (lambda n: fmt_bytes(n, units))
+    cards = f"{sc.gpus} × {d.card.name}" if sc.gpus > 1 else d.card.name
+    if d.side == "fits":
+        line = (f"verdict on {cards}: fits — peak {fb(d.estimate.peak)} per GPU, budget {fb(d.budget)} "
+                f"({fb(d.card.usable_bytes)} usable − {fb(d.headroom)} headroom), {fb(d.budget - d.estimate.peak)} to spare")
+    else:
+        line = (f"verdict on {cards}: does not fit — peak {fb(d.estimate.peak)} per GPU, budget {fb(d.budget)}, "
+                f"over by {fb(d.estimate.peak - d.budget)} ({d.side} side)")
+    lines = [line] + remedy_lines(d, units, reading)
+    if d.side != "fits" and not d.fixed:
+        lines.append("  none of these is enough: see symvram diagnose (more cards) or symvram plan")
+    edits = remedy_edits(d, reading) if reading is not None else [None] * len(d.remedies)
+    data = {"card": d.card.name, "gpus": sc.gpus, "budget_bytes": d.budget, "peak_bytes": d.estimate.peak,
+            "fits": d.side == "fits",
+            "remedies": [{"title": x.title, "changes": x.changes, "peak_after_bytes": x.after.peak,
+                          "fits": x.after.peak <= d.budget, **({"edits": e} if e is not None else {})}
+                         for x, e in zip(d.remedies, edits)]}
+    return "\n".join(lines), data
+
+
+def compare_verdict(table, card, budget: int, units: str) -> str:
+    """``estimate --gpu`` without --method: each method fits (with its tokens/s per GPU) or is over by how much."""
+    from ..errors import UserError
+    from ..timing import step_time
+
+    fb = (lambda n: fmt_bytes(n, units))
+
+    def speed(bd) -> str:
+        try:
+            return f", {step_time(bd.scenario, card).tokens_per_second_per_gpu:,.0f} tokens/s per GPU"
+        except UserError:   # a card without peak figures: the memory verdict alone
+            return ""
+
+    words = [f"{name} {'fits' + speed(bd) if bd.peak <= budget else 'over by ' + fb(bd.peak - budget)}"
+             for name, bd in table.rows]
+    return f"on {card.name} (budget {fb(budget)} per GPU): " + "; ".join(words)
 
 
 # ---- whatif ---------------------------------------------------------------------------------------------
@@ -331,7 +372,7 @@ def plan_text(r: PlanResult, sc, units: str, fmt: str) -> str:
             + f" on {r.card.name}: {fmt_bytes(r.card.usable_bytes, units)} usable − {fmt_bytes(r.headroom, units)} "
               f"headroom = {fmt_bytes(r.budget, units)} per GPU") + "\n" + stack_summary(sc)
     table = [["method", "strategy", "GPUs", "params only", f"per-GPU peak ({units})", f"host ({units})",
-              "tokens/s per GPU", "tokens/s", "communication"]]
+              "tokens/s per GPU", "tokens/s"] + (["communication"] if fmt == "markdown" else [])]
     for row in r.ranked:
         gpus = (str(row.gpus) + (f" (t={row.tp})" if row.tp > 1 else "")) if row.fits else f"> {r.max_gpus}"
         params = str(row.params_gpus) if row.params_gpus else f"> {r.max_gpus}"
@@ -339,9 +380,14 @@ def plan_text(r: PlanResult, sc, units: str, fmt: str) -> str:
         speed = ([f"{row.tokens_per_second_per_gpu:,.0f}", f"{row.tokens_per_second:,.0f}"] if row.time
                  else ["—", "—"])
         table.append([row.method, row.strategy.name, gpus, params, peak,
-                      fmt_bytes(row.host_total, units).split()[0], *speed, row.strategy.reason])
+                      fmt_bytes(row.host_total, units).split()[0], *speed]
+                     + ([row.strategy.reason] if fmt == "markdown" else []))
     methods = [m for m in METHODS if any(x.method == m for x in r.rows)]
-    lines = [head, "", render_rows(table, "llrrrrrrl", fmt), ""] + [plan_summary(r, m, units) for m in methods]
+    lines = [head, "", render_rows(table, "llrrrrrrl"[:len(table[0])], fmt), ""]
+    if fmt != "markdown":   # the communication of each strategy once, below the table (it fits a terminal)
+        shown = [x for x in STRATEGIES if any(row.strategy is x for row in r.rows)]
+        lines += ["communication, cheapest first:"] + [f"  {x.name}: {x.reason}" for x in shown] + [""]
+    lines += [plan_summary(r, m, units) for m in methods]
     timed = next((x for x in r.ranked if x.time), None)
     if timed:
         lines += ["", "ranked by predicted tokens/s per GPU (fastest first; GPUs is the fewest that fit)",

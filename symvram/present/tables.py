@@ -48,9 +48,9 @@ WIDTH = 100  # terminal output fits this many columns; 0 (``symvram --wide``) ke
 
 
 def _shrink(widths: list[int], rows: list[list[str]], aligns: str, width: int) -> list[int]:
-    """Column widths whose table fits ``width``: left-aligned text columns (after the first) wrap at their
-    spaces first, the one with the most to give first; then headers wider than their column's values wrap
-    at theirs. Numbers, identifiers and the first column's values never break."""
+    """Column widths whose table fits ``width``: headers wider than their column's values wrap at a space
+    first (two lines); then left-aligned text columns (after the first) wrap at their spaces, the one with
+    the most to give first. Numbers, identifiers and the first column's values never break."""
     widths = list(widths)
 
     def longest_word(cells) -> int:
@@ -64,7 +64,7 @@ def _shrink(widths: list[int], rows: list[list[str]], aligns: str, width: int) -
     two = [max(floor[i], min((max(len(h[:k]), len(h[k + 1:])) for k in range(len(h)) if h[k] == " "),
                              default=widths[i])) for i, h in enumerate(rows[0])]
     text_columns = [i for i, a in enumerate(aligns) if a == "l" and i > 0]
-    for columns, limit in ((text_columns, floor), (range(len(widths)), two), (range(len(widths)), floor)):
+    for columns, limit in ((range(len(widths)), two), (text_columns, floor), (range(len(widths)), floor)):
         while sum(widths) + 2 * (len(widths) - 1) > width:
             candidates = [i for i in columns if widths[i] > limit[i]]
             if not candidates:
