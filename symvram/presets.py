@@ -8,7 +8,6 @@
 """
 from __future__ import annotations
 
-import difflib
 import json
 import tomllib
 from dataclasses import dataclass
@@ -16,7 +15,7 @@ from functools import cache
 from importlib import resources
 from pathlib import Path
 
-from .errors import UserError
+from .errors import UserError, did_you_mean
 from .symbols import sym
 from .units import fmt_bytes, parse_size
 
@@ -110,9 +109,7 @@ def _lookup(name: str, table: dict[str, dict], what: str) -> tuple[str, dict]:
         if key == k or key in entry.get("aliases", ()):
             return k, entry
     names = list(table) + [a for e in table.values() for a in e.get("aliases", ())]
-    close = difflib.get_close_matches(key, names, n=3, cutoff=0.5)
-    hint = f"; closest: {', '.join(close)}" if close else ""
-    raise UserError(f"unknown {what} {name!r}{hint} (known: {', '.join(table)})")
+    raise UserError(f"unknown {what} {name!r}{did_you_mean(key, names, cutoff=0.5)}; known: {', '.join(table)}")
 
 
 def _int_field(cfg: dict, key: str, source: str, default=None) -> int:

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field, replace
 from functools import cache
 from importlib import resources
 
-from .errors import UserError
+from .errors import UserError, did_you_mean
 from .ledger.architecture import Family, family
 from .ledger.structure import Structure
 from .presets import MAX_DIM, ModelSpec, load_model
@@ -274,11 +274,8 @@ class Scenario:
         """``--set`` names a registered leaf symbol and a positive, finite, plausible number."""
         for name, value in self.overrides:
             if name not in SYMBOLS or SYMBOLS[name].group == "derived":
-                import difflib
-
-                close = difflib.get_close_matches(name, [n for n, d in SYMBOLS.items() if d.group != "derived"], n=3)
-                hint = f" (did you mean {', '.join(close)}?)" if close else ""
-                raise UserError(f"--set: unknown symbol {name!r}{hint}")
+                leaves = [n for n, d in SYMBOLS.items() if d.group != "derived"]
+                raise UserError(f"--set: unknown symbol {name!r}{did_you_mean(name, leaves)}")
             if not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
                 raise UserError(f"--set {name}: value must be a positive number; got {value!r}")
             if SYMBOLS[name].integer and not float(value).is_integer():
