@@ -31,10 +31,11 @@ def test_linked_files_exist():
 
 
 def test_the_readme_is_short_and_its_outputs_are_generated():
-    """≤ 10 KB: what it is, the set-up commands, three commands with their output, one image, the
-    accuracy summary; everything else is on the docs site (docs/, mkdocs.yml)."""
+    """≤ 10 KB: what it is, the set-up commands, three commands with their output, the breakdown figure
+    and the page's screenshot, the accuracy summary; everything else is on the docs site (docs/, mkdocs.yml)."""
     assert len(README.encode("utf-8")) <= 10 * 1024
-    assert len(re.findall(r"!\[", README)) == 1
+    images = re.findall(r"!\[[^\]]*\]\(([^)]+)\)", README)
+    assert images == ["docs/tour/breakdown.png", "docs/page.png"]
     assert "reference answer" in README
     assert not re.search(r"(?m)^#{1,2} (?!symvram$|How accurate|More$)", README), "a pasted heading at the top level"
 
