@@ -210,6 +210,9 @@ def test_seq_axes_follow_the_question_not_the_context():
         x = int(text.replace(",", ""))
         assert evaluate(sc.with_changes(seq=x, rank=8)).peak <= cards[0].usable_bytes or \
             evaluate(sc.with_changes(seq=x, rank=64)).peak <= cards[0].usable_bytes
+    ax.figure.canvas.draw()   # one row of crossing labels per line: none overlaps another
+    boxes = [t.get_window_extent() for t in ax.texts if t.get_text().replace(",", "").isdigit()]
+    assert not any(a.overlaps(b) for i, a in enumerate(boxes) for b in boxes[i + 1:])
     ax = plots.seq_curve(sc, ranks=(8,), seq_max=32768).axes[0]
     assert ax.lines[0].get_xdata()[-1] == 32768
 

@@ -231,13 +231,14 @@ def seq_curve(sc: Scenario, ranks: Sequence[int] = (8, 16, 64, 256), seqs: Seque
         for peak, color, label, _ in curves:
             ax.plot(s, in_units(peak, units), color=color, label=label)
         _card_lines(ax, cards, units)
-        for card in cards:  # where each line first goes over each card
-            for peak, color, _, _ in curves:
+        for card in cards:  # where each line first goes over each card, one row of labels per line
+            for n, (peak, color, _, _) in enumerate(curves):
                 over = np.nonzero(peak > card.usable_bytes)[0]
                 if len(over) and over[0] > 0:
                     x = int(s[over[0] - 1])
-                    ax.annotate(f"{x:,}", (x, in_units(card.usable_bytes, units)), xytext=(0, -12),
-                                textcoords="offset points", ha="center", fontsize="x-small", color=color)
+                    ax.annotate(f"{x:,}", (x, in_units(card.usable_bytes, units)), xytext=(0, -12 - 9 * n),
+                                textcoords="offset points", ha="right" if x * 1.15 > s.max() else "center",
+                                fontsize="x-small", color=color)
         note = next(((n, peak, color) for peak, color, _, at in curves if len(s) > 1
                      for n in [_flat_note(at, s, peak)] if n), None)
         if note:

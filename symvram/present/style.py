@@ -15,8 +15,8 @@ from __future__ import annotations
 import math
 
 BLOCK_COLORS = {"base": "#0072B2", "trainable": "#E69F00", "activations": "#009E73", "transient": "#8C8C8C"}
-# plasma from indigo to coral (no block hue), one step per power of two: r ≤ 4, 8, 16, 32, 64, 128, 256, ≥ 512
-RANK_RAMP = ("#2A0593", "#5102A3", "#7401A8", "#9410A2", "#B12A90", "#C8437B", "#DB5C68", "#EB7655")
+# plasma from purple to coral (no block hue), one step per power of two: r ≤ 4, 8, 16, 32, 64, 128, 256, ≥ 512
+RANK_RAMP = ("#6A00A8", "#8606A6", "#9E199D", "#B52F8C", "#C8437B", "#D8576B", "#E66C5C", "#F2844B")
 FIT_COLORS = {"fits": "#D9D9D9", "does not fit": "#6E6E6E"}
 NEUTRAL = "#7F7F7F"   # card lines, the run's own seq, the tornado's bars: not data of a block
 VENDOR_WORDS = ("NVIDIA", "GeForce", "AMD", "Instinct")
