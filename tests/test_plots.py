@@ -284,6 +284,8 @@ def test_breakdown_cards_requested_method_labels_and_colours():
     assert ax.containers[3][0].get_edgecolor()[:3] == to_rgba(style.BLOCK_COLORS["transient"])[:3]
     # the peak marker is explained in the legend
     legend = [t.get_text() for t in fig.legends[0].get_texts()]
+    swatches = {text: handle.get_alpha() for text, handle in zip(legend, fig.legends[0].legend_handles)}
+    assert swatches["base weights"] in (None, 1.0)   # the legend's block colours are solid, not a faded bar's
     assert "peak: the fullest moment of the step (max_memory_allocated)" in legend
     assert "temporaries: the peak above the blocks" in legend
     # each value label sits above its bar and its marker, never across them

@@ -132,10 +132,10 @@ def breakdown(rows: Iterable[tuple[str, Breakdown]], units: str = "GiB", theme: 
         # what the peak holds beyond the three blocks (temporaries: fp32 logits, the optimizer's scratch …),
         # hatched up to the peak; nothing where a peak moment holds less than the blocks' sum
         above = np.array([in_units(max(0, bd.peak - bd.ledger_total), units) for _, bd in rows])
-        ax.bar(x, above, 0.6, bottom=bottom, color="none", edgecolor=BLOCK_COLORS["transient"], hatch="///",
-               linewidth=0.8, label="temporaries: the peak above the blocks")
+        temporaries = ax.bar(x, above, 0.6, bottom=bottom, color="none", edgecolor=BLOCK_COLORS["transient"],
+                             hatch="///", linewidth=0.8, label="temporaries: the peak above the blocks")
         peaks = [in_units(bd.peak, units) for _, bd in rows]
-        ax.plot(x, peaks, linestyle="none", marker="D", markersize=7, color=ink,
+        (marker,) = ax.plot(x, peaks, linestyle="none", marker="D", markersize=7, color=ink,
                 label="peak: the fullest moment of the step (max_memory_allocated)")
         tops = np.maximum(bottom + above, peaks)
         for xi, p, top in zip(x, peaks, tops):   # above the bar and the marker, never across them
@@ -154,7 +154,9 @@ def breakdown(rows: Iterable[tuple[str, Breakdown]], units: str = "GiB", theme: 
         ax.set_ylabel(f"memory{_per_gpu(rows[0][1].scenario) if rows else ''} ({units})")
         lead = requested if requested is not None else rows[0][1].scenario if rows else None
         title = f"{lead.model.name}: the three blocks of the ledger and the peak, by method" if lead else ""
-        fig.legend(loc="outside lower center", ncols=2, fontsize="small", frameon=False)
+        blocks = [Patch(color=BLOCK_COLORS[b], label=BLOCK_NAMES[b]) for b in BLOCKS]   # solid, not a faded bar
+        fig.legend(handles=[marker, *blocks, temporaries], loc="outside lower center", ncols=2, fontsize="small",
+                   frameon=False)
         if lead is not None:
             _titles(fig, ax, title, lead)
     return fig
