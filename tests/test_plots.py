@@ -338,3 +338,14 @@ def test_fit_map_where_nothing_fits_says_by_how_much():
                                               to_rgba(style.FIT_COLORS["fits"])[:3]]
     ax = plots.fit_map(Scenario.create("7b", method="qlora"), card, batches=[1], seqs=[128]).axes[0]
     assert [t.get_text() for t in ax.texts][0].startswith("everything fits: maximum ")
+
+
+def test_breakdown_says_when_the_peak_is_below_the_stack():
+    """llama-3-8b full: the peak (start of the loss backward, before any gradient) is below the blocks' sum;
+    the diamond sits inside the bar, and the figure says why."""
+    rows = compare("llama-3-8b").rows
+    below = [name for name, bd in rows if bd.peak < bd.ledger_total]
+    assert "full" in below
+    ax = plots.breakdown(rows).axes[0]
+    (note,) = [t.get_text() for t in ax.texts if t.get_text().startswith("peak below the stack")]
+    assert note.startswith(f"peak below the stack ({', '.join(below)}): part of a block is not live at the fullest")

@@ -41,12 +41,10 @@ from ..presets import GPUSpec
 from ..scenario import Scenario
 from ..symbols import SYMBOLS, sym
 from .style import BLOCK_COLORS, FIT_COLORS, NEUTRAL, rank_color, short_card_name
-from .tables import setup_line
+from .tables import BLOCK_TITLES, setup_line
 from .units import fmt_bytes, in_units
 
 THEMES = {"light": "default", "dark": "dark_background"}
-BLOCK_NAMES = {"base": "base weights", "trainable": "trainable (grads, optimizer, master, adapters)",
-               "activations": "activations"}
 KNOB_GROUPS = (("your settings", lambda group: group != "model"), ("the model's shape", lambda group: group == "model"))
 
 
@@ -90,15 +88,11 @@ def _titles(fig, ax, title: str, sc: Scenario) -> None:
             text.set_text("\n".join(textwrap.fill(line, chars) for line in lines))
 
 
-def _card_label(card: GPUSpec, units: str) -> str:
-    return f"{short_card_name(card.name)}: {fmt_bytes(card.usable_bytes, units)} usable"
-
-
 def _card_lines(ax, cards: Sequence[GPUSpec], units: str) -> None:
     for card in cards:
         y = in_units(card.usable_bytes, units)
         ax.axhline(y, color=NEUTRAL, linestyle="--", linewidth=1)
-        ax.annotate(_card_label(card, units), (1, y), xycoords=("axes fraction", "data"),
+        ax.annotate(f"{short_card_name(card.name)}: {fmt_bytes(card.usable_bytes, units)} usable", (1, y), xycoords=("axes fraction", "data"),
                     xytext=(-4, 3), textcoords="offset points", ha="right", va="bottom", fontsize="small")
 
 
@@ -119,13 +113,12 @@ def breakdown(rows: Iterable[tuple[str, Breakdown]], units: str = "GiB", theme: 
     chosen = _requested(rows, requested)
     with _theme(theme):
         fig, ax = _axes((1.6 * len(rows) + 3.4, 5.4))
-        ink = rcParams["text.color"]
         x = np.arange(len(rows))
         alpha = [1.0 if chosen in (None, i) else 0.45 for i in range(len(rows))]
         bottom = np.zeros(len(rows))
         for block in BLOCKS:
             heights = np.array([in_units(bd.blocks[block], units) for _, bd in rows])
-            bars = ax.bar(x, heights, 0.6, bottom=bottom, color=BLOCK_COLORS[block], label=BLOCK_NAMES[block])
+            bars = ax.bar(x, heights, 0.6, bottom=bottom, color=BLOCK_COLORS[block], label=BLOCK_TITLES[block])
             for bar, a in zip(bars, alpha):
                 bar.set_alpha(a)
             bottom += heights
@@ -135,16 +128,17 @@ def breakdown(rows: Iterable[tuple[str, Breakdown]], units: str = "GiB", theme: 
         temporaries = ax.bar(x, above, 0.6, bottom=bottom, color="none", edgecolor=BLOCK_COLORS["transient"],
                              hatch="///", linewidth=0.8, label="temporaries: the peak above the blocks")
         peaks = [in_units(bd.peak, units) for _, bd in rows]
-        (marker,) = ax.plot(x, peaks, linestyle="none", marker="D", markersize=7, color=ink,
-                label="peak: the fullest moment of the step (max_memory_allocated)")
+        (marker,) = ax.plot(x, peaks, linestyle="none", marker="D", markersize=7, color=rcParams["text.color"],
+                            label="peak: the fullest moment of the step (max_memory_allocated)")
         tops = np.maximum(bottom + above, peaks)
         for xi, p, top in zip(x, peaks, tops):   # above the bar and the marker, never across them
             ax.annotate(f"{p:,.1f}", (xi, top), textcoords="offset points", xytext=(0, 7), ha="center", va="bottom",
                         fontsize="small", fontweight="bold")
         freed = [name for (name, bd) in rows if bd.peak < bd.ledger_total]
         if freed:
-            ax.annotate(f"peak below the stack ({', '.join(freed)}): some terms are freed before the fullest moment",
-                        (0.01, 0.99), xycoords="axes fraction", va="top", fontsize="x-small")
+            ax.annotate(f"peak below the stack ({', '.join(freed)}): part of a block is not live at the fullest moment\n"
+                        "(not yet allocated, or already freed)", (0.01, 0.99), xycoords="axes fraction", va="top",
+                        fontsize="x-small")
         _card_lines(ax, cards, units)
         highest = max([*tops, *(in_units(c.usable_bytes, units) for c in cards)], default=1)
         ax.set_ylim(0, highest * 1.12)
@@ -152,13 +146,11 @@ def breakdown(rows: Iterable[tuple[str, Breakdown]], units: str = "GiB", theme: 
         if chosen is not None:
             ax.get_xticklabels()[chosen].set_fontweight("bold")
         ax.set_ylabel(f"memory{_per_gpu(rows[0][1].scenario) if rows else ''} ({units})")
-        lead = requested if requested is not None else rows[0][1].scenario if rows else None
-        title = f"{lead.model.name}: the three blocks of the ledger and the peak, by method" if lead else ""
-        blocks = [Patch(color=BLOCK_COLORS[b], label=BLOCK_NAMES[b]) for b in BLOCKS]   # solid, not a faded bar
+        blocks = [Patch(color=BLOCK_COLORS[b], label=BLOCK_TITLES[b]) for b in BLOCKS]   # solid, not a faded bar
         fig.legend(handles=[marker, *blocks, temporaries], loc="outside lower center", ncols=2, fontsize="small",
                    frameon=False)
-        if lead is not None:
-            _titles(fig, ax, title, lead)
+        lead = requested or rows[0][1].scenario
+        _titles(fig, ax, f"{lead.model.name}: the three blocks of the ledger and the peak, by method", lead)
     return fig
 
 
