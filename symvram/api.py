@@ -207,9 +207,10 @@ def plot(model: Model, kind: str = "breakdown", gpu: str | list[str] | None = No
          seq_max: int | None = None, **settings):
     """``symvram plot MODEL --kind KIND``: a matplotlib Figure (breakdown, seq-curve, tornado, fit-map).
 
-    The method defaults to LoRA, as in the CLI (a breakdown emphasises its bar). ``gpu``: the cards drawn on a
-    breakdown or a seq-curve (seq-curve default rtx-4090 and a100-80g), the card of a fit-map. ``seq_max``: the longest sequence a seq-curve or fit-map
-    spans (default: four times ``seq``, at least 8192, within the model's context; a log2 axis).
+    The method defaults to LoRA, as in the CLI (a breakdown emphasises its bars). ``gpu``: the cards drawn on
+    a breakdown or a seq-curve (seq-curve default rtx-4090 and a100-80g), the card of a fit-map. ``seq_max``:
+    the longest sequence a seq-curve or fit-map spans (default: four times ``seq``, at least 8192, within the
+    model's context; a log2 axis).
     In Jupyter, ``%matplotlib inline`` shows the figure.
 
     >>> fig = plot("7b", "seq-curve", ranks=(16, 64))
