@@ -31,7 +31,7 @@ COMMANDS = {
                  "--p95-seq", "1500"],
 }
 PLOTS = {   # name -> the command that draws docs/tour/<name>.png
-    "breakdown": ["plot", "7b", "--kind", "breakdown"],
+    "breakdown": ["plot", "7b", "--kind", "breakdown", "--gpu", "rtx-4090", "--gpu", "a100-80g"],
     "seq_curve": ["plot", "7b", "--kind", "seq-curve", "--ranks", "8,64,256"],
 }
 EXPLAIN = ["explain", "7b", "--method", "lora"]

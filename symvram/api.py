@@ -207,9 +207,10 @@ def plot(model: Model, kind: str = "breakdown", gpu: str | list[str] | None = No
          seq_max: int | None = None, **settings):
     """``symvram plot MODEL --kind KIND``: a matplotlib Figure (breakdown, seq-curve, tornado, fit-map).
 
-    The method defaults to LoRA, as in the CLI. ``gpu``: the cards drawn on a seq-curve (default
-    rtx-4090 and a100-80g), the card of a fit-map. ``seq_max``: the longest sequence a seq-curve or fit-map
-    spans (default: four times ``seq``, at least 8192, within the model's context; a log2 axis).
+    The method defaults to LoRA, as in the CLI (a breakdown emphasises its bars). ``gpu``: the cards drawn on
+    a breakdown or a seq-curve (seq-curve default rtx-4090 and a100-80g), the card of a fit-map. ``seq_max``:
+    the longest sequence a seq-curve or fit-map spans (default: four times ``seq``, at least 8192, within the
+    model's context; a log2 axis).
     In Jupyter, ``%matplotlib inline`` shows the figure.
 
     >>> fig = plot("7b", "seq-curve", ranks=(16, 64))
@@ -222,9 +223,9 @@ def plot(model: Model, kind: str = "breakdown", gpu: str | list[str] | None = No
         raise UserError(f"plot kind must be one of {', '.join(PLOT_KINDS)}; got {kind!r}")
     settings.setdefault("method", "lora")
     cards = [_card(g) for g in ([gpu] if isinstance(gpu, (str, int, GPUSpec)) else gpu or [])]
-    if kind == "breakdown":
-        return plots.breakdown(compare(model, **settings).rows, units, theme)
     sc = scenario(model, **settings)
+    if kind == "breakdown":
+        return plots.breakdown(compare(model, **settings).rows, units, theme, cards=cards, requested=sc)
     if kind == "seq-curve":
         if ranks and not sc.lora:
             raise UserError(f"--ranks does not apply to --method {sc.method}: there are no LoRA adapters")

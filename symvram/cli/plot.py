@@ -15,7 +15,7 @@ FORMATS = ("png", "svg", "pdf")
 
 HELP = f"""\
   breakdown   stacked base / trainable / activations bars for full (without and with an fp32 master), LoRA and QLoRA,
-              each peak marked
+              each peak marked, the --method's bars emphasised, the usable memory of --gpu cards as lines
   seq-curve   the peak against the sequence length for several LoRA ranks (--ranks), with the usable
               memory of cards (--gpu, repeatable; default {', '.join(DEFAULT_CARDS)}) as horizontal lines
   tornado     the elasticity of the peak to each knob (see symvram sensitivity)
@@ -24,7 +24,7 @@ HELP = f"""\
 The method defaults to lora here. --theme dark draws for a dark notebook background.
 
 examples:
-  symvram plot 7b --kind breakdown -o breakdown.png
+  symvram plot 7b --kind breakdown --gpu rtx-4090 --gpu a100-80g -o breakdown.png
   symvram plot 7b --kind seq-curve --ranks 8,64,256 --gpu rtx-4090 --gpu h100 -o seq.svg
   symvram plot 7b --kind tornado --rank 64 --seq 2048 --batch 4 -o tornado.pdf
   symvram plot llama-3-8b --kind fit-map --gpu a100-80g --theme dark -o fits.png
@@ -44,7 +44,7 @@ def register(sub) -> None:
     add_model_argument(p)
     add_scenario_arguments(p, method_default="lora")
     p.add_argument("--kind", choices=KINDS, required=True)
-    p.add_argument("--gpu", action="append", help="a named card or a size (24GiB); repeatable for seq-curve")
+    p.add_argument("--gpu", action="append", help="a named card or a size (24GiB); repeatable for breakdown and seq-curve")
     p.add_argument("--headroom", default=DEFAULT_HEADROOM, help=f"fit-map: memory kept free (default {DEFAULT_HEADROOM})")
     p.add_argument("--ranks", type=_ranks, help="seq-curve: LoRA ranks, one line each (default 8,16,64,256)")
     p.add_argument("--top", type=positive_int, help="tornado: only the N largest elasticities")

@@ -429,7 +429,7 @@ def explain_context(sc: Scenario, gpu: str = "a100-80g", other: str | None = Non
         "levers": levers(sc), "triage": triage,
         "figures": {"comparison": lambda: _plots().breakdown(
                         [(key, evaluate(sc.with_changes(**changes))) for key, changes in RECIPES
-                         if not isinstance(_try(sc, **changes), str)], units)},
+                         if not isinstance(_try(sc, **changes), str)], units, cards=[card], requested=sc)},
     }
 
 

@@ -43,6 +43,7 @@ from ..ledger.terms import BLOCKS
 from ..scenario import (ATTENTIONS, DTYPES, MAX_BATCH, MAX_GPUS, MAX_RANK, MAX_SEQ, METHODS, OPTIMIZER_IMPLS,
                         STATE_DTYPES, Scenario)
 from ..symbols import latex
+from .style import BLOCK_COLORS, FIT_COLORS, NEUTRAL, short_card_name
 from .tables import BLOCK_TITLES
 from .units import UNITS
 
@@ -55,6 +56,9 @@ LABELS = {
     "adapter_dtype": "adapter dtype", "batch": "micro-batch", "seq": "sequence length",
     "rank": "LoRA rank r", "gpus": "data-parallel GPUs N",
 }
+LORA_ONLY = ("targets", "adapter_dtype", "rank")   # read only with adapters: greyed out for full fine-tuning
+# the page's colours are the figures' (present/style.py): CSS variables named by the keys
+COLORS = {**BLOCK_COLORS, "fits": FIT_COLORS["fits"], "nofit": FIT_COLORS["does not fit"], "neutral": NEUTRAL}
 _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
@@ -312,7 +316,10 @@ def page_data(sc: Scenario, gpu: str | None = None, units: str = "GiB") -> tuple
         "blocks": BLOCK_TITLES,
         "ledgerBlocks": list(BLOCKS),
         "fixed": fixed_settings(sc),
-        "gpus": {k: {"name": g.name, "usable": g.usable_bytes, **_card_time(k)} for k, g in gpus.items()},
+        "gpus": {k: {"name": g.name, "short": short_card_name(g.name), "usable": g.usable_bytes, **_card_time(k)}
+                 for k, g in gpus.items()},
+        "loraOnly": list(LORA_ONLY),
+        "loraMethods": [m for m, r in first_ok.items() if r.lora],
         # the verdict keeps the headroom that fit, plan and diagnose keep (--headroom's default)
         "headroom": headroom_bytes(DEFAULT_HEADROOM, 1 << 50),
         "gpu": card,
@@ -342,5 +349,5 @@ def render_page(sc: Scenario, gpu: str | None = None, units: str = "GiB") -> str
     data, functions = page_data(sc, gpu, units)
     card = load_gpu(gpu) if gpu else None
     return _environment().get_template("page.html.j2").render(
-        model=sc.model.name, card=card.name if card else None, data_json=_json_for_script(data),
+        model=sc.model.name, card=card.name if card else None, colors=COLORS, data_json=_json_for_script(data),
         functions="[\n" + ",\n".join(functions) + "\n]")

@@ -139,18 +139,22 @@ def render_rows(rows: list[list[str]], aligns: str, fmt: str, width: int | None 
     return _rows_markdown(rows, aligns) if fmt == "markdown" else _rows_text(rows, aligns, width)
 
 
+def setup_line(sc) -> str:
+    """The configuration line ``estimate --method`` opens with (the figures' subtitles repeat it)."""
+    return (f"{sc.model.name} · {sc.method}" + (f" r={sc.rank}" if sc.lora else "") +
+            f" · batch {sc.batch} · seq {sc.seq} · {sc.dtype}" + (f"/autocast {sc.autocast}" if sc.autocast != "none" else "") +
+            f" · {sc.optimizer} ({sc.optimizer_impl}), states {sc.state_dtype}" +
+            (", fp32 master" if sc.master == "fp32" else "") + (", checkpointing" if sc.grad_checkpointing else "") +
+            f" · {sc.attention}")
+
+
 def detail(bd: Breakdown, units: str = "GiB", fmt: str = "table") -> str:
     """Every term with its formula and value, the block sums, each moment, and the peak."""
     sc = bd.scenario
     md = fmt == "markdown"
-    title = (f"{sc.model.name} · {sc.method}" + (f" r={sc.rank}" if sc.lora else "") +
-             f" · batch {sc.batch} · seq {sc.seq} · {sc.dtype}" + (f"/autocast {sc.autocast}" if sc.autocast != "none" else "") +
-             f" · {sc.optimizer} ({sc.optimizer_impl}), states {sc.state_dtype}" +
-             (", fp32 master" if sc.master == "fp32" else "") + (", checkpointing" if sc.grad_checkpointing else "") +
-             f" · {sc.attention}")
     from ..stacks import summary
 
-    lines = [("## " if md else "") + title, summary(sc), ""]
+    lines = [("## " if md else "") + setup_line(sc), summary(sc), ""]
     params = f"parameters: {bd.derived['P']:,} total, {bd.derived['P_train']:,} trainable " \
              f"({100 * bd.derived['P_train'] / bd.derived['P']:.2f} %)"
     lines += [params, ""]
