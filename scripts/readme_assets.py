@@ -32,7 +32,7 @@ COMMANDS = {
 }
 PLOTS = {   # name -> the command that draws docs/tour/<name>.png
     "breakdown": ["plot", "7b", "--kind", "breakdown", "--gpu", "rtx-4090", "--gpu", "a100-80g"],
-    "seq_curve": ["plot", "7b", "--kind", "seq-curve", "--ranks", "8,64,256"],
+    "seq_curve": ["plot", "7b", "--kind", "seq-curve", "--method", "lora", "--ranks", "8,64,256"],
 }
 EXPLAIN = ["explain", "7b", "--method", "lora"]
 

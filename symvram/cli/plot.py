@@ -21,12 +21,13 @@ HELP = f"""\
   tornado     the elasticity of the peak to each knob (see symvram sensitivity)
   fit-map     which micro-batch × sequence pairs fit --gpu, less --headroom (default {DEFAULT_HEADROOM})
 
-The method defaults to lora here. --theme dark draws for a dark notebook background.
+The method defaults to full, as in every command (seq-curve draws one line per --ranks value only for
+--method lora or qlora). --theme dark draws for a dark notebook background.
 
 examples:
   symvram plot 7b --kind breakdown --gpu rtx-4090 --gpu a100-80g -o breakdown.png
-  symvram plot 7b --kind seq-curve --ranks 8,64,256 --gpu rtx-4090 --gpu h100 -o seq.svg
-  symvram plot 7b --kind tornado --rank 64 --seq 2048 --batch 4 -o tornado.pdf
+  symvram plot 7b --kind seq-curve --method lora --ranks 8,64,256 --gpu rtx-4090 --gpu h100 -o seq.svg
+  symvram plot 7b --kind tornado --method lora --rank 64 --seq 2048 --batch 4 -o tornado.pdf
   symvram plot llama-3-8b --kind fit-map --gpu a100-80g --theme dark -o fits.png
 """
 
@@ -42,7 +43,7 @@ def register(sub) -> None:
     p = sub.add_parser("plot", help="figures: breakdown, seq-curve, tornado, fit-map (png, svg, pdf)",
                        description=HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_model_argument(p)
-    add_scenario_arguments(p, method_default="lora")
+    add_scenario_arguments(p)
     p.add_argument("--kind", choices=KINDS, required=True)
     p.add_argument("--gpu", action="append", help="a named card or a size (24GiB); repeatable for breakdown and seq-curve")
     p.add_argument("--headroom", default=DEFAULT_HEADROOM, help=f"fit-map: memory kept free (default {DEFAULT_HEADROOM})")
