@@ -14,11 +14,15 @@ linear knob is the share of the peak that grows in proportion to it.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 import sympy as sp
 
 from ..errors import UserError
-from ..evaluate import Breakdown, evaluate, substitution
+from ..evaluate import Breakdown, evaluate, exact_function
+from ..ledger import build_ledger
+from ..ledger.flops import build_flops
+from ..ledger.structure import Structure
 from ..symbols import SYMBOLS, latex, sym
 from .whatif import apply_changes, check_symbol, ledger_symbols
 
@@ -81,6 +85,22 @@ class SensitivityResult:
         return render(self, "markdown")
 
 
+@lru_cache(maxsize=256)
+def _derivatives(structure: Structure, moment: str, knobs: tuple[str, ...]):
+    """Differentiated once per structure, active moment and knobs: each knob's ∂moment/∂x (symbolic), the
+    (knob, term) pairs whose ∂term/∂x is not 0, and one compiled function of the values returning the FLOPs F,
+    each ∂moment/∂x, each such ∂term/∂x and each ∂F/∂x, exactly."""
+    led = build_ledger(structure)
+    terms = [(led.by_key[k], led.expand(led.by_key[k].expr)) for k in next(m for m in led.moments if m.key == moment).terms]
+    expr = sp.Add(*(e for _, e in terms))
+    flops = build_flops(structure).total
+    derivatives = tuple(sp.diff(expr, sym(k)) for k in knobs)
+    parts = [(i, term, d) for i, k in enumerate(knobs) for term, e in terms if (d := sp.diff(e, sym(k))) != 0]
+    fn = exact_function(led.definitions, (flops, *derivatives, *(d for _, _, d in parts),
+                                          *(sp.diff(flops, sym(k)) for k in knobs)))
+    return derivatives, tuple((i, term) for i, term, _ in parts), fn
+
+
 def sensitivity(sc, knobs: tuple[str, ...] | list[str] | None = None) -> SensitivityResult:
     """∂peak/∂x, its value and elasticity for each knob, ranked by |elasticity|.
 
@@ -94,30 +114,24 @@ def sensitivity(sc, knobs: tuple[str, ...] | list[str] | None = None) -> Sensiti
         names = list(dict.fromkeys(knobs))
         for k in names:
             check_symbol(sc, k, option="--knobs")
-    subs = substitution(led, bd.values)
-    moment = next(m for m in led.moments if m.key == bd.peak_moment)
-    terms = [(led.by_key[k], led.expand(led.by_key[k].expr)) for k in moment.terms]
-    expr = sp.Add(*(e for _, e in terms))
-    from ..ledger.flops import build_flops
-
-    flops_expr = build_flops(sc.structure).total
-    flops_value = float(flops_expr.xreplace(subs))
+    derivatives, parts, fn = _derivatives(sc.structure, bd.peak_moment, tuple(names))
+    numbers = fn(bd.values)
+    n = len(names)
+    flops_value, values, part_values, flops_derivatives = (
+        float(numbers[0]), numbers[1:n + 1], numbers[n + 1:n + 1 + len(parts)], numbers[n + 1 + len(parts):])
+    shares: list[list[TermShare]] = [[] for _ in names]
+    for (i, term), d in zip(parts, part_values):
+        if part := float(d) * bd.values[names[i]]:
+            shares[i].append(TermShare(term.key, term.label, part))
     rows = []
-    for name in names:
-        x = sym(name)
+    for i, name in enumerate(names):
         at = bd.values[name]
-        derivative = sp.diff(expr, x)
-        value = float(derivative.xreplace(subs))
-        shares = []
-        for term, e in terms:
-            part = float(sp.diff(e, x).xreplace(subs)) * at
-            if part:
-                shares.append(TermShare(term.key, term.label, part))
-        shares.sort(key=lambda s: -abs(s.bytes))
-        time_el = float(sp.diff(flops_expr, x).xreplace(subs)) * at / flops_value
-        rows.append(Row(name, at, derivative, value, value * at / bd.peak, tuple(shares), time_el))
+        value = float(values[i])
+        shares[i].sort(key=lambda s: -abs(s.bytes))
+        time_el = float(flops_derivatives[i]) * at / flops_value
+        rows.append(Row(name, at, derivatives[i], value, value * at / bd.peak, tuple(shares[i]), time_el))
     rows.sort(key=lambda r: -abs(r.elasticity))
-    return SensitivityResult(bd, moment.key, tuple(rows))
+    return SensitivityResult(bd, bd.peak_moment, tuple(rows))
 
 
 @dataclass(frozen=True)
