@@ -21,15 +21,16 @@ benchmark ``benchmarks/step_time_gpu.py`` compares it with a real step where the
 """
 from __future__ import annotations
 
+import math
 import tomllib
 from dataclasses import dataclass
-from functools import cache
+from functools import cache, lru_cache
 from importlib import resources
 
 import sympy as sp
 
 from .errors import UserError
-from .evaluate import substitution
+from .evaluate import exact_function
 from .ledger import build_ledger
 from .ledger.comm import build_comm
 from .ledger.flops import PHASES, build_flops
@@ -87,30 +88,37 @@ class Flops:
         return {"by_phase": self.by_phase, "by_term": self.by_term}
 
 
-def _subs(sc: Scenario) -> dict:
-    return substitution(build_ledger(sc.structure), sc.values())
+COMM_BLOCKS = ("network", "host", "hbm")
 
 
-def _num(expr: sp.Expr, subs: dict) -> sp.Expr:
-    return expr.xreplace(subs)
+@lru_cache(maxsize=256)
+def _flops_program(structure, other):
+    """FLOPs terms of ``structure``, then those of ``other`` (checkpointing toggled), compiled once."""
+    exprs = (*(x.expr for x in build_flops(structure).terms), *(x.expr for x in build_flops(other).terms))
+    return exact_function(build_ledger(structure).definitions, exprs)
+
+
+@lru_cache(maxsize=256)
+def _comm_program(structure):
+    cm = build_comm(structure)
+    return exact_function(build_ledger(structure).definitions, tuple(cm.block_expr(b) for b in COMM_BLOCKS))
 
 
 def flops(sc: Scenario) -> Flops:
     fl = build_flops(sc.structure)
-    subs = _subs(sc)
-    by_term = {x.key: int(_num(x.expr, subs)) for x in fl.terms}
+    other = sc.with_changes(grad_checkpointing=not sc.grad_checkpointing)
+    numbers = [int(v) for v in _flops_program(sc.structure, other.structure)(sc.values())]
+    by_term = {x.key: v for x, v in zip(fl.terms, numbers)}
     by_phase = {p: sum(by_term[x.key] for x in fl.phase_terms(p)) for p in PHASES}
     total = sum(by_phase.values())
-    other = sc.with_changes(grad_checkpointing=not sc.grad_checkpointing)
-    other_total = sum(int(_num(x.expr, subs)) for x in build_flops(other.structure).terms)
+    other_total = sum(numbers[len(fl.terms):])
     without, with_ = (other_total, total) if sc.grad_checkpointing else (total, other_total)
     return Flops(by_phase, by_term, total, (with_ - without) / without)
 
 
 def comm_bytes(sc: Scenario) -> dict[str, int]:
     """Bytes one GPU sends per step (network, host) and the memory-bound HBM bytes: card-independent."""
-    cm, subs = build_comm(sc.structure), _subs(sc)
-    return {blk: int(sp.ceiling(_num(cm.block_expr(blk), subs))) for blk in ("network", "host", "hbm")}
+    return dict(zip(COMM_BLOCKS, map(math.ceil, _comm_program(sc.structure)(sc.values()))))
 
 
 @dataclass(frozen=True)
