@@ -21,6 +21,7 @@ benchmark ``benchmarks/step_time_gpu.py`` compares it with a real step where the
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 import tomllib
 from dataclasses import dataclass
@@ -106,7 +107,8 @@ def _comm_program(structure):
 
 def flops(sc: Scenario) -> Flops:
     fl = build_flops(sc.structure)
-    other = sc.with_changes(grad_checkpointing=not sc.grad_checkpointing)
+    # checkpointing toggled: no setting depends on it, so no with_changes (which re-checks every setting)
+    other = dataclasses.replace(sc, grad_checkpointing=not sc.grad_checkpointing)
     numbers = [int(v) for v in _flops_program(sc.structure, other.structure)(sc.values())]
     by_term = {x.key: v for x, v in zip(fl.terms, numbers)}
     by_phase = {p: sum(by_term[x.key] for x in fl.phase_terms(p)) for p in PHASES}
