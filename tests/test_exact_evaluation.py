@@ -94,3 +94,15 @@ def test_sensitivity_equals_differentiating_and_substituting(kw):
         shares = [(k, float(sp.diff(e, x).xreplace(subs)) * row.at) for k, e in terms]
         assert [(s.key, s.bytes) for s in row.shares] == sorted([s for s in shares if s[1]], key=lambda s: -abs(s[1]))
         assert row.time_elasticity == float(sp.diff(flops, x).xreplace(subs)) * row.at / float(flops.xreplace(subs))
+
+
+def test_flops_and_communication_ledgers_read_only_their_fields():
+    """build_flops / build_comm are cached on FLOPS_FIELDS / COMM_FIELDS alone: the same ledger as built from
+    the whole structure."""
+    from symvram.ledger.comm import _build_comm
+    from symvram.ledger.flops import _build_flops
+
+    structures = {sc.structure for sc in _scenarios() if sc.model.name in ("7b", "mixtral-8x7b", "gemma-2-9b")}
+    for s in structures:
+        assert build_flops(s) == _build_flops.__wrapped__(s), s
+        assert build_comm(s) == _build_comm.__wrapped__(s), s

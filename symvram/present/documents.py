@@ -871,13 +871,11 @@ def environment(template_dir: str | None = None) -> jinja2.Environment:
     return env
 
 
-ENV = environment()
-
-
 @lru_cache(maxsize=32)
 def _format_env(fmt: str, template_dir: str | None) -> jinja2.Environment:
-    base = ENV if template_dir is None else environment(template_dir)
-    return base.overlay(autoescape=fmt == "html", finalize=_finalize_for(MARKUP[fmt]))
+    """The environment of one format, built on first use (not at import: a cold start pays for it only
+    when it renders)."""
+    return environment(template_dir).overlay(autoescape=fmt == "html", finalize=_finalize_for(MARKUP[fmt]))
 
 
 def render_context(ctx: dict, fmt: str = "markdown", lang: str = "en", template_dir: str | None = None,
