@@ -106,3 +106,20 @@ def test_flops_and_communication_ledgers_read_only_their_fields():
     for s in structures:
         assert build_flops(s) == _build_flops.__wrapped__(s), s
         assert build_comm(s) == _build_comm.__wrapped__(s), s
+
+
+def test_parallel_layouts_share_the_single_gpu_terms():
+    """build_ledger shards the single-GPU terms built once per structure without its parallel fields: the same
+    ledger as building every term from the whole structure."""
+    from symvram.ledger.build import _moments
+    from symvram.ledger.sharding import gpu_moments, shard_terms
+    from symvram.ledger.weights import base_terms, optimizer_temp_terms, trainable_terms
+    from symvram.ledger.activations import saved_terms, transient_terms
+
+    structures = {sc.structure for sc in _scenarios() if sc.model.name in ("7b", "mixtral-8x7b", "gemma-2-9b")}
+    for s in structures:
+        terms = shard_terms(base_terms(s) + trainable_terms(s) + saved_terms(s) + transient_terms(s)
+                            + optimizer_temp_terms(s), s)
+        by_key = {t.key: t for t in terms}
+        led = build_ledger(s)
+        assert led.terms == tuple(terms) and led.moments == gpu_moments(_moments(by_key, s), by_key), s
