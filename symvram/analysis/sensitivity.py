@@ -85,20 +85,28 @@ class SensitivityResult:
         return render(self, "markdown")
 
 
+def _diff(expr: sp.Expr, x: sp.Symbol) -> sp.Expr:
+    """∂expr/∂x, 0 without differentiating when x does not occur (most knobs in most terms)."""
+    return sp.diff(expr, x) if x in expr.free_symbols else sp.Integer(0)
+
+
 @lru_cache(maxsize=256)
 def _derivatives(structure: Structure, moment: str, knobs: tuple[str, ...]):
     """Differentiated once per structure, active moment and knobs: each knob's ∂moment/∂x (symbolic), the
-    (knob, term) pairs whose ∂term/∂x is not 0, and one compiled function of the values returning the FLOPs F,
-    each ∂moment/∂x, each such ∂term/∂x and each ∂F/∂x, exactly."""
+    (knob, term) pairs whose ∂term/∂x is not 0, the knob of each FLOPs term's derivative that is not 0, and one
+    compiled function of the values returning, exactly, every FLOPs term, each ∂moment/∂x, each such ∂term/∂x
+    and each such ∂F_term/∂x (the FLOPs differentiated term by term: a fraction of the cost of the whole sum)."""
     led = build_ledger(structure)
     terms = [(led.by_key[k], led.expand(led.by_key[k].expr)) for k in next(m for m in led.moments if m.key == moment).terms]
     expr = sp.Add(*(e for _, e in terms))
-    flops = build_flops(structure).total
-    derivatives = tuple(sp.diff(expr, sym(k)) for k in knobs)
-    parts = [(i, term, d) for i, k in enumerate(knobs) for term, e in terms if (d := sp.diff(e, sym(k))) != 0]
-    fn = exact_function(led.definitions, (flops, *derivatives, *(d for _, _, d in parts),
-                                          *(sp.diff(flops, sym(k)) for k in knobs)))
-    return derivatives, tuple((i, term) for i, term, _ in parts), fn
+    flops = [x.expr for x in build_flops(structure).terms]
+    derivatives = tuple(_diff(expr, sym(k)) for k in knobs)
+    parts = [(i, term, d) for i, k in enumerate(knobs) for term, e in terms if (d := _diff(e, sym(k))) != 0]
+    flops_parts = [(i, d) for i, k in enumerate(knobs) for f in flops if (d := _diff(f, sym(k))) != 0]
+    fn = exact_function(led.definitions, (*flops, *derivatives, *(d for _, _, d in parts),
+                                          *(d for _, d in flops_parts)))
+    return (len(flops), derivatives, tuple((i, term) for i, term, _ in parts), tuple(i for i, _ in flops_parts),
+            fn)
 
 
 def sensitivity(sc, knobs: tuple[str, ...] | list[str] | None = None) -> SensitivityResult:
@@ -114,15 +122,17 @@ def sensitivity(sc, knobs: tuple[str, ...] | list[str] | None = None) -> Sensiti
         names = list(dict.fromkeys(knobs))
         for k in names:
             check_symbol(sc, k, option="--knobs")
-    derivatives, parts, fn = _derivatives(sc.structure, bd.peak_moment, tuple(names))
-    numbers = fn(bd.values)
-    n = len(names)
-    flops_value, values, part_values, flops_derivatives = (
-        float(numbers[0]), numbers[1:n + 1], numbers[n + 1:n + 1 + len(parts)], numbers[n + 1 + len(parts):])
+    n_flops, derivatives, parts, flops_knobs, fn = _derivatives(sc.structure, bd.peak_moment, tuple(names))
+    numbers = iter(fn(bd.values))
+    flops_value = float(sum(next(numbers) for _ in range(n_flops)))
+    values = [next(numbers) for _ in names]
     shares: list[list[TermShare]] = [[] for _ in names]
-    for (i, term), d in zip(parts, part_values):
+    for (i, term), d in zip(parts, numbers):
         if part := float(d) * bd.values[names[i]]:
             shares[i].append(TermShare(term.key, term.label, part))
+    flops_derivatives = [0] * len(names)
+    for i, d in zip(flops_knobs, numbers):
+        flops_derivatives[i] += d
     rows = []
     for i, name in enumerate(names):
         at = bd.values[name]
