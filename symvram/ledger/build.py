@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import replace
 from functools import lru_cache
 
-from .activations import saved_terms, transient_terms
+from .activations import ACTIVATION_FIELDS, saved_terms, transient_terms
 from .sharding import gpu_moments, shard_terms
 from .structure import Structure
 from .terms import Ledger, Moment
@@ -60,9 +60,16 @@ def _moments(terms: dict, s: Structure) -> tuple[Moment, ...]:
 
 
 @lru_cache(maxsize=256)
+def _activation_terms(s: Structure) -> tuple[tuple, tuple]:
+    """The saved and the transient terms, built once per ``ACTIVATION_FIELDS``."""
+    return tuple(saved_terms(s)), tuple(transient_terms(s))
+
+
+@lru_cache(maxsize=256)
 def _single_gpu_terms(s: Structure) -> tuple:
     """The terms on one GPU, before any sharding (only ``sharding`` reads the parallel fields)."""
-    return tuple(base_terms(s) + trainable_terms(s) + saved_terms(s) + transient_terms(s) + optimizer_temp_terms(s))
+    saved, transient = _activation_terms(s.keep(ACTIVATION_FIELDS))
+    return (*base_terms(s), *trainable_terms(s), *saved, *transient, *optimizer_temp_terms(s))
 
 
 @lru_cache(maxsize=256)
