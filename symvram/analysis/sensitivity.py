@@ -14,6 +14,7 @@ linear knob is the share of the peak that grows in proportion to it.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from fractions import Fraction
 from functools import lru_cache
 
 import sympy as sp
@@ -90,19 +91,38 @@ def _diff(expr: sp.Expr, x: sp.Symbol) -> sp.Expr:
     return sp.diff(expr, x) if x in expr.free_symbols else sp.Integer(0)
 
 
+def _scaled_diff(expr: sp.Expr, x: sp.Symbol) -> sp.Expr:
+    """x·∂expr/∂x: for each monomial c·xᵏ·(no x) of a sum, k times itself, without differentiating (the
+    expanded FLOPs polynomials); ``_diff`` elsewhere.
+
+    >>> s, b = sym("seq"), sym("batch")
+    >>> _scaled_diff(3 * s**2 * b + s + b, s)
+    6*batch*seq**2 + seq
+    """
+    if x not in expr.free_symbols:
+        return sp.Integer(0)
+    if expr.is_Add:
+        return sp.Add(*(_scaled_diff(a, x) for a in expr.args))
+    powers = expr.as_powers_dict()
+    k = powers.get(x)
+    if k is not None and k.is_Number and all(x not in b.free_symbols | e.free_symbols
+                                             for b, e in powers.items() if b != x):
+        return k * expr
+    return x * _diff(expr, x)
+
+
 @lru_cache(maxsize=256)
 def _derivatives(structure: Structure, moment: str, knobs: tuple[str, ...]):
     """Differentiated once per structure, active moment and knobs: each knob's ∂moment/∂x (symbolic), the
-    (knob, term) pairs whose ∂term/∂x is not 0, the knob of each FLOPs term's derivative that is not 0, and one
-    compiled function of the values returning, exactly, every FLOPs term, each ∂moment/∂x, each such ∂term/∂x
-    and each such ∂F_term/∂x (the FLOPs differentiated term by term: a fraction of the cost of the whole sum)."""
+    (knob, term) pairs whose ∂term/∂x is not 0, the knob of each FLOPs term's x·∂F_term/∂x that is not 0, and
+    one compiled function of the values returning, exactly, every FLOPs term, each ∂moment/∂x, each such
+    ∂term/∂x and each such x·∂F_term/∂x (the FLOPs, expanded polynomials, by the power of x in each monomial)."""
     led = build_ledger(structure)
     terms = [(led.by_key[k], led.expand(led.by_key[k].expr)) for k in next(m for m in led.moments if m.key == moment).terms]
-    expr = sp.Add(*(e for _, e in terms))
     flops = [x.expr for x in build_flops(structure).terms]
-    derivatives = tuple(_diff(expr, sym(k)) for k in knobs)
     parts = [(i, term, d) for i, k in enumerate(knobs) for term, e in terms if (d := _diff(e, sym(k))) != 0]
-    flops_parts = [(i, d) for i, k in enumerate(knobs) for f in flops if (d := _diff(f, sym(k))) != 0]
+    derivatives = tuple(sp.Add(*(d for j, _, d in parts if j == i)) for i in range(len(knobs)))
+    flops_parts = [(i, d) for i, k in enumerate(knobs) for f in flops if (d := _scaled_diff(f, sym(k))) != 0]
     fn = exact_function(led.definitions, (*flops, *derivatives, *(d for _, _, d in parts),
                                           *(d for _, d in flops_parts)))
     return (len(flops), derivatives, tuple((i, term) for i, term, _ in parts), tuple(i for i, _ in flops_parts),
@@ -130,15 +150,15 @@ def sensitivity(sc, knobs: tuple[str, ...] | list[str] | None = None) -> Sensiti
     for (i, term), d in zip(parts, numbers):
         if part := float(d) * bd.values[names[i]]:
             shares[i].append(TermShare(term.key, term.label, part))
-    flops_derivatives = [0] * len(names)
+    flops_scaled = [0] * len(names)   # x·∂F/∂x, exact; ∂F/∂x is it over the exact x
     for i, d in zip(flops_knobs, numbers):
-        flops_derivatives[i] += d
+        flops_scaled[i] += d
     rows = []
     for i, name in enumerate(names):
         at = bd.values[name]
         value = float(values[i])
         shares[i].sort(key=lambda s: -abs(s.bytes))
-        time_el = float(flops_derivatives[i]) * at / flops_value
+        time_el = float(flops_scaled[i] / Fraction(at)) * at / flops_value
         rows.append(Row(name, at, derivatives[i], value, value * at / bd.peak, tuple(shares[i]), time_el))
     rows.sort(key=lambda r: -abs(r.elasticity))
     return SensitivityResult(bd, bd.peak_moment, tuple(rows))
