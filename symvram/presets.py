@@ -247,7 +247,7 @@ def load_model(name_or_path: str) -> ModelSpec:
     text = str(name_or_path)
     try:
         is_path = text.endswith(".json") or "/" in text or Path(text).is_dir()
-        exists = Path(text).exists()
+        exists = is_path and Path(text).exists()
     except OSError:  # a name too long for the file system is no folder
         is_path = exists = False
     if is_path:
@@ -257,7 +257,13 @@ def load_model(name_or_path: str) -> ModelSpec:
             if is_hub_id(text):
                 return resolve(text)
         return load_config_json(Path(text))
-    key, entry = _lookup(text, model_presets(), "model preset")
+    return _preset(_lookup(text, model_presets(), "model preset")[0])
+
+
+@cache
+def _preset(key: str) -> ModelSpec:
+    """A preset's ModelSpec, built once (a ModelSpec is frozen)."""
+    entry = model_presets()[key]
     return spec_from_config(entry, name=key, kind=entry["kind"], source=f"preset {key}")
 
 

@@ -171,9 +171,21 @@ class PlanResult:
 EDGE = 1 << 20  # closed-form values this close to the budget are checked exactly (whole-byte rounding)
 
 
+def _on(sc: Scenario, gpus: int) -> Scenario:
+    """``sc`` on ``gpus`` data-parallel GPUs. The count is a number of the ledger, not part of its structure,
+    and 1 ≤ gpus ≤ --max-gpus is checked once by ``plan``: no ``with_changes`` re-checking every setting.
+
+    >>> _on(Scenario.create("7b"), 4) == Scenario.create("7b", gpus=4)
+    True
+    """
+    on = dataclasses.replace(sc, gpus=gpus)
+    on.__dict__["structure"] = sc.structure  # the cached_property, kept: the same structure, other numbers
+    return on
+
+
 def _ends(sc: Scenario) -> tuple[Breakdown, Breakdown]:
     """The exact estimates at N = 1 and N = 2 data-parallel GPUs."""
-    return evaluate(sc.with_changes(gpus=1)), evaluate(sc.with_changes(gpus=2))
+    return evaluate(_on(sc, 1)), evaluate(_on(sc, 2))
 
 
 def _closed_form(pairs) -> list[tuple[int, int]]:
@@ -210,11 +222,11 @@ def _params_gpus(sc: Scenario, ends, budget: int, top: int) -> int | None:
     n = _first_fit(forms, budget, top)
     if n is None or not (_near(forms, n, budget) or _near(forms, n - 1, budget)):
         return n
-    while n < top and _params(evaluate(sc.with_changes(gpus=n))) > budget:
+    while n < top and _params(evaluate(_on(sc, n))) > budget:
         n += 1
-    while n > 1 and _params(evaluate(sc.with_changes(gpus=n - 1))) <= budget:
+    while n > 1 and _params(evaluate(_on(sc, n - 1))) <= budget:
         n -= 1
-    return n if _params(evaluate(sc.with_changes(gpus=n))) <= budget else None
+    return n if _params(evaluate(_on(sc, n))) <= budget else None
 
 
 def fewest_gpus(sc: Scenario, budget: int, top: int, ends=None) -> tuple[int | None, Breakdown]:
@@ -224,12 +236,12 @@ def fewest_gpus(sc: Scenario, budget: int, top: int, ends=None) -> tuple[int | N
     forms = _closed_form([(b1.moments[k], b2.moments[k]) for k in b1.moments])
     n = _first_fit(forms, budget, top)
     if n is None:
-        return None, evaluate(sc.with_changes(gpus=top))
+        return None, evaluate(_on(sc, top))
     known = {1: b1, 2: b2}
 
     def at_n(k: int) -> Breakdown:
         if k not in known:
-            known[k] = evaluate(sc.with_changes(gpus=k))
+            known[k] = evaluate(_on(sc, k))
         return known[k]
 
     at = at_n(n)

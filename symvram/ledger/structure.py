@@ -41,6 +41,15 @@ class Structure:
     sequence_parallel: bool = False   # Megatron sequence parallelism with tensor parallelism
     tensor_parallel: bool = False     # tensor parallelism t > 1 (Megatron): weights and activations split
 
+    def keep(self, fields: tuple[str, ...]) -> "Structure":
+        """The structure with only ``fields`` kept, the rest at their defaults: the cache key of a ledger
+        that reads no other field (structures that differ elsewhere share it).
+
+        >>> Structure(method="lora", zero=3).keep(("method",)) == Structure(method="lora")
+        True
+        """
+        return Structure(**{f: getattr(self, f) for f in fields})
+
     @property
     def arch(self) -> Family:
         return family(self.family)
