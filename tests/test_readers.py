@@ -177,6 +177,7 @@ def test_every_row_names_a_known_target():
     ("fsdp: [full_shard, auto_wrap, offload]\n", "offload", "optimizer+params"),
     ("fsdp_version: 2\nfsdp_config: {reshard_after_forward: false}\n", "zero", 2),
     ("fsdp_config: {offload_params: true}\n", "zero", 3),
+    ("adapter: lora\nlora_modules_to_save: [lm_head, model.embed_tokens]\n", "modules_to_save", ("embed_tokens", "lm_head")),
 ])
 def test_axolotl_rows(tmp_path, text, setting, value):
     r = read_files([_write(tmp_path, "a.yml", "base_model: llama-3-8b\n" + text)])
@@ -194,6 +195,7 @@ def test_axolotl_rows(tmp_path, text, setting, value):
     ("flash_attn: disabled\n", "attention", "eager"),
     ("optim: paged_adamw_8bit\n", "state_dtype", "int8"),
     ("lora_dropout: 0.1\n", "lora_dropout", 0.1),
+    ("additional_target: embed_tokens,lm_head\n", "modules_to_save", ("embed_tokens", "lm_head")),
 ])
 def test_llamafactory_rows(tmp_path, text, setting, value):
     r = read_files([_write(tmp_path, "l.yaml", "model_name_or_path: llama-3-8b\nstage: sft\n" + text)])
@@ -237,7 +239,7 @@ def test_a_training_file_beats_accelerates_mixed_precision(tmp_path):
 
 
 @pytest.mark.parametrize("text,named", [
-    ("lora_modules_to_save: [embed_tokens, lm_head]\nadapter: lora\n", "lora_modules_to_save"),
+    ("lora_modules_to_save: [embed_tokens, score]\nadapter: lora\n", "modules_to_save beyond embed_tokens"),
     ("liger_rms_norm: true\n", "liger_rms_norm = true"),
     ("liger_cross_entropy: true\n", "liger_cross_entropy = true"),
     ("torch_compile: true\n", "torch_compile = true: torch.compile"),
@@ -258,6 +260,22 @@ def test_deepspeed_buffers_warn_once(tmp_path):
     doc = {"zero_optimization": {"stage": 3, "reduce_bucket_size": 5e8, "stage3_prefetch_bucket_size": 5e8}}
     r = read_files([_write(tmp_path, "ds.json", json.dumps(doc))])
     assert len(r.warnings) == 1 and "reduce_bucket_size" in r.warnings[0] and "stage3_prefetch" in r.warnings[0]
+
+
+def test_modules_to_save_from_each_tool(tmp_path):
+    """axolotl lora_modules_to_save, LLaMA-Factory additional_target, TRL's ModelConfig lora_modules_to_save (with
+    use_peft): the embedding and lm_head copies are modelled; other modules warn; full fine-tuning ignores it."""
+    trl = read_files([_write(tmp_path, "t.json", json.dumps({
+        "output_dir": "o", "max_length": 512, "dataset_text_field": "text", "use_peft": True, "lora_r": 16,
+        "lora_target_modules": ["q_proj", "v_proj"], "lora_modules_to_save": ["lm_head", "score"]}))])
+    assert (trl.settings["method"].value, trl.settings["rank"].value, trl.settings["modules_to_save"].value) == \
+        ("lora", 16, ("lm_head",))
+    assert trl.settings["modules_to_save"].source.endswith("t.json:lora_modules_to_save")
+    assert any("score" in w and "not modelled" in w for w in trl.warnings)
+    sc = Scenario.create("qwen2.5-0.5b", **trl.kwargs())
+    assert sc.modules_to_save == ("lm_head",)
+    full = read_files([_write(tmp_path, "f.yml", "base_model: llama-3-8b\nlora_modules_to_save: [lm_head]\n")])
+    assert "modules_to_save" not in full.settings and any("full fine-tuning" in w for w in full.warnings)
 
 
 def test_pending_settings_stay_silent_at_their_defaults(tmp_path):

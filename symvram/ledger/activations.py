@@ -20,6 +20,7 @@ from .architecture import E, L, V, dh, f, f_e, h, k_e, nh, nkv
 from .functions import at_least, ceil_div, pow2_ceil
 from .structure import Structure
 from .terms import Term
+from .weights import per_trainable, saved_copy_bytes
 
 b, s, r = sym("batch"), sym("seq"), sym("rank")
 b_c, b_32, b_a, b_mask, b_id, b_w, b_g, b_i32 = (sym(n) for n in (
@@ -28,6 +29,13 @@ T = b * s  # tokens in the micro-batch
 
 TRANSFORMERS = "transformers LlamaDecoderLayer / LlamaRMSNorm"
 PEFT = "peft tuners/lora/layer.py Linear.forward"
+
+
+def matmul_bytes(s_: Structure) -> sp.Expr:
+    """Bytes per element of what an autocast matmul keeps (SDPA's q, k, v, lora_A's cast input, the adapters'
+    casts): the compute dtype, except in a prepared QLoRA model under autocast, whose fp32 stream autocast
+    casts to its 16-bit dtype per call (the norms and the MLP's element-wise tensors stay fp32)."""
+    return sym("bytes_autocast") if s_.kbit_prep and s_.autocast else b_c
 
 
 def _per_call_cast(s_: Structure, group: str) -> bool:
@@ -65,10 +73,11 @@ def norm_weight_input(s_: Structure) -> sp.Symbol:
 def _grad_flags(s_: Structure, first: bool) -> dict[str, bool]:
     """Which tensors of a layer need a gradient, by site (a norm saves for backward only then).
 
-    ``first``: the layer reads the embedding output, which needs no gradient under LoRA."""
+    ``first``: the layer reads the embedding output, which needs no gradient under LoRA (unless the
+    embedding is a trainable modules_to_save copy)."""
     fam = s_.arch
     reads = {fam.linear(t).input_group for t in s_.targets} if s_.lora else set()
-    grad_in = not (first and s_.lora)
+    grad_in = not (first and s_.lora and "embed_tokens" not in s_.modules_to_save)
     attn = grad_in or "attn_in" in reads                 # q, k, v (their projections' outputs)
     attn_out = attn or "attn_out" in reads               # o_proj's output
     resid = grad_in or attn_out                          # the residual stream after attention
@@ -100,8 +109,9 @@ def _layer(s_: Structure, first: bool) -> dict[str, tuple[sp.Expr, str, str, str
 
     if attn_grad:
         if s_.attention == "sdpa":
-            fused = b_c * T * dh * (nh + nkv) if fam.extra("fused_qkv") else 0
-            out["act_attention"] = (b_c * T * dh * (nh + 2 * nkv) + b_c * T * nh * dh + fused, r"A_{\mathrm{attn}}",
+            b_mm = matmul_bytes(s_)
+            fused = b_mm * T * dh * (nh + nkv) if fam.extra("fused_qkv") else 0
+            out["act_attention"] = (b_mm * T * dh * (nh + 2 * nkv) + b_mm * T * nh * dh + fused, r"A_{\mathrm{attn}}",
                                     "SDPA (flash) keeps q, k, v after RoPE and its output"
                                     + ("; v is a view of the fused qkv output, which it keeps whole" if fused else ""),
                                     "torch scaled_dot_product_attention")
@@ -134,7 +144,7 @@ def _layer(s_: Structure, first: bool) -> dict[str, tuple[sp.Expr, str, str, str
         # lora_A's cast weight is saved only for its input's gradient: not in the first layer's q, k, v
         casts = sp.Add(*((fam.linear(t).d_in if group_grad[fam.linear(t).input_group] else 0) + fam.linear(t).d_out
                          for t in lin_targets))
-        out["act_adapter_casts"] = (b_c * r * casts, r"A_{\mathrm{cast},LoRA}", "autocast's cache of the adapters "
+        out["act_adapter_casts"] = (matmul_bytes(s_) * r * casts, r"A_{\mathrm{cast},LoRA}", "autocast's cache of the adapters "
                                     "cast to the compute dtype, saved for backward (lora_A's only where its input "
                                     "needs a gradient)", "torch.autocast weight cache")
     if not s_.lora:
@@ -158,11 +168,11 @@ def _layer(s_: Structure, first: bool) -> dict[str, tuple[sp.Expr, str, str, str
         if not n:
             continue
         if s_.dropout:
-            inputs += n * (b_c if autocast_copy else b_a) * T * width
+            inputs += n * (matmul_bytes(s_) if autocast_copy else b_a) * T * width
             if group_grad[group]:
                 masks += n * (b_a if s_.device == "cpu" else b_mask) * T * width
         elif autocast_copy or _per_call_cast(s_, group):
-            inputs += n * b_c * T * width
+            inputs += n * matmul_bytes(s_) * T * width
         elif s_.adapter_upcast:
             inputs += n * b_a * T * width
         elif not _shared_with_attention(s_, group):
@@ -182,12 +192,12 @@ def _layer(s_: Structure, first: bool) -> dict[str, tuple[sp.Expr, str, str, str
         mask_why = ("CPU dropout multiplies by a saved noise tensor of the input's dtype" if s_.device == "cpu"
                     else "CUDA native_dropout keeps a bool mask per target")
         out["act_lora_dropout"] = (masks, r"A_{\mathrm{drop}}", mask_why, "torch dropout")
-    out["act_lora_hidden"] = (len(lin_targets) * (b_c if s_.autocast else b_a) * T * r, r"A_{\mathrm{LoRA},r}",
+    out["act_lora_hidden"] = (len(lin_targets) * (matmul_bytes(s_) if s_.autocast else b_a) * T * r, r"A_{\mathrm{LoRA},r}",
                               "lora_B keeps lora_A's r-wide output, one per target", PEFT)
     if s_.dora:
         d_out = [fam.linear(t).d_out for t in lin_targets]
         scale = sp.Add(*(fam.linear(t).d_out for t in lin_targets if group_grad[fam.linear(t).input_group]))
-        b_lr = b_c if s_.autocast else b_a  # autocast runs lora_B in the compute dtype
+        b_lr = matmul_bytes(s_) if s_.autocast else b_a  # autocast runs lora_B in its dtype
         out["act_dora"] = (sp.Add(*d_out) * (b_lr * T + b_c * T + 2 * b_32) + b_32 * scale, r"A_{\mathrm{DoRA}}",
                            "DoRA keeps, per target, the LoRA result (adapter dtype) and the base result for the "
                            "magnitude's gradient, the fp32 weight norm and m/‖W′‖ (and m/‖W′‖ − 1 where the "
@@ -284,7 +294,7 @@ def saved_terms(s_: Structure) -> list[Term]:
         terms.append(Term("act_checkpoints", "activations", L * b_res * T * h + b_id * s, r"A_{\mathrm{ckpt}}",
                           "checkpointing keeps each layer's input (and the position ids); layers are recomputed in backward",
                           "torch.utils.checkpoint (non-reentrant)"))
-        if s_.lora:
+        if s_.lora and "embed_tokens" not in s_.modules_to_save:  # a trainable embedding's output is no leaf
             terms.append(Term("act_input_grad_leaf", "activations", 2 * b_res * T * h, r"A_{\mathrm{emb}}",
                               "with a frozen embedding, checkpointing makes its output a leaf that requires grad; "
                               "the previous step's output and its .grad are still referenced",
@@ -316,6 +326,9 @@ def saved_terms(s_: Structure) -> list[Term]:
     if not s_.lora:
         head += (norm_weight_input(s_) + (b_c if s_.weight_casts else b_w)) * T * h
         why += "; trainable norm and lm_head keep the normalized and the normed tensor"
+    elif "lm_head" in s_.modules_to_save:
+        head += matmul_bytes(s_) * T * h
+        why += "; the trainable lm_head copy keeps its input for its weight gradient"
     terms.append(Term("act_final_norm", "activations", head, r"A_{\mathrm{head}}", why, TRANSFORMERS))
     if s_.loss_impl == "liger":
         terms.append(Term("act_logsoftmax", "activations", b_c * T * h + b_32 * T, r"A_{\mathrm{FLCE}}",
@@ -421,7 +434,13 @@ def transient_terms(s_: Structure) -> list[Term]:
 
     temp, why, source = _layer_backward_temp(s_)
     terms.append(Term("layer_backward_temp", "transient", temp, r"M_{\mathrm{mlp}'}", why, source))
-    terms.append(Term("grads_before_first_layer", "transient", b_g * (sym("P_train") - _first_layer_params(s_)),
+    if "lm_head" in s_.modules_to_save:
+        terms.append(Term("head_grad", "transient", saved_copy_bytes(s_) * V * h, r"M_{\mathrm{grad},V}",
+                          "the trainable lm_head copy's gradient, made by the loss backward, alive through the rest "
+                          "of backward", "autograd order"))
+    embed_copy = saved_copy_bytes(s_) * V * h if "embed_tokens" in s_.modules_to_save else 0
+    terms.append(Term("grads_before_first_layer", "transient",
+                      per_trainable(s_, b_g, saved_copy_bytes(s_)) - b_g * _first_layer_params(s_) - embed_copy,
                       r"M_{\mathrm{grad},>0}", "gradients already accumulated when backward reaches the first layer "
                       "(all but the first layer's and the embedding's)", "autograd order"))
     if s_.tied and not s_.lora:

@@ -255,7 +255,7 @@ BNB_ADAMW8 = ("adamw_bnb_8bit", "adamw_8bit", "paged_adamw_8bit")
 
 # Scenario settings a table may set directly
 _SETTINGS = ("rank", "lora_dropout", "targets", "seq", "batch", "grad_checkpointing", "attention", "gpus",
-             "double_quant", "tp", "checkpoint_impl", "loss_impl", "dora")
+             "double_quant", "tp", "checkpoint_impl", "loss_impl", "dora", "modules_to_save")
 
 
 def _join(*values: Value | None) -> str:
@@ -286,6 +286,12 @@ def _resolve(f: dict[str, Value], reading: Reading, cli: dict) -> dict[str, Valu
     elif training in ("trl", "trainer") and reading.primary:
         out["method"] = Value("full", f"{TOOLS[training].title} default (no adapter in it)", 0)
     method = cli.get("method") or (out["method"].value if "method" in out else "full")
+    save = out.get("modules_to_save")
+    if save is not None and (not save.value or method == "full"):
+        del out["modules_to_save"]
+        if save.value:
+            reading.warnings.append(f"{save.source}: modules_to_save applies beside LoRA adapters; full fine-tuning "
+                                    "trains those modules anyway (ignored)")
     # LoRA targets: a flag for every linear layer wins over a list
     linear = f.get("target_linear")
     if linear is not None and linear.value:

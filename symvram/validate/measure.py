@@ -116,6 +116,7 @@ def build_model(spec: dict):
             target_modules=peft_target_modules(spec),
             task_type="CAUSAL_LM",
             use_dora=bool(spec.get("dora", False)),
+            modules_to_save=list(spec.get("modules_to_save", [])) or None,
         )
         if spec.get("dora"):
             _dora_collect_cycles()
