@@ -274,9 +274,6 @@ class Scenario:
                             "(or qlora); full fine-tuning trains them anyway")
         if self.dora and not self.lora:
             raise UserError("--dora is a LoRA variant: use --method lora (or qlora)")
-        if self.dora and self.method == "qlora":
-            raise UserError("--dora with QLoRA is not modelled yet: PEFT dequantizes each 4-bit weight per forward "
-                            "for the weight norm (not measured here)")
         if self.dora and any(family(self.model.family).linear(t).count != 1 for t in self.targets):
             raise UserError("--dora on fused MoE experts: PEFT's target_parameters does not support DoRA")
         if self.loss_impl != "torch" and fam.extra("final_logit_softcapping"):

@@ -422,6 +422,58 @@ def loss_terms(s_: Structure, logits_bytes) -> list[Term]:
     return terms
 
 
+def dora_weight_norm(s_: Structure, target: str) -> sp.Expr:
+    """Bytes one DoRA forward holds at its peak, beyond the tensors alive before: eye(d_in) in the adapter dtype,
+    lora_A(eye) and ΔW = lora_B(lora_A(eye)), then inside ``get_weight_norm`` ΔW and W in the adapter dtype (copies
+    unless already in it), s·ΔW and W + s·ΔW — each weight-sized. lora_A keeps eye for its weight gradient until
+    the forward returns; under autocast it keeps eye's 16-bit cast instead, so eye itself is freed once ΔW exists
+    and the peak is the larger of the two phases. A 4-bit base is dequantized first (the weight in the load
+    dtype and its fp32 absmax), then copied to the adapter dtype (modelled from PEFT's source, not measured).
+
+    >>> from symvram.ledger.structure import Structure
+    >>> s = Structure(method="lora", targets=("down_proj",), dora=True, adapter_upcast=True)
+    >>> sp.factor(dora_weight_norm(s, "down_proj").subs({b_a: 4, sym("bytes_weight"): 2}))
+    4*d_ff*(d_ff + 4*hidden + rank)
+    """
+    m = s_.arch.linear(target)
+    d, n = m.d_in, m.d_in * m.d_out
+    weight_copy = b_a * n if s_.method == "qlora" or (s_.adapter_upcast and not s_.weight_casts) else 0
+    if s_.method == "qlora":  # dequantize_module_weight: the 4-bit weight in the load dtype, its fp32 absmax
+        weight_copy += b_w * n + b_32 * ceil_div(n, sym("quant_block"))
+    if not s_.autocast:
+        return b_a * (d**2 + r * d + n) + weight_copy + 2 * b_a * n
+    b_mm = matmul_bytes(s_)  # lora_A(eye) and lora_B(...) run in the autocast dtype
+    graph = b_mm * (d**2 + r * d + n)  # eye's cast, lora_A(eye), ΔW: kept for the adapters' gradients
+    to_adapter = b_a * n if s_.adapter_upcast else 0  # ΔW copied to the adapter dtype
+    return sp.Max(graph + b_a * d**2, graph + to_adapter + weight_copy + 2 * b_a * n, evaluate=False)
+
+
+def dora_forward_temp(s_: Structure) -> sp.Expr:
+    """The DoRA weight norm of the layer's last target (the largest for all-linear and MLP targets: down_proj's
+    eye(d_ff)), net of that target's own saved tensors, which are made after it (its LoRA result, lora_A's
+    output, the weight norm, m/‖W′‖ and m/‖W′‖ − 1: counted among every layer's saved activations), plus what
+    the forward holds without saving it: the target's input (and, under autocast, its copy in the adapter dtype),
+    the MLP's input and the residual, the position ids —
+    and the layer's input and the embedding output (in a plain forward); recomputing under checkpointing, the
+    backward has begun the layer: the gradients reaching its output (the residual's and the norm's paths, and
+    their sum) and the ops of its last target that need no saved tensor (the output gradient cast to the adapter
+    dtype, scaled, and its 16-bit copy)."""
+    fam = s_.arch
+    last = fam.linear([t for t in s_.targets if fam.linear(t) in fam.linears][-1])
+    b_lr = matmul_bytes(s_) if s_.autocast else b_a
+    own = last.d_out * (b_lr * T + 3 * b_32) + b_lr * T * r
+    b_res = b_32 if s_.kbit_prep else b_w  # the residual stream's dtype
+    live = b_c * T * last.d_in + 2 * b_res * T * h + sym("bytes_index") * s
+    if s_.autocast and s_.adapter_upcast:  # the input cast to the adapter dtype is not what lora_A keeps (its
+        live += b_a * T * last.d_in        # 16-bit cast, made after the weight norm)
+        own += matmul_bytes(s_) * T * last.d_in
+    if s_.grad_checkpointing:
+        live += 3 * b_c * T * h + (2 * b_a + b_c) * T * last.d_out
+    else:
+        live += 2 * b_res * T * h
+    return dora_weight_norm(s_, last.name) - own + live
+
+
 def transient_terms(s_: Structure) -> list[Term]:
     """Tensors alive only at one moment of the step (not part of the ledger sum)."""
     logits_bytes = b_32 if s_.compute_fp32 else b_c
@@ -451,6 +503,11 @@ def transient_terms(s_: Structure) -> list[Term]:
         terms.append(Term("dequant_temp", "transient", b_w * _largest_linear(s_),
                           r"M_{\mathrm{dequant}}", "bitsandbytes dequantizes one 4-bit weight to the load dtype "
                           "for each matmul (the largest is the bound)", "bitsandbytes MatMul4Bit"))
+    if s_.dora:
+        terms.append(Term("dora_weight_norm", "transient", dora_forward_temp(s_), r"M_{\mathrm{DoRA}}",
+                          "one DoRA forward's weight norm: eye(d_in), ΔW = B·A, W in the adapter dtype, s·ΔW and "
+                          "W + s·ΔW, weight-sized (the layer's last target), net of what that target saves after it",
+                          "peft tuners/lora/dora.py DoraLinearLayer.forward, get_weight_norm"))
     terms.append(Term("one_layer", "transient", per_layer_bytes(s_) + sliding_extra(s_), r"M_{\mathrm{layer}}",
                       "one layer's saved tensors (recomputed under checkpointing), alive until its backward ends",
                       "torch.utils.checkpoint / autograd"))

@@ -47,6 +47,15 @@ def _moments(terms: dict, s: Structure) -> tuple[Moment, ...]:
             params + states + head + [k for k in saved if k in ("act_checkpoints", "act_input_grad_leaf", "act_sliding_mask")]
             + kept + layer),
             "the checkpointed inputs plus one recomputed layer's saved tensors and its MLP backward"))
+    if "dora_weight_norm" in terms and not s.grad_checkpointing:
+        moments.append(Moment("dora_forward", "forward, the last layer's DoRA weight norm", tuple(
+            params + states + [k for k in saved if k not in loss_saved and k != "act_final_norm"] + ["dora_weight_norm"]),
+            "every layer's activations are saved while the last layer's DoRA forward builds weight-sized temporaries"))
+    if "dora_weight_norm" in terms and s.grad_checkpointing:
+        moments.append(Moment("dora_recompute", "backward, recomputing the first layer's DoRA weight norm", tuple(
+            params + states + ["grads_before_first_layer"] + kept + ["one_layer", "dora_weight_norm"]),
+            "the first layer is recomputed with nearly every gradient made: its saved tensors and one DoRA "
+            "forward's weight-sized temporaries"))
     moments.append(Moment("first_layer_backward", "backward, reaching the first layer", tuple(
         params + states + ["grads_before_first_layer"] + kept + layer),
         "nearly every gradient exists while the first layer's tensors and its MLP backward are live"))
