@@ -433,7 +433,7 @@ def dora_weight_norm(s_: Structure, target: str) -> sp.Expr:
     >>> from symvram.ledger.structure import Structure
     >>> s = Structure(method="lora", targets=("down_proj",), dora=True, adapter_upcast=True)
     >>> sp.factor(dora_weight_norm(s, "down_proj").subs({b_a: 4, sym("bytes_weight"): 2}))
-    4*d_ff*(d_ff + 4*hidden + rank)
+    4*intermediate*(4*hidden + intermediate + rank)
     """
     m = s_.arch.linear(target)
     d, n = m.d_in, m.d_in * m.d_out

@@ -52,6 +52,11 @@ def _moments(terms: dict, s: Structure) -> tuple[Moment, ...]:
             params + states + [k for k in saved if k not in loss_saved and k != "act_final_norm"] + ["dora_weight_norm"]),
             "every layer's activations are saved while the last layer's DoRA forward builds weight-sized temporaries"))
     if "dora_weight_norm" in terms and s.grad_checkpointing:
+        moments.append(Moment("dora_recompute_last", "backward, recomputing the last layer's DoRA weight norm", tuple(
+            params + states + head + [k for k in saved if k in ("act_checkpoints", "act_sliding_mask")] + kept
+            + ["one_layer", "dora_weight_norm"]),
+            "every layer's checkpointed input, the last layer recomputed and one DoRA forward's weight-sized "
+            "temporaries, before any LoRA gradient exists"))
         moments.append(Moment("dora_recompute", "backward, recomputing the first layer's DoRA weight norm", tuple(
             params + states + ["grads_before_first_layer"] + kept + ["one_layer", "dora_weight_norm"]),
             "the first layer is recomputed with nearly every gradient made: its saved tensors and one DoRA "

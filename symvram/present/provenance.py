@@ -13,7 +13,7 @@ True
 from __future__ import annotations
 
 WIDTH = 100
-SHOWN = ("method", "batch", "seq", "grad_checkpointing", "rank", "targets", "lora_dropout", "modules_to_save",
+SHOWN = ("stack", "method", "batch", "seq", "grad_checkpointing", "rank", "targets", "lora_dropout", "modules_to_save",
          "double_quant", "dtype",
          "autocast", "adapter_dtype", "master", "optimizer", "optimizer_impl", "state_dtype", "attention", "gpus",
          "zero", "offload", "tp")
