@@ -503,7 +503,7 @@ def transient_terms(s_: Structure) -> list[Term]:
         terms.append(Term("dequant_temp", "transient", b_w * _largest_linear(s_),
                           r"M_{\mathrm{dequant}}", "bitsandbytes dequantizes one 4-bit weight to the load dtype "
                           "for each matmul (the largest is the bound)", "bitsandbytes MatMul4Bit"))
-    if s_.dora:
+    if s_.dora and any(s_.arch.linear(t) in s_.arch.linears for t in s_.targets):
         terms.append(Term("dora_weight_norm", "transient", dora_forward_temp(s_), r"M_{\mathrm{DoRA}}",
                           "one DoRA forward's weight norm: eye(d_in), ΔW = B·A, W in the adapter dtype, s·ΔW and "
                           "W + s·ΔW, weight-sized (the layer's last target), net of what that target saves after it",
