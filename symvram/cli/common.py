@@ -68,8 +68,9 @@ def add_scenario_arguments(p: argparse.ArgumentParser, method_default: str | Non
     g.add_argument("--lora-dropout", type=float, help="LoRA dropout p (default 0); p > 0 keeps a dropped copy "
                                                       "of each target's input and a mask")
     g.add_argument("--dora", action="store_true", default=None,
-                   help="DoRA (PEFT use_dora): a magnitude vector per target, and per forward the weight norm and "
-                        "the LoRA and base results kept for its gradient")
+                   help="DoRA (PEFT use_dora): a magnitude vector per target; per forward the LoRA and base results "
+                        "kept for its gradient, and the weight norm's weight-sized temporaries (eye(d_in), ΔW, W in "
+                        "fp32), which checkpointing brings into backward")
     g.add_argument("--modules-to-save", metavar="MODULES",
                    help="PEFT modules_to_save beside LoRA: embed_tokens, lm_head or both (comma list) — a trainable "
                         "full copy of each, with its gradient and optimizer states, beside the frozen original")
