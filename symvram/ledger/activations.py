@@ -38,6 +38,11 @@ def matmul_bytes(s_: Structure) -> sp.Expr:
     return sym("bytes_autocast") if s_.kbit_prep and s_.autocast else b_c
 
 
+def residual_bytes(s_: Structure) -> sp.Expr:
+    """Bytes per element of the residual stream: the weights' dtype, fp32 after kbit preparation."""
+    return b_32 if s_.kbit_prep else b_w
+
+
 def _per_call_cast(s_: Structure, group: str) -> bool:
     """Under autocast, a linear reading the (wider) residual-stream norm output casts it per call."""
     return s_.weight_casts and group in ("attn_in", "mlp_in")
@@ -290,7 +295,7 @@ def saved_terms(s_: Structure) -> list[Term]:
     fam = s_.arch
     terms: list[Term] = []
     if s_.grad_checkpointing:
-        b_res = b_32 if s_.kbit_prep else b_w  # the residual stream's dtype: fp32 after kbit preparation
+        b_res = residual_bytes(s_)
         terms.append(Term("act_checkpoints", "activations", L * b_res * T * h + b_id * s, r"A_{\mathrm{ckpt}}",
                           "checkpointing keeps each layer's input (and the position ids); layers are recomputed in backward",
                           "torch.utils.checkpoint (non-reentrant)"))
@@ -462,7 +467,7 @@ def dora_forward_temp(s_: Structure) -> sp.Expr:
     last = fam.linear([t for t in s_.targets if fam.linear(t) in fam.linears][-1])
     b_lr = matmul_bytes(s_) if s_.autocast else b_a
     own = last.d_out * (b_lr * T + 3 * b_32) + b_lr * T * r
-    b_res = b_32 if s_.kbit_prep else b_w  # the residual stream's dtype
+    b_res = residual_bytes(s_)
     live = b_c * T * last.d_in + 2 * b_res * T * h + sym("bytes_index") * s
     if s_.autocast and s_.adapter_upcast:  # the input cast to the adapter dtype is not what lora_A keeps (its
         live += b_a * T * last.d_in        # 16-bit cast, made after the weight norm)
