@@ -17,7 +17,7 @@ from .errors import UserError, did_you_mean
 from .ledger.architecture import Family, family
 from .ledger.structure import Structure
 from .presets import MAX_DIM, ModelSpec, load_model
-from .stacks import STACK_SETTINGS, check_stack, concrete, resolve
+from .stacks import STACK_SETTINGS, check_stack, concrete, resolve, stacks
 from .symbols import SYMBOLS
 
 METHODS = ("full", "lora", "qlora")
@@ -40,6 +40,23 @@ MAX_GPUS = 1_000_000
 FIELD_SYMBOLS = {"batch", "seq", "rank", "gpus", "tp"}  # symbols that are also Scenario fields
 SET_LIMITS = {"P": 10**15, "model": MAX_DIM, "bytes": 64, "quant": 1 << 20,
               "mfu": 1, "overlap": 1, "time": 10**18}
+
+
+MODULES_TO_SAVE = ("embed_tokens", "lm_head")  # the modules PEFT's modules_to_save is modelled for
+
+
+def parse_modules_to_save(spec: str | tuple[str, ...] | list[str]) -> tuple[str, ...]:
+    """PEFT's ``modules_to_save`` (a comma list or a list), in canonical order; only the embedding and lm_head
+    are modelled (what recipes save when they add tokens).
+
+    >>> parse_modules_to_save("lm_head, embed_tokens"), parse_modules_to_save([])
+    (('embed_tokens', 'lm_head'), ())
+    """
+    names = {n.strip() for n in (spec.split(",") if isinstance(spec, str) else spec) if n.strip()}
+    unknown = sorted(names - set(MODULES_TO_SAVE))
+    if unknown:
+        raise UserError(f"--modules-to-save: {', '.join(unknown)} not modelled; use {' or '.join(MODULES_TO_SAVE)}")
+    return tuple(n for n in MODULES_TO_SAVE if n in names)
 
 
 @cache
@@ -141,6 +158,7 @@ class Scenario:
     checkpoint_impl: str = "non-reentrant"
     loss_impl: str = "torch"
     dora: bool = False              # PEFT LoraConfig(use_dora=True)
+    modules_to_save: tuple[str, ...] = ()  # PEFT LoraConfig(modules_to_save=...): embed_tokens, lm_head
     kbit_prep: str = "none"         # QLoRA: peft's prepare_model_for_kbit_training (fp32 non-quantized weights)
     overrides: tuple[tuple[str, float], ...] = field(default=())
     # the settings given (not filled by the stack): with_changes keeps them and lets the stack fill the rest again
@@ -158,6 +176,7 @@ class Scenario:
                             f"{', '.join(k for k in cls.__dataclass_fields__ if k not in ('model', 'given'))}")
         fam = family(spec.family)
         kw["targets"] = parse_targets(kw.get("targets", "all-linear"), fam)
+        kw["modules_to_save"] = parse_modules_to_save(kw.get("modules_to_save", ()))
         kw.setdefault("attention", fam.default_attention)
         if "overrides" in kw:
             overrides = dict(kw["overrides"])
@@ -190,6 +209,12 @@ class Scenario:
     def kbit_prepared(self) -> bool:
         """QLoRA through peft.prepare_model_for_kbit_training: every weight that is not 4-bit is cast to fp32."""
         return self.method == "qlora" and self.kbit_prep == "peft"
+
+    @property
+    def states_follow_param(self) -> bool:
+        """torch's optimizers keep each state in its parameter's dtype: the stack says so (``state_dtype =
+        "param"``) and no other state dtype was asked for."""
+        return stacks()[self.stack]["state_dtype"] == "param" and self.state_dtype in (self.adapter_dtype, self.dtype)
 
     @property
     def compute_dtype(self) -> str:
@@ -250,11 +275,11 @@ class Scenario:
         if self.master == "fp32" and trainable_dtype == "fp32":
             raise UserError("--master fp32 duplicates weights that are already fp32; drop --master "
                             "(fp32 weights are their own master copy)")
+        if self.modules_to_save and not self.lora:
+            raise UserError("--modules-to-save trains full copies of modules beside LoRA adapters: use --method lora "
+                            "(or qlora); full fine-tuning trains them anyway")
         if self.dora and not self.lora:
             raise UserError("--dora is a LoRA variant: use --method lora (or qlora)")
-        if self.dora and self.method == "qlora":
-            raise UserError("--dora with QLoRA is not modelled yet: PEFT dequantizes each 4-bit weight per forward "
-                            "for the weight norm (not measured here)")
         if self.dora and any(family(self.model.family).linear(t).count != 1 for t in self.targets):
             raise UserError("--dora on fused MoE experts: PEFT's target_parameters does not support DoRA")
         if self.loss_impl != "torch" and fam.extra("final_logit_softcapping"):
@@ -314,15 +339,17 @@ class Scenario:
             method=self.method, nominal=self.model.params is not None, family=self.model.family,
             tied=self.model.tied, options=self.model.options, targets=self.targets if self.lora else (),
             master=self.master == "fp32", optimizer=self.optimizer, optimizer_impl=self.optimizer_impl,
-            embed_states_fp32=self.optimizer in BNB_OPTIMIZERS and self.stack == "hf" and not self.lora,
+            embed_states_fp32=self.optimizer in BNB_OPTIMIZERS and self.stack == "hf"
+            and (not self.lora or "embed_tokens" in self.modules_to_save),
+            param_states=bool(self.modules_to_save) and self.states_follow_param,
             compute_fp32=self.compute_dtype == "fp32",
-            adapter_upcast=self.lora and self.adapter_dtype != self.compute_dtype,
+            adapter_upcast=self.lora and self.adapter_dtype != (self.autocast if self.autocast != "none" else self.compute_dtype),
             autocast=self.autocast != "none", weight_casts=self.autocast != "none" and self.dtype == "fp32",
             dropout=self.lora and self.lora_dropout > 0, device=self.device,
             attention=self.attention, grad_checkpointing=self.grad_checkpointing,
             double_quant=self.double_quant, kbit_prep=self.kbit_prepared,
             checkpoint_reentrant=self.grad_checkpointing and self.checkpoint_impl == "reentrant",
-            loss_impl=self.loss_impl, dora=self.lora and self.dora, zero=self.zero, offload=self.offload,
+            loss_impl=self.loss_impl, dora=self.lora and self.dora, modules_to_save=self.modules_to_save, zero=self.zero, offload=self.offload,
             sequence_parallel=self.sequence_parallel, tensor_parallel=self.tp > 1,
         )
 

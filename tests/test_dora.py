@@ -28,8 +28,60 @@ def test_dora_by_hand():
 def test_dora_refusals():
     with pytest.raises(UserError, match="LoRA variant"):
         Scenario.create(TINY, method="full", dora=True)
-    with pytest.raises(UserError, match="QLoRA is not modelled yet"):
-        Scenario.create(TINY, method="qlora", dora=True)
+
+
+WIDE = spec_from_config({**ARCH, "intermediate_size": 1024, "vocab_size": 256}, "wide", "config", "test")
+
+
+def test_weight_norm_by_hand():
+    """down_proj (d_in = 1024, d_out = 64, r = 8), fp32 adapters on a bf16 base, no autocast: eye (lora_A keeps it
+    for its gradient), lora_A(eye), ΔW, W in fp32, s·ΔW, W + s·ΔW — the forward peak; under the hf stack's autocast
+    lora_A keeps eye's bf16 cast instead, eye is freed once ΔW exists, and the peak is eye + its cast + A(eye) + ΔW
+    (bf16). A 4-bit base adds the dequantized bf16 weight and its absmax (QLoRA, from PEFT's source)."""
+    from symvram.ledger.activations import dora_weight_norm
+
+    d, n, r = 1024, 1024 * 64, 8
+    torch_ = Scenario.create(WIDE, stack="torch", method="lora", rank=8, dora=True)
+    bd = evaluate(torch_)
+    assert bd.values["rank"] == r
+    from symvram.symbols import sym
+
+    def value(sc):
+        return int(dora_weight_norm(sc.structure, "down_proj").subs({sym(k): v for k, v in sc.values().items()}))
+    assert value(torch_) == 4 * (d * d + r * d + n) + 4 * n + 2 * 4 * n == 5_275_648
+    hf = Scenario.create(WIDE, stack="hf", method="lora", rank=8, dora=True)
+    assert value(hf) == 4 * d * d + 2 * (d * d + r * d + n)
+    qlora = Scenario.create(WIDE, stack="torch", method="qlora", rank=8, dora=True, grad_checkpointing=False)
+    assert value(qlora) == 4 * (d * d + r * d + n) + 4 * n + 2 * n + 4 * (n // 64) + 2 * 4 * n
+    assert "dora_forward" in bd.moments and "dora_recompute" not in bd.moments
+
+
+def test_qlora_dora_is_refused_by_validate():
+    pytest.importorskip("peft")
+    from symvram.validate.measure import measure
+    from symvram.validate.spec import from_scenario
+
+    sc = Scenario.create(TINY, stack="torch", method="qlora", rank=8, batch=2, seq=64, device="cpu", dora=True)
+    with pytest.raises(UserError, match="deepcopy"):
+        measure({**from_scenario(sc), "steps": 1})
+
+
+WEIGHT_NORM_PEAK = [  # the DoRA weight norm is the peak: wide MLP, small vocabulary (relative tolerance)
+    (dict(stack="torch"), 0), (dict(stack="hf"), 3e-4),
+    (dict(stack="torch", grad_checkpointing=True), 2e-3), (dict(stack="hf", grad_checkpointing=True), 2e-3),
+]
+
+
+@pytest.mark.parametrize("settings,tolerance", WEIGHT_NORM_PEAK, ids=[str(i) for i in range(len(WEIGHT_NORM_PEAK))])
+def test_weight_norm_peak_is_measured(settings, tolerance):
+    pytest.importorskip("peft")
+    from symvram.validate.measure import measure
+    from symvram.validate.spec import from_scenario
+
+    sc = Scenario.create(WIDE, method="lora", rank=8, batch=2, seq=64, device="cpu", dora=True, **settings)
+    measured = measure({**from_scenario(sc), "steps": 2})
+    assert evaluate(sc).peak_moment.startswith("dora_")
+    assert abs(measured["peak_bytes"] - evaluate(sc).peak) <= max(8, tolerance * measured["peak_bytes"])
 
 
 @pytest.mark.parametrize("settings", [dict(stack="torch"), dict(stack="torch", dtype="fp32"), dict(stack="hf")])

@@ -26,6 +26,8 @@ VARIANTS = (
     {"optimizer": "paged-adamw8bit", "loss_impl": "chunked", "attention": "eager"},
     {"loss_impl": "liger", "grad_checkpointing": True, "checkpoint_impl": "reentrant", "lora_dropout": 0.1},
     {"dora": True, "rank": 7, "seq": 777},
+    {"stack": "hf", "modules_to_save": ("embed_tokens", "lm_head"), "grad_checkpointing": True},
+    {"stack": "torch", "modules_to_save": ("lm_head",), "gpus": 4, "zero": 3},
     {"kbit_prep": "peft", "double_quant": False, "optimizer": "lion"},
     {"overrides": (("bytes_act", 2.5), ("bytes_state", 0.3), ("quant_block", 32))},
     {"overrides": (("quant_bits", 3.5),)},  # 2^3.5 is irrational: the SymPy numbers take over

@@ -23,23 +23,23 @@ ALL_LINEAR = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "d
 # sample files → (model given on the command line or None, the settings stated by hand)
 SAMPLES = {
     "axolotl-qlora.yml": (None, "llama-3.1-8b", dict(
-        method="qlora", rank=32, lora_dropout=0.05, targets=ALL_LINEAR, seq=4096, batch=2, grad_checkpointing=True,
+        stack="hf", method="qlora", rank=32, lora_dropout=0.05, targets=ALL_LINEAR, seq=4096, batch=2, grad_checkpointing=True,
         attention="sdpa", double_quant=True,
         # bf16: auto → AMP in bf16 on a bf16-loaded base; PEFT's fp32 adapters; bitsandbytes 8-bit AdamW
         dtype="bf16", autocast="bf16", adapter_dtype="fp32", master="none", state_dtype="int8",
         optimizer="adamw8bit", optimizer_impl="fused", checkpoint_impl="reentrant")),
     "llamafactory-lora.yaml": (None, "qwen2.5-7b", dict(
-        method="lora", rank=16, lora_dropout=0.0, targets=ALL_LINEAR, seq=2048, batch=4, double_quant=True,
+        stack="hf", method="lora", rank=16, lora_dropout=0.0, targets=ALL_LINEAR, seq=2048, batch=4, double_quant=True,
         grad_checkpointing=True,            # LLaMA-Factory checkpoints unless disable_gradient_checkpointing
         attention="sdpa", dtype="bf16", autocast="bf16", adapter_dtype="fp32", master="none", state_dtype="fp32",
         optimizer="adamw", optimizer_impl="fused")),   # the Trainer's default optim with torch >= 2.8
     "trl-sft-zero3.json": ("qwen2.5-7b", "qwen2.5-7b", dict(
-        method="full", seq=4096, batch=2, grad_checkpointing=True, attention="sdpa",
+        stack="hf", method="full", seq=4096, batch=2, grad_checkpointing=True, attention="sdpa",
         # DeepSpeed's bf16 engine (from ds-zero3.json, which the TRL file names): fp32 master and states
         dtype="bf16", autocast="none", master="fp32", state_dtype="fp32", zero=3,
         optimizer="adamw", optimizer_impl="fused", loss_impl="torch")),
     "trainer-full.json+accelerate-fsdp.yaml": ("llama-3-8b", "llama-3-8b", dict(
-        method="full", batch=4, grad_checkpointing=True, gpus=8, zero=3,
+        stack="hf", method="full", batch=4, grad_checkpointing=True, gpus=8, zero=3,
         dtype="fp32", autocast="bf16", master="none", state_dtype="fp32",   # Trainer AMP on an fp32 model
         optimizer="adamw", optimizer_impl="foreach", checkpoint_impl="non-reentrant", loss_impl="torch")),
 }
@@ -124,7 +124,7 @@ def test_tool_defaults_apply_where_the_file_is_silent(tmp_path):
     LLaMA-Factory 0.9.5: LoRA r=8 on every linear layer, cutoff_len 2048, the Trainer's batch 8,
     checkpointing on. TRL 1.16: max_length 1024, checkpointing on, bf16 unless fp16, an fp32 model."""
     ax = read_files([_write(tmp_path, "a.yml", "base_model: llama-3-8b\n")]).kwargs()
-    assert ax == dict(method="full", seq=512, batch=1, grad_checkpointing=False, attention="sdpa", dtype="bf16",
+    assert ax == dict(stack="hf", method="full", seq=512, batch=1, grad_checkpointing=False, attention="sdpa", dtype="bf16",
                       autocast="bf16", master="none", state_dtype="bf16", optimizer="adamw", optimizer_impl="fused",
                       rank=8, lora_dropout=0.0, targets=("q_proj", "v_proj"), double_quant=True)
     lf = read_files([_write(tmp_path, "l.yaml", "model_name_or_path: llama-3-8b\nstage: sft\n")]).kwargs()
@@ -177,6 +177,7 @@ def test_every_row_names_a_known_target():
     ("fsdp: [full_shard, auto_wrap, offload]\n", "offload", "optimizer+params"),
     ("fsdp_version: 2\nfsdp_config: {reshard_after_forward: false}\n", "zero", 2),
     ("fsdp_config: {offload_params: true}\n", "zero", 3),
+    ("adapter: lora\nlora_modules_to_save: [lm_head, model.embed_tokens]\n", "modules_to_save", ("embed_tokens", "lm_head")),
 ])
 def test_axolotl_rows(tmp_path, text, setting, value):
     r = read_files([_write(tmp_path, "a.yml", "base_model: llama-3-8b\n" + text)])
@@ -194,6 +195,7 @@ def test_axolotl_rows(tmp_path, text, setting, value):
     ("flash_attn: disabled\n", "attention", "eager"),
     ("optim: paged_adamw_8bit\n", "state_dtype", "int8"),
     ("lora_dropout: 0.1\n", "lora_dropout", 0.1),
+    ("additional_target: embed_tokens,lm_head\n", "modules_to_save", ("embed_tokens", "lm_head")),
 ])
 def test_llamafactory_rows(tmp_path, text, setting, value):
     r = read_files([_write(tmp_path, "l.yaml", "model_name_or_path: llama-3-8b\nstage: sft\n" + text)])
@@ -237,7 +239,7 @@ def test_a_training_file_beats_accelerates_mixed_precision(tmp_path):
 
 
 @pytest.mark.parametrize("text,named", [
-    ("lora_modules_to_save: [embed_tokens, lm_head]\nadapter: lora\n", "lora_modules_to_save"),
+    ("lora_modules_to_save: [embed_tokens, score]\nadapter: lora\n", "modules_to_save beyond embed_tokens"),
     ("liger_rms_norm: true\n", "liger_rms_norm = true"),
     ("liger_cross_entropy: true\n", "liger_cross_entropy = true"),
     ("torch_compile: true\n", "torch_compile = true: torch.compile"),
@@ -258,6 +260,42 @@ def test_deepspeed_buffers_warn_once(tmp_path):
     doc = {"zero_optimization": {"stage": 3, "reduce_bucket_size": 5e8, "stage3_prefetch_bucket_size": 5e8}}
     r = read_files([_write(tmp_path, "ds.json", json.dumps(doc))])
     assert len(r.warnings) == 1 and "reduce_bucket_size" in r.warnings[0] and "stage3_prefetch" in r.warnings[0]
+
+
+def test_modules_to_save_from_each_tool(tmp_path):
+    """axolotl lora_modules_to_save, LLaMA-Factory additional_target, TRL's ModelConfig lora_modules_to_save (with
+    use_peft): the embedding and lm_head copies are modelled; other modules warn; full fine-tuning ignores it."""
+    trl = read_files([_write(tmp_path, "t.json", json.dumps({
+        "output_dir": "o", "max_length": 512, "dataset_text_field": "text", "use_peft": True, "lora_r": 16,
+        "lora_target_modules": ["q_proj", "v_proj"], "lora_modules_to_save": ["lm_head", "score"]}))])
+    assert (trl.settings["method"].value, trl.settings["rank"].value, trl.settings["modules_to_save"].value) == \
+        ("lora", 16, ("lm_head",))
+    assert trl.settings["modules_to_save"].source.endswith("t.json:lora_modules_to_save")
+    assert any("score" in w and "not modelled" in w for w in trl.warnings)
+    sc = Scenario.create("qwen2.5-0.5b", **trl.kwargs())
+    assert sc.modules_to_save == ("lm_head",)
+    full = read_files([_write(tmp_path, "f.yml", "base_model: llama-3-8b\nlora_modules_to_save: [lm_head]\n")])
+    assert "modules_to_save" not in full.settings and any("full fine-tuning" in w for w in full.warnings)
+
+
+def test_the_stack_a_file_implies(tmp_path):
+    """Every training tool here runs transformers' Trainer: the hf stack; a DeepSpeed or FSDP run too (with its
+    ZeRO stage), as long as symvram has no stack of that name."""
+    from symvram.stacks import stacks
+
+    for name, expected in (("axolotl-qlora.yml", "axolotl 0.19: runs transformers' Trainer"),
+                           ("trl-sft-zero3.json", "TRL 1.16 SFTConfig: runs transformers' Trainer with DeepSpeed"),
+                           ("trainer-full.json+accelerate-fsdp.yaml",
+                            "transformers 5.24 Trainer: runs transformers' Trainer with FSDP")):
+        got = read_files(_files(name)).settings["stack"]
+        parallel = {"trl-sft-zero3.json": "deepspeed", "trainer-full.json+accelerate-fsdp.yaml": "fsdp"}.get(name)
+        if parallel in stacks():
+            assert got.value == parallel
+        else:
+            assert got.value == "hf" and got.source.startswith(expected.split(":")[0]) and \
+                expected.split(": ")[1] in got.source and got.priority == 0
+    ds = read_files([_write(tmp_path, "ds.json", json.dumps({"zero_optimization": {"stage": 2}}))])
+    assert ds.settings["stack"].value in ("hf", "deepspeed")
 
 
 def test_pending_settings_stay_silent_at_their_defaults(tmp_path):
@@ -297,7 +335,8 @@ def test_diagnose_writes_remedies_as_edits(tmp_path, capsys):
     assert f"{path}: micro_batch_size: 1" in out and f"{path}: gradient_accumulation_steps: 8" in out
     rc, out, err = _run(["diagnose", "--from", path, "--gpu", "24GiB", "--format", "json"], capsys)
     data = json.loads(out)
-    assert data["remedies"][0]["edits"] == ["--loss-impl liger"]  # a fused loss first (no file key written yet)
+    assert data["remedies"][0]["edits"] == [  # a fused loss first: axolotl's Liger plugin
+        f"{path}: plugins: [axolotl.integrations.liger.LigerPlugin]", f"{path}: liger_fused_linear_cross_entropy: true"]
     assert data["remedies"][1]["edits"] == [f"{path}: gradient_checkpointing: true"]
     assert data["scenario_read"]["settings"]["batch"]["source"] == f"{path}:micro_batch_size"
 
@@ -307,12 +346,15 @@ def test_edits_in_each_tools_keys(tmp_path):
     assert edits(lf, {"grad_checkpointing": True}) == [f"{tmp_path}/l.yaml: disable_gradient_checkpointing: false"]
     assert edits(lf, {"method": "qlora"}) == [f"{tmp_path}/l.yaml: finetuning_type: lora",
                                               f"{tmp_path}/l.yaml: quantization_bit: 4"]
+    assert edits(lf, {"loss_impl": "liger"}) == [f"{tmp_path}/l.yaml: enable_liger_kernel: true"]
+    assert edits(lf, {"loss_impl": "cce"}) == ["--loss-impl cce"]  # no LLaMA-Factory key for it: the flag
     trl = read_files([str(CONFIGS / "trl-sft-zero3.json")])
     path = str(CONFIGS / "trl-sft-zero3.json")
     assert edits(trl, {"state_dtype": "int8"}) == [f'{path}: "optim": "adamw_bnb_8bit"']
     assert edits(trl, {"method": "qlora"}) == [
         f'{path}: "model_init_kwargs": {{"quantization_config": {{"load_in_4bit": true}}}}']
     assert edits(trl, {"master": "none"})[0].startswith("(DeepSpeed's bf16/fp16 engine always keeps")
+    assert edits(trl, {"loss_impl": "liger"}) == ["--loss-impl liger"]  # SFTTrainer turns Liger's fused loss off
     ds = _write(tmp_path, "ds.json", json.dumps({"zero_optimization": {"stage": 2}, "train_micro_batch_size_per_gpu": 8}))
     only_ds = read_files([ds])
     assert edits(only_ds, {"batch": 2}, batch_before=8) == [f"{ds}: \"train_micro_batch_size_per_gpu\": 2",
@@ -325,7 +367,9 @@ def test_estimate_gpu_gives_remedy_edits_when_it_does_not_fit(tmp_path, capsys):
     rc, out, err = _run(["estimate", "--from", path, "--gpu", "rtx-4090", "--format", "json"], capsys)
     verdict = json.loads(out)["verdict"]
     assert verdict["fits"] is False
-    assert [r["edits"] for r in verdict["remedies"][:2]] == [["--loss-impl liger"], [f"{path}: gradient_checkpointing: true"]]
+    assert [r["edits"] for r in verdict["remedies"][:2]] == [
+        [f"{path}: plugins: [axolotl.integrations.liger.LigerPlugin]", f"{path}: liger_fused_linear_cross_entropy: true"],
+        [f"{path}: gradient_checkpointing: true"]]
 
 
 # ------------------------------------------------------------------ bad input: one line, exit 2

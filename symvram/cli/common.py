@@ -67,8 +67,12 @@ def add_scenario_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--lora-dropout", type=float, help="LoRA dropout p (default 0); p > 0 keeps a dropped copy "
                                                       "of each target's input and a mask")
     g.add_argument("--dora", action="store_true", default=None,
-                   help="DoRA (PEFT use_dora): a magnitude vector per target, and per forward the weight norm and "
-                        "the LoRA and base results kept for its gradient")
+                   help="DoRA (PEFT use_dora): a magnitude vector per target; per forward the LoRA and base results "
+                        "kept for its gradient, and the weight norm's weight-sized temporaries (eye(d_in), ΔW, W in "
+                        "fp32), which checkpointing brings into backward")
+    g.add_argument("--modules-to-save", metavar="MODULES",
+                   help="PEFT modules_to_save beside LoRA: embed_tokens, lm_head or both (comma list) — a trainable "
+                        "full copy of each, with its gradient and optimizer states, beside the frozen original")
     g.add_argument("--kbit-prep", choices=("peft", "none"),
                    help="QLoRA: peft's prepare_model_for_kbit_training (peft: embeddings, lm_head and norms cast to "
                         "fp32, so every activation is fp32) or none (default: the stack's — peft under torch and hf)")
@@ -133,7 +137,7 @@ def add_output_arguments(p: argparse.ArgumentParser, required: bool = False,
     p.add_argument("--force", action="store_true", help="overwrite --output if it exists")
 
 
-SCENARIO_FLAGS = ("stack", "checkpoint_impl", "loss_impl", "kbit_prep", "dora", "method", "rank", "targets", "lora_dropout", "double_quant", "dtype", "master", "state_dtype",
+SCENARIO_FLAGS = ("stack", "checkpoint_impl", "loss_impl", "kbit_prep", "dora", "modules_to_save", "method", "rank", "targets", "lora_dropout", "double_quant", "dtype", "master", "state_dtype",
                   "optimizer", "optimizer_impl", "adapter_dtype", "autocast", "batch", "seq", "grad_checkpointing",
                   "attention", "device", "gpus", "zero", "offload", "tp", "sequence_parallel")
 

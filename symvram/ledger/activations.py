@@ -20,6 +20,7 @@ from .architecture import E, L, V, dh, f, f_e, h, k_e, nh, nkv
 from .functions import at_least, ceil_div, pow2_ceil
 from .structure import Structure
 from .terms import Term
+from .weights import per_trainable, saved_copy_bytes
 
 b, s, r = sym("batch"), sym("seq"), sym("rank")
 b_c, b_32, b_a, b_mask, b_id, b_w, b_g, b_i32 = (sym(n) for n in (
@@ -28,6 +29,18 @@ T = b * s  # tokens in the micro-batch
 
 TRANSFORMERS = "transformers LlamaDecoderLayer / LlamaRMSNorm"
 PEFT = "peft tuners/lora/layer.py Linear.forward"
+
+
+def matmul_bytes(s_: Structure) -> sp.Expr:
+    """Bytes per element of what an autocast matmul keeps (SDPA's q, k, v, lora_A's cast input, the adapters'
+    casts): the compute dtype, except in a prepared QLoRA model under autocast, whose fp32 stream autocast
+    casts to its 16-bit dtype per call (the norms and the MLP's element-wise tensors stay fp32)."""
+    return sym("bytes_autocast") if s_.kbit_prep and s_.autocast else b_c
+
+
+def residual_bytes(s_: Structure) -> sp.Expr:
+    """Bytes per element of the residual stream: the weights' dtype, fp32 after kbit preparation."""
+    return b_32 if s_.kbit_prep else b_w
 
 
 def _per_call_cast(s_: Structure, group: str) -> bool:
@@ -65,10 +78,11 @@ def norm_weight_input(s_: Structure) -> sp.Symbol:
 def _grad_flags(s_: Structure, first: bool) -> dict[str, bool]:
     """Which tensors of a layer need a gradient, by site (a norm saves for backward only then).
 
-    ``first``: the layer reads the embedding output, which needs no gradient under LoRA."""
+    ``first``: the layer reads the embedding output, which needs no gradient under LoRA (unless the
+    embedding is a trainable modules_to_save copy)."""
     fam = s_.arch
     reads = {fam.linear(t).input_group for t in s_.targets} if s_.lora else set()
-    grad_in = not (first and s_.lora)
+    grad_in = not (first and s_.lora and "embed_tokens" not in s_.modules_to_save)
     attn = grad_in or "attn_in" in reads                 # q, k, v (their projections' outputs)
     attn_out = attn or "attn_out" in reads               # o_proj's output
     resid = grad_in or attn_out                          # the residual stream after attention
@@ -100,8 +114,9 @@ def _layer(s_: Structure, first: bool) -> dict[str, tuple[sp.Expr, str, str, str
 
     if attn_grad:
         if s_.attention == "sdpa":
-            fused = b_c * T * dh * (nh + nkv) if fam.extra("fused_qkv") else 0
-            out["act_attention"] = (b_c * T * dh * (nh + 2 * nkv) + b_c * T * nh * dh + fused, r"A_{\mathrm{attn}}",
+            b_mm = matmul_bytes(s_)
+            fused = b_mm * T * dh * (nh + nkv) if fam.extra("fused_qkv") else 0
+            out["act_attention"] = (b_mm * T * dh * (nh + 2 * nkv) + b_mm * T * nh * dh + fused, r"A_{\mathrm{attn}}",
                                     "SDPA (flash) keeps q, k, v after RoPE and its output"
                                     + ("; v is a view of the fused qkv output, which it keeps whole" if fused else ""),
                                     "torch scaled_dot_product_attention")
@@ -134,7 +149,7 @@ def _layer(s_: Structure, first: bool) -> dict[str, tuple[sp.Expr, str, str, str
         # lora_A's cast weight is saved only for its input's gradient: not in the first layer's q, k, v
         casts = sp.Add(*((fam.linear(t).d_in if group_grad[fam.linear(t).input_group] else 0) + fam.linear(t).d_out
                          for t in lin_targets))
-        out["act_adapter_casts"] = (b_c * r * casts, r"A_{\mathrm{cast},LoRA}", "autocast's cache of the adapters "
+        out["act_adapter_casts"] = (matmul_bytes(s_) * r * casts, r"A_{\mathrm{cast},LoRA}", "autocast's cache of the adapters "
                                     "cast to the compute dtype, saved for backward (lora_A's only where its input "
                                     "needs a gradient)", "torch.autocast weight cache")
     if not s_.lora:
@@ -158,11 +173,11 @@ def _layer(s_: Structure, first: bool) -> dict[str, tuple[sp.Expr, str, str, str
         if not n:
             continue
         if s_.dropout:
-            inputs += n * (b_c if autocast_copy else b_a) * T * width
+            inputs += n * (matmul_bytes(s_) if autocast_copy else b_a) * T * width
             if group_grad[group]:
                 masks += n * (b_a if s_.device == "cpu" else b_mask) * T * width
         elif autocast_copy or _per_call_cast(s_, group):
-            inputs += n * b_c * T * width
+            inputs += n * matmul_bytes(s_) * T * width
         elif s_.adapter_upcast:
             inputs += n * b_a * T * width
         elif not _shared_with_attention(s_, group):
@@ -182,12 +197,12 @@ def _layer(s_: Structure, first: bool) -> dict[str, tuple[sp.Expr, str, str, str
         mask_why = ("CPU dropout multiplies by a saved noise tensor of the input's dtype" if s_.device == "cpu"
                     else "CUDA native_dropout keeps a bool mask per target")
         out["act_lora_dropout"] = (masks, r"A_{\mathrm{drop}}", mask_why, "torch dropout")
-    out["act_lora_hidden"] = (len(lin_targets) * (b_c if s_.autocast else b_a) * T * r, r"A_{\mathrm{LoRA},r}",
+    out["act_lora_hidden"] = (len(lin_targets) * (matmul_bytes(s_) if s_.autocast else b_a) * T * r, r"A_{\mathrm{LoRA},r}",
                               "lora_B keeps lora_A's r-wide output, one per target", PEFT)
     if s_.dora:
         d_out = [fam.linear(t).d_out for t in lin_targets]
         scale = sp.Add(*(fam.linear(t).d_out for t in lin_targets if group_grad[fam.linear(t).input_group]))
-        b_lr = b_c if s_.autocast else b_a  # autocast runs lora_B in the compute dtype
+        b_lr = matmul_bytes(s_) if s_.autocast else b_a  # autocast runs lora_B in its dtype
         out["act_dora"] = (sp.Add(*d_out) * (b_lr * T + b_c * T + 2 * b_32) + b_32 * scale, r"A_{\mathrm{DoRA}}",
                            "DoRA keeps, per target, the LoRA result (adapter dtype) and the base result for the "
                            "magnitude's gradient, the fp32 weight norm and m/‖W′‖ (and m/‖W′‖ − 1 where the "
@@ -278,7 +293,7 @@ def per_layer_bytes(s_: Structure) -> sp.Expr:
 # the only fields the activation and transient terms read (not the optimizer, master copy, quantization, sharding)
 ACTIVATION_FIELDS = ("method", "family", "options", "tied", "targets", "adapter_upcast", "attention", "autocast",
                      "checkpoint_reentrant", "compute_fp32", "device", "dora", "dropout", "grad_checkpointing",
-                     "kbit_prep", "loss_impl", "weight_casts")
+                     "kbit_prep", "loss_impl", "modules_to_save", "weight_casts")
 
 
 def saved_terms(s_: Structure) -> list[Term]:
@@ -286,11 +301,11 @@ def saved_terms(s_: Structure) -> list[Term]:
     fam = s_.arch
     terms: list[Term] = []
     if s_.grad_checkpointing:
-        b_res = b_32 if s_.kbit_prep else b_w  # the residual stream's dtype: fp32 after kbit preparation
+        b_res = residual_bytes(s_)
         terms.append(Term("act_checkpoints", "activations", L * b_res * T * h + b_id * s, r"A_{\mathrm{ckpt}}",
                           "checkpointing keeps each layer's input (and the position ids); layers are recomputed in backward",
                           "torch.utils.checkpoint (non-reentrant)"))
-        if s_.lora:
+        if s_.lora and "embed_tokens" not in s_.modules_to_save:  # a trainable embedding's output is no leaf
             terms.append(Term("act_input_grad_leaf", "activations", 2 * b_res * T * h, r"A_{\mathrm{emb}}",
                               "with a frozen embedding, checkpointing makes its output a leaf that requires grad; "
                               "the previous step's output and its .grad are still referenced",
@@ -322,6 +337,9 @@ def saved_terms(s_: Structure) -> list[Term]:
     if not s_.lora:
         head += (norm_weight_input(s_) + (b_c if s_.weight_casts else b_w)) * T * h
         why += "; trainable norm and lm_head keep the normalized and the normed tensor"
+    elif "lm_head" in s_.modules_to_save:
+        head += matmul_bytes(s_) * T * h
+        why += "; the trainable lm_head copy keeps its input for its weight gradient"
     terms.append(Term("act_final_norm", "activations", head, r"A_{\mathrm{head}}", why, TRANSFORMERS))
     if s_.loss_impl == "liger":
         terms.append(Term("act_logsoftmax", "activations", b_c * T * h + b_32 * T, r"A_{\mathrm{FLCE}}",
@@ -415,6 +433,58 @@ def loss_terms(s_: Structure, logits_bytes) -> list[Term]:
     return terms
 
 
+def dora_weight_norm(s_: Structure, target: str) -> sp.Expr:
+    """Bytes one DoRA forward holds at its peak, beyond the tensors alive before: eye(d_in) in the adapter dtype,
+    lora_A(eye) and ΔW = lora_B(lora_A(eye)), then inside ``get_weight_norm`` ΔW and W in the adapter dtype (copies
+    unless already in it), s·ΔW and W + s·ΔW — each weight-sized. lora_A keeps eye for its weight gradient until
+    the forward returns; under autocast it keeps eye's 16-bit cast instead, so eye itself is freed once ΔW exists
+    and the peak is the larger of the two phases. A 4-bit base is dequantized first (the weight in the load
+    dtype and its fp32 absmax), then copied to the adapter dtype (modelled from PEFT's source, not measured).
+
+    >>> from symvram.ledger.structure import Structure
+    >>> s = Structure(method="lora", targets=("down_proj",), dora=True, adapter_upcast=True)
+    >>> sp.factor(dora_weight_norm(s, "down_proj").subs({b_a: 4, sym("bytes_weight"): 2}))
+    4*intermediate*(4*hidden + intermediate + rank)
+    """
+    m = s_.arch.linear(target)
+    d, n = m.d_in, m.d_in * m.d_out
+    weight_copy = b_a * n if s_.method == "qlora" or (s_.adapter_upcast and not s_.weight_casts) else 0
+    if s_.method == "qlora":  # dequantize_module_weight: the 4-bit weight in the load dtype, its fp32 absmax
+        weight_copy += b_w * n + b_32 * ceil_div(n, sym("quant_block"))
+    if not s_.autocast:
+        return b_a * (d**2 + r * d + n) + weight_copy + 2 * b_a * n
+    b_mm = matmul_bytes(s_)  # lora_A(eye) and lora_B(...) run in the autocast dtype
+    graph = b_mm * (d**2 + r * d + n)  # eye's cast, lora_A(eye), ΔW: kept for the adapters' gradients
+    to_adapter = b_a * n if s_.adapter_upcast else 0  # ΔW copied to the adapter dtype
+    return sp.Max(graph + b_a * d**2, graph + to_adapter + weight_copy + 2 * b_a * n, evaluate=False)
+
+
+def dora_forward_temp(s_: Structure) -> sp.Expr:
+    """The DoRA weight norm of the layer's last target (the largest for all-linear and MLP targets: down_proj's
+    eye(d_ff)), net of that target's own saved tensors, which are made after it (its LoRA result, lora_A's
+    output, the weight norm, m/‖W′‖ and m/‖W′‖ − 1: counted among every layer's saved activations), plus what
+    the forward holds without saving it: the target's input (and, under autocast, its copy in the adapter dtype),
+    the MLP's input and the residual, the position ids —
+    and the layer's input and the embedding output (in a plain forward); recomputing under checkpointing, the
+    backward has begun the layer: the gradients reaching its output (the residual's and the norm's paths, and
+    their sum) and the ops of its last target that need no saved tensor (the output gradient cast to the adapter
+    dtype, scaled, and its 16-bit copy)."""
+    fam = s_.arch
+    last = fam.linear([t for t in s_.targets if fam.linear(t) in fam.linears][-1])
+    b_lr = matmul_bytes(s_) if s_.autocast else b_a
+    own = last.d_out * (b_lr * T + 3 * b_32) + b_lr * T * r
+    b_res = residual_bytes(s_)
+    live = b_c * T * last.d_in + 2 * b_res * T * h + sym("bytes_index") * s
+    if s_.autocast and s_.adapter_upcast:  # the input cast to the adapter dtype is not what lora_A keeps (its
+        live += b_a * T * last.d_in        # 16-bit cast, made after the weight norm)
+        own += matmul_bytes(s_) * T * last.d_in
+    if s_.grad_checkpointing:
+        live += 3 * b_c * T * h + (2 * b_a + b_c) * T * last.d_out
+    else:
+        live += 2 * b_res * T * h
+    return dora_weight_norm(s_, last.name) - own + live
+
+
 def transient_terms(s_: Structure) -> list[Term]:
     """Tensors alive only at one moment of the step (not part of the ledger sum)."""
     logits_bytes = b_32 if s_.compute_fp32 else b_c
@@ -427,7 +497,13 @@ def transient_terms(s_: Structure) -> list[Term]:
 
     temp, why, source = _layer_backward_temp(s_)
     terms.append(Term("layer_backward_temp", "transient", temp, r"M_{\mathrm{mlp}'}", why, source))
-    terms.append(Term("grads_before_first_layer", "transient", b_g * (sym("P_train") - _first_layer_params(s_)),
+    if "lm_head" in s_.modules_to_save:
+        terms.append(Term("head_grad", "transient", saved_copy_bytes(s_) * V * h, r"M_{\mathrm{grad},V}",
+                          "the trainable lm_head copy's gradient, made by the loss backward, alive through the rest "
+                          "of backward", "autograd order"))
+    embed_copy = saved_copy_bytes(s_) * V * h if "embed_tokens" in s_.modules_to_save else 0
+    terms.append(Term("grads_before_first_layer", "transient",
+                      per_trainable(s_, b_g, saved_copy_bytes(s_)) - b_g * _first_layer_params(s_) - embed_copy,
                       r"M_{\mathrm{grad},>0}", "gradients already accumulated when backward reaches the first layer "
                       "(all but the first layer's and the embedding's)", "autograd order"))
     if s_.tied and not s_.lora:
@@ -438,6 +514,11 @@ def transient_terms(s_: Structure) -> list[Term]:
         terms.append(Term("dequant_temp", "transient", b_w * _largest_linear(s_),
                           r"M_{\mathrm{dequant}}", "bitsandbytes dequantizes one 4-bit weight to the load dtype "
                           "for each matmul (the largest is the bound)", "bitsandbytes MatMul4Bit"))
+    if s_.dora and any(s_.arch.linear(t) in s_.arch.linears for t in s_.targets):
+        terms.append(Term("dora_weight_norm", "transient", dora_forward_temp(s_), r"M_{\mathrm{DoRA}}",
+                          "one DoRA forward's weight norm: eye(d_in), ΔW = B·A, W in the adapter dtype, s·ΔW and "
+                          "W + s·ΔW, weight-sized (the layer's last target), net of what that target saves after it",
+                          "peft tuners/lora/dora.py DoraLinearLayer.forward, get_weight_norm"))
     terms.append(Term("one_layer", "transient", per_layer_bytes(s_) + sliding_extra(s_), r"M_{\mathrm{layer}}",
                       "one layer's saved tensors (recomputed under checkpointing), alive until its backward ends",
                       "torch.utils.checkpoint / autograd"))

@@ -39,7 +39,7 @@ N, t = sym("gpus"), sym("tp")
 P, P_train, P_lora, P_quant, P_keep = (sym(n) for n in ("P", "P_train", "P_lora", "P_quant", "P_keep"))
 b_w, b_a, q = sym("bytes_weight"), sym("bytes_adapter"), sym("quant_bits")
 
-WEIGHT_KEYS = ("weights", "weights_nf4", "quant_constants", "weights_16bit", "adapters")
+WEIGHT_KEYS = ("weights", "weights_nf4", "quant_constants", "weights_16bit", "adapters", "saved_modules")
 STATE_KEYS = ("master", "optimizer_states", "optimizer_temp")   # ZeRO-1 and up
 GRAD_KEYS = ("grads", "grads_before_first_layer")               # ZeRO-2 and up: reduce-scattered as produced
 GRAD_VIEWS = ("grads_before_first_layer",)                     # part of "grads" seen at one moment

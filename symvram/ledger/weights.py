@@ -14,13 +14,14 @@ from .functions import at_least, ceil_div
 from .structure import Structure
 from .terms import Term
 
-P, P_train, P_quant, P_keep, P_lora = (sym(n) for n in ("P", "P_train", "P_quant", "P_keep", "P_lora"))
+P, P_train, P_quant, P_keep, P_lora, P_save = (sym(n) for n in ("P", "P_train", "P_quant", "P_keep", "P_lora", "P_save"))
 b_w, b_g, b_m, b_o, n_o, b_a, b_32 = (sym(n) for n in (
     "bytes_weight", "bytes_grad", "bytes_master", "bytes_state", "states_per_param", "bytes_adapter", "bytes_fp32"))
 q, B_q, c_abs, c_abs2, B_q2 = (sym(n) for n in ("quant_bits", "quant_block", "absmax_bits", "dq_absmax_bits", "dq_block"))
 dh = sym("head_dim")
 n_8, B_o, n_qmap, n_page = (sym(n) for n in ("bnb_min_8bit", "bnb_state_block", "bnb_qmap", "bnb_paged_min"))
 BNB = "bitsandbytes optim/optimizer.py Optimizer2State.init_state"
+TRAINABLE_WEIGHTS = ("adapters", "saved_modules", "master")  # the trainable block's weights (not grads or states)
 
 
 def quant_constant_bits(double_quant: bool) -> sp.Expr:
@@ -105,7 +106,7 @@ def trainable_tensor_sizes(s: Structure) -> list[tuple[sp.Expr, sp.Expr, bool]]:
             m = fam.linear(t)
             k = m.count * m.rank_factor
             out += [(k * r * m.d_in, L, False), (k * r * m.d_out, L, False)]
-        return out
+        return out + [(V * h, sp.Integer(1), name == "embed_tokens") for name in s.modules_to_save]
     out = [(V * h, sp.Integer(1), True)] + ([] if s.tied else [(V * h, sp.Integer(1), False)])
     out += [(m.params, L, False) for m in fam.linears + fam.moe_weights]
     out += [(m.d_out, L, False) for m in fam.linears if m.bias in s.options]
@@ -149,12 +150,36 @@ def bnb_terms(s: Structure) -> list[Term]:
     return terms
 
 
+def saved_copy_bytes(s: Structure) -> sp.Expr:
+    """Bytes per element of a modules_to_save copy: a deep copy keeps the module's dtype (fp32 once
+    prepare_model_for_kbit_training has cast the embeddings and lm_head)."""
+    return b_32 if s.kbit_prep else b_w
+
+
+def per_trainable(s: Structure, adapter_bytes: sp.Expr, copy_bytes: sp.Expr) -> sp.Expr:
+    """Bytes of one value per trainable weight (a gradient, a state): LoRA's at ``adapter_bytes``, the
+    modules_to_save copies' at ``copy_bytes``; full fine-tuning's all at ``adapter_bytes``.
+
+    >>> from symvram.ledger.structure import Structure
+    >>> per_trainable(Structure(method="lora", modules_to_save=("lm_head",)), b_g, b_w)
+    P_lora*bytes_grad + P_save*bytes_weight
+    """
+    if not s.modules_to_save:
+        return P_train * adapter_bytes
+    return P_lora * adapter_bytes + P_save * copy_bytes
+
+
 def trainable_terms(s: Structure) -> list[Term]:
     terms = []
     if s.lora:
         terms.append(Term("adapters", "trainable", P_lora * b_a, r"M_{\mathrm{LoRA}}",
                           "LoRA A and B matrices (PEFT keeps them in fp32 unless told otherwise)"))
-    terms.append(Term("grads", "trainable", P_train * b_g, r"M_{\mathrm{grad}}",
+    if s.modules_to_save:
+        terms.append(Term("saved_modules", "trainable", P_save * saved_copy_bytes(s), r"M_{\mathrm{save}}",
+                          f"modules_to_save ({', '.join(s.modules_to_save)}): a trainable deep copy of each, in its "
+                          "dtype, beside the frozen original (tied embeddings: each copy is its own V·h matrix)",
+                          "peft utils/other.py ModulesToSaveWrapper.update"))
+    terms.append(Term("grads", "trainable", per_trainable(s, b_g, saved_copy_bytes(s)), r"M_{\mathrm{grad}}",
                       "one gradient per trainable weight, in the trainable weight's dtype"))
     if s.master:
         terms.append(Term("master", "trainable", P_train * b_m, r"M_{\mathrm{master}}",
@@ -165,7 +190,8 @@ def trainable_terms(s: Structure) -> list[Term]:
     if s.optimizer == "adafactor":
         expr, why = adafactor_factored(s) * b_o, "Adafactor's factored second moment: a row and a column vector per matrix"
     else:
-        expr, why = P_train * n_o * b_o, f"{s.optimizer} keeps n_o states per trainable weight (AdamW: m and v)"
+        expr = n_o * per_trainable(s, b_o, saved_state_bytes(s))
+        why = f"{s.optimizer} keeps n_o states per trainable weight (AdamW: m and v)"
     terms.append(Term("optimizer_states", "trainable", expr, r"M_{\mathrm{opt}}", why))
     if s.optimizer == "adamw" and not s.nominal:
         terms.append(Term("optimizer_steps", "trainable", b_32 * trainable_tensors(s), r"M_{\mathrm{steps}}",
@@ -174,10 +200,17 @@ def trainable_terms(s: Structure) -> list[Term]:
     return terms
 
 
+def saved_state_bytes(s: Structure) -> sp.Expr:
+    """Bytes per optimizer state of a modules_to_save copy: the copy's own dtype where the optimizer keeps
+    states like its parameter (torch's zeros_like), else the state dtype."""
+    return saved_copy_bytes(s) if s.param_states else b_o
+
+
 def trainable_tensors(s: Structure) -> sp.Expr:
-    """How many trainable tensors (not elements): LoRA has an A and a B per target and layer."""
+    """How many trainable tensors (not elements): LoRA has an A and a B per target and layer (and one per
+    modules_to_save copy)."""
     if s.lora:
-        return (3 if s.dora else 2) * L * len(s.targets)  # A, B (and DoRA's magnitude) per target
+        return (3 if s.dora else 2) * L * len(s.targets) + len(s.modules_to_save)  # A, B (and DoRA's m) per target
     return (1 if s.tied else 2) + L * s.arch.tensors_per_layer(s.options) + 1
 
 
@@ -196,7 +229,7 @@ def optimizer_temp_terms(s: Structure) -> list[Term]:
     if s.optimizer != "adamw" or s.optimizer_impl == "fused":
         return []
     if s.optimizer_impl == "foreach":
-        return [Term("optimizer_temp", "transient", P_train * b_o, r"M_{\mathrm{step}}",
+        return [Term("optimizer_temp", "transient", per_trainable(s, b_o, saved_state_bytes(s)), r"M_{\mathrm{step}}",
                      "foreach AdamW: _foreach_sqrt(exp_avg_sq) allocates one state-sized buffer for all parameters",
                      "torch/optim/adamw.py _multi_tensor_adamw")]
     return [Term("optimizer_temp", "transient", 2 * largest_trainable_matrix(s) * b_o, r"M_{\mathrm{step}}",
@@ -216,7 +249,9 @@ def definitions(s: Structure) -> list[tuple[sp.Symbol, sp.Expr]]:
     if s.lora:
         magnitude = L * sp.Add(*(fam.linear(t).d_out for t in s.targets)) if s.dora else 0  # DoRA's m, d_out each
         defs.append((P_lora, fam.lora_params(s.targets, sym("rank")) + magnitude))
-        defs.append((P_train, P_lora))
+        if s.modules_to_save:
+            defs.append((P_save, len(s.modules_to_save) * V * h))
+        defs.append((P_train, P_lora + (P_save if s.modules_to_save else 0)))
     else:
         defs.append((P_train, P))
     return defs

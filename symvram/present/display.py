@@ -68,6 +68,8 @@ def title(bd: Breakdown) -> str:
     method = {"full": "full fine-tuning", "lora": "LoRA", "qlora": "QLoRA"}[sc.method]
     if sc.lora:
         method += f" r={sc.rank} on {len(sc.targets)} target module{'s' * (len(sc.targets) > 1)}"
+    if sc.modules_to_save:
+        method += f" + trainable {', '.join(sc.modules_to_save)} (modules_to_save)"
     parts = [sc.model.name, method, f"batch {sc.batch} × seq {sc.seq}",
              sc.dtype + (f" + autocast {sc.autocast}" if sc.autocast != "none" else "")
              + (" + fp32 master" if sc.master == "fp32" else ""),

@@ -13,10 +13,11 @@ True
 from __future__ import annotations
 
 WIDTH = 100
-SHOWN = ("method", "batch", "seq", "grad_checkpointing", "rank", "targets", "lora_dropout", "double_quant", "dtype",
+SHOWN = ("stack", "method", "batch", "seq", "grad_checkpointing", "rank", "targets", "lora_dropout", "modules_to_save",
+         "double_quant", "dtype",
          "autocast", "adapter_dtype", "master", "optimizer", "optimizer_impl", "state_dtype", "attention", "gpus",
          "zero", "offload", "tp")
-LORA_ONLY = {"rank", "targets", "lora_dropout", "adapter_dtype"}
+LORA_ONLY = {"rank", "targets", "lora_dropout", "modules_to_save", "adapter_dtype"}
 
 
 def _value(v, target_sets: dict[str, tuple[str, ...]]) -> str:
@@ -38,7 +39,8 @@ def provenance_rows(sc, reading, cli: set[str], model_source: str) -> list[tuple
     settings = reading.settings if reading is not None else {}
     for key in SHOWN:
         if (key in LORA_ONLY and not sc.lora) or (key == "double_quant" and sc.method != "qlora") \
-                or (key == "tp" and sc.tp == 1 and key not in cli and key not in settings):
+                or (key == "tp" and sc.tp == 1 and key not in cli and key not in settings) \
+                or (key == "modules_to_save" and not sc.modules_to_save):
             continue
         value = getattr(sc, key)
         if key in cli:

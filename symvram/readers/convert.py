@@ -13,7 +13,7 @@ symvram.readers.convert.WrongValue: expected a positive integer, got 'four'
 from __future__ import annotations
 
 from ..errors import UserError
-from ..scenario import parse_targets
+from ..scenario import MODULES_TO_SAVE, parse_modules_to_save, parse_targets
 
 
 class WrongValue(ValueError):
@@ -66,6 +66,29 @@ def nonempty(value) -> bool:
     if isinstance(value, list):
         return bool(value)
     raise WrongValue(f"expected a list of module names, got {value!r}")
+
+
+def _module_names(value) -> list[str]:
+    if isinstance(value, str):
+        return [n.strip().rsplit(".", 1)[-1] for n in value.split(",") if n.strip()]
+    if isinstance(value, list) and all(isinstance(n, str) for n in value):
+        return [n.strip().rsplit(".", 1)[-1] for n in value if n.strip()]
+    raise WrongValue(f"expected a list of module names, got {value!r}")
+
+
+def modules_to_save(value) -> tuple[str, ...]:
+    """PEFT's modules_to_save (a list or a comma string; PEFT matches names by their last part): the modules
+    symvram models, in canonical order (the others warn through ``other_modules``).
+
+    >>> modules_to_save("model.embed_tokens,lm_head,score"), modules_to_save([])
+    (('embed_tokens', 'lm_head'), ())
+    """
+    return parse_modules_to_save([n for n in _module_names(value) if n in MODULES_TO_SAVE])
+
+
+def other_modules(value) -> bool:
+    """Does a modules_to_save list name a module beyond the embedding and lm_head (not modelled)?"""
+    return any(n not in MODULES_TO_SAVE for n in _module_names(value))
 
 
 def choice(mapping: dict):

@@ -36,6 +36,15 @@ QLORA = {"axolotl": {"adapter": "qlora", "load_in_4bit": True},
          "llamafactory": {"finetuning_type": "lora", "quantization_bit": 4},
          "trl": {"model_init_kwargs.quantization_config.load_in_4bit": True}}
 EIGHT_BIT = "adamw_bnb_8bit"
+# --loss-impl as each tool switches it on (axolotl through its integration plugins; TRL 1.16's SFTTrainer turns
+# Liger's fused cross-entropy off in favour of its own fused LM head, so its files get the flag)
+LOSS = {"axolotl": {"liger": {"plugins": "[axolotl.integrations.liger.LigerPlugin]",
+                              "liger_fused_linear_cross_entropy": True},
+                    "cce": {"plugins": "[axolotl.integrations.cut_cross_entropy.CutCrossEntropyPlugin]",
+                            "cut_cross_entropy": True},
+                    "chunked": {"chunked_cross_entropy": True}},
+        "llamafactory": {"liger": {"enable_liger_kernel": True}},
+        "trainer": {"liger": {"use_liger_kernel": True}}}
 
 
 def _line(file: str, key: str, value) -> str:
@@ -82,6 +91,10 @@ def edits(reading: Reading, changes: dict, batch_before: int = 1) -> list[str]:
         if setting == "method" and value == "qlora" and reading.primary and reading.primary[1] in QLORA:
             file, tool = reading.primary
             out += [_line(file, k, v) for k, v in QLORA[tool].items()]
+            continue
+        if setting == "loss_impl" and reading.primary and value in LOSS.get(reading.primary[1], {}):
+            file, tool = reading.primary
+            out += [_line(file, k, v) for k, v in LOSS[tool][value].items()]
             continue
         if setting == "state_dtype" and value == "int8":
             where = _target(reading, "optimizer", "optim")

@@ -254,8 +254,8 @@ def read_files(paths: list[str], cli: dict | None = None) -> Reading:
 BNB_ADAMW8 = ("adamw_bnb_8bit", "adamw_8bit", "paged_adamw_8bit")
 
 # Scenario settings a table may set directly
-_SETTINGS = ("rank", "lora_dropout", "targets", "seq", "batch", "grad_checkpointing", "attention", "gpus",
-             "double_quant", "tp", "checkpoint_impl", "loss_impl", "dora")
+_SETTINGS = ("stack", "rank", "lora_dropout", "targets", "seq", "batch", "grad_checkpointing", "attention", "gpus",
+             "double_quant", "tp", "checkpoint_impl", "loss_impl", "dora", "modules_to_save")
 
 
 def _join(*values: Value | None) -> str:
@@ -286,6 +286,12 @@ def _resolve(f: dict[str, Value], reading: Reading, cli: dict) -> dict[str, Valu
     elif training in ("trl", "trainer") and reading.primary:
         out["method"] = Value("full", f"{TOOLS[training].title} default (no adapter in it)", 0)
     method = cli.get("method") or (out["method"].value if "method" in out else "full")
+    save = out.get("modules_to_save")
+    if save is not None and (not save.value or method == "full"):
+        del out["modules_to_save"]
+        if save.value:
+            reading.warnings.append(f"{save.source}: modules_to_save applies beside LoRA adapters; full fine-tuning "
+                                    "trains those modules anyway (ignored)")
     # LoRA targets: a flag for every linear layer wins over a list
     linear = f.get("target_linear")
     if linear is not None and linear.value:
@@ -311,8 +317,27 @@ def _resolve(f: dict[str, Value], reading: Reading, cli: dict) -> dict[str, Valu
         off = f.get("fsdp_offload")
         if off is not None and off.value:
             out["offload"] = Value("optimizer+params", off.source)
+    if reading.files:
+        out["stack"] = _stack(reading, "deepspeed" if ds else "fsdp" if fsdp_on else None)
     out.update(_precision(f, training, method, ds, reading))
     return out
+
+
+def _stack(reading: Reading, parallel: str | None) -> Value:
+    """The stack a training file implies: axolotl, LLaMA-Factory, TRL and the Trainer all run transformers'
+    Trainer (``hf``); a DeepSpeed or FSDP run takes the stack of that name where symvram has one, else ``hf``
+    with the ZeRO stage and offload read from the files.
+
+    >>> _stack(Reading(files=[("run.yml", "axolotl")]), None).source
+    "axolotl 0.19: runs transformers' Trainer"
+    """
+    from ..stacks import stacks
+
+    tool = TOOLS[(reading.primary or reading.files[0])[1]].title
+    if parallel in stacks():
+        return Value(parallel, f"{tool}: {stacks()[parallel]['title']}", 0)
+    how = {"deepspeed": " with DeepSpeed (ZeRO from its config)", "fsdp": " with FSDP (ZeRO-3 from its config)"}
+    return Value("hf", f"{tool}: runs transformers' Trainer{how.get(parallel, '')}", 0)
 
 
 def _precision(f: dict[str, Value], training: str, method: str, ds: bool, reading: Reading) -> dict[str, Value]:

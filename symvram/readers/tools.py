@@ -53,12 +53,12 @@ FACTS = ("model", "adapter", "quant", "bf16", "fp16", "pure_bf16", "model_dtype"
          "ds_stage", "ds_offload_optimizer", "ds_offload_param", "fsdp", "fsdp_offload", "distributed")
 # Memory-relevant settings the ledger does not hold yet: the default it assumes, and what a change does
 PENDING = {
-    "modules_to_save": (False, "modules_to_save trains full copies of those modules (weights, grads, states)"),
     "liger": (False, "Liger's fused RMSNorm/SwiGLU/RoPE kernels keep fewer activations"),
     "activation_offloading": (False, "offloaded activations live in host memory, not on the GPU"),
     "paged_optimizer": (False, "paged optimizer states may be evicted to host memory under pressure"),
 }
 
+SAVE_OTHERS = "modules_to_save beyond embed_tokens and lm_head (their trainable copies)"
 BOOL = c.boolean
 ATTN = c.attention
 
@@ -73,7 +73,8 @@ AXOLOTL = Tool("axolotl", "axolotl 0.19", (
     Row("lora_dropout", "lora_dropout", c.number, default=0.0),
     Row("lora_target_modules", "targets", c.targets, default=("q_proj", "v_proj")),  # PEFT's llama default
     Row("lora_target_linear", "target_linear", BOOL),
-    Row("lora_modules_to_save", "modules_to_save", c.nonempty),
+    Row("lora_modules_to_save", "modules_to_save", c.modules_to_save),
+    Row("lora_modules_to_save", None, c.other_modules, why=SAVE_OTHERS),
     Row("peft_use_dora", "dora", BOOL),
     Row("bnb_config_kwargs.bnb_4bit_use_double_quant", "double_quant", BOOL, default=True),
     Row("sequence_len", "seq", c.integer, default=512),
@@ -147,7 +148,8 @@ LLAMAFACTORY = Tool("llamafactory", "LLaMA-Factory 0.9.5", (
     Row("lora_alpha", INFO, c.number, default="2 × lora_rank"),
     Row("lora_dropout", "lora_dropout", c.number, default=0.0),
     Row("lora_target", "targets", c.targets, default=c.targets("all")),
-    Row("additional_target", "modules_to_save", c.nonempty),
+    Row("additional_target", "modules_to_save", c.modules_to_save),
+    Row("additional_target", None, c.other_modules, why=SAVE_OTHERS),
     Row("use_dora", "dora", BOOL),
     Row("cutoff_len", "seq", c.integer, default=2048),
     Row("per_device_train_batch_size", "batch", c.integer, default=8),  # the Trainer's
@@ -255,6 +257,15 @@ TRL = Tool("trl", "TRL 1.16 SFTConfig", (
     Row("model_init_kwargs.quantization_config.load_in_8bit", "quant", lambda v: 8 if BOOL(v) else None),
     Row("model_init_kwargs.quantization_config.bnb_4bit_use_double_quant", "double_quant", BOOL),
     Row("model_init_kwargs.use_kernels", "liger", c.is_on),
+    # TRL's ModelConfig (trl sft --config): PEFT's LoraConfig from the same file
+    Row("use_peft", "adapter", lambda v: "lora" if BOOL(v) else "full"),
+    Row("load_in_4bit", "quant", lambda v: 4 if BOOL(v) else None),
+    Row("lora_r", "rank", c.integer),
+    Row("lora_dropout", "lora_dropout", c.number),
+    Row("lora_target_modules", "targets", c.targets),
+    Row("lora_modules_to_save", "modules_to_save", c.modules_to_save),
+    Row("lora_modules_to_save", None, c.other_modules, why=SAVE_OTHERS),
+    Row("use_dora", "dora", BOOL),
     Row("activation_offloading", "activation_offloading", c.is_on),
 ), harmless=_TRAINER_HARMLESS, markers=frozenset({"dataset_text_field", "max_length", "packing",
                                                   "completion_only_loss", "assistant_only_loss"}))

@@ -12,13 +12,14 @@ True
 from __future__ import annotations
 
 from ..evaluate import Breakdown
+from ..ledger.weights import TRAINABLE_WEIGHTS
 
 # measured category -> which estimate terms (by block / key) belong to it
 CATEGORIES = ("params", "grads", "optimizer_state", "activations_and_temporaries")
 
 
 def _category(key: str, block: str) -> str:
-    if block == "base" or key in ("adapters", "master"):
+    if block == "base" or key in TRAINABLE_WEIGHTS:
         return "params"
     if key in ("grads", "grads_before_first_layer"):
         return "grads"

@@ -102,6 +102,12 @@ def build_model(spec: dict):
         # as loaded weights are: floating buffers (rotary inv_freq) in the weights' dtype too
         model.to(dtype)
     prepared = False
+    if spec["method"] == "qlora" and spec.get("dora"):
+        from ..errors import UserError
+
+        raise UserError("DoRA on a 4-bit base cannot be measured here: PEFT's DoRA deep-copies each Linear4bit to "
+                        "dequantize it for the magnitude's initial norm, and Params4bit's __deepcopy__ (set_data) fails "
+                        "on the meta device; the estimate models it from PEFT's source")
     if spec["method"] == "qlora":
         _quantize_linears(model, dtype)
         if spec.get("kbit_prep", "peft") == "peft":
@@ -116,6 +122,7 @@ def build_model(spec: dict):
             target_modules=peft_target_modules(spec),
             task_type="CAUSAL_LM",
             use_dora=bool(spec.get("dora", False)),
+            modules_to_save=list(spec.get("modules_to_save", [])) or None,
         )
         if spec.get("dora"):
             _dora_collect_cycles()

@@ -28,7 +28,7 @@ ALIASES = {"gradient_checkpointing": "grad_checkpointing", "attn_impl": "attenti
 # stack's values. Keys in OPTIONAL appear in the canonical spec only when they differ from their default, so
 # the keys (hashes) of earlier measurements stay the same.
 OPTIONAL: dict[str, Any] = {"stack": "torch", "checkpoint_impl": "non-reentrant", "loss_impl": "torch",
-                            "kbit_prep": "peft", "dora": False}
+                            "kbit_prep": "peft", "dora": False, "modules_to_save": []}
 
 
 def _stack_values(name: str, dtype: str) -> dict[str, Any]:
@@ -109,6 +109,7 @@ def normalize_spec(spec: dict) -> dict:
         s["lora_dropout"] = float(s["lora_dropout"] or 0.0)
         if s["lora_alpha"] is None:
             s["lora_alpha"] = 2 * s["rank"]
+        s["modules_to_save"] = sorted(s["modules_to_save"])
         if s["adapter_dtype"] not in ("fp32", "base"):
             raise UserError("adapter_dtype must be 'fp32' (PEFT default) or 'base'")
     else:
@@ -140,7 +141,9 @@ def to_scenario(spec: dict) -> Scenario:
         lora_dropout=s["lora_dropout"] if lora else None, adapter_dtype=adapter, dtype=s["dtype"],
         autocast=s["autocast"] or "none", state_dtype=None if s["optimizer"] in BNB_OPTIMIZERS else trainable,
         optimizer=s["optimizer"],
-        optimizer_impl=s["optimizer_impl"], batch=s["batch"], seq=s["seq"], **{k: s.get(k, v) for k, v in OPTIONAL.items()},
+        optimizer_impl=s["optimizer_impl"], batch=s["batch"], seq=s["seq"],
+        **{k: s.get(k, v) for k, v in OPTIONAL.items() if k != "modules_to_save"},
+        modules_to_save=s.get("modules_to_save", []),
         grad_checkpointing=s["grad_checkpointing"], attention=s["attention"],
         device="cuda" if s["device"] == "cuda" else "cpu")
 
@@ -151,8 +154,10 @@ def from_scenario(sc: Scenario) -> dict:
             "dtype": sc.dtype, "autocast": None if sc.autocast == "none" else sc.autocast,
             "optimizer": sc.optimizer, "optimizer_impl": sc.optimizer_impl,
             "grad_checkpointing": sc.grad_checkpointing, "attention": sc.attention,
-            **{k: getattr(sc, k) for k, v in OPTIONAL.items() if getattr(sc, k) != v}}
+            **{k: getattr(sc, k) for k, v in OPTIONAL.items() if k != "modules_to_save" and getattr(sc, k) != v}}
     if sc.lora:
         spec.update(rank=sc.rank, targets=list(sc.targets), lora_dropout=sc.lora_dropout,
                     adapter_dtype="fp32" if sc.adapter_dtype == "fp32" else "base")
+        if sc.modules_to_save:
+            spec["modules_to_save"] = list(sc.modules_to_save)
     return spec
