@@ -17,7 +17,7 @@ from .errors import UserError
 from .ledger.architecture import Family, family
 from .ledger.structure import Structure
 from .presets import MAX_DIM, ModelSpec, load_model
-from .stacks import STACK_SETTINGS, check_stack, concrete, resolve
+from .stacks import STACK_EXTRAS, STACK_SETTINGS, check_stack, concrete, resolve, stacks
 from .symbols import SYMBOLS
 
 METHODS = ("full", "lora", "qlora")
@@ -136,6 +136,7 @@ class Scenario:
     loss_impl: str = "torch"
     dora: bool = False              # PEFT LoraConfig(use_dora=True)
     kbit_prep: str = "none"         # QLoRA: peft's prepare_model_for_kbit_training (fp32 non-quantized weights)
+    mp_policy: str = "none"         # FSDP2 MixedPrecisionPolicy(param_dtype=this, reduce_dtype=fp32) on fp32 storage
     overrides: tuple[tuple[str, float], ...] = field(default=())
     # the settings given (not filled by the stack): with_changes keeps them and lets the stack fill the rest again
     given: frozenset = field(default=frozenset(), compare=False, repr=False)
@@ -174,7 +175,7 @@ class Scenario:
 
     def with_changes(self, **kw) -> "Scenario":
         """A copy with some inputs changed, checked again."""
-        implied = (*STACK_SETTINGS, "grad_checkpointing")  # what the stack fills in, it fills in again
+        implied = (*STACK_SETTINGS, *STACK_EXTRAS, "grad_checkpointing")  # what the stack fills in, it fills in again
         merged = {k: getattr(self, k) for k in self.__dataclass_fields__ if k not in ("model", "given")
                   and (k not in implied or k in self.given)}
         merged.update({k: v for k, v in kw.items() if v is not None})
@@ -189,6 +190,8 @@ class Scenario:
     def compute_dtype(self) -> str:
         if self.kbit_prepared:  # the fp32 embedding makes the residual stream, and what is saved, fp32
             return "fp32"
+        if self.mp_policy != "none":  # FSDP2 all-gathers the parameters in param_dtype: modules compute in it
+            return self.mp_policy
         return self.autocast if self.autocast != "none" else self.dtype
 
     @property
@@ -208,6 +211,7 @@ class Scenario:
         _choice(self.optimizer_impl, OPTIMIZER_IMPLS, "--optimizer-impl")
         _choice(self.adapter_dtype, DTYPES, "--adapter-dtype")
         _choice(self.autocast, ("none", "bf16", "fp16"), "--autocast")
+        _choice(self.mp_policy, ("none", "bf16", "fp16"), "--mp-policy")
         _choice(self.attention, ATTENTIONS, "--attention")
         fam = family(self.model.family)
         if self.attention not in fam.attention_kernels:
@@ -256,6 +260,9 @@ class Scenario:
         if self.loss_impl == "cce" and self.compute_dtype == "fp32":
             raise UserError("--loss-impl cce: Cut Cross-Entropy asserts 16-bit hidden states (bf16/fp16); these are "
                             "fp32" + (" (prepare_model_for_kbit_training casts them)" if self.kbit_prepared else ""))
+        if self.mp_policy != "none" and (self.zero != 3 or self.dtype != "fp32" or self.autocast != "none"):
+            raise UserError(f"--mp-policy {self.mp_policy} is FSDP2's MixedPrecisionPolicy: it needs --zero 3 and "
+                            "parameters stored in fp32 (--dtype fp32), without --autocast")
         if self.method == "qlora" and self.dtype == "fp32":
             raise UserError("QLoRA stores the base in 4-bit and computes in 16-bit: use --dtype bf16 or fp16")
         vals = {**self.model.dims, **dict(self.overrides)}  # what --set changes is checked like the rest
@@ -312,7 +319,7 @@ class Scenario:
             master=self.master == "fp32", optimizer=self.optimizer, optimizer_impl=self.optimizer_impl,
             embed_states_fp32=self.optimizer in BNB_OPTIMIZERS and self.stack == "hf" and not self.lora,
             compute_fp32=self.compute_dtype == "fp32",
-            adapter_upcast=self.lora and self.adapter_dtype != self.compute_dtype,
+            adapter_upcast=self.lora and self.mp_policy == "none" and self.adapter_dtype != self.compute_dtype,
             autocast=self.autocast != "none", weight_casts=self.autocast != "none" and self.dtype == "fp32",
             dropout=self.lora and self.lora_dropout > 0, device=self.device,
             attention=self.attention, grad_checkpointing=self.grad_checkpointing,
@@ -320,6 +327,7 @@ class Scenario:
             checkpoint_reentrant=self.grad_checkpointing and self.checkpoint_impl == "reentrant",
             loss_impl=self.loss_impl, dora=self.lora and self.dora, zero=self.zero, offload=self.offload,
             sequence_parallel=self.sequence_parallel, tensor_parallel=self.tp > 1,
+            mp_policy=self.mp_policy != "none", zero_impl=stacks()[self.stack].get("zero_impl", "fsdp2"),
         )
 
     def values(self) -> dict[str, int | float]:

@@ -23,6 +23,10 @@ from .errors import UserError
 STACK_SETTINGS = ("adapter_dtype", "autocast", "optimizer", "optimizer_impl", "state_dtype", "checkpoint_impl",
                   "loss_impl", "kbit_prep")
 
+# settings only some stacks decide (the storage dtype, the ZeRO stage, FSDP2's mixed-precision policy); the
+# Scenario's own default otherwise
+STACK_EXTRAS = ("dtype", "zero", "mp_policy")
+
 
 @cache
 def stacks() -> dict[str, dict]:
@@ -59,6 +63,12 @@ def resolve(model, kw: dict) -> dict:
     for key in STACK_SETTINGS:
         if kw.get(key) is None:
             kw[key] = entry[key]
+    policy_given = kw.get("mp_policy") is not None
+    for key in STACK_EXTRAS:
+        if kw.get(key) is None and key in entry:
+            kw[key] = entry[key]
+    if not policy_given and kw.get("mp_policy") not in (None, "none") and (kw.get("dtype") or "bf16") != "fp32":
+        kw["mp_policy"] = "none"   # FSDP2 with 16-bit storage: no policy (the parameters already are 16-bit)
     if kw["autocast"] == "weights16":
         kw["autocast"] = kw.get("dtype") if kw.get("dtype") in ("bf16", "fp16") else "bf16"
     return kw
@@ -72,6 +82,8 @@ def concrete(kw: dict, lora: bool) -> dict:
     compute = kw["autocast"] if kw.get("autocast") not in (None, "none") else dtype
     if kw.get("adapter_dtype") == "compute":
         kw["adapter_dtype"] = compute
+    elif kw.get("adapter_dtype") == "weights":  # FSDP2 all-gathers one dtype per unit: adapters as stored
+        kw["adapter_dtype"] = dtype
     if kw.get("state_dtype") == "param":
         kw["state_dtype"] = kw["adapter_dtype"] if lora else dtype
     return kw

@@ -65,4 +65,4 @@ def build_ledger(s: Structure) -> Ledger:
     terms = shard_terms(terms, s)  # per GPU: ZeRO / FSDP, tensor parallel, offload (identity on one GPU)
     by_key = {t.key: t for t in terms}
     assert len(by_key) == len(terms), "duplicate term keys"
-    return Ledger(terms=tuple(terms), moments=gpu_moments(_moments(by_key, s), by_key), definitions=tuple(definitions(s)))
+    return Ledger(terms=tuple(terms), moments=gpu_moments(_moments(by_key, s), by_key, s), definitions=tuple(definitions(s)))

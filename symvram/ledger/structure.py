@@ -40,6 +40,8 @@ class Structure:
     offload: str = "none"             # none | optimizer | optimizer+params
     sequence_parallel: bool = False   # Megatron sequence parallelism with tensor parallelism
     tensor_parallel: bool = False     # tensor parallelism t > 1 (Megatron): weights and activations split
+    mp_policy: bool = False           # FSDP2 MixedPrecisionPolicy: fp32 storage gathered in the compute dtype, fp32 reduce
+    zero_impl: str = "fsdp2"          # fsdp2 (torch fully_shard) | deepspeed: who implements the ZeRO stage
 
     @property
     def arch(self) -> Family:

@@ -29,6 +29,8 @@ from ..scenario import Scenario
 from ..symbols import SYMBOLS
 from .spec import from_scenario
 
+_TOTAL = "Total"
+DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 CATEGORIES = ("sharded_params", "sharded_grads", "optimizer_states", "unsharded_params")
 
 
@@ -55,10 +57,13 @@ def _tracker_class():
             super().__init__(*args)
             self.maxima: dict[str, int] = {}
             self.suspended = 0
+            self.op = ""
+            self.peak_at: dict = {"Total": 0}   # the categories at the largest total, and where it happened
 
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             if self.suspended:  # see _untracked_sharding_propagation
                 return func(*args, **(kwargs or {}))
+            self.op = str(func)
             return super().__torch_dispatch__(func, types, args, kwargs)
 
         def _update_peak_stats(self, peak_state) -> None:
@@ -67,6 +72,11 @@ def _tracker_class():
                 for key, value in snap.items():
                     name = getattr(key, "value", key)
                     self.maxima[name] = max(self.maxima.get(name, 0), int(value))
+                if int(snap[_TOTAL]) > self.peak_at["Total"]:
+                    phase = "optimizer" if self._in_opt else "backward" if self._mod_tracker.is_bw else "forward"
+                    where = max(self._mod_tracker.parents, key=len, default="")
+                    self.peak_at = {**{getattr(k, "value", k): int(v) for k, v in snap.items()},
+                                    "where": f"{phase} {where}".strip(), "op": self.op}
 
     return MaxTracker
 
@@ -148,7 +158,7 @@ def _local_bytes(t: torch.Tensor) -> int:
 def measure_fsdp(spec: dict, world_size: int) -> dict:
     """Rank 0's bytes under FSDP2 with ``world_size`` fake ranks, by category (see module docstring)."""
     from torch._subclasses.fake_tensor import FakeTensorMode
-    from torch.distributed.fsdp import fully_shard
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
     from .measure import _untraced_packed_check, build_model, build_optimizer, normalize_spec
 
@@ -160,10 +170,12 @@ def measure_fsdp(spec: dict, world_size: int) -> dict:
     fake = FakeTensorMode(allow_non_fake_inputs=True)
     with fake:
         model.to_empty(device="cpu")
+        policy = {} if spec.get("mp_policy", "none") == "none" else {"mp_policy": MixedPrecisionPolicy(
+            param_dtype=DTYPES[spec["mp_policy"]], reduce_dtype=torch.float32)}
         for module in model.modules():
             if type(module).__name__.endswith("DecoderLayer"):
-                fully_shard(module, mesh=mesh)
-        fully_shard(model, mesh=mesh)
+                fully_shard(module, mesh=mesh, **policy)
+        fully_shard(model, mesh=mesh, **policy)
         optimizer = build_optimizer(spec, [p for p in model.parameters() if p.requires_grad])
         ids = torch.randint(0, int(model.config.vocab_size), (int(spec["batch"]), int(spec["seq"])))
         tracker = _tracker_class()(model, optimizer)
@@ -189,6 +201,7 @@ def measure_fsdp(spec: dict, world_size: int) -> dict:
         "unsharded_params": m.get("Unsharded Param", 0),
         "unsharded_grads": m.get("Unsharded Grad", 0),
         "peak_bytes": int(tracker.get_tracker_snapshot("peak")[torch.device("cpu")]["Total"]),
+        "peak_at": tracker.peak_at,   # the categories at the peak and the module running then
         "comm_bytes": dict(collectives.sent),   # sent by rank 0 in the last step, per collective kind
         "versions": {"torch": torch.__version__},
     }
