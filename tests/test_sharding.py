@@ -51,12 +51,31 @@ LAYER_7B = 4 * H * H + 3 * H * F + 2 * H              # q, k, v, o; gate, up, do
 ROOT_7B = 2 * V * H + H                                # embeddings, lm_head, final norm
 
 
-def test_zero3_on_one_gpu_costs_the_gathered_units():
+def test_zero3_on_one_gpu_costs_fsdp2_buffers():
+    """FSDP2's buffers by hand for the 7B shape in bf16 (no policy: gathered, reduced and sharded in bf16)."""
     plain, z3 = estimate("7b", method="full"), estimate("7b", method="full", zero=3, gpus=1)
-    gathered = (ROOT_7B + 2 * LAYER_7B) * 2                # root + computing + prefetched layer, bf16
-    assert z3.terms["gathered_params"] == gathered
-    assert z3.moments["forward_loss"] == plain.moments["forward_loss"] + gathered
+    t = z3.terms
+    assert t["gathered_root"] == 2 * ROOT_7B
+    assert t["gathered_layer"] == t["allgather_buffer"] == t["layer_grads_unsharded"] == 2 * LAYER_7B
+    assert t["reduce_scatter_buffer"] == 2 * LAYER_7B and t["grads_one_layer"] == 2 * LAYER_7B
+    assert t["root_grads_unsharded"] == 2 * (V * H + H)                     # lm_head and final norm, unsharded
+    # the root's reduce-scatter: its input, then either every root gradient or the output and the embedding's
+    assert t["root_reduce"] == 2 * ROOT_7B + max(2 * ROOT_7B, 2 * ROOT_7B + 2 * V * H)
+    # end of forward: the root and the last layer's all-gather output (freed at the root's post-forward)
+    assert z3.moments["forward_loss"] == plain.moments["forward_loss"] + 2 * (ROOT_7B + LAYER_7B)
     assert z3.moments["optimizer_step"] == plain.moments["optimizer_step"]   # resharded before the step
+
+
+def test_fsdp2_policy_gathers_in_bf16_and_reduces_in_fp32():
+    """MixedPrecisionPolicy(bf16, fp32) on fp32 storage: shards in fp32, everything unsharded in bf16."""
+    n = 4
+    e = estimate("7b", stack="fsdp", method="full", gpus=n)
+    t = e.terms
+    assert (e.scenario.dtype, e.scenario.mp_policy, e.scenario.zero) == ("fp32", "bf16", 3)
+    assert t["weights"] == t["grads"] == 4 * P7 // n and t["optimizer_states"] == 8 * P7 // n
+    assert t["gathered_layer"] == t["layer_grads_unsharded"] == 2 * LAYER_7B
+    assert t["reduce_scatter_buffer"] == 4 * LAYER_7B and t["grads_one_layer"] == 4 * LAYER_7B // n
+    assert t["root_reduce"] == 4 * ROOT_7B + max(2 * ROOT_7B, 4 * ROOT_7B // n + 2 * V * H)
 
 
 @pytest.mark.parametrize("method", ["full", "lora", "qlora"])
@@ -101,8 +120,8 @@ def test_deepspeed_zero3_offload_gpu_formulas():
     params = estimate("7b", method="full", zero=3, gpus=n, offload="optimizer+params")
     opt = estimate("7b", method="full", zero=3, gpus=n, offload="optimizer")
     assert opt.terms["weights"] == 2 * P7 // n                                    # DeepSpeed's 2Ψ/N
-    assert params.terms["gathered_params"] - 4 * ll == 2 * (ROOT_7B + 2 * LAYER_7B) - 4 * ll
-    assert params.terms["gathered_params"] - 4 * ll == 2 * H + 4 * LAYER_7B       # = 2·(final norm + 2 layers)
+    gathered = sum(params.terms[k] for k in ("gathered_root", "gathered_layer", "allgather_buffer"))
+    assert gathered - 4 * ll == 2 * H + 4 * LAYER_7B       # = 2·(final norm + 2 layers) beyond DeepSpeed's 4·LL
 
 
 def test_tensor_parallel_megatron_split():

@@ -34,6 +34,7 @@ from ..symbols import sym
 from .architecture import L, V, f, f_e, h, nh, nkv
 from .structure import Structure
 from .terms import Moment, Term
+from .functions import at_least
 from .weights import compute_adapter_bytes, compute_weight_bytes, quant_constant_bits
 
 N, t = sym("gpus"), sym("tp")
@@ -44,11 +45,15 @@ b_32, T = sym("bytes_fp32"), sym("batch") * sym("seq")
 WEIGHT_KEYS = ("weights", "weights_nf4", "quant_constants", "weights_16bit", "adapters")
 STATE_KEYS = ("master", "optimizer_states", "optimizer_temp")   # ZeRO-1 and up
 GRAD_KEYS = ("grads", "grads_before_first_layer")               # ZeRO-2 and up: reduce-scattered as produced
-GRAD_VIEWS = ("grads_before_first_layer", "grads_one_layer", "grads_above_first")  # part of "grads" seen at one moment
+GRAD_VIEWS = ("grads_before_first_layer",)  # part of "grads" seen at one moment
 OPTIMIZER_HOST_KEYS = ("grads", "master", "optimizer_states", "optimizer_steps", "optimizer_temp")
 PARAM_SIDE = WEIGHT_KEYS + GRAD_KEYS + OPTIMIZER_HOST_KEYS + ("buffers",)
 REPLICATED_ACTIVATIONS = ("act_rope", "act_tokens", "backward_tail")
 FSDP = "torch FSDP2 fully_shard per decoder layer, then the root (ZeRO-3 / FULL_SHARD)"
+# the layers whose backward end can be the peak: that moment is linear in the layer's index i (one layer's
+# activations fewer, one layer's sharded gradients more per step down), so the largest is at an end of each
+# stretch: i = L−1 (nothing reduced yet), L−2 (a reduce-scatter input beside it), 1, and 0 (no prefetch)
+LAYER_ENDS = (("last", L - 1), ("next", L - 2), ("second", sp.Integer(1)), ("first", sp.Integer(0)))
 STAGE_NAMES = {0: "DDP", 1: "ZeRO-1", 2: "ZeRO-2", 3: "ZeRO-3"}
 
 
@@ -139,30 +144,32 @@ def fsdp_terms(s: Structure) -> list[Term]:
         Term("reduce_scatter_buffer", "transient", unit * b_g, r"M_{\mathrm{RS}}",
              "the previous layer's reduce-scatter input (N × shard in the reduce dtype), kept until the next "
              "layer's post-backward", f"{src} post_backward (reduce_scatter_states)"),
-        Term("grads_one_layer", "transient", unit * b_g / N, r"G_{L-1}/N",
-             "the sharded gradients of the last layer, reduce-scattered already", "_fsdp_collectives.py foreach_reduce"),
-        Term("grads_above_first", "transient", (L - 1) * unit * b_g / N, r"G_{>0}/N",
-             "the sharded gradients of every layer but the first", "_fsdp_collectives.py foreach_reduce"),
         Term("layer_end_temp", "transient", 3 * b_c * T * h, r"M_{\mathrm{norm}_0'}",
              "at a layer's input-norm backward (beside the norm's fp32 temporaries): its saved input and the gradients "
              "reaching the residual stream (measured)", "autograd of LlamaRMSNorm"),
     ]
-    if not s.grad_checkpointing:
-        from .activations import per_layer_bytes, sliding_extra
+    from .activations import per_layer_bytes, sliding_extra
 
-        one = per_layer_bytes(s) + sliding_extra(s)
-        terms += [Term(f"act_layers_below_{which}", "transient", (L - k) * one, rf"(L-{k})\,A_{{\mathrm{{layer}}}}",
-                       f"the saved tensors of the layers below the {which} layer", "autograd")
-                  for which, k in (("last", 1), ("next", 2))]
+    below = 0 if s.grad_checkpointing else per_layer_bytes(s) + sliding_extra(s)  # checkpointed: in act_checkpoints
+    reduced = unit * b_g / N if s.offload == "none" else 0                        # offloaded: on the host
+    for which, i in LAYER_ENDS:   # the end of layer i's backward: layers > i reduced, layers < i still saved
+        terms.append(Term(f"{which}_layer_end", "transient", i * below + (L - 1 - i) * reduced
+                          + at_least(L - 1 - i, 1) * unit * b_g + at_least(i, 1) * layer_bytes(s),
+                          rf"M_{{\mathrm{{end}},{sp.latex(i)}}}",
+                          f"at the {which} layer's input norm: the saved tensors of the {sp.latex(i)} layers below, the "
+                          "sharded gradients of the layers above, the reduce-scatter input of the layer above (until "
+                          "this layer's post-backward) and the layer below's all-gather output (prefetched)",
+                          f"{src} post_backward, _backward_prefetch"))
     if not s.lora:
         terms += [
             Term("root_grads_unsharded", "transient", (V * h + h) * bu, r"G_{\mathrm{head}}",
                  "lm_head's and the final norm's unsharded gradients: the root reduce-scatters only at the end of "
                  "backward", f"{src} post_backward of the root (final callback)"),
             Term("root_reduce", "transient", root_params(s) * b_g + sp.Max(
-                root_params(s) * bu, root_params(s) * b_g / N + V * h * bu, evaluate=False), r"M_{\mathrm{RS,root}}",
+                root_params(s) * (bu - b_g / N), V * h * bu, evaluate=False), r"M_{\mathrm{RS,root}}",
                  "the root's reduce-scatter at the end of backward: its input (reduce dtype), and either every root "
-                 "gradient (copy-in) or the sharded output with the embedding's gradient the autograd engine still holds",
+                 "gradient (copy-in; its sharded output, counted in the gradients, not yet) or the embedding's "
+                 "gradient the autograd engine still holds beside the output",
                  "_fsdp_collectives.py foreach_reduce"),
         ]
     if s.tensor_parallel:
@@ -204,9 +211,8 @@ def gpu_moments(moments: tuple[Moment, ...], terms: dict[str, Term], s: Structur
 
 def fsdp_moments(moments: tuple[Moment, ...], terms: dict[str, Term], s: Structure) -> tuple[Moment, ...]:
     """The single-GPU moments with FSDP2's buffers (``fsdp_terms``), plus the end of a layer's backward —
-    its input norm, every gradient of the layer unsharded — for the last, the next-to-last (the previous
-    layer's reduce-scatter input and sharded gradients beside it) and the first layer. Parameters are
-    resharded before the optimizer step."""
+    its input norm, every gradient of the layer unsharded — for the layers of ``LAYER_ENDS``; the end of
+    backward is the root's reduce-scatter. Parameters are resharded before the optimizer step."""
     full = not s.lora
     head = ("root_grads_unsharded",) * full
     add = {"forward_loss": ("gathered_root", "allgather_buffer"),
@@ -214,32 +220,19 @@ def fsdp_moments(moments: tuple[Moment, ...], terms: dict[str, Term], s: Structu
            "final_norm_backward": ("gathered_root", "allgather_buffer") + head,
            "last_layer_backward": ("gathered_root", "gathered_layer", "allgather_buffer") + head,
            "recompute": ("gathered_root", "gathered_layer", "allgather_buffer") + head,
-           "first_layer_backward": ("gathered_root", "gathered_layer", "reduce_scatter_buffer") + head}
+           "first_layer_backward": ("gathered_root", "gathered_layer", "first_layer_end") + head}
     step = next(m for m in moments if m.key == "optimizer_step")
     base = tuple(k for k in step.terms if k not in ("grads", "optimizer_temp"))   # parameters, states, kept
-    if s.grad_checkpointing:
-        below = tuple(k for k in ("act_checkpoints", "act_input_grad_leaf", "act_sliding_mask") if k in terms)
-        below_last = below_next = below + ("one_layer",)
-    else:
-        below_last, below_next = ("act_layers_below_last",), ("act_layers_below_next",)
-    layer_end = ("gathered_root", "gathered_layer", "layer_grads_unsharded", "norm_backward_temp",
-                 "layer_end_temp") + head
-    ends = [
-        Moment("last_layer_end", "backward, the last layer's input norm", base + layer_end + below_last
-               + ("allgather_buffer",), "every gradient of the last layer unsharded, the next layer prefetched"),
-        Moment("next_layer_end", "backward, the next-to-last layer's input norm", base + layer_end + below_next
-               + ("allgather_buffer", "reduce_scatter_buffer", "grads_one_layer"),
-               "as the last layer's, one layer's activations fewer, the last layer's reduce-scatter input and "
-               "sharded gradients more"),
-        Moment("first_layer_end", "backward, the first layer's input norm", base + layer_end
-               + ("reduce_scatter_buffer", "grads_above_first"),
-               "every other layer's gradient sharded; nothing left to prefetch"),
-    ]
+    ckpt = tuple(k for k in ("act_checkpoints", "act_input_grad_leaf", "act_sliding_mask", "one_layer") if k in terms)
+    ends = [Moment(f"{which}_layer_end", f"backward, the {which} layer's input norm",
+                   base + ("gathered_root", "gathered_layer", "layer_grads_unsharded", "norm_backward_temp",
+                           "layer_end_temp", f"{which}_layer_end") + head + ckpt * s.grad_checkpointing,
+                   f"the {which} layer's gradients unsharded beside its input norm's backward") for which, _ in LAYER_ENDS]
     out = []
     for m in moments:
         keys = m.terms
         if m.key == "first_layer_backward":
-            keys = tuple(k for k in m.terms if k != "grads_before_first_layer") + ("grads_above_first",)
+            keys = tuple(k for k in m.terms if k != "grads_before_first_layer")   # in first_layer_end, sharded
         if m.key == "backward_end":
             keys = base + ("grads",) + (("root_reduce",) if full else ("reduce_scatter_buffer",))
         out.append(replace(m, terms=keys + add.get(m.key, ())))
