@@ -23,9 +23,9 @@ from .errors import UserError
 STACK_SETTINGS = ("adapter_dtype", "autocast", "optimizer", "optimizer_impl", "state_dtype", "checkpoint_impl",
                   "loss_impl", "kbit_prep")
 
-# settings only some stacks decide (the storage dtype, the ZeRO stage, FSDP2's mixed-precision policy); the
-# Scenario's own default otherwise
-STACK_EXTRAS = ("dtype", "zero", "mp_policy")
+# settings only some stacks decide (the storage dtype, DeepSpeed's fp32 master, the ZeRO stage, FSDP2's
+# mixed-precision policy); the Scenario's own default otherwise
+STACK_EXTRAS = ("dtype", "master", "zero", "mp_policy")
 
 
 @cache
@@ -63,12 +63,14 @@ def resolve(model, kw: dict) -> dict:
     for key in STACK_SETTINGS:
         if kw.get(key) is None:
             kw[key] = entry[key]
-    policy_given = kw.get("mp_policy") is not None
+    policy_given, master_given = kw.get("mp_policy") is not None, kw.get("master") is not None
     for key in STACK_EXTRAS:
         if kw.get(key) is None and key in entry:
             kw[key] = entry[key]
     if not policy_given and kw.get("mp_policy") not in (None, "none") and (kw.get("dtype") or "bf16") != "fp32":
         kw["mp_policy"] = "none"   # FSDP2 with 16-bit storage: no policy (the parameters already are 16-bit)
+    if not master_given and kw.get("dtype") == "fp32":
+        kw["master"] = "none"      # DeepSpeed in fp32: the weights are their own master
     if kw["autocast"] == "weights16":
         kw["autocast"] = kw.get("dtype") if kw.get("dtype") in ("bf16", "fp16") else "bf16"
     return kw
@@ -100,6 +102,8 @@ def summary(sc) -> str:
     parts.append(f"autocast {sc.autocast}" if sc.autocast != "none" else "no autocast")
     impl = "bitsandbytes" if sc.optimizer in ("adamw8bit", "paged-adamw8bit") else IMPL_WORDS.get(sc.optimizer_impl,
                                                                                                    sc.optimizer_impl)
+    if sc.zero and sc.structure.zero_impl == "deepspeed":
+        impl = "DeepSpeed's ZeRO optimizer"
     parts.append(f"{sc.optimizer} ({impl}), states {sc.state_dtype}")
     if sc.master == "fp32":
         parts.append("fp32 master")
@@ -107,4 +111,13 @@ def summary(sc) -> str:
     parts.append(f"loss {sc.loss_impl}")
     if sc.method == "qlora":
         parts.append("prepare_model_for_kbit_training" if sc.kbit_prep == "peft" else "no kbit preparation")
+    if sc.zero and sc.structure.zero_impl == "deepspeed":
+        parts.append(f"DeepSpeed ZeRO-{sc.zero} over {sc.gpus} GPUs (its buckets and step buffers modelled from "
+                     "source, not measured)")
+    elif sc.zero == 3:
+        parts.append(f"FSDP2 fully_shard per decoder layer then the root over {sc.gpus} GPUs, parameters stored "
+                     + (f"{sc.dtype}, MixedPrecisionPolicy(param_dtype={sc.mp_policy}, reduce_dtype=fp32)"
+                        if sc.mp_policy != "none" else f"and gathered in {sc.dtype}"))
+    elif sc.zero:
+        parts.append(f"ZeRO-{sc.zero} over {sc.gpus} GPUs")
     return f"stack {sc.stack} ({stacks()[sc.stack]['title']}): " + ", ".join(parts)

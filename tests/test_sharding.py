@@ -57,13 +57,31 @@ def test_zero3_on_one_gpu_costs_fsdp2_buffers():
     t = z3.terms
     assert t["gathered_root"] == 2 * ROOT_7B
     assert t["gathered_layer"] == t["allgather_buffer"] == t["layer_grads_unsharded"] == 2 * LAYER_7B
-    assert t["reduce_scatter_buffer"] == 2 * LAYER_7B and t["grads_one_layer"] == 2 * LAYER_7B
+    assert t["reduce_scatter_buffer"] == 2 * LAYER_7B
     assert t["root_grads_unsharded"] == 2 * (V * H + H)                     # lm_head and final norm, unsharded
     # the root's reduce-scatter: its input, then either every root gradient or the output and the embedding's
     assert t["root_reduce"] == 2 * ROOT_7B + max(2 * ROOT_7B, 2 * ROOT_7B + 2 * V * H)
     # end of forward: the root and the last layer's all-gather output (freed at the root's post-forward)
     assert z3.moments["forward_loss"] == plain.moments["forward_loss"] + 2 * (ROOT_7B + LAYER_7B)
     assert z3.moments["optimizer_step"] == plain.moments["optimizer_step"]   # resharded before the step
+
+
+def test_fsdp2_layer_ends_by_hand():
+    """The end of layer i's backward: i layers' saved tensors below, L−1−i layers' sharded gradients above,
+    the reduce-scatter input of the layer above (if any), the layer below prefetched (if any)."""
+    n, layers = 4, 32
+    t = estimate("7b", method="full", zero=3, gpus=n).terms
+    a, g, rs, ag = t["one_layer"], 2 * LAYER_7B // n, 2 * LAYER_7B, 2 * LAYER_7B
+    assert t["last_layer_end"] == (layers - 1) * a + ag
+    assert t["next_layer_end"] == (layers - 2) * a + g + rs + ag
+    assert t["second_layer_end"] == a + (layers - 2) * g + rs + ag
+    assert t["first_layer_end"] == (layers - 1) * g + rs
+    e = estimate("7b", method="full", zero=3, gpus=n)
+    shared = sum(t[k] for k in ("weights", "optimizer_states", "act_rope", "act_tokens", "gathered_root",
+                                "gathered_layer", "layer_grads_unsharded", "norm_backward_temp", "layer_end_temp",
+                                "root_grads_unsharded"))
+    for which in ("last", "next", "second", "first"):
+        assert e.moments[f"{which}_layer_end"] == shared + t[f"{which}_layer_end"]
 
 
 def test_fsdp2_policy_gathers_in_bf16_and_reduces_in_fp32():
@@ -74,7 +92,7 @@ def test_fsdp2_policy_gathers_in_bf16_and_reduces_in_fp32():
     assert (e.scenario.dtype, e.scenario.mp_policy, e.scenario.zero) == ("fp32", "bf16", 3)
     assert t["weights"] == t["grads"] == 4 * P7 // n and t["optimizer_states"] == 8 * P7 // n
     assert t["gathered_layer"] == t["layer_grads_unsharded"] == 2 * LAYER_7B
-    assert t["reduce_scatter_buffer"] == 4 * LAYER_7B and t["grads_one_layer"] == 4 * LAYER_7B // n
+    assert t["reduce_scatter_buffer"] == 4 * LAYER_7B
     assert t["root_reduce"] == 4 * ROOT_7B + max(2 * ROOT_7B, 4 * ROOT_7B // n + 2 * V * H)
 
 

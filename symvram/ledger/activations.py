@@ -272,6 +272,17 @@ def sliding_extra(s_: Structure) -> sp.Expr:
     return past_window(s_) * (b_c * b * s**2 + repeated * 2 * b_c * T * dh * (nh - nkv))
 
 
+def residual_bytes(s_: Structure) -> sp.Symbol:
+    """The residual stream's dtype, which a checkpoint keeps: fp32 after kbit preparation, else the weights' as
+    they compute."""
+    return b_32 if s_.kbit_prep else compute_weight_bytes(s_)
+
+
+def saved_per_layer(s_: Structure) -> sp.Expr:
+    """What one layer leaves saved until its backward: its input under checkpointing, else its saved tensors."""
+    return residual_bytes(s_) * T * h if s_.grad_checkpointing else per_layer_bytes(s_) + sliding_extra(s_)
+
+
 def per_layer_bytes(s_: Structure) -> sp.Expr:
     """Bytes one (not the first) decoder layer saves: also what one checkpoint recompute holds."""
     return sp.Add(*(e for e, *_ in _layer(s_, first=False).values()))
@@ -282,7 +293,7 @@ def saved_terms(s_: Structure) -> list[Term]:
     fam = s_.arch
     terms: list[Term] = []
     if s_.grad_checkpointing:
-        b_res = b_32 if s_.kbit_prep else compute_weight_bytes(s_)  # the residual stream's dtype: fp32 after kbit preparation
+        b_res = residual_bytes(s_)
         terms.append(Term("act_checkpoints", "activations", L * b_res * T * h + b_id * s, r"A_{\mathrm{ckpt}}",
                           "checkpointing keeps each layer's input (and the position ids); layers are recomputed in backward",
                           "torch.utils.checkpoint (non-reentrant)"))

@@ -148,15 +148,15 @@ def fsdp_terms(s: Structure) -> list[Term]:
              "at a layer's input-norm backward (beside the norm's fp32 temporaries): its saved input and the gradients "
              "reaching the residual stream (measured)", "autograd of LlamaRMSNorm"),
     ]
-    from .activations import per_layer_bytes, sliding_extra
+    from .activations import saved_per_layer
 
-    below = 0 if s.grad_checkpointing else per_layer_bytes(s) + sliding_extra(s)  # checkpointed: in act_checkpoints
+    below = saved_per_layer(s)
     reduced = unit * b_g / N if s.offload == "none" else 0                        # offloaded: on the host
     for which, i in LAYER_ENDS:   # the end of layer i's backward: layers > i reduced, layers < i still saved
         terms.append(Term(f"{which}_layer_end", "transient", i * below + (L - 1 - i) * reduced
                           + at_least(L - 1 - i, 1) * unit * b_g + at_least(i, 1) * layer_bytes(s),
                           rf"M_{{\mathrm{{end}},{sp.latex(i)}}}",
-                          f"at the {which} layer's input norm: the saved tensors of the {sp.latex(i)} layers below, the "
+                          f"at the {which} layer's input norm: the saved tensors (checkpointed: the inputs) of the {sp.latex(i)} layers below, the "
                           "sharded gradients of the layers above, the reduce-scatter input of the layer above (until "
                           "this layer's post-backward) and the layer below's all-gather output (prefetched)",
                           f"{src} post_backward, _backward_prefetch"))
@@ -177,6 +177,42 @@ def fsdp_terms(s: Structure) -> list[Term]:
     return terms
 
 
+DS = "deepspeed/runtime/zero/"   # DeepSpeed 0.19.8, read from its source (needs CUDA: not measured here)
+
+
+def deepspeed_terms(s: Structure) -> list[Term]:
+    """DeepSpeed ZeRO's own buffers with bf16 (``zero_impl = "deepspeed"``), modelled from its source, not
+    measured. The fp32 master and Adam states partitioned over N, the bf16 gradients (whole at stage 1,
+    partitioned from stage 2) are the ledger's ``master``, ``optimizer_states`` and ``grads``; beside them:
+
+    >>> from symvram.ledger.build import build_ledger
+    >>> build_ledger(Structure(zero=2, zero_impl="deepspeed", master=True)).by_key["ds_reduce_bucket"].expr
+    bytes_grad*ds_reduce_bucket
+    """
+    why = " — modelled from DeepSpeed's source, not measured"
+    bucket = ("stage3.py:782 (contiguous_gradients: one bucket per dtype at init)" if s.zero == 3 else
+              "stage_1_and_2.py:3266 setup_buckets (a second only with overlap_comm, off below stage 3: config.py:386)")
+    terms = [Term("ds_reduce_bucket", "transient", sym("ds_reduce_bucket") * b_g, r"M_{\mathrm{bucket}}",
+                  "the gradient reduction bucket: reduce_bucket_size elements of the gradient dtype, allocated whole "
+                  "whatever the model's size" + why, DS + bucket)]
+    if s.zero == 3:
+        step = sp.Min(P_train / N, sym("ds_sub_group"))
+        terms += [
+            Term("ds_gathered", "transient", b_w * sp.Min(P, sym("ds_max_live")), r"M_{\mathrm{live}}",
+                 "gathered parameters: a parameter reused within stage3_max_reuse_distance (1e9 elements) is not "
+                 "released, stage3_max_live_parameters (1e9) caps the resident set — the bound, held in forward and "
+                 "backward" + why, DS + "partitioned_param_coordinator.py (max_available_parameters_in_numel), config.py:245"),
+            Term("ds_step_grad", "transient", step * (b_32 + b_g), r"M_{\mathrm{step}}",
+                 "the step's fp32 gradient of one sub-group (sub_group_size elements at most) beside its flattened "
+                 "bf16 gradients" + why, DS + "stage3.py:2686 _prepare_fp32_grad_for_sub_group"),
+        ]
+    else:
+        terms.append(Term("ds_step_grad", "transient", P_train * (b_32 + b_g) / N, r"M_{\mathrm{step}}",
+                          "the step's fp32 copy of this rank's gradient partition beside its flattened bf16 gradients"
+                          + why, DS + "stage_1_and_2.py:3112-3118 (flatten, .to(fp32))"))
+    return terms
+
+
 def _divide(term: Term, stage: int) -> Term:
     return replace(term, expr=term.expr / N, label=f"{term.label}/N",
                    why=f"{term.why} — sharded over N GPUs ({STAGE_NAMES[stage]})")
@@ -189,6 +225,8 @@ def shard_terms(terms: list[Term], s: Structure) -> list[Term]:
     out = [_divide(term, s.zero) if term.key in sharded else term for term in out]
     if s.zero == 3 and s.zero_impl == "fsdp2":
         out += fsdp_terms(s)
+    if s.zero and s.zero_impl == "deepspeed":
+        out += deepspeed_terms(s)
     if s.offload == "none":
         return out
     host = OPTIMIZER_HOST_KEYS + WEIGHT_KEYS * (s.offload == "optimizer+params")
@@ -204,7 +242,10 @@ def gpu_moments(moments: tuple[Moment, ...], terms: dict[str, Term], s: Structur
         moments = fsdp_moments(moments, terms, s)
     out = []
     for m in moments:
-        keys = tuple(k for k in m.terms if k in terms and terms[k].block != "host")
+        keys = m.terms
+        if s.zero and s.zero_impl == "deepspeed":   # the bucket lives from init (stage 3) or the first backward on
+            keys += ("ds_reduce_bucket",) + (("ds_step_grad",) if m.key == "optimizer_step" else ("ds_gathered",))
+        keys = tuple(k for k in keys if k in terms and terms[k].block != "host")
         out.append(replace(m, terms=keys))
     return tuple(out)
 
@@ -223,10 +264,9 @@ def fsdp_moments(moments: tuple[Moment, ...], terms: dict[str, Term], s: Structu
            "first_layer_backward": ("gathered_root", "gathered_layer", "first_layer_end") + head}
     step = next(m for m in moments if m.key == "optimizer_step")
     base = tuple(k for k in step.terms if k not in ("grads", "optimizer_temp"))   # parameters, states, kept
-    ckpt = tuple(k for k in ("act_checkpoints", "act_input_grad_leaf", "act_sliding_mask", "one_layer") if k in terms)
     ends = [Moment(f"{which}_layer_end", f"backward, the {which} layer's input norm",
                    base + ("gathered_root", "gathered_layer", "layer_grads_unsharded", "norm_backward_temp",
-                           "layer_end_temp", f"{which}_layer_end") + head + ckpt * s.grad_checkpointing,
+                           "layer_end_temp", f"{which}_layer_end") + head,
                    f"the {which} layer's gradients unsharded beside its input norm's backward") for which, _ in LAYER_ENDS]
     out = []
     for m in moments:
@@ -259,5 +299,5 @@ def notes(s: Structure, gpus: int) -> list[str]:
     return out
 
 
-__all__ = ["shard_terms", "gpu_moments", "fsdp_terms", "fsdp_moments", "layer_bytes", "root_bytes",
+__all__ = ["shard_terms", "gpu_moments", "fsdp_terms", "fsdp_moments", "deepspeed_terms", "layer_bytes", "root_bytes",
            "norm_params", "notes"]
