@@ -10,6 +10,8 @@ same flags describe the same run.
 ('compute', 'fp32')
 >>> resolve(load_model("llama-2-7b"), {"stack": "hf"})["autocast"]
 'bf16'
+>>> [resolve(load_model("llama-2-7b"), {"stack": "fsdp", **kw})["mp_policy"] for kw in ({}, {"dtype": "bf16"})]
+['bf16', 'none']
 """
 from __future__ import annotations
 
@@ -67,8 +69,9 @@ def resolve(model, kw: dict) -> dict:
     for key in STACK_EXTRAS:
         if kw.get(key) is None and key in entry:
             kw[key] = entry[key]
-    if not policy_given and kw.get("mp_policy") not in (None, "none") and (kw.get("dtype") or "bf16") != "fp32":
-        kw["mp_policy"] = "none"   # FSDP2 with 16-bit storage: no policy (the parameters already are 16-bit)
+    if not policy_given and kw.get("mp_policy") not in (None, "none") and (
+            (kw.get("dtype") or "bf16") != "fp32" or kw.get("zero") != 3):
+        kw["mp_policy"] = "none"   # FSDP2 with 16-bit storage (or no ZeRO-3 asked for): no policy
     if not master_given and kw.get("dtype") == "fp32":
         kw["master"] = "none"      # DeepSpeed in fp32: the weights are their own master
     if kw["autocast"] == "weights16":

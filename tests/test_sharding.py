@@ -59,8 +59,9 @@ def test_zero3_on_one_gpu_costs_fsdp2_buffers():
     assert t["gathered_layer"] == t["allgather_buffer"] == t["layer_grads_unsharded"] == 2 * LAYER_7B
     assert t["reduce_scatter_buffer"] == 2 * LAYER_7B
     assert t["root_grads_unsharded"] == 2 * (V * H + H)                     # lm_head and final norm, unsharded
-    # the root's reduce-scatter: its input, then either every root gradient or the output and the embedding's
-    assert t["root_reduce"] == 2 * ROOT_7B + max(2 * ROOT_7B, 2 * ROOT_7B + 2 * V * H)
+    # the root's reduce-scatter: its input, then either every root gradient (copy-in; the sharded output, in
+    # "grads", not yet) or the embedding's gradient the autograd engine still holds beside the output
+    assert t["root_reduce"] == 2 * ROOT_7B + max(2 * ROOT_7B - 2 * ROOT_7B, 2 * V * H)
     # end of forward: the root and the last layer's all-gather output (freed at the root's post-forward)
     assert z3.moments["forward_loss"] == plain.moments["forward_loss"] + 2 * (ROOT_7B + LAYER_7B)
     assert z3.moments["optimizer_step"] == plain.moments["optimizer_step"]   # resharded before the step
@@ -93,7 +94,7 @@ def test_fsdp2_policy_gathers_in_bf16_and_reduces_in_fp32():
     assert t["weights"] == t["grads"] == 4 * P7 // n and t["optimizer_states"] == 8 * P7 // n
     assert t["gathered_layer"] == t["layer_grads_unsharded"] == 2 * LAYER_7B
     assert t["reduce_scatter_buffer"] == 4 * LAYER_7B
-    assert t["root_reduce"] == 4 * ROOT_7B + max(2 * ROOT_7B, 4 * ROOT_7B // n + 2 * V * H)
+    assert t["root_reduce"] == 4 * ROOT_7B + max(2 * ROOT_7B - 4 * ROOT_7B // n, 2 * V * H)
 
 
 @pytest.mark.parametrize("method", ["full", "lora", "qlora"])
@@ -215,3 +216,26 @@ def test_every_parameter_sized_term_is_known_to_the_sharding(method, kw):
     for term in estimate("7b", method=method, **kw).ledger.terms:
         if term.expr.free_symbols & counts:
             assert term.key in PARAM_SIDE, term.key
+
+
+# DeepSpeed's ZeRO with bf16 (--stack deepspeed), from its source (deepspeed 0.19.8, runtime/zero/): by hand
+
+@pytest.mark.parametrize("zero", [1, 2, 3])
+def test_deepspeed_bf16_by_hand(zero):
+    n = 8
+    e = estimate("7b", stack="deepspeed", method="full", zero=zero, gpus=n)
+    t = e.terms
+    assert t["weights"] == (2 * P7 // n if zero == 3 else 2 * P7)            # the bf16 model, partitioned at stage 3
+    assert t["grads"] == (2 * P7 // n if zero >= 2 else 2 * P7)             # bf16 gradients (grad_accum_dtype = bf16)
+    assert t["master"] == 4 * P7 // n and t["optimizer_states"] == 8 * P7 // n  # fp32 master, Adam m and v
+    assert t["ds_reduce_bucket"] == 2 * 500_000_000                         # reduce_bucket_size 5e8, allocated whole
+    assert "optimizer_temp" not in t                                        # FusedAdam: no step temporaries
+    if zero == 3:
+        assert t["ds_gathered"] == 2 * 1_000_000_000                         # max_live_parameters 1e9 < P
+        assert t["ds_step_grad"] == 6 * min(P7 // n, 1_000_000_000)          # one sub-group: fp32 + bf16 gradients
+    else:
+        assert t["ds_step_grad"] == 6 * P7 // n                              # the partition: .to(fp32) beside bf16
+    step = sum(t[k] for k in e.ledger.moments[-1].terms)
+    assert e.moments["optimizer_step"] == step
+    assert {"ds_reduce_bucket", "ds_step_grad"} <= set(next(m for m in e.ledger.moments
+                                                            if m.key == "optimizer_step").terms)

@@ -241,8 +241,9 @@ def expected(bd: Breakdown) -> dict[str, int]:
     }
 
 
-def compare_fsdp(sc: Scenario, world_size: int) -> dict:
-    """Measure ``sc`` (full or LoRA) under FSDP2 with ``world_size`` ranks; estimate, measured, error."""
+def compare_fsdp(sc: Scenario, world_size: int, measured: dict | None = None) -> dict:
+    """Measure ``sc`` (full or LoRA) under FSDP2 with ``world_size`` ranks (or take an earlier ``measured`` of
+    the same spec); estimate, measured, error."""
     shape = sorted(n for n, _ in sc.overrides if SYMBOLS[n].group == "model")
     if shape:
         raise UserError(f"--set {', '.join(shape)}: the measured model is built from the preset or config.json, "
@@ -250,14 +251,14 @@ def compare_fsdp(sc: Scenario, world_size: int) -> dict:
     sc = sc.with_changes(zero=3, gpus=world_size, device="cpu")
     spec = from_scenario(sc)
     spec["device"] = "fake"
-    measured = measure_fsdp(spec, world_size)
+    measured = measured or measure_fsdp(spec, world_size)
     bd = evaluate(sc)
     est = expected(bd)
     rows = {c: {"estimate": est[c], "measured": measured[c],
                 "error": (est[c] - measured[c]) / measured[c] if measured[c] else None} for c in CATEGORIES}
     peak = {"estimate": bd.peak, "estimate_moment": bd.peak_moment, "measured": measured["peak_bytes"],
             "measured_at": measured["peak_at"]["where"]}
-    return {"world_size": world_size, "rows": rows, "peak": peak, "measured": measured,
+    return {"world_size": world_size, "spec": spec, "rows": rows, "peak": peak, "measured": measured,
             "comm": comm_rows(sc, measured["comm_bytes"])}
 
 
