@@ -70,8 +70,9 @@ def _stored() -> dict[str, dict]:
     path = OUT / "fsdp.json"
     if not path.exists():
         return {}
-    return {json.dumps(r["spec"], sort_keys=True): r["measured"] for r in json.loads(path.read_text())["cases"]
-            if "spec" in r}
+    stored = json.loads(path.read_text())
+    return {json.dumps(r["spec"], sort_keys=True): r["measured"] for r in
+            (stored.get("cases", []) if isinstance(stored, dict) else []) if "spec" in r}
 
 
 def run_case(case: dict, stored: dict) -> dict:
