@@ -86,3 +86,17 @@ def test_cli_world_size(tmp_path, capsys):
     assert main(["validate", "tinyllama-1.1b", "--method", "full", "--state-dtype", "bf16", "--set", "layers=2",
                  "--world-size", "2"]) == 2
     assert "config.json" in capsys.readouterr().err
+
+
+def test_cli_stack_fsdp_measures_over_gpus(tmp_path, capsys):
+    import json
+
+    from symvram.cli import main
+
+    cfg = tmp_path / "config.json"
+    cfg.write_text(json.dumps(ARCH))
+    assert main(["validate", str(cfg), "--stack", "fsdp", "--method", "full", "--seq", "32", "--gpus", "2",
+                 "--format", "json"]) == 0
+    r = json.loads(capsys.readouterr().out)
+    assert r["world_size"] == 2 and r["spec"]["mp_policy"] == "bf16"
+    assert r["rows"]["sharded_params"]["measured"] == 4 * P // 2 == r["rows"]["sharded_params"]["estimate"]
