@@ -39,7 +39,7 @@ from .weights import compute_adapter_bytes, compute_weight_bytes, quant_constant
 
 N, t = sym("gpus"), sym("tp")
 P, P_train, P_lora, P_quant, P_keep = (sym(n) for n in ("P", "P_train", "P_lora", "P_quant", "P_keep"))
-b_w, b_a, b_c, b_g, q = (sym(n) for n in ("bytes_weight", "bytes_adapter", "bytes_act", "bytes_grad", "quant_bits"))
+b_w, b_c, b_g, q = (sym(n) for n in ("bytes_weight", "bytes_act", "bytes_grad", "quant_bits"))
 b_32, T = sym("bytes_fp32"), sym("batch") * sym("seq")
 
 WEIGHT_KEYS = ("weights", "weights_nf4", "quant_constants", "weights_16bit", "adapters")
@@ -49,7 +49,6 @@ GRAD_VIEWS = ("grads_before_first_layer",)  # part of "grads" seen at one moment
 OPTIMIZER_HOST_KEYS = ("grads", "master", "optimizer_states", "optimizer_steps", "optimizer_temp")
 PARAM_SIDE = WEIGHT_KEYS + GRAD_KEYS + OPTIMIZER_HOST_KEYS + ("buffers",)
 REPLICATED_ACTIVATIONS = ("act_rope", "act_tokens", "backward_tail")
-FSDP = "torch FSDP2 fully_shard per decoder layer, then the root (ZeRO-3 / FULL_SHARD)"
 # the layers whose backward end can be the peak: that moment is linear in the layer's index i (one layer's
 # activations fewer, one layer's sharded gradients more per step down), so the largest is at an end of each
 # stretch: i = L−1 (nothing reduced yet), L−2 (a reduce-scatter input beside it), 1, and 0 (no prefetch)
@@ -156,9 +155,10 @@ def fsdp_terms(s: Structure) -> list[Term]:
         terms.append(Term(f"{which}_layer_end", "transient", i * below + (L - 1 - i) * reduced
                           + at_least(L - 1 - i, 1) * unit * b_g + at_least(i, 1) * layer_bytes(s),
                           rf"M_{{\mathrm{{end}},{sp.latex(i)}}}",
-                          f"at the {which} layer's input norm: the saved tensors (checkpointed: the inputs) of the {sp.latex(i)} layers below, the "
-                          "sharded gradients of the layers above, the reduce-scatter input of the layer above (until "
-                          "this layer's post-backward) and the layer below's all-gather output (prefetched)",
+                          f"at the {which} layer's input norm: the saved tensors (checkpointed: the inputs) of the "
+                          f"{sp.latex(i)} layers below, the sharded gradients of the layers above, the reduce-scatter "
+                          "input of the layer above (until this layer's post-backward) and the layer below's "
+                          "all-gather output (prefetched)",
                           f"{src} post_backward, _backward_prefetch"))
     if not s.lora:
         terms += [
