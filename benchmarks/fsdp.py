@@ -65,13 +65,17 @@ def deepspeed_zero3(sc: Scenario, n: int) -> int:
     return 4 * largest_module + int(18 * psi / n)
 
 
+def _key(spec: dict, world_size: int) -> str:
+    return json.dumps([spec, world_size], sort_keys=True)
+
+
 def _stored() -> dict[str, dict]:
-    """Earlier measurements by spec (JSON of the measured spec and torch's version)."""
+    """Earlier measurements by spec and world size (the spec does not hold N)."""
     path = OUT / "fsdp.json"
     if not path.exists():
         return {}
     stored = json.loads(path.read_text())
-    return {json.dumps(r["spec"], sort_keys=True): r["measured"] for r in
+    return {_key(r["spec"], r["measured"]["world_size"]): r["measured"] for r in
             (stored.get("cases", []) if isinstance(stored, dict) else []) if "spec" in r}
 
 
@@ -81,7 +85,7 @@ def run_case(case: dict, stored: dict) -> dict:
     spec["device"] = "fake"
     import torch
 
-    earlier = stored.get(json.dumps(spec, sort_keys=True))
+    earlier = stored.get(_key(spec, case["gpus"]))
     if earlier and earlier["versions"]["torch"] != torch.__version__:
         earlier = None
     with warnings.catch_warnings():

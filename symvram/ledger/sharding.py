@@ -125,6 +125,8 @@ def fsdp_terms(s: Structure) -> list[Term]:
     >>> build_ledger(Structure(zero=3)).by_key["reduce_scatter_buffer"].expr.free_symbols >= {b_g, h, f}
     True
     """
+    from .activations import residual_bytes, saved_per_layer
+
     bu, unit = compute_weight_bytes(s), layer_trainable(s)
     src = "torch/distributed/fsdp/_fully_shard/_fsdp_param_group.py"
     terms = [
@@ -137,6 +139,11 @@ def fsdp_terms(s: Structure) -> list[Term]:
              "an all-gather output, N × one layer's shard: in forward the computing layer's, kept until the next "
              "layer's copy-out returns; in backward the next layer's, prefetched (the root prefetches the last layer "
              "before the loss backward)", f"{src} wait_for_unshard (all_gather_state), _backward_prefetch"),
+        Term("allgather_root", "transient", root_bytes(s), r"M_{\mathrm{AG,root}}",
+             "the root's all-gather output, kept (all_gather_state) until the first layer's copy-out returns",
+             f"{src} wait_for_unshard"),
+        Term("first_layer_input", "transient", residual_bytes(s) * T * h, r"A_{\mathrm{emb}}",
+             "the embedding's output entering the first layer", "transformers LlamaModel.forward"),
         Term("layer_grads_unsharded", "transient", unit * bu, r"G_{\mathrm{layer}}",
              "the computing layer's unsharded gradients, until its post-backward copies them into the reduce-scatter "
              "input", f"{src} post_backward"),
@@ -147,8 +154,6 @@ def fsdp_terms(s: Structure) -> list[Term]:
              "at a layer's input-norm backward (beside the norm's fp32 temporaries): its saved input and the gradients "
              "reaching the residual stream (measured)", "autograd of LlamaRMSNorm"),
     ]
-    from .activations import saved_per_layer
-
     below = saved_per_layer(s)
     reduced = unit * b_g / N if s.offload == "none" else 0                        # offloaded: on the host
     for which, i in LAYER_ENDS:   # the end of layer i's backward: layers > i reduced, layers < i still saved
@@ -251,9 +256,10 @@ def gpu_moments(moments: tuple[Moment, ...], terms: dict[str, Term], s: Structur
 
 
 def fsdp_moments(moments: tuple[Moment, ...], terms: dict[str, Term], s: Structure) -> tuple[Moment, ...]:
-    """The single-GPU moments with FSDP2's buffers (``fsdp_terms``), plus the end of a layer's backward —
-    its input norm, every gradient of the layer unsharded — for the layers of ``LAYER_ENDS``; the end of
-    backward is the root's reduce-scatter. Parameters are resharded before the optimizer step."""
+    """The single-GPU moments with FSDP2's buffers (``fsdp_terms``), plus the first layer's all-gather in
+    forward (the root's all-gather output still alive) and the end of a layer's backward — its input norm,
+    every gradient of the layer unsharded — for the layers of ``LAYER_ENDS``; the end of backward is the
+    root's reduce-scatter. Parameters are resharded before the optimizer step."""
     full = not s.lora
     head = ("root_grads_unsharded",) * full
     add = {"forward_loss": ("gathered_root", "allgather_buffer"),
@@ -268,7 +274,11 @@ def fsdp_moments(moments: tuple[Moment, ...], terms: dict[str, Term], s: Structu
                    base + ("gathered_root", "gathered_layer", "layer_grads_unsharded", "norm_backward_temp",
                            "layer_end_temp", f"{which}_layer_end") + head,
                    f"the {which} layer's gradients unsharded beside its input norm's backward") for which, _ in LAYER_ENDS]
-    out = []
+    forward = Moment("first_layer_forward", "forward, the first layer's all-gather",
+                     base + ("gathered_root", "allgather_root", "gathered_layer", "allgather_buffer",
+                             "first_layer_input") + tuple(k for k in ("act_input_grad_leaf",) if k in terms),
+                     "the root gathered, its all-gather output not yet freed beside the first layer's")
+    out = [forward]
     for m in moments:
         keys = m.terms
         if m.key == "first_layer_backward":
