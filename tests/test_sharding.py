@@ -62,6 +62,10 @@ def test_zero3_on_one_gpu_costs_fsdp2_buffers():
     # the root's reduce-scatter: its input, then either every root gradient (copy-in; the sharded output, in
     # "grads", not yet) or the embedding's gradient the autograd engine still holds beside the output
     assert t["root_reduce"] == 2 * ROOT_7B + max(2 * ROOT_7B - 2 * ROOT_7B, 2 * V * H)
+    # the first layer's all-gather: the root's all-gather output is freed only after the layer's copy-out
+    assert t["allgather_root"] == 2 * ROOT_7B and t["first_layer_input"] == 2 * 2048 * H
+    assert z3.moments["first_layer_forward"] == sum(t[k] for k in (
+        "weights", "optimizer_states", "act_rope", "act_tokens", "first_layer_input")) + 2 * 2 * (ROOT_7B + LAYER_7B)
     # end of forward: the root and the last layer's all-gather output (freed at the root's post-forward)
     assert z3.moments["forward_loss"] == plain.moments["forward_loss"] + 2 * (ROOT_7B + LAYER_7B)
     assert z3.moments["optimizer_step"] == plain.moments["optimizer_step"]   # resharded before the step
