@@ -156,7 +156,10 @@ def test_checkpointing_never_raises_the_peak(case, layers):
     kw = {**kw, "overrides": {"layers": layers}}
     with_ckpt = evaluate(Scenario.create(model, **{**kw, "grad_checkpointing": True}))
     without = evaluate(Scenario.create(model, **{**kw, "grad_checkpointing": False}))
-    assert with_ckpt.peak <= without.peak
+    # ZeRO-3's first all-gather in forward holds the grad-leaf embedding output checkpointing makes under LoRA
+    # (measured, benchmarks/results/fsdp.md): where that moment is the peak, checkpointing adds exactly that
+    slack = with_ckpt.terms.get("act_input_grad_leaf", 0) if with_ckpt.peak_moment == "first_layer_forward" else 0
+    assert with_ckpt.peak <= without.peak + slack
     assert with_ckpt.blocks["activations"] <= without.blocks["activations"]
 
 
