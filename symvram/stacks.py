@@ -114,13 +114,14 @@ def summary(sc) -> str:
     parts.append(f"loss {sc.loss_impl}")
     if sc.method == "qlora":
         parts.append("prepare_model_for_kbit_training" if sc.kbit_prep == "peft" else "no kbit preparation")
+    gpus = f"{sc.gpus} GPU" + "s" * (sc.gpus != 1)
     if sc.zero and sc.structure.zero_impl == "deepspeed":
-        parts.append(f"DeepSpeed ZeRO-{sc.zero} over {sc.gpus} GPUs (its buckets and step buffers modelled from "
+        parts.append(f"DeepSpeed ZeRO-{sc.zero} over {gpus} (its buckets and step buffers modelled from "
                      "source, not measured)")
     elif sc.zero == 3:
-        parts.append(f"FSDP2 fully_shard per decoder layer then the root over {sc.gpus} GPUs, parameters stored "
+        parts.append(f"FSDP2 fully_shard per decoder layer then the root over {gpus}, parameters stored "
                      + (f"{sc.dtype}, MixedPrecisionPolicy(param_dtype={sc.mp_policy}, reduce_dtype=fp32)"
                         if sc.mp_policy != "none" else f"and gathered in {sc.dtype}"))
     elif sc.zero:
-        parts.append(f"ZeRO-{sc.zero} over {sc.gpus} GPUs")
+        parts.append(f"ZeRO-{sc.zero} over {gpus}")
     return f"stack {sc.stack} ({stacks()[sc.stack]['title']}): " + ", ".join(parts)

@@ -54,6 +54,11 @@ REPLICATED_ACTIVATIONS = ("act_rope", "act_tokens", "backward_tail")
 # stretch: i = L−1 (nothing reduced yet), L−2 (a reduce-scatter input beside it), 1, and 0 (no prefetch)
 LAYER_ENDS = (("last", L - 1), ("next", L - 2), ("second", sp.Integer(1)), ("first", sp.Integer(0)))
 STAGE_NAMES = {0: "DDP", 1: "ZeRO-1", 2: "ZeRO-2", 3: "ZeRO-3"}
+# FSDP2's and DeepSpeed's parameter-sized buffers (gathered weights, unsharded gradients, collective buffers) and
+# DeepSpeed's step buffer: the parameter side and the optimizer step of a moment, for diagnose
+PARAMETER_BUFFERS = ("gathered_root", "allgather_root", "gathered_layer", "allgather_buffer", "layer_grads_unsharded",
+                     "reduce_scatter_buffer", "root_grads_unsharded", "root_reduce", "ds_reduce_bucket", "ds_gathered")
+STEP_BUFFERS = ("ds_step_grad",)
 
 
 def norm_params(s: Structure) -> sp.Expr:
@@ -309,5 +314,5 @@ def notes(s: Structure, gpus: int) -> list[str]:
     return out
 
 
-__all__ = ["shard_terms", "gpu_moments", "fsdp_terms", "fsdp_moments", "deepspeed_terms", "layer_bytes", "root_bytes",
+__all__ = ["PARAMETER_BUFFERS", "STEP_BUFFERS", "shard_terms", "gpu_moments", "fsdp_terms", "fsdp_moments", "deepspeed_terms", "layer_bytes", "root_bytes",
            "norm_params", "notes"]
