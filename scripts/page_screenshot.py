@@ -14,7 +14,7 @@ import tempfile
 from pathlib import Path
 
 from symvram.cli import main as symvram
-from symvram.present.page import headless_chromium
+from browser import headless_chromium  # scripts/browser.py, beside this script
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGE_ARGS = ["llama-3-8b", "--method", "lora", "--rank", "16", "--batch", "4", "--seq", "2048",

@@ -1,11 +1,12 @@
-"""Regenerate the README's pasted outputs, its CLI and API reference and its plots from the real tool.
+"""Regenerate the README's pasted outputs and its plots from the real tool.
 
-    python scripts/readme_assets.py           # write docs/tour/*, splice the outputs into README.md
-    python scripts/readme_assets.py --check   # exit 1 when README.md or docs/tour/*.txt is out of date
+    python scripts/readme_assets.py           # splice the outputs into README.md, draw docs/tour/*.png
+    python scripts/readme_assets.py --check   # exit 1 when README.md is out of date (CI runs this)
 
-Each output goes to ``docs/tour/<name>.txt`` (or ``.md``) and into README.md between the markers
-``<!-- BEGIN name -->`` and ``<!-- END name -->``; nothing between the markers is written by hand. The
-plots go to ``docs/tour/<name>.png`` (``--check`` does not compare images: they vary with matplotlib).
+Each output goes into README.md between the markers ``<!-- BEGIN name -->`` and ``<!-- END name -->``;
+nothing between the markers is written by hand. The docs site pastes its outputs at build time
+(scripts/docs_hooks.py uses the functions here), so no output is committed twice. The plots go to
+``docs/tour/<name>.png`` (``--check`` does not compare images: they vary with matplotlib).
 """
 from __future__ import annotations
 
@@ -25,18 +26,13 @@ WIDTH = "100"   # argparse wraps help to $COLUMNS
 # name -> the symvram command line whose output the README shows
 COMMANDS = {
     "estimate": ["estimate", "7b"],
-    "estimate-lora": ["estimate", "7b", "--method", "lora", "--format", "markdown"],
-    "whatif": ["whatif", "7b", "--method", "lora", "--set", "seq=4096", "--set", "rank=16"],
-    "sensitivity": ["sensitivity", "7b", "--method", "lora", "--batch", "4", "--knobs", "seq,batch,rank,layers,hidden"],
     "fit": ["fit", "llama-3-8b", "--method", "lora", "--gpu", "rtx-4090", "--solve", "seq"],
-    "plan": ["plan", "70b", "--gpu", "a100-80g"],
     "diagnose": ["diagnose", "llama-3-8b", "--method", "lora", "--batch", "4", "--seq", "4096", "--gpu", "rtx-4090",
                  "--p95-seq", "1500"],
-    "from": ["diagnose", "--from", "examples/configs/axolotl-qlora.yml", "--gpu", "rtx-4090", "--seq", "8192"],
 }
 PLOTS = {   # name -> the command that draws docs/tour/<name>.png
-    "breakdown": ["plot", "7b", "--kind", "breakdown"],
-    "seq_curve": ["plot", "7b", "--kind", "seq-curve", "--ranks", "8,64,256"],
+    "breakdown": ["plot", "7b", "--kind", "breakdown", "--gpu", "rtx-4090", "--gpu", "a100-80g"],
+    "seq_curve": ["plot", "7b", "--kind", "seq-curve", "--method", "lora", "--ranks", "8,64,256"],
 }
 EXPLAIN = ["explain", "7b", "--method", "lora"]
 
@@ -119,14 +115,9 @@ def api_reference() -> str:
 
 
 def blocks() -> dict[str, str]:
-    """Every generated README block, and the files written to docs/tour."""
-    out = {name: fenced(args, symvram(args)) for name, args in COMMANDS.items() if name != "estimate-lora"}
-    out["estimate-lora"] = f"$ symvram {' '.join(COMMANDS['estimate-lora'])}\n\n" + symvram(COMMANDS["estimate-lora"])
-    out["explain"] = explain_section(symvram(EXPLAIN), 1)
-    out["cli"] = cli_reference()
-    out["api"] = api_reference()
+    """Every generated README block."""
+    out = {name: fenced(args, symvram(args)) for name, args in COMMANDS.items()}
     out["accuracy"] = accuracy_summary()
-    out["console"] = console()
     return out
 
 
@@ -144,23 +135,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--check", action="store_true", help="only report whether anything is out of date")
     args = parser.parse_args(argv)
     generated = blocks()
-    files = {TOUR / f"{name}.{'md' if name in ('estimate-lora', 'explain', 'cli', 'api', 'accuracy', 'console') else 'txt'}": text + "\n"
-             for name, text in generated.items()}
     readme = splice(README.read_text(encoding="utf-8"), generated)
-    stale = [p for p, text in files.items() if not p.exists() or p.read_text(encoding="utf-8") != text]
-    if README.read_text(encoding="utf-8") != readme:
-        stale.append(README)
+    stale = README.read_text(encoding="utf-8") != readme
     if args.check:
-        for p in stale:
-            print(f"out of date: {p.relative_to(ROOT)}")
+        if stale:
+            print("out of date: README.md (run python scripts/readme_assets.py)")
         return 1 if stale else 0
-    TOUR.mkdir(parents=True, exist_ok=True)
-    for p, text in files.items():
-        p.write_text(text, encoding="utf-8")
     README.write_text(readme, encoding="utf-8")
+    TOUR.mkdir(parents=True, exist_ok=True)
     for name, command in PLOTS.items():
         symvram([*command, "-o", str(TOUR / f"{name}.png"), "--force"])
-    print(f"wrote {len(files)} files and {len(PLOTS)} plots to {TOUR.relative_to(ROOT)}/, and README.md")
+    print(f"wrote README.md and {len(PLOTS)} plots to {TOUR.relative_to(ROOT)}/")
     return 0
 
 

@@ -143,7 +143,7 @@ def sensitivity(model: Model, knobs: list[str] | None = None, **settings):
 
 
 def _card(gpu: str | int | GPUSpec) -> GPUSpec:
-    from .analysis.fit import load_card
+    from .presets import load_card
 
     if isinstance(gpu, GPUSpec):
         return gpu
@@ -204,11 +204,14 @@ DEFAULT_PLOT_RANKS = (8, 16, 64, 256)
 
 def plot(model: Model, kind: str = "breakdown", gpu: str | list[str] | None = None, ranks=None,
          top: int | None = None, headroom: int | str = "1GiB", units: str = "GiB", theme: str = "light",
-         **settings):
+         seq_max: int | None = None, **settings):
     """``symvram plot MODEL --kind KIND``: a matplotlib Figure (breakdown, seq-curve, tornado, fit-map).
 
-    The method defaults to LoRA, as in the CLI. ``gpu``: the cards drawn on a seq-curve (default
-    rtx-4090 and a100-80g), the card of a fit-map. In Jupyter, ``%matplotlib inline`` shows the figure.
+    The method defaults to LoRA, as in the CLI (a breakdown emphasises its bars). ``gpu``: the cards drawn on
+    a breakdown or a seq-curve (seq-curve default rtx-4090 and a100-80g), the card of a fit-map. ``seq_max``:
+    the longest sequence a seq-curve or fit-map spans (default: four times ``seq``, at least 8192, within the
+    model's context; a log2 axis).
+    In Jupyter, ``%matplotlib inline`` shows the figure.
 
     >>> fig = plot("7b", "seq-curve", ranks=(16, 64))
     >>> fig.axes[0].get_xlabel()
@@ -220,19 +223,20 @@ def plot(model: Model, kind: str = "breakdown", gpu: str | list[str] | None = No
         raise UserError(f"plot kind must be one of {', '.join(PLOT_KINDS)}; got {kind!r}")
     settings.setdefault("method", "lora")
     cards = [_card(g) for g in ([gpu] if isinstance(gpu, (str, int, GPUSpec)) else gpu or [])]
-    if kind == "breakdown":
-        return plots.breakdown(compare(model, **settings).rows, units, theme)
     sc = scenario(model, **settings)
+    if kind == "breakdown":
+        return plots.breakdown(compare(model, **settings).rows, units, theme, cards=cards, requested=sc)
     if kind == "seq-curve":
         if ranks and not sc.lora:
             raise UserError(f"--ranks does not apply to --method {sc.method}: there are no LoRA adapters")
         return plots.seq_curve(sc, ranks=ranks or DEFAULT_PLOT_RANKS,
-                               cards=cards or [_card(c) for c in DEFAULT_PLOT_CARDS], units=units, theme=theme)
+                               cards=cards or [_card(c) for c in DEFAULT_PLOT_CARDS], units=units, theme=theme,
+                               seq_max=seq_max)
     if kind == "tornado":
         return plots.tornado(sensitivity(sc), top=top, units=units, theme=theme)
     if len(cards) != 1:
         raise UserError("--kind fit-map needs exactly one --gpu (a named card or a size such as 24GiB)")
-    return plots.fit_map(sc, cards[0], headroom=headroom, units=units, theme=theme)
+    return plots.fit_map(sc, cards[0], headroom=headroom, units=units, theme=theme, seq_max=seq_max)
 
 
 @dataclass(frozen=True)

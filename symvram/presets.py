@@ -8,7 +8,6 @@
 """
 from __future__ import annotations
 
-import difflib
 import json
 import tomllib
 from dataclasses import dataclass
@@ -16,8 +15,9 @@ from functools import cache
 from importlib import resources
 from pathlib import Path
 
-from .errors import UserError
+from .errors import UserError, did_you_mean
 from .symbols import sym
+from .units import fmt_bytes, parse_size
 
 MAX_CONFIG_BYTES = 1 << 20  # a config.json is a few kB; refuse anything that is not one
 MAX_DIM = 10**7  # no model dimension (hidden, layers, vocab …) comes near this
@@ -109,9 +109,7 @@ def _lookup(name: str, table: dict[str, dict], what: str) -> tuple[str, dict]:
         if key == k or key in entry.get("aliases", ()):
             return k, entry
     names = list(table) + [a for e in table.values() for a in e.get("aliases", ())]
-    close = difflib.get_close_matches(key, names, n=3, cutoff=0.5)
-    hint = f"; closest: {', '.join(close)}" if close else ""
-    raise UserError(f"unknown {what} {name!r}{hint} (known: {', '.join(table)})")
+    raise UserError(f"unknown {what} {name!r}{did_you_mean(key, names, cutoff=0.5)}; known: {', '.join(table)}")
 
 
 def _int_field(cfg: dict, key: str, source: str, default=None) -> int:
@@ -249,7 +247,7 @@ def load_model(name_or_path: str) -> ModelSpec:
     text = str(name_or_path)
     try:
         is_path = text.endswith(".json") or "/" in text or Path(text).is_dir()
-        exists = Path(text).exists()
+        exists = is_path and Path(text).exists()
     except OSError:  # a name too long for the file system is no folder
         is_path = exists = False
     if is_path:
@@ -259,12 +257,58 @@ def load_model(name_or_path: str) -> ModelSpec:
             if is_hub_id(text):
                 return resolve(text)
         return load_config_json(Path(text))
-    key, entry = _lookup(text, model_presets(), "model preset")
+    return _preset(_lookup(text, model_presets(), "model preset")[0])
+
+
+@cache
+def _preset(key: str) -> ModelSpec:
+    """A preset's ModelSpec, built once (a ModelSpec is frozen)."""
+    entry = model_presets()[key]
     return spec_from_config(entry, name=key, kind=entry["kind"], source=f"preset {key}")
 
 
 def load_gpu(name: str) -> GPUSpec:
-    """A named card from ``data/gpus.toml``."""
+    """A named card from ``data/gpus.toml``; a name that several cards share (``a100``: 40 or 80 GB) is
+    refused with the choices rather than read as one of them.
+
+    >>> load_gpu("a100")
+    Traceback (most recent call last):
+    ...
+    symvram.errors.UserError: 'a100' names more than one card: a100-40g, a100-80g (say which)
+    """
+    shared = [k for k in gpu_presets() if k.startswith(name.strip().lower() + "-")]
+    if len(shared) > 1:
+        raise UserError(f"{name!r} names more than one card: {', '.join(shared)} (say which)")
     key, entry = _lookup(name, gpu_presets(), "GPU")
     return GPUSpec(key=key, name=entry["name"], memory_bytes=round(entry["memory_gib"] * GIB),
                    usable_bytes=round(entry["usable_gib"] * GIB))
+
+
+MIN_CARD_BYTES = 1 << 30  # nothing smaller is a training accelerator; "--gpu 24" (bytes) is a typo
+
+
+def load_card(text: str) -> GPUSpec:
+    """A named card (``rtx-4090``, ``a100-80g`` …) or a size (``24GiB``), taken as usable memory.
+
+    >>> load_card("24GiB").usable_bytes == 24 * 2**30
+    True
+    >>> load_card("4090").name
+    'NVIDIA GeForce RTX 4090 24GB'
+    >>> load_card("24GB").name, load_card("24G").name, load_card("24 GiB").name
+    ('24GB = 22.35 GiB card', '24G = 24.00 GiB card', '24.00 GiB card')
+    """
+    text = str(text).strip()
+    try:
+        return load_gpu(text)
+    except UserError as named_error:
+        if not text[:1].isdigit() and text[:1] not in ".-+":
+            raise UserError(f"--gpu: {named_error}") from None
+    try:
+        size = parse_size(text)
+    except UserError as e:
+        raise UserError(f"--gpu {text}: {e}") from None
+    if size < MIN_CARD_BYTES:
+        raise UserError(f"--gpu {text}: {size:,} bytes is not a GPU's memory (at least 1 GiB; write the unit, e.g. 24GiB)")
+    # echo how a size was read unless it was written in GiB: "24GB = 22.35 GiB card", "24G = 24.00 GiB card"
+    echo = "" if text.lower().replace(" ", "").endswith("gib") else f"{text} = "
+    return GPUSpec(key=text, name=f"{echo}{fmt_bytes(size)} card", memory_bytes=size, usable_bytes=size)

@@ -10,10 +10,10 @@ from __future__ import annotations
 import math
 import tomllib
 from dataclasses import dataclass, field, replace
-from functools import cache
+from functools import cache, cached_property
 from importlib import resources
 
-from .errors import UserError
+from .errors import UserError, did_you_mean
 from .ledger.architecture import Family, family
 from .ledger.structure import Structure
 from .presets import MAX_DIM, ModelSpec, load_model
@@ -45,6 +45,12 @@ SET_LIMITS = {"P": 10**15, "model": MAX_DIM, "bytes": 64, "quant": 1 << 20, "zer
 @cache
 def recipes() -> dict:
     return tomllib.loads(resources.files("symvram.data").joinpath("recipes.toml").read_text(encoding="utf-8"))
+
+
+@cache
+def _defaults() -> dict[str, int | float]:
+    """Every registry symbol's default value."""
+    return {n: d.default for n, d in SYMBOLS.items() if d.default is not None}
 
 
 def parse_targets(spec: str | tuple[str, ...] | list[str], fam: Family | None = None) -> tuple[str, ...]:
@@ -281,11 +287,8 @@ class Scenario:
         """``--set`` names a registered leaf symbol and a positive, finite, plausible number."""
         for name, value in self.overrides:
             if name not in SYMBOLS or SYMBOLS[name].group == "derived":
-                import difflib
-
-                close = difflib.get_close_matches(name, [n for n, d in SYMBOLS.items() if d.group != "derived"], n=3)
-                hint = f" (did you mean {', '.join(close)}?)" if close else ""
-                raise UserError(f"--set: unknown symbol {name!r}{hint}")
+                leaves = [n for n, d in SYMBOLS.items() if d.group != "derived"]
+                raise UserError(f"--set: unknown symbol {name!r}{did_you_mean(name, leaves)}")
             if not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
                 raise UserError(f"--set {name}: value must be a positive number; got {value!r}")
             if SYMBOLS[name].integer and not float(value).is_integer():
@@ -311,8 +314,9 @@ class Scenario:
                 raise UserError(f"--tp {self.tp} does not divide {name} = {dims[name]}: tensor parallelism "
                                 f"gives every rank the same share of the heads and of d_ff")
 
-    @property
+    @cached_property
     def structure(self) -> Structure:
+        """The discrete choices of the ledger (built once per Scenario: the Scenario is frozen)."""
         return Structure(
             method=self.method, nominal=self.model.params is not None, family=self.model.family,
             tied=self.model.tied, options=self.model.options, targets=self.targets if self.lora else (),
@@ -333,7 +337,7 @@ class Scenario:
     def values(self) -> dict[str, int | float]:
         """Numbers for every leaf symbol: registry defaults, model dims, run settings, dtypes, overrides."""
         sizes = recipes()["dtypes"]
-        vals: dict[str, int | float] = {n: d.default for n, d in SYMBOLS.items() if d.default is not None}
+        vals = dict(_defaults())
         vals.update(self.model.dims)
         trainable_dtype = self.adapter_dtype if self.lora else self.dtype
         vals.update(

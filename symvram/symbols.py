@@ -56,11 +56,9 @@ def sym(name: str) -> sp.Symbol:
     try:
         return SYMBOLS[name].symbol
     except KeyError:
-        import difflib
+        from .errors import did_you_mean
 
-        close = difflib.get_close_matches(name, SYMBOLS, n=3)
-        hint = f" (did you mean {', '.join(close)}?)" if close else ""
-        raise KeyError(f"unknown symbol {name!r}{hint}") from None
+        raise KeyError(f"unknown symbol {name!r}{did_you_mean(name, SYMBOLS)}") from None
 
 
 _GREEK = {"\\beta": "β", "\\tau": "τ"}

@@ -21,18 +21,20 @@ benchmark ``benchmarks/step_time_gpu.py`` compares it with a real step where the
 """
 from __future__ import annotations
 
+import math
 import tomllib
-from dataclasses import dataclass
-from functools import cache
+from dataclasses import dataclass, field, replace
+from functools import cache, cached_property, lru_cache
 from importlib import resources
 
 import sympy as sp
 
 from .errors import UserError
-from .evaluate import substitution
+from .evaluate import exact_function
 from .ledger import build_ledger
-from .ledger.comm import build_comm
-from .ledger.flops import PHASES, build_flops
+from .ledger.comm import COMM_FIELDS, build_comm
+from .ledger.flops import FLOPS_FIELDS, PHASES, build_flops
+from .ledger.structure import Structure
 from .presets import GPUSpec, gpu_presets
 from .scenario import Scenario
 from .symbols import sym
@@ -68,7 +70,11 @@ def check_interconnect(name: str | None) -> str | None:
 def time_expr(sc) -> sp.Expr:
     """Seconds per step as one expression over the registry symbols (derived quantities unexpanded),
     of a Scenario or a Structure."""
-    structure = getattr(sc, "structure", sc)
+    return _time_expr(getattr(sc, "structure", sc).keep(tuple(dict.fromkeys(FLOPS_FIELDS + COMM_FIELDS))))
+
+
+@lru_cache(maxsize=1024)
+def _time_expr(structure: Structure) -> sp.Expr:
     fl, cm = build_flops(structure), build_comm(structure)
     return (fl.total / (Phi * mu) + cm.block_expr("hbm") / B_hbm + (1 - omega) * cm.block_expr("network") / B_link
             + cm.block_expr("host") / B_host)
@@ -81,36 +87,48 @@ class Flops:
     by_phase: dict[str, int]
     by_term: dict[str, int]
     per_step: int
-    recompute_share_if_checkpointed: float   # what checkpointing adds, over the step without it
+    scenario: Scenario = field(repr=False, compare=False)
+
+    @cached_property
+    def recompute_share_if_checkpointed(self) -> float:
+        """What checkpointing adds, over the step without it (the other FLOPs ledger built only when asked).
+        Checkpointing is toggled without with_changes: no other setting depends on it."""
+        sc = self.scenario
+        other = replace(sc, grad_checkpointing=not sc.grad_checkpointing)
+        other_total = sum(int(v) for v in _flops_program(other.structure, sc.structure)(sc.values()))
+        without, with_ = (other_total, self.per_step) if sc.grad_checkpointing else (self.per_step, other_total)
+        return (with_ - without) / without
 
     def json(self) -> dict:
         return {"by_phase": self.by_phase, "by_term": self.by_term}
 
 
-def _subs(sc: Scenario) -> dict:
-    return substitution(build_ledger(sc.structure), sc.values())
+COMM_BLOCKS = ("network", "host", "hbm")
 
 
-def _num(expr: sp.Expr, subs: dict) -> sp.Expr:
-    return expr.xreplace(subs)
+@lru_cache(maxsize=256)
+def _flops_program(structure, ledger_structure):
+    """The FLOPs terms of ``structure`` with the derived quantities of ``ledger_structure``'s ledger, compiled
+    once."""
+    return exact_function(build_ledger(ledger_structure).definitions, tuple(x.expr for x in build_flops(structure).terms))
+
+
+@lru_cache(maxsize=256)
+def _comm_program(structure):
+    cm = build_comm(structure)
+    return exact_function(build_ledger(structure).definitions, tuple(cm.block_expr(b) for b in COMM_BLOCKS))
 
 
 def flops(sc: Scenario) -> Flops:
     fl = build_flops(sc.structure)
-    subs = _subs(sc)
-    by_term = {x.key: int(_num(x.expr, subs)) for x in fl.terms}
+    by_term = {x.key: int(v) for x, v in zip(fl.terms, _flops_program(sc.structure, sc.structure)(sc.values()))}
     by_phase = {p: sum(by_term[x.key] for x in fl.phase_terms(p)) for p in PHASES}
-    total = sum(by_phase.values())
-    other = sc.with_changes(grad_checkpointing=not sc.grad_checkpointing)
-    other_total = sum(int(_num(x.expr, subs)) for x in build_flops(other.structure).terms)
-    without, with_ = (other_total, total) if sc.grad_checkpointing else (total, other_total)
-    return Flops(by_phase, by_term, total, (with_ - without) / without)
+    return Flops(by_phase, by_term, sum(by_phase.values()), sc)
 
 
 def comm_bytes(sc: Scenario) -> dict[str, int]:
     """Bytes one GPU sends per step (network, host) and the memory-bound HBM bytes: card-independent."""
-    cm, subs = build_comm(sc.structure), _subs(sc)
-    return {blk: int(sp.ceiling(_num(cm.block_expr(blk), subs))) for blk in ("network", "host", "hbm")}
+    return dict(zip(COMM_BLOCKS, map(math.ceil, _comm_program(sc.structure)(sc.values()))))
 
 
 @dataclass(frozen=True)

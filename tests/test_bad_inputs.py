@@ -57,8 +57,8 @@ FILES = {
 # (id, argv, fragment of the one error line — lower-cased comparison; "a|b": either)
 MODEL_CASES = [
     ("unknown-preset", ["nosuchmodel"], "unknown model preset 'nosuchmodel'"),
-    ("unknown-preset-close", ["llama3-8b"], "closest: llama-3-8b"),
-    ("unknown-preset-close-2", ["mistral7b"], "closest: mistral-7b"),
+    ("unknown-preset-close", ["llama3-8b"], "did you mean llama-3-8b"),
+    ("unknown-preset-close-2", ["mistral7b"], "did you mean mistral-7b"),
     ("blank-preset", [" "], "unknown model preset"),
     ("name-too-long", ["x" * 5000], "unknown model preset"),
     ("missing-config", ["{tmp}/nope/config.json"], "no config.json"),
@@ -180,7 +180,7 @@ COMMAND_CASES = {
         ("no-card", ["7b", "--method", "lora"], "the following arguments are required: --gpu"),
         ("card-without-unit", ["7b", "--gpu", "24"], "write the unit"),
         ("card-bananas", ["7b", "--gpu", "24 bananas"], "unknown unit 'bananas'"),
-        ("card-unknown-name", ["7b", "--gpu", "rtx4090x"], "closest: rtx-4090"),
+        ("card-unknown-name", ["7b", "--gpu", "rtx4090x"], "did you mean rtx-4090"),
         ("card-zero", ["7b", "--gpu", "0GiB"], "must be positive"),
         ("card-half-byte", ["7b", "--gpu", "0.5"], "less than one byte"),
         ("card-infinite", ["7b", "--gpu", "1e400"], "--gpu 1e400"),

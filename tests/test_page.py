@@ -11,6 +11,7 @@ import pytest
 from latex2mathml.converter import convert
 from sympy.printing.jscode import jscode
 
+from symvram.analysis.whatif import ledger_symbols
 from symvram.cli import main
 from symvram.errors import UserError
 from symvram.evaluate import evaluate
@@ -145,3 +146,30 @@ def test_unknown_card_is_one_line_error(capsys):
     assert main(["page", "7b", "--gpu", "no-such-card"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("symvram: error: unknown GPU 'no-such-card'") and err.count("\n") == 1
+
+
+def test_page_colours_are_the_figures(lora_page):
+    """One colour language: the page's CSS variables are present/style.py's hex values, as the plots use."""
+    from symvram.present import style
+
+    root = re.search(r":root \{([^}]*)\}", lora_page[1]).group(1)
+    declared = dict(re.findall(r"--([\w-]+): (#[0-9A-Fa-f]{6});", root))
+    assert {k: declared[k] for k in style.BLOCK_COLORS} == style.BLOCK_COLORS
+    assert (declared["fits"], declared["nofit"]) == (style.FIT_COLORS["fits"], style.FIT_COLORS["does not fit"])
+    assert "#4e79a7" not in lora_page[1]   # no second palette
+
+
+def test_card_menu_names_and_lora_only_controls(lora_page, lora_data):
+    """Short card names for the menu; the controls greyed out without adapters change nothing there: under
+    full fine-tuning, each leaves the structure and every number its ledger reads as they were."""
+    data = lora_data[0]
+    assert data["gpus"]["rtx-4090"]["short"] == "RTX 4090 24GB" and data["gpus"]["mi300x"]["short"] == "MI300X 192GB"
+    assert data["loraMethods"] == ["lora", "qlora"]
+    full = lora_page[0].with_changes(method="full")
+    read = ledger_symbols(build_ledger(full.structure))   # derived quantities expanded
+    for name, other in (("targets", ("q_proj", "v_proj")), ("adapter_dtype", "fp32"), ("rank", 8)):
+        assert name in data["loraOnly"]
+        changed = full.with_changes(**{name: other})
+        assert changed.structure == full.structure, name
+        assert {k: v for k, v in changed.values().items() if k in read} == \
+            {k: v for k, v in full.values().items() if k in read}, name

@@ -7,14 +7,22 @@ Skipped, with the reason, where Selenium or Chromium is missing (.ci/run install
 from __future__ import annotations
 
 import json
+from pathlib import Path
+import sys
 import random
 import tempfile
 
 import pytest
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+from browser import headless_chromium  # noqa: E402  (scripts/browser.py: not shipped in the package)
+
 from symvram.cli import main
+from symvram.evaluate import evaluate
 from symvram.presets import load_gpu
-from symvram.present.page import headless_chromium, render_page
+from symvram.present import style
+from symvram.present.page import render_page
+from symvram.analysis.fit import DEFAULT_HEADROOM, headroom_bytes
 from symvram.present.units import fmt_bytes
 from symvram.scenario import Scenario
 
@@ -37,9 +45,9 @@ def browser():
     profile.cleanup()
 
 
-def _open(browser, tmp_path, model: str, units: str = "GiB", **settings):
+def _open(browser, tmp_path, model: str, units: str = "GiB", gpu: str = "a100-80g", **settings):
     path = tmp_path / f"{model}.html"
-    path.write_text(render_page(Scenario.create(model, **settings), gpu="a100-80g", units=units), encoding="utf-8")
+    path.write_text(render_page(Scenario.create(model, **settings), gpu=gpu, units=units), encoding="utf-8")
     browser.get(path.as_uri())
     return browser.execute_script("return JSON.parse(document.getElementById('data').textContent)")
 
@@ -74,10 +82,14 @@ def _cli_args(data: dict, chosen: dict) -> list[str]:
 
 
 def _set_controls(browser, chosen: dict) -> None:
+    """The method first (it greys out the LoRA-only controls, which are then left as they are: the page
+    and the command line ignore them alike)."""
     from selenium.webdriver.support.ui import Select
 
-    for name, value in chosen.items():
+    for name, value in sorted(chosen.items(), key=lambda item: item[0] != "method"):
         element = browser.find_element("id", f"c-{name}")
+        if not element.is_enabled():
+            continue
         if element.tag_name == "select":
             Select(element).select_by_value(str(value))
         else:
@@ -109,12 +121,15 @@ def test_page_peak_equals_estimate(browser, tmp_path, capsys, model, start, fixe
         if expected is None:  # the CLI refuses these settings: so must the page
             assert peak.get_attribute("data-bytes") == "", chosen
             assert browser.find_element("id", "error").text
+            assert browser.find_element("id", "legend").text == "", "a stale legend beside no estimate"
             errors += 1
             continue
         assert int(peak.get_attribute("data-bytes")) == expected, " ".join(_cli_args(data, chosen) + fixed)
         assert peak.text == fmt_bytes(expected, units)
         verdict = browser.find_element("id", "verdict").text
-        assert verdict.startswith("fits on" if expected <= card.usable_bytes else "does not fit on"), verdict
+        budget = card.usable_bytes - headroom_bytes(DEFAULT_HEADROOM, card.usable_bytes)  # as fit and diagnose keep
+        assert verdict.startswith("fits on" if expected <= budget else "does not fit on"), verdict
+        assert ("over by" in verdict) == (expected > budget), verdict
         checked += 1
     assert checked == settings, f"only {checked} valid settings in {10 * settings} draws"
     assert errors, "no invalid setting was drawn: the error path went unchecked"
@@ -141,3 +156,99 @@ def test_page_is_readable_at_phone_width(browser, tmp_path):
         assert browser.find_element("id", "c-method").is_displayed()
     finally:
         browser.set_window_size(1200, 900)
+
+
+def _rgb(hex_colour: str) -> str:
+    r, g, b = (int(hex_colour[i:i + 2], 16) for i in (1, 3, 5))
+    return f"rgb({r}, {g}, {b})"
+
+
+@pytest.mark.parametrize("width", [1400, 420])
+def test_term_table_fits_its_column(browser, tmp_path, width):
+    """The term table stays inside the page's column, and each "why" is shown whole, at a wide desktop and
+    at a phone's width (wide formulas scroll inside their own cell)."""
+    _open(browser, tmp_path, "llama-3-8b", method="lora")
+    browser.set_window_size(width, 900)
+    try:
+        box = browser.execute_script("""
+            const t = document.getElementById("terms"), column = t.parentNode.getBoundingClientRect();
+            const whys = [...t.querySelectorAll(".why")].slice(1);   // [0] is the header's
+            return {page: [document.documentElement.scrollWidth, window.innerWidth],
+                    table: [t.scrollWidth, t.parentNode.clientWidth, t.getBoundingClientRect().right, column.right],
+                    whys: whys.length,
+                    cut: whys.filter((w) => w.scrollWidth > w.clientWidth + 1
+                                             || w.getBoundingClientRect().right > column.right + 1).length};""")
+        assert box["page"][0] <= box["page"][1], box
+        assert box["table"][0] <= box["table"][1] and box["table"][2] <= box["table"][3] + 1, box
+        assert box["whys"] > 20 and box["cut"] == 0, box
+    finally:
+        browser.set_window_size(1200, 900)
+
+
+def test_card_line_is_labelled_with_over_by(browser, tmp_path):
+    sc = Scenario.create("llama-3-8b", method="full", batch=4, seq=4096)
+    card = load_gpu("a100-80g")
+    over = evaluate(sc).peak - (card.usable_bytes - headroom_bytes(DEFAULT_HEADROOM, card.usable_bytes))
+    assert over > 0
+    _open(browser, tmp_path, "llama-3-8b", method="full", batch=4, seq=4096)
+    label = browser.find_element("id", "cap-label").text
+    assert label.strip("▲ ") == f"A100 80GB: {fmt_bytes(card.usable_bytes)} usable · over by {fmt_bytes(over)} " \
+                                "with the 1.00 GiB headroom"
+    line, text = (browser.find_element("css selector", s).rect for s in ("#bar .cap", "#cap-label"))
+    arrow = text["x"] if label.startswith("▲") else text["x"] + text["width"]   # the arrow's end touches the line
+    assert abs(arrow - (line["x"] + line["width"] / 2)) < 12, (label, line, text)
+    _set_controls(browser, {"seq": 512, "batch": 1})
+    assert "to spare with the 1.00 GiB headroom" in browser.find_element("id", "cap-label").text
+
+
+def test_card_menu_shows_whole_short_names(browser, tmp_path):
+    """Every card's name fits its menu, at desktop and phone widths (vendor words dropped, the full name
+    as the option's title)."""
+    _open(browser, tmp_path, "7b", method="lora")
+    for width in (1200, 390):
+        browser.set_window_size(width, 900)
+        widths = browser.execute_script("""
+            const s = document.getElementById("c-gpu"), c = document.createElement("canvas").getContext("2d");
+            c.font = getComputedStyle(s).font;
+            return {room: s.clientWidth - 32, texts: [...s.options].map((o) => [o.text, o.title, c.measureText(o.text).width])};""")
+        assert ["RTX 4090 24GB", "NVIDIA GeForce RTX 4090 24GB"] in [t[:2] for t in widths["texts"]]
+        assert all(w <= widths["room"] for _, _, w in widths["texts"]), widths
+    browser.set_window_size(1200, 900)
+
+
+def test_lora_controls_are_off_for_full_fine_tuning(browser, tmp_path):
+    data = _open(browser, tmp_path, "llama-3-8b", method="lora")
+    lora_only = [browser.find_element("id", f"c-{n}") for n in data["loraOnly"]]
+    assert {e.get_attribute("id") for e in lora_only} == {"c-targets", "c-adapter_dtype", "c-rank"}
+    assert all(e.is_enabled() for e in lora_only)
+    peak = browser.find_element("id", "peak")
+    method = data["controls"]["method"]["values"]
+    _set_controls(browser, {"rank": 5000})
+    assert peak.get_attribute("data-bytes") == ""    # beyond min(d, k): refused with adapters
+    _set_controls(browser, {"method": method.index("full")})
+    assert not any(e.is_enabled() for e in lora_only)
+    assert peak.get_attribute("data-bytes")          # and of no matter without them
+    _set_controls(browser, {"method": method.index("qlora")})
+    assert all(e.is_enabled() for e in lora_only)
+    assert peak.get_attribute("data-bytes") == ""
+
+
+def test_legend_table_and_total_note_say_what_they_count(browser, tmp_path):
+    """The bar's legend counts what is live at the peak, beside the block's whole (the table's number); the
+    note under the table says why the ledger total and the peak differ; the colours are the figures'."""
+    sc = Scenario.create("llama-3-8b", method="full")
+    bd = evaluate(sc)
+    _open(browser, tmp_path, "llama-3-8b", method="full")
+    legend = {e.get_attribute("data-block"): e.text for e in browser.find_elements("css selector", "#legend span")}
+    moment = next(m for m in bd.ledger.moments if m.key == bd.peak_moment)
+    live = sum(bd.terms[k] for k in moment.terms if bd.ledger.by_key[k].block == "trainable")
+    assert live < bd.blocks["trainable"]
+    assert legend["trainable"].endswith(f"{fmt_bytes(live)} live of {fmt_bytes(bd.blocks['trainable'])}")
+    assert browser.find_element("css selector", "#blocks th.num").text == "all its terms"
+    note = browser.find_element("id", "total-note").text
+    assert bd.ledger_total > bd.peak
+    assert note.startswith(f"The ledger total is {fmt_bytes(bd.ledger_total - bd.peak)} above the peak: "
+                           f"at the {moment.label} moment, grads {fmt_bytes(bd.terms['grads'])} is not live")
+    colours = browser.execute_script("""return [...document.querySelectorAll("#bar span:not(.cap)")]
+        .map((s) => s.className === "hatch" ? "hatch" : getComputedStyle(s).backgroundColor);""")
+    assert colours == [_rgb(style.BLOCK_COLORS[b]) for b in ("base", "trainable", "activations")] + ["hatch"]

@@ -103,7 +103,7 @@ def test_bad_max_gpus():
 
 
 def test_summary_points_at_activations_when_they_cost_cards(plain):
-    from symvram.cli.plan import summary
+    from symvram.present.reports import plan_summary as summary
 
     z3 = row(plain, "lora", "zero3")
     assert z3.params_gpus == 2 < z3.gpus                       # the parameters alone fit on two

@@ -25,6 +25,29 @@ def test_python_examples_run(n):
 
 def test_linked_files_exist():
     targets = re.findall(r"\]\(((?!https?:|#)[^)\s]+)\)", README)
-    assert "docs/tour/seq_curve.png" in targets and "benchmarks/results/accuracy.md" in targets
+    assert "docs/tour/breakdown.png" in targets and "benchmarks/results/accuracy.md" in targets
     missing = [t for t in targets if not (ROOT / t).exists()]
     assert missing == []
+
+
+def test_the_readme_is_short_and_its_outputs_are_generated():
+    """≤ 10 KB: what it is, the set-up commands, three commands with their output, the breakdown figure
+    and the page's screenshot, the accuracy summary; everything else is on the docs site (docs/, mkdocs.yml)."""
+    assert len(README.encode("utf-8")) <= 10 * 1024
+    images = re.findall(r"!\[[^\]]*\]\(([^)]+)\)", README)
+    assert images == ["docs/tour/breakdown.png", "docs/page.png"]
+    assert "reference answer" in README
+    assert not re.search(r"(?m)^#{1,2} (?!symvram$|How accurate|More$)", README), "a pasted heading at the top level"
+
+
+def test_every_docs_page_is_in_the_site_and_its_links_resolve():
+    docs = ROOT / "docs"
+    config = (ROOT / "mkdocs.yml").read_text(encoding="utf-8")
+    for page in docs.glob("*.md"):
+        assert page.name in config, f"{page.name} is not in mkdocs.yml's nav"
+        for target in re.findall(r"\]\(((?!https?:|#)[^)\s#]+)", page.read_text(encoding="utf-8")):
+            assert (page.parent / target).exists(), f"{page.name} links to a missing {target}"
+    hooks = (ROOT / "scripts" / "docs_hooks.py").read_text(encoding="utf-8")
+    for page in docs.glob("*.md"):
+        for name in re.findall(r"<!-- ([\w-]+)", page.read_text(encoding="utf-8")):
+            assert name in hooks, f"{page.name}: the placeholder {name} is not filled at build time"

@@ -98,6 +98,8 @@ def test_fsdp2_policy_gathers_in_bf16_and_reduces_in_fp32():
     assert t["weights"] == t["grads"] == 4 * P7 // n and t["optimizer_states"] == 8 * P7 // n
     assert t["gathered_layer"] == t["layer_grads_unsharded"] == 2 * LAYER_7B
     assert t["reduce_scatter_buffer"] == 4 * LAYER_7B
+    bf16 = estimate("7b", method="full", zero=3, gpus=n).terms          # the modules compute as a bf16 run does
+    assert all(t[k] == bf16[k] for k in bf16 if k.startswith("act_"))
     assert t["root_reduce"] == 4 * ROOT_7B + max(2 * ROOT_7B - 4 * ROOT_7B // n, 2 * V * H)
 
 

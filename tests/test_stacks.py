@@ -122,11 +122,11 @@ def test_deepspeed_stack_defaults_and_flags():
 
 def test_headers_name_the_sharded_stacks_and_their_assumptions(capsys):
     assert main(["estimate", "tinyllama-1.1b", "--stack", "fsdp", "--gpus", "4", "--method", "full"]) == 0
-    out = capsys.readouterr().out
+    out = " ".join(capsys.readouterr().out.split())   # the header may wrap
     assert "stack fsdp (torch FSDP2" in out
     assert "MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32)" in out and "over 4 GPUs" in out
     assert main(["estimate", "tinyllama-1.1b", "--stack", "deepspeed", "--gpus", "4", "--method", "full"]) == 0
-    out = capsys.readouterr().out
+    out = " ".join(capsys.readouterr().out.split())
     assert "stack deepspeed (DeepSpeed ZeRO with bf16)" in out and "fp32 master" in out
     assert "DeepSpeed ZeRO-2 over 4 GPUs" in out and "modelled from source, not measured" in out
 

@@ -168,12 +168,12 @@ class Diagnosis:
         return any("method" in r.changes for r in self.remedies)
 
     def __repr__(self) -> str:
-        from ..present.display import diagnosis_repr
-        return diagnosis_repr(self)
+        from ..rendering import render
+        return render(self, "repr")
 
     def _repr_markdown_(self) -> str:
-        from ..present.display import diagnosis_markdown
-        return diagnosis_markdown(self)
+        from ..rendering import render
+        return render(self, "markdown")
 
 
 @dataclass(frozen=True)

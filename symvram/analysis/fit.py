@@ -28,39 +28,13 @@ import sympy as sp
 from ..errors import UserError
 from ..evaluate import Breakdown, evaluate, grid_function, substitution
 from ..ledger import build_ledger
-from ..presets import GPUSpec, load_gpu
-from ..present.units import fmt_bytes, parse_size
+from ..presets import MIN_CARD_BYTES, GPUSpec, load_card  # noqa: F401 (their old home: re-exported)
+from ..units import fmt_bytes, parse_size
 from ..scenario import MAX_BATCH, MAX_SEQ, Scenario, smallest_target_side
 from ..symbols import SYMBOLS, sym
 
 KNOBS = ("seq", "batch", "rank")
 DEFAULT_HEADROOM = "1GiB"
-MIN_CARD_BYTES = 1 << 30  # nothing smaller is a training accelerator; "--gpu 24" (bytes) is a typo
-
-
-def load_card(text: str) -> GPUSpec:
-    """A named card (``rtx-4090``, ``a100-80g`` …) or a size (``24GiB``), taken as usable memory.
-
-    >>> load_card("24GiB").usable_bytes == 24 * 2**30
-    True
-    >>> load_card("4090").name
-    'NVIDIA GeForce RTX 4090 24GB'
-    """
-    text = str(text).strip()
-    try:
-        return load_gpu(text)
-    except UserError as named_error:
-        if not text[:1].isdigit() and text[:1] not in ".-+":
-            raise UserError(f"--gpu: {named_error}") from None
-    try:
-        size = parse_size(text)
-    except UserError as e:
-        raise UserError(f"--gpu {text}: {e}") from None
-    if size < MIN_CARD_BYTES:
-        raise UserError(f"--gpu {text}: {size:,} bytes is not a GPU's memory (at least 1 GiB; write the unit, e.g. 24GiB)")
-    return GPUSpec(key=text, name=f"{fmt_bytes(size)} card", memory_bytes=size, usable_bytes=size)
-
-
 def headroom_bytes(text: str | int, capacity: int) -> int:
     """``--headroom``: a size (``1GiB``), a percentage of the card (``5%``) or ``0``.
 
@@ -143,8 +117,8 @@ class FitResult:
         return min(self.bounds, key=self.bounds.__getitem__)
 
     def __repr__(self) -> str:
-        from ..present.display import fit_text
-        return fit_text(self)
+        from ..rendering import render
+        return render(self, "repr")
 
 
 def _monotone_poly(expr: sp.Expr, x: sp.Symbol) -> sp.Poly | None:

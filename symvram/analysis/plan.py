@@ -2,7 +2,8 @@
 
 The per-GPU peak is the ledger's Max over moments with N (``gpus``) left free; every term is a
 constant or a constant over N, so it is non-increasing in N and the smallest N that fits is found
-on its lambdified function over 1 … max_gpus at once, then re-estimated exactly with ``evaluate``.
+in closed form (each moment is A + B/N: two exact estimates give A and B), then re-estimated exactly
+with ``evaluate``.
 Strategies are listed in order of communication cost (cheapest first):
 
 ===========================  ============================================================
@@ -27,15 +28,12 @@ import dataclasses
 import math
 from dataclasses import dataclass
 
-import numpy as np
-
 from ..errors import UserError
-from ..evaluate import Breakdown, evaluate, grid_function
-from ..ledger import build_ledger
+from ..evaluate import Breakdown, evaluate
 from ..presets import GPUSpec, gpu_presets
-from ..present.tables import host_bytes
 from ..scenario import MAX_GPUS, METHODS, Scenario
 from .fit import DEFAULT_HEADROOM, headroom_bytes
+from .host import host_bytes
 
 MAX_TP = 8  # tensor parallelism needs NVLink: it stays inside one node
 TP_INTERCONNECTS = ("nvlink", "infinity-fabric")   # data/gpus.toml's `interconnect` fast enough for TP
@@ -162,47 +160,97 @@ class PlanResult:
         return rows[0] if rows else None
 
     def __repr__(self) -> str:
-        from ..present.display import plan_repr
-        return plan_repr(self)
+        from ..rendering import render
+        return render(self, "repr")
 
     def _repr_markdown_(self) -> str:
-        from ..present.display import plan_markdown
-        return plan_markdown(self)
+        from ..rendering import render
+        return render(self, "markdown")
 
 
-def _first_fit(sc: Scenario, exprs_of, budget: int, top: int) -> int | None:
-    """Smallest N in 1 … top with max(exprs(N)) ≤ budget, on the lambdified (non-increasing)
-    expressions; each moment is lambdified alone (a SymPy Max over them is slow to build)."""
-    ledger = build_ledger(sc.structure)
-    ns = np.arange(1, top + 1)
-    values = np.zeros(ns.shape)
-    for expr in exprs_of(ledger):
-        fn = grid_function(ledger, expr, ("gpus",), sc.values())
-        values = np.maximum(values, np.broadcast_to(np.asarray(fn(ns), dtype=float), ns.shape))
-    ok = np.nonzero(values <= budget)[0]
-    return int(ns[ok[0]]) if len(ok) else None
+EDGE = 1 << 20  # closed-form values this close to the budget are checked exactly (whole-byte rounding)
 
 
-def _moment_exprs(ledger):
-    return [ledger.moment_expr(m) for m in ledger.moments]
+def _on(sc: Scenario, gpus: int) -> Scenario:
+    """``sc`` on ``gpus`` data-parallel GPUs. The count is a number of the ledger, not part of its structure,
+    and 1 ≤ gpus ≤ --max-gpus is checked once by ``plan``: no ``with_changes`` re-checking every setting.
+
+    >>> _on(Scenario.create("7b"), 4) == Scenario.create("7b", gpus=4)
+    True
+    """
+    on = dataclasses.replace(sc, gpus=gpus)
+    on.__dict__["structure"] = sc.structure  # the cached_property, kept: the same structure, other numbers
+    return on
 
 
-def _params_expr(ledger):
-    return [ledger.block_expr("base") + ledger.block_expr("trainable")]
+def _ends(sc: Scenario) -> tuple[Breakdown, Breakdown]:
+    """The exact estimates at N = 1 and N = 2 data-parallel GPUs."""
+    return evaluate(_on(sc, 1)), evaluate(_on(sc, 2))
 
 
-def fewest_gpus(sc: Scenario, budget: int, top: int) -> tuple[int | None, Breakdown]:
+def _closed_form(pairs) -> list[tuple[int, int]]:
+    """(A, B) of each per-GPU quantity A + B/N from its exact values at N = 1 and 2 (v1 = A + B,
+    v2 = A + B/2): every term is a constant or a constant over N."""
+    return [(2 * v2 - v1, 2 * (v1 - v2)) for v1, v2 in pairs]
+
+
+def _first_fit(forms, budget: int, top: int) -> int | None:
+    """Smallest N in 1 … top with every A + B/N ≤ budget: N ≥ B / (budget − A)."""
+    n = 1
+    for a, b in forms:
+        if a + b <= budget:
+            continue
+        if a >= budget:
+            return None
+        n = max(n, -(-b // (budget - a)))
+    return n if n <= top else None
+
+
+def _near(forms, n: int, budget: int) -> bool:
+    """Whether the closed form at N = n is within whole-byte rounding of the budget."""
+    return n >= 1 and abs(max(a + b / n for a, b in forms) - budget) <= EDGE
+
+
+def _params(bd: Breakdown) -> int:
+    return bd.blocks["base"] + bd.blocks["trainable"]
+
+
+def _params_gpus(sc: Scenario, ends, budget: int, top: int) -> int | None:
+    """Fewest N whose parameter side (weights + trainable triple) fits: the closed form, checked exactly
+    where whole-byte rounding could move it by one."""
+    forms = _closed_form([(_params(ends[0]), _params(ends[1]))])
+    n = _first_fit(forms, budget, top)
+    if n is None or not (_near(forms, n, budget) or _near(forms, n - 1, budget)):
+        return n
+    while n < top and _params(evaluate(_on(sc, n))) > budget:
+        n += 1
+    while n > 1 and _params(evaluate(_on(sc, n - 1))) <= budget:
+        n -= 1
+    return n if _params(evaluate(_on(sc, n))) <= budget else None
+
+
+def fewest_gpus(sc: Scenario, budget: int, top: int, ends=None) -> tuple[int | None, Breakdown]:
     """Fewest data-parallel GPUs N ≤ top whose exact per-GPU peak fits ``budget``; the estimate there
     (or at ``top`` when none fits)."""
-    n = _first_fit(sc, _moment_exprs, budget, top)
+    b1, b2 = ends or _ends(sc)
+    forms = _closed_form([(b1.moments[k], b2.moments[k]) for k in b1.moments])
+    n = _first_fit(forms, budget, top)
     if n is None:
-        return None, evaluate(sc.with_changes(gpus=top))
-    at = evaluate(sc.with_changes(gpus=n))
+        return None, evaluate(_on(sc, top))
+    known = {1: b1, 2: b2}
+
+    def at_n(k: int) -> Breakdown:
+        if k not in known:
+            known[k] = evaluate(_on(sc, k))
+        return known[k]
+
+    at = at_n(n)
     while at.peak > budget and n < top:  # whole-byte rounding can move the boundary by one
         n += 1
-        at = evaluate(sc.with_changes(gpus=n))
-    while n > 1 and (below := evaluate(sc.with_changes(gpus=n - 1))).peak <= budget:
-        n, at = n - 1, below
+        at = at_n(n)
+    if at.peak <= budget and _near(forms, n - 1, budget):
+        while n > 1 and (below := at_n(n - 1)).peak <= budget:
+            n, at = n - 1, below
     return (n, at) if at.peak <= budget else (None, at)
 
 
@@ -220,13 +268,15 @@ def _row(sc: Scenario, method: str, st: Strategy, budget: int, max_gpus: int) ->
     except UserError:  # e.g. QLoRA with fp32 weights: that method does not apply to this recipe
         return None
     if not st.tensor_parallel:
-        n, at = fewest_gpus(base, budget, max_gpus)
-        return PlanRow(method, st, n, 1, at, _first_fit(base, _params_expr, budget, max_gpus))
+        ends = _ends(base)
+        n, at = fewest_gpus(base, budget, max_gpus, ends)
+        return PlanRow(method, st, n, 1, at, _params_gpus(base, ends, budget, max_gpus))
     best, params = None, []
     for t in tp_degrees(base):
         shaped = base.with_changes(tp=t, sequence_parallel=True)
-        n, at = fewest_gpus(shaped, budget, max(1, max_gpus // t))
-        p = _first_fit(shaped, _params_expr, budget, max(1, max_gpus // t))
+        ends = _ends(shaped)
+        n, at = fewest_gpus(shaped, budget, max(1, max_gpus // t), ends)
+        p = _params_gpus(shaped, ends, budget, max(1, max_gpus // t))
         if p is not None:
             params.append(p * t)
         row = PlanRow(method, st, None if n is None else n * t, t, at, None if p is None else p * t)

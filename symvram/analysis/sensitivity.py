@@ -14,11 +14,16 @@ linear knob is the share of the peak that grows in proportion to it.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from fractions import Fraction
+from functools import lru_cache
 
 import sympy as sp
 
 from ..errors import UserError
-from ..evaluate import Breakdown, evaluate, substitution
+from ..evaluate import Breakdown, evaluate, exact_function
+from ..ledger import build_ledger
+from ..ledger.flops import build_flops
+from ..ledger.structure import Structure
 from ..symbols import SYMBOLS, latex, sym
 from .whatif import apply_changes, check_symbol, ledger_symbols
 
@@ -73,12 +78,55 @@ class SensitivityResult:
         raise UserError(f"knob {knob!r} is not among {', '.join(r.knob for r in self.rows)}")
 
     def __repr__(self) -> str:
-        from ..present.display import sensitivity_repr
-        return sensitivity_repr(self)
+        from ..rendering import render
+        return render(self, "repr")
 
     def _repr_markdown_(self) -> str:
-        from ..present.display import sensitivity_markdown
-        return sensitivity_markdown(self)
+        from ..rendering import render
+        return render(self, "markdown")
+
+
+def _diff(expr: sp.Expr, x: sp.Symbol) -> sp.Expr:
+    """∂expr/∂x, 0 without differentiating when x does not occur (most knobs in most terms)."""
+    return sp.diff(expr, x) if x in expr.free_symbols else sp.Integer(0)
+
+
+def _scaled_diff(expr: sp.Expr, x: sp.Symbol) -> sp.Expr:
+    """x·∂expr/∂x: for each monomial c·xᵏ·(no x) of a sum, k times itself, without differentiating (the
+    expanded FLOPs polynomials); ``_diff`` elsewhere.
+
+    >>> s, b = sym("seq"), sym("batch")
+    >>> _scaled_diff(3 * s**2 * b + s + b, s)
+    6*batch*seq**2 + seq
+    """
+    if x not in expr.free_symbols:
+        return sp.Integer(0)
+    if expr.is_Add:
+        return sp.Add(*(_scaled_diff(a, x) for a in expr.args))
+    powers = expr.as_powers_dict()
+    k = powers.get(x)
+    if k is not None and k.is_Number and all(x not in b.free_symbols | e.free_symbols
+                                             for b, e in powers.items() if b != x):
+        return k * expr
+    return x * _diff(expr, x)
+
+
+@lru_cache(maxsize=256)
+def _derivatives(structure: Structure, moment: str, knobs: tuple[str, ...]):
+    """Differentiated once per structure, active moment and knobs: each knob's ∂moment/∂x (symbolic), the
+    (knob, term) pairs whose ∂term/∂x is not 0, the knob of each FLOPs term's x·∂F_term/∂x that is not 0, and
+    one compiled function of the values returning, exactly, every FLOPs term, each ∂moment/∂x, each such
+    ∂term/∂x and each such x·∂F_term/∂x (the FLOPs, expanded polynomials, by the power of x in each monomial)."""
+    led = build_ledger(structure)
+    terms = [(led.by_key[k], led.expand(led.by_key[k].expr)) for k in next(m for m in led.moments if m.key == moment).terms]
+    flops = [x.expr for x in build_flops(structure).terms]
+    parts = [(i, term, d) for i, k in enumerate(knobs) for term, e in terms if (d := _diff(e, sym(k))) != 0]
+    derivatives = tuple(sp.Add(*(d for j, _, d in parts if j == i)) for i in range(len(knobs)))
+    flops_parts = [(i, d) for i, k in enumerate(knobs) for f in flops if (d := _scaled_diff(f, sym(k))) != 0]
+    fn = exact_function(led.definitions, (*flops, *derivatives, *(d for _, _, d in parts),
+                                          *(d for _, d in flops_parts)))
+    return (len(flops), derivatives, tuple((i, term) for i, term, _ in parts), tuple(i for i, _ in flops_parts),
+            fn)
 
 
 def sensitivity(sc, knobs: tuple[str, ...] | list[str] | None = None) -> SensitivityResult:
@@ -94,30 +142,26 @@ def sensitivity(sc, knobs: tuple[str, ...] | list[str] | None = None) -> Sensiti
         names = list(dict.fromkeys(knobs))
         for k in names:
             check_symbol(sc, k, option="--knobs")
-    subs = substitution(led, bd.values)
-    moment = next(m for m in led.moments if m.key == bd.peak_moment)
-    terms = [(led.by_key[k], led.expand(led.by_key[k].expr)) for k in moment.terms]
-    expr = sp.Add(*(e for _, e in terms))
-    from ..ledger.flops import build_flops
-
-    flops_expr = build_flops(sc.structure).total
-    flops_value = float(flops_expr.xreplace(subs))
+    n_flops, derivatives, parts, flops_knobs, fn = _derivatives(sc.structure, bd.peak_moment, tuple(names))
+    numbers = iter(fn(bd.values))
+    flops_value = float(sum(next(numbers) for _ in range(n_flops)))
+    values = [next(numbers) for _ in names]
+    shares: list[list[TermShare]] = [[] for _ in names]
+    for (i, term), d in zip(parts, numbers):
+        if part := float(d) * bd.values[names[i]]:
+            shares[i].append(TermShare(term.key, term.label, part))
+    flops_scaled = [0] * len(names)   # x·∂F/∂x, exact; ∂F/∂x is it over the exact x
+    for i, d in zip(flops_knobs, numbers):
+        flops_scaled[i] += d
     rows = []
-    for name in names:
-        x = sym(name)
+    for i, name in enumerate(names):
         at = bd.values[name]
-        derivative = sp.diff(expr, x)
-        value = float(derivative.xreplace(subs))
-        shares = []
-        for term, e in terms:
-            part = float(sp.diff(e, x).xreplace(subs)) * at
-            if part:
-                shares.append(TermShare(term.key, term.label, part))
-        shares.sort(key=lambda s: -abs(s.bytes))
-        time_el = float(sp.diff(flops_expr, x).xreplace(subs)) * at / flops_value
-        rows.append(Row(name, at, derivative, value, value * at / bd.peak, tuple(shares), time_el))
+        value = float(values[i])
+        shares[i].sort(key=lambda s: -abs(s.bytes))
+        time_el = float(flops_scaled[i] / Fraction(at)) * at / flops_value
+        rows.append(Row(name, at, derivatives[i], value, value * at / bd.peak, tuple(shares[i]), time_el))
     rows.sort(key=lambda r: -abs(r.elasticity))
-    return SensitivityResult(bd, moment.key, tuple(rows))
+    return SensitivityResult(bd, bd.peak_moment, tuple(rows))
 
 
 @dataclass(frozen=True)

@@ -13,11 +13,10 @@ True
 """
 from __future__ import annotations
 
-import difflib
 from dataclasses import dataclass
 from functools import lru_cache
 
-from ..errors import UserError
+from ..errors import UserError, did_you_mean
 from ..evaluate import Breakdown, evaluate
 from ..ledger import Ledger, Moment, Term, build_ledger
 from ..scenario import Scenario
@@ -39,9 +38,8 @@ def ledger_symbols(ledger: Ledger) -> frozenset[str]:
 def check_symbol(sc: Scenario, name: str, option: str = "--set") -> None:
     """Refuse a name that is not a leaf symbol of this scenario's ledger, in one line."""
     if name not in SYMBOLS:
-        close = difflib.get_close_matches(name, [n for n, d in SYMBOLS.items() if d.group != "derived"], n=3)
-        hint = f" (did you mean {', '.join(close)}?)" if close else ""
-        raise UserError(f"{option}: unknown symbol {name!r}{hint}")
+        leaves = [n for n, d in SYMBOLS.items() if d.group != "derived"]
+        raise UserError(f"{option}: unknown symbol {name!r}{did_you_mean(name, leaves)}")
     ledger = build_ledger(sc.structure)
     defined = {str(s): e for s, e in ledger.definitions}
     if name in defined:
@@ -109,12 +107,12 @@ class WhatIf:
         return [(n, self.before.values[n], self.after.values[n]) for n in self.changes]
 
     def __repr__(self) -> str:
-        from ..present.display import whatif_repr
-        return whatif_repr(self)
+        from ..rendering import render
+        return render(self, "repr")
 
     def _repr_markdown_(self) -> str:
-        from ..present.display import whatif_markdown
-        return whatif_markdown(self)
+        from ..rendering import render
+        return render(self, "markdown")
 
 def whatif(sc: Scenario, changes: dict[str, int | float]) -> WhatIf:
     """Estimate ``sc`` and ``sc`` with ``changes`` (registry names → numbers)."""

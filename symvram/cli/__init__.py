@@ -1,6 +1,9 @@
-"""Command line: argument parsing and error reporting only; every command calls the Python API.
+"""Command line: argument parsing and error reporting only; each command parses its arguments, calls the
+analysis (or the Python API) and prints what the render layer (``symvram.present``) returns.
 
-Each command lives in its own module with ``register(subparsers)``; add its name to COMMANDS.
+Each command lives in its own module with ``register(subparsers)``; add its name to COMMANDS. Only the
+named command's module is imported (``symvram --help`` imports them all), so a command pays for its
+own libraries alone.
 """
 from __future__ import annotations
 
@@ -34,12 +37,16 @@ class _Parser(argparse.ArgumentParser):
         raise UserError(message if self.prog == "symvram" else f"{self.prog.removeprefix('symvram ')}: {message}")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The whole parser, or (``only``) one command's: a command's module, and the libraries it needs,
+    are imported only when that command runs or ``symvram --help`` lists them all."""
     parser = _Parser(prog="symvram", description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--debug", action="store_true", help="show tracebacks (also SYMVRAM_DEBUG=1)")
+    parser.add_argument("--wide", action="store_true",
+                        help="keep every table row and formula on one line (default: output fits 100 columns)")
     parser.add_argument("--version", action="version", version="symvram " + __import__("symvram").__version__)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
-    for name in COMMANDS:
+    for name in [only] if only in COMMANDS else COMMANDS:
         importlib.import_module(f".{name}", __name__).register(sub)
     return parser
 
@@ -47,9 +54,14 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in argv or os.environ.get("SYMVRAM_DEBUG") == "1"
-    argv = [a for a in argv if a != "--debug"]  # accepted before or after the command
+    wide = "--wide" in argv
+    argv = [a for a in argv if a not in ("--debug", "--wide")]  # accepted before or after the command
     try:
-        parser = build_parser()
+        if wide:
+            from ..present import tables
+
+            tables.WIDTH, width_before = 0, tables.WIDTH
+        parser = build_parser(_command_of(argv))
         args = parser.parse_args(argv)
         if not getattr(args, "func", None):
             raise UserError(f"no command given; choose one of {', '.join(COMMANDS)} (symvram --help explains each)")
@@ -70,6 +82,19 @@ def main(argv: list[str] | None = None) -> int:
         print(f"symvram: internal error: {type(e).__name__}: {_one_line(e)} (rerun with --debug for the traceback)",
               file=sys.stderr)
         return 1
+    finally:
+        if wide:
+            tables.WIDTH = width_before
+
+
+def _command_of(argv: list[str]) -> str | None:
+    """The command named in ``argv`` (the first word not an option), or None.
+
+    >>> _command_of(["estimate", "7b"]), _command_of(["--version"]), _command_of(["nosuch"])
+    ('estimate', None, None)
+    """
+    first = next((a for a in argv if not a.startswith("-")), None)
+    return first if first in COMMANDS else None
 
 
 def _one_line(e: Exception) -> str:

@@ -42,11 +42,11 @@ def add_model_argument(p: argparse.ArgumentParser) -> None:
                         "when the file names its base model")
 
 
-def add_scenario_arguments(p: argparse.ArgumentParser, method_default: str | None = None) -> None:
+def add_scenario_arguments(p: argparse.ArgumentParser) -> None:
     """The inputs of one scenario; defaults are the reference answer's modern recipe.
 
     Every flag defaults to None (``--set`` to []): a value that is not None was given on the command
-    line, and wins over the --from files; ``method_default`` applies only when neither says."""
+    line, and wins over the --from files. Every command has the same default method (Scenario's)."""
     g = p.add_argument_group("your training config")
     g.add_argument("--from", dest="from_files", action="append", default=[], metavar="FILE",
                    help="read the run from a training config: axolotl or LLaMA-Factory YAML, TRL SFTConfig / "
@@ -54,7 +54,6 @@ def add_scenario_arguments(p: argparse.ArgumentParser, method_default: str | Non
                         "names (deepspeed: ds.json) are read too; flags given here win over the files")
     g.add_argument("--verbose", action="store_true", help="with --from: also list the keys not read "
                                                           "(not known to change memory)")
-    p.set_defaults(method_default=method_default)
     g.add_argument("--stack", choices=stack_names(),
                    help="the training stack whose defaults fill every setting not given: "
                         + "; ".join(f"{k} = {v['title']} ({v['about']})" for k, v in stacks().items())
@@ -182,10 +181,7 @@ def model_of(args: argparse.Namespace) -> str:
 def scenario_kwargs(args: argparse.Namespace) -> dict:
     """Settings of the --from files, then the command line's over them."""
     r = reading(args)
-    kw = {**(r.kwargs() if r is not None else {}), **cli_settings(args)}
-    if "method" not in kw and getattr(args, "method_default", None):
-        kw["method"] = args.method_default
-    return kw
+    return {**(r.kwargs() if r is not None else {}), **cli_settings(args)}
 
 
 def check_context(sc: Scenario, args: argparse.Namespace) -> Scenario:

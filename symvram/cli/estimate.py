@@ -7,8 +7,8 @@ import json
 from ..api import compare
 from ..errors import UserError
 from ..evaluate import evaluate
-from ..present.tables import detail, to_json
-from ..present.units import fmt_bytes
+from ..present.reports import compare_time_line, time_json, time_lines
+from ..present.tables import detail, terminal, to_json
 from ..stacks import summary as stack_summary
 from .common import (add_model_argument, add_output_arguments, add_scenario_arguments, check_context, model_of,
                      provenance_dict, provenance_text, reading, scenario_from_args, scenario_kwargs, write_output)
@@ -50,56 +50,27 @@ def register(sub) -> None:
 def _verdict(sc, args) -> tuple[str, dict]:
     """The verdict on --gpu (text and JSON), with the remedies when the run does not fit."""
     from ..analysis.diagnose import diagnose
-    from ..analysis.fit import load_card
-    from .diagnose import remedy_edits, remedy_lines
-
+    from ..presets import load_card
+    from ..present.reports import estimate_verdict
     from ..timing import check_interconnect, check_mfu
 
     d = diagnose(sc, load_card(args.gpu), headroom=args.headroom,
                  mfu=check_mfu(args.mfu) if args.mfu is not None else None, interconnect=check_interconnect(args.interconnect))
-    fb = (lambda n: fmt_bytes(n, args.units))
-    cards = f"{sc.gpus} × {d.card.name}" if sc.gpus > 1 else d.card.name
-    if d.side == "fits":
-        line = (f"verdict on {cards}: fits — peak {fb(d.estimate.peak)} per GPU, budget {fb(d.budget)} "
-                f"({fb(d.card.usable_bytes)} usable − {fb(d.headroom)} headroom), {fb(d.budget - d.estimate.peak)} to spare")
-    else:
-        line = (f"verdict on {cards}: does not fit — peak {fb(d.estimate.peak)} per GPU, budget {fb(d.budget)}, "
-                f"over by {fb(d.estimate.peak - d.budget)} ({d.side} side)")
-    r = reading(args)
-    lines = [line] + remedy_lines(d, args.units, r)
-    if d.side != "fits" and not d.fixed:
-        lines.append("  none of these is enough: see symvram diagnose (more cards) or symvram plan")
-    edits = remedy_edits(d, r) if r is not None else [None] * len(d.remedies)
-    data = {"card": d.card.name, "gpus": sc.gpus, "budget_bytes": d.budget, "peak_bytes": d.estimate.peak,
-            "fits": d.side == "fits",
-            "remedies": [{"title": x.title, "changes": x.changes, "peak_after_bytes": x.after.peak,
-                          "fits": x.after.peak <= d.budget, **({"edits": e} if e is not None else {})}
-                         for x, e in zip(d.remedies, edits)]}
-    return "\n".join(lines), data
+    return estimate_verdict(d, args.units, reading(args))
 
 
 def _compare_verdict(table, args) -> str:
-    from ..analysis.fit import headroom_bytes, load_card
+    from ..analysis.fit import headroom_bytes
+    from ..presets import load_card
+    from ..present.reports import compare_verdict
 
     card = load_card(args.gpu)
-    budget = card.usable_bytes - headroom_bytes(args.headroom, card.usable_bytes)
-    fb = (lambda n: fmt_bytes(n, args.units))
-    from ..timing import step_time
-
-    def speed(bd) -> str:
-        try:
-            return f", {step_time(bd.scenario, card).tokens_per_second_per_gpu:,.0f} tokens/s per GPU"
-        except UserError:   # a card without peak figures: the memory verdict alone
-            return ""
-
-    words = [f"{name} {'fits' + speed(bd) if bd.peak <= budget else 'over by ' + fb(bd.peak - budget)}"
-             for name, bd in table.rows]
-    return f"on {card.name} (budget {fb(budget)} per GPU): " + "; ".join(words)
+    return compare_verdict(table, card, card.usable_bytes - headroom_bytes(args.headroom, card.usable_bytes), args.units)
 
 
 def time_of(sc, args):
     """The step time on --gpu (None without a card), --mfu and --interconnect checked first."""
-    from ..analysis.fit import load_card
+    from ..presets import load_card
     from ..timing import check_interconnect, check_mfu, step_time
 
     mfu = check_mfu(args.mfu) if getattr(args, "mfu", None) is not None else None
@@ -112,48 +83,6 @@ def time_of(sc, args):
         if mfu is not None or link is not None:   # a time was asked for: a card without figures is an error
             raise
         return str(e)   # the memory answer stands; the time line says why there is none
-
-
-def time_json(sc, st) -> dict:
-    """The JSON ``time`` block: FLOPs always; seconds and tokens/s on a card."""
-    from ..timing import comm_bytes, flops
-
-    if st is not None and not isinstance(st, str):
-        return st.json()
-    f, c = flops(sc), comm_bytes(sc)
-    return {"flops_per_step": f.per_step, "flops": f.by_phase, "flops_by_term": f.by_term,
-            "comm_bytes_per_step": c["network"], "host_bytes_per_step": c["host"], "hbm_bytes_per_step": c["hbm"],
-            "seconds_per_step": None, "tokens_per_second": None,
-            "why_no_seconds": st if isinstance(st, str) else
-            "a step time needs a card: pass --gpu (with --mfu, --interconnect to change the assumptions)"}
-
-
-def time_lines(sc, st) -> list[str]:
-    """One line of FLOPs (and, on a card, one of time) with the assumptions."""
-    from ..present.units import fmt_flops
-    from ..timing import flops
-
-    if isinstance(st, str):
-        return time_lines(sc, None)[:1] + [f"  no step time: {st.removeprefix('symvram: error: ')}"]
-    f = st.flops if st is not None else flops(sc)
-    lines = [f"time: {fmt_flops(f.per_step)} matmul FLOPs per micro-batch step on one GPU (forward "
-             f"{fmt_flops(f.by_phase['forward'])}, backward {fmt_flops(f.by_phase['backward'])}"
-             + (f", recompute {fmt_flops(f.by_phase['recompute'])}" if f.by_phase["recompute"] else "") + ")"]
-    if st is None:
-        lines.append("  step time: pass --gpu for seconds per step and tokens/s")
-    else:
-        lines.append(f"  on {st.card.name}: {st.summary()}; assuming " + "; ".join(st.assumptions()))
-    return lines
-
-
-def compare_time_line(table) -> str:
-    """One line: each method's matmul FLOPs per step (the time ledger beside the memory table)."""
-    from ..present.units import fmt_flops
-    from ..timing import flops
-
-    cells = [f"{name} {fmt_flops(flops(bd.scenario).per_step)}" for name, bd in table.rows]
-    return ("time: matmul FLOPs per micro-batch step — " + "; ".join(cells)
-            + " (seconds per step: estimate --method … --gpu CARD)")
 
 
 def run(args) -> int:
@@ -189,5 +118,5 @@ def run(args) -> int:
         else:
             text = (provenance_text(args, sc) + detail(bd, args.units, args.format) + "\n" + "\n".join(time_lines(sc, st))
                     + ("\n\n" + verdict if verdict else ""))
-    write_output(text, args.output, args.force)
+    write_output(terminal(text) if args.format == "table" else text, args.output, args.force)
     return 0

@@ -4,9 +4,10 @@ from __future__ import annotations
 import argparse
 import json
 
-from ..stacks import summary as stack_summary
-from ..analysis.fit import DEFAULT_HEADROOM, KNOBS, FitResult, fit, load_card
-from ..present.units import fmt_bytes
+from ..analysis.fit import DEFAULT_HEADROOM, KNOBS, fit
+from ..presets import load_card
+from ..present.tables import terminal
+from ..present.reports import fit_json, fit_text
 from .common import add_model_argument, add_output_arguments, add_scenario_arguments, positive_int, provenance_dict, scenario_from_args, write_output
 
 HELP = f"""\
@@ -59,50 +60,9 @@ def register(sub) -> None:
     p.set_defaults(func=run)
 
 
-UNIT_WORDS = {"seq": "tokens", "batch": "sequences", "rank": ""}
-
-
-def to_json(r: FitResult) -> dict:
-    return {
-        "knob": r.knob, "status": r.status, "value": r.value, "limit": r.limit, "limit_reason": r.limit_reason,
-        "card": {"key": r.card.key, "name": r.card.name, "usable_bytes": r.card.usable_bytes},
-        "headroom_bytes": r.headroom, "budget_bytes": r.budget, "how": r.how,
-        "binding_moment": r.binding_moment if r.status == "fits" else None,
-        "peak_at_value": {"value": r.at.values[r.knob], "bytes": r.at.peak, "moment": r.at.peak_moment},
-        "peak_above": None if r.above is None else {"value": r.above.values[r.knob], "bytes": r.above.peak,
-                                                    "moment": r.above.peak_moment},
-        "inputs": r.at.scenario.inputs(),
-    }
-
-
-def render(r: FitResult, units: str) -> str:
-    sc = r.at.scenario
-    unit = UNIT_WORDS[r.knob]
-    num = (lambda v: f"{v:,} {unit}".rstrip())
-    fixed = ", ".join(f"{k} {getattr(sc, k)}" for k in KNOBS if k != r.knob and (k != "rank" or sc.lora))
-    lines = [f"{sc.model.name} · {sc.method} · {fixed} on {r.card.name}: {fmt_bytes(r.capacity, units)} usable "
-             f"− {fmt_bytes(r.headroom, units)} headroom = {fmt_bytes(r.budget, units)} budget", stack_summary(sc)]
-    moment = {m.key: m.label for m in r.at.ledger.moments}
-    if r.status == "none":
-        lines.append(f"nothing fits: even {r.knob} 1 needs {fmt_bytes(r.at.peak, units)} at "
-                     f"{moment[r.at.peak_moment]}, {fmt_bytes(r.at.peak - r.budget, units)} over the budget")
-        return "\n".join(lines)
-    if r.status == "all":
-        lines.append(f"everything fits up to the limit: {r.knob} {num(r.value)} ({r.limit_reason}) peaks at "
-                     f"{fmt_bytes(r.at.peak, units)}, {fmt_bytes(r.budget - r.at.peak, units)} under the budget")
-        return "\n".join(lines)
-    lines.append(f"largest {r.knob} that fits: {num(r.value)} ({r.how} from the ledger's moments; the binding "
-                 f"moment is {moment[r.binding_moment]})")
-    lines.append(f"  peak at {r.knob} {num(r.value)}: {fmt_bytes(r.at.peak, units)} "
-                 f"({r.budget - r.at.peak:,} bytes under the budget)")
-    lines.append(f"  peak at {r.knob} {num(r.value + 1)}: {fmt_bytes(r.above.peak, units)} "
-                 f"({r.above.peak - r.budget:,} bytes over)")
-    return "\n".join(lines)
-
-
 def run(args) -> int:
     sc = scenario_from_args(args)
     result = fit(sc, load_card(args.gpu), solve=args.solve, headroom=args.headroom, limit=args.limit)
-    text = json.dumps({**to_json(result), **provenance_dict(args, sc)}, indent=2) if args.format == "json" else render(result, args.units)
-    write_output(text, args.output, args.force)
+    text = json.dumps({**fit_json(result), **provenance_dict(args, sc)}, indent=2) if args.format == "json" else fit_text(result, args.units)
+    write_output(terminal(text) if args.format == "table" else text, args.output, args.force)
     return 0

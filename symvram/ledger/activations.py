@@ -288,6 +288,12 @@ def per_layer_bytes(s_: Structure) -> sp.Expr:
     return sp.Add(*(e for e, *_ in _layer(s_, first=False).values()))
 
 
+# the only fields the activation and transient terms read (not the optimizer, master copy, quantization, sharding)
+ACTIVATION_FIELDS = ("method", "family", "options", "tied", "targets", "adapter_upcast", "attention", "autocast",
+                     "checkpoint_reentrant", "compute_fp32", "device", "dora", "dropout", "grad_checkpointing",
+                     "kbit_prep", "loss_impl", "weight_casts", "mp_policy")
+
+
 def saved_terms(s_: Structure) -> list[Term]:
     """Block 3 terms: per-layer saved tensors × L (or checkpointed inputs), then the model's head."""
     fam = s_.arch

@@ -35,6 +35,7 @@ ACTIVATIONS = ("silu", "gelu_tanh")
 NORM_KINDS = ("rms", "gemma_rms", "rms_fp32_weight")
 
 
+@cache
 def expr(text: str | int) -> sp.Expr:
     """A shape expression over registry symbols: ``"kv_heads*head_dim"`` → kv_heads·head_dim."""
     if isinstance(text, int):

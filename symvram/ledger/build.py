@@ -10,9 +10,10 @@ P*bytes_grad + P*bytes_state*states_per_param
 """
 from __future__ import annotations
 
+from dataclasses import replace
 from functools import lru_cache
 
-from .activations import saved_terms, transient_terms
+from .activations import ACTIVATION_FIELDS, saved_terms, transient_terms
 from .sharding import gpu_moments, shard_terms
 from .structure import Structure
 from .terms import Ledger, Moment
@@ -59,10 +60,24 @@ def _moments(terms: dict, s: Structure) -> tuple[Moment, ...]:
 
 
 @lru_cache(maxsize=256)
+def _activation_terms(s: Structure) -> tuple[tuple, tuple]:
+    """The saved and the transient terms, built once per ``ACTIVATION_FIELDS``."""
+    return tuple(saved_terms(s)), tuple(transient_terms(s))
+
+
+@lru_cache(maxsize=256)
+def _single_gpu_terms(s: Structure) -> tuple:
+    """The terms on one GPU, before any sharding (only ``sharding`` reads the parallel fields)."""
+    saved, transient = _activation_terms(s.keep(ACTIVATION_FIELDS))
+    return (*base_terms(s), *trainable_terms(s), *saved, *transient, *optimizer_temp_terms(s))
+
+
+@lru_cache(maxsize=256)
 def build_ledger(s: Structure) -> Ledger:
-    """The ledger for one structure, built once and cached."""
-    terms = base_terms(s) + trainable_terms(s) + saved_terms(s) + transient_terms(s) + optimizer_temp_terms(s)
-    terms = shard_terms(terms, s)  # per GPU: ZeRO / FSDP, tensor parallel, offload (identity on one GPU)
+    """The ledger for one structure, built once and cached; the single-GPU terms are shared by every parallel
+    layout (ZeRO stage, offload, tensor and sequence parallel) of the same structure."""
+    single = replace(s, zero=0, offload="none", tensor_parallel=False, sequence_parallel=False)
+    terms = shard_terms(list(_single_gpu_terms(single)), s)  # per GPU: ZeRO / FSDP, tensor parallel, offload
     by_key = {t.key: t for t in terms}
     assert len(by_key) == len(terms), "duplicate term keys"
     return Ledger(terms=tuple(terms), moments=gpu_moments(_moments(by_key, s), by_key, s), definitions=tuple(definitions(s)))

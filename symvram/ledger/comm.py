@@ -67,10 +67,19 @@ def stored_weight_bytes(s_: Structure) -> sp.Expr:
     return root_bytes(s_) + L * layer_bytes(s_)
 
 
-@lru_cache(maxsize=256)
+# the only fields the communication ledger reads (the stored weights' among them)
+COMM_FIELDS = ("method", "family", "options", "tied", "double_quant", "master", "zero", "offload",
+               "grad_checkpointing", "tensor_parallel", "mp_policy")   # mp_policy: gathered in its dtype
+
+
 def build_comm(s_: Structure) -> CommLedger:
     """Bytes one GPU sends per step (network: GPU to GPU; host: PCIe to the CPU) and the HBM traffic of
-    the memory-bound work, for one structure (cached)."""
+    the memory-bound work, for one structure (built once per ``COMM_FIELDS`` and cached)."""
+    return _build_comm(s_.keep(COMM_FIELDS))
+
+
+@lru_cache(maxsize=256)
+def _build_comm(s_: Structure) -> CommLedger:
     split = 1 / t if s_.tensor_parallel else sp.Integer(1)   # each tensor-parallel rank holds 1/t of the weights
     grads = P_train * b_g * split
     terms: list[Term] = []

@@ -146,9 +146,17 @@ def _per_layer(s_: Structure, key: str) -> sp.Expr:
     return sp.expand((L - 1) * later + first) if later != first else L * later
 
 
-@lru_cache(maxsize=256)
+# the only fields the FLOPs ledger reads: structures that differ elsewhere (dtypes, optimizer, ZeRO) share it
+FLOPS_FIELDS = ("method", "family", "targets", "attention", "grad_checkpointing", "tensor_parallel")
+
+
 def build_flops(s_: Structure) -> FlopsLedger:
-    """The FLOPs ledger of one structure (built once and cached; no simplify)."""
+    """The FLOPs ledger of one structure (built once per ``FLOPS_FIELDS`` and cached; no simplify)."""
+    return _build_flops(s_.keep(FLOPS_FIELDS))
+
+
+@lru_cache(maxsize=256)
+def _build_flops(s_: Structure) -> FlopsLedger:
     lm_head = 2 * T * h * V
     split = 1 / t if s_.tensor_parallel else sp.Integer(1)   # Megatron: every matmul split t ways (vocab too)
     terms = [

@@ -43,6 +43,15 @@ class Structure:
     mp_policy: bool = False           # FSDP2 MixedPrecisionPolicy: fp32 storage gathered in the compute dtype, fp32 reduce
     zero_impl: str = "fsdp2"          # fsdp2 (torch fully_shard) | deepspeed: who implements the ZeRO stage
 
+    def keep(self, fields: tuple[str, ...]) -> "Structure":
+        """The structure with only ``fields`` kept, the rest at their defaults: the cache key of a ledger
+        that reads no other field (structures that differ elsewhere share it).
+
+        >>> Structure(method="lora", zero=3).keep(("method",)) == Structure(method="lora")
+        True
+        """
+        return Structure(**{f: getattr(self, f) for f in fields})
+
     @property
     def arch(self) -> Family:
         return family(self.family)

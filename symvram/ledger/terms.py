@@ -33,12 +33,12 @@ class Term:
     source: str = ""
 
     def __repr__(self) -> str:
-        from ..present.display import term_repr
-        return term_repr(self)
+        from ..rendering import render
+        return render(self, "repr")
 
     def _repr_latex_(self) -> str:
-        from ..present.display import term_latex
-        return term_latex(self)
+        from ..rendering import render
+        return render(self, "latex")
 
 
 @dataclass(frozen=True)
@@ -78,12 +78,12 @@ class Ledger:
         return sp.Add(*(self.block_expr(b) for b in BLOCKS))
 
     def __repr__(self) -> str:
-        from ..present.display import ledger_repr
-        return ledger_repr(self)
+        from ..rendering import render
+        return render(self, "repr")
 
     def _repr_markdown_(self) -> str:
-        from ..present.display import ledger_markdown
-        return ledger_markdown(self)
+        from ..rendering import render
+        return render(self, "markdown")
 
     def expand(self, expr: sp.Expr) -> sp.Expr:
         """Substitute the derived quantities (P_train, P_lora …) by their definitions."""

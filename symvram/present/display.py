@@ -1,7 +1,9 @@
 r"""How results show themselves: a short ``repr`` in a console, Markdown with formulas in Jupyter.
 
-The result classes (Breakdown, Ledger, Term …) call these functions from one-line methods, importing
-this module only when something is displayed. Numbers come from ``evaluate``; this module formats them.
+The result classes (Breakdown, Ledger, Term …) call ``symvram.rendering.render(self, "repr")`` (or
+``"markdown"``, ``"latex"``) from one-line methods; this module registers the renderers, and the registry
+imports it by name the first time something is displayed, so nothing below the render layer imports it.
+Numbers come from ``evaluate``; this module formats them.
 
 >>> from symvram.api import estimate
 >>> bd = estimate("7b", method="full")
@@ -14,18 +16,22 @@ $M_{\mathrm{grad}} = P_{\mathrm{train}} \cdot \beta_{g}$
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-from ..ledger.terms import BLOCKS
-from ..symbols import latex
+from ..analysis.diagnose import Diagnosis
+from ..analysis.fit import FitResult
+from ..analysis.plan import PlanResult
+from ..analysis.sensitivity import SensitivityResult
+from ..analysis.whatif import WhatIf
+from ..evaluate import Breakdown
+from ..ledger.terms import BLOCKS, Ledger, Term
+from ..rendering import renders
+from ..scenario import METHODS
+from ..stacks import summary as stack_summary
+from ..symbols import SYMBOLS, latex
+from ..units import fmt_bytes
+from . import reports
 from .tables import render_rows
-from .units import fmt_bytes
 
 LEDGER_BLOCKS = (*BLOCKS, "transient", "host", "paged")  # host: offloaded to CPU memory; paged: unified memory
-
-if TYPE_CHECKING:
-    from ..evaluate import Breakdown
-    from ..ledger.terms import Ledger, Term
 
 
 def _cell(text: str) -> str:
@@ -46,10 +52,12 @@ def term_math(t: Term) -> str:
     return f"{t.label} = {latex(t.expr)}"
 
 
+@renders(Term, "repr")
 def term_repr(t: Term) -> str:
     return f"Term({t.key!r}, {t.block}: {t.expr})"
 
 
+@renders(Term, "latex")
 def term_latex(t: Term) -> str:
     return f"${term_math(t)}$"
 
@@ -71,6 +79,7 @@ def title(bd: Breakdown) -> str:
     return " · ".join(parts)
 
 
+@renders(Breakdown, "repr")
 def breakdown_repr(bd: Breakdown, units: str = "GiB") -> str:
     blocks = ", ".join(f"{b} {fmt_bytes(bd.blocks[b], units)}" for b in BLOCKS)
     moment = _moment_label(bd.ledger, bd.peak_moment)
@@ -83,6 +92,7 @@ def definitions_markdown(led: Ledger) -> str:
     return "where " + ", ".join(f"${latex(s)} = {latex(e)}$" for s, e in led.definitions) if led.definitions else ""
 
 
+@renders(Breakdown, "markdown")
 def breakdown_markdown(bd: Breakdown, units: str = "GiB") -> str:
     """``symvram estimate --method … --format markdown`` (every term with its formula and value, the
     block sums, the moments and the peak), then the definitions its formulas use."""
@@ -91,11 +101,13 @@ def breakdown_markdown(bd: Breakdown, units: str = "GiB") -> str:
     return "\n\n".join(part for part in (detail(bd, units, "markdown"), definitions_markdown(bd.ledger)) if part)
 
 
+@renders(Ledger, "repr")
 def ledger_repr(led: Ledger) -> str:
     counts = ", ".join(f"{b} {len(led.block_terms(b))}" for b in LEDGER_BLOCKS if led.block_terms(b))
     return f"<Ledger {len(led.terms)} terms ({counts}); moments {', '.join(m.key for m in led.moments)}>"
 
 
+@renders(Ledger, "markdown")
 def ledger_markdown(led: Ledger) -> str:
     """The symbolic ledger: every term's formula and reason, the definitions, and each moment's terms."""
     rows = [["block", "term", "formula", "why"]]
@@ -113,31 +125,30 @@ def ledger_markdown(led: Ledger) -> str:
     return "\n".join(lines)
 
 
-def whatif_repr(w, units: str = "GiB") -> str:
+@renders(WhatIf, "repr")
+def whatif_repr(w: WhatIf, units: str = "GiB") -> str:
     """One line: the changes and what they do to the peak."""
-    from ..cli.whatif import _number as plain
-
+    plain = reports._number
     change = ", ".join(f"{n} {plain(x)} → {plain(y)}" for n, x, y in w.symbol_values())
     return (f"<WhatIf {w.before.scenario.model.name} {w.before.scenario.method}: {change}: peak "
             f"{fmt_bytes(w.before.peak, units)} → {fmt_bytes(w.after.peak, units)} "
             f"({100 * w.peak_delta / w.before.peak:+.1f} %)>")
 
 
-def whatif_markdown(w, units: str = "GiB") -> str:
+@renders(WhatIf, "markdown")
+def whatif_markdown(w: WhatIf, units: str = "GiB") -> str:
     """Both ledgers term by term with the change, as ``symvram whatif --format markdown`` prints them."""
-    from ..cli.whatif import render
-
-    return render(w, units, "markdown")
+    return reports.whatif_text(w, units, "markdown")
 
 
-def fit_text(r, units: str = "GiB") -> str:
+@renders(FitResult, "repr")
+def fit_text(r: FitResult, units: str = "GiB") -> str:
     """The answer of ``fit`` as ``symvram fit`` prints it (a few lines)."""
-    from ..cli.fit import render
-
-    return render(r, units)
+    return reports.fit_text(r, units)
 
 
-def sensitivity_repr(res, units: str = "GiB", top: int = 4) -> str:
+@renders(SensitivityResult, "repr")
+def sensitivity_repr(res: SensitivityResult, units: str = "GiB", top: int = 4) -> str:
     """One line: the active moment and the largest elasticities."""
     knobs = ", ".join(f"{r.knob} {r.elasticity:.3f}" for r in res.rows[:top])
     more = f", … ({len(res.rows)} knobs)" if len(res.rows) > top else ""
@@ -146,30 +157,30 @@ def sensitivity_repr(res, units: str = "GiB", top: int = 4) -> str:
             f"{fmt_bytes(res.peak, units)} at {moment}; elasticities {knobs}{more}>")
 
 
-def sensitivity_markdown(res, units: str = "GiB") -> str:
+@renders(SensitivityResult, "markdown")
+def sensitivity_markdown(res: SensitivityResult, units: str = "GiB") -> str:
     """The ranked knobs (elasticity = % change of the peak per % change of the knob) and each ∂peak/∂x."""
-    from ..cli.sensitivity import amount
-    from ..symbols import SYMBOLS
-
+    amount = reports.amount
     moment = _moment_label(res.breakdown.ledger, res.moment)
     lines = [f"**{title(res.breakdown)}**: peak {fmt_bytes(res.peak, units)} at *{moment}*, the active "
-             "moment, whose derivative is the peak's", ""]
-    rows = [["#", "knob", "meaning", "at", "∂peak/∂x per unit", "elasticity", f"x·∂peak/∂x ({units})"]]
+             "moment, whose derivative is the peak's", "", stack_summary(res.breakdown.scenario), ""]
+    rows = [["#", "knob", "meaning", "at", "∂peak/∂x per unit", "elasticity", f"x·∂peak/∂x ({units})",
+             "time elasticity"]]
     for n, r in enumerate(res.rows, 1):
         d = SYMBOLS[r.knob]
-        rows.append([str(n), f"${d.latex}$ `{r.knob}`", _cell(d.meaning), f"{r.at:,g} {d.unit}",
-                     amount(r.value, units), f"{r.elasticity:.4f}", _number(r.proportional_bytes, units)])
-    lines += [render_rows(rows, "rllrrrr", "markdown"), ""]
+        rows.append([str(n), f"${d.latex}$ `{r.knob}`", _cell(d.meaning), f"{r.at:,g} " + (d.unit[:-1] if r.at == 1 and d.unit.endswith("s") else d.unit),
+                     amount(r.value, units), f"{r.elasticity:.4f}", _number(r.proportional_bytes, units),
+                     f"{r.time_elasticity:.4f}"])
+    lines += [render_rows(rows, "rllrrrrr", "markdown"), reports.TIME_ELASTICITY, ""]
     for r in res.rows:
         lines.append(f"$$\\frac{{\\partial\\,\\mathrm{{peak}}}}{{\\partial {SYMBOLS[r.knob].latex}}} = "
                      f"{r.derivative_latex}$$")
     return "\n".join(lines)
 
 
-def plan_repr(r, units: str = "GiB") -> str:
+@renders(PlanResult, "repr")
+def plan_repr(r: PlanResult, units: str = "GiB") -> str:
     """One line: the fewest GPUs for each method without offload (with offload when nothing else fits)."""
-    from ..scenario import METHODS
-
     parts = []
     for method in [m for m in METHODS if any(x.method == m for x in r.rows)]:
         best = r.best(method, offload=False) or r.best(method)
@@ -178,14 +189,14 @@ def plan_repr(r, units: str = "GiB") -> str:
     return f"<PlanResult {name} on {r.card.name}, {fmt_bytes(r.budget, units)} per GPU: fewest GPUs {'; '.join(parts)}>"
 
 
-def plan_markdown(r, units: str = "GiB") -> str:
+@renders(PlanResult, "markdown")
+def plan_markdown(r: PlanResult, units: str = "GiB") -> str:
     """Every strategy × method with its GPU count, as ``symvram plan --format markdown`` prints it."""
-    from ..cli.plan import render
-
-    return render(r, r.rows[0].at.scenario, units, "markdown")
+    return reports.plan_text(r, r.rows[0].at.scenario, units, "markdown")
 
 
-def diagnosis_repr(d, units: str = "GiB") -> str:
+@renders(Diagnosis, "repr")
+def diagnosis_repr(d: Diagnosis, units: str = "GiB") -> str:
     sc = d.estimate.scenario
     if d.side == "fits":
         verdict = f"fits with {fmt_bytes(d.budget - d.estimate.peak, units)} to spare"
@@ -195,8 +206,7 @@ def diagnosis_repr(d, units: str = "GiB") -> str:
     return f"<Diagnosis {sc.model.name} {sc.method} on {d.card.name}: {verdict}>"
 
 
-def diagnosis_markdown(d, units: str = "GiB") -> str:
+@renders(Diagnosis, "markdown")
+def diagnosis_markdown(d: Diagnosis, units: str = "GiB") -> str:
     """The triage as ``symvram diagnose`` prints it."""
-    from ..cli.diagnose import render
-
-    return f"```text\n{render(d, units)}\n```"
+    return f"```text\n{reports.diagnosis_text(d, units)}\n```"

@@ -429,7 +429,7 @@ def explain_context(sc: Scenario, gpu: str = "a100-80g", other: str | None = Non
         "levers": levers(sc), "triage": triage,
         "figures": {"comparison": lambda: _plots().breakdown(
                         [(key, evaluate(sc.with_changes(**changes))) for key, changes in RECIPES
-                         if not isinstance(_try(sc, **changes), str)], units)},
+                         if not isinstance(_try(sc, **changes), str)], units, cards=[card], requested=sc)},
     }
 
 
@@ -858,6 +858,26 @@ def templates_path() -> Path:
     return Path(str(resources.files("symvram.templates")))
 
 
+class _CompiledTemplates(jinja2.FileSystemBytecodeCache):
+    """Compiled templates kept in the temporary folder (compiling the two templates was a third of a cold
+    ``explain``), one set per format (the compiled code holds the format's escaping); Jinja checks each against
+    its template's source, and a cache that cannot be written is skipped."""
+
+    def dump_bytecode(self, bucket) -> None:
+        try:
+            super().dump_bytecode(bucket)
+        except OSError:
+            pass
+
+
+@lru_cache(maxsize=8)
+def _bytecode_cache(fmt: str) -> jinja2.BytecodeCache | None:
+    try:
+        return _CompiledTemplates(pattern=f"__symvram_{fmt}_%s.cache")
+    except (OSError, RuntimeError):  # no private temporary folder: compile every time
+        return None
+
+
 def environment(template_dir: str | None = None) -> jinja2.Environment:
     """The Jinja2 environment: TeX-safe delimiters, strict undefined, explicit filters;
     ``template_dir`` (a user's own templates) is searched before the shipped ones."""
@@ -871,13 +891,12 @@ def environment(template_dir: str | None = None) -> jinja2.Environment:
     return env
 
 
-ENV = environment()
-
-
 @lru_cache(maxsize=32)
 def _format_env(fmt: str, template_dir: str | None) -> jinja2.Environment:
-    base = ENV if template_dir is None else environment(template_dir)
-    return base.overlay(autoescape=fmt == "html", finalize=_finalize_for(MARKUP[fmt]))
+    """The environment of one format, built on first use (not at import: a cold start pays for it only
+    when it renders)."""
+    return environment(template_dir).overlay(autoescape=fmt == "html", finalize=_finalize_for(MARKUP[fmt]),
+                                             bytecode_cache=_bytecode_cache(fmt))
 
 
 def render_context(ctx: dict, fmt: str = "markdown", lang: str = "en", template_dir: str | None = None,

@@ -30,8 +30,10 @@ from importlib import resources
 
 import jinja2
 from latex2mathml.converter import convert as latex_to_mathml
-from sympy.printing.jscode import jscode
+import sympy as sp
+from sympy.printing.jscode import JavascriptCodePrinter
 
+from ..analysis.fit import DEFAULT_HEADROOM, headroom_bytes
 from ..errors import UserError
 from ..timing import time_expr
 from ..ledger import build_ledger
@@ -42,6 +44,7 @@ from ..ledger.terms import BLOCKS
 from ..scenario import (ATTENTIONS, DTYPES, MAX_BATCH, MAX_GPUS, MAX_RANK, MAX_SEQ, METHODS, OPTIMIZER_IMPLS,
                         STATE_DTYPES, Scenario)
 from ..symbols import latex
+from .style import BLOCK_COLORS, FIT_COLORS, NEUTRAL, short_card_name
 from .tables import BLOCK_TITLES
 from .units import UNITS
 
@@ -54,6 +57,9 @@ LABELS = {
     "adapter_dtype": "adapter dtype", "batch": "micro-batch", "seq": "sequence length",
     "rank": "LoRA rank r", "gpus": "data-parallel GPUs N",
 }
+LORA_ONLY = ("targets", "adapter_dtype", "rank")   # read only with adapters: greyed out for full fine-tuning
+# the page's colours are the figures' (present/style.py): CSS variables named by the keys
+COLORS = {**BLOCK_COLORS, "fits": FIT_COLORS["fits"], "nofit": FIT_COLORS["does not fit"], "neutral": NEUTRAL}
 _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
@@ -187,12 +193,35 @@ class _Interner:
         return list(self.items)
 
 
-def _js_function(expr) -> str:
+class _JavaScript(JavascriptCodePrinter):
+    """``sympy.jscode``'s printer, printing each subexpression once (the 216 step-time formulas of a page share
+    their FLOPs and traffic sums: printing them again took seconds); the same text as ``jscode``.
+
+    >>> from sympy.printing.jscode import jscode
+    >>> from symvram.symbols import sym
+    >>> e = sym("seq") * sym("batch") / 3
+    >>> _JavaScript().doprint(e) == jscode(e)
+    True
+    """
+
+    def __init__(self):
+        super().__init__()
+        self._printed: dict[sp.Basic, str] = {}
+
+    def _print(self, expr, **kwargs) -> str:
+        if kwargs or not isinstance(expr, sp.Basic):
+            return super()._print(expr, **kwargs)
+        if expr not in self._printed:
+            self._printed[expr] = super()._print(expr)
+        return self._printed[expr]
+
+
+def _js_function(expr, printer: _JavaScript) -> str:
     names = sorted(str(s) for s in expr.free_symbols)
     bad = [n for n in names if not _IDENTIFIER.match(n)]
     if bad:
         raise AssertionError(f"symbol names {bad} are not JavaScript identifiers")
-    code = jscode(expr)
+    code = printer.doprint(expr)
     if "<" in code or ">" in code:  # arithmetic never compares; keep the script block unbreakable
         raise AssertionError(f"unexpected JavaScript for {expr}: {code}")
     return f"function(v){{{'const {' + ', '.join(names) + '} = v; ' if names else ''}return {code};}}"
@@ -311,40 +340,16 @@ def page_data(sc: Scenario, gpu: str | None = None, units: str = "GiB") -> tuple
         "blocks": BLOCK_TITLES,
         "ledgerBlocks": list(BLOCKS),
         "fixed": fixed_settings(sc),
-        "gpus": {k: {"name": g.name, "usable": g.usable_bytes, **_card_time(k)} for k, g in gpus.items()},
+        "gpus": {k: {"name": g.name, "short": short_card_name(g.name), "usable": g.usable_bytes, **_card_time(k)}
+                 for k, g in gpus.items()},
+        "loraOnly": list(LORA_ONLY),
+        "loraMethods": [m for m, r in first_ok.items() if r.lora],
+        # the verdict keeps the headroom that fit, plan and diagnose keep (--headroom's default)
+        "headroom": headroom_bytes(DEFAULT_HEADROOM, 1 << 50),
         "gpu": card,
     }
-    return data, [_js_function(e) for e in fns.list()]
-
-
-CHROMIUM_FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                  "--disable-background-networking", "--disable-component-update", "--disable-sync")
-
-
-def headless_chromium(profile: str, width: int = 1200, height: int = 900):
-    """A Selenium driver for Debian's chromium + chromium-driver (tests and the screenshot script).
-
-    ``profile`` is a fresh, empty folder. Raises RuntimeError saying what is missing."""
-    import shutil
-
-    try:
-        from selenium import webdriver
-        from selenium.webdriver.chrome.service import Service
-    except ImportError:
-        raise RuntimeError("selenium is not installed (pip install -e '.[test]')") from None
-    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
-    driver = shutil.which("chromedriver")
-    if not chromium or not driver:
-        raise RuntimeError("no headless browser: apt-get install chromium chromium-driver")
-    options = webdriver.ChromeOptions()
-    options.binary_location = chromium
-    for flag in (*CHROMIUM_FLAGS, f"--user-data-dir={profile}", f"--window-size={width},{height}"):
-        options.add_argument(flag)
-    try:
-        return webdriver.Chrome(options=options, service=Service(driver))
-    except Exception as e:  # selenium raises its own WebDriverException family
-        first = str(e).strip().splitlines()[0] if str(e).strip() else ""
-        raise RuntimeError(f"Chromium did not start: {type(e).__name__}: {first}") from None
+    printer = _JavaScript()
+    return data, [_js_function(e, printer) for e in fns.list()]
 
 
 def _json_for_script(data: dict) -> str:
@@ -369,5 +374,5 @@ def render_page(sc: Scenario, gpu: str | None = None, units: str = "GiB") -> str
     data, functions = page_data(sc, gpu, units)
     card = load_gpu(gpu) if gpu else None
     return _environment().get_template("page.html.j2").render(
-        model=sc.model.name, card=card.name if card else None, data_json=_json_for_script(data),
+        model=sc.model.name, card=card.name if card else None, colors=COLORS, data_json=_json_for_script(data),
         functions="[\n" + ",\n".join(functions) + "\n]")

@@ -1,4 +1,4 @@
-"""Figures of the ledger (matplotlib, Agg; no pyplot state): each function returns a Figure.
+"""Figures of the ledger (matplotlib, no pyplot state): each function returns a Figure.
 
 - ``breakdown``: stacked bars of the three blocks per method, with the peak marked;
 - ``seq_curve``: the peak against the sequence length for several LoRA ranks, cards as horizontal lines;
@@ -6,8 +6,9 @@
 - ``fit_map``: which (batch, seq) pairs fit a card.
 
 Curves and maps are evaluated with the lambdified peak (``evaluate.grid_function``) over numpy
-arrays, never with ``subs`` in a loop. Colours are the Okabe–Ito palette (colour-blind safe, legible on
-white and on black); ``theme="dark"`` draws for a dark notebook. Axis labels carry the unit.
+arrays, never with ``subs`` in a loop. Colours come from ``style`` (the page uses the same ones);
+``theme="dark"`` draws for a dark notebook. Axis labels carry the unit; every figure's subtitle is
+``estimate``'s configuration line (``subtitle``).
 
 >>> from symvram.api import compare
 >>> fig = breakdown(compare("7b").rows)
@@ -19,33 +20,32 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from contextlib import contextmanager
 
-import matplotlib
+# No ``matplotlib.use`` here: importing this module must not switch a notebook's backend. A bare
+# ``Figure`` draws with whatever canvas its ``savefig`` format needs; the CLI picks Agg itself.
+import textwrap
 
-matplotlib.use("Agg")
-import numpy as np  # noqa: E402
-from matplotlib import style  # noqa: E402
-from matplotlib.colors import ListedColormap  # noqa: E402
-from matplotlib.figure import Figure  # noqa: E402
-from matplotlib.patches import Patch  # noqa: E402
+import numpy as np
+from matplotlib import rcParams, style
+from matplotlib.colors import ListedColormap
+from matplotlib.figure import Figure
+from matplotlib.patches import Patch
 
-from ..analysis.fit import DEFAULT_HEADROOM, headroom_bytes, max_rank  # noqa: E402
-from ..analysis.sensitivity import SensitivityResult  # noqa: E402
-from ..errors import UserError  # noqa: E402
-from ..evaluate import Breakdown, grid_function, peak_expr  # noqa: E402
-from ..ledger import build_ledger  # noqa: E402
-from ..ledger.terms import BLOCKS  # noqa: E402
-from ..presets import GPUSpec  # noqa: E402
-from ..scenario import Scenario  # noqa: E402
-from .units import fmt_bytes, in_units  # noqa: E402
+from ..analysis.fit import DEFAULT_HEADROOM, headroom_bytes, max_rank
+from ..analysis.sensitivity import SensitivityResult
+from ..errors import UserError
+from ..evaluate import Breakdown, evaluate, grid_function, peak_expr
+from ..ledger import build_ledger
+from ..ledger.sharding import STAGE_NAMES
+from ..ledger.terms import BLOCKS
+from ..presets import GPUSpec
+from ..scenario import Scenario
+from ..symbols import SYMBOLS, sym
+from .style import BLOCK_COLORS, FIT_COLORS, NEUTRAL, rank_color, short_card_name
+from .tables import BLOCK_TITLES, setup_line
+from .units import fmt_bytes, in_units
 
 THEMES = {"light": "default", "dark": "dark_background"}
-# Okabe–Ito: readable for colour-blind readers, and on both white and black backgrounds
-BLOCK_COLORS = {"base": "#0072B2", "trainable": "#E69F00", "activations": "#009E73"}
-PEAK_COLOR = "#D55E00"
-LINE_COLORS = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442")
-FIT_COLORS = ("#D55E00", "#009E73")   # does not fit, fits
-BLOCK_NAMES = {"base": "base weights", "trainable": "trainable (grads, optimizer, master, adapters)",
-               "activations": "activations"}
+KNOB_GROUPS = (("your settings", lambda group: group != "model"), ("the model's shape", lambda group: group == "model"))
 
 
 @contextmanager
@@ -61,126 +61,302 @@ def _axes(size: tuple[float, float]):
     return fig, fig.add_subplot()
 
 
-def breakdown(rows: Iterable[tuple[str, Breakdown]], units: str = "GiB", theme: str = "light") -> Figure:
-    """Stacked base / trainable / activations per named estimate; a diamond marks each peak."""
-    rows = list(rows)
-    with _theme(theme):
-        fig, ax = _axes((1.6 * len(rows) + 3, 4.8))
-        x = np.arange(len(rows))
-        bottom = np.zeros(len(rows))
-        for block in BLOCKS:
-            heights = np.array([in_units(bd.blocks[block], units) for _, bd in rows])
-            ax.bar(x, heights, 0.6, bottom=bottom, color=BLOCK_COLORS[block], label=BLOCK_NAMES[block])
-            bottom += heights
-        peaks = [in_units(bd.peak, units) for _, bd in rows]
-        ax.plot(x, peaks, linestyle="none", marker="D", markersize=8, color=PEAK_COLOR,
-                label="peak (max_memory_allocated)")
-        for xi, p in zip(x, peaks):
-            ax.annotate(f"{p:,.1f}", (xi, p), textcoords="offset points", xytext=(10, 0), va="center")
-        ax.set_xticks(x, [name for name, _ in rows])
-        ax.set_ylabel(f"memory ({units})")
-        model = rows[0][1].scenario.model.name if rows else ""
-        ax.set_title(f"{model}: the three blocks of the ledger and the peak")
-        ax.legend(loc="upper right", fontsize="small")
-    return fig
+def subtitle(sc: Scenario) -> str:
+    """``estimate``'s configuration line, the stack named, and "per GPU" where the run is sharded."""
+    parts = [setup_line(sc), f"stack {sc.stack}"]
+    if sc.gpus * sc.tp > 1:
+        parts.append(f"per GPU of {sc.gpus * sc.tp} ({STAGE_NAMES[sc.zero]}" + (f", TP {sc.tp})" if sc.tp > 1 else ")"))
+    return " · ".join(parts)
+
+
+def _per_gpu(sc: Scenario) -> str:
+    return " per GPU" if sc.gpus * sc.tp > 1 else ""
+
+
+def _titles(fig, ax, title: str, sc: Scenario) -> None:
+    """The question as the figure's title, the setup as the axes' subtitle; the subtitle and the x label
+    are wrapped to the axes' width once the layout is known, so that no text runs off the figure."""
+    fig.suptitle(textwrap.fill(title, int(fig.get_figwidth() * 11)))
+    ax.set_title(subtitle(sc), fontsize="small")
+    fig.draw_without_rendering()
+    room = ax.get_window_extent().width
+    for text in (ax.title, ax.xaxis.label):
+        lines = text.get_text().split("\n")
+        width = text.get_window_extent().width
+        if width > room:
+            chars = int(max(map(len, lines)) * room / width * 0.95)
+            text.set_text("\n".join(textwrap.fill(line, chars) for line in lines))
 
 
 def _card_lines(ax, cards: Sequence[GPUSpec], units: str) -> None:
     for card in cards:
         y = in_units(card.usable_bytes, units)
-        ax.axhline(y, color="grey", linestyle="--", linewidth=1)
-        ax.annotate(f"{card.name}: {fmt_bytes(card.usable_bytes, units)} usable", (1, y), xycoords=("axes fraction", "data"),
+        ax.axhline(y, color=NEUTRAL, linestyle="--", linewidth=1)
+        ax.annotate(f"{short_card_name(card.name)}: {fmt_bytes(card.usable_bytes, units)} usable", (1, y), xycoords=("axes fraction", "data"),
                     xytext=(-4, 3), textcoords="offset points", ha="right", va="bottom", fontsize="small")
 
 
-def seq_curve(sc: Scenario, ranks: Sequence[int] = (8, 16, 64, 256), seqs: Sequence[int] | None = None,
-              cards: Sequence[GPUSpec] = (), units: str = "GiB", theme: str = "light") -> Figure:
-    """Peak against sequence length, one line per LoRA rank (one line for full fine-tuning).
+def _requested(rows, sc: Scenario | None) -> int | None:
+    """The row of ``sc``'s method (full: and its master choice)."""
+    for i, (_, bd) in enumerate(rows):
+        if sc and bd.scenario.method == sc.method and (sc.method != "full" or bd.scenario.master == sc.master):
+            return i
+    return None
 
-    ``seqs`` default: 256 points up to the model's max_position_embeddings (8192 when unknown)."""
+
+def breakdown(rows: Iterable[tuple[str, Breakdown]], units: str = "GiB", theme: str = "light",
+              cards: Sequence[GPUSpec] = (), requested: Scenario | None = None) -> Figure:
+    """Stacked base / trainable / activations per named estimate, what the peak holds beyond them
+    (temporaries) hatched on top, a diamond at each peak with its value above the bar; the cards' usable
+    memory as lines; the row of ``requested``'s method drawn solid, the others faded."""
+    rows = list(rows)
+    chosen = _requested(rows, requested)
+    with _theme(theme):
+        fig, ax = _axes((1.6 * len(rows) + 3.4, 5.4))
+        x = np.arange(len(rows))
+        alpha = [1.0 if chosen in (None, i) else 0.45 for i in range(len(rows))]
+        bottom = np.zeros(len(rows))
+        for block in BLOCKS:
+            heights = np.array([in_units(bd.blocks[block], units) for _, bd in rows])
+            bars = ax.bar(x, heights, 0.6, bottom=bottom, color=BLOCK_COLORS[block], label=BLOCK_TITLES[block])
+            for bar, a in zip(bars, alpha):
+                bar.set_alpha(a)
+            bottom += heights
+        # what the peak holds beyond the three blocks (temporaries: fp32 logits, the optimizer's scratch …),
+        # hatched up to the peak; nothing where a peak moment holds less than the blocks' sum
+        above = np.array([in_units(max(0, bd.peak - bd.ledger_total), units) for _, bd in rows])
+        temporaries = ax.bar(x, above, 0.6, bottom=bottom, color="none", edgecolor=BLOCK_COLORS["transient"],
+                             hatch="///", linewidth=0.8, label="temporaries: the peak above the blocks")
+        peaks = [in_units(bd.peak, units) for _, bd in rows]
+        (marker,) = ax.plot(x, peaks, linestyle="none", marker="D", markersize=7, color=rcParams["text.color"],
+                            label="peak: the fullest moment of the step (max_memory_allocated)")
+        tops = np.maximum(bottom + above, peaks)
+        for xi, p, top in zip(x, peaks, tops):   # above the bar and the marker, never across them
+            ax.annotate(f"{p:,.1f}", (xi, top), textcoords="offset points", xytext=(0, 7), ha="center", va="bottom",
+                        fontsize="small", fontweight="bold")
+        freed = [name for (name, bd) in rows if bd.peak < bd.ledger_total]
+        if freed:
+            ax.annotate(f"peak below the stack ({', '.join(freed)}): part of a block is not live at the fullest moment\n"
+                        "(not yet allocated, or already freed)", (0.01, 0.99), xycoords="axes fraction", va="top",
+                        fontsize="x-small")
+        _card_lines(ax, cards, units)
+        highest = max([*tops, *(in_units(c.usable_bytes, units) for c in cards)], default=1)
+        ax.set_ylim(0, highest * 1.12)
+        ax.set_xticks(x, [name for name, _ in rows])
+        if chosen is not None:
+            ax.get_xticklabels()[chosen].set_fontweight("bold")
+        ax.set_ylabel(f"memory{_per_gpu(rows[0][1].scenario) if rows else ''} ({units})")
+        blocks = [Patch(color=BLOCK_COLORS[b], label=BLOCK_TITLES[b]) for b in BLOCKS]   # solid, not a faded bar
+        fig.legend(handles=[marker, *blocks, temporaries], loc="outside lower center", ncols=2, fontsize="small",
+                   frameon=False)
+        lead = requested or rows[0][1].scenario
+        _titles(fig, ax, f"{lead.model.name}: the three blocks of the ledger and the peak, by method", lead)
+    return fig
+
+
+def default_seq_max(sc: Scenario) -> int:
+    """The longest sequence a picture spans by default: what a user trains at, not the model's context —
+    four times ``--seq``, at least 8192, never past max_position_embeddings.
+
+    >>> default_seq_max(Scenario.create("7b", seq=2048)), default_seq_max(Scenario.create("llama-3.1-8b", seq=2048))
+    (4096, 8192)
+    """
+    want = max(4 * sc.seq, 8192)
+    return min(want, sc.model.max_position) if sc.model.max_position else want
+
+
+def seq_grid(sc: Scenario, seq_max: int | None, points: int) -> np.ndarray:
+    """``points`` sequence lengths evenly spaced on a log2 axis, from 1/32 of ``seq_max`` (at least 16)."""
+    top = seq_max or default_seq_max(sc)
+    if isinstance(top, bool) or not isinstance(top, (int, np.integer)) or top < 2:
+        raise UserError(f"--seq-max must be an integer of at least 2; got {seq_max!r}")
+    low = min(max(16, top // 32), top - 1)
+    return np.unique(np.round(np.geomspace(low, top, points)).astype(np.int64))
+
+
+def _pow2_ticks(ax, low: float, high: float, log_axis: bool = True) -> None:
+    """Ticks at the powers of two in [low, high], labelled in tokens."""
+    ks = [k for k in range(0, 41) if low <= 2 ** k <= high]
+    if ks:
+        ax.set_xticks([2 ** k if log_axis else k for k in ks], [f"{2 ** k:,}" for k in ks])
+
+
+def _flat_note(sc: Scenario, s: np.ndarray, peak: np.ndarray) -> tuple[int, str] | None:
+    """Where a curve stays within 1 % of its start for an octave or more: the last such index and why (at
+    the fullest moment of its start, the terms that grow with s are a sliver of the peak)."""
+    rising = np.nonzero(peak > peak[0] * 1.01)[0]
+    end = (rising[0] if len(rising) else len(s)) - 1
+    if s[end] < 2 * s[0]:
+        return None
+    bd = evaluate(sc.with_changes(seq=int(s[0])))
+    led = bd.ledger
+    moment = next(m for m in led.moments if m.key == bd.peak_moment)
+    grows = sum(bd.terms[k] for k in moment.terms if sym("seq") in led.expand(led.by_key[k].expr).free_symbols)
+    return end, (f"flat to s = {int(s[end]):,}: the peak is the {moment.label} moment,\n"
+                 f"where what grows with s is {100 * grows / bd.peak:.1f} % of it (at s = {int(s[0]):,})")
+
+
+def seq_curve(sc: Scenario, ranks: Sequence[int] = (8, 16, 64, 256), seqs: Sequence[int] | None = None,
+              cards: Sequence[GPUSpec] = (), units: str = "GiB", theme: str = "light",
+              seq_max: int | None = None) -> Figure:
+    """Peak against sequence length on a log2 axis, one line per LoRA rank (one line for full fine-tuning);
+    the cards as horizontal lines, where each line crosses them labelled, the scenario's own ``seq`` marked,
+    the y axis clipped a little above the largest card, a flat stretch explained.
+
+    ``seqs`` default: points up to ``seq_max`` (default ``default_seq_max``: what a user trains at)."""
     led = build_ledger(sc.structure)
-    top = sc.model.max_position or 8192
-    s = np.unique(np.linspace(1, top, 256).astype(np.int64)) if seqs is None else np.asarray(seqs, dtype=np.int64)
+    s = seq_grid(sc, seq_max, 256) if seqs is None else np.asarray(seqs, dtype=np.int64)
     if s.size == 0 or s.min() < 1:
         raise UserError("sequence lengths must be positive integers")
     values = sc.values()
     with _theme(theme):
-        fig, ax = _axes((8, 4.8))
+        fig, ax = _axes((8, 5.2))
         if sc.lora:
             limit = max_rank(sc)
             for r in ranks:
                 if not 1 <= r <= limit:
                     raise UserError(f"--ranks {r}: a LoRA rank must be between 1 and {limit} (min(d_in, d_out))")
             fn = grid_function(led, peak_expr(led), ("seq", "rank"), values)
-            for n, r in enumerate(ranks):
-                peak = np.broadcast_to(fn(s, r), s.shape)
-                ax.plot(s, in_units(peak, units), color=LINE_COLORS[n % len(LINE_COLORS)], label=f"r = {r}")
+            curves = [(np.broadcast_to(fn(s, r), s.shape), rank_color(r), f"r = {r}", sc.with_changes(rank=r))
+                      for r in ranks]
         else:
             fn = grid_function(led, peak_expr(led), ("seq",), values)
-            ax.plot(s, in_units(np.broadcast_to(fn(s), s.shape), units), color=LINE_COLORS[0], label=sc.method)
+            curves = [(np.broadcast_to(fn(s), s.shape), rcParams["text.color"], sc.method, sc)]
+        for peak, color, label, _ in curves:
+            ax.plot(s, in_units(peak, units), color=color, label=label)
         _card_lines(ax, cards, units)
+        for card in cards:  # where each line first goes over each card, one row of labels per line
+            for n, (peak, color, _, _) in enumerate(curves):
+                over = np.nonzero(peak > card.usable_bytes)[0]
+                if len(over) and over[0] > 0:
+                    x = int(s[over[0] - 1])
+                    ax.annotate(f"{x:,}", (x, in_units(card.usable_bytes, units)), xytext=(0, -12 - 9 * n),
+                                textcoords="offset points", ha="right" if x * 1.15 > s.max() else "center",
+                                fontsize="x-small", color=color)
+        note = next(((n, peak, color) for peak, color, _, at in curves if len(s) > 1
+                     for n in [_flat_note(at, s, peak)] if n), None)
+        if note:
+            (end, text), peak, color = note
+            ax.annotate(text, (float(np.sqrt(s[0] * s[end])), in_units(peak[0], units)), xytext=(0, 6),
+                        textcoords="offset points", ha="center", va="bottom", fontsize="x-small", color=color)
+        if s.min() <= sc.seq <= s.max():  # the scenario's own seq (a collection: ax.lines holds only curves and cards)
+            ax.vlines([sc.seq], 0, 1, transform=ax.get_xaxis_transform(), colors=NEUTRAL, linestyles=":",
+                      linewidth=1, label=f"--seq {sc.seq:,}")
+        ax.set_xscale("log", base=2)
+        _pow2_ticks(ax, s.min(), s.max())
         ax.set_xlabel("sequence length s (tokens)")
-        ax.set_ylabel(f"peak ({units})")
+        ax.set_ylabel(f"peak{_per_gpu(sc)} ({units})")
         ax.set_xlim(s.min(), s.max())
-        ax.set_ylim(bottom=0)
-        ax.set_title(f"{sc.model.name} · {sc.method} · batch {sc.batch}: peak against sequence length")
+        highest = max(float(np.max(in_units(peak, units))) for peak, _, _, _ in curves)
+        if cards:  # every card line shows; a curve far above the largest card is cut a little above it
+            largest = max(in_units(c.usable_bytes, units) for c in cards)
+            ax.set_ylim(0, min(max(highest * 1.05, largest * 1.1), largest * 1.25))
+        else:
+            ax.set_ylim(0, highest * 1.15)
+        _titles(fig, ax, f"{sc.model.name}: peak against sequence length"
+                + (", one line per LoRA rank" if sc.lora else ""), sc)
         ax.legend(loc="upper left", fontsize="small")
     return fig
 
 
+def knob_label(knob: str) -> str:
+    """A knob in words: its meaning from the symbol registry, then its name (the command-line spelling).
+
+    >>> knob_label("seq")
+    'sequence length (seq)'
+    """
+    return f"{SYMBOLS[knob].meaning.split(' (')[0]} ({knob})"
+
+
 def tornado(res: SensitivityResult, top: int | None = None, units: str = "GiB", theme: str = "light") -> Figure:
-    """Elasticities (percent change of the peak per percent change of the knob), largest on top."""
-    rows = list(res.rows[:top] if top else res.rows)[::-1]
+    """Elasticities (percent change of the peak per percent change of the knob), largest on top, in two
+    groups: your settings and the model's shape. Knobs that do not move the peak at all are left out (named
+    below the axis)."""
+    moving = [r for r in res.rows if r.elasticity != 0]
+    still = [r.knob for r in res.rows if r.elasticity == 0]
+    shown = moving[:top] if top else moving
+    labels, values, y, heads, pos = [], [], [], [], 0.0
+    for head, member in KNOB_GROUPS:   # top to bottom: a heading, then its rows by |elasticity|
+        group = [r for r in shown if member(SYMBOLS[r.knob].group)]
+        if not group:
+            continue
+        heads.append((pos, head))
+        pos -= 1
+        for r in group:
+            labels.append(knob_label(r.knob))
+            values.append(r.elasticity)
+            y.append(pos)
+            pos -= 1
+        pos -= 0.5
     with _theme(theme):
-        fig, ax = _axes((8, 0.4 * len(rows) + 1.6))
-        y = np.arange(len(rows))
-        values = [r.elasticity for r in rows]
-        ax.barh(y, values, color=[LINE_COLORS[0] if v >= 0 else PEAK_COLOR for v in values])
-        ax.set_yticks(y, [r.knob for r in rows])
-        ax.axvline(0, color="grey", linewidth=1)
+        fig, ax = _axes((10, 0.4 * (len(y) + len(heads)) + 2.2))
+        ax.barh(y, values, color=NEUTRAL)
+        ax.set_yticks(y, labels)
+        for yh, head in heads:
+            ax.annotate(head, (0, yh), xycoords=("axes fraction", "data"), xytext=(-6, 0), textcoords="offset points",
+                        ha="right", va="center", fontweight="bold", fontsize="small")
+        ax.axvline(0, color=NEUTRAL, linewidth=1)
         for yi, v in zip(y, values):
             ax.annotate(f"{v:.3f}", (v, yi), textcoords="offset points", xytext=(4 if v >= 0 else -4, 0),
                         ha="left" if v >= 0 else "right", va="center", fontsize="small")
+        ax.set_ylim(pos, 0.6)
         ax.margins(x=0.12)
-        ax.set_xlabel("elasticity (% change of the peak per % change of the knob)")
+        ax.set_xlabel("elasticity (% change of the peak per % change of the knob)"
+                      + (f"\nno effect on the peak, not shown: {', '.join(still)}" if still else ""))
         sc = res.breakdown.scenario
-        ax.set_title(f"{sc.model.name} · {sc.method}: what moves the {fmt_bytes(res.peak, units)} peak")
+        _titles(fig, ax, f"{sc.model.name}: what moves the {fmt_bytes(res.peak, units)} peak", sc)
     return fig
 
 
 def fit_map(sc: Scenario, card: GPUSpec, batches: Sequence[int] | None = None, seqs: Sequence[int] | None = None,
-            headroom: int | str = DEFAULT_HEADROOM, units: str = "GiB", theme: str = "light") -> Figure:
-    """Fits / does not fit ``card`` (usable memory − headroom) over a batch × seq grid.
+            headroom: int | str = DEFAULT_HEADROOM, units: str = "GiB", theme: str = "light",
+            seq_max: int | None = None) -> Figure:
+    """Fits / does not fit ``card`` (usable memory − headroom) over a batch × seq grid, seq on a log2
+    axis up to ``seq_max`` (default ``default_seq_max``), the scenario's own (seq, batch) marked; a map
+    where nothing fits (or everything does) says by how much.
 
     The image's cell [i, j] is 1 when batch ``batches[i]`` and seq ``seqs[j]`` fit."""
     b = np.arange(1, 33, dtype=np.int64) if batches is None else np.asarray(batches, dtype=np.int64)
-    top = sc.model.max_position or 8192
-    s = np.linspace(top / 64, top, 64).astype(np.int64) if seqs is None else np.asarray(seqs, dtype=np.int64)
+    s = seq_grid(sc, seq_max, 64) if seqs is None else np.asarray(seqs, dtype=np.int64)
     if b.size == 0 or s.size == 0 or b.min() < 1 or s.min() < 1:
         raise UserError("batch sizes and sequence lengths must be positive integers")
     budget = card.usable_bytes - headroom_bytes(headroom, card.usable_bytes)
     led = build_ledger(sc.structure)
     fn = grid_function(led, peak_expr(led), ("batch", "seq"), sc.values())
     B, S = np.meshgrid(b, s, indexing="ij")
-    fits = (np.broadcast_to(fn(B, S), B.shape) <= budget).astype(int)
+    peaks = np.broadcast_to(fn(B, S), B.shape)
+    fits = (peaks <= budget).astype(int)
     with _theme(theme):
-        fig, ax = _axes((8, 5))
-        ax.imshow(fits, origin="lower", aspect="auto", cmap=ListedColormap(FIT_COLORS), vmin=0, vmax=1,
-                  interpolation="nearest", extent=_extent(s, b))
+        fig, ax = _axes((8, 5.4))
+        ax.imshow(fits, origin="lower", aspect="auto", vmin=0, vmax=1, interpolation="nearest",
+                  cmap=ListedColormap([FIT_COLORS["does not fit"], FIT_COLORS["fits"]]), extent=_extent(np.log2(s), b))
+        _pow2_ticks(ax, s.min(), s.max(), log_axis=False)
+        here = []
+        if s.min() <= sc.seq <= s.max() and b.min() <= sc.batch <= b.max():
+            here = [ax.scatter([np.log2(sc.seq)], [sc.batch], marker="X", s=60, facecolor="white", edgecolor="black",
+                               zorder=3, label=f"--seq {sc.seq:,}, --batch {sc.batch}")]
+        if not fits.any() or fits.all():   # one colour alone says nothing: say what it means
+            low, high = float(peaks.min()), float(peaks.max())
+            text = (f"nothing fits: minimum {fmt_bytes(low, units)} > {fmt_bytes(budget, units)} budget" if not fits.any()
+                    else f"everything fits: maximum {fmt_bytes(high, units)} ≤ {fmt_bytes(budget, units)} budget")
+            ax.text(0.5, 0.5, text, transform=ax.transAxes, ha="center", va="center", fontweight="bold",
+                    bbox={"boxstyle": "round", "facecolor": "white", "edgecolor": NEUTRAL}, color="black")
         ax.set_xlabel("sequence length s (tokens)")
         ax.set_ylabel("micro-batch size b (sequences)")
-        ax.set_title(f"{sc.model.name} · {sc.method} on {card.name}: budget {fmt_bytes(budget, units)} "
-                     f"({fmt_bytes(card.usable_bytes, units)} usable − headroom)")
-        ax.legend(handles=[Patch(color=FIT_COLORS[1], label="fits"), Patch(color=FIT_COLORS[0], label="does not fit")],
+        _titles(fig, ax, f"{sc.model.name} on {short_card_name(card.name)}: budget {fmt_bytes(budget, units)} "
+                f"({fmt_bytes(card.usable_bytes, units)} usable − headroom)", sc)
+        ax.legend(handles=[Patch(color=FIT_COLORS["fits"], label="fits"),
+                           Patch(color=FIT_COLORS["does not fit"], label="does not fit"), *here],
                   loc="upper right", fontsize="small")
     return fig
 
 
 def _extent(s: np.ndarray, b: np.ndarray) -> tuple[float, float, float, float]:
-    """Cell edges so that each cell is centred on its grid value (grids are evenly spaced)."""
+    """Cell edges so that each cell is centred on its grid value (grids are evenly spaced; the seq grid
+    is given in log2)."""
     ds = (s[-1] - s[0]) / (len(s) - 1) if len(s) > 1 else 1
     db = (b[-1] - b[0]) / (len(b) - 1) if len(b) > 1 else 1
     return (s[0] - ds / 2, s[-1] + ds / 2, b[0] - db / 2, b[-1] + db / 2)
 
 
-__all__ = ["breakdown", "seq_curve", "tornado", "fit_map", "THEMES"]
+__all__ = ["breakdown", "seq_curve", "tornado", "fit_map", "default_seq_max", "THEMES"]

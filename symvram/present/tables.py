@@ -8,11 +8,12 @@ this module only formats them.
 """
 from __future__ import annotations
 
+from ..analysis.host import host_bytes, paged_bytes
 from ..evaluate import Breakdown
 from ..ledger.sharding import notes
 from ..ledger.terms import BLOCKS
 from ..symbols import latex, text
-from .units import fmt_bytes
+from ..units import fmt_bytes
 
 BLOCK_TITLES = {"base": "base weights", "trainable": "trainable (grads, optimizer, master, adapters)",
                 "activations": "activations", "transient": "temporaries (only at some moments)",
@@ -23,16 +24,6 @@ BLOCK_TITLES = {"base": "base weights", "trainable": "trainable (grads, optimize
 def term_latex(bd: Breakdown, key: str) -> str:
     t = bd.ledger.by_key[key]
     return f"{t.label} = {latex(t.expr)}"
-
-
-def host_bytes(bd: Breakdown) -> int:
-    """Bytes offloaded to CPU memory (per GPU's rank); never part of the GPU peak."""
-    return sum(bd.terms[t.key] for t in bd.ledger.block_terms("host"))
-
-
-def paged_bytes(bd: Breakdown) -> int:
-    """Paged optimizer states: on the GPU when paged in, outside torch's allocator (never in the peak)."""
-    return sum(bd.terms[t.key] for t in bd.ledger.block_terms("paged"))
 
 
 def to_json(bd: Breakdown) -> dict:
@@ -53,14 +44,86 @@ def to_json(bd: Breakdown) -> dict:
     }
 
 
-def _rows_text(rows: list[list[str]], aligns: str) -> str:
+WIDTH = 100  # terminal output fits this many columns; 0 (``symvram --wide``) keeps every line whole
+
+
+def _shrink(widths: list[int], rows: list[list[str]], aligns: str, width: int) -> list[int]:
+    """Column widths whose table fits ``width``: headers wider than their column's values wrap at a space
+    first (two lines); then left-aligned text columns (after the first) wrap at their spaces, the one with
+    the most to give first. Numbers, identifiers and the first column's values never break."""
+    widths = list(widths)
+
+    def longest_word(cells) -> int:
+        return max((len(w) for c in cells for w in c.split()), default=0)
+
+    body = [max((len(r[i]) for r in rows[1:]), default=0) for i in range(len(widths))]
+    floor = [longest_word(r[i] for r in rows) if a == "l" and i > 0 else max(body[i], longest_word([rows[0][i]]))
+             for i, a in enumerate(aligns)]
+    floor = [min(f, w) for f, w in zip(floor, widths)]
+    # a header on two lines at its best space (never narrower than its values): tried before three
+    two = [max(floor[i], min((max(len(h[:k]), len(h[k + 1:])) for k in range(len(h)) if h[k] == " "),
+                             default=widths[i])) for i, h in enumerate(rows[0])]
+    text_columns = [i for i, a in enumerate(aligns) if a == "l" and i > 0]
+    for columns, limit in ((range(len(widths)), two), (text_columns, floor), (range(len(widths)), floor)):
+        while sum(widths) + 2 * (len(widths) - 1) > width:
+            candidates = [i for i in columns if widths[i] > limit[i]]
+            if not candidates:
+                break
+            widths[max(candidates, key=lambda i: widths[i] - limit[i])] -= 1
+    return widths
+
+
+def _wrap_cell(cell: str, w: int) -> list[str]:
+    import textwrap
+
+    if len(cell) <= w:
+        return [cell]
+    return textwrap.wrap(cell, w, break_on_hyphens=False) or [""]
+
+
+def _rows_text(rows: list[list[str]], aligns: str, width: int | None = None) -> str:
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    width = WIDTH if width is None else width
+    if width:
+        widths = _shrink(widths, rows, aligns, width)
     out = []
     for n, row in enumerate(rows):
-        cells = [c.rjust(w) if a == "r" else c.ljust(w) for c, w, a in zip(row, widths, aligns)]
-        out.append("  ".join(cells).rstrip())
+        cells = [_wrap_cell(c, w) for c, w in zip(row, widths)]
+        for k in range(max(len(c) for c in cells)):
+            part = [c[k] if k < len(c) else "" for c in cells]
+            out.append("  ".join(p.rjust(w) if a == "r" else p.ljust(w) for p, w, a in zip(part, widths, aligns)).rstrip())
         if n == 0:
             out.append("  ".join("-" * w for w in widths))
+    return "\n".join(out)
+
+
+def terminal(text: str, width: int | None = None) -> str:
+    """``text`` with every line longer than ``width`` (default WIDTH) wrapped under its own indent: tables
+    already fit (``render_rows``), so what is left is prose. A line that starts with a file name (an edit
+    to a --from file: ``run.yml: gradient_checkpointing: true``) stays whole, to be pasted as it is.
+
+    >>> print(terminal("peak: " + "word " * 20 + "\\n  1. " + "word " * 10, 40))
+    peak: word word word word word word word
+      word word word word word word word
+      word word word word word word
+      1. word word word word word word word
+           word word word
+    """
+    import re
+    import textwrap
+
+    width = WIDTH if width is None else width
+    if not width:
+        return text
+    out = []
+    for line in text.split("\n"):
+        first = line.split(maxsplit=1)[0] if line.strip() else ""
+        if len(line) <= width or re.fullmatch(r"\S*[/\\]\S*:|[\w.-]+\.\w+:", first):
+            out.append(line)
+            continue
+        lead = re.match(r"\s*(?:\d+\. |- )?", line).group(0)
+        out += textwrap.wrap(line, width, initial_indent="", subsequent_indent=" " * len(lead) + "  ",
+                             break_on_hyphens=False, drop_whitespace=True) or [line]
     return "\n".join(out)
 
 
@@ -71,50 +134,60 @@ def _rows_markdown(rows: list[list[str]], aligns: str) -> str:
     return "\n".join([head, sep, *body])
 
 
-def render_rows(rows: list[list[str]], aligns: str, fmt: str) -> str:
-    return _rows_markdown(rows, aligns) if fmt == "markdown" else _rows_text(rows, aligns)
+def render_rows(rows: list[list[str]], aligns: str, fmt: str, width: int | None = None) -> str:
+    """Markdown, or a text table that fits ``width`` columns (default WIDTH: long text cells wrap)."""
+    return _rows_markdown(rows, aligns) if fmt == "markdown" else _rows_text(rows, aligns, width)
+
+
+def setup_line(sc) -> str:
+    """The configuration line ``estimate --method`` opens with (the figures' subtitles repeat it)."""
+    return (f"{sc.model.name} · {sc.method}" + (f" r={sc.rank}" if sc.lora else "") +
+            f" · batch {sc.batch} · seq {sc.seq} · {sc.dtype}" + (f"/autocast {sc.autocast}" if sc.autocast != "none" else "") +
+            f" · {sc.optimizer} ({sc.optimizer_impl}), states {sc.state_dtype}" +
+            (", fp32 master" if sc.master == "fp32" else "") + (", checkpointing" if sc.grad_checkpointing else "") +
+            f" · {sc.attention}")
 
 
 def detail(bd: Breakdown, units: str = "GiB", fmt: str = "table") -> str:
     """Every term with its formula and value, the block sums, each moment, and the peak."""
     sc = bd.scenario
     md = fmt == "markdown"
-    title = (f"{sc.model.name} · {sc.method}" + (f" r={sc.rank}" if sc.lora else "") +
-             f" · batch {sc.batch} · seq {sc.seq} · {sc.dtype}" + (f"/autocast {sc.autocast}" if sc.autocast != "none" else "") +
-             f" · {sc.optimizer} ({sc.optimizer_impl}), states {sc.state_dtype}" +
-             (", fp32 master" if sc.master == "fp32" else "") + (", checkpointing" if sc.grad_checkpointing else "") +
-             f" · {sc.attention}")
     from ..stacks import summary
 
-    lines = [("## " if md else "") + title, summary(sc), ""]
+    lines = [("## " if md else "") + setup_line(sc), summary(sc), ""]
     params = f"parameters: {bd.derived['P']:,} total, {bd.derived['P_train']:,} trainable " \
              f"({100 * bd.derived['P_train'] / bd.derived['P']:.2f} %)"
     lines += [params, ""]
-    rows = [["block", "term", f"bytes ({units})", "formula", "why"]]
+    per = " per GPU" if sc.gpus * sc.tp > 1 else ""  # sharded results are each GPU's, and say so
+    rows = [["block", "term", f"bytes{per} ({units})", "formula", "why"]]
     for block in (*BLOCKS, "transient", "host", "paged"):
         for t in bd.ledger.block_terms(block):
             formula = f"${latex(t.expr)}$" if md else text(t.expr)
             rows.append([block, t.key, fmt_bytes(bd.terms[t.key], units).split()[0], formula, t.why])
     lines.append(render_rows(rows, "llrll", fmt))
     lines.append("")
-    sums = [["", f"{units}"]]
+    sums = [["", f"{units}{per}"]]
     for block in BLOCKS:
         sums.append([BLOCK_TITLES[block], fmt_bytes(bd.blocks[block], units)])
     sums.append(["ledger total (base + trainable + activations)", fmt_bytes(bd.ledger_total, units)])
     if bd.ledger.block_terms("host"):
-        sums.append([BLOCK_TITLES["host"] + ", not on the GPU", fmt_bytes(host_bytes(bd), units)])
+        sums.append([BLOCK_TITLES["host"] + ", not on the GPU" + (", per GPU" if per else ""),
+                     fmt_bytes(host_bytes(bd), units)])
+        if per:
+            sums.append([f"host memory of the whole job ({sc.gpus * sc.tp} GPUs)",
+                         fmt_bytes(host_bytes(bd) * sc.gpus * sc.tp, units)])
     if bd.ledger.block_terms("paged"):
         sums.append([BLOCK_TITLES["paged"] + ": on the GPU when paged in, not in the peak (outside "
                      "torch.cuda.max_memory_allocated)", fmt_bytes(paged_bytes(bd), units)])
     lines.append(render_rows(sums, "lr", fmt))
     lines.append("")
-    mrows = [["moment of the step", f"live ({units})", "what is live"]]
+    mrows = [["moment of the step", f"live{per} ({units})", "what is live"]]
     for m in bd.ledger.moments:
         mark = " ← peak" if m.key == bd.peak_moment else ""
         mrows.append([m.label + mark, fmt_bytes(bd.moments[m.key], units), m.why])
     lines.append(render_rows(mrows, "lrl", fmt))
     lines.append("")
-    lines.append(f"peak: {fmt_bytes(bd.peak, units)} ({bd.peak:,} bytes) at {bd.ledger.moments[[m.key for m in bd.ledger.moments].index(bd.peak_moment)].label}"
+    lines.append(f"peak{per}: {fmt_bytes(bd.peak, units)} ({bd.peak:,} bytes) at {bd.ledger.moments[[m.key for m in bd.ledger.moments].index(bd.peak_moment)].label}"
                  f" — the figure torch.cuda.max_memory_allocated() reports; add the CUDA context and allocator slack on top")
     lines += [f"note: {n}" for n in notes(bd.scenario.structure, bd.scenario.gpus)]
     return "\n".join(lines)
@@ -122,8 +195,9 @@ def detail(bd: Breakdown, units: str = "GiB", fmt: str = "table") -> str:
 
 def comparison(rows: list[tuple[str, Breakdown]], units: str = "GiB", fmt: str = "table") -> str:
     """The reference answer's table: each method split into the three blocks, with the peak."""
+    per = " per GPU" if any(bd.scenario.gpus * bd.scenario.tp > 1 for _, bd in rows) else ""
     table = [["method", f"base ({units})", f"trainable ({units})", f"activations ({units})",
-              f"ledger total ({units})", f"peak ({units})", "bytes/trainable param"]]
+              f"ledger total ({units})", f"peak{per} ({units})", "bytes/trainable param"]]
     for name, bd in rows:
         per_param = (bd.blocks["trainable"] + (bd.terms.get("weights", 0) if bd.scenario.method == "full" else 0)) / bd.derived["P_train"]
         table.append([name, *(fmt_bytes(bd.blocks[b], units).split()[0] for b in BLOCKS),
