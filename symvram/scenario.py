@@ -17,7 +17,7 @@ from .errors import UserError, did_you_mean
 from .ledger.architecture import Family, family
 from .ledger.structure import Structure
 from .presets import MAX_DIM, ModelSpec, load_model
-from .stacks import STACK_SETTINGS, check_stack, concrete, resolve, stacks
+from .stacks import STACK_EXTRAS, STACK_SETTINGS, check_stack, concrete, resolve, stacks
 from .symbols import SYMBOLS
 
 METHODS = ("full", "lora", "qlora")
@@ -38,7 +38,7 @@ MAX_RANK = 1 << 20
 MAX_GPUS = 1_000_000
 # Largest value --set accepts, by symbol name, else by group: beyond these a number is a typo.
 FIELD_SYMBOLS = {"batch", "seq", "rank", "gpus", "tp"}  # symbols that are also Scenario fields
-SET_LIMITS = {"P": 10**15, "model": MAX_DIM, "bytes": 64, "quant": 1 << 20,
+SET_LIMITS = {"P": 10**15, "model": MAX_DIM, "bytes": 64, "quant": 1 << 20, "zero": 10**13,
               "mfu": 1, "overlap": 1, "time": 10**18}
 
 
@@ -160,6 +160,7 @@ class Scenario:
     dora: bool = False              # PEFT LoraConfig(use_dora=True)
     modules_to_save: tuple[str, ...] = ()  # PEFT LoraConfig(modules_to_save=...): embed_tokens, lm_head
     kbit_prep: str = "none"         # QLoRA: peft's prepare_model_for_kbit_training (fp32 non-quantized weights)
+    mp_policy: str = "none"         # FSDP2 MixedPrecisionPolicy(param_dtype=this, reduce_dtype=fp32) on fp32 storage
     overrides: tuple[tuple[str, float], ...] = field(default=())
     # the settings given (not filled by the stack): with_changes keeps them and lets the stack fill the rest again
     given: frozenset = field(default=frozenset(), compare=False, repr=False)
@@ -199,7 +200,7 @@ class Scenario:
 
     def with_changes(self, **kw) -> "Scenario":
         """A copy with some inputs changed, checked again."""
-        implied = (*STACK_SETTINGS, "grad_checkpointing")  # what the stack fills in, it fills in again
+        implied = (*STACK_SETTINGS, *STACK_EXTRAS, "grad_checkpointing")  # what the stack fills in, it fills in again
         merged = {k: getattr(self, k) for k in self.__dataclass_fields__ if k not in ("model", "given")
                   and (k not in implied or k in self.given)}
         merged.update({k: v for k, v in kw.items() if v is not None})
@@ -220,6 +221,8 @@ class Scenario:
     def compute_dtype(self) -> str:
         if self.kbit_prepared:  # the fp32 embedding makes the residual stream, and what is saved, fp32
             return "fp32"
+        if self.mp_policy != "none":  # FSDP2 all-gathers the parameters in param_dtype: modules compute in it
+            return self.mp_policy
         return self.autocast if self.autocast != "none" else self.dtype
 
     @property
@@ -239,6 +242,7 @@ class Scenario:
         _choice(self.optimizer_impl, OPTIMIZER_IMPLS, "--optimizer-impl")
         _choice(self.adapter_dtype, DTYPES, "--adapter-dtype")
         _choice(self.autocast, ("none", "bf16", "fp16"), "--autocast")
+        _choice(self.mp_policy, ("none", "bf16", "fp16"), "--mp-policy")
         _choice(self.attention, ATTENTIONS, "--attention")
         fam = family(self.model.family)
         if self.attention not in fam.attention_kernels:
@@ -287,6 +291,9 @@ class Scenario:
         if self.loss_impl == "cce" and self.compute_dtype == "fp32":
             raise UserError("--loss-impl cce: Cut Cross-Entropy asserts 16-bit hidden states (bf16/fp16); these are "
                             "fp32" + (" (prepare_model_for_kbit_training casts them)" if self.kbit_prepared else ""))
+        if self.mp_policy != "none" and (self.zero != 3 or self.dtype != "fp32" or self.autocast != "none"):
+            raise UserError(f"--mp-policy {self.mp_policy} is FSDP2's MixedPrecisionPolicy: it needs --zero 3 and "
+                            "parameters stored in fp32 (--dtype fp32), without --autocast")
         if self.method == "qlora" and self.dtype == "fp32":
             raise UserError("QLoRA stores the base in 4-bit and computes in 16-bit: use --dtype bf16 or fp16")
         vals = {**self.model.dims, **dict(self.overrides)}  # what --set changes is checked like the rest
@@ -343,7 +350,8 @@ class Scenario:
             and (not self.lora or "embed_tokens" in self.modules_to_save),
             param_states=bool(self.modules_to_save) and self.states_follow_param,
             compute_fp32=self.compute_dtype == "fp32",
-            adapter_upcast=self.lora and self.adapter_dtype != (self.autocast if self.autocast != "none" else self.compute_dtype),
+            adapter_upcast=self.lora and self.mp_policy == "none"
+            and self.adapter_dtype != (self.autocast if self.autocast != "none" else self.compute_dtype),
             autocast=self.autocast != "none", weight_casts=self.autocast != "none" and self.dtype == "fp32",
             dropout=self.lora and self.lora_dropout > 0, device=self.device,
             attention=self.attention, grad_checkpointing=self.grad_checkpointing,
@@ -351,6 +359,7 @@ class Scenario:
             checkpoint_reentrant=self.grad_checkpointing and self.checkpoint_impl == "reentrant",
             loss_impl=self.loss_impl, dora=self.lora and self.dora, modules_to_save=self.modules_to_save, zero=self.zero, offload=self.offload,
             sequence_parallel=self.sequence_parallel, tensor_parallel=self.tp > 1,
+            mp_policy=self.mp_policy != "none", zero_impl=stacks()[self.stack].get("zero_impl", "fsdp2"),
         )
 
     def values(self) -> dict[str, int | float]:

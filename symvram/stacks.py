@@ -10,6 +10,8 @@ same flags describe the same run.
 ('compute', 'fp32')
 >>> resolve(load_model("llama-2-7b"), {"stack": "hf"})["autocast"]
 'bf16'
+>>> [resolve(load_model("llama-2-7b"), {"stack": "fsdp", **kw})["mp_policy"] for kw in ({}, {"dtype": "bf16"})]
+['bf16', 'none']
 """
 from __future__ import annotations
 
@@ -22,6 +24,10 @@ from .errors import UserError
 # the settings a stack decides (in the order the header names them)
 STACK_SETTINGS = ("adapter_dtype", "autocast", "optimizer", "optimizer_impl", "state_dtype", "checkpoint_impl",
                   "loss_impl", "kbit_prep")
+
+# settings only some stacks decide (the storage dtype, DeepSpeed's fp32 master, the ZeRO stage, FSDP2's
+# mixed-precision policy); the Scenario's own default otherwise
+STACK_EXTRAS = ("dtype", "master", "zero", "mp_policy")
 
 
 @cache
@@ -59,6 +65,15 @@ def resolve(model, kw: dict) -> dict:
     for key in STACK_SETTINGS:
         if kw.get(key) is None:
             kw[key] = entry[key]
+    policy_given, master_given = kw.get("mp_policy") is not None, kw.get("master") is not None
+    for key in STACK_EXTRAS:
+        if kw.get(key) is None and key in entry:
+            kw[key] = entry[key]
+    if not policy_given and kw.get("mp_policy") not in (None, "none") and (
+            (kw.get("dtype") or "bf16") != "fp32" or kw.get("zero") != 3):
+        kw["mp_policy"] = "none"   # FSDP2 with 16-bit storage (or no ZeRO-3 asked for): no policy
+    if not master_given and kw.get("dtype") == "fp32":
+        kw["master"] = "none"      # DeepSpeed in fp32: the weights are their own master
     if kw["autocast"] == "weights16":
         kw["autocast"] = kw.get("dtype") if kw.get("dtype") in ("bf16", "fp16") else "bf16"
     return kw
@@ -72,6 +87,8 @@ def concrete(kw: dict, lora: bool) -> dict:
     compute = kw["autocast"] if kw.get("autocast") not in (None, "none") else dtype
     if kw.get("adapter_dtype") == "compute":
         kw["adapter_dtype"] = compute
+    elif kw.get("adapter_dtype") == "weights":  # FSDP2 all-gathers one dtype per unit: adapters as stored
+        kw["adapter_dtype"] = dtype
     if kw.get("state_dtype") == "param":
         kw["state_dtype"] = kw["adapter_dtype"] if lora else dtype
     return kw
@@ -88,6 +105,8 @@ def summary(sc) -> str:
     parts.append(f"autocast {sc.autocast}" if sc.autocast != "none" else "no autocast")
     impl = "bitsandbytes" if sc.optimizer in ("adamw8bit", "paged-adamw8bit") else IMPL_WORDS.get(sc.optimizer_impl,
                                                                                                    sc.optimizer_impl)
+    if sc.zero and sc.structure.zero_impl == "deepspeed":
+        impl = "DeepSpeed's ZeRO optimizer"
     parts.append(f"{sc.optimizer} ({impl}), states {sc.state_dtype}")
     if sc.master == "fp32":
         parts.append("fp32 master")
@@ -95,4 +114,14 @@ def summary(sc) -> str:
     parts.append(f"loss {sc.loss_impl}")
     if sc.method == "qlora":
         parts.append("prepare_model_for_kbit_training" if sc.kbit_prep == "peft" else "no kbit preparation")
+    gpus = f"{sc.gpus} GPU" + "s" * (sc.gpus != 1)
+    if sc.zero and sc.structure.zero_impl == "deepspeed":
+        parts.append(f"DeepSpeed ZeRO-{sc.zero} over {gpus} (its buckets and step buffers modelled from "
+                     "source, not measured)")
+    elif sc.zero == 3:
+        parts.append(f"FSDP2 fully_shard per decoder layer then the root over {gpus}, parameters stored "
+                     + (f"{sc.dtype}, MixedPrecisionPolicy(param_dtype={sc.mp_policy}, reduce_dtype=fp32)"
+                        if sc.mp_policy != "none" else f"and gathered in {sc.dtype}"))
+    elif sc.zero:
+        parts.append(f"ZeRO-{sc.zero} over {gpus}")
     return f"stack {sc.stack} ({stacks()[sc.stack]['title']}): " + ", ".join(parts)

@@ -124,4 +124,4 @@ def test_parallel_layouts_share_the_single_gpu_terms():
                             + optimizer_temp_terms(s), s)
         by_key = {t.key: t for t in terms}
         led = build_ledger(s)
-        assert led.terms == tuple(terms) and led.moments == gpu_moments(_moments(by_key, s), by_key), s
+        assert led.terms == tuple(terms) and led.moments == gpu_moments(_moments(by_key, s), by_key, s), s

@@ -122,7 +122,10 @@ def test_numbers_in_the_text_are_the_engines(model, lang):
     if other == "70b":   # the interview count: 70e9 · 12 B = 840 GB of parameter side over ZeRO-3 → 11 cards, 8 are not enough
         zero3 = cells["zero3"][0]
         assert zero3.endswith(("(11)", "（11）")) and math.ceil(840e9 / (usable - GIB)) == 11
-        assert zero3.startswith("55 / 14")            # ZeRO-3: 55 cards without checkpointing, 14 with
+        # ZeRO-3: 14 cards with checkpointing; without, no count up to 64 fits — at 64 the next-to-last layer's end
+        # of backward (every layer's activations, its unsharded gradients, the reduce-scatter input above: FSDP2's
+        # buffers as measured, benchmarks/results/fsdp.md) needs 77.61 GiB of a 77.6 GiB budget
+        assert zero3.startswith("– / 14")
 
     # 3: LoRA r=64 all-linear, by hand: r·(d_in + d_out) per matrix from the preset's shape
     spec = Scenario.create(model).model

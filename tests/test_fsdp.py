@@ -28,8 +28,9 @@ def test_full_fine_tuning_per_rank(n):
     # and by hand: bf16 shards of every parameter; torch AdamW's m, v in bf16 plus fp32 step counters
     assert rows["sharded_params"]["measured"] == rows["sharded_grads"]["measured"] == 2 * P // n
     assert rows["optimizer_states"]["measured"] == 2 * 2 * P // n + 4 * (L * 9 + 3)
-    # all-gathered at most: the root unit and one layer (a fake group never overlaps the prefetch)
+    # unsharded at most: the root unit and one layer (the all-gather outputs are a category of their own)
     assert rows["unsharded_params"]["measured"] == 2 * (ROOT + LAYER)
+    assert r["peak"]["estimate"] == pytest.approx(r["peak"]["measured"], rel=0.005)
     # bytes each rank sends (the collectives FSDP2 dispatched): every layer gathered in forward and again
     # in backward, the root once; every gradient reduce-scattered — equal to the communication ledger
     comm = r["comm"]
@@ -52,6 +53,23 @@ def test_lora_per_rank():
     comm = r["comm"]
     assert comm["reduce_scatter"]["measured"] == comm["reduce_scatter"]["estimate"] == (n - 1) * 2 * lora // n
     assert comm["allgather"]["measured"] == comm["allgather"]["estimate"]
+    assert r["peak"]["estimate"] == pytest.approx(r["peak"]["measured"], rel=0.005)
+
+
+@pytest.mark.parametrize("method", ["full", "lora"])
+def test_fsdp_stack_fp32_storage_bf16_policy(method):
+    """--stack fsdp: fp32 shards, MixedPrecisionPolicy(bf16, fp32); the measurement runs the same policy."""
+    n = 2
+    sc = Scenario.create(TINY, stack="fsdp", method=method, rank=8, seq=32, gpus=n)
+    r = compare_fsdp(sc, n)
+    for row in r["rows"].values():
+        assert row["estimate"] == row["measured"]
+    lora = L * 8 * (2 * (H + H) + 2 * (H + KV) + 2 * (H + F) + (F + H)) if method == "lora" else 0
+    assert r["measured"]["sharded_params"] == 4 * (P + lora) // n            # fp32 shards
+    assert r["measured"]["unsharded_params"] == 2 * (ROOT + LAYER + lora // L)  # gathered in the policy's bf16
+    assert r["comm"]["allgather"]["measured"] == r["comm"]["allgather"]["estimate"]
+    assert r["comm"]["reduce_scatter"]["measured"] == r["comm"]["reduce_scatter"]["estimate"]
+    assert r["peak"]["estimate"] == pytest.approx(r["peak"]["measured"], rel=0.005)
 
 
 def test_cli_world_size(tmp_path, capsys):
@@ -68,3 +86,17 @@ def test_cli_world_size(tmp_path, capsys):
     assert main(["validate", "tinyllama-1.1b", "--method", "full", "--state-dtype", "bf16", "--set", "layers=2",
                  "--world-size", "2"]) == 2
     assert "config.json" in capsys.readouterr().err
+
+
+def test_cli_stack_fsdp_measures_over_gpus(tmp_path, capsys):
+    import json
+
+    from symvram.cli import main
+
+    cfg = tmp_path / "config.json"
+    cfg.write_text(json.dumps(ARCH))
+    assert main(["validate", str(cfg), "--stack", "fsdp", "--method", "full", "--seq", "32", "--gpus", "2",
+                 "--format", "json"]) == 0
+    r = json.loads(capsys.readouterr().out)
+    assert r["world_size"] == 2 and r["spec"]["mp_policy"] == "bf16"
+    assert r["rows"]["sharded_params"]["measured"] == 4 * P // 2 == r["rows"]["sharded_params"]["estimate"]

@@ -156,7 +156,10 @@ def test_checkpointing_never_raises_the_peak(case, layers):
     kw = {**kw, "overrides": {"layers": layers}}
     with_ckpt = evaluate(Scenario.create(model, **{**kw, "grad_checkpointing": True}))
     without = evaluate(Scenario.create(model, **{**kw, "grad_checkpointing": False}))
-    assert with_ckpt.peak <= without.peak
+    # ZeRO-3's first all-gather in forward holds the grad-leaf embedding output checkpointing makes under LoRA
+    # (measured, benchmarks/results/fsdp.md): where that moment is the peak, checkpointing adds exactly that
+    slack = with_ckpt.terms.get("act_input_grad_leaf", 0) if with_ckpt.peak_moment == "first_layer_forward" else 0
+    assert with_ckpt.peak <= without.peak + slack
     assert with_ckpt.blocks["activations"] <= without.blocks["activations"]
 
 
@@ -178,9 +181,9 @@ def test_json_round_trips_and_adds_up(case, zero, gpus):
     assert b["peak"] == top["bytes"] and b["peak_moment"] == top["key"]
 
 
-# ZeRO (symvram.ledger.sharding): stages 1 and 2 over one GPU divide by 1; stage 3 also gathers
-# the largest unit's weights (its documented cost, noted by sharding.notes), so it equals plain
-# training plus that buffer in every moment but the optimizer step.
+# ZeRO (symvram.ledger.sharding): stages 1 and 2 over one GPU divide by 1; stage 3 also holds FSDP2's
+# buffers (gathered units, unsharded gradients, reduce-scatter inputs: its documented cost, noted by
+# sharding.notes), so every moment of plain training costs at least as much, the optimizer step the same.
 
 @PROPS
 @given(scenarios(parallel=False), st.sampled_from([1, 2, 3]))
@@ -189,10 +192,14 @@ def test_zero_over_one_gpu_is_plain_training(case, stage):
     plain = evaluate(Scenario.create(model, **kw))
     zero = evaluate(Scenario.create(model, **kw, zero=stage, gpus=1))
     assert zero.blocks == plain.blocks
-    gather = zero.terms.get("gathered_params", 0)
-    assert (gather > 0) is (stage == 3)
+    assert ("gathered_root" in zero.terms) is (stage == 3)
     for key, live in plain.moments.items():
-        assert zero.moments[key] == live + (gather if stage == 3 and key != "optimizer_step" else 0)
+        if stage == 3 and key == "backward_end":
+            continue   # FSDP2's end of backward is the root's reduce-scatter, activations freed
+        if stage == 3 and key != "optimizer_step":
+            assert zero.moments[key] >= live
+        else:
+            assert zero.moments[key] == live
 
 
 @PROPS

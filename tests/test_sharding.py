@@ -51,12 +51,56 @@ LAYER_7B = 4 * H * H + 3 * H * F + 2 * H              # q, k, v, o; gate, up, do
 ROOT_7B = 2 * V * H + H                                # embeddings, lm_head, final norm
 
 
-def test_zero3_on_one_gpu_costs_the_gathered_units():
+def test_zero3_on_one_gpu_costs_fsdp2_buffers():
+    """FSDP2's buffers by hand for the 7B shape in bf16 (no policy: gathered, reduced and sharded in bf16)."""
     plain, z3 = estimate("7b", method="full"), estimate("7b", method="full", zero=3, gpus=1)
-    gathered = (ROOT_7B + 2 * LAYER_7B) * 2                # root + computing + prefetched layer, bf16
-    assert z3.terms["gathered_params"] == gathered
-    assert z3.moments["forward_loss"] == plain.moments["forward_loss"] + gathered
+    t = z3.terms
+    assert t["gathered_root"] == 2 * ROOT_7B
+    assert t["gathered_layer"] == t["allgather_buffer"] == t["layer_grads_unsharded"] == 2 * LAYER_7B
+    assert t["reduce_scatter_buffer"] == 2 * LAYER_7B
+    assert t["root_grads_unsharded"] == 2 * (V * H + H)                     # lm_head and final norm, unsharded
+    # the root's reduce-scatter: its input, then either every root gradient (copy-in; the sharded output, in
+    # "grads", not yet) or the embedding's gradient the autograd engine still holds beside the output
+    assert t["root_reduce"] == 2 * ROOT_7B + max(2 * ROOT_7B - 2 * ROOT_7B, 2 * V * H)
+    # the first layer's all-gather: the root's all-gather output is freed only after the layer's copy-out
+    assert t["allgather_root"] == 2 * ROOT_7B and t["first_layer_input"] == 2 * 2048 * H
+    assert z3.moments["first_layer_forward"] == sum(t[k] for k in (
+        "weights", "optimizer_states", "act_rope", "act_tokens", "first_layer_input")) + 2 * 2 * (ROOT_7B + LAYER_7B)
+    # end of forward: the root and the last layer's all-gather output (freed at the root's post-forward)
+    assert z3.moments["forward_loss"] == plain.moments["forward_loss"] + 2 * (ROOT_7B + LAYER_7B)
     assert z3.moments["optimizer_step"] == plain.moments["optimizer_step"]   # resharded before the step
+
+
+def test_fsdp2_layer_ends_by_hand():
+    """The end of layer i's backward: i layers' saved tensors below, L−1−i layers' sharded gradients above,
+    the reduce-scatter input of the layer above (if any), the layer below prefetched (if any)."""
+    n, layers = 4, 32
+    t = estimate("7b", method="full", zero=3, gpus=n).terms
+    a, g, rs, ag = t["one_layer"], 2 * LAYER_7B // n, 2 * LAYER_7B, 2 * LAYER_7B
+    assert t["last_layer_end"] == (layers - 1) * a + ag
+    assert t["next_layer_end"] == (layers - 2) * a + g + rs + ag
+    assert t["second_layer_end"] == a + (layers - 2) * g + rs + ag
+    assert t["first_layer_end"] == (layers - 1) * g + rs
+    e = estimate("7b", method="full", zero=3, gpus=n)
+    shared = sum(t[k] for k in ("weights", "optimizer_states", "act_rope", "act_tokens", "gathered_root",
+                                "gathered_layer", "layer_grads_unsharded", "norm_backward_temp", "layer_end_temp",
+                                "root_grads_unsharded"))
+    for which in ("last", "next", "second", "first"):
+        assert e.moments[f"{which}_layer_end"] == shared + t[f"{which}_layer_end"]
+
+
+def test_fsdp2_policy_gathers_in_bf16_and_reduces_in_fp32():
+    """MixedPrecisionPolicy(bf16, fp32) on fp32 storage: shards in fp32, everything unsharded in bf16."""
+    n = 4
+    e = estimate("7b", stack="fsdp", method="full", gpus=n)
+    t = e.terms
+    assert (e.scenario.dtype, e.scenario.mp_policy, e.scenario.zero) == ("fp32", "bf16", 3)
+    assert t["weights"] == t["grads"] == 4 * P7 // n and t["optimizer_states"] == 8 * P7 // n
+    assert t["gathered_layer"] == t["layer_grads_unsharded"] == 2 * LAYER_7B
+    assert t["reduce_scatter_buffer"] == 4 * LAYER_7B
+    bf16 = estimate("7b", method="full", zero=3, gpus=n).terms          # the modules compute as a bf16 run does
+    assert all(t[k] == bf16[k] for k in bf16 if k.startswith("act_"))
+    assert t["root_reduce"] == 4 * ROOT_7B + max(2 * ROOT_7B - 4 * ROOT_7B // n, 2 * V * H)
 
 
 @pytest.mark.parametrize("method", ["full", "lora", "qlora"])
@@ -101,8 +145,8 @@ def test_deepspeed_zero3_offload_gpu_formulas():
     params = estimate("7b", method="full", zero=3, gpus=n, offload="optimizer+params")
     opt = estimate("7b", method="full", zero=3, gpus=n, offload="optimizer")
     assert opt.terms["weights"] == 2 * P7 // n                                    # DeepSpeed's 2Ψ/N
-    assert params.terms["gathered_params"] - 4 * ll == 2 * (ROOT_7B + 2 * LAYER_7B) - 4 * ll
-    assert params.terms["gathered_params"] - 4 * ll == 2 * H + 4 * LAYER_7B       # = 2·(final norm + 2 layers)
+    gathered = sum(params.terms[k] for k in ("gathered_root", "gathered_layer", "allgather_buffer"))
+    assert gathered - 4 * ll == 2 * H + 4 * LAYER_7B       # = 2·(final norm + 2 layers) beyond DeepSpeed's 4·LL
 
 
 def test_tensor_parallel_megatron_split():
@@ -178,3 +222,26 @@ def test_every_parameter_sized_term_is_known_to_the_sharding(method, kw):
     for term in estimate("7b", method=method, **kw).ledger.terms:
         if term.expr.free_symbols & counts:
             assert term.key in PARAM_SIDE, term.key
+
+
+# DeepSpeed's ZeRO with bf16 (--stack deepspeed), from its source (deepspeed 0.19.8, runtime/zero/): by hand
+
+@pytest.mark.parametrize("zero", [1, 2, 3])
+def test_deepspeed_bf16_by_hand(zero):
+    n = 8
+    e = estimate("7b", stack="deepspeed", method="full", zero=zero, gpus=n)
+    t = e.terms
+    assert t["weights"] == (2 * P7 // n if zero == 3 else 2 * P7)            # the bf16 model, partitioned at stage 3
+    assert t["grads"] == (2 * P7 // n if zero >= 2 else 2 * P7)             # bf16 gradients (grad_accum_dtype = bf16)
+    assert t["master"] == 4 * P7 // n and t["optimizer_states"] == 8 * P7 // n  # fp32 master, Adam m and v
+    assert t["ds_reduce_bucket"] == 2 * 500_000_000                         # reduce_bucket_size 5e8, allocated whole
+    assert "optimizer_temp" not in t                                        # FusedAdam: no step temporaries
+    if zero == 3:
+        assert t["ds_gathered"] == 2 * 1_000_000_000                         # max_live_parameters 1e9 < P
+        assert t["ds_step_grad"] == 6 * min(P7 // n, 1_000_000_000)          # one sub-group: fp32 + bf16 gradients
+    else:
+        assert t["ds_step_grad"] == 6 * P7 // n                              # the partition: .to(fp32) beside bf16
+    step = sum(t[k] for k in e.ledger.moments[-1].terms)
+    assert e.moments["optimizer_step"] == step
+    assert {"ds_reduce_bucket", "ds_step_grad"} <= set(next(m for m in e.ledger.moments
+                                                            if m.key == "optimizer_step").terms)

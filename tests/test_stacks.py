@@ -89,3 +89,57 @@ def test_every_header_names_the_stack(capsys):
     assert "stack interview (the reference answer's arithmetic): adapters bf16, no autocast" in capsys.readouterr().out
     assert main(["estimate", "llama-3-8b", "--method", "lora", "--stack", "torch", "--grad-checkpointing"]) == 0
     assert "checkpointing non-reentrant, loss torch" in capsys.readouterr().out
+
+
+# fsdp and deepspeed: the sharded stacks (symvram.ledger.sharding)
+
+def test_fsdp_stack_implies_zero3_fp32_storage_and_the_bf16_policy():
+    sc = Scenario.create("llama-3-8b", method="lora", stack="fsdp", gpus=8)
+    assert (sc.zero, sc.dtype, sc.mp_policy, sc.compute_dtype) == (3, "fp32", "bf16", "bf16")
+    assert (sc.adapter_dtype, sc.state_dtype, sc.autocast) == ("fp32", "fp32", "none")   # adapters as the base is stored
+    assert not sc.structure.adapter_upcast and sc.structure.mp_policy
+
+
+def test_fsdp_stack_explicit_flags_win():
+    bf16 = Scenario.create("llama-3-8b", method="full", stack="fsdp", dtype="bf16", gpus=4)
+    assert (bf16.dtype, bf16.mp_policy, bf16.state_dtype, bf16.zero) == ("bf16", "none", "bf16", 3)  # no policy
+    z2 = Scenario.create("llama-3-8b", method="full", stack="fsdp", zero=2, gpus=4)
+    assert (z2.zero, z2.mp_policy) == (2, "none")
+    with pytest.raises(UserError, match="MixedPrecisionPolicy"):
+        Scenario.create("llama-3-8b", method="full", stack="fsdp", dtype="bf16", mp_policy="bf16")
+    # another stack with --zero 3 is FSDP2 too, with that stack's own defaults and no policy
+    hf = Scenario.create("llama-3-8b", method="full", zero=3, gpus=4)
+    assert (hf.stack, hf.dtype, hf.mp_policy, hf.structure.zero_impl) == ("hf", "bf16", "none", "fsdp2")
+
+
+def test_deepspeed_stack_defaults_and_flags():
+    sc = Scenario.create("llama-3-8b", method="full", stack="deepspeed", gpus=8)
+    assert (sc.zero, sc.dtype, sc.master, sc.state_dtype, sc.optimizer_impl) == (2, "bf16", "fp32", "fp32", "fused")
+    assert sc.structure.zero_impl == "deepspeed"
+    assert Scenario.create("llama-3-8b", method="full", stack="deepspeed", zero=3).zero == 3
+    assert Scenario.create("llama-3-8b", method="full", stack="deepspeed", dtype="fp32").master == "none"
+
+
+def test_headers_name_the_sharded_stacks_and_their_assumptions(capsys):
+    assert main(["estimate", "tinyllama-1.1b", "--stack", "fsdp", "--gpus", "4", "--method", "full"]) == 0
+    out = " ".join(capsys.readouterr().out.split())   # the header may wrap
+    assert "stack fsdp (torch FSDP2" in out
+    assert "MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32)" in out and "over 4 GPUs" in out
+    assert main(["estimate", "tinyllama-1.1b", "--stack", "deepspeed", "--gpus", "4", "--method", "full"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "stack deepspeed (DeepSpeed ZeRO with bf16)" in out and "fp32 master" in out
+    assert "DeepSpeed ZeRO-2 over 4 GPUs" in out and "modelled from source, not measured" in out
+
+
+def test_validate_refuses_deepspeed_with_the_reason(capsys):
+    assert main(["validate", "tinyllama-1.1b", "--stack", "deepspeed", "--gpus", "2"]) == 2
+    err = capsys.readouterr().err
+    assert "need CUDA" in err and "modelled from its source, not measured" in err
+
+
+def test_fsdp_stack_spec_round_trip():
+    """validate runs the stack the estimate assumes: the spec carries fp32 storage and the policy."""
+    sc = Scenario.create("tinyllama-1.1b", method="lora", rank=8, stack="fsdp", gpus=2, device="cpu")
+    spec = from_scenario(sc)
+    assert spec["dtype"] == "fp32" and spec["mp_policy"] == "bf16" and spec["stack"] == "fsdp"
+    assert normalize_spec(spec)["mp_policy"] == "bf16"

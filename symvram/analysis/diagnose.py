@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 
 from ..errors import UserError
 from ..evaluate import Breakdown, evaluate
+from ..ledger.sharding import PARAMETER_BUFFERS, STEP_BUFFERS
 from ..ledger.terms import Term
 from ..presets import GPUSpec
 from ..scenario import Scenario
@@ -42,7 +43,7 @@ from .plan import PlanRow, plan, tensor_parallel_ok
 
 PROBE_SEQ = 512
 PARTS = ("parameter", "optimizer", "loss", "activation", "backward")
-PART_NAMES = {"parameter": "parameter side (weights, gradients, optimizer states, master)",
+PART_NAMES = {"parameter": "parameter side (weights, gradients, optimizer states, master; ZeRO-3's gathered units)",
               "optimizer": "optimizer-step temporaries", "loss": "loss (vocabulary-sized logits and gradients)",
               "activation": "saved activations", "backward": "backward temporaries (one layer, MLP gradients)"}
 # hooks for settings other engineers add to Scenario: a remedy is re-estimated only when its field exists
@@ -53,9 +54,10 @@ TIERS = ("free", "recompute", "throughput", "precision", "method", "more cards")
 def part_of(term: Term) -> str:
     """Which part of a moment ``term`` belongs to, read from its block and its expression's symbols."""
     names = {str(s) for s in term.expr.free_symbols}
-    if term.key.startswith("optimizer_") and term.block == "transient":
+    if (term.key.startswith("optimizer_") and term.block == "transient") or term.key in STEP_BUFFERS:
         return "optimizer"
-    if term.block in ("base", "trainable") or names & {"P", "P_train", "P_lora", "P_quant", "P_keep"}:
+    if (term.block in ("base", "trainable") or term.key in PARAMETER_BUFFERS
+            or names & {"P", "P_train", "P_lora", "P_quant", "P_keep"}):
         return "parameter"
     if "vocab" in names and "seq" in names:
         return "loss"

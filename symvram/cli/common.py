@@ -120,6 +120,10 @@ def add_scenario_arguments(p: argparse.ArgumentParser) -> None:
                    "states / N, 2 = + gradients (FSDP SHARD_GRAD_OP), 3 = + parameters (FSDP FULL_SHARD)")
     g.add_argument("--offload", choices=OFFLOADS, help="CPU offload: none (default), optimizer (gradients, states, "
                                                        "master; ZeRO >= 1), optimizer+params (ZeRO-3)")
+    g.add_argument("--mp-policy", choices=("none", "bf16", "fp16"),
+                   help="FSDP2 MixedPrecisionPolicy(param_dtype=this, reduce_dtype=fp32) on fp32 parameters (ZeRO-3): "
+                        "all-gathers and computes in it, reduces gradients in fp32 (default: the stack's — bf16 under "
+                        "fsdp with fp32 storage, else none)")
     g.add_argument("--tp", type=positive_int, help="tensor-parallel degree t (Megatron; must divide the heads)")
     g.add_argument("--sequence-parallel", action="store_true", default=None,
                    help="with --tp: also split the norm/residual activations along the sequence")
@@ -139,7 +143,7 @@ def add_output_arguments(p: argparse.ArgumentParser, required: bool = False,
 
 SCENARIO_FLAGS = ("stack", "checkpoint_impl", "loss_impl", "kbit_prep", "dora", "modules_to_save", "method", "rank", "targets", "lora_dropout", "double_quant", "dtype", "master", "state_dtype",
                   "optimizer", "optimizer_impl", "adapter_dtype", "autocast", "batch", "seq", "grad_checkpointing",
-                  "attention", "device", "gpus", "zero", "offload", "tp", "sequence_parallel")
+                  "attention", "device", "gpus", "zero", "offload", "mp_policy", "tp", "sequence_parallel")
 
 
 def cli_settings(args: argparse.Namespace) -> dict:

@@ -50,7 +50,13 @@ def register(sub) -> None:
     p.set_defaults(func=run)
 
 
-def _check_supported(sc) -> None:
+def _check_supported(sc, fsdp: bool = False) -> None:
+    """Refuse, with the reason, what a fake-tensor run cannot measure (``fsdp``: the FSDP2 check over N ranks)."""
+    if sc.structure.zero_impl == "deepspeed":
+        raise UserError("--stack deepspeed cannot be measured here: DeepSpeed's ZeRO optimizers need CUDA (their "
+                        "buffers, collectives and FusedAdam are CUDA/NCCL code with no fake-tensor or CPU path), so "
+                        "its terms are modelled from its source, not measured; validate --stack fsdp --gpus N measures "
+                        "ZeRO-3 through torch FSDP2")
     if sc.method == "qlora":
         import importlib.util
 
@@ -59,8 +65,13 @@ def _check_supported(sc) -> None:
         if sc.structure.arch.moe:
             raise UserError("QLoRA of a mixture-of-experts model is not measured: its fused experts are not "
                             "nn.Linear, so bitsandbytes leaves them in 16-bit")
-    if sc.gpus > 1 or sc.tp > 1 or sc.zero or sc.offload != "none":
-        raise UserError("validate measures one device; multi-GPU strategies are checked by the sharding tests")
+    if fsdp:
+        if sc.tp > 1 or sc.offload != "none" or sc.zero not in (0, 3):
+            raise UserError("validate --world-size (or --stack fsdp) measures ZeRO-3 through FSDP2 only: no --tp, "
+                            "--offload or --zero 1/2")
+    elif sc.gpus > 1 or sc.tp > 1 or sc.zero or sc.offload != "none":
+        raise UserError("validate measures one device; multi-GPU strategies are checked by the sharding tests and "
+                        "by validate --world-size N (or --stack fsdp --gpus N): torch FSDP2 over N fake ranks")
     if sc.loss_impl in ("liger", "cce"):
         raise UserError(f"--loss-impl {sc.loss_impl} runs GPU kernels only (Triton): the estimate models it from its "
                         "source, a fake-tensor run cannot measure it")
@@ -117,15 +128,16 @@ def run(args) -> int:
     from .. import validate
 
     sc = scenario_from_args(args, **run_defaults(scenario_kwargs(args)))
-    _check_supported(sc)
+    world = args.world_size or (sc.gpus if sc.zero == 3 and sc.structure.zero_impl == "fsdp2" else None)
+    _check_supported(sc, fsdp=world is not None)
     if not validate.is_available():
         raise UserError(validate.missing_reason())
-    if args.world_size:  # ZeRO-3 against torch FSDP2 over N fake ranks
+    if world:  # ZeRO-3 against torch FSDP2 over N fake ranks
         import torch
 
         from ..validate.fsdp import cli_text
         _warn_versions({"torch": torch.__version__})
-        write_output(cli_text(sc, args.world_size, args.format, args.units), args.output, args.force)
+        write_output(cli_text(sc, world, args.format, args.units), args.output, args.force)
         return 0
     from ..validate.compare import comparison
     from ..validate.measure import measure

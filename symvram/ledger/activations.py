@@ -20,7 +20,7 @@ from .architecture import E, L, V, dh, f, f_e, h, k_e, nh, nkv
 from .functions import at_least, ceil_div, pow2_ceil
 from .structure import Structure
 from .terms import Term
-from .weights import per_trainable, saved_copy_bytes
+from .weights import compute_adapter_bytes, compute_weight_bytes, per_trainable, saved_copy_bytes
 
 b, s, r = sym("batch"), sym("seq"), sym("rank")
 b_c, b_32, b_a, b_mask, b_id, b_w, b_g, b_i32 = (sym(n) for n in (
@@ -72,7 +72,7 @@ def norm_saved(s_: Structure, rows: sp.Expr, width: sp.Expr) -> sp.Expr:
 def norm_weight_input(s_: Structure) -> sp.Symbol:
     """Bytes per element of the normalized tensor a trainable norm weight keeps for its gradient
     (Gemma and OLMo 2 scale in fp32; Llama casts back to the weight dtype first)."""
-    return b_w if s_.arch.norm == "rms" else b_32
+    return compute_weight_bytes(s_) if s_.arch.norm == "rms" else b_32
 
 
 def _grad_flags(s_: Structure, first: bool) -> dict[str, bool]:
@@ -166,6 +166,7 @@ def _layer(s_: Structure, first: bool) -> dict[str, tuple[sp.Expr, str, str, str
                                     "torch.nn.functional.linear backward")
         return out
 
+    b_ad = compute_adapter_bytes(s_)  # the adapters as they compute (cast by an FSDP2 policy)
     autocast_copy = s_.autocast and s_.adapter_upcast  # lora_A's autocast saves a compute-dtype copy per target
     inputs, masks = sp.Integer(0), sp.Integer(0)
     for group, width in fam.group_width.items():
@@ -173,13 +174,13 @@ def _layer(s_: Structure, first: bool) -> dict[str, tuple[sp.Expr, str, str, str
         if not n:
             continue
         if s_.dropout:
-            inputs += n * (matmul_bytes(s_) if autocast_copy else b_a) * T * width
+            inputs += n * (matmul_bytes(s_) if autocast_copy else b_ad) * T * width
             if group_grad[group]:
-                masks += n * (b_a if s_.device == "cpu" else b_mask) * T * width
+                masks += n * (b_ad if s_.device == "cpu" else b_mask) * T * width
         elif autocast_copy or _per_call_cast(s_, group):
             inputs += n * matmul_bytes(s_) * T * width
         elif s_.adapter_upcast:
-            inputs += n * b_a * T * width
+            inputs += n * b_ad * T * width
         elif not _shared_with_attention(s_, group):
             inputs += b_c * T * width
     if s_.dropout:
@@ -197,12 +198,12 @@ def _layer(s_: Structure, first: bool) -> dict[str, tuple[sp.Expr, str, str, str
         mask_why = ("CPU dropout multiplies by a saved noise tensor of the input's dtype" if s_.device == "cpu"
                     else "CUDA native_dropout keeps a bool mask per target")
         out["act_lora_dropout"] = (masks, r"A_{\mathrm{drop}}", mask_why, "torch dropout")
-    out["act_lora_hidden"] = (len(lin_targets) * (matmul_bytes(s_) if s_.autocast else b_a) * T * r, r"A_{\mathrm{LoRA},r}",
+    out["act_lora_hidden"] = (len(lin_targets) * (matmul_bytes(s_) if s_.autocast else b_ad) * T * r, r"A_{\mathrm{LoRA},r}",
                               "lora_B keeps lora_A's r-wide output, one per target", PEFT)
     if s_.dora:
         d_out = [fam.linear(t).d_out for t in lin_targets]
         scale = sp.Add(*(fam.linear(t).d_out for t in lin_targets if group_grad[fam.linear(t).input_group]))
-        b_lr = matmul_bytes(s_) if s_.autocast else b_a  # autocast runs lora_B in its dtype
+        b_lr = matmul_bytes(s_) if s_.autocast else b_ad  # autocast runs lora_B in its dtype
         out["act_dora"] = (sp.Add(*d_out) * (b_lr * T + b_c * T + 2 * b_32) + b_32 * scale, r"A_{\mathrm{DoRA}}",
                            "DoRA keeps, per target, the LoRA result (adapter dtype) and the base result for the "
                            "magnitude's gradient, the fp32 weight norm and m/‖W′‖ (and m/‖W′‖ − 1 where the "
@@ -285,6 +286,17 @@ def sliding_extra(s_: Structure) -> sp.Expr:
     return past_window(s_) * (b_c * b * s**2 + repeated * 2 * b_c * T * dh * (nh - nkv))
 
 
+def residual_bytes(s_: Structure) -> sp.Symbol:
+    """The residual stream's dtype, which a checkpoint keeps: fp32 after kbit preparation, else the weights' as
+    they compute."""
+    return b_32 if s_.kbit_prep else compute_weight_bytes(s_)
+
+
+def saved_per_layer(s_: Structure) -> sp.Expr:
+    """What one layer leaves saved until its backward: its input under checkpointing, else its saved tensors."""
+    return residual_bytes(s_) * T * h if s_.grad_checkpointing else per_layer_bytes(s_) + sliding_extra(s_)
+
+
 def per_layer_bytes(s_: Structure) -> sp.Expr:
     """Bytes one (not the first) decoder layer saves: also what one checkpoint recompute holds."""
     return sp.Add(*(e for e, *_ in _layer(s_, first=False).values()))
@@ -293,7 +305,7 @@ def per_layer_bytes(s_: Structure) -> sp.Expr:
 # the only fields the activation and transient terms read (not the optimizer, master copy, quantization, sharding)
 ACTIVATION_FIELDS = ("method", "family", "options", "tied", "targets", "adapter_upcast", "attention", "autocast",
                      "checkpoint_reentrant", "compute_fp32", "device", "dora", "dropout", "grad_checkpointing",
-                     "kbit_prep", "loss_impl", "modules_to_save", "weight_casts")
+                     "kbit_prep", "loss_impl", "modules_to_save", "weight_casts", "mp_policy")
 
 
 def saved_terms(s_: Structure) -> list[Term]:
@@ -335,7 +347,7 @@ def saved_terms(s_: Structure) -> list[Term]:
     head = norm_saved(s_, 1, h)
     why = NORM_WHY[fam.norm].replace("each", "the final", 1)
     if not s_.lora:
-        head += (norm_weight_input(s_) + (b_c if s_.weight_casts else b_w)) * T * h
+        head += (norm_weight_input(s_) + (b_c if s_.weight_casts else compute_weight_bytes(s_))) * T * h
         why += "; trainable norm and lm_head keep the normalized and the normed tensor"
     elif "lm_head" in s_.modules_to_save:
         head += matmul_bytes(s_) * T * h

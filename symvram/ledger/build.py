@@ -95,4 +95,4 @@ def build_ledger(s: Structure) -> Ledger:
     terms = shard_terms(list(_single_gpu_terms(single)), s)  # per GPU: ZeRO / FSDP, tensor parallel, offload
     by_key = {t.key: t for t in terms}
     assert len(by_key) == len(terms), "duplicate term keys"
-    return Ledger(terms=tuple(terms), moments=gpu_moments(_moments(by_key, s), by_key), definitions=tuple(definitions(s)))
+    return Ledger(terms=tuple(terms), moments=gpu_moments(_moments(by_key, s), by_key, s), definitions=tuple(definitions(s)))

@@ -8,9 +8,10 @@
   the residual/norm activations stay whole unless sequence parallelism splits them along s too;
 * then ZeRO over the N data-parallel ranks: stage 1 divides the optimizer states, the fp32 master
   and the optimizer's temporaries by N; stage 2 also the gradients; stage 3 (= FSDP FULL_SHARD) also
-  the weights and the LoRA adapters, and adds ``gathered_params``: the all-gathered root unit
-  (embeddings, lm_head, final norm) and two decoder layers (computing, prefetched), as FSDP2 wrapped
-  per decoder layer holds them. FSDP SHARD_GRAD_OP is stage 2.
+  the weights and the LoRA adapters, and adds FSDP2's working buffers (``fsdp_terms``: the root unit
+  gathered for the whole forward and backward, a layer's unsharded parameters, the all-gather output,
+  unsharded gradients and the reduce-scatter input) to the moments they are live in (``fsdp_moments``).
+  FSDP SHARD_GRAD_OP is stage 2.
 * CPU offload then moves terms to the ``host`` block (reported apart, never part of the GPU peak):
   ``optimizer`` the gradients, states, master and step temporaries (the optimizer runs on the CPU,
   as DeepSpeed's CPU-Adam); ``optimizer+params`` also the weights and adapters.
@@ -33,21 +34,31 @@ from ..symbols import sym
 from .architecture import L, V, f, f_e, h, nh, nkv
 from .structure import Structure
 from .terms import Moment, Term
-from .weights import quant_constant_bits
+from .functions import at_least
+from .weights import compute_adapter_bytes, compute_weight_bytes, quant_constant_bits
 
 N, t = sym("gpus"), sym("tp")
 P, P_train, P_lora, P_quant, P_keep = (sym(n) for n in ("P", "P_train", "P_lora", "P_quant", "P_keep"))
-b_w, b_a, q = sym("bytes_weight"), sym("bytes_adapter"), sym("quant_bits")
+b_w, b_c, b_g, q = (sym(n) for n in ("bytes_weight", "bytes_act", "bytes_grad", "quant_bits"))
+b_32, T = sym("bytes_fp32"), sym("batch") * sym("seq")
 
 WEIGHT_KEYS = ("weights", "weights_nf4", "quant_constants", "weights_16bit", "adapters", "saved_modules")
 STATE_KEYS = ("master", "optimizer_states", "optimizer_temp")   # ZeRO-1 and up
 GRAD_KEYS = ("grads", "grads_before_first_layer")               # ZeRO-2 and up: reduce-scattered as produced
-GRAD_VIEWS = ("grads_before_first_layer",)                     # part of "grads" seen at one moment
+GRAD_VIEWS = ("grads_before_first_layer",)  # part of "grads" seen at one moment
 OPTIMIZER_HOST_KEYS = ("grads", "master", "optimizer_states", "optimizer_steps", "optimizer_temp")
 PARAM_SIDE = WEIGHT_KEYS + GRAD_KEYS + OPTIMIZER_HOST_KEYS + ("buffers",)
 REPLICATED_ACTIVATIONS = ("act_rope", "act_tokens", "backward_tail")
-GATHERED = "gathered_params"
+# the layers whose backward end can be the peak: that moment is linear in the layer's index i (one layer's
+# activations fewer, one layer's sharded gradients more per step down), so the largest is at an end of each
+# stretch: i = L−1 (nothing reduced yet), L−2 (a reduce-scatter input beside it), 1, and 0 (no prefetch)
+LAYER_ENDS = (("last", L - 1), ("next", L - 2), ("second", sp.Integer(1)), ("first", sp.Integer(0)))
 STAGE_NAMES = {0: "DDP", 1: "ZeRO-1", 2: "ZeRO-2", 3: "ZeRO-3"}
+# FSDP2's and DeepSpeed's parameter-sized buffers (gathered weights, unsharded gradients, collective buffers) and
+# DeepSpeed's step buffer: the parameter side and the optimizer step of a moment, for diagnose
+PARAMETER_BUFFERS = ("gathered_root", "allgather_root", "gathered_layer", "allgather_buffer", "layer_grads_unsharded",
+                     "reduce_scatter_buffer", "root_grads_unsharded", "root_reduce", "ds_reduce_bucket", "ds_gathered")
+STEP_BUFFERS = ("ds_step_grad",)
 
 
 def norm_params(s: Structure) -> sp.Expr:
@@ -80,28 +91,136 @@ def _tensor_parallel(term: Term, s: Structure) -> Term:
 
 
 def layer_bytes(s: Structure) -> sp.Expr:
-    """Stored bytes of one decoder layer (with its adapters; NF4 and constants under QLoRA)."""
-    fam = s.arch
+    """Bytes of one decoder layer as FSDP2 gathers it (with its adapters; NF4 and constants under QLoRA).
+
+    >>> layer_bytes(Structure(mp_policy=True)).free_symbols == {sym("bytes_act"), h, f, nh, nkv, sym("head_dim")}
+    True
+    """
+    fam, b = s.arch, compute_weight_bytes(s)
     if s.method == "qlora":
         layer = fam.linear_params_per_layer() * (q + quant_constant_bits(s.double_quant)) / 8 + (
-            fam.params_per_layer(s.options) - fam.linear_params_per_layer()) * b_w
+            fam.params_per_layer(s.options) - fam.linear_params_per_layer()) * b
     else:
-        layer = fam.params_per_layer(s.options) * b_w
+        layer = fam.params_per_layer(s.options) * b
     if s.lora:
-        layer += P_lora / L * b_a
+        layer += P_lora / L * compute_adapter_bytes(s)
     return layer
 
 
 def root_bytes(s: Structure) -> sp.Expr:
-    """Stored bytes of the root unit: embeddings, lm_head (unless tied) and the final norm."""
-    return (s.arch.embedding_params(s.tied) + h) * b_w
+    """Bytes of the root unit as gathered: embeddings, lm_head (unless tied) and the final norm."""
+    return root_params(s) * compute_weight_bytes(s)
 
 
-def gathered_bytes(s: Structure) -> sp.Expr:
-    """ZeRO-3's working set with one unit per decoder layer (FSDP2 ``fully_shard`` per layer, then
-    the root): the root stays gathered from the start of forward to the end of backward, plus the
-    layer computing and the next one prefetched."""
-    return root_bytes(s) + 2 * layer_bytes(s)
+def root_params(s: Structure) -> sp.Expr:
+    return s.arch.embedding_params(s.tied) + h
+
+
+def layer_trainable(s: Structure) -> sp.Expr:
+    """Trainable elements of one decoder layer (its LoRA adapters, or all its weights)."""
+    return P_lora / L if s.lora else s.arch.params_per_layer(s.options)
+
+
+def fsdp_terms(s: Structure) -> list[Term]:
+    """FSDP2's buffers on one rank (torch/distributed/fsdp/_fully_shard), each live at the moments
+    ``fsdp_moments`` lists. β_u = ``compute_weight_bytes`` (the unsharded dtype), β_g the reduce dtype (= the
+    sharded gradients'), U = a layer's trainable elements.
+
+    >>> from symvram.ledger.build import build_ledger
+    >>> build_ledger(Structure(zero=3)).by_key["reduce_scatter_buffer"].expr.free_symbols >= {b_g, h, f}
+    True
+    """
+    from .activations import residual_bytes, saved_per_layer
+
+    bu, unit = compute_weight_bytes(s), layer_trainable(s)
+    src = "torch/distributed/fsdp/_fully_shard/_fsdp_param_group.py"
+    terms = [
+        Term("gathered_root", "transient", root_bytes(s), r"M_{\mathrm{root}}",
+             "the root unit (embeddings, lm_head, final norm) all-gathered at the start of forward and never "
+             "resharded until the end of backward", "_fsdp_state.py _lazy_init: post_forward_mesh_info = None at the root"),
+        Term("gathered_layer", "transient", layer_bytes(s), r"M_{\mathrm{layer}}",
+             "the computing layer's unsharded parameters (the all-gather's copy-out)", f"{src} wait_for_unshard"),
+        Term("allgather_buffer", "transient", layer_bytes(s), r"M_{\mathrm{AG}}",
+             "an all-gather output, N × one layer's shard: in forward the computing layer's, kept until the next "
+             "layer's copy-out returns; in backward the next layer's, prefetched (the root prefetches the last layer "
+             "before the loss backward)", f"{src} wait_for_unshard (all_gather_state), _backward_prefetch"),
+        Term("allgather_root", "transient", root_bytes(s), r"M_{\mathrm{AG,root}}",
+             "the root's all-gather output, kept (all_gather_state) until the first layer's copy-out returns",
+             f"{src} wait_for_unshard"),
+        Term("first_layer_input", "transient", residual_bytes(s) * T * h, r"A_{\mathrm{emb}}",
+             "the embedding's output entering the first layer", "transformers LlamaModel.forward"),
+        Term("layer_grads_unsharded", "transient", unit * bu, r"G_{\mathrm{layer}}",
+             "the computing layer's unsharded gradients, until its post-backward copies them into the reduce-scatter "
+             "input", f"{src} post_backward"),
+        Term("reduce_scatter_buffer", "transient", unit * b_g, r"M_{\mathrm{RS}}",
+             "the previous layer's reduce-scatter input (N × shard in the reduce dtype), kept until the next "
+             "layer's post-backward", f"{src} post_backward (reduce_scatter_states)"),
+        Term("layer_end_temp", "transient", 3 * b_c * T * h, r"M_{\mathrm{norm}_0'}",
+             "at a layer's input-norm backward (beside the norm's fp32 temporaries): its saved input and the gradients "
+             "reaching the residual stream (measured)", "autograd of LlamaRMSNorm"),
+    ]
+    below = saved_per_layer(s)
+    reduced = unit * b_g / N if s.offload == "none" else 0                        # offloaded: on the host
+    for which, i in LAYER_ENDS:   # the end of layer i's backward: layers > i reduced, layers < i still saved
+        terms.append(Term(f"{which}_layer_end", "transient", i * below + (L - 1 - i) * reduced
+                          + at_least(L - 1 - i, 1) * unit * b_g + at_least(i, 1) * layer_bytes(s),
+                          rf"M_{{\mathrm{{end}},{sp.latex(i)}}}",
+                          f"at the {which} layer's input norm: the saved tensors (checkpointed: the inputs) of the "
+                          f"{sp.latex(i)} layers below, the sharded gradients of the layers above, the reduce-scatter "
+                          "input of the layer above (until this layer's post-backward) and the layer below's "
+                          "all-gather output (prefetched)",
+                          f"{src} post_backward, _backward_prefetch"))
+    if not s.lora:
+        terms += [
+            Term("root_grads_unsharded", "transient", (V * h + h) * bu, r"G_{\mathrm{head}}",
+                 "lm_head's and the final norm's unsharded gradients: the root reduce-scatters only at the end of "
+                 "backward", f"{src} post_backward of the root (final callback)"),
+            Term("root_reduce", "transient", root_params(s) * b_g + sp.Max(
+                root_params(s) * (bu - b_g / N), V * h * bu, evaluate=False), r"M_{\mathrm{RS,root}}",
+                 "the root's reduce-scatter at the end of backward: its input (reduce dtype), and either every root "
+                 "gradient (copy-in; its sharded output, counted in the gradients, not yet) or the embedding's "
+                 "gradient the autograd engine still holds beside the output",
+                 "_fsdp_collectives.py foreach_reduce"),
+        ]
+    if s.tensor_parallel:
+        terms = [replace(x, expr=x.expr.xreplace(TP_WIDTHS)) for x in terms]
+    return terms
+
+
+DS = "deepspeed/runtime/zero/"   # DeepSpeed 0.19.8, read from its source (needs CUDA: not measured here)
+
+
+def deepspeed_terms(s: Structure) -> list[Term]:
+    """DeepSpeed ZeRO's own buffers with bf16 (``zero_impl = "deepspeed"``), modelled from its source, not
+    measured. The fp32 master and Adam states partitioned over N, the bf16 gradients (whole at stage 1,
+    partitioned from stage 2) are the ledger's ``master``, ``optimizer_states`` and ``grads``; beside them:
+
+    >>> from symvram.ledger.build import build_ledger
+    >>> build_ledger(Structure(zero=2, zero_impl="deepspeed", master=True)).by_key["ds_reduce_bucket"].expr
+    bytes_grad*ds_reduce_bucket
+    """
+    why = " — modelled from DeepSpeed's source, not measured"
+    bucket = ("stage3.py:782 (contiguous_gradients: one bucket per dtype at init)" if s.zero == 3 else
+              "stage_1_and_2.py:3266 setup_buckets (a second only with overlap_comm, off below stage 3: config.py:386)")
+    terms = [Term("ds_reduce_bucket", "transient", sym("ds_reduce_bucket") * b_g, r"M_{\mathrm{bucket}}",
+                  "the gradient reduction bucket: reduce_bucket_size elements of the gradient dtype, allocated whole "
+                  "whatever the model's size" + why, DS + bucket)]
+    if s.zero == 3:
+        step = sp.Min(P_train / N, sym("ds_sub_group"))
+        terms += [
+            Term("ds_gathered", "transient", b_w * sp.Min(P, sym("ds_max_live")), r"M_{\mathrm{live}}",
+                 "gathered parameters: a parameter reused within stage3_max_reuse_distance (1e9 elements) is not "
+                 "released, stage3_max_live_parameters (1e9) caps the resident set — the bound, held in forward and "
+                 "backward" + why, DS + "partitioned_param_coordinator.py (max_available_parameters_in_numel), config.py:245"),
+            Term("ds_step_grad", "transient", step * (b_32 + b_g), r"M_{\mathrm{step}}",
+                 "the step's fp32 gradient of one sub-group (sub_group_size elements at most) beside its flattened "
+                 "bf16 gradients" + why, DS + "stage3.py:2686 _prepare_fp32_grad_for_sub_group"),
+        ]
+    else:
+        terms.append(Term("ds_step_grad", "transient", P_train * (b_32 + b_g) / N, r"M_{\mathrm{step}}",
+                          "the step's fp32 copy of this rank's gradient partition beside its flattened bf16 gradients"
+                          + why, DS + "stage_1_and_2.py:3112-3118 (flatten, .to(fp32))"))
+    return terms
 
 
 def _divide(term: Term, stage: int) -> Term:
@@ -114,13 +233,10 @@ def shard_terms(terms: list[Term], s: Structure) -> list[Term]:
     out = [_tensor_parallel(term, s) if s.tensor_parallel else term for term in terms]
     sharded = STATE_KEYS * (s.zero >= 1) + GRAD_KEYS * (s.zero >= 2) + WEIGHT_KEYS * (s.zero >= 3)
     out = [_divide(term, s.zero) if term.key in sharded else term for term in out]
-    if s.zero == 3:
-        gathered = gathered_bytes(s)
-        out.append(Term(GATHERED, "transient", gathered.xreplace(TP_WIDTHS) if s.tensor_parallel else gathered,
-                        r"M_{\mathrm{gather}}",
-                        "all-gathered weights: the root unit (embeddings, lm_head, final norm) for the whole "
-                        "forward and backward, the layer computing and the next one prefetched",
-                        "torch FSDP2 fully_shard per decoder layer (ZeRO-3 / FULL_SHARD)"))
+    if s.zero == 3 and s.zero_impl == "fsdp2":
+        out += fsdp_terms(s)
+    if s.zero and s.zero_impl == "deepspeed":
+        out += deepspeed_terms(s)
     if s.offload == "none":
         return out
     host = OPTIMIZER_HOST_KEYS + WEIGHT_KEYS * (s.offload == "optimizer+params")
@@ -128,16 +244,55 @@ def shard_terms(terms: list[Term], s: Structure) -> list[Term]:
             for term in out if term.key not in GRAD_VIEWS]
 
 
-def gpu_moments(moments: tuple[Moment, ...], terms: dict[str, Term]) -> tuple[Moment, ...]:
-    """Moments of one GPU: host terms leave every moment; under ZeRO-3 the gathered working set is
-    live in forward and backward (parameters are resharded before the optimizer step). A gradient
-    view dropped by offload (the gradients live on the host) leaves its moments too."""
+def gpu_moments(moments: tuple[Moment, ...], terms: dict[str, Term], s: Structure) -> tuple[Moment, ...]:
+    """Moments of one GPU: host terms leave every moment; under ZeRO-3 FSDP2's buffers join them
+    (``fsdp_moments``). A gradient view dropped by offload (the gradients live on the host) leaves its
+    moments too."""
+    if s.zero == 3 and s.zero_impl == "fsdp2":
+        moments = fsdp_moments(moments, terms, s)
     out = []
     for m in moments:
-        keys = tuple(k for k in m.terms if k in terms and terms[k].block != "host")
-        if GATHERED in terms and m.key != "optimizer_step":
-            keys += (GATHERED,)
+        keys = m.terms
+        if s.zero and s.zero_impl == "deepspeed":   # the bucket lives from init (stage 3) or the first backward on
+            keys += ("ds_reduce_bucket",) + (("ds_step_grad",) if m.key == "optimizer_step" else ("ds_gathered",))
+        keys = tuple(k for k in keys if k in terms and terms[k].block != "host")
         out.append(replace(m, terms=keys))
+    return tuple(out)
+
+
+def fsdp_moments(moments: tuple[Moment, ...], terms: dict[str, Term], s: Structure) -> tuple[Moment, ...]:
+    """The single-GPU moments with FSDP2's buffers (``fsdp_terms``), plus the first layer's all-gather in
+    forward (the root's all-gather output still alive) and the end of a layer's backward — its input norm,
+    every gradient of the layer unsharded — for the layers of ``LAYER_ENDS``; the end of backward is the
+    root's reduce-scatter. Parameters are resharded before the optimizer step."""
+    full = not s.lora
+    head = ("root_grads_unsharded",) * full
+    add = {"forward_loss": ("gathered_root", "allgather_buffer"),
+           "loss_backward": ("gathered_root", "allgather_buffer"),
+           "final_norm_backward": ("gathered_root", "allgather_buffer") + head,
+           "last_layer_backward": ("gathered_root", "gathered_layer", "allgather_buffer") + head,
+           "recompute": ("gathered_root", "gathered_layer", "allgather_buffer") + head,
+           "first_layer_backward": ("gathered_root", "gathered_layer", "first_layer_end") + head}
+    step = next(m for m in moments if m.key == "optimizer_step")
+    base = tuple(k for k in step.terms if k not in ("grads", "optimizer_temp"))   # parameters, states, kept
+    ends = [Moment(f"{which}_layer_end", f"backward, the {which} layer's input norm",
+                   base + ("gathered_root", "gathered_layer", "layer_grads_unsharded", "norm_backward_temp",
+                           "layer_end_temp", f"{which}_layer_end") + head,
+                   f"the {which} layer's gradients unsharded beside its input norm's backward") for which, _ in LAYER_ENDS]
+    forward = Moment("first_layer_forward", "forward, the first layer's all-gather",
+                     base + ("gathered_root", "allgather_root", "gathered_layer", "allgather_buffer",
+                             "first_layer_input") + tuple(k for k in ("act_input_grad_leaf",) if k in terms),
+                     "the root gathered, its all-gather output not yet freed beside the first layer's")
+    out = [forward]
+    for m in moments:
+        keys = m.terms
+        if m.key == "first_layer_backward":
+            keys = tuple(k for k in m.terms if k != "grads_before_first_layer")   # in first_layer_end, sharded
+        if m.key == "backward_end":
+            keys = base + ("grads",) + (("root_reduce",) if full else ("reduce_scatter_buffer",))
+        out.append(replace(m, terms=keys + add.get(m.key, ())))
+        if m.key == "first_layer_backward":
+            out[-1:-1] = ends
     return tuple(out)
 
 
@@ -159,5 +314,5 @@ def notes(s: Structure, gpus: int) -> list[str]:
     return out
 
 
-__all__ = ["shard_terms", "gpu_moments", "gathered_bytes", "layer_bytes", "root_bytes", "norm_params", "notes",
-           "GATHERED"]
+__all__ = ["PARAMETER_BUFFERS", "STEP_BUFFERS", "shard_terms", "gpu_moments", "fsdp_terms", "fsdp_moments", "deepspeed_terms", "layer_bytes", "root_bytes",
+           "norm_params", "notes"]

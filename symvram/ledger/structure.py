@@ -42,6 +42,8 @@ class Structure:
     offload: str = "none"             # none | optimizer | optimizer+params
     sequence_parallel: bool = False   # Megatron sequence parallelism with tensor parallelism
     tensor_parallel: bool = False     # tensor parallelism t > 1 (Megatron): weights and activations split
+    mp_policy: bool = False           # FSDP2 MixedPrecisionPolicy: fp32 storage gathered in the compute dtype, fp32 reduce
+    zero_impl: str = "fsdp2"          # fsdp2 (torch fully_shard) | deepspeed: who implements the ZeRO stage
 
     def keep(self, fields: tuple[str, ...]) -> "Structure":
         """The structure with only ``fields`` kept, the rest at their defaults: the cache key of a ledger

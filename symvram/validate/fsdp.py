@@ -1,18 +1,27 @@
 """Check the ZeRO-3 terms against PyTorch's own FSDP2 (needs torch, transformers, peft).
 
 The model of ``spec`` (see ``symvram.validate.spec``) is built on the meta device, materialised as
-FakeTensors, wrapped with ``fully_shard`` per decoder layer and then at the root over a fake process
+FakeTensors, wrapped with ``fully_shard`` per decoder layer and then at the root (with the stack's
+``MixedPrecisionPolicy`` when it has one: fp32 storage, bf16 compute, fp32 reduce) over a fake process
 group of ``world_size`` ranks (``torch.testing._internal.distributed.fake_pg``: collectives return at
 once, nothing is communicated), and trained for two steps under FakeTensorMode. PyTorch's
 ``FSDPMemTracker`` sorts every live byte of rank 0 into FSDP's categories; the largest value each
-category reaches is compared with the per-GPU terms of the ZeRO-3 ledger:
+category reaches, and the peak of the step, are compared with the per-GPU terms of the ZeRO-3 ledger:
 
 * sharded parameters ↔ ``weights`` (+ ``adapters``) = P β_w / N;
 * sharded gradients ↔ ``grads`` = P_train β_g / N;
 * optimizer states (read from ``optimizer.state`` after the steps) ↔ ``optimizer_states`` +
   ``optimizer_steps``;
-* unsharded (all-gathered) parameters ↔ ``gathered_params`` less one decoder layer: a fake process
-  group runs the all-gathers synchronously, so the prefetched layer never overlaps the computing one.
+* unsharded parameters ↔ ``gathered_root`` + ``gathered_layer`` (the all-gather outputs are a category
+  of their own);
+* the peak ↔ the largest moment of the ledger.
+
+A fake group runs every collective synchronously, yet the buffers live exactly as long as on a GPU:
+FSDP2 keeps the all-gather outputs and reduce-scatter inputs alive by explicit references released
+on events (``AllGatherState``, ``reduce_scatter_states``), not by the caching allocator's stream
+bookkeeping, so the prefetched layer's all-gather output is allocated — and counted — when the
+prefetch is issued. What a real GPU adds is outside ``max_memory_allocated``: the per-stream pools'
+fragmentation, reported by ``memory_reserved``.
 """
 from __future__ import annotations
 
@@ -24,11 +33,12 @@ import torch
 from ..errors import UserError
 from ..evaluate import Breakdown, evaluate, substitution
 from ..ledger import build_ledger
-from ..ledger.sharding import layer_bytes
 from ..scenario import Scenario
 from ..symbols import SYMBOLS
 from .spec import from_scenario
 
+_TOTAL = "Total"
+DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 CATEGORIES = ("sharded_params", "sharded_grads", "optimizer_states", "unsharded_params")
 
 
@@ -45,6 +55,16 @@ def _process_group(world_size: int):
     return init_device_mesh("cpu", (world_size,))
 
 
+def _unit(fqn: str) -> str:
+    """The FSDP unit a module belongs to: ``…layers.N`` for a decoder layer's modules, else the root.
+
+    >>> _unit("FSDPLlamaForCausalLM.model.layers.20.input_layernorm"), _unit("Global")
+    ('layers.20', 'root')
+    """
+    parts = fqn.split(".")
+    return next((f"layers.{parts[i + 1]}" for i, p in enumerate(parts[:-1]) if p == "layers"), "root")
+
+
 def _tracker_class():
     from torch.distributed._tools.fsdp2_mem_tracker import FSDPMemTracker
 
@@ -55,10 +75,14 @@ def _tracker_class():
             super().__init__(*args)
             self.maxima: dict[str, int] = {}
             self.suspended = 0
+            self.op = ""
+            self.by_unit: dict[str, int] = {}   # the largest total in each phase of each FSDP unit
+            self.peak_at: dict = {"Total": 0}   # the categories at the largest total, and where it happened
 
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             if self.suspended:  # see _untracked_sharding_propagation
                 return func(*args, **(kwargs or {}))
+            self.op = str(func)
             return super().__torch_dispatch__(func, types, args, kwargs)
 
         def _update_peak_stats(self, peak_state) -> None:
@@ -67,6 +91,14 @@ def _tracker_class():
                 for key, value in snap.items():
                     name = getattr(key, "value", key)
                     self.maxima[name] = max(self.maxima.get(name, 0), int(value))
+                phase = "optimizer" if self._in_opt else "backward" if self._mod_tracker.is_bw else "forward"
+                where = max(self._mod_tracker.parents, key=len, default="")
+                total = int(snap[_TOTAL])
+                unit = f"{phase} {_unit(where)}"
+                self.by_unit[unit] = max(self.by_unit.get(unit, 0), total)
+                if total > self.peak_at["Total"]:
+                    self.peak_at = {**{getattr(k, "value", k): int(v) for k, v in snap.items()},
+                                    "where": f"{phase} {where}".strip(), "op": self.op}
 
     return MaxTracker
 
@@ -148,9 +180,9 @@ def _local_bytes(t: torch.Tensor) -> int:
 def measure_fsdp(spec: dict, world_size: int) -> dict:
     """Rank 0's bytes under FSDP2 with ``world_size`` fake ranks, by category (see module docstring)."""
     from torch._subclasses.fake_tensor import FakeTensorMode
-    from torch.distributed.fsdp import fully_shard
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
-    from .measure import _untraced_packed_check, build_model, build_optimizer, normalize_spec
+    from .measure import _fakeify, _untraced_packed_check, build_model, build_optimizer, normalize_spec
 
     spec = normalize_spec(spec)
     mesh = _process_group(world_size)
@@ -158,12 +190,14 @@ def measure_fsdp(spec: dict, world_size: int) -> dict:
         warnings.simplefilter("ignore", FutureWarning)
         model = build_model(spec)
     fake = FakeTensorMode(allow_non_fake_inputs=True)
+    _fakeify(model, fake)   # as the one-device measurement does: tied weights stay tied (to_empty would untie them)
     with fake:
-        model.to_empty(device="cpu")
+        policy = {} if spec.get("mp_policy", "none") == "none" else {"mp_policy": MixedPrecisionPolicy(
+            param_dtype=DTYPES[spec["mp_policy"]], reduce_dtype=torch.float32)}
         for module in model.modules():
             if type(module).__name__.endswith("DecoderLayer"):
-                fully_shard(module, mesh=mesh)
-        fully_shard(model, mesh=mesh)
+                fully_shard(module, mesh=mesh, **policy)
+        fully_shard(model, mesh=mesh, **policy)
         optimizer = build_optimizer(spec, [p for p in model.parameters() if p.requires_grad])
         ids = torch.randint(0, int(model.config.vocab_size), (int(spec["batch"]), int(spec["seq"])))
         tracker = _tracker_class()(model, optimizer)
@@ -189,6 +223,8 @@ def measure_fsdp(spec: dict, world_size: int) -> dict:
         "unsharded_params": m.get("Unsharded Param", 0),
         "unsharded_grads": m.get("Unsharded Grad", 0),
         "peak_bytes": int(tracker.get_tracker_snapshot("peak")[torch.device("cpu")]["Total"]),
+        "peak_at": tracker.peak_at,   # the categories at the peak and the module running then
+        "by_unit": tracker.by_unit,
         "comm_bytes": dict(collectives.sent),   # sent by rank 0 in the last step, per collective kind
         "versions": {"torch": torch.__version__},
     }
@@ -197,17 +233,17 @@ def measure_fsdp(spec: dict, world_size: int) -> dict:
 def expected(bd: Breakdown) -> dict[str, int]:
     """The same categories from the ZeRO-3 ledger of one GPU."""
     t = bd.terms
-    one_layer = int(layer_bytes(bd.scenario.structure).xreplace(substitution(bd.ledger, bd.values)))
     return {
         "sharded_params": t.get("weights", 0) + t.get("adapters", 0),
         "sharded_grads": t["grads"],
         "optimizer_states": t["optimizer_states"] + t.get("optimizer_steps", 0),
-        "unsharded_params": t["gathered_params"] - one_layer,
+        "unsharded_params": t["gathered_root"] + t["gathered_layer"],
     }
 
 
-def compare_fsdp(sc: Scenario, world_size: int) -> dict:
-    """Measure ``sc`` (full or LoRA) under FSDP2 with ``world_size`` ranks; estimate, measured, error."""
+def compare_fsdp(sc: Scenario, world_size: int, measured: dict | None = None) -> dict:
+    """Measure ``sc`` (full or LoRA) under FSDP2 with ``world_size`` ranks (or take an earlier ``measured`` of
+    the same spec); estimate, measured, error."""
     shape = sorted(n for n, _ in sc.overrides if SYMBOLS[n].group == "model")
     if shape:
         raise UserError(f"--set {', '.join(shape)}: the measured model is built from the preset or config.json, "
@@ -215,13 +251,14 @@ def compare_fsdp(sc: Scenario, world_size: int) -> dict:
     sc = sc.with_changes(zero=3, gpus=world_size, device="cpu")
     spec = from_scenario(sc)
     spec["device"] = "fake"
-    measured = measure_fsdp(spec, world_size)
+    measured = measured or measure_fsdp(spec, world_size)
     bd = evaluate(sc)
     est = expected(bd)
     rows = {c: {"estimate": est[c], "measured": measured[c],
                 "error": (est[c] - measured[c]) / measured[c] if measured[c] else None} for c in CATEGORIES}
-    peak = {"estimate": bd.peak, "estimate_moment": bd.peak_moment, "measured": measured["peak_bytes"]}
-    return {"world_size": world_size, "rows": rows, "peak": peak, "measured": measured,
+    peak = {"estimate": bd.peak, "estimate_moment": bd.peak_moment, "measured": measured["peak_bytes"],
+            "measured_at": measured["peak_at"]["where"]}
+    return {"world_size": world_size, "spec": spec, "rows": rows, "peak": peak, "measured": measured,
             "comm": comm_rows(sc, measured["comm_bytes"])}
 
 
@@ -264,11 +301,11 @@ def cli_text(sc: Scenario, world_size: int, fmt: str = "table", units: str = "Gi
     rows.append(["peak of the step", f"{peak['estimate']:,}", f"{peak['measured']:,}", fmt_bytes(peak["measured"], units),
                  f"{100 * (peak['estimate'] - peak['measured']) / peak['measured']:+.3f} %"])
     return (render_rows(rows, "lrrrr", "table") +
-            f"\n\n{world_size} fake ranks, fully_shard per decoder layer then the root, torch {m['versions']['torch']}; "
-            f"the estimate's all-gathered set counts a prefetched layer a synchronous fake group never overlaps, "
-            f"so the unsharded row leaves one layer out. The peak also holds activations and the step's temporaries "
-            f"(DTensor's sharding propagation, which runs each new op once on full-size fake tensors, is left out "
-            f"of the count: real tensors never allocate those; see docs/sharding.md).")
+            f"\n\n{world_size} fake ranks, fully_shard per decoder layer then the root"
+            + (f", MixedPrecisionPolicy(param_dtype={sc.mp_policy}, reduce_dtype=fp32)" if sc.mp_policy != "none" else "")
+            + f", torch {m['versions']['torch']}; the estimate's peak is at {peak['estimate_moment']}, the measured "
+            f"one at {peak['measured_at']}. A fake group runs collectives synchronously, but FSDP2 frees its "
+            f"buffers by explicit references, so they live as on a GPU (see docs/sharding.md).")
 
 
 __all__ = ["measure_fsdp", "expected", "compare_fsdp", "cli_text", "CATEGORIES"]

@@ -28,14 +28,14 @@ ALIASES = {"gradient_checkpointing": "grad_checkpointing", "attn_impl": "attenti
 # stack's values. Keys in OPTIONAL appear in the canonical spec only when they differ from their default, so
 # the keys (hashes) of earlier measurements stay the same.
 OPTIONAL: dict[str, Any] = {"stack": "torch", "checkpoint_impl": "non-reentrant", "loss_impl": "torch",
-                            "kbit_prep": "peft", "dora": False, "modules_to_save": []}
+                            "kbit_prep": "peft", "dora": False, "modules_to_save": [], "mp_policy": "none"}
 
 
 def _stack_values(name: str, dtype: str) -> dict[str, Any]:
     """The spec's spelling of a stack's defaults (symvram.stacks: the one place they are resolved)."""
     e = stacks()[check_stack(name)]
     autocast = {"none": None, "weights16": dtype if dtype in ("bf16", "fp16") else "bf16"}.get(e["autocast"], e["autocast"])
-    adapter = "base" if e["adapter_dtype"] == "compute" and autocast is None else e["adapter_dtype"]
+    adapter = "base" if e["adapter_dtype"] in ("compute", "weights") and autocast is None else e["adapter_dtype"]
     return {"adapter_dtype": adapter, "optimizer": e["optimizer"], "optimizer_impl": e["optimizer_impl"],
             "autocast": autocast, "checkpoint_impl": e["checkpoint_impl"], "loss_impl": e["loss_impl"],
             "kbit_prep": e["kbit_prep"]}
