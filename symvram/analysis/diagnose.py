@@ -43,7 +43,7 @@ from .plan import PlanRow, plan, tensor_parallel_ok
 
 PROBE_SEQ = 512
 PARTS = ("parameter", "optimizer", "loss", "activation", "backward")
-PART_NAMES = {"parameter": "parameter side (weights, gradients, optimizer states, master; ZeRO-3's gathered units)",
+PART_NAMES = {"parameter": "parameter side (weights, gradients, optimizer states, master)",
               "optimizer": "optimizer-step temporaries", "loss": "loss (vocabulary-sized logits and gradients)",
               "activation": "saved activations", "backward": "backward temporaries (one layer, MLP gradients)"}
 # hooks for settings other engineers add to Scenario: a remedy is re-estimated only when its field exists

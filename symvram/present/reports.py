@@ -499,7 +499,10 @@ def diagnosis_text(d: Diagnosis, units: str, reading=None) -> str:
         if sum(terms.values()) * 1000 >= est.peak:   # parts below 0.1 % of the peak (rotary cache, ids) are noise
             shown = [(k, v) for k, v in sorted(terms.items(), key=lambda kv: -kv[1]) if v * 1000 >= est.peak][:4]
             detail = ", ".join(f"{k} {fb(v)}" for k, v in shown)
-            lines.append(f"  {PART_NAMES[part]}: {fb(sum(terms.values()))} ({detail})")
+            name = PART_NAMES[part]
+            if part == "parameter" and sc.zero == 3:   # the parameter side holds ZeRO-3's gathered units too
+                name = name[:-1] + "; ZeRO-3's gathered units)"
+            lines.append(f"  {name}: {fb(sum(terms.values()))} ({detail})")
     lines.append(verdict(d, fb))
     if d.cause == "optimizer":
         lines.append(f"probe: batch 1, seq {d.probe.scenario.seq} predicts {fb(d.probe.peak)} — it cannot split the "
