@@ -34,13 +34,14 @@ SAMPLES = {
         attention="sdpa", dtype="bf16", autocast="bf16", adapter_dtype="fp32", master="none", state_dtype="fp32",
         optimizer="adamw", optimizer_impl="fused")),   # the Trainer's default optim with torch >= 2.8
     "trl-sft-zero3.json": ("qwen2.5-7b", "qwen2.5-7b", dict(
-        stack="hf", method="full", seq=4096, batch=2, grad_checkpointing=True, attention="sdpa",
+        stack="deepspeed", method="full", seq=4096, batch=2, grad_checkpointing=True, attention="sdpa",
         # DeepSpeed's bf16 engine (from ds-zero3.json, which the TRL file names): fp32 master and states
         dtype="bf16", autocast="none", master="fp32", state_dtype="fp32", zero=3,
         optimizer="adamw", optimizer_impl="fused", loss_impl="torch")),
     "trainer-full.json+accelerate-fsdp.yaml": ("llama-3-8b", "llama-3-8b", dict(
-        stack="hf", method="full", batch=4, grad_checkpointing=True, gpus=8, zero=3,
-        dtype="fp32", autocast="bf16", master="none", state_dtype="fp32",   # Trainer AMP on an fp32 model
+        stack="fsdp", method="full", batch=4, grad_checkpointing=True, gpus=8, zero=3,
+        # the Trainer's bf16 on an fp32 model under FSDP: FSDP2's MixedPrecisionPolicy, not autocast
+        dtype="fp32", autocast="none", mp_policy="bf16", master="none", state_dtype="fp32",
         optimizer="adamw", optimizer_impl="foreach", checkpoint_impl="non-reentrant", loss_impl="torch")),
 }
 

@@ -16,7 +16,7 @@ WIDTH = 100
 SHOWN = ("stack", "method", "batch", "seq", "grad_checkpointing", "rank", "targets", "lora_dropout", "modules_to_save",
          "double_quant", "dtype",
          "autocast", "adapter_dtype", "master", "optimizer", "optimizer_impl", "state_dtype", "attention", "gpus",
-         "zero", "offload", "tp")
+         "zero", "offload", "mp_policy", "tp")
 LORA_ONLY = {"rank", "targets", "lora_dropout", "modules_to_save", "adapter_dtype"}
 
 
@@ -40,7 +40,8 @@ def provenance_rows(sc, reading, cli: set[str], model_source: str) -> list[tuple
     for key in SHOWN:
         if (key in LORA_ONLY and not sc.lora) or (key == "double_quant" and sc.method != "qlora") \
                 or (key == "tp" and sc.tp == 1 and key not in cli and key not in settings) \
-                or (key == "modules_to_save" and not sc.modules_to_save):
+                or (key == "modules_to_save" and not sc.modules_to_save) \
+                or (key == "mp_policy" and sc.mp_policy == "none" and key not in cli and key not in settings):
             continue
         value = getattr(sc, key)
         if key in cli:

@@ -320,6 +320,14 @@ def _resolve(f: dict[str, Value], reading: Reading, cli: dict) -> dict[str, Valu
     if reading.files:
         out["stack"] = _stack(reading, "deepspeed" if ds else "fsdp" if fsdp_on else None)
     out.update(_precision(f, training, method, ds, reading))
+    amp, zero = out.get("autocast"), out.get("zero")
+    if (fsdp_on and "stack" in out and out["stack"].value == "fsdp" and zero is not None and zero.value == 3
+            and amp is not None and amp.value != "none" and out.get("dtype") and out["dtype"].value == "fp32"):
+        # FSDP with mixed precision: the 16-bit compute is FSDP2's MixedPrecisionPolicy on the fp32 shards
+        # (accelerate also autocasts, which changes nothing once the gathered parameters are 16-bit)
+        out["mp_policy"] = Value(amp.value, f"{amp.source} under FSDP: MixedPrecisionPolicy(param_dtype={amp.value})",
+                                 amp.priority)
+        out["autocast"] = Value("none", f"{amp.source} under FSDP: the policy, not autocast", amp.priority)
     return out
 
 
