@@ -382,6 +382,7 @@ class Scenario:
         """Every resolved setting (defaults included), JSON-ready."""
         out = {k: getattr(self, k) for k in self.__dataclass_fields__ if k not in ("model", "overrides", "given")}
         out["targets"] = list(self.targets) if self.lora else []
+        out["modules_to_save"] = list(self.modules_to_save)
         out["model"] = self.model.name
         out["model_kind"] = self.model.kind
         out["overrides"] = dict(self.overrides)

@@ -3,8 +3,8 @@
 >>> from symvram.scenario import Scenario
 >>> sc = Scenario.create("7b", method="lora", batch=4)
 >>> rows = provenance_rows(sc, None, {"batch"}, model_source="command line")
->>> rows[:3]
-[('model', '7b', 'command line'), ('method', 'lora', 'symvram default'), ('batch', '4', 'command line')]
+>>> rows[:4]
+[('model', '7b', 'command line'), ('stack', 'interview', 'symvram default'), ('method', 'lora', 'symvram default'), ('batch', '4', 'command line')]
 >>> next(r for r in rows if r[0] == "targets")
 ('targets', 'all-linear', 'symvram default')
 >>> max(len(line) for line in provenance_table(rows, [], []).splitlines()) <= WIDTH
