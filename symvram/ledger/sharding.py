@@ -53,6 +53,7 @@ REPLICATED_ACTIVATIONS = ("act_rope", "act_tokens", "backward_tail")
 # activations fewer, one layer's sharded gradients more per step down), so the largest is at an end of each
 # stretch: i = L−1 (nothing reduced yet), L−2 (a reduce-scatter input beside it), 1, and 0 (no prefetch)
 LAYER_ENDS = (("last", L - 1), ("next", L - 2), ("second", sp.Integer(1)), ("first", sp.Integer(0)))
+_LAYER_END_TEX = {which: sp.latex(i) for which, i in LAYER_ENDS}   # printed once, not per structure
 STAGE_NAMES = {0: "DDP", 1: "ZeRO-1", 2: "ZeRO-2", 3: "ZeRO-3"}
 # FSDP2's and DeepSpeed's parameter-sized buffers (gathered weights, unsharded gradients, collective buffers) and
 # DeepSpeed's step buffer: the parameter side and the optimizer step of a moment, for diagnose
@@ -132,15 +133,15 @@ def fsdp_terms(s: Structure) -> list[Term]:
     """
     from .activations import residual_bytes, saved_per_layer
 
-    bu, unit = compute_weight_bytes(s), layer_trainable(s)
+    bu, unit, layer = compute_weight_bytes(s), layer_trainable(s), layer_bytes(s)
     src = "torch/distributed/fsdp/_fully_shard/_fsdp_param_group.py"
     terms = [
         Term("gathered_root", "transient", root_bytes(s), r"M_{\mathrm{root}}",
              "the root unit (embeddings, lm_head, final norm) all-gathered at the start of forward and never "
              "resharded until the end of backward", "_fsdp_state.py _lazy_init: post_forward_mesh_info = None at the root"),
-        Term("gathered_layer", "transient", layer_bytes(s), r"M_{\mathrm{layer}}",
+        Term("gathered_layer", "transient", layer, r"M_{\mathrm{layer}}",
              "the computing layer's unsharded parameters (the all-gather's copy-out)", f"{src} wait_for_unshard"),
-        Term("allgather_buffer", "transient", layer_bytes(s), r"M_{\mathrm{AG}}",
+        Term("allgather_buffer", "transient", layer, r"M_{\mathrm{AG}}",
              "an all-gather output, N × one layer's shard: in forward the computing layer's, kept until the next "
              "layer's copy-out returns; in backward the next layer's, prefetched (the root prefetches the last layer "
              "before the loss backward)", f"{src} wait_for_unshard (all_gather_state), _backward_prefetch"),
@@ -162,11 +163,12 @@ def fsdp_terms(s: Structure) -> list[Term]:
     below = saved_per_layer(s)
     reduced = unit * b_g / N if s.offload == "none" else 0                        # offloaded: on the host
     for which, i in LAYER_ENDS:   # the end of layer i's backward: layers > i reduced, layers < i still saved
+        i_tex = _LAYER_END_TEX[which]
         terms.append(Term(f"{which}_layer_end", "transient", i * below + (L - 1 - i) * reduced
-                          + at_least(L - 1 - i, 1) * unit * b_g + at_least(i, 1) * layer_bytes(s),
-                          rf"M_{{\mathrm{{end}},{sp.latex(i)}}}",
+                          + at_least(L - 1 - i, 1) * unit * b_g + at_least(i, 1) * layer,
+                          rf"M_{{\mathrm{{end}},{i_tex}}}",
                           f"at the {which} layer's input norm: the saved tensors (checkpointed: the inputs) of the "
-                          f"{sp.latex(i)} layers below, the sharded gradients of the layers above, the reduce-scatter "
+                          f"{i_tex} layers below, the sharded gradients of the layers above, the reduce-scatter "
                           "input of the layer above (until this layer's post-backward) and the layer below's "
                           "all-gather output (prefetched)",
                           f"{src} post_backward, _backward_prefetch"))
