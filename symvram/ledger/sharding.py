@@ -27,10 +27,12 @@ P*bytes_grad/gpus + P*bytes_state*states_per_param/gpus
 from __future__ import annotations
 
 from dataclasses import replace
+from functools import lru_cache
 
 import sympy as sp
 
 from ..symbols import sym
+from .activations import ACTIVATION_FIELDS
 from .architecture import L, V, f, f_e, h, nh, nkv
 from .structure import Structure
 from .terms import Moment, Term
@@ -189,6 +191,16 @@ def fsdp_terms(s: Structure) -> list[Term]:
     return terms
 
 
+# every field fsdp_terms reads (the activations' through saved_per_layer): its cache key
+FSDP_FIELDS = ACTIVATION_FIELDS + ("double_quant", "offload", "tensor_parallel")
+
+
+@lru_cache(maxsize=256)
+def _fsdp_terms(s: Structure) -> tuple[Term, ...]:
+    """``fsdp_terms`` built once per ``FSDP_FIELDS`` (the page's layouts differ mostly elsewhere)."""
+    return tuple(fsdp_terms(s))
+
+
 DS = "deepspeed/runtime/zero/"   # DeepSpeed 0.19.8, read from its source (needs CUDA: not measured here)
 
 
@@ -236,7 +248,7 @@ def shard_terms(terms: list[Term], s: Structure) -> list[Term]:
     sharded = STATE_KEYS * (s.zero >= 1) + GRAD_KEYS * (s.zero >= 2) + WEIGHT_KEYS * (s.zero >= 3)
     out = [_divide(term, s.zero) if term.key in sharded else term for term in out]
     if s.zero == 3 and s.zero_impl == "fsdp2":
-        out += fsdp_terms(s)
+        out += _fsdp_terms(s.keep(FSDP_FIELDS))
     if s.zero and s.zero_impl == "deepspeed":
         out += deepspeed_terms(s)
     if s.offload == "none":
