@@ -24,7 +24,7 @@ from __future__ import annotations
 import itertools
 import json
 import re
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from functools import cache
 from importlib import resources
 
@@ -38,7 +38,6 @@ from ..errors import UserError
 from ..timing import time_expr
 from ..ledger import build_ledger
 from ..ledger.sharding import STAGE_NAMES
-from ..ledger.structure import Structure
 from ..presets import gpu_presets, load_gpu
 from ..ledger.terms import BLOCKS
 from ..scenario import (ATTENTIONS, DTYPES, MAX_BATCH, MAX_GPUS, MAX_RANK, MAX_SEQ, METHODS, OPTIMIZER_IMPLS,
@@ -294,15 +293,23 @@ def page_data(sc: Scenario, gpu: str | None = None, units: str = "GiB") -> tuple
 
     fns, maths, term_ids, moment_ids, def_ids = _Interner(), _Interner(), _Interner(), _Interner(), _Interner()
     lists = _Interner()  # structures share most of their term lists: each block's list is stored once
+
+    known_terms: dict = {}   # a Term -> its id: the parallel layouts share most of their terms
+
+    def term_id(t) -> int:
+        i = known_terms.get(t)
+        if i is None:
+            i = known_terms[t] = term_ids((t.key, t.block, fns(t.expr), maths(_term_tex(t.label, t.expr)), t.why))
+        return i
+
     structures, pairs = [], {}
     for s_id, s_struct in enumerate(shape_parts.list()):
         for r_id, (method, assigned) in enumerate(recipe_parts.list()):
             if method != s_struct.method:
                 continue
-            s = Structure(**{**asdict(s_struct), **dict(assigned)})
+            s = replace(s_struct, **dict(assigned))
             led = build_ledger(s)
-            terms = [term_ids((t.key, t.block, fns(t.expr), maths(_term_tex(t.label, t.expr)), t.why))
-                     for t in led.terms]
+            terms = [term_id(t) for t in led.terms]
             blocks = list(dict.fromkeys(t.block for t in led.terms))
             structures.append([
                 [lists(tuple(i for i, t in zip(terms, led.terms) if t.block == b)) for b in blocks],
