@@ -237,7 +237,8 @@ def deepspeed_terms(s: Structure) -> list[Term]:
     return terms
 
 
-def _divide(term: Term, stage: int) -> Term:
+@lru_cache(maxsize=1024)
+def _divide(term: Term, stage: int) -> Term:   # cached: structures share most of their single-GPU terms
     return replace(term, expr=term.expr / N, label=f"{term.label}/N",
                    why=f"{term.why} — sharded over N GPUs ({STAGE_NAMES[stage]})")
 
@@ -270,7 +271,7 @@ def gpu_moments(moments: tuple[Moment, ...], terms: dict[str, Term], s: Structur
         if s.zero and s.zero_impl == "deepspeed":   # the bucket lives from init (stage 3) or the first backward on
             keys += ("ds_reduce_bucket",) + (("ds_step_grad",) if m.key == "optimizer_step" else ("ds_gathered",))
         keys = tuple(k for k in keys if k in terms and terms[k].block != "host")
-        out.append(replace(m, terms=keys))
+        out.append(m if keys == m.terms else replace(m, terms=keys))
     return tuple(out)
 
 
