@@ -67,10 +67,13 @@ def check_interconnect(name: str | None) -> str | None:
     raise UserError(f"--interconnect: unknown link {name!r}; known: {', '.join(interconnects())}")
 
 
+_TIME_FIELDS = tuple(dict.fromkeys(FLOPS_FIELDS + COMM_FIELDS))   # what the step time reads
+
+
 def time_expr(sc) -> sp.Expr:
     """Seconds per step as one expression over the registry symbols (derived quantities unexpanded),
     of a Scenario or a Structure."""
-    return _time_expr(getattr(sc, "structure", sc).keep(tuple(dict.fromkeys(FLOPS_FIELDS + COMM_FIELDS))))
+    return _time_expr(getattr(sc, "structure", sc).keep(_TIME_FIELDS))
 
 
 @lru_cache(maxsize=1024)

@@ -305,9 +305,10 @@ def _timed(row: PlanRow, gpu: GPUSpec, mfu, interconnect) -> PlanRow:
 
 def plan(sc: Scenario, gpu: GPUSpec, max_gpus: int = 64, headroom: int | str = DEFAULT_HEADROOM,
          methods: tuple[str, ...] | None = None, strategies: tuple[str, ...] | None = None,
-         mfu: float | None = None, interconnect: str | None = None) -> PlanResult:
+         mfu: float | None = None, interconnect: str | None = None, step_times: bool = True) -> PlanResult:
     """Every strategy × method (``methods`` default: full, LoRA, QLoRA) on ``gpu`` cards, each setup that
-    fits with its predicted step time (symvram.timing) at ``mfu`` over ``interconnect``."""
+    fits with its predicted step time (symvram.timing) at ``mfu`` over ``interconnect``; ``step_times=False``
+    leaves them out (for a reader of the GPU counts alone)."""
     if isinstance(max_gpus, bool) or not isinstance(max_gpus, int) or not 1 <= max_gpus <= MAX_GPUS:
         raise UserError(f"--max-gpus must be an integer from 1 to {MAX_GPUS}; got {max_gpus!r}")
     unknown = set(strategies or ()) - set(BY_KEY)
@@ -324,7 +325,7 @@ def plan(sc: Scenario, gpu: GPUSpec, max_gpus: int = 64, headroom: int | str = D
                 continue
             row = _row(sc, method, st, budget, max_gpus)
             if row is not None:
-                rows.append(_timed(row, gpu, mfu, interconnect))
+                rows.append(_timed(row, gpu, mfu, interconnect) if step_times else row)
     return PlanResult(gpu, room, max_gpus, tuple(rows), interconnect)
 
 

@@ -88,6 +88,12 @@ def _single_gpu_terms(s: Structure) -> tuple:
 
 
 @lru_cache(maxsize=256)
+def _definitions(s: Structure) -> tuple:
+    """The derived quantities of a single-GPU structure (no parallel field changes them)."""
+    return tuple(definitions(s))
+
+
+@lru_cache(maxsize=256)
 def build_ledger(s: Structure) -> Ledger:
     """The ledger for one structure, built once and cached; the single-GPU terms are shared by every parallel
     layout (ZeRO stage, offload, tensor and sequence parallel) of the same structure."""
@@ -95,4 +101,4 @@ def build_ledger(s: Structure) -> Ledger:
     terms = shard_terms(list(_single_gpu_terms(single)), s)  # per GPU: ZeRO / FSDP, tensor parallel, offload
     by_key = {t.key: t for t in terms}
     assert len(by_key) == len(terms), "duplicate term keys"
-    return Ledger(terms=tuple(terms), moments=gpu_moments(_moments(by_key, s), by_key, s), definitions=tuple(definitions(s)))
+    return Ledger(terms=tuple(terms), moments=gpu_moments(_moments(by_key, s), by_key, s), definitions=_definitions(single))

@@ -27,10 +27,12 @@ P*bytes_grad/gpus + P*bytes_state*states_per_param/gpus
 from __future__ import annotations
 
 from dataclasses import replace
+from functools import lru_cache
 
 import sympy as sp
 
 from ..symbols import sym
+from .activations import ACTIVATION_FIELDS
 from .architecture import L, V, f, f_e, h, nh, nkv
 from .structure import Structure
 from .terms import Moment, Term
@@ -53,6 +55,7 @@ REPLICATED_ACTIVATIONS = ("act_rope", "act_tokens", "backward_tail")
 # activations fewer, one layer's sharded gradients more per step down), so the largest is at an end of each
 # stretch: i = L−1 (nothing reduced yet), L−2 (a reduce-scatter input beside it), 1, and 0 (no prefetch)
 LAYER_ENDS = (("last", L - 1), ("next", L - 2), ("second", sp.Integer(1)), ("first", sp.Integer(0)))
+_LAYER_END_TEX = {which: sp.latex(i) for which, i in LAYER_ENDS}   # printed once, not per structure
 STAGE_NAMES = {0: "DDP", 1: "ZeRO-1", 2: "ZeRO-2", 3: "ZeRO-3"}
 # FSDP2's and DeepSpeed's parameter-sized buffers (gathered weights, unsharded gradients, collective buffers) and
 # DeepSpeed's step buffer: the parameter side and the optimizer step of a moment, for diagnose
@@ -132,15 +135,15 @@ def fsdp_terms(s: Structure) -> list[Term]:
     """
     from .activations import residual_bytes, saved_per_layer
 
-    bu, unit = compute_weight_bytes(s), layer_trainable(s)
+    bu, unit, layer = compute_weight_bytes(s), layer_trainable(s), layer_bytes(s)
     src = "torch/distributed/fsdp/_fully_shard/_fsdp_param_group.py"
     terms = [
         Term("gathered_root", "transient", root_bytes(s), r"M_{\mathrm{root}}",
              "the root unit (embeddings, lm_head, final norm) all-gathered at the start of forward and never "
              "resharded until the end of backward", "_fsdp_state.py _lazy_init: post_forward_mesh_info = None at the root"),
-        Term("gathered_layer", "transient", layer_bytes(s), r"M_{\mathrm{layer}}",
+        Term("gathered_layer", "transient", layer, r"M_{\mathrm{layer}}",
              "the computing layer's unsharded parameters (the all-gather's copy-out)", f"{src} wait_for_unshard"),
-        Term("allgather_buffer", "transient", layer_bytes(s), r"M_{\mathrm{AG}}",
+        Term("allgather_buffer", "transient", layer, r"M_{\mathrm{AG}}",
              "an all-gather output, N × one layer's shard: in forward the computing layer's, kept until the next "
              "layer's copy-out returns; in backward the next layer's, prefetched (the root prefetches the last layer "
              "before the loss backward)", f"{src} wait_for_unshard (all_gather_state), _backward_prefetch"),
@@ -162,11 +165,12 @@ def fsdp_terms(s: Structure) -> list[Term]:
     below = saved_per_layer(s)
     reduced = unit * b_g / N if s.offload == "none" else 0                        # offloaded: on the host
     for which, i in LAYER_ENDS:   # the end of layer i's backward: layers > i reduced, layers < i still saved
+        i_tex = _LAYER_END_TEX[which]
         terms.append(Term(f"{which}_layer_end", "transient", i * below + (L - 1 - i) * reduced
-                          + at_least(L - 1 - i, 1) * unit * b_g + at_least(i, 1) * layer_bytes(s),
-                          rf"M_{{\mathrm{{end}},{sp.latex(i)}}}",
+                          + at_least(L - 1 - i, 1) * unit * b_g + at_least(i, 1) * layer,
+                          rf"M_{{\mathrm{{end}},{i_tex}}}",
                           f"at the {which} layer's input norm: the saved tensors (checkpointed: the inputs) of the "
-                          f"{sp.latex(i)} layers below, the sharded gradients of the layers above, the reduce-scatter "
+                          f"{i_tex} layers below, the sharded gradients of the layers above, the reduce-scatter "
                           "input of the layer above (until this layer's post-backward) and the layer below's "
                           "all-gather output (prefetched)",
                           f"{src} post_backward, _backward_prefetch"))
@@ -185,6 +189,16 @@ def fsdp_terms(s: Structure) -> list[Term]:
     if s.tensor_parallel:
         terms = [replace(x, expr=x.expr.xreplace(TP_WIDTHS)) for x in terms]
     return terms
+
+
+# every field fsdp_terms reads (the activations' through saved_per_layer): its cache key
+FSDP_FIELDS = ACTIVATION_FIELDS + ("double_quant", "offload", "tensor_parallel")
+
+
+@lru_cache(maxsize=256)
+def _fsdp_terms(s: Structure) -> tuple[Term, ...]:
+    """``fsdp_terms`` built once per ``FSDP_FIELDS`` (the page's layouts differ mostly elsewhere)."""
+    return tuple(fsdp_terms(s))
 
 
 DS = "deepspeed/runtime/zero/"   # DeepSpeed 0.19.8, read from its source (needs CUDA: not measured here)
@@ -223,7 +237,8 @@ def deepspeed_terms(s: Structure) -> list[Term]:
     return terms
 
 
-def _divide(term: Term, stage: int) -> Term:
+@lru_cache(maxsize=1024)
+def _divide(term: Term, stage: int) -> Term:   # cached: structures share most of their single-GPU terms
     return replace(term, expr=term.expr / N, label=f"{term.label}/N",
                    why=f"{term.why} — sharded over N GPUs ({STAGE_NAMES[stage]})")
 
@@ -234,7 +249,7 @@ def shard_terms(terms: list[Term], s: Structure) -> list[Term]:
     sharded = STATE_KEYS * (s.zero >= 1) + GRAD_KEYS * (s.zero >= 2) + WEIGHT_KEYS * (s.zero >= 3)
     out = [_divide(term, s.zero) if term.key in sharded else term for term in out]
     if s.zero == 3 and s.zero_impl == "fsdp2":
-        out += fsdp_terms(s)
+        out += _fsdp_terms(s.keep(FSDP_FIELDS))
     if s.zero and s.zero_impl == "deepspeed":
         out += deepspeed_terms(s)
     if s.offload == "none":
@@ -256,7 +271,7 @@ def gpu_moments(moments: tuple[Moment, ...], terms: dict[str, Term], s: Structur
         if s.zero and s.zero_impl == "deepspeed":   # the bucket lives from init (stage 3) or the first backward on
             keys += ("ds_reduce_bucket",) + (("ds_step_grad",) if m.key == "optimizer_step" else ("ds_gathered",))
         keys = tuple(k for k in keys if k in terms and terms[k].block != "host")
-        out.append(replace(m, terms=keys))
+        out.append(m if keys == m.terms else replace(m, terms=keys))
     return tuple(out)
 
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 import itertools
 import json
 import re
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from functools import cache
 from importlib import resources
 
@@ -32,18 +32,18 @@ import jinja2
 from latex2mathml.converter import convert as latex_to_mathml
 import sympy as sp
 from sympy.printing.jscode import JavascriptCodePrinter
+from sympy.printing.latex import LatexPrinter
 
 from ..analysis.fit import DEFAULT_HEADROOM, headroom_bytes
 from ..errors import UserError
 from ..timing import time_expr
 from ..ledger import build_ledger
 from ..ledger.sharding import STAGE_NAMES
-from ..ledger.structure import Structure
 from ..presets import gpu_presets, load_gpu
 from ..ledger.terms import BLOCKS
 from ..scenario import (ATTENTIONS, DTYPES, MAX_BATCH, MAX_GPUS, MAX_RANK, MAX_SEQ, METHODS, OPTIMIZER_IMPLS,
                         STATE_DTYPES, Scenario)
-from ..symbols import latex
+from ..symbols import LATEX_NAMES
 from .style import BLOCK_COLORS, FIT_COLORS, NEUTRAL, short_card_name
 from .tables import BLOCK_TITLES
 from .units import UNITS
@@ -174,10 +174,6 @@ def _mathml(tex: str) -> str:
     return latex_to_mathml(tex).replace(' xmlns="http://www.w3.org/1998/Math/MathML"', "")
 
 
-@cache
-def _term_tex(label: str, expr) -> str:
-    """``label = formula``, as ``estimate``'s tables print it (printed once per distinct term)."""
-    return f"{label} = {latex(expr)}"
 
 
 class _Interner:
@@ -193,19 +189,12 @@ class _Interner:
         return list(self.items)
 
 
-class _JavaScript(JavascriptCodePrinter):
-    """``sympy.jscode``'s printer, printing each subexpression once (the 216 step-time formulas of a page share
-    their FLOPs and traffic sums: printing them again took seconds); the same text as ``jscode``.
+class _Once:
+    """A SymPy printer that prints each subexpression once: the page's formulas share most of theirs (the 216
+    step-time formulas their FLOPs and traffic sums, a sharded term its single-GPU formula); the same text."""
 
-    >>> from sympy.printing.jscode import jscode
-    >>> from symvram.symbols import sym
-    >>> e = sym("seq") * sym("batch") / 3
-    >>> _JavaScript().doprint(e) == jscode(e)
-    True
-    """
-
-    def __init__(self):
-        super().__init__()
+    def __init__(self, settings: dict | None = None):
+        super().__init__(settings or {})
         self._printed: dict[sp.Basic, str] = {}
 
     def _print(self, expr, **kwargs) -> str:
@@ -214,6 +203,30 @@ class _JavaScript(JavascriptCodePrinter):
         if expr not in self._printed:
             self._printed[expr] = super()._print(expr)
         return self._printed[expr]
+
+
+class _JavaScript(_Once, JavascriptCodePrinter):
+    """``sympy.jscode``'s printer.
+
+    >>> from sympy.printing.jscode import jscode
+    >>> from symvram.symbols import sym
+    >>> e = sym("seq") * sym("batch") / 3
+    >>> _JavaScript().doprint(e) == jscode(e)
+    True
+    """
+
+
+class _Latex(_Once, LatexPrinter):
+    """``symbols.latex``'s printer (the registry's names, a centred dot).
+
+    >>> from symvram.symbols import latex, sym
+    >>> e = (sym("seq") * sym("batch") + sym("hidden")) / sym("gpus")
+    >>> _Latex().doprint(e) == latex(e)
+    True
+    """
+
+    def __init__(self):
+        super().__init__({"symbol_names": LATEX_NAMES, "mul_symbol": "dot"})
 
 
 def _js_function(expr, printer: _JavaScript) -> str:
@@ -294,15 +307,25 @@ def page_data(sc: Scenario, gpu: str | None = None, units: str = "GiB") -> tuple
 
     fns, maths, term_ids, moment_ids, def_ids = _Interner(), _Interner(), _Interner(), _Interner(), _Interner()
     lists = _Interner()  # structures share most of their term lists: each block's list is stored once
+
+    known_terms: dict = {}   # a Term -> its id: the parallel layouts share most of their terms
+    tex = _Latex()
+
+    def term_id(t) -> int:
+        i = known_terms.get(t)
+        if i is None:   # ``label = formula``, as estimate's tables print it
+            math = maths(f"{t.label} = {tex.doprint(t.expr)}")
+            i = known_terms[t] = term_ids((t.key, t.block, fns(t.expr), math, t.why))
+        return i
+
     structures, pairs = [], {}
     for s_id, s_struct in enumerate(shape_parts.list()):
         for r_id, (method, assigned) in enumerate(recipe_parts.list()):
             if method != s_struct.method:
                 continue
-            s = Structure(**{**asdict(s_struct), **dict(assigned)})
+            s = replace(s_struct, **dict(assigned))
             led = build_ledger(s)
-            terms = [term_ids((t.key, t.block, fns(t.expr), maths(_term_tex(t.label, t.expr)), t.why))
-                     for t in led.terms]
+            terms = [term_id(t) for t in led.terms]
             blocks = list(dict.fromkeys(t.block for t in led.terms))
             structures.append([
                 [lists(tuple(i for i, t in zip(terms, led.terms) if t.block == b)) for b in blocks],
