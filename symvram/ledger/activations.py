@@ -38,11 +38,6 @@ def matmul_bytes(s_: Structure) -> sp.Expr:
     return sym("bytes_autocast") if s_.kbit_prep and s_.autocast else b_c
 
 
-def residual_bytes(s_: Structure) -> sp.Expr:
-    """Bytes per element of the residual stream: the weights' dtype, fp32 after kbit preparation."""
-    return b_32 if s_.kbit_prep else b_w
-
-
 def _per_call_cast(s_: Structure, group: str) -> bool:
     """Under autocast, a linear reading the (wider) residual-stream norm output casts it per call."""
     return s_.weight_casts and group in ("attn_in", "mlp_in")
