@@ -21,7 +21,7 @@ from operator import itemgetter
 import sympy as sp
 
 from .ledger import Ledger, build_ledger
-from .ledger.functions import at_least, ceil_div, pow2_ceil
+from .ledger.functions import at_least, ceil_blocks, ceil_div, next_power_of_two, pow2_ceil
 from .ledger.structure import Structure
 from .ledger.terms import BLOCKS
 from .scenario import Scenario
@@ -63,19 +63,11 @@ def _pow(b, e) -> int | Fraction:
     return Fraction(b) ** e if e < 0 else b ** e
 
 
-def _ceil_div(n, b) -> int:
-    return -(-n // b)
-
-
-def _pow2_ceil(x) -> int:
-    return 1 << max(math.ceil(x) - 1, 0).bit_length()
-
-
 def _heaviside(x, at_zero):
     return 1 if x > 0 else 0 if x < 0 else at_zero
 
 
-_RUNTIME = {"_number": _number, "_div": _div, "_pow": _pow, "_ceil_div": _ceil_div, "_pow2_ceil": _pow2_ceil,
+_RUNTIME = {"_number": _number, "_div": _div, "_pow": _pow, "_ceil_div": ceil_blocks, "_pow2_ceil": next_power_of_two,
             "_heaviside": _heaviside, "_ceil": math.ceil, "_floor": math.floor, "Fraction": Fraction}
 _CALLS = {sp.Max: "max", sp.Min: "min", ceil_div: "_ceil_div", pow2_ceil: "_pow2_ceil", sp.ceiling: "_ceil",
           sp.floor: "_floor", sp.Heaviside: "_heaviside"}

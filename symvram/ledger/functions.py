@@ -10,7 +10,23 @@ printable as LaTeX, numpy and JavaScript (the calculator page). No comparison op
 """
 from __future__ import annotations
 
+import math
+
 import sympy as sp
+
+
+def next_power_of_two(x) -> int:
+    """The smallest power of two ≥ x, on Python numbers (pow2_ceil's definition; the compiled evaluation's too).
+
+    >>> next_power_of_two(1), next_power_of_two(1000), next_power_of_two(1024)
+    (1, 1024, 1024)
+    """
+    return 1 << max(int(math.ceil(x)) - 1, 0).bit_length()
+
+
+def ceil_blocks(n, block) -> int:
+    """⌈n / block⌉ on Python ints or Fractions (ceil_div's definition; the compiled evaluation's too)."""
+    return -(-n // block)
 
 
 class ceil_div(sp.Function):  # noqa: N801 - reads like the math
@@ -20,7 +36,7 @@ class ceil_div(sp.Function):  # noqa: N801 - reads like the math
     @classmethod
     def eval(cls, n, B):
         if n.is_Number and B.is_Number:
-            return sp.ceiling(sp.Rational(n) / B)
+            return sp.Integer(ceil_blocks(sp.Rational(n), sp.Rational(B)))
         return None
 
     def fdiff(self, argindex=1):
@@ -71,8 +87,7 @@ class pow2_ceil(sp.Function):  # noqa: N801
     @classmethod
     def eval(cls, x):
         if x.is_Number:
-            n = int(sp.ceiling(x))
-            return sp.Integer(1 << max(n - 1, 0).bit_length())
+            return sp.Integer(next_power_of_two(sp.Rational(x)))
         return None
 
     def fdiff(self, argindex=1):
