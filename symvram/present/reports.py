@@ -17,7 +17,9 @@ from ..ledger.terms import BLOCKS
 from ..rendering import renders
 from ..scenario import METHODS
 from ..symbols import SYMBOLS, latex, text
+from ..errors import UserError
 from ..stacks import summary as stack_summary
+from ..timing import comm_bytes, flops, step_time
 from ..units import UNITS, fmt_bytes, fmt_flops
 from .tables import BLOCK_TITLES, render_rows, to_json
 
@@ -26,7 +28,6 @@ from .tables import BLOCK_TITLES, render_rows, to_json
 
 def time_json(sc, st) -> dict:
     """The JSON ``time`` block: FLOPs always; seconds and tokens/s on a card."""
-    from ..timing import comm_bytes, flops
 
     if st is not None and not isinstance(st, str):
         return st.json()
@@ -40,7 +41,6 @@ def time_json(sc, st) -> dict:
 
 def time_lines(sc, st) -> list[str]:
     """One line of FLOPs (and, on a card, one of time) with the assumptions."""
-    from ..timing import flops
 
     if isinstance(st, str):
         return time_lines(sc, None)[:1] + [f"  no step time: {st.removeprefix('symvram: error: ')}"]
@@ -57,7 +57,6 @@ def time_lines(sc, st) -> list[str]:
 
 def compare_time_line(table) -> str:
     """One line: each method's matmul FLOPs per step (the time ledger beside the memory table)."""
-    from ..timing import flops
 
     cells = [f"{name} {fmt_flops(flops(bd.scenario).per_step)}" for name, bd in table.rows]
     return ("time: matmul FLOPs per micro-batch step — " + "; ".join(cells)
@@ -90,8 +89,6 @@ def estimate_verdict(d: Diagnosis, units: str, reading=None) -> tuple[str, dict]
 
 def compare_verdict(table, card, budget: int, units: str) -> str:
     """``estimate --gpu`` without --method: each method fits (with its tokens/s per GPU) or is over by how much."""
-    from ..errors import UserError
-    from ..timing import step_time
 
     fb = (lambda n: fmt_bytes(n, units))
 

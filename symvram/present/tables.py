@@ -12,6 +12,7 @@ from ..analysis.host import host_bytes, paged_bytes
 from ..evaluate import Breakdown
 from ..ledger.sharding import notes
 from ..ledger.terms import BLOCKS
+from ..stacks import summary
 from ..symbols import latex, text
 from ..units import fmt_bytes
 
@@ -153,8 +154,6 @@ def detail(bd: Breakdown, units: str = "GiB", fmt: str = "table") -> str:
     """Every term with its formula and value, the block sums, each moment, and the peak."""
     sc = bd.scenario
     md = fmt == "markdown"
-    from ..stacks import summary
-
     lines = [("## " if md else "") + setup_line(sc), summary(sc), ""]
     params = f"parameters: {bd.derived['P']:,} total, {bd.derived['P_train']:,} trainable " \
              f"({100 * bd.derived['P_train'] / bd.derived['P']:.2f} %)"
