@@ -61,7 +61,7 @@ def main(argv=None) -> int:
     if not torch.cuda.is_available():
         print("skipped: no CUDA GPU here; step time is predicted, not measured (run this on a machine with one)")
         return 0
-    from symvram.analysis.fit import load_card
+    from symvram.presets import load_card
     from symvram.timing import step_time
     from symvram.validate.measure import _train_steps, prepare
     from symvram.validate.spec import normalize_spec, to_scenario

@@ -189,7 +189,7 @@ def diagnose(model: Model, gpu: str | int | GPUSpec, headroom: int | str = "1GiB
     ('activation', True)
     """
     from .analysis.diagnose import diagnose as _diagnose
-    from .present.units import parse_size
+    from .units import parse_size
 
     if isinstance(measured_peak, str):
         measured_peak = parse_size(measured_peak)

@@ -10,7 +10,7 @@ import pytest
 from symvram.cli import COMMANDS, main
 from symvram.errors import UserError
 from symvram.evaluate import evaluate
-from symvram.present.units import parse_size
+from symvram.units import parse_size
 from symvram.presets import load_model
 from symvram.scenario import Scenario
 

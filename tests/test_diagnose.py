@@ -6,7 +6,7 @@ import pytest
 
 from symvram import estimate
 from symvram.analysis.diagnose import diagnose
-from symvram.analysis.fit import load_card
+from symvram.presets import load_card
 from symvram.errors import UserError
 from symvram.scenario import Scenario
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from symvram import estimate
-from symvram.analysis.fit import load_card
+from symvram.presets import load_card
 from symvram.analysis.plan import plan
 from symvram.cli import main
 from symvram.errors import UserError

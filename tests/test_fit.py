@@ -6,7 +6,8 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from symvram.analysis import fit as fit_module
-from symvram.analysis.fit import fit, headroom_bytes, knob_limit, load_card
+from symvram.analysis.fit import fit, headroom_bytes, knob_limit
+from symvram.presets import load_card
 from symvram.cli import main
 from symvram.errors import UserError
 from symvram.evaluate import evaluate

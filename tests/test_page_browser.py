@@ -23,7 +23,7 @@ from symvram.presets import load_gpu
 from symvram.present import style
 from symvram.present.page import render_page
 from symvram.analysis.fit import DEFAULT_HEADROOM, headroom_bytes
-from symvram.present.units import fmt_bytes
+from symvram.units import fmt_bytes
 from symvram.scenario import Scenario
 
 CLI_FLAGS = {"method": "--method", "targets": "--targets", "optimizer_impl": "--optimizer-impl",

@@ -10,7 +10,7 @@ import math
 import pytest
 
 from symvram import estimate
-from symvram.analysis.fit import load_card
+from symvram.presets import load_card
 from symvram.analysis.plan import plan
 from symvram.errors import UserError
 from symvram.scenario import Scenario

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from matplotlib.colors import to_rgba
 
-from symvram.analysis.fit import load_card
+from symvram.presets import load_card
 from symvram.analysis.sensitivity import sensitivity
 from symvram.api import compare
 from symvram.cli import main

@@ -15,7 +15,7 @@ from symvram.ledger.flops import build_flops
 from symvram.presets import spec_from_config
 from symvram.scenario import Scenario
 from symvram.timing import flops, step_time, time_expr
-from symvram.analysis.fit import load_card
+from symvram.presets import load_card
 
 from test_families import tiny_config
 

@@ -13,6 +13,7 @@ and library workspaces such as cuBLAS's; pass a size or a percentage of the card
 
 >>> from symvram.scenario import Scenario
 >>> sc = Scenario.create("7b", method="lora", rank=64, batch=4)
+>>> from symvram.presets import load_card
 >>> r = fit(sc, load_card("a100-80g").usable_bytes, solve="seq")
 >>> r.status, r.at.peak <= r.budget < r.above.peak, r.above.values["seq"] == r.value + 1
 ('fits', True, True)
@@ -28,7 +29,7 @@ import sympy as sp
 from ..errors import UserError
 from ..evaluate import Breakdown, evaluate, grid_function, substitution
 from ..ledger import build_ledger
-from ..presets import MIN_CARD_BYTES, GPUSpec, load_card  # noqa: F401 (their old home: re-exported)
+from ..presets import GPUSpec
 from ..units import fmt_bytes, parse_size
 from ..scenario import MAX_BATCH, MAX_SEQ, Scenario, smallest_target_side
 from ..symbols import SYMBOLS, sym

@@ -16,7 +16,7 @@ ZeRO-3 + parameter offload   parameters live on the CPU and cross PCIe every for
 ===========================  ============================================================
 
 >>> from symvram.scenario import Scenario
->>> from symvram.analysis.fit import load_card
+>>> from symvram.presets import load_card
 >>> sc = Scenario.create("70b", grad_checkpointing=True)
 >>> r = plan(sc, load_card("a100-80g"), methods=("qlora",), strategies=("ddp",))
 >>> r.rows[0].gpus, r.rows[0].params_gpus
@@ -52,7 +52,7 @@ def interconnect(card: GPUSpec, override: str | None = None) -> str | None:
     ``kind`` in ``data/interconnects.toml`` of its ``interconnect`` in ``data/gpus.toml`` (or of ``override``,
     --interconnect); None for a card given as a size, whose link is unknown.
 
-    >>> from symvram.analysis.fit import load_card
+    >>> from symvram.presets import load_card
     >>> interconnect(load_card("rtx-4090")), interconnect(load_card("a100-80g")), interconnect(load_card("80GiB"))
     ('pcie', 'nvlink', None)
     """

@@ -9,7 +9,7 @@ from ..errors import UserError
 from ..scenario import (ATTENTIONS, CHECKPOINT_IMPLS, DEVICES, DTYPES, LOSS_IMPLS, METHODS, OFFLOADS,
                         OPTIMIZER_IMPLS, OPTIMIZERS, STATE_DTYPES, Scenario)
 from ..stacks import stack_names, stacks
-from ..present.units import UNITS
+from ..units import UNITS
 
 
 def positive_int(text: str) -> int:

@@ -9,7 +9,7 @@ import warnings
 from ..errors import UserError
 from ..evaluate import evaluate
 from ..present.tables import render_rows
-from ..present.units import fmt_bytes
+from ..units import fmt_bytes
 from .common import add_model_argument, add_output_arguments, add_scenario_arguments, positive_int, provenance_dict, scenario_from_args, scenario_kwargs, write_output
 
 HELP = """\

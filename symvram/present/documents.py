@@ -34,13 +34,13 @@ from ..errors import UserError
 from ..evaluate import Breakdown, evaluate, substitution
 from ..ledger.activations import per_layer_bytes
 from ..ledger.terms import BLOCKS, Term
-from ..analysis.fit import load_card
+from ..presets import load_card
 from ..analysis.diagnose import LOSS_HOOK, PART_NAMES, PARTS, diagnose, part_bytes, parameter_side
 from ..analysis.plan import STRATEGIES, plan, tensor_parallel_ok
 from ..presets import load_model
 from ..scenario import METHODS, Scenario
 from ..symbols import SYMBOLS, latex, sym
-from .units import UNITS, fmt_bytes
+from ..units import UNITS, fmt_bytes
 
 FORMATS = ("markdown", "html", "tex")
 LANGS = ("en", "zh")

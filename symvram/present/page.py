@@ -46,7 +46,7 @@ from ..scenario import (ATTENTIONS, DTYPES, MAX_BATCH, MAX_GPUS, MAX_RANK, MAX_S
 from ..symbols import LATEX_NAMES
 from .style import BLOCK_COLORS, FIT_COLORS, NEUTRAL, short_card_name
 from .tables import BLOCK_TITLES
-from .units import UNITS
+from ..units import UNITS
 
 CONTINUOUS = ("batch", "seq", "rank", "gpus")
 LIMITS = {"batch": MAX_BATCH, "seq": MAX_SEQ, "rank": MAX_RANK, "gpus": MAX_GPUS}

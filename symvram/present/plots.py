@@ -42,7 +42,7 @@ from ..scenario import Scenario
 from ..symbols import SYMBOLS, sym
 from .style import BLOCK_COLORS, FIT_COLORS, NEUTRAL, rank_color, short_card_name
 from .tables import BLOCK_TITLES, setup_line
-from .units import fmt_bytes, in_units
+from ..units import fmt_bytes, in_units
 
 THEMES = {"light": "default", "dark": "dark_background"}
 KNOB_GROUPS = (("your settings", lambda group: group != "model"), ("the model's shape", lambda group: group == "model"))

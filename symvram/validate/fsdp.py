@@ -284,7 +284,7 @@ def cli_text(sc: Scenario, world_size: int, fmt: str = "table", units: str = "Gi
     import json
 
     from ..present.tables import render_rows
-    from ..present.units import fmt_bytes
+    from ..units import fmt_bytes
 
     result = compare_fsdp(sc, world_size)
     if fmt == "json":
