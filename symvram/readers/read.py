@@ -319,15 +319,8 @@ def _resolve(f: dict[str, Value], reading: Reading, cli: dict) -> dict[str, Valu
             out["offload"] = Value("optimizer+params", off.source)
     if reading.files:
         out["stack"] = _stack(reading, "deepspeed" if ds else "fsdp" if fsdp_on else None)
-    out.update(_precision(f, training, method, ds, reading))
-    amp, zero = out.get("autocast"), out.get("zero")
-    if (fsdp_on and "stack" in out and out["stack"].value == "fsdp" and zero is not None and zero.value == 3
-            and amp is not None and amp.value != "none" and out.get("dtype") and out["dtype"].value == "fp32"):
-        # FSDP with mixed precision: the 16-bit compute is FSDP2's MixedPrecisionPolicy on the fp32 shards
-        # (accelerate also autocasts, which changes nothing once the gathered parameters are 16-bit)
-        out["mp_policy"] = Value(amp.value, f"{amp.source} under FSDP: MixedPrecisionPolicy(param_dtype={amp.value})",
-                                 amp.priority)
-        out["autocast"] = Value("none", f"{amp.source} under FSDP: the policy, not autocast", amp.priority)
+    policy = fsdp_on and out.get("stack") is not None and out["stack"].value == "fsdp" and out["zero"].value == 3
+    out.update(_precision(f, training, method, ds, reading, policy))
     return out
 
 
@@ -348,7 +341,8 @@ def _stack(reading: Reading, parallel: str | None) -> Value:
     return Value("hf", f"{tool}: runs transformers' Trainer{how.get(parallel, '')}", 0)
 
 
-def _precision(f: dict[str, Value], training: str, method: str, ds: bool, reading: Reading) -> dict[str, Value]:
+def _precision(f: dict[str, Value], training: str, method: str, ds: bool, reading: Reading,
+               fsdp_policy: bool = False) -> dict[str, Value]:
     """bf16/fp16, the tool's way of loading the model, DeepSpeed and the optimizer → the recipe.
 
     Trainer AMP (no DeepSpeed): autocast in the compute dtype; PEFT keeps adapters in fp32
@@ -358,7 +352,8 @@ def _precision(f: dict[str, Value], training: str, method: str, ds: bool, readin
     TRL's SFTTrainer loads fp32 unless ``model_init_kwargs`` says otherwise, and a plain Trainer's
     model is taken as fp32 (full fine-tuning with fp16 too: fp16 weights cannot train without a
     master copy). DeepSpeed with bf16/fp16 casts the model to 16-bit and keeps an fp32 master and
-    fp32 optimizer states.
+    fp32 optimizer states. Under FSDP2 full sharding (``fsdp_policy``) the Trainer's 16-bit compute on
+    fp32 weights is FSDP's MixedPrecisionPolicy rather than autocast.
     """
     bf16, fp16, pure = f.get("bf16"), f.get("fp16"), f.get("pure_bf16")
     top = max((v.priority for v in (bf16, fp16) if v is not None), default=0)
@@ -409,6 +404,11 @@ def _precision(f: dict[str, Value], training: str, method: str, ds: bool, readin
         adapter = "fp32"
         autocast = compute if compute != "fp32" else "none"
         master = "none"
+        if fsdp_policy and dtype == "fp32" and autocast != "none":
+            # FSDP2 full sharding: the 16-bit compute is its MixedPrecisionPolicy on the fp32 shards (accelerate
+            # also autocasts, which changes nothing once the gathered parameters are 16-bit)
+            out["mp_policy"] = Value(autocast, f"{src} (FSDP2 MixedPrecisionPolicy)")
+            autocast, why = "none", "FSDP2 MixedPrecisionPolicy, not autocast"
     trainable = adapter if lora else dtype
     state = "int8" if eight_bit else ("fp32" if master == "fp32" else trainable)
     shown = src if src != "symvram default" else f"{TOOLS[training].title if training in TOOLS else training} default"
