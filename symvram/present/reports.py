@@ -248,15 +248,14 @@ def sensitivity_explanation(res: SensitivityResult, c: Comparison, units: str) -
 def sensitivity_text(res: SensitivityResult, c: Comparison | None, units: str, fmt: str) -> str:
     """The ranked knobs as a text table, or (``fmt="markdown"``) the one Markdown table that Jupyter shows
     too (``display.sensitivity_markdown``), then the comparison of two knobs."""
-    md = fmt == "markdown"
-    if md:
+    if fmt == "markdown":
         from .display import sensitivity_markdown
 
         explanation = sensitivity_explanation(res, c, units) if c is not None else []
         return sensitivity_markdown(res, units) + ("\n\n" + "\n".join(explanation) if explanation else "")
     sc = res.breakdown.scenario
     label = next(m.label for m in res.breakdown.ledger.moments if m.key == res.moment)
-    lines = [("## " if md else "") + f"{sc.model.name} · {sc.method}" + (f" r={sc.rank}" if sc.lora else "") +
+    lines = [f"{sc.model.name} · {sc.method}" + (f" r={sc.rank}" if sc.lora else "") +
              f" · batch {sc.batch} · seq {sc.seq}: peak {fmt_bytes(res.peak, units)} at {label} "
              "(the active moment: its derivative is the peak's)", stack_summary(sc), ""]
     rows = [["#", "knob", "meaning", "at", "unit", "∂peak/∂x (per unit)", "elasticity", f"x·∂peak/∂x ({units})",
@@ -265,11 +264,8 @@ def sensitivity_text(res: SensitivityResult, c: Comparison | None, units: str, f
         d = SYMBOLS[r.knob]
         rows.append([str(n), r.knob, d.meaning, f"{r.at:,g}", d.unit, amount(r.value, units),
                      f"{r.elasticity:.4f}", fmt_bytes(r.proportional_bytes, units).split()[0], f"{r.time_elasticity:.4f}"])
-    lines += [render_rows(rows, "rllrlrrrr", fmt), TIME_ELASTICITY, "", "derivatives of the active moment:"]
-    for r in res.rows:
-        formula = f"$\\frac{{\\partial\\,\\mathrm{{peak}}}}{{\\partial {SYMBOLS[r.knob].latex}}} = {r.derivative_latex}$" if md \
-            else f"∂peak/∂{r.knob} = {text(r.derivative)}"
-        lines.append(("- " if md else "  ") + formula)
+    lines += [render_rows(rows, "rllrlrrrr", "table"), TIME_ELASTICITY, "", "derivatives of the active moment:"]
+    lines += [f"  ∂peak/∂{r.knob} = {text(r.derivative)}" for r in res.rows]
     if c is not None:
         lines += [""] + sensitivity_explanation(res, c, units)
     return "\n".join(lines)
