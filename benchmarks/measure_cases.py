@@ -2,12 +2,18 @@
 
     python benchmarks/measure_cases.py benchmarks/cases.jsonl \
         [--out benchmarks/results/measurements.jsonl] [--jobs 2] [--only NAME ...]
+    python benchmarks/measure_cases.py benchmarks/cases.jsonl --device cuda --smallest-first \
+        --max-gib 120 --stop-after 300 --out benchmarks/results/measurements_cuda.jsonl   # on a GPU
 
 The cases file is JSON (a list of specs) or JSONL (one spec per line); each spec is what
 ``symvram.validate.measure.measure`` takes, optionally with ``name`` and ``model`` labels.
 Every finished case is appended (and flushed) to the results JSONL at once, keyed by a hash of
 its canonical spec; cases already there are skipped, so an interrupted run (Ctrl-C) loses
 nothing that finished and resumes where it stopped.  Progress goes to stderr.
+
+On a GPU lent for minutes: ``--device cuda`` measures every case with real tensors
+(``torch.cuda.max_memory_allocated``), ``--smallest-first`` orders them by symvram's estimate and
+``--max-gib`` skips those estimated above the card, ``--stop-after`` starts no case after that many seconds.
 """
 
 from __future__ import annotations
@@ -60,6 +66,14 @@ def spec_key(spec: dict, normalize) -> str:
     return hashlib.sha256(canon.encode()).hexdigest()[:16]
 
 
+def estimate_bytes(spec: dict, normalize) -> float:
+    """symvram's estimated peak of the case (bytes), on the device it will be measured on."""
+    from symvram.evaluate import evaluate
+    from symvram.validate.spec import to_scenario
+
+    return evaluate(to_scenario(normalize(spec))).peak
+
+
 def load_done(out: Path) -> set[str]:
     done = set()
     if out.exists():
@@ -92,12 +106,28 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default=str(ROOT / "benchmarks/results/measurements.jsonl"))
     ap.add_argument("--jobs", type=int, default=1, help="cases measured in parallel (processes)")
     ap.add_argument("--only", nargs="*", help="names of the cases to run")
+    ap.add_argument("--device", choices=("fake", "cuda"),
+                    help="measure every case on this device (default: each spec's own; fake when it names none)")
+    ap.add_argument("--smallest-first", action="store_true", help="order the cases by symvram's estimate")
+    ap.add_argument("--max-gib", type=float, help="skip cases whose estimate is above this many GiB")
+    ap.add_argument("--stop-after", type=float, help="start no case after this many seconds")
     a = ap.parse_args(argv)
 
     mm = _measure_module()
     cases = load_cases(a.cases)
     if a.only:
         cases = [c for c in cases if c.get("name") in set(a.only)]
+    if a.device:
+        cases = [{**c, "device": a.device} for c in cases]
+    if a.smallest_first or a.max_gib is not None:
+        sized = sorted(((estimate_bytes(c, mm.normalize_spec), i, c) for i, c in enumerate(cases)),
+                       key=lambda t: t[:2])
+        if a.max_gib is not None:
+            skipped = [c.get("name") for b, _, c in sized if b > a.max_gib * 2**30]
+            if skipped:
+                print(f"skipped (estimate above {a.max_gib:g} GiB): {', '.join(map(str, skipped))}", file=sys.stderr)
+            sized = [t for t in sized if t[0] <= a.max_gib * 2**30]
+        cases = [c for _, _, c in (sized if a.smallest_first else sorted(sized, key=lambda t: t[1]))]
     out = Path(a.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     done = load_done(out)
@@ -128,6 +158,10 @@ def main(argv=None) -> int:
     try:
         if a.jobs <= 1:
             for i, (k, c) in enumerate(todo, 1):
+                if a.stop_after is not None and time.perf_counter() - t_start > a.stop_after:
+                    print(f"stopped after {a.stop_after:g} s: {len(todo) - i + 1} cases left for the next run",
+                          file=sys.stderr)
+                    break
                 if k in load_done(out):  # finished meanwhile by another runner
                     continue
                 try:

@@ -128,3 +128,28 @@ def test_reproduces_calibration_tinyllama():
     assert res["peak_bytes"] == 9585087832
     assert res["peak_phase"] == "step2:backward"
     assert res["trainable_params"] == 50462720 and res["total_params"] == 1150511104
+
+
+def test_real_tensors_keep_tied_weights_tied():
+    """The GPU path (real tensors, here on the CPU) builds the model that the fake path measures: a tied
+    lm_head stays the embedding (``Module.to_empty`` would untie it: a real run measured with it held an extra
+    V x h weight), and the parameter count is the hand count of the tied model."""
+    tied = {**ARCH, "tie_word_embeddings": True}
+    spec = M.normalize_spec({**LORA, "arch": tied, "method": "full", "steps": 1})
+    model, *_, trainable, total = M.prepare(spec, None, "cpu")
+    assert model.lm_head.weight is model.model.embed_tokens.weight
+    assert total == trainable == BASE - V * h
+    assert not any(p.is_meta for p in model.parameters())
+
+
+def test_real_tensors_quantize_4bit_weights():
+    """QLoRA on real tensors: every targeted Linear holds bitsandbytes' packed NF4 weight (two 4-bit values a
+    byte: h*f/2 bytes for an h x f weight), quantized where the run is, not a 16-bit copy."""
+    bnb = pytest.importorskip("bitsandbytes")
+    spec = M.normalize_spec({**LORA, "method": "qlora", "steps": 1})
+    model, *_ = M.prepare(spec, None, "cpu")
+    q4 = [m for m in model.modules() if isinstance(m, bnb.nn.Linear4bit)]
+    assert len(q4) == L * len(ALL)
+    up = next(m for m in q4 if m.out_features == f and m.in_features == h)
+    assert isinstance(up.weight, bnb.nn.Params4bit) and up.weight.bnb_quantized
+    assert up.weight.numel() * up.weight.element_size() == h * f // 2

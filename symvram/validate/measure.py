@@ -19,6 +19,7 @@ Method (the one that produced ``shared/measurements/calibration.jsonl``):
 from __future__ import annotations
 
 import contextlib
+import sys
 import time
 import warnings
 from typing import Any
@@ -124,7 +125,7 @@ def build_model(spec: dict):
             use_dora=bool(spec.get("dora", False)),
             modules_to_save=list(spec.get("modules_to_save", [])) or None,
         )
-        if spec.get("dora"):
+        if spec.get("dora") and spec.get("device") != "cuda":  # the tracker's cycles; a real run has none
             _dora_collect_cycles()
         with warnings.catch_warnings():  # peft asks the deprecated is_gradient_checkpointing
             warnings.simplefilter("ignore", FutureWarning)
@@ -238,7 +239,6 @@ def _fakeify(model, fake_mode, device="cpu") -> None:
     """Replace every parameter and buffer by a FakeTensor of the same shape and dtype (4-bit weights:
     quantized under the fake mode; their quantization states' bytes in ``model._symvram_untracked``)."""
     model._symvram_untracked = 0
-    import sys
 
     bnb = sys.modules.get("bitsandbytes")  # imported by a 4-bit build only
     q4 = [m for m in model.modules() if isinstance(m, bnb.nn.Linear4bit)] if bnb is not None else []
@@ -253,22 +253,31 @@ def _fakeify(model, fake_mode, device="cpu") -> None:
 
 
 def _fakeify_plain(model, fake_mode, device="cpu") -> None:
-    memo: dict[int, tuple] = {}  # id(meta tensor) -> (meta tensor, fake); keeps tied weights tied
+    def fake(t):
+        with fake_mode:
+            return torch.empty(t.shape, dtype=t.dtype, device=device)
 
-    def fake_of(t, param: bool):
+    _replace_tensors(model, fake)
+
+
+def _replace_tensors(model, make) -> None:
+    """Every parameter and buffer replaced by ``make(meta tensor)``, once per tensor: tied weights stay tied
+    (``Module.to_empty`` would give each module its own copy of a shared parameter)."""
+    memo: dict[int, tuple] = {}  # id(meta tensor) -> (meta tensor, replacement)
+
+    def replacement(t, param: bool):
         if id(t) not in memo:
-            with fake_mode:
-                f = torch.empty(t.shape, dtype=t.dtype, device=device)
-            memo[id(t)] = (t, torch.nn.Parameter(f, requires_grad=t.requires_grad) if param else f)
+            new = make(t)
+            memo[id(t)] = (t, torch.nn.Parameter(new, requires_grad=t.requires_grad) if param else new)
         return memo[id(t)][1]
 
     for mod in model.modules():
         for name, p in list(mod._parameters.items()):
             if p is not None:
-                mod._parameters[name] = fake_of(p, True)
+                mod._parameters[name] = replacement(p, True)
         for name, b in list(mod._buffers.items()):
             if b is not None:
-                mod._buffers[name] = fake_of(b, False)
+                mod._buffers[name] = replacement(b, False)
 
 
 @contextlib.contextmanager
@@ -525,8 +534,6 @@ def _versions() -> dict:
     import transformers
 
     out = {"torch": torch.__version__, "transformers": transformers.__version__, "peft": peft.__version__}
-    import sys
-
     if "bitsandbytes" in sys.modules:  # imported only by a run that uses it
         out["bitsandbytes"] = sys.modules["bitsandbytes"].__version__
     return out
@@ -547,16 +554,35 @@ def _counts(model) -> tuple[int, int, list]:
     return trainable, total, tparams
 
 
+def _materialize(model, device: str) -> None:
+    """Real random parameters on ``device``; every 4-bit weight quantized there as bitsandbytes does when a
+    model is loaded (``Params4bit._quantize``: the 16-bit weight packed to NF4 with its quantization state,
+    the 16-bit copy freed)."""
+
+    bnb = sys.modules.get("bitsandbytes")  # imported by a 4-bit build only
+    q4 = [m for m in model.modules() if isinstance(m, bnb.nn.Linear4bit)] if bnb is not None else []
+    metas = {id(m): m._parameters.pop("weight") for m in q4}  # quantized below, not allocated in 16 bits
+
+    def random(t):
+        new = torch.empty(t.shape, dtype=t.dtype, device=device)
+        return new.normal_(0, 0.02) if new.is_floating_point() else new
+
+    with torch.no_grad():
+        _replace_tensors(model, random)
+        for m in q4:
+            meta = metas[id(m)]
+            w = torch.empty(meta.shape, dtype=meta.dtype, device=device).normal_(0, 0.02)
+            m.weight = bnb.nn.Params4bit(w, requires_grad=False, blocksize=64, compress_statistics=True,
+                                         quant_type="nf4", quant_storage=torch.uint8, module=m)._quantize(device)
+
+
 def prepare(spec: dict, fake_mode=None, device: str = "cpu"):
     """Build the model, optimizer and inputs (fake unless fake_mode is None)."""
     model = build_model(spec)
     if fake_mode is not None:
         _fakeify(model, fake_mode, device)
     else:
-        model.to_empty(device=device)
-        with torch.no_grad():
-            for p in model.parameters():
-                p.normal_(0, 0.02)
+        _materialize(model, device)
     trainable, total, tparams = _counts(model)
     optimizer = build_optimizer(spec, tparams, model)
     b, s, V = int(spec["batch"]), int(spec["seq"]), int(model.config.vocab_size)
@@ -648,24 +674,33 @@ def _result(spec, model, optimizer, trainable, total, peak, peak_phase, by_phase
 def _measure_cuda(spec: dict) -> dict:
     """Real tensors on a CUDA device; torch.cuda.max_memory_allocated() per phase.
 
-    Untested here (no GPU on the development machine).  The peak includes allocator rounding
-    (512-byte blocks) and cuBLAS/attention workspaces, and the GPU kernels differ from the CPU
-    ones that the fake path follows (e.g. flash/memory-efficient SDPA, fused dropout masks), so
-    it is a check of the estimator against a GPU, not a reproduction of the fake numbers.
+    Beyond what the fake path counts, the peak holds the allocator's rounding (512-byte blocks), the cuBLAS
+    workspaces (allocated at the first matmul of each thread, the forward's and autograd's, and kept by the
+    process) and the GPU kernels' own saved tensors (flash or cuDNN attention, fused dropout masks). Several
+    cases may run in one process: ``baseline_bytes`` is what was still allocated when this case began (the
+    workspaces of earlier cases, which a fresh process would allocate in its first step anyway: the peak
+    includes them either way) and ``persistent_bytes`` what stays after it is freed.
     """
+    import gc
+
     if not torch.cuda.is_available():
         raise RuntimeError("device 'cuda' asked for, but torch.cuda.is_available() is False")
     t0 = time.perf_counter()
     dev = torch.device("cuda")
+    gc.collect()
+    torch.cuda.empty_cache()
+    baseline = torch.cuda.memory_allocated(dev)
     model, optimizer, input_ids, labels, trainable, total = prepare(spec, None, "cuda")
     torch.cuda.synchronize()
     by_phase: dict[str, int] = {}
+    requested: dict[str, int] = {}  # the same peak without the allocator's rounding
     current = {"phase": None}
 
     def on_phase(name):
         torch.cuda.synchronize(dev)
         if current["phase"] is not None:
             by_phase[current["phase"]] = torch.cuda.max_memory_allocated(dev)
+            requested[current["phase"]] = torch.cuda.memory_stats(dev).get("requested_bytes.all.peak", 0)
         torch.cuda.reset_peak_memory_stats(dev)
         current["phase"] = name
 
@@ -673,6 +708,14 @@ def _measure_cuda(spec: dict) -> dict:
     on_phase(None)
     peak_phase = max(by_phase, key=by_phase.get)
     params = sum(p.numel() * p.element_size() for p in {id(p): p for p in model.parameters()}.values())
-    breakdown = {"params": params}
-    return _result(spec, model, optimizer, trainable, total, by_phase[peak_phase], peak_phase,
-                   by_phase, breakdown, time.perf_counter() - t0)
+    result = _result(spec, model, optimizer, trainable, total, by_phase[peak_phase], peak_phase,
+                     by_phase, {"params": params}, time.perf_counter() - t0)
+    del model, optimizer, input_ids, labels
+    bnb = sys.modules.get("bitsandbytes")
+    if bnb is not None:  # its process-wide manager keeps the modules it was told about (hf stack: embeddings)
+        bnb.optim.GlobalOptimManager.get_instance().initialize()
+    gc.collect()
+    torch.cuda.empty_cache()
+    result.update(tied_weights_kept=True, requested_peak_bytes=max(requested.values()), baseline_bytes=baseline,
+                  persistent_bytes=torch.cuda.memory_allocated(dev), gpu=torch.cuda.get_device_name(dev))
+    return result
