@@ -57,10 +57,15 @@ def explain_section(markdown: str, number: int) -> str:
 
 
 def accuracy_summary() -> str:
-    """The headline table of benchmarks/results/accuracy.md (written by benchmarks/accuracy.py)."""
+    """The headline table of benchmarks/results/accuracy.md (written by benchmarks/accuracy.py) and the
+    headline of the real-GPU check, benchmarks/results/accuracy_cuda.md (benchmarks/accuracy_cuda.py)."""
     text = (ROOT / "benchmarks" / "results" / "accuracy.md").read_text(encoding="utf-8")
     section = re.search(r"(?m)^## (All .*)\n\n((?:\|.*\n)+)", text)
-    return f"{section.group(1)}:\n\n{section.group(2).rstrip()}"
+    gpu = (ROOT / "benchmarks" / "results" / "accuracy_cuda.md").read_text(encoding="utf-8")
+    device = re.search(r"real tensors on one (.+?) \(", gpu).group(1)
+    headline = re.search(r"(?m)^\*\*(.*)\*\*$", gpu).group(1)
+    return (f"{section.group(1)}:\n\n{section.group(2).rstrip()}\n\nOn a real GPU ({device}, "
+            f"`torch.cuda.max_memory_allocated()` less the cuBLAS workspaces): {headline}")
 
 
 def cli_reference() -> str:
