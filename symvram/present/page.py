@@ -168,12 +168,39 @@ def _max_rank(sc: Scenario) -> int:
     return lo
 
 
-@cache
+# SymPy's LaTeX spaces its operators: outside braces and \left…\right they cut a formula into pieces whose
+# MathML, in one row, is latex2mathml's MathML of the whole
+_PIECES = re.compile(r"\\[{}]|\\left|\\right|[{}]| (?:[=+-]|\\cdot) ")
+_ROW = '<math display="inline"><mrow>', "</mrow></math>"
+_NAMESPACE = ' xmlns="http://www.w3.org/1998/Math/MathML"'   # inline HTML5 MathML needs none (the page names no URL)
+
+
 def _mathml(tex: str) -> str:
-    # inline HTML5 MathML needs no namespace (and the page names no URL at all)
-    return latex_to_mathml(tex).replace(' xmlns="http://www.w3.org/1998/Math/MathML"', "")
+    r"""latex2mathml's MathML of ``tex``, each top-level piece converted once (the page's formulas share most).
+
+    >>> tex = r"M/N = \frac{P \cdot \beta_{g}}{N} - \left\{L - 1\right\} \cdot x^{2}"
+    >>> _mathml(tex) == latex_to_mathml(tex).replace(_NAMESPACE, "")
+    True
+    """
+    depth, start, row = 0, 0, []
+    for m in _PIECES.finditer(tex):
+        token = m.group()
+        if token in ("{", r"\left"):
+            depth += 1
+        elif token in ("}", r"\right"):
+            depth -= 1
+        elif depth == 0 and token[0] == " ":
+            row += [_piece(tex[start:m.start()]), _piece(token.strip())]
+            start = m.end()
+    return _ROW[0] + "".join(row) + _piece(tex[start:]) + _ROW[1]
 
 
+@cache
+def _piece(tex: str) -> str:
+    whole = latex_to_mathml(tex).replace(_NAMESPACE, "")
+    if not (whole.startswith(_ROW[0]) and whole.endswith(_ROW[1])):
+        raise AssertionError(f"latex2mathml wrapped {tex!r} otherwise: {whole[:80]}")
+    return whole[len(_ROW[0]):-len(_ROW[1])]
 
 
 class _Interner:
