@@ -24,7 +24,7 @@ from __future__ import annotations
 import itertools
 import json
 import re
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 from functools import cache
 from importlib import resources
 
@@ -310,8 +310,8 @@ def page_data(sc: Scenario, gpu: str | None = None, units: str = "GiB") -> tuple
     # Split the Structure: fields the recipe decides (per method) and the rest, which the shape decides.
     recipe_fields: dict[str, set[str]] = {}
     for m in METHODS:
-        recipe_structs = [asdict(r.structure) for r in recipe_rows if not isinstance(r, str) and r.method == m]
-        shape_structs = [asdict(r.structure) for r in shape_rows if not isinstance(r, str) and r.method == m]
+        recipe_structs = [vars(r.structure) for r in recipe_rows if not isinstance(r, str) and r.method == m]
+        shape_structs = [vars(r.structure) for r in shape_rows if not isinstance(r, str) and r.method == m]
         recipe_fields[m] = _varying(recipe_structs)
         clash = recipe_fields[m] & _varying(shape_structs)
         if clash:
@@ -371,7 +371,7 @@ def page_data(sc: Scenario, gpu: str | None = None, units: str = "GiB") -> tuple
             structures.append([
                 [lists(tuple(i for i, t in zip(terms, led.terms) if t.block == b)) for b in blocks],
                 lists(tuple(moment_ids((m.key, m.label, m.terms)) for m in led.moments)),
-                lists(tuple(def_ids((str(symbol), fns(expr))) for symbol, expr in led.definitions)),
+                lists(tuple(def_ids((symbol.name, fns(expr))) for symbol, expr in led.definitions)),
                 fns(time_expr(s)),   # seconds per step (symvram.timing's roofline), card figures as symbols
             ])
             pairs[f"{s_id},{r_id}"] = len(structures) - 1
