@@ -24,7 +24,7 @@ from __future__ import annotations
 import itertools
 import json
 import re
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 from functools import cache
 from importlib import resources
 
@@ -168,12 +168,39 @@ def _max_rank(sc: Scenario) -> int:
     return lo
 
 
-@cache
+# SymPy's LaTeX spaces its operators: outside braces and \left…\right they cut a formula into pieces whose
+# MathML, in one row, is latex2mathml's MathML of the whole
+_PIECES = re.compile(r"\\[{}]|\\left|\\right|[{}]| (?:[=+-]|\\cdot) ")
+_ROW = '<math display="inline"><mrow>', "</mrow></math>"
+_NAMESPACE = ' xmlns="http://www.w3.org/1998/Math/MathML"'   # inline HTML5 MathML needs none (the page names no URL)
+
+
 def _mathml(tex: str) -> str:
-    # inline HTML5 MathML needs no namespace (and the page names no URL at all)
-    return latex_to_mathml(tex).replace(' xmlns="http://www.w3.org/1998/Math/MathML"', "")
+    r"""latex2mathml's MathML of ``tex``, each top-level piece converted once (the page's formulas share most).
+
+    >>> tex = r"M/N = \frac{P \cdot \beta_{g}}{N} - \left\{L - 1\right\} \cdot x^{2}"
+    >>> _mathml(tex) == latex_to_mathml(tex).replace(_NAMESPACE, "")
+    True
+    """
+    depth, start, row = 0, 0, []
+    for m in _PIECES.finditer(tex):
+        token = m.group()
+        if token in ("{", r"\left"):
+            depth += 1
+        elif token in ("}", r"\right"):
+            depth -= 1
+        elif depth == 0 and token[0] == " ":
+            row += [_piece(tex[start:m.start()]), _piece(token.strip())]
+            start = m.end()
+    return _ROW[0] + "".join(row) + _piece(tex[start:]) + _ROW[1]
 
 
+@cache
+def _piece(tex: str) -> str:
+    whole = latex_to_mathml(tex).replace(_NAMESPACE, "")
+    if not (whole.startswith(_ROW[0]) and whole.endswith(_ROW[1])):
+        raise AssertionError(f"latex2mathml wrapped {tex!r} otherwise: {whole[:80]}")
+    return whole[len(_ROW[0]):-len(_ROW[1])]
 
 
 class _Interner:
@@ -215,6 +242,20 @@ class _JavaScript(_Once, JavascriptCodePrinter):
     True
     """
 
+    def __init__(self):
+        super().__init__()
+        self._names: dict[sp.Basic, frozenset[str]] = {}
+
+    def _handle_UnevaluatedExpr(self, expr):
+        return expr   # CodePrinter rewrites re(…) of an UnevaluatedExpr, walking the whole tree: the ledger has none
+
+    def names(self, expr) -> frozenset[str]:
+        """The names of ``expr``'s free symbols, each shared subexpression's found once."""
+        if expr not in self._names:
+            self._names[expr] = (frozenset(s.name for s in expr.free_symbols) if not expr.args
+                                 else frozenset().union(*map(self.names, expr.args)))
+        return self._names[expr]
+
 
 class _Latex(_Once, LatexPrinter):
     """``symbols.latex``'s printer (the registry's names, a centred dot).
@@ -230,7 +271,7 @@ class _Latex(_Once, LatexPrinter):
 
 
 def _js_function(expr, printer: _JavaScript) -> str:
-    names = sorted(str(s) for s in expr.free_symbols)
+    names = sorted(printer.names(expr))
     bad = [n for n in names if not _IDENTIFIER.match(n)]
     if bad:
         raise AssertionError(f"symbol names {bad} are not JavaScript identifiers")
@@ -269,8 +310,8 @@ def page_data(sc: Scenario, gpu: str | None = None, units: str = "GiB") -> tuple
     # Split the Structure: fields the recipe decides (per method) and the rest, which the shape decides.
     recipe_fields: dict[str, set[str]] = {}
     for m in METHODS:
-        recipe_structs = [asdict(r.structure) for r in recipe_rows if not isinstance(r, str) and r.method == m]
-        shape_structs = [asdict(r.structure) for r in shape_rows if not isinstance(r, str) and r.method == m]
+        recipe_structs = [vars(r.structure) for r in recipe_rows if not isinstance(r, str) and r.method == m]
+        shape_structs = [vars(r.structure) for r in shape_rows if not isinstance(r, str) and r.method == m]
         recipe_fields[m] = _varying(recipe_structs)
         clash = recipe_fields[m] & _varying(shape_structs)
         if clash:
@@ -330,7 +371,7 @@ def page_data(sc: Scenario, gpu: str | None = None, units: str = "GiB") -> tuple
             structures.append([
                 [lists(tuple(i for i, t in zip(terms, led.terms) if t.block == b)) for b in blocks],
                 lists(tuple(moment_ids((m.key, m.label, m.terms)) for m in led.moments)),
-                lists(tuple(def_ids((str(symbol), fns(expr))) for symbol, expr in led.definitions)),
+                lists(tuple(def_ids((symbol.name, fns(expr))) for symbol, expr in led.definitions)),
                 fns(time_expr(s)),   # seconds per step (symvram.timing's roofline), card figures as symbols
             ])
             pairs[f"{s_id},{r_id}"] = len(structures) - 1
