@@ -562,6 +562,8 @@ def _materialize(model, device: str) -> None:
     bnb = sys.modules.get("bitsandbytes")  # imported by a 4-bit build only
     q4 = [m for m in model.modules() if isinstance(m, bnb.nn.Linear4bit)] if bnb is not None else []
     metas = {id(m): m._parameters.pop("weight") for m in q4}  # quantized below, not allocated in 16 bits
+    if q4 and getattr(bnb.functional.name2qmap.get("dynamic"), "fake_mode", None) is not None:
+        del bnb.functional.name2qmap["dynamic"]  # a fake measurement's map: bitsandbytes builds a real one again
 
     def random(t):
         new = torch.empty(t.shape, dtype=t.dtype, device=device)
