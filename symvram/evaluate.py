@@ -89,6 +89,22 @@ class _Source:
     def __init__(self):
         self.names: dict[sp.Symbol, str] = {}
         self.texts: dict[sp.Basic, str] = {}
+        self.symbols: dict[sp.Basic, frozenset] = {}
+
+    def free(self, e: sp.Basic) -> frozenset:
+        """``e.free_symbols``, remembered for every subexpression (SymPy walks the whole tree on each ask)."""
+        out = self.symbols.get(e)
+        if out is None:
+            if e.is_Symbol:
+                out = frozenset((e,))
+            elif isinstance(e, _PLAIN):   # no bound variables: the union of the arguments' symbols
+                out = frozenset().union(*map(self.free, e.args))
+            else:
+                out = frozenset(e.free_symbols)
+            if len(self.symbols) > 100_000:
+                self.symbols.clear()
+            self.symbols[e] = out
+        return out
 
     def name(self, s: sp.Symbol) -> str:
         if s not in self.names:
@@ -138,6 +154,7 @@ class _Source:
         raise _NotRational(f"no exact Python form for {type(e).__name__}: {e}")
 
 
+_PLAIN = (sp.Number, sp.Add, sp.Mul, sp.Pow, at_least, *_CALLS)   # what the ledgers are built of
 _SOURCE = _Source()
 
 
@@ -161,9 +178,8 @@ def exact_function(definitions: tuple[tuple[sp.Symbol, sp.Expr], ...], exprs: tu
     (Fraction(2000, 3), 4, log(2))
     """
     defined = [s for s, _ in definitions]
-    leaves = sorted(set().union(*(e.free_symbols for e in (*exprs, *(d for _, d in definitions)))) - set(defined),
-                    key=_name)
     src = _SOURCE
+    leaves = sorted(set().union(*map(src.free, (*exprs, *(d for _, d in definitions)))) - set(defined), key=_name)
     outputs, symbolic = [], []
     for i, e in enumerate(exprs):
         try:
