@@ -73,20 +73,59 @@ _CALLS = {sp.Max: "max", sp.Min: "min", ceil_div: "_ceil_div", pow2_ceil: "_pow2
           sp.floor: "_floor", sp.Heaviside: "_heaviside"}
 
 
+def _name(s: sp.Symbol) -> str:
+    """The symbol's name (its text: ``str`` of a plain Symbol, without running SymPy's printer)."""
+    return s.name if type(s) is sp.Symbol else str(s)
+
+
 class _Source:
     """Python source of SymPy expressions with exact arithmetic: rationals and divisions through ``_div``
-    (an int when it divides, else a Fraction), the ledger's own functions by their integer definitions."""
+    (an int when it divides, else a Fraction), the ledger's own functions by their integer definitions.
 
-    def __init__(self, names: dict[sp.Symbol, str]):
-        self.names = names
+    One instance for the process: every symbol has one variable name (``x0``, ``x1`` … in the order first
+    met) in every compiled function, so the text of an expression is the same in each and is written once
+    (the ledgers of a plan or a document share most of their subexpressions)."""
+
+    def __init__(self):
+        self.names: dict[sp.Symbol, str] = {}
+        self.texts: dict[sp.Basic, str] = {}
+        self.symbols: dict[sp.Basic, frozenset] = {}
+
+    def free(self, e: sp.Basic) -> frozenset:
+        """``e.free_symbols``, remembered for every subexpression (SymPy walks the whole tree on each ask)."""
+        out = self.symbols.get(e)
+        if out is None:
+            if e.is_Symbol:
+                out = frozenset((e,))
+            elif isinstance(e, _PLAIN):   # no bound variables: the union of the arguments' symbols
+                out = frozenset().union(*map(self.free, e.args))
+            else:
+                out = frozenset(e.free_symbols)
+            if len(self.symbols) > 100_000:
+                self.symbols.clear()
+            self.symbols[e] = out
+        return out
+
+    def name(self, s: sp.Symbol) -> str:
+        if s not in self.names:
+            self.names[s] = f"x{len(self.names)}"
+        return self.names[s]
 
     def __call__(self, e: sp.Expr) -> str:
+        text = self.texts.get(e)
+        if text is None:
+            if len(self.texts) > 100_000:   # a long session: bounded, not a growing store
+                self.texts.clear()
+            text = self.texts[e] = self._text(e)
+        return text
+
+    def _text(self, e: sp.Expr) -> str:
         if e.is_Integer:
             return str(e.p) if e.p >= 0 else f"({e.p})"
         if e.is_Rational:
             return f"Fraction({e.p}, {e.q})"
         if e.is_Symbol:
-            return self.names[e]
+            return self.name(e)
         if e.is_Add:
             return "(" + " + ".join(self(a) for a in e.args) + ")"
         if e.is_Mul:
@@ -115,6 +154,10 @@ class _Source:
         raise _NotRational(f"no exact Python form for {type(e).__name__}: {e}")
 
 
+_PLAIN = (sp.Number, sp.Add, sp.Mul, sp.Pow, at_least, *_CALLS)   # what the ledgers are built of
+_SOURCE = _Source()
+
+
 def _sympy_numbers(definitions, values: dict) -> dict[sp.Symbol, sp.Number]:
     subs = {SYMBOLS[n].symbol: _exact(v) for n, v in values.items()}
     for symbol, definition in definitions:
@@ -135,10 +178,8 @@ def exact_function(definitions: tuple[tuple[sp.Symbol, sp.Expr], ...], exprs: tu
     (Fraction(2000, 3), 4, log(2))
     """
     defined = [s for s, _ in definitions]
-    leaves = sorted(set().union(*(e.free_symbols for e in (*exprs, *(d for _, d in definitions)))) - set(defined),
-                    key=str)
-    names = {s: f"x{i}" for i, s in enumerate(leaves + defined)}
-    src = _Source(names)
+    src = _SOURCE
+    leaves = sorted(set().union(*map(src.free, (*exprs, *(d for _, d in definitions)))) - set(defined), key=_name)
     outputs, symbolic = [], []
     for i, e in enumerate(exprs):
         try:
@@ -146,8 +187,8 @@ def exact_function(definitions: tuple[tuple[sp.Symbol, sp.Expr], ...], exprs: tu
         except _NotRational:
             outputs.append("None")
             symbolic.append(i)
-    lines = [f"    {names[s]} = _number(v[{str(s)!r}])" for s in leaves]
-    lines += [f"    {names[s]} = {src(d)}" for s, d in definitions]
+    lines = [f"    {src.name(s)} = _number(v[{_name(s)!r}])" for s in leaves]
+    lines += [f"    {src.name(s)} = {src(d)}" for s, d in definitions]
     lines.append("    return (" + "".join(f"{o}, " for o in outputs) + ")")
     namespace = dict(_RUNTIME)
     exec(compile("def f(v):\n" + "\n".join(lines) + "\n", "<symvram exact_function>", "exec"), namespace)

@@ -37,6 +37,21 @@ def _no_debug(monkeypatch):
     monkeypatch.delenv("SYMVRAM_DEBUG", raising=False)
 
 
+def test_only_a_one_shot_process_pauses_the_collector():
+    """``main`` (tests, scripts) leaves the garbage collector alone; ``entry`` (the console script, ``python -m
+    symvram``) imports with it paused, then freezes the imported objects and resumes it."""
+    import gc
+
+    from symvram.cli import imports_frozen
+
+    with imports_frozen():
+        assert gc.isenabled()
+    code = ("import gc, sys; from symvram.cli import entry; sys.argv[1:] = ['estimate', '7b', '--format', 'json']; "
+            "rc = entry(); print(rc, gc.isenabled(), gc.get_freeze_count() > 10000, file=sys.stderr)")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert p.stderr.split() == ["0", "True", "True"] and json.loads(p.stdout)["full"]
+
+
 @pytest.mark.parametrize("argv", [  # an argparse error and an engine error (it overflowed a float once)
     ["estimate", "7b", "--batch", "0"],
     ["estimate", "7b", "--set", "bytes_state=1e308"],

@@ -8,9 +8,11 @@ own libraries alone.
 from __future__ import annotations
 
 import argparse
+import gc
 import importlib
 import os
 import sys
+from contextlib import contextmanager
 
 from ..errors import UserError
 
@@ -51,6 +53,35 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     return parser
 
 
+_ONE_SHOT = False   # set by entry(): this process runs one command, then exits
+
+
+def entry() -> int:
+    """``symvram`` and ``python -m symvram``: ``main`` in a process that runs one command and exits, its
+    imports made through ``imports_frozen``. ``main`` itself (tests, scripts) leaves the collector alone."""
+    global _ONE_SHOT
+    _ONE_SHOT = True
+    return main()
+
+
+@contextmanager
+def imports_frozen():
+    """Around a one-shot command's imports (its module and SymPy when the parser is built, matplotlib when
+    ``plot`` draws): the cyclic garbage collector paused (SymPy's import alone makes it run about 130
+    times, once over every object), then the imported objects, which live until the process ends, frozen
+    (``gc.freeze``): no later collection traverses them again, the one at interpreter exit included.
+    Collection resumes for the command's own work. Outside ``entry``: nothing."""
+    if not _ONE_SHOT:
+        yield
+        return
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.freeze()
+        gc.enable()
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in argv or os.environ.get("SYMVRAM_DEBUG") == "1"
@@ -61,7 +92,8 @@ def main(argv: list[str] | None = None) -> int:
             from ..present import tables
 
             tables.WIDTH, width_before = 0, tables.WIDTH
-        parser = build_parser(_command_of(argv))
+        with imports_frozen():
+            parser = build_parser(_command_of(argv))
         args = parser.parse_args(argv)
         if not getattr(args, "func", None):
             raise UserError(f"no command given; choose one of {', '.join(COMMANDS)} (symvram --help explains each)")

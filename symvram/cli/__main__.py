@@ -1,5 +1,5 @@
 import sys
 
-from . import main
+from . import entry
 
-sys.exit(main())
+sys.exit(entry())

@@ -66,9 +66,13 @@ def run(args) -> int:
     suffix = Path(args.output).suffix.lower().lstrip(".")
     if suffix not in FORMATS:
         raise UserError(f"-o {args.output}: the suffix chooses the format; use .png, .svg or .pdf")
-    import matplotlib
+    from . import imports_frozen
 
-    matplotlib.use("Agg")  # the CLI draws to files only; a library import never chooses the backend
+    with imports_frozen():
+        import matplotlib
+
+        matplotlib.use("Agg")  # the CLI draws to files only; a library import never chooses the backend
+        from ..present import plots  # noqa: F401  (matplotlib's figure, imported here rather than in api.plot)
     fig = figure(args)
     buf = io.BytesIO()
     fig.savefig(buf, format=suffix, dpi=150)

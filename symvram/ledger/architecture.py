@@ -15,6 +15,7 @@ head_dim*kv_heads
 """
 from __future__ import annotations
 
+import re
 import tomllib
 from dataclasses import dataclass
 from functools import cache, cached_property
@@ -35,11 +36,31 @@ ACTIVATIONS = ("silu", "gelu_tanh")
 NORM_KINDS = ("rms", "gemma_rms", "rms_fp32_weight")
 
 
+_PRODUCT = re.compile(r"\w+(?:[*/]\w+)*")   # names and integers joined by * and /: most shape expressions
+_INTEGER = re.compile(r"0|[1-9][0-9]*")
+
+
 @cache
 def expr(text: str | int) -> sp.Expr:
-    """A shape expression over registry symbols: ``"kv_heads*head_dim"`` → kv_heads·head_dim."""
+    """A shape expression over registry symbols: ``"kv_heads*head_dim"`` → kv_heads·head_dim.
+
+    A product or quotient of registry names and integers is evaluated left to right as Python with SymPy
+    numbers (what ``sympify`` makes of it, without its parser); anything else goes through ``sympify``.
+
+    >>> local = {n: d.symbol for n, d in SYMBOLS.items()}
+    >>> all(expr(t) == sp.sympify(t, locals=local, rational=True) for t in ("hidden/heads", "2*intermediate", "3/2"))
+    True
+    """
     if isinstance(text, int):
         return sp.Integer(text)
+    if _PRODUCT.fullmatch(text):
+        parts = re.split(r"[*/]", text)
+        if all(n in SYMBOLS or _INTEGER.fullmatch(n) for n in parts):
+            values = [SYMBOLS[n].symbol if n in SYMBOLS else sp.Integer(int(n)) for n in parts]
+            out = values[0]
+            for op, v in zip(re.findall(r"[*/]", text), values[1:]):
+                out = out * v if op == "*" else out / v
+            return out
     return sp.sympify(text, locals={n: d.symbol for n, d in SYMBOLS.items()}, rational=True)
 
 
@@ -187,7 +208,9 @@ class Family:
 
 # --- the data entries ----------------------------------------------------------------------------
 
+@cache
 def _read(name: str) -> dict:
+    """The entry as written, parsed once (every family that extends llama reads it again); not to be changed."""
     path = resources.files("symvram.data").joinpath("families", f"{name}.toml")
     if not path.is_file():
         raise UserError(f"no model family {name!r}; known: {', '.join(family_names())}")
@@ -199,8 +222,9 @@ def _resolved(name: str, seen: tuple[str, ...] = ()) -> dict:
     if name in seen:
         raise ValueError(f"families: 'extends' cycle {' -> '.join(seen + (name,))}")
     entry = _read(name)
-    parent = entry.pop("extends", None)
-    return {**_resolved(parent, seen + (name,)), **entry} if parent else entry
+    parent = entry.get("extends")
+    own = {k: v for k, v in entry.items() if k != "extends"}
+    return {**_resolved(parent, seen + (name,)), **own} if parent else own
 
 
 def _linears(table: dict, where: str, count: str | int = 1) -> tuple[Linear, ...]:

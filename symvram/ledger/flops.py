@@ -140,6 +140,12 @@ def _layer(s_: Structure, first: bool) -> dict[str, sp.Expr]:
     return out
 
 
+def _per_layer(layers: tuple[dict, dict], key: str) -> sp.Expr:
+    """L layers: (L − 1) later ones and the first (``layers``: ``_layer``'s two), which may differ under LoRA."""
+    later, first = layers[0][key], layers[1][key]
+    return sp.expand((L - 1) * later + first) if later != first else L * later
+
+
 # the only fields the FLOPs ledger reads: structures that differ elsewhere (dtypes, optimizer, ZeRO) share it
 FLOPS_FIELDS = ("method", "family", "targets", "attention", "grad_checkpointing", "tensor_parallel")
 
@@ -153,39 +159,34 @@ def build_flops(s_: Structure) -> FlopsLedger:
 def _build_flops(s_: Structure) -> FlopsLedger:
     lm_head = 2 * T * h * V
     split = 1 / t if s_.tensor_parallel else sp.Integer(1)   # Megatron: every matmul split t ways (vocab too)
-    later, first = _layer(s_, False), _layer(s_, True)   # each built once per ledger
-
-    def per_layer(key: str) -> sp.Expr:
-        """L layers: (L − 1) later ones and the first, which may differ under LoRA."""
-        return sp.expand((L - 1) * later[key] + first[key]) if later[key] != first[key] else L * later[key]
-
+    layers = (_layer(s_, False), _layer(s_, True))   # a later layer's and the first's, built once for every term
     terms = [
-        Term("fwd_layers", "forward", per_layer("forward"), r"F_{\mathrm{lin}}",
+        Term("fwd_layers", "forward", _per_layer(layers, "forward"), r"F_{\mathrm{lin}}",
              "2·T·d_in·d_out per projection of every layer (a routed expert: T·k_E tokens)", COUNTER),
-        Term("fwd_attention", "forward", per_layer("attention_forward"), r"F_{\mathrm{attn}}",
+        Term("fwd_attention", "forward", _per_layer(layers, "attention_forward"), r"F_{\mathrm{attn}}",
              "QKᵀ and AV per head over the full s×s scores (causal masking not discounted)", COUNTER),
         Term("fwd_lm_head", "forward", lm_head, r"F_{\mathrm{head}}", "the lm_head: 2·T·h·V", COUNTER),
     ]
     if s_.lora:
-        terms.append(Term("fwd_lora", "forward", per_layer("lora_forward"), r"F_{\mathrm{LoRA}}",
+        terms.append(Term("fwd_lora", "forward", _per_layer(layers, "lora_forward"), r"F_{\mathrm{LoRA}}",
                           "the adapters: 2·T·r·(d_in + d_out) per target (a parameter target: its B·A delta)", PEFT))
     terms += [
-        Term("bwd_input_grads", "backward", per_layer("input_grad") + lm_head, r"F_{\nabla x}",
+        Term("bwd_input_grads", "backward", _per_layer(layers, "input_grad") + lm_head, r"F_{\nabla x}",
              "an input gradient for every projection whose input needs one, and the lm_head's", COUNTER),
-        Term("bwd_attention", "backward", per_layer("attention_backward"), r"F_{\nabla\mathrm{attn}}",
+        Term("bwd_attention", "backward", _per_layer(layers, "attention_backward"), r"F_{\nabla\mathrm{attn}}",
              "SDPA's backward recomputes the scores (5 matmuls); eager: one per operand needing a gradient",
              COUNTER),
     ]
-    weight_grads = per_layer("weight_grad") + (lm_head if s_.method == "full" else 0)
+    weight_grads = _per_layer(layers, "weight_grad") + (lm_head if s_.method == "full" else 0)
     if weight_grads != 0:
         terms.append(Term("bwd_weight_grads", "backward", weight_grads, r"F_{\nabla W}",
                           "a weight gradient for every trainable weight (none for LoRA's frozen base)", COUNTER))
     if s_.lora:
-        terms.append(Term("bwd_lora", "backward", per_layer("lora_backward"), r"F_{\nabla\mathrm{LoRA}}",
+        terms.append(Term("bwd_lora", "backward", _per_layer(layers, "lora_backward"), r"F_{\nabla\mathrm{LoRA}}",
                           "the adapters' weight gradients and the gradient through them", PEFT))
     if s_.grad_checkpointing:
-        recompute = (per_layer("forward") + per_layer("attention_forward")
-                     + (per_layer("lora_forward") if s_.lora else 0) - L * later["recompute_skipped"])
+        recompute = (_per_layer(layers, "forward") + _per_layer(layers, "attention_forward")
+                     + (_per_layer(layers, "lora_forward") if s_.lora else 0) - L * layers[0]["recompute_skipped"])
         terms.append(Term("recompute_layers", "recompute", recompute, r"F_{\mathrm{rec}}",
                           "checkpointing reruns every layer's forward in backward, stopping after the last saved "
                           "tensor (the down projection's product is skipped when nothing saves it)",

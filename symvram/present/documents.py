@@ -147,20 +147,36 @@ def per_param(bd: Breakdown) -> dict:
     ([('weights', 2), ('grads', 2), ('master', 4), ('optimizer_states', 8)], 16.0)
     """
     subs, led = _subs(bd), bd.ledger
+    coefficients = _per_param_coefficients(bd)
+    rows = [{"key": key, "label": led.by_key[key].label, "latex": latex(coefficient),
+             "bytes": int(value_of(coefficient, subs))} for key, coefficient in coefficients]
+    total = sp.Add(*(c for _, c in coefficients))
+    return {"rows": rows, "total": derive(r"\beta_{\mathrm{param}}", total, subs, r"B/param")}
+
+
+def _per_param_coefficients(bd: Breakdown) -> list[tuple[str, sp.Expr]]:
+    """(term key, its derivative with respect to the count it scales with) for ``per_param``."""
+    led = bd.ledger
     per = {"weights": sym("P"), "adapters": sym("P_lora"), "grads": sym("P_train"), "master": sym("P_train"),
            "optimizer_states": sym("P_train")}
-    rows, coefficients = [], []
+    out = []
     for key, count in per.items():
         if key not in led.by_key or (key == "weights" and bd.scenario.lora):
             continue
         coefficient = sp.diff(led.by_key[key].expr, count)
         if coefficient == 0:   # not linear in the count (Adafactor's factored states)
             continue
-        coefficients.append(coefficient)
-        rows.append({"key": key, "label": led.by_key[key].label, "latex": latex(coefficient),
-                     "bytes": int(value_of(coefficient, subs))})
-    total = sp.Add(*coefficients)
-    return {"rows": rows, "total": derive(r"\beta_{\mathrm{param}}", total, subs, r"B/param")}
+        out.append((key, coefficient))
+    return out
+
+
+def per_param_value(bd: Breakdown) -> float:
+    """``per_param(bd)["total"].value`` without its formulas printed (the comparison table's column).
+
+    >>> per_param_value(evaluate(Scenario.create("7b", method="full", master="fp32")))
+    16.0
+    """
+    return float(value_of(sp.Add(*(c for _, c in _per_param_coefficients(bd))), _subs(bd)))
 
 
 def lora_table(bd: Breakdown) -> dict:
@@ -252,7 +268,7 @@ def comparison(sc: Scenario, capacity: int) -> list[dict]:
         ckpt = evaluate(other.with_changes(grad_checkpointing=True))
         rows.append({"key": key, "refused": None, "blocks": bd.blocks, "total": bd.ledger_total, "peak": bd.peak,
                      "params": parameter_side(bd), "step_temp": bd.terms.get("optimizer_temp", 0),
-                     "per_param": per_param(bd)["total"].value, "P_train": bd.derived["P_train"],
+                     "per_param": per_param_value(bd), "P_train": bd.derived["P_train"],
                      "fits": bd.peak <= capacity, "moment": _label(bd),
                      "peak_ckpt": ckpt.peak, "fits_ckpt": ckpt.peak <= capacity,
                      "peak_fused": evaluate(other.with_changes(optimizer_impl="fused")).peak
@@ -276,10 +292,11 @@ def card_sizes(card) -> dict:
             "nominal_bytes": int(m.group(1)) * 2**30 if m else None}
 
 
-def headline(sc: Scenario, budget: int) -> dict:
+def headline(sc: Scenario, budget: int, compared: list[dict] | None = None) -> dict:
     """The short answer in the question's units: each recipe's parameter side (weights, gradients,
-    optimizer states, master: the interview arithmetic), its peak, and whether it fits the budget."""
-    rows = {r["key"]: r for r in comparison(sc, budget) if not r["refused"]}
+    optimizer states, master: the interview arithmetic), its peak, and whether it fits the budget
+    (``compared``: ``comparison(sc, budget)``, when the caller has it already)."""
+    rows = {r["key"]: r for r in (comparison(sc, budget) if compared is None else compared) if not r["refused"]}
     return {"rows": rows, "P": evaluate(sc).derived["P"]}
 
 
@@ -409,13 +426,14 @@ def explain_context(sc: Scenario, gpu: str = "a100-80g", other: str | None = Non
     other_sc = same_settings(sc, other)
     triage = diagnose(sc, card)
     budget = triage.budget
+    compared, other_compared = comparison(sc, budget), comparison(other_sc, budget)   # each also the headline's
     return {
         "sc": sc, "model": sc.model, "units": units, "gpu": card, "capacity": card.usable_bytes, "budget": budget,
         "headroom": triage.headroom, "card_sizes": card_sizes(card), "ledger": bd.ledger,
         "P": bd.derived["P"], "P_train": bd.derived["P_train"],
         "peak": bd.peak, "peak_moment": next(m for m in bd.ledger.moments if m.key == bd.peak_moment),
         "ledger_total": bd.ledger_total, "blocks": blocks(bd, units), "per_param": per_param(bd),
-        "headline": headline(sc, budget), "timeline": timeline(bd), "part_names": PART_NAMES, "parts": PARTS,
+        "headline": headline(sc, budget, compared), "timeline": timeline(bd), "part_names": PART_NAMES, "parts": PARTS,
         "full12": per_param(evaluate(full["full12"])), "full16": per_param(evaluate(full["full16"])),
         "fp16_refusal": fp16 if isinstance(fp16, str) else None,
         "lora": lora_table(lora_bd),
@@ -423,9 +441,10 @@ def explain_context(sc: Scenario, gpu: str = "a100-80g", other: str | None = Non
         "alt_rank": alt_rank, "alt_P_lora": alt.derived["P_lora"], "alt_trainable": alt.blocks["trainable"],
         "alt_lora": lora_table(alt),
         "activations": activations(sc, units),
-        "comparison": comparison(sc, budget),
-        "other": {"model": other_sc.model, "P": evaluate(other_sc).derived["P"], "headline": headline(other_sc, budget),
-                  "comparison": comparison(other_sc, budget), "plan": scale_plan(other_sc, card)},
+        "comparison": compared,
+        "other": {"model": other_sc.model, "P": evaluate(other_sc).derived["P"],
+                  "headline": headline(other_sc, budget, other_compared), "comparison": other_compared,
+                  "plan": scale_plan(other_sc, card)},
         "levers": levers(sc), "triage": triage,
         "figures": {"comparison": lambda: _plots().breakdown(
                         [(key, evaluate(sc.with_changes(**changes))) for key, changes in RECIPES

@@ -75,10 +75,11 @@ def _per_gpu(sc: Scenario) -> str:
 
 def _titles(fig, ax, title: str, sc: Scenario) -> None:
     """The question as the figure's title, the setup as the axes' subtitle; the subtitle and the x label
-    are wrapped to the axes' width once the layout is known, so that no text runs off the figure."""
+    are wrapped to the axes' width once the layout is known, so that no text runs off the figure. Only the
+    layout is run for that (the widths are of the axes and of the texts), not a draw of every artist."""
     fig.suptitle(textwrap.fill(title, int(fig.get_figwidth() * 11)))
     ax.set_title(subtitle(sc), fontsize="small")
-    fig.draw_without_rendering()
+    fig.get_layout_engine().execute(fig)
     room = ax.get_window_extent().width
     for text in (ax.title, ax.xaxis.label):
         lines = text.get_text().split("\n")
