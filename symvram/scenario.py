@@ -17,7 +17,7 @@ from .errors import UserError, did_you_mean
 from .ledger.architecture import Family, family
 from .ledger.structure import Structure
 from .presets import MAX_DIM, ModelSpec, load_model
-from .stacks import STACK_EXTRAS, STACK_SETTINGS, check_stack, concrete, resolve, stacks
+from .stacks import STACK_EXTRAS, STACK_SETTINGS, check_stack, concrete, resolve, runs_trainer, stacks
 from .symbols import SYMBOLS
 
 METHODS = ("full", "lora", "qlora")
@@ -30,7 +30,7 @@ ATTENTIONS = ("sdpa", "eager")
 DEVICES = ("cuda", "cpu")
 CHECKPOINT_IMPLS = ("non-reentrant", "reentrant")
 KBIT_PREPS = ("peft", "none")
-LOSS_IMPLS = ("torch", "chunked", "liger", "cce")
+LOSS_IMPLS = ("torch", "chunked", "liger", "cce", "trl")
 OFFLOADS = ("none", "optimizer", "optimizer+params")
 MAX_SEQ = 10_000_000
 MAX_BATCH = 1_000_000
@@ -346,7 +346,7 @@ class Scenario:
             method=self.method, nominal=self.model.params is not None, family=self.model.family,
             tied=self.model.tied, options=self.model.options, targets=self.targets if self.lora else (),
             master=self.master == "fp32", optimizer=self.optimizer, optimizer_impl=self.optimizer_impl,
-            embed_states_fp32=self.optimizer in BNB_OPTIMIZERS and self.stack == "hf"
+            embed_states_fp32=self.optimizer in BNB_OPTIMIZERS and runs_trainer(self.stack)
             and (not self.lora or "embed_tokens" in self.modules_to_save),
             param_states=bool(self.modules_to_save) and self.states_follow_param,
             compute_fp32=self.compute_dtype == "fp32",

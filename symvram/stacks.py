@@ -35,6 +35,16 @@ def stacks() -> dict[str, dict]:
     return tomllib.loads(resources.files("symvram.data").joinpath("stacks.toml").read_text(encoding="utf-8"))
 
 
+def runs_trainer(name: str) -> bool:
+    """Whether transformers' Trainer runs the stack's loop (``trainer = true``: what the Trainer itself does, such as
+    32-bit states for every nn.Embedding under a bitsandbytes 8-bit optimizer).
+
+    >>> runs_trainer("hf"), runs_trainer("trl"), runs_trainer("torch")
+    (True, True, False)
+    """
+    return bool(stacks().get(name, {}).get("trainer"))
+
+
 def stack_names() -> tuple[str, ...]:
     return tuple(stacks())
 

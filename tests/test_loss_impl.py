@@ -54,3 +54,33 @@ def test_chunked_estimate_against_the_measured_peak(settings):
     assert measured["peak_phase"] == "step2:forward"
     # within 1,072 bytes (0.04 %): the loss loop's scalars, not in the ledger
     assert 0 <= measured["peak_bytes"] - evaluate(sc).peak <= 1072
+
+
+def test_trl_fused_lm_head_against_its_source():
+    """TRL 1.16's SFTTrainer (the trl stack): chunked_logprob.py by hand. LoRA on bf16 weights under autocast: the
+    hidden copy (bf16) + int64 labels + fp32 log_z and entropy are saved; the forward holds one [min(T, 4096), 32768]
+    bf16 tile buffer and 7 fp32 per-token statistics; the backward the buffer again, the fp32 hidden gradient and its
+    bf16 cast. No vocabulary-sized logits, so the 8k-token peak falls far below transformers' loss."""
+    kw = dict(method="lora", rank=16, seq=8192, grad_checkpointing=True, dtype="bf16")
+    T, h = 8192, 4096
+    trl = evaluate(Scenario.create("llama-3.1-8b", stack="trl", **kw))
+    assert trl.scenario.loss_impl == "trl"
+    assert trl.terms["act_logsoftmax"] == 2 * T * h + 8 * T + 2 * 4 * T
+    buffer = 2 * 4096 * 32768
+    assert trl.terms["logits"] == buffer + 7 * 4 * T
+    assert trl.terms["loss_backward_temp"] == buffer + 4 * T * h + 2 * T * h
+    hf = evaluate(Scenario.create("llama-3.1-8b", stack="hf", **kw))
+    assert hf.peak_moment == "loss_backward" != trl.peak_moment and hf.peak - trl.peak > 9 * 2**30
+
+
+def test_trl_full_fine_tuning_accumulates_lm_head_in_fp32():
+    """Full fine-tuning on bf16 weights: lm_head's gradient accumulates in an fp32 [V, h] buffer before its bf16 cast
+    (the cast is the gradient the ledger counts already); on fp32 weights (bf16 autocast) the buffers are the
+    gradients themselves, while each vocabulary chunk of the weight and each token chunk of the hidden states is cast
+    to bf16 for its tile."""
+    T, V, h = 1024, 151936, 896
+    bf16 = evaluate(Scenario.create("qwen2.5-0.5b", stack="trl", method="full", seq=1024, dtype="bf16", autocast="none"))
+    fp32 = evaluate(Scenario.create("qwen2.5-0.5b", stack="trl", method="full", seq=1024, dtype="fp32"))
+    assert bf16.terms["loss_backward_temp"] == 2 * 1024 * 32768 + 4 * T * h + 2 * T * h + 4 * V * h
+    assert fp32.terms["loss_backward_temp"] == (2 * 1024 * 32768 + 4 * T * h  # bf16 tiles; the fp32 hidden gradient
+                                                + 2 * 32768 * h + 2 * T * h)     # a weight chunk's and the rows' casts

@@ -37,7 +37,8 @@ SAMPLES = {
         stack="deepspeed", method="full", seq=4096, batch=2, grad_checkpointing=True, attention="sdpa",
         # DeepSpeed's bf16 engine (from ds-zero3.json, which the TRL file names): fp32 master and states
         dtype="bf16", autocast="none", master="fp32", state_dtype="fp32", zero=3,
-        optimizer="adamw", optimizer_impl="fused", loss_impl="torch")),
+        # SFTTrainer installs its fused LM head whatever runs the parallelism (trl 1.16 sft_trainer.py)
+        optimizer="adamw", optimizer_impl="fused", loss_impl="trl")),
     "trainer-full.json+accelerate-fsdp.yaml": ("llama-3-8b", "llama-3-8b", dict(
         stack="fsdp", method="full", batch=4, grad_checkpointing=True, gpus=8, zero=3,
         # the Trainer's bf16 on an fp32 model under FSDP: FSDP2's MixedPrecisionPolicy, not autocast

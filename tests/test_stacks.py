@@ -84,7 +84,7 @@ def test_a_spec_names_its_stack_only_when_it_is_not_torch():
 def test_every_header_names_the_stack(capsys):
     assert main(["estimate", "llama-3-8b", "--method", "lora"]) == 0
     out = capsys.readouterr().out
-    assert "stack hf (transformers Trainer / TRL SFTTrainer): adapters fp32, autocast bf16, adamw (torch fused)" in out
+    assert "stack hf (transformers Trainer): adapters fp32, autocast bf16, adamw (torch fused)" in out
     assert main(["estimate", "7b"]) == 0
     assert "stack interview (the reference answer's arithmetic): adapters bf16, no autocast" in capsys.readouterr().out
     assert main(["estimate", "llama-3-8b", "--method", "lora", "--stack", "torch", "--grad-checkpointing"]) == 0

@@ -207,7 +207,7 @@ def _candidates(sc: Scenario, p95_seq: int | None) -> list[_Candidate]:
                               {"optimizer_impl": "fused"},
                               f"none: the same update in one CUDA kernel, without the {sc.optimizer_impl} "
                               "implementation's temporary"))
-    if getattr(sc, LOSS_HOOK, None) not in ("chunked", "fused"):
+    if getattr(sc, LOSS_HOOK, None) == "torch":  # the others already keep no vocabulary-sized tensors whole
         hook = {LOSS_HOOK: "liger"} if LOSS_HOOK in Scenario.__dataclass_fields__ else None
         out.append(_Candidate("chunked_loss", "a chunked / fused cross-entropy (e.g. Liger's fused linear "
                               "cross-entropy)", "free", ("loss",), hook,

@@ -109,8 +109,9 @@ def add_scenario_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--loss-impl", choices=LOSS_IMPLS,
                    help="cross-entropy: torch (transformers' loss: fp32 logits and vocabulary-sized gradients), "
                         "chunked (torchtune's CEWithChunkedOutputLoss, 8 chunks), liger (Liger's fused linear "
-                        "cross-entropy) or cce (Cut Cross-Entropy); liger and cce are modelled from their source, not "
-                        "measured here (default: the stack's)")
+                        "cross-entropy), cce (Cut Cross-Entropy) or trl (TRL's SFTTrainer: its own fused LM head, "
+                        "always on); liger, cce and trl are modelled from their source, not measured here (default: the "
+                        "stack's)")
     g.add_argument("--attention", choices=ATTENTIONS, help="sdpa (default; flash/memory-efficient kernel) or "
                                                            "eager (materialises b·heads·seq² scores)")
     g.add_argument("--device", choices=DEVICES, help="cuda (default) or cpu: which tensors dropout keeps")

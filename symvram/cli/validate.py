@@ -72,6 +72,10 @@ def _check_supported(sc, fsdp: bool = False) -> None:
     elif sc.gpus > 1 or sc.tp > 1 or sc.zero or sc.offload != "none":
         raise UserError("validate measures one device; multi-GPU strategies are checked by the sharding tests and "
                         "by validate --world-size N (or --stack fsdp --gpus N): torch FSDP2 over N fake ranks")
+    if sc.loss_impl == "trl":
+        raise UserError("--loss-impl trl: off a GPU, TRL's fused LM head takes its torch fallback (every position "
+                        "scored, fp32 tile temporaries the Triton path lacks): the estimate models the GPU path from "
+                        "its source, a fake-tensor run cannot measure it")
     if sc.loss_impl in ("liger", "cce"):
         raise UserError(f"--loss-impl {sc.loss_impl} runs GPU kernels only (Triton): the estimate models it from its "
                         "source, a fake-tensor run cannot measure it")

@@ -353,6 +353,12 @@ def saved_terms(s_: Structure) -> list[Term]:
                           "Liger's fused linear cross-entropy computes the hidden states' gradient in the forward and "
                           "keeps it (and the per-token loss) for backward; no logits survive (modelled from source, "
                           "not measured here: Triton only)", "liger_kernel ops/fused_linear_cross_entropy.py"))
+    elif s_.loss_impl == "trl":
+        terms.append(Term("act_logsoftmax", "activations", _trl_dtypes(s_)[0] * T * h + b_id * T + 2 * b_32 * T,
+                          r"A_{\mathrm{TRL}}", "TRL's fused LM head keeps a copy of the labelled positions' hidden "
+                          "states, their labels and the fp32 log-sum-exp and entropy per token; no logits survive "
+                          "(every token labelled; modelled from source, not measured here)",
+                          "trl 1.16 kernels/chunked_logprob.py ChunkedLogProbFunction"))
     elif s_.loss_impl == "cce":
         terms.append(Term("act_logsoftmax", "activations", b_32 * T + b_32 * V, r"A_{\mathrm{CCE}}",
                           "Cut Cross-Entropy keeps the fp32 log-sum-exp per token and the fp32 average logit per "
@@ -400,6 +406,46 @@ def liger_chunk(s_: Structure) -> sp.Expr:
     return sp.Min(pow2_ceil(ceil_div(T, inc)), T, evaluate=False)
 
 
+# TRL 1.16 kernels/chunked_logprob.py: the projection runs on [TOKEN_CHUNK_SIZE, chunk_size] tiles of one buffer
+# (trainer/utils.py _CHUNKED_LOGPROB_CHUNK_SIZE: 32768 columns, whatever the vocabulary)
+TRL_TOKEN_CHUNK, TRL_VOCAB_CHUNK = 4096, 32768
+
+
+def _trl_dtypes(s_: Structure) -> tuple[sp.Expr, sp.Expr]:
+    """Bytes per element of the hidden states TRL's fused LM head reads (the final norm's output: fp32 in a
+    prepared QLoRA model) and of its tiles (the autocast dtype, else the hidden states')."""
+    hidden = b_32 if s_.kbit_prep else compute_weight_bytes(s_)
+    return hidden, (b_c if s_.autocast else hidden)
+
+
+def _trl_loss_terms(s_: Structure) -> list[Term]:
+    """TRL 1.16 SFTTrainer's fused LM head (``add_fused_lm_head``, always installed): the logits are computed tile by
+    tile into one [min(T, 4096), 32768] buffer and folded into per-token statistics; the backward recomputes each
+    tile and accumulates the gradients in fp32."""
+    hidden, tile = _trl_dtypes(s_)
+    buffer = tile * sp.Min(T, TRL_TOKEN_CHUNK, evaluate=False) * TRL_VOCAB_CHUNK
+    casts = 0
+    if s_.autocast and s_.weight_casts:  # weight[start:end].to(compute dtype): one vocabulary chunk at a time
+        casts += b_c * TRL_VOCAB_CHUNK * h
+    if s_.autocast and (s_.weight_casts or s_.kbit_prep):  # hidden[chunk].to(compute dtype)
+        casts += b_c * sp.Min(T, TRL_TOKEN_CHUNK, evaluate=False) * h
+    # the gradients accumulate in fp32 and are cast to their tensor's dtype at the end: a copy unless that is fp32
+    # (full fine-tuning: lm_head's [V, h] buffer too; its cast is the gradient the ledger counts already)
+    wide = s_.kbit_prep or s_.weight_casts or s_.compute_fp32  # fp32 hidden states (and weights, but in QLoRA)
+    hidden_cast = 0 if wide else hidden * T * h
+    accumulator = b_32 * V * h if s_.method == "full" and not (s_.weight_casts or s_.compute_fp32) else 0
+    source = "trl 1.16 kernels/chunked_logprob.py ChunkedLogProbFunction"
+    return [Term("logits", "transient", buffer + 7 * b_32 * T + casts, r"M_{\mathrm{logits}}",
+                 "TRL's fused LM head: one [min(T, 4096), 32768] tile buffer in the compute dtype (not clipped to the "
+                 "vocabulary) and seven fp32 statistics per token; no logits (modelled from source, not measured here)",
+                 source),
+            Term("loss_backward_temp", "transient", buffer + b_32 * T * h + hidden_cast + casts + accumulator,
+                 r"M_{\mathrm{CE}'}", "its backward: the tile buffer again, the hidden states' gradient accumulated in "
+                 "fp32" + (" and cast back" if hidden_cast else "")
+                 + (", lm_head's gradient accumulated in fp32" if accumulator else "") + " (modelled from source)",
+                 source)]
+
+
 def loss_terms(s_: Structure, logits_bytes) -> list[Term]:
     """The loss's transients: the logits (and their fp32 copy) while it is computed, and the start of its
     backward — per implementation (``--loss-impl``)."""
@@ -414,6 +460,8 @@ def loss_terms(s_: Structure, logits_bytes) -> list[Term]:
                 Term("loss_backward_temp", "transient", grad_w, r"M_{\mathrm{CE}'}",
                      "Liger's backward returns the gradients stored in the forward (nothing new)",
                      "liger_kernel fused_linear_cross_entropy_backward")]
+    if s_.loss_impl == "trl":
+        return _trl_loss_terms(s_)
     if s_.loss_impl == "cce":
         grad_w = b_c * V * h if lm_head_trains else sp.Integer(0)
         return [Term("logits", "transient", b_32 * T, r"M_{\mathrm{logits}}",

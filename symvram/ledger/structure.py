@@ -37,7 +37,7 @@ class Structure:
     dora: bool = False                # PEFT use_dora: a magnitude vector per target and the weight-norm tensors
     modules_to_save: tuple[str, ...] = ()  # PEFT modules_to_save: trainable copies of embed_tokens / lm_head
     param_states: bool = False        # with modules_to_save: states are zeros_like(param), each in its parameter's dtype
-    loss_impl: str = "torch"          # torch | chunked (torchtune) | liger (fused linear CE) | cce (Cut Cross-Entropy)
+    loss_impl: str = "torch"          # torch | chunked (torchtune) | liger (fused linear CE) | cce (Cut Cross-Entropy) | trl
     zero: int = 0                     # ZeRO stage 0-3 (3 = FSDP FULL_SHARD)
     offload: str = "none"             # none | optimizer | optimizer+params
     sequence_parallel: bool = False   # Megatron sequence parallelism with tensor parallelism

@@ -37,7 +37,7 @@ QLORA = {"axolotl": {"adapter": "qlora", "load_in_4bit": True},
          "trl": {"model_init_kwargs.quantization_config.load_in_4bit": True}}
 EIGHT_BIT = "adamw_bnb_8bit"
 # --loss-impl as each tool switches it on (axolotl through its integration plugins; TRL 1.16's SFTTrainer turns
-# Liger's fused cross-entropy off in favour of its own fused LM head, so its files get the flag)
+# Liger's fused cross-entropy off in favour of its own fused LM head, which the trl stack already has)
 LOSS = {"axolotl": {"liger": {"plugins": "[axolotl.integrations.liger.LigerPlugin]",
                               "liger_fused_linear_cross_entropy": True},
                     "cce": {"plugins": "[axolotl.integrations.cut_cross_entropy.CutCrossEntropyPlugin]",

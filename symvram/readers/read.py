@@ -319,25 +319,33 @@ def _resolve(f: dict[str, Value], reading: Reading, cli: dict) -> dict[str, Valu
             out["offload"] = Value("optimizer+params", off.source)
     if reading.files:
         out["stack"] = _stack(reading, "deepspeed" if ds else "fsdp" if fsdp_on else None)
+        if training == "trl" and out["stack"].value != "trl":  # under DeepSpeed or FSDP too
+            from ..stacks import stacks
+
+            out.setdefault("loss_impl", Value("trl", f"{TOOLS['trl'].title}: {stacks()['trl']['title']}", 0))
     policy = fsdp_on and out.get("stack") is not None and out["stack"].value == "fsdp" and out["zero"].value == 3
     out.update(_precision(f, training, method, ds, reading, policy))
     return out
 
 
 def _stack(reading: Reading, parallel: str | None) -> Value:
-    """The stack a training file implies: axolotl, LLaMA-Factory, TRL and the Trainer all run transformers'
-    Trainer (``hf``); a DeepSpeed or FSDP run takes the stack of that name where symvram has one, else ``hf``
-    with the ZeRO stage and offload read from the files.
+    """The stack a training file implies: axolotl, LLaMA-Factory and the Trainer run transformers' Trainer
+    (``hf``), TRL its SFTTrainer (``trl``: the Trainer with TRL's fused LM head); a DeepSpeed or FSDP run takes
+    the stack of that name where symvram has one, else ``hf``/``trl`` with the ZeRO stage and offload read from
+    the files.
 
     >>> _stack(Reading(files=[("run.yml", "axolotl")]), None).source
     "axolotl 0.19: runs transformers' Trainer"
     """
     from ..stacks import stacks
 
-    tool = TOOLS[(reading.primary or reading.files[0])[1]].title
+    name = (reading.primary or reading.files[0])[1]
+    tool = TOOLS[name].title
     if parallel in stacks():
         return Value(parallel, f"{tool}: {stacks()[parallel]['title']}", 0)
     how = {"deepspeed": " with DeepSpeed (ZeRO from its config)", "fsdp": " with FSDP (ZeRO-3 from its config)"}
+    if name == "trl":
+        return Value("trl", f"{tool}: {stacks()['trl']['title']}{how.get(parallel, '')}", 0)
     return Value("hf", f"{tool}: runs transformers' Trainer{how.get(parallel, '')}", 0)
 
 

@@ -243,7 +243,10 @@ _TRAINER_HARMLESS = frozenset({
 TRAINER = Tool("trainer", "transformers 5.24 Trainer", _TRAINER_ROWS, harmless=_TRAINER_HARMLESS,
                markers=frozenset({"per_device_train_batch_size", "output_dir", "optim", "learning_rate"}))
 TRL = Tool("trl", "TRL 1.16 SFTConfig", (
-    *[r for r in _TRAINER_ROWS if r.key not in ("gradient_checkpointing", "bf16")],
+    # use_liger_kernel applies Liger's layer kernels only: SFTTrainer turns its fused cross-entropy off (the trl stack's
+    # own fused LM head decides the loss)
+    *[r for r in _TRAINER_ROWS if r.key not in ("gradient_checkpointing", "bf16")
+      and (r.key, r.setting) != ("use_liger_kernel", "loss_impl")],
     Row("gradient_checkpointing", "grad_checkpointing", BOOL, default=True),   # SFTConfig's default differs
     Row("bf16", "bf16", lambda v: None if v is None else BOOL(v), default=True),  # True unless fp16
     Row("max_length", "seq", lambda v: None if v is None else c.integer(v), default=1024),

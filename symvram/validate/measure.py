@@ -325,7 +325,9 @@ def _bnb_optimizer(spec: dict, params: list, model):
     if fm is not None:
         opt.name2qmap["dynamic"] = fm.from_tensor(bnb.functional.create_dynamic_map(signed=True))
         opt.name2qmap["udynamic"] = fm.from_tensor(bnb.functional.create_dynamic_map(signed=False))
-    if spec.get("stack") == "hf" and model is not None:
+    from ..stacks import runs_trainer
+
+    if runs_trainer(spec.get("stack") or "torch") and model is not None:
         for mod in model.modules():
             if isinstance(mod, torch.nn.Embedding):
                 manager.register_module_override(mod, "weight", {"optim_bits": 32})
