@@ -42,16 +42,18 @@ BNB = ("adamw8bit", "paged-adamw8bit")
 def corrected(rows: list[dict]) -> list[dict]:
     """Per row (in the order measured, per run): the workspaces, the earlier cases' leftovers, the tensor peak."""
     out = []
-    for run in sorted({r.get("run", 1) for r in rows}):
+    for run in sorted({str(r.get("run", 1)) for r in rows}):
         workspace = 0
-        for r in sorted((r for r in rows if r.get("run", 1) == run), key=lambda r: r.get("order", 0)):
+        for r in sorted((r for r in rows if str(r.get("run", 1)) == run), key=lambda r: r.get("order", 0)):
             eight_bit = r["spec"]["optimizer"] in BNB
             # the first harness: an 8-bit case resets bitsandbytes' manager (frees what the last one kept) and,
-            # under the hf stack, keeps its own embeddings; the current harness resets it after every case
-            first_harness = not r.get("tied_weights_kept")
-            leftover = 0 if first_harness and eight_bit else max(0, r["baseline_bytes"] - workspace)
-            if not (first_harness and eight_bit and r["spec"].get("stack") == "hf"):
-                workspace = r["persistent_bytes"] - leftover  # what stays once the case is freed
+            # under the hf stack, keeps its own embeddings
+            if r.get("tied_weights_kept"):  # the current harness: nothing but the workspaces outlives a case
+                leftover, workspace = 0, r["persistent_bytes"]   # (allocated by measure_cases' warm-up, or here)
+            else:
+                leftover = 0 if eight_bit else max(0, r["baseline_bytes"] - workspace)
+                if not (eight_bit and r["spec"].get("stack") == "hf"):
+                    workspace = r["persistent_bytes"] - leftover  # what stays once the case is freed
             out.append({**r, "workspace_bytes": workspace, "leftover_bytes": leftover,
                         "tensor_peak_bytes": r["peak_bytes"] - workspace - leftover})
     return out

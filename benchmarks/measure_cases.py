@@ -139,7 +139,11 @@ def main(argv=None) -> int:
             done.add(k)  # duplicates in the cases file run once
     print(f"{len(cases)} cases, {len(cases) - len(todo)} cached, {len(todo)} to measure -> {out}",
           file=sys.stderr)
+    if todo and a.device == "cuda" and a.jobs <= 1:
+        print(f"CUDA warm-up: {mm.warm_up_cuda() / 2**20:.1f} MiB of library workspaces allocated before the first case",
+              file=sys.stderr)
     t_start = time.perf_counter()
+    run_id = time.strftime("%Y-%m-%dT%H:%M:%S")
     n_ok = n_fail = 0
 
     def finish(i, k, c, res=None, err=None):
@@ -151,6 +155,8 @@ def main(argv=None) -> int:
             return
         n_ok += 1
         row = {"key": k, "name": c.get("name"), "model": c.get("model"), **res}
+        if res.get("device") == "cuda":  # cases share a process: accuracy_cuda.py reads them in the order run
+            row.update(run=run_id, order=i)
         _append(out, row)
         print(f"[{i}/{len(todo)}] {name}: {res['peak_bytes'] / 2**30:.2f} GiB at {res['peak_phase']} "
               f"({res['seconds']:.1f} s, {time.perf_counter() - t_start:.0f} s total)", file=sys.stderr)
