@@ -560,7 +560,6 @@ def _materialize(model, device: str) -> None:
     """Real random parameters on ``device``; every 4-bit weight quantized there as bitsandbytes does when a
     model is loaded (``Params4bit._quantize``: the 16-bit weight packed to NF4 with its quantization state,
     the 16-bit copy freed)."""
-
     bnb = sys.modules.get("bitsandbytes")  # imported by a 4-bit build only
     q4 = [m for m in model.modules() if isinstance(m, bnb.nn.Linear4bit)] if bnb is not None else []
     metas = {id(m): m._parameters.pop("weight") for m in q4}  # quantized below, not allocated in 16 bits
