@@ -20,18 +20,31 @@ from .terms import Ledger, Moment
 from .weights import TRAINABLE_WEIGHTS, base_terms, definitions, optimizer_temp_terms, trainable_terms
 
 
+# what the loss holds at its two moments, per --loss-impl: (computing it, the start of its backward)
+LOSS_MOMENT_WORDS = {
+    "torch": ("the logits and their fp32 copy", "two fp32 vocabulary-sized gradients"),
+    "chunked": ("the chunks of logits and one chunk's fp32 copy", "one chunk's two fp32 vocabulary-sized gradients"),
+    "liger": ("one chunk of logits and the gradients the fused loss writes in its forward",
+              "the gradients the fused loss stored (nothing new)"),
+    "cce": ("an fp32 dot product per token (no logits)", "the hidden states' gradient and the vocabulary sort"),
+    "trl": ("one tile buffer of logits and fp32 statistics per token",
+            "the tile buffer again and the hidden states' fp32 gradient"),
+}
+
+
 def _moments(terms: dict, s: Structure) -> tuple[Moment, ...]:
     params = [k for k, t in terms.items() if t.block == "base" or k in TRAINABLE_WEIGHTS]
     states = [k for k in ("optimizer_states", "optimizer_steps") if k in terms]
     saved = [k for k, t in terms.items() if t.block == "activations"]
     kept = ["act_rope", "act_tokens"] + [k for k in ("act_reentrant_rope",) if k in terms]  # alive for the whole step
     loss_saved = ("act_logsoftmax", "act_logit_softcap")  # freed once the loss backward is done
+    computing, backward = LOSS_MOMENT_WORDS[s.loss_impl]
     moments = [
         Moment("forward_loss", "forward, computing the loss", tuple(params + states + saved + [
             k for k in ("logits", "logits_fp32") if k in terms]),
-            "every saved activation, the logits and their fp32 copy (step 2: optimizer states exist)"),
+            f"every saved activation, {computing} (step 2: optimizer states exist)"),
         Moment("loss_backward", "start of the loss backward", tuple(params + states + saved + ["loss_backward_temp"]),
-               "every saved activation plus two fp32 vocabulary-sized gradients"),
+               f"every saved activation plus {backward}"),
     ]
     head = [k for k in ("head_grad",) if k in terms]  # a trainable lm_head's gradient exists from here on
     moments.append(Moment("final_norm_backward", "backward through the final norm", tuple(
