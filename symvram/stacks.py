@@ -26,8 +26,8 @@ STACK_SETTINGS = ("adapter_dtype", "autocast", "optimizer", "optimizer_impl", "s
                   "loss_impl", "kbit_prep")
 
 # settings only some stacks decide (the storage dtype, DeepSpeed's fp32 master, the ZeRO stage, FSDP2's
-# mixed-precision policy); the Scenario's own default otherwise
-STACK_EXTRAS = ("dtype", "master", "zero", "mp_policy")
+# mixed-precision policy, TRL's checkpointing default); the Scenario's own default otherwise
+STACK_EXTRAS = ("dtype", "master", "zero", "mp_policy", "grad_checkpointing")
 
 
 @cache
