@@ -451,3 +451,15 @@ def test_the_default_seq_beyond_a_short_context_does_not_warn(tmp_path, capsys):
     assert rc == 0 and err == ""
     rc, out, err = _run(["estimate", str(path), "--method", "lora", "--rank", "8", "--seq", "1024"], capsys)
     assert "seq 1024 is longer than" in err
+
+
+def test_trl_runs_its_fused_lm_head_and_says_when_fewer_tokens_are_labelled(tmp_path):
+    """A TRL SFTConfig reads the trl stack (SFTTrainer's fused LM head, trl 1.16 sft_trainer.py add_fused_lm_head)
+    whatever use_liger_kernel says (SFTTrainer turns Liger's fused loss off); a completion-only loss labels fewer
+    tokens than the estimate counts, and the reading says so."""
+    plain = read_files([_write(tmp_path, "a.json", json.dumps({"output_dir": "o", "max_length": 2048, "use_liger_kernel": True}))])
+    assert plain.kwargs()["stack"] == "trl" and "loss_impl" not in plain.kwargs()
+    assert Scenario.create("llama-3-8b", **plain.kwargs()).loss_impl == "trl"
+    assert not any("labelled" in w for w in plain.warnings)
+    partial = read_files([_write(tmp_path, "b.json", json.dumps({"output_dir": "o", "max_length": 2048, "completion_only_loss": True}))])
+    assert any("completion_only_loss" in w and "upper bound" in w for w in partial.warnings)

@@ -242,6 +242,8 @@ _TRAINER_HARMLESS = frozenset({
 })
 TRAINER = Tool("trainer", "transformers 5.24 Trainer", _TRAINER_ROWS, harmless=_TRAINER_HARMLESS,
                markers=frozenset({"per_device_train_batch_size", "output_dir", "optim", "learning_rate"}))
+_LABELLED_ONLY = ("only the completion's tokens are labelled and TRL's fused LM head projects those alone (the "
+                  "estimate counts every token: an upper bound for the loss's terms)")
 TRL = Tool("trl", "TRL 1.16 SFTConfig", (
     # use_liger_kernel applies Liger's layer kernels only: SFTTrainer turns its fused cross-entropy off (the trl stack's
     # own fused LM head decides the loss)
@@ -270,6 +272,7 @@ TRL = Tool("trl", "TRL 1.16 SFTConfig", (
     Row("lora_modules_to_save", None, c.other_modules, why=SAVE_OTHERS),
     Row("use_dora", "dora", BOOL),
     Row("activation_offloading", "activation_offloading", c.is_on),
+    *[Row(k, None, c.is_on, why=_LABELLED_ONLY) for k in ("completion_only_loss", "assistant_only_loss")],
 ), harmless=_TRAINER_HARMLESS, markers=frozenset({"dataset_text_field", "max_length", "packing",
                                                   "completion_only_loss", "assistant_only_loss"}))
 
