@@ -200,7 +200,7 @@ class Scenario:
 
     def with_changes(self, **kw) -> "Scenario":
         """A copy with some inputs changed, checked again."""
-        implied = (*STACK_SETTINGS, *STACK_EXTRAS, "grad_checkpointing")  # what the stack fills in, it fills in again
+        implied = (*STACK_SETTINGS, *STACK_EXTRAS)  # what the stack fills in, it fills in again
         merged = {k: getattr(self, k) for k in self.__dataclass_fields__ if k not in ("model", "given")
                   and (k not in implied or k in self.given)}
         merged.update({k: v for k, v in kw.items() if v is not None})

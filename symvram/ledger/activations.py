@@ -412,9 +412,9 @@ TRL_TOKEN_CHUNK, TRL_VOCAB_CHUNK = 4096, 32768
 
 
 def _trl_dtypes(s_: Structure) -> tuple[sp.Expr, sp.Expr]:
-    """Bytes per element of the hidden states TRL's fused LM head reads (the final norm's output: fp32 in a
-    prepared QLoRA model) and of its tiles (the autocast dtype, else the hidden states')."""
-    hidden = b_32 if s_.kbit_prep else compute_weight_bytes(s_)
+    """Bytes per element of the hidden states TRL's fused LM head reads (the final norm's output, in the residual
+    stream's dtype) and of its tiles (the autocast dtype, else the hidden states')."""
+    hidden = residual_bytes(s_)
     return hidden, (b_c if s_.autocast else hidden)
 
 

@@ -24,7 +24,6 @@ BNB = "bitsandbytes optim/optimizer.py Optimizer2State.init_state"
 TRAINABLE_WEIGHTS = ("adapters", "saved_modules", "master")  # the trainable block's weights (not grads or states)
 
 
-
 def compute_weight_bytes(s: Structure) -> sp.Symbol:
     """Bytes per element of a weight as the modules compute with it: FSDP2's MixedPrecisionPolicy all-gathers
     it in param_dtype (the activations' dtype, ``bytes_act``), otherwise it is used as stored (``bytes_weight``).
@@ -38,6 +37,7 @@ def compute_weight_bytes(s: Structure) -> sp.Symbol:
 def compute_adapter_bytes(s: Structure) -> sp.Symbol:
     """The same for the LoRA adapters: cast with the base by the policy, else in their own dtype."""
     return sym("bytes_act") if s.mp_policy else b_a
+
 
 def quant_constant_bits(double_quant: bool) -> sp.Expr:
     """Bits of quantization constants per quantized weight: one absmax per block of B_q weights;

@@ -36,6 +36,7 @@ from sympy.printing.latex import LatexPrinter
 
 from ..analysis.fit import DEFAULT_HEADROOM, headroom_bytes
 from ..errors import UserError
+from ..evaluate import free_symbols
 from ..timing import time_expr
 from ..ledger import build_ledger
 from ..ledger.sharding import STAGE_NAMES
@@ -242,19 +243,8 @@ class _JavaScript(_Once, JavascriptCodePrinter):
     True
     """
 
-    def __init__(self):
-        super().__init__()
-        self._names: dict[sp.Basic, frozenset[str]] = {}
-
     def _handle_UnevaluatedExpr(self, expr):
         return expr   # CodePrinter rewrites re(…) of an UnevaluatedExpr, walking the whole tree: the ledger has none
-
-    def names(self, expr) -> frozenset[str]:
-        """The names of ``expr``'s free symbols, each shared subexpression's found once."""
-        if expr not in self._names:
-            self._names[expr] = (frozenset(s.name for s in expr.free_symbols) if not expr.args
-                                 else frozenset().union(*map(self.names, expr.args)))
-        return self._names[expr]
 
 
 class _Latex(_Once, LatexPrinter):
@@ -271,7 +261,7 @@ class _Latex(_Once, LatexPrinter):
 
 
 def _js_function(expr, printer: _JavaScript) -> str:
-    names = sorted(printer.names(expr))
+    names = sorted(s.name for s in free_symbols(expr))
     bad = [n for n in names if not _IDENTIFIER.match(n)]
     if bad:
         raise AssertionError(f"symbol names {bad} are not JavaScript identifiers")
