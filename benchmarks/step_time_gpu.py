@@ -81,7 +81,7 @@ def main(argv=None) -> int:
         return 0
     from symvram.presets import load_card
     from symvram.timing import step_time
-    from symvram.validate.measure import _train_steps, prepare
+    from symvram.validate.measure import _train_steps, _versions, prepare
     from symvram.validate.spec import normalize_spec, to_scenario
 
     if a.device == "cuda":
@@ -159,12 +159,6 @@ def _seconds_per_step(device: str, steps: int, run) -> float:
     stop.record()
     torch.cuda.synchronize()
     return start.elapsed_time(stop) / 1000 / steps
-
-
-def _versions() -> dict:
-    from symvram.validate.measure import _versions as versions
-
-    return versions()
 
 
 if __name__ == "__main__":
