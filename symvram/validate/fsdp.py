@@ -38,7 +38,6 @@ from ..symbols import SYMBOLS
 from .spec import from_scenario
 
 _TOTAL = "Total"
-DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 CATEGORIES = ("sharded_params", "sharded_grads", "optimizer_states", "unsharded_params")
 
 
@@ -77,7 +76,7 @@ def _tracker_class():
             self.suspended = 0
             self.op = ""
             self.by_unit: dict[str, int] = {}   # the largest total in each phase of each FSDP unit
-            self.peak_at: dict = {"Total": 0}   # the categories at the largest total, and where it happened
+            self.peak_at: dict = {_TOTAL: 0}   # the categories at the largest total, and where it happened
 
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             if self.suspended:  # see _untracked_sharding_propagation
@@ -96,7 +95,7 @@ def _tracker_class():
                 total = int(snap[_TOTAL])
                 unit = f"{phase} {_unit(where)}"
                 self.by_unit[unit] = max(self.by_unit.get(unit, 0), total)
-                if total > self.peak_at["Total"]:
+                if total > self.peak_at[_TOTAL]:
                     self.peak_at = {**{getattr(k, "value", k): int(v) for k, v in snap.items()},
                                     "where": f"{phase} {where}".strip(), "op": self.op}
 
@@ -182,7 +181,7 @@ def measure_fsdp(spec: dict, world_size: int) -> dict:
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
-    from .measure import _fakeify, _untraced_packed_check, build_model, build_optimizer, normalize_spec
+    from .measure import _DTYPES, _fakeify, _untraced_packed_check, build_model, build_optimizer, normalize_spec
 
     spec = normalize_spec(spec)
     mesh = _process_group(world_size)
@@ -193,7 +192,7 @@ def measure_fsdp(spec: dict, world_size: int) -> dict:
     _fakeify(model, fake)   # as the one-device measurement does: tied weights stay tied (to_empty would untie them)
     with fake:
         policy = {} if spec.get("mp_policy", "none") == "none" else {"mp_policy": MixedPrecisionPolicy(
-            param_dtype=DTYPES[spec["mp_policy"]], reduce_dtype=torch.float32)}
+            param_dtype=_DTYPES[spec["mp_policy"]], reduce_dtype=torch.float32)}
         for module in model.modules():
             if type(module).__name__.endswith("DecoderLayer"):
                 fully_shard(module, mesh=mesh, **policy)
@@ -222,7 +221,7 @@ def measure_fsdp(spec: dict, world_size: int) -> dict:
         "optimizer_states": states,
         "unsharded_params": m.get("Unsharded Param", 0),
         "unsharded_grads": m.get("Unsharded Grad", 0),
-        "peak_bytes": int(tracker.get_tracker_snapshot("peak")[torch.device("cpu")]["Total"]),
+        "peak_bytes": int(tracker.get_tracker_snapshot("peak")[torch.device("cpu")][_TOTAL]),
         "peak_at": tracker.peak_at,   # the categories at the peak and the module running then
         "by_unit": tracker.by_unit,
         "comm_bytes": dict(collectives.sent),   # sent by rank 0 in the last step, per collective kind
