@@ -32,6 +32,7 @@ CHECKPOINT_IMPLS = ("non-reentrant", "reentrant")
 KBIT_PREPS = ("peft", "none")
 LOSS_IMPLS = ("torch", "chunked", "liger", "cce", "trl")
 OFFLOADS = ("none", "optimizer", "optimizer+params")
+HALF_DTYPES = ("none", "bf16", "fp16")   # --autocast and --mp-policy: none or a 16-bit dtype
 MAX_SEQ = 10_000_000
 MAX_BATCH = 1_000_000
 MAX_RANK = 1 << 20
@@ -241,8 +242,8 @@ class Scenario:
         _choice(self.optimizer, OPTIMIZERS, "--optimizer")
         _choice(self.optimizer_impl, OPTIMIZER_IMPLS, "--optimizer-impl")
         _choice(self.adapter_dtype, DTYPES, "--adapter-dtype")
-        _choice(self.autocast, ("none", "bf16", "fp16"), "--autocast")
-        _choice(self.mp_policy, ("none", "bf16", "fp16"), "--mp-policy")
+        _choice(self.autocast, HALF_DTYPES, "--autocast")
+        _choice(self.mp_policy, HALF_DTYPES, "--mp-policy")
         _choice(self.attention, ATTENTIONS, "--attention")
         fam = family(self.model.family)
         if self.attention not in fam.attention_kernels:

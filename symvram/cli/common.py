@@ -6,8 +6,8 @@ import sys
 from pathlib import Path
 
 from ..errors import UserError
-from ..scenario import (ATTENTIONS, CHECKPOINT_IMPLS, DEVICES, DTYPES, LOSS_IMPLS, METHODS, OFFLOADS,
-                        OPTIMIZER_IMPLS, OPTIMIZERS, STATE_DTYPES, Scenario)
+from ..scenario import (ATTENTIONS, CHECKPOINT_IMPLS, DEVICES, DTYPES, HALF_DTYPES, LOSS_IMPLS, METHODS,
+                        OFFLOADS, OPTIMIZER_IMPLS, OPTIMIZERS, STATE_DTYPES, Scenario)
 from ..stacks import stack_names, stacks
 from ..units import UNITS
 
@@ -93,7 +93,7 @@ def add_scenario_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--adapter-dtype", choices=DTYPES, help="LoRA adapter dtype (default: the stack's — fp32 as PEFT "
                                                            "keeps them under torch and hf, the compute dtype under "
                                                            "interview)")
-    g.add_argument("--autocast", choices=("none", "bf16", "fp16"),
+    g.add_argument("--autocast", choices=HALF_DTYPES,
                    help="torch.autocast compute dtype (default: the stack's — the HF Trainer's bf16=True autocasts "
                         "under hf; none under torch and interview)")
     g = p.add_argument_group("activations")
@@ -121,7 +121,7 @@ def add_scenario_arguments(p: argparse.ArgumentParser) -> None:
                    "states / N, 2 = + gradients (FSDP SHARD_GRAD_OP), 3 = + parameters (FSDP FULL_SHARD)")
     g.add_argument("--offload", choices=OFFLOADS, help="CPU offload: none (default), optimizer (gradients, states, "
                                                        "master; ZeRO >= 1), optimizer+params (ZeRO-3)")
-    g.add_argument("--mp-policy", choices=("none", "bf16", "fp16"),
+    g.add_argument("--mp-policy", choices=HALF_DTYPES,
                    help="FSDP2 MixedPrecisionPolicy(param_dtype=this, reduce_dtype=fp32) on fp32 parameters (ZeRO-3): "
                         "all-gathers and computes in it, reduces gradients in fp32 (default: the stack's — bf16 under "
                         "fsdp with fp32 storage, else none)")
