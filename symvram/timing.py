@@ -67,20 +67,36 @@ def check_interconnect(name: str | None) -> str | None:
     raise UserError(f"--interconnect: unknown link {name!r}; known: {', '.join(interconnects())}")
 
 
-_TIME_FIELDS = tuple(dict.fromkeys(FLOPS_FIELDS + COMM_FIELDS))   # what the step time reads
+F, M_hbm, C_link, C_host = (sym(n) for n in ("step_flops", "hbm_bytes", "link_bytes", "host_bytes"))
+# the roofline above over the step's parts (``time_parts``) and the card's figures
+STEP_TIME = F / (Phi * mu) + M_hbm / B_hbm + (1 - omega) * C_link / B_link + C_host / B_host
+
+
+def time_parts(sc) -> dict[sp.Symbol, sp.Expr]:
+    """The parts of ``STEP_TIME`` of a Scenario or a Structure, over the registry symbols (derived quantities
+    unexpanded): FLOPs from the FLOPs ledger, bytes from the communication ledger. Structures share them widely
+    (the FLOPs read neither the ZeRO stage nor the precision recipe): the page substitutes them into
+    ``STEP_TIME`` itself. DDP all-reduces every gradient as a ring:
+
+    >>> from symvram.ledger.structure import Structure
+    >>> time_parts(Structure(method="full", nominal=True))[C_link]
+    2*P_train*bytes_grad*(gpus - 1)/gpus
+    """
+    s = getattr(sc, "structure", sc)
+    return _time_parts(s.keep(FLOPS_FIELDS), s.keep(COMM_FIELDS))
+
+
+@lru_cache(maxsize=1024)
+def _time_parts(flops_structure: Structure, comm_structure: Structure) -> dict[sp.Symbol, sp.Expr]:
+    cm = build_comm(comm_structure)
+    return {F: build_flops(flops_structure).total, M_hbm: cm.block_expr("hbm"), C_link: cm.block_expr("network"),
+            C_host: cm.block_expr("host")}
 
 
 def time_expr(sc) -> sp.Expr:
     """Seconds per step as one expression over the registry symbols (derived quantities unexpanded),
     of a Scenario or a Structure."""
-    return _time_expr(getattr(sc, "structure", sc).keep(_TIME_FIELDS))
-
-
-@lru_cache(maxsize=1024)
-def _time_expr(structure: Structure) -> sp.Expr:
-    fl, cm = build_flops(structure), build_comm(structure)
-    return (fl.total / (Phi * mu) + cm.block_expr("hbm") / B_hbm + (1 - omega) * cm.block_expr("network") / B_link
-            + cm.block_expr("host") / B_host)
+    return STEP_TIME.xreplace(time_parts(sc))
 
 
 @dataclass(frozen=True)

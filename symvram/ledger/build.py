@@ -93,25 +93,26 @@ def _activation_terms(s: Structure) -> tuple[tuple, tuple]:
     return tuple(saved_terms(s)), tuple(transient_terms(s))
 
 
-@lru_cache(maxsize=256)
-def _single_gpu_terms(s: Structure) -> tuple:
-    """The terms on one GPU, before any sharding (only ``sharding`` reads the parallel fields)."""
+@lru_cache(maxsize=1024)
+def _single_gpu_ledger(s: Structure) -> Ledger:
+    """The ledger on one GPU, before any sharding (only ``sharding`` reads the parallel fields). Its moments are
+    every parallel layout's before ``gpu_moments``: sharding moves terms to the host or adds transients, never
+    changes which activations are saved."""
     saved, transient = _activation_terms(s.keep(ACTIVATION_FIELDS))
-    return (*base_terms(s), *trainable_terms(s), *saved, *transient, *optimizer_temp_terms(s))
-
-
-@lru_cache(maxsize=256)
-def _definitions(s: Structure) -> tuple:
-    """The derived quantities of a single-GPU structure (no parallel field changes them)."""
-    return tuple(definitions(s))
-
-
-@lru_cache(maxsize=256)
-def build_ledger(s: Structure) -> Ledger:
-    """The ledger for one structure, built once and cached; the single-GPU terms are shared by every parallel
-    layout (ZeRO stage, offload, tensor and sequence parallel) of the same structure."""
-    single = replace(s, zero=0, offload="none", tensor_parallel=False, sequence_parallel=False)
-    terms = shard_terms(list(_single_gpu_terms(single)), s)  # per GPU: ZeRO / FSDP, tensor parallel, offload
+    terms = (*base_terms(s), *trainable_terms(s), *saved, *transient, *optimizer_temp_terms(s))
     by_key = {t.key: t for t in terms}
     assert len(by_key) == len(terms), "duplicate term keys"
-    return Ledger(terms=tuple(terms), moments=gpu_moments(_moments(by_key, s), by_key, s), definitions=_definitions(single))
+    return Ledger(terms=terms, moments=gpu_moments(_moments(by_key, s), by_key, s), definitions=tuple(definitions(s)))
+
+
+@lru_cache(maxsize=4096)
+def build_ledger(s: Structure) -> Ledger:
+    """The ledger for one structure, built once and cached; the single-GPU ledger is shared by every parallel
+    layout (ZeRO stage, offload, tensor and sequence parallel) of the same structure."""
+    if not (s.zero or s.tensor_parallel or s.sequence_parallel or s.offload != "none"):
+        return _single_gpu_ledger(s)
+    single = _single_gpu_ledger(replace(s, zero=0, offload="none", tensor_parallel=False, sequence_parallel=False))
+    terms = shard_terms(list(single.terms), s)  # per GPU: ZeRO / FSDP, tensor parallel, offload
+    by_key = {t.key: t for t in terms}
+    assert len(by_key) == len(terms), "duplicate term keys"
+    return Ledger(terms=tuple(terms), moments=gpu_moments(single.moments, by_key, s), definitions=single.definitions)

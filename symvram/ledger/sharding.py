@@ -265,12 +265,14 @@ def gpu_moments(moments: tuple[Moment, ...], terms: dict[str, Term], s: Structur
     moments too."""
     if s.zero == 3 and s.zero_impl == "fsdp2":
         moments = fsdp_moments(moments, terms, s)
+    on_gpu = {k for k, t in terms.items() if t.block != "host"}
     out = []
     for m in moments:
         keys = m.terms
         if s.zero and s.zero_impl == "deepspeed":   # the bucket lives from init (stage 3) or the first backward on
             keys += ("ds_reduce_bucket",) + (("ds_step_grad",) if m.key == "optimizer_step" else ("ds_gathered",))
-        keys = tuple(k for k in keys if k in terms and terms[k].block != "host")
+        if not on_gpu.issuperset(keys):
+            keys = tuple(k for k in keys if k in on_gpu)
         out.append(m if keys == m.terms else replace(m, terms=keys))
     return tuple(out)
 

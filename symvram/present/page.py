@@ -37,7 +37,7 @@ from sympy.printing.latex import LatexPrinter
 from ..analysis.fit import DEFAULT_HEADROOM, headroom_bytes
 from ..errors import UserError
 from ..evaluate import free_symbols
-from ..timing import time_expr
+from ..timing import STEP_TIME, time_parts
 from ..ledger import build_ledger
 from ..ledger.sharding import STAGE_NAMES
 from ..presets import gpu_presets, load_gpu
@@ -234,14 +234,18 @@ class _Once:
 
 
 class _JavaScript(_Once, JavascriptCodePrinter):
-    """``sympy.jscode``'s printer.
+    """``sympy.jscode``'s printer, a sum's terms in SymPy's own order (``order="none"``: sorting them for a reader
+    is most of the printing time, and nobody reads the script).
 
     >>> from sympy.printing.jscode import jscode
     >>> from symvram.symbols import sym
-    >>> e = sym("seq") * sym("batch") / 3
-    >>> _JavaScript().doprint(e) == jscode(e)
+    >>> e = sym("seq") * sym("batch") / 3 + sym("hidden")
+    >>> _JavaScript().doprint(e) == jscode(e, order="none")
     True
     """
+
+    def __init__(self):
+        super().__init__({"order": "none"})
 
     def _handle_UnevaluatedExpr(self, expr):
         return expr   # CodePrinter rewrites re(…) of an UnevaluatedExpr, walking the whole tree: the ledger has none
@@ -339,15 +343,30 @@ def page_data(sc: Scenario, gpu: str | None = None, units: str = "GiB") -> tuple
     fns, maths, term_ids, moment_ids, def_ids = _Interner(), _Interner(), _Interner(), _Interner(), _Interner()
     lists = _Interner()  # structures share most of their term lists: each block's list is stored once
 
-    known_terms: dict = {}   # a Term -> its id: the parallel layouts share most of their terms
     tex = _Latex()
+    # the layouts share most of their Term objects (and moment and definition tuples): looked up by identity
+    # first (hashing a Term hashes all its fields), by equality on a miss; the dicts keep each object alive
+    known: dict[int, tuple[object, int]] = {}
 
-    def term_id(t) -> int:
-        i = known_terms.get(t)
-        if i is None:   # ``label = formula``, as estimate's tables print it
-            math = maths(f"{t.label} = {tex.doprint(t.expr)}")
-            i = known_terms[t] = term_ids((t.key, t.block, fns(t.expr), math, t.why))
-        return i
+    def once(item, intern) -> int:
+        hit = known.get(id(item))
+        if hit is None:
+            hit = known[id(item)] = (item, intern(item))
+        return hit[1]
+
+    def term_id(t) -> int:   # ``label = formula``, as estimate's tables print it
+        return term_ids((t.key, t.block, fns(t.expr), maths(f"{t.label} = {tex.doprint(t.expr)}"), t.why))
+
+    def moment_list(moments) -> int:
+        return lists(tuple(moment_ids((m.key, m.label, m.terms)) for m in moments))
+
+    def definition_list(definitions) -> int:
+        return lists(tuple(def_ids((symbol.name, fns(expr))) for symbol, expr in definitions))
+
+    def time_list(parts) -> int:   # the fn of each of STEP_TIME's parts
+        return lists(tuple(fns(parts[symbol]) for symbol in time_symbols))
+
+    time_symbols = sorted(time_parts(sc), key=str)
 
     structures, pairs = [], {}
     for s_id, s_struct in enumerate(shape_parts.list()):
@@ -356,13 +375,13 @@ def page_data(sc: Scenario, gpu: str | None = None, units: str = "GiB") -> tuple
                 continue
             s = replace(s_struct, **dict(assigned))
             led = build_ledger(s)
-            terms = [term_id(t) for t in led.terms]
+            terms = [once(t, term_id) for t in led.terms]
             blocks = list(dict.fromkeys(t.block for t in led.terms))
             structures.append([
                 [lists(tuple(i for i, t in zip(terms, led.terms) if t.block == b)) for b in blocks],
-                lists(tuple(moment_ids((m.key, m.label, m.terms)) for m in led.moments)),
-                lists(tuple(def_ids((symbol.name, fns(expr))) for symbol, expr in led.definitions)),
-                fns(time_expr(s)),   # seconds per step (symvram.timing's roofline), card figures as symbols
+                once(led.moments, moment_list),
+                once(led.definitions, definition_list),
+                once(time_parts(s), time_list),   # seconds per step: symvram.timing's roofline, from its parts
             ])
             pairs[f"{s_id},{r_id}"] = len(structures) - 1
 
@@ -401,6 +420,7 @@ def page_data(sc: Scenario, gpu: str | None = None, units: str = "GiB") -> tuple
         # the verdict keeps the headroom that fit, plan and diagnose keep (--headroom's default)
         "headroom": headroom_bytes(DEFAULT_HEADROOM, 1 << 50),
         "gpu": card,
+        "stepTime": {"parts": [symbol.name for symbol in time_symbols], "fn": fns(STEP_TIME)},
     }
     printer = _JavaScript()
     return data, [_js_function(e, printer) for e in fns.list()]
