@@ -14,7 +14,7 @@ from dataclasses import replace
 from functools import lru_cache
 
 from .activations import ACTIVATION_FIELDS, saved_terms, transient_terms
-from .sharding import gpu_moments, shard_terms
+from .sharding import divide, divides_only, gpu_moments, shard_terms, sharded_keys
 from .structure import Structure
 from .terms import Ledger, Moment
 from .weights import TRAINABLE_WEIGHTS, base_terms, definitions, optimizer_temp_terms, trainable_terms
@@ -111,6 +111,9 @@ def build_ledger(s: Structure) -> Ledger:
     layout (ZeRO stage, offload, tensor and sequence parallel) of the same structure."""
     if not (s.zero or s.tensor_parallel or s.sequence_parallel or s.offload != "none"):
         return _single_gpu_ledger(s)
+    if divides_only(s):
+        ddp, sharded = build_ledger(replace(s, zero=0)), sharded_keys(s.zero)
+        return replace(ddp, terms=tuple(divide(t, s.zero) if t.key in sharded else t for t in ddp.terms))
     single = _single_gpu_ledger(replace(s, zero=0, offload="none", tensor_parallel=False, sequence_parallel=False))
     terms = shard_terms(list(single.terms), s)  # per GPU: ZeRO / FSDP, tensor parallel, offload
     by_key = {t.key: t for t in terms}

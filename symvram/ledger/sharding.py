@@ -237,8 +237,29 @@ def deepspeed_terms(s: Structure) -> list[Term]:
     return terms
 
 
+def sharded_keys(stage: int) -> tuple[str, ...]:
+    """The terms ZeRO stage ``stage`` divides over the N data-parallel ranks.
+
+    >>> sharded_keys(2)
+    ('master', 'optimizer_states', 'optimizer_temp', 'grads', 'grads_before_first_layer')
+    """
+    return STATE_KEYS * (stage >= 1) + GRAD_KEYS * (stage >= 2) + WEIGHT_KEYS * (stage >= 3)
+
+
+def divides_only(s: Structure) -> bool:
+    """Whether the per-GPU ledger of ``s`` is its DDP ledger (``zero=0``) with ``sharded_keys(s.zero)`` divided
+    (``divide``) and nothing else, the moments unchanged: FSDP2's stages 1 and 2 without offload. Stage 3 adds
+    FSDP2's buffers and moments, DeepSpeed its buckets, offload moves terms to the host.
+
+    >>> divides_only(Structure(zero=2)), divides_only(Structure(zero=3)), divides_only(Structure(zero=0))
+    (True, False, False)
+    """
+    return s.zero in (1, 2) and s.zero_impl == "fsdp2" and s.offload == "none"
+
+
 @lru_cache(maxsize=1024)
-def _divide(term: Term, stage: int) -> Term:   # cached: structures share most of their single-GPU terms
+def divide(term: Term, stage: int) -> Term:   # cached: structures share most of their single-GPU terms
+    """``term`` sharded over the N GPUs by ZeRO stage ``stage``."""
     return replace(term, expr=term.expr / N, label=f"{term.label}/N",
                    why=f"{term.why} — sharded over N GPUs ({STAGE_NAMES[stage]})")
 
@@ -246,8 +267,8 @@ def _divide(term: Term, stage: int) -> Term:   # cached: structures share most o
 def shard_terms(terms: list[Term], s: Structure) -> list[Term]:
     """Per-GPU terms (and ``host`` terms for offload) of a single-GPU term list; identity for DDP."""
     out = [_tensor_parallel(term, s) if s.tensor_parallel else term for term in terms]
-    sharded = STATE_KEYS * (s.zero >= 1) + GRAD_KEYS * (s.zero >= 2) + WEIGHT_KEYS * (s.zero >= 3)
-    out = [_divide(term, s.zero) if term.key in sharded else term for term in out]
+    sharded = sharded_keys(s.zero)
+    out = [divide(term, s.zero) if term.key in sharded else term for term in out]
     if s.zero == 3 and s.zero_impl == "fsdp2":
         out += _fsdp_terms(s.keep(FSDP_FIELDS))
     if s.zero and s.zero_impl == "deepspeed":

@@ -39,7 +39,7 @@ from ..errors import UserError
 from ..evaluate import free_symbols
 from ..timing import STEP_TIME, time_parts
 from ..ledger import build_ledger
-from ..ledger.sharding import STAGE_NAMES
+from ..ledger.sharding import STAGE_NAMES, divide, divides_only, sharded_keys
 from ..presets import gpu_presets, load_gpu
 from ..ledger.terms import BLOCKS
 from ..scenario import (ATTENTIONS, DTYPES, MAX_BATCH, MAX_GPUS, MAX_RANK, MAX_SEQ, METHODS, OPTIMIZER_IMPLS,
@@ -209,12 +209,16 @@ class _Interner:
 
     def __init__(self):
         self.items: dict = {}
+        self.order: list = []   # item by id
 
     def __call__(self, item) -> int:
-        return self.items.setdefault(item, len(self.items))
+        i = self.items.setdefault(item, len(self.order))
+        if i == len(self.order):
+            self.order.append(item)
+        return i
 
     def list(self) -> list:
-        return list(self.items)
+        return list(self.order)
 
 
 class _Once:
@@ -354,8 +358,18 @@ def page_data(sc: Scenario, gpu: str | None = None, units: str = "GiB") -> tuple
             hit = known[id(item)] = (item, intern(item))
         return hit[1]
 
+    term_objects: dict[int, object] = {}   # a term id -> a Term it stands for
+
     def term_id(t) -> int:   # ``label = formula``, as estimate's tables print it
-        return term_ids((t.key, t.block, fns(t.expr), maths(f"{t.label} = {tex.doprint(t.expr)}"), t.why))
+        i = term_ids((t.key, t.block, fns(t.expr), maths(f"{t.label} = {tex.doprint(t.expr)}"), t.why))
+        term_objects.setdefault(i, t)
+        return i
+
+    @cache
+    def divided_list(list_id: int, stage: int) -> int:   # a block's term list with ZeRO's sharded terms divided
+        sharded = sharded_keys(stage)
+        return lists(tuple(once(divide(term_objects[i], stage), term_id) if term_objects[i].key in sharded else i
+                           for i in lists.order[list_id]))
 
     def moment_list(moments) -> int:
         return lists(tuple(moment_ids((m.key, m.label, m.terms)) for m in moments))
@@ -368,12 +382,15 @@ def page_data(sc: Scenario, gpu: str | None = None, units: str = "GiB") -> tuple
 
     time_symbols = sorted(time_parts(sc), key=str)
 
-    structures, pairs = [], {}
+    structures, pairs, composed = [], {}, []
     for s_id, s_struct in enumerate(shape_parts.list()):
         for r_id, (method, assigned) in enumerate(recipe_parts.list()):
             if method != s_struct.method:
                 continue
             s = replace(s_struct, **dict(assigned))
+            if divides_only(s):   # its DDP twin's ledger with the sharded terms divided: composed below
+                composed.append((s_id, r_id, s))
+                continue
             led = build_ledger(s)
             terms = [once(t, term_id) for t in led.terms]
             blocks = list(dict.fromkeys(t.block for t in led.terms))
@@ -384,6 +401,14 @@ def page_data(sc: Scenario, gpu: str | None = None, units: str = "GiB") -> tuple
                 once(time_parts(s), time_list),   # seconds per step: symvram.timing's roofline, from its parts
             ])
             pairs[f"{s_id},{r_id}"] = len(structures) - 1
+    twins = {}
+    for s_id, r_id, s in composed:   # as build_ledger composes them, on the ids
+        if s_id not in twins:
+            twins[s_id] = shape_parts.items[replace(shape_parts.order[s_id], zero=0)]
+        blocks, moments, definitions, _ = structures[pairs[f"{twins[s_id]},{r_id}"]]
+        structures.append([[divided_list(i, s.zero) for i in blocks], moments, definitions,
+                           once(time_parts(s), time_list)])
+        pairs[f"{s_id},{r_id}"] = len(structures) - 1
 
     gpus = {key: load_gpu(key) for key in gpu_presets()}
     data = {
