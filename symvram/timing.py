@@ -67,6 +67,7 @@ def check_interconnect(name: str | None) -> str | None:
     raise UserError(f"--interconnect: unknown link {name!r}; known: {', '.join(interconnects())}")
 
 
+TIME_FIELDS = tuple(dict.fromkeys(FLOPS_FIELDS + COMM_FIELDS))   # every field the step time reads
 F, M_hbm, C_link, C_host = (sym(n) for n in ("step_flops", "hbm_bytes", "link_bytes", "host_bytes"))
 # the roofline above over the step's parts (``time_parts``) and the card's figures
 STEP_TIME = F / (Phi * mu) + M_hbm / B_hbm + (1 - omega) * C_link / B_link + C_host / B_host

@@ -31,6 +31,9 @@ VARIANTS = (
     {"kbit_prep": "peft", "double_quant": False, "optimizer": "lion"},
     {"overrides": (("bytes_act", 2.5), ("bytes_state", 0.3), ("quant_block", 32))},
     {"overrides": (("quant_bits", 3.5),)},  # 2^3.5 is irrational: the SymPy numbers take over
+    {"optimizer_impl": "fused", "gpus": 3, "zero": 1},             # composed from foreach and from DDP
+    {"optimizer_impl": "forloop", "gpus": 2, "zero": 3, "grad_checkpointing": True},
+    {"stack": "deepspeed", "gpus": 2, "zero": 2, "optimizer_impl": "fused"},
 )
 
 

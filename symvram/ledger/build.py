@@ -98,6 +98,11 @@ def _single_gpu_ledger(s: Structure) -> Ledger:
     """The ledger on one GPU, before any sharding (only ``sharding`` reads the parallel fields). Its moments are
     every parallel layout's before ``gpu_moments``: sharding moves terms to the host or adds transients, never
     changes which activations are saved."""
+    if s.optimizer_impl != "foreach":   # only the step's temporaries, the last terms, read the implementation
+        twin = _single_gpu_ledger(replace(s, optimizer_impl="foreach"))
+        terms = (*(t for t in twin.terms if t.key != "optimizer_temp"), *optimizer_temp_terms(s))
+        by_key = {t.key: t for t in terms}
+        return replace(twin, terms=terms, moments=gpu_moments(twin.moments, by_key, s))
     saved, transient = _activation_terms(s.keep(ACTIVATION_FIELDS))
     terms = (*base_terms(s), *trainable_terms(s), *saved, *transient, *optimizer_temp_terms(s))
     by_key = {t.key: t for t in terms}

@@ -31,13 +31,15 @@ from importlib import resources
 import jinja2
 from latex2mathml.converter import convert as latex_to_mathml
 import sympy as sp
+from sympy.core.exprtools import decompose_power
+from sympy.core.sorting import default_sort_key
 from sympy.printing.jscode import JavascriptCodePrinter
 from sympy.printing.latex import LatexPrinter
 
 from ..analysis.fit import DEFAULT_HEADROOM, headroom_bytes
 from ..errors import UserError
 from ..evaluate import free_symbols
-from ..timing import STEP_TIME, time_parts
+from ..timing import STEP_TIME, TIME_FIELDS, time_parts
 from ..ledger import build_ledger
 from ..ledger.sharding import STAGE_NAMES, divide, divides_only, sharded_keys
 from ..presets import gpu_presets, load_gpu
@@ -267,6 +269,45 @@ class _Latex(_Once, LatexPrinter):
     def __init__(self):
         super().__init__({"symbol_names": LATEX_NAMES, "mul_symbol": "dot"})
 
+    def _as_ordered_terms(self, expr, order=None):
+        return lex_terms(expr) if (order or self.order) is None else super()._as_ordered_terms(expr, order)
+
+
+def lex_terms(expr: sp.Expr) -> list[sp.Expr]:
+    """``expr.as_ordered_terms()`` (SymPy's printing order), faster: SymPy turns every coefficient into a Python
+    complex through evalf, to break ties between equal monomials, which one sum never holds. Anything but a sum of
+    commutative terms with rational coefficients is left to SymPy.
+
+    >>> from symvram.symbols import sym
+    >>> e = sym("seq")**2 * sym("batch") + 3 * sym("hidden") * sym("seq") + sym("batch") / 2 + 7
+    >>> lex_terms(e) == e.as_ordered_terms()
+    True
+    """
+    args = sp.Add.make_args(expr)
+    if len(args) == 2 and any(a.is_Number for a in args):   # SymPy's special case of a number and a product
+        return expr.as_ordered_terms()
+    rows, gens = [], set()
+    for term in args:
+        coeff, rest = term.as_coeff_Mul()
+        powers = {}
+        for factor in sp.Mul.make_args(rest) if rest is not sp.S.One else ():
+            if not factor.is_commutative or factor.is_number:
+                return expr.as_ordered_terms()
+            base, exponent = decompose_power(factor)
+            powers[base] = exponent
+        if not coeff.is_Rational:
+            return expr.as_ordered_terms()
+        gens.update(powers)
+        rows.append((term, powers))
+    position = {g: i for i, g in enumerate(sorted(gens, key=default_sort_key))}
+
+    def descending(row) -> list:   # the monomial's exponents over the sorted generators, negated
+        monomial = [0] * len(position)
+        for base, exponent in row[1].items():
+            monomial[position[base]] = -exponent
+        return monomial
+    return [term for term, _ in sorted(rows, key=descending)]
+
 
 def _js_function(expr, printer: _JavaScript) -> str:
     names = sorted(s.name for s in free_symbols(expr))
@@ -360,9 +401,14 @@ def page_data(sc: Scenario, gpu: str | None = None, units: str = "GiB") -> tuple
 
     term_objects: dict[int, object] = {}   # a term id -> a Term it stands for
 
+    equal_terms: dict = {}   # a Term -> its id: ledgers built apart hold equal Terms
+
     def term_id(t) -> int:   # ``label = formula``, as estimate's tables print it
-        i = term_ids((t.key, t.block, fns(t.expr), maths(f"{t.label} = {tex.doprint(t.expr)}"), t.why))
-        term_objects.setdefault(i, t)
+        i = equal_terms.get(t)
+        if i is None:
+            i = equal_terms[t] = term_ids((t.key, t.block, fns(t.expr), maths(f"{t.label} = {tex.doprint(t.expr)}"),
+                                           t.why))
+            term_objects.setdefault(i, t)
         return i
 
     @cache
@@ -382,32 +428,40 @@ def page_data(sc: Scenario, gpu: str | None = None, units: str = "GiB") -> tuple
 
     time_symbols = sorted(time_parts(sc), key=str)
 
-    structures, pairs, composed = [], {}, []
-    for s_id, s_struct in enumerate(shape_parts.list()):
-        for r_id, (method, assigned) in enumerate(recipe_parts.list()):
+    # a layout is a shape row with a recipe part; its step time reads only TIME_FIELDS of the recipe's fields
+    structures, pairs, composed, timings = [], {}, [], {}
+    for s_id, s_struct in enumerate(shape_parts.order):
+        # ZeRO-1/2 under FSDP2: the DDP twin's ledger with its sharded terms divided, composed below on the ids
+        # (the recipe controls set precision fields only, never the parallel ones divides_only reads)
+        composes = divides_only(s_struct)
+        for r_id, (method, assigned) in enumerate(recipe_parts.order):
             if method != s_struct.method:
                 continue
-            s = replace(s_struct, **dict(assigned))
-            if divides_only(s):   # its DDP twin's ledger with the sharded terms divided: composed below
-                composed.append((s_id, r_id, s))
+            timing = (s_id, tuple(field for field in assigned if field[0] in TIME_FIELDS))
+            s = replace(s_struct, **dict(assigned)) if timing not in timings or not composes else None
+            if timing not in timings:   # seconds per step: symvram.timing's roofline, from its parts
+                timings[timing] = once(time_parts(s), time_list)
+            if composes:
+                composed.append((s_id, r_id, timings[timing]))
                 continue
             led = build_ledger(s)
-            terms = [once(t, term_id) for t in led.terms]
-            blocks = list(dict.fromkeys(t.block for t in led.terms))
+            by_block: dict[str, list[int]] = {}   # each block's term ids, blocks in the ledger's order
+            for t in led.terms:
+                by_block.setdefault(t.block, []).append(once(t, term_id))
             structures.append([
-                [lists(tuple(i for i, t in zip(terms, led.terms) if t.block == b)) for b in blocks],
+                [lists(tuple(ids)) for ids in by_block.values()],
                 once(led.moments, moment_list),
                 once(led.definitions, definition_list),
-                once(time_parts(s), time_list),   # seconds per step: symvram.timing's roofline, from its parts
+                timings[timing],
             ])
             pairs[f"{s_id},{r_id}"] = len(structures) - 1
     twins = {}
-    for s_id, r_id, s in composed:   # as build_ledger composes them, on the ids
+    for s_id, r_id, timing in composed:   # as build_ledger composes them
         if s_id not in twins:
             twins[s_id] = shape_parts.items[replace(shape_parts.order[s_id], zero=0)]
         blocks, moments, definitions, _ = structures[pairs[f"{twins[s_id]},{r_id}"]]
-        structures.append([[divided_list(i, s.zero) for i in blocks], moments, definitions,
-                           once(time_parts(s), time_list)])
+        stage = shape_parts.order[s_id].zero
+        structures.append([[divided_list(i, stage) for i in blocks], moments, definitions, timing])
         pairs[f"{s_id},{r_id}"] = len(structures) - 1
 
     gpus = {key: load_gpu(key) for key in gpu_presets()}
