@@ -18,7 +18,8 @@ from symvram.cli import main
 from symvram.errors import UserError
 from symvram.evaluate import evaluate
 from symvram.ledger import build_ledger
-from symvram.present.page import lex_terms, page_data, render_page
+from symvram.present.page import _mathml, lex_terms, page_data, render_page
+from symvram.symbols import latex
 from symvram.present.tables import term_latex
 from symvram.scenario import Scenario
 
@@ -69,6 +70,20 @@ def test_formula_order_is_sympys(model):
             sums.update(e for e in sp.preorder_traversal(t.expr) if isinstance(e, sp.Add))
     assert len(sums) > 30
     assert all(lex_terms(e) == e.as_ordered_terms() for e in sums)
+
+
+@pytest.mark.parametrize("model", ["llama-3-8b", "gemma-2-9b", "mixtral-8x7b"])
+def test_mathml_pieces_make_latex2mathmls_whole(model):
+    """The page converts a formula piece by piece (top-level operators, then inside whole parentheses): the
+    same MathML as latex2mathml's of the whole formula, for every term of varied ledgers."""
+    formulas = set()
+    for method, kw in itertools.product(("full", "lora", "qlora"), ({}, {"zero": 3, "gpus": 2},
+                                                                    {"grad_checkpointing": True, "attention": "eager"})):
+        for t in build_ledger(Scenario.create(model, method=method, **kw).structure).terms:
+            formulas.add(f"{t.label} = {latex(t.expr)}")
+    assert sum(r"\left(" in f for f in formulas) > 10
+    for f in formulas:
+        assert _mathml(f) == convert(f).replace(' xmlns="http://www.w3.org/1998/Math/MathML"', ""), f
 
 
 def test_arithmetic_is_printed_from_the_ledger(lora_page):

@@ -179,12 +179,17 @@ _NAMESPACE = ' xmlns="http://www.w3.org/1998/Math/MathML"'   # inline HTML5 Math
 
 
 def _mathml(tex: str) -> str:
-    r"""latex2mathml's MathML of ``tex``, each top-level piece converted once (the page's formulas share most).
+    r"""latex2mathml's MathML of ``tex``, each piece converted once (the page's formulas share most): a formula is
+    cut at its top-level operators, and inside a parenthesis that is a whole piece, at the parenthesis' own.
 
-    >>> tex = r"M/N = \frac{P \cdot \beta_{g}}{N} - \left\{L - 1\right\} \cdot x^{2}"
+    >>> tex = r"M/N = \frac{P \cdot \beta_{g}}{N} - \left\{L - 1\right\} \cdot \left(x^{2} + \left(y - 1\right)\right)"
     >>> _mathml(tex) == latex_to_mathml(tex).replace(_NAMESPACE, "")
     True
     """
+    return _ROW[0] + _row(tex) + _ROW[1]
+
+
+def _row(tex: str) -> str:
     depth, start, row = 0, 0, []
     for m in _PIECES.finditer(tex):
         token = m.group()
@@ -193,9 +198,39 @@ def _mathml(tex: str) -> str:
         elif token in ("}", r"\right"):
             depth -= 1
         elif depth == 0 and token[0] == " ":
-            row += [_piece(tex[start:m.start()]), _piece(token.strip())]
+            row += [_group(tex[start:m.start()]), _piece(token.strip())]
             start = m.end()
-    return _ROW[0] + "".join(row) + _piece(tex[start:]) + _ROW[1]
+    return "".join(row) + _group(tex[start:])
+
+
+def _group(tex: str) -> str:
+    """A piece: a parenthesis around a row (latex2mathml fences the row's own MathML), else converted whole."""
+    inner = tex[len(_OPEN):-len(_CLOSE)]
+    if tex.startswith(_OPEN) and tex.endswith(_CLOSE) and _balanced(inner):
+        opening, closing = _fence()
+        return opening + _row(inner) + closing
+    return _piece(tex)
+
+
+_OPEN, _CLOSE = r"\left(", r"\right)"
+
+
+def _balanced(tex: str) -> bool:
+    """Whether every brace and \\left in ``tex`` closes inside it (``\\left(a\\right) + \\left(b\\right)`` is no
+    parenthesis around a row)."""
+    depth = 0
+    for m in _PIECES.finditer(tex):
+        depth += {"{": 1, r"\left": 1, "}": -1, r"\right": -1}.get(m.group(), 0)
+        if depth < 0:
+            return False
+    return depth == 0
+
+
+@cache
+def _fence() -> tuple[str, str]:
+    """latex2mathml's MathML before and after the row inside ``\\left( … \\right)``."""
+    opening, closing = _piece(_OPEN + "x" + _CLOSE).split("<mi>x</mi>")
+    return opening, closing
 
 
 @cache
