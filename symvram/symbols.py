@@ -20,6 +20,9 @@ from functools import cached_property
 from importlib import resources
 
 import sympy as sp
+from sympy.core.exprtools import decompose_power
+from sympy.core.sorting import default_sort_key
+from sympy.printing.latex import LatexPrinter as SympyLatexPrinter
 
 
 @dataclass(frozen=True)
@@ -87,5 +90,56 @@ def text(expr: sp.Basic) -> str:
 
 
 def latex(expr: sp.Basic) -> str:
-    """LaTeX of ``expr`` with the registry's symbol names (``h`` for hidden, ``\\beta_{w}`` …)."""
-    return sp.latex(expr, symbol_names=LATEX_NAMES, mul_symbol="dot")
+    """LaTeX of ``expr`` with the registry's symbol names (``h`` for hidden, ``\\beta_{w}`` …).
+
+    >>> print(latex(sym("bytes_weight") * sym("P") / 2))
+    \\frac{P \\cdot \\beta_{w}}{2}
+    """
+    return LatexPrinter().doprint(expr)
+
+
+class LatexPrinter(SympyLatexPrinter):
+    """``sympy.latex`` with the registry's names and a centred dot, its sums ordered by ``lex_terms``."""
+
+    def __init__(self, settings: dict | None = None):
+        super().__init__({"symbol_names": LATEX_NAMES, "mul_symbol": "dot", **(settings or {})})
+
+    def _as_ordered_terms(self, expr, order=None):
+        return lex_terms(expr) if (order or self.order) is None else super()._as_ordered_terms(expr, order)
+
+
+def lex_terms(expr: sp.Expr) -> list[sp.Expr]:
+    """``expr.as_ordered_terms()`` (SymPy's printing order), faster: SymPy turns every coefficient into a Python
+    complex through evalf, to break ties between equal monomials, which one sum never holds. Anything but a sum of
+    commutative terms with rational coefficients is left to SymPy.
+
+    >>> from symvram.symbols import sym
+    >>> e = sym("seq")**2 * sym("batch") + 3 * sym("hidden") * sym("seq") + sym("batch") / 2 + 7
+    >>> lex_terms(e) == e.as_ordered_terms()
+    True
+    """
+    args = sp.Add.make_args(expr)
+    if len(args) == 2 and any(a.is_Number for a in args):   # SymPy's special case of a number and a product
+        return expr.as_ordered_terms()
+    rows, gens = [], set()
+    for term in args:
+        coeff, rest = term.as_coeff_Mul()
+        powers = {}
+        for factor in sp.Mul.make_args(rest) if rest is not sp.S.One else ():
+            if not factor.is_commutative or factor.is_number:
+                return expr.as_ordered_terms()
+            base, exponent = decompose_power(factor)
+            powers[base] = exponent
+        if not coeff.is_Rational:
+            return expr.as_ordered_terms()
+        gens.update(powers)
+        rows.append((term, powers))
+    position = {g: i for i, g in enumerate(sorted(gens, key=default_sort_key))}
+
+    def descending(row) -> list:   # the monomial's exponents over the sorted generators, negated
+        monomial = [0] * len(position)
+        for base, exponent in row[1].items():
+            monomial[position[base]] = -exponent
+        return monomial
+    return [term for term, _ in sorted(rows, key=descending)]
+

@@ -31,10 +31,7 @@ from importlib import resources
 import jinja2
 from latex2mathml.converter import convert as latex_to_mathml
 import sympy as sp
-from sympy.core.exprtools import decompose_power
-from sympy.core.sorting import default_sort_key
 from sympy.printing.jscode import JavascriptCodePrinter
-from sympy.printing.latex import LatexPrinter
 
 from ..analysis.fit import DEFAULT_HEADROOM, headroom_bytes
 from ..errors import UserError
@@ -46,7 +43,7 @@ from ..presets import gpu_presets, load_gpu
 from ..ledger.terms import BLOCKS
 from ..scenario import (ATTENTIONS, DTYPES, MAX_BATCH, MAX_GPUS, MAX_RANK, MAX_SEQ, METHODS, OPTIMIZER_IMPLS,
                         STATE_DTYPES, Scenario)
-from ..symbols import LATEX_NAMES
+from ..symbols import LatexPrinter
 from .style import BLOCK_COLORS, FIT_COLORS, NEUTRAL, short_card_name
 from .tables import BLOCK_TITLES
 from ..units import UNITS
@@ -293,55 +290,13 @@ class _JavaScript(_Once, JavascriptCodePrinter):
 
 
 class _Latex(_Once, LatexPrinter):
-    """``symbols.latex``'s printer (the registry's names, a centred dot).
+    """``symbols.latex``'s printer, each subexpression printed once.
 
     >>> from symvram.symbols import latex, sym
     >>> e = (sym("seq") * sym("batch") + sym("hidden")) / sym("gpus")
     >>> _Latex().doprint(e) == latex(e)
     True
     """
-
-    def __init__(self):
-        super().__init__({"symbol_names": LATEX_NAMES, "mul_symbol": "dot"})
-
-    def _as_ordered_terms(self, expr, order=None):
-        return lex_terms(expr) if (order or self.order) is None else super()._as_ordered_terms(expr, order)
-
-
-def lex_terms(expr: sp.Expr) -> list[sp.Expr]:
-    """``expr.as_ordered_terms()`` (SymPy's printing order), faster: SymPy turns every coefficient into a Python
-    complex through evalf, to break ties between equal monomials, which one sum never holds. Anything but a sum of
-    commutative terms with rational coefficients is left to SymPy.
-
-    >>> from symvram.symbols import sym
-    >>> e = sym("seq")**2 * sym("batch") + 3 * sym("hidden") * sym("seq") + sym("batch") / 2 + 7
-    >>> lex_terms(e) == e.as_ordered_terms()
-    True
-    """
-    args = sp.Add.make_args(expr)
-    if len(args) == 2 and any(a.is_Number for a in args):   # SymPy's special case of a number and a product
-        return expr.as_ordered_terms()
-    rows, gens = [], set()
-    for term in args:
-        coeff, rest = term.as_coeff_Mul()
-        powers = {}
-        for factor in sp.Mul.make_args(rest) if rest is not sp.S.One else ():
-            if not factor.is_commutative or factor.is_number:
-                return expr.as_ordered_terms()
-            base, exponent = decompose_power(factor)
-            powers[base] = exponent
-        if not coeff.is_Rational:
-            return expr.as_ordered_terms()
-        gens.update(powers)
-        rows.append((term, powers))
-    position = {g: i for i, g in enumerate(sorted(gens, key=default_sort_key))}
-
-    def descending(row) -> list:   # the monomial's exponents over the sorted generators, negated
-        monomial = [0] * len(position)
-        for base, exponent in row[1].items():
-            monomial[position[base]] = -exponent
-        return monomial
-    return [term for term, _ in sorted(rows, key=descending)]
 
 
 def _js_function(expr, printer: _JavaScript) -> str:
