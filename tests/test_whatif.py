@@ -69,6 +69,8 @@ def test_tensor_parallel_change_compares_two_ledgers():
     (dict(method="lora"), {"quant_bits": 8}, "does not apply to --method lora"),
     (dict(method="lora"), {"P_train": 10}, "derived here"),
     (dict(method="lora"), {"layers": 40.5}, "must be an integer"),
+    (dict(method="full"), {"mfu": 0.5}, "prices the step time, not memory"),          # a card figure of the roofline
+    (dict(method="full"), {"step_flops": 1e15}, "prices the step time, not memory"),  # one of its derived parts
 ])
 def test_refused_changes(sc_kw, changes, needle):
     with pytest.raises(UserError, match=needle):

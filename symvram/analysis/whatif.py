@@ -40,6 +40,11 @@ def check_symbol(sc: Scenario, name: str, option: str = "--set") -> None:
     if name not in SYMBOLS:
         leaves = [n for n, d in SYMBOLS.items() if d.group != "derived"]
         raise UserError(f"{option}: unknown symbol {name!r}{did_you_mean(name, leaves)}")
+    from ..timing import STEP_TIME
+
+    if SYMBOLS[name].symbol in STEP_TIME.free_symbols:
+        raise UserError(f"{option} {name}: {name} ({SYMBOLS[name].meaning}) prices the step time, not memory; "
+                        "estimate --gpu CARD prints the step time (with --mfu, --interconnect, --set overlap=…)")
     ledger = build_ledger(sc.structure)
     defined = {str(s): e for s, e in ledger.definitions}
     if name in defined:
