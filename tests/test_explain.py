@@ -222,8 +222,9 @@ def test_html_escapes_a_model_name_from_config_json(tmp_path):
                     reason="pdflatex is not installed (Debian: texlive-latex-base latex-cjk-chinese "
                            "latex-cjk-chinese-arphic-gbsn00lp, as .ci/run installs)")
 @pytest.mark.parametrize("lang", ["en", "zh"])
-@pytest.mark.parametrize("settings", [{}, dict(method="qlora"), dict(method="lora", batch=4, seq=4096)],
-                         ids=["full", "qlora", "lora-4096"])
+@pytest.mark.parametrize("settings", [{}, dict(method="qlora"), dict(method="lora", batch=4, seq=4096),
+                                      dict(zero=3, gpus=8)],   # a layer end at the peak, A_saved defined below it
+                         ids=["full", "qlora", "lora-4096", "zero3"])
 def test_tex_compiles_with_pdflatex(lang, settings, tmp_path):
     """Both languages compile, and no line or table sticks out of the text block by more than 1 pt (the old
     documents had 151 pt of "up_proj, down_proj" off the edge of the zh QLoRA page, and tables squeezed

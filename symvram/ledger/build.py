@@ -14,7 +14,7 @@ from dataclasses import replace
 from functools import lru_cache
 
 from .activations import ACTIVATION_FIELDS, saved_terms, transient_terms
-from .sharding import divide, divides_only, gpu_moments, shard_terms, sharded_keys
+from .sharding import divide, divides_only, gpu_moments, shard_definitions, shard_terms, sharded_keys
 from .structure import Structure
 from .terms import Ledger, Moment
 from .weights import TRAINABLE_WEIGHTS, base_terms, definitions, optimizer_temp_terms, trainable_terms
@@ -123,4 +123,5 @@ def build_ledger(s: Structure) -> Ledger:
     terms = shard_terms(list(single.terms), s)  # per GPU: ZeRO / FSDP, tensor parallel, offload
     by_key = {t.key: t for t in terms}
     assert len(by_key) == len(terms), "duplicate term keys"
-    return Ledger(terms=tuple(terms), moments=gpu_moments(single.moments, by_key, s), definitions=single.definitions)
+    return Ledger(terms=tuple(terms), moments=gpu_moments(single.moments, by_key, s),
+                  definitions=single.definitions + shard_definitions(s))

@@ -31,7 +31,7 @@ from functools import lru_cache
 
 import sympy as sp
 
-from ..symbols import sym
+from ..symbols import latex, sym
 from .activations import ACTIVATION_FIELDS
 from .architecture import L, V, f, f_e, h, nh, nkv
 from .structure import Structure
@@ -43,6 +43,7 @@ N, t = sym("gpus"), sym("tp")
 P, P_train, P_lora, P_quant, P_keep = (sym(n) for n in ("P", "P_train", "P_lora", "P_quant", "P_keep"))
 b_w, b_c, b_g, q = (sym(n) for n in ("bytes_weight", "bytes_act", "bytes_grad", "quant_bits"))
 b_32, T = sym("bytes_fp32"), sym("batch") * sym("seq")
+A_saved = sym("A_saved")
 
 WEIGHT_KEYS = ("weights", "weights_nf4", "quant_constants", "weights_16bit", "adapters", "saved_modules")
 STATE_KEYS = ("master", "optimizer_states", "optimizer_temp")   # ZeRO-1 and up
@@ -55,7 +56,7 @@ REPLICATED_ACTIVATIONS = ("act_rope", "act_tokens", "backward_tail")
 # activations fewer, one layer's sharded gradients more per step down), so the largest is at an end of each
 # stretch: i = L−1 (nothing reduced yet), L−2 (a reduce-scatter input beside it), 1, and 0 (no prefetch)
 LAYER_ENDS = (("last", L - 1), ("next", L - 2), ("second", sp.Integer(1)), ("first", sp.Integer(0)))
-_LAYER_END_TEX = {which: sp.latex(i) for which, i in LAYER_ENDS}   # printed once, not per structure
+_LAYER_END_TEX = {which: latex(i) for which, i in LAYER_ENDS}   # L - 2 …: printed once, not per structure
 STAGE_NAMES = {0: "DDP", 1: "ZeRO-1", 2: "ZeRO-2", 3: "ZeRO-3"}
 # FSDP2's and DeepSpeed's parameter-sized buffers (gathered weights, unsharded gradients, collective buffers) and
 # DeepSpeed's step buffer: the parameter side and the optimizer step of a moment, for diagnose
@@ -133,7 +134,7 @@ def fsdp_terms(s: Structure) -> list[Term]:
     >>> build_ledger(Structure(zero=3)).by_key["reduce_scatter_buffer"].expr.free_symbols >= {b_g, h, f}
     True
     """
-    from .activations import residual_bytes, saved_per_layer
+    from .activations import residual_bytes
 
     bu, unit, layer = compute_weight_bytes(s), layer_trainable(s), layer_bytes(s)
     src = "torch/distributed/fsdp/_fully_shard/_fsdp_param_group.py"
@@ -162,7 +163,7 @@ def fsdp_terms(s: Structure) -> list[Term]:
              "at a layer's input-norm backward (beside the norm's fp32 temporaries): its saved input and the gradients "
              "reaching the residual stream (measured)", "autograd of LlamaRMSNorm"),
     ]
-    below = saved_per_layer(s)
+    below = A_saved   # one layer's saved tensors: shard_definitions
     reduced = unit * b_g / N if s.offload == "none" else 0                        # offloaded: on the host
     for which, i in LAYER_ENDS:   # the end of layer i's backward: layers > i reduced, layers < i still saved
         i_tex = _LAYER_END_TEX[which]
@@ -191,8 +192,20 @@ def fsdp_terms(s: Structure) -> list[Term]:
     return terms
 
 
-# every field fsdp_terms reads (the activations' through saved_per_layer): its cache key
+# every field fsdp_terms reads (a superset: the activations' residual dtype and the layer's weights): its cache key
 FSDP_FIELDS = ACTIVATION_FIELDS + ("double_quant", "offload", "tensor_parallel")
+
+
+def shard_definitions(s: Structure) -> tuple[tuple[sp.Symbol, sp.Expr], ...]:
+    """The derived quantities the per-GPU terms add to the ledger's: under FSDP2's ZeRO-3, one layer's saved
+    bytes, which the layer ends count once per layer below (a symbol there, defined once).
+
+    >>> shard_definitions(Structure(zero=3, grad_checkpointing=True))
+    ((A_saved, batch*bytes_weight*hidden*seq),)
+    """
+    from .activations import saved_per_layer
+
+    return ((A_saved, saved_per_layer(s)),) if s.zero == 3 and s.zero_impl == "fsdp2" else ()
 
 
 @lru_cache(maxsize=256)

@@ -34,6 +34,7 @@ from ..errors import UserError
 from ..evaluate import Breakdown, evaluate, substitution
 from ..ledger.activations import per_layer_bytes
 from ..ledger.terms import BLOCKS, Term
+from ..ledger.sharding import shard_definitions
 from ..presets import load_card
 from ..analysis.diagnose import LOSS_HOOK, PART_NAMES, PARTS, diagnose, part_bytes, parameter_side
 from ..analysis.plan import STRATEGIES, plan, tensor_parallel_ok
@@ -314,9 +315,13 @@ def timeline(bd: Breakdown) -> dict:
     temps = [(t.key, bd.terms[t.key]) for t in bd.ledger.terms if t.block == "transient" and t.key in live]
     freed_bytes, temp_bytes = sum(v for _, v in freed), sum(v for _, v in temps)
     assert bd.ledger_total - freed_bytes + temp_bytes == bd.peak
+    used = set().union(*(bd.ledger.by_key[k].expr.free_symbols for k, v in temps if v))
     return {"rows": rows, "freed": freed_bytes, "temps": temp_bytes,
             "temp_terms": [{"key": k, "bytes": v, "label": bd.ledger.by_key[k].label, "why": bd.ledger.by_key[k].why,
                             "latex": latex(bd.ledger.by_key[k].expr)} for k, v in temps if v],
+            # the quantities the per-GPU temporaries are written with (FSDP2's A_saved), defined under their table
+            "where": [{"latex": f"{latex(s)} = {latex(e)}", "meaning": SYMBOLS[str(s)].meaning}
+                      for s, e in shard_definitions(bd.scenario.structure) if s in used],
             "freed_keys": [k for k, v in freed if v], "parts": part_bytes(bd)}
 
 
@@ -676,8 +681,37 @@ class HTMLFormat(MarkdownFormat):
 
 
 def _breakable(tex: str) -> str:
-    r"""Plain parentheses instead of ``\left( … \right)`` (one unbreakable box), so long lines can wrap."""
-    return tex.replace(r"\left(", "(").replace(r"\right)", ")")
+    r"""Plain parentheses instead of ``\left( … \right)`` (one unbreakable box), and a long fraction's numerator
+    in parentheses over its denominator (a ``\frac`` is one box too), so long lines can wrap.
+
+    >>> wrapped = _breakable(r"\frac{a + b}{N} + \left(c\right) \cdot \frac{" + "x + " * 40 + r"y}{N}")
+    >>> wrapped[:27], wrapped[-10:]
+    ('\\frac{a + b}{N} + (c) \\cdot', 'x + y) / N')
+    """
+    tex = tex.replace(r"\left(", "(").replace(r"\right)", ")")
+    out, start = [], 0
+    for m in re.finditer(r"\\frac\{", tex):
+        if m.start() < start:
+            continue
+        numerator_end = _closing_brace(tex, m.end())
+        denominator_end = _closing_brace(tex, numerator_end + 2)
+        numerator, denominator = tex[m.end():numerator_end], tex[numerator_end + 2:denominator_end]
+        if len(numerator) > _LONG_NUMERATOR and tex[numerator_end + 1] == "{":
+            out += [tex[start:m.start()], f"({numerator}) / {denominator}"]
+            start = denominator_end + 1
+    return "".join(out) + tex[start:]
+
+
+_LONG_NUMERATOR = 120   # characters of LaTeX: longer numerators (FSDP2's sharded sums) wrap as (…) / denominator
+
+
+def _closing_brace(tex: str, i: int) -> int:
+    """The index of the brace that closes the group opened just before ``i``."""
+    depth = 1
+    while depth:
+        depth += {"{": 1, "}": -1}.get(tex[i], 0)
+        i += 1
+    return i - 1
 
 
 def _print_width(text: str) -> int:
