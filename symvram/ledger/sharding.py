@@ -203,9 +203,14 @@ def shard_definitions(s: Structure) -> tuple[tuple[sp.Symbol, sp.Expr], ...]:
     >>> shard_definitions(Structure(zero=3, grad_checkpointing=True))
     ((A_saved, batch*bytes_weight*hidden*seq),)
     """
+    return _saved_definition(s.keep(ACTIVATION_FIELDS)) if s.zero == 3 and s.zero_impl == "fsdp2" else ()
+
+
+@lru_cache(maxsize=256)
+def _saved_definition(s: Structure) -> tuple[tuple[sp.Symbol, sp.Expr], ...]:
     from .activations import saved_per_layer
 
-    return ((A_saved, saved_per_layer(s)),) if s.zero == 3 and s.zero_impl == "fsdp2" else ()
+    return ((A_saved, saved_per_layer(s)),)
 
 
 @lru_cache(maxsize=256)
@@ -307,8 +312,8 @@ def gpu_moments(moments: tuple[Moment, ...], terms: dict[str, Term], s: Structur
             keys += ("ds_reduce_bucket",) + (("ds_step_grad",) if m.key == "optimizer_step" else ("ds_gathered",))
         if not on_gpu.issuperset(keys):
             keys = tuple(k for k in keys if k in on_gpu)
-        out.append(m if keys == m.terms else replace(m, terms=keys))
-    return tuple(out)
+        out.append(m if keys == m.terms else Moment(m.key, m.label, keys, m.why))
+    return moments if all(a is b for a, b in zip(out, moments)) else tuple(out)   # shared where unchanged
 
 
 def fsdp_moments(moments: tuple[Moment, ...], terms: dict[str, Term], s: Structure) -> tuple[Moment, ...]:
@@ -316,7 +321,12 @@ def fsdp_moments(moments: tuple[Moment, ...], terms: dict[str, Term], s: Structu
     forward (the root's all-gather output still alive) and the end of a layer's backward — its input norm,
     every gradient of the layer unsharded — for the layers of ``LAYER_ENDS``; the end of backward is the
     root's reduce-scatter. Parameters are resharded before the optimizer step."""
-    full = not s.lora
+    return _fsdp_moments(moments, not s.lora, "act_input_grad_leaf" in terms)
+
+
+@lru_cache(maxsize=1024)
+def _fsdp_moments(moments: tuple[Moment, ...], full: bool, input_grad_leaf: bool) -> tuple[Moment, ...]:
+    """``fsdp_moments``, once per single-GPU moments (layouts share them) and the two things it reads besides."""
     head = ("root_grads_unsharded",) * full
     add = {"forward_loss": ("gathered_root", "allgather_buffer"),
            "loss_backward": ("gathered_root", "allgather_buffer"),
@@ -332,7 +342,7 @@ def fsdp_moments(moments: tuple[Moment, ...], terms: dict[str, Term], s: Structu
                    f"the {which} layer's gradients unsharded beside its input norm's backward") for which, _ in LAYER_ENDS]
     forward = Moment("first_layer_forward", "forward, the first layer's all-gather",
                      base + ("gathered_root", "allgather_root", "gathered_layer", "allgather_buffer",
-                             "first_layer_input") + tuple(k for k in ("act_input_grad_leaf",) if k in terms),
+                             "first_layer_input") + ("act_input_grad_leaf",) * input_grad_leaf,
                      "the root gathered, its all-gather output not yet freed beside the first layer's")
     out = [forward]
     for m in moments:
@@ -341,7 +351,7 @@ def fsdp_moments(moments: tuple[Moment, ...], terms: dict[str, Term], s: Structu
             keys = tuple(k for k in m.terms if k != "grads_before_first_layer")   # in first_layer_end, sharded
         if m.key == "backward_end":
             keys = base + ("grads",) + (("root_reduce",) if full else ("reduce_scatter_buffer",))
-        out.append(replace(m, terms=keys + add.get(m.key, ())))
+        out.append(Moment(m.key, m.label, keys + add.get(m.key, ()), m.why))
         if m.key == "first_layer_backward":
             out[-1:-1] = ends
     return tuple(out)
