@@ -13,6 +13,8 @@ base. The first layer's input needs no gradient under LoRA, so its first RMSNorm
 """
 from __future__ import annotations
 
+from functools import lru_cache
+
 import sympy as sp
 
 from ..symbols import sym
@@ -88,9 +90,15 @@ def _grad_flags(s_: Structure, first: bool) -> dict[str, bool]:
 
 
 def _layer(s_: Structure, first: bool) -> dict[str, tuple[sp.Expr, str, str, str]]:
-    """Saved bytes of one decoder layer: key -> (expr, label, why, source).
+    """Saved bytes of one decoder layer: key -> (expr, label, why, source), built once per ``ACTIVATION_FIELDS``
+    (the saved terms, one recomputed layer and FSDP2's layer ends all read it; not to be changed).
 
     ``first``: the layer reads the embedding output, which needs no gradient under LoRA."""
+    return _layer_of(s_.keep(ACTIVATION_FIELDS), first)
+
+
+@lru_cache(maxsize=512)
+def _layer_of(s_: Structure, first: bool) -> dict[str, tuple[sp.Expr, str, str, str]]:
     fam = s_.arch
     grad = _grad_flags(s_, first)
     grad_in, attn_grad, resid_grad, mlp_grad = grad["layer_in"], grad["q"], grad["resid"], grad["mlp"]
