@@ -35,10 +35,9 @@ from ..evaluate import Breakdown, evaluate, substitution
 from ..ledger.activations import per_layer_bytes
 from ..ledger.terms import BLOCKS, Term
 from ..ledger.sharding import shard_definitions
-from ..presets import load_card
 from ..analysis.diagnose import LOSS_HOOK, PART_NAMES, PARTS, diagnose, part_bytes, parameter_side
 from ..analysis.plan import STRATEGIES, plan, tensor_parallel_ok
-from ..presets import load_model
+from ..presets import load_card, load_model
 from ..scenario import METHODS, Scenario
 from ..symbols import SYMBOLS, latex, sym
 from ..units import UNITS, fmt_bytes
