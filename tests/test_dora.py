@@ -54,6 +54,11 @@ def test_weight_norm_by_hand():
     qlora = Scenario.create(WIDE, stack="torch", method="qlora", rank=8, dora=True, grad_checkpointing=False)
     assert value(qlora) == 4 * (d * d + r * d + n) + 4 * n + 2 * n + 4 * (n // 64) + 2 * 4 * n
     assert "dora_forward" in bd.moments and "dora_recompute" not in bd.moments
+    # FSDP2's MixedPrecisionPolicy gathers the fp32 adapters in bf16: eye (lora_A.weight's dtype), lora_A(eye),
+    # ΔW and the weight-sized copies are bf16 (dora.py builds eye in lora_A.weight.dtype; PEFT casts x to it)
+    policy = Scenario.create(WIDE, stack="fsdp", method="lora", rank=8, dora=True, zero=3, gpus=2)
+    assert policy.structure.mp_policy and policy.values()["bytes_adapter"] == 4
+    assert value(policy) == 2 * (d * d + r * d + n) + 2 * 2 * n
 
 
 def test_qlora_dora_is_refused_by_validate():

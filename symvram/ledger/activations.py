@@ -511,6 +511,7 @@ def dora_weight_norm(s_: Structure, target: str) -> sp.Expr:
     """
     m = s_.arch.linear(target)
     d, n = m.d_in, m.d_in * m.d_out
+    b_a = compute_adapter_bytes(s_)   # the adapters as they compute: an FSDP2 policy gathers them in its dtype
     weight_copy = b_a * n if s_.method == "qlora" or (s_.adapter_upcast and not s_.weight_casts) else 0
     if s_.method == "qlora":  # dequantize_module_weight: the 4-bit weight in the load dtype, its fp32 absmax
         weight_copy += b_w * n + b_32 * ceil_div(n, sym("quant_block"))
@@ -534,6 +535,7 @@ def dora_forward_temp(s_: Structure) -> sp.Expr:
     dtype, scaled, and its 16-bit copy)."""
     fam = s_.arch
     last = fam.linear([t for t in s_.targets if fam.linear(t) in fam.linears][-1])
+    b_a = compute_adapter_bytes(s_)   # as in dora_weight_norm
     b_lr = matmul_bytes(s_) if s_.autocast else b_a
     own = last.d_out * (b_lr * T + 3 * b_32) + b_lr * T * r
     b_res = residual_bytes(s_)
