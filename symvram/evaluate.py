@@ -13,7 +13,7 @@ grids use ``lambdify`` once per (ledger, free symbols) and then numpy arrays.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from fractions import Fraction
 from functools import lru_cache
 from operator import itemgetter
@@ -22,6 +22,7 @@ import sympy as sp
 
 from .ledger import Ledger, build_ledger
 from .ledger.functions import at_least, ceil_blocks, ceil_div, next_power_of_two, pow2_ceil
+from .ledger.sharding import divides_only, sharded_keys
 from .ledger.structure import Structure
 from .ledger.terms import BLOCKS
 from .scenario import Scenario
@@ -264,6 +265,17 @@ def _program(structure: Structure):
     getter of the terms each block and moment sums (each also takes the 0 appended to the terms twice,
     so that it returns a tuple even for one term or none)."""
     ledger = build_ledger(structure)
+    if divides_only(structure):   # the DDP numbers with the sharded terms divided, as build_ledger composes them
+        _, ddp, derived_names, keys, blocks, moments = _program(replace(structure, zero=0))
+        sharded = set(sharded_keys(structure.zero))
+        divided = [len(derived_names) + i for i, k in enumerate(keys) if k in sharded]
+
+        def fn(values: dict) -> tuple:
+            out, n = list(ddp(values)), _number(values["gpus"])
+            for i in divided:
+                out[i] = out[i] / n if isinstance(out[i], sp.Basic) else _div(out[i], n)
+            return tuple(out)
+        return ledger, fn, derived_names, keys, blocks, moments
     derived = [s for s, _ in ledger.definitions] + ([] if any(str(s) == "P" for s, _ in ledger.definitions)
                                                       else [sym("P")])
     fn = exact_function(ledger.definitions, (*derived, *(t.expr for t in ledger.terms)))
