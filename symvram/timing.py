@@ -77,7 +77,7 @@ def time_parts(sc) -> dict[sp.Symbol, sp.Expr]:
     """The parts of ``STEP_TIME`` of a Scenario or a Structure, over the registry symbols (derived quantities
     unexpanded): FLOPs from the FLOPs ledger, bytes from the communication ledger. Structures share them widely
     (the FLOPs read neither the ZeRO stage nor the precision recipe): the page substitutes them into
-    ``STEP_TIME`` itself. DDP all-reduces every gradient as a ring:
+    ``STEP_TIME`` itself. The dict is cached: not to be changed. DDP all-reduces every gradient as a ring:
 
     >>> from symvram.ledger.structure import Structure
     >>> time_parts(Structure(method="full", nominal=True))[C_link]

@@ -105,7 +105,7 @@ def _lookup(data: dict, functions: list[str], chosen: dict, numbers: dict):
         values.update({s: numbers[name] for s in c["symbols"]})
     return ({(t["key"], t["block"], functions[t["fn"]]) for t in terms},
             [(data["moments"][m]["key"], tuple(data["moments"][m]["terms"])) for m in data["lists"][st[1]]],
-            values)
+            values, [data["defs"][d]["symbol"] for d in data["lists"][st[2]]])
 
 
 def test_tables_give_the_structure_and_values_scenario_gives(lora_page, lora_data):
@@ -136,6 +136,7 @@ def test_tables_give_the_structure_and_values_scenario_gives(lora_page, lora_dat
         assert got[0] == js, asdict(expected.structure)
         assert got[1] == [(m.key, m.terms) for m in led.moments]
         assert got[2] == expected.values()
+        assert got[3] == [str(symbol) for symbol, _ in led.definitions]   # FSDP2's A_saved included
         valid += 1
     assert valid >= 40 and refused >= 20, (valid, refused)
 
