@@ -142,6 +142,13 @@ def test_page_starts_at_the_command_line_and_makes_no_request(browser, tmp_path,
     assert int(browser.find_element("id", "peak").get_attribute("data-bytes")) == expected
     assert browser.execute_script("return performance.getEntriesByType('resource').length") == 0
     assert browser.get_log("browser") == []  # no script error, no blocked load
+    # under the terms: the derived symbols their formulas use, with the values estimate derives
+    bd = evaluate(Scenario.create("llama-3-8b", method="full", master="fp32", batch=2, seq=1024, zero=3, gpus=8))
+    shown = {e.get_attribute("data-symbol"): e.text.replace("\n", "")
+             for e in browser.find_elements("css selector", "#derived [data-symbol]")}
+    assert set(shown) == set(bd.derived) >= {"P", "P_train", "A_saved"}
+    assert f"= {bd.derived['P_train']:,} (trainable parameters)" in shown["P_train"]
+    assert f"= {fmt_bytes(bd.derived['A_saved'], 'GiB')} (bytes one decoder layer" in shown["A_saved"]
 
 
 def test_page_is_readable_at_phone_width(browser, tmp_path):

@@ -43,7 +43,7 @@ from ..presets import gpu_presets, load_gpu
 from ..ledger.terms import BLOCKS
 from ..scenario import (ATTENTIONS, DTYPES, MAX_BATCH, MAX_GPUS, MAX_RANK, MAX_SEQ, METHODS, OPTIMIZER_IMPLS,
                         STATE_DTYPES, Scenario)
-from ..symbols import LatexPrinter
+from ..symbols import SYMBOLS, LatexPrinter
 from .style import BLOCK_COLORS, FIT_COLORS, NEUTRAL, short_card_name
 from .tables import BLOCK_TITLES
 from ..units import UNITS
@@ -490,6 +490,9 @@ def page_data(sc: Scenario, gpu: str | None = None, units: str = "GiB") -> tuple
         "headroom": headroom_bytes(DEFAULT_HEADROOM, 1 << 50),
         "gpu": card,
         "stepTime": {"parts": [symbol.name for symbol in time_symbols], "fn": fns(STEP_TIME)},
+        # what the formulas' derived symbols (P_train, A_saved …) mean, shown with their values under the terms
+        "derived": {name: {"math": _mathml(SYMBOLS[name].latex), "meaning": SYMBOLS[name].meaning,
+                           "unit": SYMBOLS[name].unit} for name in dict.fromkeys(n for n, _ in def_ids.list())},
     }
     printer = _JavaScript()
     return data, [_js_function(e, printer) for e in fns.list()]
