@@ -171,7 +171,7 @@ def fsdp_terms(s: Structure) -> list[Term]:
                           + at_least(L - 1 - i, 1) * unit * b_g + at_least(i, 1) * layer,
                           rf"M_{{\mathrm{{end}},{i_tex}}}",
                           f"at the {which} layer's input norm: the saved tensors (checkpointed: the inputs) of the "
-                          f"{i_tex} layers below, the sharded gradients of the layers above, the reduce-scatter "
+                          f"layers below it ({i_tex} of them), the sharded gradients of the layers above, the reduce-scatter "
                           "input of the layer above (until this layer's post-backward) and the layer below's "
                           "all-gather output (prefetched)",
                           f"{src} post_backward, _backward_prefetch"))
