@@ -68,7 +68,9 @@ def check_interconnect(name: str | None) -> str | None:
 
 
 TIME_FIELDS = tuple(dict.fromkeys(FLOPS_FIELDS + COMM_FIELDS))   # every field the step time reads
-F, M_hbm, C_link, C_host = (sym(n) for n in ("step_flops", "hbm_bytes", "link_bytes", "host_bytes"))
+# the step's parts, derived per structure by ``time_parts``: FLOPs, then HBM, link and host bytes
+TIME_PARTS = F, M_hbm, C_link, C_host = tuple(sym(n) for n in ("step_flops", "hbm_bytes", "link_bytes",
+                                                                 "host_bytes"))
 # the roofline above over the step's parts (``time_parts``) and the card's figures
 STEP_TIME = F / (Phi * mu) + M_hbm / B_hbm + (1 - omega) * C_link / B_link + C_host / B_host
 
@@ -90,8 +92,8 @@ def time_parts(sc) -> dict[sp.Symbol, sp.Expr]:
 @lru_cache(maxsize=1024)
 def _time_parts(flops_structure: Structure, comm_structure: Structure) -> dict[sp.Symbol, sp.Expr]:
     cm = build_comm(comm_structure)
-    return {F: build_flops(flops_structure).total, M_hbm: cm.block_expr("hbm"), C_link: cm.block_expr("network"),
-            C_host: cm.block_expr("host")}
+    return dict(zip(TIME_PARTS, (build_flops(flops_structure).total, cm.block_expr("hbm"), cm.block_expr("network"),
+                                 cm.block_expr("host"))))
 
 
 def time_expr(sc) -> sp.Expr:

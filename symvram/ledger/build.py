@@ -14,7 +14,7 @@ from dataclasses import replace
 from functools import lru_cache
 
 from .activations import ACTIVATION_FIELDS, saved_terms, transient_terms
-from .sharding import divide, divides_only, gpu_moments, shard_definitions, shard_terms, sharded_keys
+from .sharding import divide_terms, divides_only, gpu_moments, shard_definitions, shard_terms
 from .structure import Structure
 from .terms import Ledger, Moment
 from .weights import TRAINABLE_WEIGHTS, base_terms, definitions, optimizer_temp_terms, trainable_terms
@@ -117,8 +117,8 @@ def build_ledger(s: Structure) -> Ledger:
     if not (s.zero or s.tensor_parallel or s.sequence_parallel or s.offload != "none"):
         return _single_gpu_ledger(s)
     if divides_only(s):
-        ddp, sharded = build_ledger(replace(s, zero=0)), sharded_keys(s.zero)
-        return replace(ddp, terms=tuple(divide(t, s.zero) if t.key in sharded else t for t in ddp.terms))
+        ddp = build_ledger(replace(s, zero=0))
+        return replace(ddp, terms=tuple(divide_terms(ddp.terms, s.zero)))
     single = _single_gpu_ledger(replace(s, zero=0, offload="none", tensor_parallel=False, sequence_parallel=False))
     terms = shard_terms(list(single.terms), s)  # per GPU: ZeRO / FSDP, tensor parallel, offload
     by_key = {t.key: t for t in terms}

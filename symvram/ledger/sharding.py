@@ -282,11 +282,15 @@ def divide(term: Term, stage: int) -> Term:   # cached: structures share most of
                    why=f"{term.why} — sharded over N GPUs ({STAGE_NAMES[stage]})")
 
 
+def divide_terms(terms, stage: int) -> list[Term]:
+    """``terms`` with the ones ZeRO stage ``stage`` shards divided (``sharded_keys``, ``divide``), in order."""
+    sharded = sharded_keys(stage)
+    return [divide(term, stage) if term.key in sharded else term for term in terms]
+
+
 def shard_terms(terms: list[Term], s: Structure) -> list[Term]:
     """Per-GPU terms (and ``host`` terms for offload) of a single-GPU term list; identity for DDP."""
-    out = [_tensor_parallel(term, s) if s.tensor_parallel else term for term in terms]
-    sharded = sharded_keys(s.zero)
-    out = [divide(term, s.zero) if term.key in sharded else term for term in out]
+    out = divide_terms([_tensor_parallel(term, s) if s.tensor_parallel else term for term in terms], s.zero)
     if s.zero == 3 and s.zero_impl == "fsdp2":
         out += _fsdp_terms(s.keep(FSDP_FIELDS))
     if s.zero and s.zero_impl == "deepspeed":

@@ -36,9 +36,9 @@ from sympy.printing.jscode import JavascriptCodePrinter
 from ..analysis.fit import DEFAULT_HEADROOM, headroom_bytes
 from ..errors import UserError
 from ..evaluate import free_symbols
-from ..timing import STEP_TIME, TIME_FIELDS, time_parts
+from ..timing import STEP_TIME, TIME_FIELDS, TIME_PARTS, time_parts
 from ..ledger import build_ledger
-from ..ledger.sharding import STAGE_NAMES, divide, divides_only, sharded_keys
+from ..ledger.sharding import STAGE_NAMES, divide_terms, divides_only
 from ..presets import gpu_presets, load_gpu
 from ..ledger.terms import BLOCKS
 from ..scenario import (ATTENTIONS, DTYPES, MAX_BATCH, MAX_GPUS, MAX_RANK, MAX_SEQ, METHODS, OPTIMIZER_IMPLS,
@@ -389,8 +389,6 @@ def page_data(sc: Scenario, gpu: str | None = None, units: str = "GiB") -> tuple
             hit = known[id(item)] = (item, intern(item))
         return hit[1]
 
-    term_objects: dict[int, object] = {}   # a term id -> a Term it stands for
-
     equal_terms: dict = {}   # a Term -> its id: ledgers built apart hold equal Terms
 
     def term_id(t) -> int:   # ``label = formula``, as estimate's tables print it
@@ -398,14 +396,11 @@ def page_data(sc: Scenario, gpu: str | None = None, units: str = "GiB") -> tuple
         if i is None:
             i = equal_terms[t] = term_ids((t.key, t.block, fns(t.expr), maths(f"{t.label} = {tex.doprint(t.expr)}"),
                                            t.why))
-            term_objects.setdefault(i, t)
         return i
 
     @cache
-    def divided_list(list_id: int, stage: int) -> int:   # a block's term list with ZeRO's sharded terms divided
-        sharded = sharded_keys(stage)
-        return lists(tuple(once(divide(term_objects[i], stage), term_id) if term_objects[i].key in sharded else i
-                           for i in lists.order[list_id]))
+    def divided_list(list_id: int, stage: int) -> int:   # a block's term list as build_ledger divides it
+        return lists(tuple(once(t, term_id) for t in divide_terms([term_of[i] for i in lists.order[list_id]], stage)))
 
     def moment_list(moments) -> int:
         return lists(tuple(moment_ids((m.key, m.label, m.terms)) for m in moments))
@@ -414,9 +409,7 @@ def page_data(sc: Scenario, gpu: str | None = None, units: str = "GiB") -> tuple
         return lists(tuple(def_ids((symbol.name, fns(expr))) for symbol, expr in definitions))
 
     def time_list(parts) -> int:   # the fn of each of STEP_TIME's parts
-        return lists(tuple(fns(parts[symbol]) for symbol in time_symbols))
-
-    time_symbols = sorted(time_parts(sc), key=str)
+        return lists(tuple(fns(parts[symbol]) for symbol in TIME_PARTS))
 
     # a layout is a shape row with a recipe part; its step time reads only TIME_FIELDS of the recipe's fields
     structures, pairs, composed, timings = [], {}, [], {}
@@ -445,7 +438,7 @@ def page_data(sc: Scenario, gpu: str | None = None, units: str = "GiB") -> tuple
                 timings[timing],
             ])
             pairs[f"{s_id},{r_id}"] = len(structures) - 1
-    twins = {}
+    twins, term_of = {}, {i: t for t, i in equal_terms.items()}   # a term id -> a Term it stands for
     for s_id, r_id, timing in composed:   # as build_ledger composes them
         if s_id not in twins:
             twins[s_id] = shape_parts.items[replace(shape_parts.order[s_id], zero=0)]
@@ -489,7 +482,7 @@ def page_data(sc: Scenario, gpu: str | None = None, units: str = "GiB") -> tuple
         # the verdict keeps the headroom that fit, plan and diagnose keep (--headroom's default)
         "headroom": headroom_bytes(DEFAULT_HEADROOM, 1 << 50),
         "gpu": card,
-        "stepTime": {"parts": [symbol.name for symbol in time_symbols], "fn": fns(STEP_TIME)},
+        "stepTime": {"parts": [symbol.name for symbol in TIME_PARTS], "fn": fns(STEP_TIME)},
         # what the formulas' derived symbols (P_train, A_saved …) mean, shown with their values under the terms
         "derived": {name: {"math": _mathml(SYMBOLS[name].latex), "meaning": SYMBOLS[name].meaning,
                            "unit": SYMBOLS[name].unit} for name in dict.fromkeys(n for n, _ in def_ids.list())},
