@@ -21,3 +21,30 @@ def did_you_mean(name: str, choices, n: int = 3, cutoff: float = 0.6) -> str:
 
     close = difflib.get_close_matches(name, list(choices), n=n, cutoff=cutoff)
     return f" (did you mean {', '.join(close)}?)" if close else ""
+
+
+EXCERPT = 60  # characters of a value a message shows
+
+
+def excerpt(value, width: int = EXCERPT) -> str:
+    """A value as a message shows it: its repr, cut to about ``width`` characters (a long string says how
+    long it was), computed without rendering the whole value (a list of a million items costs a few items).
+
+    >>> excerpt("fp8"), excerpt([1, [2, [3, [4]]]]), excerpt(list(range(100)))
+    ("'fp8'", '[1, [2, [3, [...]]]]', '[0, 1, 2, 3, 4, 5, ...]')
+    >>> excerpt("x" * 1000, 20)
+    "'xxxxxxx...xxxxxxxx' (1000 characters)"
+    >>> excerpt(10 ** 5000)
+    'an integer of about 5001 digits'
+    """
+    import reprlib
+
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 200:
+        return f"an integer of about {int(value.bit_length() * 0.30103) + 1} digits"
+    r = reprlib.Repr()
+    r.maxstring = r.maxother = r.maxlong = width
+    r.maxlevel, r.maxlist, r.maxtuple, r.maxdict, r.maxset, r.maxfrozenset = 3, 6, 6, 6, 6, 6
+    shown = r.repr(value)
+    if isinstance(value, str) and len(value) > width:
+        shown += f" ({len(value)} characters)"
+    return shown

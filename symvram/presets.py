@@ -18,6 +18,7 @@ from pathlib import Path
 from .errors import UserError, did_you_mean
 from .symbols import sym
 from .units import fmt_bytes, parse_size
+from .userfiles import read_user_file
 
 MAX_CONFIG_BYTES = 1 << 20  # a config.json is a few kB; refuse anything that is not one
 MAX_DIM = 10**7  # no model dimension (hidden, layers, vocab …) comes near this
@@ -223,14 +224,9 @@ def load_config_json(path: Path) -> ModelSpec:
     try:
         if path.is_dir():
             path = path / "config.json"
-        if not path.is_file():
-            raise UserError(f"no config.json at {str(path)!r}")
-        with path.open("rb") as fh:
-            data = fh.read(MAX_CONFIG_BYTES + 1)
-    except OSError as e:
-        raise UserError(f"cannot read {str(path)!r}: {e.strerror or e}") from None
-    if len(data) > MAX_CONFIG_BYTES:
-        raise UserError(f"{path}: over {MAX_CONFIG_BYTES} bytes is too large for a config.json")
+    except OSError:  # a name too long, a loop of symbolic links: read_user_file says which
+        pass
+    data = read_user_file(path, str(path), MAX_CONFIG_BYTES, "a config.json", missing=f"no config.json at {str(path)!r}")
     try:
         cfg = json.loads(data.decode("utf-8"))
     except (ValueError, RecursionError) as e:  # JSONDecodeError, UnicodeDecodeError, an integer of 5000 digits

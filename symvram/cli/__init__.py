@@ -8,6 +8,7 @@ own libraries alone.
 from __future__ import annotations
 
 import argparse
+import codecs
 import gc
 import importlib
 import os
@@ -84,6 +85,7 @@ def imports_frozen():
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    encodable_streams()
     debug = "--debug" in argv or os.environ.get("SYMVRAM_DEBUG") == "1"
     wide = "--wide" in argv
     argv = [a for a in argv if a not in ("--debug", "--wide")]  # accepted before or after the command
@@ -129,10 +131,64 @@ def _command_of(argv: list[str]) -> str | None:
     return first if first in COMMANDS else None
 
 
+MAX_WORD = 120      # a longer run without spaces in a message is a value: shown as an excerpt
+MAX_MESSAGE = 600   # characters of one error line
+
+
 def _one_line(e: Exception) -> str:
-    """The message on one line, whatever a file name or a quoted input held.
+    """The message on one line, whatever a file name or a quoted input held: a word longer than MAX_WORD
+    cut to its ends, the line to MAX_MESSAGE characters (the sources quote values through errors.excerpt;
+    this is the net under them).
 
     >>> _one_line(ValueError("bad\\nname"))
     'bad name'
+    >>> _one_line(ValueError("got " + "9" * 5000))
+    'got 9999999999…9999999999 (5000 characters)'
     """
-    return " ".join(str(e).split())
+    words = [w if len(w) <= MAX_WORD else f"{w[:10]}…{w[-10:]} ({len(w)} characters)" for w in str(e).split()]
+    line = " ".join(words)
+    return line if len(line) <= MAX_MESSAGE else line[:MAX_MESSAGE - 20] + " … (message cut)"
+
+
+# What a stream that cannot encode the tool's characters (PYTHONIOENCODING=cp1252, a Windows redirect) shows
+ASCII = {"≈": "~", "→": "->", "←": "<-", "≤": "<=", "≥": ">=", "·": "*", "×": "x", "—": "-", "–": "-", "…": "...",
+         "²": "^2", "³": "^3", "√": "sqrt", "Σ": "sum", "∑": "sum", "−": "-", "≠": "!=", "∞": "inf", "±": "+/-",
+         "µ": "u", "‖": "||", "⌈": "ceil(", "⌉": ")", "⌊": "floor(", "⌋": ")", "✓": "ok", "✗": "x", "█": "#",
+         "Δ": "d", "δ": "d", "∂": "d", "⁻": "^-", "α": "alpha", "β": "beta", "λ": "lambda", "ε": "eps",
+         "η": "eta", "θ": "theta", "σ": "sigma", "π": "pi", "▏": "|", "│": "|", "─": "-", "┼": "+", "├": "+", "┤": "+", "└": "+", "┌": "+", "┐": "+", "┘": "+"}
+
+
+def _ascii_fallback(err: UnicodeEncodeError) -> tuple[str, int]:
+    """A codec error handler: each character the stream's encoding lacks as ASCII (``ASCII``, else its
+    decomposition without accents, else "?").
+
+    >>> "≈ 9.5 GiB → fits, naïve".encode("ascii", errors="symvram-ascii")
+    b'~ 9.5 GiB -> fits, naive'
+    """
+    import unicodedata
+
+    def one(ch: str) -> str:
+        if ch in ASCII:
+            return ASCII[ch]
+        plain = unicodedata.normalize("NFKD", ch).encode("ascii", "ignore").decode()
+        return plain or "?"
+
+    return "".join(one(ch) for ch in err.object[err.start:err.end]), err.end
+
+
+codecs.register_error("symvram-ascii", _ascii_fallback)
+
+
+def encodable_streams() -> None:
+    """stdout and stderr write what their encoding lacks through ``_ascii_fallback`` instead of raising
+    (only a stream whose encoding is not a Unicode one is changed)."""
+    for stream in (sys.stdout, sys.stderr):
+        encoding = getattr(stream, "encoding", None)
+        if not encoding or not hasattr(stream, "reconfigure"):
+            continue
+        try:
+            if codecs.lookup(encoding).name.startswith("utf"):
+                continue
+            stream.reconfigure(errors="symvram-ascii")
+        except (LookupError, ValueError, OSError):  # an unknown codec name; a closed or detached stream
+            continue
