@@ -2,10 +2,11 @@
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from pathlib import Path
 
-from ..errors import UserError
+from ..errors import UserError, excerpt
 from ..scenario import (ATTENTIONS, CHECKPOINT_IMPLS, DEVICES, DTYPES, HALF_DTYPES, LOSS_IMPLS, METHODS,
                         OFFLOADS, OPTIMIZER_IMPLS, OPTIMIZERS, STATE_DTYPES, Scenario)
 from ..stacks import stack_names, stacks
@@ -16,21 +17,23 @@ def positive_int(text: str) -> int:
     try:
         value = int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {excerpt(text)}") from None
     if value <= 0:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {excerpt(text)}")
     return value
 
 
 def parse_set(text: str) -> tuple[str, float]:
     """``SYMBOL=VALUE`` for --set."""
     if "=" not in text:
-        raise argparse.ArgumentTypeError(f"--set takes SYMBOL=VALUE, got {text!r}")
+        raise argparse.ArgumentTypeError(f"--set takes SYMBOL=VALUE, got {excerpt(text)}")
     name, _, value = text.partition("=")
     try:
         number = float(value)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"--set {name}: {value!r} is not a number") from None
+        raise argparse.ArgumentTypeError(f"--set {name}: {excerpt(value)} is not a number") from None
+    if math.isinf(number) and "inf" not in value.lower():  # 1e400, a 5000-digit integer: beyond any float
+        raise argparse.ArgumentTypeError(f"--set {name}: {excerpt(value.strip())} is too large to be a number here")
     return name.strip(), int(number) if number.is_integer() else number
 
 
@@ -222,7 +225,7 @@ def scenario_from_args(args: argparse.Namespace, **changes) -> Scenario:
 
 
 def provenance(args: argparse.Namespace, sc: Scenario):
-    """(rows, notes, files, warnings) of the scenario read with --from, or None without it."""
+    """(rows, notes, files, warnings, keys not read) of the scenario read with --from, or None without it."""
     from ..present.provenance import provenance_rows
 
     r = reading(args)
@@ -231,7 +234,7 @@ def provenance(args: argparse.Namespace, sc: Scenario):
     model_source = "command line" if args.model is not None else r.model.source
     rows = provenance_rows(sc, r, set(cli_settings(args)), model_source)
     notes = [(k, str(v.value).lower() if isinstance(v.value, bool) else str(v.value), v.source) for k, v in r.notes]
-    return rows, notes, r.files, r.warnings
+    return rows, notes, r.files, r.warnings, r.unread
 
 
 def provenance_text(args: argparse.Namespace, sc: Scenario) -> str:
@@ -239,7 +242,7 @@ def provenance_text(args: argparse.Namespace, sc: Scenario) -> str:
     from ..present.provenance import provenance_table
 
     p = provenance(args, sc)
-    return "" if p is None else provenance_table(*p[:3]) + "\n\n"
+    return "" if p is None else provenance_table(*p[:3], p[4]) + "\n\n"
 
 
 def provenance_dict(args: argparse.Namespace, sc: Scenario) -> dict:

@@ -278,7 +278,7 @@ class _Reader:
                 except WrongValue as e:
                     raise UserError(f"{shown}: {prefix}{row.key}: {e}") from None
                 except (TypeError, AttributeError):
-                    raise UserError(f"{shown}: {prefix}{row.key}: unexpected value {raw!r}") from None
+                    raise UserError(f"{shown}: {prefix}{row.key}: unexpected value {excerpt(raw)}") from None
             if row.setting is None:
                 if value:
                     self.unmodelled.setdefault((shown, row.why), []).append(f"{prefix}{row.key} = {_show(raw)}")
@@ -307,11 +307,11 @@ class _Reader:
             self.doc(raw, tool, shown, key + ".", folder)
             return
         if not isinstance(raw, str):
-            raise UserError(f"{shown}: {key}: expected a file name or a mapping, got {raw!r}")
+            raise UserError(f"{shown}: {key}: expected a file name or a mapping, got {excerpt(raw)}")
         candidates = [folder / raw, Path(raw)]
         path = next((p for p in candidates if p.is_file()), None)
         if path is None:
-            raise UserError(f"{shown}: {key}: no such file {raw!r} (looked beside {shown} and in the current folder)")
+            raise UserError(f"{shown}: {key}: no such file {excerpt(raw)} (looked beside {shown} and in the current folder)")
         self.file(path, str(path), tool)
 
     def best(self, name: str) -> Value | None:
