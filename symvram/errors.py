@@ -31,7 +31,7 @@ def excerpt(value, width: int = EXCERPT) -> str:
     long it was), computed without rendering the whole value (a list of a million items costs a few items).
 
     >>> excerpt("fp8"), excerpt([1, [2, [3, [4]]]]), excerpt(list(range(100)))
-    ("'fp8'", '[1, [2, [3, [...]]]]', '[0, 1, 2, 3, 4, 5, ...]')
+    ("'fp8'", '[1, [2, [...]]]', '[0, 1, 2, 3, ...]')
     >>> excerpt("x" * 1000, 20)
     "'xxxxxxx...xxxxxxxx' (1000 characters)"
     >>> excerpt(10 ** 5000)
@@ -43,8 +43,10 @@ def excerpt(value, width: int = EXCERPT) -> str:
         return f"an integer of about {int(value.bit_length() * 0.30103) + 1} digits"
     r = reprlib.Repr()
     r.maxstring = r.maxother = r.maxlong = width
-    r.maxlevel, r.maxlist, r.maxtuple, r.maxdict, r.maxset, r.maxfrozenset = 3, 6, 6, 6, 6, 6
+    r.maxlevel, r.maxlist, r.maxtuple, r.maxdict, r.maxset, r.maxfrozenset = 2, 4, 4, 4, 4, 4
     shown = r.repr(value)
+    if len(shown) > 2 * width:  # a mapping of long keys, a list of long strings
+        shown = shown[:2 * width] + "…"
     if isinstance(value, str) and len(value) > width:
         shown += f" ({len(value)} characters)"
     return shown

@@ -308,8 +308,10 @@ class _Reader:
             return
         if not isinstance(raw, str):
             raise UserError(f"{shown}: {key}: expected a file name or a mapping, got {excerpt(raw)}")
-        candidates = [folder / raw, Path(raw)]
-        path = next((p for p in candidates if p.is_file()), None)
+        try:  # anything there (a directory, a pipe, a loop of links) is read, and refused, as a file
+            path = next((p for p in (folder / raw, Path(raw)) if p.exists() or p.is_symlink()), None)
+        except (OSError, ValueError):  # a name too long for the file system, a NUL character
+            path = None
         if path is None:
             raise UserError(f"{shown}: {key}: no such file {excerpt(raw)} (looked beside {shown} and in the current folder)")
         self.file(path, str(path), tool)
