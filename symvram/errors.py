@@ -50,3 +50,19 @@ def excerpt(value, width: int = EXCERPT) -> str:
     if isinstance(value, str) and len(value) > width:
         shown += f" ({len(value)} characters)"
     return shown
+
+
+MAX_WORD = 120      # a longer run without spaces in a message is a value: shown by its ends
+MAX_MESSAGE = 600   # characters of one message line
+
+
+def one_line(text: str) -> str:
+    """A message on one line: a word longer than MAX_WORD cut to its ends, the line to MAX_MESSAGE
+    characters (the sources quote values through ``excerpt``; this is the net under them).
+
+    >>> one_line("got " + "9" * 5000)
+    'got 9999999999…9999999999 (5000 characters)'
+    """
+    words = [w if len(w) <= MAX_WORD else f"{w[:10]}…{w[-10:]} ({len(w)} characters)" for w in text.split()]
+    line = " ".join(words)
+    return line if len(line) <= MAX_MESSAGE else line[:MAX_MESSAGE - 20] + " … (message cut)"

@@ -217,8 +217,8 @@ def _text_model(fields: ConfigFields) -> ConfigFields:
     known = families_by_model_type()
     text = fields.mapping("text_config")
     outer = fields.cfg.get("model_type")
-    if text is None or (isinstance(outer, str) and outer in known) or text.cfg.get("model_type") not in known \
-            or not isinstance(text.cfg.get("model_type"), str):
+    inner = text.cfg.get("model_type") if text is not None else None
+    if not isinstance(inner, str) or inner not in known or (isinstance(outer, str) and outer in known):
         return fields
     tied = fields.cfg.get("tie_word_embeddings", text.cfg.get("tie_word_embeddings"))
     return ConfigFields({**text.cfg, "tie_word_embeddings": tied},

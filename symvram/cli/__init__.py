@@ -15,7 +15,7 @@ import os
 import sys
 from contextlib import contextmanager
 
-from ..errors import UserError
+from ..errors import UserError, one_line
 
 COMMANDS = ["estimate", "fit", "whatif", "sensitivity", "explain", "validate", "plan", "plot", "diagnose", "page"]
 
@@ -131,23 +131,13 @@ def _command_of(argv: list[str]) -> str | None:
     return first if first in COMMANDS else None
 
 
-MAX_WORD = 120      # a longer run without spaces in a message is a value: shown as an excerpt
-MAX_MESSAGE = 600   # characters of one error line
-
-
 def _one_line(e: Exception) -> str:
-    """The message on one line, whatever a file name or a quoted input held: a word longer than MAX_WORD
-    cut to its ends, the line to MAX_MESSAGE characters (the sources quote values through errors.excerpt;
-    this is the net under them).
+    """The message on one line, whatever a file name or a quoted input held (``errors.one_line``).
 
     >>> _one_line(ValueError("bad\\nname"))
     'bad name'
-    >>> _one_line(ValueError("got " + "9" * 5000))
-    'got 9999999999…9999999999 (5000 characters)'
     """
-    words = [w if len(w) <= MAX_WORD else f"{w[:10]}…{w[-10:]} ({len(w)} characters)" for w in str(e).split()]
-    line = " ".join(words)
-    return line if len(line) <= MAX_MESSAGE else line[:MAX_MESSAGE - 20] + " … (message cut)"
+    return one_line(str(e))
 
 
 # What a stream that cannot encode the tool's characters (PYTHONIOENCODING=cp1252, a Windows redirect) shows

@@ -6,7 +6,7 @@ import math
 import sys
 from pathlib import Path
 
-from ..errors import UserError, excerpt
+from ..errors import EXCERPT, UserError, excerpt, one_line
 from ..scenario import (ATTENTIONS, CHECKPOINT_IMPLS, DEVICES, DTYPES, HALF_DTYPES, LOSS_IMPLS, METHODS,
                         OFFLOADS, OPTIMIZER_IMPLS, OPTIMIZERS, STATE_DTYPES, Scenario)
 from ..stacks import stack_names, stacks
@@ -167,9 +167,10 @@ def reading(args: argparse.Namespace):
 
         args._reading = read_files(args.from_files, cli_settings(args))
         for line in args._reading.warnings:
-            print(f"symvram: warning: {line}", file=sys.stderr)
+            print(f"symvram: warning: {one_line(line)}", file=sys.stderr)
         if args.verbose and args._reading.unread:
-            print(f"symvram: not read (not known to change memory): {', '.join(args._reading.unread)}",
+            keys = (k if len(k) <= 2 * EXCERPT else excerpt(k, 2 * EXCERPT) for k in args._reading.unread)
+            print(f"symvram: not read (not known to change memory): {', '.join(keys)}",
                   file=sys.stderr)
     return args._reading
 

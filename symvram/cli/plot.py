@@ -7,7 +7,7 @@ from pathlib import Path
 
 from ..analysis.fit import DEFAULT_HEADROOM
 from ..api import DEFAULT_PLOT_CARDS as DEFAULT_CARDS, PLOT_KINDS as KINDS, plot
-from ..errors import UserError
+from ..errors import UserError, excerpt
 from .common import (add_model_argument, add_output_arguments, add_scenario_arguments, model_of, positive_int,
                      scenario_kwargs, write_output)
 
@@ -36,7 +36,7 @@ def _ranks(text: str) -> list[int]:
     try:
         return [int(t) for t in text.split(",") if t.strip()]
     except ValueError:
-        raise argparse.ArgumentTypeError(f"--ranks takes a comma list of integers, got {text!r}") from None
+        raise argparse.ArgumentTypeError(f"--ranks takes a comma list of integers, got {excerpt(text)}") from None
 
 
 def register(sub) -> None:

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 
-from ..errors import UserError, excerpt
+from ..errors import EXCERPT, UserError, excerpt
 from ..userfiles import expanded_size, read_user_file, unreadable
 from . import convert as c
 from .convert import WrongValue
@@ -330,11 +330,18 @@ class _Reader:
 
 
 def _show(value) -> str:
+    """A file's value in a warning line: as the file writes it, a long one as an excerpt.
+
+    >>> _show(True), _show(("q_proj", "v_proj")), _show(""), _show("x" * 100)[:8], _show(list(range(50)))
+    ('true', 'q_proj,v_proj', "''", "'xxxxxxx", '[0, 1, 2, 3, ...]')
+    """
     if isinstance(value, bool):
         return str(value).lower()
-    if isinstance(value, tuple):
+    if isinstance(value, tuple) and all(isinstance(v, str) for v in value):
         return ",".join(value)
-    return str(value) if not isinstance(value, str) or value else "''"
+    if isinstance(value, str):
+        return value if 0 < len(value) <= EXCERPT else excerpt(value)
+    return str(value) if isinstance(value, float) else excerpt(value)
 
 
 def read_files(paths: list[str], cli: dict | None = None) -> Reading:
