@@ -126,7 +126,7 @@ class ConfigFields:
     Traceback (most recent call last):
     ...
     symvram.errors.UserError: c.json: field 'hidden_size' must be a positive integer, got '4096'
-    >>> f.layer_kinds(2, None)
+    >>> f.layer_counts(2, None)
     Traceback (most recent call last):
     ...
     symvram.errors.UserError: c.json: field 'layer_types' item 1 must be full_attention or sliding_attention, got ['x']
@@ -180,21 +180,26 @@ class ConfigFields:
             raise self._refuse(key, "an object", value)
         return None if value is None else ConfigFields(value, f"{self.source} {key}")
 
-    def layer_kinds(self, layers: int, pattern: int | None) -> list[str]:
-        """``layer_types``: one of LAYER_KINDS per layer; without it, every ``sliding_window_pattern``-th
-        layer (else the family's ``pattern``-th) is full attention and the others slide (transformers'
-        Gemma3TextConfig)."""
+    def layer_counts(self, layers: int, pattern: int | None) -> tuple[int, int]:
+        """(kinds present, sliding layers) from ``layer_types``, one of LAYER_KINDS per layer; without it,
+        every ``sliding_window_pattern``-th layer (else the family's ``pattern``-th) is full attention and
+        the others slide (transformers' Gemma3TextConfig: sliding unless (i + 1) % pattern == 0).
+
+        >>> ConfigFields({"sliding_window_pattern": 3}, "c.json").layer_counts(12, 6)
+        (2, 8)
+        """
         kinds = self.cfg.get("layer_types")
         if kinds is None:
             n = self.integer("sliding_window_pattern", pattern)
-            return ["full_attention" if (i + 1) % n == 0 else "sliding_attention" for i in range(layers)]
+            full = layers // n
+            return (full > 0) + (full < layers), layers - full
         if not isinstance(kinds, list) or len(kinds) != layers:
             raise self._refuse("layer_types", f"a list of one attention kind per layer ({layers})", kinds)
         for i, kind in enumerate(kinds):
             if not isinstance(kind, str) or kind not in LAYER_KINDS:
                 raise UserError(f"{self.source}: field 'layer_types' item {i} must be {' or '.join(LAYER_KINDS)}, "
                                 f"got {excerpt(kind)}")
-        return kinds
+        return len(set(kinds)), kinds.count("sliding_attention")
 
     def family(self):
         """The family ``model_type`` names."""
@@ -237,8 +242,8 @@ def spec_from_config(cfg: dict, name: str, kind: str, source: str) -> ModelSpec:
     dims: dict[str, int] = {}
     for symbol, keys, default in fam.dims:
         if keys == "layer_types":  # counted from the per-layer attention kinds
-            kinds = f.layer_kinds(dims["layers"], fam.extra("sliding_pattern"))
-            dims[symbol] = len(set(kinds)) if default == "layer types present" else kinds.count("sliding_attention")
+            present, sliding = f.layer_counts(dims["layers"], fam.extra("sliding_pattern"))
+            dims[symbol] = present if default == "layer types present" else sliding
             continue
         key = next((k for k in keys.split("|") if f.given(k)), keys.split("|")[0])  # "a|b": either
         if not f.given(key) and default != "required":
@@ -282,7 +287,7 @@ def load_config_json(path: Path) -> ModelSpec:
         pass
     data = read_user_file(path, str(path), MAX_CONFIG_BYTES, "a config.json", missing=f"no config.json at {str(path)!r}")
     try:
-        cfg = json.loads(data.decode("utf-8"))
+        cfg = json.loads(data.decode("utf-8-sig"))  # a byte-order mark, as Windows editors write, is not content
     except (ValueError, RecursionError) as e:  # JSONDecodeError, UnicodeDecodeError, an integer of 5000 digits
         raise UserError(f"{path}: not valid JSON ({unreadable(e)})") from None
     if isinstance(cfg, dict) and "params" in cfg:

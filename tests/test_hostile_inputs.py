@@ -125,6 +125,24 @@ def test_other_things_that_are_not_files(target, fragment, tmp_path, capsys):
     _refused(["estimate", "--from", path, "7b"], capsys, fragment)
 
 
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="named pipes are POSIX")
+def test_output_to_a_named_pipe_is_refused_not_blocked(tmp_path, capsys):
+    pipe = tmp_path / "out.txt"
+    os.mkfifo(pipe)
+    _refused(["estimate", "7b", "-o", pipe, "--force"], capsys, "is a named pipe, not a file")
+
+
+def test_a_byte_order_mark_is_not_content(tmp_path, capsys):
+    """Windows editors start UTF-8 files with U+FEFF: a config.json and a training YAML read as without it."""
+    cfg = tmp_path / "config.json"
+    cfg.write_bytes(b"\xef\xbb\xbf" + json.dumps(LLAMA).encode())
+    run = tmp_path / "run.json"
+    run.write_bytes(b"\xef\xbb\xbf" + json.dumps({"output_dir": "o", "per_device_train_batch_size": 3}).encode())
+    rc, out, err = _run(["estimate", "--from", run, cfg, "--method", "full", "--format", "json"], capsys)
+    assert rc == 0, err
+    assert json.loads(out)["inputs"]["batch"] == 3 and load_model(str(cfg)).hidden == 4096
+
+
 def test_a_named_deepspeed_file_that_is_a_directory(tmp_path, capsys):
     (tmp_path / "ds").mkdir()
     path = _write(tmp_path, "run.yml", "base_model: llama-3-8b\ndeepspeed: ds\n")

@@ -272,6 +272,9 @@ def write_output(text: str | bytes, path: str | None, force: bool) -> None:
     try:
         if target.is_dir():
             raise UserError(f"{path} is a directory; give a file name")
+        if force and (target.is_fifo() or target.is_socket()):  # opening it would wait for a reader, forever
+            raise UserError(f"{path} is a {'named pipe' if target.is_fifo() else 'socket'}, not a file; "
+                            "give a file name (or -o - for stdout)")
         # "x" creates the file only if nothing (not even a dangling link) is there: no check-then-write race
         with target.open("wb" if force else "xb") as fh:
             fh.write(data)

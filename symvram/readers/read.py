@@ -68,7 +68,7 @@ class Reading:
 def _load(path: Path, shown: str) -> dict:
     data = read_user_file(path, f"--from {shown}", MAX_BYTES, "a training config")
     try:
-        body = data.decode("utf-8")
+        body = data.decode("utf-8-sig")  # a byte-order mark, as Windows editors write, is not content
     except UnicodeDecodeError as e:
         raise UserError(f"{shown}: not UTF-8 text ({e.reason} at byte {e.start})") from None
     if path.suffix.lower() == ".json":
