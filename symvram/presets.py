@@ -143,16 +143,15 @@ class ConfigFields:
     def _refuse(self, key: str, expected: str, value) -> UserError:
         return UserError(f"{self.source}: field {key!r} must be {expected}, got {excerpt(value)}")
 
-    def integer(self, key: str, default=None, limit: int = MAX_DIM) -> int:
-        """A positive integer up to ``limit`` (a model dimension unless told), else ``default``."""
+    def integer(self, key: str, default=None) -> int:
+        """A positive integer up to MAX_DIM (no model dimension comes near it), else ``default``."""
         value = self.cfg[key] if self.given(key) else default
         if value is None:
             raise UserError(f"{self.source}: missing required field {key!r}")
         if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
             raise self._refuse(key, "a positive integer", value)
-        if value > limit:
-            raise UserError(f"{self.source}: field {key!r} = {excerpt(value)} is not a plausible "
-                            + ("model dimension" if limit == MAX_DIM else f"value (at most {limit})"))
+        if value > MAX_DIM:
+            raise UserError(f"{self.source}: field {key!r} = {excerpt(value)} is not a plausible model dimension")
         return value
 
     def optional_integer(self, key: str, limit: int) -> int | None:

@@ -155,7 +155,7 @@ def detect(doc: dict, shown: str, leaves: list[str]) -> tuple[Tool, list[str]]:
     if not candidates:
         if keys & TOOLS[SHARED].markers:
             return TOOLS[SHARED], []
-        listed = ", ".join(excerpt(str(k), 30) for k in sorted(map(str, keys))[:6]) or "no keys"
+        listed = _keys(sorted(map(str, keys)), 6) or "no keys"
         raise UserError(f"{shown}: not a training config symvram reads ({FORMATS}); its keys: {listed}")
     own = {n: [k for k in leaves if _known(k, n) and not _known(k, SHARED)] for n in candidates}
     winner = max(candidates, key=lambda n: len(own[n]))
@@ -173,7 +173,7 @@ def detect(doc: dict, shown: str, leaves: list[str]) -> tuple[Tool, list[str]]:
 
 
 def _keys(keys: list[str], shown: int = 4) -> str:
-    """A few keys for a message: ``a, b, c, d and 3 more``."""
+    """A few keys for a message: ``a, b, c, d and 3 more`` (a long one as an excerpt)."""
     listed = ", ".join(excerpt(k, 40) if len(k) > 40 else k for k in keys[:shown])
     return listed + (f" and {len(keys) - shown} more" if len(keys) > shown else "")
 
