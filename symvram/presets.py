@@ -282,7 +282,7 @@ def load_config_json(path: Path) -> ModelSpec:
     try:
         if path.is_dir():
             path = path / "config.json"
-    except OSError:  # a name too long, a loop of symbolic links: read_user_file says which
+    except (OSError, ValueError):  # a name too long, a NUL character, a loop of links: read_user_file says which
         pass
     data = read_user_file(path, str(path), MAX_CONFIG_BYTES, "a config.json", missing=f"no config.json at {str(path)!r}")
     try:
@@ -302,7 +302,7 @@ def load_model(name_or_path: str) -> ModelSpec:
     try:
         is_path = text.endswith(".json") or "/" in text or Path(text).is_dir()
         exists = is_path and Path(text).exists()
-    except OSError:  # a name too long for the file system is no folder
+    except (OSError, ValueError):  # a name too long for the file system, or holding a NUL, is no folder
         is_path = exists = False
     if is_path:
         if not exists:

@@ -30,6 +30,8 @@ def read_user_file(path, shown: str, max_bytes: int, what: str = "this file", mi
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0))
     except FileNotFoundError:
         raise UserError(missing or f"{shown}: no such file") from None
+    except ValueError:  # os.open refuses the name itself
+        raise UserError(f"{shown}: a file name cannot hold a NUL character") from None
     except OSError as e:
         if e.errno == errno.ELOOP:
             raise UserError(f"{shown}: a loop of symbolic links, not a file") from None

@@ -143,6 +143,13 @@ def test_a_byte_order_mark_is_not_content(tmp_path, capsys):
     assert json.loads(out)["inputs"]["batch"] == 3 and load_model(str(cfg)).hidden == 4096
 
 
+@pytest.mark.parametrize("argv", [["estimate", "a\x00b.json"], ["estimate", "--from", "a\x00b.yml", "7b"],
+                                  ["estimate", "7b", "-o", "a\x00b"]])
+def test_a_file_name_holding_a_nul_character(argv, capsys):
+    """No process gets a NUL in its arguments, but the API and main() can: refused as a name, not a crash."""
+    _refused(argv, capsys, "a file name cannot hold a NUL character")
+
+
 def test_a_named_deepspeed_file_that_is_a_directory(tmp_path, capsys):
     (tmp_path / "ds").mkdir()
     path = _write(tmp_path, "run.yml", "base_model: llama-3-8b\ndeepspeed: ds\n")

@@ -282,3 +282,5 @@ def write_output(text: str | bytes, path: str | None, force: bool) -> None:
         raise UserError(f"{path} exists; pass --force to overwrite it") from None
     except OSError as e:
         raise UserError(f"cannot write {path}: {e.strerror or e}") from None
+    except ValueError:  # the name holds a NUL character
+        raise UserError(f"cannot write {excerpt(path)}: a file name cannot hold a NUL character") from None

@@ -247,7 +247,7 @@ class _Reader:
     def file(self, path: Path, shown: str, tool: Tool | None = None, referenced_by: str | None = None) -> None:
         try:
             real = path.resolve()
-        except (OSError, RuntimeError):  # a loop of symbolic links: _load says so
+        except (OSError, RuntimeError, ValueError):  # a loop of symbolic links, a NUL character: _load says so
             real = path
         if real in self.seen:
             return
