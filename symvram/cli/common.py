@@ -175,6 +175,14 @@ def reading(args: argparse.Namespace):
     return args._reading
 
 
+def time_flags(args: argparse.Namespace) -> tuple[float | None, str | None]:
+    """--mfu and --interconnect, checked (also where the output shows no times: a bad value is refused)."""
+    from ..timing import check_interconnect, check_mfu
+
+    return (check_mfu(args.mfu) if getattr(args, "mfu", None) is not None else None,
+            check_interconnect(getattr(args, "interconnect", None)))
+
+
 def model_of(args: argparse.Namespace) -> str:
     """The model on the command line, else the base model the --from files name."""
     if args.model is not None:
@@ -280,6 +288,8 @@ def write_output(text: str | bytes, path: str | None, force: bool) -> None:
             fh.write(data)
     except FileExistsError:
         raise UserError(f"{path} exists; pass --force to overwrite it") from None
+    except UserError:
+        raise
     except OSError as e:
         raise UserError(f"cannot write {path}: {e.strerror or e}") from None
     except ValueError:  # the name holds a NUL character

@@ -11,7 +11,8 @@ from ..present.reports import compare_time_line, time_json, time_lines
 from ..present.tables import detail, terminal, to_json
 from ..stacks import summary as stack_summary
 from .common import (add_model_argument, add_output_arguments, add_scenario_arguments, check_context, model_of,
-                     provenance_dict, provenance_text, reading, scenario_from_args, scenario_kwargs, write_output)
+                     provenance_dict, provenance_text, reading, scenario_from_args, scenario_kwargs, time_flags,
+                     write_output)
 from .fit import add_card_arguments
 
 HELP = """\
@@ -52,10 +53,8 @@ def _verdict(sc, args) -> tuple[str, dict]:
     from ..analysis.diagnose import diagnose
     from ..presets import load_card
     from ..present.reports import estimate_verdict
-    from ..timing import check_interconnect, check_mfu
-
-    d = diagnose(sc, load_card(args.gpu), headroom=args.headroom,
-                 mfu=check_mfu(args.mfu) if args.mfu is not None else None, interconnect=check_interconnect(args.interconnect))
+    mfu, link = time_flags(args)
+    d = diagnose(sc, load_card(args.gpu), headroom=args.headroom, mfu=mfu, interconnect=link)
     return estimate_verdict(d, args.units, reading(args))
 
 
@@ -71,10 +70,9 @@ def _compare_verdict(table, args) -> str:
 def time_of(sc, args):
     """The step time on --gpu (None without a card), --mfu and --interconnect checked first."""
     from ..presets import load_card
-    from ..timing import check_interconnect, check_mfu, step_time
+    from ..timing import step_time
 
-    mfu = check_mfu(args.mfu) if getattr(args, "mfu", None) is not None else None
-    link = check_interconnect(getattr(args, "interconnect", None))
+    mfu, link = time_flags(args)
     if not getattr(args, "gpu", None):
         return None
     try:
@@ -88,6 +86,7 @@ def time_of(sc, args):
 def run(args) -> int:
     kw = scenario_kwargs(args)
     if "method" not in kw:
+        time_flags(args)
         table = compare(model_of(args), **kw)
         sc = check_context(table.rows[0][1].scenario, args)
         if args.format == "json":
