@@ -200,6 +200,11 @@ def test_a_merge_key_bomb_is_refused(tmp_path, capsys):
     _bounded(["estimate", "--from", path], capsys, "expands to over 100000 values")
 
 
+def test_a_control_character_in_yaml(tmp_path, capsys):
+    _refused(["estimate", "--from", _write(tmp_path, "run.yml", "base_model: llama\x00\n")], capsys,
+             "not valid YAML (unacceptable character #x0000")
+
+
 @pytest.mark.parametrize("text", ["a: &a [*a]\nbase_model: x\n", "a: &a {b: *a}\nbase_model: x\n"])
 def test_an_alias_inside_its_own_anchor(text, tmp_path, capsys):
     _refused(["estimate", "--from", _write(tmp_path, "run.yml", text)], capsys, "a value that contains itself")
