@@ -142,7 +142,8 @@ def test_every_row_names_a_known_target():
     """Each row's setting is a Scenario setting, a fact the rules combine, a pending setting, INFO,
     a reference to another table, or None (not modelled, with a reason)."""
     from symvram.readers.read import _SETTINGS
-    from symvram.readers.tools import FACTS, INFO
+    from symvram.readers.tools import FACTS, INFO, SYMBOL
+    from symvram.symbols import SYMBOLS
 
     fields = set(Scenario.__dataclass_fields__) - {"model"}
     for tool in TOOLS.values():
@@ -151,6 +152,8 @@ def test_every_row_names_a_known_target():
                 assert row.why, (tool.name, row.key)
             elif row.setting.startswith("@"):
                 assert row.setting[1:] in TOOLS
+            elif row.setting.startswith(SYMBOL):   # a ledger symbol's value, as --set
+                assert row.setting[len(SYMBOL):] in SYMBOLS, (tool.name, row.key)
             else:
                 assert row.setting in fields | set(FACTS) | set(PENDING) | {INFO}, (tool.name, row.key)
                 assert row.setting != "model" or row.key in ("base_model", "model_name_or_path")
@@ -259,9 +262,15 @@ def test_memory_keys_not_modelled_warn_in_one_line(tmp_path, capsys, text, named
 
 
 def test_deepspeed_buffers_warn_once(tmp_path):
-    doc = {"zero_optimization": {"stage": 3, "reduce_bucket_size": 5e8, "stage3_prefetch_bucket_size": 5e8}}
+    """The sizes the ledger holds as symbols (reduce_bucket_size, sub_group_size) are read into them, never
+    warned as left out; the prefetch bucket, which the ledger does not hold, is warned once."""
+    doc = {"zero_optimization": {"stage": 3, "reduce_bucket_size": 2e8, "sub_group_size": 1e8,
+                                 "stage3_prefetch_bucket_size": 5e8}, "bf16": {"enabled": True}}
     r = read_files([_write(tmp_path, "ds.json", json.dumps(doc))])
-    assert len(r.warnings) == 1 and "reduce_bucket_size" in r.warnings[0] and "stage3_prefetch" in r.warnings[0]
+    assert len(r.warnings) == 1 and "stage3_prefetch" in r.warnings[0] and "reduce_bucket" not in r.warnings[0]
+    assert r.kwargs()["overrides"] == {"ds_reduce_bucket": 2e8, "ds_sub_group": 1e8}
+    bd = evaluate(Scenario.create("llama-3-8b", method="full", gpus=8, **r.kwargs()))
+    assert bd.terms["ds_reduce_bucket"] == 2e8 * 2     # reduce_bucket_size elements of bf16 gradients
 
 
 def test_modules_to_save_from_each_tool(tmp_path):

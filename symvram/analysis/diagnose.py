@@ -230,9 +230,10 @@ def _candidates(sc: Scenario, p95_seq: int | None) -> list[_Candidate]:
                               f"each layer's forward is recomputed in backward: +{100 * share:.0f} % matmul FLOPs "
                               f"for {sc.method}"))
     if sc.batch > 1:
-        out.append(_Candidate("batch1", f"batch 1 with gradient accumulation over {sc.batch} steps", "throughput",
+        out.append(_Candidate("batch1", f"batch 1, with {sc.batch}× the gradient accumulation steps", "throughput",
                               ("activation", "loss", "backward"), {"batch": 1},
-                              f"same effective batch ({sc.batch}); smaller kernels run less efficiently"))
+                              "the same effective batch (micro-batch × accumulation steps × GPUs); smaller kernels "
+                              "run less efficiently"))
     precision = _precision(sc)
     if precision:
         words = [w for k, w in (("state_dtype", "8-bit optimizer states"), ("master", "no fp32 master copy"))

@@ -15,7 +15,7 @@ from __future__ import annotations
 WIDTH = 100
 SHOWN = ("stack", "method", "batch", "seq", "grad_checkpointing", "rank", "targets", "lora_dropout", "modules_to_save",
          "double_quant", "dtype",
-         "autocast", "adapter_dtype", "master", "optimizer", "optimizer_impl", "state_dtype", "attention", "gpus",
+         "loss_impl", "autocast", "adapter_dtype", "master", "optimizer", "optimizer_impl", "state_dtype", "attention", "gpus",
          "zero", "offload", "mp_policy", "tp")
 LORA_ONLY = {"rank", "targets", "lora_dropout", "modules_to_save", "adapter_dtype"}
 
@@ -53,6 +53,9 @@ def provenance_rows(sc, reading, cli: set[str], model_source: str) -> list[tuple
         else:
             source = "symvram default"
         rows.append((key, _value(value, sc.structure.arch.target_sets), source))
+    for name, value in sc.overrides:   # ledger symbols a file set (DeepSpeed's buckets) or --set
+        read = settings.get("=" + name)
+        rows.append((name, f"{value:g}", read.source if read is not None and read.value == value else "command line"))
     return rows
 
 

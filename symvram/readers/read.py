@@ -23,7 +23,7 @@ from pathlib import Path
 from ..errors import UserError
 from . import convert as c
 from .convert import WrongValue
-from .tools import DETECT, FACTS, INFO, NO_DEFAULT, OPTIMIZERS, PENDING, TOOLS, Tool
+from .tools import DETECT, FACTS, INFO, NO_DEFAULT, OPTIMIZERS, PENDING, SYMBOL, TOOLS, Tool
 
 MAX_BYTES = 1 << 20  # a training config is a few kB
 TRAINING_TOOLS = ("axolotl", "llamafactory", "trl", "trainer")
@@ -58,7 +58,10 @@ class Reading:
         return next(((f, t) for f, t in self.files if t in TRAINING_TOOLS), None)
 
     def kwargs(self) -> dict:
-        return {k: v.value for k, v in self.settings.items()}
+        """Scenario keywords; the ledger symbols a file sets (``=ds_reduce_bucket``) as ``overrides``."""
+        out = {k: v.value for k, v in self.settings.items() if not k.startswith(SYMBOL)}
+        symbols = {k[len(SYMBOL):]: v.value for k, v in self.settings.items() if k.startswith(SYMBOL)}
+        return {**out, "overrides": symbols} if symbols else out
 
 
 # ------------------------------------------------------------------------------------------ loading
@@ -241,12 +244,14 @@ def read_files(paths: list[str], cli: dict | None = None) -> Reading:
     for p in paths:
         r.file(Path(p), p)
     for (shown, why), keys in r.pending.items():
-        r.reading.warnings.append(f"{shown}: {', '.join(keys)}: not modelled yet ({why}); estimated without it")
+        tail = "" if "estimated" in why else "; estimated without it"
+        r.reading.warnings.append(f"{shown}: {', '.join(keys)}: not modelled yet ({why}){tail}")
     for (shown, why), keys in r.unmodelled.items():
         r.reading.warnings.append(f"{shown}: {', '.join(keys)}: {why} — not modelled; the estimate leaves it out")
     facts = {name: v for name in FACTS + tuple(_SETTINGS) if (v := r.best(name)) is not None}
     r.reading.model = facts.get("model")
     r.reading.settings = _resolve(facts, r.reading, cli or {})
+    r.reading.settings.update({name: v for name in r.facts if name.startswith(SYMBOL) and (v := r.best(name))})
     return r.reading
 
 
