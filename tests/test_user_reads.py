@@ -117,3 +117,83 @@ def test_explain_states_in_the_parameter_dtype():
 
     pp = per_param(evaluate(Scenario.create("llama-3-8b", method="full", stack="hf", master="none")))
     assert pp["state_dtype"] == "bf16" and pp["total"].value == 2 + 2 + 2 * 2 and not pp["uncounted"]
+
+
+# ------------------------------------------------------------------------------------- configs read right
+TRL_CLI = """model_name_or_path: Qwen/Qwen3-8B
+dtype: bfloat16
+dataset_name: trl-lib/Capybara
+per_device_train_batch_size: 1
+gradient_accumulation_steps: 8
+max_length: 2048
+use_peft: true
+lora_r: 16
+lora_target_modules: all-linear
+output_dir: out
+"""
+
+
+def test_trl_cli_yaml_reads_the_model_and_its_dtype(tmp_path, capsys):
+    """`trl sft --config` YAML: ModelConfig's model_name_or_path and dtype (trl/trainer/model_config.py) decide
+    the model and a bf16 base; read as fp32 the Qwen3-8B LoRA 'did not fit' a 24 GB card."""
+    f = _write(tmp_path, "trl.yml", TRL_CLI)
+    r = read_files([f])
+    assert r.model.value == "Qwen/Qwen3-8B" and r.settings["dtype"].value == "bf16"
+    assert r.settings["method"].value == "lora" and not r.unread and not r.warnings
+    assert main(["estimate", "--from", f, "--gpu", "rtx-4090"]) == 0
+    assert "does not fit" not in capsys.readouterr().out
+
+
+def test_trl_model_init_kwargs_win_over_the_top_level_dtype(tmp_path):
+    """trl/scripts/sft.py: model_init_kwargs.update(training_args.model_init_kwargs) — the file's own wins."""
+    f = _write(tmp_path, "trl.yml", TRL_CLI + "model_init_kwargs:\n  dtype: float16\n")
+    assert read_files([f]).settings["dtype"].value == "fp16"
+
+
+def test_a_silent_fp32_model_is_said(tmp_path):
+    """A TRL file that names no dtype: TRL loads fp32, and the reading says so in a warning line."""
+    f = _write(tmp_path, "trl.yml", TRL_CLI.replace("dtype: bfloat16\n", ""))
+    r = read_files([f])
+    assert r.settings["dtype"].value == "fp32"
+    assert any("no model dtype" in w and "fp32" in w for w in r.warnings)
+    assert not any("no model dtype" in w for w in read_files([f], {"dtype": "bf16"}).warnings)
+
+
+AXOLOTL_CCE = """base_model: Qwen/Qwen3-8B
+load_in_4bit: true
+adapter: qlora
+lora_r: 16
+lora_target_linear: true
+sequence_len: 2048
+micro_batch_size: 1
+gradient_checkpointing: true
+bf16: auto
+plugins:
+  - axolotl.integrations.cut_cross_entropy.CutCrossEntropyPlugin
+"""
+
+
+@pytest.mark.parametrize("extra", ["", "cut_cross_entropy: true\n"])
+def test_axolotl_qlora_with_cut_cross_entropy(tmp_path, capsys, extra):
+    """axolotl's QLoRA + CCE recipe: the plugin alone turns CCE on (CutCrossEntropyArgs.cut_cross_entropy
+    defaults to True), and axolotl casts norms and embeddings back to 16 bits after PEFT's k-bit preparation
+    (loaders/model.py), so the 16-bit hidden states CCE needs are there: estimated, not refused."""
+    f = _write(tmp_path, "ax.yml", AXOLOTL_CCE + extra)
+    r = read_files([f])
+    assert r.settings["loss_impl"].value == "cce" and r.settings["kbit_prep"].value == "none"
+    assert main(["estimate", "--from", f]) == 0
+    out = capsys.readouterr().out
+    assert "loss cce" in out and "prepare_model_for_kbit_training" in out   # the table's source says why
+
+
+def test_python_api_takes_what_the_cli_takes(tmp_path, capsys):
+    """estimate(from_file=…, gpu=…) is `symvram estimate --from … --gpu …`: the same peak, the same verdict."""
+    import symvram
+
+    f = _write(tmp_path, "trl.yml", TRL_CLI)
+    assert main(["estimate", "--from", f, "--format", "json"]) == 0
+    cli_peak = json.loads(capsys.readouterr().out)["bytes"]["peak"]
+    assert symvram.estimate(from_file=f).peak == cli_peak
+    verdict_ = symvram.estimate(from_file=f, gpu="rtx-4090")
+    assert verdict_.estimate.peak == cli_peak and verdict_.cause == "fits"
+    assert symvram.estimate(from_file=[f], batch=2).scenario.batch == 2      # keywords win, as flags do

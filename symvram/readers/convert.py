@@ -114,6 +114,23 @@ def supervised(*modelled: str):
     return convert
 
 
+def plugin(name: str, value):
+    """A list of plugin paths (axolotl's ``plugins``): ``value`` when one of them is the class ``name``.
+
+    >>> plugin("CutCrossEntropyPlugin", "cce")(["axolotl.integrations.cut_cross_entropy.CutCrossEntropyPlugin"])
+    'cce'
+    """
+
+    def convert(paths):
+        if isinstance(paths, str):
+            paths = [paths]
+        if not isinstance(paths, list) or not all(isinstance(p, str) for p in paths):
+            raise WrongValue(f"expected a list of plugin class paths, got {paths!r}")
+        return value if any(p.rsplit(".", 1)[-1] == name for p in paths) else None
+
+    return convert
+
+
 def choice(mapping: dict):
     """A converter accepting the keys of ``mapping`` (strings compared case-insensitively)."""
     lowered = {(k.lower() if isinstance(k, str) else k): v for k, v in mapping.items()}

@@ -259,7 +259,7 @@ def read_files(paths: list[str], cli: dict | None = None) -> Reading:
 BNB_ADAMW8 = ("adamw_bnb_8bit", "adamw_8bit", "paged_adamw_8bit")
 
 # Scenario settings a table may set directly
-_SETTINGS = ("stack", "rank", "lora_dropout", "targets", "seq", "batch", "grad_checkpointing", "attention", "gpus",
+_SETTINGS = ("stack", "kbit_prep", "rank", "lora_dropout", "targets", "seq", "batch", "grad_checkpointing", "attention", "gpus",
              "double_quant", "tp", "checkpoint_impl", "loss_impl", "dora", "modules_to_save")
 
 
@@ -328,8 +328,13 @@ def _resolve(f: dict[str, Value], reading: Reading, cli: dict) -> dict[str, Valu
             from ..stacks import stacks
 
             out.setdefault("loss_impl", Value("trl", f"{TOOLS['trl'].title}: {stacks()['trl']['title']}", 0))
+    if training == "axolotl" and method == "qlora" and not fsdp_on:
+        # axolotl runs prepare_model_for_kbit_training, then casts the norms and embeddings back to the compute dtype
+        # (loaders/model.py ModelLoader: needs_fa2_dtype is set for every adapter, should_convert unless QLoRA + FSDP)
+        out["kbit_prep"] = Value("none", f"{TOOLS['axolotl'].title}: norms and embeddings cast back to 16 bits after "
+                                         "prepare_model_for_kbit_training", 0)
     policy = fsdp_on and out.get("stack") is not None and out["stack"].value == "fsdp" and out["zero"].value == 3
-    out.update(_precision(f, training, method, ds, reading, policy))
+    out.update(_precision(f, training, method, ds, reading, policy, "dtype" in cli))
     return out
 
 
@@ -355,7 +360,7 @@ def _stack(reading: Reading, parallel: str | None) -> Value:
 
 
 def _precision(f: dict[str, Value], training: str, method: str, ds: bool, reading: Reading,
-               fsdp_policy: bool = False) -> dict[str, Value]:
+               fsdp_policy: bool = False, given_dtype: bool = False) -> dict[str, Value]:
     """bf16/fp16, the tool's way of loading the model, DeepSpeed and the optimizer → the recipe.
 
     Trainer AMP (no DeepSpeed): autocast in the compute dtype; PEFT keeps adapters in fp32
@@ -412,6 +417,12 @@ def _precision(f: dict[str, Value], training: str, method: str, ds: bool, readin
         else:
             dtype = model_dtype.value if model_dtype else "fp32"
             src = _join(bf16, fp16, model_dtype)
+            if (model_dtype is None or model_dtype.priority == 0) and not given_dtype:   # never a silent fp32 base
+                how = ("TRL loads the model in fp32 unless dtype (or model_init_kwargs.dtype) says otherwise"
+                       if training == "trl" else "the Trainer's arguments do not say the model's dtype; "
+                       "from_pretrained loads fp32 unless your code passes dtype")
+                reading.warnings.append(f"{(reading.primary or reading.files[0])[0]}: no model dtype: {how}; "
+                                        "estimated with fp32 weights (pass --dtype bf16 if it loads bf16)")
         if method == "qlora" and dtype == "fp32":
             dtype = "bf16" if compute == "fp32" else compute
         adapter = "fp32"

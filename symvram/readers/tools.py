@@ -117,6 +117,8 @@ AXOLOTL = Tool("axolotl", "axolotl 0.19", (
     Row("liger_fused_linear_cross_entropy", "loss_impl", lambda v: "liger" if BOOL(v) else "torch"),
     Row("liger_cross_entropy", None, c.is_on, why="Liger's (unfused) cross-entropy kernel"),
     Row("cut_cross_entropy", "loss_impl", lambda v: "cce" if BOOL(v) else "torch"),
+    # the plugin's CutCrossEntropyArgs.cut_cross_entropy defaults to True (integrations/cut_cross_entropy/args.py)
+    Row("plugins", "loss_impl", c.plugin("CutCrossEntropyPlugin", "cce"), priority=1),
     Row("chunked_cross_entropy", "loss_impl", lambda v: "chunked" if BOOL(v) else "torch"),
     Row("torch_compile", None, c.is_on, why="torch.compile fuses kernels and changes what is saved"),
     Row("unfrozen_parameters", None, c.nonempty, why="training a subset of parameters"),
@@ -130,7 +132,7 @@ AXOLOTL = Tool("axolotl", "axolotl 0.19", (
     "wandb_entity", "wandb_name", "wandb_log_model", "wandb_watch", "hub_model_id", "special_tokens", "chat_template",
     "train_on_inputs", "group_by_length", "pad_to_sequence_len", "tf32", "seed", "strict", "resume_from_checkpoint",
     "local_rank", "early_stopping_patience", "max_grad_norm", "adam_beta1", "adam_beta2", "adam_epsilon",
-    "lora_model_dir", "lora_fan_in_fan_out", "debug", "logging_dir", "plugins", "save_total_limit",
+    "lora_model_dir", "lora_fan_in_fan_out", "debug", "logging_dir", "save_total_limit",
     "eval_sample_packing", "remove_unused_columns", "shuffle_merged_datasets", "dataset_processes", "lora_on_cpu",
     "save_safetensors", "save_first_step", "gc_steps", "optim_args", "lr_scheduler_kwargs", "cosine_min_lr_ratio",
     "auto_resume_from_checkpoints", "flash_attn_cross_entropy", "flash_attn_rms_norm", "flash_attn_fuse_mlp",
@@ -266,9 +268,17 @@ TRL = Tool("trl", "TRL 1.16 SFTConfig", (
     Row("model_init_kwargs.quantization_config.load_in_8bit", "quant", lambda v: 8 if BOOL(v) else None),
     Row("model_init_kwargs.quantization_config.bnb_4bit_use_double_quant", "double_quant", BOOL),
     Row("model_init_kwargs.use_kernels", "liger", c.is_on),
-    # TRL's ModelConfig (trl sft --config): PEFT's LoraConfig from the same file
+    # TRL's ModelConfig (trl sft --config, trl/trainer/model_config.py; trl/scripts/sft.py passes model_name_or_path
+    # to SFTTrainer and dtype / attn_implementation into model_init_kwargs, which the file's own model_init_kwargs
+    # update: priority 1 here) and PEFT's LoraConfig from the same file
+    Row("model_name_or_path", "model", c.text),
+    Row("dtype", "model_dtype", c.dtype_name, priority=1),
+    Row("torch_dtype", "model_dtype", c.dtype_name, priority=1),           # the name before transformers 4.56
+    Row("attn_implementation", "attention", ATTN, priority=1),
     Row("use_peft", "adapter", lambda v: "lora" if BOOL(v) else "full"),
     Row("load_in_4bit", "quant", lambda v: 4 if BOOL(v) else None),
+    Row("load_in_8bit", "quant", lambda v: 8 if BOOL(v) else None),
+    Row("use_bnb_nested_quant", "double_quant", BOOL),
     Row("lora_r", "rank", c.integer),
     Row("lora_dropout", "lora_dropout", c.number),
     Row("lora_target_modules", "targets", c.targets),
@@ -277,8 +287,12 @@ TRL = Tool("trl", "TRL 1.16 SFTConfig", (
     Row("use_dora", "dora", BOOL),
     Row("activation_offloading", "activation_offloading", c.is_on),
     *[Row(k, None, c.is_on, why=_LABELLED_ONLY) for k in ("completion_only_loss", "assistant_only_loss")],
-), harmless=_TRAINER_HARMLESS, markers=frozenset({"dataset_text_field", "max_length", "packing",
-                                                  "completion_only_loss", "assistant_only_loss"}))
+), harmless=_TRAINER_HARMLESS | {
+    "dataset_name", "dataset_config", "dataset_train_split", "dataset_test_split", "dataset_streaming", "datasets",
+    "model_revision", "lora_alpha", "lora_task_type", "use_rslora", "bnb_4bit_quant_type", "bnb_4bit_quant_storage",
+    "lora_target_parameters", "ignore_bias_buffers"},
+    markers=frozenset({"dataset_text_field", "max_length", "packing", "completion_only_loss", "assistant_only_loss",
+                       "dataset_name", "use_peft"}))
 
 # ------------------------------------------------------- DeepSpeed 0.19 config JSON (runtime/zero/config.py)
 # the ZeRO sizes the ledger holds as symbols (ledger/sharding.py): the file's value is that symbol's value
