@@ -256,7 +256,7 @@ def plot(model: Model, kind: str = "breakdown", gpu: str | list[str] | None = No
             raise UserError(f"--ranks does not apply to --method {sc.method}: there are no LoRA adapters")
         return plots.seq_curve(sc, ranks=ranks or DEFAULT_PLOT_RANKS,
                                cards=cards or [_card(c) for c in DEFAULT_PLOT_CARDS], units=units, theme=theme,
-                               seq_max=seq_max)
+                               seq_max=seq_max, headroom=headroom)
     if kind == "tornado":
         return plots.tornado(sensitivity(sc), top=top, units=units, theme=theme)
     if len(cards) != 1:

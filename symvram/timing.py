@@ -196,7 +196,7 @@ class StepTime:
 
     def assumptions(self) -> list[str]:
         sc = self.scenario
-        out = [f"MFU {self.mfu:g} of {self.card.name}'s dense {sc.compute_dtype} peak "
+        out = [f"MFU {self.mfu:g} of {self.card.name}'s dense {sc.matmul_dtype} peak "
                f"{self.peak_flops / 1e12:g} TFLOP/s",
                f"HBM {self.card_hbm / 1e9:g} GB/s for the memory-bound work"]
         if self.comm["network"]:
@@ -250,7 +250,7 @@ def card_figures(card: GPUSpec, dtype: str) -> tuple[float, float, str, str]:
 def step_time(sc: Scenario, card: GPUSpec, mfu: float | None = None, interconnect: str | None = None) -> StepTime:
     """Seconds per step and tokens/s of ``sc`` on ``card`` (the roofline above)."""
     mfu = check_mfu(DEFAULT_MFU if mfu is None else mfu)
-    peak, hbm, link_key, host_key = card_figures(card, sc.compute_dtype)
+    peak, hbm, link_key, host_key = card_figures(card, sc.matmul_dtype)
     link = _link(check_interconnect(interconnect) or link_key)
     host = _link(host_key)
     fl = flops(sc)

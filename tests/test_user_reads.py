@@ -197,3 +197,68 @@ def test_python_api_takes_what_the_cli_takes(tmp_path, capsys):
     verdict_ = symvram.estimate(from_file=f, gpu="rtx-4090")
     assert verdict_.estimate.peak == cli_peak and verdict_.cause == "fits"
     assert symvram.estimate(from_file=[f], batch=2).scenario.batch == 2      # keywords win, as flags do
+
+
+# ------------------------------------------------------------------------------------- one question, one answer
+def test_qlora_step_time_in_the_cli(capsys):
+    """QLoRA's matmuls run in the autocast dtype (bf16) even though PEFT's k-bit preparation keeps an fp32
+    residual stream: the CLI prints a step time on a card with a bf16 figure, the roofline's number."""
+    from symvram.timing import step_time
+
+    assert main(["estimate", "qwen3-8b", "--method", "qlora", "--gpu", "rtx-4090"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    sc = Scenario.create("qwen3-8b", method="qlora")
+    assert sc.compute_dtype == "fp32" and sc.matmul_dtype == "bf16"
+    st = step_time(sc, load_card("rtx-4090"))
+    assert f"{st.seconds_per_step:.2f} s/step" in out and "no step time" not in out
+
+
+def _fsdp_door(tmp_path, door):
+    if door == "axolotl":
+        f = _write(tmp_path, "ax.yml", "base_model: llama-3.1-8b\nsequence_len: 2048\nbf16: true\nfsdp_version: 2\n"
+                                       "fsdp_config:\n  reshard_after_forward: true\n")
+        return Scenario.create("llama-3.1-8b", gpus=8, **read_files([f]).kwargs())
+    if door == "trainer":
+        f = _write(tmp_path, "args.json", json.dumps({"output_dir": "o", "per_device_train_batch_size": 1,
+                                                      "bf16": True, "fsdp": "full_shard"}))
+        r = read_files([f])
+        assert not any("no model dtype" in w for w in r.warnings)    # accelerate decides it: fp32
+        return Scenario.create("llama-3.1-8b", gpus=8, **r.kwargs())
+    return Scenario.create("llama-3.1-8b", method="full", stack="fsdp", gpus=8, zero=3)
+
+
+@pytest.mark.parametrize("door,dtype,mp_policy,state", [
+    # axolotl replaces accelerate's fsdp2_prepare_model with one without an fp32 upcast (its
+    # monkeypatch/accelerate/fsdp2.py): the bf16-loaded parameters, and torch AdamW's states in their dtype
+    ("axolotl", "bf16", "none", "bf16"),
+    # accelerate 1.15 fsdp_utils.py:814-820 upcasts every trainable parameter to fp32 under mixed precision,
+    # even when the code loads bf16; the 16-bit compute is FSDP2's MixedPrecisionPolicy
+    ("trainer", "fp32", "bf16", "fp32"),
+    ("stack", "fp32", "bf16", "fp32"),
+])
+def test_fsdp2_precision_follows_each_tool(tmp_path, door, dtype, mp_policy, state):
+    sc = _fsdp_door(tmp_path, door)
+    assert (sc.zero, sc.dtype, sc.mp_policy, sc.state_dtype) == (3, dtype, mp_policy, state)
+    from symvram.stacks import summary
+    line = " ".join(summary(sc).split())
+    assert ("parameters stored and gathered in bf16" if dtype == "bf16" else
+            "parameters stored fp32, MixedPrecisionPolicy(param_dtype=bf16") in line
+
+
+def test_hf_full_states_sentence():
+    """The hf stack's full fine-tuning: 2 + 2 + 2·2 = 8 B/param, said beside the textbook's 12/16."""
+    from symvram.stacks import summary
+
+    line = " ".join(summary(Scenario.create("llama-3.1-8b", method="full", stack="hf")).split())
+    assert "= 8 B/param, where the 12 or 16 of the textbook answer assume fp32 states" in line
+    assert "B/param" not in summary(Scenario.create("llama-3.1-8b", method="full", stack="interview"))
+
+
+def test_kbit_prep_none_says_checkpointing_went_with_it():
+    from symvram.stacks import summary
+
+    sc = Scenario.create("qwen3-8b", method="qlora", kbit_prep="none")
+    assert not sc.grad_checkpointing
+    assert "nor the checkpointing it turns on: add --grad-checkpointing" in " ".join(summary(sc).split())
+    kept = Scenario.create("qwen3-8b", method="qlora", kbit_prep="none", grad_checkpointing=True)
+    assert "nor the checkpointing" not in summary(kept)

@@ -414,6 +414,10 @@ def _precision(f: dict[str, Value], training: str, method: str, ds: bool, readin
             dtype = compute
         elif training == "llamafactory":
             dtype = "fp32"  # full: trainable parameters upcast to fp32
+        elif fsdp_policy and compute != "fp32":
+            # accelerate 1.15 fsdp2_prepare_model (utils/fsdp_utils.py:814-820): with mixed precision on, every
+            # trainable parameter is upcast to fp32 before fully_shard, whatever dtype the model was loaded in
+            dtype, src = "fp32", _join(bf16, fp16, f.get("model_dtype"))
         else:
             dtype = model_dtype.value if model_dtype else "fp32"
             src = _join(bf16, fp16, model_dtype)
@@ -428,11 +432,15 @@ def _precision(f: dict[str, Value], training: str, method: str, ds: bool, readin
         adapter = "fp32"
         autocast = compute if compute != "fp32" else "none"
         master = "none"
+        if fsdp_policy and training == "axolotl" and dtype != "fp32":
+            # axolotl replaces accelerate's fsdp2_prepare_model with its own, which has no fp32 upcast
+            # (monkeypatch/accelerate/fsdp2.py patch_accelerate_fsdp2): the bf16-loaded parameters are sharded as they are
+            why = "axolotl's fsdp2_prepare_model keeps the loaded dtype"
         if fsdp_policy and dtype == "fp32" and autocast != "none":
             # FSDP2 full sharding: the 16-bit compute is its MixedPrecisionPolicy on the fp32 shards (accelerate
             # also autocasts, which changes nothing once the gathered parameters are 16-bit)
             out["mp_policy"] = Value(autocast, f"{src} (FSDP2 MixedPrecisionPolicy)")
-            autocast, why = "none", "FSDP2 MixedPrecisionPolicy, not autocast"
+            autocast, why = "none", "accelerate upcasts to fp32; FSDP2 MixedPrecisionPolicy, not autocast"
     trainable = adapter if lora else dtype
     state = "int8" if eight_bit else ("fp32" if master == "fp32" else trainable)
     shown = src if src != "symvram default" else f"{TOOLS[training].title if training in TOOLS else training} default"
