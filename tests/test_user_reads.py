@@ -262,3 +262,35 @@ def test_kbit_prep_none_says_checkpointing_went_with_it():
     assert "nor the checkpointing it turns on: add --grad-checkpointing" in " ".join(summary(sc).split())
     kept = Scenario.create("qwen3-8b", method="qlora", kbit_prep="none", grad_checkpointing=True)
     assert "nor the checkpointing" not in summary(kept)
+
+
+# ------------------------------------------------------------------------------------- advice that exists
+def test_diagnose_offers_dropping_the_kbit_upcast():
+    """Qwen3-32B QLoRA on a 4090: PEFT's k-bit preparation holds the embeddings and lm_head in fp32; dropping
+    it (checkpointing kept, which the preparation had turned on) with a fused loss fits — diagnose says so."""
+    sc = Scenario.create("qwen3-32b", method="qlora", rank=16)
+    d = diagnose(sc, load_card("rtx-4090"))
+    keys = [r.key for r in d.proposals]
+    assert "kbit_prep" in keys and d.fixed
+    r = d.proposals[keys.index("kbit_prep")]
+    after = r.after.scenario
+    assert after.kbit_prep == "none" and after.grad_checkpointing and after.checkpoint_impl == sc.checkpoint_impl
+    # the 16-bit weights it keeps: the non-quantized parameters at 2 bytes instead of 4
+    assert r.before.terms["weights_16bit"] - r.after.terms["weights_16bit"] >= 2 * (r.before.derived["P_keep"] - 1024)
+    assert r.after.peak < r.before.peak
+
+
+def test_moe_lora_and_qlora_say_what_the_experts_do():
+    from symvram.evaluate import evaluate
+    from symvram.present.tables import moe_notes
+
+    lora = evaluate(Scenario.create("qwen3-30b-a3b", method="lora", rank=16))
+    (line,) = moe_notes(lora)
+    # attention only, by hand: 48 layers × r × (q 2048+4096, k 2048+512, v 2048+512, o 4096+2048)
+    attention = 48 * 16 * ((2048 + 4096) + 2 * (2048 + 512) + (4096 + 2048))
+    assert f"without them (--targets q_proj,k_proj,v_proj,o_proj) {attention:,}" in line
+    assert f"{lora.derived['P_lora'] - attention:,} of the {lora.derived['P_lora']:,} trainable" in line
+    qlora = evaluate(Scenario.create("qwen3-30b-a3b", method="qlora", rank=16))
+    q_line = moe_notes(qlora)[1]
+    assert "bitsandbytes quantizes nn.Linear modules only" in q_line and f"{qlora.derived['P_keep']:,}" in q_line
+    assert not moe_notes(evaluate(Scenario.create("qwen3-8b", method="qlora")))
