@@ -294,3 +294,62 @@ def test_moe_lora_and_qlora_say_what_the_experts_do():
     q_line = moe_notes(qlora)[1]
     assert "bitsandbytes quantizes nn.Linear modules only" in q_line and f"{qlora.derived['P_keep']:,}" in q_line
     assert not moe_notes(evaluate(Scenario.create("qwen3-8b", method="qlora")))
+
+
+# ------------------------------------------------------------------------------------- the cards of 2026
+# datasheet figures, typed here from the vendors' pages independently of gpus.toml: (bf16 dense TFLOP/s, GB/s)
+DATASHEETS = {"rtx-5090": (209.5, 1792), "b200": (2250, 8000), "gb200": (2500, 8000), "h100pcie": (756, 2000),
+              "l4": (121, 300), "rtx-6000-ada": (364.2, 960), "rtx-pro-6000": (500, 1792),
+              "mi300x": (1307, 5300), "mi325x": (1307.4, 6000), "mi355x": (2516.6, 8000)}
+
+
+@pytest.mark.parametrize("key", sorted(DATASHEETS))
+def test_cards_of_2026(key):
+    from symvram.presets import gpu_presets
+    from symvram.timing import card_figures
+
+    card = load_card(key)
+    flops, hbm, link, host = card_figures(card, "bf16")
+    assert (flops / 1e12, hbm / 1e9) == DATASHEETS[key]
+    assert 0 < card.memory_bytes - card.usable_bytes < 2**30   # the context off, under a GiB
+    assert link in __import__("symvram.timing", fromlist=["interconnects"]).interconnects()
+    assert key in gpu_presets()
+
+
+def test_h100_still_names_the_sxm_card():
+    assert load_card("h100").key == "h100-80g" and load_card("h100-pcie").key == "h100pcie"
+
+
+def test_cards_and_models_commands_list_what_is_known(capsys):
+    from symvram.presets import gpu_presets, model_presets
+
+    assert main(["cards", "--format", "json"]) == 0
+    cards = json.loads(capsys.readouterr().out)
+    assert [c["key"] for c in cards] == list(gpu_presets())
+    assert next(c for c in cards if c["key"] == "b200")["hbm_gbps"] == 8000
+    assert main(["cards"]) == 0
+    out = capsys.readouterr().out
+    assert max(len(line) for line in out.splitlines()) <= 100 and "rtx-5090" in out and "mi355x" in out
+    assert main(["models", "--format", "json"]) == 0
+    models = json.loads(capsys.readouterr().out)
+    assert [m["key"] for m in models] == list(model_presets())
+    # llama-2-7b by hand: 32 × (4·4096² + 3·4096·11008 + 2·4096) + 2·32000·4096 + 4096
+    assert next(m for m in models if m["key"] == "llama-2-7b")["params"] == \
+        32 * (4 * 4096**2 + 3 * 4096 * 11008 + 2 * 4096) + 2 * 32000 * 4096 + 4096
+    assert main(["models"]) == 0
+    assert max(len(line) for line in capsys.readouterr().out.splitlines()) <= 100
+
+
+def test_a_card_given_as_a_size_takes_its_figures(capsys):
+    """40GiB with an A100's 312 TFLOP/s and 1,555 GB/s: the A100 40GB's step time (the same roofline)."""
+    from symvram.timing import step_time
+
+    sc = Scenario.create("qwen3-8b", method="qlora")
+    named = step_time(sc, load_card("a100-40g")).seconds_per_step
+    assert main(["estimate", "qwen3-8b", "--method", "qlora", "--gpu", "40GiB", "--tflops", "312",
+                 "--hbm-gbps", "1555"]) == 0
+    assert f"{named:.3g} s/step" in capsys.readouterr().out
+    assert main(["estimate", "qwen3-8b", "--method", "qlora", "--gpu", "40GiB", "--tflops", "312"]) == 2
+    assert "needs both --tflops and --hbm-gbps" in capsys.readouterr().err
+    assert main(["estimate", "qwen3-8b", "--method", "qlora", "--gpu", "h100", "--tflops", "312",
+                 "--hbm-gbps", "3000"]) == 2
