@@ -84,10 +84,16 @@ class ModelSpec:
 
 @dataclass(frozen=True)
 class GPUSpec:
+    """A card: its memory, what is left for tensors, and — for a card given as a size — the step time's peak
+    figures the user stated (``--tflops``: dense TFLOP/s in the matmul dtype, ``--hbm-gbps``); a named card's
+    figures are in data/gpus.toml."""
+
     key: str
     name: str
     memory_bytes: int
     usable_bytes: int
+    tflops: float | None = None
+    hbm_gbps: float | None = None
 
 
 def _toml(name: str) -> dict:

@@ -233,8 +233,16 @@ class Scenario:
 
     @property
     def compute_dtype(self) -> str:
+        """The dtype of the activations the step keeps (what is saved, the residual stream)."""
         if self.kbit_prepared:  # the fp32 embedding makes the residual stream, and what is saved, fp32
             return "fp32"
+        return self.matmul_dtype
+
+    @property
+    def matmul_dtype(self) -> str:
+        """The dtype the matmuls run in, whose peak FLOP/s a step time uses. k-bit preparation's fp32 residual
+        stream does not change it: autocast casts each linear's input (and bitsandbytes' Linear4bit computes in
+        its bnb_4bit_compute_dtype)."""
         if self.mp_policy != "none":  # FSDP2 all-gathers the parameters in param_dtype: modules compute in it
             return self.mp_policy
         return self.autocast if self.autocast != "none" else self.dtype

@@ -17,7 +17,8 @@ from contextlib import contextmanager
 
 from ..errors import UserError, one_line
 
-COMMANDS = ["estimate", "fit", "whatif", "sensitivity", "explain", "validate", "plan", "plot", "diagnose", "page"]
+COMMANDS = ["estimate", "fit", "whatif", "sensitivity", "explain", "validate", "plan", "plot", "diagnose", "page",
+            "cards", "models"]
 
 DESCRIPTION = """\
 symvram derives the GPU memory of a fine-tuning step from one symbolic ledger:
