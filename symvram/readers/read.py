@@ -150,10 +150,13 @@ class _Reader:
         if real in self.seen:
             return
         self.seen.add(real)
-        doc = _load(path, shown)
+        self.mapping(_load(path, shown), shown, tool, path.parent)
+
+    def mapping(self, doc: dict, shown: str, tool: Tool | None = None, folder: Path = Path(".")) -> None:
+        """One document (a file's contents, or a live object's settings as a dict) read with its tool's table."""
         tool = tool or detect(doc, shown)
         self.reading.files.append((shown, tool.name))
-        self.doc(doc, tool, shown, "", path.parent)
+        self.doc(doc, tool, shown, "", folder)
 
     def doc(self, doc: dict, tool: Tool, shown: str, prefix: str, folder: Path) -> None:
         names = {r.key for r in tool.rows} | tool.harmless
@@ -240,6 +243,24 @@ def read_files(paths: list[str], cli: dict | None = None) -> Reading:
     r = _Reader()
     for p in paths:
         r.file(Path(p), p)
+    return _finish(r, cli)
+
+
+def read_mappings(docs: list[tuple[str, dict, str]], cli: dict | None = None) -> Reading:
+    """``read_files`` for documents already in memory: (name shown, mapping, tool name) each — a live
+    ``TrainingArguments.to_dict()`` is read with the table that reads its JSON (``readers.live``).
+
+    >>> r = read_mappings([("TrainingArguments", {"per_device_train_batch_size": 2, "bf16": True}, "trainer")])
+    >>> r.settings["batch"].value, r.settings["batch"].source, r.settings["autocast"].value
+    (2, 'TrainingArguments:per_device_train_batch_size', 'bf16')
+    """
+    r = _Reader()
+    for shown, doc, tool in docs:
+        r.mapping(doc, shown, TOOLS[tool])
+    return _finish(r, cli)
+
+
+def _finish(r: "_Reader", cli: dict | None) -> Reading:
     for (shown, why), keys in r.pending.items():
         r.reading.warnings.append(f"{shown}: {', '.join(keys)}: not modelled yet ({why}); estimated without it")
     for (shown, why), keys in r.unmodelled.items():
