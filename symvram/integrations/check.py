@@ -141,11 +141,22 @@ class MemoryCheck:
             raise UserError(f"steps must be a tuple of step numbers (1 is the first); got {steps!r}")
         if units not in UNITS:
             raise UserError(f"units must be one of {', '.join(UNITS)}; got {units!r}")
-        if gpu is not None:
+        if gpu is not None and not (isinstance(gpu, int) and not isinstance(gpu, bool) and gpu > 0):
             from ..api import _card
 
             _card(gpu)
         headroom_bytes(headroom, 1 << 40)
+
+    def _card(self):
+        """``gpu``: a card's name or size (``rtx-4090``, ``24GiB``), or a number of bytes taken as the budget as it
+        is (what another process leaves, a test's small budget)."""
+        from ..presets import GPUSpec
+
+        if isinstance(self.gpu, int):
+            return GPUSpec("budget", f"{self.gpu:,} B budget", self.gpu, self.gpu)
+        from ..api import _card
+
+        return _card(self.gpu)
 
     @property
     def measuring(self) -> bool:
@@ -165,7 +176,7 @@ class MemoryCheck:
         for line in self.training.unmodelled:
             self.log(f"symvram: not modelled: {line}")
         if self.gpu is not None:
-            d = diagnose(self.training.scenario, self.gpu, headroom=self.headroom)
+            d = diagnose(self.training.scenario, self._card(), headroom=self.headroom)
             fits = d.estimate.peak <= d.budget
             self.verdict = f"symvram: {what} on {d.card.name}: budget {self.fb(d.budget)}: " + \
                 ("fits" if fits else f"over by {self.fb(d.estimate.peak - d.budget)}")
@@ -187,7 +198,7 @@ class MemoryCheck:
         self.log(self.verdict)
         if fits:
             return True
-        d = diagnose(self.training.scenario, self.gpu if self.gpu is not None else capacity, headroom=self.headroom)
+        d = diagnose(self.training.scenario, self._card() if self.gpu is not None else capacity, headroom=self.headroom)
         self.triage = diagnosis_text(d, self.units, self.training)
         message = f"{self.verdict}\n{self.triage}"
         self.write_report()

@@ -49,23 +49,30 @@ def _callback_class():
                      log=None, **settings):
             LoopCheck.validate_options(on_exceed, gpu, headroom, steps, units)
             self.options = dict(on_exceed=on_exceed, gpu=gpu, steps=steps, headroom=headroom, units=units)
-            self.output_dir, self.log, self.settings = output_dir, log, settings
+            self.output_dir, self._log, self.settings = output_dir, log, settings
             self.check = None
 
         def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
-            if self.check is not None:
-                return
-            model = _hf_model(pl_module)
-            optimizer = trainer.optimizers[0] if trainer.optimizers else None
-            given = {"autocast": AUTOCAST.get(str(trainer.precision), "none"), **self.settings}
-            training = from_training(model, None, optimizer, batch, gpus=trainer.world_size, **given)
-            out = self.output_dir or trainer.log_dir or trainer.default_root_dir
-            log = self.log or (print if trainer.is_global_zero else (lambda *_: None))
-            self.check = LoopCheck(training, output_dir=out, log=log, **self.options)
-            if optimizer is not None:
-                self.check.attach(model, optimizer)
-            else:
+            if self.check is None:
+                model = _hf_model(pl_module)
+                optimizer = trainer.optimizers[0] if trainer.optimizers else None
+                given = {"autocast": AUTOCAST.get(str(trainer.precision), "none"), **self.settings}
+                training = from_training(model, None, optimizer, batch, gpus=trainer.world_size, **given)
+                out = self.output_dir or trainer.log_dir or trainer.default_root_dir
+                log = self._log or (print if trainer.is_global_zero else (lambda *_: None))
+                self.check = LoopCheck(training, output_dir=out, log=log, **self.options)
                 self.check.preflight(model)
+                self.check.start(model, optimizer)
+            # Lightning's closure runs forward and backward inside optimizer.step(): its own hooks mark the phases
+            self.check.phase(trainer.global_step + 1, "forward_backward")
+
+        def on_before_optimizer_step(self, trainer, pl_module, optimizer):
+            if self.check is not None:
+                self.check.phase(trainer.global_step + 1, "optimizer")
+
+        def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+            if self.check is not None:
+                self.check.step_end(trainer.global_step)
 
         def on_train_end(self, trainer, pl_module):
             if self.check is not None and self.check.measuring:
