@@ -217,9 +217,10 @@ def test_lightning(tmp_path):
     report = json.loads((tmp_path / REPORT).read_text())
     steps = {m["step"]: m for m in report["measurement"]}
     assert set(steps) == {1, 2} and set(steps[2]["by_phase"]) == {"forward_backward", "optimizer"}
-    # Lightning's automatic optimization holds more than the torch stack's loop (its closure runs forward and
-    # backward inside optimizer.step): measured +12.5 % on this model, not modelled — the prediction is below it
-    assert steps[2]["allocated"] > report["prediction"]["allocated"]
+    # Lightning zeroes the gradients after the forward: step 2's peak is the end of its forward with step 1's
+    # gradients alive (without them the ledger's loss backward is 12.5 % lower on this model)
+    assert report["prediction"]["moment"] == "forward_loss + grads"
+    assert abs(steps[2]["allocated"] - report["prediction"]["allocated"]) <= TOLERANCE * report["prediction"]["allocated"]
 
 
 def test_check_gates_a_launcher_by_its_exit_status(tmp_path, capsys):

@@ -55,15 +55,27 @@ class Prediction:
         return self.reserved if self.reserved is not None else self.allocated
 
     @classmethod
-    def of(cls, est: Breakdown) -> "Prediction":
-        """>>> from symvram import estimate
-        >>> p = Prediction.of(estimate("7b", method="full"))
+    def of(cls, est: Breakdown, grads_in_forward: bool = False) -> "Prediction":
+        """The ledger's moments grouped by phase. ``grads_in_forward``: the loop zeroes the gradients after the
+        forward, not after the optimizer step (Lightning's automatic optimization), so the previous step's
+        gradients (the ledger's ``grads`` term) are still alive at the end of the forward.
+
+        >>> from symvram import estimate
+        >>> e = estimate("7b", method="full")
+        >>> p = Prediction.of(e)
         >>> p.moment, p.by_phase["optimizer"] == p.allocated
         ('optimizer_step', True)
+        >>> q = Prediction.of(e, grads_in_forward=True)
+        >>> q.by_phase["forward_backward"] - e.moments["forward_loss"] == e.terms["grads"], q.moment
+        (True, 'forward_loss + grads')
         """
-        phases = {"forward_backward": [v for k, v in est.moments.items() if not k.startswith("optimizer")],
-                  "optimizer": [v for k, v in est.moments.items() if k.startswith("optimizer")]}
-        return cls(est.peak, est.peak_moment, {k: max(v) for k, v in phases.items() if v})
+        moments = dict(est.moments)
+        if grads_in_forward:
+            moments["forward_loss + grads"] = moments.pop("forward_loss") + est.terms["grads"]
+        phases = {"forward_backward": [v for k, v in moments.items() if not k.startswith("optimizer")],
+                  "optimizer": [v for k, v in moments.items() if k.startswith("optimizer")]}
+        moment = max(moments, key=moments.__getitem__)
+        return cls(moments[moment], moment, {k: max(v) for k, v in phases.items() if v})
 
 
 @dataclass
@@ -113,12 +125,12 @@ class MemoryCheck:
 
     def __init__(self, training: Training, on_exceed: str = "warn", gpu: str | int | None = None,
                  headroom: str | int = "1GiB", steps: tuple[int, ...] = (1, 2), output_dir: str | None = None,
-                 units: str = "GiB", log=print):
+                 units: str = "GiB", log=print, grads_in_forward: bool = False):
         self.validate_options(on_exceed, gpu, headroom, steps, units)
         self.training, self.on_exceed, self.gpu, self.headroom = training, on_exceed, gpu, headroom
         self.steps, self.output_dir, self.units, self.log = tuple(sorted(set(steps))), output_dir, units, log
         self.estimate = estimate(training.scenario)
-        self.prediction = Prediction.of(self.estimate)
+        self.prediction = Prediction.of(self.estimate, grads_in_forward)
         self.devices: list[DeviceCheck] = []
         self.verdict = ""
         self.triage = ""
@@ -177,9 +189,9 @@ class MemoryCheck:
             self.log(f"symvram: not modelled: {line}")
         if self.gpu is not None:
             d = diagnose(self.training.scenario, self._card(), headroom=self.headroom)
-            fits = d.estimate.peak <= d.budget
+            fits = need <= d.budget
             self.verdict = f"symvram: {what} on {d.card.name}: budget {self.fb(d.budget)}: " + \
-                ("fits" if fits else f"over by {self.fb(d.estimate.peak - d.budget)}")
+                ("fits" if fits else f"over by {self.fb(need - d.budget)}")
             return self._decide(fits, d.card.usable_bytes)
         self.devices = _cuda_devices(self.training, self.headroom, model)
         if not self.devices:

@@ -9,7 +9,10 @@ lightning (``lightning`` or ``pytorch_lightning``, whichever is installed), neve
 
 The LightningModule's transformers model (the first submodule with a config) is read with its optimizer and the
 first batch; Lightning's ``precision`` gives the recipe (``bf16-mixed``: autocast on fp32 weights, ``bf16-true``:
-bf16 weights, no autocast) and ``trainer.world_size`` the data-parallel degree. The loop is the ``torch`` stack.
+bf16 weights, no autocast) and ``trainer.world_size`` the data-parallel degree. The loop is the ``torch`` stack,
+with one difference the prediction takes in: Lightning's automatic optimization zeroes the gradients after
+``training_step`` and before ``backward`` (lightning 2.6 ``loops/optimization/automatic.py``, ``Closure.closure``),
+so from step 2 on the previous step's gradients are alive at the end of the forward.
 """
 from __future__ import annotations
 
@@ -60,7 +63,9 @@ def _callback_class():
                 training = from_training(model, None, optimizer, batch, gpus=trainer.world_size, **given)
                 out = self.output_dir or trainer.log_dir or trainer.default_root_dir
                 log = self._log or (print if trainer.is_global_zero else (lambda *_: None))
-                self.check = LoopCheck(training, output_dir=out, log=log, **self.options)
+                # Lightning zeroes the gradients after training_step, before backward (loops/optimization/
+                # automatic.py, Closure.closure): the previous step's gradients live through the forward
+                self.check = LoopCheck(training, output_dir=out, log=log, grads_in_forward=True, **self.options)
                 self.check.preflight(model)
                 self.check.start(model, optimizer)
             # Lightning's closure runs forward and backward inside optimizer.step(): its own hooks mark the phases
