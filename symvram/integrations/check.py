@@ -65,9 +65,9 @@ class Prediction:
         >>> p = Prediction.of(e)
         >>> p.moment, p.by_phase["optimizer"] == p.allocated
         ('optimizer_step', True)
-        >>> q = Prediction.of(e, grads_in_forward=True)
+        >>> q = Prediction.of(e, grads_in_forward=True)     # 7B full: the optimizer step stays the peak
         >>> q.by_phase["forward_backward"] - e.moments["forward_loss"] == e.terms["grads"], q.moment
-        (True, 'forward_loss + grads')
+        (True, 'optimizer_step')
         """
         moments = dict(est.moments)
         if grads_in_forward:
