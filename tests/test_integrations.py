@@ -131,6 +131,34 @@ def test_over_budget_stops_before_step_1_with_the_triage_as_training_arguments(t
     assert json.loads((tmp_path / REPORT).read_text())["preflight"]["triage"]
 
 
+def test_qlora_trainer(tmp_path):
+    """QLoRA through bitsandbytes' CPU kernels: a 4-bit load, prepare_model_for_kbit_training, LoRA on q and v."""
+    pytest.importorskip("bitsandbytes", reason="bitsandbytes not installed")
+    torch.manual_seed(0)
+    transformers.AutoModelForCausalLM.from_config(transformers.LlamaConfig(**ARCH), dtype=torch.bfloat16) \
+        .save_pretrained(tmp_path / "base")
+    quant = transformers.BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True,
+                                            bnb_4bit_compute_dtype=torch.bfloat16)
+    model = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "base", quantization_config=quant,
+                                                              dtype=torch.bfloat16, device_map="cpu")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)
+        model = peft.prepare_model_for_kbit_training(model, use_gradient_checkpointing=True)
+        model = peft.get_peft_model(model, peft.LoraConfig(r=8, target_modules=["q_proj", "v_proj"],
+                                                           task_type="CAUSAL_LM"))
+    cb = MemoryCheckCallback(log=lambda *_: None)
+    args = trainer_args(tmp_path / "out", gradient_checkpointing=True)
+    transformers.Trainer(model=model, args=args, train_dataset=ROWS, data_collator=collate, callbacks=[cb]).train()
+    (tmp_path / "args.json").write_text(args.to_json_string())
+    same(cb.check.training.scenario, cli_scenario([
+        "estimate", str(tmp_path / "base" / "config.json"), "--from", str(tmp_path / "args.json"), "--method", "qlora",
+        "--rank", "8", "--targets", "q_proj,v_proj", "--dtype", "bf16", "--kbit-prep", "peft", "--seq", str(s),
+        "--device", "cpu"]))
+    report = json.loads((tmp_path / "out" / REPORT).read_text())
+    step2 = next(m for m in report["measurement"] if m["step"] == 2)["allocated"]   # with the 4-bit states
+    assert abs(step2 - report["prediction"]["allocated"]) <= TOLERANCE * report["prediction"]["allocated"]
+
+
 def test_a_wrong_option_is_refused_where_it_is_given():
     with pytest.raises(Exception, match="on_exceed must be one of warn, raise; got 'stop'"):
         MemoryCheckCallback(on_exceed="stop")

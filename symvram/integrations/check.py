@@ -136,6 +136,7 @@ class MemoryCheck:
         self.triage = ""
         self.measured: list[StepMeasurement] = []
         self._tracker = None
+        self._untracked = 0
         self._phase: str | None = None
         self._phase_peaks: dict[str, int] = {}
         self._reserved_peak = 0
@@ -228,9 +229,10 @@ class MemoryCheck:
             for dv in self._cuda_indices():
                 torch.cuda.reset_peak_memory_stats(dv)
             return
-        from ..validate.measure import PeakTracker
+        from ..validate.measure import PeakTracker, quant_state_bytes
 
         raw = getattr(optimizer, "optimizer", optimizer)
+        self._untracked = quant_state_bytes(model) if model is not None else 0   # 4-bit states: not parameters
         self._tracker = PeakTracker(raw)
         self._tracker.track_external(*(o for o in (model, raw) if o is not None))
         self._tracker.__enter__()
@@ -247,7 +249,8 @@ class MemoryCheck:
         import torch
 
         if self._tracker is not None:
-            return self._tracker._total() if self._phase is None else self._tracker.phase_peak.get(self._phase, 0), None
+            seen = self._tracker._total() if self._phase is None else self._tracker.phase_peak.get(self._phase, 0)
+            return seen + self._untracked, None
         dv = torch.cuda.current_device()
         return torch.cuda.max_memory_allocated(dv), torch.cuda.max_memory_reserved(dv)
 
