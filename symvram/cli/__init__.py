@@ -17,7 +17,7 @@ from contextlib import contextmanager
 
 from ..errors import UserError, one_line
 
-COMMANDS = ["estimate", "fit", "whatif", "sensitivity", "explain", "validate", "plan", "plot", "diagnose", "page",
+COMMANDS = ["estimate", "fit", "whatif", "sensitivity", "explain", "validate", "plan", "plot", "diagnose", "check", "page",
             "cards", "models"]
 
 DESCRIPTION = """\

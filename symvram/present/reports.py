@@ -437,13 +437,15 @@ def verdict(d: Diagnosis, fb) -> str:
 
 
 def remedy_edits(d: Diagnosis, reading) -> list[list[str]]:
-    """Each remedy's own changes (not the ones above it) as edits to the --from files."""
+    """Each remedy's own changes (not the ones above it) as edits to the --from files, or to the script of a run
+    read from its live objects (``readers.live.Training.edits``)."""
     from ..readers.edits import edits
 
+    write = getattr(reading, "edits", None) or (lambda step, batch_before: edits(reading, step, batch_before))
     out, before = [], {}
     for r in d.remedies:
         step = {k: v for k, v in r.changes.items() if before.get(k) != v}
-        out.append(edits(reading, step, batch_before=r.before.scenario.batch))
+        out.append(write(step, batch_before=r.before.scenario.batch))
         before = r.changes
     return out
 
@@ -456,7 +458,8 @@ def remedy_lines(d: Diagnosis, units: str, reading=None) -> list[str]:
     lines = []
     if d.proposals or d.skipped:
         lines += ["", f"remedies for the {d.moment_label}, cheapest first (each keeps the ones above it; "
-                      "stops at the first that fits)" + (":" if reading is None else ", as edits to your files:")]
+                      "stops at the first that fits)" + (":" if reading is None else ", as edits to your "
+                                                       + ("script:" if hasattr(reading, "edits") else "files:"))]
     for title, why in d.skipped:
         lines.append(f"  - {title}: skipped — {why}")
     edits = iter(remedy_edits(d, reading) if reading is not None else [[] for _ in d.remedies])

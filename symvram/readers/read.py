@@ -256,12 +256,16 @@ class _Reader:
             return
         doc = _load(path, shown)
         self.seen.add(real)
+        self.mapping(doc, shown, tool, path.parent)
+
+    def mapping(self, doc: dict, shown: str, tool: Tool | None = None, folder: Path = Path(".")) -> None:
+        """One document (a file's contents, or a live object's settings as a dict) read with its tool's table."""
         leaves = _leaves(doc, shown)
         if tool is None:
             tool, warnings = detect(doc, shown, leaves)
             self.reading.warnings += warnings
         self.reading.files.append((shown, tool.name))
-        self.doc(doc, tool, shown, "", path.parent, leaves)
+        self.doc(doc, tool, shown, "", folder, leaves)
 
     def doc(self, doc: dict, tool: Tool, shown: str, prefix: str, folder: Path, leaves: list[str] | None = None) -> None:
         for key in _leaves(doc, shown) if leaves is None else leaves:
@@ -356,6 +360,24 @@ def read_files(paths: list[str], cli: dict | None = None) -> Reading:
     r = _Reader()
     for p in paths:
         r.file(Path(p), p)
+    return _finish(r, cli)
+
+
+def read_mappings(docs: list[tuple[str, dict, str]], cli: dict | None = None) -> Reading:
+    """``read_files`` for documents already in memory: (name shown, mapping, tool name) each — a live
+    ``TrainingArguments.to_dict()`` is read with the table that reads its JSON (``readers.live``).
+
+    >>> r = read_mappings([("TrainingArguments", {"per_device_train_batch_size": 2, "bf16": True}, "trainer")])
+    >>> r.settings["batch"].value, r.settings["batch"].source, r.settings["autocast"].value
+    (2, 'TrainingArguments:per_device_train_batch_size', 'bf16')
+    """
+    r = _Reader()
+    for shown, doc, tool in docs:
+        r.mapping(doc, shown, TOOLS[tool])
+    return _finish(r, cli)
+
+
+def _finish(r: "_Reader", cli: dict | None) -> Reading:
     for (shown, why), keys in r.pending.items():
         tail = "" if "estimated" in why else "; estimated without it"
         r.reading.warnings.append(f"{shown}: {', '.join(keys)}: not modelled yet ({why}){tail}")
