@@ -150,7 +150,7 @@ def _family_of(cfg: dict, source: str):
     known = families_by_model_type()
     if model_type not in known:
         raise UserError(f"{source}: model_type {model_type!r} is not supported; supported: {', '.join(sorted(known))} "
-                        "(a family is added as one file under symvram/data/families/, see the README)")
+                        "(symvram family-draft CONFIG drafts its family entry from transformers' model: docs/adding-a-family.md)")
     return family(known[model_type])
 
 

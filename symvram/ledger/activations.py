@@ -17,6 +17,7 @@ from functools import lru_cache
 
 import sympy as sp
 
+from ..errors import UserError
 from ..symbols import sym
 from .architecture import E, L, V, dh, f, f_e, h, k_e, nh, nkv
 from .functions import at_least, ceil_div, pow2_ceil
@@ -311,9 +312,19 @@ ACTIVATION_FIELDS = ("method", "family", "options", "tied", "targets", "adapter_
                      "kbit_prep", "loss_impl", "modules_to_save", "weight_casts", "mp_policy")
 
 
+def refuse_unmodelled(fam) -> None:
+    """A drafted family (``symvram family-draft``) whose layers run module classes no rule here models: its
+    activation block is refused, naming them (its parameter side is exact)."""
+    if fam.unmodelled:
+        raise UserError(f"the activations of {fam.key} are not modelled: transformers' {', '.join(fam.unmodelled)} "
+                        "save tensors no ledger rule describes (the parameter side is read from the model: symvram "
+                        "family-draft prints it); measure the step with symvram validate")
+
+
 def saved_terms(s_: Structure) -> list[Term]:
     """Block 3 terms: per-layer saved tensors × L (or checkpointed inputs), then the model's head."""
     fam = s_.arch
+    refuse_unmodelled(fam)
     terms: list[Term] = []
     if s_.grad_checkpointing:
         b_res = residual_bytes(s_)
