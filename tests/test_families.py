@@ -24,6 +24,7 @@ TINY = {
     "olmo2": {"pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 2},
     "mixtral": {"num_local_experts": 5, "num_experts_per_tok": 2},
     "qwen3_moe": {"num_experts": 6, "num_experts_per_tok": 3, "moe_intermediate_size": 40},
+    "ministral3": {"pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 2},
     "olmo3": {"pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 2},
     "smollm3": {"mlp_bias": True, "pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 2},  # NoPE: layer 3 of 4
 }
@@ -152,6 +153,8 @@ MEASURED = [
     ("mixtral", dict(method="full")),
     ("qwen3_moe", dict(method="lora", rank=8, targets="attention")),
     ("qwen3_moe", dict(method="lora", rank=8, targets="q,k,v,o,gate_proj,up_proj,down_proj")),
+    ("ministral3", dict(method="lora", rank=8)),
+    ("ministral3", dict(method="full")),
     ("olmo3", dict(method="lora", rank=8)),
     ("olmo3", dict(method="full")),
     ("smollm3", dict(method="lora", rank=8)),

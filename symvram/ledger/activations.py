@@ -136,6 +136,10 @@ def _layer_of(s_: Structure, first: bool) -> dict[str, tuple[sp.Expr, str, str, 
                                            "the fp32 softmax of b·n_h·s² scores and its 16-bit copy"
                                            + " (and the tanh of the soft-capped scores)" * bool(softcap),
                                            "transformers eager_attention_forward")
+    if attn_grad and fam.extra("query_position_scale"):
+        out["act_query_scale"] = (b_c * s, r"A_{\mathrm{qscale}}", "the queries' position-dependent scale "
+                                  "(1, 1, s, 1), cast to their dtype in each layer, kept by the product for backward",
+                                  fam.source)
     if mlp_grad and fam.moe:
         out.update(_moe_layer(s_))
     elif mlp_grad:
