@@ -25,6 +25,8 @@ TINY = {
     "mixtral": {"num_local_experts": 5, "num_experts_per_tok": 2},
     "qwen3_moe": {"num_experts": 6, "num_experts_per_tok": 3, "moe_intermediate_size": 40},
     "ministral3": {"pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 2},
+    "qwen2_moe": {"num_experts": 6, "num_experts_per_tok": 3, "moe_intermediate_size": 40,
+                  "shared_expert_intermediate_size": 56},
     "olmo3": {"pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 2},
     "smollm3": {"mlp_bias": True, "pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 2},  # NoPE: layer 3 of 4
 }
@@ -155,6 +157,9 @@ MEASURED = [
     ("qwen3_moe", dict(method="lora", rank=8, targets="q,k,v,o,gate_proj,up_proj,down_proj")),
     ("ministral3", dict(method="lora", rank=8)),
     ("ministral3", dict(method="full")),
+    ("qwen2_moe", dict(method="full")),
+    ("qwen2_moe", dict(method="lora", rank=8, targets="attention")),
+    ("qwen2_moe", dict(method="lora", rank=8, targets="all-linear")),
     ("olmo3", dict(method="lora", rank=8)),
     ("olmo3", dict(method="full")),
     ("smollm3", dict(method="lora", rank=8)),
@@ -195,7 +200,8 @@ def test_the_docs_show_the_whole_qwen3_entry():
 
 
 ONE_PER_FAMILY = ["llama-3.2-1b", "mistral-7b", "qwen2.5-0.5b", "qwen3-0.6b", "gemma-2-2b", "gemma-3-1b", "phi-3-mini",
-                  "olmo-2-7b", "mixtral-8x7b", "qwen3-30b-a3b", "smollm3-3b", "olmo-3-7b"]
+                  "olmo-2-7b", "mixtral-8x7b", "qwen3-30b-a3b", "smollm3-3b", "olmo-3-7b", "qwen1.5-moe-a2.7b",
+                  "ministral-3-3b"]
 
 
 def test_one_preset_per_family():
