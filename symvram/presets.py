@@ -215,8 +215,8 @@ class ConfigFields:
             raise self._refuse("model_type", "a string naming the architecture (llama, qwen2 …)", model_type)
         if model_type not in known:
             raise UserError(f"{self.source}: model_type {excerpt(model_type)} is not supported; supported: "
-                            f"{', '.join(sorted(known))} (a family is added as one file under symvram/data/families/, "
-                            "see the README)")
+                            f"{', '.join(sorted(known))} (symvram family-draft CONFIG drafts its family entry from transformers' "
+                            "model: docs/adding-a-family.md)")
         return family(known[model_type])
 
 

@@ -85,6 +85,8 @@ def parse_targets(spec: str | tuple[str, ...] | list[str], fam: Family | None = 
         name = raw.strip()
         if not name:
             continue
+        if why := fam.extra("untargetable", {}).get(name):
+            raise UserError(f"{name} of {fam.key} cannot be a LoRA target: {why}")
         if name in fam.target_sets:
             chosen.update(fam.target_sets[name])
         elif name in fam.linear_map:
@@ -105,7 +107,8 @@ def parse_targets(spec: str | tuple[str, ...] | list[str], fam: Family | None = 
 def smallest_target_side(family_name: str, targets: tuple[str, ...], dims: tuple[tuple[str, int], ...]) -> int:
     """min(d_in, d_out) over the targeted matrices: the largest rank LoRA can have (computed once per shape)."""
     fam, values = family(family_name), {SYMBOLS[n].symbol: v for n, v in dims}
-    linear = [t for t in targets if fam.linear(t) in fam.linears] or targets  # not the E-wide router
+    # not the E-wide router, nor a one-output gate (Qwen2-MoE's shared_expert_gate: PEFT adapts it at any rank)
+    linear = [t for t in targets if fam.linear(t) in fam.linears and fam.linear(t).d_out != 1] or targets
     return min(int(side.xreplace(values)) for t in linear for side in (fam.linear(t).d_in, fam.linear(t).d_out))
 
 
