@@ -84,10 +84,16 @@ class ModelSpec:
 
 @dataclass(frozen=True)
 class GPUSpec:
+    """A card: its memory, what is left for tensors, and — for a card given as a size — the step time's peak
+    figures the user stated (``--tflops``: dense TFLOP/s in the matmul dtype, ``--hbm-gbps``); a named card's
+    figures are in data/gpus.toml."""
+
     key: str
     name: str
     memory_bytes: int
     usable_bytes: int
+    tflops: float | None = None
+    hbm_gbps: float | None = None
 
 
 def _toml(name: str) -> dict:
@@ -209,8 +215,8 @@ class ConfigFields:
             raise self._refuse("model_type", "a string naming the architecture (llama, qwen2 …)", model_type)
         if model_type not in known:
             raise UserError(f"{self.source}: model_type {excerpt(model_type)} is not supported; supported: "
-                            f"{', '.join(sorted(known))} (a family is added as one file under symvram/data/families/, "
-                            "see the README)")
+                            f"{', '.join(sorted(known))} (symvram family-draft CONFIG drafts its family entry from transformers' "
+                            "model: docs/adding-a-family.md)")
         return family(known[model_type])
 
 

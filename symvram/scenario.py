@@ -85,6 +85,8 @@ def parse_targets(spec: str | tuple[str, ...] | list[str], fam: Family | None = 
         name = raw.strip()
         if not name:
             continue
+        if why := fam.extra("untargetable", {}).get(name):
+            raise UserError(f"{name} of {fam.key} cannot be a LoRA target: {why}")
         if name in fam.target_sets:
             chosen.update(fam.target_sets[name])
         elif name in fam.linear_map:
@@ -105,7 +107,8 @@ def parse_targets(spec: str | tuple[str, ...] | list[str], fam: Family | None = 
 def smallest_target_side(family_name: str, targets: tuple[str, ...], dims: tuple[tuple[str, int], ...]) -> int:
     """min(d_in, d_out) over the targeted matrices: the largest rank LoRA can have (computed once per shape)."""
     fam, values = family(family_name), {SYMBOLS[n].symbol: v for n, v in dims}
-    linear = [t for t in targets if fam.linear(t) in fam.linears] or targets  # not the E-wide router
+    # not the E-wide router, nor a one-output gate (Qwen2-MoE's shared_expert_gate: PEFT adapts it at any rank)
+    linear = [t for t in targets if fam.linear(t) in fam.linears and fam.linear(t).d_out != 1] or targets
     return min(int(side.xreplace(values)) for t in linear for side in (fam.linear(t).d_in, fam.linear(t).d_out))
 
 
@@ -233,8 +236,16 @@ class Scenario:
 
     @property
     def compute_dtype(self) -> str:
+        """The dtype of the activations the step keeps (what is saved, the residual stream)."""
         if self.kbit_prepared:  # the fp32 embedding makes the residual stream, and what is saved, fp32
             return "fp32"
+        return self.matmul_dtype
+
+    @property
+    def matmul_dtype(self) -> str:
+        """The dtype the matmuls run in, whose peak FLOP/s a step time uses. k-bit preparation's fp32 residual
+        stream does not change it: autocast casts each linear's input (and bitsandbytes' Linear4bit computes in
+        its bnb_4bit_compute_dtype)."""
         if self.mp_policy != "none":  # FSDP2 all-gathers the parameters in param_dtype: modules compute in it
             return self.mp_policy
         return self.autocast if self.autocast != "none" else self.dtype

@@ -17,7 +17,8 @@ from contextlib import contextmanager
 
 from ..errors import UserError, one_line
 
-COMMANDS = ["estimate", "fit", "whatif", "sensitivity", "explain", "validate", "plan", "plot", "diagnose", "page"]
+COMMANDS = ["estimate", "fit", "whatif", "sensitivity", "explain", "validate", "plan", "plot", "diagnose", "check", "page",
+            "cards", "models", "family-draft"]
 
 DESCRIPTION = """\
 symvram derives the GPU memory of a fine-tuning step from one symbolic ledger:
@@ -50,7 +51,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version="symvram " + __import__("symvram").__version__)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     for name in [only] if only in COMMANDS else COMMANDS:
-        importlib.import_module(f".{name}", __name__).register(sub)
+        importlib.import_module(f".{name.replace('-', '_')}", __name__).register(sub)
     return parser
 
 

@@ -198,7 +198,10 @@ def model_of(args: argparse.Namespace) -> str:
 def scenario_kwargs(args: argparse.Namespace) -> dict:
     """Settings of the --from files, then the command line's over them."""
     r = reading(args)
-    return {**(r.kwargs() if r is not None else {}), **cli_settings(args)}
+    files, cli = (r.kwargs() if r is not None else {}), cli_settings(args)
+    if "overrides" in files and "overrides" in cli:   # the files' symbols (DeepSpeed's buckets) under --set
+        cli["overrides"] = {**dict(files["overrides"]), **cli["overrides"]}
+    return {**files, **cli}
 
 
 def check_context(sc: Scenario, args: argparse.Namespace) -> Scenario:

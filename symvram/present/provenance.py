@@ -14,8 +14,8 @@ from __future__ import annotations
 
 WIDTH = 100
 SHOWN = ("stack", "method", "batch", "seq", "grad_checkpointing", "rank", "targets", "lora_dropout", "modules_to_save",
-         "double_quant", "dtype",
-         "autocast", "adapter_dtype", "master", "optimizer", "optimizer_impl", "state_dtype", "attention", "gpus",
+         "double_quant", "kbit_prep", "dtype",
+         "loss_impl", "autocast", "adapter_dtype", "master", "optimizer", "optimizer_impl", "state_dtype", "attention", "gpus",
          "zero", "offload", "mp_policy", "tp")
 LORA_ONLY = {"rank", "targets", "lora_dropout", "modules_to_save", "adapter_dtype"}
 
@@ -38,7 +38,7 @@ def provenance_rows(sc, reading, cli: set[str], model_source: str) -> list[tuple
         rows = [("model", given, f"{model_source} → {'config' if sc.model.kind == 'config' else 'preset'} {sc.model.name}")]
     settings = reading.settings if reading is not None else {}
     for key in SHOWN:
-        if (key in LORA_ONLY and not sc.lora) or (key == "double_quant" and sc.method != "qlora") \
+        if (key in LORA_ONLY and not sc.lora) or (key in ("double_quant", "kbit_prep") and sc.method != "qlora") \
                 or (key == "tp" and sc.tp == 1 and key not in cli and key not in settings) \
                 or (key == "modules_to_save" and not sc.modules_to_save) \
                 or (key == "mp_policy" and sc.mp_policy == "none" and key not in cli and key not in settings):
@@ -53,6 +53,9 @@ def provenance_rows(sc, reading, cli: set[str], model_source: str) -> list[tuple
         else:
             source = "symvram default"
         rows.append((key, _value(value, sc.structure.arch.target_sets), source))
+    for name, value in sc.overrides:   # ledger symbols a file set (DeepSpeed's buckets) or --set
+        read = settings.get("=" + name)
+        rows.append((name, f"{value:g}", read.source if read is not None and read.value == value else "command line"))
     return rows
 
 

@@ -103,6 +103,46 @@ def other_modules(value) -> bool:
     return any(n not in MODULES_TO_SAVE for n in _module_names(value))
 
 
+def supervised(*modelled: str):
+    """A training objective: the ones in ``modelled`` (SFT, pre-training) pass; any other is refused, since
+    the ledger has no objectives yet (DPO, KTO, ORPO, GRPO, PPO add a reference or value model, paired or
+    sampled batches).
+
+    >>> supervised("sft", "pt")("sft")
+    >>> supervised("sft", "pt")("dpo")
+    Traceback (most recent call last):
+    ...
+    symvram.readers.convert.WrongValue: 'dpo': only supervised fine-tuning and pre-training steps are modelled (sft, pt); preference and RL objectives (DPO, KTO, ORPO, GRPO, PPO) are not yet: their reference or value model and paired or sampled batches change the peak
+    """
+
+    def convert(value):
+        if value in (None, False, "") or value in modelled:
+            return None
+        raise WrongValue(f"{value!r}: only supervised fine-tuning and pre-training steps are modelled "
+                         f"({', '.join(modelled) or 'no rl key'}); preference and RL objectives (DPO, KTO, ORPO, "
+                         "GRPO, PPO) are not yet: their reference or value model and paired or sampled batches "
+                         "change the peak")
+
+    return convert
+
+
+def plugin(name: str, value):
+    """A list of plugin paths (axolotl's ``plugins``): ``value`` when one of them is the class ``name``.
+
+    >>> plugin("CutCrossEntropyPlugin", "cce")(["axolotl.integrations.cut_cross_entropy.CutCrossEntropyPlugin"])
+    'cce'
+    """
+
+    def convert(paths):
+        if isinstance(paths, str):
+            paths = [paths]
+        if not isinstance(paths, list) or not all(isinstance(p, str) for p in paths):
+            raise WrongValue(f"expected a list of plugin class paths, got {paths!r}")
+        return value if any(p.rsplit(".", 1)[-1] == name for p in paths) else None
+
+    return convert
+
+
 def choice(mapping: dict):
     """A converter accepting the keys of ``mapping`` (strings compared case-insensitively)."""
     lowered = {(k.lower() if isinstance(k, str) else k): v for k, v in mapping.items()}

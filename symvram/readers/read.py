@@ -25,7 +25,7 @@ from ..errors import EXCERPT, UserError, excerpt
 from ..userfiles import expanded_size, read_user_file, unreadable
 from . import convert as c
 from .convert import WrongValue
-from .tools import DETECT, FACTS, INFO, NO_DEFAULT, OPTIMIZERS, PENDING, TOOLS, Tool
+from .tools import DETECT, FACTS, INFO, NO_DEFAULT, OPTIMIZERS, PENDING, SYMBOL, TOOLS, Tool
 
 MAX_BYTES = 1 << 20  # a training config is a few kB
 MAX_VALUES = 100_000  # values (mappings, lists, scalars) a file may hold, its aliases expanded
@@ -61,7 +61,10 @@ class Reading:
         return next(((f, t) for f, t in self.files if t in TRAINING_TOOLS), None)
 
     def kwargs(self) -> dict:
-        return {k: v.value for k, v in self.settings.items()}
+        """Scenario keywords; the ledger symbols a file sets (``=ds_reduce_bucket``) as ``overrides``."""
+        out = {k: v.value for k, v in self.settings.items() if not k.startswith(SYMBOL)}
+        symbols = {k[len(SYMBOL):]: v.value for k, v in self.settings.items() if k.startswith(SYMBOL)}
+        return {**out, "overrides": symbols} if symbols else out
 
 
 # ------------------------------------------------------------------------------------------ loading
@@ -255,12 +258,16 @@ class _Reader:
             return
         doc = _load(path, shown)
         self.seen.add(real)
+        self.mapping(doc, shown, tool, path.parent)
+
+    def mapping(self, doc: dict, shown: str, tool: Tool | None = None, folder: Path = Path(".")) -> None:
+        """One document (a file's contents, or a live object's settings as a dict) read with its tool's table."""
         leaves = _leaves(doc, shown)
         if tool is None:
             tool, warnings = detect(doc, shown, leaves)
             self.reading.warnings += warnings
         self.reading.files.append((shown, tool.name))
-        self.doc(doc, tool, shown, "", path.parent, leaves)
+        self.doc(doc, tool, shown, "", folder, leaves)
 
     def doc(self, doc: dict, tool: Tool, shown: str, prefix: str, folder: Path, leaves: list[str] | None = None) -> None:
         for key in _leaves(doc, shown) if leaves is None else leaves:
@@ -355,13 +362,33 @@ def read_files(paths: list[str], cli: dict | None = None) -> Reading:
     r = _Reader()
     for p in paths:
         r.file(Path(p), p)
+    return _finish(r, cli)
+
+
+def read_mappings(docs: list[tuple[str, dict, str]], cli: dict | None = None) -> Reading:
+    """``read_files`` for documents already in memory: (name shown, mapping, tool name) each — a live
+    ``TrainingArguments.to_dict()`` is read with the table that reads its JSON (``readers.live``).
+
+    >>> r = read_mappings([("TrainingArguments", {"per_device_train_batch_size": 2, "bf16": True}, "trainer")])
+    >>> r.settings["batch"].value, r.settings["batch"].source, r.settings["autocast"].value
+    (2, 'TrainingArguments:per_device_train_batch_size', 'bf16')
+    """
+    r = _Reader()
+    for shown, doc, tool in docs:
+        r.mapping(doc, shown, TOOLS[tool])
+    return _finish(r, cli)
+
+
+def _finish(r: "_Reader", cli: dict | None) -> Reading:
     for (shown, why), keys in r.pending.items():
-        r.reading.warnings.append(f"{shown}: {', '.join(keys)}: not modelled yet ({why}); estimated without it")
+        tail = "" if "estimated" in why else "; estimated without it"
+        r.reading.warnings.append(f"{shown}: {', '.join(keys)}: not modelled yet ({why}){tail}")
     for (shown, why), keys in r.unmodelled.items():
         r.reading.warnings.append(f"{shown}: {', '.join(keys)}: {why} — not modelled; the estimate leaves it out")
     facts = {name: v for name in FACTS + tuple(_SETTINGS) if (v := r.best(name)) is not None}
     r.reading.model = facts.get("model")
     r.reading.settings = _resolve(facts, r.reading, cli or {})
+    r.reading.settings.update({name: v for name in r.facts if name.startswith(SYMBOL) and (v := r.best(name))})
     return r.reading
 
 
@@ -369,7 +396,7 @@ def read_files(paths: list[str], cli: dict | None = None) -> Reading:
 BNB_ADAMW8 = ("adamw_bnb_8bit", "adamw_8bit", "paged_adamw_8bit")
 
 # Scenario settings a table may set directly
-_SETTINGS = ("stack", "rank", "lora_dropout", "targets", "seq", "batch", "grad_checkpointing", "attention", "gpus",
+_SETTINGS = ("stack", "kbit_prep", "rank", "lora_dropout", "targets", "seq", "batch", "grad_checkpointing", "attention", "gpus",
              "double_quant", "tp", "checkpoint_impl", "loss_impl", "dora", "modules_to_save")
 
 
@@ -438,8 +465,13 @@ def _resolve(f: dict[str, Value], reading: Reading, cli: dict) -> dict[str, Valu
             from ..stacks import stacks
 
             out.setdefault("loss_impl", Value("trl", f"{TOOLS['trl'].title}: {stacks()['trl']['title']}", 0))
+    if training == "axolotl" and method == "qlora" and not fsdp_on:
+        # axolotl runs prepare_model_for_kbit_training, then casts the norms and embeddings back to the compute dtype
+        # (loaders/model.py ModelLoader: needs_fa2_dtype is set for every adapter, should_convert unless QLoRA + FSDP)
+        out["kbit_prep"] = Value("none", f"{TOOLS['axolotl'].title}: norms and embeddings cast back to 16 bits after "
+                                         "prepare_model_for_kbit_training", 0)
     policy = fsdp_on and out.get("stack") is not None and out["stack"].value == "fsdp" and out["zero"].value == 3
-    out.update(_precision(f, training, method, ds, reading, policy))
+    out.update(_precision(f, training, method, ds, reading, policy, "dtype" in cli))
     return out
 
 
@@ -465,7 +497,7 @@ def _stack(reading: Reading, parallel: str | None) -> Value:
 
 
 def _precision(f: dict[str, Value], training: str, method: str, ds: bool, reading: Reading,
-               fsdp_policy: bool = False) -> dict[str, Value]:
+               fsdp_policy: bool = False, given_dtype: bool = False) -> dict[str, Value]:
     """bf16/fp16, the tool's way of loading the model, DeepSpeed and the optimizer → the recipe.
 
     Trainer AMP (no DeepSpeed): autocast in the compute dtype; PEFT keeps adapters in fp32
@@ -519,19 +551,33 @@ def _precision(f: dict[str, Value], training: str, method: str, ds: bool, readin
             dtype = compute
         elif training == "llamafactory":
             dtype = "fp32"  # full: trainable parameters upcast to fp32
+        elif fsdp_policy and compute != "fp32":
+            # accelerate 1.15 fsdp2_prepare_model (utils/fsdp_utils.py:814-820): with mixed precision on, every
+            # trainable parameter is upcast to fp32 before fully_shard, whatever dtype the model was loaded in
+            dtype, src = "fp32", _join(bf16, fp16, f.get("model_dtype"))
         else:
             dtype = model_dtype.value if model_dtype else "fp32"
             src = _join(bf16, fp16, model_dtype)
+            if (model_dtype is None or model_dtype.priority == 0) and not given_dtype:   # never a silent fp32 base
+                how = ("TRL loads the model in fp32 unless dtype (or model_init_kwargs.dtype) says otherwise"
+                       if training == "trl" else "the Trainer's arguments do not say the model's dtype; "
+                       "from_pretrained loads fp32 unless your code passes dtype")
+                reading.warnings.append(f"{(reading.primary or reading.files[0])[0]}: no model dtype: {how}; "
+                                        "estimated with fp32 weights (pass --dtype bf16 if it loads bf16)")
         if method == "qlora" and dtype == "fp32":
             dtype = "bf16" if compute == "fp32" else compute
         adapter = "fp32"
         autocast = compute if compute != "fp32" else "none"
         master = "none"
+        if fsdp_policy and training == "axolotl" and dtype != "fp32":
+            # axolotl replaces accelerate's fsdp2_prepare_model with its own, which has no fp32 upcast
+            # (monkeypatch/accelerate/fsdp2.py patch_accelerate_fsdp2): the bf16-loaded parameters are sharded as they are
+            why = "axolotl's fsdp2_prepare_model keeps the loaded dtype"
         if fsdp_policy and dtype == "fp32" and autocast != "none":
             # FSDP2 full sharding: the 16-bit compute is its MixedPrecisionPolicy on the fp32 shards (accelerate
             # also autocasts, which changes nothing once the gathered parameters are 16-bit)
             out["mp_policy"] = Value(autocast, f"{src} (FSDP2 MixedPrecisionPolicy)")
-            autocast, why = "none", "FSDP2 MixedPrecisionPolicy, not autocast"
+            autocast, why = "none", "accelerate upcasts to fp32; FSDP2 MixedPrecisionPolicy, not autocast"
     trainable = adapter if lora else dtype
     state = "int8" if eight_bit else ("fp32" if master == "fp32" else trainable)
     shown = src if src != "symvram default" else f"{TOOLS[training].title if training in TOOLS else training} default"
