@@ -159,20 +159,28 @@ def cli_settings(args: argparse.Namespace) -> dict:
 
 
 def reading(args: argparse.Namespace):
-    """The --from files read once (warnings printed once, on stderr), or None without --from."""
+    """The --from files read once, or None without --from (their warnings wait for ``announce``)."""
     if not getattr(args, "from_files", None):
         return None
     if getattr(args, "_reading", None) is None:
         from ..readers.read import read_files
 
         args._reading = read_files(args.from_files, cli_settings(args))
-        for line in args._reading.warnings:
-            print(f"symvram: warning: {one_line(line)}", file=sys.stderr)
-        if args.verbose and args._reading.unread:
-            keys = (k if len(k) <= 2 * EXCERPT else excerpt(k, 2 * EXCERPT) for k in args._reading.unread)
-            print(f"symvram: not read (not known to change memory): {', '.join(keys)}",
-                  file=sys.stderr)
     return args._reading
+
+
+def announce(args: argparse.Namespace) -> None:
+    """The --from files' warnings (and with --verbose the keys not read) on stderr, once, when the scenario
+    they describe has been built: a run refused says its one error line alone."""
+    r = reading(args)
+    if r is None or getattr(args, "_announced", False):
+        return
+    args._announced = True
+    for line in r.warnings:
+        print(f"symvram: warning: {one_line(line)}", file=sys.stderr)
+    if args.verbose and r.unread:
+        keys = (k if len(k) <= 2 * EXCERPT else excerpt(k, 2 * EXCERPT) for k in r.unread)
+        print(f"symvram: not read (not known to change memory): {', '.join(keys)}", file=sys.stderr)
 
 
 def time_flags(args: argparse.Namespace) -> tuple[float | None, str | None]:
@@ -230,6 +238,7 @@ def scenario_from_args(args: argparse.Namespace, **changes) -> Scenario:
         found = [f"{n} from {r.settings[n].source}" for n in dict.fromkeys(named) if n in r.settings]
         raise UserError(f"{e} ({'; '.join(found) if found else 'the run read from ' + ', '.join(args.from_files)})") \
             from None
+    announce(args)
     if not getattr(args, "shows_provenance", False) and getattr(args, "format", None) != "json" \
             and reading(args) is not None:  # the table on stderr: stdout stays the command's output (JSON has it)
         print(provenance_text(args, sc), end="", file=sys.stderr)

@@ -10,9 +10,9 @@ from ..evaluate import evaluate
 from ..present.reports import compare_time_line, time_json, time_lines
 from ..present.tables import detail, terminal, to_json
 from ..stacks import summary as stack_summary
-from .common import (add_model_argument, add_output_arguments, add_scenario_arguments, check_context, model_of,
-                     provenance_dict, provenance_text, reading, scenario_from_args, scenario_kwargs, time_flags,
-                     write_output)
+from .common import (add_model_argument, add_output_arguments, add_scenario_arguments, announce, check_context,
+                     model_of, provenance_dict, provenance_text, reading, scenario_from_args, scenario_kwargs,
+                     time_flags, write_output)
 from .fit import add_card_arguments, card_of
 
 HELP = """\
@@ -85,6 +85,7 @@ def run(args) -> int:
     if "method" not in kw:
         time_flags(args)
         table = compare(model_of(args), **kw)
+        announce(args)
         sc = check_context(table.rows[0][1].scenario, args)
         if args.format == "json":
             text = json.dumps({**{name: {**to_json(bd), "time": time_json(bd.scenario, None)} for name, bd in table.rows},
