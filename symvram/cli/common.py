@@ -222,6 +222,27 @@ def check_context(sc: Scenario, args: argparse.Namespace) -> Scenario:
     return sc
 
 
+def traced(e: UserError, args: argparse.Namespace) -> UserError:
+    """``e`` with the files and keys its settings were read from (``--batch … (batch from run.yml:micro_batch_size)``;
+    ``--set ds_sub_group …`` from the key that set that symbol), or ``e`` itself without --from."""
+    import re
+
+    from ..readers.tools import SYMBOL
+
+    r = reading(args)
+    if r is None:
+        return e
+    named = [n.replace("-", "_") for n in re.findall(r"--([a-z][a-z0-9-]*)", str(e))]
+    named += [SYMBOL + n for n in re.findall(r"--set ([A-Za-z_][A-Za-z0-9_]*)", str(e))]
+    cli = cli_settings(args)
+    given = set(cli) | {SYMBOL + n for n in cli.get("overrides", {})}   # the command line's win over the files
+    found = [f"{n.lstrip(SYMBOL)} from {r.settings[n].source}" for n in dict.fromkeys(named)
+             if n in r.settings and n not in given]
+    if not found and set(named) & given:   # the command line's own value: nothing to trace
+        return e
+    return UserError(f"{e} ({'; '.join(found) if found else 'the run read from ' + ', '.join(args.from_files)})")
+
+
 def scenario_from_args(args: argparse.Namespace, **changes) -> Scenario:
     kw = scenario_kwargs(args)
     kw.update(changes)
@@ -229,15 +250,7 @@ def scenario_from_args(args: argparse.Namespace, **changes) -> Scenario:
     try:
         sc = Scenario.create(model, **kw)
     except UserError as e:
-        r = reading(args)
-        if r is None:
-            raise
-        import re
-
-        named = [n.replace("-", "_") for n in re.findall(r"--([a-z][a-z0-9-]*)", str(e))]
-        found = [f"{n} from {r.settings[n].source}" for n in dict.fromkeys(named) if n in r.settings]
-        raise UserError(f"{e} ({'; '.join(found) if found else 'the run read from ' + ', '.join(args.from_files)})") \
-            from None
+        raise traced(e, args) from None
     announce(args)
     if not getattr(args, "shows_provenance", False) and getattr(args, "format", None) != "json" \
             and reading(args) is not None:  # the table on stderr: stdout stays the command's output (JSON has it)

@@ -12,7 +12,7 @@ from ..present.tables import detail, terminal, to_json
 from ..stacks import summary as stack_summary
 from .common import (add_model_argument, add_output_arguments, add_scenario_arguments, announce, check_context,
                      model_of, provenance_dict, provenance_text, reading, scenario_from_args, scenario_kwargs,
-                     time_flags, write_output)
+                     time_flags, traced, write_output)
 from .fit import add_card_arguments, card_of
 
 HELP = """\
@@ -84,7 +84,10 @@ def run(args) -> int:
     kw = scenario_kwargs(args)
     if "method" not in kw:
         time_flags(args)
-        table = compare(model_of(args), **kw)
+        try:
+            table = compare(model_of(args), **kw)
+        except UserError as e:
+            raise traced(e, args) from None
         announce(args)
         sc = check_context(table.rows[0][1].scenario, args)
         if args.format == "json":
