@@ -332,3 +332,16 @@ def test_a_narrow_stdout_gets_an_ascii_rendering(encoding):
     assert "(w + dw rounds back to w)" in r.stdout and "below about 2^-8 of a weight" in r.stdout
     bad = _cli(["estimate", "7b", "--set", "hidden≈=1"], PYTHONIOENCODING=encoding)   # an error line too
     assert bad.returncode == 2 and bad.stderr == "symvram: error: --set: unknown symbol 'hidden~' (did you mean hidden?)\n"
+
+
+# ---------------------------------------------------------------- a refused value names where it came from
+def test_a_refused_value_names_its_file_key_and_never_a_file_the_command_line_overrode(tmp_path, capsys):
+    ds = _write(tmp_path, "ds.json", {"zero_optimization": {"stage": 2, "sub_group_size": 0},
+                                      "train_micro_batch_size_per_gpu": 1})
+    err = _refused(["estimate", "--from", ds, "7b"], capsys, "value must be a positive number; got 0")
+    assert f"from {ds}:zero_optimization.sub_group_size" in err     # the comparison table's path too
+    run = _write(tmp_path, "run.yml", AXOLOTL_RUN)
+    err = _refused(["estimate", "--from", run, "--method", "lora", "--seq", "99999999999"], capsys, "--seq = 99999999999")
+    assert "sequence_len" not in err and "run.yml" not in err        # the value is the command line's
+    err = _refused(["estimate", "--from", run, "--method", "lora", "--rank", "5000"], capsys, "--rank 5000")
+    assert "run.yml" not in err
