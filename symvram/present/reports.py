@@ -258,13 +258,13 @@ def sensitivity_text(res: SensitivityResult, c: Comparison | None, units: str, f
     lines = [f"{sc.model.name} · {sc.method}" + (f" r={sc.rank}" if sc.lora else "") +
              f" · batch {sc.batch} · seq {sc.seq}: peak {fmt_bytes(res.peak, units)} at {label} "
              "(the active moment: its derivative is the peak's)", stack_summary(sc), ""]
-    rows = [["#", "knob", "meaning", "at", "unit", "∂peak/∂x (per unit)", "elasticity", f"x·∂peak/∂x ({units})",
+    rows = [["#", "knob", "meaning", "at", "∂peak/∂x (per unit)", "elasticity", f"x·∂peak/∂x ({units})",
              "time elasticity"]]
-    for n, r in enumerate(res.rows, 1):
+    for n, r in enumerate(res.rows, 1):   # the value with its unit in one cell: the table fits 100 columns
         d = SYMBOLS[r.knob]
-        rows.append([str(n), r.knob, d.meaning, f"{r.at:,g}", d.unit, amount(r.value, units),
+        rows.append([str(n), r.knob, d.meaning, f"{r.at:,g} {d.unit}", amount(r.value, units),
                      f"{r.elasticity:.4f}", fmt_bytes(r.proportional_bytes, units).split()[0], f"{r.time_elasticity:.4f}"])
-    lines += [render_rows(rows, "rllrlrrrr", "table"), TIME_ELASTICITY, "", "derivatives of the active moment:"]
+    lines += [render_rows(rows, "rlllrrrr", "table"), TIME_ELASTICITY, "", "derivatives of the active moment:"]
     lines += [f"  ∂peak/∂{r.knob} = {text(r.derivative)}" for r in res.rows]
     if c is not None:
         lines += [""] + sensitivity_explanation(res, c, units)
