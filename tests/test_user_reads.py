@@ -378,3 +378,17 @@ def test_sensitivity_rows_stay_whole(capsys):
     for n, r in enumerate(res.rows, 1):   # each knob's row holds all its numbers, time elasticity last
         row = next(line for line in lines if line.startswith(f"{n:>2}  {r.knob} "))
         assert row.endswith(f"{r.time_elasticity:.4f}")
+
+
+def test_plan_drops_zero_on_one_gpu_and_explains_its_columns(capsys):
+    from symvram.analysis.plan import plan
+
+    assert main(["plan", "llama-3-8b", "--gpu", "rtx-4090"]) == 0
+    out = capsys.readouterr().out
+    rows = [line.split() for line in out.splitlines() if line.startswith("qlora ")]
+    assert not [r for r in rows if r[1].startswith("ZeRO-") and "offload" not in r and r[-6] == "1"]
+    assert "GPUs for params: the fewest GPUs the parameter side alone" in " ".join(out.split())
+    assert "not shown: ZeRO without offload on 1 GPU for qlora" in " ".join(out.split())
+    # the JSON keeps every row: the analysis is unchanged, only the table is
+    result = plan(Scenario.create("llama-3-8b"), load_card("rtx-4090"))
+    assert any(x.method == "qlora" and x.strategy.zero == 1 and x.gpus == 1 for x in result.rows)
