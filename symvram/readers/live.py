@@ -362,6 +362,12 @@ def from_training(model, args=None, optimizer=None, batch=None, dataset=None, gp
     reading = None
     if args is not None:
         doc = {k: v for k, v in args.to_dict().items() if v is not None}
+        master = read_mappings([(type(args).__name__, doc, tool)]).settings.get("master")
+        if master is not None and master.value == "fp32":
+            # DeepSpeed's bf16/fp16 engine casts the model to 16 bits when it starts and keeps the fp32 master
+            # (readers.read._precision): the dtypes the objects hold before trainer.train() are not the run's
+            for key in ("dtype", "adapter_dtype"):
+                live.facts.pop(key, None)
         reading = read_mappings([(type(args).__name__, doc, tool)], {k: v.value for k, v in live.facts.items()})
         live.unmodelled += reading.warnings
     live.data(batch, dataset, reading)
