@@ -351,3 +351,16 @@ def test_the_device_check_counts_free_plus_reserved_less_headroom(monkeypatch, b
     assert check.devices[0].available == budget
     assert (estimate(sc).peak <= budget) is fits
     assert lines[0].endswith("fits" if fits else f"over by {(estimate(sc).peak - budget) / 2**30:,.2f} GiB")
+
+
+def test_a_run_symvram_cannot_read_goes_on_unchecked(tmp_path):
+    """GPT-2 has no ledger family: one warning naming why, and the training runs its steps."""
+    model = transformers.GPT2LMHeadModel(transformers.GPT2Config(n_embd=32, n_layer=1, n_head=2, vocab_size=1000,
+                                                                 n_positions=64))
+    lines = []
+    trainer = transformers.Trainer(model=model, args=trainer_args(tmp_path, bf16=False), train_dataset=ROWS,
+                                   data_collator=collate, callbacks=[MemoryCheckCallback(on_exceed="raise",
+                                                                                         log=lines.append)])
+    with pytest.warns(UserWarning, match="this run is not checked: .*gpt2"):
+        trainer.train()
+    assert trainer.state.global_step == 2 and len(lines) == 1 and not (tmp_path / REPORT).exists()

@@ -39,6 +39,18 @@ class MemoryExceeded(RuntimeError):
     """The predicted peak does not fit the device: raised before step 1 with ``on_exceed="raise"``."""
 
 
+def read_run(read, log):
+    """``read()`` (a ``from_training`` call), or None with one warning when symvram cannot read this run (a model
+    family it has no ledger for, …): the check is advice, a run it cannot read goes on unchecked."""
+    try:
+        return read()
+    except UserError as e:
+        message = f"symvram: this run is not checked: {e}"
+        log(message)
+        warnings.warn(message, stacklevel=3)
+        return None
+
+
 @dataclass(frozen=True)
 class Prediction:
     """The predicted peak of one training step: allocated bytes (the ledger), by phase; ``reserved``: the caching
