@@ -364,3 +364,11 @@ def test_a_run_symvram_cannot_read_goes_on_unchecked(tmp_path):
     with pytest.warns(UserWarning, match="this run is not checked: .*gpt2"):
         trainer.train()
     assert trainer.state.global_step == 2 and len(lines) == 1 and not (tmp_path / REPORT).exists()
+
+
+def test_a_run_shorter_than_the_steps_measured_still_leaves_the_tracker_and_reports(tmp_path):
+    cb = MemoryCheckCallback(log=lambda *_: None, steps=(1, 2))
+    transformers.Trainer(model=tiny(target_modules=["q_proj"]), args=trainer_args(tmp_path, max_steps=1),
+                         train_dataset=ROWS, data_collator=collate, callbacks=[cb]).train()
+    assert not cb.check.measuring and cb.check._tracker is None
+    assert [m["step"] for m in json.loads((tmp_path / REPORT).read_text())["measurement"]] == [1]
