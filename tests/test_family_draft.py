@@ -97,3 +97,17 @@ def test_the_cli_writes_the_draft_and_a_folder_of_drafts_is_read(tmp_path, monke
     architecture.families_by_model_type.cache_clear()
     assert main(["estimate", str(cfg), "--method", "lora", "--rank", "8"]) == 2
     assert "GraniteMLP" in capsys.readouterr().err
+
+
+@pytest.mark.usefixtures("forget_drafts")
+def test_a_hub_id_is_drafted_from_its_cached_config(tmp_path, monkeypatch, capsys):
+    """A Hub id whose model_type has no entry: its config.json from the local cache (nothing downloaded)."""
+    from symvram.cli import main
+
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    snap = tmp_path / "hub" / "models--ibm--tiny-granite" / "snapshots" / "abc"
+    snap.mkdir(parents=True)
+    (snap / "config.json").write_text(json.dumps(GRANITE))
+    assert main(["family-draft", "ibm/tiny-granite"]) == 0
+    assert 'model_types = ["granite"]' in capsys.readouterr().out
