@@ -55,6 +55,11 @@ def run(args) -> int:
     if not Path(source).exists() and is_hub_id(source):
         source = config_path(source)      # a Hub id: its config.json from the cache, else downloaded
     cfg = read_config(source)
+    from ..ledger.architecture import shipped_model_types
+
+    if (shipped := shipped_model_types().get(cfg["model_type"])) is not None:
+        raise UserError(f"model_type {cfg['model_type']!r} has a family entry already (symvram/data/families/"
+                        f"{shipped}.toml); family-draft drafts one for a model_type without")
     layout = read_layout(cfg)
     comments, _ = parameter_side(cfg, draft_entry(cfg, layout), rank=args.rank, gpus=args.gpus)
     write_output(draft_entry(cfg, layout, notes=tuple(comments)), args.output, args.force)
