@@ -24,7 +24,7 @@ is not a matmul and is priced as memory traffic in ``symvram.timing`` instead.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property, lru_cache
 
 import sympy as sp
@@ -32,7 +32,7 @@ import sympy as sp
 from ..symbols import sym
 from .architecture import E, L, V, dh, h, k_e, nh
 from .structure import Structure
-from .terms import Term
+from .terms import Role, Term
 
 b, s, r, t = sym("batch"), sym("seq"), sym("rank"), sym("tp")
 T = b * s
@@ -161,37 +161,37 @@ def _build_flops(s_: Structure) -> FlopsLedger:
     split = 1 / t if s_.tensor_parallel else sp.Integer(1)   # Megatron: every matmul split t ways (vocab too)
     layers = (_layer(s_, False), _layer(s_, True))   # a later layer's and the first's, built once for every term
     terms = [
-        Term("fwd_layers", "forward", _per_layer(layers, "forward"), r"F_{\mathrm{lin}}",
+        Term("fwd_layers", Role.FORWARD_FLOPS, _per_layer(layers, "forward"), r"F_{\mathrm{lin}}",
              "2·T·d_in·d_out per projection of every layer (a routed expert: T·k_E tokens)", COUNTER),
-        Term("fwd_attention", "forward", _per_layer(layers, "attention_forward"), r"F_{\mathrm{attn}}",
+        Term("fwd_attention", Role.FORWARD_FLOPS, _per_layer(layers, "attention_forward"), r"F_{\mathrm{attn}}",
              "QKᵀ and AV per head over the full s×s scores (causal masking not discounted)", COUNTER),
-        Term("fwd_lm_head", "forward", lm_head, r"F_{\mathrm{head}}", "the lm_head: 2·T·h·V", COUNTER),
+        Term("fwd_lm_head", Role.FORWARD_FLOPS, lm_head, r"F_{\mathrm{head}}", "the lm_head: 2·T·h·V", COUNTER),
     ]
     if s_.lora:
-        terms.append(Term("fwd_lora", "forward", _per_layer(layers, "lora_forward"), r"F_{\mathrm{LoRA}}",
+        terms.append(Term("fwd_lora", Role.FORWARD_FLOPS, _per_layer(layers, "lora_forward"), r"F_{\mathrm{LoRA}}",
                           "the adapters: 2·T·r·(d_in + d_out) per target (a parameter target: its B·A delta)", PEFT))
     terms += [
-        Term("bwd_input_grads", "backward", _per_layer(layers, "input_grad") + lm_head, r"F_{\nabla x}",
+        Term("bwd_input_grads", Role.BACKWARD_FLOPS, _per_layer(layers, "input_grad") + lm_head, r"F_{\nabla x}",
              "an input gradient for every projection whose input needs one, and the lm_head's", COUNTER),
-        Term("bwd_attention", "backward", _per_layer(layers, "attention_backward"), r"F_{\nabla\mathrm{attn}}",
+        Term("bwd_attention", Role.BACKWARD_FLOPS, _per_layer(layers, "attention_backward"), r"F_{\nabla\mathrm{attn}}",
              "SDPA's backward recomputes the scores (5 matmuls); eager: one per operand needing a gradient",
              COUNTER),
     ]
     weight_grads = _per_layer(layers, "weight_grad") + (lm_head if s_.method == "full" else 0)
     if weight_grads != 0:
-        terms.append(Term("bwd_weight_grads", "backward", weight_grads, r"F_{\nabla W}",
+        terms.append(Term("bwd_weight_grads", Role.BACKWARD_FLOPS, weight_grads, r"F_{\nabla W}",
                           "a weight gradient for every trainable weight (none for LoRA's frozen base)", COUNTER))
     if s_.lora:
-        terms.append(Term("bwd_lora", "backward", _per_layer(layers, "lora_backward"), r"F_{\nabla\mathrm{LoRA}}",
+        terms.append(Term("bwd_lora", Role.BACKWARD_FLOPS, _per_layer(layers, "lora_backward"), r"F_{\nabla\mathrm{LoRA}}",
                           "the adapters' weight gradients and the gradient through them", PEFT))
     if s_.grad_checkpointing:
         recompute = (_per_layer(layers, "forward") + _per_layer(layers, "attention_forward")
                      + (_per_layer(layers, "lora_forward") if s_.lora else 0) - L * layers[0]["recompute_skipped"])
-        terms.append(Term("recompute_layers", "recompute", recompute, r"F_{\mathrm{rec}}",
+        terms.append(Term("recompute_layers", Role.RECOMPUTE_FLOPS, recompute, r"F_{\mathrm{rec}}",
                           "checkpointing reruns every layer's forward in backward, stopping after the last saved "
                           "tensor (the down projection's product is skipped when nothing saves it)",
                           "torch.utils.checkpoint (non-reentrant, early stop)"))
     if split != 1:
-        terms = [Term(x.key, x.block, x.expr * split, x.label, x.why + " (÷ t: tensor parallel)", x.source)
+        terms = [replace(x, expr=x.expr * split, why=x.why + " (÷ t: tensor parallel)")
                  for x in terms]
     return FlopsLedger(tuple(terms))
