@@ -72,21 +72,49 @@ def norm_weight_input(s_: Structure) -> sp.Symbol:
     return compute_weight_bytes(s_) if s_.arch.norm == "rms" else b_32
 
 
-def _grad_flags(s_: Structure, first: bool) -> dict[str, bool]:
-    """Which tensors of a layer need a gradient, by site (a norm saves for backward only then).
+def _feeds(name: str) -> str:
+    """Which of q, k, v an attention-input projection produces (``qkv`` for a fused one)."""
+    return "qkv" if name.startswith("qkv") else name[0]
 
-    ``first``: the layer reads the embedding output, which needs no gradient under LoRA (unless the
-    embedding is a trainable modules_to_save copy)."""
+
+def needs_grad(s_: Structure, first: bool) -> dict[str, bool]:
+    """Which tensors of a decoder layer need a gradient — the one answer the saved activations (a norm saves
+    for backward only then) and the FLOPs (an input gradient only then) both read. By the tensor:
+    ``attn_in`` the layer's input (q, k, v's), ``q`` ``k`` ``v``, ``attn_out`` attention's output (o_proj's
+    input), ``attn_proj`` o_proj's output, ``mlp_in`` the residual after attention (the MLP's input),
+    ``mlp_act`` the MLP's hidden tensor (down_proj's input), ``mlp_out`` down_proj's output.
+
+    Full fine-tuning: all. LoRA: a later layer's input depends on the adapters of the layers before; the first
+    layer's input is the frozen embedding's output — it needs a gradient only when the embedding is a trainable
+    modules_to_save copy, or under checkpointing (transformers' enable_input_require_grads makes it a leaf that
+    requires grad) — and a tensor inside it needs a gradient once a trained projection produced it.
+
+    >>> g = needs_grad(Structure(method="lora", targets=("v_proj",)), first=True)
+    >>> g["attn_in"], g["q"], g["v"], g["mlp_in"]
+    (False, False, True, True)
+    """
     fam = s_.arch
-    reads = {fam.linear(t).input_group for t in s_.targets} if s_.lora else set()
-    grad_in = not (first and s_.lora and "embed_tokens" not in s_.modules_to_save)
-    attn = grad_in or "attn_in" in reads                 # q, k, v (their projections' outputs)
-    attn_out = attn or "attn_out" in reads               # o_proj's output
-    resid = grad_in or attn_out                          # the residual stream after attention
-    mlp = resid or "mlp_in" in reads                     # the MLP's hidden tensors
-    mlp_out = mlp or "mlp_act" in reads                  # down_proj's output
-    return {"layer_in": grad_in, "q": attn, "k": attn, "attn_out": attn_out, "resid": resid, "mlp": mlp,
-            "mlp_out": mlp_out}
+
+    def trained_reader(group: str, feeding: str = "") -> bool:   # a projection reading ``group`` trains
+        return any(m.input_group == group and (not s_.lora or m.name in s_.targets) and feeding in _feeds(m.name)
+                   for m in fam.linears + fam.moe_weights)
+
+    layer_in = not (first and s_.lora) or s_.grad_checkpointing or "embed_tokens" in s_.modules_to_save
+    out = {"attn_in": layer_in, **{x: layer_in or trained_reader("attn_in", x) for x in "qkv"}}
+    out["attn_out"] = out["q"] or out["k"] or out["v"]
+    out["attn_proj"] = out["attn_out"] or trained_reader("attn_out")
+    out["mlp_in"] = layer_in or out["attn_proj"]
+    out["mlp_act"] = out["mlp_in"] or trained_reader("mlp_in")
+    out["mlp_out"] = out["mlp_act"] or trained_reader("mlp_act")
+    return out
+
+
+def _grad_sites(s_: Structure, first: bool) -> dict[str, bool]:
+    """``needs_grad`` by the sites a norm sits at (a family's ``norms.at``): a q or k norm saves once attention's
+    inputs need a gradient. ``first`` without checkpointing (a checkpointed layer is recomputed as a later one)."""
+    g = needs_grad(s_, first)
+    return {"layer_in": g["attn_in"], "q": g["attn_out"], "k": g["attn_out"], "attn_out": g["attn_proj"],
+            "resid": g["mlp_in"], "mlp": g["mlp_act"], "mlp_out": g["mlp_out"]}
 
 
 def _layer(s_: Structure, first: bool) -> dict[str, tuple[sp.Expr, str, str, str]]:
@@ -100,7 +128,7 @@ def _layer(s_: Structure, first: bool) -> dict[str, tuple[sp.Expr, str, str, str
 @lru_cache(maxsize=512)
 def _layer_of(s_: Structure, first: bool) -> dict[str, tuple[sp.Expr, str, str, str]]:
     fam = s_.arch
-    grad = _grad_flags(s_, first)
+    grad = _grad_sites(s_, first)
     grad_in, attn_grad, resid_grad, mlp_grad = grad["layer_in"], grad["q"], grad["resid"], grad["mlp"]
     out: dict[str, tuple[sp.Expr, str, str, str]] = {}
 
