@@ -40,6 +40,9 @@ COUNTED = [
     # DoRA's weight norm: lora_B(lora_A(eye)) each forward and recompute; the recompute runs through down's B
     ("llama", dict(method="lora", rank=8, dora=True)),
     ("llama", dict(method="lora", rank=8, dora=True, grad_checkpointing=True)),
+    # with dropout DoRA computes the base result again from the dropped-out input (and its input gradient)
+    ("llama", dict(method="lora", rank=8, dora=True, lora_dropout=0.1)),
+    ("llama", dict(method="lora", rank=8, dora=True, lora_dropout=0.1, grad_checkpointing=True, targets="qv")),
 ]
 
 

@@ -85,8 +85,11 @@ def _layer(s_: Structure, first: bool) -> dict[str, sp.Expr]:
         m = fam.linear(name)
         if m in fam.linears:   # nn.Linear: x·A (d_in → r), then ·B (r → d_out), per token
             lora_fwd += 2 * T * r * (m.d_in + m.d_out)
-            # DoRA's weight norm: ΔW = lora_B(lora_A(eye(d_in))) every forward, detached (no backward)
-            dora += 2 * m.d_in * r * (m.d_in + m.d_out) if s_.dora else 0
+            if s_.dora:   # the weight norm: ΔW = lora_B(lora_A(eye(d_in))) every forward, detached (no backward)
+                dora += 2 * m.d_in * r * (m.d_in + m.d_out)
+            if s_.dora and s_.dropout:   # the base result again, from the dropped-out input (variants.py)
+                dora += 2 * T * m.d_in * m.d_out
+                lora_bwd += 2 * T * m.d_in * m.d_out if g[m.input_group] else 0
             # B: its weight and its input (A's output) gradients; A: its weight, and its input if needed
             lora_bwd += 2 * T * r * (2 * m.d_out + m.d_in + (m.d_in if g[m.input_group] else 0))
         else:                  # a parameter: the delta B·A per copy (E for fused experts), per step, not per token
@@ -122,7 +125,7 @@ def _per_layer(layers: tuple[dict, dict], key: str) -> sp.Expr:
 
 # the only fields the FLOPs ledger reads: structures that differ elsewhere (dtypes, optimizer, ZeRO) share it
 FLOPS_FIELDS = ("method", "family", "targets", "attention", "grad_checkpointing", "tensor_parallel", "dora",
-                "modules_to_save")
+                "dropout", "modules_to_save")
 
 
 def build_flops(s_: Structure) -> FlopsLedger:
@@ -147,8 +150,10 @@ def _build_flops(s_: Structure) -> FlopsLedger:
                           "the adapters: 2·T·r·(d_in + d_out) per target (a parameter target: its B·A delta)", PEFT))
     if s_.dora:
         terms.append(Term("fwd_dora", Role.FORWARD_FLOPS, L * layers[0]["dora_forward"], r"F_{\mathrm{DoRA}}",
-                          "DoRA's weight norm: lora_B(lora_A(eye(d_in))) per target, 2·d_in·r·(d_in + d_out), "
-                          "per step, not per token", "peft tuners/lora/dora.py DoraLinearLayer.get_lora_weight"))
+                          "DoRA's weight norm: lora_B(lora_A(eye(d_in))) per target, 2·d_in·r·(d_in + d_out), per "
+                          "step, not per token" + (" — and, with dropout, the base result again from the dropped-out "
+                                                   "input: 2·T·d_in·d_out" if s_.dropout else ""),
+                          "peft tuners/lora/dora.py DoraLinearLayer.get_lora_weight, forward; variants.py"))
     terms += [
         Term("bwd_input_grads", Role.BACKWARD_FLOPS, _per_layer(layers, "input_grad") + lm_head, r"F_{\nabla x}",
              "an input gradient for every projection whose input needs one, and the lm_head's", COUNTER),
