@@ -1,0 +1,197 @@
+"""What the card holds: the caching allocator's reserved peak over the ledger's allocation schedule, and
+the device block beyond it (the CUDA context, NCCL's buffers); the cuBLAS workspaces are allocations of
+the schedule, as torch makes them through the caching allocator.
+
+Modelled, not measured: the allocator replay (symvram.allocator, from CUDACachingAllocator.cpp), NCCL's
+buffers; the context is data/gpus.toml's memory − usable; the cuBLAS workspaces were measured on an H200.
+
+The three levels a user meets: ``allocated`` (``torch.cuda.max_memory_allocated()``, the ledger's peak),
+``reserved`` (``max_memory_reserved()``, with the default allocator and with
+``PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True``) and ``device`` (what ``nvidia-smi`` shows: reserved +
+context + NCCL). A setup fits a card when the replay, given the card's memory less the context, NCCL and
+the user's margin, runs two steps without an OOM.
+
+>>> from symvram.scenario import Scenario
+>>> from symvram.presets import load_card
+>>> cm = card_memory(Scenario.create("llama-3-8b", method="lora", batch=2, seq=1024), load_card("h100-80g"))
+>>> cm.allocated <= cm.schedule_allocated <= cm.reserved["default"] < cm.device_peak
+True
+"""
+from __future__ import annotations
+
+import math
+import os
+import tomllib
+from dataclasses import dataclass
+from functools import lru_cache
+from importlib import resources
+
+import sympy as sp
+
+from .allocator import AllocatorConfig, replay
+from .errors import UserError
+from .evaluate import evaluate, exact_function
+from .ledger import build_ledger
+from .ledger.schedule import ledger_schedule
+from .presets import GPUSpec
+from .scenario import Scenario
+from .symbols import sym
+
+ALLOCATORS = ("default", "expandable")
+
+
+@dataclass(frozen=True)
+class DeviceTerm:
+    """One line of the device block: bytes as a SymPy expression over registry symbols, why, where from,
+    and whether the caching allocator holds it (then it is inside ``reserved``, not on top of it)."""
+
+    key: str
+    expr: sp.Expr
+    why: str
+    source: str
+    in_allocator: bool
+
+
+DEVICE_TERMS = (
+    DeviceTerm("cuda_context", sym("cuda_context"), "the CUDA context and the driver's reservations",
+               "data/gpus.toml memory_gib − usable_gib", False),
+    DeviceTerm("cublas_workspaces", sym("cublas_threads") * (sym("cublas_workspace") + sym("cublaslt_workspace")),
+               "one cuBLAS and one cuBLASLt workspace per thread that runs matmuls",
+               "torch aten/src/ATen/cuda/CublasHandlePool.cpp (measured on an H200: docs/accuracy.md)", True),
+    DeviceTerm("nccl_buffers", sym("nccl_communicators") * sym("nccl_channels") * sym("nccl_buffer"),
+               "NCCL's Simple-protocol buffer per channel of each communicator (multi-GPU only)",
+               "NCCL_BUFFSIZE (NCCL docs, environment variables); modelled, not measured", False),
+)
+
+
+@lru_cache(maxsize=1)
+def _device_data() -> dict:
+    return tomllib.loads(resources.files("symvram.data").joinpath("device.toml").read_text(encoding="utf-8"))
+
+
+def device_values(sc: Scenario, card: GPUSpec | None) -> dict[str, int]:
+    """The device symbols' numbers for a scenario on a card (registry defaults, the card's context and compute
+    capability, no communicator on one GPU; ``--set`` overrides win)."""
+    from .symbols import SYMBOLS
+
+    values = {name: d.default for name, d in SYMBOLS.items() if d.group == "device" and d.default is not None}
+    values["cuda_context"] = card.memory_bytes - card.usable_bytes if card else 0
+    cc = _device_data()["compute_capability"].get(card.key) if card else None
+    if cc is not None:
+        by_major = _device_data()["cublas_workspace_bytes"]
+        values["cublas_workspace"] = by_major[max((m for m in by_major if int(m) <= cc), key=int)]
+    if sc.gpus == 1:
+        values["nccl_communicators"] = 0
+    values.update({k: v for k, v in sc.overrides if k in values})
+    return values
+
+
+def device_block(sc: Scenario, card: GPUSpec | None) -> dict[str, int]:
+    """Each device term's bytes.
+
+    >>> from symvram.presets import load_card
+    >>> block = device_block(Scenario.create("7b", method="lora"), load_card("a100-80g"))
+    >>> block["cublas_workspaces"] == 2 * (8519680 + 2**20), block["nccl_buffers"]
+    (True, 0)
+    """
+    fn = exact_function((), tuple(t.expr for t in DEVICE_TERMS))
+    return {t.key: int(v) for t, v in zip(DEVICE_TERMS, fn(device_values(sc, card)))}
+
+
+def allocator_from_env(choice: str | None = None) -> str:
+    """``--allocator``, else what ``PYTORCH_CUDA_ALLOC_CONF`` says, else the default allocator."""
+    if choice is not None:
+        if choice not in ALLOCATORS:
+            raise UserError(f"--allocator {choice!r}: expected one of {', '.join(ALLOCATORS)}")
+        return choice
+    try:
+        conf = AllocatorConfig.parse(os.environ.get("PYTORCH_CUDA_ALLOC_CONF", ""))
+    except ValueError as e:
+        raise UserError(str(e)) from None
+    return "expandable" if conf.expandable_segments else "default"
+
+
+def _config(allocator: str) -> AllocatorConfig:
+    """The replay's settings: PYTORCH_CUDA_ALLOC_CONF's (max_split_size_mb, roundup_power2_divisions …)
+    with expandable segments as ``allocator`` says."""
+    try:
+        conf = AllocatorConfig.parse(os.environ.get("PYTORCH_CUDA_ALLOC_CONF", ""))
+    except ValueError as e:
+        raise UserError(str(e)) from None
+    return AllocatorConfig(allocator == "expandable", conf.max_split_size, conf.max_non_split_rounding,
+                           conf.roundup_power2_divisions)
+
+
+@lru_cache(maxsize=256)
+def _sized_schedule(structure, layers: int):
+    ledger = build_ledger(structure)
+    schedule = ledger_schedule(ledger, layers)
+    return schedule, exact_function(ledger.definitions, schedule.sizes)
+
+
+def schedule_events(sc: Scenario, workspaces: tuple[int, ...] = ()) -> list[tuple]:
+    """The ledger's schedule in bytes, the ``workspaces`` allocated (for good) after the parameters, as the
+    first forward's first matmul does."""
+    values = sc.values()
+    schedule, fn = _sized_schedule(sc.structure, int(values["layers"]))
+    sizes = [max(0, math.ceil(v)) for v in fn(values)]
+    events = [(op, i, sizes[k] if k >= 0 else 0) for op, i, k in schedule.events]
+    params = schedule.parameters
+    return events[:params] + [("alloc", -1 - j, w) for j, w in enumerate(workspaces)] + events[params:]
+
+
+@dataclass(frozen=True)
+class CardMemory:
+    """The three levels of one scenario on one card (bytes). ``reserved``: the replay's peak with each
+    allocator; ``allocator``: the one the answer follows; ``oom_at``: the event at which the card ran out
+    (None: it fits) under that allocator; ``capacity``: what the allocator may reserve."""
+
+    allocated: int
+    schedule_allocated: int
+    reserved: dict[str, int]
+    block: dict[str, int]
+    allocator: str
+    capacity: int | None
+    oom_at: dict[str, int | None]
+
+    @property
+    def reserved_peak(self) -> int:
+        return self.reserved[self.allocator]
+
+    @property
+    def outside(self) -> int:
+        """The device block's bytes outside the caching allocator (context, NCCL)."""
+        return sum(v for t, v in zip(DEVICE_TERMS, self.block.values()) if not t.in_allocator)
+
+    @property
+    def device_peak(self) -> int:
+        """What nvidia-smi shows at the peak: reserved + context + NCCL."""
+        return self.reserved_peak + self.outside
+
+    @property
+    def fits(self) -> bool:
+        return self.oom_at[self.allocator] is None
+
+    @property
+    def fragmentation(self) -> int:
+        """Reserved beyond allocated: cached free blocks and the segments' slack."""
+        return self.reserved_peak - self.schedule_allocated
+
+
+def card_memory(sc: Scenario, card: GPUSpec | None = None, allocator: str | None = None, margin: int = 0) -> CardMemory:
+    """Replay the scenario's schedule with both allocators; with a card, also against the memory it leaves the
+    allocator (its memory less the context, NCCL's buffers and ``margin``)."""
+    allocator = allocator_from_env(allocator)
+    block, values = device_block(sc, card), device_values(sc, card)
+    per_thread = (int(values["cublas_workspace"]), int(values["cublaslt_workspace"]))
+    events = schedule_events(sc, per_thread * int(values["cublas_threads"]))
+    outside = sum(v for t, v in zip(DEVICE_TERMS, block.values()) if not t.in_allocator)
+    capacity = card.memory_bytes - outside - margin if card else None
+    reserved, oom_at, allocated = {}, {}, 0
+    for name in ALLOCATORS:
+        unbounded = replay(events, _config(name))
+        reserved[name] = unbounded.peak_reserved
+        allocated = max(allocated, unbounded.peak_allocated) if name == "default" else allocated
+        oom_at[name] = replay(events, _config(name), capacity).oom_at if capacity is not None and \
+            unbounded.peak_reserved > capacity else None
+    return CardMemory(evaluate(sc).peak, allocated, reserved, block, allocator, capacity, oom_at)
