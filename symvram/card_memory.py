@@ -33,7 +33,7 @@ from .errors import UserError
 from .evaluate import evaluate, exact_function
 from .ledger import build_ledger
 from .ledger.schedule import ledger_schedule
-from .presets import GPUSpec
+from .presets import GPUSpec, size_card_context
 from .scenario import Scenario
 from .symbols import sym
 
@@ -75,7 +75,7 @@ def device_values(sc: Scenario, card: GPUSpec | None) -> dict[str, int]:
     from .symbols import SYMBOLS
 
     values = {name: d.default for name, d in SYMBOLS.items() if d.group == "device" and d.default is not None}
-    values["cuda_context"] = card.memory_bytes - card.usable_bytes if card else 0
+    values["cuda_context"] = card.memory_bytes - card.usable_bytes if card else size_card_context()
     cc = _device_data()["compute_capability"].get(card.key) if card else None
     if cc is not None:
         by_major = _device_data()["cublas_workspace_bytes"]
@@ -143,8 +143,9 @@ def schedule_events(sc: Scenario, workspaces: tuple[int, ...] = ()) -> list[tupl
 @dataclass(frozen=True)
 class CardMemory:
     """The three levels of one scenario on one card (bytes). ``reserved``: the replay's peak with each
-    allocator; ``allocator``: the one the answer follows; ``oom_at``: the event at which the card ran out
-    (None: it fits) under that allocator; ``capacity``: what the allocator may reserve."""
+    allocator on an unbounded card; ``on_card``: the peak where the card's limit made the allocator free
+    cached blocks and retry (None: it ran out); ``allocator``: the one the answer follows; ``oom_at``: the
+    event at which the card ran out (None: it fits); ``capacity``: what the allocator may reserve."""
 
     allocated: int
     schedule_allocated: int
@@ -153,10 +154,12 @@ class CardMemory:
     allocator: str
     capacity: int | None
     oom_at: dict[str, int | None]
+    on_card: dict[str, int | None]
 
     @property
     def reserved_peak(self) -> int:
-        return self.reserved[self.allocator]
+        """The reserved peak of the answer's allocator: on the card where it fits there, else unbounded."""
+        return self.on_card[self.allocator] or self.reserved[self.allocator]
 
     @property
     def outside(self) -> int:
@@ -187,11 +190,13 @@ def card_memory(sc: Scenario, card: GPUSpec | None = None, allocator: str | None
     events = schedule_events(sc, per_thread * int(values["cublas_threads"]))
     outside = sum(v for t, v in zip(DEVICE_TERMS, block.values()) if not t.in_allocator)
     capacity = card.memory_bytes - outside - margin if card else None
-    reserved, oom_at, allocated = {}, {}, 0
+    reserved, oom_at, on_card = {}, {}, {}
     for name in ALLOCATORS:
         unbounded = replay(events, _config(name))
-        reserved[name] = unbounded.peak_reserved
-        allocated = max(allocated, unbounded.peak_allocated) if name == "default" else allocated
-        oom_at[name] = replay(events, _config(name), capacity).oom_at if capacity is not None and \
-            unbounded.peak_reserved > capacity else None
-    return CardMemory(evaluate(sc).peak, allocated, reserved, block, allocator, capacity, oom_at)
+        reserved[name], oom_at[name], on_card[name] = unbounded.peak_reserved, None, unbounded.peak_reserved
+        if name == "default":
+            allocated = unbounded.peak_allocated
+        if capacity is not None and unbounded.peak_reserved > capacity:
+            bounded = replay(events, _config(name), capacity)
+            oom_at[name], on_card[name] = bounded.oom_at, bounded.peak_reserved if bounded.fits else None
+    return CardMemory(evaluate(sc).peak, allocated, reserved, block, allocator, capacity, oom_at, on_card)

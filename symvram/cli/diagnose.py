@@ -80,7 +80,7 @@ def run(args) -> int:
     d = diagnose(sc, load_card(args.gpu), headroom=args.headroom, p95_seq=args.p95_seq, measured_peak=measured,
                  measured_at=at, max_gpus=args.max_gpus,
                  mfu=check_mfu(args.mfu) if args.mfu is not None else None,
-                 interconnect=check_interconnect(args.interconnect))
+                 interconnect=check_interconnect(args.interconnect), allocator=args.allocator)
     r = reading(args)
     text = (json.dumps({**diagnosis_json(d, r), **provenance_dict(args, sc)}, indent=2) if args.format == "json"
             else provenance_text(args, sc) + diagnosis_text(d, args.units, r))

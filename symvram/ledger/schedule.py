@@ -60,6 +60,7 @@ class Schedule:
     parameters: int
 
 
+@lru_cache(maxsize=4096)
 def pieces(expr: sp.Expr) -> list[tuple[sp.Expr, int, bool]]:
     """The tensors of one expression: (one tensor's bytes, how many, per layer).
 
@@ -69,13 +70,14 @@ def pieces(expr: sp.Expr) -> list[tuple[sp.Expr, int, bool]]:
     [(bytes_act*seq, 1, False), (bytes_act*intermediate*seq, 3, True)]
     """
     out = []
-    for mono in sp.Add.make_args(sp.expand(expr)):
+    for mono in sp.Add.make_args(sp.expand_mul(expr)):
         if mono == 0:
             continue
         coeff, rest = mono.as_coeff_Mul()
-        per_layer = sp.degree(rest, L) == 1 if rest.is_polynomial(L) else False
+        factors = sp.Mul.make_args(rest)
+        per_layer = L in factors   # L to the first power, as a factor
         if per_layer:
-            rest = sp.cancel(rest / L)
+            rest = sp.Mul(*(f for f in factors if f != L))
         if coeff.is_Integer:
             out.append((rest, int(coeff), per_layer))
         else:   # a fraction of a shape (a chunk, a shard) is one tensor of that size
