@@ -24,6 +24,7 @@ from __future__ import annotations
 import re
 from bisect import bisect_left, insort
 from dataclasses import dataclass, field
+from functools import cached_property
 
 # c10/core/AllocatorConfig.h (torch 2.13), lines 16-25, and CUDACachingAllocator.cpp's kLargeBuffer
 MIN_BLOCK = 512                  # kMinBlockSize: every size is rounded up to a multiple of 512 B
@@ -74,6 +75,10 @@ class AllocatorConfig:
                 raise ValueError(f"PYTORCH_CUDA_ALLOC_CONF: {key}:{value} is not a valid value") from None
         return cls(**out)
 
+    @cached_property
+    def rounds_to_powers(self) -> bool:
+        return any(self.roundup_power2_divisions)
+
     def divisions(self, size: int) -> int:
         """AcceleratorAllocatorConfig::roundup_power2_divisions(size): the interval of log2(size) from 1 MiB."""
         index = max(size.bit_length() - 1 - 20, 0)
@@ -111,6 +116,8 @@ def round_size(size: int, config: AllocatorConfig = AllocatorConfig()) -> int:
     """
     if size < MIN_BLOCK:
         return MIN_BLOCK
+    if not config.rounds_to_powers:
+        return -(-size // MIN_BLOCK) * MIN_BLOCK
     divisions = config.divisions(size)
     if divisions > 1 and size > MIN_BLOCK * divisions:
         return _roundup_power2_next_division(size, divisions)

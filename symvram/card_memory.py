@@ -69,9 +69,9 @@ def _device_data() -> dict:
     return tomllib.loads(resources.files("symvram.data").joinpath("device.toml").read_text(encoding="utf-8"))
 
 
-def device_values(sc: Scenario, card: GPUSpec | None) -> dict[str, int]:
-    """The device symbols' numbers for a scenario on a card (registry defaults, the card's context and compute
-    capability, no communicator on one GPU; ``--set`` overrides win)."""
+def device_values(card: GPUSpec | None, gpus: int = 1, overrides: tuple = ()) -> dict[str, int]:
+    """The device symbols' numbers on a card for a job of ``gpus`` (registry defaults, the card's context and
+    compute capability, no communicator on one GPU; ``--set`` overrides win)."""
     from .symbols import SYMBOLS
 
     values = {name: d.default for name, d in SYMBOLS.items() if d.group == "device" and d.default is not None}
@@ -80,22 +80,24 @@ def device_values(sc: Scenario, card: GPUSpec | None) -> dict[str, int]:
     if cc is not None:
         by_major = _device_data()["cublas_workspace_bytes"]
         values["cublas_workspace"] = by_major[max((m for m in by_major if int(m) <= cc), key=int)]
-    if sc.gpus == 1:
+    if gpus == 1:
         values["nccl_communicators"] = 0
-    values.update({k: v for k, v in sc.overrides if k in values})
+    values.update({k: v for k, v in overrides if k in values})
     return values
 
 
-def device_block(sc: Scenario, card: GPUSpec | None) -> dict[str, int]:
-    """Each device term's bytes.
+def device_block(card: GPUSpec | None, gpus: int = 1, overrides: tuple = ()) -> dict[str, int]:
+    """Each device term's bytes on a card for a job of ``gpus``.
 
     >>> from symvram.presets import load_card
-    >>> block = device_block(Scenario.create("7b", method="lora"), load_card("a100-80g"))
+    >>> block = device_block(load_card("a100-80g"))
     >>> block["cublas_workspaces"] == 2 * (8519680 + 2**20), block["nccl_buffers"]
     (True, 0)
+    >>> device_block(load_card("h100-80g"), gpus=8)["nccl_buffers"] // 2**20   # 16 channels × 4 MiB
+    64
     """
     fn = exact_function((), tuple(t.expr for t in DEVICE_TERMS))
-    return {t.key: int(v) for t, v in zip(DEVICE_TERMS, fn(device_values(sc, card)))}
+    return {t.key: int(v) for t, v in zip(DEVICE_TERMS, fn(device_values(card, gpus, overrides)))}
 
 
 def allocator_from_env(choice: str | None = None) -> str:
@@ -181,21 +183,32 @@ class CardMemory:
         return self.reserved_peak - self.schedule_allocated
 
 
-def card_memory(sc: Scenario, card: GPUSpec | None = None, allocator: str | None = None, margin: int = 0) -> CardMemory:
-    """Replay the scenario's schedule with both allocators; with a card, also against the memory it leaves the
-    allocator (its memory less the context, NCCL's buffers and ``margin``)."""
-    allocator = allocator_from_env(allocator)
-    block, values = device_block(sc, card), device_values(sc, card)
+def _events_on(sc: Scenario, card: GPUSpec | None, margin: int) -> tuple[list[tuple], dict, int | None]:
+    block, values = device_block(card, sc.gpus, sc.overrides), device_values(card, sc.gpus, sc.overrides)
     per_thread = (int(values["cublas_workspace"]), int(values["cublaslt_workspace"]))
     events = schedule_events(sc, per_thread * int(values["cublas_threads"]))
     outside = sum(v for t, v in zip(DEVICE_TERMS, block.values()) if not t.in_allocator)
-    capacity = card.memory_bytes - outside - margin if card else None
+    return events, block, (card.memory_bytes - outside - margin if card else None)
+
+
+def fits_on_card(sc: Scenario, card: GPUSpec, allocator: str | None = None, margin: int = 0) -> bool:
+    """Whether two steps of ``sc`` run on ``card`` under the simulated allocator (one replay, stopped at an OOM)."""
+    events, _, capacity = _events_on(sc, card, margin)
+    return replay(events, _config(allocator_from_env(allocator)), capacity).fits
+
+
+def card_memory(sc: Scenario, card: GPUSpec | None = None, allocator: str | None = None, margin: int = 0,
+                both: bool = True) -> CardMemory:
+    """Replay the scenario's schedule with both allocators (``both``; else only ``allocator``); with a card,
+    also against the memory it leaves the allocator (its memory less the context, NCCL's buffers and
+    ``margin``)."""
+    allocator = allocator_from_env(allocator)
+    events, block, capacity = _events_on(sc, card, margin)
     reserved, oom_at, on_card = {}, {}, {}
-    for name in ALLOCATORS:
+    for name in sorted(ALLOCATORS if both else (allocator,), key=ALLOCATORS.index):
         unbounded = replay(events, _config(name))
         reserved[name], oom_at[name], on_card[name] = unbounded.peak_reserved, None, unbounded.peak_reserved
-        if name == "default":
-            allocated = unbounded.peak_allocated
+        allocated = unbounded.peak_allocated
         if capacity is not None and unbounded.peak_reserved > capacity:
             bounded = replay(events, _config(name), capacity)
             oom_at[name], on_card[name] = bounded.oom_at, bounded.peak_reserved if bounded.fits else None

@@ -39,7 +39,7 @@ from ..ledger.sharding import PARAMETER_BUFFERS, STEP_BUFFERS
 from ..ledger.terms import Term
 from ..presets import GPUSpec
 from ..scenario import Scenario
-from .fit import DEFAULT_HEADROOM, allocator_slack, headroom_bytes
+from .fit import DEFAULT_HEADROOM, headroom_bytes
 from .plan import PlanRow, plan, tensor_parallel_ok
 
 PROBE_SEQ = 512
@@ -135,10 +135,9 @@ class Diagnosis:
     @property
     def budget(self) -> int:
         """What the ledger's (allocated) peak may reach: what the caching allocator may reserve (the card less
-        the context, NCCL's buffers, headroom and fitted overhead) less its slack at this estimate."""
-        if self.memory is None:
-            return self.card.usable_bytes - self.headroom - max(self.overhead, 0)
-        return self.memory.capacity - allocator_slack(self.memory)
+        the context, NCCL's buffers, headroom and fitted overhead) less the cuBLAS workspaces it holds. The
+        allocator's cached blocks on top are the replay's to judge (``cause``: fragmentation)."""
+        return self.memory.capacity - self.memory.block["cublas_workspaces"]
 
     @property
     def expandable_saving(self) -> int:
@@ -372,7 +371,7 @@ def diagnose(sc: Scenario, capacity: int | GPUSpec, headroom: int | str = DEFAUL
         overhead, measured = measured_peak - at.peak, (measured_peak, at)
     probe = evaluate(sc.with_changes(batch=1, seq=min(PROBE_SEQ, sc.seq)))
     memory = card_memory(sc, card, allocator, room + max(overhead, 0))
-    budget = memory.capacity - allocator_slack(memory)
+    budget = memory.capacity - memory.block["cublas_workspaces"]
     proposals, skipped = triage_steps(est, budget, p95_seq)
     proposals = [_priced(r, card, mfu, interconnect) for r in proposals]
     modelled = [r for r in proposals if r.modelled]

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 import sympy as sp
 
-from ..card_memory import CardMemory, card_memory
+from ..card_memory import CardMemory, card_memory, fits_on_card
 from ..errors import UserError
 from ..evaluate import Breakdown, evaluate, grid_function, substitution
 from ..ledger import build_ledger
@@ -195,15 +195,15 @@ def fit(sc: Scenario, capacity_bytes: int | GPUSpec, solve: str = "seq",
     top, reason = knob_limit(sc, solve, limit)
 
     def memory_at(v: int) -> CardMemory:
-        return card_memory(sc.with_changes(**{solve: v}), card, allocator, room)
+        return card_memory(sc.with_changes(**{solve: v}), card, allocator, room, both=False)
 
     def fits(v: int) -> bool:
-        return memory_at(v).fits
+        return fits_on_card(sc.with_changes(**{solve: v}), card, allocator, room)
 
-    cm = card_memory(sc, card, allocator, room)
+    cm = card_memory(sc, card, allocator, room, both=False)
     bounds, how = _moment_bounds(sc, solve, cm.capacity - allocator_slack(cm), top)
     value = max(int(min(min(bounds.values()), top)), 1)
-    for _ in range(3):   # the slack grows with the activations: read it again at the answer
+    for _ in range(2):   # the slack grows with the activations: read it again at the answer
         cm = memory_at(value)
         bounds, how = _moment_bounds(sc, solve, cm.capacity - allocator_slack(cm), top)
         found = max(int(min(min(bounds.values()), top)), 1)
