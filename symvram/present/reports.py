@@ -480,7 +480,7 @@ def remedy_lines(d: Diagnosis, units: str, reading=None) -> list[str]:
     if d.proposals or d.skipped:
         lines += ["", f"remedies for the {d.moment_label}, cheapest first (each keeps the ones above it; "
                       "stops at the first that fits)" + (":" if reading is None else ", as edits to your files:")]
-    if d.expandable_saving and d.cause != "fits":
+    if d.cause == "fragmentation":
         m = d.memory
         after = "fits" if m.oom_at["expandable"] is None else "still out of memory"
         lines.append(f"  0. PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (segments that grow by pages, so freed "
@@ -510,7 +510,7 @@ def diagnosis_text(d: Diagnosis, units: str, reading=None) -> str:
     fb = (lambda n: fmt_bytes(n, units))
     budget = (card_budget_line(d.card, d.memory, d.headroom + max(d.overhead, 0), units)
               + (f" (the margin includes {fb(d.overhead)} of measured overhead)" if d.overhead > 0 else "")
-              + f"; the tensors' share, less the allocator's slack: {fb(d.budget)}")
+              + f"; the tensors' share, less the cuBLAS workspaces it holds: {fb(d.budget)}")
     lines = [f"{sc.model.name} · {sc.method}" + (f" r={sc.rank}" if sc.lora else "") + f" · batch {sc.batch} · "
              f"seq {sc.seq} on {d.card.name}: budget {budget}", stack_summary(sc), ""]
     if d.measured:
