@@ -20,25 +20,50 @@ from .scenario import Scenario
 Model = str | ModelSpec | Scenario
 
 
-def scenario(model: Model, **settings) -> Scenario:
-    """A checked Scenario: ``model`` with ``settings``, or an existing Scenario with some changed.
+def scenario(model: Model | None = None, from_file: str | list[str] | None = None, **settings) -> Scenario:
+    """A checked Scenario: ``model`` with ``settings``, or an existing Scenario with some changed. ``from_file``
+    (one path or a list, as ``--from``): the training configs' settings, under ``settings``; ``model`` may then
+    be left out when a file names the base model.
 
     >>> scenario("7b", method="qlora").with_changes(rank=8).rank
     8
     """
     if isinstance(model, Scenario):
         return model.with_changes(**settings)
+    if from_file is not None:
+        from .readers.read import read_files
+
+        paths = [from_file] if isinstance(from_file, str) else list(from_file)
+        reading = read_files(paths, settings)
+        if model is None and reading.model is None:
+            raise UserError(f"{', '.join(paths)} names no base model; pass model=")
+        files = reading.kwargs()
+        if "overrides" in files and "overrides" in settings:   # as on the command line: --set over the files
+            settings = {**settings, "overrides": {**files["overrides"], **dict(settings["overrides"])}}
+        model, settings = (model if model is not None else load_model(reading.model.value)), {**files, **settings}
+    if model is None:
+        raise UserError("scenario(): give a model (a preset, a config.json, a Hub id) or from_file=")
     return Scenario.create(model, **settings)
 
 
-def estimate(model: Model, **settings) -> Breakdown:
-    """``symvram estimate MODEL --method …``: every term, block and moment of one scenario, in bytes.
+def estimate(model: Model | None = None, gpu: str | int | GPUSpec | None = None, headroom: int | str = "1GiB",
+             **settings):
+    """``symvram estimate MODEL --method …``: every term, block and moment of one scenario, in bytes (a
+    Breakdown). With ``gpu`` (``--gpu``) the verdict on that card instead: the Diagnosis, whose ``estimate``
+    is that Breakdown. ``from_file=`` reads training configs as ``--from`` does.
 
     >>> e = estimate("7b", method="full", master="fp32")
     >>> e.terms["weights"], e.terms["grads"], e.terms["master"], e.terms["optimizer_states"]
     (14000000000, 14000000000, 28000000000, 56000000000)
+    >>> estimate("7b", method="qlora", gpu="rtx-4090").cause
+    'fits'
     """
-    return evaluate(scenario(model, **settings))
+    sc = scenario(model, **settings)
+    if gpu is None:
+        return evaluate(sc)
+    from .analysis.diagnose import diagnose as triage
+
+    return triage(sc, _card(gpu), headroom=headroom)
 
 
 @dataclass(frozen=True)
@@ -233,7 +258,7 @@ def plot(model: Model, kind: str = "breakdown", gpu: str | list[str] | None = No
             raise UserError(f"--ranks does not apply to --method {sc.method}: there are no LoRA adapters")
         return plots.seq_curve(sc, ranks=ranks or DEFAULT_PLOT_RANKS,
                                cards=cards or [_card(c) for c in DEFAULT_PLOT_CARDS], units=units, theme=theme,
-                               seq_max=seq_max)
+                               seq_max=seq_max, headroom=headroom)
     if kind == "tornado":
         return plots.tornado(sensitivity(sc), top=top, units=units, theme=theme)
     if len(cards) != 1:

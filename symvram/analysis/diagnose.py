@@ -12,7 +12,8 @@
    one that is right.
 3. **Remedies for that moment**, cheapest first — free ones (fused AdamW, a chunked cross-entropy,
    SDPA instead of eager attention, ``max_seq_len`` from the data's P95), then gradient checkpointing,
-   batch 1 with accumulation, optimizer precision, LoRA/QLoRA, and only then more cards (from ``plan``,
+   batch 1 with accumulation, the precision of the optimizer and of QLoRA's non-quantized weights (PEFT's k-bit
+   preparation upcasts them to fp32), LoRA/QLoRA, and only then more cards (from ``plan``,
    TP only over NVLink). A remedy is offered only when the part it shrinks lives at the current peak
    and, while the parameter side alone is over, only if it shrinks the parameter side. Each is
    re-estimated on top of the previous ones; the triage stops at the first that fits. Each carries its
@@ -247,9 +248,18 @@ def _candidates(sc: Scenario, p95_seq: int | None) -> list[_Candidate]:
                               f"each layer's forward is recomputed in backward: +{100 * share:.0f} % matmul FLOPs "
                               f"for {sc.method}"))
     if sc.batch > 1:
-        out.append(_Candidate("batch1", f"batch 1 with gradient accumulation over {sc.batch} steps", "throughput",
+        out.append(_Candidate("batch1", f"batch 1, with {sc.batch}× the gradient accumulation steps", "throughput",
                               ("activation", "loss", "backward"), {"batch": 1},
-                              f"same effective batch ({sc.batch}); smaller kernels run less efficiently"))
+                              "the same effective batch (micro-batch × accumulation steps × GPUs); smaller kernels "
+                              "run less efficiently"))
+    if sc.kbit_prepared:   # PEFT's k-bit preparation upcasts every non-quantized weight (embeddings, lm_head) to fp32
+        out.append(_Candidate("kbit_prep", "no fp32 upcast of the non-quantized weights (skip PEFT's "
+                              "prepare_model_for_kbit_training)", "precision", ("parameter", "activation", "loss"),
+                              {"kbit_prep": "none", "grad_checkpointing": sc.grad_checkpointing,
+                               "checkpoint_impl": sc.checkpoint_impl},
+                              "the embeddings, lm_head and norms stay 16-bit (and so does the residual stream): a "
+                              "small numerical risk; call model.gradient_checkpointing_enable() yourself, which the "
+                              "preparation did (axolotl: embeddings_skip_upcast: true)"))
     precision = _precision(sc)
     if precision:
         words = [w for k, w in (("state_dtype", "8-bit optimizer states"), ("master", "no fp32 master copy"))

@@ -29,12 +29,12 @@ from dataclasses import dataclass
 import sympy as sp
 
 from ..card_memory import CardMemory, card_memory, fits_on_card
-from ..errors import UserError
+from ..errors import UserError, excerpt
 from ..evaluate import Breakdown, evaluate, grid_function, substitution
 from ..ledger import build_ledger
 from ..presets import GPUSpec
 from ..units import fmt_bytes, parse_size
-from ..scenario import MAX_BATCH, MAX_SEQ, Scenario, smallest_target_side
+from ..scenario import MAX_BATCH, MAX_RANK, MAX_SEQ, Scenario, smallest_target_side
 from ..symbols import SYMBOLS, sym
 
 KNOBS = ("seq", "batch", "rank")
@@ -66,18 +66,36 @@ def max_rank(sc: Scenario) -> int:
     return smallest_target_side(sc.model.family, sc.targets, dims)
 
 
+LIMITS = {"seq": (MAX_SEQ, "symvram's sequence limit"), "batch": (MAX_BATCH, "symvram's batch limit"),
+          "rank": (MAX_RANK, "symvram's rank limit")}
+
+
 def knob_limit(sc: Scenario, knob: str, limit: int | None = None) -> tuple[int, str]:
-    """The largest value the search may answer, and why it is the limit."""
+    """The largest value the search may answer, and why it is the limit. A stated limit, or the model's
+    context, beyond what symvram estimates is refused, not capped: the answer would not be what it says.
+
+    >>> knob_limit(Scenario.create("7b"), "seq", 10**9)
+    Traceback (most recent call last):
+    ...
+    symvram.errors.UserError: --limit 1000000000 is beyond symvram's sequence limit (10000000); give at most 10000000
+    """
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
-        raise UserError(f"--limit must be a positive integer; got {limit!r}")
+        raise UserError(f"--limit must be a positive integer; got {excerpt(limit)}")
+    most, most_reason = LIMITS[knob]
+    if limit is not None and limit > most:
+        raise UserError(f"--limit {excerpt(limit)} is beyond {most_reason} ({most}); give at most {most}")
     if knob == "seq":
         if limit is not None:
-            return min(limit, MAX_SEQ), "the stated limit"
-        if sc.model.max_position:
-            return sc.model.max_position, f"max_position_embeddings of {sc.model.name}"
-        return MAX_SEQ, "symvram's sequence limit"
+            return limit, "the stated limit"
+        context = sc.model.max_position
+        if context and context > most:
+            raise UserError(f"--solve seq: {sc.model.name}'s context (max_position_embeddings {context}) is beyond "
+                            f"{most_reason} ({most}); give --limit (at most {most})")
+        if context:
+            return context, f"max_position_embeddings of {sc.model.name}"
+        return most, most_reason
     if knob == "batch":
-        return (min(limit, MAX_BATCH), "the stated limit") if limit else (MAX_BATCH, "symvram's batch limit")
+        return (limit, "the stated limit") if limit else (most, most_reason)
     top = max_rank(sc)
     if limit is not None and limit < top:
         return limit, "the stated limit"

@@ -2,10 +2,11 @@
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from pathlib import Path
 
-from ..errors import UserError
+from ..errors import EXCERPT, UserError, excerpt, one_line
 from ..scenario import (ATTENTIONS, CHECKPOINT_IMPLS, DEVICES, DTYPES, HALF_DTYPES, LOSS_IMPLS, METHODS,
                         OFFLOADS, OPTIMIZER_IMPLS, OPTIMIZERS, STATE_DTYPES, Scenario)
 from ..stacks import stack_names, stacks
@@ -16,21 +17,23 @@ def positive_int(text: str) -> int:
     try:
         value = int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {excerpt(text)}") from None
     if value <= 0:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {excerpt(text)}")
     return value
 
 
 def parse_set(text: str) -> tuple[str, float]:
     """``SYMBOL=VALUE`` for --set."""
     if "=" not in text:
-        raise argparse.ArgumentTypeError(f"--set takes SYMBOL=VALUE, got {text!r}")
+        raise argparse.ArgumentTypeError(f"--set takes SYMBOL=VALUE, got {excerpt(text)}")
     name, _, value = text.partition("=")
     try:
         number = float(value)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"--set {name}: {value!r} is not a number") from None
+        raise argparse.ArgumentTypeError(f"--set {name}: {excerpt(value)} is not a number") from None
+    if math.isinf(number) and "inf" not in value.lower():  # 1e400, a 5000-digit integer: beyond any float
+        raise argparse.ArgumentTypeError(f"--set {name}: {excerpt(value.strip())} is too large to be a number here")
     return name.strip(), int(number) if number.is_integer() else number
 
 
@@ -164,9 +167,10 @@ def reading(args: argparse.Namespace):
 
         args._reading = read_files(args.from_files, cli_settings(args))
         for line in args._reading.warnings:
-            print(f"symvram: warning: {line}", file=sys.stderr)
+            print(f"symvram: warning: {one_line(line)}", file=sys.stderr)
         if args.verbose and args._reading.unread:
-            print(f"symvram: not read (not known to change memory): {', '.join(args._reading.unread)}",
+            keys = (k if len(k) <= 2 * EXCERPT else excerpt(k, 2 * EXCERPT) for k in args._reading.unread)
+            print(f"symvram: not read (not known to change memory): {', '.join(keys)}",
                   file=sys.stderr)
     return args._reading
 
@@ -186,7 +190,10 @@ def model_of(args: argparse.Namespace) -> str:
 def scenario_kwargs(args: argparse.Namespace) -> dict:
     """Settings of the --from files, then the command line's over them."""
     r = reading(args)
-    return {**(r.kwargs() if r is not None else {}), **cli_settings(args)}
+    files, cli = (r.kwargs() if r is not None else {}), cli_settings(args)
+    if "overrides" in files and "overrides" in cli:   # the files' symbols (DeepSpeed's buckets) under --set
+        cli["overrides"] = {**dict(files["overrides"]), **cli["overrides"]}
+    return {**files, **cli}
 
 
 def check_context(sc: Scenario, args: argparse.Namespace) -> Scenario:
@@ -222,7 +229,7 @@ def scenario_from_args(args: argparse.Namespace, **changes) -> Scenario:
 
 
 def provenance(args: argparse.Namespace, sc: Scenario):
-    """(rows, notes, files, warnings) of the scenario read with --from, or None without it."""
+    """(rows, notes, files, warnings, keys not read) of the scenario read with --from, or None without it."""
     from ..present.provenance import provenance_rows
 
     r = reading(args)
@@ -231,7 +238,7 @@ def provenance(args: argparse.Namespace, sc: Scenario):
     model_source = "command line" if args.model is not None else r.model.source
     rows = provenance_rows(sc, r, set(cli_settings(args)), model_source)
     notes = [(k, str(v.value).lower() if isinstance(v.value, bool) else str(v.value), v.source) for k, v in r.notes]
-    return rows, notes, r.files, r.warnings
+    return rows, notes, r.files, r.warnings, r.unread
 
 
 def provenance_text(args: argparse.Namespace, sc: Scenario) -> str:
@@ -239,7 +246,7 @@ def provenance_text(args: argparse.Namespace, sc: Scenario) -> str:
     from ..present.provenance import provenance_table
 
     p = provenance(args, sc)
-    return "" if p is None else provenance_table(*p[:3]) + "\n\n"
+    return "" if p is None else provenance_table(*p[:3], p[4]) + "\n\n"
 
 
 def provenance_dict(args: argparse.Namespace, sc: Scenario) -> dict:
@@ -268,6 +275,9 @@ def write_output(text: str | bytes, path: str | None, force: bool) -> None:
     try:
         if target.is_dir():
             raise UserError(f"{path} is a directory; give a file name")
+        if force and (target.is_fifo() or target.is_socket()):  # opening it would wait for a reader, forever
+            raise UserError(f"{path} is a {'named pipe' if target.is_fifo() else 'socket'}, not a file; "
+                            "give a file name (or -o - for stdout)")
         # "x" creates the file only if nothing (not even a dangling link) is there: no check-then-write race
         with target.open("wb" if force else "xb") as fh:
             fh.write(data)
@@ -275,3 +285,5 @@ def write_output(text: str | bytes, path: str | None, force: bool) -> None:
         raise UserError(f"{path} exists; pass --force to overwrite it") from None
     except OSError as e:
         raise UserError(f"cannot write {path}: {e.strerror or e}") from None
+    except ValueError:  # the name holds a NUL character
+        raise UserError(f"cannot write {excerpt(path)}: a file name cannot hold a NUL character") from None

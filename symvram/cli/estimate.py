@@ -12,7 +12,7 @@ from ..present.tables import card_memory_json, card_memory_lines, detail, termin
 from ..stacks import summary as stack_summary
 from .common import (add_model_argument, add_output_arguments, add_scenario_arguments, check_context, model_of,
                      provenance_dict, provenance_text, reading, scenario_from_args, scenario_kwargs, write_output)
-from .fit import add_card_arguments
+from .fit import add_card_arguments, card_of
 
 HELP = """\
 Without --method: the reference answer's table — full fine-tuning without and with an fp32 master copy
@@ -50,35 +50,31 @@ def register(sub) -> None:
 def _verdict(sc, args) -> tuple[str, dict]:
     """The verdict on --gpu (text and JSON), with the remedies when the run does not fit."""
     from ..analysis.diagnose import diagnose
-    from ..presets import load_card
     from ..present.reports import estimate_verdict
     from ..timing import check_interconnect, check_mfu
 
-    d = diagnose(sc, load_card(args.gpu), headroom=args.headroom, allocator=args.allocator,
+    d = diagnose(sc, card_of(args), headroom=args.headroom, allocator=args.allocator,
                  mfu=check_mfu(args.mfu) if args.mfu is not None else None, interconnect=check_interconnect(args.interconnect))
     return estimate_verdict(d, args.units, reading(args))
 
 
 def _compare_verdict(table, args) -> str:
     from ..analysis.fit import headroom_bytes
-    from ..presets import load_card
     from ..present.reports import compare_verdict
 
-    card = load_card(args.gpu)
+    card = card_of(args)
     return compare_verdict(table, card, card.usable_bytes - headroom_bytes(args.headroom, card.usable_bytes), args.units)
 
 
 def card_memory_of(sc, args):
     """The replay of the scenario on --gpu (or on no card: the context of a card given as a size)."""
     from ..card_memory import card_memory
-    from ..presets import load_card
 
-    return card_memory(sc, load_card(args.gpu) if args.gpu else None, args.allocator)
+    return card_memory(sc, card_of(args) if args.gpu else None, args.allocator)
 
 
 def time_of(sc, args):
     """The step time on --gpu (None without a card), --mfu and --interconnect checked first."""
-    from ..presets import load_card
     from ..timing import check_interconnect, check_mfu, step_time
 
     mfu = check_mfu(args.mfu) if getattr(args, "mfu", None) is not None else None
@@ -86,7 +82,7 @@ def time_of(sc, args):
     if not getattr(args, "gpu", None):
         return None
     try:
-        return step_time(sc, load_card(args.gpu), mfu, link)
+        return step_time(sc, card_of(args), mfu, link)
     except UserError as e:
         if mfu is not None or link is not None:   # a time was asked for: a card without figures is an error
             raise

@@ -4,13 +4,12 @@ from __future__ import annotations
 import argparse
 import json
 
-from ..presets import load_card
 from ..analysis.plan import plan
 from ..errors import UserError
 from ..present.tables import terminal
 from ..present.reports import plan_json, plan_text
 from .common import add_model_argument, add_output_arguments, add_scenario_arguments, positive_int, provenance_dict, scenario_from_args, scenario_kwargs, write_output
-from .fit import add_card_arguments
+from .fit import add_card_arguments, card_of
 
 HELP = """\
 For each strategy (DDP, ZeRO-1, ZeRO-2, ZeRO-3/FSDP, TP, ZeRO-3 with optimizer or parameter offload)
@@ -51,7 +50,7 @@ def run(args) -> int:
     from ..timing import check_interconnect, check_mfu
 
     mfu = check_mfu(args.mfu) if args.mfu is not None else None
-    result = plan(sc, load_card(args.gpu), max_gpus=args.max_gpus, headroom=args.headroom, methods=methods,
+    result = plan(sc, card_of(args), max_gpus=args.max_gpus, headroom=args.headroom, methods=methods,
                   mfu=mfu, interconnect=check_interconnect(args.interconnect))
     text = json.dumps({**plan_json(result), **provenance_dict(args, sc)}, indent=2) if args.format == "json" else plan_text(result, sc, args.units, args.format)
     write_output(terminal(text) if args.format == "table" else text, args.output, args.force)

@@ -128,6 +128,14 @@ def flops_comparison(sc, measured: dict) -> dict:
                 "error": None if not counted[k] else (v - counted[k]) / counted[k]} for k, v in pred.items()}
 
 
+def _measured_only(sc, measured: dict, units: str) -> str:
+    """The measured peak by category, for a family whose activation block the ledger refuses."""
+    rows = [["", f"measured ({units})"]] + [[k, fmt_bytes(v, units)] for k, v in measured["breakdown_at_peak"].items()]
+    rows.append(["peak", fmt_bytes(measured["peak_bytes"], units)])
+    return (render_rows(rows, "lr", "table") + f"\n\n{sc.structure.arch.key} is a drafted family (its module classes "
+            f"{', '.join(sc.structure.arch.unmodelled)} are not modelled): no estimate of its activations to compare")
+
+
 def run(args) -> int:
     from .. import validate
 
@@ -152,6 +160,9 @@ def run(args) -> int:
     with warnings.catch_warnings():  # transformers' deprecation notices are not the user's business here
         warnings.simplefilter("ignore", FutureWarning)
         measured = measure(spec)
+    if sc.structure.arch.unmodelled:  # a drafted family: the measurement alone (the estimate refuses its activations)
+        write_output(_measured_only(sc, measured, args.units), args.output, args.force)
+        return 0
     bd = evaluate(sc)
     result = comparison(bd, measured)
     result["flops"] = flops_comparison(sc, measured)

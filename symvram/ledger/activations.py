@@ -17,6 +17,7 @@ from functools import lru_cache
 
 import sympy as sp
 
+from ..errors import UserError
 from ..symbols import sym
 from .architecture import E, L, V, dh, f, f_e, h, k_e, nh, nkv
 from .functions import at_least, ceil_div, pow2_ceil
@@ -135,8 +136,14 @@ def _layer_of(s_: Structure, first: bool) -> dict[str, tuple[sp.Expr, str, str, 
                                            "the fp32 softmax of b·n_h·s² scores and its 16-bit copy"
                                            + " (and the tanh of the soft-capped scores)" * bool(softcap),
                                            "transformers eager_attention_forward")
+    if attn_grad and fam.extra("query_position_scale"):
+        out["act_query_scale"] = (b_c * s, r"A_{\mathrm{qscale}}", "the queries' position-dependent scale "
+                                  "(1, 1, s, 1), cast to their dtype in each layer, kept by the product for backward",
+                                  fam.source)
     if mlp_grad and fam.moe:
         out.update(_moe_layer(s_))
+    if mlp_grad and fam.extra("shared_expert"):
+        out.update(_shared_expert(s_))
     elif mlp_grad:
         act = {"silu": "SiLU", "gelu_tanh": "GELU"}[fam.activation]
         out["act_mlp"] = (3 * b_c * T * f, r"A_{\mathrm{mlp}}",
@@ -251,11 +258,23 @@ def _moe_layer(s_: Structure) -> dict[str, tuple[sp.Expr, str, str, str]]:
                                  "PEFT's target_parameters builds W + (α/r)·B·A of every targeted expert weight each "
                                  "forward, in the compute dtype, and keeps it (and the cast factors) for backward",
                                  "peft tuners/lora/layer.py ParamWrapper")
-    if not s_.lora or router.name in s_.targets:
+    reads_input = any(m.input_group == "mlp_in" for m in fam.linears)  # a shared expert: its input is the router's
+    if (not s_.lora and not reads_input) or router.name in s_.targets:
         out["act_moe_router_input"] = (b_c * T * h + (b_c * E * h if s_.lora else 0), r"A_{\mathrm{route,in}}",
                                        "the router's input, kept for its weight gradient"
                                        + " (and the merged router weight)" * s_.lora, fam.source)
     return out
+
+
+def _shared_expert(s_: Structure) -> dict[str, tuple[sp.Expr, str, str, str]]:
+    """What a shared expert saves beside the routed ones (Qwen2-MoE): its SwiGLU MLP's three d_S-wide tensors, and
+    for sigmoid(shared_expert_gate(x)) · shared output the gate's sigmoid and the MLP's output."""
+    fam = s_.arch
+    d_s = sym("shared_intermediate")
+    return {"act_shared_expert": (3 * b_c * T * d_s + b_c * T * h + b_c * T, r"A_{\mathrm{shared}}",
+                                  "the shared expert's gate output (SiLU input), SiLU output and up output (d_S wide "
+                                  "each), its output and the sigmoid of its gate, kept by the gating product",
+                                  fam.source)}
 
 
 def _layer_backward_temp(s_: Structure) -> tuple[sp.Expr, str, str]:
@@ -311,9 +330,19 @@ ACTIVATION_FIELDS = ("method", "family", "options", "tied", "targets", "adapter_
                      "kbit_prep", "loss_impl", "modules_to_save", "weight_casts", "mp_policy")
 
 
+def refuse_unmodelled(fam) -> None:
+    """A drafted family (``symvram family-draft``) whose layers run module classes no rule here models: its
+    activation block is refused, naming them (its parameter side is exact)."""
+    if fam.unmodelled:
+        raise UserError(f"the activations of {fam.key} are not modelled: transformers' {', '.join(fam.unmodelled)} "
+                        "save tensors no ledger rule describes (the parameter side is read from the model: symvram "
+                        "family-draft prints it); measure the step with symvram validate")
+
+
 def saved_terms(s_: Structure) -> list[Term]:
     """Block 3 terms: per-layer saved tensors × L (or checkpointed inputs), then the model's head."""
     fam = s_.arch
+    refuse_unmodelled(fam)
     terms: list[Term] = []
     if s_.grad_checkpointing:
         b_res = residual_bytes(s_)

@@ -146,12 +146,20 @@ def per_param(bd: Breakdown) -> dict:
     >>> [(r["key"], r["bytes"]) for r in pp["rows"]], pp["total"].value
     ([('weights', 2), ('grads', 2), ('master', 4), ('optimizer_states', 8)], 16.0)
     """
-    subs, led = _subs(bd), bd.ledger
+    subs, led, sc = _subs(bd), bd.ledger, bd.scenario
     coefficients = _per_param_coefficients(bd)
     rows = [{"key": key, "label": led.by_key[key].label, "latex": latex(coefficient),
              "bytes": int(value_of(coefficient, subs))} for key, coefficient in coefficients]
     total = sp.Add(*(c for _, c in coefficients))
-    return {"rows": rows, "total": derive(r"\beta_{\mathrm{param}}", total, subs, r"B/param")}
+    counted = {key for key, _ in coefficients}
+    # the parameter-side terms that are not a fixed number of bytes per parameter (8-bit states: fp32 below a
+    # size, paged above one; Adafactor's factored states): named beside the figure, never silently left out
+    uncounted = [{"key": key, "label": led.by_key[key].label, "bytes": bd.terms[key]}
+                 for key in ("optimizer_states", "paged_states")
+                 if key in led.by_key and key not in counted and bd.terms.get(key)]
+    return {"rows": rows, "total": derive(r"\beta_{\mathrm{param}}", total, subs, r"B/param"),
+            "counted": sorted(counted), "uncounted": uncounted, "optimizer": sc.optimizer,
+            "state_dtype": sc.state_dtype, "paged": sc.structure.paged}
 
 
 def _per_param_coefficients(bd: Breakdown) -> list[tuple[str, sp.Expr]]:

@@ -448,25 +448,30 @@ def verdict(d: Diagnosis, fb) -> str:
                 f"{fb(d.parameter_bytes - d.budget)}: no batch, sequence, checkpointing or loss setting can fix it; "
                 "only the optimizer's precision, the method or more cards can")
     room = d.budget - sizes["parameter"]
+    # "largest" is said only when it is true: the parameter side is often the biggest part without being over alone
+    rank = ("the largest part of the peak" if sizes[cause] >= sizes["parameter"] else
+            f"the largest part beside the parameter side ({fb(sizes['parameter'])})")
     where = {"optimizer": f"at the {d.moment_label} the activations are already freed: the optimizer's own "
                           f"temporaries ({fb(sizes['optimizer'])}) do not fit in the {fb(room)} the parameter side leaves",
-             "loss": f"the loss's vocabulary-sized tensors ({fb(sizes['loss'])}) are the largest part of the peak; "
+             "loss": f"the loss's vocabulary-sized tensors ({fb(sizes['loss'])}) are {rank}; "
                      f"the parameter side leaves {fb(room)}",
-             "activation": f"the saved activations ({fb(sizes['activation'])}) are the largest part of the peak; "
+             "activation": f"the saved activations ({fb(sizes['activation'])}) are {rank}; "
                            f"the parameter side leaves {fb(room)}",
-             "backward": f"the backward temporaries ({fb(sizes['backward'])}) are the largest part of the peak; "
+             "backward": f"the backward temporaries ({fb(sizes['backward'])}) are {rank}; "
                          f"the parameter side leaves {fb(room)}"}[cause]
     return f"verdict: {where}"
 
 
 def remedy_edits(d: Diagnosis, reading) -> list[list[str]]:
-    """Each remedy's own changes (not the ones above it) as edits to the --from files."""
+    """Each remedy's own changes (not the ones above it) as edits to the --from files, or to the script of a run
+    read from its live objects (``readers.live.Training.edits``)."""
     from ..readers.edits import edits
 
+    write = getattr(reading, "edits", None) or (lambda step, batch_before: edits(reading, step, batch_before))
     out, before = [], {}
     for r in d.remedies:
         step = {k: v for k, v in r.changes.items() if before.get(k) != v}
-        out.append(edits(reading, step, batch_before=r.before.scenario.batch))
+        out.append(write(step, batch_before=r.before.scenario.batch))
         before = r.changes
     return out
 
@@ -479,7 +484,8 @@ def remedy_lines(d: Diagnosis, units: str, reading=None) -> list[str]:
     lines = []
     if d.proposals or d.skipped:
         lines += ["", f"remedies for the {d.moment_label}, cheapest first (each keeps the ones above it; "
-                      "stops at the first that fits)" + (":" if reading is None else ", as edits to your files:")]
+                      "stops at the first that fits)" + (":" if reading is None else ", as edits to your "
+                                                       + ("script:" if hasattr(reading, "edits") else "files:"))]
     if d.cause == "fragmentation":
         m = d.memory
         after = "fits" if m.oom_at["expandable"] is None else "still out of memory"
@@ -519,7 +525,11 @@ def diagnosis_text(d: Diagnosis, units: str, reading=None) -> str:
                      f"predicts {fb(at.peak)} there: the measurement is {fb(abs(d.overhead))} "
                      f"({100 * d.overhead / at.peak:+.1f} %) {'above' if d.overhead >= 0 else 'below'} the estimate"
                      + (" — taken as unknown overhead (context, allocator, fragmentation) and kept free below"
-                        if d.overhead > 0 else " — no overhead to add"))
+                        if d.overhead > 0 else "" if d.overhead == 0 else
+                        f" — the run holds less than the ledger counts there: a setting the run uses differently "
+                        f"(loss implementation, checkpointing, optimizer, LoRA targets) or a term it does not keep; "
+                        f"no overhead is added and the verdicts below stay on the estimate, so they may be "
+                        f"pessimistic by up to {fb(-d.overhead)}"))
     lines.append(f"estimate: peak {fb(est.peak)} at the {d.moment_label}; what lives there:")
     for part in PARTS:
         terms = {k: v for k, v in d.parts[part].items() if v}

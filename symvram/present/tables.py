@@ -27,6 +27,41 @@ def term_latex(bd: Breakdown, key: str) -> str:
     return f"{t.label} = {latex(t.expr)}"
 
 
+def moe_notes(bd: Breakdown, units: str = "GiB") -> list[str]:
+    """Plain sentences for adapters and 4-bit bases on an MoE model, whose fused 3-D expert weights are not
+    nn.Linear: PEFT's all-linear reaches them (target_parameters, one A and B per expert) and bitsandbytes
+    does not quantize them.
+
+    >>> from symvram.scenario import Scenario
+    >>> from symvram.evaluate import evaluate
+    >>> moe_notes(evaluate(Scenario.create("qwen3-30b-a3b", method="lora", rank=16)))[0][:60]
+    'MoE LoRA: the targets reach the fused experts (gate, gate_up'
+    """
+    from ..evaluate import evaluate
+
+    sc = bd.scenario
+    experts = {m.name for m in sc.structure.arch.moe_weights}
+    if not experts or not sc.lora:
+        return []
+    out = []
+    reached = [t for t in sc.targets if t in experts]
+    if reached:
+        rest = tuple(t for t in sc.targets if t not in experts)
+        without = evaluate(sc.with_changes(targets=rest)).derived["P_lora"] if rest else 0
+        out.append(f"MoE LoRA: the targets reach the fused experts ({', '.join(reached)}; PEFT's target_parameters "
+                   f"gives each of the {sc.values().get('experts', 0):,} experts its own A and B): "
+                   f"{bd.derived['P_lora'] - without:,} of the {bd.derived['P_lora']:,} trainable parameters"
+                   + (f"; without them (--targets {','.join(rest)}) {without:,}" if rest else ""))
+    if sc.method == "qlora":
+        kept = bd.terms.get("weights_16bit", 0)
+        out.append(f"MoE QLoRA: bitsandbytes quantizes nn.Linear modules only, and the fused expert weights are "
+                   f"not: {bd.derived['P_keep']:,} of the {bd.derived['P']:,} parameters stay unquantized, "
+                   f"{fmt_bytes(kept, units)} of the {fmt_bytes(bd.blocks['base'], units)} base"
+                   + (" (in fp32: PEFT's k-bit preparation upcasts them)" if sc.kbit_prepared else
+                      f" (in {sc.dtype})"))
+    return out
+
+
 def to_json(bd: Breakdown) -> dict:
     """The output contract of ``symvram estimate --format json``."""
     led = bd.ledger
@@ -35,7 +70,7 @@ def to_json(bd: Breakdown) -> dict:
                    **{k: v for k, v in bd.derived.items() if k not in ("P", "P_train")}},
         "bytes": {**bd.blocks, "ledger_total": bd.ledger_total, "peak": bd.peak, "peak_moment": bd.peak_moment,
                   "host": host_bytes(bd), **({"paged": paged_bytes(bd)} if bd.ledger.block_terms("paged") else {})},
-        "notes": notes(bd.scenario.structure, bd.scenario.gpus),
+        "notes": notes(bd.scenario.structure, bd.scenario.gpus) + moe_notes(bd),
         "terms": [{"key": t.key, "block": t.block, "latex": term_latex(bd, t.key), "bytes": bd.terms[t.key],
                    "why": t.why, "source": t.source} for t in led.terms],
         "moments": [{"key": m.key, "label": m.label, "bytes": bd.moments[m.key], "terms": list(m.terms),
@@ -189,7 +224,7 @@ def detail(bd: Breakdown, units: str = "GiB", fmt: str = "table") -> str:
     lines.append("")
     lines.append(f"peak{per}: {fmt_bytes(bd.peak, units)} ({bd.peak:,} bytes) at {bd.ledger.moments[[m.key for m in bd.ledger.moments].index(bd.peak_moment)].label}"
                  f" — the figure torch.cuda.max_memory_allocated() reports; add the CUDA context and allocator slack on top")
-    lines += [f"note: {n}" for n in notes(bd.scenario.structure, bd.scenario.gpus)]
+    lines += [f"note: {n}" for n in notes(bd.scenario.structure, bd.scenario.gpus) + moe_notes(bd, units)]
     return "\n".join(lines)
 
 

@@ -230,9 +230,25 @@ def _fakeify_4bit(model, fake_mode, device) -> int:
             setattr(p, k, v)
         m._parameters["weight"] = p
         m.quant_state = qs
-        total += sum(t.numel() * t.element_size() for t in (qs.absmax, qs.state2.absmax, qs.state2.code, qs.offset,
-                                                             qs.code))
+        total += _state_bytes(qs)
     return total
+
+
+def _state_bytes(qs) -> int:
+    """Bytes of one 4-bit weight's quantization state: absmax, the NF4 code, and with double quantization the
+    nested absmax, its code and the offset (bitsandbytes ``QuantState``)."""
+    tensors = (qs.absmax, qs.code) + ((qs.state2.absmax, qs.state2.code, qs.offset) if qs.nested else ())
+    return sum(t.numel() * t.element_size() for t in tensors)
+
+
+def quant_state_bytes(model) -> int:
+    """The quantization states of a model's 4-bit weights: device tensors for the whole run that are neither
+    parameters nor buffers, so MemTracker does not see them (0 without bitsandbytes' Linear4bit)."""
+    bnb = sys.modules.get("bitsandbytes")
+    if bnb is None:
+        return 0
+    return sum(_state_bytes(m.weight.quant_state) for m in model.modules()
+               if isinstance(m, bnb.nn.Linear4bit) and getattr(m.weight, "quant_state", None) is not None)
 
 
 def _fakeify(model, fake_mode, device="cpu") -> None:
