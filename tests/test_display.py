@@ -164,11 +164,16 @@ def test_diagnosis_gives_the_verdict_and_the_triage():
     from symvram import diagnose
 
     d = diagnose("llama-3-8b", "24GiB", method="lora", batch=4, seq=4096)
-    # budget: the 24 GiB card less the named cards' median context (0.49 GiB) and two threads' cuBLAS and
-    # cuBLASLt workspaces (32 + 1 MiB each)
+    # budget: the 24 GiB card less the named cards' median context (data/gpus.toml memory − usable) and two
+    # threads' cuBLAS and cuBLASLt workspaces (32 + 1 MiB each)
     assert repr(d).startswith("<Diagnosis llama-3-8b lora on 24.00 GiB card: activation side over at the start of "
                               "the loss backward, peak ")
-    assert "> budget 23.45 GiB; fits after" in repr(d)
+    import tomllib
+    from importlib import resources
+    cards = tomllib.loads(resources.files("symvram.data").joinpath("gpus.toml").read_text())
+    contexts = sorted(round(c["memory_gib"] * 2**30) - round(c["usable_gib"] * 2**30) for c in cards.values())
+    budget = 24 * 2**30 - contexts[len(contexts) // 2] - 2 * (32 + 1) * 2**20
+    assert f"> budget {budget / 2**30:.2f} GiB; fits after" in repr(d)
     md = mime(d)["text/markdown"]
     assert md.startswith("```text\n") and md.endswith("\n```") and "cheapest first" in md
 

@@ -207,9 +207,9 @@ def test_seq_axes_follow_the_question_not_the_context():
     assert ax.get_ylim()[1] <= 1.25 * cards[1].usable_bytes / GIB + 1e-9
     crossings = [t.get_text() for t in ax.texts if t.get_text().startswith("r = ")]
     assert crossings, "no crossing labelled"
-    for text in crossings:   # each names its rank and is `fit`'s longest seq on a card (1 GiB headroom)
+    for text in crossings:   # each names its rank and is `fit`'s longest seq on a card (no headroom by default)
         rank, x = (int(v.replace(",", "")) for v in text[len("r = "):].split(": "))
-        assert x in {fit(sc.with_changes(rank=rank), card, solve="seq", headroom="1GiB").value for card in cards}
+        assert x in {fit(sc.with_changes(rank=rank), card, solve="seq").value for card in cards}
     ax.figure.canvas.draw()   # one row of crossing labels per line: none overlaps another
     boxes = [t.get_window_extent() for t in ax.texts if t.get_text().startswith("r = ")]
     assert not any(a.overlaps(b) for i, a in enumerate(boxes) for b in boxes[i + 1:])
