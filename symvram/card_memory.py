@@ -142,6 +142,17 @@ def schedule_events(sc: Scenario, workspaces: tuple[int, ...] = ()) -> list[tupl
     return events[:params] + [("alloc", -1 - j, w) for j, w in enumerate(workspaces)] + events[params:]
 
 
+def schedule_peaks(sc: Scenario) -> dict[str, dict[str, int]]:
+    """The ledger's schedule alone (no workspaces: what a traced run's tensors are) replayed with each
+    allocator: {allocator: {"allocated_peak", "reserved_peak"}}, to set beside ``validate``'s traced schedule."""
+    events = schedule_events(sc)
+    out = {}
+    for name in ALLOCATORS:
+        r = replay(events, _config(name))
+        out[name] = {"allocated_peak": r.peak_allocated, "reserved_peak": r.peak_reserved}
+    return out
+
+
 @dataclass(frozen=True)
 class CardMemory:
     """The three levels of one scenario on one card (bytes). ``reserved``: the replay's peak with each
