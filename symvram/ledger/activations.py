@@ -221,6 +221,17 @@ def _layer_of(s_: Structure, first: bool) -> dict[str, tuple[sp.Expr, str, str, 
             inputs += n * b_ad * T * width
         elif not _shared_with_attention(s_, group):
             inputs += b_c * T * width
+    if s_.bnb_input_saved:   # bitsandbytes < 0.43.3: each 4-bit linear keeps its input A (versions.MECHANISMS)
+        kept = sp.Integer(0)
+        for group, width in fam.group_width.items():
+            lora_keeps_it = any(fam.linear(t).input_group == group for t in lin_targets) and not (
+                s_.dropout or autocast_copy or _per_call_cast(s_, group) or s_.adapter_upcast)
+            if group_grad[group] and not _shared_with_attention(s_, group) and not lora_keeps_it:
+                kept += b_c * T * width
+        if kept != 0:
+            out["act_bnb_inputs"] = (kept, r"A_{\mathrm{4bit,in}}", "bitsandbytes before 0.43.3: MatMul4Bit saves each "
+                                     "4-bit linear's input for backward (one per distinct input; shared where LoRA "
+                                     "keeps the same tensor)", "bitsandbytes 0.43.2 autograd/_functions.py MatMul4Bit")
     if s_.dropout:
         why = "lora_A keeps its dropped-out input, one per target"
     elif autocast_copy:
@@ -355,7 +366,7 @@ def per_layer_bytes(s_: Structure) -> sp.Expr:
 # the only fields the activation and transient terms read (not the optimizer, master copy, quantization, sharding)
 ACTIVATION_FIELDS = ("method", "family", "options", "tied", "targets", "adapter_upcast", "attention", "autocast",
                      "checkpoint_reentrant", "compute_fp32", "device", "dora", "dropout", "grad_checkpointing",
-                     "kbit_prep", "loss_impl", "modules_to_save", "weight_casts", "mp_policy")
+                     "kbit_prep", "loss_impl", "modules_to_save", "weight_casts", "mp_policy", "bnb_input_saved")
 
 
 def refuse_unmodelled(fam) -> None:

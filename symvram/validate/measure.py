@@ -25,7 +25,7 @@ import warnings
 from typing import Any
 
 import torch
-from torch.distributed._tools.mem_tracker import MemTracker, _MemRefType, _TOTAL_KEY
+from torch.distributed._tools.mem_tracker import MemTracker, _MemRefType, _TOTAL_KEY, _UpdateType
 
 from .flops import PhaseFlops, flop_counter
 from .spec import normalize_spec  # the one definition of a spec (torch-free)
@@ -400,6 +400,18 @@ class PeakTracker(MemTracker):
         self._on_peak = on_peak
         self._on_op = on_op
         self.op_index = 0
+        # every storage MemTracker sees, allocated and freed in program order: the caching allocator's schedule
+        self.schedule: list[tuple[str, int, int]] = []
+        self._storage_ids: dict[int, int] = {}
+
+    def _update_snap(self, u_type, winfo, old_mem_consumed=None, old_reftype=None) -> None:
+        super()._update_snap(u_type, winfo, old_mem_consumed, old_reftype)
+        key = id(winfo)
+        if u_type in (_UpdateType.DEL, _UpdateType.SIZE) and key in self._storage_ids:
+            self.schedule.append(("free", self._storage_ids.pop(key), 0))
+        if u_type in (_UpdateType.ADD, _UpdateType.SIZE) and winfo.mem_consumed > 0:
+            self._storage_ids[key] = len(self.schedule)
+            self.schedule.append(("alloc", len(self.schedule), winfo.mem_consumed))
 
     def _total(self) -> int:
         return sum(s[_TOTAL_KEY] for s in self._curr_mem_snap.values())
@@ -646,7 +658,22 @@ def measure(spec: dict) -> dict:
                      tracker.peak_phase, {k: v + untracked for k, v in tracker.phase_peak.items()}, breakdown,
                      time.perf_counter() - t0)
     result["flops"] = phases.last_step()  # FlopCounterMode in the same run: matmul-class FLOPs of one step
+    result["allocator"] = replayed(tracker.schedule, untracked)
     return result
+
+
+def replayed(schedule: list, untracked: int = 0) -> dict:
+    """The traced schedule through the caching-allocator replay (symvram.allocator: modelled, not measured):
+    the reserved peak with the default allocator and with expandable segments, beside the allocated one. The
+    4-bit quantization states MemTracker does not see are allocated first, as loading the model does."""
+    from ..allocator import AllocatorConfig, replay
+
+    events = ([("alloc", -1, untracked)] if untracked else []) + list(schedule)
+    out = {"events": len(events)}
+    for name, config in (("default", AllocatorConfig()), ("expandable", AllocatorConfig(expandable_segments=True))):
+        r = replay(events, config)
+        out[name] = {"allocated_peak": r.peak_allocated, "reserved_peak": r.peak_reserved}
+    return out
 
 
 def _result(spec, model, optimizer, trainable, total, peak, peak_phase, by_phase, breakdown, secs):
