@@ -36,7 +36,7 @@ def _moments(terms: dict, s: Structure) -> tuple[Moment, ...]:
     params = [k for k, t in terms.items() if t.block == "base" or k in TRAINABLE_WEIGHTS]
     states = [k for k in ("optimizer_states", "optimizer_steps") if k in terms]
     saved = [k for k, t in terms.items() if t.block == "activations"]
-    kept = ["act_rope", "act_tokens"] + [k for k in ("act_reentrant_rope",) if k in terms]  # alive for the whole step
+    kept = ["act_rope", "act_tokens"]  # alive for the whole step
     loss_saved = ("act_logsoftmax", "act_logit_softcap")  # freed once the loss backward is done
     computing, backward = LOSS_MOMENT_WORDS[s.loss_impl]
     moments = [
@@ -58,7 +58,7 @@ def _moments(terms: dict, s: Structure) -> tuple[Moment, ...]:
             "every layer's activations are still saved while the last layer's MLP backward runs"))
     if s.grad_checkpointing:
         moments.append(Moment("recompute", "backward, recomputing the last layer", tuple(
-            params + states + head + [k for k in saved if k in ("act_checkpoints", "act_input_grad_leaf", "act_sliding_mask")]
+            params + states + head + [k for k in saved if k in ("act_checkpoints", "act_sliding_mask")]
             + kept + layer),
             "the checkpointed inputs plus one recomputed layer's saved tensors and its MLP backward"))
     if "dora_weight_norm" in terms and not s.grad_checkpointing:
