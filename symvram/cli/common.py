@@ -134,6 +134,10 @@ def add_scenario_arguments(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("overrides")
     g.add_argument("--set", action="append", type=parse_set, default=[], metavar="SYMBOL=VALUE",
                    help="override any symbol (hidden=5120, bytes_state=1, layers=40 …); repeatable")
+    g.add_argument("--versions", metavar="PKG=VERSION,...",
+                   help="library versions to follow instead of the installed ones (torch, transformers, peft, "
+                        "bitsandbytes, trl), e.g. bitsandbytes=0.42.0: where a version changes what is saved, "
+                        "its mechanism applies (bitsandbytes < 0.43.3 keeps each 4-bit linear's input)")
     g = p.add_argument_group("output")
     g.add_argument("--units", choices=tuple(UNITS), default="GiB", help="GiB (2^30, default; card sizes) or GB (10^9)")
 
@@ -147,7 +151,7 @@ def add_output_arguments(p: argparse.ArgumentParser, required: bool = False,
 
 SCENARIO_FLAGS = ("stack", "checkpoint_impl", "loss_impl", "kbit_prep", "dora", "modules_to_save", "method", "rank", "targets", "lora_dropout", "double_quant", "dtype", "master", "state_dtype",
                   "optimizer", "optimizer_impl", "adapter_dtype", "autocast", "batch", "seq", "grad_checkpointing",
-                  "attention", "device", "gpus", "zero", "offload", "mp_policy", "tp", "sequence_parallel")
+                  "attention", "device", "gpus", "zero", "offload", "mp_policy", "tp", "sequence_parallel", "versions")
 
 
 def cli_settings(args: argparse.Namespace) -> dict:

@@ -76,7 +76,7 @@ def run(args) -> int:
     at = parse_measured_at(args.measured_at) if args.measured_at else None
     mfu, link = time_flags(args)
     d = diagnose(sc, card_of(args), headroom=args.headroom, p95_seq=args.p95_seq, measured_peak=measured,
-                 measured_at=at, max_gpus=args.max_gpus, mfu=mfu, interconnect=link)
+                 measured_at=at, max_gpus=args.max_gpus, mfu=mfu, interconnect=link, allocator=args.allocator)
     r = reading(args)
     text = (json.dumps({**diagnosis_json(d, r), **provenance_dict(args, sc)}, indent=2) if args.format == "json"
             else provenance_text(args, sc) + diagnosis_text(d, args.units, r))

@@ -8,7 +8,7 @@ from ..api import compare
 from ..errors import UserError
 from ..evaluate import evaluate
 from ..present.reports import compare_time_line, time_json, time_lines
-from ..present.tables import detail, terminal, to_json
+from ..present.tables import card_memory_json, card_memory_lines, detail, terminal, to_json
 from ..stacks import summary as stack_summary
 from .common import (add_model_argument, add_output_arguments, add_scenario_arguments, announce, check_context,
                      model_of, provenance_dict, provenance_text, reading, scenario_from_args, scenario_kwargs,
@@ -53,7 +53,7 @@ def _verdict(sc, args) -> tuple[str, dict]:
     from ..analysis.diagnose import diagnose
     from ..present.reports import estimate_verdict
     mfu, link = time_flags(args)
-    d = diagnose(sc, card_of(args), headroom=args.headroom, mfu=mfu, interconnect=link)
+    d = diagnose(sc, card_of(args), headroom=args.headroom, allocator=args.allocator, mfu=mfu, interconnect=link)
     return estimate_verdict(d, args.units, reading(args))
 
 
@@ -63,6 +63,13 @@ def _compare_verdict(table, args) -> str:
 
     card = card_of(args)
     return compare_verdict(table, card, card.usable_bytes - headroom_bytes(args.headroom, card.usable_bytes), args.units)
+
+
+def card_memory_of(sc, args):
+    """The replay of the scenario on --gpu (or on no card: the context of a card given as a size)."""
+    from ..card_memory import card_memory
+
+    return card_memory(sc, card_of(args) if args.gpu else None, args.allocator)
 
 
 def time_of(sc, args):
@@ -111,12 +118,16 @@ def run(args) -> int:
         sc = scenario_from_args(args)
         bd = evaluate(sc)
         st = time_of(sc, args)
+        cm = card_memory_of(sc, args)
         verdict, data = _verdict(sc, args) if args.gpu else ("", None)
         if args.format == "json":
-            text = json.dumps({**to_json(bd), "time": time_json(sc, st), **provenance_dict(args, sc),
+            out = to_json(bd)
+            out["bytes"].update(card_memory_json(cm))
+            text = json.dumps({**out, "time": time_json(sc, st), **provenance_dict(args, sc),
                                **({"verdict": data} if data else {})}, indent=2)
         else:
-            text = (provenance_text(args, sc) + detail(bd, args.units, args.format) + "\n" + "\n".join(time_lines(sc, st))
+            text = (provenance_text(args, sc) + detail(bd, args.units, args.format) + "\n\n"
+                    + "\n".join(card_memory_lines(cm, args.units)) + "\n" + "\n".join(time_lines(sc, st))
                     + ("\n\n" + verdict if verdict else ""))
     write_output(terminal(text) if args.format == "table" else text, args.output, args.force)
     return 0

@@ -16,7 +16,7 @@ For each strategy (DDP, ZeRO-1, ZeRO-2, ZeRO-3/FSDP, TP, ZeRO-3 with optimizer o
 and each method (full, LoRA, QLoRA unless --method): the fewest GPUs whose per-GPU peak fits the
 card's usable memory less --headroom, solved from the ledger's expressions in N; the per-GPU peak
 there, the host memory offload needs, and why the strategies rank as they do in communication cost.
-"params only" is the count the interview arithmetic gives (weights + trainable triple, no activations).
+"GPUs for params" is the count the interview arithmetic gives (weights + trainable triple, no activations).
 The setups that fit are ranked by predicted tokens/s per GPU (symvram.timing: the FLOPs ledger at the card's
 dense bf16 peak × --mfu, memory-bound work over HBM, the communication ledger over --interconnect or the
 card's link, no overlap), with tokens/s in all beside it and why the fastest wins; GPUs stays a column.
