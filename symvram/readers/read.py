@@ -106,9 +106,10 @@ def _yaml(body: str, shown: str):
             return [n for pair in node.value for n in pair]
         return node.value if isinstance(node, yaml.SequenceNode) else ()
 
-    loader = yaml.SafeLoader(body)
+    loader = None
     try:
         try:
+            loader = yaml.SafeLoader(body)   # its reader refuses control characters (a NUL) at once
             node = loader.get_single_node()
             if node is None:
                 return None
@@ -124,7 +125,8 @@ def _yaml(body: str, shown: str):
         except (ValueError, OverflowError) as e:  # a self-containing alias, an integer past Python's digit limit
             raise UserError(f"{shown}: not valid YAML ({unreadable(e)})") from None
     finally:
-        loader.dispose()
+        if loader is not None:
+            loader.dispose()
     raise UserError(f"{shown}: it expands to over {MAX_VALUES} values (each alias counted where it is used); "
                     "a training config holds hundreds")
 
