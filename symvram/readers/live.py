@@ -32,6 +32,7 @@ Duck-typed: this module imports no torch, transformers or peft (it reads attribu
 """
 from __future__ import annotations
 
+import warnings
 from collections import Counter
 from dataclasses import dataclass, field
 
@@ -358,7 +359,9 @@ def from_training(model, args=None, optimizer=None, batch=None, dataset=None, gp
     tool = _tool_of(args) if args is not None else "torch"
     reading = None
     if args is not None:
-        doc = {k: v for k, v in args.to_dict().items() if v is not None}
+        with warnings.catch_warnings():   # to_dict reads the deprecated aliases (gradient_checkpointing …) too
+            warnings.simplefilter("ignore", FutureWarning)
+            doc = {k: v for k, v in args.to_dict().items() if v is not None}
         master = read_mappings([(type(args).__name__, doc, tool)]).settings.get("master")
         if master is not None and master.value == "fp32":
             # DeepSpeed's bf16/fp16 engine casts the model to 16 bits when it starts and keeps the fp32 master
