@@ -36,16 +36,18 @@ from functools import lru_cache
 import sympy as sp
 
 from ..symbols import sym
+from .sharding import LAYER_ENDS
 from .terms import Ledger
 
 L = sym("layers")
 # transients the layer loop allocates once per layer (not at a moment)
 PER_LAYER_LOOP = ("layer_backward_temp", "dequant_temp")
-# terms that name memory other terms already hold: the gradients made so far, one recomputed layer's tensors
-ALIASES = ("grads_before_first_layer", "one_layer")
+# terms that name memory other terms already hold: the gradients made so far, one recomputed layer's tensors,
+# what FSDP2's layer ends hold (saved tensors below, sharded gradients above)
+ALIASES = ("grads_before_first_layer", "one_layer") + tuple(f"{which}_layer_end" for which, _ in LAYER_ENDS)
 # parameter-side terms the first step's optimizer step allocates (torch's optimizers create state lazily)
 LAZY_STATES = ("optimizer_states", "optimizer_steps")
-HOST_BLOCKS = ("paged",)   # not the device's allocator
+HOST_BLOCKS = ("paged", "host")   # not the device's allocator (paged states, what is offloaded to the CPU)
 
 
 @dataclass(frozen=True)
@@ -104,6 +106,16 @@ class _Builder:
         self.events.extend(("free", i, -1) for i in ids)
 
 
+def _term_pieces(ledger: Ledger, term) -> list[tuple[sp.Expr, int, bool]]:
+    """A term's tensors. An activation's negative monomials are layer 0's corrections (``_corrections``); any
+    other term with a negative monomial (a difference: bitsandbytes' 8-bit states less their fp32 small
+    tensors) is one tensor of its whole expression."""
+    out = pieces(ledger.expand(term.expr))
+    if term.block != "activations" and any(n < 0 for _, n, _ in out):
+        return [(ledger.expand(term.expr), 1, False)]
+    return [p for p in out if p[1] > 0]
+
+
 def _corrections(ledger: Ledger) -> dict[sp.Expr, int]:
     """Layer 0's missing tensors: the negative monomials of the activation terms, by shape."""
     out: dict[sp.Expr, int] = {}
@@ -120,7 +132,7 @@ def ledger_schedule(ledger: Ledger, layers: int) -> Schedule:
     b = _Builder()
     terms, moments = ledger.by_key, ledger.moments
     loop_at = next(i for i, m in enumerate(moments) if m.key == "first_layer_backward")
-    shapes = {k: [p for p in pieces(ledger.expand(t.expr)) if p[1] > 0] for k, t in terms.items()}
+    shapes = {k: _term_pieces(ledger, t) for k, t in terms.items()}
 
     def per_layer(k):
         return [(size, n) for size, n, layer in shapes[k] if layer]
@@ -136,6 +148,7 @@ def ledger_schedule(ledger: Ledger, layers: int) -> Schedule:
     whole_step = [k for k in act_keys if k not in layer_act and all(k in m.terms for m in moments)]
     missing = _corrections(ledger)
     recompute = "act_checkpoints" in terms   # checkpointing: each layer is recomputed in backward
+    device_grads = "grads" in terms and terms["grads"].block not in HOST_BLOCKS   # offloaded: on the CPU
 
     def saved_of_layer(i):
         out, left = [], dict(missing) if i == 0 else {}
@@ -148,13 +161,14 @@ def ledger_schedule(ledger: Ledger, layers: int) -> Schedule:
 
     kept = 0
     for k, t in terms.items():     # the parameter side, before the first step
-        if t.block in ("base", "trainable") and k != "grads" and k not in LAZY_STATES:
+        if t.block in ("base", "trainable") and k != "grads" and k not in LAZY_STATES and k in moments[-1].terms:
             kept += len(b.alloc_all(every(k)))
     parameters = len(b.events)
     for step in (1, 2):
         held = {k: b.alloc_all(every(k)) for k in whole_step}
         saved = [b.alloc_all(saved_of_layer(i)) for i in range(layers)]
         grads: list[int] = []
+        grads_whole: list[int] = []
         previous: tuple[str, ...] = ()
         for j, m in enumerate(moments):
             if j == loop_at:
@@ -163,18 +177,21 @@ def ledger_schedule(ledger: Ledger, layers: int) -> Schedule:
                     b.free_all(b.alloc_all([sh for k in PER_LAYER_LOOP if k in terms for sh in whole(k)]))
                     b.free_all(redo)
                     b.free_all(saved[i])
-                    grads += b.alloc_all(per_layer("grads")) if "grads" in terms else []
+                    grads += b.alloc_all(per_layer("grads")) if device_grads else []
             for k in previous:
                 if k not in m.terms and k in held:
                     b.free_all(held.pop(k))
             if m.key == "optimizer_step" and step == 1:
-                kept += len(b.alloc_all([sh for k in LAZY_STATES if k in terms for sh in every(k)]))
+                kept += len(b.alloc_all([sh for k in LAZY_STATES if k in terms and terms[k].block not in HOST_BLOCKS
+                                         for sh in every(k)]))
             for k in m.terms:
                 block = terms[k].block
                 if k in held or k in ALIASES or k in PER_LAYER_LOOP or block in HOST_BLOCKS:
                     continue
                 if k == "grads":
-                    grads += b.alloc_all(whole(k))
+                    if not grads_whole:   # the gradients outside the layers, once (embeddings, head, norm)
+                        grads_whole = b.alloc_all(whole(k))
+                        grads += grads_whole
                 elif block in ("transient", "activations") and k not in layer_act:
                     held[k] = b.alloc_all(every(k))
             previous = m.terms
