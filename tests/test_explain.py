@@ -508,6 +508,16 @@ def test_qlora_base_against_the_back_of_envelope_figure():
 
 @pytest.mark.skipif(shutil.which("pdflatex") is None, reason="pdflatex is not installed")
 @pytest.mark.parametrize("lang", ["en", "zh"])
+def test_tex_of_a_paged_8bit_optimizer_fits_the_page(lang):
+    """A paged 8-bit AdamW's states, substituted, are rows of (… + …) · [n ≥ n_8]: each is cut inside its
+    parentheses with the bracket kept on its last row (issue 28: 84 pt past the margin)."""
+    tex = render(Scenario.create("llama-3-8b", method="full", optimizer="paged-adamw8bit"), fmt="tex", lang=lang)
+    pdf, log = documents.compile_tex(tex)
+    assert [pt for pt in documents.overfull_boxes(log) if pt > 1.0] == []
+
+
+@pytest.mark.skipif(shutil.which("pdflatex") is None, reason="pdflatex is not installed")
+@pytest.mark.parametrize("lang", ["en", "zh"])
 def test_tex_of_a_moe_family_fits_the_page(lang):
     """Qwen3-MoE's LoRA count is one product L · r · (… + … + …): its rows are cut inside the parentheses, and the
     experts' term explanations (with Greek letters and √) compile."""

@@ -36,7 +36,6 @@ from dataclasses import dataclass, field
 from ..card_memory import CardMemory, card_memory
 from ..errors import UserError
 from ..evaluate import Breakdown, evaluate
-from ..ledger.sharding import PARAMETER_BUFFERS, STEP_BUFFERS
 from ..ledger.terms import Term
 from ..presets import GPUSpec
 from ..scenario import Scenario
@@ -54,16 +53,14 @@ TIERS = ("free", "recompute", "throughput", "precision", "method", "more cards")
 
 
 def part_of(term: Term) -> str:
-    """Which part of a moment ``term`` belongs to, read from its block and its expression's symbols."""
-    names = {str(s) for s in term.expr.free_symbols}
-    if (term.key.startswith("optimizer_") and term.block == "transient") or term.key in STEP_BUFFERS:
-        return "optimizer"
-    if (term.block in ("base", "trainable") or term.key in PARAMETER_BUFFERS
-            or names & {"P", "P_train", "P_lora", "P_quant", "P_keep"}):
-        return "parameter"
-    if "vocab" in names and "seq" in names:
-        return "loss"
-    return "activation" if term.block == "activations" else "backward"
+    """Which part of a moment ``term`` belongs to: its role's triage part (``ledger.terms.ROLES``).
+
+    >>> from symvram.ledger.build import build_ledger
+    >>> from symvram.ledger.structure import Structure
+    >>> [part_of(t) for t in build_ledger(Structure()).terms][:3]
+    ['parameter', 'parameter', 'parameter']
+    """
+    return term.info.triage
 
 
 def moment_parts(bd: Breakdown, moment: str | None = None) -> dict[str, dict[str, int]]:

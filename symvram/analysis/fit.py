@@ -50,7 +50,8 @@ def headroom_bytes(text: str | int, capacity: int) -> int:
     else:
         m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*%\s*", str(text))
         if m:
-            value = int(capacity * float(m.group(1)) / 100)
+            share = float(m.group(1))
+            value = int(capacity * share / 100) if share < 100 else capacity   # 1e400% is no share of a card
         elif str(text).strip() in ("0", "0GiB", "0GB"):
             value = 0
         else:

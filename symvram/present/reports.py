@@ -279,13 +279,13 @@ def sensitivity_text(res: SensitivityResult, c: Comparison | None, units: str, f
     lines = [f"{sc.model.name} · {sc.method}" + (f" r={sc.rank}" if sc.lora else "") +
              f" · batch {sc.batch} · seq {sc.seq}: peak {fmt_bytes(res.peak, units)} at {label} "
              "(the active moment: its derivative is the peak's)", stack_summary(sc), ""]
-    rows = [["#", "knob", "meaning", "at", "unit", "∂peak/∂x (per unit)", "elasticity", f"x·∂peak/∂x ({units})",
+    rows = [["#", "knob", "meaning", "at", "∂peak/∂x (per unit)", "elasticity", f"x·∂peak/∂x ({units})",
              "time elasticity"]]
-    for n, r in enumerate(res.rows, 1):
+    for n, r in enumerate(res.rows, 1):   # the value with its unit in one cell: the table fits 100 columns
         d = SYMBOLS[r.knob]
-        rows.append([str(n), r.knob, d.meaning, f"{r.at:,g}", d.unit, amount(r.value, units),
+        rows.append([str(n), r.knob, d.meaning, f"{r.at:,g} {d.unit}", amount(r.value, units),
                      f"{r.elasticity:.4f}", fmt_bytes(r.proportional_bytes, units).split()[0], f"{r.time_elasticity:.4f}"])
-    lines += [render_rows(rows, "rllrlrrrr", "table"), TIME_ELASTICITY, "", "derivatives of the active moment:"]
+    lines += [render_rows(rows, "rlllrrrr", "table"), TIME_ELASTICITY, "", "derivatives of the active moment:"]
     lines += [f"  ∂peak/∂{r.knob} = {text(r.derivative)}" for r in res.rows]
     if c is not None:
         lines += [""] + sensitivity_explanation(res, c, units)
@@ -385,9 +385,16 @@ def plan_text(r: PlanResult, sc, units: str, fmt: str) -> str:
     head = (f"{sc.model.name} · batch {sc.batch} · seq {sc.seq}" + (" · checkpointing" if sc.grad_checkpointing else "")
             + f" on {r.card.name}: {fmt_bytes(r.card.usable_bytes, units)} usable − {fmt_bytes(r.headroom, units)} "
               f"headroom = {fmt_bytes(r.budget, units)} per GPU") + "\n" + stack_summary(sc)
-    table = [["method", "strategy", "GPUs", "params only", f"per-GPU peak ({units})", f"host ({units})",
+    table = [["method", "strategy", "GPUs", "GPUs for params", f"per-GPU peak ({units})", f"host ({units})",
               "tokens/s per GPU", "tokens/s"] + (["communication"] if fmt == "markdown" else [])]
+    # ZeRO without offload on one GPU divides by N = 1: DDP's memory (ZeRO-3: more), so where DDP fits one GPU
+    # those rows say nothing (the JSON keeps them)
+    ddp_on_one = {x.method for x in r.rows if x.strategy.zero == 0 and x.fits and x.gpus == 1 and x.tp == 1}
+    hidden = [x for x in r.ranked if x.method in ddp_on_one and x.strategy.zero and x.strategy.offload == "none"
+              and x.fits and x.gpus == 1 and x.tp == 1]
     for row in r.ranked:
+        if row in hidden:
+            continue
         gpus = (str(row.gpus) + (f" (t={row.tp})" if row.tp > 1 else "")) if row.fits else f"> {r.max_gpus}"
         params = str(row.params_gpus) if row.params_gpus else f"> {r.max_gpus}"
         peak = fmt_bytes(row.at.peak, units).split()[0] + ("" if row.fits else f" at {row.at.scenario.gpus * row.tp}")
@@ -397,7 +404,13 @@ def plan_text(r: PlanResult, sc, units: str, fmt: str) -> str:
                       fmt_bytes(row.host_total, units).split()[0], *speed]
                      + ([row.strategy.reason] if fmt == "markdown" else []))
     methods = [m for m in METHODS if any(x.method == m for x in r.rows)]
-    lines = [head, "", render_rows(table, "llrrrrrrl"[:len(table[0])], fmt), ""]
+    lines = [head, "", render_rows(table, "llrrrrrrl"[:len(table[0])], fmt),
+             "GPUs for params: the fewest GPUs the parameter side alone (weights, gradients, optimizer states) fits "
+             "on, before activations"]
+    if hidden:
+        lines.append(f"not shown: ZeRO without offload on 1 GPU for {', '.join(sorted({x.method for x in hidden}))}, "
+                     "where DDP fits one GPU (ZeRO divides by N = 1: the same memory; ZeRO-3 adds its gathered buffers)")
+    lines.append("")
     if fmt != "markdown":   # the communication of each strategy once, below the table (it fits a terminal)
         shown = [x for x in STRATEGIES if any(row.strategy is x for row in r.rows)]
         lines += ["communication, cheapest first:"] + [f"  {x.name}: {x.reason}" for x in shown] + [""]

@@ -81,6 +81,7 @@ def to_json(bd: Breakdown) -> dict:
 
 
 WIDTH = 100  # terminal output fits this many columns; 0 (``symvram --wide``) keeps every line whole
+MIN_TEXT_COLUMN = 16   # a text column is never narrower, even when its longest word is wider
 
 
 def _shrink(widths: list[int], rows: list[list[str]], aligns: str, width: int) -> list[int]:
@@ -100,7 +101,11 @@ def _shrink(widths: list[int], rows: list[list[str]], aligns: str, width: int) -
     two = [max(floor[i], min((max(len(h[:k]), len(h[k + 1:])) for k in range(len(h)) if h[k] == " "),
                              default=widths[i])) for i, h in enumerate(rows[0])]
     text_columns = [i for i, a in enumerate(aligns) if a == "l" and i > 0]
-    for columns, limit in ((range(len(widths)), two), (text_columns, floor), (range(len(widths)), floor)):
+    # last, when the words alone are too wide (an 8-bit optimizer's formula): a text column breaks inside its
+    # words rather than the terminal cutting the whole row
+    least = [MIN_TEXT_COLUMN] * len(widths)
+    for columns, limit in ((range(len(widths)), two), (text_columns, floor), (range(len(widths)), floor),
+                           (text_columns, least)):
         while sum(widths) + 2 * (len(widths) - 1) > width:
             candidates = [i for i in columns if widths[i] > limit[i]]
             if not candidates:
