@@ -20,6 +20,7 @@ from functools import cache
 from importlib import resources
 
 from .errors import UserError
+from .versions import header
 
 # the settings a stack decides (in the order the header names them)
 STACK_SETTINGS = ("adapter_dtype", "autocast", "optimizer", "optimizer_impl", "state_dtype", "checkpoint_impl",
@@ -117,13 +118,24 @@ def summary(sc) -> str:
                                                                                                    sc.optimizer_impl)
     if sc.zero and sc.structure.zero_impl == "deepspeed":
         impl = "DeepSpeed's ZeRO optimizer"
-    parts.append(f"{sc.optimizer} ({impl}), states {sc.state_dtype}")
+    states = f"{sc.optimizer} ({impl}), states {sc.state_dtype}"
+    v = sc.values()
+    if sc.method == "full" and sc.master == "none" and sc.state_dtype == sc.dtype != "fp32" and v["states_per_param"]:
+        # torch's optimizers keep their states in each parameter's dtype: not the textbook 12/16 B/param (fp32 states)
+        per = v["bytes_weight"] + v["bytes_grad"] + v["states_per_param"] * v["bytes_state"]
+        states += (f" (torch keeps {sc.optimizer}'s states in the parameters' {sc.dtype}: weights + gradients + states "
+                   f"= {per:g} B/param, where the 12 or 16 of the textbook answer assume fp32 states)")
+    parts.append(states)
     if sc.master == "fp32":
         parts.append("fp32 master")
     parts.append(f"checkpointing {sc.checkpoint_impl}" if sc.grad_checkpointing else "no checkpointing")
     parts.append(f"loss {sc.loss_impl}")
-    if sc.method == "qlora":
-        parts.append("prepare_model_for_kbit_training" if sc.kbit_prep == "peft" else "no kbit preparation")
+    if sc.method == "qlora" and sc.kbit_prep == "peft":
+        parts.append("prepare_model_for_kbit_training")
+    elif sc.method == "qlora":   # the preparation is also what turns checkpointing on in this stack: say it is gone
+        turned_on = stacks()[sc.stack].get("kbit_grad_checkpointing") and not sc.grad_checkpointing
+        parts.append("no kbit preparation" + (" (nor the checkpointing it turns on: add --grad-checkpointing)"
+                                              if turned_on else ""))
     gpus = f"{sc.gpus} GPU" + "s" * (sc.gpus != 1)
     if sc.zero and sc.structure.zero_impl == "deepspeed":
         parts.append(f"DeepSpeed ZeRO-{sc.zero} over {gpus} (its buckets and step buffers modelled from "
@@ -134,4 +146,4 @@ def summary(sc) -> str:
                         if sc.mp_policy != "none" else f"and gathered in {sc.dtype}"))
     elif sc.zero:
         parts.append(f"ZeRO-{sc.zero} over {gpus}")
-    return f"stack {sc.stack} ({stacks()[sc.stack]['title']}): " + ", ".join(parts)
+    return f"stack {sc.stack} ({stacks()[sc.stack]['title']}): " + ", ".join(parts) + "; " + header(sc.versions)

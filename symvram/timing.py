@@ -29,7 +29,7 @@ from importlib import resources
 
 import sympy as sp
 
-from .errors import UserError
+from .errors import UserError, excerpt
 from .evaluate import exact_function
 from .ledger import build_ledger
 from .ledger.comm import COMM_FIELDS, build_comm
@@ -55,9 +55,9 @@ def check_mfu(value) -> float:
         v = float(value)
     except (TypeError, ValueError):
         raise UserError(f"--mfu must be a number in (0, 1] (model FLOPs utilization, default {DEFAULT_MFU}); "
-                        f"got {value!r}") from None
+                        f"got {excerpt(value)}") from None
     if not 0 < v <= 1:
-        raise UserError(f"--mfu must be in (0, 1] (model FLOPs utilization, default {DEFAULT_MFU}); got {value!r}")
+        raise UserError(f"--mfu must be in (0, 1] (model FLOPs utilization, default {DEFAULT_MFU}); got {excerpt(value)}")
     return v
 
 
@@ -196,7 +196,7 @@ class StepTime:
 
     def assumptions(self) -> list[str]:
         sc = self.scenario
-        out = [f"MFU {self.mfu:g} of {self.card.name}'s dense {sc.compute_dtype} peak "
+        out = [f"MFU {self.mfu:g} of {self.card.name}'s dense {sc.matmul_dtype} peak "
                f"{self.peak_flops / 1e12:g} TFLOP/s",
                f"HBM {self.card_hbm / 1e9:g} GB/s for the memory-bound work"]
         if self.comm["network"]:
@@ -210,7 +210,7 @@ class StepTime:
 
     @property
     def card_hbm(self) -> float:
-        return gpu_presets()[self.card.key]["hbm_gbps"] * 1e9
+        return card_figures(self.card, self.scenario.matmul_dtype)[1]
 
     def summary(self) -> str:
         return (f"{self.seconds_per_step:.3g} s/step, {self.tokens_per_second:,.0f} tokens/s in all "
@@ -233,11 +233,17 @@ def _link(key: str) -> Link:
     return Link(key, entry["name"], entry["gbps"] * 1e9)
 
 
+SIZE_CARD_LINK = "pcie4"   # a card given as a size: its GPU and host links, unless --interconnect says otherwise
+
+
 def card_figures(card: GPUSpec, dtype: str) -> tuple[float, float, str, str]:
     """(peak FLOP/s, HBM B/s, interconnect, host link) of a named card; one-line errors otherwise."""
     entry = gpu_presets().get(card.key)
+    if entry is None and card.tflops and card.hbm_gbps:   # a size with the user's figures; the link as stated
+        return card.tflops * 1e12, card.hbm_gbps * 1e9, SIZE_CARD_LINK, SIZE_CARD_LINK
     if entry is None:
-        raise UserError(f"--gpu {card.key}: a bare size has no peak FLOP/s or bandwidth for a step time; name a card "
+        raise UserError(f"--gpu {card.key}: a bare size has no peak FLOP/s or bandwidth for a step time; pass "
+                        f"--tflops and --hbm-gbps, or name a card "
                         f"({', '.join(k for k, e in gpu_presets().items() if 'bf16_tflops' in e)})")
     field = f"{dtype}_tflops"
     if dtype not in ("bf16", "fp16") or field not in entry:
@@ -250,7 +256,7 @@ def card_figures(card: GPUSpec, dtype: str) -> tuple[float, float, str, str]:
 def step_time(sc: Scenario, card: GPUSpec, mfu: float | None = None, interconnect: str | None = None) -> StepTime:
     """Seconds per step and tokens/s of ``sc`` on ``card`` (the roofline above)."""
     mfu = check_mfu(DEFAULT_MFU if mfu is None else mfu)
-    peak, hbm, link_key, host_key = card_figures(card, sc.compute_dtype)
+    peak, hbm, link_key, host_key = card_figures(card, sc.matmul_dtype)
     link = _link(check_interconnect(interconnect) or link_key)
     host = _link(host_key)
     fl = flops(sc)

@@ -13,6 +13,9 @@ from symvram.presets import load_model
 from symvram.readers import hub
 from symvram.scenario import Scenario
 
+UNREACHABLE = hub.unreachable
+resolve = hub.resolve
+
 CONFIG = {"model_type": "llama", "hidden_size": 2048, "intermediate_size": 5632, "num_hidden_layers": 22,
           "num_attention_heads": 32, "num_key_value_heads": 4, "vocab_size": 32000, "max_position_embeddings": 2048,
           "_name_or_path": "acme/tiny-llama"}
@@ -71,12 +74,39 @@ def test_without_refs_the_newest_snapshot(tmp_path):
 
 
 def test_offline_and_not_cached_is_one_line(capsys):
-    rc = main(["estimate", "meta-llama/Llama-3.1-8B-Instruct"])
+    rc = main(["estimate", "meta-llama/Llama-3.1-8B-Guard"])
     out, err = capsys.readouterr()
     assert rc == 2 and out == "" and err.count("\n") == 1
-    assert "meta-llama/Llama-3.1-8B-Instruct: not in the local Hugging Face cache and HF_HUB_OFFLINE is set" in err
-    assert "`hf download meta-llama/Llama-3.1-8B-Instruct config.json`" in err
+    assert "meta-llama/Llama-3.1-8B-Guard: not in the local Hugging Face cache and HF_HUB_OFFLINE is set" in err
+    assert "`hf download meta-llama/Llama-3.1-8B-Guard config.json`" in err
     assert "presets that match: llama-3.1-8b" in err
+
+
+@pytest.mark.parametrize("repo_id,preset", [("meta-llama/Llama-3.1-8B-Instruct", "llama-3.1-8b"),
+                                            ("Qwen/Qwen3-8B-Base", "qwen3-8b"), ("google/gemma-2-9b-it", "gemma-2-9b"),
+                                            ("meta-llama/Llama-2-7b-chat-hf", "llama-2-7b")])
+def test_release_suffixes_map_to_the_base_preset(repo_id, preset):
+    """An instruction-tuned or '-Base' release has its base's config.json: the base's preset, offline."""
+    assert resolve(repo_id).name == preset
+
+
+def test_unreachable_hub_fails_at_once(monkeypatch, capsys):
+    """No network: one line within the probe's few seconds, never huggingface_hub's ~25 s of retries."""
+    import socket
+    import time
+
+    def refuse(*a, **k):
+        raise OSError(-2, "Name or service not known")
+
+    asked = []
+    _fake_hub(monkeypatch, lambda *a: asked.append(a))
+    monkeypatch.setattr(hub, "unreachable", UNREACHABLE)   # the real probe, not _fake_hub's stand-in
+    monkeypatch.setattr(socket, "create_connection", refuse)
+    start = time.monotonic()
+    assert main(["estimate", "acme/tiny-llama"]) == 2
+    err = capsys.readouterr().err
+    assert time.monotonic() - start < hub.PROBE_SECONDS + 2 and not asked and err.count("\n") == 1
+    assert "the Hub cannot be reached (huggingface.co: Name or service not known)" in err
 
 
 def _fake_hub(monkeypatch, download):
@@ -87,6 +117,7 @@ def _fake_hub(monkeypatch, download):
     module.hf_hub_download = lambda repo_id, filename, cache_dir=None: download(errors, repo_id, filename, cache_dir)
     monkeypatch.setitem(sys.modules, "huggingface_hub", module)
     monkeypatch.delenv("HF_HUB_OFFLINE")
+    monkeypatch.setattr(hub, "unreachable", lambda: None)   # this machine has no network: the fake hub answers
     return errors
 
 

@@ -12,7 +12,8 @@
    one that is right.
 3. **Remedies for that moment**, cheapest first — free ones (fused AdamW, a chunked cross-entropy,
    SDPA instead of eager attention, ``max_seq_len`` from the data's P95), then gradient checkpointing,
-   batch 1 with accumulation, optimizer precision, LoRA/QLoRA, and only then more cards (from ``plan``,
+   batch 1 with accumulation, the precision of the optimizer and of QLoRA's non-quantized weights (PEFT's k-bit
+   preparation upcasts them to fp32), LoRA/QLoRA, and only then more cards (from ``plan``,
    TP only over NVLink). A remedy is offered only when the part it shrinks lives at the current peak
    and, while the parameter side alone is over, only if it shrinks the parameter side. Each is
    re-estimated on top of the previous ones; the triage stops at the first that fits. Each carries its
@@ -32,9 +33,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ..card_memory import CardMemory, card_memory
 from ..errors import UserError
 from ..evaluate import Breakdown, evaluate
-from ..ledger.sharding import PARAMETER_BUFFERS, STEP_BUFFERS
 from ..ledger.terms import Term
 from ..presets import GPUSpec
 from ..scenario import Scenario
@@ -52,16 +53,14 @@ TIERS = ("free", "recompute", "throughput", "precision", "method", "more cards")
 
 
 def part_of(term: Term) -> str:
-    """Which part of a moment ``term`` belongs to, read from its block and its expression's symbols."""
-    names = {str(s) for s in term.expr.free_symbols}
-    if (term.key.startswith("optimizer_") and term.block == "transient") or term.key in STEP_BUFFERS:
-        return "optimizer"
-    if (term.block in ("base", "trainable") or term.key in PARAMETER_BUFFERS
-            or names & {"P", "P_train", "P_lora", "P_quant", "P_keep"}):
-        return "parameter"
-    if "vocab" in names and "seq" in names:
-        return "loss"
-    return "activation" if term.block == "activations" else "backward"
+    """Which part of a moment ``term`` belongs to: its role's triage part (``ledger.terms.ROLES``).
+
+    >>> from symvram.ledger.build import build_ledger
+    >>> from symvram.ledger.structure import Structure
+    >>> [part_of(t) for t in build_ledger(Structure()).terms][:3]
+    ['parameter', 'parameter', 'parameter']
+    """
+    return term.info.triage
 
 
 def moment_parts(bd: Breakdown, moment: str | None = None) -> dict[str, dict[str, int]]:
@@ -125,6 +124,7 @@ class Diagnosis:
     overhead: int = 0
     measured: tuple[int, Breakdown] | None = None
     parts: dict = field(default_factory=dict)
+    memory: CardMemory | None = None   # the caching-allocator replay on the card (symvram.card_memory)
 
     @property
     def remedies(self) -> tuple[Remedy, ...]:
@@ -132,8 +132,18 @@ class Diagnosis:
 
     @property
     def budget(self) -> int:
-        """What the ledger's peak may reach: usable memory − headroom − fitted overhead."""
-        return self.card.usable_bytes - self.headroom - max(self.overhead, 0)
+        """What the ledger's (allocated) peak may reach: what the caching allocator may reserve (the card less
+        the context, NCCL's buffers, headroom and fitted overhead) less the cuBLAS workspaces it holds. The
+        allocator's cached blocks on top are the replay's to judge (``cause``: fragmentation)."""
+        return self.memory.capacity - self.memory.block["cublas_workspaces"]
+
+    @property
+    def expandable_saving(self) -> int:
+        """Reserved bytes that ``PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True`` saves (0: none, or in use)."""
+        m = self.memory
+        if m is None or m.allocator == "expandable":
+            return 0
+        return max(m.reserved["default"] - m.reserved["expandable"], 0)
 
     @property
     def moment(self) -> str:
@@ -150,7 +160,12 @@ class Diagnosis:
 
     @property
     def cause(self) -> str:
-        if self.estimate.peak <= self.budget:
+        if self.memory is not None:
+            if self.memory.fits:
+                return "fits"
+            if self.memory.schedule_allocated <= self.memory.capacity and self.expandable_saving:
+                return "fragmentation"   # the tensors fit; the allocator's cached, split blocks do not
+        elif self.estimate.peak <= self.budget:
             return "fits"
         if self.parameter_bytes > self.budget:
             return "parameter"
@@ -230,9 +245,18 @@ def _candidates(sc: Scenario, p95_seq: int | None) -> list[_Candidate]:
                               f"each layer's forward is recomputed in backward: +{100 * share:.0f} % matmul FLOPs "
                               f"for {sc.method}"))
     if sc.batch > 1:
-        out.append(_Candidate("batch1", f"batch 1 with gradient accumulation over {sc.batch} steps", "throughput",
+        out.append(_Candidate("batch1", f"batch 1, with {sc.batch}× the gradient accumulation steps", "throughput",
                               ("activation", "loss", "backward"), {"batch": 1},
-                              f"same effective batch ({sc.batch}); smaller kernels run less efficiently"))
+                              "the same effective batch (micro-batch × accumulation steps × GPUs); smaller kernels "
+                              "run less efficiently"))
+    if sc.kbit_prepared:   # PEFT's k-bit preparation upcasts every non-quantized weight (embeddings, lm_head) to fp32
+        out.append(_Candidate("kbit_prep", "no fp32 upcast of the non-quantized weights (skip PEFT's "
+                              "prepare_model_for_kbit_training)", "precision", ("parameter", "activation", "loss"),
+                              {"kbit_prep": "none", "grad_checkpointing": sc.grad_checkpointing,
+                               "checkpoint_impl": sc.checkpoint_impl},
+                              "the embeddings, lm_head and norms stay 16-bit (and so does the residual stream): a "
+                              "small numerical risk; call model.gradient_checkpointing_enable() yourself, which the "
+                              "preparation did (axolotl: embeddings_skip_upcast: true)"))
     precision = _precision(sc)
     if precision:
         words = [w for k, w in (("state_dtype", "8-bit optimizer states"), ("master", "no fp32 master copy"))
@@ -337,8 +361,10 @@ def _priced(r: Remedy, card: GPUSpec, mfu, interconnect) -> Remedy:
 
 def diagnose(sc: Scenario, capacity: int | GPUSpec, headroom: int | str = DEFAULT_HEADROOM,
              p95_seq: int | None = None, measured_peak: int | None = None, measured_at: dict | None = None,
-             max_gpus: int = 64, mfu: float | None = None, interconnect: str | None = None) -> Diagnosis:
-    """Triage an OOM of ``sc`` on a card of ``capacity`` bytes (or a GPUSpec)."""
+             max_gpus: int = 64, mfu: float | None = None, interconnect: str | None = None,
+             allocator: str | None = None) -> Diagnosis:
+    """Triage an OOM of ``sc`` on a card of ``capacity`` bytes (or a GPUSpec); "fits" is the simulated caching
+    allocator's answer (``allocator``: default | expandable, else PYTORCH_CUDA_ALLOC_CONF's)."""
     card = capacity if isinstance(capacity, GPUSpec) else GPUSpec("capacity", f"{capacity:,} B card", capacity, capacity)
     room = headroom_bytes(headroom, card.usable_bytes)
     if p95_seq is not None and (isinstance(p95_seq, bool) or not isinstance(p95_seq, int) or p95_seq < 1):
@@ -351,7 +377,8 @@ def diagnose(sc: Scenario, capacity: int | GPUSpec, headroom: int | str = DEFAUL
         at = evaluate(sc.with_changes(**(measured_at or {})))
         overhead, measured = measured_peak - at.peak, (measured_peak, at)
     probe = evaluate(sc.with_changes(batch=1, seq=min(PROBE_SEQ, sc.seq)))
-    budget = card.usable_bytes - room - max(overhead, 0)
+    memory = card_memory(sc, card, allocator, room + max(overhead, 0))
+    budget = memory.capacity - memory.block["cublas_workspaces"]
     proposals, skipped = triage_steps(est, budget, p95_seq)
     proposals = [_priced(r, card, mfu, interconnect) for r in proposals]
     modelled = [r for r in proposals if r.modelled]
@@ -364,7 +391,7 @@ def diagnose(sc: Scenario, capacity: int | GPUSpec, headroom: int | str = DEFAUL
                       max_gpus=max_gpus, headroom=room, methods=(sc.method,))
         cards = result.best(sc.method, offload=False) or result.best(sc.method)
     return Diagnosis(est, card, room, parameter_side(est), probe, tuple(proposals), tuple(skipped), cards,
-                     overhead, measured, moment_parts(est))
+                     overhead, measured, moment_parts(est), memory)
 
 
 __all__ = ["diagnose", "time_price", "Diagnosis", "Remedy", "parameter_side", "moment_parts", "part_bytes", "part_of", "PARTS",

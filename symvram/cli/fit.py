@@ -3,9 +3,12 @@ from __future__ import annotations
 
 import argparse
 import json
+from dataclasses import replace
 
 from ..analysis.fit import DEFAULT_HEADROOM, KNOBS, fit
-from ..presets import load_card
+
+from ..errors import UserError
+from ..presets import GPUSpec, gpu_presets, load_card
 from ..present.tables import terminal
 from ..present.reports import fit_json, fit_text
 from .common import add_model_argument, add_output_arguments, add_scenario_arguments, positive_int, provenance_dict, scenario_from_args, write_output
@@ -30,7 +33,10 @@ def add_card_arguments(p: argparse.ArgumentParser, required: bool = True, time: 
     """--gpu and --headroom, shared by the commands that compare a peak with a card."""
     p.add_argument("--gpu", required=required, help="a named card (rtx-4090, a100-80g …) or a size (24GiB)")
     p.add_argument("--headroom", default=DEFAULT_HEADROOM,
-                   help=f"memory kept free beyond the peak: a size or a %% of the card (default {DEFAULT_HEADROOM})")
+                   help="a margin of your own kept free beyond the reserved memory and the device block: a size "
+                        f"or a %% of the card (default {DEFAULT_HEADROOM})")
+    p.add_argument("--allocator", help="the caching allocator the answer follows: default | expandable "
+                                       "(expandable_segments:True); default: what PYTORCH_CUDA_ALLOC_CONF says")
     if time:
         add_time_arguments(p)
 
@@ -43,6 +49,25 @@ def add_time_arguments(p: argparse.ArgumentParser) -> None:
                                  "the matmul share of a tuned step)")
     p.add_argument("--interconnect", help=f"GPU-to-GPU link for step times (default: the card's; "
                                           f"{', '.join(interconnects())})")
+    p.add_argument("--tflops", type=float, help="a card given as a size: its dense bf16/fp16 tensor TFLOP/s, for a "
+                                                "step time (with --hbm-gbps; the link is PCIe Gen4 unless --interconnect)")
+    p.add_argument("--hbm-gbps", type=float, help="a card given as a size: its memory bandwidth in GB/s")
+
+
+def card_of(args) -> GPUSpec:
+    """--gpu as a card; a size takes --tflops and --hbm-gbps for its step time (a named card has its own)."""
+    card = load_card(args.gpu)
+    tflops, hbm = getattr(args, "tflops", None), getattr(args, "hbm_gbps", None)
+    if tflops is None and hbm is None:
+        return card
+    if card.key in gpu_presets():
+        raise UserError(f"--tflops / --hbm-gbps describe a card given as a size; {card.name} has its datasheet "
+                        "figures (symvram cards)")
+    for flag, value in (("--tflops", tflops), ("--hbm-gbps", hbm)):
+        if value is None or not 0 < value < 1e6:
+            raise UserError(f"{flag}: a card given as a size needs both --tflops and --hbm-gbps, positive; "
+                            f"got {value!r}")
+    return replace(card, tflops=tflops, hbm_gbps=hbm)
 
 
 def register(sub) -> None:
@@ -62,7 +87,8 @@ def register(sub) -> None:
 
 def run(args) -> int:
     sc = scenario_from_args(args)
-    result = fit(sc, load_card(args.gpu), solve=args.solve, headroom=args.headroom, limit=args.limit)
+    result = fit(sc, card_of(args), solve=args.solve, headroom=args.headroom, limit=args.limit,
+                 allocator=args.allocator)
     text = json.dumps({**fit_json(result), **provenance_dict(args, sc)}, indent=2) if args.format == "json" else fit_text(result, args.units)
     write_output(terminal(text) if args.format == "table" else text, args.output, args.force)
     return 0

@@ -7,9 +7,9 @@ from pathlib import Path
 
 from ..analysis.fit import DEFAULT_HEADROOM
 from ..api import DEFAULT_PLOT_CARDS as DEFAULT_CARDS, PLOT_KINDS as KINDS, plot
-from ..errors import UserError
-from .common import (add_model_argument, add_output_arguments, add_scenario_arguments, model_of, positive_int,
-                     scenario_kwargs, write_output)
+from ..errors import UserError, excerpt
+from .common import (add_model_argument, add_output_arguments, add_scenario_arguments, announce, model_of,
+                     positive_int, scenario_kwargs, write_output)
 
 FORMATS = ("png", "svg", "pdf")
 
@@ -17,7 +17,9 @@ HELP = f"""\
   breakdown   stacked base / trainable / activations bars for full (without and with an fp32 master), LoRA and QLoRA,
               each peak marked, the --method's bars emphasised, the usable memory of --gpu cards as lines
   seq-curve   the peak against the sequence length for several LoRA ranks (--ranks), with the usable
-              memory of cards (--gpu, repeatable; default {', '.join(DEFAULT_CARDS)}) as horizontal lines
+              memory of cards (--gpu, repeatable; default {', '.join(DEFAULT_CARDS)}) as horizontal lines;
+              where a line leaves a card it is labelled "r = RANK: SEQ", the longest sequence `symvram fit`
+              gives under the same --headroom (default {DEFAULT_HEADROOM})
   tornado     the elasticity of the peak to each knob (see symvram sensitivity)
   fit-map     which micro-batch × sequence pairs fit --gpu, less --headroom (default {DEFAULT_HEADROOM})
 
@@ -36,7 +38,7 @@ def _ranks(text: str) -> list[int]:
     try:
         return [int(t) for t in text.split(",") if t.strip()]
     except ValueError:
-        raise argparse.ArgumentTypeError(f"--ranks takes a comma list of integers, got {text!r}") from None
+        raise argparse.ArgumentTypeError(f"--ranks takes a comma list of integers, got {excerpt(text)}") from None
 
 
 def register(sub) -> None:
@@ -46,7 +48,8 @@ def register(sub) -> None:
     add_scenario_arguments(p)
     p.add_argument("--kind", choices=KINDS, required=True)
     p.add_argument("--gpu", action="append", help="a named card or a size (24GiB); repeatable for breakdown and seq-curve")
-    p.add_argument("--headroom", default=DEFAULT_HEADROOM, help=f"fit-map: memory kept free (default {DEFAULT_HEADROOM})")
+    p.add_argument("--headroom", default=DEFAULT_HEADROOM,
+                   help=f"fit-map and seq-curve crossings: memory kept free, as fit takes it (default {DEFAULT_HEADROOM})")
     p.add_argument("--ranks", type=_ranks, help="seq-curve: LoRA ranks, one line each (default 8,16,64,256)")
     p.add_argument("--top", type=positive_int, help="tornado: only the N largest elasticities")
     p.add_argument("--seq-max", type=positive_int, help="seq-curve, fit-map: the longest sequence drawn (default: "
@@ -74,6 +77,7 @@ def run(args) -> int:
         matplotlib.use("Agg")  # the CLI draws to files only; a library import never chooses the backend
         from ..present import plots  # noqa: F401  (matplotlib's figure, imported here rather than in api.plot)
     fig = figure(args)
+    announce(args)
     buf = io.BytesIO()
     fig.savefig(buf, format=suffix, dpi=150)
     write_output(buf.getvalue(), args.output, args.force)

@@ -30,7 +30,7 @@ from matplotlib.colors import ListedColormap
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
-from ..analysis.fit import DEFAULT_HEADROOM, headroom_bytes, max_rank
+from ..analysis.fit import DEFAULT_HEADROOM, fit, headroom_bytes, max_rank
 from ..analysis.sensitivity import SensitivityResult
 from ..errors import UserError
 from ..evaluate import Breakdown, evaluate, grid_function, peak_expr
@@ -40,7 +40,7 @@ from ..ledger.terms import BLOCKS
 from ..presets import GPUSpec
 from ..scenario import Scenario
 from ..symbols import SYMBOLS, sym
-from .style import BLOCK_COLORS, FIT_COLORS, NEUTRAL, rank_color, short_card_name
+from .style import BLOCK_COLORS, FIT_COLORS, NEUTRAL, rank_color, rank_linestyle, short_card_name
 from .tables import BLOCK_TITLES, setup_line
 from ..units import fmt_bytes, in_units
 
@@ -199,10 +199,11 @@ def _flat_note(sc: Scenario, s: np.ndarray, peak: np.ndarray) -> tuple[int, str]
 
 def seq_curve(sc: Scenario, ranks: Sequence[int] = (8, 16, 64, 256), seqs: Sequence[int] | None = None,
               cards: Sequence[GPUSpec] = (), units: str = "GiB", theme: str = "light",
-              seq_max: int | None = None) -> Figure:
+              seq_max: int | None = None, headroom: int | str = DEFAULT_HEADROOM) -> Figure:
     """Peak against sequence length on a log2 axis, one line per LoRA rank (one line for full fine-tuning);
-    the cards as horizontal lines, where each line crosses them labelled, the scenario's own ``seq`` marked,
-    the y axis clipped a little above the largest card, a flat stretch explained.
+    the cards as horizontal lines, the scenario's own ``seq`` marked, the y axis clipped a little above the
+    largest card, a flat stretch explained. Where a line leaves a card's budget (usable − ``headroom``) it is
+    labelled with its rank and the longest sequence that fits: ``fit``'s answer, under the same headroom.
 
     ``seqs`` default: points up to ``seq_max`` (default ``default_seq_max``: what a user trains at)."""
     led = build_ledger(sc.structure)
@@ -223,17 +224,20 @@ def seq_curve(sc: Scenario, ranks: Sequence[int] = (8, 16, 64, 256), seqs: Seque
         else:
             fn = grid_function(led, peak_expr(led), ("seq",), values)
             curves = [(np.broadcast_to(fn(s), s.shape), rcParams["text.color"], sc.method, sc)]
-        for peak, color, label, _ in curves:
-            ax.plot(s, in_units(peak, units), color=color, label=label)
+        for peak, color, label, at in curves:
+            ax.plot(s, in_units(peak, units), color=color, label=label,
+                    linestyle=rank_linestyle(at.rank) if sc.lora else "-")
         _card_lines(ax, cards, units)
-        for card in cards:  # where each line first goes over each card, one row of labels per line
-            for n, (peak, color, _, _) in enumerate(curves):
-                over = np.nonzero(peak > card.usable_bytes)[0]
-                if len(over) and over[0] > 0:
-                    x = int(s[over[0] - 1])
-                    ax.annotate(f"{x:,}", (x, in_units(card.usable_bytes, units)), xytext=(0, -12 - 9 * n),
-                                textcoords="offset points", ha="right" if x * 1.15 > s.max() else "center",
-                                fontsize="x-small", color=color)
+        for card in cards:  # fit's longest seq on each card's budget, one row of labels per line, named
+            budget = card.usable_bytes - headroom_bytes(headroom, card.usable_bytes)
+            for n, (peak, color, label, at) in enumerate(curves):
+                answer = fit(at, card, solve="seq", headroom=headroom)
+                if answer.status != "fits" or not s.min() <= answer.value <= s.max():
+                    continue
+                x = answer.value
+                ax.annotate(f"{label}: {x:,}" if sc.lora else f"{x:,}", (x, in_units(budget, units)),
+                            xytext=(0, -12 - 9 * n), textcoords="offset points",
+                            ha="right" if x * 1.15 > s.max() else "center", fontsize="x-small", color=color)
         note = next(((n, peak, color) for peak, color, _, at in curves if len(s) > 1
                      for n in [_flat_note(at, s, peak)] if n), None)
         if note:

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 WIDTH = 100
 SHOWN = ("stack", "method", "batch", "seq", "grad_checkpointing", "rank", "targets", "lora_dropout", "modules_to_save",
-         "double_quant", "dtype",
-         "autocast", "adapter_dtype", "master", "optimizer", "optimizer_impl", "state_dtype", "attention", "gpus",
+         "double_quant", "kbit_prep", "dtype",
+         "loss_impl", "autocast", "adapter_dtype", "master", "optimizer", "optimizer_impl", "state_dtype", "attention", "gpus",
          "zero", "offload", "mp_policy", "tp")
 LORA_ONLY = {"rank", "targets", "lora_dropout", "modules_to_save", "adapter_dtype"}
 
@@ -38,7 +38,7 @@ def provenance_rows(sc, reading, cli: set[str], model_source: str) -> list[tuple
         rows = [("model", given, f"{model_source} → {'config' if sc.model.kind == 'config' else 'preset'} {sc.model.name}")]
     settings = reading.settings if reading is not None else {}
     for key in SHOWN:
-        if (key in LORA_ONLY and not sc.lora) or (key == "double_quant" and sc.method != "qlora") \
+        if (key in LORA_ONLY and not sc.lora) or (key in ("double_quant", "kbit_prep") and sc.method != "qlora") \
                 or (key == "tp" and sc.tp == 1 and key not in cli and key not in settings) \
                 or (key == "modules_to_save" and not sc.modules_to_save) \
                 or (key == "mp_policy" and sc.mp_policy == "none" and key not in cli and key not in settings):
@@ -53,6 +53,9 @@ def provenance_rows(sc, reading, cli: set[str], model_source: str) -> list[tuple
         else:
             source = "symvram default"
         rows.append((key, _value(value, sc.structure.arch.target_sets), source))
+    for name, value in sc.overrides:   # ledger symbols a file set (DeepSpeed's buckets) or --set
+        read = settings.get("=" + name)
+        rows.append((name, f"{value:g}", read.source if read is not None and read.value == value else "command line"))
     return rows
 
 
@@ -79,8 +82,20 @@ def _short(rows, files):
     return [(k, v, cut(s)) for k, v, s in rows]
 
 
-def provenance_table(rows, notes, files) -> str:
-    """The table, at most WIDTH columns; ``notes``: (key, value, source) shown with no effect."""
+def not_read_line(unread) -> str:
+    """How many keys of the files were not read: always said, listed with --verbose.
+
+    >>> not_read_line(["a.yml:my_key", "a.yml:other"]), not_read_line([])
+    ('2 keys of the files not read (not known to change memory; --verbose lists them)', 'every key of the files read')
+    """
+    n = len(unread)
+    return (f"{n} key{'s' * (n != 1)} of the files not read (not known to change memory; --verbose lists them)"
+            if n else "every key of the files read")
+
+
+def provenance_table(rows, notes, files, unread=()) -> str:
+    """The table, at most WIDTH columns; ``notes``: (key, value, source) shown with no effect; ``unread``:
+    the keys of the files not read (counted under the table when files were read)."""
     import textwrap
 
     rows, notes = _short(rows, files), _short(notes, files)
@@ -97,11 +112,13 @@ def provenance_table(rows, notes, files) -> str:
         lines.append(f"{key:<{w1}}  {_fit(value, w2):<{w2}}  {_fit(source, w3)}".rstrip())
     if notes:
         lines.append("* read and shown; no effect on the peak (the ledger counts b·s tokens per micro-batch)")
+    if files:
+        lines.append(not_read_line(unread))
     return "\n".join(lines)
 
 
-def provenance_json(rows, notes, files, warnings) -> dict:
+def provenance_json(rows, notes, files, warnings, unread) -> dict:
     return {"files": [{"path": f, "format": t} for f, t in files],
             "settings": {k: {"value": v, "source": s} for k, v, s in rows},
             "notes": {k: {"value": v, "source": s} for k, v, s in notes},
-            "warnings": list(warnings)}
+            "warnings": list(warnings), "not_read": list(unread)}

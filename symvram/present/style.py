@@ -28,10 +28,23 @@ def rank_color(rank: float) -> str:
     return RANK_RAMP[min(step, len(RANK_RAMP) - 1)]
 
 
+RANK_DASHES = ("-", "--", "-.", ":")
+
+
+def rank_linestyle(rank: float) -> str:
+    """The line style of a LoRA rank, by log2 of the value like its colour: ranks a factor 2 apart, whose
+    colours are neighbours on the ramp, never share a style.
+
+    >>> [rank_linestyle(r) for r in (8, 16, 32, 64)]
+    ['--', '-.', ':', '-']
+    """
+    return RANK_DASHES[(round(math.log2(max(rank, 4))) - 2) % len(RANK_DASHES)]
+
+
 def short_card_name(name: str) -> str:
     """A card's name without the vendor's words (figure titles and the page's card menu)."""
     words = [w for w in name.split() if w not in VENDOR_WORDS]
     return " ".join(words) or name
 
 
-__all__ = ["BLOCK_COLORS", "RANK_RAMP", "FIT_COLORS", "NEUTRAL", "rank_color", "short_card_name"]
+__all__ = ["BLOCK_COLORS", "RANK_RAMP", "FIT_COLORS", "NEUTRAL", "rank_color", "rank_linestyle", "short_card_name"]

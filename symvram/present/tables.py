@@ -27,6 +27,41 @@ def term_latex(bd: Breakdown, key: str) -> str:
     return f"{t.label} = {latex(t.expr)}"
 
 
+def moe_notes(bd: Breakdown, units: str = "GiB") -> list[str]:
+    """Plain sentences for adapters and 4-bit bases on an MoE model, whose fused 3-D expert weights are not
+    nn.Linear: PEFT's all-linear reaches them (target_parameters, one A and B per expert) and bitsandbytes
+    does not quantize them.
+
+    >>> from symvram.scenario import Scenario
+    >>> from symvram.evaluate import evaluate
+    >>> moe_notes(evaluate(Scenario.create("qwen3-30b-a3b", method="lora", rank=16)))[0][:60]
+    'MoE LoRA: the targets reach the fused experts (gate, gate_up'
+    """
+    from ..evaluate import evaluate
+
+    sc = bd.scenario
+    experts = {m.name for m in sc.structure.arch.moe_weights}
+    if not experts or not sc.lora:
+        return []
+    out = []
+    reached = [t for t in sc.targets if t in experts]
+    if reached:
+        rest = tuple(t for t in sc.targets if t not in experts)
+        without = evaluate(sc.with_changes(targets=rest)).derived["P_lora"] if rest else 0
+        out.append(f"MoE LoRA: the targets reach the fused experts ({', '.join(reached)}; PEFT's target_parameters "
+                   f"gives each of the {sc.values().get('experts', 0):,} experts its own A and B): "
+                   f"{bd.derived['P_lora'] - without:,} of the {bd.derived['P_lora']:,} trainable parameters"
+                   + (f"; without them (--targets {','.join(rest)}) {without:,}" if rest else ""))
+    if sc.method == "qlora":
+        kept = bd.terms.get("weights_16bit", 0)
+        out.append(f"MoE QLoRA: bitsandbytes quantizes nn.Linear modules only, and the fused expert weights are "
+                   f"not: {bd.derived['P_keep']:,} of the {bd.derived['P']:,} parameters stay unquantized, "
+                   f"{fmt_bytes(kept, units)} of the {fmt_bytes(bd.blocks['base'], units)} base"
+                   + (" (in fp32: PEFT's k-bit preparation upcasts them)" if sc.kbit_prepared else
+                      f" (in {sc.dtype})"))
+    return out
+
+
 def to_json(bd: Breakdown) -> dict:
     """The output contract of ``symvram estimate --format json``."""
     led = bd.ledger
@@ -35,7 +70,7 @@ def to_json(bd: Breakdown) -> dict:
                    **{k: v for k, v in bd.derived.items() if k not in ("P", "P_train")}},
         "bytes": {**bd.blocks, "ledger_total": bd.ledger_total, "peak": bd.peak, "peak_moment": bd.peak_moment,
                   "host": host_bytes(bd), **({"paged": paged_bytes(bd)} if bd.ledger.block_terms("paged") else {})},
-        "notes": notes(bd.scenario.structure, bd.scenario.gpus),
+        "notes": notes(bd.scenario.structure, bd.scenario.gpus) + moe_notes(bd),
         "terms": [{"key": t.key, "block": t.block, "latex": term_latex(bd, t.key), "bytes": bd.terms[t.key],
                    "why": t.why, "source": t.source} for t in led.terms],
         "moments": [{"key": m.key, "label": m.label, "bytes": bd.moments[m.key], "terms": list(m.terms),
@@ -46,6 +81,7 @@ def to_json(bd: Breakdown) -> dict:
 
 
 WIDTH = 100  # terminal output fits this many columns; 0 (``symvram --wide``) keeps every line whole
+MIN_TEXT_COLUMN = 16   # a text column is never narrower, even when its longest word is wider
 
 
 def _shrink(widths: list[int], rows: list[list[str]], aligns: str, width: int) -> list[int]:
@@ -65,7 +101,11 @@ def _shrink(widths: list[int], rows: list[list[str]], aligns: str, width: int) -
     two = [max(floor[i], min((max(len(h[:k]), len(h[k + 1:])) for k in range(len(h)) if h[k] == " "),
                              default=widths[i])) for i, h in enumerate(rows[0])]
     text_columns = [i for i, a in enumerate(aligns) if a == "l" and i > 0]
-    for columns, limit in ((range(len(widths)), two), (text_columns, floor), (range(len(widths)), floor)):
+    # last, when the words alone are too wide (an 8-bit optimizer's formula): a text column breaks inside its
+    # words rather than the terminal cutting the whole row
+    least = [MIN_TEXT_COLUMN] * len(widths)
+    for columns, limit in ((range(len(widths)), two), (text_columns, floor), (range(len(widths)), floor),
+                           (text_columns, least)):
         while sum(widths) + 2 * (len(widths) - 1) > width:
             candidates = [i for i in columns if widths[i] > limit[i]]
             if not candidates:
@@ -189,7 +229,7 @@ def detail(bd: Breakdown, units: str = "GiB", fmt: str = "table") -> str:
     lines.append("")
     lines.append(f"peak{per}: {fmt_bytes(bd.peak, units)} ({bd.peak:,} bytes) at {bd.ledger.moments[[m.key for m in bd.ledger.moments].index(bd.peak_moment)].label}"
                  f" — the figure torch.cuda.max_memory_allocated() reports; add the CUDA context and allocator slack on top")
-    lines += [f"note: {n}" for n in notes(bd.scenario.structure, bd.scenario.gpus)]
+    lines += [f"note: {n}" for n in notes(bd.scenario.structure, bd.scenario.gpus) + moe_notes(bd, units)]
     return "\n".join(lines)
 
 
@@ -204,3 +244,38 @@ def comparison(rows: list[tuple[str, Breakdown]], units: str = "GiB", fmt: str =
                       fmt_bytes(bd.ledger_total, units).split()[0], fmt_bytes(bd.peak, units).split()[0],
                       f"{per_param:.1f}"])
     return render_rows(table, "lrrrrrr", fmt)
+
+
+CARD_MEMORY_NOTE = ("modelled, not measured: the caching allocator replayed over the ledger's allocation schedule "
+                    "(torch 2.13's CUDACachingAllocator rules), NCCL's buffers")
+
+
+def card_memory_json(cm) -> dict:
+    """The JSON of ``card_memory``: ``bytes.peak`` stays the allocated peak; these go beside it."""
+    from ..card_memory import DEVICE_TERMS
+
+    return {"reserved_peak": cm.reserved_peak, "device_peak": cm.device_peak, "allocator": cm.allocator,
+            "reserved_peaks": dict(cm.reserved), "schedule_allocated_peak": cm.schedule_allocated,
+            "device_block": [{"key": t.key, "bytes": cm.block[t.key], "in_allocator": t.in_allocator,
+                              "formula": text(t.expr), "why": t.why, "source": t.source} for t in DEVICE_TERMS],
+            "oom_at_event": cm.oom_at[cm.allocator] if cm.capacity is not None else None,
+            "allocator_capacity": cm.capacity, "note": CARD_MEMORY_NOTE}
+
+
+def card_memory_lines(cm, units: str = "GiB") -> list[str]:
+    """What the card holds, from the tensors to nvidia-smi: allocated, reserved with each allocator, the
+    device block."""
+    from ..card_memory import DEVICE_TERMS
+
+    chosen = {"default": "the default allocator", "expandable": "expandable_segments:True"}
+    lines = ["what the card holds (" + CARD_MEMORY_NOTE + "):",
+             f"  allocated (torch.cuda.max_memory_allocated): {fmt_bytes(cm.allocated, units)} tensors, "
+             f"{fmt_bytes(cm.schedule_allocated, units)} with the cuBLAS workspaces and the allocator's 512-B rounding"]
+    for name in cm.reserved:
+        mark = "  ← this answer's" if name == cm.allocator else ""
+        lines.append(f"  reserved (max_memory_reserved), {chosen[name]}: {fmt_bytes(cm.reserved[name], units)}{mark}")
+    for t in DEVICE_TERMS:
+        where = "inside reserved" if t.in_allocator else "beyond reserved"
+        lines.append(f"  {t.key} = {text(t.expr)}: {fmt_bytes(cm.block[t.key], units)} ({where}; {t.why})")
+    lines.append(f"  nvidia-smi level (reserved + context + NCCL): {fmt_bytes(cm.device_peak, units)}")
+    return lines

@@ -46,14 +46,32 @@ def offline() -> bool:
     return any(os.environ.get(v, "").strip().lower() in TRUE for v in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"))
 
 
+# checkpoints of one base that share its config.json: the chat / instruction-tuned releases and the "-Base" name
+VARIANT_SUFFIXES = ("-instruct", "-base", "-it", "-chat", "-hf")
+
+
+def base_name(name: str) -> str:
+    """``name`` without the release suffixes of VARIANT_SUFFIXES (a version after them is kept: v0.3 differs).
+
+    >>> base_name("llama-2-7b-chat-hf"), base_name("qwen3-8b-base"), base_name("mistral-7b-instruct-v0.3")
+    ('llama-2-7b', 'qwen3-8b', 'mistral-7b-instruct-v0.3')
+    """
+    while (cut := next((s for s in VARIANT_SUFFIXES if name.endswith(s) and len(name) > len(s)), None)):
+        name = name[:-len(cut)]
+    return name
+
+
 def _preset(repo_id: str) -> ModelSpec | None:
     """The preset named like the repo (``meta-llama/Llama-3.1-8B`` → llama-3.1-8b) or whose description
-    names that repo (``allenai/OLMo-2-1124-7B`` → olmo-2-7b)."""
+    names that repo (``allenai/OLMo-2-1124-7B`` → olmo-2-7b); else the preset of its base when the id is a
+    release of it (``Qwen/Qwen3-8B-Instruct``, ``google/gemma-2-9b-it`` → qwen3-8b, gemma-2-9b)."""
     name = repo_id.split("/", 1)[1].lower()
-    for key, entry in model_presets().items():
-        described = (entry.get("description") or "").split(" ")[0].lower()
-        if name == key or name in entry.get("aliases", ()) or described == repo_id.lower():
-            return spec_from_config(entry, name=key, kind=entry["kind"], source=f"preset {key}")
+    for candidate in dict.fromkeys((name, base_name(name))):
+        for key, entry in model_presets().items():
+            described = (entry.get("description") or "").split(" ")[0].lower()
+            if candidate == key or candidate in entry.get("aliases", ()) or described == f"{repo_id.split('/')[0]}/{candidate}".lower():
+                how = f"preset {key}" if candidate == name else f"preset {key} (the base of {repo_id}: the same config)"
+                return spec_from_config(entry, name=key, kind=entry["kind"], source=how)
     return None
 
 
@@ -89,6 +107,27 @@ def _refuse(repo_id: str, why: str) -> UserError:
                      f"(or pass a config.json path){_close_presets(repo_id)}")
 
 
+PROBE_SECONDS = 3.0
+
+
+def unreachable() -> str | None:
+    """Why the Hub's host cannot be reached, in at most PROBE_SECONDS, or None: huggingface_hub itself retries
+    a failed connection for about 25 s, with a traceback-like log line per try. Behind a proxy (HTTPS_PROXY …)
+    only huggingface_hub knows the way: no probe."""
+    import socket
+    from urllib.parse import urlparse
+
+    if any(os.environ.get(v) for v in ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY")):
+        return None
+    url = urlparse(os.environ.get("HF_ENDPOINT") or "https://huggingface.co")
+    try:
+        socket.create_connection((url.hostname, url.port or (443 if url.scheme == "https" else 80)),
+                                 timeout=PROBE_SECONDS).close()
+    except OSError as e:
+        return f"{url.hostname}: {e.strerror or type(e).__name__}"
+    return None
+
+
 def _download(repo_id: str) -> Path:
     if offline():
         raise _refuse(repo_id, "not in the local Hugging Face cache and HF_HUB_OFFLINE is set")
@@ -97,6 +136,8 @@ def _download(repo_id: str) -> Path:
     except ImportError:
         raise _refuse(repo_id, "not in the local Hugging Face cache, and downloading needs "
                                "pip install 'symvram[hub]'") from None
+    if (why := unreachable()) is not None:
+        raise _refuse(repo_id, f"not in the local Hugging Face cache, and the Hub cannot be reached ({why})")
     errors = getattr(huggingface_hub, "errors", None)
     gated = getattr(errors, "GatedRepoError", ())
     missing = tuple(getattr(errors, n) for n in ("RepositoryNotFoundError", "RevisionNotFoundError",

@@ -10,6 +10,7 @@ A ``Row`` names where its value goes:
 - ``None``: memory-relevant and not modelled; the converter says whether the value switches it on
   (then one warning line);
 - ``INFO``: shown in the scenario read, no effect on the estimate (LoRA alpha, packing …);
+- ``=symbol``: the value of one of the ledger's symbols (DeepSpeed's ``reduce_bucket_size``), as ``--set``;
 - ``@deepspeed`` / ``@fsdp``: another file (or an inline mapping) read with that tool's table.
 
 Adding a setting is one row. The defaults are the tools' own, from the versions named in ``Tool.title``:
@@ -48,16 +49,19 @@ class Tool:
 
 
 INFO = "info"
+SYMBOL = "="   # a Row setting "=name": the value of the ledger's symbol ``name`` (as --set name=VALUE)
 # Facts a rule combines into Scenario settings (see readers.read)
 FACTS = ("model", "adapter", "quant", "bf16", "fp16", "pure_bf16", "model_dtype", "optim", "target_linear",
          "ds_stage", "ds_offload_optimizer", "ds_offload_param", "fsdp", "fsdp_offload", "distributed")
 # Memory-relevant settings the ledger does not hold yet: the default it assumes, and what a change does
 PENDING = {
-    "liger": (False, "Liger's fused RMSNorm/SwiGLU/RoPE kernels keep fewer activations"),
+    "liger": (False, "Liger's RMSNorm/SwiGLU/RoPE layer kernels keep fewer activations; the layers are estimated "
+                     "as transformers' own, while Liger's fused cross-entropy is modelled: the header's loss"),
     "activation_offloading": (False, "offloaded activations live in host memory, not on the GPU"),
     "paged_optimizer": (False, "paged optimizer states may be evicted to host memory under pressure"),
 }
 
+OBJECTIVE = "the training objective: any but SFT / pre-training is refused (exit 2) until objectives are modelled"
 SAVE_OTHERS = "modules_to_save beyond embed_tokens and lm_head (their trainable copies)"
 BOOL = c.boolean
 ATTN = c.attention
@@ -113,9 +117,12 @@ AXOLOTL = Tool("axolotl", "axolotl 0.19", (
     Row("liger_fused_linear_cross_entropy", "loss_impl", lambda v: "liger" if BOOL(v) else "torch"),
     Row("liger_cross_entropy", None, c.is_on, why="Liger's (unfused) cross-entropy kernel"),
     Row("cut_cross_entropy", "loss_impl", lambda v: "cce" if BOOL(v) else "torch"),
+    # the plugin's CutCrossEntropyArgs.cut_cross_entropy defaults to True (integrations/cut_cross_entropy/args.py)
+    Row("plugins", "loss_impl", c.plugin("CutCrossEntropyPlugin", "cce"), priority=1),
     Row("chunked_cross_entropy", "loss_impl", lambda v: "chunked" if BOOL(v) else "torch"),
     Row("torch_compile", None, c.is_on, why="torch.compile fuses kernels and changes what is saved"),
     Row("unfrozen_parameters", None, c.nonempty, why="training a subset of parameters"),
+    Row("rl", None, c.supervised(), why=OBJECTIVE),                      # exit 2 on dpo, kto, orpo, grpo …
     Row("relora", None, c.is_on, why="ReLoRA"),
 ), harmless=frozenset({
     "base_model_config", "model_type", "tokenizer_type", "tokenizer_config", "trust_remote_code", "revision_of_model",
@@ -125,11 +132,11 @@ AXOLOTL = Tool("axolotl", "axolotl 0.19", (
     "wandb_entity", "wandb_name", "wandb_log_model", "wandb_watch", "hub_model_id", "special_tokens", "chat_template",
     "train_on_inputs", "group_by_length", "pad_to_sequence_len", "tf32", "seed", "strict", "resume_from_checkpoint",
     "local_rank", "early_stopping_patience", "max_grad_norm", "adam_beta1", "adam_beta2", "adam_epsilon",
-    "lora_model_dir", "lora_fan_in_fan_out", "debug", "logging_dir", "plugins", "save_total_limit",
+    "lora_model_dir", "lora_fan_in_fan_out", "debug", "logging_dir", "save_total_limit",
     "eval_sample_packing", "remove_unused_columns", "shuffle_merged_datasets", "dataset_processes", "lora_on_cpu",
     "save_safetensors", "save_first_step", "gc_steps", "optim_args", "lr_scheduler_kwargs", "cosine_min_lr_ratio",
     "auto_resume_from_checkpoints", "flash_attn_cross_entropy", "flash_attn_rms_norm", "flash_attn_fuse_mlp",
-    "eval_table_size", "eval_max_new_tokens", "load_best_model_at_end", "metric_for_best_model", "rl", "type_of_model",
+    "eval_table_size", "eval_max_new_tokens", "load_best_model_at_end", "metric_for_best_model", "type_of_model",
 }), markers=frozenset({"base_model", "sequence_len", "micro_batch_size", "lora_target_linear", "adapter",
                        "num_epochs", "load_in_4bit"}))
 
@@ -177,8 +184,7 @@ LLAMAFACTORY = Tool("llamafactory", "LLaMA-Factory 0.9.5", (
     Row("upcast_lmhead_output", None, c.is_on, why="fp32 lm_head output"),
     Row("shift_attn", None, c.is_on, why="shift short attention"),
     Row("mixture_of_depths", None, c.is_on, why="mixture of depths"),
-    Row("stage", None, lambda v: v not in ("sft", "pt"), default="sft",
-        why="only SFT/pre-training steps are modelled (DPO/KTO/PPO/RM add a reference or value model)"),
+    Row("stage", None, c.supervised("sft", "pt"), why=OBJECTIVE),          # exit 2 on dpo, kto, ppo, rm
     Row("torch_compile", None, c.is_on, why="torch.compile fuses kernels and changes what is saved"),
 ), harmless=frozenset({
     "template", "dataset", "dataset_dir", "eval_dataset", "output_dir", "overwrite_output_dir", "overwrite_cache",
@@ -262,9 +268,17 @@ TRL = Tool("trl", "TRL 1.16 SFTConfig", (
     Row("model_init_kwargs.quantization_config.load_in_8bit", "quant", lambda v: 8 if BOOL(v) else None),
     Row("model_init_kwargs.quantization_config.bnb_4bit_use_double_quant", "double_quant", BOOL),
     Row("model_init_kwargs.use_kernels", "liger", c.is_on),
-    # TRL's ModelConfig (trl sft --config): PEFT's LoraConfig from the same file
+    # TRL's ModelConfig (trl sft --config, trl/trainer/model_config.py; trl/scripts/sft.py passes model_name_or_path
+    # to SFTTrainer and dtype / attn_implementation into model_init_kwargs, which the file's own model_init_kwargs
+    # update: priority 1 here) and PEFT's LoraConfig from the same file
+    Row("model_name_or_path", "model", c.text),
+    Row("dtype", "model_dtype", c.dtype_name, priority=1),
+    Row("torch_dtype", "model_dtype", c.dtype_name, priority=1),           # the name before transformers 4.56
+    Row("attn_implementation", "attention", ATTN, priority=1),
     Row("use_peft", "adapter", lambda v: "lora" if BOOL(v) else "full"),
     Row("load_in_4bit", "quant", lambda v: 4 if BOOL(v) else None),
+    Row("load_in_8bit", "quant", lambda v: 8 if BOOL(v) else None),
+    Row("use_bnb_nested_quant", "double_quant", BOOL),
     Row("lora_r", "rank", c.integer),
     Row("lora_dropout", "lora_dropout", c.number),
     Row("lora_target_modules", "targets", c.targets),
@@ -273,13 +287,19 @@ TRL = Tool("trl", "TRL 1.16 SFTConfig", (
     Row("use_dora", "dora", BOOL),
     Row("activation_offloading", "activation_offloading", c.is_on),
     *[Row(k, None, c.is_on, why=_LABELLED_ONLY) for k in ("completion_only_loss", "assistant_only_loss")],
-), harmless=_TRAINER_HARMLESS, markers=frozenset({"dataset_text_field", "max_length", "packing",
-                                                  "completion_only_loss", "assistant_only_loss"}))
+), harmless=_TRAINER_HARMLESS | {
+    "dataset_name", "dataset_config", "dataset_train_split", "dataset_test_split", "dataset_streaming", "datasets",
+    "model_revision", "lora_alpha", "lora_task_type", "use_rslora", "bnb_4bit_quant_type", "bnb_4bit_quant_storage",
+    "lora_target_parameters", "ignore_bias_buffers"},
+    markers=frozenset({"dataset_text_field", "max_length", "packing", "completion_only_loss", "assistant_only_loss",
+                       "dataset_name", "use_peft"}))
 
 # ------------------------------------------------------- DeepSpeed 0.19 config JSON (runtime/zero/config.py)
-_BUCKETS = ("reduce_bucket_size", "allgather_bucket_size", "stage3_prefetch_bucket_size",
-            "stage3_max_live_parameters", "stage3_max_reuse_distance", "stage3_param_persistence_threshold",
-            "sub_group_size")
+# the ZeRO sizes the ledger holds as symbols (ledger/sharding.py): the file's value is that symbol's value
+BUCKET_SYMBOLS = {"reduce_bucket_size": "ds_reduce_bucket", "sub_group_size": "ds_sub_group",
+                  "stage3_max_live_parameters": "ds_max_live"}
+_BUCKETS = ("allgather_bucket_size", "stage3_prefetch_bucket_size", "stage3_max_reuse_distance",
+            "stage3_param_persistence_threshold")
 DEEPSPEED = Tool("deepspeed", "DeepSpeed 0.19 config", (
     Row("zero_optimization.stage", "ds_stage", c.zero_stage, default=0),
     Row("zero_optimization.offload_optimizer.device", "ds_offload_optimizer", c.offload_device),
@@ -292,8 +312,9 @@ DEEPSPEED = Tool("deepspeed", "DeepSpeed 0.19 config", (
     Row("activation_checkpointing.partition_activations", None, c.is_on,
         why="partitioned checkpoints split the saved activations across GPUs"),
     Row("activation_checkpointing.cpu_checkpointing", None, c.is_on, why="checkpoints kept in host memory"),
+    *[Row(f"zero_optimization.{k}", SYMBOL + name, c.auto_or(c.number)) for k, name in BUCKET_SYMBOLS.items()],
     *[Row(f"zero_optimization.{k}", None, lambda v: v is not None,
-          why="ZeRO's communication buckets and prefetch buffers") for k in _BUCKETS],
+          why="ZeRO's prefetch and persistence buffers") for k in _BUCKETS],
 ), harmless=frozenset({
     "train_batch_size", "gradient_clipping", "steps_per_print", "wall_clock_breakdown", "scheduler",
     "optimizer.params", "zero_allow_untested_optimizer", "communication_data_type", "prescale_gradients",

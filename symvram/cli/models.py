@@ -1,0 +1,61 @@
+"""``symvram models``: the model presets symvram knows (data/models.toml), with their parameter counts."""
+from __future__ import annotations
+
+import argparse
+import json
+
+from ..presets import model_presets
+from ..present.tables import render_rows, terminal
+from .common import add_output_arguments, write_output
+
+HELP = """\
+Every model preset: the family whose ledger it uses, P as the ledger derives it from the shape (a
+nominal interview preset such as 7b takes P as written), layers, hidden size, vocabulary, context and
+the names it also answers to. Any other model: pass a config.json, a model folder or a Hub id org/name
+(an id with -Instruct, -Base, -it, -chat or -hf is its base's preset).
+
+examples:
+  symvram models
+  symvram models --format json
+"""
+
+
+def model_rows() -> list[dict]:
+    """One dict per preset; ``params`` is the ledger's P (the number every estimate uses).
+
+    >>> next(r for r in model_rows() if r["key"] == "llama-2-7b")["params"]
+    6738415616
+    """
+    from ..evaluate import evaluate
+    from ..presets import load_model
+    from ..scenario import Scenario
+
+    out = []
+    for key, e in model_presets().items():
+        spec = load_model(key)
+        out.append({"key": key, "family": spec.family, "params": evaluate(Scenario.create(spec)).derived["P"],
+                    "layers": spec.layers, "hidden": spec.hidden, "vocab": spec.vocab, "context": spec.max_position,
+                    "aliases": list(e.get("aliases", ()))})
+    return out
+
+
+def register(sub) -> None:
+    p = sub.add_parser("models", help="the model presets, their family and parameter count",
+                       description=HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--format", choices=("table", "markdown", "json"), default="table")
+    add_output_arguments(p)
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    rows = model_rows()
+    if args.format == "json":
+        text = json.dumps(rows, indent=2)
+    else:
+        table = [["model", "family", "P", "layers", "hidden", "vocab", "context", "also"]]
+        table += [[r["key"], r["family"], f"{r['params'] / 1e9:,.2f} B", str(r["layers"]), str(r["hidden"]),
+                   f"{r['vocab']:,}", f"{r['context']:,}" if r["context"] else "—", ", ".join(r["aliases"])]
+                  for r in rows]
+        text = render_rows(table, "llrrrrrl", args.format)
+    write_output(terminal(text) if args.format == "table" else text, args.output, args.force)
+    return 0
