@@ -384,7 +384,6 @@ class Scenario:
             dropout=self.lora and self.lora_dropout > 0, device=self.device,
             attention=self.attention, grad_checkpointing=self.grad_checkpointing,
             double_quant=self.double_quant, kbit_prep=self.kbit_prepared,
-            checkpoint_reentrant=self.grad_checkpointing and self.checkpoint_impl == "reentrant",
             loss_impl=self.loss_impl, dora=self.lora and self.dora, modules_to_save=self.modules_to_save, zero=self.zero, offload=self.offload,
             sequence_parallel=self.sequence_parallel, tensor_parallel=self.tp > 1,
             mp_policy=self.mp_policy != "none", zero_impl=stacks()[self.stack].get("zero_impl", "fsdp2"),
@@ -415,4 +414,5 @@ class Scenario:
         out["model"] = self.model.name
         out["model_kind"] = self.model.kind
         out["overrides"] = dict(self.overrides)
+        out["versions"] = dict(self.versions)
         return out

@@ -386,7 +386,7 @@ def per_layer_bytes(s_: Structure) -> sp.Expr:
 
 # the only fields the activation and transient terms read (not the optimizer, master copy, quantization, sharding)
 ACTIVATION_FIELDS = ("method", "family", "options", "tied", "targets", "adapter_upcast", "attention", "autocast",
-                     "checkpoint_reentrant", "compute_fp32", "device", "dora", "dropout", "grad_checkpointing",
+                     "compute_fp32", "device", "dora", "dropout", "grad_checkpointing",
                      "kbit_prep", "loss_impl", "modules_to_save", "weight_casts", "mp_policy", "bnb_input_saved")
 
 
@@ -409,14 +409,6 @@ def saved_terms(s_: Structure) -> list[Term]:
         terms.append(Term("act_checkpoints", Role.SAVED_ACTIVATION, L * b_res * T * h + b_id * s, r"A_{\mathrm{ckpt}}",
                           "checkpointing keeps each layer's input (and the position ids); layers are recomputed in backward",
                           "torch.utils.checkpoint (non-reentrant)"))
-        if s_.lora and "embed_tokens" not in s_.modules_to_save:  # a trainable embedding's output is no leaf
-            terms.append(Term("act_input_grad_leaf", Role.SAVED_ACTIVATION, 2 * b_res * T * h, r"A_{\mathrm{emb}}",
-                              "with a frozen embedding, checkpointing makes its output a leaf that requires grad; "
-                              "the previous step's output and its .grad are still referenced",
-                              "transformers enable_input_require_grads",
-                              # not counted at the DoRA recompute of the last layer (the moments' choice, kept)
-                              lifetime=tuple(p for p in span(Phase.FORWARD, Phase.LAST_LAYER_BACKWARD)
-                                             if p is not Phase.LAST_LAYER_RECOMPUTE)))
     else:
         general, first = _layer(s_, first=False), _layer(s_, first=True)
         for key, (expr, label, why, source) in general.items():
@@ -483,11 +475,6 @@ def saved_terms(s_: Structure) -> list[Term]:
     terms.append(Term("act_rope", Role.STEP_INPUT, 2 * bases * b_rope * s * width, r"A_{\mathrm{rope}}",
                       "RoPE cos and sin, shared by all layers" + " (one pair per rotary base)" * (bases != 1),
                       "transformers LlamaRotaryEmbedding"))
-    if s_.checkpoint_reentrant and s_.kbit_prep:
-        terms.append(Term("act_reentrant_rope", Role.STEP_INPUT, 2 * bases * b_rope * s * width + b_id * s,
-                          r"A_{\mathrm{rope}}'", "reentrant checkpointing of a prepared QLoRA model keeps one more "
-                          "step's RoPE cos, sin and cache_position alive (measured; not with non-reentrant)",
-                          "torch.utils.checkpoint (use_reentrant=True)"))
     terms.append(Term("act_tokens", Role.STEP_INPUT, 2 * b_id * T, r"A_{\mathrm{ids}}",
                       "input ids and the shifted labels (int64)", "transformers ForCausalLMLoss"))
     return terms

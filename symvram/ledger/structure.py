@@ -33,7 +33,6 @@ class Structure:
     grad_checkpointing: bool = False  # non-reentrant activation checkpointing of each decoder layer
     double_quant: bool = True         # QLoRA: absmax constants quantized again
     kbit_prep: bool = False           # QLoRA via peft.prepare_model_for_kbit_training: non-4-bit weights and activations fp32
-    checkpoint_reentrant: bool = False  # torch.utils.checkpoint(use_reentrant=True)
     dora: bool = False                # PEFT use_dora: a magnitude vector per target and the weight-norm tensors
     modules_to_save: tuple[str, ...] = ()  # PEFT modules_to_save: trainable copies of embed_tokens / lm_head
     param_states: bool = False        # with modules_to_save: states are zeros_like(param), each in its parameter's dtype
