@@ -27,6 +27,8 @@ TINY = {
     "ministral3": {"pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 2},
     "qwen2_moe": {"num_experts": 6, "num_experts_per_tok": 3, "moe_intermediate_size": 40,
                   "shared_expert_intermediate_size": 56},
+    "gpt_oss": {"num_local_experts": 5, "num_experts_per_tok": 2, "intermediate_size": 40, "pad_token_id": 0,
+                "bos_token_id": 1, "eos_token_id": 2},
     "olmo3": {"pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 2},
     "smollm3": {"mlp_bias": True, "pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 2},  # NoPE: layer 3 of 4
 }
@@ -49,7 +51,9 @@ def expected_layer_shapes(spec) -> list[tuple[int, ...]]:
     shapes = [(n(m.d_out), n(m.d_in)) for m in fam.linears]
     shapes += [(n(m.d_out),) for m in fam.linears if m.bias in spec.options]
     shapes += [(n(x.width),) for x in fam.norms]
-    shapes += [((n(m.count),) if n(m.count) > 1 else ()) + (n(m.d_out), n(m.d_in)) for m in fam.moe_weights]
+    for m in fam.moe_weights:  # a bias or per-head vector has d_in 1; gpt-oss stores its experts (E, d_in, d_out)
+        matrix = (n(m.d_in), n(m.d_out)) if m.transposed else (n(m.d_out), n(m.d_in))
+        shapes.append(((n(m.count),) if n(m.count) > 1 else ()) + tuple(d for d in matrix if n(m.d_in) != 1 or d != 1))
     return sorted(shapes)
 
 
@@ -116,7 +120,7 @@ def test_every_family_parses():
 
 
 @pytest.mark.parametrize("cfg, message", [
-    ({"model_type": "gpt2"}, "supported: gemma2, gemma3_text, llama"),
+    ({"model_type": "gpt2"}, "supported: gemma2, gemma3_text, gpt_oss, llama"),
     ({**PUBLISHED[6][0], "num_experts_per_tok": 9}, "routed to 9 experts but the model has only 8"),
     ({**PUBLISHED[7][0], "decoder_sparse_step": 2}, "decoder_sparse_step = 2 is not modelled"),
     ({k: v for k, v in PUBLISHED[7][0].items() if k != "moe_intermediate_size"}, "'moe_intermediate_size'"),
@@ -160,6 +164,8 @@ MEASURED = [
     ("qwen2_moe", dict(method="full")),
     ("qwen2_moe", dict(method="lora", rank=8, targets="attention")),
     ("qwen2_moe", dict(method="lora", rank=8, targets="all-linear")),
+    ("gpt_oss", dict(method="full", attention="eager")),
+    ("gpt_oss", dict(method="lora", rank=8, attention="eager")),
     ("olmo3", dict(method="lora", rank=8)),
     ("olmo3", dict(method="full")),
     ("smollm3", dict(method="lora", rank=8)),
@@ -174,7 +180,7 @@ def test_estimate_equals_the_measured_peak(model_type, settings):
     from symvram.validate.spec import from_scenario
 
     cfg = {**tiny_config(model_type), "num_hidden_layers": 4 if model_type == "smollm3" else 2}
-    if model_type in ("gemma3_text", "olmo3"):  # one sliding (window 16 < seq) and one full layer
+    if model_type in ("gemma3_text", "olmo3", "gpt_oss"):  # one sliding (window 16 < seq) and one full layer
         cfg.update(layer_types=["sliding_attention", "full_attention"], sliding_window=16)
     if model_type == "qwen3_moe":
         cfg["norm_topk_prob"] = True
@@ -201,7 +207,7 @@ def test_the_docs_show_the_whole_qwen3_entry():
 
 ONE_PER_FAMILY = ["llama-3.2-1b", "mistral-7b", "qwen2.5-0.5b", "qwen3-0.6b", "gemma-2-2b", "gemma-3-1b", "phi-3-mini",
                   "olmo-2-7b", "mixtral-8x7b", "qwen3-30b-a3b", "smollm3-3b", "olmo-3-7b", "qwen1.5-moe-a2.7b",
-                  "ministral-3-3b"]
+                  "ministral-3-3b", "gpt-oss-20b"]
 
 
 def test_one_preset_per_family():

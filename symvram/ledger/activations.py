@@ -154,6 +154,11 @@ def _layer_of(s_: Structure, first: bool) -> dict[str, tuple[sp.Expr, str, str, 
                                     "torch scaled_dot_product_attention")
             out["act_attention_lse"] = (b_32 * b * nh * s, r"A_{\mathrm{lse}}",
                                         "and the fp32 log-sum-exp of each query row", "torch _scaled_dot_product_flash_attention")
+        elif fam.extra("attention_sinks"):
+            out["act_attention"] = (3 * b_c * T * nh * dh, r"A_{\mathrm{attn}}",
+                                    "eager attention keeps q and the repeat_kv copies of k and v (n_h heads each)",
+                                    "transformers eager_attention_forward")
+            out["act_attention_scores"] = _sink_scores(s_)
         else:
             probs_16 = 0 if s_.compute_fp32 else b_c * b * nh * s**2
             out["act_attention"] = (3 * b_c * T * nh * dh, r"A_{\mathrm{attn}}",
@@ -170,8 +175,8 @@ def _layer_of(s_: Structure, first: bool) -> dict[str, tuple[sp.Expr, str, str, 
                                   fam.source)
     if mlp_grad and fam.moe:
         out.update(_moe_layer(s_))
-    if mlp_grad and fam.extra("shared_expert"):
-        out.update(_shared_expert(s_))
+        if fam.extra("shared_expert"):
+            out.update(_shared_expert(s_))
     elif mlp_grad:
         act = {"silu": "SiLU", "gelu_tanh": "GELU"}[fam.activation]
         out["act_mlp"] = (3 * b_c * T * f, r"A_{\mathrm{mlp}}",
@@ -263,6 +268,14 @@ def _layer_of(s_: Structure, first: bool) -> dict[str, tuple[sp.Expr, str, str, 
 MOE = "transformers integrations/moe.py (grouped_mm experts)"
 
 
+def _sink_scores(s_: Structure) -> tuple[sp.Expr, str, str, str]:
+    """gpt-oss's eager attention with sinks: the scores joined to one sink logit per head (s + 1 columns), less
+    their row maximum (whose int64 indices the max keeps), softmax in the compute dtype (its output kept)."""
+    return (b_c * b * nh * s * (s + 1) + b_id * b * nh * s, r"A_{\mathrm{scores}}",
+            "the softmax of the b·n_h·s·(s + 1) scores and sink logits, in the compute dtype, and the int64 indices "
+            "of each row's maximum (subtracted before it)", s_.arch.source)
+
+
 def _moe_parts(s_: Structure) -> tuple:
     """(router module, the fused expert weights, those LoRA targets, whether the experts' weights train)."""
     fam = s_.arch
@@ -280,17 +293,25 @@ def _moe_layer(s_: Structure) -> dict[str, tuple[sp.Expr, str, str, str]]:
     S = T * k_e
     renorm = fam.extra("topk_renormalized") or "norm_topk_prob" in s_.options
     b_sw = b_32 if fam.extra("routing_weights_fp32") else b_c
-    out = {"act_moe_router": (b_32 * T * E + b_id * T * k_e + (b_32 * T + b_32 * T * k_e if renorm else 0),
-                              r"A_{\mathrm{route}}", "the router's fp32 softmax over E experts and the int64 top-k "
-                              "indices" + " (and the renormalized top-k weights with their sum)" * bool(renorm), fam.source),
-           "act_moe_experts": (3 * b_id * S + b_i32 * E + 3 * b_c * S * f_e + b_c * S * h + b_sw * S,
-                               r"A_{\mathrm{exp}}", "per token-expert pair: three int64 sort/gather indices, the "
-                               "gate_up output (2·d_E) and its SiLU (d_E), the down output (h) and the routing weight; "
-                               "E int32 group offsets", MOE)}
+    if fam.extra("router_topk_softmax"):  # gpt-oss: top-k of the logits, then a softmax over those k
+        router_saved, router_why = b_id * T * k_e + b_c * T * k_e, "the int64 top-k indices and the softmax of the k logits"
+    else:
+        router_saved = b_32 * T * E + b_id * T * k_e + (b_32 * T + b_32 * T * k_e if renorm else 0)
+        router_why = ("the router's fp32 softmax over E experts and the int64 top-k indices"
+                      + " (and the renormalized top-k weights with their sum)" * bool(renorm))
+    if fam.extra("clamped_swiglu"):  # the gate_up output (2·d_E; the clamps keep views of it) and four d_E-wide
+        gated, gated_why = 6 * b_c * S * f_e, "the gate_up output (2·d_E), the clamped gate, its sigmoid, their product and up + 1"
+    else:
+        gated, gated_why = 3 * b_c * S * f_e, "the gate_up output (2·d_E) and its SiLU (d_E)"
+    out = {"act_moe_router": (router_saved, r"A_{\mathrm{route}}", router_why, fam.source),
+           "act_moe_experts": (3 * b_id * S + b_i32 * E + gated + b_c * S * h + b_sw * S,
+                               r"A_{\mathrm{exp}}", "per token-expert pair: three int64 sort/gather indices, "
+                               + gated_why + ", the down output (h) and the routing weight; E int32 group offsets", MOE)}
     if experts_train:
-        out["act_moe_expert_inputs"] = (b_c * S * h + b_c * S * f_e, r"A_{\mathrm{exp,in}}",
+        ids = b_id * S if fam.extra("expert_biases") else 0  # the biases' gather keeps the sorted expert ids
+        out["act_moe_expert_inputs"] = (b_c * S * h + b_c * S * f_e + ids, r"A_{\mathrm{exp,in}}",
                                         "the gathered tokens and the SiLU·up product, kept for the expert weights' "
-                                        "gradients", MOE)
+                                        "gradients" + " (and the sorted expert ids, for the biases')" * bool(ids), MOE)
     if targeted:
         out["act_moe_merged"] = (b_c * sp.Add(*(m.count * m.d_in * m.d_out + m.count * m.rank_factor * r * (m.d_in + m.d_out)
                                                for m in targeted)), r"A_{\mathrm{exp,W'}}",
@@ -450,7 +471,8 @@ def saved_terms(s_: Structure) -> list[Term]:
                           "final-logit soft-capping keeps tanh(logits / cap) for backward", fam.source))
     bases = fam.dim("rope_bases")
     b_rope = b_32 if fam.extra("rope_fp32") else b_c  # OLMo 2 keeps cos/sin in fp32
-    terms.append(Term("act_rope", Role.STEP_INPUT, 2 * bases * b_rope * s * dh, r"A_{\mathrm{rope}}",
+    width = dh / 2 if fam.extra("rope_half_width") else dh  # gpt-oss: cos, sin of the frequencies alone (d_head/2)
+    terms.append(Term("act_rope", Role.STEP_INPUT, 2 * bases * b_rope * s * width, r"A_{\mathrm{rope}}",
                       "RoPE cos and sin, shared by all layers" + " (one pair per rotary base)" * (bases != 1),
                       "transformers LlamaRotaryEmbedding"))
     terms.append(Term("act_tokens", Role.STEP_INPUT, 2 * b_id * T, r"A_{\mathrm{ids}}",

@@ -80,6 +80,7 @@ class Linear:
     bias: str | None = None
     count: sp.Expr = sp.Integer(1)
     rank_factor: int = 1   # PEFT gives a merged weight (gate_up_proj from gate + up) this many times the rank
+    transposed: bool = False  # stored (count, d_in, d_out) rather than (count, d_out, d_in) (gpt-oss's experts)
 
     @property
     def params(self) -> sp.Expr:
@@ -286,7 +287,7 @@ def _linears(table: dict, where: str, count: str | int = 1) -> tuple[Linear, ...
         if m["reads"] not in GROUPS:
             raise ValueError(f"{where}: {name}.reads must be one of {GROUPS}")
         out.append(Linear(name, expr(m["d_in"]), expr(m["d_out"]), m["reads"], m.get("bias"), expr(m.get("count", count)),
-                          m.get("rank_factor", 1)))
+                          m.get("rank_factor", 1), m.get("transposed", False)))
     return tuple(out)
 
 
