@@ -9,10 +9,16 @@ The API (``symvram.api``) is loaded on first use, so ``import symvram`` itself i
 """
 __version__ = "0.1.0"
 __all__ = ["Scenario", "estimate", "compare", "whatif", "fit", "sensitivity", "plan", "diagnose", "explain", "plot",
-           "step_time"]
+           "step_time", "from_training", "preflight"]
+# inside a training run (the integrations extra): the live objects' reader and accelerate's pre-flight check
+_ELSEWHERE = {"from_training": "symvram.readers.live", "preflight": "symvram.integrations.accelerate"}
 
 
 def __getattr__(name: str):
+    if name in _ELSEWHERE:
+        import importlib
+
+        return getattr(importlib.import_module(_ELSEWHERE[name]), name)
     if name in __all__:
         from . import api
 

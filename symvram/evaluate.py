@@ -22,7 +22,7 @@ import sympy as sp
 
 from .ledger import Ledger, build_ledger
 from .ledger.functions import at_least, ceil_blocks, ceil_div, next_power_of_two, pow2_ceil
-from .ledger.sharding import divides_only, sharded_keys
+from .ledger.sharding import divides_only, zero_divides
 from .ledger.structure import Structure
 from .ledger.terms import BLOCKS
 from .scenario import Scenario
@@ -267,8 +267,7 @@ def _program(structure: Structure):
     ledger = build_ledger(structure)
     if divides_only(structure):   # the DDP numbers with the sharded terms divided, as build_ledger composes them
         _, ddp, derived_names, keys, blocks, moments = _program(replace(structure, zero=0))
-        sharded = set(sharded_keys(structure.zero))
-        divided = [len(derived_names) + i for i, k in enumerate(keys) if k in sharded]
+        divided = [len(derived_names) + i for i, t in enumerate(ledger.terms) if zero_divides(t, structure.zero)]
 
         def fn(values: dict) -> tuple:
             out, n = list(ddp(values)), _number(values["gpus"])

@@ -15,9 +15,10 @@ from functools import cache
 from importlib import resources
 from pathlib import Path
 
-from .errors import UserError, did_you_mean
+from .errors import UserError, did_you_mean, excerpt
 from .symbols import sym
 from .units import fmt_bytes, parse_size
+from .userfiles import read_user_file, unreadable
 
 MAX_CONFIG_BYTES = 1 << 20  # a config.json is a few kB; refuse anything that is not one
 MAX_DIM = 10**7  # no model dimension (hidden, layers, vocab …) comes near this
@@ -118,109 +119,167 @@ def _lookup(name: str, table: dict[str, dict], what: str) -> tuple[str, dict]:
     raise UserError(f"unknown {what} {name!r}{did_you_mean(key, names, cutoff=0.5)}; known: {', '.join(table)}")
 
 
-def _int_field(cfg: dict, key: str, source: str, default=None) -> int:
-    value = default if cfg.get(key) is None else cfg[key]  # null means absent, as transformers reads it
-    if value is None:
-        raise UserError(f"{source}: missing required field {key!r}")
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise UserError(f"{source}: field {key!r} must be a positive integer, got {value!r}")
-    if value > MAX_DIM:
-        raise UserError(f"{source}: field {key!r} = {value} is not a plausible model dimension")
-    return value
+LAYER_KINDS = ("full_attention", "sliding_attention")  # the attention kinds a layer_types list may name
 
 
-def _optional_int(cfg: dict, key: str, source: str, limit: int) -> int | None:
-    value = cfg.get(key)
-    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or not 0 < value <= limit):
-        raise UserError(f"{source}: field {key!r} must be a positive integer up to {limit}, got {value!r}")
-    return value
+class ConfigFields:
+    """The fields of a config.json (or a preset entry), each read by its type and range: the one place a
+    model's fields are checked, the field named in every message. ``null`` means absent, as transformers
+    reads it.
+
+    >>> f = ConfigFields({"hidden_size": "4096", "layer_types": ["full_attention", ["x"]]}, "c.json")
+    >>> f.integer("hidden_size")
+    Traceback (most recent call last):
+    ...
+    symvram.errors.UserError: c.json: field 'hidden_size' must be a positive integer, got '4096'
+    >>> f.layer_counts(2, None)
+    Traceback (most recent call last):
+    ...
+    symvram.errors.UserError: c.json: field 'layer_types' item 1 must be full_attention or sliding_attention, got ['x']
+    """
+
+    def __init__(self, cfg, source: str):
+        if not isinstance(cfg, dict):
+            raise UserError(f"{source}: expected a JSON object")
+        self.cfg, self.source = cfg, source
+
+    def given(self, key: str) -> bool:
+        return self.cfg.get(key) is not None
+
+    def _refuse(self, key: str, expected: str, value) -> UserError:
+        return UserError(f"{self.source}: field {key!r} must be {expected}, got {excerpt(value)}")
+
+    def integer(self, key: str, default=None) -> int:
+        """A positive integer up to MAX_DIM (no model dimension comes near it), else ``default``."""
+        value = self.cfg[key] if self.given(key) else default
+        if value is None:
+            raise UserError(f"{self.source}: missing required field {key!r}")
+        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+            raise self._refuse(key, "a positive integer", value)
+        if value > MAX_DIM:
+            raise UserError(f"{self.source}: field {key!r} = {excerpt(value)} is not a plausible model dimension")
+        return value
+
+    def optional_integer(self, key: str, limit: int) -> int | None:
+        value = self.cfg.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or not 0 < value <= limit):
+            raise self._refuse(key, f"a positive integer up to {limit}", value)
+        return value
+
+    def boolean(self, key: str, default: bool) -> bool:
+        value = self.cfg[key] if self.given(key) else default
+        if not isinstance(value, bool):  # "false" is a non-empty string: bool("false") would be True
+            raise self._refuse(key, "true or false", value)
+        return value
+
+    def text(self, key: str, default: str | None = None) -> str | None:
+        value = self.cfg[key] if self.given(key) else default
+        if value is not None and not isinstance(value, str):
+            raise self._refuse(key, "a string", value)
+        return value
+
+    def mapping(self, key: str) -> "ConfigFields | None":
+        """A nested object (Gemma 3's ``text_config``), read the same way."""
+        value = self.cfg.get(key)
+        if value is not None and not isinstance(value, dict):
+            raise self._refuse(key, "an object", value)
+        return None if value is None else ConfigFields(value, f"{self.source} {key}")
+
+    def layer_counts(self, layers: int, pattern: int | None) -> tuple[int, int]:
+        """(kinds present, sliding layers) from ``layer_types``, one of LAYER_KINDS per layer; without it,
+        every ``sliding_window_pattern``-th layer (else the family's ``pattern``-th) is full attention and
+        the others slide (transformers' Gemma3TextConfig: sliding unless (i + 1) % pattern == 0).
+
+        >>> ConfigFields({"sliding_window_pattern": 3}, "c.json").layer_counts(12, 6)
+        (2, 8)
+        """
+        kinds = self.cfg.get("layer_types")
+        if kinds is None:
+            n = self.integer("sliding_window_pattern", pattern)
+            full = layers // n
+            return (full > 0) + (full < layers), layers - full
+        if not isinstance(kinds, list) or len(kinds) != layers:
+            raise self._refuse("layer_types", f"a list of one attention kind per layer ({layers})", kinds)
+        for i, kind in enumerate(kinds):
+            if not isinstance(kind, str) or kind not in LAYER_KINDS:
+                raise UserError(f"{self.source}: field 'layer_types' item {i} must be {' or '.join(LAYER_KINDS)}, "
+                                f"got {excerpt(kind)}")
+        return len(set(kinds)), kinds.count("sliding_attention")
+
+    def family(self):
+        """The family ``model_type`` names."""
+        from .ledger.architecture import families_by_model_type, family
+
+        model_type, known = self.cfg.get("model_type"), families_by_model_type()
+        if model_type is not None and not isinstance(model_type, str):
+            raise self._refuse("model_type", "a string naming the architecture (llama, qwen2 …)", model_type)
+        if model_type not in known:
+            raise UserError(f"{self.source}: model_type {excerpt(model_type)} is not supported; supported: "
+                            f"{', '.join(sorted(known))} (symvram family-draft CONFIG drafts its family entry from transformers' "
+                            "model: docs/adding-a-family.md)")
+        return family(known[model_type])
 
 
-def _bool_field(cfg: dict, key: str, source: str, default: bool) -> bool:
-    value = default if cfg.get(key) is None else cfg[key]
-    if not isinstance(value, bool):  # "false" is a non-empty string: bool("false") would be True
-        raise UserError(f"{source}: field {key!r} must be true or false, got {value!r}")
-    return value
-
-
-def _known_types() -> dict[str, str]:
+def _text_model(fields: ConfigFields) -> ConfigFields:
+    """A multimodal config's language model: its ``text_config`` when only that names a family (Gemma 3 4B–27B)."""
     from .ledger.architecture import families_by_model_type
 
-    return families_by_model_type()
-
-
-def _family_of(cfg: dict, source: str):
-    from .ledger.architecture import families_by_model_type, family
-
-    model_type = cfg.get("model_type")
     known = families_by_model_type()
-    if model_type not in known:
-        raise UserError(f"{source}: model_type {model_type!r} is not supported; supported: {', '.join(sorted(known))} "
-                        "(a family is added as one file under symvram/data/families/, see the README)")
-    return family(known[model_type])
-
-
-def _count_layer_types(cfg: dict, fam, layers: int, what: str, source: str) -> int:
-    """How many distinct layer types (``what`` = "layer types present") or sliding-window layers
-    ("sliding layers") a config has: its ``layer_types``, else the family's pattern (every n-th layer full)."""
-    types = cfg.get("layer_types")
-    if types is None:
-        n = cfg.get("sliding_window_pattern") or fam.extra("sliding_pattern")
-        types = ["full_attention" if (i + 1) % n == 0 else "sliding_attention" for i in range(layers)]
-    if not isinstance(types, list) or len(types) != layers:
-        raise UserError(f"{source}: layer_types must list one attention kind per layer ({layers})")
-    return len(set(types)) if what == "layer types present" else types.count("sliding_attention")
+    text = fields.mapping("text_config")
+    outer = fields.cfg.get("model_type")
+    inner = text.cfg.get("model_type") if text is not None else None
+    if not isinstance(inner, str) or inner not in known or (isinstance(outer, str) and outer in known):
+        return fields
+    tied = fields.cfg.get("tie_word_embeddings", text.cfg.get("tie_word_embeddings"))
+    return ConfigFields({**text.cfg, "tie_word_embeddings": tied},
+                        fields.source + " (its text_config: the language model; vision towers are not modelled)")
 
 
 def spec_from_config(cfg: dict, name: str, kind: str, source: str) -> ModelSpec:
     """Build a ModelSpec from config.json-style fields (also used for presets): the family's data
-    entry names the fields it reads and their defaults."""
+    entry names the fields it reads and their defaults; ``ConfigFields`` checks each."""
     from sympy import sympify
 
     from .ledger.architecture import expr
 
-    if not isinstance(cfg, dict):
-        raise UserError(f"{source}: expected a JSON object")
-    text = cfg.get("text_config")
-    if isinstance(text, dict) and cfg.get("model_type") not in _known_types() and text.get("model_type") in _known_types():
-        cfg = {**text, "tie_word_embeddings": cfg.get("tie_word_embeddings", text.get("tie_word_embeddings"))}
-        source += " (its text_config: the language model; vision towers are not modelled)"  # Gemma 3 4B–27B
-    fam = _family_of(cfg, source)
+    f = _text_model(ConfigFields(cfg, source))
+    fam = f.family()
     dims: dict[str, int] = {}
     for symbol, keys, default in fam.dims:
         if keys == "layer_types":  # counted from the per-layer attention kinds
-            dims[symbol] = _count_layer_types(cfg, fam, dims["layers"], default, source)
+            present, sliding = f.layer_counts(dims["layers"], fam.extra("sliding_pattern"))
+            dims[symbol] = present if default == "layer types present" else sliding
             continue
-        key = next((k for k in keys.split("|") if cfg.get(k) is not None), keys.split("|")[0])  # "a|b": either
-        if cfg.get(key) is None and default != "required":
+        key = next((k for k in keys.split("|") if f.given(k)), keys.split("|")[0])  # "a|b": either
+        if not f.given(key) and default != "required":
             value = sympify(expr(default).xreplace({sym(n): v for n, v in dims.items()}))
             if not value.is_integer:  # head_dim = hidden/heads: hidden_size is not divisible by num_attention_heads
-                raise UserError(f"{source}: {key} is absent and its default {default} is not a whole number: "
-                                + ", ".join(f"{k} {cfg.get(k)}" for n, k, _ in fam.dims if n in default
-                                            and cfg.get(k) is not None) + " (hidden_size is not divisible by "
-                                "num_attention_heads)" * (default == "hidden/heads"))
-            dims[symbol] = int(value)
-        dims[symbol] = _int_field({key: dims.get(symbol, cfg.get(key))}, key, source)
+                raise UserError(f"{f.source}: {key} is absent and its default {default} is not a whole number: "
+                                + ", ".join(f"{k} {dims[n]}" for n, k, _ in fam.dims if n in default and n in dims)
+                                + " (hidden_size is not divisible by num_attention_heads)" * (default == "hidden/heads"))
+            dims[symbol] = f.integer(key, int(value))
+        else:
+            dims[symbol] = f.integer(key)
     if dims["heads"] % dims["kv_heads"]:
-        raise UserError(f"{source}: num_attention_heads {dims['heads']} is not a multiple of num_key_value_heads "
+        raise UserError(f"{f.source}: num_attention_heads {dims['heads']} is not a multiple of num_key_value_heads "
                         f"{dims['kv_heads']}")
     if fam.moe and dims["experts_per_token"] > dims["experts"]:
-        raise UserError(f"{source}: each token is routed to {dims['experts_per_token']} experts but the model has "
+        raise UserError(f"{f.source}: each token is routed to {dims['experts_per_token']} experts but the model has "
                         f"only {dims['experts']}")
     for key, allowed in fam.extra("must_equal", {}).items():  # settings the family's ledger assumes
-        if cfg.get(key) is not None and cfg[key] != allowed:
-            raise UserError(f"{source}: {key} = {cfg[key]!r} is not modelled for {fam.key} (only {allowed!r})")
-    options = tuple(o for o, default in fam.options
-                    if o != "tie_word_embeddings" and _bool_field(cfg, o, source, default))
+        if f.given(key) and f.cfg[key] != allowed:
+            raise UserError(f"{f.source}: {key} = {excerpt(f.cfg[key])} is not modelled for {fam.key} (only {allowed!r})")
+    options = tuple(o for o, default in fam.options if o != "tie_word_embeddings" and f.boolean(o, default))
     base = {"hidden", "intermediate", "layers", "heads", "kv_heads", "head_dim", "vocab"}
     return ModelSpec(
-        name=name, kind=kind, model_type=cfg["model_type"], family=fam.key,
+        name=name, kind=kind, model_type=f.cfg["model_type"], family=fam.key,
         **{k: v for k, v in dims.items() if k in base},
-        tied=_bool_field(cfg, "tie_word_embeddings", source, dict(fam.options).get("tie_word_embeddings", False)),
+        tied=f.boolean("tie_word_embeddings", dict(fam.options).get("tie_word_embeddings", False)),
         options=options, extra=tuple(sorted((k, v) for k, v in dims.items() if k not in base)),
-        max_position=_optional_int(cfg, "max_position_embeddings", source, 1 << 40), params=cfg.get("params"),
-        published_params=_optional_int(cfg, "published_params", source, 10**15),
-        description=str(cfg.get("description", "")),
+        max_position=f.optional_integer("max_position_embeddings", 1 << 40),
+        params=f.optional_integer("params", 10**15),
+        published_params=f.optional_integer("published_params", 10**15),
+        description=f.text("description", ""),
     )
 
 
@@ -229,22 +288,17 @@ def load_config_json(path: Path) -> ModelSpec:
     try:
         if path.is_dir():
             path = path / "config.json"
-        if not path.is_file():
-            raise UserError(f"no config.json at {str(path)!r}")
-        with path.open("rb") as fh:
-            data = fh.read(MAX_CONFIG_BYTES + 1)
-    except OSError as e:
-        raise UserError(f"cannot read {str(path)!r}: {e.strerror or e}") from None
-    if len(data) > MAX_CONFIG_BYTES:
-        raise UserError(f"{path}: over {MAX_CONFIG_BYTES} bytes is too large for a config.json")
+    except (OSError, ValueError):  # a name too long, a NUL character, a loop of links: read_user_file says which
+        pass
+    data = read_user_file(path, str(path), MAX_CONFIG_BYTES, "a config.json", missing=f"no config.json at {str(path)!r}")
     try:
-        cfg = json.loads(data.decode("utf-8"))
+        cfg = json.loads(data.decode("utf-8-sig"))  # a byte-order mark, as Windows editors write, is not content
     except (ValueError, RecursionError) as e:  # JSONDecodeError, UnicodeDecodeError, an integer of 5000 digits
-        raise UserError(f"{path}: not valid JSON ({e})") from None
+        raise UserError(f"{path}: not valid JSON ({unreadable(e)})") from None
     if isinstance(cfg, dict) and "params" in cfg:
         cfg = {k: v for k, v in cfg.items() if k != "params"}  # P of a real config is derived
-    name = (cfg.get("_name_or_path") if isinstance(cfg, dict) else None) or path.parent.name or "config.json"
-    return spec_from_config(cfg, name=str(name), kind="config", source=str(path))
+    name = ConfigFields(cfg, str(path)).text("_name_or_path") or path.parent.name or "config.json"
+    return spec_from_config(cfg, name=name, kind="config", source=str(path))
 
 
 def load_model(name_or_path: str) -> ModelSpec:
@@ -254,7 +308,7 @@ def load_model(name_or_path: str) -> ModelSpec:
     try:
         is_path = text.endswith(".json") or "/" in text or Path(text).is_dir()
         exists = is_path and Path(text).exists()
-    except OSError:  # a name too long for the file system is no folder
+    except (OSError, ValueError):  # a name too long for the file system, or holding a NUL, is no folder
         is_path = exists = False
     if is_path:
         if not exists:
@@ -293,11 +347,24 @@ def load_gpu(name: str) -> GPUSpec:
 MIN_CARD_BYTES = 1 << 30  # nothing smaller is a training accelerator; "--gpu 24" (bytes) is a typo
 
 
-def load_card(text: str) -> GPUSpec:
-    """A named card (``rtx-4090``, ``a100-80g`` …) or a size (``24GiB``), taken as usable memory.
+@cache
+def size_card_context() -> int:
+    """The CUDA context taken off a card given as a size: the median of the named cards' (memory − usable).
 
-    >>> load_card("24GiB").usable_bytes == 24 * 2**30
-    True
+    >>> round(size_card_context() / 2**30, 2)
+    0.49
+    """
+    contexts = sorted(round(e["memory_gib"] * GIB) - round(e["usable_gib"] * GIB) for e in gpu_presets().values())
+    return contexts[len(contexts) // 2]
+
+
+def load_card(text: str) -> GPUSpec:
+    """A named card (``rtx-4090``, ``a100-80g`` …) or a size (``24GiB``). A size is the card's physical
+    memory, as a named card's is: the same CUDA context (``size_card_context``) is taken off for the usable.
+
+    >>> card = load_card("24GiB")
+    >>> card.memory_bytes == 24 * 2**30, card.usable_bytes == 24 * 2**30 - size_card_context()
+    (True, True)
     >>> load_card("4090").name
     'NVIDIA GeForce RTX 4090 24GB'
     >>> load_card("24GB").name, load_card("24G").name, load_card("24 GiB").name
@@ -317,4 +384,5 @@ def load_card(text: str) -> GPUSpec:
         raise UserError(f"--gpu {text}: {size:,} bytes is not a GPU's memory (at least 1 GiB; write the unit, e.g. 24GiB)")
     # echo how a size was read unless it was written in GiB: "24GB = 22.35 GiB card", "24G = 24.00 GiB card"
     echo = "" if text.lower().replace(" ", "").endswith("gib") else f"{text} = "
-    return GPUSpec(key=text, name=f"{echo}{fmt_bytes(size)} card", memory_bytes=size, usable_bytes=size)
+    return GPUSpec(key=text, name=f"{echo}{fmt_bytes(size)} card", memory_bytes=size,
+                   usable_bytes=size - size_card_context())

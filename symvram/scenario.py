@@ -13,12 +13,13 @@ from dataclasses import dataclass, field, replace
 from functools import cache, cached_property
 from importlib import resources
 
-from .errors import UserError, did_you_mean
+from .errors import UserError, did_you_mean, excerpt
 from .ledger.architecture import Family, family
 from .ledger.structure import Structure
 from .presets import MAX_DIM, ModelSpec, load_model
 from .stacks import STACK_EXTRAS, STACK_SETTINGS, check_stack, concrete, resolve, runs_trainer, stacks
 from .symbols import SYMBOLS
+from .versions import applies, parse_versions
 
 METHODS = ("full", "lora", "qlora")
 DTYPES = ("bf16", "fp16", "fp32")
@@ -85,6 +86,8 @@ def parse_targets(spec: str | tuple[str, ...] | list[str], fam: Family | None = 
         name = raw.strip()
         if not name:
             continue
+        if why := fam.extra("untargetable", {}).get(name):
+            raise UserError(f"{name} of {fam.key} cannot be a LoRA target: {why}")
         if name in fam.target_sets:
             chosen.update(fam.target_sets[name])
         elif name in fam.linear_map:
@@ -94,7 +97,7 @@ def parse_targets(spec: str | tuple[str, ...] | list[str], fam: Family | None = 
         elif aliases := [w for w, names in fam.extra("peft_target_modules", {}).items() if name in names]:
             chosen.update(aliases)  # PEFT's names for a fused expert weight (Mixtral w1/w3 → gate_up_proj)
         else:
-            raise UserError(f"unknown LoRA target {name!r} for {fam.key}; use {', '.join(fam.target_sets)} or module "
+            raise UserError(f"unknown LoRA target {excerpt(name)} for {fam.key}; use {', '.join(fam.target_sets)} or module "
                             f"names ({', '.join(fam.linear_map)})")
     if not chosen:
         raise UserError("no LoRA target modules given")
@@ -105,13 +108,14 @@ def parse_targets(spec: str | tuple[str, ...] | list[str], fam: Family | None = 
 def smallest_target_side(family_name: str, targets: tuple[str, ...], dims: tuple[tuple[str, int], ...]) -> int:
     """min(d_in, d_out) over the targeted matrices: the largest rank LoRA can have (computed once per shape)."""
     fam, values = family(family_name), {SYMBOLS[n].symbol: v for n, v in dims}
-    linear = [t for t in targets if fam.linear(t) in fam.linears] or targets  # not the E-wide router
+    # not the E-wide router, nor a one-output gate (Qwen2-MoE's shared_expert_gate: PEFT adapts it at any rank)
+    linear = [t for t in targets if fam.linear(t) in fam.linears and fam.linear(t).d_out != 1] or targets
     return min(int(side.xreplace(values)) for t in linear for side in (fam.linear(t).d_in, fam.linear(t).d_out))
 
 
 def _choice(value: str, allowed: tuple[str, ...], what: str) -> str:
     if value not in allowed:
-        raise UserError(f"{what} must be one of {', '.join(allowed)}; got {value!r}")
+        raise UserError(f"{what} must be one of {', '.join(allowed)}; got {excerpt(value)}")
     return value
 
 
@@ -120,11 +124,24 @@ def _positive_int(value, what: str, limit: int) -> int:
         if isinstance(value, float) and value.is_integer():
             value = int(value)
         else:
-            raise UserError(f"{what} must be a positive integer; got {value!r}")
+            raise UserError(f"{what} must be a positive integer; got {excerpt(value)}")
     if value <= 0:
-        raise UserError(f"{what} must be a positive integer; got {value}")
+        raise UserError(f"{what} must be a positive integer; got {excerpt(value)}")
     if value > limit:
-        raise UserError(f"{what} = {value} is beyond any real training run (limit {limit})")
+        raise UserError(f"{what} = {excerpt(value)} is beyond any real training run (limit {limit})")
+    return value
+
+
+def _set_value(name: str, value):
+    """A ``--set`` value: a positive, finite number (NaN and infinity are not; the JSON could not hold them).
+
+    >>> _set_value("rank", float("nan"))
+    Traceback (most recent call last):
+    ...
+    symvram.errors.UserError: --set rank: value must be a positive number; got nan
+    """
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+        raise UserError(f"--set {name}: value must be a positive number; got {excerpt(value)}")
     return value
 
 
@@ -163,6 +180,7 @@ class Scenario:
     kbit_prep: str = "none"         # QLoRA: peft's prepare_model_for_kbit_training (fp32 non-quantized weights)
     mp_policy: str = "none"         # FSDP2 MixedPrecisionPolicy(param_dtype=this, reduce_dtype=fp32) on fp32 storage
     overrides: tuple[tuple[str, float], ...] = field(default=())
+    versions: tuple[tuple[str, str], ...] = ()   # --versions: library versions asked for (symvram.versions)
     # the settings given (not filled by the stack): with_changes keeps them and lets the stack fill the rest again
     given: frozenset = field(default=frozenset(), compare=False, repr=False)
 
@@ -180,10 +198,12 @@ class Scenario:
         kw["targets"] = parse_targets(kw.get("targets", "all-linear"), fam)
         kw["modules_to_save"] = parse_modules_to_save(kw.get("modules_to_save", ()))
         kw.setdefault("attention", fam.default_attention)
+        if "versions" in kw:
+            kw["versions"] = parse_versions(kw["versions"])
         if "overrides" in kw:
             overrides = dict(kw["overrides"])
             for name in FIELD_SYMBOLS & set(overrides):  # --set tp=2 is --tp 2: checked, and in the structure
-                value = overrides.pop(name)
+                value = _set_value(name, overrides.pop(name))
                 kw[name] = int(value) if isinstance(value, float) and value.is_integer() else value
             kw["overrides"] = tuple(sorted(overrides.items()))
         state_given = kw.get("state_dtype")
@@ -263,14 +283,14 @@ class Scenario:
         _positive_int(self.gpus, "--gpus", MAX_GPUS)
         _positive_int(self.tp, "--tp", 1024)
         if isinstance(self.zero, bool) or self.zero not in (0, 1, 2, 3):
-            raise UserError(f"--zero must be 0, 1, 2 or 3; got {self.zero!r}")
+            raise UserError(f"--zero must be 0, 1, 2 or 3; got {excerpt(self.zero)}")
         for flag in ("grad_checkpointing", "double_quant", "sequence_parallel", "dora"):
             if not isinstance(getattr(self, flag), bool):  # "false" is a non-empty string: it would switch it on
-                raise UserError(f"{flag} must be True or False; got {getattr(self, flag)!r}")
+                raise UserError(f"{flag} must be True or False; got {excerpt(getattr(self, flag))}")
         self._check_overrides()  # first: the checks below compute with the --set values
         self._check_parallel()
         if not (isinstance(self.lora_dropout, (int, float)) and 0 <= self.lora_dropout < 1):
-            raise UserError(f"--lora-dropout must be in [0, 1); got {self.lora_dropout!r}")
+            raise UserError(f"--lora-dropout must be in [0, 1); got {excerpt(self.lora_dropout)}")
         experts = [t for t in self.targets if family(self.model.family).linear(t).count != 1] if self.lora else []
         if experts and self.lora_dropout:
             raise UserError(f"LoRA on the fused experts ({', '.join(experts)}) goes through PEFT's target_parameters, "
@@ -309,8 +329,8 @@ class Scenario:
         if vals["heads"] % vals["kv_heads"]:
             raise UserError(f"heads = {vals['heads']} is not a multiple of kv_heads = {vals['kv_heads']} "
                             "(each key/value head serves a whole group of query heads)")
+        _positive_int(self.rank, "--rank", MAX_RANK)  # beside full fine-tuning too: it is in every JSON
         if self.lora:
-            _positive_int(self.rank, "--rank", MAX_RANK)
             smallest = smallest_target_side(self.model.family, self.targets,
                                             tuple(sorted((n, v) for n, v in vals.items() if SYMBOLS[n].group == "model")))
             if self.rank > smallest:
@@ -322,11 +342,10 @@ class Scenario:
         for name, value in self.overrides:
             if name not in SYMBOLS or SYMBOLS[name].group == "derived":
                 leaves = [n for n, d in SYMBOLS.items() if d.group != "derived"]
-                raise UserError(f"--set: unknown symbol {name!r}{did_you_mean(name, leaves)}")
-            if not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
-                raise UserError(f"--set {name}: value must be a positive number; got {value!r}")
+                raise UserError(f"--set: unknown symbol {excerpt(name)}{did_you_mean(name, leaves)}")
+            _set_value(name, value)
             if SYMBOLS[name].integer and not float(value).is_integer():
-                raise UserError(f"--set {name}: {SYMBOLS[name].meaning} must be an integer; got {value!r}")
+                raise UserError(f"--set {name}: {SYMBOLS[name].meaning} must be an integer; got {excerpt(value)}")
             limit = SET_LIMITS.get(name) or SET_LIMITS[SYMBOLS[name].group]
             if value > limit:
                 raise UserError(f"--set {name} = {value:g} is not plausible (limit {limit:g} {SYMBOLS[name].unit})")
@@ -369,6 +388,7 @@ class Scenario:
             loss_impl=self.loss_impl, dora=self.lora and self.dora, modules_to_save=self.modules_to_save, zero=self.zero, offload=self.offload,
             sequence_parallel=self.sequence_parallel, tensor_parallel=self.tp > 1,
             mp_policy=self.mp_policy != "none", zero_impl=stacks()[self.stack].get("zero_impl", "fsdp2"),
+            bnb_input_saved=self.method == "qlora" and applies("bnb_input_saved", self.versions),
         )
 
     def values(self) -> dict[str, int | float]:

@@ -29,7 +29,7 @@ from importlib import resources
 
 import sympy as sp
 
-from .errors import UserError
+from .errors import UserError, excerpt
 from .evaluate import exact_function
 from .ledger import build_ledger
 from .ledger.comm import COMM_FIELDS, build_comm
@@ -55,9 +55,9 @@ def check_mfu(value) -> float:
         v = float(value)
     except (TypeError, ValueError):
         raise UserError(f"--mfu must be a number in (0, 1] (model FLOPs utilization, default {DEFAULT_MFU}); "
-                        f"got {value!r}") from None
+                        f"got {excerpt(value)}") from None
     if not 0 < v <= 1:
-        raise UserError(f"--mfu must be in (0, 1] (model FLOPs utilization, default {DEFAULT_MFU}); got {value!r}")
+        raise UserError(f"--mfu must be in (0, 1] (model FLOPs utilization, default {DEFAULT_MFU}); got {excerpt(value)}")
     return v
 
 

@@ -7,13 +7,17 @@ default, GB (10^9) on request.
 '14.00 GB'
 >>> parse_size("24GB"), parse_size("24 GiB"), parse_size("24g")
 (24000000000, 25769803776, 25769803776)
+>>> parse_size("1e400GiB")
+Traceback (most recent call last):
+...
+symvram.errors.UserError: '1e400GiB' is larger than any accelerator (over 1 PiB)
 """
 from __future__ import annotations
 
 import math
 import re
 
-from .errors import UserError
+from .errors import UserError, excerpt
 
 UNITS = {"GiB": 1 << 30, "GB": 10**9, "MiB": 1 << 20, "MB": 10**6}
 _SIZE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([a-zA-Z]*)\s*$")
@@ -23,7 +27,7 @@ _SUFFIX = {"": None, "b": 1, "k": 1 << 10, "kb": 1000, "kib": 1 << 10, "m": 1 <<
 
 def check_units(units: str) -> str:
     if units not in UNITS:
-        raise UserError(f"--units must be one of {', '.join(UNITS)}; got {units!r}")
+        raise UserError(f"--units must be one of {', '.join(UNITS)}; got {excerpt(units)}")
     return units
 
 
@@ -40,18 +44,18 @@ def parse_size(text: str) -> int:
     """A memory size: ``24GB`` (10^9), ``24GiB``/``24g``/``24G`` (2^30), ``80e9`` or plain bytes."""
     m = _SIZE.match(str(text))
     if not m:
-        raise UserError(f"cannot read {text!r} as a memory size (try 24GiB, 24GB or 80g)")
+        raise UserError(f"cannot read {excerpt(text)} as a memory size (try 24GiB, 24GB or 80g)")
     number, suffix = float(m.group(1)), m.group(2).lower()
     if suffix not in _SUFFIX:
-        raise UserError(f"unknown unit {m.group(2)!r} in {text!r} (use GiB, GB, MiB, MB or g)")
+        raise UserError(f"unknown unit {excerpt(m.group(2))} in {excerpt(text)} (use GiB, GB, MiB, MB or g)")
     scale = _SUFFIX[suffix] or 1
     value = number * scale
-    if not math.isfinite(value) or value <= 0:
-        raise UserError(f"memory size must be positive; got {text!r}")
+    if math.isinf(value) or value > 1 << 50:  # 1e400 reads as infinity
+        raise UserError(f"{excerpt(text)} is larger than any accelerator (over 1 PiB)")
+    if value <= 0:
+        raise UserError(f"memory size must be positive; got {excerpt(text)}")
     if value < 1:
-        raise UserError(f"{text!r} is less than one byte (a bare number is bytes; write 0.5GiB for half a GiB)")
-    if value > 1 << 50:
-        raise UserError(f"{text!r} is larger than any accelerator (over 1 PiB)")
+        raise UserError(f"{excerpt(text)} is less than one byte (a bare number is bytes; write 0.5GiB for half a GiB)")
     return int(value)
 
 

@@ -24,6 +24,11 @@ TINY = {
     "olmo2": {"pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 2},
     "mixtral": {"num_local_experts": 5, "num_experts_per_tok": 2},
     "qwen3_moe": {"num_experts": 6, "num_experts_per_tok": 3, "moe_intermediate_size": 40},
+    "ministral3": {"pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 2},
+    "qwen2_moe": {"num_experts": 6, "num_experts_per_tok": 3, "moe_intermediate_size": 40,
+                  "shared_expert_intermediate_size": 56},
+    "olmo3": {"pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 2},
+    "smollm3": {"mlp_bias": True, "pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 2},  # NoPE: layer 3 of 4
 }
 BASE = {"hidden_size": 64, "intermediate_size": 176, "num_hidden_layers": 3, "num_attention_heads": 4,
         "num_key_value_heads": 2, "head_dim": 24, "vocab_size": 1000}
@@ -150,6 +155,15 @@ MEASURED = [
     ("mixtral", dict(method="full")),
     ("qwen3_moe", dict(method="lora", rank=8, targets="attention")),
     ("qwen3_moe", dict(method="lora", rank=8, targets="q,k,v,o,gate_proj,up_proj,down_proj")),
+    ("ministral3", dict(method="lora", rank=8)),
+    ("ministral3", dict(method="full")),
+    ("qwen2_moe", dict(method="full")),
+    ("qwen2_moe", dict(method="lora", rank=8, targets="attention")),
+    ("qwen2_moe", dict(method="lora", rank=8, targets="all-linear")),
+    ("olmo3", dict(method="lora", rank=8)),
+    ("olmo3", dict(method="full")),
+    ("smollm3", dict(method="lora", rank=8)),
+    ("smollm3", dict(method="full")),
 ]
 
 
@@ -159,8 +173,8 @@ def test_estimate_equals_the_measured_peak(model_type, settings):
     from symvram.validate.measure import measure
     from symvram.validate.spec import from_scenario
 
-    cfg = {**tiny_config(model_type), "num_hidden_layers": 2}
-    if model_type == "gemma3_text":  # one sliding (window 16 < seq) and one full layer
+    cfg = {**tiny_config(model_type), "num_hidden_layers": 4 if model_type == "smollm3" else 2}
+    if model_type in ("gemma3_text", "olmo3"):  # one sliding (window 16 < seq) and one full layer
         cfg.update(layer_types=["sliding_attention", "full_attention"], sliding_window=16)
     if model_type == "qwen3_moe":
         cfg["norm_topk_prob"] = True
@@ -186,7 +200,8 @@ def test_the_docs_show_the_whole_qwen3_entry():
 
 
 ONE_PER_FAMILY = ["llama-3.2-1b", "mistral-7b", "qwen2.5-0.5b", "qwen3-0.6b", "gemma-2-2b", "gemma-3-1b", "phi-3-mini",
-                  "olmo-2-7b", "mixtral-8x7b", "qwen3-30b-a3b"]
+                  "olmo-2-7b", "mixtral-8x7b", "qwen3-30b-a3b", "smollm3-3b", "olmo-3-7b", "qwen1.5-moe-a2.7b",
+                  "ministral-3-3b"]
 
 
 def test_one_preset_per_family():

@@ -13,8 +13,8 @@ def test_the_first_two_commands_install_run_and_test():
     first = re.search(r"```bash\n(.*?)\n```", README, re.S).group(1).splitlines()
     assert first[0].startswith("pip install -e . && symvram estimate 7b")
     ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
-    assert 'pip install -q -e ".[validate,test]"' in ci and ci.rstrip().endswith("python -m pytest -q")
-    assert first[1].startswith('pip install -e ".[validate,test]" && python -m pytest -q')
+    assert 'pip install -q -e ".[validate,integrations,test]"' in ci and ci.rstrip().endswith("python -m pytest -q")
+    assert first[1].startswith('pip install -e ".[validate,integrations,test]" && python -m pytest -q')
 
 
 @pytest.mark.parametrize("n", range(len(re.findall(r"```python\n", README))))

@@ -214,14 +214,14 @@ def test_deepspeed_differences_are_the_documented_ones(n):
 @pytest.mark.parametrize("method", ["full", "lora", "qlora"])
 @pytest.mark.parametrize("kw", [{}, {"grad_checkpointing": True}, {"optimizer_impl": "forloop"}])
 def test_every_parameter_sized_term_is_known_to_the_sharding(method, kw):
-    """A new term proportional to a parameter count must say how ZeRO, TP and offload treat it."""
-    from symvram.ledger.sharding import PARAM_SIDE
+    """A new term proportional to a parameter count must have a parameter-side role (its row says how ZeRO, TP
+    and offload treat it): tensor parallelism splits it by the per-rank parameter counts."""
     from symvram.symbols import sym
 
     counts = {sym(n) for n in ("P", "P_train", "P_lora", "P_quant", "P_keep")}
     for term in estimate("7b", method=method, **kw).ledger.terms:
         if term.expr.free_symbols & counts:
-            assert term.key in PARAM_SIDE, term.key
+            assert term.info.tp == "parameters", term.key
 
 
 # DeepSpeed's ZeRO with bf16 (--stack deepspeed), from its source (deepspeed 0.19.8, runtime/zero/): by hand

@@ -34,6 +34,15 @@ COUNTED = [
     ("mixtral", dict(method="lora", rank=8, targets="all-linear", grad_checkpointing=True)),
     ("qwen3_moe", dict(method="full", grad_checkpointing=True)),
     ("olmo2", dict(method="lora", rank=8, targets="mlp", grad_checkpointing=True)),
+    # a trainable lm_head copy adds its weight gradient (2·T·h·V); an embedding copy the first layer's input grads
+    ("llama", dict(method="lora", rank=8, modules_to_save="lm_head")),
+    ("llama", dict(method="lora", rank=8, modules_to_save="embed_tokens")),
+    # DoRA's weight norm: lora_B(lora_A(eye)) each forward and recompute; the recompute runs through down's B
+    ("llama", dict(method="lora", rank=8, dora=True)),
+    ("llama", dict(method="lora", rank=8, dora=True, grad_checkpointing=True)),
+    # with dropout DoRA computes the base result again from the dropped-out input (and its input gradient)
+    ("llama", dict(method="lora", rank=8, dora=True, lora_dropout=0.1)),
+    ("llama", dict(method="lora", rank=8, dora=True, lora_dropout=0.1, grad_checkpointing=True, targets="qv")),
 ]
 
 

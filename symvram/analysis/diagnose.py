@@ -33,9 +33,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ..card_memory import CardMemory, card_memory
 from ..errors import UserError
 from ..evaluate import Breakdown, evaluate
-from ..ledger.sharding import PARAMETER_BUFFERS, STEP_BUFFERS
 from ..ledger.terms import Term
 from ..presets import GPUSpec
 from ..scenario import Scenario
@@ -53,16 +53,14 @@ TIERS = ("free", "recompute", "throughput", "precision", "method", "more cards")
 
 
 def part_of(term: Term) -> str:
-    """Which part of a moment ``term`` belongs to, read from its block and its expression's symbols."""
-    names = {str(s) for s in term.expr.free_symbols}
-    if (term.key.startswith("optimizer_") and term.block == "transient") or term.key in STEP_BUFFERS:
-        return "optimizer"
-    if (term.block in ("base", "trainable") or term.key in PARAMETER_BUFFERS
-            or names & {"P", "P_train", "P_lora", "P_quant", "P_keep"}):
-        return "parameter"
-    if "vocab" in names and "seq" in names:
-        return "loss"
-    return "activation" if term.block == "activations" else "backward"
+    """Which part of a moment ``term`` belongs to: its role's triage part (``ledger.terms.ROLES``).
+
+    >>> from symvram.ledger.build import build_ledger
+    >>> from symvram.ledger.structure import Structure
+    >>> [part_of(t) for t in build_ledger(Structure()).terms][:3]
+    ['parameter', 'parameter', 'parameter']
+    """
+    return term.info.triage
 
 
 def moment_parts(bd: Breakdown, moment: str | None = None) -> dict[str, dict[str, int]]:
@@ -126,6 +124,7 @@ class Diagnosis:
     overhead: int = 0
     measured: tuple[int, Breakdown] | None = None
     parts: dict = field(default_factory=dict)
+    memory: CardMemory | None = None   # the caching-allocator replay on the card (symvram.card_memory)
 
     @property
     def remedies(self) -> tuple[Remedy, ...]:
@@ -133,8 +132,18 @@ class Diagnosis:
 
     @property
     def budget(self) -> int:
-        """What the ledger's peak may reach: usable memory − headroom − fitted overhead."""
-        return self.card.usable_bytes - self.headroom - max(self.overhead, 0)
+        """What the ledger's (allocated) peak may reach: what the caching allocator may reserve (the card less
+        the context, NCCL's buffers, headroom and fitted overhead) less the cuBLAS workspaces it holds. The
+        allocator's cached blocks on top are the replay's to judge (``cause``: fragmentation)."""
+        return self.memory.capacity - self.memory.block["cublas_workspaces"]
+
+    @property
+    def expandable_saving(self) -> int:
+        """Reserved bytes that ``PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True`` saves (0: none, or in use)."""
+        m = self.memory
+        if m is None or m.allocator == "expandable":
+            return 0
+        return max(m.reserved["default"] - m.reserved["expandable"], 0)
 
     @property
     def moment(self) -> str:
@@ -151,7 +160,12 @@ class Diagnosis:
 
     @property
     def cause(self) -> str:
-        if self.estimate.peak <= self.budget:
+        if self.memory is not None:
+            if self.memory.fits:
+                return "fits"
+            if self.memory.schedule_allocated <= self.memory.capacity and self.expandable_saving:
+                return "fragmentation"   # the tensors fit; the allocator's cached, split blocks do not
+        elif self.estimate.peak <= self.budget:
             return "fits"
         if self.parameter_bytes > self.budget:
             return "parameter"
@@ -347,8 +361,10 @@ def _priced(r: Remedy, card: GPUSpec, mfu, interconnect) -> Remedy:
 
 def diagnose(sc: Scenario, capacity: int | GPUSpec, headroom: int | str = DEFAULT_HEADROOM,
              p95_seq: int | None = None, measured_peak: int | None = None, measured_at: dict | None = None,
-             max_gpus: int = 64, mfu: float | None = None, interconnect: str | None = None) -> Diagnosis:
-    """Triage an OOM of ``sc`` on a card of ``capacity`` bytes (or a GPUSpec)."""
+             max_gpus: int = 64, mfu: float | None = None, interconnect: str | None = None,
+             allocator: str | None = None) -> Diagnosis:
+    """Triage an OOM of ``sc`` on a card of ``capacity`` bytes (or a GPUSpec); "fits" is the simulated caching
+    allocator's answer (``allocator``: default | expandable, else PYTORCH_CUDA_ALLOC_CONF's)."""
     card = capacity if isinstance(capacity, GPUSpec) else GPUSpec("capacity", f"{capacity:,} B card", capacity, capacity)
     room = headroom_bytes(headroom, card.usable_bytes)
     if p95_seq is not None and (isinstance(p95_seq, bool) or not isinstance(p95_seq, int) or p95_seq < 1):
@@ -361,7 +377,8 @@ def diagnose(sc: Scenario, capacity: int | GPUSpec, headroom: int | str = DEFAUL
         at = evaluate(sc.with_changes(**(measured_at or {})))
         overhead, measured = measured_peak - at.peak, (measured_peak, at)
     probe = evaluate(sc.with_changes(batch=1, seq=min(PROBE_SEQ, sc.seq)))
-    budget = card.usable_bytes - room - max(overhead, 0)
+    memory = card_memory(sc, card, allocator, room + max(overhead, 0))
+    budget = memory.capacity - memory.block["cublas_workspaces"]
     proposals, skipped = triage_steps(est, budget, p95_seq)
     proposals = [_priced(r, card, mfu, interconnect) for r in proposals]
     modelled = [r for r in proposals if r.modelled]
@@ -374,7 +391,7 @@ def diagnose(sc: Scenario, capacity: int | GPUSpec, headroom: int | str = DEFAUL
                       max_gpus=max_gpus, headroom=room, methods=(sc.method,))
         cards = result.best(sc.method, offload=False) or result.best(sc.method)
     return Diagnosis(est, card, room, parameter_side(est), probe, tuple(proposals), tuple(skipped), cards,
-                     overhead, measured, moment_parts(est))
+                     overhead, measured, moment_parts(est), memory)
 
 
 __all__ = ["diagnose", "time_price", "Diagnosis", "Remedy", "parameter_side", "moment_parts", "part_bytes", "part_of", "PARTS",

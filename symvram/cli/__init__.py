@@ -8,16 +8,17 @@ own libraries alone.
 from __future__ import annotations
 
 import argparse
+import codecs
 import gc
 import importlib
 import os
 import sys
 from contextlib import contextmanager
 
-from ..errors import UserError
+from ..errors import UserError, one_line
 
-COMMANDS = ["estimate", "fit", "whatif", "sensitivity", "explain", "validate", "plan", "plot", "diagnose", "page",
-            "cards", "models"]
+COMMANDS = ["estimate", "fit", "whatif", "sensitivity", "explain", "validate", "plan", "plot", "diagnose", "check", "page",
+            "cards", "models", "family-draft"]
 
 DESCRIPTION = """\
 symvram derives the GPU memory of a fine-tuning step from one symbolic ledger:
@@ -50,7 +51,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version="symvram " + __import__("symvram").__version__)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     for name in [only] if only in COMMANDS else COMMANDS:
-        importlib.import_module(f".{name}", __name__).register(sub)
+        importlib.import_module(f".{name.replace('-', '_')}", __name__).register(sub)
     return parser
 
 
@@ -85,6 +86,7 @@ def imports_frozen():
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    encodable_streams()
     debug = "--debug" in argv or os.environ.get("SYMVRAM_DEBUG") == "1"
     wide = "--wide" in argv
     argv = [a for a in argv if a not in ("--debug", "--wide")]  # accepted before or after the command
@@ -131,9 +133,53 @@ def _command_of(argv: list[str]) -> str | None:
 
 
 def _one_line(e: Exception) -> str:
-    """The message on one line, whatever a file name or a quoted input held.
+    """The message on one line, whatever a file name or a quoted input held (``errors.one_line``).
 
     >>> _one_line(ValueError("bad\\nname"))
     'bad name'
     """
-    return " ".join(str(e).split())
+    return one_line(str(e))
+
+
+# What a stream that cannot encode the tool's characters (PYTHONIOENCODING=cp1252, a Windows redirect) shows
+ASCII = {"≈": "~", "→": "->", "←": "<-", "≤": "<=", "≥": ">=", "·": "*", "×": "x", "—": "-", "–": "-", "…": "...",
+         "²": "^2", "³": "^3", "√": "sqrt", "Σ": "sum", "∑": "sum", "−": "-", "≠": "!=", "∞": "inf", "±": "+/-",
+         "µ": "u", "‖": "||", "⌈": "ceil(", "⌉": ")", "⌊": "floor(", "⌋": ")", "✓": "ok", "✗": "x", "█": "#",
+         "Δ": "d", "δ": "d", "∂": "d", "⁻": "^-", "α": "alpha", "β": "beta", "λ": "lambda", "ε": "eps",
+         "η": "eta", "θ": "theta", "σ": "sigma", "π": "pi", "▏": "|", "│": "|", "─": "-", "┼": "+", "├": "+", "┤": "+", "└": "+", "┌": "+", "┐": "+", "┘": "+"}
+
+
+def _ascii_fallback(err: UnicodeEncodeError) -> tuple[str, int]:
+    """A codec error handler: each character the stream's encoding lacks as ASCII (``ASCII``, else its
+    decomposition without accents, else "?").
+
+    >>> "≈ 9.5 GiB → fits, naïve".encode("ascii", errors="symvram-ascii")
+    b'~ 9.5 GiB -> fits, naive'
+    """
+    import unicodedata
+
+    def one(ch: str) -> str:
+        if ch in ASCII:
+            return ASCII[ch]
+        plain = unicodedata.normalize("NFKD", ch).encode("ascii", "ignore").decode()
+        return plain or "?"
+
+    return "".join(one(ch) for ch in err.object[err.start:err.end]), err.end
+
+
+codecs.register_error("symvram-ascii", _ascii_fallback)
+
+
+def encodable_streams() -> None:
+    """stdout and stderr write what their encoding lacks through ``_ascii_fallback`` instead of raising
+    (only a stream whose encoding is not a Unicode one is changed)."""
+    for stream in (sys.stdout, sys.stderr):
+        encoding = getattr(stream, "encoding", None)
+        if not encoding or not hasattr(stream, "reconfigure"):
+            continue
+        try:
+            if codecs.lookup(encoding).name.startswith("utf"):
+                continue
+            stream.reconfigure(errors="symvram-ascii")
+        except (LookupError, ValueError, OSError):  # an unknown codec name; a closed or detached stream
+            continue

@@ -17,11 +17,12 @@ from functools import lru_cache
 
 import sympy as sp
 
+from ..errors import UserError
 from ..symbols import sym
 from .architecture import E, L, V, dh, f, f_e, h, k_e, nh, nkv
 from .functions import at_least, ceil_div, pow2_ceil
 from .structure import Structure
-from .terms import Term
+from .terms import Phase, Role, Term, span
 from .weights import compute_adapter_bytes, compute_weight_bytes, per_trainable, saved_copy_bytes
 
 b, s, r = sym("batch"), sym("seq"), sym("rank")
@@ -72,21 +73,49 @@ def norm_weight_input(s_: Structure) -> sp.Symbol:
     return compute_weight_bytes(s_) if s_.arch.norm == "rms" else b_32
 
 
-def _grad_flags(s_: Structure, first: bool) -> dict[str, bool]:
-    """Which tensors of a layer need a gradient, by site (a norm saves for backward only then).
+def _feeds(name: str) -> str:
+    """Which of q, k, v an attention-input projection produces (``qkv`` for a fused one)."""
+    return "qkv" if name.startswith("qkv") else name[0]
 
-    ``first``: the layer reads the embedding output, which needs no gradient under LoRA (unless the
-    embedding is a trainable modules_to_save copy)."""
+
+def needs_grad(s_: Structure, first: bool) -> dict[str, bool]:
+    """Which tensors of a decoder layer need a gradient — the one answer the saved activations (a norm saves
+    for backward only then) and the FLOPs (an input gradient only then) both read. By the tensor:
+    ``attn_in`` the layer's input (q, k, v's), ``q`` ``k`` ``v``, ``attn_out`` attention's output (o_proj's
+    input), ``attn_proj`` o_proj's output, ``mlp_in`` the residual after attention (the MLP's input),
+    ``mlp_act`` the MLP's hidden tensor (down_proj's input), ``mlp_out`` down_proj's output.
+
+    Full fine-tuning: all. LoRA: a later layer's input depends on the adapters of the layers before; the first
+    layer's input is the frozen embedding's output — it needs a gradient only when the embedding is a trainable
+    modules_to_save copy, or under checkpointing (transformers' enable_input_require_grads makes it a leaf that
+    requires grad) — and a tensor inside it needs a gradient once a trained projection produced it.
+
+    >>> g = needs_grad(Structure(method="lora", targets=("v_proj",)), first=True)
+    >>> g["attn_in"], g["q"], g["v"], g["mlp_in"]
+    (False, False, True, True)
+    """
     fam = s_.arch
-    reads = {fam.linear(t).input_group for t in s_.targets} if s_.lora else set()
-    grad_in = not (first and s_.lora and "embed_tokens" not in s_.modules_to_save)
-    attn = grad_in or "attn_in" in reads                 # q, k, v (their projections' outputs)
-    attn_out = attn or "attn_out" in reads               # o_proj's output
-    resid = grad_in or attn_out                          # the residual stream after attention
-    mlp = resid or "mlp_in" in reads                     # the MLP's hidden tensors
-    mlp_out = mlp or "mlp_act" in reads                  # down_proj's output
-    return {"layer_in": grad_in, "q": attn, "k": attn, "attn_out": attn_out, "resid": resid, "mlp": mlp,
-            "mlp_out": mlp_out}
+
+    def trained_reader(group: str, feeding: str = "") -> bool:   # a projection reading ``group`` trains
+        return any(m.input_group == group and (not s_.lora or m.name in s_.targets) and feeding in _feeds(m.name)
+                   for m in fam.linears + fam.moe_weights)
+
+    layer_in = not (first and s_.lora) or s_.grad_checkpointing or "embed_tokens" in s_.modules_to_save
+    out = {"attn_in": layer_in, **{x: layer_in or trained_reader("attn_in", x) for x in "qkv"}}
+    out["attn_out"] = out["q"] or out["k"] or out["v"]
+    out["attn_proj"] = out["attn_out"] or trained_reader("attn_out")
+    out["mlp_in"] = layer_in or out["attn_proj"]
+    out["mlp_act"] = out["mlp_in"] or trained_reader("mlp_in")
+    out["mlp_out"] = out["mlp_act"] or trained_reader("mlp_act")
+    return out
+
+
+def _grad_sites(s_: Structure, first: bool) -> dict[str, bool]:
+    """``needs_grad`` by the sites a norm sits at (a family's ``norms.at``): a q or k norm saves once attention's
+    inputs need a gradient. ``first`` without checkpointing (a checkpointed layer is recomputed as a later one)."""
+    g = needs_grad(s_, first)
+    return {"layer_in": g["attn_in"], "q": g["attn_out"], "k": g["attn_out"], "attn_out": g["attn_proj"],
+            "resid": g["mlp_in"], "mlp": g["mlp_act"], "mlp_out": g["mlp_out"]}
 
 
 def _layer(s_: Structure, first: bool) -> dict[str, tuple[sp.Expr, str, str, str]]:
@@ -100,7 +129,7 @@ def _layer(s_: Structure, first: bool) -> dict[str, tuple[sp.Expr, str, str, str
 @lru_cache(maxsize=512)
 def _layer_of(s_: Structure, first: bool) -> dict[str, tuple[sp.Expr, str, str, str]]:
     fam = s_.arch
-    grad = _grad_flags(s_, first)
+    grad = _grad_sites(s_, first)
     grad_in, attn_grad, resid_grad, mlp_grad = grad["layer_in"], grad["q"], grad["resid"], grad["mlp"]
     out: dict[str, tuple[sp.Expr, str, str, str]] = {}
 
@@ -135,8 +164,14 @@ def _layer_of(s_: Structure, first: bool) -> dict[str, tuple[sp.Expr, str, str, 
                                            "the fp32 softmax of b·n_h·s² scores and its 16-bit copy"
                                            + " (and the tanh of the soft-capped scores)" * bool(softcap),
                                            "transformers eager_attention_forward")
+    if attn_grad and fam.extra("query_position_scale"):
+        out["act_query_scale"] = (b_c * s, r"A_{\mathrm{qscale}}", "the queries' position-dependent scale "
+                                  "(1, 1, s, 1), cast to their dtype in each layer, kept by the product for backward",
+                                  fam.source)
     if mlp_grad and fam.moe:
         out.update(_moe_layer(s_))
+    if mlp_grad and fam.extra("shared_expert"):
+        out.update(_shared_expert(s_))
     elif mlp_grad:
         act = {"silu": "SiLU", "gelu_tanh": "GELU"}[fam.activation]
         out["act_mlp"] = (3 * b_c * T * f, r"A_{\mathrm{mlp}}",
@@ -186,6 +221,17 @@ def _layer_of(s_: Structure, first: bool) -> dict[str, tuple[sp.Expr, str, str, 
             inputs += n * b_ad * T * width
         elif not _shared_with_attention(s_, group):
             inputs += b_c * T * width
+    if s_.bnb_input_saved:   # bitsandbytes < 0.43.3: each 4-bit linear keeps its input A (versions.MECHANISMS)
+        kept = sp.Integer(0)
+        for group, width in fam.group_width.items():
+            lora_keeps_it = any(fam.linear(t).input_group == group for t in lin_targets) and not (
+                s_.dropout or autocast_copy or _per_call_cast(s_, group) or s_.adapter_upcast)
+            if group_grad[group] and not _shared_with_attention(s_, group) and not lora_keeps_it:
+                kept += b_c * T * width
+        if kept != 0:
+            out["act_bnb_inputs"] = (kept, r"A_{\mathrm{4bit,in}}", "bitsandbytes before 0.43.3: MatMul4Bit saves each "
+                                     "4-bit linear's input for backward (one per distinct input; shared where LoRA "
+                                     "keeps the same tensor)", "bitsandbytes 0.43.2 autograd/_functions.py MatMul4Bit")
     if s_.dropout:
         why = "lora_A keeps its dropped-out input, one per target"
     elif autocast_copy:
@@ -251,11 +297,23 @@ def _moe_layer(s_: Structure) -> dict[str, tuple[sp.Expr, str, str, str]]:
                                  "PEFT's target_parameters builds W + (α/r)·B·A of every targeted expert weight each "
                                  "forward, in the compute dtype, and keeps it (and the cast factors) for backward",
                                  "peft tuners/lora/layer.py ParamWrapper")
-    if not s_.lora or router.name in s_.targets:
+    reads_input = any(m.input_group == "mlp_in" for m in fam.linears)  # a shared expert: its input is the router's
+    if (not s_.lora and not reads_input) or router.name in s_.targets:
         out["act_moe_router_input"] = (b_c * T * h + (b_c * E * h if s_.lora else 0), r"A_{\mathrm{route,in}}",
                                        "the router's input, kept for its weight gradient"
                                        + " (and the merged router weight)" * s_.lora, fam.source)
     return out
+
+
+def _shared_expert(s_: Structure) -> dict[str, tuple[sp.Expr, str, str, str]]:
+    """What a shared expert saves beside the routed ones (Qwen2-MoE): its SwiGLU MLP's three d_S-wide tensors, and
+    for sigmoid(shared_expert_gate(x)) · shared output the gate's sigmoid and the MLP's output."""
+    fam = s_.arch
+    d_s = sym("shared_intermediate")
+    return {"act_shared_expert": (3 * b_c * T * d_s + b_c * T * h + b_c * T, r"A_{\mathrm{shared}}",
+                                  "the shared expert's gate output (SiLU input), SiLU output and up output (d_S wide "
+                                  "each), its output and the sigmoid of its gate, kept by the gating product",
+                                  fam.source)}
 
 
 def _layer_backward_temp(s_: Structure) -> tuple[sp.Expr, str, str]:
@@ -308,45 +366,61 @@ def per_layer_bytes(s_: Structure) -> sp.Expr:
 # the only fields the activation and transient terms read (not the optimizer, master copy, quantization, sharding)
 ACTIVATION_FIELDS = ("method", "family", "options", "tied", "targets", "adapter_upcast", "attention", "autocast",
                      "checkpoint_reentrant", "compute_fp32", "device", "dora", "dropout", "grad_checkpointing",
-                     "kbit_prep", "loss_impl", "modules_to_save", "weight_casts", "mp_policy")
+                     "kbit_prep", "loss_impl", "modules_to_save", "weight_casts", "mp_policy", "bnb_input_saved")
+
+
+def refuse_unmodelled(fam) -> None:
+    """A drafted family (``symvram family-draft``) whose layers run module classes no rule here models: its
+    activation block is refused, naming them (its parameter side is exact)."""
+    if fam.unmodelled:
+        raise UserError(f"the activations of {fam.key} are not modelled: transformers' {', '.join(fam.unmodelled)} "
+                        "save tensors no ledger rule describes (the parameter side is read from the model: symvram "
+                        "family-draft prints it); measure the step with symvram validate")
 
 
 def saved_terms(s_: Structure) -> list[Term]:
     """Block 3 terms: per-layer saved tensors × L (or checkpointed inputs), then the model's head."""
     fam = s_.arch
+    refuse_unmodelled(fam)
     terms: list[Term] = []
     if s_.grad_checkpointing:
         b_res = residual_bytes(s_)
-        terms.append(Term("act_checkpoints", "activations", L * b_res * T * h + b_id * s, r"A_{\mathrm{ckpt}}",
+        terms.append(Term("act_checkpoints", Role.SAVED_ACTIVATION, L * b_res * T * h + b_id * s, r"A_{\mathrm{ckpt}}",
                           "checkpointing keeps each layer's input (and the position ids); layers are recomputed in backward",
                           "torch.utils.checkpoint (non-reentrant)"))
         if s_.lora and "embed_tokens" not in s_.modules_to_save:  # a trainable embedding's output is no leaf
-            terms.append(Term("act_input_grad_leaf", "activations", 2 * b_res * T * h, r"A_{\mathrm{emb}}",
+            terms.append(Term("act_input_grad_leaf", Role.SAVED_ACTIVATION, 2 * b_res * T * h, r"A_{\mathrm{emb}}",
                               "with a frozen embedding, checkpointing makes its output a leaf that requires grad; "
                               "the previous step's output and its .grad are still referenced",
-                              "transformers enable_input_require_grads"))
+                              "transformers enable_input_require_grads",
+                              # not counted at the DoRA recompute of the last layer (the moments' choice, kept)
+                              lifetime=tuple(p for p in span(Phase.FORWARD, Phase.LAST_LAYER_BACKWARD)
+                                             if p is not Phase.LAST_LAYER_RECOMPUTE)))
     else:
         general, first = _layer(s_, first=False), _layer(s_, first=True)
         for key, (expr, label, why, source) in general.items():
-            terms.append(Term(key, "activations", L * expr, f"L \\cdot {label}", why, source))
+            terms.append(Term(key, Role.SAVED_ACTIVATION, L * expr, f"L \\cdot {label}", why, source))
         correction = sp.Add(*(first.get(k, (0,))[0] - general[k][0] for k in general))
         if correction != 0:
-            terms.append(Term("act_first_layer", "activations", sp.expand(correction), r"A_{\mathrm{layer\,0}}",
+            terms.append(Term("act_first_layer", Role.SAVED_ACTIVATION, sp.expand(correction), r"A_{\mathrm{layer\,0}}",
                               "the first layer's input (the frozen embedding) needs no gradient, so it saves less",
                               "autograd saves only what a required gradient needs"))
     if sliding_extra(s_) != 0:
         if s_.grad_checkpointing:
-            terms.append(Term("act_sliding_mask", "activations", past_window(s_) * s**2,
+            terms.append(Term("act_sliding_mask", Role.SAVED_ACTIVATION, past_window(s_) * s**2,
                               r"A_{\mathrm{win}}", "the shared boolean sliding-window mask, a checkpoint input",
                               fam.source))
         else:
-            terms.append(Term("act_sliding_mask", "activations", fam.dim("sliding_layers") * sliding_extra(s_),
+            terms.append(Term("act_sliding_mask", Role.SAVED_ACTIVATION, fam.dim("sliding_layers") * sliding_extra(s_),
                               r"L_{\mathrm{win}} \cdot A_{\mathrm{win}}", sliding_extra.__doc__.split(".")[0]
                               + ": a 16-bit mask and k, v repeated to n_h heads, per sliding layer", fam.source))
+    # the head's saved tensors, counted until the last layer's backward (under checkpointing: the final norm's)
+    head_end = Phase.FINAL_NORM_BACKWARD if s_.grad_checkpointing else Phase.LAST_LAYER_BACKWARD
     if s_.weight_casts or (s_.kbit_prep and s_.autocast):  # a prepared QLoRA model's lm_head is fp32
         b_cast = sym("bytes_autocast") if s_.kbit_prep else b_c
-        terms.append(Term("act_lm_head_cast", "activations", b_cast * V * h, r"A_{\mathrm{cast},V}",
-                          "autocast casts lm_head's weight to the compute dtype; backward needs the cast", "torch.autocast"))
+        terms.append(Term("act_lm_head_cast", Role.SAVED_ACTIVATION, b_cast * V * h, r"A_{\mathrm{cast},V}",
+                          "autocast casts lm_head's weight to the compute dtype; backward needs the cast", "torch.autocast",
+                          lifetime=span(Phase.FORWARD, head_end)))
     head = norm_saved(s_, 1, h)
     why = NORM_WHY[fam.norm].replace("each", "the final", 1)
     if not s_.lora:
@@ -355,43 +429,44 @@ def saved_terms(s_: Structure) -> list[Term]:
     elif "lm_head" in s_.modules_to_save:
         head += matmul_bytes(s_) * T * h
         why += "; the trainable lm_head copy keeps its input for its weight gradient"
-    terms.append(Term("act_final_norm", "activations", head, r"A_{\mathrm{head}}", why, TRANSFORMERS))
+    terms.append(Term("act_final_norm", Role.SAVED_ACTIVATION, head, r"A_{\mathrm{head}}", why, TRANSFORMERS,
+                      lifetime=span(Phase.LOSS, head_end)))
     if s_.loss_impl == "liger":
-        terms.append(Term("act_logsoftmax", "activations", b_c * T * h + b_32 * T, r"A_{\mathrm{FLCE}}",
+        terms.append(Term("act_logsoftmax", Role.LOSS_ACTIVATION, b_c * T * h + b_32 * T, r"A_{\mathrm{FLCE}}",
                           "Liger's fused linear cross-entropy computes the hidden states' gradient in the forward and "
                           "keeps it (and the per-token loss) for backward; no logits survive (modelled from source, "
                           "not measured here: Triton only)", "liger_kernel ops/fused_linear_cross_entropy.py"))
     elif s_.loss_impl == "trl":
-        terms.append(Term("act_logsoftmax", "activations", _trl_dtypes(s_)[0] * T * h + b_id * T + 2 * b_32 * T,
+        terms.append(Term("act_logsoftmax", Role.LOSS_ACTIVATION, _trl_dtypes(s_)[0] * T * h + b_id * T + 2 * b_32 * T,
                           r"A_{\mathrm{TRL}}", "TRL's fused LM head keeps a copy of the labelled positions' hidden "
                           "states, their labels and the fp32 log-sum-exp and entropy per token; no logits survive "
                           "(every token labelled; modelled from source, not measured here)",
                           "trl 1.16 kernels/chunked_logprob.py ChunkedLogProbFunction"))
     elif s_.loss_impl == "cce":
-        terms.append(Term("act_logsoftmax", "activations", b_32 * T + b_32 * V, r"A_{\mathrm{CCE}}",
+        terms.append(Term("act_logsoftmax", Role.LOSS_ACTIVATION, b_32 * T + b_32 * V, r"A_{\mathrm{CCE}}",
                           "Cut Cross-Entropy keeps the fp32 log-sum-exp per token and the fp32 average logit per "
                           "vocabulary entry; no logits are materialised (modelled from source, not measured here)",
                           "cut_cross_entropy cce.py"))
     else:
-        terms.append(Term("act_logsoftmax", "activations", b_32 * T * V, r"A_{\mathrm{lsm}}",
+        terms.append(Term("act_logsoftmax", Role.LOSS_ACTIVATION, b_32 * T * V, r"A_{\mathrm{lsm}}",
                           "cross-entropy upcasts logits to fp32 and keeps log_softmax for backward"
                           + (" (torchtune: each chunk's, all chunks together)" if s_.loss_impl == "chunked" else ""),
                           "torchtune CEWithChunkedOutputLoss" if s_.loss_impl == "chunked"
                           else "transformers ForCausalLMLoss; torch log_softmax"))
     if fam.extra("final_logit_softcapping"):
-        terms.append(Term("act_logit_softcap", "activations", b_c * T * V, r"A_{\mathrm{cap}}",
+        terms.append(Term("act_logit_softcap", Role.LOSS_ACTIVATION, b_c * T * V, r"A_{\mathrm{cap}}",
                           "final-logit soft-capping keeps tanh(logits / cap) for backward", fam.source))
     bases = fam.dim("rope_bases")
     b_rope = b_32 if fam.extra("rope_fp32") else b_c  # OLMo 2 keeps cos/sin in fp32
-    terms.append(Term("act_rope", "activations", 2 * bases * b_rope * s * dh, r"A_{\mathrm{rope}}",
+    terms.append(Term("act_rope", Role.STEP_INPUT, 2 * bases * b_rope * s * dh, r"A_{\mathrm{rope}}",
                       "RoPE cos and sin, shared by all layers" + " (one pair per rotary base)" * (bases != 1),
                       "transformers LlamaRotaryEmbedding"))
     if s_.checkpoint_reentrant and s_.kbit_prep:
-        terms.append(Term("act_reentrant_rope", "activations", 2 * bases * b_rope * s * dh + b_id * s,
+        terms.append(Term("act_reentrant_rope", Role.STEP_INPUT, 2 * bases * b_rope * s * dh + b_id * s,
                           r"A_{\mathrm{rope}}'", "reentrant checkpointing of a prepared QLoRA model keeps one more "
                           "step's RoPE cos, sin and cache_position alive (measured; not with non-reentrant)",
                           "torch.utils.checkpoint (use_reentrant=True)"))
-    terms.append(Term("act_tokens", "activations", 2 * b_id * T, r"A_{\mathrm{ids}}",
+    terms.append(Term("act_tokens", Role.STEP_INPUT, 2 * b_id * T, r"A_{\mathrm{ids}}",
                       "input ids and the shifted labels (int64)", "transformers ForCausalLMLoss"))
     return terms
 
@@ -443,11 +518,11 @@ def _trl_loss_terms(s_: Structure) -> list[Term]:
     hidden_cast = 0 if wide else hidden * T * h
     accumulator = b_32 * V * h if s_.method == "full" and not (s_.weight_casts or s_.compute_fp32) else 0
     source = "trl 1.16 kernels/chunked_logprob.py ChunkedLogProbFunction"
-    return [Term("logits", "transient", buffer + 7 * b_32 * T + casts, r"M_{\mathrm{logits}}",
+    return [Term("logits", Role.LOSS_TEMPORARY, buffer + 7 * b_32 * T + casts, r"M_{\mathrm{logits}}",
                  "TRL's fused LM head: one [min(T, 4096), 32768] tile buffer in the compute dtype (not clipped to the "
                  "vocabulary) and seven fp32 statistics per token; no logits (modelled from source, not measured here)",
                  source),
-            Term("loss_backward_temp", "transient", buffer + b_32 * T * h + hidden_cast + casts + accumulator,
+            Term("loss_backward_temp", Role.LOSS_BACKWARD_TEMPORARY, buffer + b_32 * T * h + hidden_cast + casts + accumulator,
                  r"M_{\mathrm{CE}'}", "its backward: the tile buffer again, the hidden states' gradient accumulated in "
                  "fp32" + (" and cast back" if hidden_cast else "")
                  + (", lm_head's gradient accumulated in fp32" if accumulator else "") + " (modelled from source)",
@@ -463,34 +538,34 @@ def loss_terms(s_: Structure, logits_bytes) -> list[Term]:
         why = ("Liger FLCE: one chunk of logits (chunk = min(next_pow2(⌈T/⌈V/h⌉⌉), T) rows), the gradients it "
                "writes in the forward" + (" (lm_head's weight gradient too)" if lm_head_trains else "")
                + " — modelled from source, not measured here (Triton kernels only)")
-        return [Term("logits", "transient", b_c * liger_chunk(s_) * V + grad_w, r"M_{\mathrm{logits}}", why,
+        return [Term("logits", Role.LOSS_TEMPORARY, b_c * liger_chunk(s_) * V + grad_w, r"M_{\mathrm{logits}}", why,
                      "liger_kernel ops/fused_linear_cross_entropy.py"),
-                Term("loss_backward_temp", "transient", grad_w, r"M_{\mathrm{CE}'}",
+                Term("loss_backward_temp", Role.LOSS_BACKWARD_TEMPORARY, grad_w, r"M_{\mathrm{CE}'}",
                      "Liger's backward returns the gradients stored in the forward (nothing new)",
                      "liger_kernel fused_linear_cross_entropy_backward")]
     if s_.loss_impl == "trl":
         return _trl_loss_terms(s_)
     if s_.loss_impl == "cce":
         grad_w = b_c * V * h if lm_head_trains else sp.Integer(0)
-        return [Term("logits", "transient", b_32 * T, r"M_{\mathrm{logits}}",
+        return [Term("logits", Role.LOSS_TEMPORARY, b_32 * T, r"M_{\mathrm{logits}}",
                      "Cut Cross-Entropy's forward: an fp32 dot product per token; no logits (modelled from source, "
                      "not measured here)", "cut_cross_entropy cce.py"),
-                Term("loss_backward_temp", "transient", b_c * T * h + 12 * V + grad_w, r"M_{\mathrm{CE}'}",
+                Term("loss_backward_temp", Role.LOSS_BACKWARD_TEMPORARY, b_c * T * h + 12 * V + grad_w, r"M_{\mathrm{CE}'}",
                      "its backward: the hidden states' gradient, the vocabulary sort (int64 then int32)"
                      + (" and lm_head's gradient" if lm_head_trains else "") + " (modelled from source)",
                      "cut_cross_entropy cce_backward.py")]
     chunks = sym("loss_chunks") if s_.loss_impl == "chunked" else 1
     terms = [
-        Term("logits", "transient", logits_bytes * T * V, r"M_{\mathrm{logits}}",
+        Term("logits", Role.LOSS_TEMPORARY, logits_bytes * T * V, r"M_{\mathrm{logits}}",
              "the lm_head output, alive while the loss is computed"
              + (" (torchtune: the list of c chunks)" if chunks != 1 else ""), "transformers LlamaForCausalLM"),
-        Term("loss_backward_temp", "transient", 2 * b_32 * T * V / chunks, r"M_{\mathrm{CE}'}",
+        Term("loss_backward_temp", Role.LOSS_BACKWARD_TEMPORARY, 2 * b_32 * T * V / chunks, r"M_{\mathrm{CE}'}",
              "the loss backward holds nll_loss's fp32 gradient and log_softmax's fp32 gradient at once"
              + (" — of one chunk at a time" if chunks != 1 else ""),
              "torch nll_loss_backward, _log_softmax_backward_data"),
     ]
     if not s_.compute_fp32:
-        terms.insert(1, Term("logits_fp32", "transient", b_32 * T * V / chunks, r"M_{\mathrm{logits},32}",
+        terms.insert(1, Term("logits_fp32", Role.LOSS_TEMPORARY, b_32 * T * V / chunks, r"M_{\mathrm{logits},32}",
                              "logits.float(): the fp32 copy cross-entropy reads" + (" (one chunk)" if chunks != 1 else ""),
                              "transformers ForCausalLMLoss" if chunks == 1 else "torchtune CEWithChunkedOutputLoss"))
     return terms
@@ -554,37 +629,43 @@ def transient_terms(s_: Structure) -> list[Term]:
     """Tensors alive only at one moment of the step (not part of the ledger sum)."""
     logits_bytes = b_32 if s_.compute_fp32 else b_c
     terms = loss_terms(s_, logits_bytes) + [
-        Term("norm_backward_temp", "transient", 5 * b_32 * T * h, r"M_{\mathrm{norm}'}",
-             "the final RMSNorm's backward holds five fp32 hidden-sized gradients at once", "autograd of LlamaRMSNorm"),
-        Term("backward_tail", "transient", 2 * b_c * T * h, r"M_{\mathrm{tail}}",
+        Term("norm_backward_temp", Role.BACKWARD_TEMPORARY, 5 * b_32 * T * h, r"M_{\mathrm{norm}'}",
+             "the final RMSNorm's backward holds five fp32 hidden-sized gradients at once", "autograd of LlamaRMSNorm",
+             lifetime=(Phase.FINAL_NORM_BACKWARD,)),
+        Term("backward_tail", Role.EMBEDDING_GRADIENT, 2 * b_c * T * h, r"M_{\mathrm{tail}}",
              "the gradient reaching the embedding and its accumulation buffer", "autograd"),
     ]
 
     temp, why, source = _layer_backward_temp(s_)
-    terms.append(Term("layer_backward_temp", "transient", temp, r"M_{\mathrm{mlp}'}", why, source))
+    terms.append(Term("layer_backward_temp", Role.BACKWARD_TEMPORARY, temp, r"M_{\mathrm{mlp}'}", why, source))
     if "lm_head" in s_.modules_to_save:
-        terms.append(Term("head_grad", "transient", saved_copy_bytes(s_) * V * h, r"M_{\mathrm{grad},V}",
+        terms.append(Term("head_grad", Role.EARLY_GRADIENT, saved_copy_bytes(s_) * V * h, r"M_{\mathrm{grad},V}",
                           "the trainable lm_head copy's gradient, made by the loss backward, alive through the rest "
                           "of backward", "autograd order"))
     embed_copy = saved_copy_bytes(s_) * V * h if "embed_tokens" in s_.modules_to_save else 0
-    terms.append(Term("grads_before_first_layer", "transient",
+    terms.append(Term("grads_before_first_layer", Role.GRADIENTS_SO_FAR,
                       per_trainable(s_, b_g, saved_copy_bytes(s_)) - b_g * _first_layer_params(s_) - embed_copy,
                       r"M_{\mathrm{grad},>0}", "gradients already accumulated when backward reaches the first layer "
                       "(all but the first layer's and the embedding's)", "autograd order"))
     if s_.tied and not s_.lora:
-        terms.append(Term("tied_grad_sum", "transient", 2 * b_g * V * h, r"M_{\mathrm{tied}'}",
+        terms.append(Term("tied_grad_sum", Role.BACKWARD_TEMPORARY, 2 * b_g * V * h, r"M_{\mathrm{tied}'}",
                           "tied embeddings: lm_head's gradient and the embedding's are summed at the end of backward, "
-                          "both alive beside the sum", "autograd of a shared weight (embedding_dense_backward)"))
+                          "both alive beside the sum", "autograd of a shared weight (embedding_dense_backward)",
+                          lifetime=(Phase.BACKWARD_END,)))
     if s_.method == "qlora":
-        terms.append(Term("dequant_temp", "transient", b_w * _largest_linear(s_),
+        terms.append(Term("dequant_temp", Role.BACKWARD_TEMPORARY, b_w * _largest_linear(s_),
                           r"M_{\mathrm{dequant}}", "bitsandbytes dequantizes one 4-bit weight to the load dtype "
                           "for each matmul (the largest is the bound)", "bitsandbytes MatMul4Bit"))
     if s_.dora and any(s_.arch.linear(t) in s_.arch.linears for t in s_.targets):
-        terms.append(Term("dora_weight_norm", "transient", dora_forward_temp(s_), r"M_{\mathrm{DoRA}}",
+        terms.append(Term("dora_weight_norm", Role.FORWARD_TEMPORARY, dora_forward_temp(s_), r"M_{\mathrm{DoRA}}",
                           "one DoRA forward's weight norm: eye(d_in), ΔW = B·A, W in the adapter dtype, s·ΔW and "
                           "W + s·ΔW, weight-sized (the layer's last target), net of what that target saves after it",
-                          "peft tuners/lora/dora.py DoraLinearLayer.forward, get_weight_norm"))
-    terms.append(Term("one_layer", "transient", per_layer_bytes(s_) + sliding_extra(s_), r"M_{\mathrm{layer}}",
+                          "peft tuners/lora/dora.py DoraLinearLayer.forward, get_weight_norm",
+                          lifetime=(Phase.LAST_LAYER_RECOMPUTE, Phase.FIRST_LAYER_RECOMPUTE) if s_.grad_checkpointing
+                          else (Phase.FORWARD,)))
+    terms.append(Term("one_layer", Role.RECOMPUTED_ACTIVATION, per_layer_bytes(s_) + sliding_extra(s_), r"M_{\mathrm{layer}}",
                       "one layer's saved tensors (recomputed under checkpointing), alive until its backward ends",
-                      "torch.utils.checkpoint / autograd"))
+                      "torch.utils.checkpoint / autograd",   # without checkpointing: the first layer's, still saved
+                      lifetime=span(Phase.LAST_LAYER_RECOMPUTE, Phase.FIRST_LAYER_BACKWARD) if s_.grad_checkpointing
+                      else (Phase.FIRST_LAYER_BACKWARD,)))
     return terms

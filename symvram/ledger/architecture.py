@@ -15,11 +15,13 @@ head_dim*kv_heads
 """
 from __future__ import annotations
 
+import os
 import re
 import tomllib
 from dataclasses import dataclass
 from functools import cache, cached_property
 from importlib import resources
+from pathlib import Path
 
 import sympy as sp
 
@@ -117,6 +119,7 @@ class Family:
     moe_weights: tuple[Linear, ...]              # the MoE block's weights that are not nn.Linear (router, fused experts)
     targets: tuple[tuple[str, tuple[str, ...]], ...]
     extras: tuple[tuple[str, object], ...] = ()  # family-specific settings (soft-capping, embedding scale …)
+    unmodelled: tuple[str, ...] = ()  # a drafted entry: transformers module classes whose saved tensors no rule models
 
     # --- lookups -------------------------------------------------------------------------------
     def linear(self, name: str) -> Linear:
@@ -208,13 +211,63 @@ class Family:
 
 # --- the data entries ----------------------------------------------------------------------------
 
+_REGISTERED: dict[str, dict] = {}  # entries given at run time (``register_family``), by name
+
+
+def register_family(name: str, text: str) -> Family:
+    """Add an entry written as TOML text (a ``symvram family-draft``) to this process's families, under ``name``
+    (a name or model_type already shipped is refused), and return it parsed.
+
+    >>> register_family("mine", 'model_types = ["qwen3"]')
+    Traceback (most recent call last):
+    ...
+    symvram.errors.UserError: family 'mine': a shipped family already has this name or one of its model_types
+    """
+    data = tomllib.loads(text)
+    shipped = shipped_model_types()
+    if name in shipped.values() or set(data.get("model_types", ())) & set(shipped):
+        raise UserError(f"family {name!r}: a shipped family already has this name or one of its model_types")
+    _REGISTERED[name] = data
+    for cached in (_read, family, family_names, families_by_model_type):
+        cached.cache_clear()
+    return family(name)
+
+
+def shipped_model_types() -> dict[str, str]:
+    """model_type → the shipped family (symvram/data/families/) that describes it."""
+    return {mt: p.name[:-5] for p in _shipped_files() for mt in _resolved(p.name[:-5])["model_types"]}
+
+
+def _shipped_files():
+    return [p for p in resources.files("symvram.data").joinpath("families").iterdir() if p.name.endswith(".toml")]
+
+
+FAMILIES_ENV = "SYMVRAM_FAMILIES"  # folders (os.pathsep-separated) of further entries, read like the shipped ones
+
+
+def _user_files() -> dict[str, Path]:
+    """The ``*.toml`` entries in the folders ``$SYMVRAM_FAMILIES`` names, by name (a shipped name wins)."""
+    out: dict[str, Path] = {}
+    for folder in filter(None, os.environ.get(FAMILIES_ENV, "").split(os.pathsep)):
+        for path in sorted(Path(folder).glob("*.toml")):
+            out.setdefault(path.stem, path)
+    return out
+
+
 @cache
 def _read(name: str) -> dict:
     """The entry as written, parsed once (every family that extends llama reads it again); not to be changed."""
+    if name in _REGISTERED:
+        return _REGISTERED[name]
     path = resources.files("symvram.data").joinpath("families", f"{name}.toml")
+    if not path.is_file() and name in _user_files():
+        path = _user_files()[name]
     if not path.is_file():
         raise UserError(f"no model family {name!r}; known: {', '.join(family_names())}")
-    return tomllib.loads(path.read_text(encoding="utf-8"))
+    try:
+        return tomllib.loads(path.read_text(encoding="utf-8"))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
+        raise UserError(f"{path}: not a family entry (TOML: {e})") from None
 
 
 def _resolved(name: str, seen: tuple[str, ...] = ()) -> dict:
@@ -259,7 +312,7 @@ def family(name: str) -> Family:
         linears=_linears(e["linears"], where), norms=norms,
         moe_weights=_linears(e.get("moe_weights", {}), where, "experts"),
         targets=tuple((g, tuple(ms)) for g, ms in e["targets"].items()),
-        extras=tuple(sorted(e.get("extras", {}).items())),
+        extras=tuple(sorted(e.get("extras", {}).items())), unmodelled=tuple(e.get("unmodelled", ())),
     )
     for group, members in fam.targets:
         if unknown := set(members) - set(fam.linear_map):
@@ -269,8 +322,8 @@ def family(name: str) -> Family:
 
 @cache
 def family_names() -> tuple[str, ...]:
-    return tuple(sorted(p.name[:-5] for p in resources.files("symvram.data").joinpath("families").iterdir()
-                        if p.name.endswith(".toml")))
+    shipped = [p.name[:-5] for p in _shipped_files()]
+    return tuple(sorted(set(shipped) | set(_REGISTERED) | set(_user_files())))
 
 
 @cache

@@ -16,8 +16,8 @@ from functools import lru_cache
 from .activations import ACTIVATION_FIELDS, saved_terms, transient_terms
 from .sharding import divide_terms, divides_only, gpu_moments, shard_definitions, shard_terms
 from .structure import Structure
-from .terms import Ledger, Moment
-from .weights import TRAINABLE_WEIGHTS, base_terms, definitions, optimizer_temp_terms, trainable_terms
+from .terms import GRADIENTS, MOMENTS, PARAMETERS, STATES, Ledger, Moment, Role, Term
+from .weights import base_terms, definitions, optimizer_temp_terms, trainable_terms
 
 
 # what the loss holds at its two moments, per --loss-impl: (computing it, the start of its backward)
@@ -32,58 +32,27 @@ LOSS_MOMENT_WORDS = {
 }
 
 
+def _listing_order(term: Term) -> int:
+    """A moment lists the parameters, the states, the gradients, the saved activations, a recomputed layer and
+    then the temporaries (each group in the ledger's order)."""
+    for i, roles in enumerate((PARAMETERS, STATES, GRADIENTS)):
+        if term.role in roles:
+            return i
+    if term.info.block == "activations":
+        return 3
+    return 4 if term.role is Role.RECOMPUTED_ACTIVATION else 5
+
+
 def _moments(terms: dict, s: Structure) -> tuple[Moment, ...]:
-    params = [k for k, t in terms.items() if t.block == "base" or k in TRAINABLE_WEIGHTS]
-    states = [k for k in ("optimizer_states", "optimizer_steps") if k in terms]
-    saved = [k for k, t in terms.items() if t.block == "activations"]
-    kept = ["act_rope", "act_tokens"] + [k for k in ("act_reentrant_rope",) if k in terms]  # alive for the whole step
-    loss_saved = ("act_logsoftmax", "act_logit_softcap")  # freed once the loss backward is done
+    """The moments of ``MOMENTS`` that exist for these terms, each with the terms alive in its phase."""
     computing, backward = LOSS_MOMENT_WORDS[s.loss_impl]
-    moments = [
-        Moment("forward_loss", "forward, computing the loss", tuple(params + states + saved + [
-            k for k in ("logits", "logits_fp32") if k in terms]),
-            f"every saved activation, {computing} (step 2: optimizer states exist)"),
-        Moment("loss_backward", "start of the loss backward", tuple(params + states + saved + ["loss_backward_temp"]),
-               f"every saved activation plus {backward}"),
-    ]
-    head = [k for k in ("head_grad",) if k in terms]  # a trainable lm_head's gradient exists from here on
-    moments.append(Moment("final_norm_backward", "backward through the final norm", tuple(
-        params + states + head + [k for k in saved if k not in loss_saved] + ["norm_backward_temp"]),
-        "the loss gradients are freed; every layer's activations are still saved"))
-    layer_temps = ["layer_backward_temp"] + [k for k in ("dequant_temp",) if k in terms]
-    layer = ["one_layer"] + layer_temps
-    if not s.grad_checkpointing:
-        moments.append(Moment("last_layer_backward", "backward through the last layer's MLP", tuple(
-            params + states + head + [k for k in saved if k not in loss_saved] + layer_temps),
-            "every layer's activations are still saved while the last layer's MLP backward runs"))
-    if s.grad_checkpointing:
-        moments.append(Moment("recompute", "backward, recomputing the last layer", tuple(
-            params + states + head + [k for k in saved if k in ("act_checkpoints", "act_input_grad_leaf", "act_sliding_mask")]
-            + kept + layer),
-            "the checkpointed inputs plus one recomputed layer's saved tensors and its MLP backward"))
-    if "dora_weight_norm" in terms and not s.grad_checkpointing:
-        moments.append(Moment("dora_forward", "forward, the last layer's DoRA weight norm", tuple(
-            params + states + [k for k in saved if k not in loss_saved and k != "act_final_norm"] + ["dora_weight_norm"]),
-            "every layer's activations are saved while the last layer's DoRA forward builds weight-sized temporaries"))
-    if "dora_weight_norm" in terms and s.grad_checkpointing:
-        moments.append(Moment("dora_recompute_last", "backward, recomputing the last layer's DoRA weight norm", tuple(
-            params + states + head + [k for k in saved if k in ("act_checkpoints", "act_sliding_mask")] + kept
-            + ["one_layer", "dora_weight_norm"]),
-            "every layer's checkpointed input, the last layer recomputed and one DoRA forward's weight-sized "
-            "temporaries, before any LoRA gradient exists"))
-        moments.append(Moment("dora_recompute", "backward, recomputing the first layer's DoRA weight norm", tuple(
-            params + states + ["grads_before_first_layer"] + kept + ["one_layer", "dora_weight_norm"]),
-            "the first layer is recomputed with nearly every gradient made: its saved tensors and one DoRA "
-            "forward's weight-sized temporaries"))
-    moments.append(Moment("first_layer_backward", "backward, reaching the first layer", tuple(
-        params + states + ["grads_before_first_layer"] + kept + layer),
-        "nearly every gradient exists while the first layer's tensors and its MLP backward are live"))
-    moments.append(Moment("backward_end", "end of backward", tuple(
-        params + states + ["grads"] + kept + ["backward_tail"] + [k for k in ("tied_grad_sum",) if k in terms]),
-        "all gradients exist; the activations are freed"))
-    moments.append(Moment("optimizer_step", "optimizer step", tuple(
-        params + states + ["grads"] + kept + [k for k in ("optimizer_temp",) if k in terms]),
-        "weights, gradients, states and the optimizer's own temporaries"))
+    moments = []
+    for spec in MOMENTS:
+        if spec.needs and any(t.role is spec.needs and t.alive(spec.phase) for t in terms.values()) != spec.present:
+            continue
+        alive = sorted((t for t in terms.values() if t.alive(spec.phase)), key=_listing_order)
+        moments.append(Moment(spec.key, spec.label, tuple(t.key for t in alive),
+                              spec.why.format(computing=computing, backward=backward)))
     return tuple(moments)
 
 

@@ -33,7 +33,7 @@ from ..symbols import sym
 from .architecture import L, h
 from .sharding import STAGE_NAMES, layer_bytes, root_bytes
 from .structure import Structure
-from .terms import Term
+from .terms import Role, Term
 from .weights import quant_constant_bits
 
 N, t = sym("gpus"), sym("tp")
@@ -85,50 +85,50 @@ def _build_comm(s_: Structure) -> CommLedger:
     terms: list[Term] = []
     stage = STAGE_NAMES[s_.zero]
     if s_.zero == 0:
-        terms.append(Term("allreduce_grads", "network", 2 * RING * grads, r"C_{\mathrm{AR}}",
+        terms.append(Term("allreduce_grads", Role.NETWORK_TRAFFIC, 2 * RING * grads, r"C_{\mathrm{AR}}",
                           "DDP all-reduces every trainable gradient (2 (N−1)/N of them per GPU)", NCCL))
     elif s_.zero in (1, 2):
-        terms.append(Term("reduce_scatter_grads", "network", RING * grads, r"C_{\mathrm{RS}}",
+        terms.append(Term("reduce_scatter_grads", Role.NETWORK_TRAFFIC, RING * grads, r"C_{\mathrm{RS}}",
                           f"{stage}: each GPU reduces its shard of the gradients", NCCL))
-        terms.append(Term("allgather_params", "network", RING * P_train * b_g * split, r"C_{\mathrm{AG}}",
+        terms.append(Term("allgather_params", Role.NETWORK_TRAFFIC, RING * P_train * b_g * split, r"C_{\mathrm{AG}}",
                           f"{stage}: the updated trainable weights are all-gathered after the step", NCCL))
     else:
         stored = stored_weight_bytes(s_) * split
         layers = L * layer_bytes(s_) * split
-        terms.append(Term("allgather_forward", "network", RING * stored, r"C_{\mathrm{AG,fwd}}",
+        terms.append(Term("allgather_forward", Role.NETWORK_TRAFFIC, RING * stored, r"C_{\mathrm{AG,fwd}}",
                           "ZeRO-3: every stored weight is all-gathered for forward (per layer unit, and the root)",
                           "torch FSDP2 fully_shard per decoder layer"))
-        terms.append(Term("allgather_backward", "network", RING * layers, r"C_{\mathrm{AG,bwd}}",
+        terms.append(Term("allgather_backward", Role.NETWORK_TRAFFIC, RING * layers, r"C_{\mathrm{AG,bwd}}",
                           "and each layer's again for backward (the root stays gathered)",
                           "torch FSDP2: reshard_after_forward, except at the root"))
-        terms.append(Term("reduce_scatter_grads", "network", RING * grads, r"C_{\mathrm{RS}}",
+        terms.append(Term("reduce_scatter_grads", Role.NETWORK_TRAFFIC, RING * grads, r"C_{\mathrm{RS}}",
                           "the trainable gradients are reduce-scattered", NCCL))
     if s_.tensor_parallel:
         passes = 2 + (1 if s_.grad_checkpointing else 0)      # forward, backward, recompute
-        terms.append(Term("tp_activations", "network", passes * 2 * 2 * (t - 1) / t * L * b * s * h * b_c,
+        terms.append(Term("tp_activations", Role.NETWORK_TRAFFIC, passes * 2 * 2 * (t - 1) / t * L * b * s * h * b_c,
                           r"C_{\mathrm{TP}}",
                           "tensor parallel: two all-reduces of b·s·h activations per layer and pass (sequence "
                           "parallel: all-gather + reduce-scatter, the same bytes)", "Megatron-LM (Korthikanti et al. 2022)"))
     if s_.offload != "none":
         shard = 1 / N
-        terms.append(Term("offload_grads", "host", P_train * b_g * shard * split, r"C_{\mathrm{host},g}",
+        terms.append(Term("offload_grads", Role.HOST_TRAFFIC, P_train * b_g * shard * split, r"C_{\mathrm{host},g}",
                           "the gradient shard goes to the CPU, whose optimizer updates it", "DeepSpeed ZeRO-Offload"))
-        terms.append(Term("offload_params_back", "host", P_train * b_g * shard * split, r"C_{\mathrm{host},w}",
+        terms.append(Term("offload_params_back", Role.HOST_TRAFFIC, P_train * b_g * shard * split, r"C_{\mathrm{host},w}",
                           "the updated weights come back", "DeepSpeed ZeRO-Offload"))
         if s_.offload == "optimizer+params":
-            terms.append(Term("offload_params", "host", 2 * stored_weight_bytes(s_) * shard * split,
+            terms.append(Term("offload_params", Role.HOST_TRAFFIC, 2 * stored_weight_bytes(s_) * shard * split,
                               r"C_{\mathrm{host},P}", "the weight shards are fetched for forward and for backward",
                               "DeepSpeed ZeRO-Infinity"))
     if s_.offload == "none":   # the update runs on the GPU: read weight, grad, states (master); write them back
         per_param = 2 * b_g + b_g + 2 * states * b_s + (2 * b_m if s_.master else 0)
         shard = 1 / N if s_.zero >= 1 else sp.Integer(1)
-        terms.append(Term("optimizer_update", "hbm", P_train * per_param * shard * split, r"M_{\mathrm{opt}}",
+        terms.append(Term("optimizer_update", Role.HBM_TRAFFIC, P_train * per_param * shard * split, r"M_{\mathrm{opt}}",
                           "the optimizer reads and writes every trainable weight, its states (and master), reads its gradient",
                           "elementwise: memory-bound"))
     if s_.method == "qlora":
         passes = 2 + (1 if s_.grad_checkpointing else 0)
         nf4 = P_quant * (q + quant_constant_bits(s_.double_quant)) / 8
-        terms.append(Term("dequantize", "hbm", passes * (nf4 + 2 * P_quant * b_c) * split, r"M_{\mathrm{dq}}",
+        terms.append(Term("dequantize", Role.HBM_TRAFFIC, passes * (nf4 + 2 * P_quant * b_c) * split, r"M_{\mathrm{dq}}",
                           "QLoRA dequantizes every NF4 weight to 16 bits in each pass (read NF4, write and read back 16-bit)",
                           "bitsandbytes dequantize_4bit"))
     return CommLedger(tuple(terms))

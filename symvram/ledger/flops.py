@@ -24,7 +24,7 @@ is not a matmul and is priced as memory traffic in ``symvram.timing`` instead.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property, lru_cache
 
 import sympy as sp
@@ -32,7 +32,8 @@ import sympy as sp
 from ..symbols import sym
 from .architecture import E, L, V, dh, h, k_e, nh
 from .structure import Structure
-from .terms import Term
+from .activations import needs_grad
+from .terms import Role, Term
 
 b, s, r, t = sym("batch"), sym("seq"), sym("rank"), sym("tp")
 T = b * s
@@ -62,36 +63,6 @@ class FlopsLedger:
         return sp.Add(*(x.expr for x in self.terms))
 
 
-def _feeds(name: str) -> str:
-    """Which of q, k, v an attention-input projection produces (``qkv`` for a fused one)."""
-    return "qkv" if name.startswith("qkv") else name[0]
-
-
-def _trains(s_: Structure, name: str) -> bool:
-    """The projection's output depends on a trainable weight (its own, or its LoRA adapter)."""
-    return s_.method == "full" or name in s_.targets
-
-
-def _needs_grad(s_: Structure, first: bool) -> dict[str, bool]:
-    """Which tensors of a layer need a gradient: its input groups and q, k, v.
-
-    Full fine-tuning: all. LoRA: a later layer's input depends on the adapters of the layers before;
-    the first layer's input is the frozen embedding's output (a leaf that requires grad only under
-    checkpointing, transformers' enable_input_require_grads), and a tensor inside it needs a gradient
-    once a trained projection produced it."""
-    fam = s_.arch
-    layer_in = s_.method == "full" or not first or s_.grad_checkpointing
-    readers = {g: [m for m in fam.linears + fam.moe_weights if m.input_group == g] for g in ("attn_in", "attn_out",
-                                                                                            "mlp_in", "mlp_act")}
-    out = {"attn_in": layer_in}
-    for x in "qkv":
-        out[x] = layer_in or any(_trains(s_, m.name) for m in readers["attn_in"] if x in _feeds(m.name))
-    out["attn_out"] = out["q"] or out["k"] or out["v"]
-    out["mlp_in"] = layer_in or out["attn_out"] or any(_trains(s_, m.name) for m in readers["attn_out"])
-    out["mlp_act"] = out["mlp_in"] or any(_trains(s_, m.name) for m in readers["mlp_in"])
-    return out
-
-
 def _tokens(s_: Structure, m) -> sp.Expr:
     """Rows a weight multiplies: T, or T·k_E for a routed expert (count E)."""
     return T * k_e if s_.arch.moe and m.count != 1 and m in s_.arch.moe_weights else T
@@ -100,7 +71,7 @@ def _tokens(s_: Structure, m) -> sp.Expr:
 def _layer(s_: Structure, first: bool) -> dict[str, sp.Expr]:
     """FLOPs of one decoder layer by kind (forward, input grads, weight grads, adapters, attention)."""
     fam = s_.arch
-    g = _needs_grad(s_, first)
+    g = needs_grad(s_, first)
     weights = fam.linears + fam.moe_weights
     fwd = {m.name: 2 * _tokens(s_, m) * m.d_in * m.d_out for m in weights}
     out = {"forward": sp.Add(*fwd.values())}
@@ -109,11 +80,16 @@ def _layer(s_: Structure, first: bool) -> dict[str, sp.Expr]:
     # merges (W + B·A) before the op runs, so the merged weight needs its gradient
     out["weight_grad"] = sp.Add(*(fwd[m.name] for m in weights
                                   if s_.method == "full" or (m.name in s_.targets and m in fam.moe_weights)))
-    lora_fwd = lora_bwd = sp.Integer(0)
+    lora_fwd = lora_bwd = dora = sp.Integer(0)
     for name in s_.targets:
         m = fam.linear(name)
         if m in fam.linears:   # nn.Linear: x·A (d_in → r), then ·B (r → d_out), per token
             lora_fwd += 2 * T * r * (m.d_in + m.d_out)
+            if s_.dora:   # the weight norm: ΔW = lora_B(lora_A(eye(d_in))) every forward, detached (no backward)
+                dora += 2 * m.d_in * r * (m.d_in + m.d_out)
+            if s_.dora and s_.dropout:   # the base result again, from the dropped-out input (variants.py)
+                dora += 2 * T * m.d_in * m.d_out
+                lora_bwd += 2 * T * m.d_in * m.d_out if g[m.input_group] else 0
             # B: its weight and its input (A's output) gradients; A: its weight, and its input if needed
             lora_bwd += 2 * T * r * (2 * m.d_out + m.d_in + (m.d_in if g[m.input_group] else 0))
         else:                  # a parameter: the delta B·A per copy (E for fused experts), per step, not per token
@@ -121,7 +97,7 @@ def _layer(s_: Structure, first: bool) -> dict[str, sp.Expr]:
             # PEFT's register_parametrization evaluates a stacked expert's delta once more to check it
             lora_fwd += delta * (2 if m.count != 1 else 1)
             lora_bwd += 2 * delta
-    out["lora_forward"], out["lora_backward"] = lora_fwd, lora_bwd
+    out["lora_forward"], out["lora_backward"], out["dora_forward"] = lora_fwd, lora_bwd, dora
     attn = 2 * T * s * nh * dh      # one of the two attention matmuls (QKᵀ or AV), full scores
     out["attention_forward"] = 2 * attn
     if s_.attention == "sdpa":   # the fused kernel: one backward recomputing the scores, 5 matmuls
@@ -135,7 +111,8 @@ def _layer(s_: Structure, first: bool) -> dict[str, sp.Expr]:
     skipped = sp.Integer(0)
     if down and not fam.moe and not any(n.at == "mlp_out" for n in fam.norms):
         m = down[0]
-        skipped = 2 * T * r * m.d_out if m.name in s_.targets else fwd[m.name]
+        # under DoRA the magnitude's gradient saves the LoRA result: nothing after the B matmul is skipped
+        skipped = (0 if s_.dora else 2 * T * r * m.d_out) if m.name in s_.targets else fwd[m.name]
     out["recompute_skipped"] = skipped
     return out
 
@@ -147,7 +124,8 @@ def _per_layer(layers: tuple[dict, dict], key: str) -> sp.Expr:
 
 
 # the only fields the FLOPs ledger reads: structures that differ elsewhere (dtypes, optimizer, ZeRO) share it
-FLOPS_FIELDS = ("method", "family", "targets", "attention", "grad_checkpointing", "tensor_parallel")
+FLOPS_FIELDS = ("method", "family", "targets", "attention", "grad_checkpointing", "tensor_parallel", "dora",
+                "dropout", "modules_to_save")
 
 
 def build_flops(s_: Structure) -> FlopsLedger:
@@ -161,37 +139,45 @@ def _build_flops(s_: Structure) -> FlopsLedger:
     split = 1 / t if s_.tensor_parallel else sp.Integer(1)   # Megatron: every matmul split t ways (vocab too)
     layers = (_layer(s_, False), _layer(s_, True))   # a later layer's and the first's, built once for every term
     terms = [
-        Term("fwd_layers", "forward", _per_layer(layers, "forward"), r"F_{\mathrm{lin}}",
+        Term("fwd_layers", Role.FORWARD_FLOPS, _per_layer(layers, "forward"), r"F_{\mathrm{lin}}",
              "2·T·d_in·d_out per projection of every layer (a routed expert: T·k_E tokens)", COUNTER),
-        Term("fwd_attention", "forward", _per_layer(layers, "attention_forward"), r"F_{\mathrm{attn}}",
+        Term("fwd_attention", Role.FORWARD_FLOPS, _per_layer(layers, "attention_forward"), r"F_{\mathrm{attn}}",
              "QKᵀ and AV per head over the full s×s scores (causal masking not discounted)", COUNTER),
-        Term("fwd_lm_head", "forward", lm_head, r"F_{\mathrm{head}}", "the lm_head: 2·T·h·V", COUNTER),
+        Term("fwd_lm_head", Role.FORWARD_FLOPS, lm_head, r"F_{\mathrm{head}}", "the lm_head: 2·T·h·V", COUNTER),
     ]
     if s_.lora:
-        terms.append(Term("fwd_lora", "forward", _per_layer(layers, "lora_forward"), r"F_{\mathrm{LoRA}}",
+        terms.append(Term("fwd_lora", Role.FORWARD_FLOPS, _per_layer(layers, "lora_forward"), r"F_{\mathrm{LoRA}}",
                           "the adapters: 2·T·r·(d_in + d_out) per target (a parameter target: its B·A delta)", PEFT))
+    if s_.dora:
+        terms.append(Term("fwd_dora", Role.FORWARD_FLOPS, L * layers[0]["dora_forward"], r"F_{\mathrm{DoRA}}",
+                          "DoRA's weight norm: lora_B(lora_A(eye(d_in))) per target, 2·d_in·r·(d_in + d_out), per "
+                          "step, not per token" + (" — and, with dropout, the base result again from the dropped-out "
+                                                   "input: 2·T·d_in·d_out" if s_.dropout else ""),
+                          "peft tuners/lora/dora.py DoraLinearLayer.get_lora_weight, forward; variants.py"))
     terms += [
-        Term("bwd_input_grads", "backward", _per_layer(layers, "input_grad") + lm_head, r"F_{\nabla x}",
+        Term("bwd_input_grads", Role.BACKWARD_FLOPS, _per_layer(layers, "input_grad") + lm_head, r"F_{\nabla x}",
              "an input gradient for every projection whose input needs one, and the lm_head's", COUNTER),
-        Term("bwd_attention", "backward", _per_layer(layers, "attention_backward"), r"F_{\nabla\mathrm{attn}}",
+        Term("bwd_attention", Role.BACKWARD_FLOPS, _per_layer(layers, "attention_backward"), r"F_{\nabla\mathrm{attn}}",
              "SDPA's backward recomputes the scores (5 matmuls); eager: one per operand needing a gradient",
              COUNTER),
     ]
-    weight_grads = _per_layer(layers, "weight_grad") + (lm_head if s_.method == "full" else 0)
+    lm_head_trains = s_.method == "full" or "lm_head" in s_.modules_to_save   # its own weight, or PEFT's copy
+    weight_grads = _per_layer(layers, "weight_grad") + (lm_head if lm_head_trains else 0)
     if weight_grads != 0:
-        terms.append(Term("bwd_weight_grads", "backward", weight_grads, r"F_{\nabla W}",
+        terms.append(Term("bwd_weight_grads", Role.BACKWARD_FLOPS, weight_grads, r"F_{\nabla W}",
                           "a weight gradient for every trainable weight (none for LoRA's frozen base)", COUNTER))
     if s_.lora:
-        terms.append(Term("bwd_lora", "backward", _per_layer(layers, "lora_backward"), r"F_{\nabla\mathrm{LoRA}}",
+        terms.append(Term("bwd_lora", Role.BACKWARD_FLOPS, _per_layer(layers, "lora_backward"), r"F_{\nabla\mathrm{LoRA}}",
                           "the adapters' weight gradients and the gradient through them", PEFT))
     if s_.grad_checkpointing:
         recompute = (_per_layer(layers, "forward") + _per_layer(layers, "attention_forward")
-                     + (_per_layer(layers, "lora_forward") if s_.lora else 0) - L * layers[0]["recompute_skipped"])
-        terms.append(Term("recompute_layers", "recompute", recompute, r"F_{\mathrm{rec}}",
+                     + (_per_layer(layers, "lora_forward") if s_.lora else 0) + L * layers[0]["dora_forward"]
+                     - L * layers[0]["recompute_skipped"])
+        terms.append(Term("recompute_layers", Role.RECOMPUTE_FLOPS, recompute, r"F_{\mathrm{rec}}",
                           "checkpointing reruns every layer's forward in backward, stopping after the last saved "
                           "tensor (the down projection's product is skipped when nothing saves it)",
                           "torch.utils.checkpoint (non-reentrant, early stop)"))
     if split != 1:
-        terms = [Term(x.key, x.block, x.expr * split, x.label, x.why + " (÷ t: tensor parallel)", x.source)
+        terms = [replace(x, expr=x.expr * split, why=x.why + " (÷ t: tensor parallel)")
                  for x in terms]
     return FlopsLedger(tuple(terms))

@@ -35,7 +35,7 @@ from ..symbols import latex, sym
 from .activations import ACTIVATION_FIELDS
 from .architecture import L, V, f, f_e, h, nh, nkv
 from .structure import Structure
-from .terms import Moment, Term
+from .terms import PHASES, WHOLE_STEP, Moment, Phase, Place, Role, Term, span
 from .functions import at_least
 from .weights import compute_adapter_bytes, compute_weight_bytes, quant_constant_bits
 
@@ -45,24 +45,14 @@ b_w, b_c, b_g, q = (sym(n) for n in ("bytes_weight", "bytes_act", "bytes_grad", 
 b_32, T = sym("bytes_fp32"), sym("batch") * sym("seq")
 A_saved = sym("A_saved")
 
-WEIGHT_KEYS = ("weights", "weights_nf4", "quant_constants", "weights_16bit", "adapters", "saved_modules")
-STATE_KEYS = ("master", "optimizer_states", "optimizer_temp")   # ZeRO-1 and up
-GRAD_KEYS = ("grads", "grads_before_first_layer")               # ZeRO-2 and up: reduce-scattered as produced
-GRAD_VIEWS = ("grads_before_first_layer",)  # part of "grads" seen at one moment
-OPTIMIZER_HOST_KEYS = ("grads", "master", "optimizer_states", "optimizer_steps", "optimizer_temp")
-PARAM_SIDE = WEIGHT_KEYS + GRAD_KEYS + OPTIMIZER_HOST_KEYS + ("buffers",)
-REPLICATED_ACTIVATIONS = ("act_rope", "act_tokens", "backward_tail")
 # the layers whose backward end can be the peak: that moment is linear in the layer's index i (one layer's
 # activations fewer, one layer's sharded gradients more per step down), so the largest is at an end of each
 # stretch: i = L−1 (nothing reduced yet), L−2 (a reduce-scatter input beside it), 1, and 0 (no prefetch)
 LAYER_ENDS = (("last", L - 1), ("next", L - 2), ("second", sp.Integer(1)), ("first", sp.Integer(0)))
 _LAYER_END_TEX = {which: latex(i) for which, i in LAYER_ENDS}   # L - 2 …: printed once, not per structure
 STAGE_NAMES = {0: "DDP", 1: "ZeRO-1", 2: "ZeRO-2", 3: "ZeRO-3"}
-# FSDP2's and DeepSpeed's parameter-sized buffers (gathered weights, unsharded gradients, collective buffers) and
-# DeepSpeed's step buffer: the parameter side and the optimizer step of a moment, for diagnose
-PARAMETER_BUFFERS = ("gathered_root", "allgather_root", "gathered_layer", "allgather_buffer", "layer_grads_unsharded",
-                     "reduce_scatter_buffer", "root_grads_unsharded", "root_reduce", "ds_reduce_bucket", "ds_gathered")
-STEP_BUFFERS = ("ds_step_grad",)
+# the roles of the buffers a ZeRO implementation adds on each rank (beside the single-GPU terms it divides)
+ZERO_BUFFERS = (Role.GATHERED_WEIGHT, Role.COMMUNICATION_BUFFER, Role.UNSHARDED_GRADIENT, Role.OPTIMIZER_STEP_TEMPORARY)
 
 
 def norm_params(s: Structure) -> sp.Expr:
@@ -82,9 +72,10 @@ TP_WIDTHS = {nh: nh / t, nkv: nkv / t, f: f / t, V: V / t, f_e: f_e / t}  # expe
 
 
 def _tensor_parallel(term: Term, s: Structure) -> Term:
-    if term.key in PARAM_SIDE:
+    """``term`` on one tensor-parallel rank, as its role's ``tp`` says."""
+    if term.info.tp == "parameters":
         expr = term.expr.xreplace({**_tp_params(s), **TP_WIDTHS})
-    elif term.key in REPLICATED_ACTIVATIONS:
+    elif term.info.tp == "replicated":
         return term
     elif s.sequence_parallel and V not in term.expr.free_symbols:
         expr = term.expr / t
@@ -139,35 +130,37 @@ def fsdp_terms(s: Structure) -> list[Term]:
     bu, unit, layer = compute_weight_bytes(s), layer_trainable(s), layer_bytes(s)
     src = "torch/distributed/fsdp/_fully_shard/_fsdp_param_group.py"
     terms = [
-        Term("gathered_root", "transient", root_bytes(s), r"M_{\mathrm{root}}",
+        Term("gathered_root", Role.GATHERED_WEIGHT, root_bytes(s), r"M_{\mathrm{root}}",
              "the root unit (embeddings, lm_head, final norm) all-gathered at the start of forward and never "
              "resharded until the end of backward", "_fsdp_state.py _lazy_init: post_forward_mesh_info = None at the root"),
-        Term("gathered_layer", "transient", layer, r"M_{\mathrm{layer}}",
+        Term("gathered_layer", Role.GATHERED_WEIGHT, layer, r"M_{\mathrm{layer}}",
              "the computing layer's unsharded parameters (the all-gather's copy-out)", f"{src} wait_for_unshard"),
-        Term("allgather_buffer", "transient", layer, r"M_{\mathrm{AG}}",
+        Term("allgather_buffer", Role.COMMUNICATION_BUFFER, layer, r"M_{\mathrm{AG}}",
              "an all-gather output, N × one layer's shard: in forward the computing layer's, kept until the next "
              "layer's copy-out returns; in backward the next layer's, prefetched (the root prefetches the last layer "
              "before the loss backward)", f"{src} wait_for_unshard (all_gather_state), _backward_prefetch"),
-        Term("allgather_root", "transient", root_bytes(s), r"M_{\mathrm{AG,root}}",
+        Term("allgather_root", Role.COMMUNICATION_BUFFER, root_bytes(s), r"M_{\mathrm{AG,root}}",
              "the root's all-gather output, kept (all_gather_state) until the first layer's copy-out returns",
              f"{src} wait_for_unshard"),
-        Term("first_layer_input", "transient", residual_bytes(s) * T * h, r"A_{\mathrm{emb}}",
-             "the embedding's output entering the first layer", "transformers LlamaModel.forward"),
-        Term("layer_grads_unsharded", "transient", unit * bu, r"G_{\mathrm{layer}}",
+        Term("first_layer_input", Role.FORWARD_TEMPORARY, residual_bytes(s) * T * h, r"A_{\mathrm{emb}}",
+             "the embedding's output entering the first layer", "transformers LlamaModel.forward",
+             lifetime=(Phase.FIRST_LAYER_FORWARD,)),
+        Term("layer_grads_unsharded", Role.UNSHARDED_GRADIENT, unit * bu, r"G_{\mathrm{layer}}",
              "the computing layer's unsharded gradients, until its post-backward copies them into the reduce-scatter "
              "input", f"{src} post_backward"),
-        Term("reduce_scatter_buffer", "transient", unit * b_g, r"M_{\mathrm{RS}}",
+        Term("reduce_scatter_buffer", Role.COMMUNICATION_BUFFER, unit * b_g, r"M_{\mathrm{RS}}",
              "the previous layer's reduce-scatter input (N × shard in the reduce dtype), kept until the next "
              "layer's post-backward", f"{src} post_backward (reduce_scatter_states)"),
-        Term("layer_end_temp", "transient", 3 * b_c * T * h, r"M_{\mathrm{norm}_0'}",
+        Term("layer_end_temp", Role.BACKWARD_TEMPORARY, 3 * b_c * T * h, r"M_{\mathrm{norm}_0'}",
              "at a layer's input-norm backward (beside the norm's fp32 temporaries): its saved input and the gradients "
-             "reaching the residual stream (measured)", "autograd of LlamaRMSNorm"),
+             "reaching the residual stream (measured)", "autograd of LlamaRMSNorm",
+             lifetime=(Phase.LAYER_END,)),
     ]
     below = A_saved   # one layer's saved tensors: shard_definitions
     reduced = unit * b_g / N if s.offload == "none" else 0                        # offloaded: on the host
     for which, i in LAYER_ENDS:   # the end of layer i's backward: layers > i reduced, layers < i still saved
         i_tex = _LAYER_END_TEX[which]
-        terms.append(Term(f"{which}_layer_end", "transient", i * below + (L - 1 - i) * reduced
+        terms.append(Term(f"{which}_layer_end", Role.LAYER_END, i * below + (L - 1 - i) * reduced
                           + at_least(L - 1 - i, 1) * unit * b_g + at_least(i, 1) * layer,
                           rf"M_{{\mathrm{{end}},{i_tex}}}",
                           f"at the {which} layer's input norm: the saved tensors (checkpointed: the inputs) of the "
@@ -177,10 +170,10 @@ def fsdp_terms(s: Structure) -> list[Term]:
                           f"{src} post_backward, _backward_prefetch"))
     if not s.lora:
         terms += [
-            Term("root_grads_unsharded", "transient", (V * h + h) * bu, r"G_{\mathrm{head}}",
+            Term("root_grads_unsharded", Role.UNSHARDED_GRADIENT, (V * h + h) * bu, r"G_{\mathrm{head}}",
                  "lm_head's and the final norm's unsharded gradients: the root reduce-scatters only at the end of "
                  "backward", f"{src} post_backward of the root (final callback)"),
-            Term("root_reduce", "transient", root_params(s) * b_g + sp.Max(
+            Term("root_reduce", Role.COMMUNICATION_BUFFER, root_params(s) * b_g + sp.Max(
                 root_params(s) * (bu - b_g / N), V * h * bu, evaluate=False), r"M_{\mathrm{RS,root}}",
                  "the root's reduce-scatter at the end of backward: its input (reduce dtype), and either every root "
                  "gradient (copy-in; its sharded output, counted in the gradients, not yet) or the embedding's "
@@ -234,38 +227,41 @@ def deepspeed_terms(s: Structure) -> list[Term]:
     why = " — modelled from DeepSpeed's source, not measured"
     bucket = ("stage3.py:782 (contiguous_gradients: one bucket per dtype at init)" if s.zero == 3 else
               "stage_1_and_2.py:3266 setup_buckets (a second only with overlap_comm, off below stage 3: config.py:386)")
-    terms = [Term("ds_reduce_bucket", "transient", sym("ds_reduce_bucket") * b_g, r"M_{\mathrm{bucket}}",
+    terms = [Term("ds_reduce_bucket", Role.COMMUNICATION_BUFFER, sym("ds_reduce_bucket") * b_g, r"M_{\mathrm{bucket}}",
                   "the gradient reduction bucket: reduce_bucket_size elements of the gradient dtype, allocated whole "
-                  "whatever the model's size" + why, DS + bucket)]
+                  "whatever the model's size" + why, DS + bucket, lifetime=WHOLE_STEP)]
     if s.zero == 3:
         step = sp.Min(P_train / N, sym("ds_sub_group"))
         terms += [
-            Term("ds_gathered", "transient", b_w * sp.Min(P, sym("ds_max_live")), r"M_{\mathrm{live}}",
+            Term("ds_gathered", Role.GATHERED_WEIGHT, b_w * sp.Min(P, sym("ds_max_live")), r"M_{\mathrm{live}}",
                  "gathered parameters: a parameter reused within stage3_max_reuse_distance (1e9 elements) is not "
                  "released, stage3_max_live_parameters (1e9) caps the resident set — the bound, held in forward and "
-                 "backward" + why, DS + "partitioned_param_coordinator.py (max_available_parameters_in_numel), config.py:245"),
-            Term("ds_step_grad", "transient", step * (b_32 + b_g), r"M_{\mathrm{step}}",
+                 "backward" + why, DS + "partitioned_param_coordinator.py (max_available_parameters_in_numel), config.py:245",
+                 lifetime=span(Phase.FORWARD, Phase.BACKWARD_END)),
+            Term("ds_step_grad", Role.OPTIMIZER_STEP_TEMPORARY, step * (b_32 + b_g), r"M_{\mathrm{step}}",
                  "the step's fp32 gradient of one sub-group (sub_group_size elements at most) beside its flattened "
                  "bf16 gradients" + why, DS + "stage3.py:2686 _prepare_fp32_grad_for_sub_group"),
         ]
     else:
-        terms.append(Term("ds_step_grad", "transient", P_train * (b_32 + b_g) / N, r"M_{\mathrm{step}}",
+        terms.append(Term("ds_step_grad", Role.OPTIMIZER_STEP_TEMPORARY, P_train * (b_32 + b_g) / N, r"M_{\mathrm{step}}",
                           "the step's fp32 copy of this rank's gradient partition beside its flattened bf16 gradients"
                           + why, DS + "stage_1_and_2.py:3112-3118 (flatten, .to(fp32))"))
     return terms
 
 
-def sharded_keys(stage: int) -> tuple[str, ...]:
-    """The terms ZeRO stage ``stage`` divides over the N data-parallel ranks.
+def zero_divides(term: Term, stage: int) -> bool:
+    """Whether ZeRO stage ``stage`` divides ``term`` over the N data-parallel ranks (its role's ``zero_stage``).
 
-    >>> sharded_keys(2)
-    ('master', 'optimizer_states', 'optimizer_temp', 'grads', 'grads_before_first_layer')
+    >>> from symvram.ledger.build import build_ledger
+    >>> [t.key for t in build_ledger(Structure(master=True)).terms if zero_divides(t, 2)]
+    ['grads', 'master', 'optimizer_states', 'grads_before_first_layer', 'optimizer_temp']
     """
-    return STATE_KEYS * (stage >= 1) + GRAD_KEYS * (stage >= 2) + WEIGHT_KEYS * (stage >= 3)
+    first = term.info.zero_stage
+    return first is not None and stage >= first
 
 
 def divides_only(s: Structure) -> bool:
-    """Whether the per-GPU ledger of ``s`` is its DDP ledger (``zero=0``) with ``sharded_keys(s.zero)`` divided
+    """Whether the per-GPU ledger of ``s`` is its DDP ledger (``zero=0``) with the terms ``zero_divides`` divided
     (``divide``) and nothing else, the moments unchanged: FSDP2's stages 1 and 2 without offload. Stage 3 adds
     FSDP2's buffers and moments, DeepSpeed its buckets, offload moves terms to the host.
 
@@ -283,9 +279,8 @@ def divide(term: Term, stage: int) -> Term:   # cached: structures share most of
 
 
 def divide_terms(terms, stage: int) -> list[Term]:
-    """``terms`` with the ones ZeRO stage ``stage`` shards divided (``sharded_keys``, ``divide``), in order."""
-    sharded = sharded_keys(stage)
-    return [divide(term, stage) if term.key in sharded else term for term in terms]
+    """``terms`` with the ones ZeRO stage ``stage`` shards divided (``zero_divides``, ``divide``), in order."""
+    return [divide(term, stage) if zero_divides(term, stage) else term for term in terms]
 
 
 def shard_terms(terms: list[Term], s: Structure) -> list[Term]:
@@ -297,23 +292,24 @@ def shard_terms(terms: list[Term], s: Structure) -> list[Term]:
         out += deepspeed_terms(s)
     if s.offload == "none":
         return out
-    host = OPTIMIZER_HOST_KEYS + WEIGHT_KEYS * (s.offload == "optimizer+params")
-    return [replace(term, block="host", why=term.why + " — offloaded to CPU memory") if term.key in host else term
-            for term in out if term.key not in GRAD_VIEWS]
+    moved = ("optimizer", "params") if s.offload == "optimizer+params" else ("optimizer",)
+    return [replace(term, place=Place.HOST, why=term.why + " — offloaded to CPU memory")
+            if term.info.offload in moved else term for term in out if term.info.offload != "dropped"]
 
 
 def gpu_moments(moments: tuple[Moment, ...], terms: dict[str, Term], s: Structure) -> tuple[Moment, ...]:
     """Moments of one GPU: host terms leave every moment; under ZeRO-3 FSDP2's buffers join them
-    (``fsdp_moments``). A gradient view dropped by offload (the gradients live on the host) leaves its
-    moments too."""
+    (``fsdp_moments``); DeepSpeed's buffers join the moments of the phases they live in. A gradient view dropped by
+    offload (the gradients live on the host) leaves its moments too."""
     if s.zero == 3 and s.zero_impl == "fsdp2":
         moments = fsdp_moments(moments, terms, s)
     on_gpu = {k for k, t in terms.items() if t.block != "host"}
+    own = [t for t in terms.values() if t.role in ZERO_BUFFERS] if s.zero and s.zero_impl == "deepspeed" else []
     out = []
     for m in moments:
         keys = m.terms
-        if s.zero and s.zero_impl == "deepspeed":   # the bucket lives from init (stage 3) or the first backward on
-            keys += ("ds_reduce_bucket",) + (("ds_step_grad",) if m.key == "optimizer_step" else ("ds_gathered",))
+        if own:
+            keys += tuple(t.key for t in own if t.alive(PHASES[m.key]) and t.key not in keys)
         if not on_gpu.issuperset(keys):
             keys = tuple(k for k in keys if k in on_gpu)
         out.append(m if keys == m.terms else Moment(m.key, m.label, keys, m.why))
@@ -379,5 +375,5 @@ def notes(s: Structure, gpus: int) -> list[str]:
     return out
 
 
-__all__ = ["PARAMETER_BUFFERS", "STEP_BUFFERS", "shard_terms", "gpu_moments", "fsdp_terms", "fsdp_moments", "deepspeed_terms", "layer_bytes", "root_bytes",
+__all__ = ["zero_divides", "shard_terms", "gpu_moments", "fsdp_terms", "fsdp_moments", "deepspeed_terms", "layer_bytes", "root_bytes",
            "norm_params", "notes"]

@@ -1,13 +1,27 @@
-"""Terms, moments and the ledger that holds them.
+"""Terms, their roles, moments and the ledger that holds them.
 
-A ``Term`` is one line of the memory ledger: a SymPy expression in bytes over registry symbols,
-the block it belongs to, its LaTeX name and a one-line reason. A ``Moment`` is an instant of the
-training step (end of forward, start of the loss backward, optimizer step …) whose live bytes are a
-sum of terms; the peak is the largest moment.
+A ``Term`` is one line of a ledger: a SymPy expression over registry symbols, its **role** (what the
+tensor is: a weight, a gradient, a saved activation …), its **place** (device, host, paged), its
+**lifetime** (the phases of the step it is alive in), its LaTeX name and a one-line reason. A
+``Moment`` is an instant of the training step (end of forward, start of the loss backward, optimizer
+step …) whose live bytes are a sum of terms; the peak is the largest moment.
+
+What a role means is written once, in ``ROLES``: the block it is reported in, the ZeRO stage that
+divides it, how tensor parallelism splits it, what CPU offload does to it, its triage part, its
+category as torch's ``MemTracker`` measures it and its lifetime. Sharding, offload, the moments,
+the triage, validate's comparison and the page all read that table (like the categories torch's
+``torch/distributed/_tools/mem_tracker.py`` gives every tensor, ``_MemRefType``, and the states a
+module moves through, ``_ModState``). A new kind of term is one new row.
+
+>>> ROLES[Role.OPTIMIZER_STATE].zero_stage, ROLES[Role.OPTIMIZER_STATE].block
+(1, 'trainable')
+>>> [p.name for p in ROLES[Role.GRADIENT].lifetime]
+['BACKWARD_END', 'OPTIMIZER_STEP']
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import Enum, IntEnum
 from functools import cached_property
 
 import sympy as sp
@@ -15,22 +29,201 @@ import sympy as sp
 BLOCKS = ("base", "trainable", "activations")
 
 
+class Phase(IntEnum):
+    """The phases of one training step, in program order: a term's lifetime is the phases it is alive in, a
+    moment is an instant of one phase. The recompute phases exist under activation checkpointing; a layer's
+    backward temporaries are made anew in every layer's backward (alive in both layer phases, not between)."""
+
+    FIRST_LAYER_FORWARD = 0     # FSDP2: the first layer's all-gather in forward
+    FORWARD = 1                 # the decoder layers' forward (the last layer's, at its DoRA weight norm)
+    LOSS = 2                    # the lm_head and the loss
+    LOSS_BACKWARD = 3           # the start of the loss backward
+    FINAL_NORM_BACKWARD = 4     # the final norm's backward
+    LAST_LAYER_RECOMPUTE = 5    # checkpointing: the last layer's forward run again
+    LAST_LAYER_BACKWARD = 6     # the last layer's MLP backward
+    LAYER_END = 7               # FSDP2: a layer's input-norm backward, its gradients unsharded
+    FIRST_LAYER_RECOMPUTE = 8   # checkpointing: the first layer's forward run again
+    FIRST_LAYER_BACKWARD = 9    # the first layer's MLP backward
+    BACKWARD_END = 10           # every gradient made
+    OPTIMIZER_STEP = 11         # optimizer.step()
+
+
+def span(first: Phase, last: Phase) -> tuple[Phase, ...]:
+    """The phases from ``first`` to ``last``, both included: a tensor made in ``first`` and freed after ``last``.
+
+    >>> [p.name for p in span(Phase.BACKWARD_END, Phase.OPTIMIZER_STEP)]
+    ['BACKWARD_END', 'OPTIMIZER_STEP']
+    """
+    return tuple(p for p in Phase if first <= p <= last)
+
+
+WHOLE_STEP = span(Phase.FIRST_LAYER_FORWARD, Phase.OPTIMIZER_STEP)
+
+
+class Place(str, Enum):
+    """Where a term's bytes are: on the GPU (in its peak), in CPU memory (offloaded) or in CUDA unified memory
+    (paged: outside torch's allocator). Host and paged terms are reported in their own block."""
+
+    DEVICE = "device"
+    HOST = "host"
+    PAGED = "paged"
+
+
+class Role(str, Enum):
+    """What a term is (its row of ``ROLES`` says what follows from that)."""
+
+    WEIGHT = "weight"                                  # a base weight (frozen under LoRA), packed or not
+    BUFFER = "buffer"                                  # a module buffer (rotary inv_freq …)
+    ADAPTER = "adapter"                                # LoRA's A and B (and DoRA's magnitude)
+    TRAINABLE_COPY = "trainable copy"                  # PEFT modules_to_save: a trainable copy of a module
+    MASTER = "master copy"                             # the fp32 master the optimizer updates
+    GRADIENT = "gradient"                              # every trainable weight's gradient
+    GRADIENTS_SO_FAR = "gradients so far"              # the gradients made before a moment of the backward
+    EARLY_GRADIENT = "early gradient"                  # a gradient the loss backward makes (a trainable lm_head)
+    OPTIMIZER_STATE = "optimizer state"                # the optimizer's per-element states (m, v …)
+    STEP_COUNT = "step count"                          # the optimizer's 0-d step tensors, one per parameter tensor
+    OPTIMIZER_STEP_TEMPORARY = "optimizer-step temporary"  # what optimizer.step() allocates and frees
+    SAVED_ACTIVATION = "saved activation"              # what the forward saves for backward
+    LOSS_ACTIVATION = "loss activation"                # what the loss saves for its backward (freed after it)
+    STEP_INPUT = "step input"                          # the batch's ids and the shared RoPE tables: the whole step
+    RECOMPUTED_ACTIVATION = "recomputed activation"    # one layer's saved tensors, rebuilt (or still saved)
+    FORWARD_TEMPORARY = "forward temporary"            # what one forward op holds and frees (DoRA's weight norm)
+    LOSS_TEMPORARY = "loss temporary"                  # the logits while the loss is computed
+    LOSS_BACKWARD_TEMPORARY = "loss backward temporary"  # the loss backward's gradients
+    BACKWARD_TEMPORARY = "backward temporary"          # a backward op's gradients and scratch
+    EMBEDDING_GRADIENT = "embedding gradient"          # the gradient reaching the embedding, whole on every rank
+    GATHERED_WEIGHT = "gathered weight"                # ZeRO-3: a unit's parameters all-gathered
+    UNSHARDED_GRADIENT = "unsharded gradient"          # ZeRO-3: a unit's gradients before their reduce-scatter
+    COMMUNICATION_BUFFER = "communication buffer"      # a collective's input or output buffer
+    LAYER_END = "layer end"                            # FSDP2: the bytes a layer's backward end adds up (mixed)
+    FORWARD_FLOPS = "forward FLOPs"                    # matmul FLOPs of the forward
+    BACKWARD_FLOPS = "backward FLOPs"                  # … of the backward
+    RECOMPUTE_FLOPS = "recompute FLOPs"                # … of checkpointing's recompute
+    NETWORK_TRAFFIC = "network traffic"                # bytes a step moves between GPUs
+    HOST_TRAFFIC = "host traffic"                      # … between GPU and CPU (offload)
+    HBM_TRAFFIC = "HBM traffic"                        # … through GPU memory beyond the matmuls
+
+
+@dataclass(frozen=True)
+class RoleInfo:
+    """What a role means for the ledger.
+
+    ``block``: where it is reported (base | trainable | activations | transient; a FLOPs term's phase, a
+    traffic term's link). ``unit``: B or FLOP. ``zero_stage``: the lowest ZeRO stage that divides it over the N
+    data-parallel ranks (None: never). ``tp``: how tensor parallelism splits it — ``parameters`` (per-rank
+    parameter counts, heads, d_ff, V), ``activations`` (heads, d_ff, V; sequence parallelism splits the rest
+    along the sequence), ``replicated`` (whole on every rank), None (born per rank). ``offload``: what CPU offload
+    does — ``optimizer`` (moved to the host by any offload), ``params`` (moved by optimizer+params), ``dropped``
+    (a view of gradients that offload keeps on the host), None (stays). ``triage``: its part of a moment
+    (analysis.diagnose.PARTS). ``measured``: its category in torch's MemTracker (validate.measure.BREAKDOWN_KEYS).
+    ``lifetime``: the phases it is alive in, unless the term says otherwise.
+    """
+
+    block: str
+    unit: str = "B"
+    zero_stage: int | None = None
+    tp: str | None = "activations"
+    offload: str | None = None
+    triage: str | None = None
+    measured: str | None = None
+    lifetime: tuple[Phase, ...] = ()
+
+
+_P = Phase
+LAYER_BACKWARDS = (_P.LAST_LAYER_BACKWARD, _P.FIRST_LAYER_BACKWARD)   # made anew in each layer's backward
+ROLES: dict[Role, RoleInfo] = {
+    Role.WEIGHT: RoleInfo("base", zero_stage=3, tp="parameters", offload="params", triage="parameter",
+                          measured="params", lifetime=WHOLE_STEP),
+    Role.BUFFER: RoleInfo("base", tp="parameters", triage="parameter", measured="buffers", lifetime=WHOLE_STEP),
+    Role.ADAPTER: RoleInfo("trainable", zero_stage=3, tp="parameters", offload="params", triage="parameter",
+                           measured="params", lifetime=WHOLE_STEP),
+    Role.TRAINABLE_COPY: RoleInfo("trainable", zero_stage=3, tp="parameters", offload="params", triage="parameter",
+                                  measured="params", lifetime=WHOLE_STEP),
+    Role.MASTER: RoleInfo("trainable", zero_stage=1, tp="parameters", offload="optimizer", triage="parameter",
+                          measured="params", lifetime=WHOLE_STEP),
+    Role.GRADIENT: RoleInfo("trainable", zero_stage=2, tp="parameters", offload="optimizer", triage="parameter",
+                            measured="grads", lifetime=span(_P.BACKWARD_END, _P.OPTIMIZER_STEP)),
+    Role.GRADIENTS_SO_FAR: RoleInfo("transient", zero_stage=2, tp="parameters", offload="dropped",
+                                    triage="parameter", measured="grads",
+                                    lifetime=span(_P.FIRST_LAYER_RECOMPUTE, _P.FIRST_LAYER_BACKWARD)),
+    # made by the loss backward, reduce-scattered with the root unit at the end of backward (not divided)
+    Role.EARLY_GRADIENT: RoleInfo("transient", tp="parameters", triage="parameter", measured="grads",
+                                  lifetime=span(_P.FINAL_NORM_BACKWARD, _P.LAST_LAYER_BACKWARD)),
+    Role.OPTIMIZER_STATE: RoleInfo("trainable", zero_stage=1, tp="parameters", offload="optimizer",
+                                   triage="parameter", measured="optimizer_state", lifetime=WHOLE_STEP),
+    # one per parameter tensor: a rank keeps one per (sharded) tensor, so ZeRO does not divide them
+    Role.STEP_COUNT: RoleInfo("trainable", tp="parameters", offload="optimizer", triage="parameter",
+                              measured="optimizer_state", lifetime=WHOLE_STEP),
+    Role.OPTIMIZER_STEP_TEMPORARY: RoleInfo("transient", zero_stage=1, tp="parameters", offload="optimizer",
+                                            triage="optimizer", measured="optimizer_step_temp",
+                                            lifetime=(_P.OPTIMIZER_STEP,)),
+    Role.SAVED_ACTIVATION: RoleInfo("activations", triage="activation", measured="activations",
+                                    lifetime=span(_P.FORWARD, _P.LAST_LAYER_BACKWARD)),
+    Role.LOSS_ACTIVATION: RoleInfo("activations", triage="loss", measured="activations",
+                                   lifetime=span(_P.LOSS, _P.LOSS_BACKWARD)),
+    Role.STEP_INPUT: RoleInfo("activations", tp="replicated", triage="activation", measured="inputs_other",
+                              lifetime=WHOLE_STEP),
+    Role.RECOMPUTED_ACTIVATION: RoleInfo("transient", triage="backward", measured="activations",
+                                         lifetime=(_P.FIRST_LAYER_BACKWARD,)),
+    Role.FORWARD_TEMPORARY: RoleInfo("transient", triage="backward", measured="activations",
+                                     lifetime=(_P.FORWARD,)),
+    Role.LOSS_TEMPORARY: RoleInfo("transient", triage="loss", measured="activations", lifetime=(_P.LOSS,)),
+    Role.LOSS_BACKWARD_TEMPORARY: RoleInfo("transient", triage="loss", measured="backward_temp",
+                                           lifetime=(_P.LOSS_BACKWARD,)),
+    Role.BACKWARD_TEMPORARY: RoleInfo("transient", triage="backward", measured="backward_temp",
+                                      lifetime=LAYER_BACKWARDS),
+    Role.EMBEDDING_GRADIENT: RoleInfo("transient", tp="replicated", triage="backward", measured="backward_temp",
+                                      lifetime=(_P.BACKWARD_END,)),
+    # ZeRO's own buffers, born per rank (torch's FSDPMemTracker has categories for them, MemTracker none)
+    Role.GATHERED_WEIGHT: RoleInfo("transient", tp=None, triage="parameter"),
+    Role.UNSHARDED_GRADIENT: RoleInfo("transient", tp=None, triage="parameter"),
+    Role.COMMUNICATION_BUFFER: RoleInfo("transient", tp=None, triage="parameter"),
+    # i·A_saved of the layers below, the sharded gradients above and the buffers: mostly the parameter side
+    Role.LAYER_END: RoleInfo("transient", tp=None, triage="parameter", lifetime=(_P.LAYER_END,)),
+    Role.FORWARD_FLOPS: RoleInfo("forward", unit="FLOP", tp=None),
+    Role.BACKWARD_FLOPS: RoleInfo("backward", unit="FLOP", tp=None),
+    Role.RECOMPUTE_FLOPS: RoleInfo("recompute", unit="FLOP", tp=None),
+    Role.NETWORK_TRAFFIC: RoleInfo("network", tp=None),
+    Role.HOST_TRAFFIC: RoleInfo("host", tp=None),
+    Role.HBM_TRAFFIC: RoleInfo("hbm", tp=None),
+}
+# the persistent parameter side, optimizer states and gradients: the first groups of every moment, in this order
+PARAMETERS = (Role.WEIGHT, Role.BUFFER, Role.ADAPTER, Role.TRAINABLE_COPY, Role.MASTER)
+STATES = (Role.OPTIMIZER_STATE, Role.STEP_COUNT)
+GRADIENTS = (Role.GRADIENT, Role.GRADIENTS_SO_FAR, Role.EARLY_GRADIENT)
+
+
 @dataclass(frozen=True)
 class Term:
-    """One memory term. ``block`` is base | trainable | activations | transient.
+    """One term: its expression (bytes, or FLOPs for a FLOPs term), its role, where it is and when it lives.
 
     >>> from symvram.symbols import sym
-    >>> t = Term("grads", "trainable", sym("P_train") * sym("bytes_grad"), r"M_{grad}", "one gradient per trainable weight")
-    >>> t.expr
-    P_train*bytes_grad
+    >>> t = Term("grads", Role.GRADIENT, sym("P_train") * sym("bytes_grad"), r"M_{grad}", "one gradient per trainable weight")
+    >>> t.expr, t.block
+    (P_train*bytes_grad, 'trainable')
     """
 
     key: str
-    block: str
+    role: Role
     expr: sp.Expr
     label: str
     why: str
     source: str = ""
+    place: Place = Place.DEVICE
+    lifetime: tuple[Phase, ...] = ()   # empty: the role's (ROLES)
+
+    @property
+    def info(self) -> RoleInfo:
+        return ROLES[self.role]
+
+    @property
+    def block(self) -> str:
+        """The block it is reported in: its role's, or host / paged when it is not on the device."""
+        return ROLES[self.role].block if self.place is Place.DEVICE else self.place.value
+
+    def alive(self, phase: Phase) -> bool:
+        """On the device in ``phase``."""
+        return self.place is Place.DEVICE and phase in (self.lifetime or ROLES[self.role].lifetime)
 
     def __repr__(self) -> str:
         from ..rendering import render
@@ -49,6 +242,51 @@ class Moment:
     label: str
     terms: tuple[str, ...]
     why: str
+
+
+@dataclass(frozen=True)
+class MomentSpec:
+    """One moment of the step: an instant of ``phase``, whose terms are those alive then (``Term.alive``). It
+    exists when a term of role ``needs`` lives in that phase (``present``) or none does (not ``present``)."""
+
+    key: str
+    label: str
+    phase: Phase
+    why: str
+    needs: Role | None = None
+    present: bool = True
+
+
+# the moments in the order they are reported (the DoRA ones after the layers' backward they compete with)
+MOMENTS = (
+    MomentSpec("forward_loss", "forward, computing the loss", Phase.LOSS,
+               "every saved activation, {computing} (step 2: optimizer states exist)"),
+    MomentSpec("loss_backward", "start of the loss backward", Phase.LOSS_BACKWARD,
+               "every saved activation plus {backward}"),
+    MomentSpec("final_norm_backward", "backward through the final norm", Phase.FINAL_NORM_BACKWARD,
+               "the loss gradients are freed; every layer's activations are still saved"),
+    MomentSpec("last_layer_backward", "backward through the last layer's MLP", Phase.LAST_LAYER_BACKWARD,
+               "every layer's activations are still saved while the last layer's MLP backward runs",
+               Role.RECOMPUTED_ACTIVATION, present=False),
+    MomentSpec("recompute", "backward, recomputing the last layer", Phase.LAST_LAYER_BACKWARD,
+               "the checkpointed inputs plus one recomputed layer's saved tensors and its MLP backward",
+               Role.RECOMPUTED_ACTIVATION),
+    MomentSpec("dora_forward", "forward, the last layer's DoRA weight norm", Phase.FORWARD,
+               "every layer's activations are saved while the last layer's DoRA forward builds weight-sized "
+               "temporaries", Role.FORWARD_TEMPORARY),
+    MomentSpec("dora_recompute_last", "backward, recomputing the last layer's DoRA weight norm",
+               Phase.LAST_LAYER_RECOMPUTE, "every layer's checkpointed input, the last layer recomputed and one DoRA "
+               "forward's weight-sized temporaries, before any LoRA gradient exists", Role.FORWARD_TEMPORARY),
+    MomentSpec("dora_recompute", "backward, recomputing the first layer's DoRA weight norm",
+               Phase.FIRST_LAYER_RECOMPUTE, "the first layer is recomputed with nearly every gradient made: its saved "
+               "tensors and one DoRA forward's weight-sized temporaries", Role.FORWARD_TEMPORARY),
+    MomentSpec("first_layer_backward", "backward, reaching the first layer", Phase.FIRST_LAYER_BACKWARD,
+               "nearly every gradient exists while the first layer's tensors and its MLP backward are live"),
+    MomentSpec("backward_end", "end of backward", Phase.BACKWARD_END, "all gradients exist; the activations are freed"),
+    MomentSpec("optimizer_step", "optimizer step", Phase.OPTIMIZER_STEP,
+               "weights, gradients, states and the optimizer's own temporaries"),
+)
+PHASES = {spec.key: spec.phase for spec in MOMENTS}   # a single-GPU moment's phase
 
 
 @dataclass(frozen=True)

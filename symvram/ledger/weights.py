@@ -12,7 +12,7 @@ from ..symbols import sym
 from .architecture import L, V, h
 from .functions import at_least, ceil_div
 from .structure import Structure
-from .terms import Term
+from .terms import Place, Role, Term
 
 P, P_train, P_quant, P_keep, P_lora, P_save = (sym(n) for n in ("P", "P_train", "P_quant", "P_keep", "P_lora", "P_save"))
 b_w, b_g, b_m, b_o, n_o, b_a, b_32 = (sym(n) for n in (
@@ -21,7 +21,6 @@ q, B_q, c_abs, c_abs2, B_q2 = (sym(n) for n in ("quant_bits", "quant_block", "ab
 dh = sym("head_dim")
 n_8, B_o, n_qmap, n_page = (sym(n) for n in ("bnb_min_8bit", "bnb_state_block", "bnb_qmap", "bnb_paged_min"))
 BNB = "bitsandbytes optim/optimizer.py Optimizer2State.init_state"
-TRAINABLE_WEIGHTS = ("adapters", "saved_modules", "master")  # the trainable block's weights (not grads or states)
 
 
 def compute_weight_bytes(s: Structure) -> sp.Symbol:
@@ -67,15 +66,15 @@ def base_terms(s: Structure) -> list[Term]:
         states = L * sp.Add(*(nf4_bytes(m.params, s.double_quant)[1] for m in fam.linears))
         b_keep = b_32 if s.kbit_prep else b_w
         terms = [
-            Term("weights_nf4", "base", packed, r"M_{\mathrm{NF4}}",
+            Term("weights_nf4", Role.WEIGHT, packed, r"M_{\mathrm{NF4}}",
                  "each nn.Linear weight of the layers as packed 4-bit NF4 (two per byte; bitsandbytes Params4bit)",
                  "transformers replace_with_bnb_linear; bitsandbytes functional.quantize_4bit"),
-            Term("quant_constants", "base", states, r"M_{\mathrm{absmax}}",
+            Term("quant_constants", Role.WEIGHT, states, r"M_{\mathrm{absmax}}",
                  "its quantization state per weight: one absmax per 64 weights"
                  + (" in uint8, double-quantized (an fp32 absmax per 256, a 256-entry fp32 code, an offset)"
                     if s.double_quant else " in fp32") + " and the 16-entry NF4 code",
                  "bitsandbytes functional.quantize_4bit(compress_statistics=True)"),
-            Term("weights_16bit", "base", P_keep * b_keep - (b_keep - b_w) * L * fam.bias_params_per_layer(s.options),
+            Term("weights_16bit", Role.WEIGHT, P_keep * b_keep - (b_keep - b_w) * L * fam.bias_params_per_layer(s.options),
                  r"M_{16}" if not s.kbit_prep else r"M_{32}",
                  "embeddings, lm_head, norms, biases (and fused MoE experts, not nn.Linear) stay unquantized"
                  + (": prepare_model_for_kbit_training casts them to fp32 (a Linear4bit's bias goes back to the "
@@ -84,20 +83,20 @@ def base_terms(s: Structure) -> list[Term]:
         ]
     elif s.method == "qlora":
         terms = [
-            Term("weights_nf4", "base", P_quant * q / 8, r"M_{\mathrm{NF4}}",
+            Term("weights_nf4", Role.WEIGHT, P_quant * q / 8, r"M_{\mathrm{NF4}}",
                  "linear-layer weights stored as 4-bit NF4 (bitsandbytes)", "QLoRA paper, Dettmers et al. 2023"),
-            Term("quant_constants", "base", P_quant * quant_constant_bits(s.double_quant) / 8, r"M_{\mathrm{absmax}}",
+            Term("quant_constants", Role.WEIGHT, P_quant * quant_constant_bits(s.double_quant) / 8, r"M_{\mathrm{absmax}}",
                  "one absmax per block" + (", double-quantized to 8 bits" if s.double_quant else " in fp32"),
                  "QLoRA paper §3: 0.5 bit/param, 0.127 with double quantization"),
-            Term("weights_16bit", "base", P_keep * b_w, r"M_{16}",
+            Term("weights_16bit", Role.WEIGHT, P_keep * b_w, r"M_{16}",
                  "embeddings, lm_head, norms and biases stay in 16-bit", "bitsandbytes Linear4bit replaces nn.Linear only"),
         ]
     else:
-        terms = [Term("weights", "base", P * b_w, r"M_{w}", "every base weight, stored in the weight dtype")]
+        terms = [Term("weights", Role.WEIGHT, P * b_w, r"M_{w}", "every base weight, stored in the weight dtype")]
     if not s.nominal:  # an interview preset is P·bytes exactly; real models carry their buffers and counters
         fam = s.arch
         scale = b_w if fam.extra("embed_scale") else 0
-        terms.append(Term("buffers", "base", fam.dim("rope_bases") * b_w * dh + scale, r"M_{\mathrm{buf}}",
+        terms.append(Term("buffers", Role.BUFFER, fam.dim("rope_bases") * b_w * dh + scale, r"M_{\mathrm{buf}}",
                           "rotary inv_freq and original_inv_freq (d_head/2 each, in the weight dtype)"
                           + (" per rotary base" if fam.dim("rope_bases") != 1 else "")
                           + ("; the embedding's √h scale" if scale else ""), "transformers LlamaRotaryEmbedding"))
@@ -156,12 +155,12 @@ def bnb_terms(s: Structure) -> list[Term]:
         why += "; the HF Trainer overrides the embedding to 32-bit states"
     if s.paged:
         why += "; the states of tensors with ≥ 100k elements are paged (listed apart)"
-    terms = [Term("optimizer_states", "trainable", resident + qmap, r"M_{\mathrm{opt},8}", why, BNB)]
+    terms = [Term("optimizer_states", Role.OPTIMIZER_STATE, resident + qmap, r"M_{\mathrm{opt},8}", why, BNB)]
     if s.paged:
-        terms.append(Term("paged_states", "paged", paged, r"M_{\mathrm{paged}}",
+        terms.append(Term("paged_states", Role.OPTIMIZER_STATE, paged, r"M_{\mathrm{paged}}",
                           "paged optimizer states in CUDA unified memory (cudaMallocManaged): on the GPU when paged in, "
                           "but outside torch's allocator — torch.cuda.max_memory_allocated() does not count them",
-                          "bitsandbytes functional.get_paged, optim/optimizer.py get_state_buffer"))
+                          "bitsandbytes functional.get_paged, optim/optimizer.py get_state_buffer", place=Place.PAGED))
     return terms
 
 
@@ -187,17 +186,17 @@ def per_trainable(s: Structure, adapter_bytes: sp.Expr, copy_bytes: sp.Expr) -> 
 def trainable_terms(s: Structure) -> list[Term]:
     terms = []
     if s.lora:
-        terms.append(Term("adapters", "trainable", P_lora * b_a, r"M_{\mathrm{LoRA}}",
+        terms.append(Term("adapters", Role.ADAPTER, P_lora * b_a, r"M_{\mathrm{LoRA}}",
                           "LoRA A and B matrices (PEFT keeps them in fp32 unless told otherwise)"))
     if s.modules_to_save:
-        terms.append(Term("saved_modules", "trainable", P_save * saved_copy_bytes(s), r"M_{\mathrm{save}}",
+        terms.append(Term("saved_modules", Role.TRAINABLE_COPY, P_save * saved_copy_bytes(s), r"M_{\mathrm{save}}",
                           f"modules_to_save ({', '.join(s.modules_to_save)}): a trainable deep copy of each, in its "
                           "dtype, beside the frozen original (tied embeddings: each copy is its own V·h matrix)",
                           "peft utils/other.py ModulesToSaveWrapper.update"))
-    terms.append(Term("grads", "trainable", per_trainable(s, b_g, saved_copy_bytes(s)), r"M_{\mathrm{grad}}",
+    terms.append(Term("grads", Role.GRADIENT, per_trainable(s, b_g, saved_copy_bytes(s)), r"M_{\mathrm{grad}}",
                       "one gradient per trainable weight, in the trainable weight's dtype"))
     if s.master:
-        terms.append(Term("master", "trainable", P_train * b_m, r"M_{\mathrm{master}}",
+        terms.append(Term("master", Role.MASTER, P_train * b_m, r"M_{\mathrm{master}}",
                           "fp32 master copy the optimizer updates; needed for fp16, optional for bf16",
                           "ZeRO paper (Rajbhandari et al. 2020) mixed-precision recipe"))
     if s.bnb:
@@ -207,9 +206,9 @@ def trainable_terms(s: Structure) -> list[Term]:
     else:
         expr = n_o * per_trainable(s, b_o, saved_state_bytes(s))
         why = f"{s.optimizer} keeps n_o states per trainable weight (AdamW: m and v)"
-    terms.append(Term("optimizer_states", "trainable", expr, r"M_{\mathrm{opt}}", why))
+    terms.append(Term("optimizer_states", Role.OPTIMIZER_STATE, expr, r"M_{\mathrm{opt}}", why))
     if s.optimizer == "adamw" and not s.nominal:
-        terms.append(Term("optimizer_steps", "trainable", b_32 * trainable_tensors(s), r"M_{\mathrm{steps}}",
+        terms.append(Term("optimizer_steps", Role.STEP_COUNT, b_32 * trainable_tensors(s), r"M_{\mathrm{steps}}",
                           "torch AdamW keeps its step count as a 0-d fp32 tensor per parameter tensor",
                           "torch/optim/adamw.py _init_group"))
     return terms
@@ -244,10 +243,10 @@ def optimizer_temp_terms(s: Structure) -> list[Term]:
     if s.optimizer != "adamw" or s.optimizer_impl == "fused":
         return []
     if s.optimizer_impl == "foreach":
-        return [Term("optimizer_temp", "transient", per_trainable(s, b_o, saved_state_bytes(s)), r"M_{\mathrm{step}}",
+        return [Term("optimizer_temp", Role.OPTIMIZER_STEP_TEMPORARY, per_trainable(s, b_o, saved_state_bytes(s)), r"M_{\mathrm{step}}",
                      "foreach AdamW: _foreach_sqrt(exp_avg_sq) allocates one state-sized buffer for all parameters",
                      "torch/optim/adamw.py _multi_tensor_adamw")]
-    return [Term("optimizer_temp", "transient", 2 * largest_trainable_matrix(s) * b_o, r"M_{\mathrm{step}}",
+    return [Term("optimizer_temp", Role.OPTIMIZER_STEP_TEMPORARY, 2 * largest_trainable_matrix(s) * b_o, r"M_{\mathrm{step}}",
                  "for-loop AdamW: sqrt(v) and its scaled copy, for the largest parameter",
                  "torch/optim/adamw.py _single_tensor_adamw")]
 

@@ -82,8 +82,20 @@ def _short(rows, files):
     return [(k, v, cut(s)) for k, v, s in rows]
 
 
-def provenance_table(rows, notes, files) -> str:
-    """The table, at most WIDTH columns; ``notes``: (key, value, source) shown with no effect."""
+def not_read_line(unread) -> str:
+    """How many keys of the files were not read: always said, listed with --verbose.
+
+    >>> not_read_line(["a.yml:my_key", "a.yml:other"]), not_read_line([])
+    ('2 keys of the files not read (not known to change memory; --verbose lists them)', 'every key of the files read')
+    """
+    n = len(unread)
+    return (f"{n} key{'s' * (n != 1)} of the files not read (not known to change memory; --verbose lists them)"
+            if n else "every key of the files read")
+
+
+def provenance_table(rows, notes, files, unread=()) -> str:
+    """The table, at most WIDTH columns; ``notes``: (key, value, source) shown with no effect; ``unread``:
+    the keys of the files not read (counted under the table when files were read)."""
     import textwrap
 
     rows, notes = _short(rows, files), _short(notes, files)
@@ -100,11 +112,13 @@ def provenance_table(rows, notes, files) -> str:
         lines.append(f"{key:<{w1}}  {_fit(value, w2):<{w2}}  {_fit(source, w3)}".rstrip())
     if notes:
         lines.append("* read and shown; no effect on the peak (the ledger counts b·s tokens per micro-batch)")
+    if files:
+        lines.append(not_read_line(unread))
     return "\n".join(lines)
 
 
-def provenance_json(rows, notes, files, warnings) -> dict:
+def provenance_json(rows, notes, files, warnings, unread) -> dict:
     return {"files": [{"path": f, "format": t} for f, t in files],
             "settings": {k: {"value": v, "source": s} for k, v, s in rows},
             "notes": {k: {"value": v, "source": s} for k, v, s in notes},
-            "warnings": list(warnings)}
+            "warnings": list(warnings), "not_read": list(unread)}

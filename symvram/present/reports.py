@@ -175,16 +175,35 @@ UNIT_WORDS = {"seq": "tokens", "batch": "sequences", "rank": ""}
 
 
 def fit_json(r: FitResult) -> dict:
+    def reserved(cm):
+        return None if cm is None else {"reserved_peak": cm.reserved_peak, "device_peak": cm.device_peak,
+                                         "oom_at_event": cm.oom_at[cm.allocator]}
+
     return {
         "knob": r.knob, "status": r.status, "value": r.value, "limit": r.limit, "limit_reason": r.limit_reason,
-        "card": {"key": r.card.key, "name": r.card.name, "usable_bytes": r.card.usable_bytes},
-        "headroom_bytes": r.headroom, "budget_bytes": r.budget, "how": r.how,
+        "card": {"key": r.card.key, "name": r.card.name, "memory_bytes": r.card.memory_bytes,
+                 "usable_bytes": r.card.usable_bytes},
+        "headroom_bytes": r.headroom, "budget_bytes": r.budget, "allocator": r.memory.allocator, "how": r.how,
+        "device_block": dict(r.memory.block),
         "binding_moment": r.binding_moment if r.status == "fits" else None,
-        "peak_at_value": {"value": r.at.values[r.knob], "bytes": r.at.peak, "moment": r.at.peak_moment},
+        "peak_at_value": {"value": r.at.values[r.knob], "bytes": r.at.peak, "moment": r.at.peak_moment,
+                          **reserved(r.memory)},
         "peak_above": None if r.above is None else {"value": r.above.values[r.knob], "bytes": r.above.peak,
-                                                    "moment": r.above.peak_moment},
+                                                    "moment": r.above.peak_moment, **reserved(r.memory_above)},
         "inputs": r.at.scenario.inputs(),
     }
+
+
+def card_budget_line(card, cm, margin: int, units: str) -> str:
+    """The card less what is not the caching allocator's: what the allocator may reserve."""
+    fb = lambda n: fmt_bytes(n, units)   # noqa: E731
+    nccl = cm.block["nccl_buffers"]
+    return (f"{fb(card.memory_bytes)} memory − {fb(cm.block['cuda_context'])} CUDA context"
+            + (f" − {fb(nccl)} NCCL buffers" if nccl else "") + (f" − {fb(margin)} margin" if margin else "")
+            + f" = {fb(cm.capacity)} for the caching allocator ({ALLOCATOR_WORDS[cm.allocator]}; modelled, not measured)")
+
+
+ALLOCATOR_WORDS = {"default": "default allocator", "expandable": "expandable_segments:True"}
 
 
 def fit_text(r: FitResult, units: str) -> str:
@@ -192,23 +211,25 @@ def fit_text(r: FitResult, units: str) -> str:
     unit = UNIT_WORDS[r.knob]
     num = (lambda v: f"{v:,} {unit[:-1] if v == 1 and unit.endswith('s') else unit}".rstrip())  # 1 sequence
     fixed = ", ".join(f"{k} {getattr(sc, k)}" for k in KNOBS if k != r.knob and (k != "rank" or sc.lora))
-    lines = [f"{sc.model.name} · {sc.method} · {fixed} on {r.card.name}: {fmt_bytes(r.capacity, units)} usable "
-             f"− {fmt_bytes(r.headroom, units)} headroom = {fmt_bytes(r.budget, units)} budget", stack_summary(sc)]
-    moment = {m.key: m.label for m in r.at.ledger.moments}
+    lines = [f"{sc.model.name} · {sc.method} · {fixed} on {r.card.name}: "
+             + card_budget_line(r.card, r.memory, r.headroom, units), stack_summary(sc)]
+    fb = lambda n: fmt_bytes(n, units)   # noqa: E731
     if r.status == "none":
-        lines.append(f"nothing fits: even {r.knob} 1 needs {fmt_bytes(r.at.peak, units)} at "
-                     f"{moment[r.at.peak_moment]}, {fmt_bytes(r.at.peak - r.budget, units)} over the budget")
+        lines.append(f"nothing fits: even {r.knob} 1 reserves {fb(r.memory.reserved_peak)} "
+                     f"(allocated {fb(r.at.peak)}), {fb(r.memory.reserved_peak - r.budget)} over")
         return "\n".join(lines)
     if r.status == "all":
-        lines.append(f"everything fits up to the limit: {r.knob} {num(r.value)} ({r.limit_reason}) peaks at "
-                     f"{fmt_bytes(r.at.peak, units)}, {fmt_bytes(r.budget - r.at.peak, units)} under the budget")
+        lines.append(f"everything fits up to the limit: {r.knob} {num(r.value)} ({r.limit_reason}) reserves "
+                     f"{fb(r.memory.reserved_peak)}, {fb(r.budget - r.memory.reserved_peak)} under")
         return "\n".join(lines)
-    lines.append(f"largest {r.knob} that fits: {num(r.value)} ({r.how} from the ledger's moments; the binding "
-                 f"moment is {moment[r.binding_moment]})")
-    lines.append(f"  peak at {r.knob} {num(r.value)}: {fmt_bytes(r.at.peak, units)} "
-                 f"({r.budget - r.at.peak:,} bytes under the budget)")
-    lines.append(f"  peak at {r.knob} {num(r.value + 1)}: {fmt_bytes(r.above.peak, units)} "
-                 f"({r.above.peak - r.budget:,} bytes over)")
+    moment = {m.key: m.label for m in r.at.ledger.moments}
+    lines.append(f"largest {r.knob} that fits: {num(r.value)} (the allocator replay runs two steps; the ledger's "
+                 f"moments, {r.how}, bound it first; the binding moment is {moment[r.binding_moment]})")
+    lines.append(f"  at {r.knob} {num(r.value)}: reserved {fb(r.memory.reserved_peak)} "
+                 f"({r.budget - r.memory.reserved_peak:,} bytes under), allocated {fb(r.at.peak)}, "
+                 f"nvidia-smi {fb(r.memory.device_peak)}")
+    lines.append(f"  at {r.knob} {num(r.value + 1)}: out of memory (allocated {fb(r.above.peak)}; reserved "
+                 f"{fb(r.memory_above.reserved_peak)} on an unbounded card)")
     return "\n".join(lines)
 
 
@@ -426,6 +447,11 @@ def verdict(d: Diagnosis, fb) -> str:
     parts = d.parts
     sizes = {p: sum(v.values()) for p, v in parts.items()}
     cause = d.cause
+    if cause == "fragmentation":
+        m = d.memory
+        return (f"verdict: fragmentation — the tensors fit ({fb(m.schedule_allocated)} allocated of the "
+                f"{fb(m.capacity)} the allocator may reserve), but the caching allocator reserves "
+                f"{fb(m.reserved_peak)}: {fb(m.reserved_peak - m.schedule_allocated)} of cached, split blocks")
     if cause == "fits":
         return (f"verdict: the ledger says it fits with {fb(d.budget - d.estimate.peak)} to spare; an OOM means "
                 "something the ledger does not hold (another process, a leak, a different recipe): measure "
@@ -450,13 +476,15 @@ def verdict(d: Diagnosis, fb) -> str:
 
 
 def remedy_edits(d: Diagnosis, reading) -> list[list[str]]:
-    """Each remedy's own changes (not the ones above it) as edits to the --from files."""
+    """Each remedy's own changes (not the ones above it) as edits to the --from files, or to the script of a run
+    read from its live objects (``readers.live.Training.edits``)."""
     from ..readers.edits import edits
 
+    write = getattr(reading, "edits", None) or (lambda step, batch_before: edits(reading, step, batch_before))
     out, before = [], {}
     for r in d.remedies:
         step = {k: v for k, v in r.changes.items() if before.get(k) != v}
-        out.append(edits(reading, step, batch_before=r.before.scenario.batch))
+        out.append(write(step, batch_before=r.before.scenario.batch))
         before = r.changes
     return out
 
@@ -469,7 +497,15 @@ def remedy_lines(d: Diagnosis, units: str, reading=None) -> list[str]:
     lines = []
     if d.proposals or d.skipped:
         lines += ["", f"remedies for the {d.moment_label}, cheapest first (each keeps the ones above it; "
-                      "stops at the first that fits)" + (":" if reading is None else ", as edits to your files:")]
+                      "stops at the first that fits)" + (":" if reading is None else ", as edits to your "
+                                                       + ("script:" if hasattr(reading, "edits") else "files:"))]
+    if d.cause == "fragmentation":
+        m = d.memory
+        after = "fits" if m.oom_at["expandable"] is None else "still out of memory"
+        lines.append(f"  0. PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (segments that grow by pages, so freed "
+                     f"blocks at their end are reused): saves {fb(d.expandable_saving)} of reserved memory → "
+                     f"{fb(m.reserved['expandable'])} reserved, {after}; cost: none in memory or accuracy, "
+                     "slower first allocations")
     for title, why in d.skipped:
         lines.append(f"  - {title}: skipped — {why}")
     edits = iter(remedy_edits(d, reading) if reading is not None else [[] for _ in d.remedies])
@@ -491,8 +527,9 @@ def remedy_lines(d: Diagnosis, units: str, reading=None) -> list[str]:
 def diagnosis_text(d: Diagnosis, units: str, reading=None) -> str:
     sc, est = d.estimate.scenario, d.estimate
     fb = (lambda n: fmt_bytes(n, units))
-    budget = (f"{fb(d.card.usable_bytes)} usable − {fb(d.headroom)} headroom"
-              + (f" − {fb(d.overhead)} measured overhead" if d.overhead > 0 else "") + f" = {fb(d.budget)}")
+    budget = (card_budget_line(d.card, d.memory, d.headroom + max(d.overhead, 0), units)
+              + (f" (the margin includes {fb(d.overhead)} of measured overhead)" if d.overhead > 0 else "")
+              + f"; the tensors' share, less the cuBLAS workspaces it holds: {fb(d.budget)}")
     lines = [f"{sc.model.name} · {sc.method}" + (f" r={sc.rank}" if sc.lora else "") + f" · batch {sc.batch} · "
              f"seq {sc.seq} on {d.card.name}: budget {budget}", stack_summary(sc), ""]
     if d.measured:
@@ -542,6 +579,10 @@ def diagnosis_json(d: Diagnosis, reading=None) -> dict:
     return {
         "card": {"name": d.card.name, "usable_bytes": d.card.usable_bytes}, "headroom_bytes": d.headroom,
         "overhead_bytes": d.overhead, "budget_bytes": d.budget, "cause": d.cause, "side": d.cause,
+        "allocator": d.memory.allocator, "reserved_peak_bytes": d.memory.reserved_peak,
+        "reserved_peaks_bytes": dict(d.memory.reserved), "device_peak_bytes": d.memory.device_peak,
+        "allocator_capacity_bytes": d.memory.capacity, "device_block": dict(d.memory.block),
+        "expandable_segments_saving_bytes": d.expandable_saving,
         "peak_bytes": d.estimate.peak, "peak_moment": d.estimate.peak_moment,
         "parts_bytes": {p: sum(v.values()) for p, v in d.parts.items()},
         "parameter_side_bytes": d.parameter_bytes, "activation_side_bytes": d.activation_bytes,

@@ -12,7 +12,9 @@ symvram.readers.convert.WrongValue: expected a positive integer, got 'four'
 """
 from __future__ import annotations
 
-from ..errors import UserError
+import math
+
+from ..errors import UserError, excerpt
 from ..scenario import MODULES_TO_SAVE, parse_modules_to_save, parse_targets
 
 
@@ -23,29 +25,39 @@ class WrongValue(ValueError):
 def boolean(value) -> bool:
     """true or false (a YAML/JSON boolean; "true" as a string is refused, as the tools' own schemas do)."""
     if not isinstance(value, bool):
-        raise WrongValue(f"expected true or false, got {value!r}")
+        raise WrongValue(f"expected true or false, got {excerpt(value)}")
     return value
 
 
+MAX_INTEGER = 2**63 - 1  # the tools' own integer fields are 64-bit at most
+
+
 def integer(value) -> int:
-    """A positive integer (4 or 4.0; not "4", not true)."""
+    """A positive integer (4 or 4.0; not "4", not true), at most MAX_INTEGER."""
     if isinstance(value, float) and value.is_integer():
         value = int(value)
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise WrongValue(f"expected a positive integer, got {value!r}")
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 < value <= MAX_INTEGER:
+        raise WrongValue(f"expected a positive integer{' up to 2^63 - 1' * (isinstance(value, int) and value > 0)}, "
+                         f"got {excerpt(value)}")
     return value
 
 
 def number(value) -> float:
-    """A real number (an int or a float, not a string)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise WrongValue(f"expected a number, got {value!r}")
+    """A finite real number (an int or a float, not a string, not NaN or infinity: no JSON holds those).
+
+    >>> number(float("nan"))
+    Traceback (most recent call last):
+    ...
+    symvram.readers.convert.WrongValue: expected a finite number, got nan
+    """
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise WrongValue(f"expected a finite number, got {excerpt(value)}")
     return value
 
 
 def text(value) -> str:
     if not isinstance(value, str):
-        raise WrongValue(f"expected a string, got {value!r}")
+        raise WrongValue(f"expected a string, got {excerpt(value)}")
     return value
 
 
@@ -65,7 +77,7 @@ def nonempty(value) -> bool:
         return bool(value.strip())
     if isinstance(value, list):
         return bool(value)
-    raise WrongValue(f"expected a list of module names, got {value!r}")
+    raise WrongValue(f"expected a list of module names, got {excerpt(value)}")
 
 
 def _module_names(value) -> list[str]:
@@ -73,7 +85,7 @@ def _module_names(value) -> list[str]:
         return [n.strip().rsplit(".", 1)[-1] for n in value.split(",") if n.strip()]
     if isinstance(value, list) and all(isinstance(n, str) for n in value):
         return [n.strip().rsplit(".", 1)[-1] for n in value if n.strip()]
-    raise WrongValue(f"expected a list of module names, got {value!r}")
+    raise WrongValue(f"expected a list of module names, got {excerpt(value)}")
 
 
 def modules_to_save(value) -> tuple[str, ...]:
@@ -141,7 +153,7 @@ def choice(mapping: dict):
             if key in lowered and (not isinstance(key, bool) or isinstance(value, bool)):
                 return lowered[key]
         shown = ", ".join(str(k) for k in mapping if k is not None)
-        raise WrongValue(f"expected one of {shown}, got {value!r}")
+        raise WrongValue(f"expected one of {shown}, got {excerpt(value)}")
 
     convert.accepted = tuple(mapping)
     return convert
@@ -152,7 +164,7 @@ def targets(value) -> tuple[str, ...]:
     if isinstance(value, str) and value.strip().lower() in ("all", "all-linear"):
         return parse_targets("all-linear")
     if not isinstance(value, (str, list)) or (isinstance(value, list) and not all(isinstance(v, str) for v in value)):
-        raise WrongValue(f"expected a list of module names or all-linear, got {value!r}")
+        raise WrongValue(f"expected a list of module names or all-linear, got {excerpt(value)}")
     try:
         return parse_targets(value)
     except UserError as e:
@@ -201,13 +213,13 @@ def dtype_name(value) -> str:
     names = {"bfloat16": "bf16", "float16": "fp16", "half": "fp16", "float32": "fp32", "float": "fp32",
              "auto": "bf16"}  # auto: the checkpoint's dtype, bf16 for the models this estimates
     if not isinstance(value, str) or value.removeprefix("torch.").lower() not in names:
-        raise WrongValue(f"expected a dtype (bfloat16, float16, float32, auto), got {value!r}")
+        raise WrongValue(f"expected a dtype (bfloat16, float16, float32, auto), got {excerpt(value)}")
     return names[value.removeprefix("torch.").lower()]
 
 
 def zero_stage(value) -> int:
     if isinstance(value, bool) or value not in (0, 1, 2, 3):
-        raise WrongValue(f"expected a ZeRO stage 0, 1, 2 or 3, got {value!r}")
+        raise WrongValue(f"expected a ZeRO stage 0, 1, 2 or 3, got {excerpt(value)}")
     return value
 
 
@@ -229,7 +241,7 @@ def trainer_fsdp(value) -> int | None:
         return 3
     words = value.split() if isinstance(value, str) else value
     if not isinstance(words, list) or not all(isinstance(w, str) for w in words):
-        raise WrongValue(f"expected FSDP options such as 'full_shard auto_wrap', got {value!r}")
+        raise WrongValue(f"expected FSDP options such as 'full_shard auto_wrap', got {excerpt(value)}")
     stages = {"full_shard": 3, "shard_grad_op": 2, "hybrid_shard": 3, "hybrid_shard_zero2": 2, "no_shard": 0}
     found = [stages[w.lower()] for w in words if w.lower() in stages]
     return found[0] if found else 3

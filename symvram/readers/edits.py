@@ -118,3 +118,64 @@ def edits(reading: Reading, changes: dict, batch_before: int = 1) -> list[str]:
             where = _target(reading, "batch", "accum") or where
             out.append(_line(where[0], KEYS[where[1]]["accum"], steps))
     return out
+
+
+# A remedy's setting → the Python that makes it, for a run read from live objects (readers.live): per loop
+# (trainer: transformers' TrainingArguments; trl: TRL's SFTConfig; torch: a plain / accelerate / Lightning loop).
+# {args} is the loop's arguments class; {v} the new value.
+_LOAD = "AutoModelForCausalLM.from_pretrained(..., {})"
+PYTHON = {
+    "grad_checkpointing": {"args": "{args}(gradient_checkpointing=True)",
+                           "torch": "model.gradient_checkpointing_enable(gradient_checkpointing_kwargs="
+                                    "{{'use_reentrant': False}})"},
+    "checkpoint_impl": {"args": "{args}(gradient_checkpointing_kwargs={{'use_reentrant': {reentrant}}})",
+                        "torch": "model.gradient_checkpointing_enable(gradient_checkpointing_kwargs="
+                                 "{{'use_reentrant': {reentrant}}})"},
+    "optimizer_impl": {"args": "{args}(optim='adamw_torch_fused')", "torch": "torch.optim.AdamW(..., fused=True)"},
+    "state_dtype": {"args": "{args}(optim='adamw_bnb_8bit')", "torch": "bitsandbytes.optim.AdamW8bit(...)"},
+    "loss_impl": {"args": "{args}(use_liger_kernel=True)",
+                  "torch": "liger_kernel.transformers.apply_liger_kernel_to_<family>(fused_linear_cross_entropy=True)"},
+    "attention": {"any": _LOAD.format("attn_implementation='{v}'")},
+    "seq": {"trl": "SFTConfig(max_length={v})", "any": "truncate the tokenized samples to {v} tokens"},
+    "rank": {"any": "LoraConfig(r={v})"},
+    "method": {"any": "{method}"},
+    "gpus": {"any": "accelerate launch --num_processes {v} …"},
+    "zero": {"any": "DeepSpeed ZeRO-{v} (a deepspeed config with zero_optimization.stage {v})"},
+    "offload": {"any": "DeepSpeed offload_optimizer.device cpu"},
+    "tp": {"any": "tensor parallelism over {v} GPUs (TrainingArguments(parallelism_config=…))"},
+    "master": {"any": "no fp32 master copy (bf16 weights and optimizer)"},
+}
+_METHODS = {"lora": "get_peft_model(model, LoraConfig(r=…, target_modules='all-linear'))",
+            "qlora": _LOAD.format("quantization_config=BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="
+                                  "'nf4', bnb_4bit_use_double_quant=True, bnb_4bit_compute_dtype=torch.bfloat16)")
+            + " + get_peft_model(model, LoraConfig(...))"}
+ARGS_CLASS = {"trainer": "TrainingArguments", "trl": "SFTConfig"}
+
+
+def python_edits(tool: str, changes: dict, batch_before: int = 1, accum: int = 1) -> list[str]:
+    """``changes`` (Scenario settings → new values) as the edits of a training script: ``tool`` is trainer, trl
+    or torch (a plain, accelerate or Lightning loop).
+
+    >>> python_edits("trl", {"batch": 1, "seq": 1024}, batch_before=8)
+    ['SFTConfig(per_device_train_batch_size=1, gradient_accumulation_steps=8)', 'SFTConfig(max_length=1024)']
+    >>> python_edits("torch", {"optimizer_impl": "fused", "batch": 2}, batch_before=4, accum=2)
+    ['torch.optim.AdamW(..., fused=True)', 'DataLoader(batch_size=2) and 4 accumulation steps (Accelerator(gradient_accumulation_steps=4))']
+    """
+    args = ARGS_CLASS.get(tool)
+    out = []
+    for setting, value in changes.items():
+        if setting == "batch":
+            steps = accum * batch_before // value
+            out.append(f"{args}(per_device_train_batch_size={value}, gradient_accumulation_steps={steps})" if args else
+                       f"DataLoader(batch_size={value}) and {steps} accumulation steps "
+                       f"(Accelerator(gradient_accumulation_steps={steps}))")
+            continue
+        if setting == "optimizer_impl" and changes.get("state_dtype") == "int8":
+            continue   # bitsandbytes' 8-bit AdamW is one fused kernel: the edit below says it
+        ways = PYTHON.get(setting)
+        if ways is None:
+            out.append(f"{setting} = {value}")
+            continue
+        line = ways.get(tool) or ways.get("args" if args else "torch") or ways["any"]
+        out.append(line.format(args=args, v=value, reentrant=value == "reentrant", method=_METHODS.get(value, value)))
+    return out

@@ -18,14 +18,17 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from functools import cache
 from pathlib import Path
 
-from ..errors import UserError
+from ..errors import EXCERPT, UserError, excerpt
+from ..userfiles import expanded_size, read_user_file, unreadable
 from . import convert as c
 from .convert import WrongValue
 from .tools import DETECT, FACTS, INFO, NO_DEFAULT, OPTIMIZERS, PENDING, SYMBOL, TOOLS, Tool
 
 MAX_BYTES = 1 << 20  # a training config is a few kB
+MAX_VALUES = 100_000  # values (mappings, lists, scalars) a file may hold, its aliases expanded
 TRAINING_TOOLS = ("axolotl", "llamafactory", "trl", "trainer")
 FORMATS = "axolotl YAML, LLaMA-Factory YAML, TRL/Trainer arguments JSON, DeepSpeed JSON, accelerate config YAML"
 
@@ -66,52 +69,118 @@ class Reading:
 
 # ------------------------------------------------------------------------------------------ loading
 def _load(path: Path, shown: str) -> dict:
+    data = read_user_file(path, f"--from {shown}", MAX_BYTES, "a training config")
     try:
-        with path.open("rb") as fh:
-            data = fh.read(MAX_BYTES + 1)
-    except FileNotFoundError:
-        raise UserError(f"--from {shown}: no such file") from None
-    except OSError as e:
-        raise UserError(f"--from {shown}: cannot read it ({e.strerror or e})") from None
-    if len(data) > MAX_BYTES:
-        raise UserError(f"{shown}: over {MAX_BYTES} bytes is too large for a training config")
-    try:
-        body = data.decode("utf-8")
+        body = data.decode("utf-8-sig")  # a byte-order mark, as Windows editors write, is not content
     except UnicodeDecodeError as e:
         raise UserError(f"{shown}: not UTF-8 text ({e.reason} at byte {e.start})") from None
     if path.suffix.lower() == ".json":
         try:
             doc = json.loads(body)
         except (ValueError, RecursionError) as e:
-            raise UserError(f"{shown}: not valid JSON ({e})") from None
+            raise UserError(f"{shown}: not valid JSON ({unreadable(e)})") from None
     else:
-        import yaml  # PyYAML, only when a YAML file is read
+        doc = _yaml(body, shown)
+    if not isinstance(doc, dict):
+        raise UserError(f"{shown}: expected a mapping of settings at the top level, got {type(doc).__name__}")
+    return doc
 
+
+def _yaml(body: str, shown: str):
+    """A YAML document (PyYAML's safe loader), its aliases bounded: the composed node graph is measured
+    before anything is built, so an alias bomb (nine aliases of nine aliases …) is refused at the size
+    of its file.
+
+    >>> _yaml("a: &x [1, 2]\\nb: *x\\n", "f.yml")
+    {'a': [1, 2], 'b': [1, 2]}
+    >>> _yaml("a: &a [x, x]\\n" + "".join(f"{chr(98 + i)}: &{chr(98 + i)} [*{chr(97 + i)}, *{chr(97 + i)}]\\n"
+    ...                                     for i in range(20)), "bomb.yml")
+    Traceback (most recent call last):
+    ...
+    symvram.errors.UserError: bomb.yml: it expands to over 100000 values (each alias counted where it is used); a training config holds hundreds
+    """
+    import yaml  # PyYAML, only when a YAML file is read
+
+    def children(node):
+        if isinstance(node, yaml.MappingNode):
+            return [n for pair in node.value for n in pair]
+        return node.value if isinstance(node, yaml.SequenceNode) else ()
+
+    loader = None
+    try:
         try:
-            doc = yaml.safe_load(body)
+            loader = yaml.SafeLoader(body)   # its reader refuses control characters (a NUL) at once
+            node = loader.get_single_node()
+            if node is None:
+                return None
+            size = expanded_size(node, children, MAX_VALUES)
+            if size is not None:
+                return loader.construct_document(node)
         except yaml.YAMLError as e:
             mark = getattr(e, "problem_mark", None)
             where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
             raise UserError(f"{shown}: not valid YAML ({where}{getattr(e, 'problem', None) or e})") from None
         except RecursionError:
             raise UserError(f"{shown}: not valid YAML (nested too deeply)") from None
-    if not isinstance(doc, dict):
-        raise UserError(f"{shown}: expected a mapping of settings at the top level, got {type(doc).__name__}")
-    return doc
+        except (ValueError, OverflowError) as e:  # a self-containing alias, an integer past Python's digit limit
+            raise UserError(f"{shown}: not valid YAML ({unreadable(e)})") from None
+    finally:
+        if loader is not None:
+            loader.dispose()
+    raise UserError(f"{shown}: it expands to over {MAX_VALUES} values (each alias counted where it is used); "
+                    "a training config holds hundreds")
 
 
-def detect(doc: dict, shown: str) -> Tool:
-    """The tool whose format ``doc`` is: the first in DETECT whose marker keys it holds.
+# The HF Trainer's arguments: the vocabulary LLaMA-Factory and TRL extend and axolotl shares, so its keys are
+# evidence for no other tool; a file is read as the Trainer's when no other tool's marker is in it.
+SHARED = "trainer"
 
-    >>> detect({"zero_optimization": {"stage": 2}}, "x").name, detect({"cutoff_len": 1024}, "x").name
-    ('deepspeed', 'llamafactory')
+
+def detect(doc: dict, shown: str, leaves: list[str]) -> tuple[Tool, list[str]]:
+    """The tool whose format ``doc`` is, by the weight of evidence, and a warning for each other tool that
+    has keys of its own in it. The candidates are the tools whose marker keys it holds; each is weighed
+    by the keys only it reads (not the Trainer's shared ones), and the heaviest wins (the first in DETECT
+    among equals). Another tool with two or more keys the winner does not read, and at least half as many
+    as the winner has of its own, makes the file a real mix of two tools: refused, both named. Fewer (a
+    stray key) are warned about and counted as not read.
+
+    >>> detect({"zero_optimization": {"stage": 2}}, "x", ["zero_optimization.stage"])[0].name
+    'deepspeed'
+    >>> ax = {"base_model": "m", "sequence_len": 4096, "micro_batch_size": 2, "lora_r": 16, "cutoff_len": 512}
+    >>> tool, warnings = detect(ax, "a.yml", list(ax))
+    >>> tool.name, warnings
+    ('axolotl', ["a.yml: read as axolotl 0.19 (4 keys only it reads); cutoff_len is LLaMA-Factory 0.9.5's, not read"])
+    >>> detect({**ax, "lora_rank": 16, "finetuning_type": "lora"}, "b.yml", [*ax, "lora_rank", "finetuning_type"])
+    Traceback (most recent call last):
+    ...
+    symvram.errors.UserError: b.yml mixes two tools: axolotl 0.19 (base_model, sequence_len, micro_batch_size, lora_r) and LLaMA-Factory 0.9.5 (cutoff_len, lora_rank, finetuning_type); a file configures one tool (give each its own file)
     """
     keys = set(doc)
-    for name in DETECT:
-        if keys & TOOLS[name].markers:
-            return TOOLS[name]
-    listed = ", ".join(sorted(map(str, keys))[:6]) or "no keys"
-    raise UserError(f"{shown}: not a training config symvram reads ({FORMATS}); its keys: {listed}")
+    candidates = [n for n in DETECT if n != SHARED and keys & TOOLS[n].markers]
+    if not candidates:
+        if keys & TOOLS[SHARED].markers:
+            return TOOLS[SHARED], []
+        listed = _keys(sorted(map(str, keys)), 6) or "no keys"
+        raise UserError(f"{shown}: not a training config symvram reads ({FORMATS}); its keys: {listed}")
+    own = {n: [k for k in leaves if _known(k, n) and not _known(k, SHARED)] for n in candidates}
+    winner = max(candidates, key=lambda n: len(own[n]))
+    warnings = []
+    for other in candidates:
+        theirs = [k for k in own[other] if not _known(k, winner)]
+        mine = [k for k in own[winner] if not _known(k, other)]
+        if len(theirs) >= 2 and 2 * len(theirs) >= len(mine):
+            raise UserError(f"{shown} mixes two tools: {TOOLS[winner].title} ({_keys(mine)}) and "
+                            f"{TOOLS[other].title} ({_keys(theirs)}); a file configures one tool (give each its own file)")
+        if theirs and other != winner:
+            warnings.append(f"{shown}: read as {TOOLS[winner].title} ({len(own[winner])} keys only it reads); "
+                            f"{_keys(theirs)} {'is' if len(theirs) == 1 else 'are'} {TOOLS[other].title}'s, not read")
+    return TOOLS[winner], warnings
+
+
+def _keys(keys: list[str], shown: int = 4) -> str:
+    """A few keys for a message: ``a, b, c, d and 3 more`` (a long one as an excerpt)."""
+    listed = ", ".join(excerpt(k, 40) if len(k) > 40 else k for k in keys[:shown])
+    return listed + (f" and {len(keys) - shown} more" if len(keys) > shown else "")
 
 
 def _lookup(doc: dict, key: str):
@@ -123,17 +192,49 @@ def _lookup(doc: dict, key: str):
     return True, node
 
 
-def _leaves(doc: dict, prefix: str = "") -> list[str]:
-    out = []
-    for k, v in doc.items():
-        name = f"{prefix}{k}"
-        out += _leaves(v, name + ".") if isinstance(v, dict) and v else [name]
+MAX_KEY_CHARS = 4 * MAX_BYTES  # the dotted keys of a file, all together (a deep tree of long keys repeats them)
+
+
+def _leaves(doc: dict, shown: str = "") -> list[str]:
+    """The dotted key of every value that is not a mapping (or an empty one), in file order.
+
+    >>> _leaves({"a": {"b": 1, "c": {}}, "d": [1]})
+    ['a.b', 'a.c', 'd']
+    """
+    out, chars = [], 0
+    stack = [(f"{k}", v) for k, v in reversed(doc.items())]
+    while stack:
+        name, value = stack.pop()
+        chars += len(name)
+        if chars > MAX_KEY_CHARS:
+            raise UserError(f"{shown}: its keys, written out, are over {MAX_KEY_CHARS} characters; "
+                            "a training config's are a few thousand")
+        if isinstance(value, dict) and value:
+            stack += [(f"{name}.{k}", v) for k, v in reversed(value.items())]
+        else:
+            out.append(name)
     return out
 
 
-def _known(key: str, names) -> bool:
-    """A leaf is known when a row or a harmless key names it, a mapping above it, or a key below it."""
-    return any(key == n or key.startswith(n + ".") or n.startswith(key + ".") for n in names)
+@cache
+def vocabulary(tool: str) -> tuple[frozenset[str], frozenset[str]]:
+    """The keys ``tool``'s table names (its rows and harmless keys), and the mappings above them."""
+    t = TOOLS[tool]
+    names = frozenset({r.key for r in t.rows} | t.harmless)
+    return names, frozenset(k.rsplit(".", i)[0] for k in names for i in range(1, k.count(".") + 1))
+
+
+def _known(key: str, tool: str) -> bool:
+    """A leaf is known to ``tool`` when a row or a harmless key names it, a mapping above it, or a key below it.
+
+    >>> _known("zero_optimization.stage", "deepspeed"), _known("zero_optimization", "deepspeed")
+    (True, True)
+    >>> _known("bf16.enabled", "trainer"), _known("my_own_key", "axolotl")
+    (True, False)
+    """
+    names, above = vocabulary(tool)
+    parts = key.split(".")
+    return key in above or any(".".join(parts[:i]) in names for i in range(1, len(parts) + 1))
 
 
 # ------------------------------------------------------------------------------------------ reading
@@ -149,19 +250,28 @@ class _Reader:
         self.facts.setdefault(name, []).append(value)
 
     def file(self, path: Path, shown: str, tool: Tool | None = None, referenced_by: str | None = None) -> None:
-        real = path.resolve()
+        try:
+            real = path.resolve()
+        except (OSError, RuntimeError, ValueError):  # a loop of symbolic links, a NUL character: _load says so
+            real = path
         if real in self.seen:
             return
-        self.seen.add(real)
         doc = _load(path, shown)
-        tool = tool or detect(doc, shown)
-        self.reading.files.append((shown, tool.name))
-        self.doc(doc, tool, shown, "", path.parent)
+        self.seen.add(real)
+        self.mapping(doc, shown, tool, path.parent)
 
-    def doc(self, doc: dict, tool: Tool, shown: str, prefix: str, folder: Path) -> None:
-        names = {r.key for r in tool.rows} | tool.harmless
-        for key in _leaves(doc):
-            if not _known(key, names):
+    def mapping(self, doc: dict, shown: str, tool: Tool | None = None, folder: Path = Path(".")) -> None:
+        """One document (a file's contents, or a live object's settings as a dict) read with its tool's table."""
+        leaves = _leaves(doc, shown)
+        if tool is None:
+            tool, warnings = detect(doc, shown, leaves)
+            self.reading.warnings += warnings
+        self.reading.files.append((shown, tool.name))
+        self.doc(doc, tool, shown, "", folder, leaves)
+
+    def doc(self, doc: dict, tool: Tool, shown: str, prefix: str, folder: Path, leaves: list[str] | None = None) -> None:
+        for key in _leaves(doc, shown) if leaves is None else leaves:
+            if not _known(key, tool.name):
                 self.reading.unread.append(f"{shown}:{prefix}{key}")
         for row in tool.rows:
             present, raw = _lookup(doc, row.key)
@@ -177,7 +287,7 @@ class _Reader:
                 except WrongValue as e:
                     raise UserError(f"{shown}: {prefix}{row.key}: {e}") from None
                 except (TypeError, AttributeError):
-                    raise UserError(f"{shown}: {prefix}{row.key}: unexpected value {raw!r}") from None
+                    raise UserError(f"{shown}: {prefix}{row.key}: unexpected value {excerpt(raw)}") from None
             if row.setting is None:
                 if value:
                     self.unmodelled.setdefault((shown, row.why), []).append(f"{prefix}{row.key} = {_show(raw)}")
@@ -206,11 +316,13 @@ class _Reader:
             self.doc(raw, tool, shown, key + ".", folder)
             return
         if not isinstance(raw, str):
-            raise UserError(f"{shown}: {key}: expected a file name or a mapping, got {raw!r}")
-        candidates = [folder / raw, Path(raw)]
-        path = next((p for p in candidates if p.is_file()), None)
+            raise UserError(f"{shown}: {key}: expected a file name or a mapping, got {excerpt(raw)}")
+        try:  # anything there (a directory, a pipe, a loop of links) is read, and refused, as a file
+            path = next((p for p in (folder / raw, Path(raw)) if p.exists() or p.is_symlink()), None)
+        except (OSError, ValueError):  # a name too long for the file system, a NUL character
+            path = None
         if path is None:
-            raise UserError(f"{shown}: {key}: no such file {raw!r} (looked beside {shown} and in the current folder)")
+            raise UserError(f"{shown}: {key}: no such file {excerpt(raw)} (looked beside {shown} and in the current folder)")
         self.file(path, str(path), tool)
 
     def best(self, name: str) -> Value | None:
@@ -227,11 +339,18 @@ class _Reader:
 
 
 def _show(value) -> str:
+    """A file's value in a warning line: as the file writes it, a long one as an excerpt.
+
+    >>> _show(True), _show(("q_proj", "v_proj")), _show(""), _show("x" * 100)[:8], _show(list(range(50)))
+    ('true', 'q_proj,v_proj', "''", "'xxxxxxx", '[0, 1, 2, 3, ...]')
+    """
     if isinstance(value, bool):
         return str(value).lower()
-    if isinstance(value, tuple):
+    if isinstance(value, tuple) and all(isinstance(v, str) for v in value):
         return ",".join(value)
-    return str(value) if not isinstance(value, str) or value else "''"
+    if isinstance(value, str):
+        return value if 0 < len(value) <= EXCERPT else excerpt(value)
+    return str(value) if isinstance(value, float) else excerpt(value)
 
 
 def read_files(paths: list[str], cli: dict | None = None) -> Reading:
@@ -243,6 +362,24 @@ def read_files(paths: list[str], cli: dict | None = None) -> Reading:
     r = _Reader()
     for p in paths:
         r.file(Path(p), p)
+    return _finish(r, cli)
+
+
+def read_mappings(docs: list[tuple[str, dict, str]], cli: dict | None = None) -> Reading:
+    """``read_files`` for documents already in memory: (name shown, mapping, tool name) each — a live
+    ``TrainingArguments.to_dict()`` is read with the table that reads its JSON (``readers.live``).
+
+    >>> r = read_mappings([("TrainingArguments", {"per_device_train_batch_size": 2, "bf16": True}, "trainer")])
+    >>> r.settings["batch"].value, r.settings["batch"].source, r.settings["autocast"].value
+    (2, 'TrainingArguments:per_device_train_batch_size', 'bf16')
+    """
+    r = _Reader()
+    for shown, doc, tool in docs:
+        r.mapping(doc, shown, TOOLS[tool])
+    return _finish(r, cli)
+
+
+def _finish(r: "_Reader", cli: dict | None) -> Reading:
     for (shown, why), keys in r.pending.items():
         tail = "" if "estimated" in why else "; estimated without it"
         r.reading.warnings.append(f"{shown}: {', '.join(keys)}: not modelled yet ({why}){tail}")
@@ -334,7 +471,7 @@ def _resolve(f: dict[str, Value], reading: Reading, cli: dict) -> dict[str, Valu
         out["kbit_prep"] = Value("none", f"{TOOLS['axolotl'].title}: norms and embeddings cast back to 16 bits after "
                                          "prepare_model_for_kbit_training", 0)
     policy = fsdp_on and out.get("stack") is not None and out["stack"].value == "fsdp" and out["zero"].value == 3
-    out.update(_precision(f, training, method, ds, reading, policy, "dtype" in cli))
+    out.update(_precision(f, training, method, ds, reading, policy, cli))
     return out
 
 
@@ -360,7 +497,7 @@ def _stack(reading: Reading, parallel: str | None) -> Value:
 
 
 def _precision(f: dict[str, Value], training: str, method: str, ds: bool, reading: Reading,
-               fsdp_policy: bool = False, given_dtype: bool = False) -> dict[str, Value]:
+               fsdp_policy: bool = False, cli: dict | None = None) -> dict[str, Value]:
     """bf16/fp16, the tool's way of loading the model, DeepSpeed and the optimizer → the recipe.
 
     Trainer AMP (no DeepSpeed): autocast in the compute dtype; PEFT keeps adapters in fp32
@@ -371,8 +508,10 @@ def _precision(f: dict[str, Value], training: str, method: str, ds: bool, readin
     model is taken as fp32 (full fine-tuning with fp16 too: fp16 weights cannot train without a
     master copy). DeepSpeed with bf16/fp16 casts the model to 16-bit and keeps an fp32 master and
     fp32 optimizer states. Under FSDP2 full sharding (``fsdp_policy``) the Trainer's 16-bit compute on
-    fp32 weights is FSDP's MixedPrecisionPolicy rather than autocast.
+    fp32 weights is FSDP's MixedPrecisionPolicy rather than autocast. torch's optimizers keep their states in the
+    trained weights' dtype: the one given on the command line (``cli``: --dtype, --adapter-dtype) where given.
     """
+    cli = cli or {}
     bf16, fp16, pure = f.get("bf16"), f.get("fp16"), f.get("pure_bf16")
     top = max((v.priority for v in (bf16, fp16) if v is not None), default=0)
     bf16, fp16 = (v if v is not None and v.priority == top else None for v in (bf16, fp16))  # a file over accelerate
@@ -421,7 +560,7 @@ def _precision(f: dict[str, Value], training: str, method: str, ds: bool, readin
         else:
             dtype = model_dtype.value if model_dtype else "fp32"
             src = _join(bf16, fp16, model_dtype)
-            if (model_dtype is None or model_dtype.priority == 0) and not given_dtype:   # never a silent fp32 base
+            if (model_dtype is None or model_dtype.priority == 0) and "dtype" not in cli:   # never a silent fp32 base
                 how = ("TRL loads the model in fp32 unless dtype (or model_init_kwargs.dtype) says otherwise"
                        if training == "trl" else "the Trainer's arguments do not say the model's dtype; "
                        "from_pretrained loads fp32 unless your code passes dtype")
@@ -441,7 +580,7 @@ def _precision(f: dict[str, Value], training: str, method: str, ds: bool, readin
             # also autocasts, which changes nothing once the gathered parameters are 16-bit)
             out["mp_policy"] = Value(autocast, f"{src} (FSDP2 MixedPrecisionPolicy)")
             autocast, why = "none", "accelerate upcasts to fp32; FSDP2 MixedPrecisionPolicy, not autocast"
-    trainable = adapter if lora else dtype
+    trainable = (cli.get("adapter_dtype") or adapter) if lora else (cli.get("dtype") or dtype)
     state = "int8" if eight_bit else ("fp32" if master == "fp32" else trainable)
     shown = src if src != "symvram default" else f"{TOOLS[training].title if training in TOOLS else training} default"
     shown = f"{shown} ({why})"

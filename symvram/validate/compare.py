@@ -12,44 +12,40 @@ True
 from __future__ import annotations
 
 from ..evaluate import Breakdown
-from ..ledger.weights import TRAINABLE_WEIGHTS
+from ..ledger.terms import Term
 
-# measured category -> which estimate terms (by block / key) belong to it
 CATEGORIES = ("params", "grads", "optimizer_state", "activations_and_temporaries")
+# MemTracker's categories (validate.measure.BREAKDOWN_KEYS) as this comparison groups them; buffers (a few hundred
+# bytes) are reported apart and left out
+GROUPS = {"params": "params", "grads": "grads", "optimizer_state": "optimizer_state",
+          "activations": "activations_and_temporaries", "backward_temp": "activations_and_temporaries",
+          "optimizer_step_temp": "activations_and_temporaries", "inputs_other": "activations_and_temporaries"}
 
 
-def _category(key: str, block: str) -> str:
-    if block == "base" or key in TRAINABLE_WEIGHTS:
-        return "params"
-    if key in ("grads", "grads_before_first_layer"):
-        return "grads"
-    if key in ("optimizer_states", "optimizer_steps"):
-        return "optimizer_state"
-    return "activations_and_temporaries"
+def category(term: Term) -> str | None:
+    """The comparison's category of ``term``: its role's measured category, grouped (None: left out). ZeRO's own
+    buffers, which MemTracker has no category for, count with the temporaries."""
+    measured = term.info.measured
+    return "activations_and_temporaries" if measured is None else GROUPS.get(measured)
 
 
 def estimate_groups(bd: Breakdown) -> dict[str, int]:
-    """Bytes of the estimate's peak moment in the measurement's categories (buffers count as params)."""
+    """Bytes of the estimate's peak moment in the measurement's categories (buffers left out)."""
     out = dict.fromkeys(CATEGORIES, 0)
     moment = next(m for m in bd.ledger.moments if m.key == bd.peak_moment)
     for key in moment.terms:
-        term = bd.ledger.by_key[key]
-        cat = _category(key, term.block)
-        if key == "buffers":
-            continue  # MemTracker reports buffers apart; they are a few hundred bytes
-        out[cat] += bd.terms[key]
+        cat = category(bd.ledger.by_key[key])
+        if cat is not None:
+            out[cat] += bd.terms[key]
     return out
 
 
 def measured_groups(measured: dict) -> dict[str, int]:
-    b = measured.get("breakdown_at_peak") or {}
-    return {
-        "params": b.get("params", 0),
-        "grads": b.get("grads", 0),
-        "optimizer_state": b.get("optimizer_state", 0),
-        "activations_and_temporaries": sum(b.get(k, 0) for k in (
-            "activations", "backward_temp", "optimizer_step_temp", "inputs_other")),
-    }
+    """Bytes of the measured breakdown at the peak in the comparison's categories."""
+    b, out = measured.get("breakdown_at_peak") or {}, dict.fromkeys(CATEGORIES, 0)
+    for name, group in GROUPS.items():
+        out[group] += b.get(name, 0)
+    return out
 
 
 def comparison(bd: Breakdown, measured: dict) -> dict:

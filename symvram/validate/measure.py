@@ -25,7 +25,7 @@ import warnings
 from typing import Any
 
 import torch
-from torch.distributed._tools.mem_tracker import MemTracker, _MemRefType, _TOTAL_KEY
+from torch.distributed._tools.mem_tracker import MemTracker, _MemRefType, _TOTAL_KEY, _UpdateType
 
 from .flops import PhaseFlops, flop_counter
 from .spec import normalize_spec  # the one definition of a spec (torch-free)
@@ -230,9 +230,25 @@ def _fakeify_4bit(model, fake_mode, device) -> int:
             setattr(p, k, v)
         m._parameters["weight"] = p
         m.quant_state = qs
-        total += sum(t.numel() * t.element_size() for t in (qs.absmax, qs.state2.absmax, qs.state2.code, qs.offset,
-                                                             qs.code))
+        total += _state_bytes(qs)
     return total
+
+
+def _state_bytes(qs) -> int:
+    """Bytes of one 4-bit weight's quantization state: absmax, the NF4 code, and with double quantization the
+    nested absmax, its code and the offset (bitsandbytes ``QuantState``)."""
+    tensors = (qs.absmax, qs.code) + ((qs.state2.absmax, qs.state2.code, qs.offset) if qs.nested else ())
+    return sum(t.numel() * t.element_size() for t in tensors)
+
+
+def quant_state_bytes(model) -> int:
+    """The quantization states of a model's 4-bit weights: device tensors for the whole run that are neither
+    parameters nor buffers, so MemTracker does not see them (0 without bitsandbytes' Linear4bit)."""
+    bnb = sys.modules.get("bitsandbytes")
+    if bnb is None:
+        return 0
+    return sum(_state_bytes(m.weight.quant_state) for m in model.modules()
+               if isinstance(m, bnb.nn.Linear4bit) and getattr(m.weight, "quant_state", None) is not None)
 
 
 def _fakeify(model, fake_mode, device="cpu") -> None:
@@ -384,6 +400,18 @@ class PeakTracker(MemTracker):
         self._on_peak = on_peak
         self._on_op = on_op
         self.op_index = 0
+        # every storage MemTracker sees, allocated and freed in program order: the caching allocator's schedule
+        self.schedule: list[tuple[str, int, int]] = []
+        self._storage_ids: dict[int, int] = {}
+
+    def _update_snap(self, u_type, winfo, old_mem_consumed=None, old_reftype=None) -> None:
+        super()._update_snap(u_type, winfo, old_mem_consumed, old_reftype)
+        key = id(winfo)
+        if u_type in (_UpdateType.DEL, _UpdateType.SIZE) and key in self._storage_ids:
+            self.schedule.append(("free", self._storage_ids.pop(key), 0))
+        if u_type in (_UpdateType.ADD, _UpdateType.SIZE) and winfo.mem_consumed > 0:
+            self._storage_ids[key] = len(self.schedule)
+            self.schedule.append(("alloc", len(self.schedule), winfo.mem_consumed))
 
     def _total(self) -> int:
         return sum(s[_TOTAL_KEY] for s in self._curr_mem_snap.values())
@@ -630,7 +658,22 @@ def measure(spec: dict) -> dict:
                      tracker.peak_phase, {k: v + untracked for k, v in tracker.phase_peak.items()}, breakdown,
                      time.perf_counter() - t0)
     result["flops"] = phases.last_step()  # FlopCounterMode in the same run: matmul-class FLOPs of one step
+    result["allocator"] = replayed(tracker.schedule, untracked)
     return result
+
+
+def replayed(schedule: list, untracked: int = 0) -> dict:
+    """The traced schedule through the caching-allocator replay (symvram.allocator: modelled, not measured):
+    the reserved peak with the default allocator and with expandable segments, beside the allocated one. The
+    4-bit quantization states MemTracker does not see are allocated first, as loading the model does."""
+    from ..allocator import AllocatorConfig, replay
+
+    events = ([("alloc", -1, untracked)] if untracked else []) + list(schedule)
+    out = {"events": len(events)}
+    for name, config in (("default", AllocatorConfig()), ("expandable", AllocatorConfig(expandable_segments=True))):
+        r = replay(events, config)
+        out[name] = {"allocated_peak": r.peak_allocated, "reserved_peak": r.peak_reserved}
+    return out
 
 
 def _result(spec, model, optimizer, trainable, total, peak, peak_phase, by_phase, breakdown, secs):
