@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One prepared GPU session: real CUDA peaks and step times beside symvram's estimates.
 #
-#   bash benchmarks/gpu_session.sh OUTDIR [SECONDS_FOR_PEAKS]
+#   bash benchmarks/gpu_session.sh OUTDIR [SECONDS_FOR_PEAKS] [SECONDS_FOR_ALLOCATOR]
 #
 # Needs torch with CUDA, transformers, peft and bitsandbytes (the validate extra) and symvram's core
 # dependencies. Writes into OUTDIR, each result saved as soon as it is finished:
@@ -9,10 +9,19 @@
 #   step_time_gpu.json/.log  benchmarks/step_time_gpu.py --large: predicted vs measured seconds per step
 #   measurements_cuda.jsonl  benchmarks/cases.jsonl measured with real CUDA tensors, smallest estimate first,
 #   measure.log              none started after SECONDS_FOR_PEAKS (default 240); rerun to resume
+#   allocator_reserved.jsonl benchmarks/allocator_gpu.py reserved: max_memory_reserved() with the default
+#                            allocator and with expandable_segments:True, mem_get_info() (the nvidia-smi
+#                            level), beside symvram's replay, for six Llama-3-8B settings (LoRA/QLoRA,
+#                            with/without checkpointing)
+#   allocator_oom_line.jsonl benchmarks/allocator_gpu.py oom-line: the longest sequence that trains two steps
+#                            on 24/40/48/80 GB cards emulated by set_per_process_memory_fraction, bisected,
+#                            beside fit's answer (none started after SECONDS_FOR_ALLOCATOR, default 240)
+# One run stays under 10 minutes (the three budgets). Never in CI.
 # Then, on any machine: python benchmarks/accuracy.py --measurements OUTDIR/measurements_cuda.jsonl ...
 set -u
-out=${1:?usage: gpu_session.sh OUTDIR [SECONDS_FOR_PEAKS]}
+out=${1:?usage: gpu_session.sh OUTDIR [SECONDS_FOR_PEAKS] [SECONDS_FOR_ALLOCATOR]}
 budget=${2:-240}
+allocator_budget=${3:-240}
 here=$(cd "$(dirname "$0")/.." && pwd)
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1 PYTHONPATH="$here${PYTHONPATH:+:$PYTHONPATH}"
@@ -27,3 +36,7 @@ cat "$out/env.txt"
 "$py" "$here/benchmarks/step_time_gpu.py" --large --out "$out/step_time_gpu.json" 2>&1 | tee "$out/step_time_gpu.log"
 "$py" "$here/benchmarks/measure_cases.py" "$here/benchmarks/cases.jsonl" --device cuda --smallest-first \
   --max-gib 125 --stop-after "$budget" --out "$out/measurements_cuda.jsonl" 2>&1 | tee "$out/measure.log"
+"$py" "$here/benchmarks/allocator_gpu.py" reserved --seq 2048 --stop-after "$((allocator_budget / 2))" \
+  --out "$out/allocator_reserved.jsonl" 2>&1 | tee "$out/allocator.log"
+"$py" "$here/benchmarks/allocator_gpu.py" oom-line --stop-after "$((allocator_budget / 2))" \
+  --out "$out/allocator_oom_line.jsonl" 2>&1 | tee -a "$out/allocator.log"

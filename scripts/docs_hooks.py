@@ -1,16 +1,23 @@
 """mkdocs hooks: the docs site's generated parts are made at build time, from the tool itself, and never
 committed (mkdocs.yml: ``hooks: [scripts/docs_hooks.py]``).
 
-Placeholders a page may hold, each replaced before the Markdown is rendered:
+A placeholder is a fenced block whose info string is ``generated``: its first line says what goes there, the
+rest is a note for whoever reads the page raw (on GitHub it shows as a code block naming the command, not
+as nothing). Each is replaced before the Markdown is rendered::
 
-- ``<!-- symvram ARGS -->``: ``$ symvram ARGS`` and its output, as a text block;
-- ``<!-- symvram-markdown ARGS -->``: the Markdown output of ``symvram ARGS`` (``--format markdown``),
+    ```generated
+    symvram estimate 7b
+    (its output, made when the docs site builds)
+    ```
+
+- ``symvram ARGS``: ``$ symvram ARGS`` and its output, as a text block;
+- ``symvram-markdown ARGS``: the Markdown output of ``symvram ARGS`` (``--format markdown``),
   its headings demoted below the page's own;
-- ``<!-- explain-section N -->``: section N of ``symvram explain 7b --method lora``;
-- ``<!-- cli-reference -->``: ``symvram --help`` and every command's ``--help``, from the parser;
-- ``<!-- api-reference -->``: every function of ``symvram.__all__`` with its whole (doctested) docstring;
-- ``<!-- console -->``: a console session showing each result's one-line repr;
-- ``<!-- accuracy-summary -->``: the headline table of benchmarks/results/accuracy.md.
+- ``explain-section N``: section N of ``symvram explain 7b --method lora``;
+- ``cli-reference``: ``symvram --help`` and every command's ``--help``, from the parser;
+- ``api-reference``: every function of ``symvram.__all__`` with its whole (doctested) docstring;
+- ``console``: a console session showing each result's one-line repr;
+- ``accuracy-summary``: the headline table of benchmarks/results/accuracy.md.
 """
 from __future__ import annotations
 
@@ -64,20 +71,27 @@ def cli_reference() -> str:
     return "\n\n".join(out)
 
 
+PLACEHOLDER = re.compile(r"^```generated\n([^\n]+)\n(?:(?!```)[^\n]*\n)*```$", re.M)
+WHOLE = {"cli-reference": cli_reference, "api-reference": api_reference, "console": assets.console,
+         "accuracy-summary": assets.accuracy_summary}
+
+
+def generated(directive: str) -> str:
+    """What one placeholder's first line asks for (see the module's docstring)."""
+    word, _, rest = directive.strip().partition(" ")
+    if word == "symvram-markdown":
+        return _demote(assets.symvram(shlex.split(rest)))
+    if word == "symvram":
+        return assets.fenced(shlex.split(rest), assets.symvram(shlex.split(rest)))
+    if word == "explain-section":
+        return _demote(assets.explain_section(assets.symvram(assets.EXPLAIN), int(rest)), 0)
+    if word in WHOLE:
+        return WHOLE[word]()
+    raise ValueError(f"unknown docs placeholder {directive!r}")
+
+
 def expand(markdown: str) -> str:
-    markdown = re.sub(r"<!-- symvram-markdown (.+?) -->",
-                      lambda m: _demote(assets.symvram(shlex.split(m.group(1)))), markdown)
-    markdown = re.sub(r"<!-- symvram (.+?) -->",
-                      lambda m: assets.fenced(shlex.split(m.group(1)), assets.symvram(shlex.split(m.group(1)))),
-                      markdown)
-    markdown = re.sub(r"<!-- explain-section (\d+) -->",
-                      lambda m: _demote(assets.explain_section(assets.symvram(assets.EXPLAIN), int(m.group(1))), 0),
-                      markdown)
-    for name, make in (("cli-reference", cli_reference), ("api-reference", api_reference),
-                       ("console", assets.console), ("accuracy-summary", assets.accuracy_summary)):
-        if f"<!-- {name} -->" in markdown:
-            markdown = markdown.replace(f"<!-- {name} -->", make())
-    return markdown
+    return PLACEHOLDER.sub(lambda m: generated(m.group(1)), markdown)
 
 
 def on_page_markdown(markdown: str, page=None, config=None, files=None) -> str:

@@ -123,19 +123,21 @@ def compare(model: Model, **settings) -> Comparison:
     return Comparison(tuple(rows), tuple(skipped))
 
 
-def fit(model: Model, gpu: str | int | GPUSpec, solve: str = "seq", headroom: int | str = "1GiB",
-        limit: int | None = None, **settings):
-    """``symvram fit MODEL --gpu GPU --solve seq|batch|rank``: the largest value whose peak fits.
+def fit(model: Model, gpu: str | int | GPUSpec, solve: str = "seq", headroom: int | str = "0",
+        limit: int | None = None, allocator: str | None = None, **settings):
+    """``symvram fit MODEL --gpu GPU --solve seq|batch|rank``: the largest value whose two steps the simulated
+    caching allocator runs on the card (``allocator``: default | expandable, else PYTORCH_CUDA_ALLOC_CONF's).
 
     ``gpu`` is a card name (``"rtx-4090"``), a size (``"24GiB"``), a number of bytes or a GPUSpec.
 
-    >>> r = fit("7b", "a100-80g", solve="seq", method="lora", batch=4)
-    >>> r.status, r.at.peak <= r.budget < r.above.peak
-    ('fits', True)
+    >>> r = fit("llama-3-8b", "rtx-4090", solve="seq", method="qlora", batch=4)
+    >>> r.status, r.memory.reserved_peak <= r.budget, r.memory_above.fits
+    ('fits', True, False)
     """
     from .analysis.fit import fit as _fit
 
-    return _fit(scenario(model, **settings), _card(gpu), solve=solve, headroom=headroom, limit=limit)
+    return _fit(scenario(model, **settings), _card(gpu), solve=solve, headroom=headroom, limit=limit,
+                allocator=allocator)
 
 
 def whatif(model: Model, changes: dict[str, int | float], **settings):
@@ -188,7 +190,7 @@ def step_time(model: Model, gpu: str | GPUSpec, mfu: float | None = None, interc
     return _step_time(scenario(model, **settings), _card(gpu), mfu, interconnect)
 
 
-def plan(model: Model, gpu: str | int | GPUSpec, max_gpus: int = 64, headroom: int | str = "1GiB",
+def plan(model: Model, gpu: str | int | GPUSpec, max_gpus: int = 64, headroom: int | str = "0",
          methods: tuple[str, ...] | None = None, strategies: tuple[str, ...] | None = None, **settings):
     """``symvram plan MODEL --gpu GPU``: the fewest GPUs for each method × strategy (DDP, ZeRO, TP, offload).
 
@@ -202,9 +204,9 @@ def plan(model: Model, gpu: str | int | GPUSpec, max_gpus: int = 64, headroom: i
                  methods=methods, strategies=strategies)
 
 
-def diagnose(model: Model, gpu: str | int | GPUSpec, headroom: int | str = "1GiB", p95_seq: int | None = None,
+def diagnose(model: Model, gpu: str | int | GPUSpec, headroom: int | str = "0", p95_seq: int | None = None,
              measured_peak: int | str | None = None, measured_at: dict | None = None, max_gpus: int = 64,
-             **settings):
+             allocator: str | None = None, **settings):
     """``symvram diagnose MODEL --gpu GPU``: OOM triage, which side is over and the remedies in order.
 
     ``measured_peak`` (bytes or a size such as ``"23.1GiB"``) fits the overhead the ledger does not hold.
@@ -219,7 +221,7 @@ def diagnose(model: Model, gpu: str | int | GPUSpec, headroom: int | str = "1GiB
     if isinstance(measured_peak, str):
         measured_peak = parse_size(measured_peak)
     return _diagnose(scenario(model, **settings), _card(gpu), headroom=headroom, p95_seq=p95_seq,
-                     measured_peak=measured_peak, measured_at=measured_at, max_gpus=max_gpus)
+                     measured_peak=measured_peak, measured_at=measured_at, max_gpus=max_gpus, allocator=allocator)
 
 
 PLOT_KINDS = ("breakdown", "seq-curve", "tornado", "fit-map")
@@ -228,7 +230,7 @@ DEFAULT_PLOT_RANKS = (8, 16, 64, 256)
 
 
 def plot(model: Model, kind: str = "breakdown", gpu: str | list[str] | None = None, ranks=None,
-         top: int | None = None, headroom: int | str = "1GiB", units: str = "GiB", theme: str = "light",
+         top: int | None = None, headroom: int | str = "0", units: str = "GiB", theme: str = "light",
          seq_max: int | None = None, **settings):
     """``symvram plot MODEL --kind KIND``: a matplotlib Figure (breakdown, seq-curve, tornado, fit-map).
 

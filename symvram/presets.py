@@ -347,11 +347,24 @@ def load_gpu(name: str) -> GPUSpec:
 MIN_CARD_BYTES = 1 << 30  # nothing smaller is a training accelerator; "--gpu 24" (bytes) is a typo
 
 
-def load_card(text: str) -> GPUSpec:
-    """A named card (``rtx-4090``, ``a100-80g`` …) or a size (``24GiB``), taken as usable memory.
+@cache
+def size_card_context() -> int:
+    """The CUDA context taken off a card given as a size: the median of the named cards' (memory − usable).
 
-    >>> load_card("24GiB").usable_bytes == 24 * 2**30
-    True
+    >>> round(size_card_context() / 2**30, 2)
+    0.49
+    """
+    contexts = sorted(round(e["memory_gib"] * GIB) - round(e["usable_gib"] * GIB) for e in gpu_presets().values())
+    return contexts[len(contexts) // 2]
+
+
+def load_card(text: str) -> GPUSpec:
+    """A named card (``rtx-4090``, ``a100-80g`` …) or a size (``24GiB``). A size is the card's physical
+    memory, as a named card's is: the same CUDA context (``size_card_context``) is taken off for the usable.
+
+    >>> card = load_card("24GiB")
+    >>> card.memory_bytes == 24 * 2**30, card.usable_bytes == 24 * 2**30 - size_card_context()
+    (True, True)
     >>> load_card("4090").name
     'NVIDIA GeForce RTX 4090 24GB'
     >>> load_card("24GB").name, load_card("24G").name, load_card("24 GiB").name
@@ -371,4 +384,5 @@ def load_card(text: str) -> GPUSpec:
         raise UserError(f"--gpu {text}: {size:,} bytes is not a GPU's memory (at least 1 GiB; write the unit, e.g. 24GiB)")
     # echo how a size was read unless it was written in GiB: "24GB = 22.35 GiB card", "24G = 24.00 GiB card"
     echo = "" if text.lower().replace(" ", "").endswith("gib") else f"{text} = "
-    return GPUSpec(key=text, name=f"{echo}{fmt_bytes(size)} card", memory_bytes=size, usable_bytes=size)
+    return GPUSpec(key=text, name=f"{echo}{fmt_bytes(size)} card", memory_bytes=size,
+                   usable_bytes=size - size_card_context())

@@ -19,6 +19,7 @@ from .ledger.structure import Structure
 from .presets import MAX_DIM, ModelSpec, load_model
 from .stacks import STACK_EXTRAS, STACK_SETTINGS, check_stack, concrete, resolve, runs_trainer, stacks
 from .symbols import SYMBOLS
+from .versions import applies, parse_versions
 
 METHODS = ("full", "lora", "qlora")
 DTYPES = ("bf16", "fp16", "fp32")
@@ -179,6 +180,7 @@ class Scenario:
     kbit_prep: str = "none"         # QLoRA: peft's prepare_model_for_kbit_training (fp32 non-quantized weights)
     mp_policy: str = "none"         # FSDP2 MixedPrecisionPolicy(param_dtype=this, reduce_dtype=fp32) on fp32 storage
     overrides: tuple[tuple[str, float], ...] = field(default=())
+    versions: tuple[tuple[str, str], ...] = ()   # --versions: library versions asked for (symvram.versions)
     # the settings given (not filled by the stack): with_changes keeps them and lets the stack fill the rest again
     given: frozenset = field(default=frozenset(), compare=False, repr=False)
 
@@ -196,6 +198,8 @@ class Scenario:
         kw["targets"] = parse_targets(kw.get("targets", "all-linear"), fam)
         kw["modules_to_save"] = parse_modules_to_save(kw.get("modules_to_save", ()))
         kw.setdefault("attention", fam.default_attention)
+        if "versions" in kw:
+            kw["versions"] = parse_versions(kw["versions"])
         if "overrides" in kw:
             overrides = dict(kw["overrides"])
             for name in FIELD_SYMBOLS & set(overrides):  # --set tp=2 is --tp 2: checked, and in the structure
@@ -380,10 +384,10 @@ class Scenario:
             dropout=self.lora and self.lora_dropout > 0, device=self.device,
             attention=self.attention, grad_checkpointing=self.grad_checkpointing,
             double_quant=self.double_quant, kbit_prep=self.kbit_prepared,
-            checkpoint_reentrant=self.grad_checkpointing and self.checkpoint_impl == "reentrant",
             loss_impl=self.loss_impl, dora=self.lora and self.dora, modules_to_save=self.modules_to_save, zero=self.zero, offload=self.offload,
             sequence_parallel=self.sequence_parallel, tensor_parallel=self.tp > 1,
             mp_policy=self.mp_policy != "none", zero_impl=stacks()[self.stack].get("zero_impl", "fsdp2"),
+            bnb_input_saved=self.method == "qlora" and applies("bnb_input_saved", self.versions),
         )
 
     def values(self) -> dict[str, int | float]:
@@ -410,4 +414,5 @@ class Scenario:
         out["model"] = self.model.name
         out["model_kind"] = self.model.kind
         out["overrides"] = dict(self.overrides)
+        out["versions"] = dict(self.versions)
         return out

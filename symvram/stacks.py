@@ -20,6 +20,7 @@ from functools import cache
 from importlib import resources
 
 from .errors import UserError
+from .versions import header
 
 # the settings a stack decides (in the order the header names them)
 STACK_SETTINGS = ("adapter_dtype", "autocast", "optimizer", "optimizer_impl", "state_dtype", "checkpoint_impl",
@@ -145,4 +146,4 @@ def summary(sc) -> str:
                         if sc.mp_policy != "none" else f"and gathered in {sc.dtype}"))
     elif sc.zero:
         parts.append(f"ZeRO-{sc.zero} over {gpus}")
-    return f"stack {sc.stack} ({stacks()[sc.stack]['title']}): " + ", ".join(parts)
+    return f"stack {sc.stack} ({stacks()[sc.stack]['title']}): " + ", ".join(parts) + "; " + header(sc.versions)

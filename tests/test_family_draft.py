@@ -97,3 +97,50 @@ def test_the_cli_writes_the_draft_and_a_folder_of_drafts_is_read(tmp_path, monke
     architecture.families_by_model_type.cache_clear()
     assert main(["estimate", str(cfg), "--method", "lora", "--rank", "8"]) == 2
     assert "GraniteMLP" in capsys.readouterr().err
+
+
+@pytest.mark.usefixtures("forget_drafts")
+def test_a_hub_id_is_drafted_from_its_cached_config(tmp_path, monkeypatch, capsys):
+    """A Hub id whose model_type has no entry: its config.json from the local cache (nothing downloaded)."""
+    from symvram.cli import main
+
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    snap = tmp_path / "hub" / "models--ibm--tiny-granite" / "snapshots" / "abc"
+    snap.mkdir(parents=True)
+    (snap / "config.json").write_text(json.dumps(GRANITE))
+    assert main(["family-draft", "ibm/tiny-granite"]) == 0
+    assert 'model_types = ["granite"]' in capsys.readouterr().out
+
+
+@pytest.mark.usefixtures("forget_drafts")
+def test_gpt2_conv1d_layers_shared_names_and_position_embeddings():
+    """GPT-2: Conv1D projections (weight (in, out)) read as linears, the two c_proj named by their path (as PEFT
+    matches them), n_embd read as hidden_size, and the position embeddings named as what an entry cannot hold."""
+    from symvram.validate.layout import draft_entry, parameter_side, read_layout
+
+    cfg = {"model_type": "gpt2", "n_embd": 64, "n_layer": 2, "n_head": 4, "vocab_size": 100, "bos_token_id": 0,
+           "eos_token_id": 0}
+    layout = read_layout(cfg)
+    text = draft_entry(cfg, layout)
+    assert 'c_attn = {d_in = "hidden", d_out = "3*hidden"' in text and '"mlp.c_proj" = {d_in = "4*hidden"' in text
+    assert 'hidden = ["n_embd", "required"]' in text
+    assert "transformer.wpe.weight [1024, 64], transformer.ln_f.bias [64]" in text
+    _, n = parameter_side(cfg, text)
+    assert n["meta_params"] - n["params"] == 1024 * 64 + 64
+    assert n["lora_trainable"] == n["peft_lora_params"]
+
+
+@pytest.mark.parametrize("cfg, message", [
+    ({"model_type": "t5", "d_model": 64, "num_layers": 2, "vocab_size": 100}, "cannot build model_type 't5' as a causal LM"),
+    ({"model_type": "qwen3"}, "has a family entry already"),
+    ({"model_type": "granite", "hidden_size": -4}, "negative dimension"),
+])
+def test_what_cannot_be_drafted_is_refused_in_one_line(cfg, message, tmp_path, capsys):
+    from symvram.cli import main
+
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(cfg))
+    assert main(["family-draft", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1

@@ -7,6 +7,7 @@ from hypothesis import given, settings, strategies as st
 
 from symvram.analysis import fit as fit_module
 from symvram.analysis.fit import fit, headroom_bytes, knob_limit
+from symvram.card_memory import card_memory
 from symvram.presets import load_card
 from symvram.cli import main
 from symvram.errors import UserError
@@ -27,10 +28,13 @@ def test_seq_from_two_estimates_7b_lora():
     for m, at1 in one.moments.items():
         k = two.moments[m] - at1
         expected[m] = (capacity - (at1 - k)) // k
-    r = fit(sc, capacity, solve="seq", headroom=0, limit=100_000)
+    bounds, how = fit_module._moment_bounds(sc, "seq", capacity, 100_000)
     # each term is rounded up to whole bytes in an estimate: allow one token either way
-    assert r.status == "fits" and abs(r.value - min(expected.values())) <= 1
-    assert r.binding_moment == min(expected, key=expected.get)
+    assert how == "solved" and abs(min(bounds.values()) - min(expected.values())) <= 1
+    assert min(bounds, key=bounds.get) == min(expected, key=expected.get)
+    # the allocator reserves at least what is allocated: its answer is at most the moments' one
+    r = fit(sc, capacity, solve="seq", headroom=0, limit=100_000)
+    assert r.status == "fits" and r.value <= min(expected.values()) + 1
 
 
 CASES = [
@@ -46,11 +50,15 @@ CASES = [
 @pytest.mark.parametrize("model,kw,card,knob", CASES)
 def test_answer_fits_and_next_does_not(model, kw, card, knob):
     sc = Scenario.create(model, **kw)
-    r = fit(sc, load_card(card), solve=knob)
-    budget = load_card(card).usable_bytes - GIB
+    gpu = load_card(card)
+    r = fit(sc, gpu, solve=knob)
     assert r.status == "fits"
-    assert evaluate(sc.with_changes(**{knob: r.value})).peak <= budget
-    assert evaluate(sc.with_changes(**{knob: r.value + 1})).peak > budget
+    # the replay of two steps on the card fits at the answer and runs out of memory one above it
+    assert card_memory(sc.with_changes(**{knob: r.value}), gpu).fits
+    assert not card_memory(sc.with_changes(**{knob: r.value + 1}), gpu).fits
+    # what the allocator may reserve is the card less the CUDA context (one GPU: no NCCL buffers)
+    assert r.budget == gpu.memory_bytes - (gpu.memory_bytes - gpu.usable_bytes)
+    assert evaluate(sc.with_changes(**{knob: r.value})).peak <= r.budget
     assert (r.at.peak, r.above.peak) == (evaluate(sc.with_changes(**{knob: r.value})).peak,
                                          evaluate(sc.with_changes(**{knob: r.value + 1})).peak)
 
@@ -82,7 +90,7 @@ def test_everything_fits_up_to_max_position():
     r = fit(sc, load_card("mi300x"), solve="seq")
     assert (r.status, r.value, r.above) == ("all", 4096, None)                   # 7b: max_position_embeddings 4096
     assert "max_position_embeddings" in r.limit_reason
-    assert evaluate(sc.with_changes(seq=4096)).peak <= load_card("mi300x").usable_bytes - GIB
+    assert evaluate(sc.with_changes(seq=4096)).peak <= load_card("mi300x").usable_bytes
 
 
 def test_rank_limit_is_smallest_matrix_side():
@@ -101,11 +109,18 @@ def test_headroom_forms():
 
 
 def test_sized_card():
-    assert load_card("24GiB").usable_bytes == 24 * GIB
-    assert load_card("80GB").usable_bytes == 80 * 10**9
+    # a size is the physical memory, as a named card's: the named cards' median context (memory − usable of
+    # data/gpus.toml: 12 cards, the 7th of the sorted differences, 0.49 GiB) is taken off
+    import tomllib
+    from importlib import resources
+    cards = tomllib.loads(resources.files("symvram.data").joinpath("gpus.toml").read_text())
+    contexts = sorted(round(c["memory_gib"] * GIB) - round(c["usable_gib"] * GIB) for c in cards.values())
+    context = contexts[len(contexts) // 2]
+    assert (load_card("24GiB").memory_bytes, load_card("24GiB").usable_bytes) == (24 * GIB, 24 * GIB - context)
+    assert load_card("80GB").usable_bytes == 80 * 10**9 - context
 
 
-@settings(max_examples=15, deadline=None)
+@settings(max_examples=6, deadline=None)   # each example runs the allocator replay a dozen times
 @given(st.integers(min_value=14, max_value=200), st.integers(min_value=1, max_value=60),
        st.sampled_from(["seq", "batch", "rank"]))
 def test_monotone_in_card_size(small_gib, extra_gib, knob):
@@ -124,7 +139,8 @@ def test_cli_json_is_the_api_answer(capsys):
     r = fit(Scenario.create("7b", method="lora", batch=4), load_card("a100-80g"), solve="seq")
     assert (data["value"], data["peak_at_value"]["bytes"], data["peak_above"]["bytes"]) == (
         r.value, r.at.peak, r.above.peak)
-    assert data["budget_bytes"] == load_card("a100-80g").usable_bytes - GIB
+    assert data["budget_bytes"] == load_card("a100-80g").usable_bytes == r.budget
+    assert data["peak_at_value"]["reserved_peak"] == r.memory.reserved_peak <= r.budget
 
 
 @pytest.mark.parametrize("argv,needle", [

@@ -55,9 +55,9 @@ def collate(rows):
 
 
 def trainer_args(tmp, **kw):
-    return transformers.TrainingArguments(output_dir=str(tmp), per_device_train_batch_size=b, bf16=True, use_cpu=True,
-                                          max_steps=2, report_to=[], logging_strategy="no", save_strategy="no",
-                                          disable_tqdm=True, **kw)
+    return transformers.TrainingArguments(**{"output_dir": str(tmp), "per_device_train_batch_size": b, "bf16": True,
+                                             "use_cpu": True, "max_steps": 2, "report_to": [], "logging_strategy": "no",
+                                             "save_strategy": "no", "disable_tqdm": True, **kw})
 
 
 def cli_scenario(argv):
@@ -275,3 +275,100 @@ def test_the_integrations_import_nothing_heavy():
             "print(sorted(m for m in ('torch', 'transformers', 'peft', 'lightning') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_the_reader_names_what_it_does_not_model(tmp_path):
+    """Read, not trained: DoRA, dropout and modules_to_save as PEFT made them; ranks that differ by module, an
+    optimizer class symvram has no ledger for, torch_compile and Liger's layer kernels named, not dropped."""
+    model = tiny(target_modules=["q_proj", "k_proj", "v_proj"], use_dora=True, lora_dropout=0.1,
+                 modules_to_save=["lm_head"], rank_pattern={"k_proj": 4})
+    args = trainer_args(tmp_path, torch_compile=True, use_liger_kernel=True, per_device_train_batch_size=3)
+    t = from_training(model, args, torch.optim.RMSprop(model.parameters()), dataset=ROWS)
+    sc = t.scenario
+    assert (sc.method, sc.dora, sc.lora_dropout, sc.modules_to_save, sc.rank, sc.targets, sc.batch, sc.optimizer) == \
+        ("lora", True, 0.1, ("lm_head",), 8, ("q_proj", "k_proj", "v_proj"), 3, "adamw")
+    named = " | ".join(t.unmodelled)
+    for fragment in ("ranks differ by module (4, 8", "torch.optim.rmsprop.RMSprop: not modelled",
+                     "torch_compile = true", "use_liger_kernel = true"):
+        assert fragment in named
+
+
+def test_a_deepspeed_config_in_the_arguments_is_read_as_the_cli_reads_its_file(tmp_path):
+    ds = {"zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu"}}, "bf16": {"enabled": "auto"},
+          "train_micro_batch_size_per_gpu": "auto"}
+    (tmp_path / "ds.json").write_text(json.dumps(ds))
+    model = tiny(target_modules=["q_proj", "v_proj"])
+    args = trainer_args(tmp_path)
+    args.deepspeed = str(tmp_path / "ds.json")   # set after construction: building it would start DeepSpeed
+    live = from_training(model, args, gpus=4, batch=collate(ROWS[:b]))
+    (tmp_path / "args.json").write_text(json.dumps({**json.loads(args.to_json_string()), "deepspeed": args.deepspeed}))
+    model.get_base_model().config.to_json_file(tmp_path / "config.json")
+    same(live.scenario, cli_scenario([
+        "estimate", str(tmp_path / "config.json"), "--from", str(tmp_path / "args.json"), "--method", "lora", "--rank",
+        "8", "--targets", "q_proj,v_proj", "--dtype", "bf16", "--seq", str(s), "--gpus", "4", "--device", "cpu"]))
+    assert (live.scenario.stack, live.scenario.zero, live.scenario.offload) == ("deepspeed", 2, "optimizer")
+
+
+class FakeCuda:
+    """torch.cuda as a process with one 24 GiB card would see it: 20 GiB free, 2 GiB reserved by this process."""
+
+    def __init__(self):
+        self.free, self.total, self.reserved = 20 * 2**30, 24 * 2**30, 2 * 2**30
+
+    def is_available(self):
+        return True
+
+    def current_device(self):
+        return 0
+
+    def mem_get_info(self, i):
+        return self.free, self.total
+
+    def memory_reserved(self, i):
+        return self.reserved
+
+    def get_device_name(self, i):
+        return "Fake 24GB"
+
+
+@pytest.mark.parametrize("batch, seq, fits", [(1, 256, True), (8, 8192, False)])
+def test_the_device_check_counts_free_plus_reserved_less_headroom(monkeypatch, batch, seq, fits):
+    from symvram import estimate, Scenario
+    from symvram.integrations.check import MemoryCheck
+    from symvram.readers.live import Training
+
+    monkeypatch.setattr(torch, "cuda", FakeCuda())
+    sc = Scenario.create("llama-3-8b", method="lora", batch=batch, seq=seq)
+    lines = []
+    check = MemoryCheck(Training(sc, {}, tool="trainer"), on_exceed="warn", log=lines.append)
+    if fits:
+        assert check.preflight() is True
+    else:
+        with pytest.warns(UserWarning, match="over by"):
+            assert check.preflight() is False
+        assert "TrainingArguments(gradient_checkpointing=True)" in check.triage
+    budget = 20 * 2**30 + 2 * 2**30 - 2**30          # free + reserved − the 1 GiB headroom, by hand
+    assert check.devices[0].available == budget
+    assert (estimate(sc).peak <= budget) is fits
+    assert lines[0].endswith("fits" if fits else f"over by {(estimate(sc).peak - budget) / 2**30:,.2f} GiB")
+
+
+def test_a_run_symvram_cannot_read_goes_on_unchecked(tmp_path):
+    """GPT-2 has no ledger family: one warning naming why, and the training runs its steps."""
+    model = transformers.GPT2LMHeadModel(transformers.GPT2Config(n_embd=32, n_layer=1, n_head=2, vocab_size=1000,
+                                                                 n_positions=64))
+    lines = []
+    trainer = transformers.Trainer(model=model, args=trainer_args(tmp_path, bf16=False), train_dataset=ROWS,
+                                   data_collator=collate, callbacks=[MemoryCheckCallback(on_exceed="raise",
+                                                                                         log=lines.append)])
+    with pytest.warns(UserWarning, match="this run is not checked: .*gpt2"):
+        trainer.train()
+    assert trainer.state.global_step == 2 and len(lines) == 1 and not (tmp_path / REPORT).exists()
+
+
+def test_a_run_shorter_than_the_steps_measured_still_leaves_the_tracker_and_reports(tmp_path):
+    cb = MemoryCheckCallback(log=lambda *_: None, steps=(1, 2))
+    transformers.Trainer(model=tiny(target_modules=["q_proj"]), args=trainer_args(tmp_path, max_steps=1),
+                         train_dataset=ROWS, data_collator=collate, callbacks=[cb]).train()
+    assert not cb.check.measuring and cb.check._tracker is None
+    assert [m["step"] for m in json.loads((tmp_path / REPORT).read_text())["measurement"]] == [1]

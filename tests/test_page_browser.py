@@ -259,3 +259,31 @@ def test_legend_table_and_total_note_say_what_they_count(browser, tmp_path):
     colours = browser.execute_script("""return [...document.querySelectorAll("#bar span:not(.cap)")]
         .map((s) => s.className === "hatch" ? "hatch" : getComputedStyle(s).backgroundColor);""")
     assert colours == [_rgb(style.BLOCK_COLORS[b]) for b in ("base", "trainable", "activations")] + ["hatch"]
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+@pytest.mark.parametrize("width", [1200, 420])
+@pytest.mark.parametrize("settings", [dict(method="full", optimizer="paged-adamw8bit"),
+                                      dict(method="lora", rank=16, seq=4096)], ids=["paged-8bit", "lora"])
+def test_explain_html_stays_inside_the_page(browser, tmp_path, lang, width, settings):
+    """explain's HTML (issue 28: its tables overflowed the page, en and zh): measured in the browser, the page
+    never scrolls sideways and every table and formula ends inside the body's column, at a desktop's and a
+    phone's width; a wide one scrolls inside itself."""
+    from symvram.present.documents import render
+
+    path = tmp_path / f"explain-{lang}.html"
+    path.write_text(render(Scenario.create("llama-3-8b", **settings), fmt="html", lang=lang), encoding="utf-8")
+    browser.get(path.as_uri())
+    browser.set_window_size(width, 900)
+    try:
+        box = browser.execute_script("""
+            const column = document.body.getBoundingClientRect().right
+                           - parseFloat(getComputedStyle(document.body).paddingRight);
+            const wide = [...document.querySelectorAll("table, .eq, math")]
+                .filter((e) => e.getBoundingClientRect().right > column + 1).map((e) => e.tagName);
+            return {page: [document.documentElement.scrollWidth, window.innerWidth],
+                    tables: document.querySelectorAll("table").length, wide: wide};""")
+        assert box["page"][0] <= box["page"][1], box
+        assert box["tables"] >= 5 and box["wide"] == [], box
+    finally:
+        browser.set_window_size(1200, 900)

@@ -207,9 +207,9 @@ def test_seq_axes_follow_the_question_not_the_context():
     assert ax.get_ylim()[1] <= 1.25 * cards[1].usable_bytes / GIB + 1e-9
     crossings = [t.get_text() for t in ax.texts if t.get_text().startswith("r = ")]
     assert crossings, "no crossing labelled"
-    for text in crossings:   # each names its rank and is `fit`'s longest seq on a card (1 GiB headroom)
+    for text in crossings:   # each names its rank and is `fit`'s longest seq on a card (no headroom by default)
         rank, x = (int(v.replace(",", "")) for v in text[len("r = "):].split(": "))
-        assert x in {fit(sc.with_changes(rank=rank), card, solve="seq", headroom="1GiB").value for card in cards}
+        assert x in {fit(sc.with_changes(rank=rank), card, solve="seq").value for card in cards}
     ax.figure.canvas.draw()   # one row of crossing labels per line: none overlaps another
     boxes = [t.get_window_extent() for t in ax.texts if t.get_text().startswith("r = ")]
     assert not any(a.overlaps(b) for i, a in enumerate(boxes) for b in boxes[i + 1:])
@@ -331,7 +331,7 @@ def test_fit_map_where_nothing_fits_says_by_how_much():
     assert not np.asarray(ax.images[0].get_array()).any()
     low = evaluate(sc.with_changes(batch=1, seq=128)).peak   # the grid's smallest point: batch 1, 4096 / 32
     (text,) = [t.get_text() for t in ax.texts]
-    assert text == f"nothing fits: minimum {low / GIB:,.2f} GiB > {(card.usable_bytes - GIB) / GIB:,.2f} GiB budget"
+    assert text == f"nothing fits: minimum {low / GIB:,.2f} GiB > {card.usable_bytes / GIB:,.2f} GiB budget"
     # the neutral pair, no block colour
     cmap = ax.images[0].get_cmap()
     assert [cmap(0.0)[:3], cmap(1.0)[:3]] == [to_rgba(style.FIT_COLORS["does not fit"])[:3],

@@ -342,7 +342,7 @@ def test_an_inline_deepspeed_mapping(tmp_path):
 def test_diagnose_writes_remedies_as_edits(tmp_path, capsys):
     path = _write(tmp_path, "run.yml", "base_model: llama-3-8b\nadapter: lora\nsequence_len: 4096\n"
                                        "micro_batch_size: 4\ngradient_accumulation_steps: 2\n")
-    rc, out, err = _run(["diagnose", "--from", path, "--gpu", "24GiB"], capsys)
+    rc, out, err = _run(["diagnose", "--from", path, "--gpu", "24GiB", "--headroom", "1GiB"], capsys)
     assert rc == 0, err
     assert out.startswith("scenario read from ")
     assert f"{path}: gradient_checkpointing: true" in out

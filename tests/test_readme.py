@@ -13,8 +13,8 @@ def test_the_first_two_commands_install_run_and_test():
     first = re.search(r"```bash\n(.*?)\n```", README, re.S).group(1).splitlines()
     assert first[0].startswith("pip install -e . && symvram estimate 7b")
     ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
-    assert 'pip install -q -e ".[validate,test]"' in ci and ci.rstrip().endswith("python -m pytest -q")
-    assert first[1].startswith('pip install -e ".[validate,test]" && python -m pytest -q')
+    assert 'pip install -q -e ".[validate,integrations,test]"' in ci and ci.rstrip().endswith("python -m pytest -q")
+    assert first[1].startswith('pip install -e ".[validate,integrations,test]" && python -m pytest -q')
 
 
 @pytest.mark.parametrize("n", range(len(re.findall(r"```python\n", README))))
@@ -49,5 +49,18 @@ def test_every_docs_page_is_in_the_site_and_its_links_resolve():
             assert (page.parent / target).exists(), f"{page.name} links to a missing {target}"
     hooks = (ROOT / "scripts" / "docs_hooks.py").read_text(encoding="utf-8")
     for page in docs.glob("*.md"):
-        for name in re.findall(r"<!-- ([\w-]+)", page.read_text(encoding="utf-8")):
-            assert name in hooks, f"{page.name}: the placeholder {name} is not filled at build time"
+        text = page.read_text(encoding="utf-8")
+        # a placeholder reads on GitHub: a ```generated block naming its command and a note, never a bare comment
+        assert "<!-- symvram" not in text and "<!-- cli-reference" not in text, page.name
+        for name, note in re.findall(r"```generated\n([\w-]+)[^\n]*\n([^\n]*)\n```", text):
+            assert f'"{name}"' in hooks, f"{page.name}: the placeholder {name} is not filled at build time"
+            assert "made when the docs site builds" in note, f"{page.name}: {name} says nothing to a raw reader"
+
+
+def test_docs_placeholder_is_one_fenced_block():
+    import sys
+    sys.path.insert(0, str(ROOT / "scripts"))
+    from docs_hooks import PLACEHOLDER
+
+    page = "a\n```generated\ncli-reference\n(made when the docs site builds)\n```\nb\n```text\nkept\n```\n"
+    assert PLACEHOLDER.sub(lambda m: f"[{m.group(1)}]", page) == "a\n[cli-reference]\nb\n```text\nkept\n```\n"

@@ -353,3 +353,42 @@ def test_a_card_given_as_a_size_takes_its_figures(capsys):
     assert "needs both --tflops and --hbm-gbps" in capsys.readouterr().err
     assert main(["estimate", "qwen3-8b", "--method", "qlora", "--gpu", "h100", "--tflops", "312",
                  "--hbm-gbps", "3000"]) == 2
+
+
+# ------------------------------------------------------------------------------------- layout
+@pytest.mark.parametrize("optimizer", ["adamw8bit", "paged-adamw8bit"])
+def test_estimate_table_with_8bit_states_fits_100_columns(capsys, optimizer):
+    """The 8-bit states' formula has words wider than any column: the formula breaks inside them, the row
+    stays a row (no 'why' column of one character per line)."""
+    assert main(["estimate", "llama-3-8b", "--method", "full", "--optimizer", optimizer]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert max(map(len, lines)) <= 100
+    assert sum(len(line.strip()) == 1 for line in lines) == 0
+    start = next(i for i, line in enumerate(lines) if line.startswith("trainable    optimizer_states"))
+    assert lines[start].endswith("bitsandbytes") or "bitsandbytes 8-bit" in lines[start]   # the why starts here
+
+
+def test_sensitivity_rows_stay_whole(capsys):
+    from symvram.analysis.sensitivity import sensitivity
+
+    assert main(["sensitivity", "llama-3-8b", "--method", "lora", "--rank", "16"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert max(map(len, lines)) <= 100
+    res = sensitivity(Scenario.create("llama-3-8b", method="lora", rank=16))
+    for n, r in enumerate(res.rows, 1):   # each knob's row holds all its numbers, time elasticity last
+        row = next(line for line in lines if line.startswith(f"{n:>2}  {r.knob} "))
+        assert row.endswith(f"{r.time_elasticity:.4f}")
+
+
+def test_plan_drops_zero_on_one_gpu_and_explains_its_columns(capsys):
+    from symvram.analysis.plan import plan
+
+    assert main(["plan", "llama-3-8b", "--gpu", "rtx-4090"]) == 0
+    out = capsys.readouterr().out
+    rows = [line.split() for line in out.splitlines() if line.startswith("qlora ")]
+    assert not [r for r in rows if r[1].startswith("ZeRO-") and "offload" not in r and r[-6] == "1"]
+    assert "GPUs for params: the fewest GPUs the parameter side alone" in " ".join(out.split())
+    assert "not shown: ZeRO without offload on 1 GPU for qlora" in " ".join(out.split())
+    # the JSON keeps every row: the analysis is unchanged, only the table is
+    result = plan(Scenario.create("llama-3-8b"), load_card("rtx-4090"))
+    assert any(x.method == "qlora" and x.strategy.zero == 1 and x.gpus == 1 for x in result.rows)

@@ -153,3 +153,12 @@ def test_real_tensors_quantize_4bit_weights():
     up = next(m for m in q4 if m.out_features == f and m.in_features == h)
     assert isinstance(up.weight, bnb.nn.Params4bit) and up.weight.bnb_quantized
     assert up.weight.numel() * up.weight.element_size() == h * f // 2
+
+
+def test_the_traced_schedule_holds_every_tensor(lora):
+    """Every storage MemTracker counts is an alloc of the recorded schedule and every one it drops a free: the
+    replay's allocated peak is MemTracker's peak, each tensor rounded up to the allocator's 512 B (the tiny
+    model has fewer than 3000 storages live at once: at most 512 B each more)."""
+    replayed = lora["allocator"]["default"]["allocated_peak"]
+    assert lora["peak_bytes"] <= replayed <= lora["peak_bytes"] + 512 * 3000
+    assert lora["allocator"]["default"]["reserved_peak"] >= replayed

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ..card_memory import CardMemory, card_memory
 from ..errors import UserError
 from ..evaluate import Breakdown, evaluate
 from ..ledger.terms import Term
@@ -123,6 +124,7 @@ class Diagnosis:
     overhead: int = 0
     measured: tuple[int, Breakdown] | None = None
     parts: dict = field(default_factory=dict)
+    memory: CardMemory | None = None   # the caching-allocator replay on the card (symvram.card_memory)
 
     @property
     def remedies(self) -> tuple[Remedy, ...]:
@@ -130,8 +132,18 @@ class Diagnosis:
 
     @property
     def budget(self) -> int:
-        """What the ledger's peak may reach: usable memory − headroom − fitted overhead."""
-        return self.card.usable_bytes - self.headroom - max(self.overhead, 0)
+        """What the ledger's (allocated) peak may reach: what the caching allocator may reserve (the card less
+        the context, NCCL's buffers, headroom and fitted overhead) less the cuBLAS workspaces it holds. The
+        allocator's cached blocks on top are the replay's to judge (``cause``: fragmentation)."""
+        return self.memory.capacity - self.memory.block["cublas_workspaces"]
+
+    @property
+    def expandable_saving(self) -> int:
+        """Reserved bytes that ``PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True`` saves (0: none, or in use)."""
+        m = self.memory
+        if m is None or m.allocator == "expandable":
+            return 0
+        return max(m.reserved["default"] - m.reserved["expandable"], 0)
 
     @property
     def moment(self) -> str:
@@ -148,7 +160,12 @@ class Diagnosis:
 
     @property
     def cause(self) -> str:
-        if self.estimate.peak <= self.budget:
+        if self.memory is not None:
+            if self.memory.fits:
+                return "fits"
+            if self.memory.schedule_allocated <= self.memory.capacity and self.expandable_saving:
+                return "fragmentation"   # the tensors fit; the allocator's cached, split blocks do not
+        elif self.estimate.peak <= self.budget:
             return "fits"
         if self.parameter_bytes > self.budget:
             return "parameter"
@@ -344,8 +361,10 @@ def _priced(r: Remedy, card: GPUSpec, mfu, interconnect) -> Remedy:
 
 def diagnose(sc: Scenario, capacity: int | GPUSpec, headroom: int | str = DEFAULT_HEADROOM,
              p95_seq: int | None = None, measured_peak: int | None = None, measured_at: dict | None = None,
-             max_gpus: int = 64, mfu: float | None = None, interconnect: str | None = None) -> Diagnosis:
-    """Triage an OOM of ``sc`` on a card of ``capacity`` bytes (or a GPUSpec)."""
+             max_gpus: int = 64, mfu: float | None = None, interconnect: str | None = None,
+             allocator: str | None = None) -> Diagnosis:
+    """Triage an OOM of ``sc`` on a card of ``capacity`` bytes (or a GPUSpec); "fits" is the simulated caching
+    allocator's answer (``allocator``: default | expandable, else PYTORCH_CUDA_ALLOC_CONF's)."""
     card = capacity if isinstance(capacity, GPUSpec) else GPUSpec("capacity", f"{capacity:,} B card", capacity, capacity)
     room = headroom_bytes(headroom, card.usable_bytes)
     if p95_seq is not None and (isinstance(p95_seq, bool) or not isinstance(p95_seq, int) or p95_seq < 1):
@@ -358,7 +377,8 @@ def diagnose(sc: Scenario, capacity: int | GPUSpec, headroom: int | str = DEFAUL
         at = evaluate(sc.with_changes(**(measured_at or {})))
         overhead, measured = measured_peak - at.peak, (measured_peak, at)
     probe = evaluate(sc.with_changes(batch=1, seq=min(PROBE_SEQ, sc.seq)))
-    budget = card.usable_bytes - room - max(overhead, 0)
+    memory = card_memory(sc, card, allocator, room + max(overhead, 0))
+    budget = memory.capacity - memory.block["cublas_workspaces"]
     proposals, skipped = triage_steps(est, budget, p95_seq)
     proposals = [_priced(r, card, mfu, interconnect) for r in proposals]
     modelled = [r for r in proposals if r.modelled]
@@ -371,7 +391,7 @@ def diagnose(sc: Scenario, capacity: int | GPUSpec, headroom: int | str = DEFAUL
                       max_gpus=max_gpus, headroom=room, methods=(sc.method,))
         cards = result.best(sc.method, offload=False) or result.best(sc.method)
     return Diagnosis(est, card, room, parameter_side(est), probe, tuple(proposals), tuple(skipped), cards,
-                     overhead, measured, moment_parts(est))
+                     overhead, measured, moment_parts(est), memory)
 
 
 __all__ = ["diagnose", "time_price", "Diagnosis", "Remedy", "parameter_side", "moment_parts", "part_bytes", "part_of", "PARTS",

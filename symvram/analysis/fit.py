@@ -7,16 +7,18 @@ take the smallest. A moment that is not such a polynomial (for-loop AdamW's Max 
 searched on its lambdified expression (doubling, then bisection). The answer is always re-estimated
 with ``evaluate`` at the value and at value + 1.
 
-The budget is the card's usable memory (``data/gpus.toml``: the CUDA context already taken off)
-less ``headroom`` (default ``DEFAULT_HEADROOM`` = 1 GiB, for allocator rounding and fragmentation
-and library workspaces such as cuBLAS's; pass a size or a percentage of the card).
+"Fits" is the caching allocator's answer (symvram.card_memory; modelled, not measured): the ledger's
+allocation schedule replayed for two steps runs without an OOM in the card's memory less the CUDA context,
+NCCL's buffers and ``headroom``, an optional margin of the user's (default 0). The moments give the
+allocated peak's bound; the allocator's slack (reserved − allocated) read at each answer lowers it, and the
+replay decides at the answer and at answer + 1.
 
 >>> from symvram.scenario import Scenario
 >>> sc = Scenario.create("7b", method="lora", rank=64, batch=4)
 >>> from symvram.presets import load_card
->>> r = fit(sc, load_card("a100-80g").usable_bytes, solve="seq")
->>> r.status, r.at.peak <= r.budget < r.above.peak, r.above.values["seq"] == r.value + 1
-('fits', True, True)
+>>> r = fit(sc, load_card("a100-80g"), solve="seq")
+>>> r.status, r.memory.fits, r.memory_above.fits, r.above.values["seq"] == r.value + 1
+('fits', True, False, True)
 """
 from __future__ import annotations
 
@@ -26,6 +28,7 @@ from dataclasses import dataclass
 
 import sympy as sp
 
+from ..card_memory import CardMemory, card_memory, fits_on_card
 from ..errors import UserError, excerpt
 from ..evaluate import Breakdown, evaluate, grid_function, substitution
 from ..ledger import build_ledger
@@ -35,7 +38,7 @@ from ..scenario import MAX_BATCH, MAX_RANK, MAX_SEQ, Scenario, smallest_target_s
 from ..symbols import SYMBOLS, sym
 
 KNOBS = ("seq", "batch", "rank")
-DEFAULT_HEADROOM = "1GiB"
+DEFAULT_HEADROOM = "0"
 def headroom_bytes(text: str | int, capacity: int) -> int:
     """``--headroom``: a size (``1GiB``), a percentage of the card (``5%``) or ``0``.
 
@@ -47,7 +50,8 @@ def headroom_bytes(text: str | int, capacity: int) -> int:
     else:
         m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*%\s*", str(text))
         if m:
-            value = int(capacity * float(m.group(1)) / 100)
+            share = float(m.group(1))
+            value = int(capacity * share / 100) if share < 100 else capacity   # 1e400% is no share of a card
         elif str(text).strip() in ("0", "0GiB", "0GB"):
             value = 0
         else:
@@ -122,6 +126,8 @@ class FitResult:
     above: Breakdown | None
     bounds: dict[str, float]   # moment key -> largest knob value that moment allows (inf: no bound)
     how: str                   # "solved" | "searched"
+    memory: CardMemory | None = None         # the allocator replay at ``at``
+    memory_above: CardMemory | None = None   # ... and at ``above``
 
     @property
     def capacity(self) -> int:
@@ -129,7 +135,8 @@ class FitResult:
 
     @property
     def budget(self) -> int:
-        return self.capacity - self.headroom
+        """What the caching allocator may reserve: the card less the context, NCCL's buffers and the margin."""
+        return self.memory.capacity
 
     @property
     def binding_moment(self) -> str:
@@ -190,33 +197,61 @@ def _moment_bounds(sc: Scenario, knob: str, budget: int, limit: int) -> tuple[di
     return bounds, how
 
 
+def allocator_slack(cm: CardMemory) -> int:
+    """What the allocator holds beyond the ledger's allocated peak (workspaces, rounding, cached blocks)."""
+    return max(cm.reserved_peak - cm.allocated, 0)
+
+
 def fit(sc: Scenario, capacity_bytes: int | GPUSpec, solve: str = "seq",
-        headroom: int | str = DEFAULT_HEADROOM, limit: int | None = None) -> FitResult:
-    """The largest integer ``solve`` (seq | batch | rank) whose peak fits ``capacity − headroom``."""
+        headroom: int | str = DEFAULT_HEADROOM, limit: int | None = None, allocator: str | None = None) -> FitResult:
+    """The largest integer ``solve`` (seq | batch | rank) whose two steps the simulated caching allocator runs on
+    the card without an OOM (``allocator``: default | expandable, else PYTORCH_CUDA_ALLOC_CONF's)."""
     check_knob(sc, solve)
     card = capacity_bytes if isinstance(capacity_bytes, GPUSpec) else GPUSpec(
         key="capacity", name=f"{fmt_bytes(capacity_bytes)} card", memory_bytes=capacity_bytes,
         usable_bytes=capacity_bytes)
     room = headroom_bytes(headroom, card.usable_bytes)
-    budget = card.usable_bytes - room
     top, reason = knob_limit(sc, solve, limit)
-    bounds, how = _moment_bounds(sc, solve, budget, top)
-    value = int(min(min(bounds.values()), top))
 
-    def peak_at(v: int) -> Breakdown:
-        return evaluate(sc.with_changes(**{solve: v}))
+    def memory_at(v: int) -> CardMemory:
+        return card_memory(sc.with_changes(**{solve: v}), card, allocator, room, both=False)
 
-    # the exact re-estimate decides at the boundary (each term is rounded up to whole bytes there)
-    value = max(value, 1)
-    at = peak_at(value)
-    while at.peak > budget and value > 1:
-        value -= 1
-        at = peak_at(value)
-    if at.peak > budget:
-        return FitResult(solve, "none", None, top, reason, card, room, at, None, bounds, how)
-    above = peak_at(value + 1) if value < top else None
-    while above is not None and above.peak <= budget:
-        value, at = value + 1, above
-        above = peak_at(value + 1) if value < top else None
-    status = "all" if above is None else "fits"
-    return FitResult(solve, status, value, top, reason, card, room, at, above, bounds, how)
+    def fits(v: int) -> bool:
+        return fits_on_card(sc.with_changes(**{solve: v}), card, allocator, room)
+
+    cm = card_memory(sc, card, allocator, room, both=False)
+    bounds, how = _moment_bounds(sc, solve, cm.capacity - allocator_slack(cm), top)
+    value = max(int(min(min(bounds.values()), top)), 1)
+    for _ in range(2):   # the slack grows with the activations: read it again at the answer
+        cm = memory_at(value)
+        bounds, how = _moment_bounds(sc, solve, cm.capacity - allocator_slack(cm), top)
+        found = max(int(min(min(bounds.values()), top)), 1)
+        if found == value:
+            break
+        value = found
+    # the replay decides: step from the moments' answer to the last value that fits
+    if fits(value):
+        step = 1
+        while value < top and fits(min(value + step, top)):
+            value, step = min(value + step, top), step * 2
+        while step > 1:
+            step //= 2
+            if value + step <= top and fits(value + step):
+                value += step
+    else:
+        step = 1
+        while value > 1 and not fits(max(value - step, 1)):
+            value, step = max(value - step, 1), step * 2
+        low = max(value - step, 1)
+        if not fits(low):
+            at = evaluate(sc.with_changes(**{solve: 1}))
+            return FitResult(solve, "none", None, top, reason, card, room, at, None, bounds, how, memory_at(1))
+        while value - low > 1:
+            mid = (low + value) // 2
+            low, value = (mid, value) if fits(mid) else (low, mid)
+        value = low
+    at, memory = evaluate(sc.with_changes(**{solve: value})), memory_at(value)
+    if value >= top:
+        return FitResult(solve, "all", value, top, reason, card, room, at, None, bounds, how, memory)
+    above = evaluate(sc.with_changes(**{solve: value + 1}))
+    return FitResult(solve, "fits", value, top, reason, card, room, at, above, bounds, how, memory, memory_at(value + 1))

@@ -28,6 +28,7 @@ import dataclasses
 import math
 from dataclasses import dataclass
 
+from ..card_memory import device_block
 from ..errors import UserError
 from ..evaluate import Breakdown, evaluate
 from ..presets import GPUSpec, gpu_presets
@@ -128,6 +129,14 @@ class PlanRow:
         return host_resident(self.at) * self.at.scenario.gpus * self.tp
 
 
+def plan_budget(card: GPUSpec, headroom: int) -> int:
+    """What each GPU's tensors may reach in a plan: usable memory − headroom − the device block of a
+    multi-GPU job (symvram.card_memory: cuBLAS workspaces, one communicator's NCCL buffers); the
+    allocator's cached blocks beyond it are fit's and diagnose's replay to judge."""
+    block = device_block(card, gpus=2)
+    return card.usable_bytes - headroom - block["cublas_workspaces"] - block["nccl_buffers"]
+
+
 @dataclass(frozen=True)
 class PlanResult:
     card: GPUSpec
@@ -138,7 +147,9 @@ class PlanResult:
 
     @property
     def budget(self) -> int:
-        return self.card.usable_bytes - self.headroom
+        """Per GPU: the card less the context, the headroom, and the device block every multi-GPU row holds
+        (the cuBLAS workspaces inside the allocator, one NCCL communicator's buffers beside it)."""
+        return plan_budget(self.card, self.headroom)
 
     def best(self, method: str, offload: bool | None = None) -> PlanRow | None:
         """Fewest GPUs for ``method`` (only offloading strategies, or none, when ``offload`` says so);
@@ -315,7 +326,7 @@ def plan(sc: Scenario, gpu: GPUSpec, max_gpus: int = 64, headroom: int | str = D
     if unknown:
         raise UserError(f"unknown strategy {', '.join(sorted(unknown))}; strategies are {', '.join(BY_KEY)}")
     room = headroom_bytes(headroom, gpu.usable_bytes)
-    budget = gpu.usable_bytes - room
+    budget = plan_budget(gpu, room)
     rows = []
     for method in methods or METHODS:
         for st in STRATEGIES:

@@ -134,6 +134,10 @@ def add_scenario_arguments(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("overrides")
     g.add_argument("--set", action="append", type=parse_set, default=[], metavar="SYMBOL=VALUE",
                    help="override any symbol (hidden=5120, bytes_state=1, layers=40 …); repeatable")
+    g.add_argument("--versions", metavar="PKG=VERSION,...",
+                   help="library versions to follow instead of the installed ones (torch, transformers, peft, "
+                        "bitsandbytes, trl), e.g. bitsandbytes=0.42.0: where a version changes what is saved, "
+                        "its mechanism applies (bitsandbytes < 0.43.3 keeps each 4-bit linear's input)")
     g = p.add_argument_group("output")
     g.add_argument("--units", choices=tuple(UNITS), default="GiB", help="GiB (2^30, default; card sizes) or GB (10^9)")
 
@@ -147,7 +151,7 @@ def add_output_arguments(p: argparse.ArgumentParser, required: bool = False,
 
 SCENARIO_FLAGS = ("stack", "checkpoint_impl", "loss_impl", "kbit_prep", "dora", "modules_to_save", "method", "rank", "targets", "lora_dropout", "double_quant", "dtype", "master", "state_dtype",
                   "optimizer", "optimizer_impl", "adapter_dtype", "autocast", "batch", "seq", "grad_checkpointing",
-                  "attention", "device", "gpus", "zero", "offload", "mp_policy", "tp", "sequence_parallel")
+                  "attention", "device", "gpus", "zero", "offload", "mp_policy", "tp", "sequence_parallel", "versions")
 
 
 def cli_settings(args: argparse.Namespace) -> dict:
@@ -159,20 +163,36 @@ def cli_settings(args: argparse.Namespace) -> dict:
 
 
 def reading(args: argparse.Namespace):
-    """The --from files read once (warnings printed once, on stderr), or None without --from."""
+    """The --from files read once, or None without --from (their warnings wait for ``announce``)."""
     if not getattr(args, "from_files", None):
         return None
     if getattr(args, "_reading", None) is None:
         from ..readers.read import read_files
 
         args._reading = read_files(args.from_files, cli_settings(args))
-        for line in args._reading.warnings:
-            print(f"symvram: warning: {one_line(line)}", file=sys.stderr)
-        if args.verbose and args._reading.unread:
-            keys = (k if len(k) <= 2 * EXCERPT else excerpt(k, 2 * EXCERPT) for k in args._reading.unread)
-            print(f"symvram: not read (not known to change memory): {', '.join(keys)}",
-                  file=sys.stderr)
     return args._reading
+
+
+def announce(args: argparse.Namespace) -> None:
+    """The --from files' warnings (and with --verbose the keys not read) on stderr, once, when the scenario
+    they describe has been built: a run refused says its one error line alone."""
+    r = reading(args)
+    if r is None or getattr(args, "_announced", False):
+        return
+    args._announced = True
+    for line in r.warnings:
+        print(f"symvram: warning: {one_line(line)}", file=sys.stderr)
+    if args.verbose and r.unread:
+        keys = (k if len(k) <= 2 * EXCERPT else excerpt(k, 2 * EXCERPT) for k in r.unread)
+        print(f"symvram: not read (not known to change memory): {', '.join(keys)}", file=sys.stderr)
+
+
+def time_flags(args: argparse.Namespace) -> tuple[float | None, str | None]:
+    """--mfu and --interconnect, checked (also where the output shows no times: a bad value is refused)."""
+    from ..timing import check_interconnect, check_mfu
+
+    return (check_mfu(args.mfu) if getattr(args, "mfu", None) is not None else None,
+            check_interconnect(getattr(args, "interconnect", None)))
 
 
 def model_of(args: argparse.Namespace) -> str:
@@ -206,6 +226,27 @@ def check_context(sc: Scenario, args: argparse.Namespace) -> Scenario:
     return sc
 
 
+def traced(e: UserError, args: argparse.Namespace) -> UserError:
+    """``e`` with the files and keys its settings were read from (``--batch … (batch from run.yml:micro_batch_size)``;
+    ``--set ds_sub_group …`` from the key that set that symbol), or ``e`` itself without --from."""
+    import re
+
+    from ..readers.tools import SYMBOL
+
+    r = reading(args)
+    if r is None:
+        return e
+    named = [n.replace("-", "_") for n in re.findall(r"--([a-z][a-z0-9-]*)", str(e))]
+    named += [SYMBOL + n for n in re.findall(r"--set ([A-Za-z_][A-Za-z0-9_]*)", str(e))]
+    cli = cli_settings(args)
+    given = set(cli) | {SYMBOL + n for n in cli.get("overrides", {})}   # the command line's win over the files
+    found = [f"{n.lstrip(SYMBOL)} from {r.settings[n].source}" for n in dict.fromkeys(named)
+             if n in r.settings and n not in given]
+    if not found and set(named) & given:   # the command line's own value: nothing to trace
+        return e
+    return UserError(f"{e} ({'; '.join(found) if found else 'the run read from ' + ', '.join(args.from_files)})")
+
+
 def scenario_from_args(args: argparse.Namespace, **changes) -> Scenario:
     kw = scenario_kwargs(args)
     kw.update(changes)
@@ -213,15 +254,8 @@ def scenario_from_args(args: argparse.Namespace, **changes) -> Scenario:
     try:
         sc = Scenario.create(model, **kw)
     except UserError as e:
-        r = reading(args)
-        if r is None:
-            raise
-        import re
-
-        named = [n.replace("-", "_") for n in re.findall(r"--([a-z][a-z0-9-]*)", str(e))]
-        found = [f"{n} from {r.settings[n].source}" for n in dict.fromkeys(named) if n in r.settings]
-        raise UserError(f"{e} ({'; '.join(found) if found else 'the run read from ' + ', '.join(args.from_files)})") \
-            from None
+        raise traced(e, args) from None
+    announce(args)
     if not getattr(args, "shows_provenance", False) and getattr(args, "format", None) != "json" \
             and reading(args) is not None:  # the table on stderr: stdout stays the command's output (JSON has it)
         print(provenance_text(args, sc), end="", file=sys.stderr)
@@ -283,6 +317,8 @@ def write_output(text: str | bytes, path: str | None, force: bool) -> None:
             fh.write(data)
     except FileExistsError:
         raise UserError(f"{path} exists; pass --force to overwrite it") from None
+    except UserError:
+        raise
     except OSError as e:
         raise UserError(f"cannot write {path}: {e.strerror or e}") from None
     except ValueError:  # the name holds a NUL character

@@ -10,7 +10,7 @@ from ..present.reports import diagnosis_json, diagnosis_text
 from ..present.tables import terminal
 from ..units import parse_size
 from .common import (add_model_argument, add_output_arguments, add_scenario_arguments, positive_int, provenance_dict,
-                     provenance_text, reading, scenario_from_args, write_output)
+                     provenance_text, reading, scenario_from_args, time_flags, write_output)
 from .fit import add_card_arguments, card_of
 
 HELP = f"""\
@@ -74,12 +74,9 @@ def run(args) -> int:
     if args.measured_at and measured is None:
         raise UserError("--measured-at describes a measurement: give --measured-peak too")
     at = parse_measured_at(args.measured_at) if args.measured_at else None
-    from ..timing import check_interconnect, check_mfu
-
+    mfu, link = time_flags(args)
     d = diagnose(sc, card_of(args), headroom=args.headroom, p95_seq=args.p95_seq, measured_peak=measured,
-                 measured_at=at, max_gpus=args.max_gpus,
-                 mfu=check_mfu(args.mfu) if args.mfu is not None else None,
-                 interconnect=check_interconnect(args.interconnect))
+                 measured_at=at, max_gpus=args.max_gpus, mfu=mfu, interconnect=link, allocator=args.allocator)
     r = reading(args)
     text = (json.dumps({**diagnosis_json(d, r), **provenance_dict(args, sc)}, indent=2) if args.format == "json"
             else provenance_text(args, sc) + diagnosis_text(d, args.units, r))

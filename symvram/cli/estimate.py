@@ -8,10 +8,11 @@ from ..api import compare
 from ..errors import UserError
 from ..evaluate import evaluate
 from ..present.reports import compare_time_line, time_json, time_lines
-from ..present.tables import detail, terminal, to_json
+from ..present.tables import card_memory_json, card_memory_lines, detail, terminal, to_json
 from ..stacks import summary as stack_summary
-from .common import (add_model_argument, add_output_arguments, add_scenario_arguments, check_context, model_of,
-                     provenance_dict, provenance_text, reading, scenario_from_args, scenario_kwargs, write_output)
+from .common import (add_model_argument, add_output_arguments, add_scenario_arguments, announce, check_context,
+                     model_of, provenance_dict, provenance_text, reading, scenario_from_args, scenario_kwargs,
+                     time_flags, traced, write_output)
 from .fit import add_card_arguments, card_of
 
 HELP = """\
@@ -51,10 +52,8 @@ def _verdict(sc, args) -> tuple[str, dict]:
     """The verdict on --gpu (text and JSON), with the remedies when the run does not fit."""
     from ..analysis.diagnose import diagnose
     from ..present.reports import estimate_verdict
-    from ..timing import check_interconnect, check_mfu
-
-    d = diagnose(sc, card_of(args), headroom=args.headroom,
-                 mfu=check_mfu(args.mfu) if args.mfu is not None else None, interconnect=check_interconnect(args.interconnect))
+    mfu, link = time_flags(args)
+    d = diagnose(sc, card_of(args), headroom=args.headroom, allocator=args.allocator, mfu=mfu, interconnect=link)
     return estimate_verdict(d, args.units, reading(args))
 
 
@@ -66,12 +65,18 @@ def _compare_verdict(table, args) -> str:
     return compare_verdict(table, card, card.usable_bytes - headroom_bytes(args.headroom, card.usable_bytes), args.units)
 
 
+def card_memory_of(sc, args):
+    """The replay of the scenario on --gpu (or on no card: the context of a card given as a size)."""
+    from ..card_memory import card_memory
+
+    return card_memory(sc, card_of(args) if args.gpu else None, args.allocator)
+
+
 def time_of(sc, args):
     """The step time on --gpu (None without a card), --mfu and --interconnect checked first."""
-    from ..timing import check_interconnect, check_mfu, step_time
+    from ..timing import step_time
 
-    mfu = check_mfu(args.mfu) if getattr(args, "mfu", None) is not None else None
-    link = check_interconnect(getattr(args, "interconnect", None))
+    mfu, link = time_flags(args)
     if not getattr(args, "gpu", None):
         return None
     try:
@@ -85,7 +90,12 @@ def time_of(sc, args):
 def run(args) -> int:
     kw = scenario_kwargs(args)
     if "method" not in kw:
-        table = compare(model_of(args), **kw)
+        time_flags(args)
+        try:
+            table = compare(model_of(args), **kw)
+        except UserError as e:
+            raise traced(e, args) from None
+        announce(args)
         sc = check_context(table.rows[0][1].scenario, args)
         if args.format == "json":
             text = json.dumps({**{name: {**to_json(bd), "time": time_json(bd.scenario, None)} for name, bd in table.rows},
@@ -108,12 +118,16 @@ def run(args) -> int:
         sc = scenario_from_args(args)
         bd = evaluate(sc)
         st = time_of(sc, args)
+        cm = card_memory_of(sc, args)
         verdict, data = _verdict(sc, args) if args.gpu else ("", None)
         if args.format == "json":
-            text = json.dumps({**to_json(bd), "time": time_json(sc, st), **provenance_dict(args, sc),
+            out = to_json(bd)
+            out["bytes"].update(card_memory_json(cm))
+            text = json.dumps({**out, "time": time_json(sc, st), **provenance_dict(args, sc),
                                **({"verdict": data} if data else {})}, indent=2)
         else:
-            text = (provenance_text(args, sc) + detail(bd, args.units, args.format) + "\n" + "\n".join(time_lines(sc, st))
+            text = (provenance_text(args, sc) + detail(bd, args.units, args.format) + "\n\n"
+                    + "\n".join(card_memory_lines(cm, args.units)) + "\n" + "\n".join(time_lines(sc, st))
                     + ("\n\n" + verdict if verdict else ""))
     write_output(terminal(text) if args.format == "table" else text, args.output, args.force)
     return 0

@@ -24,6 +24,7 @@ Needs the optional extra:  pip install 'symvram[validate]'   (torch, transformer
 
 examples:
   symvram family-draft ./config.json > granite.toml
+  symvram family-draft ibm-granite/granite-3.3-8b-instruct -o granite.toml
   mkdir fams && symvram family-draft ./config.json -o fams/granite.toml && SYMVRAM_FAMILIES=fams symvram validate ./config.json --method lora
 """
 
@@ -31,7 +32,8 @@ examples:
 def register(sub) -> None:
     p = sub.add_parser("family-draft", help="a family entry drafted from transformers' model (the validate extra)",
                        description=HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("config", help="a Hugging Face config.json (or a model folder holding one)")
+    p.add_argument("config", help="a Hugging Face config.json, a model folder holding one, or a Hub id org/name "
+                                  "(its config.json: the local cache, else downloaded with the hub extra)")
     p.add_argument("--rank", type=positive_int, default=16, help="LoRA rank of the parameter side shown (default 16)")
     p.add_argument("--gpus", type=positive_int, default=8, help="GPUs of the FSDP2 shards shown (default 8)")
     add_output_arguments(p)
@@ -45,7 +47,19 @@ def run(args) -> int:
         raise UserError(f"family-draft builds the model with transformers: {missing_reason()}")
     from ..validate.layout import draft_entry, parameter_side, read_config, read_layout
 
-    cfg = read_config(args.config)
+    from pathlib import Path
+
+    from ..readers.hub import config_path, is_hub_id
+
+    source = args.config
+    if not Path(source).exists() and is_hub_id(source):
+        source = config_path(source)      # a Hub id: its config.json from the cache, else downloaded
+    cfg = read_config(source)
+    from ..ledger.architecture import shipped_model_types
+
+    if (shipped := shipped_model_types().get(cfg["model_type"])) is not None:
+        raise UserError(f"model_type {cfg['model_type']!r} has a family entry already (symvram/data/families/"
+                        f"{shipped}.toml); family-draft drafts one for a model_type without")
     layout = read_layout(cfg)
     comments, _ = parameter_side(cfg, draft_entry(cfg, layout), rank=args.rank, gpus=args.gpus)
     write_output(draft_entry(cfg, layout, notes=tuple(comments)), args.output, args.force)

@@ -33,7 +33,10 @@ def add_card_arguments(p: argparse.ArgumentParser, required: bool = True, time: 
     """--gpu and --headroom, shared by the commands that compare a peak with a card."""
     p.add_argument("--gpu", required=required, help="a named card (rtx-4090, a100-80g …) or a size (24GiB)")
     p.add_argument("--headroom", default=DEFAULT_HEADROOM,
-                   help=f"memory kept free beyond the peak: a size or a %% of the card (default {DEFAULT_HEADROOM})")
+                   help="a margin of your own kept free beyond the reserved memory and the device block: a size "
+                        f"or a %% of the card (default {DEFAULT_HEADROOM})")
+    p.add_argument("--allocator", help="the caching allocator the answer follows: default | expandable "
+                                       "(expandable_segments:True); default: what PYTORCH_CUDA_ALLOC_CONF says")
     if time:
         add_time_arguments(p)
 
@@ -84,7 +87,8 @@ def register(sub) -> None:
 
 def run(args) -> int:
     sc = scenario_from_args(args)
-    result = fit(sc, card_of(args), solve=args.solve, headroom=args.headroom, limit=args.limit)
+    result = fit(sc, card_of(args), solve=args.solve, headroom=args.headroom, limit=args.limit,
+                 allocator=args.allocator)
     text = json.dumps({**fit_json(result), **provenance_dict(args, sc)}, indent=2) if args.format == "json" else fit_text(result, args.units)
     write_output(terminal(text) if args.format == "table" else text, args.output, args.force)
     return 0

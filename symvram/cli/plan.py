@@ -8,7 +8,7 @@ from ..analysis.plan import plan
 from ..errors import UserError
 from ..present.tables import terminal
 from ..present.reports import plan_json, plan_text
-from .common import add_model_argument, add_output_arguments, add_scenario_arguments, positive_int, provenance_dict, scenario_from_args, scenario_kwargs, write_output
+from .common import add_model_argument, add_output_arguments, add_scenario_arguments, positive_int, provenance_dict, scenario_from_args, scenario_kwargs, time_flags, write_output
 from .fit import add_card_arguments, card_of
 
 HELP = """\
@@ -16,7 +16,7 @@ For each strategy (DDP, ZeRO-1, ZeRO-2, ZeRO-3/FSDP, TP, ZeRO-3 with optimizer o
 and each method (full, LoRA, QLoRA unless --method): the fewest GPUs whose per-GPU peak fits the
 card's usable memory less --headroom, solved from the ledger's expressions in N; the per-GPU peak
 there, the host memory offload needs, and why the strategies rank as they do in communication cost.
-"params only" is the count the interview arithmetic gives (weights + trainable triple, no activations).
+"GPUs for params" is the count the interview arithmetic gives (weights + trainable triple, no activations).
 The setups that fit are ranked by predicted tokens/s per GPU (symvram.timing: the FLOPs ledger at the card's
 dense bf16 peak × --mfu, memory-bound work over HBM, the communication ledger over --interconnect or the
 card's link, no overlap), with tokens/s in all beside it and why the fastest wins; GPUs stays a column.
@@ -47,11 +47,9 @@ def run(args) -> int:
         raise UserError(f"plan searches {', '.join(chosen)} itself; use estimate to price one setup")
     sc = scenario_from_args(args)
     methods = (sc.method,) if "method" in scenario_kwargs(args) else None
-    from ..timing import check_interconnect, check_mfu
-
-    mfu = check_mfu(args.mfu) if args.mfu is not None else None
+    mfu, link = time_flags(args)
     result = plan(sc, card_of(args), max_gpus=args.max_gpus, headroom=args.headroom, methods=methods,
-                  mfu=mfu, interconnect=check_interconnect(args.interconnect))
+                  mfu=mfu, interconnect=link)
     text = json.dumps({**plan_json(result), **provenance_dict(args, sc)}, indent=2) if args.format == "json" else plan_text(result, sc, args.units, args.format)
     write_output(terminal(text) if args.format == "table" else text, args.output, args.force)
     return 0

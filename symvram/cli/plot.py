@@ -8,8 +8,8 @@ from pathlib import Path
 from ..analysis.fit import DEFAULT_HEADROOM
 from ..api import DEFAULT_PLOT_CARDS as DEFAULT_CARDS, PLOT_KINDS as KINDS, plot
 from ..errors import UserError, excerpt
-from .common import (add_model_argument, add_output_arguments, add_scenario_arguments, model_of, positive_int,
-                     scenario_kwargs, write_output)
+from .common import (add_model_argument, add_output_arguments, add_scenario_arguments, announce, model_of,
+                     positive_int, scenario_kwargs, write_output)
 
 FORMATS = ("png", "svg", "pdf")
 
@@ -77,6 +77,7 @@ def run(args) -> int:
         matplotlib.use("Agg")  # the CLI draws to files only; a library import never chooses the backend
         from ..present import plots  # noqa: F401  (matplotlib's figure, imported here rather than in api.plot)
     fig = figure(args)
+    announce(args)
     buf = io.BytesIO()
     fig.savefig(buf, format=suffix, dpi=150)
     write_output(buf.getvalue(), args.output, args.force)

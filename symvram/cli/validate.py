@@ -128,6 +128,22 @@ def flops_comparison(sc, measured: dict) -> dict:
                 "error": None if not counted[k] else (v - counted[k]) / counted[k]} for k, v in pred.items()}
 
 
+def allocator_comparison(sc, measured: dict) -> dict:
+    """The reserved peak of the ledger's allocation schedule against that of the traced run's, each replayed
+    through the caching-allocator model with the default allocator and with expandable segments."""
+    from ..card_memory import schedule_peaks
+
+    traced = measured.get("allocator")
+    if not traced:
+        return {}
+    ledger = schedule_peaks(sc)
+    out = {}
+    for name in ("default", "expandable"):
+        est, got = ledger[name]["reserved_peak"], traced[name]["reserved_peak"]
+        out[f"reserved, {name}"] = {"estimate": est, "measured": got, "error": (est - got) / got if got else 0.0}
+    return out
+
+
 def _measured_only(sc, measured: dict, units: str) -> str:
     """The measured peak by category, for a family whose activation block the ledger refuses."""
     rows = [["", f"measured ({units})"]] + [[k, fmt_bytes(v, units)] for k, v in measured["breakdown_at_peak"].items()]
@@ -166,6 +182,7 @@ def run(args) -> int:
     bd = evaluate(sc)
     result = comparison(bd, measured)
     result["flops"] = flops_comparison(sc, measured)
+    result["allocator"] = allocator_comparison(sc, measured)
     line = _warn_versions(result["versions"])
     if args.format == "json":
         text = json.dumps({"spec": spec, **result, "ledger_versions": validate.LEDGER_VERSIONS,
@@ -186,5 +203,14 @@ def run(args) -> int:
             text += ("\n\n" + render_rows(frows, "lrrr", "table") + "\ncounted by torch.utils.flop_counter."
                      "FlopCounterMode in the same run (matmul-class ops; attention over the full s×s scores; "
                      "elementwise work and the optimizer's update are not counted)")
+        if result["allocator"]:
+            arows = [[f"caching allocator, replayed ({args.units})", "ledger's schedule", "traced schedule", "error"]]
+            for name, row in result["allocator"].items():
+                arows.append([name, fmt_bytes(row["estimate"], args.units), fmt_bytes(row["measured"], args.units),
+                              f"{100 * row['error']:+.3f} %"])
+            text += ("\n\n" + render_rows(arows, "lrrr", "table") + "\nreserved peaks (max_memory_reserved) of the "
+                     "two schedules through symvram's replay of torch's CUDACachingAllocator: modelled, not measured; "
+                     "allocated: " + fmt_bytes(measured["allocator"]["default"]["allocated_peak"], args.units)
+                     + " traced")
     write_output(text, args.output, args.force)
     return 0

@@ -39,6 +39,18 @@ class MemoryExceeded(RuntimeError):
     """The predicted peak does not fit the device: raised before step 1 with ``on_exceed="raise"``."""
 
 
+def read_run(read, log):
+    """``read()`` (a ``from_training`` call), or None with one warning when symvram cannot read this run (a model
+    family it has no ledger for, …): the check is advice, a run it cannot read goes on unchecked."""
+    try:
+        return read()
+    except UserError as e:
+        message = f"symvram: this run is not checked: {e}"
+        log(message)
+        warnings.warn(message, stacklevel=3)
+        return None
+
+
 @dataclass(frozen=True)
 class Prediction:
     """The predicted peak of one training step: allocated bytes (the ledger), by phase; ``reserved``: the caching
@@ -136,6 +148,7 @@ class MemoryCheck:
         self.triage = ""
         self.measured: list[StepMeasurement] = []
         self._tracker = None
+        self._started = self._finished = False
         self._untracked = 0
         self._phase: str | None = None
         self._phase_peaks: dict[str, int] = {}
@@ -173,8 +186,8 @@ class MemoryCheck:
 
     @property
     def measuring(self) -> bool:
-        """Started and not finished: the tracker is entered, or CUDA steps are still to be measured."""
-        return self._tracker is not None
+        """Started and not finished (the tracker entered, or CUDA's counters being read)."""
+        return self._started and not self._finished
 
     def fb(self, n: int) -> str:
         return fmt_bytes(n, self.units)
@@ -193,7 +206,7 @@ class MemoryCheck:
             fits = need <= d.budget
             self.verdict = f"symvram: {what} on {d.card.name}: budget {self.fb(d.budget)}: " + \
                 ("fits" if fits else f"over by {self.fb(need - d.budget)}")
-            return self._decide(fits, d.card.usable_bytes)
+            return self._decide(fits, d)
         self.devices = _cuda_devices(self.training, self.headroom, model)
         if not self.devices:
             self.verdict = f"symvram: {what}; no CUDA device: the device comparison is skipped (on a CPU run the " \
@@ -205,13 +218,14 @@ class MemoryCheck:
         self.verdict = f"symvram: {what} against {worst.device}: {self.fb(worst.free)} free + " \
                        f"{self.fb(worst.reserved)} this process reserved − {self.fb(worst.headroom)} headroom = " \
                        f"{self.fb(worst.available)}: " + ("fits" if fits else f"over by {self.fb(need - worst.available)}")
-        return self._decide(fits, worst.free + worst.reserved)
+        return self._decide(fits, capacity=worst.free + worst.reserved)
 
-    def _decide(self, fits: bool, capacity) -> bool:
+    def _decide(self, fits: bool, d=None, capacity: int = 0) -> bool:
+        """Log the verdict; over budget, the triage (``d``, or a diagnosis on ``capacity`` bytes), then warn or raise."""
         self.log(self.verdict)
         if fits:
             return True
-        d = diagnose(self.training.scenario, self._card() if self.gpu is not None else capacity, headroom=self.headroom)
+        d = d or diagnose(self.training.scenario, capacity, headroom=self.headroom)
         self.triage = diagnosis_text(d, self.units, self.training)
         message = f"{self.verdict}\n{self.triage}"
         self.write_report()
@@ -225,6 +239,7 @@ class MemoryCheck:
         """Begin measuring (before step 1): CUDA's peak counters reset, or on a CPU the tracker entered."""
         import torch
 
+        self._started = True
         if self._on_cuda():
             for dv in self._cuda_indices():
                 torch.cuda.reset_peak_memory_stats(dv)
@@ -301,6 +316,7 @@ class MemoryCheck:
 
     def finish(self) -> None:
         """Stop measuring (the tracker left) and write the report."""
+        self._finished = True
         if self._tracker is not None:
             self._tracker.__exit__(None, None, None)
             self._tracker = None

@@ -41,7 +41,7 @@ def _callback_class():
         from pytorch_lightning import Callback
 
     from ..readers.live import from_training
-    from .check import LoopCheck
+    from .check import LoopCheck, read_run
 
     class MemoryCheckCallback(Callback):
         """Lightning's memory check. ``on_exceed``: warn or raise; ``gpu``: a named card or a size instead of the
@@ -54,22 +54,31 @@ def _callback_class():
             self.options = dict(on_exceed=on_exceed, gpu=gpu, steps=steps, headroom=headroom, units=units)
             self.output_dir, self._log, self.settings = output_dir, log, settings
             self.check = None
+            self.unread = False   # symvram could not read the run: it goes on unchecked
 
         def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
-            if self.check is None:
-                model = _hf_model(pl_module)
-                optimizer = trainer.optimizers[0] if trainer.optimizers else None
-                given = {"autocast": AUTOCAST.get(str(trainer.precision), "none"), **self.settings}
-                training = from_training(model, None, optimizer, batch, gpus=trainer.world_size, **given)
-                out = self.output_dir or trainer.log_dir or trainer.default_root_dir
-                log = self._log or (print if trainer.is_global_zero else (lambda *_: None))
-                # Lightning zeroes the gradients after training_step, before backward (loops/optimization/
-                # automatic.py, Closure.closure): the previous step's gradients live through the forward
-                self.check = LoopCheck(training, output_dir=out, log=log, grads_in_forward=True, **self.options)
-                self.check.preflight(model)
-                self.check.start(model, optimizer)
+            if self.check is None and not self.unread:
+                self._begin(trainer, pl_module, batch)
             # Lightning's closure runs forward and backward inside optimizer.step(): its own hooks mark the phases
-            self.check.phase(trainer.global_step + 1, "forward_backward")
+            if self.check is not None:
+                self.check.phase(trainer.global_step + 1, "forward_backward")
+
+        def _begin(self, trainer, pl_module, batch):
+            optimizer = trainer.optimizers[0] if trainer.optimizers else None
+            given = {"autocast": AUTOCAST.get(str(trainer.precision), "none"), **self.settings}
+            log = self._log or (print if trainer.is_global_zero else (lambda *_: None))
+            model = read_run(lambda: _hf_model(pl_module), log)
+            training = None if model is None else read_run(
+                lambda: from_training(model, None, optimizer, batch, gpus=trainer.world_size, **given), log)
+            if training is None:
+                self.unread = True
+                return
+            out = self.output_dir or trainer.log_dir or trainer.default_root_dir
+            # Lightning zeroes the gradients after training_step, before backward (loops/optimization/automatic.py,
+            # Closure.closure): the previous step's gradients live through the forward
+            self.check = LoopCheck(training, output_dir=out, log=log, grads_in_forward=True, **self.options)
+            self.check.preflight(model)
+            self.check.start(model, optimizer)
 
         def on_before_optimizer_step(self, trainer, pl_module, optimizer):
             if self.check is not None:

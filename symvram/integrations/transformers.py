@@ -16,7 +16,7 @@ The Trainer calls its callbacks by name (``getattr(callback, event)``), so this 
 """
 from __future__ import annotations
 
-from .check import MemoryCheck, MemoryExceeded
+from .check import MemoryCheck, MemoryExceeded, read_run
 
 __all__ = ["MemoryCheckCallback", "MemoryExceeded"]
 
@@ -45,7 +45,9 @@ class MemoryCheckCallback:
 
         log = self._log or (print if getattr(state, "is_world_process_zero", True) else _ignore)
         dataset = getattr(train_dataloader, "dataset", None)
-        training = from_training(model, args, optimizer, dataset=dataset, **self.settings)
+        training = read_run(lambda: from_training(model, args, optimizer, dataset=dataset, **self.settings), log)
+        if training is None:
+            return
         self.check = MemoryCheck(training, output_dir=args.output_dir, log=log, **self.options)
         self.check.preflight(model)
         self.check.start(model, optimizer)

@@ -221,6 +221,17 @@ def _layer_of(s_: Structure, first: bool) -> dict[str, tuple[sp.Expr, str, str, 
             inputs += n * b_ad * T * width
         elif not _shared_with_attention(s_, group):
             inputs += b_c * T * width
+    if s_.bnb_input_saved:   # bitsandbytes < 0.43.3: each 4-bit linear keeps its input A (versions.MECHANISMS)
+        kept = sp.Integer(0)
+        for group, width in fam.group_width.items():
+            lora_keeps_it = any(fam.linear(t).input_group == group for t in lin_targets) and not (
+                s_.dropout or autocast_copy or _per_call_cast(s_, group) or s_.adapter_upcast)
+            if group_grad[group] and not _shared_with_attention(s_, group) and not lora_keeps_it:
+                kept += b_c * T * width
+        if kept != 0:
+            out["act_bnb_inputs"] = (kept, r"A_{\mathrm{4bit,in}}", "bitsandbytes before 0.43.3: MatMul4Bit saves each "
+                                     "4-bit linear's input for backward (one per distinct input; shared where LoRA "
+                                     "keeps the same tensor)", "bitsandbytes 0.43.2 autograd/_functions.py MatMul4Bit")
     if s_.dropout:
         why = "lora_A keeps its dropped-out input, one per target"
     elif autocast_copy:
@@ -354,8 +365,8 @@ def per_layer_bytes(s_: Structure) -> sp.Expr:
 
 # the only fields the activation and transient terms read (not the optimizer, master copy, quantization, sharding)
 ACTIVATION_FIELDS = ("method", "family", "options", "tied", "targets", "adapter_upcast", "attention", "autocast",
-                     "checkpoint_reentrant", "compute_fp32", "device", "dora", "dropout", "grad_checkpointing",
-                     "kbit_prep", "loss_impl", "modules_to_save", "weight_casts", "mp_policy")
+                     "compute_fp32", "device", "dora", "dropout", "grad_checkpointing",
+                     "kbit_prep", "loss_impl", "modules_to_save", "weight_casts", "mp_policy", "bnb_input_saved")
 
 
 def refuse_unmodelled(fam) -> None:
@@ -377,14 +388,6 @@ def saved_terms(s_: Structure) -> list[Term]:
         terms.append(Term("act_checkpoints", Role.SAVED_ACTIVATION, L * b_res * T * h + b_id * s, r"A_{\mathrm{ckpt}}",
                           "checkpointing keeps each layer's input (and the position ids); layers are recomputed in backward",
                           "torch.utils.checkpoint (non-reentrant)"))
-        if s_.lora and "embed_tokens" not in s_.modules_to_save:  # a trainable embedding's output is no leaf
-            terms.append(Term("act_input_grad_leaf", Role.SAVED_ACTIVATION, 2 * b_res * T * h, r"A_{\mathrm{emb}}",
-                              "with a frozen embedding, checkpointing makes its output a leaf that requires grad; "
-                              "the previous step's output and its .grad are still referenced",
-                              "transformers enable_input_require_grads",
-                              # not counted at the DoRA recompute of the last layer (the moments' choice, kept)
-                              lifetime=tuple(p for p in span(Phase.FORWARD, Phase.LAST_LAYER_BACKWARD)
-                                             if p is not Phase.LAST_LAYER_RECOMPUTE)))
     else:
         general, first = _layer(s_, first=False), _layer(s_, first=True)
         for key, (expr, label, why, source) in general.items():
@@ -450,11 +453,6 @@ def saved_terms(s_: Structure) -> list[Term]:
     terms.append(Term("act_rope", Role.STEP_INPUT, 2 * bases * b_rope * s * dh, r"A_{\mathrm{rope}}",
                       "RoPE cos and sin, shared by all layers" + " (one pair per rotary base)" * (bases != 1),
                       "transformers LlamaRotaryEmbedding"))
-    if s_.checkpoint_reentrant and s_.kbit_prep:
-        terms.append(Term("act_reentrant_rope", Role.STEP_INPUT, 2 * bases * b_rope * s * dh + b_id * s,
-                          r"A_{\mathrm{rope}}'", "reentrant checkpointing of a prepared QLoRA model keeps one more "
-                          "step's RoPE cos, sin and cache_position alive (measured; not with non-reentrant)",
-                          "torch.utils.checkpoint (use_reentrant=True)"))
     terms.append(Term("act_tokens", Role.STEP_INPUT, 2 * b_id * T, r"A_{\mathrm{ids}}",
                       "input ids and the shifted labels (int64)", "transformers ForCausalLMLoss"))
     return terms

@@ -224,13 +224,18 @@ def register_family(name: str, text: str) -> Family:
     symvram.errors.UserError: family 'mine': a shipped family already has this name or one of its model_types
     """
     data = tomllib.loads(text)
-    shipped = {p.name[:-5] for p in _shipped_files()}
-    if name in shipped or set(data.get("model_types", ())) & {mt for n in shipped for mt in _resolved(n)["model_types"]}:
+    shipped = shipped_model_types()
+    if name in shipped.values() or set(data.get("model_types", ())) & set(shipped):
         raise UserError(f"family {name!r}: a shipped family already has this name or one of its model_types")
     _REGISTERED[name] = data
     for cached in (_read, family, family_names, families_by_model_type):
         cached.cache_clear()
     return family(name)
+
+
+def shipped_model_types() -> dict[str, str]:
+    """model_type → the shipped family (symvram/data/families/) that describes it."""
+    return {mt: p.name[:-5] for p in _shipped_files() for mt in _resolved(p.name[:-5])["model_types"]}
 
 
 def _shipped_files():

@@ -302,7 +302,7 @@ def gpu_moments(moments: tuple[Moment, ...], terms: dict[str, Term], s: Structur
     (``fsdp_moments``); DeepSpeed's buffers join the moments of the phases they live in. A gradient view dropped by
     offload (the gradients live on the host) leaves its moments too."""
     if s.zero == 3 and s.zero_impl == "fsdp2":
-        moments = fsdp_moments(moments, terms, s)
+        moments = fsdp_moments(moments, s)
     on_gpu = {k for k, t in terms.items() if t.block != "host"}
     own = [t for t in terms.values() if t.role in ZERO_BUFFERS] if s.zero and s.zero_impl == "deepspeed" else []
     out = []
@@ -316,17 +316,17 @@ def gpu_moments(moments: tuple[Moment, ...], terms: dict[str, Term], s: Structur
     return moments if all(a is b for a, b in zip(out, moments)) else tuple(out)   # shared where unchanged
 
 
-def fsdp_moments(moments: tuple[Moment, ...], terms: dict[str, Term], s: Structure) -> tuple[Moment, ...]:
+def fsdp_moments(moments: tuple[Moment, ...], s: Structure) -> tuple[Moment, ...]:
     """The single-GPU moments with FSDP2's buffers (``fsdp_terms``), plus the first layer's all-gather in
     forward (the root's all-gather output still alive) and the end of a layer's backward — its input norm,
     every gradient of the layer unsharded — for the layers of ``LAYER_ENDS``; the end of backward is the
     root's reduce-scatter. Parameters are resharded before the optimizer step."""
-    return _fsdp_moments(moments, not s.lora, "act_input_grad_leaf" in terms)
+    return _fsdp_moments(moments, not s.lora)
 
 
 @lru_cache(maxsize=1024)
-def _fsdp_moments(moments: tuple[Moment, ...], full: bool, input_grad_leaf: bool) -> tuple[Moment, ...]:
-    """``fsdp_moments``, once per single-GPU moments (layouts share them) and the two things it reads besides."""
+def _fsdp_moments(moments: tuple[Moment, ...], full: bool) -> tuple[Moment, ...]:
+    """``fsdp_moments``, once per single-GPU moments (layouts share them) and whether the method is full."""
     head = ("root_grads_unsharded",) * full
     add = {"forward_loss": ("gathered_root", "allgather_buffer"),
            "loss_backward": ("gathered_root", "allgather_buffer"),
@@ -342,7 +342,7 @@ def _fsdp_moments(moments: tuple[Moment, ...], full: bool, input_grad_leaf: bool
                    f"the {which} layer's gradients unsharded beside its input norm's backward") for which, _ in LAYER_ENDS]
     forward = Moment("first_layer_forward", "forward, the first layer's all-gather",
                      base + ("gathered_root", "allgather_root", "gathered_layer", "allgather_buffer",
-                             "first_layer_input") + ("act_input_grad_leaf",) * input_grad_leaf,
+                             "first_layer_input"),
                      "the root gathered, its all-gather output not yet freed beside the first layer's")
     out = [forward]
     for m in moments:

@@ -33,7 +33,6 @@ class Structure:
     grad_checkpointing: bool = False  # non-reentrant activation checkpointing of each decoder layer
     double_quant: bool = True         # QLoRA: absmax constants quantized again
     kbit_prep: bool = False           # QLoRA via peft.prepare_model_for_kbit_training: non-4-bit weights and activations fp32
-    checkpoint_reentrant: bool = False  # torch.utils.checkpoint(use_reentrant=True)
     dora: bool = False                # PEFT use_dora: a magnitude vector per target and the weight-norm tensors
     modules_to_save: tuple[str, ...] = ()  # PEFT modules_to_save: trainable copies of embed_tokens / lm_head
     param_states: bool = False        # with modules_to_save: states are zeros_like(param), each in its parameter's dtype
@@ -44,6 +43,7 @@ class Structure:
     tensor_parallel: bool = False     # tensor parallelism t > 1 (Megatron): weights and activations split
     mp_policy: bool = False           # FSDP2 MixedPrecisionPolicy: fp32 storage gathered in the compute dtype, fp32 reduce
     zero_impl: str = "fsdp2"          # fsdp2 (torch fully_shard) | deepspeed: who implements the ZeRO stage
+    bnb_input_saved: bool = False     # QLoRA on bitsandbytes < 0.43.3: each 4-bit linear saves its input (symvram.versions)
 
     def keep(self, fields: tuple[str, ...]) -> "Structure":
         """The structure with only ``fields`` kept, the rest at their defaults: the cache key of a ledger

@@ -578,22 +578,27 @@ def split_terms(expr: str, width: int = 58) -> list[str]:
             current = candidate
     rows.append(current)
     out = []
-    for row in rows:   # one long product a · (x + y + …): cut inside its outer parentheses
+    for row in rows:   # one long product a · (x + y + …) · c: cut inside its outer parentheses
         inner = _outer_parentheses(row)
         if visible_width(row) > width and inner is not None:
-            prefix, body = inner
+            prefix, body, suffix = inner
             parts = split_terms(body, width - 4)
             if len(parts) > 1:
-                out += [f"{prefix}\\bigl({parts[0]}"] + parts[1:-1] + [f"{parts[-1]}\\bigr)"]
+                out += [f"{prefix}\\bigl({parts[0]}"] + parts[1:-1] + [f"{parts[-1]}\\bigr){suffix}"]
                 continue
         out.append(row)
     return out
 
 
-def _outer_parentheses(expr: str) -> tuple[str, str] | None:
-    """``prefix \\left( body \\right)`` → (prefix, body) when those parentheses close at the very end."""
+def _outer_parentheses(expr: str) -> tuple[str, str, str] | None:
+    """``prefix \\left( body \\right) suffix`` → (prefix, body, suffix) for the first parentheses, when what
+    follows them is a short factor with no sum of its own (an 8-bit state's `` · [n ≥ n_8]``).
+
+    >>> _outer_parentheses(r"2 \\cdot \\left(a + b\\right) \\cdot [x]")
+    ('2 \\\\cdot ', 'a + b', ' \\\\cdot [x]')
+    """
     start = expr.find(r"\left(")
-    if start < 0 or not expr.rstrip().endswith(r"\right)"):
+    if start < 0:
         return None
     depth, i = 0, start
     while i < len(expr):
@@ -603,7 +608,10 @@ def _outer_parentheses(expr: str) -> tuple[str, str] | None:
         if expr.startswith(r"\right)", i):
             depth -= 1
             if depth == 0:
-                return (expr[:start], expr[start + 6:i].strip()) if not expr[i + 7:].strip() else None
+                suffix = expr[i + 7:].rstrip()
+                if " + " in suffix or visible_width(suffix) > 24:
+                    return None
+                return expr[:start], expr[start + 6:i].strip(), suffix
             i += 7
             continue
         i += 1

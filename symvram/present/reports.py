@@ -175,16 +175,35 @@ UNIT_WORDS = {"seq": "tokens", "batch": "sequences", "rank": ""}
 
 
 def fit_json(r: FitResult) -> dict:
+    def reserved(cm):
+        return None if cm is None else {"reserved_peak": cm.reserved_peak, "device_peak": cm.device_peak,
+                                         "oom_at_event": cm.oom_at[cm.allocator]}
+
     return {
         "knob": r.knob, "status": r.status, "value": r.value, "limit": r.limit, "limit_reason": r.limit_reason,
-        "card": {"key": r.card.key, "name": r.card.name, "usable_bytes": r.card.usable_bytes},
-        "headroom_bytes": r.headroom, "budget_bytes": r.budget, "how": r.how,
+        "card": {"key": r.card.key, "name": r.card.name, "memory_bytes": r.card.memory_bytes,
+                 "usable_bytes": r.card.usable_bytes},
+        "headroom_bytes": r.headroom, "budget_bytes": r.budget, "allocator": r.memory.allocator, "how": r.how,
+        "device_block": dict(r.memory.block),
         "binding_moment": r.binding_moment if r.status == "fits" else None,
-        "peak_at_value": {"value": r.at.values[r.knob], "bytes": r.at.peak, "moment": r.at.peak_moment},
+        "peak_at_value": {"value": r.at.values[r.knob], "bytes": r.at.peak, "moment": r.at.peak_moment,
+                          **reserved(r.memory)},
         "peak_above": None if r.above is None else {"value": r.above.values[r.knob], "bytes": r.above.peak,
-                                                    "moment": r.above.peak_moment},
+                                                    "moment": r.above.peak_moment, **reserved(r.memory_above)},
         "inputs": r.at.scenario.inputs(),
     }
+
+
+def card_budget_line(card, cm, margin: int, units: str) -> str:
+    """The card less what is not the caching allocator's: what the allocator may reserve."""
+    fb = lambda n: fmt_bytes(n, units)   # noqa: E731
+    nccl = cm.block["nccl_buffers"]
+    return (f"{fb(card.memory_bytes)} memory − {fb(cm.block['cuda_context'])} CUDA context"
+            + (f" − {fb(nccl)} NCCL buffers" if nccl else "") + (f" − {fb(margin)} margin" if margin else "")
+            + f" = {fb(cm.capacity)} for the caching allocator ({ALLOCATOR_WORDS[cm.allocator]}; modelled, not measured)")
+
+
+ALLOCATOR_WORDS = {"default": "default allocator", "expandable": "expandable_segments:True"}
 
 
 def fit_text(r: FitResult, units: str) -> str:
@@ -192,23 +211,25 @@ def fit_text(r: FitResult, units: str) -> str:
     unit = UNIT_WORDS[r.knob]
     num = (lambda v: f"{v:,} {unit[:-1] if v == 1 and unit.endswith('s') else unit}".rstrip())  # 1 sequence
     fixed = ", ".join(f"{k} {getattr(sc, k)}" for k in KNOBS if k != r.knob and (k != "rank" or sc.lora))
-    lines = [f"{sc.model.name} · {sc.method} · {fixed} on {r.card.name}: {fmt_bytes(r.capacity, units)} usable "
-             f"− {fmt_bytes(r.headroom, units)} headroom = {fmt_bytes(r.budget, units)} budget", stack_summary(sc)]
-    moment = {m.key: m.label for m in r.at.ledger.moments}
+    lines = [f"{sc.model.name} · {sc.method} · {fixed} on {r.card.name}: "
+             + card_budget_line(r.card, r.memory, r.headroom, units), stack_summary(sc)]
+    fb = lambda n: fmt_bytes(n, units)   # noqa: E731
     if r.status == "none":
-        lines.append(f"nothing fits: even {r.knob} 1 needs {fmt_bytes(r.at.peak, units)} at "
-                     f"{moment[r.at.peak_moment]}, {fmt_bytes(r.at.peak - r.budget, units)} over the budget")
+        lines.append(f"nothing fits: even {r.knob} 1 reserves {fb(r.memory.reserved_peak)} "
+                     f"(allocated {fb(r.at.peak)}), {fb(r.memory.reserved_peak - r.budget)} over")
         return "\n".join(lines)
     if r.status == "all":
-        lines.append(f"everything fits up to the limit: {r.knob} {num(r.value)} ({r.limit_reason}) peaks at "
-                     f"{fmt_bytes(r.at.peak, units)}, {fmt_bytes(r.budget - r.at.peak, units)} under the budget")
+        lines.append(f"everything fits up to the limit: {r.knob} {num(r.value)} ({r.limit_reason}) reserves "
+                     f"{fb(r.memory.reserved_peak)}, {fb(r.budget - r.memory.reserved_peak)} under")
         return "\n".join(lines)
-    lines.append(f"largest {r.knob} that fits: {num(r.value)} ({r.how} from the ledger's moments; the binding "
-                 f"moment is {moment[r.binding_moment]})")
-    lines.append(f"  peak at {r.knob} {num(r.value)}: {fmt_bytes(r.at.peak, units)} "
-                 f"({r.budget - r.at.peak:,} bytes under the budget)")
-    lines.append(f"  peak at {r.knob} {num(r.value + 1)}: {fmt_bytes(r.above.peak, units)} "
-                 f"({r.above.peak - r.budget:,} bytes over)")
+    moment = {m.key: m.label for m in r.at.ledger.moments}
+    lines.append(f"largest {r.knob} that fits: {num(r.value)} (the allocator replay runs two steps; the ledger's "
+                 f"moments, {r.how}, bound it first; the binding moment is {moment[r.binding_moment]})")
+    lines.append(f"  at {r.knob} {num(r.value)}: reserved {fb(r.memory.reserved_peak)} "
+                 f"({r.budget - r.memory.reserved_peak:,} bytes under), allocated {fb(r.at.peak)}, "
+                 f"nvidia-smi {fb(r.memory.device_peak)}")
+    lines.append(f"  at {r.knob} {num(r.value + 1)}: out of memory (allocated {fb(r.above.peak)}; reserved "
+                 f"{fb(r.memory_above.reserved_peak)} on an unbounded card)")
     return "\n".join(lines)
 
 
@@ -258,13 +279,13 @@ def sensitivity_text(res: SensitivityResult, c: Comparison | None, units: str, f
     lines = [f"{sc.model.name} · {sc.method}" + (f" r={sc.rank}" if sc.lora else "") +
              f" · batch {sc.batch} · seq {sc.seq}: peak {fmt_bytes(res.peak, units)} at {label} "
              "(the active moment: its derivative is the peak's)", stack_summary(sc), ""]
-    rows = [["#", "knob", "meaning", "at", "unit", "∂peak/∂x (per unit)", "elasticity", f"x·∂peak/∂x ({units})",
+    rows = [["#", "knob", "meaning", "at", "∂peak/∂x (per unit)", "elasticity", f"x·∂peak/∂x ({units})",
              "time elasticity"]]
-    for n, r in enumerate(res.rows, 1):
+    for n, r in enumerate(res.rows, 1):   # the value with its unit in one cell: the table fits 100 columns
         d = SYMBOLS[r.knob]
-        rows.append([str(n), r.knob, d.meaning, f"{r.at:,g}", d.unit, amount(r.value, units),
+        rows.append([str(n), r.knob, d.meaning, f"{r.at:,g} {d.unit}", amount(r.value, units),
                      f"{r.elasticity:.4f}", fmt_bytes(r.proportional_bytes, units).split()[0], f"{r.time_elasticity:.4f}"])
-    lines += [render_rows(rows, "rllrlrrrr", "table"), TIME_ELASTICITY, "", "derivatives of the active moment:"]
+    lines += [render_rows(rows, "rlllrrrr", "table"), TIME_ELASTICITY, "", "derivatives of the active moment:"]
     lines += [f"  ∂peak/∂{r.knob} = {text(r.derivative)}" for r in res.rows]
     if c is not None:
         lines += [""] + sensitivity_explanation(res, c, units)
@@ -364,9 +385,16 @@ def plan_text(r: PlanResult, sc, units: str, fmt: str) -> str:
     head = (f"{sc.model.name} · batch {sc.batch} · seq {sc.seq}" + (" · checkpointing" if sc.grad_checkpointing else "")
             + f" on {r.card.name}: {fmt_bytes(r.card.usable_bytes, units)} usable − {fmt_bytes(r.headroom, units)} "
               f"headroom = {fmt_bytes(r.budget, units)} per GPU") + "\n" + stack_summary(sc)
-    table = [["method", "strategy", "GPUs", "params only", f"per-GPU peak ({units})", f"host ({units})",
+    table = [["method", "strategy", "GPUs", "GPUs for params", f"per-GPU peak ({units})", f"host ({units})",
               "tokens/s per GPU", "tokens/s"] + (["communication"] if fmt == "markdown" else [])]
+    # ZeRO without offload on one GPU divides by N = 1: DDP's memory (ZeRO-3: more), so where DDP fits one GPU
+    # those rows say nothing (the JSON keeps them)
+    ddp_on_one = {x.method for x in r.rows if x.strategy.zero == 0 and x.fits and x.gpus == 1 and x.tp == 1}
+    hidden = [x for x in r.ranked if x.method in ddp_on_one and x.strategy.zero and x.strategy.offload == "none"
+              and x.fits and x.gpus == 1 and x.tp == 1]
     for row in r.ranked:
+        if row in hidden:
+            continue
         gpus = (str(row.gpus) + (f" (t={row.tp})" if row.tp > 1 else "")) if row.fits else f"> {r.max_gpus}"
         params = str(row.params_gpus) if row.params_gpus else f"> {r.max_gpus}"
         peak = fmt_bytes(row.at.peak, units).split()[0] + ("" if row.fits else f" at {row.at.scenario.gpus * row.tp}")
@@ -376,7 +404,13 @@ def plan_text(r: PlanResult, sc, units: str, fmt: str) -> str:
                       fmt_bytes(row.host_total, units).split()[0], *speed]
                      + ([row.strategy.reason] if fmt == "markdown" else []))
     methods = [m for m in METHODS if any(x.method == m for x in r.rows)]
-    lines = [head, "", render_rows(table, "llrrrrrrl"[:len(table[0])], fmt), ""]
+    lines = [head, "", render_rows(table, "llrrrrrrl"[:len(table[0])], fmt),
+             "GPUs for params: the fewest GPUs the parameter side alone (weights, gradients, optimizer states) fits "
+             "on, before activations"]
+    if hidden:
+        lines.append(f"not shown: ZeRO without offload on 1 GPU for {', '.join(sorted({x.method for x in hidden}))}, "
+                     "where DDP fits one GPU (ZeRO divides by N = 1: the same memory; ZeRO-3 adds its gathered buffers)")
+    lines.append("")
     if fmt != "markdown":   # the communication of each strategy once, below the table (it fits a terminal)
         shown = [x for x in STRATEGIES if any(row.strategy is x for row in r.rows)]
         lines += ["communication, cheapest first:"] + [f"  {x.name}: {x.reason}" for x in shown] + [""]
@@ -413,6 +447,11 @@ def verdict(d: Diagnosis, fb) -> str:
     parts = d.parts
     sizes = {p: sum(v.values()) for p, v in parts.items()}
     cause = d.cause
+    if cause == "fragmentation":
+        m = d.memory
+        return (f"verdict: fragmentation — the tensors fit ({fb(m.schedule_allocated)} allocated of the "
+                f"{fb(m.capacity)} the allocator may reserve), but the caching allocator reserves "
+                f"{fb(m.reserved_peak)}: {fb(m.reserved_peak - m.schedule_allocated)} of cached, split blocks")
     if cause == "fits":
         return (f"verdict: the ledger says it fits with {fb(d.budget - d.estimate.peak)} to spare; an OOM means "
                 "something the ledger does not hold (another process, a leak, a different recipe): measure "
@@ -460,6 +499,13 @@ def remedy_lines(d: Diagnosis, units: str, reading=None) -> list[str]:
         lines += ["", f"remedies for the {d.moment_label}, cheapest first (each keeps the ones above it; "
                       "stops at the first that fits)" + (":" if reading is None else ", as edits to your "
                                                        + ("script:" if hasattr(reading, "edits") else "files:"))]
+    if d.cause == "fragmentation":
+        m = d.memory
+        after = "fits" if m.oom_at["expandable"] is None else "still out of memory"
+        lines.append(f"  0. PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (segments that grow by pages, so freed "
+                     f"blocks at their end are reused): saves {fb(d.expandable_saving)} of reserved memory → "
+                     f"{fb(m.reserved['expandable'])} reserved, {after}; cost: none in memory or accuracy, "
+                     "slower first allocations")
     for title, why in d.skipped:
         lines.append(f"  - {title}: skipped — {why}")
     edits = iter(remedy_edits(d, reading) if reading is not None else [[] for _ in d.remedies])
@@ -481,8 +527,9 @@ def remedy_lines(d: Diagnosis, units: str, reading=None) -> list[str]:
 def diagnosis_text(d: Diagnosis, units: str, reading=None) -> str:
     sc, est = d.estimate.scenario, d.estimate
     fb = (lambda n: fmt_bytes(n, units))
-    budget = (f"{fb(d.card.usable_bytes)} usable − {fb(d.headroom)} headroom"
-              + (f" − {fb(d.overhead)} measured overhead" if d.overhead > 0 else "") + f" = {fb(d.budget)}")
+    budget = (card_budget_line(d.card, d.memory, d.headroom + max(d.overhead, 0), units)
+              + (f" (the margin includes {fb(d.overhead)} of measured overhead)" if d.overhead > 0 else "")
+              + f"; the tensors' share, less the cuBLAS workspaces it holds: {fb(d.budget)}")
     lines = [f"{sc.model.name} · {sc.method}" + (f" r={sc.rank}" if sc.lora else "") + f" · batch {sc.batch} · "
              f"seq {sc.seq} on {d.card.name}: budget {budget}", stack_summary(sc), ""]
     if d.measured:
@@ -532,6 +579,10 @@ def diagnosis_json(d: Diagnosis, reading=None) -> dict:
     return {
         "card": {"name": d.card.name, "usable_bytes": d.card.usable_bytes}, "headroom_bytes": d.headroom,
         "overhead_bytes": d.overhead, "budget_bytes": d.budget, "cause": d.cause, "side": d.cause,
+        "allocator": d.memory.allocator, "reserved_peak_bytes": d.memory.reserved_peak,
+        "reserved_peaks_bytes": dict(d.memory.reserved), "device_peak_bytes": d.memory.device_peak,
+        "allocator_capacity_bytes": d.memory.capacity, "device_block": dict(d.memory.block),
+        "expandable_segments_saving_bytes": d.expandable_saving,
         "peak_bytes": d.estimate.peak, "peak_moment": d.estimate.peak_moment,
         "parts_bytes": {p: sum(v.values()) for p, v in d.parts.items()},
         "parameter_side_bytes": d.parameter_bytes, "activation_side_bytes": d.activation_bytes,

@@ -81,6 +81,7 @@ def to_json(bd: Breakdown) -> dict:
 
 
 WIDTH = 100  # terminal output fits this many columns; 0 (``symvram --wide``) keeps every line whole
+MIN_TEXT_COLUMN = 16   # a text column is never narrower, even when its longest word is wider
 
 
 def _shrink(widths: list[int], rows: list[list[str]], aligns: str, width: int) -> list[int]:
@@ -100,7 +101,11 @@ def _shrink(widths: list[int], rows: list[list[str]], aligns: str, width: int) -
     two = [max(floor[i], min((max(len(h[:k]), len(h[k + 1:])) for k in range(len(h)) if h[k] == " "),
                              default=widths[i])) for i, h in enumerate(rows[0])]
     text_columns = [i for i, a in enumerate(aligns) if a == "l" and i > 0]
-    for columns, limit in ((range(len(widths)), two), (text_columns, floor), (range(len(widths)), floor)):
+    # last, when the words alone are too wide (an 8-bit optimizer's formula): a text column breaks inside its
+    # words rather than the terminal cutting the whole row
+    least = [MIN_TEXT_COLUMN] * len(widths)
+    for columns, limit in ((range(len(widths)), two), (text_columns, floor), (range(len(widths)), floor),
+                           (text_columns, least)):
         while sum(widths) + 2 * (len(widths) - 1) > width:
             candidates = [i for i in columns if widths[i] > limit[i]]
             if not candidates:
@@ -239,3 +244,38 @@ def comparison(rows: list[tuple[str, Breakdown]], units: str = "GiB", fmt: str =
                       fmt_bytes(bd.ledger_total, units).split()[0], fmt_bytes(bd.peak, units).split()[0],
                       f"{per_param:.1f}"])
     return render_rows(table, "lrrrrrr", fmt)
+
+
+CARD_MEMORY_NOTE = ("modelled, not measured: the caching allocator replayed over the ledger's allocation schedule "
+                    "(torch 2.13's CUDACachingAllocator rules), NCCL's buffers")
+
+
+def card_memory_json(cm) -> dict:
+    """The JSON of ``card_memory``: ``bytes.peak`` stays the allocated peak; these go beside it."""
+    from ..card_memory import DEVICE_TERMS
+
+    return {"reserved_peak": cm.reserved_peak, "device_peak": cm.device_peak, "allocator": cm.allocator,
+            "reserved_peaks": dict(cm.reserved), "schedule_allocated_peak": cm.schedule_allocated,
+            "device_block": [{"key": t.key, "bytes": cm.block[t.key], "in_allocator": t.in_allocator,
+                              "formula": text(t.expr), "why": t.why, "source": t.source} for t in DEVICE_TERMS],
+            "oom_at_event": cm.oom_at[cm.allocator] if cm.capacity is not None else None,
+            "allocator_capacity": cm.capacity, "note": CARD_MEMORY_NOTE}
+
+
+def card_memory_lines(cm, units: str = "GiB") -> list[str]:
+    """What the card holds, from the tensors to nvidia-smi: allocated, reserved with each allocator, the
+    device block."""
+    from ..card_memory import DEVICE_TERMS
+
+    chosen = {"default": "the default allocator", "expandable": "expandable_segments:True"}
+    lines = ["what the card holds (" + CARD_MEMORY_NOTE + "):",
+             f"  allocated (torch.cuda.max_memory_allocated): {fmt_bytes(cm.allocated, units)} tensors, "
+             f"{fmt_bytes(cm.schedule_allocated, units)} with the cuBLAS workspaces and the allocator's 512-B rounding"]
+    for name in cm.reserved:
+        mark = "  ← this answer's" if name == cm.allocator else ""
+        lines.append(f"  reserved (max_memory_reserved), {chosen[name]}: {fmt_bytes(cm.reserved[name], units)}{mark}")
+    for t in DEVICE_TERMS:
+        where = "inside reserved" if t.in_allocator else "beyond reserved"
+        lines.append(f"  {t.key} = {text(t.expr)}: {fmt_bytes(cm.block[t.key], units)} ({where}; {t.why})")
+    lines.append(f"  nvidia-smi level (reserved + context + NCCL): {fmt_bytes(cm.device_peak, units)}")
+    return lines

@@ -153,10 +153,14 @@ def _download(repo_id: str) -> Path:
         raise _refuse(repo_id, f"cannot reach the Hub ({type(e).__name__})") from None
 
 
+def config_path(repo_id: str) -> Path:
+    """The config.json of a Hub id: the local cache's, else downloaded (the hub extra)."""
+    return cached_config(repo_id) or _download(repo_id)
+
+
 def resolve(repo_id: str) -> ModelSpec:
     """A ModelSpec for a Hub id, named by the id (or by the preset it matches)."""
     spec = _preset(repo_id)
     if spec is not None:
         return spec
-    path = cached_config(repo_id) or _download(repo_id)
-    return replace(load_config_json(path), name=repo_id)
+    return replace(load_config_json(config_path(repo_id)), name=repo_id)

@@ -149,23 +149,21 @@ class _Live:
 
     def dtypes(self, params, method: str, q4: list, base) -> None:
         """dtype: the frozen base's (LoRA) or the trained weights' (full); adapters; QLoRA's kbit preparation."""
-        by_dtype: dict[tuple[bool, str], int] = Counter()
+        numel: dict[tuple[str, str], int] = Counter()   # (role, dtype) → parameters
         for name, p in params:
             d = _dtype(p)
             if d is None:
                 continue   # the 4-bit weights (uint8 storage)
-            if method != "full" and "lora_" in name:
-                by_dtype[("adapter", d)] += p.numel()
-            else:
-                by_dtype[(p.requires_grad if method == "full" else "base", d)] += p.numel()
+            role = "adapter" if method != "full" and "lora_" in name else "trained" if p.requires_grad else "frozen"
+            numel[(role, d)] += p.numel()
 
-        def most(kind):
-            found = [(n, d) for (k, d), n in by_dtype.items() if k == kind]
+        def most(role):
+            found = [(n, d) for (r, d), n in numel.items() if r == role]
             return max(found)[1] if found else None
 
         if method == "full":
-            dtype = most(True) or most(False)
-            mixed = {d for (k, d) in by_dtype if k is True}
+            dtype = most("trained") or most("frozen")
+            mixed = {d for (r, d) in numel if r == "trained"}
             if len(mixed) > 1:
                 self.unmodelled.append(f"trainable parameters in several dtypes ({', '.join(sorted(mixed))}): "
                                        f"estimated as {dtype}")
@@ -175,7 +173,7 @@ class _Live:
         adapter = most("adapter")
         if adapter:
             self.put("adapter_dtype", adapter, "the LoRA weights' dtype")
-        stored = most("base")
+        stored = most("frozen")
         if method == "qlora":
             qc = getattr(base.config, "quantization_config", None)
             compute = getattr(qc, "bnb_4bit_compute_dtype", None) if qc is not None and not isinstance(qc, dict) \
@@ -247,9 +245,8 @@ class _Live:
 
     def checkpointing(self, base) -> None:
         """On if a layer has ``gradient_checkpointing``; reentrant from its ``_gradient_checkpointing_func``."""
-        layers = [m for _, m in base.named_modules() if hasattr(m, "gradient_checkpointing")
-                  and type(m).__name__ != type(base).__name__ and hasattr(m, "_gradient_checkpointing_func")
-                  or type(m).__mro__[1].__name__ == "GradientCheckpointingLayer"]
+        layers = [m for _, m in base.named_modules()   # transformers' decoder layers (modeling_layers.py)
+                  if any(k.__name__ == "GradientCheckpointingLayer" for k in type(m).__mro__)]
         on = [m for m in layers if getattr(m, "gradient_checkpointing", False)]
         if not on:
             return
@@ -259,7 +256,7 @@ class _Live:
         reentrant = kwargs.get("use_reentrant", True)   # torch.utils.checkpoint: None or absent is reentrant
         self.put("checkpoint_impl", "reentrant" if reentrant in (None, True) else "non-reentrant",
                  f"the checkpoint function's use_reentrant = {reentrant}")
-        if getattr(getattr(func, "func", None), "__name__", "") == "checkpoint_func":
+        if getattr(getattr(func, "func", None), "__name__", "") == "checkpoint_func":   # offload=True's wrapper
             self.unmodelled.append("activation checkpointing with offload=True: the saved activations in host memory "
                                    "are not modelled (estimated on the GPU)")
         if 0 < len(on) < len(layers):
@@ -362,6 +359,12 @@ def from_training(model, args=None, optimizer=None, batch=None, dataset=None, gp
     reading = None
     if args is not None:
         doc = {k: v for k, v in args.to_dict().items() if v is not None}
+        master = read_mappings([(type(args).__name__, doc, tool)]).settings.get("master")
+        if master is not None and master.value == "fp32":
+            # DeepSpeed's bf16/fp16 engine casts the model to 16 bits when it starts and keeps the fp32 master
+            # (readers.read._precision): the dtypes the objects hold before trainer.train() are not the run's
+            for key in ("dtype", "adapter_dtype"):
+                live.facts.pop(key, None)
         reading = read_mappings([(type(args).__name__, doc, tool)], {k: v.value for k, v in live.facts.items()})
         live.unmodelled += reading.warnings
     live.data(batch, dataset, reading)
@@ -375,6 +378,9 @@ def from_training(model, args=None, optimizer=None, batch=None, dataset=None, gp
     for key, value in given.items():
         live.put(key, value, f"{key}= given")
     settings = {**(reading.settings if reading is not None else {}), **live.facts}
+    if "seq" not in settings:
+        live.unmodelled.append("the sequence length: no batch, no small dataset with input_ids, no max_length; "
+                               "estimated at symvram's default (pass batch= or seq=)")
     kwargs = {k: v.value for k, v in settings.items()}
     if kwargs.get("method") == "full":
         for k in ("rank", "targets", "lora_dropout", "dora", "modules_to_save", "adapter_dtype"):

@@ -106,9 +106,10 @@ def _yaml(body: str, shown: str):
             return [n for pair in node.value for n in pair]
         return node.value if isinstance(node, yaml.SequenceNode) else ()
 
-    loader = yaml.SafeLoader(body)
+    loader = None
     try:
         try:
+            loader = yaml.SafeLoader(body)   # its reader refuses control characters (a NUL) at once
             node = loader.get_single_node()
             if node is None:
                 return None
@@ -124,7 +125,8 @@ def _yaml(body: str, shown: str):
         except (ValueError, OverflowError) as e:  # a self-containing alias, an integer past Python's digit limit
             raise UserError(f"{shown}: not valid YAML ({unreadable(e)})") from None
     finally:
-        loader.dispose()
+        if loader is not None:
+            loader.dispose()
     raise UserError(f"{shown}: it expands to over {MAX_VALUES} values (each alias counted where it is used); "
                     "a training config holds hundreds")
 
@@ -469,7 +471,7 @@ def _resolve(f: dict[str, Value], reading: Reading, cli: dict) -> dict[str, Valu
         out["kbit_prep"] = Value("none", f"{TOOLS['axolotl'].title}: norms and embeddings cast back to 16 bits after "
                                          "prepare_model_for_kbit_training", 0)
     policy = fsdp_on and out.get("stack") is not None and out["stack"].value == "fsdp" and out["zero"].value == 3
-    out.update(_precision(f, training, method, ds, reading, policy, "dtype" in cli))
+    out.update(_precision(f, training, method, ds, reading, policy, cli))
     return out
 
 
@@ -495,7 +497,7 @@ def _stack(reading: Reading, parallel: str | None) -> Value:
 
 
 def _precision(f: dict[str, Value], training: str, method: str, ds: bool, reading: Reading,
-               fsdp_policy: bool = False, given_dtype: bool = False) -> dict[str, Value]:
+               fsdp_policy: bool = False, cli: dict | None = None) -> dict[str, Value]:
     """bf16/fp16, the tool's way of loading the model, DeepSpeed and the optimizer → the recipe.
 
     Trainer AMP (no DeepSpeed): autocast in the compute dtype; PEFT keeps adapters in fp32
@@ -506,8 +508,10 @@ def _precision(f: dict[str, Value], training: str, method: str, ds: bool, readin
     model is taken as fp32 (full fine-tuning with fp16 too: fp16 weights cannot train without a
     master copy). DeepSpeed with bf16/fp16 casts the model to 16-bit and keeps an fp32 master and
     fp32 optimizer states. Under FSDP2 full sharding (``fsdp_policy``) the Trainer's 16-bit compute on
-    fp32 weights is FSDP's MixedPrecisionPolicy rather than autocast.
+    fp32 weights is FSDP's MixedPrecisionPolicy rather than autocast. torch's optimizers keep their states in the
+    trained weights' dtype: the one given on the command line (``cli``: --dtype, --adapter-dtype) where given.
     """
+    cli = cli or {}
     bf16, fp16, pure = f.get("bf16"), f.get("fp16"), f.get("pure_bf16")
     top = max((v.priority for v in (bf16, fp16) if v is not None), default=0)
     bf16, fp16 = (v if v is not None and v.priority == top else None for v in (bf16, fp16))  # a file over accelerate
@@ -556,7 +560,7 @@ def _precision(f: dict[str, Value], training: str, method: str, ds: bool, readin
         else:
             dtype = model_dtype.value if model_dtype else "fp32"
             src = _join(bf16, fp16, model_dtype)
-            if (model_dtype is None or model_dtype.priority == 0) and not given_dtype:   # never a silent fp32 base
+            if (model_dtype is None or model_dtype.priority == 0) and "dtype" not in cli:   # never a silent fp32 base
                 how = ("TRL loads the model in fp32 unless dtype (or model_init_kwargs.dtype) says otherwise"
                        if training == "trl" else "the Trainer's arguments do not say the model's dtype; "
                        "from_pretrained loads fp32 unless your code passes dtype")
@@ -576,7 +580,7 @@ def _precision(f: dict[str, Value], training: str, method: str, ds: bool, readin
             # also autocasts, which changes nothing once the gathered parameters are 16-bit)
             out["mp_policy"] = Value(autocast, f"{src} (FSDP2 MixedPrecisionPolicy)")
             autocast, why = "none", "accelerate upcasts to fp32; FSDP2 MixedPrecisionPolicy, not autocast"
-    trainable = adapter if lora else dtype
+    trainable = (cli.get("adapter_dtype") or adapter) if lora else (cli.get("dtype") or dtype)
     state = "int8" if eight_bit else ("fp32" if master == "fp32" else trainable)
     shown = src if src != "symvram default" else f"{TOOLS[training].title if training in TOOLS else training} default"
     shown = f"{shown} ({why})"

@@ -67,11 +67,14 @@ def _unit(fqn: str) -> str:
 def _tracker_class():
     from torch.distributed._tools.fsdp2_mem_tracker import FSDPMemTracker
 
+    from .measure import _ForwardModules
+
     class MaxTracker(FSDPMemTracker):
         """FSDPMemTracker that also keeps the largest value each category reaches."""
 
         def __init__(self, *args):
             super().__init__(*args)
+            self._mod_tracker = _ForwardModules()   # no ModTracker backward hooks: they keep tensors alive
             self.maxima: dict[str, int] = {}
             self.suspended = 0
             self.op = ""

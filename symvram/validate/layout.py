@@ -27,6 +27,7 @@ DIM_KEYS = {
     "vocab": ("vocab_size", "required"), "experts": ("num_experts|num_local_experts|n_routed_experts", "required"),
     "experts_per_token": ("num_experts_per_tok", "required"), "moe_intermediate": ("moe_intermediate_size", "required"),
 }
+BASE_DIMS = ("hidden", "intermediate", "layers", "heads", "vocab")    # the dims every model spec holds
 ATTENTION_ORDER = ("heads*head_dim", "kv_heads*head_dim", "hidden")   # a projection of the attention module
 OTHER_ORDER = ("hidden", "intermediate", "moe_intermediate", "2*intermediate", "2*moe_intermediate", "experts")
 BIAS_SWITCHES = ("attention_bias", "mlp_bias", "use_bias", "bias")      # config switches that give linears a bias
@@ -42,6 +43,7 @@ class Layout:
     model_class: str
     source: str
     dims: dict[str, int]
+    dim_keys: dict[str, str] = field(default_factory=dict)              # a symbol's config.json key, where aliased
     linears: list[dict] = field(default_factory=list)
     norms: list[dict] = field(default_factory=list)
     others: list[dict] = field(default_factory=list)
@@ -85,7 +87,7 @@ def meta_model(cfg: dict):
         hf_cfg = transformers.AutoConfig.for_model(**cfg)
         with torch.device("meta"):
             return transformers.AutoModelForCausalLM.from_config(hf_cfg)
-    except (ValueError, KeyError, TypeError) as e:
+    except Exception as e:  # noqa: BLE001 - transformers' config validators raise many kinds; one line either way
         raise UserError(f"transformers cannot build model_type {cfg.get('model_type')!r} as a causal LM: "
                         f"{' '.join(str(e).split())[:200]}") from None
 
@@ -102,7 +104,13 @@ def _known_modules() -> set[str]:
 
 
 def _layers(model, n: int):
-    return next(m for m in model.modules() if isinstance(m, torch.nn.ModuleList) and len(m) == n)
+    """The decoder layers: the ModuleList of num_hidden_layers modules."""
+    from ..errors import UserError
+
+    found = next((m for m in model.modules() if isinstance(m, torch.nn.ModuleList) and len(m) == n), None)
+    if found is None:
+        raise UserError(f"{type(model).__name__} holds no list of its {n} decoder layers: not a decoder family")
+    return found
 
 
 def _shapes(layer) -> list[tuple[str, tuple[int, ...]]]:
@@ -114,10 +122,14 @@ def read_layout(cfg: dict) -> Layout:
     model = meta_model(cfg)
     text = model.config
     dims = {}
+    dim_keys = {}
+    aliases = getattr(type(text), "attribute_map", {})   # GPT-2's n_embd is read as hidden_size
     for symbol, (keys, default) in DIM_KEYS.items():
         key = next((k for k in keys.split("|") if getattr(text, k, None) is not None), None)
         if key is not None and isinstance(getattr(text, key), int):
             dims[symbol] = getattr(text, key)
+            if key in aliases:
+                dim_keys[symbol] = aliases[key]
     dims.setdefault("kv_heads", dims.get("heads", 1))
     if "head_dim" not in dims and "hidden" in dims and "heads" in dims:
         dims["head_dim"] = dims["hidden"] // dims["heads"]
@@ -126,19 +138,24 @@ def read_layout(cfg: dict) -> Layout:
     src_module = type(layer).__module__
     out = Layout(model_type=cfg["model_type"], model_class=type(model).__name__,
                  source="transformers " + src_module.removeprefix("transformers.").replace(".", "/") + ".py",
-                 dims=dims, total_params=sum(p.numel() for p in model.parameters()),
+                 dims=dims, dim_keys=dim_keys, total_params=sum(p.numel() for p in model.parameters()),
                  activation=str(getattr(text, "hidden_act", "silu")))
     base = _shapes(layer)
     out.differing_layers = [i for i, other in enumerate(layers) if i and _shapes(other) != base]
+    shorts = [n.rpartition(".")[2] for n, _ in layer.named_modules() if n]
     for name, p in layer.named_parameters():
         owner_name, _, leaf = name.rpartition(".")
         owner = layer.get_submodule(owner_name) if owner_name else layer
         short = owner_name.rpartition(".")[2]
+        if shorts.count(short) > 1:
+            short = owner_name   # two modules of the layer share the name (GPT-2's c_proj): its path, as PEFT matches it
         in_attention = any("Attention" in type(layer.get_submodule(".".join(owner_name.split(".")[:i]))).__name__
                            for i in range(1, owner_name.count(".") + 2))
-        if isinstance(owner, torch.nn.Linear):
+        conv1d = type(owner).__name__ == "Conv1D"   # transformers.pytorch_utils.Conv1D (GPT-2): a linear, weight (in, out)
+        if isinstance(owner, torch.nn.Linear) or conv1d:
             if leaf == "weight":
-                out.linears.append(dict(name=short, d_out=p.shape[0], d_in=p.shape[1], attention=in_attention,
+                d_out, d_in = reversed(p.shape) if conv1d else p.shape
+                out.linears.append(dict(name=short, d_out=d_out, d_in=d_in, attention=in_attention,
                                         bias=owner.bias is not None))
         elif p.dim() == 1 and "norm" in type(owner).__name__.lower():
             out.norms.append(dict(name=short if leaf == "weight" else f"{short}.{leaf}", width=p.shape[0],
@@ -188,7 +205,8 @@ def _match(n: int, dims: dict[str, int], order: tuple[str, ...]) -> str:
 
     names = [k for k in dims if k not in ("layers", "experts_per_token")]
     pairs = [f"{a}*{b}" for a, b in itertools.combinations_with_replacement(names, 2)]
-    for text in (*order, *names, *pairs):
+    multiples = [f"{k}*{a}" for k in (2, 3, 4) for a in names]   # fused q, k, v (GPT-2's c_attn: 3·hidden)
+    for text in (*order, *names, *multiples, *pairs):
         if value(text) == n:
             return text
     return str(n)
@@ -208,11 +226,17 @@ def _key(name: str) -> str:
 
 
 def undescribed(lay: Layout) -> dict[str, tuple[int, ...]]:
-    """Parameters outside the layers that an entry cannot describe (it has the embedding, an lm_head unless tied,
-    and one final norm weight of the hidden width): a final norm's bias, extra heads or projections."""
-    return {n: shape for n, shape in lay.outside.items()
-            if not (n.endswith(("embed_tokens.weight", "lm_head.weight"))
-                    or (n.endswith("norm.weight") and shape == (lay.dims["hidden"],)))}
+    """Parameters outside the layers that an entry cannot describe: all but one (V, h) embedding, a (V, h) lm_head
+    unless tied, and one final norm weight of the hidden width (a final norm's bias, position embeddings …)."""
+    h, V = lay.dims["hidden"], lay.dims.get("vocab")
+    expected = [(V, h)] + ([] if lay.tied else [(V, h)]) + [(h,)]
+    out = {}
+    for name, shape in lay.outside.items():
+        if shape in expected:
+            expected.remove(shape)
+        else:
+            out[name] = shape
+    return out
 
 
 def draft_entry(cfg: dict, layout: Layout | None = None, notes: tuple[str, ...] = ()) -> str:
@@ -248,7 +272,13 @@ def draft_entry(cfg: dict, layout: Layout | None = None, notes: tuple[str, ...] 
     ]
     for symbol, (keys, default) in DIM_KEYS.items():
         if symbol in dims:
-            lines.append(f"{symbol} = [{q(keys)}, {q(default)}]")
+            key = lay.dim_keys.get(symbol, keys)
+            if key not in cfg and default == "required":   # transformers' default for this config: the value read
+                lines.append(f"{symbol} = [{q(key)}, {q(str(dims[symbol]))}]   # absent here: transformers' value")
+            else:
+                lines.append(f"{symbol} = [{q(key)}, {q(default)}]")
+        elif symbol in BASE_DIMS:   # every spec has one; this model's shapes are matched without it
+            lines.append(f"{symbol} = [{q(keys)}, \"1\"]   # not in this config: no shape below uses it")
     options = {}
     linear_lines = []
     for i, m in enumerate(lay.linears):
@@ -262,7 +292,7 @@ def draft_entry(cfg: dict, layout: Layout | None = None, notes: tuple[str, ...] 
             switch, default = _bias_switch(lay.switches, m["attention"])
             options[switch] = (default, lay.switch_defaults.get(switch, True))
             bias = f", bias = {q(switch)}"
-        linear_lines.append(f"{m['name']} = {{d_in = {q(_match(m['d_in'], dims, d_in_order))}, "
+        linear_lines.append(f"{_key(m['name'])} = {{d_in = {q(_match(m['d_in'], dims, d_in_order))}, "
                             f"d_out = {q(_match(m['d_out'], dims, d_out_order))}, reads = \"{group}\"{bias}}}")
     lines += ["", "[options]", f"tie_word_embeddings = {str(lay.tied).lower()}"]
     lines += [f"{k} = {str(on).lower()}" + ("   # not a config switch: transformers builds this bias" if own else "")
@@ -314,7 +344,9 @@ def parameter_side(cfg: dict, text: str, rank: int = 16, gpus: int = 8) -> tuple
     fam = register_family(cfg["model_type"], text)
     spec = spec_from_config(cfg, name=cfg["model_type"], kind="config", source="family-draft")
     lora_targets = ",".join(fam.target_sets["all-linear"])
-    settings = {"full": dict(method="full"), "lora": dict(method="lora", rank=rank, targets=lora_targets)}
+    settings = {"full": dict(method="full")}
+    if lora_targets:   # a model with no linear layer has no LoRA side
+        settings["lora"] = dict(method="lora", rank=rank, targets=lora_targets)
     numbers: dict = {"terms": {}}
     lines = []
     for label, kw in settings.items():
@@ -334,10 +366,11 @@ def parameter_side(cfg: dict, text: str, rank: int = 16, gpus: int = 8) -> tuple
                      + f"; FSDP2 ZeRO-3 over {gpus} GPUs, per GPU: {fmt_bytes(int(sum(per_gpu)))}")
     model = meta_model(cfg)
     numbers["meta_params"] = sum(p.numel() for p in model.parameters())
-    numbers["peft_lora_params"] = _peft_trainable(model, fam.target_sets["all-linear"], rank)
-    head = [f"# parameters: {numbers['params']:,} from this entry; {numbers['meta_params']:,} in transformers' model",
-            f"# LoRA r={rank} all-linear trainable: {numbers['lora_trainable']:,} from this entry; "
-            f"{numbers['peft_lora_params']:,} as PEFT builds it"]
+    head = [f"# parameters: {numbers['params']:,} from this entry; {numbers['meta_params']:,} in transformers' model"]
+    if "lora" in settings:
+        numbers["peft_lora_params"] = _peft_trainable(model, fam.target_sets["all-linear"], rank)
+        head.append(f"# LoRA r={rank} all-linear trainable: {numbers['lora_trainable']:,} from this entry; "
+                    f"{numbers['peft_lora_params']:,} as PEFT builds it")
     return head + lines, numbers
 
 

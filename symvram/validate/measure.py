@@ -25,7 +25,8 @@ import warnings
 from typing import Any
 
 import torch
-from torch.distributed._tools.mem_tracker import MemTracker, _MemRefType, _TOTAL_KEY
+from torch.distributed._tools.mem_tracker import MemTracker, _MemRefType, _TOTAL_KEY, _UpdateType
+from torch.distributed._tools.mod_tracker import ModTracker
 
 from .flops import PhaseFlops, flop_counter
 from .spec import normalize_spec  # the one definition of a spec (torch-free)
@@ -125,8 +126,6 @@ def build_model(spec: dict):
             use_dora=bool(spec.get("dora", False)),
             modules_to_save=list(spec.get("modules_to_save", [])) or None,
         )
-        if spec.get("dora") and spec.get("device") != "cuda":  # the tracker's cycles; a real run has none
-            _dora_collect_cycles()
         with warnings.catch_warnings():  # peft asks the deprecated is_gradient_checkpointing
             warnings.simplefilter("ignore", FutureWarning)
             model = peft.get_peft_model(
@@ -141,27 +140,6 @@ def build_model(spec: dict):
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": reentrant})
     model.train()
     return model
-
-
-def _dora_collect_cycles() -> None:
-    """Collect garbage when a DoRA forward returns. MemTracker's module hooks put DoRA's weight-norm graph (eye,
-    A(eye), ΔW: locals of the forward) in reference cycles, so they would live until Python's cyclic collector
-    runs — at random; without the tracker they are freed at return, as in real training."""
-    import gc
-
-    from peft.tuners.lora import dora
-
-    if getattr(dora.DoraLinearLayer.forward, "_symvram_gc", False):
-        return
-    orig = dora.DoraLinearLayer.forward
-
-    def forward(self, *args, **kwargs):
-        out = orig(self, *args, **kwargs)
-        gc.collect()
-        return out
-
-    forward._symvram_gc = True
-    dora.DoraLinearLayer.forward = forward
 
 
 def _quantize_linears(model, dtype) -> None:
@@ -379,9 +357,32 @@ def build_optimizer(spec: dict, params: list, model=None):
 # the tracker
 
 
+class _ForwardModules(ModTracker):
+    """The module names of the running forward (and of a checkpointed layer's recompute), without ModTracker's
+    backward bookkeeping. ModTracker (torch/distributed/_tools/mod_tracker.py:215-248, ``_fw_pre_hook`` /
+    ``_fw_post_hook``) registers a ``register_multi_grad_hook`` on every module's inputs and outputs to know when
+    the module's backward starts and ends; with gradient checkpointing on a PEFT model some of those tensors never
+    receive their gradient, and the hook's buffer keeps a gradient alive into the next step (one fp32
+    batch × seq × hidden block per step, measured against torch.profiler's allocator events in
+    tests/test_tracer.py). A run without a tracker has no such hooks, so the tracer must have none either.
+    MemTracker's own module hooks are not registered (``register_user_hooks`` does nothing): the backward
+    category comes from the autograd engine (``is_bw``: ``torch._C._current_graph_task_id() != -1``)."""
+
+    def register_user_hooks(self, *hooks) -> None:  # noqa: ARG002 - no per-module statistics
+        return None
+
+    def _fw_pre_hook(self, mod, input):  # noqa: A002 - torch's signature
+        self.parents.add(self._get_mod_name(mod))
+
+    def _fw_post_hook(self, mod, input, output):  # noqa: A002
+        self.parents.discard(self._get_mod_name(mod))
+
+
 class PeakTracker(MemTracker):
     """MemTracker keeping only the global peak, plus per-phase peaks.
 
+    * no module hooks (``_ForwardModules``): MemTracker's ModTracker keeps tensors of a checkpointed PEFT model
+      alive from one step into the next, which a real run does not; the tracker counts what the program holds;
     * per-module peak bookkeeping is skipped (it makes a 7B case take minutes);
     * gradient hooks are installed only on parameters that require grad (frozen base weights
       would raise);
@@ -392,6 +393,7 @@ class PeakTracker(MemTracker):
 
     def __init__(self, optimizer=None, on_peak=None, on_op=None) -> None:
         super().__init__()
+        self._mod_tracker = _ForwardModules()
         self.phase = "setup"
         self.phase_peak: dict[str, int] = {}
         self.peak_phase: str | None = None
@@ -400,6 +402,18 @@ class PeakTracker(MemTracker):
         self._on_peak = on_peak
         self._on_op = on_op
         self.op_index = 0
+        # every storage MemTracker sees, allocated and freed in program order: the caching allocator's schedule
+        self.schedule: list[tuple[str, int, int]] = []
+        self._storage_ids: dict[int, int] = {}
+
+    def _update_snap(self, u_type, winfo, old_mem_consumed=None, old_reftype=None) -> None:
+        super()._update_snap(u_type, winfo, old_mem_consumed, old_reftype)
+        key = id(winfo)
+        if u_type in (_UpdateType.DEL, _UpdateType.SIZE) and key in self._storage_ids:
+            self.schedule.append(("free", self._storage_ids.pop(key), 0))
+        if u_type in (_UpdateType.ADD, _UpdateType.SIZE) and winfo.mem_consumed > 0:
+            self._storage_ids[key] = len(self.schedule)
+            self.schedule.append(("alloc", len(self.schedule), winfo.mem_consumed))
 
     def _total(self) -> int:
         return sum(s[_TOTAL_KEY] for s in self._curr_mem_snap.values())
@@ -439,6 +453,14 @@ class PeakTracker(MemTracker):
                         seen.add(id(s))
                         total += s.nbytes()
         return total
+
+    def track_external(self, *external) -> None:
+        """As MemTracker's, and each module's trainable parameters get their gradient hooks now: MemTracker
+        installs them from its module pre-forward hook, which this tracker does not register."""
+        super().track_external(*external)
+        for obj in external:
+            if isinstance(obj, torch.nn.Module):
+                self._track_module_params_and_buffers(obj, install_grad_hooks=True)
 
     def _track_module_params_and_buffers(self, module, install_grad_hooks: bool = True):
         def _grad_hook(grad):
@@ -646,7 +668,22 @@ def measure(spec: dict) -> dict:
                      tracker.peak_phase, {k: v + untracked for k, v in tracker.phase_peak.items()}, breakdown,
                      time.perf_counter() - t0)
     result["flops"] = phases.last_step()  # FlopCounterMode in the same run: matmul-class FLOPs of one step
+    result["allocator"] = replayed(tracker.schedule, untracked)
     return result
+
+
+def replayed(schedule: list, untracked: int = 0) -> dict:
+    """The traced schedule through the caching-allocator replay (symvram.allocator: modelled, not measured):
+    the reserved peak with the default allocator and with expandable segments, beside the allocated one. The
+    4-bit quantization states MemTracker does not see are allocated first, as loading the model does."""
+    from ..allocator import AllocatorConfig, replay
+
+    events = ([("alloc", -1, untracked)] if untracked else []) + list(schedule)
+    out = {"events": len(events)}
+    for name, config in (("default", AllocatorConfig()), ("expandable", AllocatorConfig(expandable_segments=True))):
+        r = replay(events, config)
+        out[name] = {"allocated_peak": r.peak_allocated, "reserved_peak": r.peak_reserved}
+    return out
 
 
 def _result(spec, model, optimizer, trainable, total, peak, peak_phase, by_phase, breakdown, secs):

@@ -1,0 +1,184 @@
+"""The allocation schedule a ledger implies: every tensor its terms are made of, allocated and freed in the
+program order its moments describe, for the caching-allocator replay (symvram.allocator).
+
+A term's expression is a sum of monomials; each monomial is one tensor shape and its integer coefficient the
+number of such tensors (SDPA's ``2·T·d_h·n_h + 2·T·d_h·n_kv`` is q and the output, k and v). A monomial
+with the factor L is one tensor per layer. A negative monomial (the first layer's correction) removes a
+tensor of that shape from layer 0.
+
+The order, over two training steps (the first allocates the optimizer states in its step, as torch's
+optimizers do lazily; the second starts with them):
+
+* the parameter side (base weights, adapters, master copies) once, before the first step;
+* forward: the activations alive for the whole step, then each layer's saved tensors, layer by layer, then
+  the model head's;
+* the moments in order: a transient is allocated when a moment first lists it and freed when the next one
+  no longer does; a saved activation is freed when a moment stops listing it;
+* between the moment before ``first_layer_backward`` and it, the layer loop from the last layer down: (under
+  checkpointing, the layer's recomputed tensors,) the layer's backward temporaries, freed, its saved tensors
+  freed, its gradients allocated;
+* after the optimizer step ``zero_grad(set_to_none=True)`` frees the gradients, and the step's activations go.
+
+Which role a term plays is read from its block and key here (``PER_LAYER_LOOP``, ``ALIASES``); issue 23's
+roles will replace these names.
+
+>>> from symvram.ledger import build_ledger
+>>> from symvram.ledger.structure import Structure
+>>> sch = ledger_schedule(build_ledger(Structure(method="lora", nominal=True)), layers=2)
+>>> sum(1 for e in sch.events if e[0] == "alloc") == sum(1 for e in sch.events if e[0] == "free") + sch.persistent
+True
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+import sympy as sp
+
+from ..symbols import sym
+from .terms import Ledger
+
+L = sym("layers")
+# transients the layer loop allocates once per layer (not at a moment)
+PER_LAYER_LOOP = ("layer_backward_temp", "dequant_temp")
+# terms that name memory other terms already hold: the gradients made so far, one recomputed layer's tensors
+ALIASES = ("grads_before_first_layer", "one_layer")
+# parameter-side terms the first step's optimizer step allocates (torch's optimizers create state lazily)
+LAZY_STATES = ("optimizer_states", "optimizer_steps")
+HOST_BLOCKS = ("paged",)   # not the device's allocator
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """``sizes``: one SymPy expression (bytes) per distinct tensor size; ``events``: ("alloc", tensor id,
+    size index) or ("free", tensor id, -1), in program order; ``persistent``: tensors never freed;
+    ``parameters``: the first events, the parameter side allocated before the first step."""
+
+    sizes: tuple[sp.Expr, ...]
+    events: tuple[tuple[str, int, int], ...]
+    persistent: int
+    parameters: int
+
+
+@lru_cache(maxsize=4096)
+def pieces(expr: sp.Expr) -> list[tuple[sp.Expr, int, bool]]:
+    """The tensors of one expression: (one tensor's bytes, how many, per layer).
+
+    >>> from symvram.symbols import sym
+    >>> b, T, f, L = sym("bytes_act"), sym("seq"), sym("intermediate"), sym("layers")
+    >>> pieces(3 * b * T * f * L + b * T)
+    [(bytes_act*seq, 1, False), (bytes_act*intermediate*seq, 3, True)]
+    """
+    out = []
+    for mono in sp.Add.make_args(sp.expand_mul(expr)):
+        if mono == 0:
+            continue
+        coeff, rest = mono.as_coeff_Mul()
+        factors = sp.Mul.make_args(rest)
+        per_layer = L in factors   # L to the first power, as a factor
+        if per_layer:
+            rest = sp.Mul(*(f for f in factors if f != L))
+        if coeff.is_Integer:
+            out.append((rest, int(coeff), per_layer))
+        else:   # a fraction of a shape (a chunk, a shard) is one tensor of that size
+            out.append((sp.Abs(coeff) * rest, 1 if coeff > 0 else -1, per_layer))
+    return sorted(out, key=lambda p: (p[2], sp.default_sort_key(p[0])))
+
+
+class _Builder:
+    def __init__(self):
+        self.sizes: dict[sp.Expr, int] = {}
+        self.events: list[tuple[str, int, int]] = []
+        self.next_id = 0
+
+    def alloc(self, size: sp.Expr) -> int:
+        index = self.sizes.setdefault(size, len(self.sizes))
+        self.next_id += 1
+        self.events.append(("alloc", self.next_id, index))
+        return self.next_id
+
+    def alloc_all(self, shapes) -> list[int]:
+        return [self.alloc(size) for size, n in shapes for _ in range(n)]
+
+    def free_all(self, ids) -> None:
+        self.events.extend(("free", i, -1) for i in ids)
+
+
+def _corrections(ledger: Ledger) -> dict[sp.Expr, int]:
+    """Layer 0's missing tensors: the negative monomials of the activation terms, by shape."""
+    out: dict[sp.Expr, int] = {}
+    for t in ledger.block_terms("activations"):
+        for size, n, per_layer in pieces(ledger.expand(t.expr)):
+            if n < 0 and not per_layer:
+                out[size] = out.get(size, 0) - n
+    return out
+
+
+@lru_cache(maxsize=256)
+def ledger_schedule(ledger: Ledger, layers: int) -> Schedule:
+    """The schedule of two training steps of ``ledger`` with its L decoder layers unrolled (``layers``)."""
+    b = _Builder()
+    terms, moments = ledger.by_key, ledger.moments
+    loop_at = next(i for i, m in enumerate(moments) if m.key == "first_layer_backward")
+    shapes = {k: [p for p in pieces(ledger.expand(t.expr)) if p[1] > 0] for k, t in terms.items()}
+
+    def per_layer(k):
+        return [(size, n) for size, n, layer in shapes[k] if layer]
+
+    def whole(k):
+        return [(size, n) for size, n, layer in shapes[k] if not layer]
+
+    def every(k):
+        return per_layer(k) * layers + whole(k)
+
+    act_keys = [t.key for t in ledger.block_terms("activations")]
+    layer_act = [k for k in act_keys if per_layer(k)]
+    whole_step = [k for k in act_keys if k not in layer_act and all(k in m.terms for m in moments)]
+    missing = _corrections(ledger)
+    recompute = "act_checkpoints" in terms   # checkpointing: each layer is recomputed in backward
+
+    def saved_of_layer(i):
+        out, left = [], dict(missing) if i == 0 else {}
+        for k in layer_act:
+            for size, n in per_layer(k):
+                take = min(n, left.get(size, 0))
+                left[size] = left.get(size, 0) - take
+                out.append((size, n - take))
+        return out
+
+    kept = 0
+    for k, t in terms.items():     # the parameter side, before the first step
+        if t.block in ("base", "trainable") and k != "grads" and k not in LAZY_STATES:
+            kept += len(b.alloc_all(every(k)))
+    parameters = len(b.events)
+    for step in (1, 2):
+        held = {k: b.alloc_all(every(k)) for k in whole_step}
+        saved = [b.alloc_all(saved_of_layer(i)) for i in range(layers)]
+        grads: list[int] = []
+        previous: tuple[str, ...] = ()
+        for j, m in enumerate(moments):
+            if j == loop_at:
+                for i in reversed(range(layers)):
+                    redo = b.alloc_all(whole("one_layer")) if recompute else []
+                    b.free_all(b.alloc_all([sh for k in PER_LAYER_LOOP if k in terms for sh in whole(k)]))
+                    b.free_all(redo)
+                    b.free_all(saved[i])
+                    grads += b.alloc_all(per_layer("grads")) if "grads" in terms else []
+            for k in previous:
+                if k not in m.terms and k in held:
+                    b.free_all(held.pop(k))
+            if m.key == "optimizer_step" and step == 1:
+                kept += len(b.alloc_all([sh for k in LAZY_STATES if k in terms for sh in every(k)]))
+            for k in m.terms:
+                block = terms[k].block
+                if k in held or k in ALIASES or k in PER_LAYER_LOOP or block in HOST_BLOCKS:
+                    continue
+                if k == "grads":
+                    grads += b.alloc_all(whole(k))
+                elif block in ("transient", "activations") and k not in layer_act:
+                    held[k] = b.alloc_all(every(k))
+            previous = m.terms
+        for ids in held.values():
+            b.free_all(ids)
+        b.free_all(grads)
+    return Schedule(tuple(b.sizes), tuple(b.events), kept, parameters)

@@ -1,0 +1,102 @@
+"""The library versions an estimate follows: the installed ones, read from their metadata without importing
+them (``importlib.metadata``), or those asked for (``--versions bitsandbytes=0.42.0,...``), else the
+versions the ledger was modelled from.
+
+Where a version changes what is saved, the mechanism of that version applies, tied to the range in which it
+holds (``MECHANISMS``); each names its tagged source.
+
+>>> parse_versions("bitsandbytes=0.42.0, torch=2.5.1")
+(('bitsandbytes', '0.42.0'), ('torch', '2.5.1'))
+>>> older("0.42.0", "0.43.3"), older("0.50.2", "0.43.3"), older("0.43.3", "0.43.3")
+(True, False, False)
+"""
+from __future__ import annotations
+
+import re
+from functools import cache
+from importlib import metadata
+
+from .errors import UserError
+
+# the versions whose sources the ledger cites (README, docs/accuracy.md)
+MODELLED = {"torch": "2.13.0", "transformers": "5.24.0", "peft": "0.21.2", "bitsandbytes": "0.50.2", "trl": "1.16.0"}
+PACKAGES = tuple(MODELLED)
+_VERSION = re.compile(r"\d+(\.\d+){0,3}([.+-]?[A-Za-z0-9.]+)?")
+
+# mechanism -> (package, the first version without it, what it does, the tagged source)
+MECHANISMS = {
+    "bnb_input_saved": ("bitsandbytes", "0.43.3",
+                        "bitsandbytes' MatMul4Bit saves the 4-bit linear's input for backward (ctx.tensors = (A, B)); "
+                        "from 0.43.3 it keeps (None, B)",
+                        "bitsandbytes autograd/_functions.py MatMul4Bit.forward (0.43.2: ctx.tensors = (A, B); "
+                        "0.50.2 lines 357-360: (None, B))"),
+}
+
+
+def _release(version: str) -> tuple[int, ...]:
+    return tuple(int(p) for p in re.match(r"\d+(\.\d+)*", version).group(0).split("."))
+
+
+def older(version: str, than: str) -> bool:
+    """Whether ``version`` comes before ``than`` (release numbers only: 2.13.0+cpu is 2.13.0)."""
+    a, b = _release(version), _release(than)
+    width = max(len(a), len(b))
+    return a + (0,) * (width - len(a)) < b + (0,) * (width - len(b))
+
+
+def parse_versions(text: str | dict | tuple | None) -> tuple[tuple[str, str], ...]:
+    """``--versions PKG=VERSION,...`` as sorted pairs; UserError names a malformed entry."""
+    if not text:
+        return ()
+    items = text.items() if isinstance(text, dict) else (
+        text if isinstance(text, tuple) else [p.partition("=")[::2] for p in str(text).split(",") if p.strip()])
+    out = {}
+    for name, version in items:
+        name, version = str(name).strip().lower(), str(version).strip()
+        if name not in MODELLED:
+            raise UserError(f"--versions: unknown package {name!r}; expected PKG=VERSION with PKG one of "
+                            f"{', '.join(PACKAGES)}")
+        if not _VERSION.fullmatch(version):
+            raise UserError(f"--versions {name}={version}: expected a version such as {MODELLED[name]}")
+        out[name] = version
+    return tuple(sorted(out.items()))
+
+
+@cache
+def installed() -> dict[str, str | None]:
+    """The installed version of each package (None: not installed), read from its metadata, never imported."""
+    out = {}
+    for name in PACKAGES:
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            out[name] = None
+    return out
+
+
+def followed(asked: tuple[tuple[str, str], ...] = ()) -> dict[str, str]:
+    """The version of each package an estimate follows: asked for, else installed, else modelled."""
+    chosen = dict(asked)
+    return {name: chosen.get(name) or installed()[name] or MODELLED[name] for name in PACKAGES}
+
+
+def applies(mechanism: str, asked: tuple[tuple[str, str], ...] = ()) -> bool:
+    """Whether a version-dependent mechanism holds for the versions followed."""
+    package, fixed_in, _, _ = MECHANISMS[mechanism]
+    return older(followed(asked)[package], fixed_in)
+
+
+def header(asked: tuple[tuple[str, str], ...] = ()) -> str:
+    """What every answer's header says of the versions it follows: each release (asked for, installed, or,
+    where not installed, the one modelled).
+
+    >>> header((("bitsandbytes", "0.42.0"),)).startswith("follows torch")
+    True
+    """
+    chosen = dict(asked)
+    parts = []
+    for name, version in followed(asked).items():
+        release = ".".join(map(str, _release(version)))
+        note = " asked" if name in chosen else "" if installed()[name] else " modelled, not installed"
+        parts.append(f"{name} {release}" + (f" ({note.strip()})" if note else ""))
+    return "follows " + ", ".join(parts)
