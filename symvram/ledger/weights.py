@@ -52,11 +52,11 @@ def nf4_bytes(n: sp.Expr, double_quant: bool) -> tuple[sp.Expr, sp.Expr]:
     with double quantization a uint8 one, plus per 256 of those an fp32 absmax, the 256-entry fp32 code
     (a copy per weight), an fp32 offset and the 16-entry NF4 code; without it an fp32 absmax and the NF4 code."""
     blocks = ceil_div(n, B_q)
-    if double_quant:
-        state = blocks + b_32 * ceil_div(blocks, B_q2) + b_32 * n_qmap + b_32 + b_32 * 2**q
+    if double_quant:   # a uint8 absmax per block: c_abs2 / 8 bytes
+        state = c_abs2 / 8 * blocks + b_32 * ceil_div(blocks, B_q2) + b_32 * n_qmap + b_32 + b_32 * 2**q
     else:
         state = b_32 * blocks + b_32 * 2**q
-    return ceil_div(n, 2), state
+    return ceil_div(n * q, 8), state   # q = 4 bits per weight: two per byte
 
 
 def base_terms(s: Structure) -> list[Term]:
