@@ -296,6 +296,18 @@ def test_the_reader_names_what_it_does_not_model(tmp_path):
         assert fragment in named
 
 
+@pytest.mark.parametrize("make, kind", [
+    (lambda bnb, ps: bnb.optim.PagedAdamW32bit(ps), "paged-adamw"),
+    (lambda bnb, ps: bnb.optim.AdamW(ps, optim_bits=32, is_paged=True), "paged-adamw"),   # the Trainer's paged_adamw_32bit
+    (lambda bnb, ps: bnb.optim.AdamW(ps, optim_bits=8, is_paged=True), "paged-adamw8bit"),
+], ids=["PagedAdamW32bit", "AdamW-32-paged", "AdamW-8-paged"])
+def test_bitsandbytes_optimizers_are_read_by_their_bits_and_paging(make, kind):
+    """bitsandbytes keeps optim_bits in opt.args and is_paged on the optimizer (not in .defaults)."""
+    bnb = pytest.importorskip("bitsandbytes")
+    model = tiny(lora=False)
+    assert from_training(model, None, make(bnb, model.parameters())).scenario.optimizer == kind
+
+
 def test_a_deepspeed_config_in_the_arguments_is_read_as_the_cli_reads_its_file(tmp_path):
     ds = {"zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu"}}, "bf16": {"enabled": "auto"},
           "train_micro_batch_size_per_gpu": "auto"}
