@@ -352,7 +352,7 @@ def size_card_context() -> int:
     """The CUDA context taken off a card given as a size: the median of the named cards' (memory − usable).
 
     >>> round(size_card_context() / 2**30, 2)
-    0.49
+    0.51
     """
     contexts = sorted(round(e["memory_gib"] * GIB) - round(e["usable_gib"] * GIB) for e in gpu_presets().values())
     return contexts[len(contexts) // 2]
