@@ -15,7 +15,7 @@ from importlib import resources
 
 from .errors import UserError, did_you_mean, excerpt
 from .ledger.architecture import Family, family
-from .ledger.structure import Structure
+from .ledger.structure import BNB_OPTIM_BITS, Structure
 from .presets import MAX_DIM, ModelSpec, load_model
 from .stacks import STACK_EXTRAS, STACK_SETTINGS, check_stack, concrete, resolve, runs_trainer, stacks
 from .symbols import SYMBOLS
@@ -24,8 +24,9 @@ from .versions import applies, parse_versions
 METHODS = ("full", "lora", "qlora")
 DTYPES = ("bf16", "fp16", "fp32")
 STATE_DTYPES = ("fp32", "bf16", "int8")
-OPTIMIZERS = ("adamw", "sgd", "sgd-momentum", "lion", "adafactor", "adamw8bit", "paged-adamw8bit")
-BNB_OPTIMIZERS = ("adamw8bit", "paged-adamw8bit")  # bitsandbytes: states in int8 by construction
+BNB_STATE_DTYPES = {name: {8: "int8", 32: "fp32"}[bits] for name, bits in BNB_OPTIM_BITS.items()}  # by construction
+BNB_OPTIMIZERS = tuple(BNB_STATE_DTYPES)
+OPTIMIZERS = ("adamw", "sgd", "sgd-momentum", "lion", "adafactor", *BNB_OPTIMIZERS)
 OPTIMIZER_IMPLS = ("foreach", "fused", "forloop")
 ATTENTIONS = ("sdpa", "eager")
 DEVICES = ("cuda", "cpu")
@@ -210,11 +211,12 @@ class Scenario:
         given = frozenset(kw) - {"targets"}
         kw = resolve(spec, kw)
         kw = concrete(kw, kw.get("method", "full") in ("lora", "qlora"))
-        if kw.get("optimizer") in BNB_OPTIMIZERS:
-            if state_given not in (None, "int8"):
-                raise UserError(f"--optimizer {kw['optimizer']} keeps its states in 8 bits (bitsandbytes); "
+        if (bnb_states := BNB_STATE_DTYPES.get(kw.get("optimizer"))) is not None:
+            if state_given not in (None, bnb_states):
+                bits = "8 bits" if bnb_states == "int8" else "32 bits"
+                raise UserError(f"--optimizer {kw['optimizer']} keeps its states in {bits} (bitsandbytes); "
                                 f"--state-dtype {state_given} contradicts it")
-            kw["state_dtype"] = "int8"
+            kw["state_dtype"] = bnb_states
         sc = cls(model=spec, **kw, given=given)
         sc._check()
         return sc

@@ -114,11 +114,12 @@ def summary(sc) -> str:
     if sc.lora:
         parts.append(f"adapters {sc.adapter_dtype}")
     parts.append(f"autocast {sc.autocast}" if sc.autocast != "none" else "no autocast")
-    impl = "bitsandbytes" if sc.optimizer in ("adamw8bit", "paged-adamw8bit") else IMPL_WORDS.get(sc.optimizer_impl,
-                                                                                                   sc.optimizer_impl)
+    impl = "bitsandbytes" if sc.structure.bnb else IMPL_WORDS.get(sc.optimizer_impl, sc.optimizer_impl)
     if sc.zero and sc.structure.zero_impl == "deepspeed":
         impl = "DeepSpeed's ZeRO optimizer"
     states = f"{sc.optimizer} ({impl}), states {sc.state_dtype}"
+    if sc.structure.paged:
+        states += " (those of tensors ≥ 100k elements paged to CUDA unified memory: modelled, not measured)"
     v = sc.values()
     if sc.method == "full" and sc.master == "none" and sc.state_dtype == sc.dtype != "fp32" and v["states_per_param"]:
         # torch's optimizers keep their states in each parameter's dtype: not the textbook 12/16 B/param (fp32 states)

@@ -1,4 +1,4 @@
-"""bitsandbytes' 8-bit AdamW (and the paged one) as the ledger models it, against measured tiny runs.
+"""bitsandbytes' 8-bit AdamW (and the paged ones, 8- and 32-bit) as the ledger models it, against measured tiny runs.
 
 Measured under FakeTensorMode (bitsandbytes registers fake kernels for its optimizer ops); skipped without
 the validate extra or bitsandbytes."""
@@ -48,6 +48,24 @@ def test_paged_states_are_their_own_line_outside_the_peak():
     assert "paged_states" not in on_cpu.terms
 
 
+def test_paged_32bit_states_by_hand():
+    """PagedAdamW32bit (bitsandbytes optim/optimizer.py:509 init_state, :383 get_state_buffer): fp32 m and v per
+    tensor, no quantization maps, a Python-int step; on CUDA the two buffers of a tensor with ≥ 1e5 elements are
+    paged (here only the two 2000×64 embeddings), the rest stay allocator-resident."""
+    h, f, V, L, q, kv = 64, 176, 2000, 2, 64, 32
+    tensors = [V * h, V * h] + L * [q * h, kv * h, kv * h, h * q, f * h, f * h, h * f, h, h] + [h]
+    sc = Scenario.create(tiny(vocab_size=V), method="full", optimizer="paged-adamw", stack="torch")
+    bd = evaluate(sc)
+    assert sc.state_dtype == "fp32"
+    assert bd.terms["paged_states"] == sum(8 * n for n in tensors if n >= 100_000) == 2 * 8 * V * h
+    assert bd.terms["optimizer_states"] == sum(8 * n for n in tensors if n < 100_000)
+    assert "optimizer_steps" not in bd.terms and "optimizer_temp" not in bd.terms
+    torch_adamw = evaluate(sc.with_changes(optimizer="adamw", optimizer_impl="fused", state_dtype="fp32"))
+    assert torch_adamw.terms["optimizer_states"] == bd.terms["optimizer_states"] + bd.terms["paged_states"]
+    with pytest.raises(UserError, match="keeps its states in 32 bits"):
+        Scenario.create("llama-3-8b", optimizer="paged-adamw", state_dtype="int8")
+
+
 def test_8bit_states_contradict_another_state_dtype():
     with pytest.raises(UserError, match="keeps its states in 8 bits"):
         Scenario.create("llama-3-8b", optimizer="adamw8bit", state_dtype="fp32")
@@ -61,6 +79,8 @@ MEASURED = [
     ("torch", dict(method="lora", rank=8), {}),
     ("hf", dict(method="lora", rank=64), {"hidden_size": 128, "head_dim": 32}),  # adapters ≥ 4096: 8-bit
     ("hf", dict(method="full", optimizer="paged-adamw8bit"), {}),
+    ("torch", dict(method="full", optimizer="paged-adamw"), {}),   # on the CPU bitsandbytes pages nothing
+    ("hf", dict(method="lora", rank=8, optimizer="paged-adamw"), {}),
 ]
 
 

@@ -247,7 +247,7 @@ def test_numbers_in_files(name, text, fragment, tmp_path, capsys):
     (["estimate", "7b", "--batch", DIGITS], "--batch: expected a positive integer, got '99999"),
     (["fit", "7b", "--gpu", "1e400GiB"], "'1e400GiB' is larger than any accelerator"),
     (["fit", "7b", "--gpu", "80GiB", "--headroom", "1e400GiB"], "larger than any accelerator"),
-    (["fit", "7b", "--gpu", "80GiB", "--headroom", DIGITS + "%"], "leaves nothing of the card's 80.00 GiB"),
+    (["fit", "7b", "--gpu", "80GiB", "--headroom", DIGITS + "%"], "leaves nothing of the card's"),
     (["estimate", "7b", "--gpu", "a100-80g", "--mfu", "1e-400"], "--mfu must be in (0, 1]"),   # 0.0 as a float
     (["estimate", "7b", "--gpu", "a100-80g", "--interconnect", "warp"], "--interconnect: unknown link 'warp'"),
     (["fit", "7b", "--gpu", "80GiB", "--limit", str(10 * MAX_SEQ)],

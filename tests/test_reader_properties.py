@@ -91,17 +91,21 @@ def _put(doc: dict, key: str, value) -> dict:
     return out
 
 
-BASELINE_RSS = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss   # KiB on Linux
 SECONDS, MEGABYTES = 20, 1024
 
 
+def _peak_rss_kib() -> int:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss   # the process's high-water mark, KiB on Linux
+
+
 def _contract(argv, capsys):
-    """exit 2 with one short line, or 0 with strict JSON; within SECONDS and MEGABYTES more than at import."""
-    start = time.perf_counter()
+    """exit 2 with one short line, or 0 with strict JSON; within SECONDS, the process's peak memory raised by
+    less than MEGABYTES."""
+    start, rss = time.perf_counter(), _peak_rss_kib()
     rc = main(argv)
     out, err = capsys.readouterr()
     assert time.perf_counter() - start < SECONDS
-    assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - BASELINE_RSS < MEGABYTES * 1024
+    assert _peak_rss_kib() - rss < MEGABYTES * 1024
     assert rc in (0, 2), err
     event("estimated" if rc == 0 else "refused")   # pytest --hypothesis-show-statistics: how many of each
     if rc == 2:
@@ -116,10 +120,12 @@ def _contract(argv, capsys):
 
 
 DIRECT = {"batch", "seq", "rank", "gpus", "tp"}    # Scenario settings a row sets as they are
-PROFILE = settings(max_examples=250, deadline=None, suppress_health_check=list(HealthCheck))
+# derandomize: the same examples each CI run (a failure reproduces); deadline: SECONDS is checked per call. An
+# estimate that succeeds builds its structure's ledger (~0.3 s the first time): the field test runs fewer.
+PROFILE = settings(max_examples=250, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
 
 
-@PROFILE
+@settings(PROFILE, max_examples=120)
 @given(field=st.sampled_from(FIELDS), value=values | st.sampled_from(RAW_YAML + RAW_JSON).map(Raw))
 def test_any_value_in_any_reader_field(field, value, tmp_path_factory, capsys):
     tool, key = field

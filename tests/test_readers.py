@@ -202,6 +202,7 @@ def test_axolotl_rows(tmp_path, text, setting, value):
     ("lora_target: q_proj,v_proj\n", "targets", ("q_proj", "v_proj")),
     ("flash_attn: disabled\n", "attention", "eager"),
     ("optim: paged_adamw_8bit\n", "state_dtype", "int8"),
+    ("optim: paged_adamw_32bit\n", "optimizer", "paged-adamw"),   # the Trainer's bnb AdamW(optim_bits=32, is_paged)
     ("lora_dropout: 0.1\n", "lora_dropout", 0.1),
     ("additional_target: embed_tokens,lm_head\n", "modules_to_save", ("embed_tokens", "lm_head")),
 ])

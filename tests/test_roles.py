@@ -103,3 +103,19 @@ def test_final_norm_backward_peak_is_measured():
     assert bd.peak_moment == "final_norm_backward"
     measured = measure({**from_scenario(sc), "steps": 2})["peak_bytes"]
     assert abs(measured - bd.peak) <= 1e-3 * measured
+
+
+def test_a_term_in_the_wrong_unit_is_refused_when_made():
+    """Memory and traffic terms are in bytes, FLOPs terms counts of operations: checked by Term itself."""
+    from symvram.ledger.dimensions import DimensionError
+    from symvram.ledger.terms import Term
+    from symvram.symbols import sym
+
+    P, b_g, T, h, V = sym("P_train"), sym("bytes_grad"), sym("batch") * sym("seq"), sym("hidden"), sym("vocab")
+    assert Term("grads", Role.GRADIENT, P * b_g, "G", "gradients").block == "trainable"
+    with pytest.raises(DimensionError, match="not B"):
+        Term("grads", Role.GRADIENT, P, "G", "a count of gradients, not their bytes")
+    with pytest.raises(DimensionError, match="not FLOP"):
+        Term("fwd", Role.FORWARD_FLOPS, 2 * T * h * V * b_g, "F", "FLOPs times bytes")
+    with pytest.raises(DimensionError, match="different dimensions"):
+        Term("mixed", Role.BACKWARD_TEMPORARY, b_g * T * h + 12 * V, "M", "bytes plus a bare count")

@@ -49,16 +49,17 @@ def run(args) -> int:
     args.from_files, args.verbose = args.files, False
     sc = scenario_from_args(args)
     d = diagnose(sc, load_card(args.gpu), headroom=args.headroom)
-    fits = d.estimate.peak <= d.budget
+    fits = d.cause == "fits"   # the caching allocator's replay on the card (symvram.card_memory)
     r = reading(args)
     if args.format == "json":
         text = json.dumps({"fits": fits, "exit_status": 0 if fits else 1, **diagnosis_json(d, r),
                            **provenance_dict(args, sc)}, indent=2)
     else:
         fb = (lambda n: fmt_bytes(n, args.units))
-        head = (f"check: {'FITS' if fits else 'DOES NOT FIT'} — predicted peak {fb(d.estimate.peak)} per GPU on "
-                f"{d.card.name}, budget {fb(d.budget)} (" + (f"{fb(d.budget - d.estimate.peak)} to spare)" if fits
-                                                              else f"over by {fb(d.estimate.peak - d.budget)})"))
+        m = d.memory
+        head = (f"check: {'FITS' if fits else 'DOES NOT FIT'} — predicted peak {fb(d.estimate.peak)} allocated, "
+                f"{fb(m.reserved_peak)} reserved ({m.allocator} allocator, modelled) per GPU on {d.card.name}, "
+                f"which leaves the allocator {fb(m.capacity)}")
         text = terminal(f"{head}\n\n{provenance_text(args, sc)}{diagnosis_text(d, args.units, r)}")
     write_output(text, None, False)
     return 0 if fits else 1

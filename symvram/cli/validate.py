@@ -79,9 +79,9 @@ def _check_supported(sc, fsdp: bool = False) -> None:
     if sc.loss_impl in ("liger", "cce"):
         raise UserError(f"--loss-impl {sc.loss_impl} runs GPU kernels only (Triton): the estimate models it from its "
                         "source, a fake-tensor run cannot measure it")
-    bnb = sc.optimizer in ("adamw8bit", "paged-adamw8bit")
+    bnb = sc.structure.bnb
     if sc.optimizer != "adamw" and not bnb:
-        raise UserError(f"validate runs torch.optim.AdamW or bitsandbytes' AdamW8bit; --optimizer {sc.optimizer} "
+        raise UserError(f"validate runs torch.optim.AdamW or bitsandbytes' AdamW (8-bit, paged 8- or 32-bit); --optimizer {sc.optimizer} "
                         "is not measured here")
     if bnb:
         import importlib.util

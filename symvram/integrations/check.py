@@ -1,8 +1,8 @@
 """The check every training loop shares: the prediction of a live run (``readers.live``), set against the
 devices before step 1, then against the measured peak of the first steps, and written to a JSON report.
 
-1. **Before step 1** (``MemoryCheck.preflight``): the predicted peak (allocated bytes; the reserved figure once
-   the allocator model exists, ``Prediction.reserved``) against what each local CUDA device can give this process
+1. **Before step 1** (``MemoryCheck.preflight``): the predicted peak (on CUDA the caching allocator's reserved
+   peak, ``Prediction.reserved``; else the allocated bytes) against what each local CUDA device can give this process
    (``torch.cuda.mem_get_info``'s free bytes plus what the process already reserved: its weights are part of the
    prediction), less the headroom — or against a named card (``gpu=``), which works on a CPU too. Over: the triage
    (``symvram.diagnose``), its remedies written as TrainingArguments / PEFT / script edits, then a warning or
@@ -13,7 +13,8 @@ devices before step 1, then against the measured peak of the first steps, and wr
    line per step, then the report (``symvram-memory.json`` in the output folder): the prediction, the measurement,
    the scenario read with its sources and what is not modelled, the library versions.
 
-The allocator is modelled, not measured, here: the prediction is the allocated peak.
+The reserved figure is the caching allocator's replay of the ledger's schedule (``symvram.card_memory``): modelled,
+not measured here.
 """
 from __future__ import annotations
 
@@ -54,7 +55,7 @@ def read_run(read, log):
 @dataclass(frozen=True)
 class Prediction:
     """The predicted peak of one training step: allocated bytes (the ledger), by phase; ``reserved``: the caching
-    allocator's figure once the allocator model gives one (None until then; the device check uses it when set)."""
+    allocator's reserved peak (``reserved_peak``; None on a CPU run; the device check uses it when set)."""
 
     allocated: int
     moment: str
@@ -67,7 +68,7 @@ class Prediction:
         return self.reserved if self.reserved is not None else self.allocated
 
     @classmethod
-    def of(cls, est: Breakdown, grads_in_forward: bool = False) -> "Prediction":
+    def of(cls, est: Breakdown, grads_in_forward: bool = False, reserved: int | None = None) -> "Prediction":
         """The ledger's moments grouped by phase. ``grads_in_forward``: the loop zeroes the gradients after the
         forward, not after the optimizer step (Lightning's automatic optimization), so the previous step's
         gradients (the ledger's ``grads`` term) are still alive at the end of the forward.
@@ -87,7 +88,22 @@ class Prediction:
         phases = {"forward_backward": [v for k, v in moments.items() if not k.startswith("optimizer")],
                   "optimizer": [v for k, v in moments.items() if k.startswith("optimizer")]}
         moment = max(moments, key=moments.__getitem__)
-        return cls(moments[moment], moment, {k: max(v) for k, v in phases.items() if v})
+        return cls(moments[moment], moment, {k: max(v) for k, v in phases.items() if v}, reserved)
+
+
+def reserved_peak(sc) -> int | None:
+    """The caching allocator's reserved peak of a CUDA run (``symvram.card_memory``'s replay of the ledger's
+    schedule, with PYTORCH_CUDA_ALLOC_CONF's allocator; modelled, not measured); None on a CPU run.
+
+    >>> from symvram.scenario import Scenario
+    >>> reserved_peak(Scenario.create("7b", method="lora", device="cpu")) is None
+    True
+    """
+    if sc.device != "cuda":
+        return None
+    from ..card_memory import card_memory
+
+    return card_memory(sc, both=False).reserved_peak
 
 
 @dataclass
@@ -142,7 +158,7 @@ class MemoryCheck:
         self.training, self.on_exceed, self.gpu, self.headroom = training, on_exceed, gpu, headroom
         self.steps, self.output_dir, self.units, self.log = tuple(sorted(set(steps))), output_dir, units, log
         self.estimate = estimate(training.scenario)
-        self.prediction = Prediction.of(self.estimate, grads_in_forward)
+        self.prediction = Prediction.of(self.estimate, grads_in_forward, reserved_peak(training.scenario))
         self.devices: list[DeviceCheck] = []
         self.verdict = ""
         self.triage = ""
@@ -203,9 +219,14 @@ class MemoryCheck:
             self.log(f"symvram: not modelled: {line}")
         if self.gpu is not None:
             d = diagnose(self.training.scenario, self._card(), headroom=self.headroom)
-            fits = need <= d.budget
-            self.verdict = f"symvram: {what} on {d.card.name}: budget {self.fb(d.budget)}: " + \
-                ("fits" if fits else f"over by {self.fb(need - d.budget)}")
+            # the allocator's replay on the card (diagnose's verdict), and the allocated peak within its budget
+            fits = d.cause == "fits" and self.prediction.allocated <= d.budget
+            over = max(need - d.memory.capacity, self.prediction.allocated - d.budget)
+            self.verdict = f"symvram: {what} on {d.card.name}: the allocator may reserve {self.fb(d.memory.capacity)} " \
+                           f"(the card less its context and {self.fb(d.headroom)} headroom), the tensors " \
+                           f"{self.fb(d.budget)} of it beside the cuBLAS workspaces: " + \
+                           ("fits" if fits else f"over by {self.fb(over)}" if over > 0
+                            else "does not fit (the caching allocator's cached, split blocks)")
             return self._decide(fits, d)
         self.devices = _cuda_devices(self.training, self.headroom, model)
         if not self.devices:
@@ -328,8 +349,8 @@ class MemoryCheck:
         return {
             "symvram_report": 1,
             "prediction": {**asdict(self.prediction), "unit": "bytes", "terms": self.estimate.terms,
-                           "note": "allocated bytes (the ledger); reserved: the allocator's, modelled, not measured, "
-                                   "once symvram models it (null until then)"},
+                           "note": "allocated: the ledger's peak; reserved: the caching allocator's replay of its "
+                                   "schedule (symvram.card_memory; modelled, not measured; null on a CPU run)"},
             "preflight": {"verdict": self.verdict, "devices": [asdict(d) for d in self.devices],
                           "triage": self.triage or None},
             "measurement": [asdict(m) for m in self.measured],

@@ -420,7 +420,7 @@ def saved_terms(s_: Structure) -> list[Term]:
                               "autograd saves only what a required gradient needs"))
     if sliding_extra(s_) != 0:
         if s_.grad_checkpointing:
-            terms.append(Term("act_sliding_mask", Role.SAVED_ACTIVATION, past_window(s_) * s**2,
+            terms.append(Term("act_sliding_mask", Role.SAVED_ACTIVATION, b_mask * past_window(s_) * s**2,
                               r"A_{\mathrm{win}}", "the shared boolean sliding-window mask, a checkpoint input",
                               fam.source))
         else:
@@ -559,7 +559,7 @@ def loss_terms(s_: Structure, logits_bytes) -> list[Term]:
         return [Term("logits", Role.LOSS_TEMPORARY, b_32 * T, r"M_{\mathrm{logits}}",
                      "Cut Cross-Entropy's forward: an fp32 dot product per token; no logits (modelled from source, "
                      "not measured here)", "cut_cross_entropy cce.py"),
-                Term("loss_backward_temp", Role.LOSS_BACKWARD_TEMPORARY, b_c * T * h + 12 * V + grad_w, r"M_{\mathrm{CE}'}",
+                Term("loss_backward_temp", Role.LOSS_BACKWARD_TEMPORARY, b_c * T * h + (b_id + b_i32) * V + grad_w, r"M_{\mathrm{CE}'}",
                      "its backward: the hidden states' gradient, the vocabulary sort (int64 then int32)"
                      + (" and lm_head's gradient" if lm_head_trains else "") + " (modelled from source)",
                      "cut_cross_entropy cce_backward.py")]

@@ -200,10 +200,6 @@ class Family:
         return (len(self.linears) + len(self.moe_weights) + sum(1 for m in self.linears if m.bias in options)
                 + len(self.norms))
 
-    def largest_matrix(self) -> sp.Expr:
-        """Elements of the largest weight tensor of a layer (left unevaluated: which one depends on the numbers)."""
-        return sp.Max(*{m.params for m in self.linears + self.moe_weights}, evaluate=False)
-
     def factored_sizes_per_layer(self) -> sp.Expr:
         """Adafactor's row + column vectors of every matrix of a layer, and the norms' full vectors."""
         return (sp.Add(*(m.count * (m.d_in + m.d_out) for m in self.linears + self.moe_weights))

@@ -19,8 +19,10 @@ optimizers do lazily; the second starts with them):
   freed, its gradients allocated;
 * after the optimizer step ``zero_grad(set_to_none=True)`` frees the gradients, and the step's activations go.
 
-Which role a term plays is read from its block and key here (``PER_LAYER_LOOP``, ``ALIASES``); issue 23's
-roles will replace these names.
+What a term does in the schedule is read from its role (ledger.terms.ROLES): a backward temporary alive in
+both layer phases is made and freed in each layer's backward; the gradients so far, a recomputed layer and
+FSDP2's layer ends name memory other terms hold; optimizer states and step counts are made lazily; a term
+not on the device (offloaded, paged) is not the device allocator's.
 
 >>> from symvram.ledger import build_ledger
 >>> from symvram.ledger.structure import Structure
@@ -36,16 +38,17 @@ from functools import lru_cache
 import sympy as sp
 
 from ..symbols import sym
-from .terms import Ledger
+from .terms import LAYER_BACKWARDS, ROLES, STATES, Ledger, Place, Role
 
 L = sym("layers")
-# transients the layer loop allocates once per layer (not at a moment)
-PER_LAYER_LOOP = ("layer_backward_temp", "dequant_temp")
-# terms that name memory other terms already hold: the gradients made so far, one recomputed layer's tensors
-ALIASES = ("grads_before_first_layer", "one_layer")
-# parameter-side terms the first step's optimizer step allocates (torch's optimizers create state lazily)
-LAZY_STATES = ("optimizer_states", "optimizer_steps")
-HOST_BLOCKS = ("paged",)   # not the device's allocator
+# roles that name memory other terms already hold: the gradients made so far, one recomputed layer's tensors
+# (the layer loop makes them under checkpointing), what FSDP2's layer ends add up
+ALIASES = (Role.GRADIENTS_SO_FAR, Role.RECOMPUTED_ACTIVATION, Role.LAYER_END)
+
+
+def _per_layer_loop(t) -> bool:
+    """A backward temporary made anew in every layer's backward (alive in both layer phases, not between)."""
+    return t.role is Role.BACKWARD_TEMPORARY and (t.lifetime or ROLES[t.role].lifetime) == LAYER_BACKWARDS
 
 
 @dataclass(frozen=True)
@@ -104,6 +107,16 @@ class _Builder:
         self.events.extend(("free", i, -1) for i in ids)
 
 
+def _term_pieces(ledger: Ledger, term) -> list[tuple[sp.Expr, int, bool]]:
+    """A term's tensors. An activation's negative monomials are layer 0's corrections (``_corrections``); any
+    other term with a negative monomial (a difference: bitsandbytes' 8-bit states less their fp32 small
+    tensors) is one tensor of its whole expression."""
+    out = pieces(ledger.expand(term.expr))
+    if term.block != "activations" and any(n < 0 for _, n, _ in out):
+        return [(ledger.expand(term.expr), 1, False)]
+    return [p for p in out if p[1] > 0]
+
+
 def _corrections(ledger: Ledger) -> dict[sp.Expr, int]:
     """Layer 0's missing tensors: the negative monomials of the activation terms, by shape."""
     out: dict[sp.Expr, int] = {}
@@ -120,7 +133,7 @@ def ledger_schedule(ledger: Ledger, layers: int) -> Schedule:
     b = _Builder()
     terms, moments = ledger.by_key, ledger.moments
     loop_at = next(i for i, m in enumerate(moments) if m.key == "first_layer_backward")
-    shapes = {k: [p for p in pieces(ledger.expand(t.expr)) if p[1] > 0] for k, t in terms.items()}
+    shapes = {k: _term_pieces(ledger, t) for k, t in terms.items()}
 
     def per_layer(k):
         return [(size, n) for size, n, layer in shapes[k] if layer]
@@ -135,7 +148,12 @@ def ledger_schedule(ledger: Ledger, layers: int) -> Schedule:
     layer_act = [k for k in act_keys if per_layer(k)]
     whole_step = [k for k in act_keys if k not in layer_act and all(k in m.terms for m in moments)]
     missing = _corrections(ledger)
-    recompute = "act_checkpoints" in terms   # checkpointing: each layer is recomputed in backward
+    recompute = any(m.key == "recompute" for m in moments)   # checkpointing: each layer is recomputed in backward
+    on_device = {k: t.place is Place.DEVICE for k, t in terms.items()}
+    grad_keys = [k for k, t in terms.items() if t.role is Role.GRADIENT and on_device[k]]
+    lazy = [k for k, t in terms.items() if t.role in STATES and on_device[k]]
+    loop_temps = [k for k, t in terms.items() if _per_layer_loop(t)]
+    redo_keys = [k for k, t in terms.items() if t.role is Role.RECOMPUTED_ACTIVATION]
 
     def saved_of_layer(i):
         out, left = [], dict(missing) if i == 0 else {}
@@ -148,34 +166,38 @@ def ledger_schedule(ledger: Ledger, layers: int) -> Schedule:
 
     kept = 0
     for k, t in terms.items():     # the parameter side, before the first step
-        if t.block in ("base", "trainable") and k != "grads" and k not in LAZY_STATES:
+        if t.block in ("base", "trainable") and t.role is not Role.GRADIENT and t.role not in STATES \
+                and on_device[k] and k in moments[-1].terms:
             kept += len(b.alloc_all(every(k)))
     parameters = len(b.events)
     for step in (1, 2):
         held = {k: b.alloc_all(every(k)) for k in whole_step}
         saved = [b.alloc_all(saved_of_layer(i)) for i in range(layers)]
         grads: list[int] = []
+        grads_outside_layers = False
         previous: tuple[str, ...] = ()
         for j, m in enumerate(moments):
             if j == loop_at:
                 for i in reversed(range(layers)):
-                    redo = b.alloc_all(whole("one_layer")) if recompute else []
-                    b.free_all(b.alloc_all([sh for k in PER_LAYER_LOOP if k in terms for sh in whole(k)]))
+                    redo = b.alloc_all([sh for k in redo_keys for sh in whole(k)]) if recompute else []
+                    b.free_all(b.alloc_all([sh for k in loop_temps for sh in whole(k)]))
                     b.free_all(redo)
                     b.free_all(saved[i])
-                    grads += b.alloc_all(per_layer("grads")) if "grads" in terms else []
+                    grads += b.alloc_all([sh for k in grad_keys for sh in per_layer(k)])
             for k in previous:
                 if k not in m.terms and k in held:
                     b.free_all(held.pop(k))
             if m.key == "optimizer_step" and step == 1:
-                kept += len(b.alloc_all([sh for k in LAZY_STATES if k in terms for sh in every(k)]))
+                kept += len(b.alloc_all([sh for k in lazy for sh in every(k)]))
             for k in m.terms:
-                block = terms[k].block
-                if k in held or k in ALIASES or k in PER_LAYER_LOOP or block in HOST_BLOCKS:
+                t = terms[k]
+                if k in held or t.role in ALIASES or k in loop_temps or not on_device[k]:
                     continue
-                if k == "grads":
-                    grads += b.alloc_all(whole(k))
-                elif block in ("transient", "activations") and k not in layer_act:
+                if t.role is Role.GRADIENT:
+                    if not grads_outside_layers:   # the gradients outside the layers, once (embeddings, head)
+                        grads += b.alloc_all(whole(k))
+                        grads_outside_layers = True
+                elif t.block in ("transient", "activations") and k not in layer_act:
                     held[k] = b.alloc_all(every(k))
             previous = m.terms
         for ids in held.values():

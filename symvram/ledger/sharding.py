@@ -185,8 +185,10 @@ def fsdp_terms(s: Structure) -> list[Term]:
     return terms
 
 
-# every field fsdp_terms reads (a superset: the activations' residual dtype and the layer's weights): its cache key
-FSDP_FIELDS = ACTIVATION_FIELDS + ("double_quant", "offload", "tensor_parallel")
+# every field fsdp_terms reads (the layer's and the root's weights, the residual stream's dtype): its cache key,
+# guarded by tests/test_cache_keys.py
+FSDP_FIELDS = ("method", "family", "options", "tied", "double_quant", "kbit_prep", "mp_policy", "offload",
+               "tensor_parallel")
 
 
 def shard_definitions(s: Structure) -> tuple[tuple[sp.Symbol, sp.Expr], ...]:

@@ -10,6 +10,10 @@ from dataclasses import dataclass
 
 from .architecture import Family, family
 
+# bitsandbytes' AdamW variants → their optim_bits: AdamW8bit, PagedAdamW8bit, PagedAdamW32bit (bitsandbytes 0.50.2
+# optim/adamw.py:62 / :229 / :290 run Optimizer2State with optim_bits 8 / 8 / 32; the paged ones is_paged=True)
+BNB_OPTIM_BITS = {"adamw8bit": 8, "paged-adamw8bit": 8, "paged-adamw": 32}
+
 
 @dataclass(frozen=True)
 class Structure:
@@ -60,8 +64,14 @@ class Structure:
 
     @property
     def bnb(self) -> bool:
-        """A bitsandbytes 8-bit optimizer (blockwise int8 states, no step tensors, no step temporaries)."""
-        return self.optimizer in ("adamw8bit", "paged-adamw8bit")
+        """A bitsandbytes optimizer (its step count a Python int: no step tensors; an in-place kernel: no step
+        temporaries)."""
+        return self.optimizer in BNB_OPTIM_BITS
+
+    @property
+    def bnb_8bit(self) -> bool:
+        """A bitsandbytes 8-bit optimizer: blockwise int8 states with an fp32 absmax per block, two quantization maps."""
+        return BNB_OPTIM_BITS.get(self.optimizer) == 8
 
     @property
     def paged(self) -> bool:

@@ -26,6 +26,8 @@ from functools import cached_property
 
 import sympy as sp
 
+from .dimensions import check
+
 BLOCKS = ("base", "trainable", "activations")
 
 
@@ -211,6 +213,9 @@ class Term:
     source: str = ""
     place: Place = Place.DEVICE
     lifetime: tuple[Phase, ...] = ()   # empty: the role's (ROLES)
+
+    def __post_init__(self) -> None:
+        check(self.expr, ROLES[self.role].unit, self.key)   # bytes for memory and traffic, FLOP for FLOPs
 
     @property
     def info(self) -> RoleInfo:

@@ -52,11 +52,11 @@ def nf4_bytes(n: sp.Expr, double_quant: bool) -> tuple[sp.Expr, sp.Expr]:
     with double quantization a uint8 one, plus per 256 of those an fp32 absmax, the 256-entry fp32 code
     (a copy per weight), an fp32 offset and the 16-entry NF4 code; without it an fp32 absmax and the NF4 code."""
     blocks = ceil_div(n, B_q)
-    if double_quant:
-        state = blocks + b_32 * ceil_div(blocks, B_q2) + b_32 * n_qmap + b_32 + b_32 * 2**q
+    if double_quant:   # a uint8 absmax per block: c_abs2 / 8 bytes
+        state = c_abs2 / 8 * blocks + b_32 * ceil_div(blocks, B_q2) + b_32 * n_qmap + b_32 + b_32 * 2**q
     else:
         state = b_32 * blocks + b_32 * 2**q
-    return ceil_div(n, 2), state
+    return ceil_div(n * q, 8), state   # q = 4 bits per weight: two per byte
 
 
 def base_terms(s: Structure) -> list[Term]:
@@ -129,13 +129,14 @@ def trainable_tensor_sizes(s: Structure) -> list[tuple[sp.Expr, sp.Expr, bool]]:
 
 
 def bnb_state_bytes(s: Structure, n: sp.Expr, embedding: bool) -> tuple[sp.Expr, sp.Expr]:
-    """(allocator-resident, paged) state bytes of one tensor of n elements under a bitsandbytes 8-bit AdamW:
-    n ≥ min_8bit_size: two uint8 states (n each) and two fp32 absmax per block of 256; smaller tensors — and
-    an embedding the HF Trainer overrides to 32 bits — two fp32 states. Paged optimizers put the two state
-    buffers of tensors with ≥ 100k elements in CUDA unified memory (the absmax stay ordinary)."""
+    """(allocator-resident, paged) state bytes of one tensor of n elements under a bitsandbytes AdamW
+    (optim/optimizer.py:492 Optimizer2State.init_state): 8-bit, n ≥ min_8bit_size: two uint8 states (n each) and
+    two fp32 absmax per block of 256; otherwise — 32-bit, smaller tensors, an embedding the HF Trainer overrides
+    to 32 bits — two fp32 states. Paged optimizers put the two state buffers of tensors with ≥ 100k elements in
+    CUDA unified memory (:383 get_state_buffer; the absmax stay ordinary device tensors, :528)."""
     paged = at_least(n, n_page) if s.paged else 0
     states32 = n_o * b_32 * n
-    if embedding and s.embed_states_fp32:
+    if not s.bnb_8bit or (embedding and s.embed_states_fp32):
         return states32 * (1 - paged), states32 * paged
     big = at_least(n, n_8)
     return (big * (n_o * b_o * n * (1 - paged) + n_o * b_32 * ceil_div(n, B_o)) + (1 - big) * states32,
@@ -148,19 +149,25 @@ def bnb_terms(s: Structure) -> list[Term]:
         inside, outside = bnb_state_bytes(s, n, embedding)
         resident += count * inside
         paged += count * outside
-    qmap = at_least(largest_trainable_matrix(s), n_8) * n_o * b_32 * n_qmap
-    why = ("bitsandbytes 8-bit AdamW: m and v in uint8 with an fp32 absmax per 256 elements; tensors under 4096 "
-           "elements keep fp32 states; two shared fp32 quantization maps")
-    if s.embed_states_fp32:
-        why += "; the HF Trainer overrides the embedding to 32-bit states"
+    if s.bnb_8bit:
+        qmap = at_least(largest_trainable_matrix(s), n_8) * n_o * b_32 * n_qmap
+        why = ("bitsandbytes 8-bit AdamW: m and v in uint8 with an fp32 absmax per 256 elements; tensors under 4096 "
+               "elements keep fp32 states; two shared fp32 quantization maps")
+        if s.embed_states_fp32:
+            why += "; the HF Trainer overrides the embedding to 32-bit states"
+        name = r"M_{\mathrm{opt},8}"
+    else:  # 32-bit: no quantization maps (fill_qmap runs for uint8 states only, :512)
+        qmap, why, name = 0, "bitsandbytes 32-bit AdamW: m and v in fp32 per trainable weight", r"M_{\mathrm{opt}}"
     if s.paged:
         why += "; the states of tensors with ≥ 100k elements are paged (listed apart)"
-    terms = [Term("optimizer_states", Role.OPTIMIZER_STATE, resident + qmap, r"M_{\mathrm{opt},8}", why, BNB)]
+    terms = [Term("optimizer_states", Role.OPTIMIZER_STATE, resident + qmap, name, why, BNB)]
     if s.paged:
         terms.append(Term("paged_states", Role.OPTIMIZER_STATE, paged, r"M_{\mathrm{paged}}",
                           "paged optimizer states in CUDA unified memory (cudaMallocManaged): on the GPU when paged in, "
-                          "but outside torch's allocator — torch.cuda.max_memory_allocated() does not count them",
-                          "bitsandbytes functional.get_paged, optim/optimizer.py get_state_buffer", place=Place.PAGED))
+                          "but outside torch's allocator — torch.cuda.max_memory_allocated() does not count them "
+                          "(modelled, not measured: bitsandbytes pages only CUDA tensors)",
+                          "bitsandbytes 0.50.2 functional.py:91 get_paged, optim/optimizer.py:374 get_state_buffer",
+                          place=Place.PAGED))
     return terms
 
 

@@ -32,6 +32,7 @@ Duck-typed: this module imports no torch, transformers or peft (it reads attribu
 """
 from __future__ import annotations
 
+import warnings
 from collections import Counter
 from dataclasses import dataclass, field
 
@@ -46,8 +47,8 @@ TORCH_DTYPES = {"torch.bfloat16": "bf16", "torch.float16": "fp16", "torch.float3
 MAX_SCAN = 100_000   # the longest tokenized sample is looked for in a dataset of at most this many rows
 # torch.optim / bitsandbytes / transformers optimizer classes → symvram's optimizer (None: by its options)
 OPTIMIZER_CLASSES = {"AdamW": "adamw", "Adam": "adamw", "SGD": None, "Adafactor": "adafactor", "Lion": "lion",
-                     "AdamW8bit": "adamw8bit", "PagedAdamW8bit": "paged-adamw8bit", "PagedAdamW": "adamw",
-                     "PagedAdamW32bit": "adamw", "AdamW32bit": "adamw", "FusedAdam": "adamw"}
+                     "AdamW8bit": "adamw8bit", "PagedAdamW8bit": "paged-adamw8bit", "PagedAdamW": "paged-adamw",
+                     "PagedAdamW32bit": "paged-adamw", "AdamW32bit": "adamw", "FusedAdam": "adamw"}
 
 
 @dataclass
@@ -271,12 +272,17 @@ class _Live:
         kind = OPTIMIZER_CLASSES.get(name, "unknown")
         if kind is None:   # SGD
             kind = "sgd-momentum" if d.get("momentum") else "sgd"
-        if name in ("AdamW", "Adam", "Lion") and d.get("optim_bits") == 8:   # bitsandbytes with optim_bits=8
-            kind = "paged-adamw8bit" if d.get("is_paged") else "adamw8bit" if name != "Lion" else "lion"
+        # bitsandbytes keeps optim_bits in opt.args and is_paged on the optimizer (optim/optimizer.py:135, :480)
+        bits = getattr(getattr(opt, "args", None), "optim_bits", d.get("optim_bits"))
+        is_paged = getattr(opt, "is_paged", d.get("is_paged"))
+        if name in ("AdamW", "Adam", "Lion") and bits == 8:   # bitsandbytes with optim_bits=8
+            kind = "paged-adamw8bit" if is_paged else "adamw8bit" if name != "Lion" else "lion"
+        elif name == "AdamW" and bits == 32 and is_paged:   # the Trainer's paged_adamw_32bit: bnb AdamW(is_paged=True)
+            kind = "paged-adamw"
         if kind == "unknown":
             self.unmodelled.append(f"optimizer {type(opt).__module__}.{name}: not modelled; estimated as torch AdamW")
             kind = "adamw"
-        if name.startswith("Paged") and kind == "adamw" or (name == "Lion" and d.get("is_paged")):
+        if name.startswith("Paged") and kind == "adamw" or (name == "Lion" and is_paged):
             self.unmodelled.append(f"{name}: paged optimizer states may be evicted to host memory; estimated as "
                                    "resident on the GPU")
         self.put("optimizer", kind, f"the optimizer: {type(opt).__module__}.{name}")
@@ -358,7 +364,9 @@ def from_training(model, args=None, optimizer=None, batch=None, dataset=None, gp
     tool = _tool_of(args) if args is not None else "torch"
     reading = None
     if args is not None:
-        doc = {k: v for k, v in args.to_dict().items() if v is not None}
+        with warnings.catch_warnings():   # to_dict reads the deprecated aliases (gradient_checkpointing …) too
+            warnings.simplefilter("ignore", FutureWarning)
+            doc = {k: v for k, v in args.to_dict().items() if v is not None}
         master = read_mappings([(type(args).__name__, doc, tool)]).settings.get("master")
         if master is not None and master.value == "fp32":
             # DeepSpeed's bf16/fp16 engine casts the model to 16 bits when it starts and keeps the fp32 master

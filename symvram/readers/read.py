@@ -392,8 +392,10 @@ def _finish(r: "_Reader", cli: dict | None) -> Reading:
     return r.reading
 
 
-# the Trainer's optim names that run bitsandbytes' AdamW with optim_bits=8 (transformers trainer_optimizer.py)
-BNB_ADAMW8 = ("adamw_bnb_8bit", "adamw_8bit", "paged_adamw_8bit")
+# the Trainer's optim names that run bitsandbytes' AdamW (transformers trainer_optimizer.py
+# _get_bitsandbytes_optimizer: optim_bits 8 if "8bit" in the name else 32, is_paged if "paged" is) → symvram's
+BNB_ADAMW = {"adamw_bnb_8bit": "adamw8bit", "adamw_8bit": "adamw8bit", "paged_adamw_8bit": "paged-adamw8bit",
+             "paged_adamw_32bit": "paged-adamw"}
 
 # Scenario settings a table may set directly
 _SETTINGS = ("stack", "kbit_prep", "rank", "lora_dropout", "targets", "seq", "batch", "grad_checkpointing", "attention", "gpus",
@@ -529,8 +531,8 @@ def _precision(f: dict[str, Value], training: str, method: str, ds: bool, readin
         reading.warnings.append(f"{optim.source} = {name}: this optimizer is not modelled; estimated as torch AdamW")
         known = ("adamw", "foreach", False, False)
     optimizer, impl, eight_bit, paged = known
-    if optimizer == "adamw" and eight_bit and name.lower() in BNB_ADAMW8:  # bitsandbytes' AdamW8bit / PagedAdamW8bit
-        optimizer, paged = ("paged-adamw8bit" if paged else "adamw8bit"), False
+    if optimizer == "adamw" and name.lower() in BNB_ADAMW:  # bitsandbytes' AdamW8bit / PagedAdamW8bit / 32bit
+        optimizer, paged = BNB_ADAMW[name.lower()], False
     if paged:
         reading.warnings.append(f"{optim.source} = {name}: not modelled yet ({PENDING['paged_optimizer'][1]}); "
                                 "estimated as resident on the GPU")

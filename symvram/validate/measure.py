@@ -28,6 +28,7 @@ import torch
 from torch.distributed._tools.mem_tracker import MemTracker, _MemRefType, _TOTAL_KEY, _UpdateType
 from torch.distributed._tools.mod_tracker import ModTracker
 
+from ..ledger.structure import BNB_OPTIM_BITS
 from .flops import PhaseFlops, flop_counter
 from .spec import normalize_spec  # the one definition of a spec (torch-free)
 
@@ -302,7 +303,8 @@ def _untraced_packed_check():
 
 
 def _bnb_optimizer(spec: dict, params: list, model):
-    """bitsandbytes' AdamW8bit / PagedAdamW8bit (lazy import: bitsandbytes is optional).
+    """bitsandbytes' AdamW8bit / PagedAdamW8bit / PagedAdamW32bit (lazy import: bitsandbytes is optional). On the
+    CPU the paged ones keep ordinary buffers (optim/optimizer.py:375 get_state_buffer), as the ledger does there.
 
     Its quantization maps are built with ``.tolist()`` (data-dependent, impossible under FakeTensorMode):
     they are built real and turned into fakes of the parameters' mode. Under the ``hf`` stack every
@@ -314,7 +316,8 @@ def _bnb_optimizer(spec: dict, params: list, model):
         raise RuntimeError(f"--optimizer {spec['optimizer']} needs bitsandbytes: pip install bitsandbytes") from e
     manager = bnb.optim.GlobalOptimManager.get_instance()
     manager.initialize()  # a process-wide singleton: overrides of an earlier measurement (by index) must not leak
-    opt = bnb.optim.AdamW(params, lr=1e-4, optim_bits=8, is_paged=spec["optimizer"].startswith("paged-"))
+    opt = bnb.optim.AdamW(params, lr=1e-4, optim_bits=BNB_OPTIM_BITS[spec["optimizer"]],
+                          is_paged=spec["optimizer"].startswith("paged-"))
     fm = getattr(params[0], "fake_mode", None) if params else None
     if fm is not None:
         opt.name2qmap["dynamic"] = fm.from_tensor(bnb.functional.create_dynamic_map(signed=True))
@@ -329,7 +332,7 @@ def _bnb_optimizer(spec: dict, params: list, model):
 
 
 def build_optimizer(spec: dict, params: list, model=None):
-    if spec["optimizer"] in ("adamw8bit", "paged-adamw8bit"):
+    if spec["optimizer"] in BNB_OPTIM_BITS:
         return _bnb_optimizer(spec, params, model)
     impl = spec["optimizer_impl"]
     kw: dict[str, Any] = {}
