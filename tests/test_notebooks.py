@@ -43,7 +43,7 @@ EXPECTED = {
         f"full fine-tuning, optimizer states: {P_7B * 2 * (1 - 4):,} bytes",     # m, v: 4 -> 1 byte each
         "rank appears in its own derivative: False",                            # r(d_in + d_out): linear
         "∂peak/∂bytes_weight = P",                                              # base weights P·β_w
-        "budget: 22.50 GiB",                       # RTX 4090: 23.5 GiB usable (data/gpus.toml) − 1 GiB headroom
+        "budget: 23.50 GiB",                       # RTX 4090: 23.5 GiB usable (data/gpus.toml), no margin (--headroom 0)
     ],
     "03_70b_multi_gpu.ipynb": [
         "full fine-tuning, parameter side: 840 GB (12 bytes per parameter)",     # 70·10⁹ × 12 B
