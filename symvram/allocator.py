@@ -159,6 +159,15 @@ class _Block:
         self.prev = self.next = None
         self.allocated = False
 
+    def split_off(self, size: int, mapped: bool = True) -> "_Block":
+        """Keep the first ``size`` bytes; the rest becomes the next block of the same segment (returned)."""
+        rest = _Block(self.addr + size, self.size - size, self.pool, self.segment, mapped=mapped)
+        rest.prev, rest.next = self, self.next
+        if self.next is not None:
+            self.next.prev = rest
+        self.next, self.size = rest, size
+        return rest
+
     @property
     def is_split(self) -> bool:
         return self.prev is not None or self.next is not None
@@ -280,12 +289,7 @@ class Allocator:
         else:
             split = size < self.config.max_split_size and remaining > SMALL_SIZE
         if split:
-            rest = _Block(block.addr + size, remaining, pool, block.segment)
-            rest.prev, rest.next = block, block.next
-            if block.next is not None:
-                block.next.prev = rest
-            block.next, block.size = rest, size
-            pool.insert(rest)
+            pool.insert(block.split_off(size))
         block.allocated = True
         self.allocated += block.size
         self.peak_allocated = max(self.peak_allocated, self.allocated)
@@ -406,12 +410,7 @@ class Allocator:
             return None
         pool.remove_unmapped(block)
         if mapped < block.size:
-            rest = _Block(block.addr + mapped, block.size - mapped, pool, block.segment, mapped=False)
-            rest.prev, rest.next = block, block.next
-            if block.next is not None:
-                block.next.prev = rest
-            block.next, block.size = rest, mapped
-            pool.insert_unmapped(rest)
+            pool.insert_unmapped(block.split_off(mapped, mapped=False))
         block.mapped = True
         self._try_merge(block, block.prev, pool)
         self._try_merge(block, block.next, pool)
