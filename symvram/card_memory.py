@@ -203,9 +203,11 @@ def _events_on(sc: Scenario, card: GPUSpec | None, margin: int) -> tuple[list[tu
 
 
 def fits_on_card(sc: Scenario, card: GPUSpec, allocator: str | None = None, margin: int = 0) -> bool:
-    """Whether two steps of ``sc`` run on ``card`` under the simulated allocator (one replay, stopped at an OOM)."""
+    """Whether two steps of ``sc`` run on ``card`` under the simulated allocator (one replay, stopped at an OOM).
+    The schedule is a model of the step's allocations; the ledger's allocated peak is exact, and no allocator
+    holds less than the live tensors, so that bounds the answer too (the schedule misses FSDP2's layer ends)."""
     events, _, capacity = _events_on(sc, card, margin)
-    return replay(events, _config(allocator_from_env(allocator)), capacity).fits
+    return evaluate(sc).peak <= capacity and replay(events, _config(allocator_from_env(allocator)), capacity).fits
 
 
 def card_memory(sc: Scenario, card: GPUSpec | None = None, allocator: str | None = None, margin: int = 0,
