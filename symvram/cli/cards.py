@@ -1,12 +1,8 @@
 """``symvram cards``: the cards symvram knows (data/gpus.toml), with the figures the estimates use."""
 from __future__ import annotations
 
-import argparse
-import json
-
 from ..presets import gpu_presets
-from ..present.tables import render_rows, terminal
-from .common import add_output_arguments, write_output
+from .listing import add_listing_parser, write_listing
 
 HELP = """\
 Every named card of data/gpus.toml: its memory as the driver reports it and what is left for tensors
@@ -37,24 +33,16 @@ def _cell(value) -> str:
 
 
 def register(sub) -> None:
-    p = sub.add_parser("cards", help="the named cards and their figures (memory, bf16 TFLOP/s, bandwidth, link)",
-                       description=HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--format", choices=("table", "markdown", "json"), default="table")
-    add_output_arguments(p)
-    p.set_defaults(func=run)
+    add_listing_parser(sub, "cards", "the named cards and their figures (memory, bf16 TFLOP/s, bandwidth, link)",
+                       HELP, run)
 
 
 def run(args) -> int:
     rows = card_rows()
-    if args.format == "json":
-        text = json.dumps(rows, indent=2)
-    else:
-        table = [["card (--gpu)", "memory (GiB)", "usable (GiB)", "bf16 TFLOP/s", "HBM GB/s", "link", "name"]]
-        table += [[r["key"], f"{r['memory_gib']:.2f}", f"{r['usable_gib']:.2f}", _cell(r["bf16_tflops"]),
-                   _cell(r["hbm_gbps"]), _cell(r["interconnect"]),
-                   r["name"] + (f" (also {', '.join(r['aliases'])})" if r["aliases"] else "")] for r in rows]
-        text = render_rows(table, "lrrrrll", args.format) + (
-            "\n\nbf16 TFLOP/s: the dense tensor-core peak of the vendor's datasheet (gpus.toml cites each);\n"
-            "usable: the memory less the CUDA context" if args.format == "table" else "")
-    write_output(terminal(text) if args.format == "table" else text, args.output, args.force)
-    return 0
+    table = [["card (--gpu)", "memory (GiB)", "usable (GiB)", "bf16 TFLOP/s", "HBM GB/s", "link", "name"]]
+    table += [[r["key"], f"{r['memory_gib']:.2f}", f"{r['usable_gib']:.2f}", _cell(r["bf16_tflops"]),
+               _cell(r["hbm_gbps"]), _cell(r["interconnect"]),
+               r["name"] + (f" (also {', '.join(r['aliases'])})" if r["aliases"] else "")] for r in rows]
+    return write_listing(args, rows, table, "lrrrrll",
+                         "\n\nbf16 TFLOP/s: the dense tensor-core peak of the vendor's datasheet (gpus.toml cites each);\n"
+                         "usable: the memory less the CUDA context")

@@ -1,12 +1,8 @@
 """``symvram models``: the model presets symvram knows (data/models.toml), with their parameter counts."""
 from __future__ import annotations
 
-import argparse
-import json
-
 from ..presets import model_presets
-from ..present.tables import render_rows, terminal
-from .common import add_output_arguments, write_output
+from .listing import add_listing_parser, write_listing
 
 HELP = """\
 Every model preset: the family whose ledger it uses, P as the ledger derives it from the shape (a
@@ -40,22 +36,13 @@ def model_rows() -> list[dict]:
 
 
 def register(sub) -> None:
-    p = sub.add_parser("models", help="the model presets, their family and parameter count",
-                       description=HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--format", choices=("table", "markdown", "json"), default="table")
-    add_output_arguments(p)
-    p.set_defaults(func=run)
+    add_listing_parser(sub, "models", "the model presets, their family and parameter count", HELP, run)
 
 
 def run(args) -> int:
     rows = model_rows()
-    if args.format == "json":
-        text = json.dumps(rows, indent=2)
-    else:
-        table = [["model", "family", "P", "layers", "hidden", "vocab", "context", "also"]]
-        table += [[r["key"], r["family"], f"{r['params'] / 1e9:,.2f} B", str(r["layers"]), str(r["hidden"]),
-                   f"{r['vocab']:,}", f"{r['context']:,}" if r["context"] else "—", ", ".join(r["aliases"])]
-                  for r in rows]
-        text = render_rows(table, "llrrrrrl", args.format)
-    write_output(terminal(text) if args.format == "table" else text, args.output, args.force)
-    return 0
+    table = [["model", "family", "P", "layers", "hidden", "vocab", "context", "also"]]
+    table += [[r["key"], r["family"], f"{r['params'] / 1e9:,.2f} B", str(r["layers"]), str(r["hidden"]),
+               f"{r['vocab']:,}", f"{r['context']:,}" if r["context"] else "—", ", ".join(r["aliases"])]
+              for r in rows]
+    return write_listing(args, rows, table, "llrrrrrl")
