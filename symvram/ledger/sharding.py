@@ -37,7 +37,7 @@ from .architecture import L, V, f, f_e, h, nh, nkv
 from .structure import Structure
 from .terms import PHASES, WHOLE_STEP, Moment, Phase, Place, Role, Term, span
 from .functions import at_least
-from .weights import compute_adapter_bytes, compute_weight_bytes, quant_constant_bits
+from .weights import compute_adapter_bytes, compute_weight_bytes, layer_lora_params, quant_constant_bits
 
 N, t = sym("gpus"), sym("tp")
 P, P_train, P_lora, P_quant, P_keep = (sym(n) for n in ("P", "P_train", "P_lora", "P_quant", "P_keep"))
@@ -98,7 +98,7 @@ def layer_bytes(s: Structure) -> sp.Expr:
     else:
         layer = fam.params_per_layer(s.options) * b
     if s.lora:
-        layer += P_lora / L * compute_adapter_bytes(s)
+        layer += layer_lora_params(s) * compute_adapter_bytes(s)
     return layer
 
 
@@ -113,7 +113,7 @@ def root_params(s: Structure) -> sp.Expr:
 
 def layer_trainable(s: Structure) -> sp.Expr:
     """Trainable elements of one decoder layer (its LoRA adapters, or all its weights)."""
-    return P_lora / L if s.lora else s.arch.params_per_layer(s.options)
+    return layer_lora_params(s) if s.lora else s.arch.params_per_layer(s.options)
 
 
 def fsdp_terms(s: Structure) -> list[Term]:
@@ -188,7 +188,7 @@ def fsdp_terms(s: Structure) -> list[Term]:
 # every field fsdp_terms reads (the layer's and the root's weights, the residual stream's dtype): its cache key,
 # guarded by tests/test_cache_keys.py
 FSDP_FIELDS = ("method", "family", "options", "tied", "double_quant", "kbit_prep", "mp_policy", "offload",
-               "tensor_parallel")
+               "tensor_parallel", "head_targets")
 
 
 def shard_definitions(s: Structure) -> tuple[tuple[sp.Symbol, sp.Expr], ...]:

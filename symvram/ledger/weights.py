@@ -107,8 +107,30 @@ def adafactor_factored(s: Structure) -> sp.Expr:
     """Adafactor keeps a row and a column second-moment vector per matrix (no first moment)."""
     fam = s.arch
     if s.lora:
-        return L * sp.Add(*(2 * sym("rank") + fam.linear(t).d_in + fam.linear(t).d_out for t in s.targets))
+        heads = len(s.head_targets) * (2 * sym("rank") + V + h)
+        return L * sp.Add(*(2 * sym("rank") + fam.linear(t).d_in + fam.linear(t).d_out for t in s.targets)) + heads
     return (V + h) * (1 if s.tied else 2) + L * fam.factored_sizes_per_layer() + h
+
+
+def head_adapter_sizes(s: Structure) -> list[sp.Expr]:
+    """Elements of each LoRA matrix on the model's head modules: lm_head's A (r × h) and B (V × r) (peft
+    tuners/lora/layer.py Linear.update_layer), the embedding's lora_embedding_A (r × V) and lora_embedding_B (h × r)
+    (Embedding.update_layer, layer.py:1241-1244) — r·(V + h) either way.
+
+    >>> head_adapter_sizes(Structure(method="lora", head_targets=("embed_tokens", "lm_head")))
+    [hidden*rank, rank*vocab, hidden*rank, rank*vocab]
+    """
+    r = sym("rank")
+    return [size for _ in s.head_targets for size in (r * h, r * V)]
+
+
+def layer_lora_params(s: Structure) -> sp.Expr:
+    """LoRA elements of one decoder layer: P_LoRA less the head modules' adapters, over the L layers.
+
+    >>> layer_lora_params(Structure(method="lora", head_targets=("lm_head",)))
+    (P_lora - hidden*rank - rank*vocab)/layers
+    """
+    return (P_lora - sp.Add(*head_adapter_sizes(s))) / L
 
 
 def trainable_tensor_sizes(s: Structure) -> list[tuple[sp.Expr, sp.Expr, bool]]:
@@ -120,6 +142,7 @@ def trainable_tensor_sizes(s: Structure) -> list[tuple[sp.Expr, sp.Expr, bool]]:
             m = fam.linear(t)
             k = m.count * m.rank_factor
             out += [(k * r * m.d_in, L, False), (k * r * m.d_out, L, False)]
+        out += [(n, sp.Integer(1), False) for n in head_adapter_sizes(s)]   # lora_embedding_A is no nn.Embedding weight
         return out + [(V * h, sp.Integer(1), name == "embed_tokens") for name in s.modules_to_save]
     out = [(V * h, sp.Integer(1), True)] + ([] if s.tied else [(V * h, sp.Integer(1), False)])
     out += [(m.params, L, False) for m in fam.linears + fam.moe_weights]
@@ -231,7 +254,8 @@ def trainable_tensors(s: Structure) -> sp.Expr:
     """How many trainable tensors (not elements): LoRA has an A and a B per target and layer (and one per
     modules_to_save copy)."""
     if s.lora:
-        return (3 if s.dora else 2) * L * len(s.targets) + len(s.modules_to_save)  # A, B (and DoRA's m) per target
+        return ((3 if s.dora else 2) * L * len(s.targets) + 2 * len(s.head_targets)  # A, B (and DoRA's m) per target
+                + len(s.modules_to_save))
     return (1 if s.tied else 2) + L * s.arch.tensors_per_layer(s.options) + 1
 
 
@@ -239,8 +263,8 @@ def largest_trainable_matrix(s: Structure) -> sp.Expr:
     """Elements of the largest trainable tensor (a for-loop optimizer's temporaries are that size)."""
     if s.lora:
         r, fam = sym("rank"), s.arch
-        return sp.Max(*{r * fam.linear(t).d_out for t in s.targets} | {r * fam.linear(t).d_in for t in s.targets},
-                      evaluate=False)  # SymPy's pairwise comparison of symbolic sizes is slow and decides nothing here
+        return sp.Max(*{r * fam.linear(t).d_out for t in s.targets} | {r * fam.linear(t).d_in for t in s.targets}
+                      | set(head_adapter_sizes(s)), evaluate=False)  # SymPy's pairwise comparison of symbolic sizes is slow and decides nothing here
     return sp.Max(V * h, *{m.params for m in s.arch.linears + s.arch.moe_weights}, evaluate=False)
 
 
@@ -269,7 +293,7 @@ def definitions(s: Structure) -> list[tuple[sp.Symbol, sp.Expr]]:
         defs.append((P_quant, P - P_keep))
     if s.lora:
         magnitude = L * sp.Add(*(fam.linear(t).d_out for t in s.targets)) if s.dora else 0  # DoRA's m, d_out each
-        defs.append((P_lora, fam.lora_params(s.targets, sym("rank")) + magnitude))
+        defs.append((P_lora, fam.lora_params(s.targets, sym("rank")) + magnitude + sp.Add(*head_adapter_sizes(s))))
         if s.modules_to_save:
             defs.append((P_save, len(s.modules_to_save) * V * h))
         defs.append((P_train, P_lora + (P_save if s.modules_to_save else 0)))

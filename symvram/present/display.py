@@ -68,6 +68,7 @@ def title(bd: Breakdown) -> str:
     method = {"full": "full fine-tuning", "lora": "LoRA", "qlora": "QLoRA"}[sc.method]
     if sc.lora:
         method += f" r={sc.rank} on {len(sc.targets)} target module{'s' * (len(sc.targets) > 1)}"
+        method += "".join(f" + {name}" for name in sc.head_targets)
     if sc.modules_to_save:
         method += f" + trainable {', '.join(sc.modules_to_save)} (modules_to_save)"
     parts = [sc.model.name, method, f"batch {sc.batch} × seq {sc.seq}",
