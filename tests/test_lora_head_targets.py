@@ -96,3 +96,18 @@ def test_estimate_equals_the_measured_peak(settings):
     f = flops(sc)   # FlopCounterMode in the same run (the last step)
     assert (f.by_phase["forward"], f.by_phase["backward"] + f.by_phase["recompute"]) == (
         measured["flops"]["forward"], measured["flops"]["backward"])
+
+
+@pytest.mark.parametrize("name, text", [
+    ("ax.yml", "base_model: qwen3-8b\nadapter: lora\nlora_target_modules: [q_proj, v_proj, lm_head, embed_tokens]\n"),
+    ("lf.yml", "model_name_or_path: qwen3-8b\nstage: sft\nfinetuning_type: lora\nlora_target: q_proj,v_proj,lm_head\n"),
+])
+def test_the_readers_keep_the_head_targets(tmp_path, name, text):
+    """axolotl's lora_target_modules and LLaMA-Factory's lora_target name lm_head / embed_tokens as PEFT reads them."""
+    from symvram.readers.read import read_files
+
+    (tmp_path / name).write_text(text)
+    targets = read_files([str(tmp_path / name)]).settings["targets"].value
+    sc = Scenario.create("qwen3-8b", method="lora", targets=targets)
+    assert sc.targets == ("q_proj", "v_proj") and "lm_head" in sc.head_targets
+    assert ("embed_tokens" in sc.head_targets) == ("embed_tokens" in text)
