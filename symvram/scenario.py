@@ -189,6 +189,7 @@ class Scenario:
     modules_to_save: tuple[str, ...] = ()  # PEFT LoraConfig(modules_to_save=...): embed_tokens, lm_head
     kbit_prep: str = "none"         # QLoRA: peft's prepare_model_for_kbit_training (fp32 non-quantized weights)
     mp_policy: str = "none"         # FSDP2 MixedPrecisionPolicy(param_dtype=this, reduce_dtype=fp32) on fp32 storage
+    optimizer_in_backward: bool = False  # one optimizer per parameter, stepped by its post-accumulate-grad hook
     overrides: tuple[tuple[str, float], ...] = field(default=())
     versions: tuple[tuple[str, str], ...] = ()   # --versions: library versions asked for (symvram.versions)
     # the settings given (not filled by the stack): with_changes keeps them and lets the stack fill the rest again
@@ -300,7 +301,7 @@ class Scenario:
         _positive_int(self.tp, "--tp", 1024)
         if isinstance(self.zero, bool) or self.zero not in (0, 1, 2, 3):
             raise UserError(f"--zero must be 0, 1, 2 or 3; got {excerpt(self.zero)}")
-        for flag in ("grad_checkpointing", "double_quant", "sequence_parallel", "dora"):
+        for flag in ("grad_checkpointing", "double_quant", "sequence_parallel", "dora", "optimizer_in_backward"):
             if not isinstance(getattr(self, flag), bool):  # "false" is a non-empty string: it would switch it on
                 raise UserError(f"{flag} must be True or False; got {excerpt(getattr(self, flag))}")
         self._check_overrides()  # first: the checks below compute with the --set values
@@ -329,6 +330,8 @@ class Scenario:
                             "(or qlora); full fine-tuning trains them anyway")
         if self.lora and self.head_targets:
             self._check_head_targets()
+        if self.optimizer_in_backward:
+            self._check_in_backward()
         if self.dora and not self.lora:
             raise UserError("--dora is a LoRA variant: use --method lora (or qlora)")
         if self.dora and any(family(self.model.family).linear(t).count != 1 for t in self.targets):
@@ -373,6 +376,24 @@ class Scenario:
         if self.dora:
             raise UserError(f"--dora on {', '.join(self.head_targets)} is not modelled (DoRA is modelled on the "
                             "layers' linear targets)")
+
+    def _check_in_backward(self) -> None:
+        """Optimizer in backward is modelled for torch's own optimizers on one GPU, one gradient at a time."""
+        why = None
+        if self.optimizer not in ("adamw", "sgd", "sgd-momentum"):
+            why = f"--optimizer {self.optimizer}"
+        elif self.zero or self.gpus > 1 or self.tp > 1:
+            why = "several GPUs (a gradient is reduced before its step)"
+        elif self.master != "none":
+            why = "an fp32 master copy"
+        elif self.method == "full" and self.model.tied:
+            why = "tied embeddings (lm_head's gradient waits in autograd's buffer for the embedding's)"
+        elif self.modules_to_save or self.head_targets:
+            why = "trainable head modules (modules_to_save, LoRA on lm_head / embed_tokens)"
+        if why:
+            raise UserError(f"--optimizer-in-backward with {why} is not modelled; it is modelled for torch's AdamW and "
+                            "SGD on one GPU (torch's register_post_accumulate_grad_hook recipe, torchtune's "
+                            "optimizer_in_bwd)")
 
     def _check_overrides(self) -> None:
         """``--set`` names a registered leaf symbol and a positive, finite, plausible number."""
@@ -427,6 +448,7 @@ class Scenario:
             sequence_parallel=self.sequence_parallel, tensor_parallel=self.tp > 1,
             mp_policy=self.mp_policy != "none", zero_impl=stacks()[self.stack].get("zero_impl", "fsdp2"),
             bnb_input_saved=self.method == "qlora" and applies("bnb_input_saved", self.versions),
+            optimizer_in_backward=self.optimizer_in_backward,
         )
 
     def values(self) -> dict[str, int | float]:

@@ -94,6 +94,9 @@ def add_scenario_arguments(p: argparse.ArgumentParser) -> None:
                    help="torch AdamW implementation: foreach (one state-sized temporary), fused (none; the HF "
                         "Trainer's adamw_torch_fused), forloop (two temporaries of the largest parameter); "
                         "default: the stack's")
+    g.add_argument("--optimizer-in-backward", action="store_true", default=None,
+                   help="one optimizer per parameter, stepped by its post-accumulate-grad hook as its gradient is "
+                        "made (torch's recipe, torchtune's optimizer_in_bwd): one gradient at a time instead of all")
     g.add_argument("--adapter-dtype", choices=DTYPES, help="LoRA adapter dtype (default: the stack's — fp32 as PEFT "
                                                            "keeps them under torch and hf, the compute dtype under "
                                                            "interview)")
@@ -150,7 +153,7 @@ def add_output_arguments(p: argparse.ArgumentParser, required: bool = False,
     p.add_argument("--force", action="store_true", help="overwrite --output if it exists")
 
 
-SCENARIO_FLAGS = ("stack", "checkpoint_impl", "loss_impl", "kbit_prep", "dora", "modules_to_save", "method", "rank", "targets", "lora_dropout", "double_quant", "dtype", "master", "state_dtype",
+SCENARIO_FLAGS = ("stack", "checkpoint_impl", "loss_impl", "kbit_prep", "dora", "modules_to_save", "optimizer_in_backward", "method", "rank", "targets", "lora_dropout", "double_quant", "dtype", "master", "state_dtype",
                   "optimizer", "optimizer_impl", "adapter_dtype", "autocast", "batch", "seq", "grad_checkpointing",
                   "attention", "device", "gpus", "zero", "offload", "mp_policy", "tp", "sequence_parallel", "versions")
 

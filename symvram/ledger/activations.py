@@ -450,6 +450,7 @@ def per_layer_bytes(s_: Structure) -> sp.Expr:
 # the only fields the activation and transient terms read (not the optimizer, master copy, quantization, sharding)
 ACTIVATION_FIELDS = ("method", "family", "first_kind", "options", "tied", "targets", "adapter_upcast", "attention", "autocast",
                      "compute_fp32", "device", "dora", "dropout", "grad_checkpointing", "head_targets",
+                     "optimizer_in_backward",
                      "kbit_prep", "loss_impl", "modules_to_save", "weight_casts", "mp_policy", "bnb_input_saved")
 
 
@@ -721,21 +722,11 @@ def dora_forward_temp(s_: Structure) -> sp.Expr:
     return dora_weight_norm(s_, last.name) - own + live
 
 
-def transient_terms(s_: Structure) -> list[Term]:
-    """Tensors alive only at one moment of the step (not part of the ledger sum)."""
-    logits_bytes = b_32 if s_.compute_fp32 else b_c
-    terms = loss_terms(s_, logits_bytes) + [
-        Term("norm_backward_temp", Role.BACKWARD_TEMPORARY, 5 * b_32 * T * h, r"M_{\mathrm{norm}'}",
-             "the final RMSNorm's backward holds five fp32 hidden-sized gradients at once", "autograd of LlamaRMSNorm",
-             lifetime=(Phase.FINAL_NORM_BACKWARD,)),
-        Term("backward_tail", Role.EMBEDDING_GRADIENT, 2 * b_c * T * h, r"M_{\mathrm{tail}}",
-             "the gradient reaching the embedding and its accumulation buffer", "autograd"),
-    ]
-
-    temp, why, source = _layer_backward_temp(s_)
-    if s_.arch.kinds:   # the last layer's MLP backward and the first's: the larger kind's
-        temp = largest_kind(s_, lambda k: _layer_backward_temp(k)[0])
-    terms.append(Term("layer_backward_temp", Role.BACKWARD_TEMPORARY, temp, r"M_{\mathrm{mlp}'}", why, source))
+def _gradients_so_far(s_: Structure) -> list[Term]:
+    """The gradients that accumulate during backward: a trainable lm_head's (a copy's, or its LoRA's) from the loss
+    backward on, all but the first layer's and the embedding's when backward reaches the first layer, and tied
+    embeddings' two gradients summed at the end."""
+    terms: list[Term] = []
     if "lm_head" in s_.modules_to_save:
         terms.append(Term("head_grad", Role.EARLY_GRADIENT, saved_copy_bytes(s_) * V * h, r"M_{\mathrm{grad},V}",
                           "the trainable lm_head copy's gradient, made by the loss backward, alive through the rest "
@@ -754,6 +745,28 @@ def transient_terms(s_: Structure) -> list[Term]:
                           "tied embeddings: lm_head's gradient and the embedding's are summed at the end of backward, "
                           "both alive beside the sum", "autograd of a shared weight (embedding_dense_backward)",
                           lifetime=(Phase.BACKWARD_END,)))
+    return terms
+
+
+def transient_terms(s_: Structure) -> list[Term]:
+    """Tensors alive only at one moment of the step (not part of the ledger sum)."""
+    logits_bytes = b_32 if s_.compute_fp32 else b_c
+    terms = loss_terms(s_, logits_bytes) + [
+        Term("norm_backward_temp", Role.BACKWARD_TEMPORARY, 5 * b_32 * T * h, r"M_{\mathrm{norm}'}",
+             "the final RMSNorm's backward holds five fp32 hidden-sized gradients at once", "autograd of LlamaRMSNorm",
+             lifetime=(Phase.FINAL_NORM_BACKWARD,)),
+        Term("backward_tail", Role.EMBEDDING_GRADIENT, 2 * b_c * T * h, r"M_{\mathrm{tail}}",
+             "the gradient reaching the embedding and its accumulation buffer", "autograd"),
+    ]
+
+    temp, why, source = _layer_backward_temp(s_)
+    if s_.arch.kinds:   # the last layer's MLP backward and the first's: the larger kind's
+        temp = largest_kind(s_, lambda k: _layer_backward_temp(k)[0])
+    terms.append(Term("layer_backward_temp", Role.BACKWARD_TEMPORARY, temp, r"M_{\mathrm{mlp}'}", why, source))
+    # optimizer in backward: the gradients never accumulate, each is stepped and freed where it is made (when
+    # lm_head is, its backward has returned: its saved input is freed and the hidden states' gradient, as large, lives)
+    if not s_.optimizer_in_backward:
+        terms += _gradients_so_far(s_)
     if s_.method == "qlora":
         terms.append(Term("dequant_temp", Role.BACKWARD_TEMPORARY, b_w * _largest_linear(s_),
                           r"M_{\mathrm{dequant}}", "bitsandbytes dequantizes one 4-bit weight to the load dtype "

@@ -40,14 +40,15 @@ class Phase(IntEnum):
     FORWARD = 1                 # the decoder layers' forward (the last layer's, at its DoRA weight norm)
     LOSS = 2                    # the lm_head and the loss
     LOSS_BACKWARD = 3           # the start of the loss backward
-    FINAL_NORM_BACKWARD = 4     # the final norm's backward
-    LAST_LAYER_RECOMPUTE = 5    # checkpointing: the last layer's forward run again
-    LAST_LAYER_BACKWARD = 6     # the last layer's MLP backward
-    LAYER_END = 7               # FSDP2: a layer's input-norm backward, its gradients unsharded
-    FIRST_LAYER_RECOMPUTE = 8   # checkpointing: the first layer's forward run again
-    FIRST_LAYER_BACKWARD = 9    # the first layer's MLP backward
-    BACKWARD_END = 10           # every gradient made
-    OPTIMIZER_STEP = 11         # optimizer.step()
+    HEAD_BACKWARD = 4           # lm_head's backward, its weight gradient made (optimizer in backward: stepped)
+    FINAL_NORM_BACKWARD = 5     # the final norm's backward
+    LAST_LAYER_RECOMPUTE = 6    # checkpointing: the last layer's forward run again
+    LAST_LAYER_BACKWARD = 7     # the last layer's MLP backward
+    LAYER_END = 8               # FSDP2: a layer's input-norm backward, its gradients unsharded
+    FIRST_LAYER_RECOMPUTE = 9   # checkpointing: the first layer's forward run again
+    FIRST_LAYER_BACKWARD = 10   # the first layer's MLP backward
+    BACKWARD_END = 11           # every gradient made
+    OPTIMIZER_STEP = 12         # optimizer.step()
 
 
 def span(first: Phase, last: Phase) -> tuple[Phase, ...]:
@@ -268,6 +269,9 @@ MOMENTS = (
                "every saved activation, {computing} (step 2: optimizer states exist)"),
     MomentSpec("loss_backward", "start of the loss backward", Phase.LOSS_BACKWARD,
                "every saved activation plus {backward}"),
+    MomentSpec("head_step", "backward, stepping lm_head's weight", Phase.HEAD_BACKWARD,
+               "optimizer in backward: lm_head's gradient is made and stepped while every saved activation and the "
+               "hidden states' gradient are alive", Role.GRADIENT),
     MomentSpec("final_norm_backward", "backward through the final norm", Phase.FINAL_NORM_BACKWARD,
                "the loss gradients are freed; every layer's activations are still saved"),
     MomentSpec("last_layer_backward", "backward through the last layer's MLP", Phase.LAST_LAYER_BACKWARD,
