@@ -67,3 +67,18 @@ def test_estimate_equals_the_measured_peak(settings):
     sc = Scenario.create(tiny(**kw.pop("arch", {})), **kw)
     measured = measure({**from_scenario(sc), "steps": 2})
     assert abs(measured["peak_bytes"] - evaluate(sc).peak) <= 8   # the loss scalar
+
+
+def test_diagnose_offers_it_with_its_price():
+    """Full fine-tuning whose optimizer step is the peak: the remedy is priced by the ledger, with what it costs."""
+    from symvram.analysis.diagnose import triage_steps
+
+    est = evaluate(Scenario.create("llama-3.1-8b", method="full", stack="torch", seq=512))
+    remedies, _ = triage_steps(est, 24 * 2**30, None)
+    first = remedies[0]
+    assert first.key == "in_backward" and first.after.peak_moment == "head_step"
+    t = first.after.terms   # lm_head's step: the parameter side, every saved activation, one gradient, one sqrt(v)
+    held = t["weights"] + t["buffers"] + t["optimizer_states"] + t["optimizer_steps"] + t["grads"] + t["optimizer_temp"]
+    assert first.after.peak == held + first.after.blocks["activations"] - t["act_logsoftmax"]
+    assert t["grads"] == 2 * 128256 * 4096   # V·h in bf16, where every gradient was 2·P
+    assert "no gradient accumulation" in first.cost

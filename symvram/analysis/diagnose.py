@@ -244,6 +244,14 @@ def _candidates(sc: Scenario, p95_seq: int | None) -> list[_Candidate]:
                               {"grad_checkpointing": True},
                               f"each layer's forward is recomputed in backward: +{100 * share:.0f} % matmul FLOPs "
                               f"for {sc.method}"))
+    if not sc.optimizer_in_backward and sc.optimizer in ("adamw", "sgd", "sgd-momentum") and sc.gpus == 1:
+        out.append(_Candidate("in_backward", "optimizer in backward (one optimizer per parameter, stepped by its "
+                              "post-accumulate-grad hook)", "throughput", ("parameter", "optimizer"),
+                              {"optimizer_in_backward": True},
+                              "no gradient accumulation (the effective batch is the micro-batch) and no clipping by "
+                              "the global gradient norm: each parameter is stepped alone as its gradient is made "
+                              "(torch's register_post_accumulate_grad_hook recipe; torchtune optimizer_in_bwd: True); "
+                              "no extra FLOPs"))
     if sc.batch > 1:
         out.append(_Candidate("batch1", f"batch 1, with {sc.batch}× the gradient accumulation steps", "throughput",
                               ("activation", "loss", "backward"), {"batch": 1},

@@ -136,6 +136,10 @@ PYTHON = {
     "loss_impl": {"args": "{args}(use_liger_kernel=True)",
                   "torch": "liger_kernel.transformers.apply_liger_kernel_to_<family>(fused_linear_cross_entropy=True)"},
     "attention": {"any": _LOAD.format("attn_implementation='{v}'")},
+    "optimizer_in_backward": {"any": "opts = {{p: torch.optim.AdamW([p], ...) for p in model.parameters() if "
+                                     "p.requires_grad}}; p.register_post_accumulate_grad_hook(lambda p: "
+                                     "(opts[p].step(), opts[p].zero_grad())) for each p (torchtune: "
+                                     "optimizer_in_bwd: True)"},
     "seq": {"trl": "SFTConfig(max_length={v})", "any": "truncate the tokenized samples to {v} tokens"},
     "rank": {"any": "LoraConfig(r={v})"},
     "method": {"any": "{method}"},
