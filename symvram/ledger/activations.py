@@ -634,6 +634,11 @@ def dora_forward_temp(s_: Structure) -> sp.Expr:
     return dora_weight_norm(s_, last.name) - own + live
 
 
+# a recomputed layer lives through its recompute and its backward, for the last and the first layer (not at a layer
+# end between them: FSDP2's layer ends count the layers' saved tensors themselves)
+RECOMPUTES = (Phase.LAST_LAYER_RECOMPUTE, Phase.LAST_LAYER_BACKWARD, Phase.FIRST_LAYER_RECOMPUTE, Phase.FIRST_LAYER_BACKWARD)
+
+
 def transient_terms(s_: Structure) -> list[Term]:
     """Tensors alive only at one moment of the step (not part of the ledger sum)."""
     logits_bytes = b_32 if s_.compute_fp32 else b_c
@@ -675,6 +680,5 @@ def transient_terms(s_: Structure) -> list[Term]:
     terms.append(Term("one_layer", Role.RECOMPUTED_ACTIVATION, per_layer_bytes(s_) + sliding_extra(s_), r"M_{\mathrm{layer}}",
                       "one layer's saved tensors (recomputed under checkpointing), alive until its backward ends",
                       "torch.utils.checkpoint / autograd",   # without checkpointing: the first layer's, still saved
-                      lifetime=span(Phase.LAST_LAYER_RECOMPUTE, Phase.FIRST_LAYER_BACKWARD) if s_.grad_checkpointing
-                      else (Phase.FIRST_LAYER_BACKWARD,)))
+                      lifetime=RECOMPUTES if s_.grad_checkpointing else (Phase.FIRST_LAYER_BACKWARD,)))
     return terms

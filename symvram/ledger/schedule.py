@@ -48,7 +48,7 @@ ALIASES = (Role.GRADIENTS_SO_FAR, Role.RECOMPUTED_ACTIVATION, Role.LAYER_END)
 
 def _per_layer_loop(t) -> bool:
     """A backward temporary made anew in every layer's backward (alive in both layer phases, not between)."""
-    return t.role is Role.BACKWARD_TEMPORARY and (t.lifetime or ROLES[t.role].lifetime) == LAYER_BACKWARDS
+    return t.role is Role.BACKWARD_TEMPORARY and t.phases == LAYER_BACKWARDS
 
 
 @dataclass(frozen=True)
