@@ -279,3 +279,37 @@ def card_memory_lines(cm, units: str = "GiB") -> list[str]:
         lines.append(f"  {t.key} = {text(t.expr)}: {fmt_bytes(cm.block[t.key], units)} ({where}; {t.why})")
     lines.append(f"  nvidia-smi level (reserved + context + NCCL): {fmt_bytes(cm.device_peak, units)}")
     return lines
+
+
+def markdown_cell(text: str) -> str:
+    """A Markdown table cell: a literal ``|`` would end the cell."""
+    return text.replace("|", r"\|")
+
+
+def number_in(n: int, units: str) -> str:
+    """``n`` bytes in ``units``, the number alone (a table's column names the unit)."""
+    return fmt_bytes(n, units).split()[0]
+
+
+def moment_label(led, key: str) -> str:
+    """The label of moment ``key`` of ledger ``led``."""
+    return next(m.label for m in led.moments if m.key == key)
+
+
+def title(bd: Breakdown) -> str:
+    """One line naming the scenario: model, method, micro-batch, precision, optimizer."""
+    sc = bd.scenario
+    method = {"full": "full fine-tuning", "lora": "LoRA", "qlora": "QLoRA"}[sc.method]
+    if sc.lora:
+        method += f" r={sc.rank} on {len(sc.targets)} target module{'s' * (len(sc.targets) > 1)}"
+    if sc.modules_to_save:
+        method += f" + trainable {', '.join(sc.modules_to_save)} (modules_to_save)"
+    parts = [sc.model.name, method, f"batch {sc.batch} × seq {sc.seq}",
+             sc.dtype + (f" + autocast {sc.autocast}" if sc.autocast != "none" else "")
+             + (" + fp32 master" if sc.master == "fp32" else ""),
+             f"{sc.optimizer} ({sc.optimizer_impl}), states {sc.state_dtype}"]
+    if sc.grad_checkpointing:
+        parts.append("checkpointing")
+    if sc.gpus > 1:
+        parts.append(f"{sc.gpus} GPUs")
+    return " · ".join(parts)
