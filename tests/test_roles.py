@@ -110,7 +110,7 @@ def test_final_norm_backward_peak_is_measured():
     pytest.importorskip("peft")
     from test_families import tiny_config
     from symvram.evaluate import evaluate
-    from symvram.readers.hub import spec_from_config
+    from symvram.presets import spec_from_config
     from symvram.scenario import Scenario
     from symvram.validate.measure import measure
     from symvram.validate.spec import from_scenario
