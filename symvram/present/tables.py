@@ -11,7 +11,7 @@ from __future__ import annotations
 from ..analysis.host import host_bytes, paged_bytes
 from ..evaluate import Breakdown
 from ..ledger.sharding import notes
-from ..ledger.terms import BLOCKS
+from ..ledger.terms import BLOCKS, Role
 from ..stacks import summary
 from ..symbols import latex, text
 from ..units import fmt_bytes
@@ -239,7 +239,9 @@ def comparison(rows: list[tuple[str, Breakdown]], units: str = "GiB", fmt: str =
     table = [["method", f"base ({units})", f"trainable ({units})", f"activations ({units})",
               f"ledger total ({units})", f"peak{per} ({units})", "bytes/trainable param"]]
     for name, bd in rows:
-        per_param = (bd.blocks["trainable"] + (bd.terms.get("weights", 0) if bd.scenario.method == "full" else 0)) / bd.derived["P_train"]
+        full = bd.scenario.method == "full"   # the weights are trained: part of the parameter side
+        weights = sum(bd.terms[t.key] for t in bd.ledger.terms if t.role is Role.WEIGHT) if full else 0
+        per_param = (bd.blocks["trainable"] + weights) / bd.derived["P_train"]
         table.append([name, *(fmt_bytes(bd.blocks[b], units).split()[0] for b in BLOCKS),
                       fmt_bytes(bd.ledger_total, units).split()[0], fmt_bytes(bd.peak, units).split()[0],
                       f"{per_param:.1f}"])
