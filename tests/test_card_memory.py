@@ -34,14 +34,16 @@ def test_the_schedule_reaches_the_ledgers_peak(model, kw):
     assert replayed["reserved_peak"] >= replayed["allocated_peak"]
 
 
-def test_fragmentation_grows_with_the_batch_and_expandable_segments_take_most_of_it():
-    # the issue's observation on published figures: a constant headroom does not follow the activations
+def test_fragmentation_grows_with_the_batch_and_expandable_segments_take_part_of_it():
+    # the issue's observation on published figures: a constant headroom does not follow the activations; the
+    # traced schedules of the stored checkpointed QLoRA cases keep 35-56 % of the default slack under expandable
+    # segments (benchmarks/results/measurements.jsonl, ``allocator``)
     slack = {}
     for batch in (1, 8):
         cm = card_memory(Scenario.create("llama-3-8b", method="qlora", batch=batch, seq=1024))
         slack[batch] = cm.reserved["default"] - cm.schedule_allocated
         assert cm.reserved["expandable"] < cm.reserved["default"]
-        assert cm.reserved["expandable"] - cm.schedule_allocated < slack[batch] / 2
+        assert cm.reserved["expandable"] - cm.schedule_allocated < 0.6 * slack[batch]
     assert slack[8] > 2 * slack[1]
 
 
@@ -116,3 +118,27 @@ def test_headers_say_which_versions_they_follow(capsys):
     assert main(["estimate", "llama-3-8b", "--method", "qlora", "--versions", "bitsandbytes=0.42.0"]) == 0
     out = capsys.readouterr().out
     assert "follows torch" in out and "bitsandbytes 0.42.0 (asked)" in out
+
+
+def test_ledger_schedule_against_traced_schedules_on_stored_cases():
+    """Every stored measurement that kept its traced schedule's replay (benchmarks/results/measurements.jsonl,
+    ``allocator``: symvram validate's trace of every alloc and free, through the same replay): the ledger's
+    own schedule, with each layer's working sets, replayed with both allocators. The allocated peaks agree
+    within 0.5 %; the reserved peaks within 5 % (issue 24 asks for 1 %: not met yet, the worst today are the
+    expandable-segment replays of checkpointed QLoRA, +4.2 %, and of gpt-oss without checkpointing, -4.1 %)."""
+    from pathlib import Path
+
+    from symvram.card_memory import schedule_peaks
+    from symvram.validate.spec import to_scenario
+
+    rows = [json.loads(line) for line in (Path(__file__).parent.parent / "benchmarks/results/measurements.jsonl")
+            .read_text().splitlines() if '"allocator"' in line]
+    assert len(rows) >= 7
+    errors = {}
+    for row in rows:
+        ledger = schedule_peaks(to_scenario(row["spec"]))
+        for name in ("default", "expandable"):
+            traced = row["allocator"][name]
+            assert abs(ledger[name]["allocated_peak"] / traced["allocated_peak"] - 1) < 0.005, (row["name"], name)
+            errors[row["name"], name] = ledger[name]["reserved_peak"] / traced["reserved_peak"] - 1
+    assert max(map(abs, errors.values())) < 0.05, errors
