@@ -142,3 +142,21 @@ def test_ledger_schedule_against_traced_schedules_on_stored_cases():
             assert abs(ledger[name]["allocated_peak"] / traced["allocated_peak"] - 1) < 0.005, (row["name"], name)
             errors[row["name"], name] = ledger[name]["reserved_peak"] / traced["reserved_peak"] - 1
     assert max(map(abs, errors.values())) < 0.05, errors
+
+
+def test_transformers_loss_of_older_releases():
+    """transformers before 4.49 shifted the logits, not the labels: ForCausalLMLoss (and before 4.46
+    LlamaForCausalLM.forward) made logits[..., :-1, :].contiguous(), an fp32 copy of b·(s − 1)·V, alive with the
+    fp32 upcast while the loss is computed; before 4.45 the forward itself upcast the logits, so the 16-bit logits
+    are gone by then and only the fp32 ones and the copy are there (hand derivation from the tagged sources,
+    symvram.versions.MECHANISMS)."""
+    kw = dict(method="lora", batch=2, seq=1024)
+    now = evaluate(Scenario.create("llama-3-8b", **kw))
+    shifted = evaluate(Scenario.create("llama-3-8b", versions="transformers=4.48.0", **kw))
+    upcast = evaluate(Scenario.create("llama-3-8b", versions="transformers=4.44.2", **kw))
+    v = now.values
+    b, s, V, b_c = v["batch"], v["seq"], v["vocab"], v["bytes_act"]
+    copy = 4 * b * (s - 1) * V
+    assert shifted.moments["forward_loss"] - now.moments["forward_loss"] == copy
+    assert upcast.moments["forward_loss"] - now.moments["forward_loss"] == copy + (4 - b_c) * b * s * V - 4 * b * s * V
+    assert evaluate(Scenario.create("llama-3-8b", versions="transformers=4.49.0", **kw)).terms.keys() == now.terms.keys()

@@ -427,7 +427,8 @@ def per_layer_bytes(s_: Structure) -> sp.Expr:
 # the only fields the activation and transient terms read (not the optimizer, master copy, quantization, sharding)
 ACTIVATION_FIELDS = ("method", "family", "options", "tied", "targets", "adapter_upcast", "attention", "autocast",
                      "compute_fp32", "device", "dora", "dropout", "grad_checkpointing",
-                     "kbit_prep", "loss_impl", "modules_to_save", "weight_casts", "mp_policy", "bnb_input_saved")
+                     "kbit_prep", "loss_impl", "modules_to_save", "weight_casts", "mp_policy", "bnb_input_saved",
+                     "shift_logits_copy", "forward_logits_upcast")
 
 
 def refuse_unmodelled(fam) -> None:
@@ -604,16 +605,23 @@ def loss_terms(s_: Structure, logits_bytes) -> list[Term]:
                      + (" and lm_head's gradient" if lm_head_trains else "") + " (modelled from source)",
                      "cut_cross_entropy cce_backward.py")]
     chunks = sym("loss_chunks") if s_.loss_impl == "chunked" else 1
+    upcast = s_.forward_logits_upcast   # transformers < 4.45: the forward returns fp32 logits (symvram.versions)
     terms = [
-        Term("logits", Role.LOSS_TEMPORARY, logits_bytes * T * V, r"M_{\mathrm{logits}}",
+        Term("logits", Role.LOSS_TEMPORARY, (b_32 if upcast else logits_bytes) * T * V, r"M_{\mathrm{logits}}",
              "the lm_head output, alive while the loss is computed"
-             + (" (torchtune: the list of c chunks)" if chunks != 1 else ""), "transformers LlamaForCausalLM"),
+             + (" (torchtune: the list of c chunks)" if chunks != 1 else "")
+             + (", upcast to fp32 by the forward (transformers < 4.45)" if upcast else ""),
+             "transformers 4.44.2 models/llama/modeling_llama.py:1209" if upcast else "transformers LlamaForCausalLM"),
         Term("loss_backward_temp", Role.LOSS_BACKWARD_TEMPORARY, 2 * b_32 * T * V / chunks, r"M_{\mathrm{CE}'}",
              "the loss backward holds nll_loss's fp32 gradient and log_softmax's fp32 gradient at once"
              + (" — of one chunk at a time" if chunks != 1 else ""),
              "torch nll_loss_backward, _log_softmax_backward_data"),
     ]
-    if not s_.compute_fp32:
+    if s_.shift_logits_copy:   # transformers < 4.49 (symvram.versions)
+        terms.insert(1, Term("logits_shifted", Role.LOSS_TEMPORARY, b_32 * b * (s - 1) * V, r"M_{\mathrm{logits},\ll}",
+                             "logits[..., :-1, :].contiguous(): the shifted fp32 copy cross-entropy reads "
+                             "(transformers < 4.49)", "transformers 4.48.0 loss/loss_utils.py:39 ForCausalLMLoss"))
+    if not s_.compute_fp32 and not upcast:
         terms.insert(1, Term("logits_fp32", Role.LOSS_TEMPORARY, b_32 * T * V / chunks, r"M_{\mathrm{logits},32}",
                              "logits.float(): the fp32 copy cross-entropy reads" + (" (one chunk)" if chunks != 1 else ""),
                              "transformers ForCausalLMLoss" if chunks == 1 else "torchtune CEWithChunkedOutputLoss"))
