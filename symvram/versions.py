@@ -43,6 +43,13 @@ MECHANISMS = {
                                  "are freed; from 4.45.0 only the loss upcasts, beside the 16-bit logits",
                                  "transformers 4.44.2 models/llama/modeling_llama.py:1209; 4.45.0 :1219 (under "
                                  "`if labels is not None`)"),
+    "peft_adapters_follow_base": ("peft", "0.12.0",
+                                  "LoRA's adapters take the base weight's floating dtype (a 16-bit base: 16-bit "
+                                  "adapters; a 4-bit base is not floating, so QLoRA's stay fp32); from 0.12.0 "
+                                  "get_peft_model(autocast_adapter_dtype=True) upcasts 16-bit adapters to fp32",
+                                  "peft 0.11.1 tuners/lora/layer.py:128-129 (self.to(weight.device, "
+                                  "dtype=weight.dtype)); 0.12.0 tuners/tuners_utils.py:316-357 _cast_adapter_dtype, "
+                                  "peft_model.py:137"),
 }
 
 

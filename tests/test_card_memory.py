@@ -160,3 +160,17 @@ def test_transformers_loss_of_older_releases():
     assert shifted.moments["forward_loss"] - now.moments["forward_loss"] == copy
     assert upcast.moments["forward_loss"] - now.moments["forward_loss"] == copy + (4 - b_c) * b * s * V - 4 * b * s * V
     assert evaluate(Scenario.create("llama-3-8b", versions="transformers=4.49.0", **kw)).terms.keys() == now.terms.keys()
+
+
+def test_peft_before_0_12_keeps_adapters_in_the_base_dtype():
+    """PEFT before 0.12 cast the new adapters to the base weight's floating dtype (0.11.1 layer.py:128-129);
+    0.12 added get_peft_model(autocast_adapter_dtype=True), fp32 adapters on a 16-bit base. Under torch AdamW the
+    states follow the parameter: per trainable parameter the weight, gradient and two states go from 4 + 4 + 8
+    to 2 + 2 + 4 bytes. A 4-bit base is not floating (QLoRA's stay fp32); an adapter dtype asked for wins."""
+    kw = dict(method="lora", stack="torch")
+    now = evaluate(Scenario.create("llama-3-8b", **kw))
+    old = evaluate(Scenario.create("llama-3-8b", versions="peft=0.11.1", **kw))
+    assert (now.scenario.adapter_dtype, old.scenario.adapter_dtype) == ("fp32", "bf16")
+    assert now.blocks["trainable"] - old.blocks["trainable"] == 8 * now.derived["P_train"]
+    assert Scenario.create("llama-3-8b", method="qlora", stack="torch", versions="peft=0.11.1").adapter_dtype == "fp32"
+    assert Scenario.create("llama-3-8b", versions="peft=0.11.1", adapter_dtype="fp32", **kw).adapter_dtype == "fp32"
