@@ -391,6 +391,8 @@ class Scenario:
             sequence_parallel=self.sequence_parallel, tensor_parallel=self.tp > 1,
             mp_policy=self.mp_policy != "none", zero_impl=stacks()[self.stack].get("zero_impl", "fsdp2"),
             bnb_input_saved=self.method == "qlora" and applies("bnb_input_saved", self.versions),
+            shift_logits_copy=self.loss_impl == "torch" and applies("hf_shift_logits_copy", self.versions),
+            forward_logits_upcast=self.loss_impl == "torch" and applies("hf_forward_logits_upcast", self.versions),
         )
 
     def values(self) -> dict[str, int | float]:

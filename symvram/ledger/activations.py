@@ -269,6 +269,46 @@ def _layer_of(s_: Structure, first: bool) -> dict[str, tuple[sp.Expr, str, str, 
 MOE = "transformers integrations/moe.py (grouped_mm experts)"
 
 
+def layer_working_sets(s_: Structure) -> list[Term]:
+    """What each sub-block of one decoder layer's forward makes and frees again, in the order the layer runs
+    them: the tensors alive together at the sub-block's high-water mark (one projection group's largest member).
+    No moment lists them (a layer's working set is below the loss's); the allocation schedule makes and frees
+    them in every layer's forward and recompute, so the caching allocator's segments follow them.
+
+    >>> [t.key for t in layer_working_sets(Structure(method="lora", targets=("q_proj", "v_proj")))]
+    ['ws_norm', 'ws_attn_in', 'ws_rope', 'ws_norm_mlp']
+    """
+    fam, b_res, b_ad = s_.arch, residual_bytes(s_), compute_adapter_bytes(s_)
+    upcast = 0 if s_.kbit_prep else b_32 * T * h   # a 16-bit stream is cast to fp32 first (kept under LoRA's saves)
+    norm = (b_32 * T * h * 2 + (upcast if s_.grad_checkpointing else 0), r"W_{\mathrm{norm}}",
+            "RMSNorm's fp32 square and normalized product (and its fp32 upcast under checkpointing)",
+            "transformers models/llama/modeling_llama.py:65-66 LlamaRMSNorm.forward")
+    out: dict[str, tuple] = {"ws_norm": norm}
+    targets = set(s_.targets) if s_.lora else set()
+    clone = s_.method == "qlora"   # bitsandbytes' Linear4bit: result.clone() before the LoRA sum
+    for group, width in fam.group_width.items():
+        lora = [m for m in fam.linears if m.input_group == group and m.name in targets]
+        if group == "mlp_in":
+            out["ws_norm_mlp"] = norm
+        if lora:
+            d = sp.Max(*(m.d_out for m in lora)) if len(lora) > 1 else lora[0].d_out
+            cast = b_ad * T * width if s_.adapter_upcast and s_.grad_checkpointing else 0
+            out[f"ws_{group}"] = ((1 + clone) * b_res * T * d + 2 * b_ad * T * d + cast, r"W_{\mathrm{LoRA}}",
+                                  "one LoRA projection: the base result" + (" and its clone" if clone else "")
+                                  + ", lora_B's output and its scaled copy"
+                                  + (" and the input cast to the adapter dtype" if cast != 0 else ""),
+                                  "peft tuners/lora/layer.py:1100-1102 Linear.forward; tuners/lora/bnb.py:533")
+        if group == "attn_in":
+            if s_.attention == "eager":
+                out["ws_scores"] = (3 * b_c * b * nh * s**2, r"W_{\mathrm{scores}}",
+                                    "eager attention's b·n_h·s² products: q·kᵀ, scaled and masked",
+                                    "transformers models/llama/modeling_llama.py:193-197 eager_attention_forward")
+            out["ws_rope"] = (3 * b_res * T * nh * dh, r"W_{\mathrm{RoPE}}",
+                              "RoPE on q: q·cos, the rotated half and its concatenation",
+                              "transformers models/llama/modeling_llama.py:119-147 apply_rotary_pos_emb")
+    return [Term(k, Role.LAYER_WORKING_SET, e, label, why, source) for k, (e, label, why, source) in out.items()]
+
+
 def _sink_scores(s_: Structure) -> tuple[sp.Expr, str, str, str]:
     """gpt-oss's eager attention with sinks: the scores joined to one sink logit per head (s + 1 columns), less
     their row maximum (whose int64 indices the max keeps), softmax in the compute dtype (its output kept)."""
@@ -411,7 +451,8 @@ def per_layer_bytes(s_: Structure) -> sp.Expr:
 # the only fields the activation and transient terms read (not the optimizer, master copy, quantization, sharding)
 ACTIVATION_FIELDS = ("method", "family", "first_kind", "options", "tied", "targets", "adapter_upcast", "attention", "autocast",
                      "compute_fp32", "device", "dora", "dropout", "grad_checkpointing",
-                     "kbit_prep", "loss_impl", "modules_to_save", "weight_casts", "mp_policy", "bnb_input_saved")
+                     "kbit_prep", "loss_impl", "modules_to_save", "weight_casts", "mp_policy", "bnb_input_saved",
+                     "shift_logits_copy", "forward_logits_upcast")
 
 
 def refuse_unmodelled(fam) -> None:
@@ -597,16 +638,23 @@ def loss_terms(s_: Structure, logits_bytes) -> list[Term]:
                      + (" and lm_head's gradient" if lm_head_trains else "") + " (modelled from source)",
                      "cut_cross_entropy cce_backward.py")]
     chunks = sym("loss_chunks") if s_.loss_impl == "chunked" else 1
+    upcast = s_.forward_logits_upcast   # transformers < 4.45: the forward returns fp32 logits (symvram.versions)
     terms = [
-        Term("logits", Role.LOSS_TEMPORARY, logits_bytes * T * V, r"M_{\mathrm{logits}}",
+        Term("logits", Role.LOSS_TEMPORARY, (b_32 if upcast else logits_bytes) * T * V, r"M_{\mathrm{logits}}",
              "the lm_head output, alive while the loss is computed"
-             + (" (torchtune: the list of c chunks)" if chunks != 1 else ""), "transformers LlamaForCausalLM"),
+             + (" (torchtune: the list of c chunks)" if chunks != 1 else "")
+             + (", upcast to fp32 by the forward (transformers < 4.45)" if upcast else ""),
+             "transformers 4.44.2 models/llama/modeling_llama.py:1209" if upcast else "transformers LlamaForCausalLM"),
         Term("loss_backward_temp", Role.LOSS_BACKWARD_TEMPORARY, 2 * b_32 * T * V / chunks, r"M_{\mathrm{CE}'}",
              "the loss backward holds nll_loss's fp32 gradient and log_softmax's fp32 gradient at once"
              + (" — of one chunk at a time" if chunks != 1 else ""),
              "torch nll_loss_backward, _log_softmax_backward_data"),
     ]
-    if not s_.compute_fp32:
+    if s_.shift_logits_copy:   # transformers < 4.49 (symvram.versions)
+        terms.insert(1, Term("logits_shifted", Role.LOSS_TEMPORARY, b_32 * b * (s - 1) * V, r"M_{\mathrm{logits},\ll}",
+                             "logits[..., :-1, :].contiguous(): the shifted fp32 copy cross-entropy reads "
+                             "(transformers < 4.49)", "transformers 4.48.0 loss/loss_utils.py:39 ForCausalLMLoss"))
+    if not s_.compute_fp32 and not upcast:
         terms.insert(1, Term("logits_fp32", Role.LOSS_TEMPORARY, b_32 * T * V / chunks, r"M_{\mathrm{logits},32}",
                              "logits.float(): the fp32 copy cross-entropy reads" + (" (one chunk)" if chunks != 1 else ""),
                              "transformers ForCausalLMLoss" if chunks == 1 else "torchtune CEWithChunkedOutputLoss"))
@@ -712,6 +760,7 @@ def transient_terms(s_: Structure) -> list[Term]:
                           "peft tuners/lora/dora.py DoraLinearLayer.forward, get_weight_norm",
                           lifetime=(Phase.LAST_LAYER_RECOMPUTE, Phase.FIRST_LAYER_RECOMPUTE) if s_.grad_checkpointing
                           else (Phase.FORWARD,)))
+    terms += layer_working_sets(s_)
     one_layer = per_layer_bytes(s_) if s_.grad_checkpointing else _layer_bytes(s_.first_layer)
     terms.append(Term("one_layer", Role.RECOMPUTED_ACTIVATION, one_layer + sliding_extra(s_), r"M_{\mathrm{layer}}",
                       "one layer's saved tensors (recomputed under checkpointing), alive until its backward ends",

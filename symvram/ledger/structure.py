@@ -49,6 +49,8 @@ class Structure:
     mp_policy: bool = False           # FSDP2 MixedPrecisionPolicy: fp32 storage gathered in the compute dtype, fp32 reduce
     zero_impl: str = "fsdp2"          # fsdp2 (torch fully_shard) | deepspeed: who implements the ZeRO stage
     bnb_input_saved: bool = False     # QLoRA on bitsandbytes < 0.43.3: each 4-bit linear saves its input (symvram.versions)
+    shift_logits_copy: bool = False   # transformers < 4.49: the loss copies the shifted fp32 logits (symvram.versions)
+    forward_logits_upcast: bool = False  # transformers < 4.45: the forward returns fp32 logits (symvram.versions)
 
     def keep(self, fields: tuple[str, ...]) -> "Structure":
         """The structure with only ``fields`` kept, the rest at their defaults: the cache key of a ledger

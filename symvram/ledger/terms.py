@@ -90,6 +90,7 @@ class Role(str, Enum):
     STEP_INPUT = "step input"                          # the batch's ids and the shared RoPE tables: the whole step
     RECOMPUTED_ACTIVATION = "recomputed activation"    # one layer's saved tensors, rebuilt (or still saved)
     FORWARD_TEMPORARY = "forward temporary"            # what one forward op holds and frees (DoRA's weight norm)
+    LAYER_WORKING_SET = "layer working set"            # what one sub-block of a layer's forward makes and frees
     LOSS_TEMPORARY = "loss temporary"                  # the logits while the loss is computed
     LOSS_BACKWARD_TEMPORARY = "loss backward temporary"  # the loss backward's gradients
     BACKWARD_TEMPORARY = "backward temporary"          # a backward op's gradients and scratch
@@ -169,6 +170,9 @@ ROLES: dict[Role, RoleInfo] = {
                                          lifetime=(_P.FIRST_LAYER_BACKWARD,)),
     Role.FORWARD_TEMPORARY: RoleInfo("transient", triage="backward", measured="activations",
                                      lifetime=(_P.FORWARD,)),
+    # below every moment (the ledger's peaks do not change); the caching allocator's segments follow them:
+    # the schedule makes and frees each sub-block's set in every layer's forward and recompute
+    Role.LAYER_WORKING_SET: RoleInfo("transient", triage="activation", measured="activations"),
     Role.LOSS_TEMPORARY: RoleInfo("transient", triage="loss", measured="activations", lifetime=(_P.LOSS,)),
     Role.LOSS_BACKWARD_TEMPORARY: RoleInfo("transient", triage="loss", measured="backward_temp",
                                            lifetime=(_P.LOSS_BACKWARD,)),
