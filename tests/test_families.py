@@ -8,7 +8,7 @@ import sympy as sp
 from symvram.errors import UserError
 from symvram.evaluate import evaluate
 from symvram.ledger.architecture import families_by_model_type, family, family_names
-from symvram.presets import spec_from_config
+from symvram.presets import load_model, spec_from_config
 from symvram.scenario import Scenario
 from symvram.symbols import sym
 
@@ -31,6 +31,9 @@ TINY = {
                 "bos_token_id": 1, "eos_token_id": 2},
     "olmo3": {"pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 2},
     "smollm3": {"mlp_bias": True, "pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 2},  # NoPE: layer 3 of 4
+    "glm4_moe": {"n_routed_experts": 6, "num_experts_per_tok": 3, "moe_intermediate_size": 40, "n_shared_experts": 2,
+                 "first_k_dense_replace": 1, "use_qk_norm": True, "attention_bias": True, "pad_token_id": 0,
+                 "bos_token_id": 1, "eos_token_id": 2},   # layer 0 dense, the others MoE
 }
 BASE = {"hidden_size": 64, "intermediate_size": 176, "num_hidden_layers": 3, "num_attention_heads": 4,
         "num_key_value_heads": 2, "head_dim": 24, "vocab_size": 1000}
@@ -43,14 +46,14 @@ def tiny_config(model_type: str) -> dict:
     return cfg
 
 
-def expected_layer_shapes(spec) -> list[tuple[int, ...]]:
-    """Every parameter shape of one layer, from the family entry alone."""
-    fam = family(spec.family)
+def expected_layer_shapes(spec, kind: str = "") -> list[tuple[int, ...]]:
+    """Every parameter shape of one layer (of the layer kind ``kind``), from the family entry alone."""
+    fam = family(spec.family).kind(kind)
     vals = {sym(n): v for n, v in spec.dims.items()}
     n = lambda e: int(sp.sympify(e).xreplace(vals))  # noqa: E731
     shapes = [(n(m.d_out), n(m.d_in)) for m in fam.linears]
     shapes += [(n(m.d_out),) for m in fam.linears if m.bias in spec.options]
-    shapes += [(n(x.width),) for x in fam.norms]
+    shapes += [(n(x.width),) for x in fam.active_norms(spec.options)]
     for m in fam.moe_weights:  # a bias or per-head vector has d_in 1; gpt-oss stores its experts (E, d_in, d_out)
         matrix = (n(m.d_in), n(m.d_out)) if m.transposed else (n(m.d_out), n(m.d_in))
         shapes.append(((n(m.count),) if n(m.count) > 1 else ()) + tuple(d for d in matrix if n(m.d_in) != 1 or d != 1))
@@ -71,8 +74,11 @@ def test_layout_matches_transformers_meta_model(model_type):
     with torch.device("meta"):
         model = transformers.AutoModelForCausalLM.from_config(hf_cfg)
     params = dict(model.named_parameters())  # tied weights appear once
-    layer0 = sorted(tuple(p.shape) for name, p in params.items() if ".layers.0." in name)
-    assert layer0 == expected_layer_shapes(spec)
+    fam = family(spec.family)
+    last = cfg["num_hidden_layers"] - 1   # layer 0 is of the first kind, the last of the default one
+    for i, kind in ((0, fam.first_kind(spec.dims)), (last, "")):
+        layer = sorted(tuple(p.shape) for name, p in params.items() if f".layers.{i}." in name)
+        assert layer == expected_layer_shapes(spec, kind), (i, kind)
     bd = evaluate(Scenario.create(spec, method="full"))
     assert bd.derived["P"] == sum(p.numel() for p in params.values())
 
@@ -104,6 +110,23 @@ PUBLISHED = [  # (config.json fields, the total the model card / safetensors ind
 def test_published_totals(cfg, published):
     spec = spec_from_config(cfg, "m", "config", "test")
     assert evaluate(Scenario.create(spec, method="full")).derived["P"] == published
+
+
+def test_layer_kinds_count_as_transformers_builds_them():
+    """GLM-4.5-Air at its real size (zai-org/GLM-4.5-Air config.json: 1 dense + 45 MoE layers, 128 experts, a shared
+    one): P equals the meta model's parameters, and the published 106B (the checkpoints' multi-token-prediction
+    layer, which transformers 5.24 does not build, is the rest of the 110B of their safetensors)."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    spec = load_model("glm-4.5-air")
+    with torch.device("meta"):
+        model = transformers.AutoModelForCausalLM.from_config(transformers.AutoConfig.for_model(**spec.config()))
+    P = evaluate(Scenario.create(spec, method="full")).derived["P"]
+    assert P == sum(p.numel() for p in model.parameters()) and round(P / 1e9) == 107   # "106B total" (rounded down)
+    dense = sum(p.numel() for n, p in model.named_parameters() if ".layers.0." in n)
+    moe = sum(p.numel() for n, p in model.named_parameters() if ".layers.1." in n)
+    fam, vals = family("glm4_moe"), {sym(n): v for n, v in spec.dims.items()}
+    assert [int(k.params_per_layer(spec.options).xreplace(vals)) for _, k in fam.layer_kinds] == [moe, dense]
 
 
 def test_extends_restates_only_what_differs():
@@ -170,6 +193,9 @@ MEASURED = [
     ("olmo3", dict(method="full")),
     ("smollm3", dict(method="lora", rank=8)),
     ("smollm3", dict(method="full")),
+    ("glm4_moe", dict(method="full")),                        # a dense layer 0, an MoE layer 1
+    ("glm4_moe", dict(method="lora", rank=8)),                # experts through target_parameters at rank 2r
+    ("glm4_moe", dict(method="lora", rank=8, targets="attention", grad_checkpointing=True)),
 ]
 
 
@@ -207,7 +233,7 @@ def test_the_docs_show_the_whole_qwen3_entry():
 
 ONE_PER_FAMILY = ["llama-3.2-1b", "mistral-7b", "qwen2.5-0.5b", "qwen3-0.6b", "gemma-2-2b", "gemma-3-1b", "phi-3-mini",
                   "olmo-2-7b", "mixtral-8x7b", "qwen3-30b-a3b", "smollm3-3b", "olmo-3-7b", "qwen1.5-moe-a2.7b",
-                  "ministral-3-3b", "gpt-oss-20b"]
+                  "ministral-3-3b", "gpt-oss-20b", "glm-4.5-air"]
 
 
 def test_one_preset_per_family():

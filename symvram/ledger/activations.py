@@ -49,9 +49,11 @@ def _per_call_cast(s_: Structure, group: str) -> bool:
 
 def _shared_with_attention(s_: Structure, group: str) -> bool:
     """SDPA's output is laid out so that o_proj reads the very tensor SDPA saved (no second copy);
-    Phi-3's q comes from a slice of the fused qkv, so SDPA's output is (b, n_h, s, d) and o_proj reads a
-    contiguous copy instead."""
-    return group == "attn_out" and s_.attention == "sdpa" and not s_.arch.extra("fused_qkv")
+    Phi-3's q comes from a slice of the fused qkv, and a partial RoPE concatenates the rotated part and the rest
+    (GLM-4.5, modeling_glm4_moe.py:150-151) into a new (b, n_h, s, d) tensor, so SDPA's output is laid out
+    (b, n_h, s, d) and o_proj reads a contiguous copy instead."""
+    return (group == "attn_out" and s_.attention == "sdpa" and not s_.arch.extra("fused_qkv")
+            and s_.arch.dim("rotary_dim", 0) == 0)
 
 
 NORM_WHY = {
