@@ -34,6 +34,12 @@ TINY = {
     "glm4_moe": {"n_routed_experts": 6, "num_experts_per_tok": 3, "moe_intermediate_size": 40, "n_shared_experts": 2,
                  "first_k_dense_replace": 1, "use_qk_norm": True, "attention_bias": True, "pad_token_id": 0,
                  "bos_token_id": 1, "eos_token_id": 2},   # layer 0 dense, the others MoE
+    "deepseek_v3": {"n_routed_experts": 6, "num_experts_per_tok": 3, "moe_intermediate_size": 40, "n_shared_experts": 1,
+                    "first_k_dense_replace": 1, "n_group": 2, "topk_group": 1, "q_lora_rank": 40, "kv_lora_rank": 32,
+                    "num_key_value_heads": 4,   # expand_kv makes n_h heads: transformers needs n_kv = n_h
+                    "qk_nope_head_dim": 12, "qk_rope_head_dim": 8, "v_head_dim": 20, "pad_token_id": 0,
+                    "bos_token_id": 1, "eos_token_id": 2},   # latent attention (d_v = d_nope + d_rope: the CPU
+    # flash kernel needs one head width; CUDA runs unequal ones), grouped routing
 }
 BASE = {"hidden_size": 64, "intermediate_size": 176, "num_hidden_layers": 3, "num_attention_heads": 4,
         "num_key_value_heads": 2, "head_dim": 24, "vocab_size": 1000}
@@ -41,8 +47,8 @@ BASE = {"hidden_size": 64, "intermediate_size": 176, "num_hidden_layers": 3, "nu
 
 def tiny_config(model_type: str) -> dict:
     cfg = {"model_type": model_type, **BASE, **TINY[model_type]}
-    if model_type == "phi3":
-        cfg.pop("head_dim")  # Phi-3 has no head_dim field: hidden / heads
+    if model_type in ("phi3", "deepseek_v3"):
+        cfg.pop("head_dim")  # Phi-3 has no head_dim field (hidden / heads); DeepSeek-V3's is its qk_rope_head_dim
     return cfg
 
 
@@ -112,20 +118,25 @@ def test_published_totals(cfg, published):
     assert evaluate(Scenario.create(spec, method="full")).derived["P"] == published
 
 
-def test_layer_kinds_count_as_transformers_builds_them():
-    """GLM-4.5-Air at its real size (zai-org/GLM-4.5-Air config.json: 1 dense + 45 MoE layers, 128 experts, a shared
-    one): P equals the meta model's parameters, and the published 106B (the checkpoints' multi-token-prediction
-    layer, which transformers 5.24 does not build, is the rest of the 110B of their safetensors)."""
+@pytest.mark.parametrize("preset, published_billions", [
+    ("glm-4.5-air", 107),   # its model card: "106B total" (106.85B; rounded down)
+    ("deepseek-v3", 671),   # "671B total parameters" (the 685B of the safetensors add the MTP module)
+    ("kimi-k2", 1026),      # "1T total" (1.026T)
+])
+def test_layer_kinds_count_as_transformers_builds_them(preset, published_billions):
+    """Real sizes with a dense layer kind before the MoE ones: P equals the meta model's parameters and the published
+    total (the checkpoints' multi-token-prediction layer, which transformers 5.24 does not build, is not counted), and
+    each kind's layer its layer's."""
     torch = pytest.importorskip("torch")
     transformers = pytest.importorskip("transformers")
-    spec = load_model("glm-4.5-air")
+    spec = load_model(preset)
     with torch.device("meta"):
         model = transformers.AutoModelForCausalLM.from_config(transformers.AutoConfig.for_model(**spec.config()))
     P = evaluate(Scenario.create(spec, method="full")).derived["P"]
-    assert P == sum(p.numel() for p in model.parameters()) and round(P / 1e9) == 107   # "106B total" (rounded down)
+    assert P == sum(p.numel() for p in model.parameters()) and round(P / 1e9) == published_billions
     dense = sum(p.numel() for n, p in model.named_parameters() if ".layers.0." in n)
-    moe = sum(p.numel() for n, p in model.named_parameters() if ".layers.1." in n)
-    fam, vals = family("glm4_moe"), {sym(n): v for n, v in spec.dims.items()}
+    moe = sum(p.numel() for n, p in model.named_parameters() if f".layers.{spec.layers - 1}." in n)
+    fam, vals = family(spec.family), {sym(n): v for n, v in spec.dims.items()}
     assert [int(k.params_per_layer(spec.options).xreplace(vals)) for _, k in fam.layer_kinds] == [moe, dense]
 
 
@@ -196,6 +207,9 @@ MEASURED = [
     ("glm4_moe", dict(method="full")),                        # a dense layer 0, an MoE layer 1
     ("glm4_moe", dict(method="lora", rank=8)),                # experts through target_parameters at rank 2r
     ("glm4_moe", dict(method="lora", rank=8, targets="attention", grad_checkpointing=True)),
+    ("deepseek_v3", dict(method="full")),                     # latent attention: q, k anew, kv_b's output whole
+    ("deepseek_v3", dict(method="lora", rank=8)),
+    ("deepseek_v3", dict(method="lora", rank=8, targets="kv_b_proj,o_proj", grad_checkpointing=True)),
 ]
 
 
@@ -233,7 +247,7 @@ def test_the_docs_show_the_whole_qwen3_entry():
 
 ONE_PER_FAMILY = ["llama-3.2-1b", "mistral-7b", "qwen2.5-0.5b", "qwen3-0.6b", "gemma-2-2b", "gemma-3-1b", "phi-3-mini",
                   "olmo-2-7b", "mixtral-8x7b", "qwen3-30b-a3b", "smollm3-3b", "olmo-3-7b", "qwen1.5-moe-a2.7b",
-                  "ministral-3-3b", "gpt-oss-20b", "glm-4.5-air"]
+                  "ministral-3-3b", "gpt-oss-20b", "glm-4.5-air", "deepseek-v3"]
 
 
 def test_one_preset_per_family():
