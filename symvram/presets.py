@@ -170,17 +170,21 @@ class ConfigFields:
         return value
 
     def layer_count(self, key: str, default: int, layers: int) -> int:
-        """A count of decoder layers: an integer from 0 to ``layers``, else ``default``.
+        """A count of decoder layers: an integer from 0 (else ``default``), at most ``layers`` (transformers reads
+        first_k_dense_replace ≥ L as every layer dense).
 
-        >>> ConfigFields({"first_k_dense_replace": 9}, "c.json").layer_count("first_k_dense_replace", 1, 4)
+        >>> f = ConfigFields({"first_k_dense_replace": 9}, "c.json")
+        >>> f.layer_count("first_k_dense_replace", 1, 4), f.layer_count("mlp_only", 1, 4)
+        (4, 1)
+        >>> ConfigFields({"first_k_dense_replace": -1}, "c.json").layer_count("first_k_dense_replace", 1, 4)
         Traceback (most recent call last):
         ...
-        symvram.errors.UserError: c.json: field 'first_k_dense_replace' must be an integer from 0 to num_hidden_layers (4), got 9
+        symvram.errors.UserError: c.json: field 'first_k_dense_replace' must be a non-negative integer, got -1
         """
         value = self.cfg[key] if self.given(key) else default
-        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= layers:
-            raise self._refuse(key, f"an integer from 0 to num_hidden_layers ({layers})", value)
-        return value
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise self._refuse(key, "a non-negative integer", value)
+        return min(value, layers)
 
     def fraction(self, key: str, default: float) -> float:
         """A number in (0, 1], at the top level or in ``rope_parameters`` (transformers 5 moves RoPE fields there)."""

@@ -49,9 +49,11 @@ def _per_call_cast(s_: Structure, group: str) -> bool:
 
 def _shared_with_attention(s_: Structure, group: str) -> bool:
     """SDPA's output is laid out so that o_proj reads the very tensor SDPA saved (no second copy);
-    Phi-3's q comes from a slice of the fused qkv, so SDPA's output is (b, n_h, s, d) and o_proj reads a
-    contiguous copy instead."""
-    return group == "attn_out" and s_.attention == "sdpa" and not s_.arch.extra("fused_qkv")
+    Phi-3's q comes from a slice of the fused qkv, and a partial RoPE concatenates the rotated part and the rest
+    (GLM-4.5, modeling_glm4_moe.py:150-151) into a new (b, n_h, s, d) tensor, so SDPA's output is laid out
+    (b, n_h, s, d) and o_proj reads a contiguous copy instead."""
+    return (group == "attn_out" and s_.attention == "sdpa" and not s_.arch.extra("fused_qkv")
+            and s_.arch.dim("rotary_dim", 0) == 0 and not s_.arch.latent_attention)
 
 
 NORM_WHY = {
@@ -75,8 +77,10 @@ def norm_weight_input(s_: Structure) -> sp.Symbol:
 
 
 def _feeds(name: str) -> str:
-    """Which of q, k, v an attention-input projection produces (``qkv`` for a fused one)."""
-    return "qkv" if name.startswith("qkv") else name[0]
+    """Which of q, k, v an attention-input projection produces: the letters its name starts with (``qkv`` for a fused
+    one, ``kv`` for latent attention's kv_a_proj_with_mqa)."""
+    head = name.split("_")[0]
+    return head if set(head) <= set("qkv") else ""
 
 
 def needs_grad(s_: Structure, first: bool) -> dict[str, bool]:
@@ -102,7 +106,9 @@ def needs_grad(s_: Structure, first: bool) -> dict[str, bool]:
                    for m in fam.linears + fam.moe_weights)
 
     layer_in = not (first and s_.lora) or s_.grad_checkpointing or "embed_tokens" in s_.modules_to_save
-    out = {"attn_in": layer_in, **{x: layer_in or trained_reader("attn_in", x) for x in "qkv"}}
+    out = {"attn_in": layer_in, "q_latent": layer_in or trained_reader("attn_in", "q"),   # latent attention's a-proj
+           "kv_latent": layer_in or trained_reader("attn_in", "kv")}                       # outputs
+    out.update({x: out[lat] or trained_reader(lat) for x, lat in (("q", "q_latent"), ("k", "kv_latent"), ("v", "kv_latent"))})
     out["attn_out"] = out["q"] or out["k"] or out["v"]
     out["attn_proj"] = out["attn_out"] or trained_reader("attn_out")
     out["mlp_in"] = layer_in or out["attn_proj"]
@@ -116,7 +122,8 @@ def _grad_sites(s_: Structure, first: bool) -> dict[str, bool]:
     inputs need a gradient. ``first`` without checkpointing (a checkpointed layer is recomputed as a later one)."""
     g = needs_grad(s_, first)
     return {"layer_in": g["attn_in"], "q": g["attn_out"], "k": g["attn_out"], "attn_out": g["attn_proj"],
-            "resid": g["mlp_in"], "mlp": g["mlp_act"], "mlp_out": g["mlp_out"]}
+            "resid": g["mlp_in"], "mlp": g["mlp_act"], "mlp_out": g["mlp_out"], "q_latent": g["q_latent"],
+            "kv_latent": g["kv_latent"]}
 
 
 def _layer(s_: Structure, first: bool) -> dict[str, tuple[sp.Expr, str, str, str]]:
@@ -131,6 +138,7 @@ def _layer(s_: Structure, first: bool) -> dict[str, tuple[sp.Expr, str, str, str
 def _layer_of(s_: Structure, first: bool) -> dict[str, tuple[sp.Expr, str, str, str]]:
     fam = s_.arch
     grad = _grad_sites(s_, first)
+    lat = needs_grad(s_, first)
     grad_in, attn_grad, resid_grad, mlp_grad = grad["layer_in"], grad["q"], grad["resid"], grad["mlp"]
     out: dict[str, tuple[sp.Expr, str, str, str]] = {}
 
@@ -145,7 +153,9 @@ def _layer_of(s_: Structure, first: bool) -> dict[str, tuple[sp.Expr, str, str, 
                                             "a trainable norm weight also keeps the normalized "
                                             + ("16-bit" if fam.norm == "rms" else "fp32") + " tensor", TRANSFORMERS)
 
-    if attn_grad:
+    if attn_grad and fam.latent_attention:
+        out.update(_latent_attention(s_))
+    elif attn_grad:
         if s_.attention == "sdpa":
             b_mm = matmul_bytes(s_)
             fused = b_mm * T * dh * (nh + nkv) if fam.extra("fused_qkv") else 0
@@ -188,7 +198,8 @@ def _layer_of(s_: Structure, first: bool) -> dict[str, tuple[sp.Expr, str, str, 
                                    "autocast casts each linear weight to the compute dtype per call; backward needs "
                                    "the cast, so it is saved", "torch.autocast")
     lin_targets = [t for t in s_.targets if fam.linear(t) in fam.linears]  # nn.Linear targets (PEFT's lora.Linear)
-    group_grad = {"attn_in": grad_in, "attn_out": resid_grad or attn_grad, "mlp_in": resid_grad, "mlp_act": mlp_grad}
+    group_grad = {"attn_in": grad_in, "attn_out": resid_grad or attn_grad, "mlp_in": resid_grad, "mlp_act": mlp_grad,
+                  "q_latent": lat["q_latent"], "kv_latent": lat["kv_latent"]}
     if s_.lora and s_.autocast and s_.adapter_upcast and lin_targets:
         # lora_A's cast weight is saved only for its input's gradient: not in the first layer's q, k, v
         casts = sp.Add(*((fam.linear(t).d_in if group_grad[fam.linear(t).input_group] else 0) + fam.linear(t).d_out
@@ -307,6 +318,20 @@ def layer_working_sets(s_: Structure) -> list[Term]:
                               "RoPE on q: q·cos, the rotated half and its concatenation",
                               "transformers models/llama/modeling_llama.py:119-147 apply_rotary_pos_emb")
     return [Term(k, Role.LAYER_WORKING_SET, e, label, why, source) for k, (e, label, why, source) in out.items()]
+
+
+def _latent_attention(s_: Structure) -> dict[str, tuple[sp.Expr, str, str, str]]:
+    """What SDPA keeps of DeepSeek-V3's multi-head latent attention (modeling_deepseek_v3.py:462-464): q as the new
+    concatenation of its no-RoPE and rotated parts (n_h heads of d_nope + d_rope), k expanded per head into a new
+    tensor of the same width, v a view of kv_b_proj's output, which it keeps whole (n_h · (d_nope + d_v)), its
+    output (n_h · d_v) and the fp32 log-sum-exp; not a GQA-sized cache."""
+    b_mm = matmul_bytes(s_)
+    d_qk, d_v = s_.arch.attention_widths
+    return {"act_attention": (b_mm * T * nh * (2 * d_qk + (d_qk - dh + d_v) + d_v), r"A_{\mathrm{attn}}",
+                              "SDPA keeps q and k (n_h heads of d_nope + d_rope, built anew), kv_b_proj's whole output "
+                              "(v is a view of it) and its output (d_v wide)", s_.arch.source),
+            "act_attention_lse": (b_32 * b * nh * s, r"A_{\mathrm{lse}}", "and the fp32 log-sum-exp of each query row",
+                                  "torch scaled_dot_product_attention")}
 
 
 def _sink_scores(s_: Structure) -> tuple[sp.Expr, str, str, str]:
