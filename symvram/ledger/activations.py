@@ -477,7 +477,7 @@ def per_layer_bytes(s_: Structure) -> sp.Expr:
 ACTIVATION_FIELDS = ("method", "family", "first_kind", "options", "tied", "targets", "adapter_upcast", "attention", "autocast",
                      "compute_fp32", "device", "dora", "dropout", "grad_checkpointing",
                      "kbit_prep", "loss_impl", "modules_to_save", "weight_casts", "mp_policy", "bnb_input_saved",
-                     "shift_logits_copy", "forward_logits_upcast")
+                     "shift_logits_copy", "forward_logits_upcast", "tower")
 
 
 def refuse_unmodelled(fam) -> None:
@@ -572,6 +572,10 @@ def saved_terms(s_: Structure) -> list[Term]:
                       "transformers LlamaRotaryEmbedding"))
     terms.append(Term("act_tokens", Role.STEP_INPUT, 2 * b_id * T, r"A_{\mathrm{ids}}",
                       "input ids and the shifted labels (int64)", "transformers ForCausalLMLoss"))
+    if s_.tower is not None and s_.tower.ids_copy and (not s_.lora or "embed_tokens" in s_.modules_to_save):
+        terms.append(Term("act_ids_copy", Role.SAVED_ACTIVATION, b_id * T, r"A_{\mathrm{ids,copy}}",
+                          "the copy of input_ids the multimodal forward embeds (an image token id outside the "
+                          "vocabulary blanked), saved by the trainable embedding for its backward", s_.tower.source))
     return terms
 
 

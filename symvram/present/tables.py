@@ -190,13 +190,19 @@ def setup_line(sc) -> str:
             f" · {sc.attention}")
 
 
+def tower_note(sc) -> str:
+    """The vision tower a multimodal checkpoint loads beside the decoder, for a header ("" without one)."""
+    t = sc.model.tower
+    return "" if t is None else f" + {t.params:,} of its vision tower (frozen; loaded as {t.loader})"
+
+
 def detail(bd: Breakdown, units: str = "GiB", fmt: str = "table") -> str:
     """Every term with its formula and value, the block sums, each moment, and the peak."""
     sc = bd.scenario
     md = fmt == "markdown"
     lines = [("## " if md else "") + setup_line(sc), summary(sc), ""]
     params = f"parameters: {bd.derived['P']:,} total, {bd.derived['P_train']:,} trainable " \
-             f"({100 * bd.derived['P_train'] / bd.derived['P']:.2f} %)"
+             f"({100 * bd.derived['P_train'] / bd.derived['P']:.2f} %)" + tower_note(sc)
     lines += [params, ""]
     per = " per GPU" if sc.gpus * sc.tp > 1 else ""  # sharded results are each GPU's, and say so
     rows = [["block", "term", f"bytes{per} ({units})", "formula", "why"]]

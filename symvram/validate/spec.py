@@ -96,7 +96,7 @@ def normalize_spec(spec: dict) -> dict:
     if s["attention"] is None:
         from ..ledger.architecture import families_by_model_type, family
 
-        known = families_by_model_type().get(s["arch"].get("model_type", "llama"))
+        known = families_by_model_type().get(s["arch"].get("text_config", s["arch"]).get("model_type", "llama"))
         s["attention"] = family(known).default_attention if known else "sdpa"
     if s["attention"] not in ("sdpa", "eager"):
         raise UserError("attention must be 'sdpa' or 'eager'")
