@@ -23,8 +23,8 @@ from .architecture import E, L, V, dh, f, f_e, h, k_e, nh, nkv
 from .functions import at_least, ceil_div, pow2_ceil
 from .structure import Structure
 from .terms import Phase, Role, Term, span
-from .weights import (compute_adapter_bytes, compute_weight_bytes, dora_magnitude, per_trainable, rotary_width,
-                      saved_copy_bytes)
+from .weights import (compute_adapter_bytes, compute_weight_bytes, dora_magnitude, layer_lora_params, per_trainable,
+                      rotary_width, saved_copy_bytes)
 
 b, s, r = sym("batch"), sym("seq"), sym("rank")
 b_c, b_32, b_a, b_mask, b_id, b_w, b_g, b_i32 = (sym(n) for n in (
@@ -92,7 +92,7 @@ def needs_grad(s_: Structure, first: bool) -> dict[str, bool]:
 
     Full fine-tuning: all. LoRA: a later layer's input depends on the adapters of the layers before; the first
     layer's input is the frozen embedding's output — it needs a gradient only when the embedding is a trainable
-    modules_to_save copy, or under checkpointing (transformers' enable_input_require_grads makes it a leaf that
+    modules_to_save copy or carries LoRA, or under checkpointing (transformers' enable_input_require_grads makes it a leaf that
     requires grad) — and a tensor inside it needs a gradient once a trained projection produced it.
 
     >>> g = needs_grad(Structure(method="lora", targets=("v_proj",)), first=True)
@@ -105,7 +105,8 @@ def needs_grad(s_: Structure, first: bool) -> dict[str, bool]:
         return any(m.input_group == group and (not s_.lora or m.name in s_.targets) and feeding in _feeds(m.name)
                    for m in fam.linears + fam.moe_weights)
 
-    layer_in = not (first and s_.lora) or s_.grad_checkpointing or "embed_tokens" in s_.modules_to_save
+    layer_in = (not (first and s_.lora) or s_.grad_checkpointing or "embed_tokens" in s_.modules_to_save
+                or "embed_tokens" in s_.head_targets)
     out = {"attn_in": layer_in, "q_latent": layer_in or trained_reader("attn_in", "q"),   # latent attention's a-proj
            "kv_latent": layer_in or trained_reader("attn_in", "kv")}                       # outputs
     out.update({x: out[lat] or trained_reader(lat) for x, lat in (("q", "q_latent"), ("k", "kv_latent"), ("v", "kv_latent"))})
@@ -226,18 +227,10 @@ def _layer_of(s_: Structure, first: bool) -> dict[str, tuple[sp.Expr, str, str, 
     inputs, masks = sp.Integer(0), sp.Integer(0)
     for group, width in fam.group_width.items():
         n = sum(1 for t in lin_targets if fam.linear(t).input_group == group)
-        if not n:
-            continue
-        if s_.dropout:
-            inputs += n * (matmul_bytes(s_) if autocast_copy else b_ad) * T * width
-            if group_grad[group]:
-                masks += n * (b_ad if s_.device == "cpu" else b_mask) * T * width
-        elif autocast_copy or _per_call_cast(s_, group):
-            inputs += n * matmul_bytes(s_) * T * width
-        elif s_.adapter_upcast:
-            inputs += n * b_ad * T * width
-        elif not _shared_with_attention(s_, group):
-            inputs += b_c * T * width
+        if n:
+            kept, mask = lora_input_bytes(s_, n, width, _per_call_cast(s_, group), _shared_with_attention(s_, group),
+                                          group_grad[group])
+            inputs, masks = inputs + kept, masks + mask
     if s_.bnb_input_saved:   # bitsandbytes < 0.43.3: each 4-bit linear keeps its input A (versions.MECHANISMS)
         kept = sp.Integer(0)
         for group, width in fam.group_width.items():
@@ -275,6 +268,52 @@ def _layer_of(s_: Structure, first: bool) -> dict[str, tuple[sp.Expr, str, str, 
                            "magnitude's gradient, the fp32 weight norm and m/‖W′‖ (and m/‖W′‖ − 1 where the "
                            "input needs a gradient)", "peft tuners/lora/dora.py DoraLinearLayer.forward")
     return out
+
+
+def lora_input_bytes(s_: Structure, n: int, width: sp.Expr, per_call_cast: bool, shared: bool,
+                     input_grad: bool) -> tuple[sp.Expr, sp.Expr]:
+    """(lora_A's kept inputs, dropout's masks) of ``n`` lora.Linear targets reading one tensor ``width`` wide per
+    token (PEFT tuners/lora/layer.py:1099-1102: x cast to the adapter dtype, lora_B(lora_A(dropout(x)))): the
+    dropped-out input per target (and its mask where the input needs a gradient); under autocast a compute-dtype
+    cast per target; a copy in the adapter dtype per target; else the input itself, shared by the targets (and
+    with SDPA where o_proj reads SDPA's output, ``shared``). ``per_call_cast``: autocast casts a wider input per
+    call anyway."""
+    b_ad = compute_adapter_bytes(s_)
+    autocast_copy = s_.autocast and s_.adapter_upcast
+    if s_.dropout:
+        mask = n * (b_ad if s_.device == "cpu" else b_mask) * T * width if input_grad else sp.Integer(0)
+        return n * (matmul_bytes(s_) if autocast_copy else b_ad) * T * width, mask
+    if autocast_copy or per_call_cast:
+        return n * matmul_bytes(s_) * T * width, sp.Integer(0)
+    if s_.adapter_upcast:
+        return n * b_ad * T * width, sp.Integer(0)
+    return (sp.Integer(0) if shared else b_c * T * width), sp.Integer(0)
+
+
+def lora_head_saved(s_: Structure) -> sp.Expr:
+    """What LoRA on lm_head saves until lm_head's backward: lora_A's input (the final norm's output, as
+    ``lora_input_bytes`` keeps it; with the base frozen lm_head itself keeps nothing but its weight), dropout's
+    mask, lora_A's r-wide output and, under autocast, the adapters' compute-dtype casts. The forward's
+    vocabulary-wide tensors — lora_B's output, its scaled copy and the sum (layer.py:1102, 1113) — are freed before
+    the loss: in the compute dtype, or with fp32 adapters and no autocast fp32 (with the base output at most
+    3·4 B per logit), no more than the loss backward holds then (the fp32 log-softmax and its two fp32 gradients),
+    so no moment of their own."""
+    kept, mask = lora_input_bytes(s_, 1, h, s_.weight_casts, False, True)
+    hidden = (matmul_bytes(s_) if s_.autocast else compute_adapter_bytes(s_)) * T * r
+    casts = matmul_bytes(s_) * r * (h + V) if s_.autocast and s_.adapter_upcast else 0
+    return kept + mask + hidden + casts
+
+
+def lora_embed_saved(s_: Structure) -> sp.Expr:
+    """What LoRA on embed_tokens saves (PEFT tuners/lora/layer.py:1513-1518 Embedding.forward: after_A =
+    F.embedding(x, lora_embedding_A.T), (after_A @ lora_embedding_B.T) · scaling; no dropout): after_A, T·r in the
+    adapter dtype, for B's gradient — under autocast with wider adapters the matmul's compute-dtype casts of after_A
+    and of B instead (F.embedding keeps only the ids, which the step holds anyway). Under k-bit preparation with
+    checkpointing, transformers' enable_input_require_grads hook (modeling_utils.py:2153, registered by
+    prepare_model_for_kbit_training's gradient_checkpointing_enable before PEFT wraps the embedding) makes the
+    frozen base embedding's output a leaf that requires grad: its AccumulateGrad node keeps it until backward ends."""
+    kept = matmul_bytes(s_) * (T * r + r * h) if s_.autocast and s_.adapter_upcast else compute_adapter_bytes(s_) * T * r
+    return kept + (residual_bytes(s_) * T * h if s_.kbit_prep and s_.grad_checkpointing else 0)
 
 
 MOE = "transformers integrations/moe.py (grouped_mm experts)"
@@ -475,7 +514,7 @@ def per_layer_bytes(s_: Structure) -> sp.Expr:
 
 # the only fields the activation and transient terms read (not the optimizer, master copy, quantization, sharding)
 ACTIVATION_FIELDS = ("method", "family", "first_kind", "options", "tied", "targets", "adapter_upcast", "attention", "autocast",
-                     "compute_fp32", "device", "dora", "dropout", "grad_checkpointing",
+                     "compute_fp32", "device", "dora", "dropout", "grad_checkpointing", "head_targets",
                      "kbit_prep", "loss_impl", "modules_to_save", "weight_casts", "mp_policy", "bnb_input_saved",
                      "shift_logits_copy", "forward_logits_upcast", "tower")
 
@@ -539,6 +578,20 @@ def saved_terms(s_: Structure) -> list[Term]:
         why += "; the trainable lm_head copy keeps its input for its weight gradient"
     terms.append(Term("act_final_norm", Role.SAVED_ACTIVATION, head, r"A_{\mathrm{head}}", why, TRANSFORMERS,
                       lifetime=span(Phase.LOSS, head_end)))
+    if "lm_head" in s_.head_targets:
+        terms.append(Term("act_lora_head", Role.SAVED_ACTIVATION, lora_head_saved(s_), r"A_{\mathrm{LoRA},V}",
+                          "LoRA on lm_head: lora_A keeps its input (the final norm's output) and lora_B lora_A's "
+                          "r-wide output" + (", with the adapters' compute-dtype casts" if s_.autocast and s_.adapter_upcast
+                                            else ""), PEFT, lifetime=span(Phase.LOSS, head_end)))
+    if "embed_tokens" in s_.head_targets:
+        terms.append(Term("act_lora_embed", Role.SAVED_ACTIVATION, lora_embed_saved(s_), r"A_{\mathrm{LoRA,emb}}",
+                          "LoRA on embed_tokens: the r-wide lookup of lora_embedding_A, kept for lora_embedding_B's "
+                          "gradient until the embedding's backward, the last" + (" (as autocast casts it, with B's cast)"
+                                                                               if s_.autocast and s_.adapter_upcast else "")
+                          + ("; k-bit preparation's input hook keeps the base embedding's output as a leaf"
+                             if s_.kbit_prep and s_.grad_checkpointing else ""),
+                          "peft tuners/lora/layer.py Embedding.forward",
+                          lifetime=span(Phase.FIRST_LAYER_FORWARD, Phase.FIRST_LAYER_BACKWARD)))
     if s_.loss_impl == "liger":
         terms.append(Term("act_logsoftmax", Role.LOSS_ACTIVATION, b_c * T * h + b_32 * T, r"A_{\mathrm{FLCE}}",
                           "Liger's fused linear cross-entropy computes the hidden states' gradient in the forward and "
@@ -587,11 +640,12 @@ def _largest_linear(s_: Structure) -> sp.Expr:
 def _first_layer_params(s_: Structure) -> sp.Expr:
     """Trainable parameters whose gradients come last: the first layer's (and an untied embedding's)."""
     first = s_.first_layer
+    embed = r * (V + h) if "embed_tokens" in s_.head_targets else 0   # LoRA on the embedding: its gradients come last too
     if s_.lora and not s_.arch.kinds:
-        return sym("P_lora") / L
+        return layer_lora_params(s_) + embed
     if s_.lora:
         return first.arch.lora_params_per_layer(first.targets, r) + (dora_magnitude(first.arch, first.targets)
-                                                                     if s_.dora else 0)
+                                                                     if s_.dora else 0) + embed
     return first.arch.params_per_layer(s_.options) + (0 if s_.tied else V * h)
 
 
@@ -768,6 +822,10 @@ def transient_terms(s_: Structure) -> list[Term]:
         terms.append(Term("head_grad", Role.EARLY_GRADIENT, saved_copy_bytes(s_) * V * h, r"M_{\mathrm{grad},V}",
                           "the trainable lm_head copy's gradient, made by the loss backward, alive through the rest "
                           "of backward", "autograd order"))
+    if "lm_head" in s_.head_targets:
+        terms.append(Term("lora_head_grad", Role.EARLY_GRADIENT, b_g * r * (h + V), r"M_{\mathrm{grad},V}^{\mathrm{LoRA}}",
+                          "lm_head's LoRA gradients (r·(h + V)), made by the loss backward, alive through the rest of "
+                          "backward", "autograd order"))
     embed_copy = saved_copy_bytes(s_) * V * h if "embed_tokens" in s_.modules_to_save else 0
     terms.append(Term("grads_before_first_layer", Role.GRADIENTS_SO_FAR,
                       per_trainable(s_, b_g, saved_copy_bytes(s_)) - b_g * _first_layer_params(s_) - embed_copy,

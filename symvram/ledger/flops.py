@@ -118,6 +118,19 @@ def _layer(s_: Structure, first: bool) -> dict[str, sp.Expr]:
     return out
 
 
+def _head_lora(s_: Structure) -> tuple[sp.Expr, sp.Expr]:
+    """(forward, backward) FLOPs of LoRA on the head modules. lm_head's lora.Linear: x·A (h → r), ·B (r → V) per
+    token; backward B's weight and input gradients, A's weight and input gradients (its input, the final norm's
+    output, needs one). The embedding's lora.Embedding: the lookup of A is no matmul; after_A·B (r → h) per token,
+    backward B's weight gradient and after_A's (peft tuners/lora/layer.py:1517)."""
+    fwd = bwd = sp.Integer(0)
+    if "lm_head" in s_.head_targets:
+        fwd, bwd = 2 * T * r * (h + V), 4 * T * r * (h + V)
+    if "embed_tokens" in s_.head_targets:
+        fwd, bwd = fwd + 2 * T * r * h, bwd + 4 * T * r * h
+    return fwd, bwd
+
+
 def _per_layer(layers: tuple, key: str) -> sp.Expr:
     """L layers: (L − 1) later ones and the first (``layers``: ``_layers``'), which may differ under LoRA; for a
     family whose layers differ, each kind's count of later ones, and the first layer of its kind."""
@@ -139,7 +152,7 @@ def _layers(s_: Structure) -> tuple:
 
 
 # the only fields the FLOPs ledger reads: structures that differ elsewhere (dtypes, optimizer, ZeRO) share it
-FLOPS_FIELDS = ("method", "family", "first_kind", "targets", "attention", "grad_checkpointing", "tensor_parallel", "dora",
+FLOPS_FIELDS = ("method", "family", "first_kind", "targets", "head_targets", "attention", "grad_checkpointing", "tensor_parallel", "dora",
                 "dropout", "modules_to_save")
 
 
@@ -153,6 +166,7 @@ def _build_flops(s_: Structure) -> FlopsLedger:
     lm_head = 2 * T * h * V
     split = 1 / t if s_.tensor_parallel else sp.Integer(1)   # Megatron: every matmul split t ways (vocab too)
     layers = _layers(s_)   # a later layer's and the first's, built once for every term
+    head_fwd, head_bwd = _head_lora(s_)
     terms = [
         Term("fwd_layers", Role.FORWARD_FLOPS, _per_layer(layers, "forward"), r"F_{\mathrm{lin}}",
              "2·T·d_in·d_out per projection of every layer (a routed expert: T·k_E tokens)", COUNTER),
@@ -161,8 +175,10 @@ def _build_flops(s_: Structure) -> FlopsLedger:
         Term("fwd_lm_head", Role.FORWARD_FLOPS, lm_head, r"F_{\mathrm{head}}", "the lm_head: 2·T·h·V", COUNTER),
     ]
     if s_.lora:
-        terms.append(Term("fwd_lora", Role.FORWARD_FLOPS, _per_layer(layers, "lora_forward"), r"F_{\mathrm{LoRA}}",
-                          "the adapters: 2·T·r·(d_in + d_out) per target (a parameter target: its B·A delta)", PEFT))
+        terms.append(Term("fwd_lora", Role.FORWARD_FLOPS, _per_layer(layers, "lora_forward") + head_fwd,
+                          r"F_{\mathrm{LoRA}}", "the adapters: 2·T·r·(d_in + d_out) per target (a parameter target: "
+                          "its B·A delta" + ("; the embedding's: 2·T·r·h" if "embed_tokens" in s_.head_targets else "")
+                          + ")", PEFT))
     if s_.dora:
         terms.append(Term("fwd_dora", Role.FORWARD_FLOPS, _every_layer(layers, "dora_forward"), r"F_{\mathrm{DoRA}}",
                           "DoRA's weight norm: lora_B(lora_A(eye(d_in))) per target, 2·d_in·r·(d_in + d_out), per "
@@ -182,7 +198,8 @@ def _build_flops(s_: Structure) -> FlopsLedger:
         terms.append(Term("bwd_weight_grads", Role.BACKWARD_FLOPS, weight_grads, r"F_{\nabla W}",
                           "a weight gradient for every trainable weight (none for LoRA's frozen base)", COUNTER))
     if s_.lora:
-        terms.append(Term("bwd_lora", Role.BACKWARD_FLOPS, _per_layer(layers, "lora_backward"), r"F_{\nabla\mathrm{LoRA}}",
+        terms.append(Term("bwd_lora", Role.BACKWARD_FLOPS, _per_layer(layers, "lora_backward") + head_bwd,
+                          r"F_{\nabla\mathrm{LoRA}}",
                           "the adapters' weight gradients and the gradient through them", PEFT))
     if s_.grad_checkpointing:
         recompute = (_per_layer(layers, "forward") + _per_layer(layers, "attention_forward")

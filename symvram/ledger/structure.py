@@ -25,6 +25,7 @@ class Structure:
     tied: bool = False                # lm_head shares the embedding matrix
     options: tuple[str, ...] = ()     # the family's boolean switches that are on (attention_bias …)
     targets: tuple[str, ...] = ()     # LoRA target modules, canonical order
+    head_targets: tuple[str, ...] = ()  # LoRA on embed_tokens (PEFT lora.Embedding) / lm_head (lora.Linear) too
     master: bool = False              # an fp32 master copy of the trainable weights is kept
     optimizer: str = "adamw"          # adamw | sgd | sgd-momentum | lion | adafactor
     optimizer_impl: str = "foreach"   # foreach | fused | forloop

@@ -183,6 +183,7 @@ def render_rows(rows: list[list[str]], aligns: str, fmt: str, width: int | None 
 def setup_line(sc) -> str:
     """The configuration line ``estimate --method`` opens with (the figures' subtitles repeat it)."""
     return (f"{sc.model.name} · {sc.method}" + (f" r={sc.rank}" if sc.lora else "") +
+            "".join(f" + LoRA {name}" for name in sc.head_targets) +
             (f" + trainable {', '.join(sc.modules_to_save)}" if sc.modules_to_save else "") +
             f" · batch {sc.batch} · seq {sc.seq} · {sc.dtype}" + (f"/autocast {sc.autocast}" if sc.autocast != "none" else "") +
             f" · {sc.optimizer} ({sc.optimizer_impl}), states {sc.state_dtype}" +
@@ -310,6 +311,7 @@ def title(bd: Breakdown) -> str:
     method = {"full": "full fine-tuning", "lora": "LoRA", "qlora": "QLoRA"}[sc.method]
     if sc.lora:
         method += f" r={sc.rank} on {len(sc.targets)} target module{'s' * (len(sc.targets) > 1)}"
+        method += "".join(f" + {name}" for name in sc.head_targets)
     if sc.modules_to_save:
         method += f" + trainable {', '.join(sc.modules_to_save)} (modules_to_save)"
     parts = [sc.model.name, method, f"batch {sc.batch} × seq {sc.seq}",

@@ -156,7 +156,7 @@ def from_scenario(sc: Scenario) -> dict:
             "grad_checkpointing": sc.grad_checkpointing, "attention": sc.attention,
             **{k: getattr(sc, k) for k, v in OPTIONAL.items() if k != "modules_to_save" and getattr(sc, k) != v}}
     if sc.lora:
-        spec.update(rank=sc.rank, targets=list(sc.targets), lora_dropout=sc.lora_dropout,
+        spec.update(rank=sc.rank, targets=[*sc.targets, *sc.head_targets], lora_dropout=sc.lora_dropout,
                     adapter_dtype="fp32" if sc.adapter_dtype == "fp32" else "base")
         if sc.modules_to_save:
             spec["modules_to_save"] = list(sc.modules_to_save)
