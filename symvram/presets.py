@@ -16,7 +16,7 @@ from importlib import resources
 from pathlib import Path
 
 from .errors import UserError, did_you_mean, excerpt
-from .symbols import sym
+from .symbols import SYMBOLS, sym
 from .units import fmt_bytes, parse_size
 from .userfiles import read_user_file, unreadable
 
@@ -73,7 +73,8 @@ class ModelSpec:
 
         fam, dims = family(self.family), self.dims
         cfg = {"model_type": self.model_type}
-        cfg.update({keys.split("|")[0]: dims[symbol] for symbol, keys, _ in fam.dims if keys != "layer_types"})
+        cfg.update({keys.split("|")[0]: dims[symbol] / self.head_dim if default.startswith("fraction of") else dims[symbol]
+                    for symbol, keys, default in fam.dims if keys != "layer_types"})
         if "sliding_layers" in dims:  # counts of layer kinds, laid out as a list (the order costs nothing)
             cfg["layer_types"] = (["sliding_attention"] * dims["sliding_layers"]
                                   + ["full_attention"] * (self.layers - dims["sliding_layers"]))
@@ -166,6 +167,28 @@ class ConfigFields:
             raise self._refuse(key, f"a positive integer up to {limit}", value)
         return value
 
+    def layer_count(self, key: str, default: int, layers: int) -> int:
+        """A count of decoder layers: an integer from 0 to ``layers``, else ``default``.
+
+        >>> ConfigFields({"first_k_dense_replace": 9}, "c.json").layer_count("first_k_dense_replace", 1, 4)
+        Traceback (most recent call last):
+        ...
+        symvram.errors.UserError: c.json: field 'first_k_dense_replace' must be an integer from 0 to num_hidden_layers (4), got 9
+        """
+        value = self.cfg[key] if self.given(key) else default
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= layers:
+            raise self._refuse(key, f"an integer from 0 to num_hidden_layers ({layers})", value)
+        return value
+
+    def fraction(self, key: str, default: float) -> float:
+        """A number in (0, 1], at the top level or in ``rope_parameters`` (transformers 5 moves RoPE fields there)."""
+        rope = self.cfg.get("rope_parameters")
+        value = self.cfg.get(key, rope.get(key) if isinstance(rope, dict) else None)
+        value = default if value is None else value
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1:
+            raise self._refuse(key, "a number in (0, 1]", value)
+        return value
+
     def boolean(self, key: str, default: bool) -> bool:
         value = self.cfg[key] if self.given(key) else default
         if not isinstance(value, bool):  # "false" is a non-empty string: bool("false") would be True
@@ -251,6 +274,12 @@ def spec_from_config(cfg: dict, name: str, kind: str, source: str) -> ModelSpec:
             dims[symbol] = present if default == "layer types present" else sliding
             continue
         key = next((k for k in keys.split("|") if f.given(k)), keys.split("|")[0])  # "a|b": either
+        if default.startswith("fraction of head_dim"):   # partial RoPE: int(d_head · factor), top level or in rope_parameters
+            dims[symbol] = int(dims["head_dim"] * f.fraction(key, float(default.split()[-1])))
+            continue
+        if SYMBOLS[symbol].unit == "layers" and symbol != "layers":   # a layer kind's count: 0 … L
+            dims[symbol] = f.layer_count(key, int(default), dims["layers"])
+            continue
         if not f.given(key) and default != "required":
             value = sympify(expr(default).xreplace({sym(n): v for n, v in dims.items()}))
             if not value.is_integer:  # head_dim = hidden/heads: hidden_size is not divisible by num_attention_heads

@@ -423,6 +423,7 @@ class Scenario:
         """The discrete choices of the ledger (built once per Scenario: the Scenario is frozen)."""
         return Structure(
             method=self.method, nominal=self.model.params is not None, family=self.model.family,
+            first_kind=family(self.model.family).first_kind(self.model.dims),
             tied=self.model.tied, options=self.model.options, targets=self.targets if self.lora else (),
             master=self.master == "fp32", optimizer=self.optimizer, optimizer_impl=self.optimizer_impl,
             embed_states_fp32=self.optimizer in BNB_OPTIMIZERS and runs_trainer(self.stack)

@@ -41,6 +41,18 @@ def test_verdict_largest_when_true():
     assert "are the largest part of the peak" in verdict(d, lambda n: fmt_bytes(n, "GiB"))
 
 
+def test_parameter_verdict_says_which_moment_its_figure_is():
+    """Qwen3-32B QLoRA on 24 GiB: the parts at the peak (the loss backward) list the parameter side without
+    gradients, the verdict counts weights + gradients + states at the optimizer step. Two figures under one
+    name read as a contradiction: the verdict's figure must say what it holds and when."""
+    d = diagnose(Scenario.create("qwen3-32b", method="qlora"), load_card("24GiB"))
+    assert d.cause == "parameter"
+    at_peak = part_bytes(d.estimate)["parameter"]
+    assert d.parameter_bytes - at_peak == d.estimate.terms["grads"]   # not yet alive at the loss backward
+    text = verdict(d, lambda n: fmt_bytes(n, "GiB"))
+    assert f"all alive at the optimizer step: {fmt_bytes(d.parameter_bytes, 'GiB')}" in text
+
+
 def test_batch_one_remedy_keeps_the_files_effective_batch(tmp_path, capsys):
     """axolotl micro-batch 2 × accumulation 8: batch 1 needs accumulation 16; the text never says the
     effective batch is the micro-batch."""

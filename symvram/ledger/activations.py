@@ -23,7 +23,8 @@ from .architecture import E, L, V, dh, f, f_e, h, k_e, nh, nkv
 from .functions import at_least, ceil_div, pow2_ceil
 from .structure import Structure
 from .terms import Phase, Role, Term, span
-from .weights import compute_adapter_bytes, compute_weight_bytes, per_trainable, saved_copy_bytes
+from .weights import (compute_adapter_bytes, compute_weight_bytes, dora_magnitude, per_trainable, rotary_width,
+                      saved_copy_bytes)
 
 b, s, r = sym("batch"), sym("seq"), sym("rank")
 b_c, b_32, b_a, b_mask, b_id, b_w, b_g, b_i32 = (sym(n) for n in (
@@ -134,7 +135,7 @@ def _layer_of(s_: Structure, first: bool) -> dict[str, tuple[sp.Expr, str, str, 
     out: dict[str, tuple[sp.Expr, str, str, str]] = {}
 
     targets = set(s_.targets) if s_.lora else set()
-    saving = [n for n in fam.norms if grad[n.at] if not n.after or grad_in or n.after in targets]
+    saving = [n for n in fam.active_norms(s_.options) if grad[n.at] if not n.after or grad_in or n.after in targets]
     if saving:
         out["act_norms"] = (sp.Add(*(norm_saved(s_, n.rows, n.width) for n in saving)), r"A_{\mathrm{norm}}",
                             NORM_WHY[fam.norm], TRANSFORMERS)
@@ -318,6 +319,12 @@ def _moe_layer(s_: Structure) -> dict[str, tuple[sp.Expr, str, str, str]]:
                                  "PEFT's target_parameters builds W + (α/r)·B·A of every targeted expert weight each "
                                  "forward, in the compute dtype, and keeps it (and the cast factors) for backward",
                                  "peft tuners/lora/layer.py ParamWrapper")
+    if fam.extra("router_fp32"):   # F.linear(x.float(), W.float()): W's fp32 copy for x's gradient, x's for W's
+        weight_copy = 0 if s_.compute_fp32 else b_32 * E * h
+        out["act_moe_router_input"] = (weight_copy + (0 if s_.lora else b_32 * T * h), r"A_{\mathrm{route,in}}",
+                                       "the router runs in fp32: the weight's fp32 copy, kept for the input's gradient"
+                                       + ("" if s_.lora else ", and the fp32 input, for the weight's"), fam.source)
+        return out
     reads_input = any(m.input_group == "mlp_in" for m in fam.linears)  # a shared expert: its input is the router's
     if (not s_.lora and not reads_input) or router.name in s_.targets:
         out["act_moe_router_input"] = (b_c * T * h + (b_c * E * h if s_.lora else 0), r"A_{\mathrm{route,in}}",
@@ -328,9 +335,13 @@ def _moe_layer(s_: Structure) -> dict[str, tuple[sp.Expr, str, str, str]]:
 
 def _shared_expert(s_: Structure) -> dict[str, tuple[sp.Expr, str, str, str]]:
     """What a shared expert saves beside the routed ones (Qwen2-MoE): its SwiGLU MLP's three d_S-wide tensors, and
-    for sigmoid(shared_expert_gate(x)) · shared output the gate's sigmoid and the MLP's output."""
+    for sigmoid(shared_expert_gate(x)) · shared output the gate's sigmoid and the MLP's output; an ungated one
+    (``shared_expert = "plain"``, GLM-4.5's, added to the routed output) the three tensors alone."""
     fam = s_.arch
-    d_s = sym("shared_intermediate")
+    d_s = next(m.d_in for m in fam.linears if m.input_group == "mlp_act")   # its down projection's input
+    if fam.extra("shared_expert") == "plain":
+        return {"act_shared_expert": (3 * b_c * T * d_s, r"A_{\mathrm{shared}}", "the shared experts' gate output "
+                                      "(SiLU input), SiLU output and up output (d_S wide each)", fam.source)}
     return {"act_shared_expert": (3 * b_c * T * d_s + b_c * T * h + b_c * T, r"A_{\mathrm{shared}}",
                                   "the shared expert's gate output (SiLU input), SiLU output and up output (d_S wide "
                                   "each), its output and the sigmoid of its gate, kept by the gating product",
@@ -379,13 +390,26 @@ def saved_per_layer(s_: Structure) -> sp.Expr:
     return residual_bytes(s_) * T * h if s_.grad_checkpointing else per_layer_bytes(s_) + sliding_extra(s_)
 
 
-def per_layer_bytes(s_: Structure) -> sp.Expr:
-    """Bytes one (not the first) decoder layer saves: also what one checkpoint recompute holds."""
+def _layer_bytes(s_: Structure) -> sp.Expr:
+    """Bytes one (not the first) decoder layer of ``s_``'s own kind saves."""
     return sp.Add(*(e for e, *_ in _layer(s_, first=False).values()))
 
 
+def largest_kind(s_: Structure, per_layer) -> sp.Expr:
+    """``per_layer`` of one layer's structure: the same for every layer, or the largest over the family's layer
+    kinds (left unevaluated, as the numbers decide which)."""
+    values = list(dict.fromkeys(per_layer(k) for _, k in s_.layer_kinds))
+    return values[0] if len(values) == 1 else sp.Max(*values, evaluate=False)
+
+
+def per_layer_bytes(s_: Structure) -> sp.Expr:
+    """Bytes one (not the first) decoder layer saves: also what one checkpoint recompute holds (for a family whose
+    layers differ, the largest kind's)."""
+    return largest_kind(s_, _layer_bytes)
+
+
 # the only fields the activation and transient terms read (not the optimizer, master copy, quantization, sharding)
-ACTIVATION_FIELDS = ("method", "family", "options", "tied", "targets", "adapter_upcast", "attention", "autocast",
+ACTIVATION_FIELDS = ("method", "family", "first_kind", "options", "tied", "targets", "adapter_upcast", "attention", "autocast",
                      "compute_fp32", "device", "dora", "dropout", "grad_checkpointing",
                      "kbit_prep", "loss_impl", "modules_to_save", "weight_casts", "mp_policy", "bnb_input_saved",
                      "objective")
@@ -411,10 +435,15 @@ def saved_terms(s_: Structure) -> list[Term]:
                           "checkpointing keeps each layer's input (and the position ids); layers are recomputed in backward",
                           "torch.utils.checkpoint (non-reentrant)"))
     else:
-        general, first = _layer(s_, first=False), _layer(s_, first=True)
+        general: dict[str, tuple] = {}   # key -> (Σ over the layer kinds of layers · bytes, label, why, source)
+        for n, kind in s_.layer_kinds:
+            for key, (expr, label, why, source) in _layer(kind, first=False).items():
+                total = general[key][0] + n * expr if key in general else n * expr
+                general[key] = (total, *(general.get(key) or (None, label, why, source))[1:])
         for key, (expr, label, why, source) in general.items():
-            terms.append(Term(key, Role.SAVED_ACTIVATION, L * expr, f"L \\cdot {label}", why, source))
-        correction = sp.Add(*(first.get(k, (0,))[0] - general[k][0] for k in general))
+            terms.append(Term(key, Role.SAVED_ACTIVATION, expr, f"L \\cdot {label}", why, source))
+        later, first = _layer(s_.first_layer, first=False), _layer(s_.first_layer, first=True)
+        correction = sp.Add(*(first.get(k, (0,))[0] - later[k][0] for k in later))
         if correction != 0:
             terms.append(Term("act_first_layer", Role.SAVED_ACTIVATION, sp.expand(correction), r"A_{\mathrm{layer\,0}}",
                               "the first layer's input (the frozen embedding) needs no gradient, so it saves less",
@@ -468,7 +497,7 @@ def saved_terms(s_: Structure) -> list[Term]:
                           "final-logit soft-capping keeps tanh(logits / cap) for backward", fam.source))
     bases = fam.dim("rope_bases")
     b_rope = b_32 if fam.extra("rope_fp32") else b_c  # OLMo 2 keeps cos/sin in fp32
-    width = dh / 2 if fam.extra("rope_half_width") else dh  # gpt-oss: cos, sin of the frequencies alone (d_head/2)
+    width = dh / 2 if fam.extra("rope_half_width") else rotary_width(fam)  # gpt-oss: cos, sin of the d_head/2 frequencies
     terms.append(Term("act_rope", Role.STEP_INPUT, 2 * bases * b_rope * s * width, r"A_{\mathrm{rope}}",
                       "RoPE cos and sin, shared by all layers" + " (one pair per rotary base)" * (bases != 1),
                       "transformers LlamaRotaryEmbedding"))
@@ -479,14 +508,18 @@ def saved_terms(s_: Structure) -> list[Term]:
 
 def _largest_linear(s_: Structure) -> sp.Expr:
     """Elements of the largest quantized (nn.Linear) weight (left unevaluated: which one depends on the numbers)."""
-    return sp.Max(*{m.params for m in s_.arch.linears}, evaluate=False)
+    return sp.Max(*{m.params for _, k in s_.arch.layer_kinds for m in k.linears}, evaluate=False)
 
 
 def _first_layer_params(s_: Structure) -> sp.Expr:
     """Trainable parameters whose gradients come last: the first layer's (and an untied embedding's)."""
-    if s_.lora:
+    first = s_.first_layer
+    if s_.lora and not s_.arch.kinds:
         return sym("P_lora") / L
-    return s_.arch.params_per_layer(s_.options) + (0 if s_.tied else V * h)
+    if s_.lora:
+        return first.arch.lora_params_per_layer(first.targets, r) + (dora_magnitude(first.arch, first.targets)
+                                                                     if s_.dora else 0)
+    return first.arch.params_per_layer(s_.options) + (0 if s_.tied else V * h)
 
 
 def liger_chunk(s_: Structure) -> sp.Expr:
@@ -655,6 +688,8 @@ def transient_terms(s_: Structure) -> list[Term]:
     ]
 
     temp, why, source = _layer_backward_temp(s_)
+    if s_.arch.kinds:   # the last layer's MLP backward and the first's: the larger kind's
+        temp = largest_kind(s_, lambda k: _layer_backward_temp(k)[0])
     terms.append(Term("layer_backward_temp", Role.BACKWARD_TEMPORARY, temp, r"M_{\mathrm{mlp}'}", why, source))
     if "lm_head" in s_.modules_to_save:
         terms.append(Term("head_grad", Role.EARLY_GRADIENT, saved_copy_bytes(s_) * V * h, r"M_{\mathrm{grad},V}",
@@ -681,7 +716,8 @@ def transient_terms(s_: Structure) -> list[Term]:
                           "peft tuners/lora/dora.py DoraLinearLayer.forward, get_weight_norm",
                           lifetime=(Phase.LAST_LAYER_RECOMPUTE, Phase.FIRST_LAYER_RECOMPUTE) if s_.grad_checkpointing
                           else (Phase.FORWARD,)))
-    terms.append(Term("one_layer", Role.RECOMPUTED_ACTIVATION, per_layer_bytes(s_) + sliding_extra(s_), r"M_{\mathrm{layer}}",
+    one_layer = per_layer_bytes(s_) if s_.grad_checkpointing else _layer_bytes(s_.first_layer)
+    terms.append(Term("one_layer", Role.RECOMPUTED_ACTIVATION, one_layer + sliding_extra(s_), r"M_{\mathrm{layer}}",
                       "one layer's saved tensors (recomputed under checkpointing), alive until its backward ends",
                       "torch.utils.checkpoint / autograd",   # without checkpointing: the first layer's, still saved
                       lifetime=span(Phase.LAST_LAYER_RECOMPUTE, Phase.FIRST_LAYER_BACKWARD) if s_.grad_checkpointing

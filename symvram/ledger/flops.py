@@ -117,14 +117,28 @@ def _layer(s_: Structure, first: bool) -> dict[str, sp.Expr]:
     return out
 
 
-def _per_layer(layers: tuple[dict, dict], key: str) -> sp.Expr:
-    """L layers: (L − 1) later ones and the first (``layers``: ``_layer``'s two), which may differ under LoRA."""
-    later, first = layers[0][key], layers[1][key]
+def _per_layer(layers: tuple, key: str) -> sp.Expr:
+    """L layers: (L − 1) later ones and the first (``layers``: ``_layers``'), which may differ under LoRA; for a
+    family whose layers differ, each kind's count of later ones, and the first layer of its kind."""
+    kinds, (later, first) = layers[2], (layers[0][key], layers[1][key])
+    if kinds:
+        return sp.expand(sp.Add(*(n * k[key] for n, k in kinds)) - later + first)
     return sp.expand((L - 1) * later + first) if later != first else L * later
 
 
+def _every_layer(layers: tuple, key: str) -> sp.Expr:
+    """``key`` of a later layer, for every layer (the first alike)."""
+    return sp.Add(*(n * k[key] for n, k in layers[2])) if layers[2] else L * layers[0][key]
+
+
+def _layers(s_: Structure) -> tuple:
+    """(layer 0's kind as a later layer, as the first layer, (layers, a later layer) per kind if they differ)."""
+    kinds = tuple((n, _layer(k, False)) for n, k in s_.layer_kinds) if s_.arch.kinds else ()
+    return _layer(s_.first_layer, False), _layer(s_.first_layer, True), kinds
+
+
 # the only fields the FLOPs ledger reads: structures that differ elsewhere (dtypes, optimizer, ZeRO) share it
-FLOPS_FIELDS = ("method", "family", "targets", "attention", "grad_checkpointing", "tensor_parallel", "dora",
+FLOPS_FIELDS = ("method", "family", "first_kind", "targets", "attention", "grad_checkpointing", "tensor_parallel", "dora",
                 "dropout", "modules_to_save")
 
 
@@ -137,7 +151,7 @@ def build_flops(s_: Structure) -> FlopsLedger:
 def _build_flops(s_: Structure) -> FlopsLedger:
     lm_head = 2 * T * h * V
     split = 1 / t if s_.tensor_parallel else sp.Integer(1)   # Megatron: every matmul split t ways (vocab too)
-    layers = (_layer(s_, False), _layer(s_, True))   # a later layer's and the first's, built once for every term
+    layers = _layers(s_)   # a later layer's and the first's, built once for every term
     terms = [
         Term("fwd_layers", Role.FORWARD_FLOPS, _per_layer(layers, "forward"), r"F_{\mathrm{lin}}",
              "2·T·d_in·d_out per projection of every layer (a routed expert: T·k_E tokens)", COUNTER),
@@ -149,7 +163,7 @@ def _build_flops(s_: Structure) -> FlopsLedger:
         terms.append(Term("fwd_lora", Role.FORWARD_FLOPS, _per_layer(layers, "lora_forward"), r"F_{\mathrm{LoRA}}",
                           "the adapters: 2·T·r·(d_in + d_out) per target (a parameter target: its B·A delta)", PEFT))
     if s_.dora:
-        terms.append(Term("fwd_dora", Role.FORWARD_FLOPS, L * layers[0]["dora_forward"], r"F_{\mathrm{DoRA}}",
+        terms.append(Term("fwd_dora", Role.FORWARD_FLOPS, _every_layer(layers, "dora_forward"), r"F_{\mathrm{DoRA}}",
                           "DoRA's weight norm: lora_B(lora_A(eye(d_in))) per target, 2·d_in·r·(d_in + d_out), per "
                           "step, not per token" + (" — and, with dropout, the base result again from the dropped-out "
                                                    "input: 2·T·d_in·d_out" if s_.dropout else ""),
@@ -171,8 +185,8 @@ def _build_flops(s_: Structure) -> FlopsLedger:
                           "the adapters' weight gradients and the gradient through them", PEFT))
     if s_.grad_checkpointing:
         recompute = (_per_layer(layers, "forward") + _per_layer(layers, "attention_forward")
-                     + (_per_layer(layers, "lora_forward") if s_.lora else 0) + L * layers[0]["dora_forward"]
-                     - L * layers[0]["recompute_skipped"])
+                     + (_per_layer(layers, "lora_forward") if s_.lora else 0) + _every_layer(layers, "dora_forward")
+                     - _every_layer(layers, "recompute_skipped"))
         terms.append(Term("recompute_layers", Role.RECOMPUTE_FLOPS, recompute, r"F_{\mathrm{rec}}",
                           "checkpointing reruns every layer's forward in backward, stopping after the last saved "
                           "tensor (the down projection's product is skipped when nothing saves it)",

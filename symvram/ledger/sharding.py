@@ -57,7 +57,7 @@ ZERO_BUFFERS = (Role.GATHERED_WEIGHT, Role.COMMUNICATION_BUFFER, Role.UNSHARDED_
 
 def norm_params(s: Structure) -> sp.Expr:
     """Norm weights: the layers' and the final one, replicated on every tensor-parallel rank."""
-    return L * s.arch.norm_params_per_layer() + h
+    return s.arch.over_layers(lambda k: k.norm_params_per_layer(s.options)) + h
 
 
 def _tp_params(s: Structure) -> dict[sp.Symbol, sp.Expr]:
@@ -86,11 +86,23 @@ def _tensor_parallel(term: Term, s: Structure) -> Term:
 
 
 def layer_bytes(s: Structure) -> sp.Expr:
-    """Bytes of one decoder layer as FSDP2 gathers it (with its adapters; NF4 and constants under QLoRA).
+    """Bytes of one decoder layer as FSDP2 gathers it (with its adapters; NF4 and constants under QLoRA); for a
+    family whose layers differ, the largest kind's.
 
     >>> layer_bytes(Structure(mp_policy=True)).free_symbols == {sym("bytes_act"), h, f, nh, nkv, sym("head_dim")}
     True
     """
+    from .activations import largest_kind
+
+    return largest_kind(s, _kind_layer_bytes) if s.arch.kinds else _kind_layer_bytes(s)
+
+
+def all_layer_bytes(s: Structure) -> sp.Expr:
+    """Bytes of every decoder layer as FSDP2 gathers them: L · ``layer_bytes``, or the sum over the layer kinds."""
+    return sp.Add(*(n * _kind_layer_bytes(k) for n, k in s.layer_kinds)) if s.arch.kinds else L * layer_bytes(s)
+
+
+def _kind_layer_bytes(s: Structure) -> sp.Expr:
     fam, b = s.arch, compute_weight_bytes(s)
     if s.method == "qlora":
         layer = fam.linear_params_per_layer() * (q + quant_constant_bits(s.double_quant)) / 8 + (
@@ -98,8 +110,17 @@ def layer_bytes(s: Structure) -> sp.Expr:
     else:
         layer = fam.params_per_layer(s.options) * b
     if s.lora:
-        layer += P_lora / L * compute_adapter_bytes(s)
+        layer += _layer_lora(s) * compute_adapter_bytes(s)
     return layer
+
+
+def _layer_lora(s: Structure) -> sp.Expr:
+    """One layer's LoRA parameters: P_lora / L, or those of the layer's kind."""
+    if ":" not in s.family:   # a family whose layers are all alike
+        return P_lora / L
+    from .weights import dora_magnitude
+
+    return s.arch.lora_params_per_layer(s.targets, sym("rank")) + (dora_magnitude(s.arch, s.targets) if s.dora else 0)
 
 
 def root_bytes(s: Structure) -> sp.Expr:
@@ -113,7 +134,11 @@ def root_params(s: Structure) -> sp.Expr:
 
 def layer_trainable(s: Structure) -> sp.Expr:
     """Trainable elements of one decoder layer (its LoRA adapters, or all its weights)."""
-    return P_lora / L if s.lora else s.arch.params_per_layer(s.options)
+    if s.arch.kinds:
+        from .activations import largest_kind
+
+        return largest_kind(s, layer_trainable)
+    return _layer_lora(s) if s.lora else s.arch.params_per_layer(s.options)
 
 
 def fsdp_terms(s: Structure) -> list[Term]:

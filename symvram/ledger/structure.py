@@ -6,7 +6,7 @@ and cached.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from .architecture import Family, family
 
@@ -20,6 +20,7 @@ class Structure:
     method: str = "full"              # full | lora | qlora
     nominal: bool = False             # P is a given number (interview preset), not derived
     family: str = "llama"             # the decoder family (data/families/<family>.toml)
+    first_kind: str = ""              # the layer kind of layer 0 (Family.first_kind; "" the default kind)
     tied: bool = False                # lm_head shares the embedding matrix
     options: tuple[str, ...] = ()     # the family's boolean switches that are on (attention_bias …)
     targets: tuple[str, ...] = ()     # LoRA target modules, canonical order
@@ -63,6 +64,29 @@ class Structure:
     @property
     def arch(self) -> Family:
         return family(self.family)
+
+    def layer(self, kind: str) -> "Structure":
+        """The structure of one layer of the family's kind ``kind`` ("" the default): its family, and the LoRA
+        targets that kind has (a dense layer has no experts to target).
+
+        >>> Structure(family="llama", targets=("q_proj",)).layer("") == Structure(family="llama", targets=("q_proj",))
+        True
+        """
+        fam = self.arch.kind(kind)
+        if fam.key == self.family and not self.first_kind:   # layers all alike: the structure itself
+            return self
+        return replace(self, family=fam.key, first_kind="",
+                       targets=tuple(t for t in self.targets if t in fam.linear_map))
+
+    @property
+    def layer_kinds(self) -> tuple[tuple, ...]:
+        """(how many layers, one layer's structure) per layer kind of the family, the default kind first."""
+        return tuple((n, self.layer(k.key.partition(":")[2])) for n, k in self.arch.layer_kinds)
+
+    @property
+    def first_layer(self) -> "Structure":
+        """Layer 0's structure (its kind)."""
+        return self.layer(self.first_kind)
 
     @property
     def bnb(self) -> bool:

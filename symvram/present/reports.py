@@ -457,7 +457,8 @@ def verdict(d: Diagnosis, fb) -> str:
                 "something the ledger does not hold (another process, a leak, a different recipe): measure "
                 "with --measured-peak")
     if cause == "parameter":
-        return (f"verdict: the parameter side alone ({fb(d.parameter_bytes)}) is over the budget by "
+        return (f"verdict: the parameter side alone (weights, gradients and optimizer states, all alive at the "
+                f"optimizer step: {fb(d.parameter_bytes)}) is over the budget by "
                 f"{fb(d.parameter_bytes - d.budget)}: no batch, sequence, checkpointing or loss setting can fix it; "
                 "only the optimizer's precision, the method or more cards can")
     room = d.budget - sizes["parameter"]
