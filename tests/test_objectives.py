@@ -78,3 +78,36 @@ def test_estimate_is_trls_step(method, checkpointing):
             "stack": "trl", "autocast": "bf16", "grad_checkpointing": checkpointing}
     estimate, measured = evaluate(to_scenario(spec)).peak, measure_dpo(spec)["peak_bytes"]
     assert abs(estimate - measured) / measured < 0.0025, (estimate, measured)
+
+
+def _file(tmp_path, name, text):
+    path = tmp_path / name
+    path.write_text(text)
+    return str(path)
+
+
+def test_readers_name_the_objective(tmp_path):
+    """axolotl's rl: dpo (and ipo: DPO with another loss) and a TRL DPOConfig are read as --objective dpo, with
+    DPOConfig's precompute_ref_log_probs."""
+    from symvram.readers.read import read_files
+
+    ax = read_files([_file(tmp_path, "a.yml", "base_model: llama-2-7b\nrl: ipo\nadapter: lora\nsequence_len: 512\n")])
+    assert ax.settings["objective"].value == "dpo" and ax.settings["objective"].source.endswith("a.yml:rl")
+    trl = read_files([_file(tmp_path, "d.json", '{"output_dir": "o", "max_length": 512, "loss_type": ["sigmoid"], '
+                                                '"precompute_ref_log_probs": true}')])
+    assert trl.settings["objective"].value == "dpo" and trl.settings["precompute_ref"].value is True
+    sc = Scenario.create("llama-2-7b", **trl.kwargs())
+    assert sc.reference == "precomputed" and sc.loss_impl == "trl" and sc.seq == 512
+
+
+@pytest.mark.parametrize("text, words", [
+    ('{"output_dir": "o", "loss_type": "sigmod", "precompute_ref_log_probs": false}', "not a TRL 1.16 loss type"),
+    ('{"output_dir": "o", "num_generations": 8, "max_completion_length": 256}', "GRPOTrainer is not modelled yet"),
+    ('{"output_dir": "o", "desirable_weight": 1.0, "precompute_ref_log_probs": false}', "KTOTrainer"),
+])
+def test_bad_or_unmodelled_trl_configs_exit_2(tmp_path, capsys, text, words):
+    from symvram.cli import main
+
+    assert main(["estimate", "llama-2-7b", "--from", _file(tmp_path, "t.json", text)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and words in err[0]
