@@ -516,7 +516,7 @@ def per_layer_bytes(s_: Structure) -> sp.Expr:
 ACTIVATION_FIELDS = ("method", "family", "first_kind", "options", "tied", "targets", "adapter_upcast", "attention", "autocast",
                      "compute_fp32", "device", "dora", "dropout", "grad_checkpointing", "head_targets",
                      "kbit_prep", "loss_impl", "modules_to_save", "weight_casts", "mp_policy", "bnb_input_saved",
-                     "shift_logits_copy", "forward_logits_upcast", "tower")
+                     "shift_logits_copy", "forward_logits_upcast", "tower", "objective")
 
 
 def refuse_unmodelled(fam) -> None:
@@ -598,11 +598,7 @@ def saved_terms(s_: Structure) -> list[Term]:
                           "keeps it (and the per-token loss) for backward; no logits survive (modelled from source, "
                           "not measured here: Triton only)", "liger_kernel ops/fused_linear_cross_entropy.py"))
     elif s_.loss_impl == "trl":
-        terms.append(Term("act_logsoftmax", Role.LOSS_ACTIVATION, _trl_dtypes(s_)[0] * T * h + b_id * T + 2 * b_32 * T,
-                          r"A_{\mathrm{TRL}}", "TRL's fused LM head keeps a copy of the labelled positions' hidden "
-                          "states, their labels and the fp32 log-sum-exp and entropy per token; no logits survive "
-                          "(every token labelled; modelled from source, not measured here)",
-                          "trl 1.16 kernels/chunked_logprob.py ChunkedLogProbFunction"))
+        terms.append(trl_saved_term(s_))
     elif s_.loss_impl == "cce":
         terms.append(Term("act_logsoftmax", Role.LOSS_ACTIVATION, b_32 * T + b_32 * V, r"A_{\mathrm{CCE}}",
                           "Cut Cross-Entropy keeps the fp32 log-sum-exp per token and the fp32 average logit per "
@@ -667,11 +663,12 @@ def _trl_dtypes(s_: Structure) -> tuple[sp.Expr, sp.Expr]:
     return hidden, (b_c if s_.autocast else hidden)
 
 
-def _trl_loss_terms(s_: Structure) -> list[Term]:
+def trl_loss_terms(s_: Structure, n: sp.Expr = T) -> list[Term]:
     """TRL 1.16 SFTTrainer's fused LM head (``add_fused_lm_head``, always installed): the logits are computed tile by
-    tile into one [min(T, 4096), 32768] buffer and folded into per-token statistics; the backward recomputes each
-    tile and accumulates the gradients in fp32."""
+    tile into one [min(n, 4096), 32768] buffer and folded into per-token statistics; the backward recomputes each
+    tile and accumulates the gradients in fp32. ``n``: the positions it scores (every token under SFT)."""
     hidden, tile = _trl_dtypes(s_)
+    T = n  # noqa: N806 - the scored tokens, as the SFT formulas below name them
     buffer = tile * sp.Min(T, TRL_TOKEN_CHUNK, evaluate=False) * TRL_VOCAB_CHUNK
     casts = 0
     if s_.autocast and s_.weight_casts:  # weight[start:end].to(compute dtype): one vocabulary chunk at a time
@@ -682,7 +679,8 @@ def _trl_loss_terms(s_: Structure) -> list[Term]:
     # (full fine-tuning: lm_head's [V, h] buffer too; its cast is the gradient the ledger counts already)
     wide = s_.kbit_prep or s_.weight_casts or s_.compute_fp32  # fp32 hidden states (and weights, but in QLoRA)
     hidden_cast = 0 if wide else hidden * T * h
-    accumulator = b_32 * V * h if s_.method == "full" and not (s_.weight_casts or s_.compute_fp32) else 0
+    # lm_head's fp32 accumulator and its cast to the weight's dtype, both alive as the backward returns (:457)
+    accumulator = (b_32 + b_g) * V * h if s_.method == "full" and not (s_.weight_casts or s_.compute_fp32) else 0
     source = "trl 1.16 kernels/chunked_logprob.py ChunkedLogProbFunction"
     return [Term("logits", Role.LOSS_TEMPORARY, buffer + 7 * b_32 * T + casts, r"M_{\mathrm{logits}}",
                  "TRL's fused LM head: one [min(T, 4096), 32768] tile buffer in the compute dtype (not clipped to the "
@@ -691,8 +689,18 @@ def _trl_loss_terms(s_: Structure) -> list[Term]:
             Term("loss_backward_temp", Role.LOSS_BACKWARD_TEMPORARY, buffer + b_32 * T * h + hidden_cast + casts + accumulator,
                  r"M_{\mathrm{CE}'}", "its backward: the tile buffer again, the hidden states' gradient accumulated in "
                  "fp32" + (" and cast back" if hidden_cast else "")
-                 + (", lm_head's gradient accumulated in fp32" if accumulator else "") + " (modelled from source)",
+                 + (", lm_head's gradient accumulated in fp32 and cast back" if accumulator else "")
+                 + " (modelled from source)",
                  source)]
+
+
+def trl_saved_term(s_: Structure, n: sp.Expr = T, why: str = "(every token labelled; modelled from source, not "
+                   "measured here)") -> Term:
+    """What TRL's fused LM head saves for ``n`` scored positions: their hidden states' copy, labels, log_z, entropy."""
+    return Term("act_logsoftmax", Role.LOSS_ACTIVATION, _trl_dtypes(s_)[0] * n * h + b_id * n + 2 * b_32 * n,
+                r"A_{\mathrm{TRL}}", "TRL's fused LM head keeps a copy of the labelled positions' hidden states, their "
+                "labels and the fp32 log-sum-exp and entropy per token; no logits survive " + why,
+                "trl 1.16 kernels/chunked_logprob.py:386 ChunkedLogProbFunction.forward")
 
 
 def loss_terms(s_: Structure, logits_bytes) -> list[Term]:
@@ -710,7 +718,7 @@ def loss_terms(s_: Structure, logits_bytes) -> list[Term]:
                      "Liger's backward returns the gradients stored in the forward (nothing new)",
                      "liger_kernel fused_linear_cross_entropy_backward")]
     if s_.loss_impl == "trl":
-        return _trl_loss_terms(s_)
+        return trl_loss_terms(s_)
     if s_.loss_impl == "cce":
         grad_w = b_c * V * h if lm_head_trains else sp.Integer(0)
         return [Term("logits", Role.LOSS_TEMPORARY, b_32 * T, r"M_{\mathrm{logits}}",

@@ -28,7 +28,8 @@ ALIASES = {"gradient_checkpointing": "grad_checkpointing", "attn_impl": "attenti
 # stack's values. Keys in OPTIONAL appear in the canonical spec only when they differ from their default, so
 # the keys (hashes) of earlier measurements stay the same.
 OPTIONAL: dict[str, Any] = {"stack": "torch", "checkpoint_impl": "non-reentrant", "loss_impl": "torch",
-                            "kbit_prep": "peft", "dora": False, "modules_to_save": [], "mp_policy": "none"}
+                            "kbit_prep": "peft", "dora": False, "modules_to_save": [], "mp_policy": "none",
+                            "objective": "sft", "prompt": 0, "precompute_ref": False}
 
 
 def _stack_values(name: str, dtype: str) -> dict[str, Any]:
