@@ -15,6 +15,7 @@ from importlib import resources
 
 from .errors import UserError, did_you_mean, excerpt
 from .ledger.architecture import Family, family
+from .ledger.objectives import objectives
 from .ledger.structure import BNB_OPTIM_BITS, Structure
 from .presets import MAX_DIM, ModelSpec, load_model
 from .stacks import STACK_EXTRAS, STACK_SETTINGS, check_stack, concrete, resolve, runs_trainer, stacks
@@ -72,6 +73,26 @@ def recipes() -> dict:
 def _defaults() -> dict[str, int | float]:
     """Every registry symbol's default value."""
     return {n: d.default for n, d in SYMBOLS.items() if d.default is not None}
+
+
+def _objective_defaults(kw: dict) -> dict:
+    """What a preference objective decides before the stack fills the rest: TRL's stack (its config's bf16 and
+    gradient checkpointing) unless one is given, and TRL's fused LM head, which its trainers always install.
+
+    >>> _objective_defaults({"objective": "dpo"})["loss_impl"]
+    'trl'
+    """
+    name = kw.get("objective", "sft")
+    entry = objectives().get(name)
+    if name == "sft" or entry is None:   # an unknown name is refused by _check_objective
+        return kw
+    kw = dict(kw)
+    kw.setdefault("stack", entry["stack"])
+    if kw.get("loss_impl", entry["loss_impl"]) != entry["loss_impl"]:
+        raise UserError(f"--objective {name} runs TRL's own fused LM head (--loss-impl {entry['loss_impl']}); "
+                        f"--loss-impl {kw['loss_impl']} contradicts it")
+    kw["loss_impl"] = entry["loss_impl"]
+    return kw
 
 
 def parse_targets(spec: str | tuple[str, ...] | list[str], fam: Family | None = None) -> tuple[str, ...]:
@@ -190,6 +211,9 @@ class Scenario:
     kbit_prep: str = "none"         # QLoRA: peft's prepare_model_for_kbit_training (fp32 non-quantized weights)
     mp_policy: str = "none"         # FSDP2 MixedPrecisionPolicy(param_dtype=this, reduce_dtype=fp32) on fp32 storage
     optimizer_in_backward: bool = False  # one optimizer per parameter, stepped by its post-accumulate-grad hook
+    objective: str = "sft"          # sft | dpo (data/objectives.toml)
+    prompt: int = 0                 # DPO: prompt tokens per sequence (not scored by TRL's fused LM head)
+    precompute_ref: bool = False    # DPO: DPOConfig(precompute_ref_log_probs=True): no reference during training
     overrides: tuple[tuple[str, float], ...] = field(default=())
     versions: tuple[tuple[str, str], ...] = ()   # --versions: library versions asked for (symvram.versions)
     # the settings given (not filled by the stack): with_changes keeps them and lets the stack fill the rest again
@@ -224,6 +248,7 @@ class Scenario:
             kw["overrides"] = tuple(sorted(overrides.items()))
         state_given = kw.get("state_dtype")
         given = frozenset(kw) - {"targets", "head_targets"}
+        kw = _objective_defaults(kw)
         kw = resolve(spec, kw)
         kw = concrete(kw, kw.get("method", "full") in ("lora", "qlora"))
         if (bnb_states := BNB_STATE_DTYPES.get(kw.get("optimizer"))) is not None:
@@ -235,6 +260,14 @@ class Scenario:
         sc = cls(model=spec, **kw, given=given)
         sc._check()
         return sc
+
+    @property
+    def reference(self) -> str:
+        """Where a preference objective's reference log-probs come from: ``copy`` (a second model, full
+        fine-tuning), ``adapters`` (the PEFT policy with its adapters disabled), ``precomputed``, or ``none`` (SFT)."""
+        if self.objective == "sft":
+            return "none"
+        return "precomputed" if self.precompute_ref else ("adapters" if self.lora else "copy")
 
     def with_changes(self, **kw) -> "Scenario":
         """A copy with some inputs changed, checked again."""
@@ -304,6 +337,7 @@ class Scenario:
         for flag in ("grad_checkpointing", "double_quant", "sequence_parallel", "dora", "optimizer_in_backward"):
             if not isinstance(getattr(self, flag), bool):  # "false" is a non-empty string: it would switch it on
                 raise UserError(f"{flag} must be True or False; got {excerpt(getattr(self, flag))}")
+        self._check_objective()
         self._check_overrides()  # first: the checks below compute with the --set values
         self._check_parallel()
         if not (isinstance(self.lora_dropout, (int, float)) and 0 <= self.lora_dropout < 1):
@@ -362,6 +396,8 @@ class Scenario:
         """LoRA on lm_head needs transformers' own loss: TRL's SFTTrainer refuses it (trl 1.16
         trainer/sft_trainer.py:1066: its fused LM head multiplies by ``lm_head.weight``), and the other fused losses
         read ``lm_head.weight`` too, which would leave the adapter out of the loss."""
+        if self.objective != "sft":
+            raise UserError(f"LoRA on {', '.join(self.head_targets)} with --objective {self.objective} is not modelled")
         both = sorted(set(self.head_targets) & set(self.modules_to_save))
         if both:
             raise UserError(f"{', '.join(both)}: a LoRA target and in --modules-to-save at once; PEFT adapts a "
@@ -390,10 +426,27 @@ class Scenario:
             why = "tied embeddings (lm_head's gradient waits in autograd's buffer for the embedding's)"
         elif self.modules_to_save or self.head_targets:
             why = "trainable head modules (modules_to_save, LoRA on lm_head / embed_tokens)"
+        elif self.objective != "sft":
+            why = f"--objective {self.objective}"
         if why:
             raise UserError(f"--optimizer-in-backward with {why} is not modelled; it is modelled for torch's AdamW and "
                             "SGD on one GPU (torch's register_post_accumulate_grad_hook recipe, torchtune's "
                             "optimizer_in_bwd)")
+
+    def _check_objective(self) -> None:
+        """A known objective; DPO's prompt inside the sequence, its reference settings only with it."""
+        _choice(self.objective, tuple(objectives()), "--objective")
+        if not isinstance(self.precompute_ref, bool):
+            raise UserError(f"precompute_ref must be True or False; got {excerpt(self.precompute_ref)}")
+        if self.objective == "sft" and (self.prompt or self.precompute_ref):
+            raise UserError("--prompt and --precompute-ref describe a preference objective's batch and reference: "
+                            "use --objective dpo")
+        if isinstance(self.prompt, bool) or not isinstance(self.prompt, int) or not 0 <= self.prompt < self.seq:
+            raise UserError(f"--prompt must be a whole number of tokens from 0 to seq - 1 = {self.seq - 1} (the "
+                            f"completion needs at least one); got {excerpt(self.prompt)}")
+        if self.objective != "sft" and family(self.model.family).moe:
+            raise UserError(f"--objective {self.objective} on a mixture-of-experts model is not modelled: the "
+                            "reference forward's working set is derived for dense MLPs")
 
     def _check_overrides(self) -> None:
         """``--set`` names a registered leaf symbol and a positive, finite, plausible number."""
@@ -441,7 +494,8 @@ class Scenario:
             adapter_upcast=self.lora and self.mp_policy == "none"
             and self.adapter_dtype != (self.autocast if self.autocast != "none" else self.compute_dtype),
             autocast=self.autocast != "none", weight_casts=self.autocast != "none" and self.dtype == "fp32",
-            dropout=self.lora and self.lora_dropout > 0, device=self.device,
+            dropout=self.lora and self.lora_dropout > 0 and not objectives()[self.objective].get("disable_dropout"),
+            device=self.device, objective=self.objective, reference=self.reference,
             attention=self.attention, grad_checkpointing=self.grad_checkpointing,
             double_quant=self.double_quant, kbit_prep=self.kbit_prepared,
             loss_impl=self.loss_impl, dora=self.lora and self.dora, modules_to_save=self.modules_to_save, zero=self.zero, offload=self.offload,
@@ -449,16 +503,30 @@ class Scenario:
             mp_policy=self.mp_policy != "none", zero_impl=stacks()[self.stack].get("zero_impl", "fsdp2"),
             bnb_input_saved=self.method == "qlora" and applies("bnb_input_saved", self.versions),
             optimizer_in_backward=self.optimizer_in_backward,
+            shift_logits_copy=self.loss_impl == "torch" and applies("hf_shift_logits_copy", self.versions),
+            forward_logits_upcast=self.loss_impl == "torch" and applies("hf_forward_logits_upcast", self.versions),
+            tower=self.model.tower, tower_lora=self.tower_lora_width > 0,
         )
+
+    @cached_property
+    def tower_lora_width(self) -> int:
+        """Σ copies·(d_in + d_out) of the vision tower's linears LoRA adapts: the targets PEFT matches by name, or
+        every linear when the targets are the family's all-linear (PEFT's all-linear takes every nn.Linear)."""
+        if not self.lora or self.model.tower is None:
+            return 0
+        all_linear = self.targets == family(self.model.family).target_sets["all-linear"]
+        return self.model.tower.lora_width(self.targets, all_linear)
 
     def values(self) -> dict[str, int | float]:
         """Numbers for every leaf symbol: registry defaults, model dims, run settings, dtypes, overrides."""
         sizes = recipes()["dtypes"]
         vals = dict(_defaults())
         vals.update(self.model.dims)
+        if self.model.tower is not None:
+            vals["tower_lora_width"] = self.tower_lora_width
         trainable_dtype = self.adapter_dtype if self.lora else self.dtype
         vals.update(
-            batch=self.batch, seq=self.seq, rank=self.rank, gpus=self.gpus, tp=self.tp,
+            batch=self.batch, seq=self.seq, rank=self.rank, gpus=self.gpus, tp=self.tp, prompt=self.prompt,
             bytes_weight=sizes[self.dtype], bytes_act=sizes[self.compute_dtype],
             bytes_grad=sizes[trainable_dtype], bytes_adapter=sizes[self.adapter_dtype],
             bytes_state=sizes[self.state_dtype], bytes_autocast=sizes[self.autocast] if self.autocast != "none" else 2,

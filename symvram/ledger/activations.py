@@ -49,9 +49,11 @@ def _per_call_cast(s_: Structure, group: str) -> bool:
 
 def _shared_with_attention(s_: Structure, group: str) -> bool:
     """SDPA's output is laid out so that o_proj reads the very tensor SDPA saved (no second copy);
-    Phi-3's q comes from a slice of the fused qkv, so SDPA's output is (b, n_h, s, d) and o_proj reads a
-    contiguous copy instead."""
-    return group == "attn_out" and s_.attention == "sdpa" and not s_.arch.extra("fused_qkv")
+    Phi-3's q comes from a slice of the fused qkv, and a partial RoPE concatenates the rotated part and the rest
+    (GLM-4.5, modeling_glm4_moe.py:150-151) into a new (b, n_h, s, d) tensor, so SDPA's output is laid out
+    (b, n_h, s, d) and o_proj reads a contiguous copy instead."""
+    return (group == "attn_out" and s_.attention == "sdpa" and not s_.arch.extra("fused_qkv")
+            and s_.arch.dim("rotary_dim", 0) == 0 and not s_.arch.latent_attention)
 
 
 NORM_WHY = {
@@ -75,8 +77,10 @@ def norm_weight_input(s_: Structure) -> sp.Symbol:
 
 
 def _feeds(name: str) -> str:
-    """Which of q, k, v an attention-input projection produces (``qkv`` for a fused one)."""
-    return "qkv" if name.startswith("qkv") else name[0]
+    """Which of q, k, v an attention-input projection produces: the letters its name starts with (``qkv`` for a fused
+    one, ``kv`` for latent attention's kv_a_proj_with_mqa)."""
+    head = name.split("_")[0]
+    return head if set(head) <= set("qkv") else ""
 
 
 def needs_grad(s_: Structure, first: bool) -> dict[str, bool]:
@@ -103,7 +107,9 @@ def needs_grad(s_: Structure, first: bool) -> dict[str, bool]:
 
     layer_in = (not (first and s_.lora) or s_.grad_checkpointing or "embed_tokens" in s_.modules_to_save
                 or "embed_tokens" in s_.head_targets)
-    out = {"attn_in": layer_in, **{x: layer_in or trained_reader("attn_in", x) for x in "qkv"}}
+    out = {"attn_in": layer_in, "q_latent": layer_in or trained_reader("attn_in", "q"),   # latent attention's a-proj
+           "kv_latent": layer_in or trained_reader("attn_in", "kv")}                       # outputs
+    out.update({x: out[lat] or trained_reader(lat) for x, lat in (("q", "q_latent"), ("k", "kv_latent"), ("v", "kv_latent"))})
     out["attn_out"] = out["q"] or out["k"] or out["v"]
     out["attn_proj"] = out["attn_out"] or trained_reader("attn_out")
     out["mlp_in"] = layer_in or out["attn_proj"]
@@ -117,7 +123,8 @@ def _grad_sites(s_: Structure, first: bool) -> dict[str, bool]:
     inputs need a gradient. ``first`` without checkpointing (a checkpointed layer is recomputed as a later one)."""
     g = needs_grad(s_, first)
     return {"layer_in": g["attn_in"], "q": g["attn_out"], "k": g["attn_out"], "attn_out": g["attn_proj"],
-            "resid": g["mlp_in"], "mlp": g["mlp_act"], "mlp_out": g["mlp_out"]}
+            "resid": g["mlp_in"], "mlp": g["mlp_act"], "mlp_out": g["mlp_out"], "q_latent": g["q_latent"],
+            "kv_latent": g["kv_latent"]}
 
 
 def _layer(s_: Structure, first: bool) -> dict[str, tuple[sp.Expr, str, str, str]]:
@@ -132,6 +139,7 @@ def _layer(s_: Structure, first: bool) -> dict[str, tuple[sp.Expr, str, str, str
 def _layer_of(s_: Structure, first: bool) -> dict[str, tuple[sp.Expr, str, str, str]]:
     fam = s_.arch
     grad = _grad_sites(s_, first)
+    lat = needs_grad(s_, first)
     grad_in, attn_grad, resid_grad, mlp_grad = grad["layer_in"], grad["q"], grad["resid"], grad["mlp"]
     out: dict[str, tuple[sp.Expr, str, str, str]] = {}
 
@@ -146,7 +154,9 @@ def _layer_of(s_: Structure, first: bool) -> dict[str, tuple[sp.Expr, str, str, 
                                             "a trainable norm weight also keeps the normalized "
                                             + ("16-bit" if fam.norm == "rms" else "fp32") + " tensor", TRANSFORMERS)
 
-    if attn_grad:
+    if attn_grad and fam.latent_attention:
+        out.update(_latent_attention(s_))
+    elif attn_grad:
         if s_.attention == "sdpa":
             b_mm = matmul_bytes(s_)
             fused = b_mm * T * dh * (nh + nkv) if fam.extra("fused_qkv") else 0
@@ -189,7 +199,8 @@ def _layer_of(s_: Structure, first: bool) -> dict[str, tuple[sp.Expr, str, str, 
                                    "autocast casts each linear weight to the compute dtype per call; backward needs "
                                    "the cast, so it is saved", "torch.autocast")
     lin_targets = [t for t in s_.targets if fam.linear(t) in fam.linears]  # nn.Linear targets (PEFT's lora.Linear)
-    group_grad = {"attn_in": grad_in, "attn_out": resid_grad or attn_grad, "mlp_in": resid_grad, "mlp_act": mlp_grad}
+    group_grad = {"attn_in": grad_in, "attn_out": resid_grad or attn_grad, "mlp_in": resid_grad, "mlp_act": mlp_grad,
+                  "q_latent": lat["q_latent"], "kv_latent": lat["kv_latent"]}
     if s_.lora and s_.autocast and s_.adapter_upcast and lin_targets:
         # lora_A's cast weight is saved only for its input's gradient: not in the first layer's q, k, v
         casts = sp.Add(*((fam.linear(t).d_in if group_grad[fam.linear(t).input_group] else 0) + fam.linear(t).d_out
@@ -306,6 +317,60 @@ def lora_embed_saved(s_: Structure) -> sp.Expr:
 
 
 MOE = "transformers integrations/moe.py (grouped_mm experts)"
+
+
+def layer_working_sets(s_: Structure) -> list[Term]:
+    """What each sub-block of one decoder layer's forward makes and frees again, in the order the layer runs
+    them: the tensors alive together at the sub-block's high-water mark (one projection group's largest member).
+    No moment lists them (a layer's working set is below the loss's); the allocation schedule makes and frees
+    them in every layer's forward and recompute, so the caching allocator's segments follow them.
+
+    >>> [t.key for t in layer_working_sets(Structure(method="lora", targets=("q_proj", "v_proj")))]
+    ['ws_norm', 'ws_attn_in', 'ws_rope', 'ws_norm_mlp']
+    """
+    fam, b_res, b_ad = s_.arch, residual_bytes(s_), compute_adapter_bytes(s_)
+    upcast = 0 if s_.kbit_prep else b_32 * T * h   # a 16-bit stream is cast to fp32 first (kept under LoRA's saves)
+    norm = (b_32 * T * h * 2 + (upcast if s_.grad_checkpointing else 0), r"W_{\mathrm{norm}}",
+            "RMSNorm's fp32 square and normalized product (and its fp32 upcast under checkpointing)",
+            "transformers models/llama/modeling_llama.py:65-66 LlamaRMSNorm.forward")
+    out: dict[str, tuple] = {"ws_norm": norm}
+    targets = set(s_.targets) if s_.lora else set()
+    clone = s_.method == "qlora"   # bitsandbytes' Linear4bit: result.clone() before the LoRA sum
+    for group, width in fam.group_width.items():
+        lora = [m for m in fam.linears if m.input_group == group and m.name in targets]
+        if group == "mlp_in":
+            out["ws_norm_mlp"] = norm
+        if lora:
+            d = sp.Max(*(m.d_out for m in lora)) if len(lora) > 1 else lora[0].d_out
+            cast = b_ad * T * width if s_.adapter_upcast and s_.grad_checkpointing else 0
+            out[f"ws_{group}"] = ((1 + clone) * b_res * T * d + 2 * b_ad * T * d + cast, r"W_{\mathrm{LoRA}}",
+                                  "one LoRA projection: the base result" + (" and its clone" if clone else "")
+                                  + ", lora_B's output and its scaled copy"
+                                  + (" and the input cast to the adapter dtype" if cast != 0 else ""),
+                                  "peft tuners/lora/layer.py:1100-1102 Linear.forward; tuners/lora/bnb.py:533")
+        if group == "attn_in":
+            if s_.attention == "eager":
+                out["ws_scores"] = (3 * b_c * b * nh * s**2, r"W_{\mathrm{scores}}",
+                                    "eager attention's b·n_h·s² products: q·kᵀ, scaled and masked",
+                                    "transformers models/llama/modeling_llama.py:193-197 eager_attention_forward")
+            out["ws_rope"] = (3 * b_res * T * nh * dh, r"W_{\mathrm{RoPE}}",
+                              "RoPE on q: q·cos, the rotated half and its concatenation",
+                              "transformers models/llama/modeling_llama.py:119-147 apply_rotary_pos_emb")
+    return [Term(k, Role.LAYER_WORKING_SET, e, label, why, source) for k, (e, label, why, source) in out.items()]
+
+
+def _latent_attention(s_: Structure) -> dict[str, tuple[sp.Expr, str, str, str]]:
+    """What SDPA keeps of DeepSeek-V3's multi-head latent attention (modeling_deepseek_v3.py:462-464): q as the new
+    concatenation of its no-RoPE and rotated parts (n_h heads of d_nope + d_rope), k expanded per head into a new
+    tensor of the same width, v a view of kv_b_proj's output, which it keeps whole (n_h · (d_nope + d_v)), its
+    output (n_h · d_v) and the fp32 log-sum-exp; not a GQA-sized cache."""
+    b_mm = matmul_bytes(s_)
+    d_qk, d_v = s_.arch.attention_widths
+    return {"act_attention": (b_mm * T * nh * (2 * d_qk + (d_qk - dh + d_v) + d_v), r"A_{\mathrm{attn}}",
+                              "SDPA keeps q and k (n_h heads of d_nope + d_rope, built anew), kv_b_proj's whole output "
+                              "(v is a view of it) and its output (d_v wide)", s_.arch.source),
+            "act_attention_lse": (b_32 * b * nh * s, r"A_{\mathrm{lse}}", "and the fp32 log-sum-exp of each query row",
+                                  "torch scaled_dot_product_attention")}
 
 
 def _sink_scores(s_: Structure) -> tuple[sp.Expr, str, str, str]:
@@ -451,7 +516,8 @@ def per_layer_bytes(s_: Structure) -> sp.Expr:
 ACTIVATION_FIELDS = ("method", "family", "first_kind", "options", "tied", "targets", "adapter_upcast", "attention", "autocast",
                      "compute_fp32", "device", "dora", "dropout", "grad_checkpointing", "head_targets",
                      "optimizer_in_backward",
-                     "kbit_prep", "loss_impl", "modules_to_save", "weight_casts", "mp_policy", "bnb_input_saved")
+                     "kbit_prep", "loss_impl", "modules_to_save", "weight_casts", "mp_policy", "bnb_input_saved",
+                     "shift_logits_copy", "forward_logits_upcast", "tower", "objective")
 
 
 def refuse_unmodelled(fam) -> None:
@@ -533,11 +599,7 @@ def saved_terms(s_: Structure) -> list[Term]:
                           "keeps it (and the per-token loss) for backward; no logits survive (modelled from source, "
                           "not measured here: Triton only)", "liger_kernel ops/fused_linear_cross_entropy.py"))
     elif s_.loss_impl == "trl":
-        terms.append(Term("act_logsoftmax", Role.LOSS_ACTIVATION, _trl_dtypes(s_)[0] * T * h + b_id * T + 2 * b_32 * T,
-                          r"A_{\mathrm{TRL}}", "TRL's fused LM head keeps a copy of the labelled positions' hidden "
-                          "states, their labels and the fp32 log-sum-exp and entropy per token; no logits survive "
-                          "(every token labelled; modelled from source, not measured here)",
-                          "trl 1.16 kernels/chunked_logprob.py ChunkedLogProbFunction"))
+        terms.append(trl_saved_term(s_))
     elif s_.loss_impl == "cce":
         terms.append(Term("act_logsoftmax", Role.LOSS_ACTIVATION, b_32 * T + b_32 * V, r"A_{\mathrm{CCE}}",
                           "Cut Cross-Entropy keeps the fp32 log-sum-exp per token and the fp32 average logit per "
@@ -560,6 +622,10 @@ def saved_terms(s_: Structure) -> list[Term]:
                       "transformers LlamaRotaryEmbedding"))
     terms.append(Term("act_tokens", Role.STEP_INPUT, 2 * b_id * T, r"A_{\mathrm{ids}}",
                       "input ids and the shifted labels (int64)", "transformers ForCausalLMLoss"))
+    if s_.tower is not None and s_.tower.ids_copy and (not s_.lora or "embed_tokens" in s_.modules_to_save):
+        terms.append(Term("act_ids_copy", Role.SAVED_ACTIVATION, b_id * T, r"A_{\mathrm{ids,copy}}",
+                          "the copy of input_ids the multimodal forward embeds (an image token id outside the "
+                          "vocabulary blanked), saved by the trainable embedding for its backward", s_.tower.source))
     return terms
 
 
@@ -598,11 +664,12 @@ def _trl_dtypes(s_: Structure) -> tuple[sp.Expr, sp.Expr]:
     return hidden, (b_c if s_.autocast else hidden)
 
 
-def _trl_loss_terms(s_: Structure) -> list[Term]:
+def trl_loss_terms(s_: Structure, n: sp.Expr = T) -> list[Term]:
     """TRL 1.16 SFTTrainer's fused LM head (``add_fused_lm_head``, always installed): the logits are computed tile by
-    tile into one [min(T, 4096), 32768] buffer and folded into per-token statistics; the backward recomputes each
-    tile and accumulates the gradients in fp32."""
+    tile into one [min(n, 4096), 32768] buffer and folded into per-token statistics; the backward recomputes each
+    tile and accumulates the gradients in fp32. ``n``: the positions it scores (every token under SFT)."""
     hidden, tile = _trl_dtypes(s_)
+    T = n  # noqa: N806 - the scored tokens, as the SFT formulas below name them
     buffer = tile * sp.Min(T, TRL_TOKEN_CHUNK, evaluate=False) * TRL_VOCAB_CHUNK
     casts = 0
     if s_.autocast and s_.weight_casts:  # weight[start:end].to(compute dtype): one vocabulary chunk at a time
@@ -613,7 +680,8 @@ def _trl_loss_terms(s_: Structure) -> list[Term]:
     # (full fine-tuning: lm_head's [V, h] buffer too; its cast is the gradient the ledger counts already)
     wide = s_.kbit_prep or s_.weight_casts or s_.compute_fp32  # fp32 hidden states (and weights, but in QLoRA)
     hidden_cast = 0 if wide else hidden * T * h
-    accumulator = b_32 * V * h if s_.method == "full" and not (s_.weight_casts or s_.compute_fp32) else 0
+    # lm_head's fp32 accumulator and its cast to the weight's dtype, both alive as the backward returns (:457)
+    accumulator = (b_32 + b_g) * V * h if s_.method == "full" and not (s_.weight_casts or s_.compute_fp32) else 0
     source = "trl 1.16 kernels/chunked_logprob.py ChunkedLogProbFunction"
     return [Term("logits", Role.LOSS_TEMPORARY, buffer + 7 * b_32 * T + casts, r"M_{\mathrm{logits}}",
                  "TRL's fused LM head: one [min(T, 4096), 32768] tile buffer in the compute dtype (not clipped to the "
@@ -622,8 +690,18 @@ def _trl_loss_terms(s_: Structure) -> list[Term]:
             Term("loss_backward_temp", Role.LOSS_BACKWARD_TEMPORARY, buffer + b_32 * T * h + hidden_cast + casts + accumulator,
                  r"M_{\mathrm{CE}'}", "its backward: the tile buffer again, the hidden states' gradient accumulated in "
                  "fp32" + (" and cast back" if hidden_cast else "")
-                 + (", lm_head's gradient accumulated in fp32" if accumulator else "") + " (modelled from source)",
+                 + (", lm_head's gradient accumulated in fp32 and cast back" if accumulator else "")
+                 + " (modelled from source)",
                  source)]
+
+
+def trl_saved_term(s_: Structure, n: sp.Expr = T, why: str = "(every token labelled; modelled from source, not "
+                   "measured here)") -> Term:
+    """What TRL's fused LM head saves for ``n`` scored positions: their hidden states' copy, labels, log_z, entropy."""
+    return Term("act_logsoftmax", Role.LOSS_ACTIVATION, _trl_dtypes(s_)[0] * n * h + b_id * n + 2 * b_32 * n,
+                r"A_{\mathrm{TRL}}", "TRL's fused LM head keeps a copy of the labelled positions' hidden states, their "
+                "labels and the fp32 log-sum-exp and entropy per token; no logits survive " + why,
+                "trl 1.16 kernels/chunked_logprob.py:386 ChunkedLogProbFunction.forward")
 
 
 def loss_terms(s_: Structure, logits_bytes) -> list[Term]:
@@ -641,7 +719,7 @@ def loss_terms(s_: Structure, logits_bytes) -> list[Term]:
                      "Liger's backward returns the gradients stored in the forward (nothing new)",
                      "liger_kernel fused_linear_cross_entropy_backward")]
     if s_.loss_impl == "trl":
-        return _trl_loss_terms(s_)
+        return trl_loss_terms(s_)
     if s_.loss_impl == "cce":
         grad_w = b_c * V * h if lm_head_trains else sp.Integer(0)
         return [Term("logits", Role.LOSS_TEMPORARY, b_32 * T, r"M_{\mathrm{logits}}",
@@ -652,16 +730,23 @@ def loss_terms(s_: Structure, logits_bytes) -> list[Term]:
                      + (" and lm_head's gradient" if lm_head_trains else "") + " (modelled from source)",
                      "cut_cross_entropy cce_backward.py")]
     chunks = sym("loss_chunks") if s_.loss_impl == "chunked" else 1
+    upcast = s_.forward_logits_upcast   # transformers < 4.45: the forward returns fp32 logits (symvram.versions)
     terms = [
-        Term("logits", Role.LOSS_TEMPORARY, logits_bytes * T * V, r"M_{\mathrm{logits}}",
+        Term("logits", Role.LOSS_TEMPORARY, (b_32 if upcast else logits_bytes) * T * V, r"M_{\mathrm{logits}}",
              "the lm_head output, alive while the loss is computed"
-             + (" (torchtune: the list of c chunks)" if chunks != 1 else ""), "transformers LlamaForCausalLM"),
+             + (" (torchtune: the list of c chunks)" if chunks != 1 else "")
+             + (", upcast to fp32 by the forward (transformers < 4.45)" if upcast else ""),
+             "transformers 4.44.2 models/llama/modeling_llama.py:1209" if upcast else "transformers LlamaForCausalLM"),
         Term("loss_backward_temp", Role.LOSS_BACKWARD_TEMPORARY, 2 * b_32 * T * V / chunks, r"M_{\mathrm{CE}'}",
              "the loss backward holds nll_loss's fp32 gradient and log_softmax's fp32 gradient at once"
              + (" — of one chunk at a time" if chunks != 1 else ""),
              "torch nll_loss_backward, _log_softmax_backward_data"),
     ]
-    if not s_.compute_fp32:
+    if s_.shift_logits_copy:   # transformers < 4.49 (symvram.versions)
+        terms.insert(1, Term("logits_shifted", Role.LOSS_TEMPORARY, b_32 * b * (s - 1) * V, r"M_{\mathrm{logits},\ll}",
+                             "logits[..., :-1, :].contiguous(): the shifted fp32 copy cross-entropy reads "
+                             "(transformers < 4.49)", "transformers 4.48.0 loss/loss_utils.py:39 ForCausalLMLoss"))
+    if not s_.compute_fp32 and not upcast:
         terms.insert(1, Term("logits_fp32", Role.LOSS_TEMPORARY, b_32 * T * V / chunks, r"M_{\mathrm{logits},32}",
                              "logits.float(): the fp32 copy cross-entropy reads" + (" (one chunk)" if chunks != 1 else ""),
                              "transformers ForCausalLMLoss" if chunks == 1 else "torchtune CEWithChunkedOutputLoss"))
@@ -722,6 +807,11 @@ def dora_forward_temp(s_: Structure) -> sp.Expr:
     return dora_weight_norm(s_, last.name) - own + live
 
 
+# a recomputed layer lives through its recompute and its backward, for the last and the first layer (not at a layer
+# end between them: FSDP2's layer ends count the layers' saved tensors themselves)
+RECOMPUTES = (Phase.LAST_LAYER_RECOMPUTE, Phase.LAST_LAYER_BACKWARD, Phase.FIRST_LAYER_RECOMPUTE, Phase.FIRST_LAYER_BACKWARD)
+
+
 def _gradients_so_far(s_: Structure) -> list[Term]:
     """The gradients that accumulate during backward: a trainable lm_head's (a copy's, or its LoRA's) from the loss
     backward on, all but the first layer's and the embedding's when backward reaches the first layer, and tied
@@ -778,10 +868,10 @@ def transient_terms(s_: Structure) -> list[Term]:
                           "peft tuners/lora/dora.py DoraLinearLayer.forward, get_weight_norm",
                           lifetime=(Phase.LAST_LAYER_RECOMPUTE, Phase.FIRST_LAYER_RECOMPUTE) if s_.grad_checkpointing
                           else (Phase.FORWARD,)))
+    terms += layer_working_sets(s_)
     one_layer = per_layer_bytes(s_) if s_.grad_checkpointing else _layer_bytes(s_.first_layer)
     terms.append(Term("one_layer", Role.RECOMPUTED_ACTIVATION, one_layer + sliding_extra(s_), r"M_{\mathrm{layer}}",
                       "one layer's saved tensors (recomputed under checkpointing), alive until its backward ends",
                       "torch.utils.checkpoint / autograd",   # without checkpointing: the first layer's, still saved
-                      lifetime=span(Phase.LAST_LAYER_RECOMPUTE, Phase.FIRST_LAYER_BACKWARD) if s_.grad_checkpointing
-                      else (Phase.FIRST_LAYER_BACKWARD,)))
+                      lifetime=RECOMPUTES if s_.grad_checkpointing else (Phase.FIRST_LAYER_BACKWARD,)))
     return terms

@@ -98,13 +98,14 @@ def _layer(s_: Structure, first: bool) -> dict[str, sp.Expr]:
             lora_fwd += delta * (2 if m.count != 1 else 1)
             lora_bwd += 2 * delta
     out["lora_forward"], out["lora_backward"], out["dora_forward"] = lora_fwd, lora_bwd, dora
-    attn = 2 * T * s * nh * dh      # one of the two attention matmuls (QKᵀ or AV), full scores
-    out["attention_forward"] = 2 * attn
-    if s_.attention == "sdpa":   # the fused kernel: one backward recomputing the scores, 5 matmuls
-        out["attention_backward"] = 5 * attn if g["attn_out"] else sp.Integer(0)
+    d_qk, d_v = fam.attention_widths   # d_head both, but under latent attention
+    qk, av = 2 * T * s * nh * d_qk, 2 * T * s * nh * d_v   # the two attention matmuls, full scores
+    out["attention_forward"] = qk + av
+    if s_.attention == "sdpa":   # the fused kernel: one backward recomputing the scores (QKᵀ, dV, dP, dQ, dK)
+        out["attention_backward"] = 3 * qk + 2 * av if g["attn_out"] else sp.Integer(0)
     else:                        # eager: autograd of QKᵀ and AV, per operand that needs a gradient
         scores = g["q"] or g["k"]
-        out["attention_backward"] = attn * (g["q"] + g["k"] + scores + g["v"])
+        out["attention_backward"] = qk * (g["q"] + g["k"]) + av * (scores + g["v"])
     # what checkpointing's early stop leaves out of the recompute: the down projection's product (or,
     # under LoRA on it, the B matmul after it) when no post-norm and no routing weight reads it
     down = [m for m in fam.linears if m.input_group == "mlp_act"]

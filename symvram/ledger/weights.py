@@ -15,6 +15,7 @@ from .structure import Structure
 from .terms import Phase, Place, Role, Term
 
 P, P_train, P_quant, P_keep, P_lora, P_save = (sym(n) for n in ("P", "P_train", "P_quant", "P_keep", "P_lora", "P_save"))
+P_tower, P_lora_tower, w_tower = sym("tower_params"), sym("P_lora_tower"), sym("tower_lora_width")
 b_w, b_g, b_m, b_o, n_o, b_a, b_32 = (sym(n) for n in (
     "bytes_weight", "bytes_grad", "bytes_master", "bytes_state", "states_per_param", "bytes_adapter", "bytes_fp32"))
 q, B_q, c_abs, c_abs2, B_q2 = (sym(n) for n in ("quant_bits", "quant_block", "absmax_bits", "dq_absmax_bits", "dq_block"))
@@ -104,7 +105,35 @@ def base_terms(s: Structure) -> list[Term]:
                           + ("; the embedding's √h scale" if scale else "")
                           + ("; each MoE layer's router score bias (E)" if score_bias != 0 else ""),
                           "transformers LlamaRotaryEmbedding"))
-    return terms
+    return terms + (tower_terms(s) if s.tower is not None else [])
+
+
+def tower_terms(s: Structure) -> list[Term]:
+    """A multimodal checkpoint's vision tower and projector, loaded beside the decoder (``ledger.towers``): frozen
+    base weights that a text-only batch never runs. QLoRA packs its nn.Linear weights to NF4 like the decoder's
+    (transformers' ``get_keys_to_not_convert`` keeps only the lm_head and tied weights); the rest stays 16-bit,
+    or fp32 once prepare_model_for_kbit_training has cast it (its Linear4bit biases too: the tower never runs
+    the forward that casts them back)."""
+    t = s.tower
+    why = f"{t.description}, loaded by {t.loader}: frozen; a text-only batch never runs it"
+    if s.method == "qlora":
+        packed = sp.Add(*(n * nf4_bytes(sp.Integer(e), s.double_quant)[0] for e, n in t.linear_weights))
+        states = sp.Add(*(n * nf4_bytes(sp.Integer(e), s.double_quant)[1] for e, n in t.linear_weights))
+        packed_elements = sum(e * n for e, n in t.linear_weights)
+        b_keep = b_32 if s.kbit_prep else b_w
+        terms = [Term("weights_tower_nf4", Role.WEIGHT, packed + states, r"M_{\mathrm{tower,NF4}}",
+                      f"the vision tower's nn.Linear weights as packed NF4 with their quantization states ({why})",
+                      "transformers quantizers/base.py get_keys_to_not_convert; bitsandbytes functional.quantize_4bit"),
+                 Term("weights_tower", Role.WEIGHT, (P_tower - packed_elements) * b_keep, r"M_{\mathrm{tower}}",
+                      "the rest of the vision tower (convolution, position table, norms, biases, projector) unquantized"
+                      + ", cast to fp32 by prepare_model_for_kbit_training" * s.kbit_prep, t.source)]
+    else:
+        terms = [Term("weights_tower", Role.WEIGHT, P_tower * b_w, r"M_{\mathrm{tower}}",
+                      f"every weight of the {why}", t.source)]
+    return terms + [Term("buffers_tower", Role.BUFFER, sym("tower_float_buffers") * b_w + sym("tower_index_buffers")
+                         * sym("bytes_index"), r"M_{\mathrm{buf,tower}}",
+                         "the tower's buffers: floating ones (rotary inv_freq) in the weights' dtype, int64 position ids",
+                         t.source)]
 
 
 def rotary_width(fam) -> sp.Expr:
@@ -229,6 +258,12 @@ def trainable_terms(s: Structure) -> list[Term]:
     if s.lora:
         terms.append(Term("adapters", Role.ADAPTER, P_lora * b_a, r"M_{\mathrm{LoRA}}",
                           "LoRA A and B matrices (PEFT keeps them in fp32 unless told otherwise)"))
+    if s.tower_lora:
+        terms.append(Term("adapters_tower", Role.ADAPTER, P_lora_tower * b_a, r"M_{\mathrm{LoRA,tower}}",
+                          "LoRA A and B on the vision tower's linears the targets match (PEFT matches module names; "
+                          "all-linear takes every one): on a text-only batch the tower never runs, so they get no "
+                          "gradient and the optimizer no state for them", "peft tuners/tuners_utils.py "
+                          "_maybe_include_all_linear_layers; torch/optim/adamw.py _init_group skips grad None"))
     if s.modules_to_save:
         terms.append(Term("saved_modules", Role.TRAINABLE_COPY, P_save * saved_copy_bytes(s), r"M_{\mathrm{save}}",
                           f"modules_to_save ({', '.join(s.modules_to_save)}): a trainable deep copy of each, in its "
@@ -343,6 +378,8 @@ def definitions(s: Structure) -> list[tuple[sp.Symbol, sp.Expr]]:
         if s.modules_to_save:
             defs.append((P_save, len(s.modules_to_save) * V * h))
         defs.append((P_train, P_lora + (P_save if s.modules_to_save else 0)))
+        if s.tower_lora:
+            defs.append((P_lora_tower, sym("rank") * w_tower))
     else:
         defs.append((P_train, P))
     return defs

@@ -29,7 +29,7 @@ ALIASES = {"gradient_checkpointing": "grad_checkpointing", "attn_impl": "attenti
 # the keys (hashes) of earlier measurements stay the same.
 OPTIONAL: dict[str, Any] = {"stack": "torch", "checkpoint_impl": "non-reentrant", "loss_impl": "torch",
                             "kbit_prep": "peft", "dora": False, "modules_to_save": [], "mp_policy": "none",
-                            "optimizer_in_backward": False}
+                            "optimizer_in_backward": False, "objective": "sft", "prompt": 0, "precompute_ref": False}
 
 
 def _stack_values(name: str, dtype: str) -> dict[str, Any]:
@@ -97,7 +97,7 @@ def normalize_spec(spec: dict) -> dict:
     if s["attention"] is None:
         from ..ledger.architecture import families_by_model_type, family
 
-        known = families_by_model_type().get(s["arch"].get("model_type", "llama"))
+        known = families_by_model_type().get(s["arch"].get("text_config", s["arch"]).get("model_type", "llama"))
         s["attention"] = family(known).default_attention if known else "sdpa"
     if s["attention"] not in ("sdpa", "eager"):
         raise UserError("attention must be 'sdpa' or 'eager'")
