@@ -211,6 +211,7 @@ class Scenario:
     kbit_prep: str = "none"         # QLoRA: peft's prepare_model_for_kbit_training (fp32 non-quantized weights)
     mp_policy: str = "none"         # FSDP2 MixedPrecisionPolicy(param_dtype=this, reduce_dtype=fp32) on fp32 storage
     optimizer_in_backward: bool = False  # one optimizer per parameter, stepped by its post-accumulate-grad hook
+    checkpoint_every: int = 1       # checkpointing of layers 0, k, 2k … only (transformers' every_n_layers = k)
     objective: str = "sft"          # sft | dpo (data/objectives.toml)
     prompt: int = 0                 # DPO: prompt tokens per sequence (not scored by TRL's fused LM head)
     precompute_ref: bool = False    # DPO: DPOConfig(precompute_ref_log_probs=True): no reference during training
@@ -246,6 +247,8 @@ class Scenario:
                 value = _set_value(name, overrides.pop(name))
                 kw[name] = int(value) if isinstance(value, float) and value.is_integer() else value
             kw["overrides"] = tuple(sorted(overrides.items()))
+        if isinstance(kw.get("checkpoint_every"), int) and kw["checkpoint_every"] > 1:
+            kw.setdefault("grad_checkpointing", True)   # every_n_layers is a setting of checkpointing
         state_given = kw.get("state_dtype")
         given = frozenset(kw) - {"targets", "head_targets"}
         kw = _objective_defaults(kw)
@@ -366,6 +369,9 @@ class Scenario:
             self._check_head_targets()
         if self.optimizer_in_backward:
             self._check_in_backward()
+        _positive_int(self.checkpoint_every, "--selective-checkpointing every:K", 1 << 20)
+        if self.checkpoint_every > 1:
+            self._check_every_n_layers()
         if self.dora and not self.lora:
             raise UserError("--dora is a LoRA variant: use --method lora (or qlora)")
         if self.dora and any(family(self.model.family).linear(t).count != 1 for t in self.targets):
@@ -412,6 +418,19 @@ class Scenario:
         if self.dora:
             raise UserError(f"--dora on {', '.join(self.head_targets)} is not modelled (DoRA is modelled on the "
                             "layers' linear targets)")
+
+    def _check_every_n_layers(self) -> None:
+        """Checkpointing every k-th layer (transformers' every_n_layers) is modelled for one GPU's plain layers."""
+        fam = family(self.model.family)
+        why = ("it needs gradient checkpointing on" if not self.grad_checkpointing else
+               "--checkpoint-impl reentrant" if self.checkpoint_impl == "reentrant" else
+               "k-bit preparation (it checkpoints every layer itself)" if self.kbit_prepared else
+               "--dora" if self.dora else "--zero 3" if self.zero == 3 else
+               f"{fam.key}'s layers of several kinds" if fam.kinds else
+               f"{fam.key}'s sliding-window layers" if fam.dim("window", 0) != 0 else
+               f"--objective {self.objective}" if self.objective != "sft" else None)
+        if why:
+            raise UserError(f"--selective-checkpointing every:{self.checkpoint_every} with {why} is not modelled")
 
     def _check_in_backward(self) -> None:
         """Optimizer in backward is modelled for torch's own optimizers on one GPU, one gradient at a time."""
@@ -503,6 +522,7 @@ class Scenario:
             mp_policy=self.mp_policy != "none", zero_impl=stacks()[self.stack].get("zero_impl", "fsdp2"),
             bnb_input_saved=self.method == "qlora" and applies("bnb_input_saved", self.versions),
             optimizer_in_backward=self.optimizer_in_backward,
+            checkpoint_every=self.checkpoint_every if self.grad_checkpointing else 1,
             shift_logits_copy=self.loss_impl == "torch" and applies("hf_shift_logits_copy", self.versions),
             forward_logits_upcast=self.loss_impl == "torch" and applies("hf_forward_logits_upcast", self.versions),
             tower=self.model.tower, tower_lora=self.tower_lora_width > 0,

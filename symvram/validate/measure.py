@@ -152,7 +152,8 @@ def build_model(spec: dict):
         with warnings.catch_warnings():  # deprecated alias of activation_checkpointing_enable
             warnings.simplefilter("ignore", FutureWarning)
             reentrant = spec.get("checkpoint_impl", "non-reentrant") == "reentrant"
-            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": reentrant})
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": reentrant},
+                                                every_n_layers=int(spec.get("checkpoint_every", 1)))
     model.train()
     return model
 
