@@ -380,7 +380,7 @@ class Scenario:
             raise UserError(f"precompute_ref must be True or False; got {excerpt(self.precompute_ref)}")
         if self.objective == "sft" and (self.prompt or self.precompute_ref):
             raise UserError("--prompt and --precompute-ref describe a preference objective's batch and reference: "
-                            "use --objective dpo")
+                            "use --objective dpo or kto")
         if isinstance(self.prompt, bool) or not isinstance(self.prompt, int) or not 0 <= self.prompt < self.seq:
             raise UserError(f"--prompt must be a whole number of tokens from 0 to seq - 1 = {self.seq - 1} (the "
                             f"completion needs at least one); got {excerpt(self.prompt)}")
