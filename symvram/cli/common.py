@@ -80,7 +80,8 @@ def add_scenario_arguments(p: argparse.ArgumentParser) -> None:
                    help="full fine-tuning, LoRA (frozen 16-bit base) or QLoRA (frozen NF4 base)")
     g.add_argument("--rank", type=positive_int, help="LoRA rank r (default 64)")
     g.add_argument("--targets", help="LoRA targets: all-linear (default), attention, qv, mlp, or a comma list "
-                                     "of modules (q_proj,v_proj or q,v)")
+                                     "of modules (q_proj,v_proj or q,v); add lm_head and/or embed_tokens for LoRA on "
+                                     "the head (PEFT's all-linear leaves lm_head out)")
     g.add_argument("--lora-dropout", type=float, help="LoRA dropout p (default 0); p > 0 keeps a dropped copy "
                                                       "of each target's input and a mask")
     g.add_argument("--dora", action="store_true", default=None,
