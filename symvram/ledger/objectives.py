@@ -108,7 +108,7 @@ def preference_terms(s_: Structure, base: list[Term]) -> list[Term]:
         name = key if key.startswith("ref_") else f"{s_.objective}_{key}"   # dpo_outputs, kto_labels …
         out.append(Term(name, Role(row["role"]), EXPRESSIONS[key](s_, [t for t in base if t.role in
                                                                       (Role.WEIGHT, Role.BUFFER)]),
-                        row["label"], row["why"], row["source"], lifetime=LIFETIMES.get(key, ())))
+                        row["label"], row["why"], row["source"], lifetime=LIFETIMES.get(key)))
     return out
 
 
