@@ -515,6 +515,7 @@ def per_layer_bytes(s_: Structure) -> sp.Expr:
 # the only fields the activation and transient terms read (not the optimizer, master copy, quantization, sharding)
 ACTIVATION_FIELDS = ("method", "family", "first_kind", "options", "tied", "targets", "adapter_upcast", "attention", "autocast",
                      "compute_fp32", "device", "dora", "dropout", "grad_checkpointing", "head_targets",
+                     "optimizer_in_backward", "checkpoint_every",
                      "kbit_prep", "loss_impl", "modules_to_save", "weight_casts", "mp_policy", "bnb_input_saved",
                      "shift_logits_copy", "forward_logits_upcast", "tower", "objective")
 
@@ -528,16 +529,31 @@ def refuse_unmodelled(fam) -> None:
                         "family-draft prints it); measure the step with symvram validate")
 
 
+EVERY_N = "; transformers modeling_utils.py:3246 _set_gradient_checkpointing (layer_index % every_n_layers == 0)"
+
+
+def checkpointed_layers(s_: Structure) -> sp.Expr:
+    """How many layers checkpointing wraps: all L, or with transformers' ``every_n_layers = k`` layers 0, k, 2k …:
+    ⌈L / k⌉ (the first always; the last when k divides L − 1)."""
+    return L if s_.checkpoint_every == 1 else ceil_div(L, s_.checkpoint_every)
+
+
 def saved_terms(s_: Structure) -> list[Term]:
     """Block 3 terms: per-layer saved tensors × L (or checkpointed inputs), then the model's head."""
     fam = s_.arch
     refuse_unmodelled(fam)
     terms: list[Term] = []
     if s_.grad_checkpointing:
-        b_res = residual_bytes(s_)
-        terms.append(Term("act_checkpoints", Role.SAVED_ACTIVATION, L * b_res * T * h + b_id * s, r"A_{\mathrm{ckpt}}",
-                          "checkpointing keeps each layer's input (and the position ids); layers are recomputed in backward",
-                          "torch.utils.checkpoint (non-reentrant)"))
+        b_res, n_c = residual_bytes(s_), checkpointed_layers(s_)
+        terms.append(Term("act_checkpoints", Role.SAVED_ACTIVATION, n_c * b_res * T * h + b_id * s, r"A_{\mathrm{ckpt}}",
+                          "checkpointing keeps each layer's input (and the position ids); layers are recomputed in backward"
+                          + (f" — every {s_.checkpoint_every}th layer (0, {s_.checkpoint_every}, …)"
+                             if s_.checkpoint_every > 1 else ""),
+                          "torch.utils.checkpoint (non-reentrant)" + EVERY_N * (s_.checkpoint_every > 1)))
+        if s_.checkpoint_every > 1:   # the other layers save as without checkpointing (none is the first)
+            for key, (expr, label, why, source) in _layer(s_, first=False).items():
+                terms.append(Term(key, Role.SAVED_ACTIVATION, (L - n_c) * expr, f"(L - L_c) \\cdot {label}",
+                                  why + " (the layers not checkpointed)", source))
     else:
         general: dict[str, tuple] = {}   # key -> (Σ over the layer kinds of layers · bytes, label, why, source)
         for n, kind in s_.layer_kinds:
@@ -811,21 +827,11 @@ def dora_forward_temp(s_: Structure) -> sp.Expr:
 RECOMPUTES = (Phase.LAST_LAYER_RECOMPUTE, Phase.LAST_LAYER_BACKWARD, Phase.FIRST_LAYER_RECOMPUTE, Phase.FIRST_LAYER_BACKWARD)
 
 
-def transient_terms(s_: Structure) -> list[Term]:
-    """Tensors alive only at one moment of the step (not part of the ledger sum)."""
-    logits_bytes = b_32 if s_.compute_fp32 else b_c
-    terms = loss_terms(s_, logits_bytes) + [
-        Term("norm_backward_temp", Role.BACKWARD_TEMPORARY, 5 * b_32 * T * h, r"M_{\mathrm{norm}'}",
-             "the final RMSNorm's backward holds five fp32 hidden-sized gradients at once", "autograd of LlamaRMSNorm",
-             lifetime=(Phase.FINAL_NORM_BACKWARD,)),
-        Term("backward_tail", Role.EMBEDDING_GRADIENT, 2 * b_c * T * h, r"M_{\mathrm{tail}}",
-             "the gradient reaching the embedding and its accumulation buffer", "autograd"),
-    ]
-
-    temp, why, source = _layer_backward_temp(s_)
-    if s_.arch.kinds:   # the last layer's MLP backward and the first's: the larger kind's
-        temp = largest_kind(s_, lambda k: _layer_backward_temp(k)[0])
-    terms.append(Term("layer_backward_temp", Role.BACKWARD_TEMPORARY, temp, r"M_{\mathrm{mlp}'}", why, source))
+def _gradients_so_far(s_: Structure) -> list[Term]:
+    """The gradients that accumulate during backward: a trainable lm_head's (a copy's, or its LoRA's) from the loss
+    backward on, all but the first layer's and the embedding's when backward reaches the first layer, and tied
+    embeddings' two gradients summed at the end."""
+    terms: list[Term] = []
     if "lm_head" in s_.modules_to_save:
         terms.append(Term("head_grad", Role.EARLY_GRADIENT, saved_copy_bytes(s_) * V * h, r"M_{\mathrm{grad},V}",
                           "the trainable lm_head copy's gradient, made by the loss backward, alive through the rest "
@@ -844,6 +850,28 @@ def transient_terms(s_: Structure) -> list[Term]:
                           "tied embeddings: lm_head's gradient and the embedding's are summed at the end of backward, "
                           "both alive beside the sum", "autograd of a shared weight (embedding_dense_backward)",
                           lifetime=(Phase.BACKWARD_END,)))
+    return terms
+
+
+def transient_terms(s_: Structure) -> list[Term]:
+    """Tensors alive only at one moment of the step (not part of the ledger sum)."""
+    logits_bytes = b_32 if s_.compute_fp32 else b_c
+    terms = loss_terms(s_, logits_bytes) + [
+        Term("norm_backward_temp", Role.BACKWARD_TEMPORARY, 5 * b_32 * T * h, r"M_{\mathrm{norm}'}",
+             "the final RMSNorm's backward holds five fp32 hidden-sized gradients at once", "autograd of LlamaRMSNorm",
+             lifetime=(Phase.FINAL_NORM_BACKWARD,)),
+        Term("backward_tail", Role.EMBEDDING_GRADIENT, 2 * b_c * T * h, r"M_{\mathrm{tail}}",
+             "the gradient reaching the embedding and its accumulation buffer", "autograd"),
+    ]
+
+    temp, why, source = _layer_backward_temp(s_)
+    if s_.arch.kinds:   # the last layer's MLP backward and the first's: the larger kind's
+        temp = largest_kind(s_, lambda k: _layer_backward_temp(k)[0])
+    terms.append(Term("layer_backward_temp", Role.BACKWARD_TEMPORARY, temp, r"M_{\mathrm{mlp}'}", why, source))
+    # optimizer in backward: the gradients never accumulate, each is stepped and freed where it is made (when
+    # lm_head is, its backward has returned: its saved input is freed and the hidden states' gradient, as large, lives)
+    if not s_.optimizer_in_backward:
+        terms += _gradients_so_far(s_)
     if s_.method == "qlora":
         terms.append(Term("dequant_temp", Role.BACKWARD_TEMPORARY, b_w * _largest_linear(s_),
                           r"M_{\mathrm{dequant}}", "bitsandbytes dequantizes one 4-bit weight to the load dtype "
@@ -857,8 +885,15 @@ def transient_terms(s_: Structure) -> list[Term]:
                           else (Phase.FORWARD,)))
     terms += layer_working_sets(s_)
     one_layer = per_layer_bytes(s_) if s_.grad_checkpointing else _layer_bytes(s_.first_layer)
+    if s_.checkpoint_every > 1:   # the last layer is recomputed only when it is one of 0, k, 2k …
+        last = checkpointed_layers(s_) - ceil_div(L - 1, s_.checkpoint_every)
+        terms.append(Term("last_layer_recomputed", Role.RECOMPUTED_ACTIVATION, last * one_layer, r"M_{\mathrm{layer},L-1}",
+                          "the last layer's saved tensors, recomputed when it is checkpointed (k divides L − 1; "
+                          "otherwise they are among the layers' saved tensors)", "torch.utils.checkpoint" + EVERY_N,
+                          lifetime=RECOMPUTES[:2]))
     terms.append(Term("one_layer", Role.RECOMPUTED_ACTIVATION, one_layer + sliding_extra(s_), r"M_{\mathrm{layer}}",
                       "one layer's saved tensors (recomputed under checkpointing), alive until its backward ends",
                       "torch.utils.checkpoint / autograd",   # without checkpointing: the first layer's, still saved
-                      lifetime=RECOMPUTES if s_.grad_checkpointing else (Phase.FIRST_LAYER_BACKWARD,)))
+                      lifetime=(RECOMPUTES[2:] if s_.checkpoint_every > 1 else RECOMPUTES) if s_.grad_checkpointing
+                      else (Phase.FIRST_LAYER_BACKWARD,)))
     return terms

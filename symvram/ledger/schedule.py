@@ -41,6 +41,7 @@ from functools import lru_cache
 import sympy as sp
 
 from ..symbols import sym
+from .functions import ceil_div
 from .terms import LAYER_BACKWARDS, ROLES, STATES, Ledger, Place, Role
 
 L = sym("layers")
@@ -83,6 +84,8 @@ def pieces(expr: sp.Expr, kinds: tuple[sp.Symbol, ...] = ()) -> list[tuple[sp.Ex
         coeff, rest = mono.as_coeff_Mul()
         factors = sp.Mul.make_args(rest)
         per_layer = next((n for n in (L, *kinds) if n in factors), None)   # to the first power, as a factor
+        if per_layer is None:   # ⌈L/k⌉ tensors: one in each of layers 0, k, 2k … (every_n_layers checkpointing)
+            per_layer = next((n for n in factors if isinstance(n, ceil_div) and n.args[0] == L), None)
         if per_layer is not None:
             rest = sp.Mul(*(f for f in factors if f != per_layer))
         if coeff.is_Integer:
@@ -119,7 +122,7 @@ def _term_pieces(ledger: Ledger, term, kinds: tuple[sp.Symbol, ...]) -> list[tup
     out = pieces(ledger.expand(term.expr), kinds)
     if term.block != "activations" and any(n < 0 and p not in kinds for _, n, p in out):
         return [(ledger.expand(term.expr), 1, None)]
-    return [p for p in out if p[1] > 0 or p[2] in kinds]
+    return [p for p in out if p[1] > 0 or p[2] in kinds or isinstance(p[2], ceil_div)]
 
 
 def _corrections(ledger: Ledger, kinds: tuple[sp.Symbol, ...]) -> dict[sp.Expr, int]:
@@ -148,7 +151,8 @@ def ledger_schedule(ledger: Ledger, layers: int, layer_order: tuple[str, ...] = 
         """Layer i's tensors of term k (L's, net of what its kind's count adds or takes away)."""
         counts: dict[sp.Expr, int] = {}
         for size, n, layer in shapes[k]:
-            if layer is L or (layer is not None and layer == order[i]):
+            if layer is L or (layer is not None and layer == order[i]) or (
+                    isinstance(layer, ceil_div) and i % int(layer.args[1]) == 0):
                 counts[size] = counts.get(size, 0) + n
         return [(size, n) for size, n in counts.items() if n > 0]
 
@@ -163,6 +167,8 @@ def ledger_schedule(ledger: Ledger, layers: int, layer_order: tuple[str, ...] = 
     whole_step = [k for k in act_keys if k not in layer_act and all(k in m.terms for m in moments)]
     missing = _corrections(ledger, kinds)
     recompute = any(m.key == "recompute" for m in moments)   # checkpointing: each layer is recomputed in backward
+    every_k = next((int(layer.args[1]) for t in terms.values() for _, _, layer in pieces(ledger.expand(t.expr), kinds)
+                    if isinstance(layer, ceil_div)), 1)   # … or layers 0, k, 2k … only
     on_device = {k: t.place is Place.DEVICE for k, t in terms.items()}
     grad_keys = [k for k, t in terms.items() if t.role is Role.GRADIENT and on_device[k]]
     lazy = [k for k, t in terms.items() if t.role in STATES and on_device[k]]
@@ -197,14 +203,14 @@ def ledger_schedule(ledger: Ledger, layers: int, layer_order: tuple[str, ...] = 
     parameters = len(b.events)
     for step in (1, 2):
         held = {k: b.alloc_all(every(k)) for k in whole_step}
-        saved = [layer_forward(saved_of_layer(i), recompute) for i in range(layers)]
+        saved = [layer_forward(saved_of_layer(i), recompute and i % every_k == 0) for i in range(layers)]
         grads: list[int] = []
         grads_outside_layers = False
         previous: tuple[str, ...] = ()
         for j, m in enumerate(moments):
             if j == loop_at:
                 for i in reversed(range(layers)):
-                    redo = layer_forward([sh for k in redo_keys for sh in whole(k)]) if recompute else []
+                    redo = layer_forward([sh for k in redo_keys for sh in whole(k)]) if recompute and i % every_k == 0 else []
                     b.free_all(b.alloc_all([sh for k in loop_temps for sh in whole(k)]))
                     b.free_all(redo)
                     b.free_all(saved[i])

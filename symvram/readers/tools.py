@@ -214,6 +214,9 @@ _TRAINER_ROWS = (
     Row("activation_checkpointing", "grad_checkpointing", lambda v: None if v is None else BOOL(v)),
     Row("gradient_checkpointing_kwargs.use_reentrant", "checkpoint_impl", c.reentrant),
     Row("activation_checkpointing_kwargs.use_reentrant", "checkpoint_impl", c.reentrant),
+    # trainer.py:1508: every_n_layers goes to activation_checkpointing_enable (layers 0, k, 2k … checkpointed)
+    Row("gradient_checkpointing_kwargs.every_n_layers", "checkpoint_every", c.integer),
+    Row("activation_checkpointing_kwargs.every_n_layers", "checkpoint_every", c.integer),
     Row("optim", "optim", c.text, default="adamw_torch_fused"),        # torch >= 2.8
     Row("bf16", "bf16", lambda v: None if v is None else BOOL(v)),
     Row("fp16", "fp16", BOOL),
