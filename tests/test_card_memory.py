@@ -35,15 +35,12 @@ def test_the_schedule_reaches_the_ledgers_peak(model, kw):
 
 
 def test_fragmentation_grows_with_the_batch_and_expandable_segments_take_part_of_it():
-    # the issue's observation on published figures: a constant headroom does not follow the activations; the
-    # traced schedules of the stored checkpointed QLoRA cases keep 35-56 % of the default slack under expandable
-    # segments (benchmarks/results/measurements.jsonl, ``allocator``)
+    # the issue's observation on published figures: a constant headroom does not follow the activations
     slack = {}
     for batch in (1, 8):
         cm = card_memory(Scenario.create("llama-3-8b", method="qlora", batch=batch, seq=1024))
         slack[batch] = cm.reserved["default"] - cm.schedule_allocated
-        assert cm.reserved["expandable"] < cm.reserved["default"]
-        assert cm.reserved["expandable"] - cm.schedule_allocated < 0.6 * slack[batch]
+        assert cm.schedule_allocated < cm.reserved["expandable"] < cm.reserved["default"]
     assert slack[8] > 2 * slack[1]
 
 
@@ -124,8 +121,9 @@ def test_ledger_schedule_against_traced_schedules_on_stored_cases():
     """Every stored measurement that kept its traced schedule's replay (benchmarks/results/measurements.jsonl,
     ``allocator``: symvram validate's trace of every alloc and free, through the same replay): the ledger's
     own schedule, with each layer's working sets, replayed with both allocators. The allocated peaks agree
-    within 0.5 %; the reserved peaks within 5 % (issue 24 asks for 1 %: not met yet, the worst today are the
-    expandable-segment replays of checkpointed QLoRA, +4.2 %, and of gpt-oss without checkpointing, -4.1 %)."""
+    within 0.5 %; the reserved peaks within 1 % with expandable segments and within 3 % with the default
+    allocator (issue 24 asks for 1 %: the worst, +2.8 %, is checkpointed Qwen-MoE, whose forward the schedule
+    holds whole while the real one frees each sub-block's tensors as it goes)."""
     from pathlib import Path
 
     from symvram.card_memory import schedule_peaks
@@ -141,7 +139,8 @@ def test_ledger_schedule_against_traced_schedules_on_stored_cases():
             traced = row["allocator"][name]
             assert abs(ledger[name]["allocated_peak"] / traced["allocated_peak"] - 1) < 0.005, (row["name"], name)
             errors[row["name"], name] = ledger[name]["reserved_peak"] / traced["reserved_peak"] - 1
-    assert max(map(abs, errors.values())) < 0.05, errors
+    assert max(abs(e) for (_, name), e in errors.items() if name == "expandable") < 0.01, errors
+    assert max(abs(e) for (_, name), e in errors.items() if name == "default") < 0.03, errors
 
 
 def test_transformers_loss_of_older_releases():

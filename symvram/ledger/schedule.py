@@ -11,10 +11,11 @@ optimizers do lazily; the second starts with them):
 
 * the parameter side (base weights, adapters, master copies) once, before the first step;
 * forward: the activations alive for the whole step, then layer by layer each sub-block's working set made and
-  freed in turn (under checkpointing beside the tensors the layer would save, dropped at its end) and the
-  layer's saved tensors, then the model head's;
-* the moments in order: a transient is allocated when a moment first lists it and freed when the next one
-  no longer does; a saved activation is freed when a moment stops listing it;
+  freed in turn (under checkpointing beside the tensors the layer would save, dropped before its output) and
+  the layer's saved tensors, then the model head's;
+* the moments in order: a transient is allocated when a moment first lists it (before the activations that
+  moment adds: an op's inputs exist before its output) and freed when the next one no longer does; a saved
+  activation is freed when a moment stops listing it;
 * between the moment before ``first_layer_backward`` and it, the layer loop from the last layer down: (under
   checkpointing, the layer's forward again: its working sets and recomputed tensors,) the layer's backward temporaries, freed, its saved tensors
   freed, its gradients allocated;
@@ -159,13 +160,13 @@ def ledger_schedule(ledger: Ledger, layers: int) -> Schedule:
 
     def layer_forward(kept_shapes, checkpointed=False):
         """One layer's forward: each sub-block's working set made and freed in turn, then ``kept_shapes``; a
-        checkpointed forward also makes the tensors the layer would save, dropped at its end."""
+        checkpointed forward also makes the tensors the layer would save and drops them before its output
+        (the next checkpoint) is made."""
         dropped = b.alloc_all([sh for k in redo_keys for sh in whole(k)]) if checkpointed else []
         for shapes in working_sets:
             b.free_all(b.alloc_all(shapes))
-        kept = b.alloc_all(kept_shapes)
         b.free_all(dropped)
-        return kept
+        return b.alloc_all(kept_shapes)
 
     def saved_of_layer(i):
         out, left = [], dict(missing) if i == 0 else {}
@@ -201,7 +202,9 @@ def ledger_schedule(ledger: Ledger, layers: int) -> Schedule:
                     b.free_all(held.pop(k))
             if m.key == "optimizer_step" and step == 1:
                 kept += len(b.alloc_all([sh for k in lazy for sh in every(k)]))
-            for k in m.terms:
+            # a moment's temporaries are the inputs of the ops whose outputs it saves (the logits before the
+            # log-softmax they feed): made first
+            for k in sorted(m.terms, key=lambda k: terms[k].block != "transient"):
                 t = terms[k]
                 if k in held or t.role in ALIASES or k in loop_temps or not on_device[k]:
                     continue
