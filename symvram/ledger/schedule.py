@@ -53,6 +53,13 @@ def _per_layer_loop(t) -> bool:
     return t.role is Role.BACKWARD_TEMPORARY and (t.lifetime or ROLES[t.role].lifetime) == LAYER_BACKWARDS
 
 
+def _program_order(t) -> tuple:
+    """The order in which a moment's new terms are made: phase by phase; within a phase the model's own tensors
+    before the loss's (the final norm's saved input before the logits), and the temporaries before what is
+    saved (an op's inputs before its output: the logits before the log-softmax they feed)."""
+    return min(t.lifetime or ROLES[t.role].lifetime), t.info.triage == "loss", t.block != "transient"
+
+
 @dataclass(frozen=True)
 class Schedule:
     """``sizes``: one SymPy expression (bytes) per distinct tensor size; ``events``: ("alloc", tensor id,
@@ -202,9 +209,7 @@ def ledger_schedule(ledger: Ledger, layers: int) -> Schedule:
                     b.free_all(held.pop(k))
             if m.key == "optimizer_step" and step == 1:
                 kept += len(b.alloc_all([sh for k in lazy for sh in every(k)]))
-            # a moment's temporaries are the inputs of the ops whose outputs it saves (the logits before the
-            # log-softmax they feed): made first
-            for k in sorted(m.terms, key=lambda k: terms[k].block != "transient"):
+            for k in sorted(m.terms, key=lambda k: _program_order(terms[k])):
                 t = terms[k]
                 if k in held or t.role in ALIASES or k in loop_temps or not on_device[k]:
                     continue
