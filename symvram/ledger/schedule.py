@@ -40,7 +40,7 @@ from functools import lru_cache
 import sympy as sp
 
 from ..symbols import sym
-from .terms import LAYER_BACKWARDS, ROLES, STATES, Ledger, Place, Role
+from .terms import LAYER_BACKWARDS, ROLES, STATES, Ledger, Phase, Place, Role
 
 L = sym("layers")
 # roles that name memory other terms already hold: the gradients made so far, one recomputed layer's tensors
@@ -56,8 +56,10 @@ def _per_layer_loop(t) -> bool:
 def _program_order(t) -> tuple:
     """The order in which a moment's new terms are made: phase by phase; within a phase the model's own tensors
     before the loss's (the final norm's saved input before the logits), and the temporaries before what is
-    saved (an op's inputs before its output: the logits before the log-softmax they feed)."""
-    return min(t.lifetime or ROLES[t.role].lifetime), t.info.triage == "loss", t.block != "transient"
+    saved (an op's inputs before its output: the logits before the log-softmax they feed). A term with no
+    phases of its own (ZeRO's buffers, placed in moments by sharding) comes after them."""
+    return (min(t.lifetime or ROLES[t.role].lifetime, default=len(Phase)), t.info.triage == "loss",
+            t.block != "transient")
 
 
 @dataclass(frozen=True)
