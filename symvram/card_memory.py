@@ -125,9 +125,9 @@ def _config(allocator: str) -> AllocatorConfig:
 
 
 @lru_cache(maxsize=256)
-def _sized_schedule(structure, layers: int):
+def _sized_schedule(structure, layers: int, layer_order: tuple[str, ...] = ()):
     ledger = build_ledger(structure)
-    schedule = ledger_schedule(ledger, layers)
+    schedule = ledger_schedule(ledger, layers, layer_order)
     return schedule, exact_function(ledger.definitions, schedule.sizes)
 
 
@@ -135,7 +135,8 @@ def schedule_events(sc: Scenario, workspaces: tuple[int, ...] = ()) -> list[tupl
     """The ledger's schedule in bytes, the ``workspaces`` allocated (for good) after the parameters, as the
     first forward's first matmul does."""
     values = sc.values()
-    schedule, fn = _sized_schedule(sc.structure, int(values["layers"]))
+    order = sc.structure.arch.layer_order({k: int(v) for k, v in values.items()})
+    schedule, fn = _sized_schedule(sc.structure, int(values["layers"]), order)
     sizes = [max(0, math.ceil(v)) for v in fn(values)]
     events = [(op, i, sizes[k] if k >= 0 else 0) for op, i, k in schedule.events]
     params = schedule.parameters

@@ -8,17 +8,24 @@
 """
 from __future__ import annotations
 
+import difflib
 import json
 import tomllib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cache
 from importlib import resources
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .errors import UserError, did_you_mean, excerpt
-from .symbols import sym
+from .hub import config_path, is_hub_id
+from .symbols import SYMBOLS, sym
 from .units import fmt_bytes, parse_size
+
 from .userfiles import read_user_file, unreadable
+
+if TYPE_CHECKING:
+    from .ledger.towers import Tower
 
 MAX_CONFIG_BYTES = 1 << 20  # a config.json is a few kB; refuse anything that is not one
 MAX_DIM = 10**7  # no model dimension (hidden, layers, vocab …) comes near this
@@ -32,7 +39,8 @@ class ModelSpec:
     ``params`` is set only for nominal interview presets (P taken as written); for exact presets and
     config.json files P is derived from the shape (see ``ledger.architecture``). ``options`` are the
     family's boolean switches that are on (``attention_bias``); ``extra`` the family's own dimensions
-    (an MoE model's experts and top-k).
+    (an MoE model's experts and top-k); ``tower`` the vision tower a multimodal config loads beside the
+    decoder (``ledger.towers``), whose weights the base block holds.
     """
 
     name: str
@@ -53,12 +61,16 @@ class ModelSpec:
     params: int | None = None
     published_params: int | None = None
     description: str = ""
+    tower: "Tower | None" = None
 
     @property
     def dims(self) -> dict[str, int]:
         """Values of the model symbols (the registry names)."""
         d = dict(hidden=self.hidden, intermediate=self.intermediate, layers=self.layers,
                  heads=self.heads, kv_heads=self.kv_heads, head_dim=self.head_dim, vocab=self.vocab, **dict(self.extra))
+        if self.tower is not None:
+            d.update(tower_params=self.tower.params, tower_float_buffers=self.tower.float_buffers,
+                     tower_index_buffers=self.tower.index_buffers)
         if self.params is not None:
             d["P"] = self.params
         return d
@@ -73,12 +85,15 @@ class ModelSpec:
 
         fam, dims = family(self.family), self.dims
         cfg = {"model_type": self.model_type}
-        cfg.update({keys.split("|")[0]: dims[symbol] for symbol, keys, _ in fam.dims if keys != "layer_types"})
+        cfg.update({keys.split("|")[0]: dims[symbol] / self.head_dim if default.startswith("fraction of") else dims[symbol]
+                    for symbol, keys, default in fam.dims if keys != "layer_types"})
         if "sliding_layers" in dims:  # counts of layer kinds, laid out as a list (the order costs nothing)
             cfg["layer_types"] = (["sliding_attention"] * dims["sliding_layers"]
                                   + ["full_attention"] * (self.layers - dims["sliding_layers"]))
         cfg.update({o: o in self.options for o, _ in fam.options if o != "tie_word_embeddings"})
         cfg["tie_word_embeddings"] = self.tied
+        if self.tower is not None:  # the multimodal config: the decoder's fields as its text_config
+            return {**json.loads(self.tower.config), "text_config": cfg, "tie_word_embeddings": self.tied}
         return cfg
 
 
@@ -166,6 +181,32 @@ class ConfigFields:
             raise self._refuse(key, f"a positive integer up to {limit}", value)
         return value
 
+    def layer_count(self, key: str, default: int, layers: int) -> int:
+        """A count of decoder layers: an integer from 0 (else ``default``), at most ``layers`` (transformers reads
+        first_k_dense_replace ≥ L as every layer dense).
+
+        >>> f = ConfigFields({"first_k_dense_replace": 9}, "c.json")
+        >>> f.layer_count("first_k_dense_replace", 1, 4), f.layer_count("mlp_only", 1, 4)
+        (4, 1)
+        >>> ConfigFields({"first_k_dense_replace": -1}, "c.json").layer_count("first_k_dense_replace", 1, 4)
+        Traceback (most recent call last):
+        ...
+        symvram.errors.UserError: c.json: field 'first_k_dense_replace' must be a non-negative integer, got -1
+        """
+        value = self.cfg[key] if self.given(key) else default
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise self._refuse(key, "a non-negative integer", value)
+        return min(value, layers)
+
+    def fraction(self, key: str, default: float) -> float:
+        """A number in (0, 1], at the top level or in ``rope_parameters`` (transformers 5 moves RoPE fields there)."""
+        rope = self.cfg.get("rope_parameters")
+        value = self.cfg.get(key, rope.get(key) if isinstance(rope, dict) else None)
+        value = default if value is None else value
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1:
+            raise self._refuse(key, "a number in (0, 1]", value)
+        return value
+
     def boolean(self, key: str, default: bool) -> bool:
         value = self.cfg[key] if self.given(key) else default
         if not isinstance(value, bool):  # "false" is a non-empty string: bool("false") would be True
@@ -223,6 +264,7 @@ class ConfigFields:
 def _text_model(fields: ConfigFields) -> ConfigFields:
     """A multimodal config's language model: its ``text_config`` when only that names a family (Gemma 3 4B–27B)."""
     from .ledger.architecture import families_by_model_type
+    from .ledger.towers import tied_by_default
 
     known = families_by_model_type()
     text = fields.mapping("text_config")
@@ -230,9 +272,11 @@ def _text_model(fields: ConfigFields) -> ConfigFields:
     inner = text.cfg.get("model_type") if text is not None else None
     if not isinstance(inner, str) or inner not in known or (isinstance(outer, str) and outer in known):
         return fields
-    tied = fields.cfg.get("tie_word_embeddings", text.cfg.get("tie_word_embeddings"))
-    return ConfigFields({**text.cfg, "tie_word_embeddings": tied},
-                        fields.source + " (its text_config: the language model; vision towers are not modelled)")
+    # transformers ties by the outer config (modeling_utils.py:2492): its field, else its class's default
+    outer_default = tied_by_default(outer)
+    tied = fields.cfg.get("tie_word_embeddings",
+                          text.cfg.get("tie_word_embeddings") if outer_default is None else outer_default)
+    return ConfigFields({**text.cfg, "tie_word_embeddings": tied}, fields.source + " (its text_config: the language model)")
 
 
 def spec_from_config(cfg: dict, name: str, kind: str, source: str) -> ModelSpec:
@@ -242,8 +286,11 @@ def spec_from_config(cfg: dict, name: str, kind: str, source: str) -> ModelSpec:
 
     from .ledger.architecture import expr
 
+    from .ledger.towers import read_tower
+
     f = _text_model(ConfigFields(cfg, source))
     fam = f.family()
+    tower = read_tower(cfg, source) if f.cfg is not cfg else None
     dims: dict[str, int] = {}
     for symbol, keys, default in fam.dims:
         if keys == "layer_types":  # counted from the per-layer attention kinds
@@ -251,6 +298,12 @@ def spec_from_config(cfg: dict, name: str, kind: str, source: str) -> ModelSpec:
             dims[symbol] = present if default == "layer types present" else sliding
             continue
         key = next((k for k in keys.split("|") if f.given(k)), keys.split("|")[0])  # "a|b": either
+        if default.startswith("fraction of head_dim"):   # partial RoPE: int(d_head · factor), top level or in rope_parameters
+            dims[symbol] = int(dims["head_dim"] * f.fraction(key, float(default.split()[-1])))
+            continue
+        if SYMBOLS[symbol].unit == "layers" and symbol != "layers":   # a layer kind's count: 0 … L
+            dims[symbol] = f.layer_count(key, int(default), dims["layers"])
+            continue
         if not f.given(key) and default != "required":
             value = sympify(expr(default).xreplace({sym(n): v for n, v in dims.items()}))
             if not value.is_integer:  # head_dim = hidden/heads: hidden_size is not divisible by num_attention_heads
@@ -279,7 +332,7 @@ def spec_from_config(cfg: dict, name: str, kind: str, source: str) -> ModelSpec:
         max_position=f.optional_integer("max_position_embeddings", 1 << 40),
         params=f.optional_integer("params", 10**15),
         published_params=f.optional_integer("published_params", 10**15),
-        description=f.text("description", ""),
+        description=f.text("description", ""), tower=tower,
     )
 
 
@@ -301,9 +354,65 @@ def load_config_json(path: Path) -> ModelSpec:
     return spec_from_config(cfg, name=name, kind="config", source=str(path))
 
 
+# checkpoints of one base that share its config.json: the chat / instruction-tuned releases and the "-Base" name
+VARIANT_SUFFIXES = ("-instruct", "-base", "-it", "-chat", "-hf")
+
+
+def base_name(name: str) -> str:
+    """``name`` without the release suffixes of VARIANT_SUFFIXES (a version after them is kept: v0.3 differs).
+
+    >>> base_name("llama-2-7b-chat-hf"), base_name("qwen3-8b-base"), base_name("mistral-7b-instruct-v0.3")
+    ('llama-2-7b', 'qwen3-8b', 'mistral-7b-instruct-v0.3')
+    """
+    while (cut := next((s for s in VARIANT_SUFFIXES if name.endswith(s) and len(name) > len(s)), None)):
+        name = name[:-len(cut)]
+    return name
+
+
+def preset_for_repo(repo_id: str) -> ModelSpec | None:
+    """The preset named like the repo (``meta-llama/Llama-3.1-8B`` → llama-3.1-8b) or whose description
+    names that repo (``allenai/OLMo-2-1124-7B`` → olmo-2-7b); else the preset of its base when the id is a
+    release of it (``Qwen/Qwen3-8B-Instruct``, ``google/gemma-2-9b-it`` → qwen3-8b, gemma-2-9b)."""
+    name = repo_id.split("/", 1)[1].lower()
+    for candidate in dict.fromkeys((name, base_name(name))):
+        for key, entry in model_presets().items():
+            described = (entry.get("description") or "").split(" ")[0].lower()
+            if candidate == key or candidate in entry.get("aliases", ()) or described == f"{repo_id.split('/')[0]}/{candidate}".lower():
+                how = f"preset {key}" if candidate == name else f"preset {key} (the base of {repo_id}: the same config)"
+                return spec_from_config(entry, name=key, kind=entry["kind"], source=how)
+    return None
+
+
+def close_presets(repo_id: str) -> str:
+    """The presets whose names are close to a Hub id's, as the end of a refusal."""
+    name = repo_id.split("/", 1)[1].lower()
+    table = model_presets()
+    names = list(table) + [a for e in table.values() for a in e.get("aliases", ())]
+    close = difflib.get_close_matches(name, names, n=3, cutoff=0.6)
+    close += [n for n in names if n not in close and (name.startswith(n) or n.startswith(name))][:3 - len(close)]
+    return f"; presets that match: {', '.join(close)}" if close else f"; presets: {', '.join(table)}"
+
+
+def hub_config_path(repo_id: str) -> Path:
+    """The config.json of a Hub id (``hub.config_path``); a refusal names the presets whose names are close."""
+    return config_path(repo_id, close_presets(repo_id))
+
+
+def hub_model(repo_id: str) -> ModelSpec:
+    """A ModelSpec for a Hub id, named by the id (or by the preset it matches).
+
+    >>> hub_model("meta-llama/Llama-3.1-8B").name
+    'llama-3.1-8b'
+    """
+    spec = preset_for_repo(repo_id)
+    if spec is not None:
+        return spec
+    return replace(load_config_json(hub_config_path(repo_id)), name=repo_id)
+
+
 def load_model(name_or_path: str) -> ModelSpec:
     """A preset name (``7b``, ``llama-3-8b`` …), a path to a config.json / model folder, or a Hub id
-    (``meta-llama/Llama-3.1-8B``: a preset of that name, the local cache, a download; ``readers.hub``)."""
+    (``meta-llama/Llama-3.1-8B``: a preset of that name, the local cache, a download; ``hub_model``)."""
     text = str(name_or_path)
     try:
         is_path = text.endswith(".json") or "/" in text or Path(text).is_dir()
@@ -312,10 +421,8 @@ def load_model(name_or_path: str) -> ModelSpec:
         is_path = exists = False
     if is_path:
         if not exists:
-            from .readers.hub import is_hub_id, resolve
-
             if is_hub_id(text):
-                return resolve(text)
+                return hub_model(text)
         return load_config_json(Path(text))
     return _preset(_lookup(text, model_presets(), "model preset")[0])
 

@@ -115,6 +115,12 @@ IMPL_WORDS = {"foreach": "torch foreach", "fused": "torch fused", "forloop": "to
 def summary(sc) -> str:
     """One line naming the stack and what it implies for this scenario (every header prints it)."""
     parts = []
+    if sc.objective != "sft":
+        from .ledger.objectives import objectives
+        reference = {"copy": "a second copy of the weights", "adapters": "the policy with its adapters disabled",
+                     "precomputed": "precomputed log-probs, no reference model"}[sc.reference]
+        parts.append(f"objective {sc.objective} ({objectives()[sc.objective]['title']}; reference: {reference}; "
+                     "the time ledger counts the SFT step, not the reference forward)")
     if sc.lora:
         parts.append(f"adapters {sc.adapter_dtype}")
     parts.append(f"autocast {sc.autocast}" if sc.autocast != "none" else "no autocast")

@@ -23,7 +23,8 @@ from .architecture import E, L, V, dh, f, f_e, h, k_e, nh, nkv
 from .functions import at_least, ceil_div, pow2_ceil
 from .structure import Structure
 from .terms import Phase, Role, Term, span
-from .weights import compute_adapter_bytes, compute_weight_bytes, per_trainable, saved_copy_bytes
+from .weights import (compute_adapter_bytes, compute_weight_bytes, dora_magnitude, layer_lora_params, per_trainable,
+                      rotary_width, saved_copy_bytes)
 
 b, s, r = sym("batch"), sym("seq"), sym("rank")
 b_c, b_32, b_a, b_mask, b_id, b_w, b_g, b_i32 = (sym(n) for n in (
@@ -48,9 +49,11 @@ def _per_call_cast(s_: Structure, group: str) -> bool:
 
 def _shared_with_attention(s_: Structure, group: str) -> bool:
     """SDPA's output is laid out so that o_proj reads the very tensor SDPA saved (no second copy);
-    Phi-3's q comes from a slice of the fused qkv, so SDPA's output is (b, n_h, s, d) and o_proj reads a
-    contiguous copy instead."""
-    return group == "attn_out" and s_.attention == "sdpa" and not s_.arch.extra("fused_qkv")
+    Phi-3's q comes from a slice of the fused qkv, and a partial RoPE concatenates the rotated part and the rest
+    (GLM-4.5, modeling_glm4_moe.py:150-151) into a new (b, n_h, s, d) tensor, so SDPA's output is laid out
+    (b, n_h, s, d) and o_proj reads a contiguous copy instead."""
+    return (group == "attn_out" and s_.attention == "sdpa" and not s_.arch.extra("fused_qkv")
+            and s_.arch.dim("rotary_dim", 0) == 0 and not s_.arch.latent_attention)
 
 
 NORM_WHY = {
@@ -74,8 +77,10 @@ def norm_weight_input(s_: Structure) -> sp.Symbol:
 
 
 def _feeds(name: str) -> str:
-    """Which of q, k, v an attention-input projection produces (``qkv`` for a fused one)."""
-    return "qkv" if name.startswith("qkv") else name[0]
+    """Which of q, k, v an attention-input projection produces: the letters its name starts with (``qkv`` for a fused
+    one, ``kv`` for latent attention's kv_a_proj_with_mqa)."""
+    head = name.split("_")[0]
+    return head if set(head) <= set("qkv") else ""
 
 
 def needs_grad(s_: Structure, first: bool) -> dict[str, bool]:
@@ -87,7 +92,7 @@ def needs_grad(s_: Structure, first: bool) -> dict[str, bool]:
 
     Full fine-tuning: all. LoRA: a later layer's input depends on the adapters of the layers before; the first
     layer's input is the frozen embedding's output — it needs a gradient only when the embedding is a trainable
-    modules_to_save copy, or under checkpointing (transformers' enable_input_require_grads makes it a leaf that
+    modules_to_save copy or carries LoRA, or under checkpointing (transformers' enable_input_require_grads makes it a leaf that
     requires grad) — and a tensor inside it needs a gradient once a trained projection produced it.
 
     >>> g = needs_grad(Structure(method="lora", targets=("v_proj",)), first=True)
@@ -100,8 +105,11 @@ def needs_grad(s_: Structure, first: bool) -> dict[str, bool]:
         return any(m.input_group == group and (not s_.lora or m.name in s_.targets) and feeding in _feeds(m.name)
                    for m in fam.linears + fam.moe_weights)
 
-    layer_in = not (first and s_.lora) or s_.grad_checkpointing or "embed_tokens" in s_.modules_to_save
-    out = {"attn_in": layer_in, **{x: layer_in or trained_reader("attn_in", x) for x in "qkv"}}
+    layer_in = (not (first and s_.lora) or s_.grad_checkpointing or "embed_tokens" in s_.modules_to_save
+                or "embed_tokens" in s_.head_targets)
+    out = {"attn_in": layer_in, "q_latent": layer_in or trained_reader("attn_in", "q"),   # latent attention's a-proj
+           "kv_latent": layer_in or trained_reader("attn_in", "kv")}                       # outputs
+    out.update({x: out[lat] or trained_reader(lat) for x, lat in (("q", "q_latent"), ("k", "kv_latent"), ("v", "kv_latent"))})
     out["attn_out"] = out["q"] or out["k"] or out["v"]
     out["attn_proj"] = out["attn_out"] or trained_reader("attn_out")
     out["mlp_in"] = layer_in or out["attn_proj"]
@@ -115,7 +123,8 @@ def _grad_sites(s_: Structure, first: bool) -> dict[str, bool]:
     inputs need a gradient. ``first`` without checkpointing (a checkpointed layer is recomputed as a later one)."""
     g = needs_grad(s_, first)
     return {"layer_in": g["attn_in"], "q": g["attn_out"], "k": g["attn_out"], "attn_out": g["attn_proj"],
-            "resid": g["mlp_in"], "mlp": g["mlp_act"], "mlp_out": g["mlp_out"]}
+            "resid": g["mlp_in"], "mlp": g["mlp_act"], "mlp_out": g["mlp_out"], "q_latent": g["q_latent"],
+            "kv_latent": g["kv_latent"]}
 
 
 def _layer(s_: Structure, first: bool) -> dict[str, tuple[sp.Expr, str, str, str]]:
@@ -130,11 +139,12 @@ def _layer(s_: Structure, first: bool) -> dict[str, tuple[sp.Expr, str, str, str
 def _layer_of(s_: Structure, first: bool) -> dict[str, tuple[sp.Expr, str, str, str]]:
     fam = s_.arch
     grad = _grad_sites(s_, first)
+    lat = needs_grad(s_, first)
     grad_in, attn_grad, resid_grad, mlp_grad = grad["layer_in"], grad["q"], grad["resid"], grad["mlp"]
     out: dict[str, tuple[sp.Expr, str, str, str]] = {}
 
     targets = set(s_.targets) if s_.lora else set()
-    saving = [n for n in fam.norms if grad[n.at] if not n.after or grad_in or n.after in targets]
+    saving = [n for n in fam.active_norms(s_.options) if grad[n.at] if not n.after or grad_in or n.after in targets]
     if saving:
         out["act_norms"] = (sp.Add(*(norm_saved(s_, n.rows, n.width) for n in saving)), r"A_{\mathrm{norm}}",
                             NORM_WHY[fam.norm], TRANSFORMERS)
@@ -144,7 +154,9 @@ def _layer_of(s_: Structure, first: bool) -> dict[str, tuple[sp.Expr, str, str, 
                                             "a trainable norm weight also keeps the normalized "
                                             + ("16-bit" if fam.norm == "rms" else "fp32") + " tensor", TRANSFORMERS)
 
-    if attn_grad:
+    if attn_grad and fam.latent_attention:
+        out.update(_latent_attention(s_))
+    elif attn_grad:
         if s_.attention == "sdpa":
             b_mm = matmul_bytes(s_)
             fused = b_mm * T * dh * (nh + nkv) if fam.extra("fused_qkv") else 0
@@ -187,7 +199,8 @@ def _layer_of(s_: Structure, first: bool) -> dict[str, tuple[sp.Expr, str, str, 
                                    "autocast casts each linear weight to the compute dtype per call; backward needs "
                                    "the cast, so it is saved", "torch.autocast")
     lin_targets = [t for t in s_.targets if fam.linear(t) in fam.linears]  # nn.Linear targets (PEFT's lora.Linear)
-    group_grad = {"attn_in": grad_in, "attn_out": resid_grad or attn_grad, "mlp_in": resid_grad, "mlp_act": mlp_grad}
+    group_grad = {"attn_in": grad_in, "attn_out": resid_grad or attn_grad, "mlp_in": resid_grad, "mlp_act": mlp_grad,
+                  "q_latent": lat["q_latent"], "kv_latent": lat["kv_latent"]}
     if s_.lora and s_.autocast and s_.adapter_upcast and lin_targets:
         # lora_A's cast weight is saved only for its input's gradient: not in the first layer's q, k, v
         casts = sp.Add(*((fam.linear(t).d_in if group_grad[fam.linear(t).input_group] else 0) + fam.linear(t).d_out
@@ -214,18 +227,10 @@ def _layer_of(s_: Structure, first: bool) -> dict[str, tuple[sp.Expr, str, str, 
     inputs, masks = sp.Integer(0), sp.Integer(0)
     for group, width in fam.group_width.items():
         n = sum(1 for t in lin_targets if fam.linear(t).input_group == group)
-        if not n:
-            continue
-        if s_.dropout:
-            inputs += n * (matmul_bytes(s_) if autocast_copy else b_ad) * T * width
-            if group_grad[group]:
-                masks += n * (b_ad if s_.device == "cpu" else b_mask) * T * width
-        elif autocast_copy or _per_call_cast(s_, group):
-            inputs += n * matmul_bytes(s_) * T * width
-        elif s_.adapter_upcast:
-            inputs += n * b_ad * T * width
-        elif not _shared_with_attention(s_, group):
-            inputs += b_c * T * width
+        if n:
+            kept, mask = lora_input_bytes(s_, n, width, _per_call_cast(s_, group), _shared_with_attention(s_, group),
+                                          group_grad[group])
+            inputs, masks = inputs + kept, masks + mask
     if s_.bnb_input_saved:   # bitsandbytes < 0.43.3: each 4-bit linear keeps its input A (versions.MECHANISMS)
         kept = sp.Integer(0)
         for group, width in fam.group_width.items():
@@ -263,6 +268,52 @@ def _layer_of(s_: Structure, first: bool) -> dict[str, tuple[sp.Expr, str, str, 
                            "magnitude's gradient, the fp32 weight norm and m/‖W′‖ (and m/‖W′‖ − 1 where the "
                            "input needs a gradient)", "peft tuners/lora/dora.py DoraLinearLayer.forward")
     return out
+
+
+def lora_input_bytes(s_: Structure, n: int, width: sp.Expr, per_call_cast: bool, shared: bool,
+                     input_grad: bool) -> tuple[sp.Expr, sp.Expr]:
+    """(lora_A's kept inputs, dropout's masks) of ``n`` lora.Linear targets reading one tensor ``width`` wide per
+    token (PEFT tuners/lora/layer.py:1099-1102: x cast to the adapter dtype, lora_B(lora_A(dropout(x)))): the
+    dropped-out input per target (and its mask where the input needs a gradient); under autocast a compute-dtype
+    cast per target; a copy in the adapter dtype per target; else the input itself, shared by the targets (and
+    with SDPA where o_proj reads SDPA's output, ``shared``). ``per_call_cast``: autocast casts a wider input per
+    call anyway."""
+    b_ad = compute_adapter_bytes(s_)
+    autocast_copy = s_.autocast and s_.adapter_upcast
+    if s_.dropout:
+        mask = n * (b_ad if s_.device == "cpu" else b_mask) * T * width if input_grad else sp.Integer(0)
+        return n * (matmul_bytes(s_) if autocast_copy else b_ad) * T * width, mask
+    if autocast_copy or per_call_cast:
+        return n * matmul_bytes(s_) * T * width, sp.Integer(0)
+    if s_.adapter_upcast:
+        return n * b_ad * T * width, sp.Integer(0)
+    return (sp.Integer(0) if shared else b_c * T * width), sp.Integer(0)
+
+
+def lora_head_saved(s_: Structure) -> sp.Expr:
+    """What LoRA on lm_head saves until lm_head's backward: lora_A's input (the final norm's output, as
+    ``lora_input_bytes`` keeps it; with the base frozen lm_head itself keeps nothing but its weight), dropout's
+    mask, lora_A's r-wide output and, under autocast, the adapters' compute-dtype casts. The forward's
+    vocabulary-wide tensors — lora_B's output, its scaled copy and the sum (layer.py:1102, 1113) — are freed before
+    the loss: in the compute dtype, or with fp32 adapters and no autocast fp32 (with the base output at most
+    3·4 B per logit), no more than the loss backward holds then (the fp32 log-softmax and its two fp32 gradients),
+    so no moment of their own."""
+    kept, mask = lora_input_bytes(s_, 1, h, s_.weight_casts, False, True)
+    hidden = (matmul_bytes(s_) if s_.autocast else compute_adapter_bytes(s_)) * T * r
+    casts = matmul_bytes(s_) * r * (h + V) if s_.autocast and s_.adapter_upcast else 0
+    return kept + mask + hidden + casts
+
+
+def lora_embed_saved(s_: Structure) -> sp.Expr:
+    """What LoRA on embed_tokens saves (PEFT tuners/lora/layer.py:1513-1518 Embedding.forward: after_A =
+    F.embedding(x, lora_embedding_A.T), (after_A @ lora_embedding_B.T) · scaling; no dropout): after_A, T·r in the
+    adapter dtype, for B's gradient — under autocast with wider adapters the matmul's compute-dtype casts of after_A
+    and of B instead (F.embedding keeps only the ids, which the step holds anyway). Under k-bit preparation with
+    checkpointing, transformers' enable_input_require_grads hook (modeling_utils.py:2153, registered by
+    prepare_model_for_kbit_training's gradient_checkpointing_enable before PEFT wraps the embedding) makes the
+    frozen base embedding's output a leaf that requires grad: its AccumulateGrad node keeps it until backward ends."""
+    kept = matmul_bytes(s_) * (T * r + r * h) if s_.autocast and s_.adapter_upcast else compute_adapter_bytes(s_) * T * r
+    return kept + (residual_bytes(s_) * T * h if s_.kbit_prep and s_.grad_checkpointing else 0)
 
 
 MOE = "transformers integrations/moe.py (grouped_mm experts)"
@@ -306,6 +357,20 @@ def layer_working_sets(s_: Structure) -> list[Term]:
                               "RoPE on q: q·cos, the rotated half and its concatenation",
                               "transformers models/llama/modeling_llama.py:119-147 apply_rotary_pos_emb")
     return [Term(k, Role.LAYER_WORKING_SET, e, label, why, source) for k, (e, label, why, source) in out.items()]
+
+
+def _latent_attention(s_: Structure) -> dict[str, tuple[sp.Expr, str, str, str]]:
+    """What SDPA keeps of DeepSeek-V3's multi-head latent attention (modeling_deepseek_v3.py:462-464): q as the new
+    concatenation of its no-RoPE and rotated parts (n_h heads of d_nope + d_rope), k expanded per head into a new
+    tensor of the same width, v a view of kv_b_proj's output, which it keeps whole (n_h · (d_nope + d_v)), its
+    output (n_h · d_v) and the fp32 log-sum-exp; not a GQA-sized cache."""
+    b_mm = matmul_bytes(s_)
+    d_qk, d_v = s_.arch.attention_widths
+    return {"act_attention": (b_mm * T * nh * (2 * d_qk + (d_qk - dh + d_v) + d_v), r"A_{\mathrm{attn}}",
+                              "SDPA keeps q and k (n_h heads of d_nope + d_rope, built anew), kv_b_proj's whole output "
+                              "(v is a view of it) and its output (d_v wide)", s_.arch.source),
+            "act_attention_lse": (b_32 * b * nh * s, r"A_{\mathrm{lse}}", "and the fp32 log-sum-exp of each query row",
+                                  "torch scaled_dot_product_attention")}
 
 
 def _sink_scores(s_: Structure) -> tuple[sp.Expr, str, str, str]:
@@ -358,6 +423,12 @@ def _moe_layer(s_: Structure) -> dict[str, tuple[sp.Expr, str, str, str]]:
                                  "PEFT's target_parameters builds W + (α/r)·B·A of every targeted expert weight each "
                                  "forward, in the compute dtype, and keeps it (and the cast factors) for backward",
                                  "peft tuners/lora/layer.py ParamWrapper")
+    if fam.extra("router_fp32"):   # F.linear(x.float(), W.float()): W's fp32 copy for x's gradient, x's for W's
+        weight_copy = 0 if s_.compute_fp32 else b_32 * E * h
+        out["act_moe_router_input"] = (weight_copy + (0 if s_.lora else b_32 * T * h), r"A_{\mathrm{route,in}}",
+                                       "the router runs in fp32: the weight's fp32 copy, kept for the input's gradient"
+                                       + ("" if s_.lora else ", and the fp32 input, for the weight's"), fam.source)
+        return out
     reads_input = any(m.input_group == "mlp_in" for m in fam.linears)  # a shared expert: its input is the router's
     if (not s_.lora and not reads_input) or router.name in s_.targets:
         out["act_moe_router_input"] = (b_c * T * h + (b_c * E * h if s_.lora else 0), r"A_{\mathrm{route,in}}",
@@ -368,9 +439,13 @@ def _moe_layer(s_: Structure) -> dict[str, tuple[sp.Expr, str, str, str]]:
 
 def _shared_expert(s_: Structure) -> dict[str, tuple[sp.Expr, str, str, str]]:
     """What a shared expert saves beside the routed ones (Qwen2-MoE): its SwiGLU MLP's three d_S-wide tensors, and
-    for sigmoid(shared_expert_gate(x)) · shared output the gate's sigmoid and the MLP's output."""
+    for sigmoid(shared_expert_gate(x)) · shared output the gate's sigmoid and the MLP's output; an ungated one
+    (``shared_expert = "plain"``, GLM-4.5's, added to the routed output) the three tensors alone."""
     fam = s_.arch
-    d_s = sym("shared_intermediate")
+    d_s = next(m.d_in for m in fam.linears if m.input_group == "mlp_act")   # its down projection's input
+    if fam.extra("shared_expert") == "plain":
+        return {"act_shared_expert": (3 * b_c * T * d_s, r"A_{\mathrm{shared}}", "the shared experts' gate output "
+                                      "(SiLU input), SiLU output and up output (d_S wide each)", fam.source)}
     return {"act_shared_expert": (3 * b_c * T * d_s + b_c * T * h + b_c * T, r"A_{\mathrm{shared}}",
                                   "the shared expert's gate output (SiLU input), SiLU output and up output (d_S wide "
                                   "each), its output and the sigmoid of its gate, kept by the gating product",
@@ -419,16 +494,29 @@ def saved_per_layer(s_: Structure) -> sp.Expr:
     return residual_bytes(s_) * T * h if s_.grad_checkpointing else per_layer_bytes(s_) + sliding_extra(s_)
 
 
-def per_layer_bytes(s_: Structure) -> sp.Expr:
-    """Bytes one (not the first) decoder layer saves: also what one checkpoint recompute holds."""
+def _layer_bytes(s_: Structure) -> sp.Expr:
+    """Bytes one (not the first) decoder layer of ``s_``'s own kind saves."""
     return sp.Add(*(e for e, *_ in _layer(s_, first=False).values()))
 
 
+def largest_kind(s_: Structure, per_layer) -> sp.Expr:
+    """``per_layer`` of one layer's structure: the same for every layer, or the largest over the family's layer
+    kinds (left unevaluated, as the numbers decide which)."""
+    values = list(dict.fromkeys(per_layer(k) for _, k in s_.layer_kinds))
+    return values[0] if len(values) == 1 else sp.Max(*values, evaluate=False)
+
+
+def per_layer_bytes(s_: Structure) -> sp.Expr:
+    """Bytes one (not the first) decoder layer saves: also what one checkpoint recompute holds (for a family whose
+    layers differ, the largest kind's)."""
+    return largest_kind(s_, _layer_bytes)
+
+
 # the only fields the activation and transient terms read (not the optimizer, master copy, quantization, sharding)
-ACTIVATION_FIELDS = ("method", "family", "options", "tied", "targets", "adapter_upcast", "attention", "autocast",
-                     "compute_fp32", "device", "dora", "dropout", "grad_checkpointing",
+ACTIVATION_FIELDS = ("method", "family", "first_kind", "options", "tied", "targets", "adapter_upcast", "attention", "autocast",
+                     "compute_fp32", "device", "dora", "dropout", "grad_checkpointing", "head_targets",
                      "kbit_prep", "loss_impl", "modules_to_save", "weight_casts", "mp_policy", "bnb_input_saved",
-                     "shift_logits_copy", "forward_logits_upcast")
+                     "shift_logits_copy", "forward_logits_upcast", "tower", "objective")
 
 
 def refuse_unmodelled(fam) -> None:
@@ -451,10 +539,15 @@ def saved_terms(s_: Structure) -> list[Term]:
                           "checkpointing keeps each layer's input (and the position ids); layers are recomputed in backward",
                           "torch.utils.checkpoint (non-reentrant)"))
     else:
-        general, first = _layer(s_, first=False), _layer(s_, first=True)
+        general: dict[str, tuple] = {}   # key -> (Σ over the layer kinds of layers · bytes, label, why, source)
+        for n, kind in s_.layer_kinds:
+            for key, (expr, label, why, source) in _layer(kind, first=False).items():
+                total = general[key][0] + n * expr if key in general else n * expr
+                general[key] = (total, *(general.get(key) or (None, label, why, source))[1:])
         for key, (expr, label, why, source) in general.items():
-            terms.append(Term(key, Role.SAVED_ACTIVATION, L * expr, f"L \\cdot {label}", why, source))
-        correction = sp.Add(*(first.get(k, (0,))[0] - general[k][0] for k in general))
+            terms.append(Term(key, Role.SAVED_ACTIVATION, expr, f"L \\cdot {label}", why, source))
+        later, first = _layer(s_.first_layer, first=False), _layer(s_.first_layer, first=True)
+        correction = sp.Add(*(first.get(k, (0,))[0] - later[k][0] for k in later))
         if correction != 0:
             terms.append(Term("act_first_layer", Role.SAVED_ACTIVATION, sp.expand(correction), r"A_{\mathrm{layer\,0}}",
                               "the first layer's input (the frozen embedding) needs no gradient, so it saves less",
@@ -485,17 +578,27 @@ def saved_terms(s_: Structure) -> list[Term]:
         why += "; the trainable lm_head copy keeps its input for its weight gradient"
     terms.append(Term("act_final_norm", Role.SAVED_ACTIVATION, head, r"A_{\mathrm{head}}", why, TRANSFORMERS,
                       lifetime=span(Phase.LOSS, head_end)))
+    if "lm_head" in s_.head_targets:
+        terms.append(Term("act_lora_head", Role.SAVED_ACTIVATION, lora_head_saved(s_), r"A_{\mathrm{LoRA},V}",
+                          "LoRA on lm_head: lora_A keeps its input (the final norm's output) and lora_B lora_A's "
+                          "r-wide output" + (", with the adapters' compute-dtype casts" if s_.autocast and s_.adapter_upcast
+                                            else ""), PEFT, lifetime=span(Phase.LOSS, head_end)))
+    if "embed_tokens" in s_.head_targets:
+        terms.append(Term("act_lora_embed", Role.SAVED_ACTIVATION, lora_embed_saved(s_), r"A_{\mathrm{LoRA,emb}}",
+                          "LoRA on embed_tokens: the r-wide lookup of lora_embedding_A, kept for lora_embedding_B's "
+                          "gradient until the embedding's backward, the last" + (" (as autocast casts it, with B's cast)"
+                                                                               if s_.autocast and s_.adapter_upcast else "")
+                          + ("; k-bit preparation's input hook keeps the base embedding's output as a leaf"
+                             if s_.kbit_prep and s_.grad_checkpointing else ""),
+                          "peft tuners/lora/layer.py Embedding.forward",
+                          lifetime=span(Phase.FIRST_LAYER_FORWARD, Phase.FIRST_LAYER_BACKWARD)))
     if s_.loss_impl == "liger":
         terms.append(Term("act_logsoftmax", Role.LOSS_ACTIVATION, b_c * T * h + b_32 * T, r"A_{\mathrm{FLCE}}",
                           "Liger's fused linear cross-entropy computes the hidden states' gradient in the forward and "
                           "keeps it (and the per-token loss) for backward; no logits survive (modelled from source, "
                           "not measured here: Triton only)", "liger_kernel ops/fused_linear_cross_entropy.py"))
     elif s_.loss_impl == "trl":
-        terms.append(Term("act_logsoftmax", Role.LOSS_ACTIVATION, _trl_dtypes(s_)[0] * T * h + b_id * T + 2 * b_32 * T,
-                          r"A_{\mathrm{TRL}}", "TRL's fused LM head keeps a copy of the labelled positions' hidden "
-                          "states, their labels and the fp32 log-sum-exp and entropy per token; no logits survive "
-                          "(every token labelled; modelled from source, not measured here)",
-                          "trl 1.16 kernels/chunked_logprob.py ChunkedLogProbFunction"))
+        terms.append(trl_saved_term(s_))
     elif s_.loss_impl == "cce":
         terms.append(Term("act_logsoftmax", Role.LOSS_ACTIVATION, b_32 * T + b_32 * V, r"A_{\mathrm{CCE}}",
                           "Cut Cross-Entropy keeps the fp32 log-sum-exp per token and the fp32 average logit per "
@@ -512,25 +615,34 @@ def saved_terms(s_: Structure) -> list[Term]:
                           "final-logit soft-capping keeps tanh(logits / cap) for backward", fam.source))
     bases = fam.dim("rope_bases")
     b_rope = b_32 if fam.extra("rope_fp32") else b_c  # OLMo 2 keeps cos/sin in fp32
-    width = dh / 2 if fam.extra("rope_half_width") else dh  # gpt-oss: cos, sin of the frequencies alone (d_head/2)
+    width = dh / 2 if fam.extra("rope_half_width") else rotary_width(fam)  # gpt-oss: cos, sin of the d_head/2 frequencies
     terms.append(Term("act_rope", Role.STEP_INPUT, 2 * bases * b_rope * s * width, r"A_{\mathrm{rope}}",
                       "RoPE cos and sin, shared by all layers" + " (one pair per rotary base)" * (bases != 1),
                       "transformers LlamaRotaryEmbedding"))
     terms.append(Term("act_tokens", Role.STEP_INPUT, 2 * b_id * T, r"A_{\mathrm{ids}}",
                       "input ids and the shifted labels (int64)", "transformers ForCausalLMLoss"))
+    if s_.tower is not None and s_.tower.ids_copy and (not s_.lora or "embed_tokens" in s_.modules_to_save):
+        terms.append(Term("act_ids_copy", Role.SAVED_ACTIVATION, b_id * T, r"A_{\mathrm{ids,copy}}",
+                          "the copy of input_ids the multimodal forward embeds (an image token id outside the "
+                          "vocabulary blanked), saved by the trainable embedding for its backward", s_.tower.source))
     return terms
 
 
 def _largest_linear(s_: Structure) -> sp.Expr:
     """Elements of the largest quantized (nn.Linear) weight (left unevaluated: which one depends on the numbers)."""
-    return sp.Max(*{m.params for m in s_.arch.linears}, evaluate=False)
+    return sp.Max(*{m.params for _, k in s_.arch.layer_kinds for m in k.linears}, evaluate=False)
 
 
 def _first_layer_params(s_: Structure) -> sp.Expr:
     """Trainable parameters whose gradients come last: the first layer's (and an untied embedding's)."""
+    first = s_.first_layer
+    embed = r * (V + h) if "embed_tokens" in s_.head_targets else 0   # LoRA on the embedding: its gradients come last too
+    if s_.lora and not s_.arch.kinds:
+        return layer_lora_params(s_) + embed
     if s_.lora:
-        return sym("P_lora") / L
-    return s_.arch.params_per_layer(s_.options) + (0 if s_.tied else V * h)
+        return first.arch.lora_params_per_layer(first.targets, r) + (dora_magnitude(first.arch, first.targets)
+                                                                     if s_.dora else 0) + embed
+    return first.arch.params_per_layer(s_.options) + (0 if s_.tied else V * h)
 
 
 def liger_chunk(s_: Structure) -> sp.Expr:
@@ -551,11 +663,12 @@ def _trl_dtypes(s_: Structure) -> tuple[sp.Expr, sp.Expr]:
     return hidden, (b_c if s_.autocast else hidden)
 
 
-def _trl_loss_terms(s_: Structure) -> list[Term]:
+def trl_loss_terms(s_: Structure, n: sp.Expr = T) -> list[Term]:
     """TRL 1.16 SFTTrainer's fused LM head (``add_fused_lm_head``, always installed): the logits are computed tile by
-    tile into one [min(T, 4096), 32768] buffer and folded into per-token statistics; the backward recomputes each
-    tile and accumulates the gradients in fp32."""
+    tile into one [min(n, 4096), 32768] buffer and folded into per-token statistics; the backward recomputes each
+    tile and accumulates the gradients in fp32. ``n``: the positions it scores (every token under SFT)."""
     hidden, tile = _trl_dtypes(s_)
+    T = n  # noqa: N806 - the scored tokens, as the SFT formulas below name them
     buffer = tile * sp.Min(T, TRL_TOKEN_CHUNK, evaluate=False) * TRL_VOCAB_CHUNK
     casts = 0
     if s_.autocast and s_.weight_casts:  # weight[start:end].to(compute dtype): one vocabulary chunk at a time
@@ -566,7 +679,8 @@ def _trl_loss_terms(s_: Structure) -> list[Term]:
     # (full fine-tuning: lm_head's [V, h] buffer too; its cast is the gradient the ledger counts already)
     wide = s_.kbit_prep or s_.weight_casts or s_.compute_fp32  # fp32 hidden states (and weights, but in QLoRA)
     hidden_cast = 0 if wide else hidden * T * h
-    accumulator = b_32 * V * h if s_.method == "full" and not (s_.weight_casts or s_.compute_fp32) else 0
+    # lm_head's fp32 accumulator and its cast to the weight's dtype, both alive as the backward returns (:457)
+    accumulator = (b_32 + b_g) * V * h if s_.method == "full" and not (s_.weight_casts or s_.compute_fp32) else 0
     source = "trl 1.16 kernels/chunked_logprob.py ChunkedLogProbFunction"
     return [Term("logits", Role.LOSS_TEMPORARY, buffer + 7 * b_32 * T + casts, r"M_{\mathrm{logits}}",
                  "TRL's fused LM head: one [min(T, 4096), 32768] tile buffer in the compute dtype (not clipped to the "
@@ -575,8 +689,18 @@ def _trl_loss_terms(s_: Structure) -> list[Term]:
             Term("loss_backward_temp", Role.LOSS_BACKWARD_TEMPORARY, buffer + b_32 * T * h + hidden_cast + casts + accumulator,
                  r"M_{\mathrm{CE}'}", "its backward: the tile buffer again, the hidden states' gradient accumulated in "
                  "fp32" + (" and cast back" if hidden_cast else "")
-                 + (", lm_head's gradient accumulated in fp32" if accumulator else "") + " (modelled from source)",
+                 + (", lm_head's gradient accumulated in fp32 and cast back" if accumulator else "")
+                 + " (modelled from source)",
                  source)]
+
+
+def trl_saved_term(s_: Structure, n: sp.Expr = T, why: str = "(every token labelled; modelled from source, not "
+                   "measured here)") -> Term:
+    """What TRL's fused LM head saves for ``n`` scored positions: their hidden states' copy, labels, log_z, entropy."""
+    return Term("act_logsoftmax", Role.LOSS_ACTIVATION, _trl_dtypes(s_)[0] * n * h + b_id * n + 2 * b_32 * n,
+                r"A_{\mathrm{TRL}}", "TRL's fused LM head keeps a copy of the labelled positions' hidden states, their "
+                "labels and the fp32 log-sum-exp and entropy per token; no logits survive " + why,
+                "trl 1.16 kernels/chunked_logprob.py:386 ChunkedLogProbFunction.forward")
 
 
 def loss_terms(s_: Structure, logits_bytes) -> list[Term]:
@@ -594,7 +718,7 @@ def loss_terms(s_: Structure, logits_bytes) -> list[Term]:
                      "Liger's backward returns the gradients stored in the forward (nothing new)",
                      "liger_kernel fused_linear_cross_entropy_backward")]
     if s_.loss_impl == "trl":
-        return _trl_loss_terms(s_)
+        return trl_loss_terms(s_)
     if s_.loss_impl == "cce":
         grad_w = b_c * V * h if lm_head_trains else sp.Integer(0)
         return [Term("logits", Role.LOSS_TEMPORARY, b_32 * T, r"M_{\mathrm{logits}}",
@@ -682,6 +806,11 @@ def dora_forward_temp(s_: Structure) -> sp.Expr:
     return dora_weight_norm(s_, last.name) - own + live
 
 
+# a recomputed layer lives through its recompute and its backward, for the last and the first layer (not at a layer
+# end between them: FSDP2's layer ends count the layers' saved tensors themselves)
+RECOMPUTES = (Phase.LAST_LAYER_RECOMPUTE, Phase.LAST_LAYER_BACKWARD, Phase.FIRST_LAYER_RECOMPUTE, Phase.FIRST_LAYER_BACKWARD)
+
+
 def transient_terms(s_: Structure) -> list[Term]:
     """Tensors alive only at one moment of the step (not part of the ledger sum)."""
     logits_bytes = b_32 if s_.compute_fp32 else b_c
@@ -694,11 +823,17 @@ def transient_terms(s_: Structure) -> list[Term]:
     ]
 
     temp, why, source = _layer_backward_temp(s_)
+    if s_.arch.kinds:   # the last layer's MLP backward and the first's: the larger kind's
+        temp = largest_kind(s_, lambda k: _layer_backward_temp(k)[0])
     terms.append(Term("layer_backward_temp", Role.BACKWARD_TEMPORARY, temp, r"M_{\mathrm{mlp}'}", why, source))
     if "lm_head" in s_.modules_to_save:
         terms.append(Term("head_grad", Role.EARLY_GRADIENT, saved_copy_bytes(s_) * V * h, r"M_{\mathrm{grad},V}",
                           "the trainable lm_head copy's gradient, made by the loss backward, alive through the rest "
                           "of backward", "autograd order"))
+    if "lm_head" in s_.head_targets:
+        terms.append(Term("lora_head_grad", Role.EARLY_GRADIENT, b_g * r * (h + V), r"M_{\mathrm{grad},V}^{\mathrm{LoRA}}",
+                          "lm_head's LoRA gradients (r·(h + V)), made by the loss backward, alive through the rest of "
+                          "backward", "autograd order"))
     embed_copy = saved_copy_bytes(s_) * V * h if "embed_tokens" in s_.modules_to_save else 0
     terms.append(Term("grads_before_first_layer", Role.GRADIENTS_SO_FAR,
                       per_trainable(s_, b_g, saved_copy_bytes(s_)) - b_g * _first_layer_params(s_) - embed_copy,
@@ -721,9 +856,9 @@ def transient_terms(s_: Structure) -> list[Term]:
                           lifetime=(Phase.LAST_LAYER_RECOMPUTE, Phase.FIRST_LAYER_RECOMPUTE) if s_.grad_checkpointing
                           else (Phase.FORWARD,)))
     terms += layer_working_sets(s_)
-    terms.append(Term("one_layer", Role.RECOMPUTED_ACTIVATION, per_layer_bytes(s_) + sliding_extra(s_), r"M_{\mathrm{layer}}",
+    one_layer = per_layer_bytes(s_) if s_.grad_checkpointing else _layer_bytes(s_.first_layer)
+    terms.append(Term("one_layer", Role.RECOMPUTED_ACTIVATION, one_layer + sliding_extra(s_), r"M_{\mathrm{layer}}",
                       "one layer's saved tensors (recomputed under checkpointing), alive until its backward ends",
                       "torch.utils.checkpoint / autograd",   # without checkpointing: the first layer's, still saved
-                      lifetime=span(Phase.LAST_LAYER_RECOMPUTE, Phase.FIRST_LAYER_BACKWARD) if s_.grad_checkpointing
-                      else (Phase.FIRST_LAYER_BACKWARD,)))
+                      lifetime=RECOMPUTES if s_.grad_checkpointing else (Phase.FIRST_LAYER_BACKWARD,)))
     return terms

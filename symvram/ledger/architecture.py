@@ -31,8 +31,9 @@ from ..symbols import SYMBOLS, sym
 h, f, L, nh, nkv, dh, V = (sym(n) for n in ("hidden", "intermediate", "layers", "heads", "kv_heads", "head_dim", "vocab"))
 E, k_e, f_e = sym("experts"), sym("experts_per_token"), sym("moe_intermediate")
 
-GROUPS = ("attn_in", "attn_out", "mlp_in", "mlp_act")  # the tensors a layer's linears read
-NORM_SITES = ("layer_in", "resid", "attn_out", "mlp_out", "q", "k")
+# the tensors a layer's linears read; q_latent and kv_latent: latent attention's normed low-rank q and kv (DeepSeek-V3)
+GROUPS = ("attn_in", "attn_out", "mlp_in", "mlp_act", "q_latent", "kv_latent")
+NORM_SITES = ("layer_in", "resid", "attn_out", "mlp_out", "q", "k", "q_latent", "kv_latent")
 MLP_KINDS = ("gated", "moe")
 ACTIVATIONS = ("silu", "gelu_tanh")
 NORM_KINDS = ("rms", "gemma_rms", "rms_fp32_weight")
@@ -97,6 +98,7 @@ class Norm:
     width: sp.Expr
     rows: sp.Expr = sp.Integer(1)
     after: str | None = None  # the projection whose output it normalizes (a q/k norm): it saves if that one trains
+    option: str | None = None  # the config switch that gives the layer this norm (GLM-4.5's use_qk_norm)
 
 
 @dataclass(frozen=True)
@@ -121,6 +123,7 @@ class Family:
     targets: tuple[tuple[str, tuple[str, ...]], ...]
     extras: tuple[tuple[str, object], ...] = ()  # family-specific settings (soft-capping, embedding scale …)
     unmodelled: tuple[str, ...] = ()  # a drafted entry: transformers module classes whose saved tensors no rule models
+    kinds: tuple[tuple[str, str, bool], ...] = ()  # other layer kinds: (name, count symbol, layer 0's when present)
 
     # --- lookups -------------------------------------------------------------------------------
     def linear(self, name: str) -> Linear:
@@ -152,8 +155,75 @@ class Family:
         return dict(self.extras).get(name, default)
 
     @property
+    def latent_attention(self) -> bool:
+        """Multi-head latent attention (DeepSeek-V3): q and kv through low-rank projections and their norms."""
+        return any(m.input_group == "kv_latent" for m in self.linears)
+
+    @property
+    def attention_widths(self) -> tuple[sp.Expr, sp.Expr]:
+        """(the width of a head's q and k, of its v): d_head both, or latent attention's d_nope + d_rope and d_v.
+
+        >>> family("llama").attention_widths
+        (head_dim, head_dim)
+        """
+        if self.latent_attention:
+            return sym("qk_nope_dim") + dh, sym("v_head_dim")
+        return dh, dh
+
+    @property
     def moe(self) -> bool:
         return self.mlp_kind == "moe"
+
+    # --- layer kinds -----------------------------------------------------------------------------
+    # A family's own tables describe its default layer (the last layer's kind). ``[layer_kinds.NAME]`` entries
+    # describe layers that differ (DeepSeek-V3's dense first layers, Llama 4's dense layers between MoE ones,
+    # a hybrid's linear-attention layers): each restates the top-level keys that differ, as ``extends`` does,
+    # and names the symbol that counts its layers; the default kind has the rest, L − Σ counts.
+    @cached_property
+    def layer_kinds(self) -> tuple[tuple[sp.Expr, "Family"], ...]:
+        """(how many layers, the layer's family) per kind, the default kind first.
+
+        >>> [(n, k.key) for n, k in family("llama").layer_kinds]
+        [(layers, 'llama')]
+        """
+        others = tuple((sym(count), self.kind(name)) for name, count, _ in self.kinds)
+        return ((L - sp.Add(*(n for n, _ in others)), self.kind("")),) + others
+
+    def over_layers(self, per_layer) -> sp.Expr:
+        """Σ over the layer kinds of (layers of the kind) · ``per_layer(kind's family)``: L · per_layer(self)
+        for a family whose layers are all alike."""
+        if not self.kinds:
+            return L * per_layer(self)
+        return sp.Add(*(n * per_layer(k) for n, k in self.layer_kinds))
+
+    def first_kind(self, dims: dict[str, int]) -> str:
+        """The kind of layer 0 for a model of ``dims``: the first kind marked ``first`` that has layers, else the
+        default ("")."""
+        return next((name for name, count, first in self.kinds if first and dims.get(count, 0) > 0), "")
+
+    def layer_order(self, dims: dict[str, int]) -> tuple[str, ...]:
+        """Each layer's count symbol, layer 0 up, for a model of ``dims`` (empty when the layers are all alike):
+        layer 0 of ``first_kind``, then the other kinds' layers in their order, then the default kind's. The
+        allocator replay needs one order; where it differs from the model's (interleaved layers) only the
+        blocks' reuse order differs.
+
+        >>> family("llama").layer_order({"layers": 32})
+        ()
+        """
+        if not self.kinds:
+            return ()
+        left = {count: dims.get(count, 0) for _, count, _ in self.kinds}
+        first = dict((name, count) for name, count, _ in self.kinds).get(self.first_kind(dims), "layers")
+        order = [first]
+        if first != "layers":
+            left[first] -= 1
+        order += [c for c, n in left.items() for _ in range(n)]
+        return tuple(order + ["layers"] * (dims["layers"] - len(order)))
+
+    def kind(self, name: str) -> "Family":
+        """The family of one layer of the kind ``name`` ("" the default kind: ``"family:"``, the family's own
+        tables without its other kinds); the family itself when its layers are all alike."""
+        return family(f"{self.key}:{name}") if self.kinds else self
 
     # --- parameter counts ------------------------------------------------------------------------
     def bias_params_per_layer(self, options: tuple[str, ...]) -> sp.Expr:
@@ -167,13 +237,17 @@ class Family:
     def expert_params_per_layer(self) -> sp.Expr:
         return sp.Add(*(m.params for m in self.moe_weights))
 
-    def norm_params_per_layer(self) -> sp.Expr:
-        return sp.Add(*(n.width for n in self.norms))
+    def active_norms(self, options: tuple[str, ...]) -> tuple[Norm, ...]:
+        """The norms a layer has with ``options`` on (a norm under a switch only when it is on)."""
+        return tuple(n for n in self.norms if n.option is None or n.option in options)
+
+    def norm_params_per_layer(self, options: tuple[str, ...]) -> sp.Expr:
+        return sp.Add(*(n.width for n in self.active_norms(options)))
 
     def params_per_layer(self, options: tuple[str, ...]) -> sp.Expr:
         """Linear and expert weights, biases and norm weights of one decoder layer."""
         return (self.linear_params_per_layer() + self.expert_params_per_layer() + self.bias_params_per_layer(options)
-                + self.norm_params_per_layer())
+                + self.norm_params_per_layer(options))
 
     def embedding_params(self, tied: bool) -> sp.Expr:
         """Token embeddings, plus the lm_head unless it is tied to them."""
@@ -181,29 +255,33 @@ class Family:
 
     def total_params(self, tied: bool, options: tuple[str, ...]) -> sp.Expr:
         """P derived from the architecture: embeddings (+ lm_head), L layers, the final norm."""
-        return self.embedding_params(tied) + L * self.params_per_layer(options) + h
+        return self.embedding_params(tied) + self.over_layers(lambda k: k.params_per_layer(options)) + h
 
     def kept_16bit_params(self, tied: bool, options: tuple[str, ...]) -> sp.Expr:
         """Parameters QLoRA leaves unquantized: everything but the nn.Linear weights of the layers
         (embeddings, lm_head, norms, biases, and the MoE router and fused 3-D experts, which are not nn.Linear)."""
-        per_layer = self.expert_params_per_layer() + self.norm_params_per_layer() + self.bias_params_per_layer(options)
-        return self.embedding_params(tied) + L * per_layer + h
+        return self.embedding_params(tied) + self.over_layers(
+            lambda k: k.expert_params_per_layer() + k.norm_params_per_layer(options) + k.bias_params_per_layer(options)) + h
 
     def lora_params(self, targets: tuple[str, ...], rank: sp.Symbol) -> sp.Expr:
         """r (d_in + d_out) per target matrix, summed over targets and layers (an expert weight: per expert,
-        at its rank factor)."""
-        return L * rank * sp.Add(*(self.linear(t).count * self.linear(t).rank_factor
-                                   * (self.linear(t).d_in + self.linear(t).d_out) for t in targets))
+        at its rank factor; a layer kind without a target's module adds none)."""
+        return self.over_layers(lambda k: k.lora_params_per_layer(targets, rank))
+
+    def lora_params_per_layer(self, targets: tuple[str, ...], rank: sp.Symbol) -> sp.Expr:
+        """r (d_in + d_out) per target matrix this layer has (an expert weight: per expert, at its rank factor)."""
+        return rank * sp.Add(*(self.linear(t).count * self.linear(t).rank_factor
+                               * (self.linear(t).d_in + self.linear(t).d_out) for t in targets if t in self.linear_map))
 
     def tensors_per_layer(self, options: tuple[str, ...]) -> int:
         """Parameter tensors (not elements) of one layer: weights, biases, norm weights."""
         return (len(self.linears) + len(self.moe_weights) + sum(1 for m in self.linears if m.bias in options)
-                + len(self.norms))
+                + len(self.active_norms(options)))
 
-    def factored_sizes_per_layer(self) -> sp.Expr:
+    def factored_sizes_per_layer(self, options: tuple[str, ...]) -> sp.Expr:
         """Adafactor's row + column vectors of every matrix of a layer, and the norms' full vectors."""
         return (sp.Add(*(m.count * (m.d_in + m.d_out) for m in self.linears + self.moe_weights))
-                + self.norm_params_per_layer())
+                + self.norm_params_per_layer(options))
 
 
 # --- the data entries ----------------------------------------------------------------------------
@@ -289,13 +367,22 @@ def _linears(table: dict, where: str, count: str | int = 1) -> tuple[Linear, ...
 
 @cache
 def family(name: str) -> Family:
-    """The family called ``name`` (its data file's stem), parsed once."""
-    e = _resolved(name)
-    where = f"families/{name}.toml"
+    """The family called ``name`` (its data file's stem), parsed once; ``"family:kind"`` is one of its layer kinds,
+    the family's entry with the kind's keys restated."""
+    parent, one_layer, kind = name.partition(":")
+    e = _resolved(parent)
+    kinds = e.get("layer_kinds", {})
+    if kind:
+        if kind not in kinds:
+            raise ValueError(f"families/{parent}.toml: no layer kind {kind!r}")
+        e = {**e, **{k: v for k, v in kinds[kind].items() if k not in ("count", "first")}}
+    if one_layer:
+        kinds = {}
+    where = f"families/{parent}.toml"
     mlp = e["mlp"]
     if mlp["kind"] not in MLP_KINDS or mlp.get("activation", "silu") not in ACTIVATIONS or e["norm"] not in NORM_KINDS:
         raise ValueError(f"{where}: mlp kind/activation or norm kind unknown")
-    norms = tuple(Norm(n, v["at"], expr(v["width"]), expr(v.get("rows", 1)), v.get("after"))
+    norms = tuple(Norm(n, v["at"], expr(v["width"]), expr(v.get("rows", 1)), v.get("after"), v.get("option"))
                   for n, v in e["norms"].items())
     if any(n.at not in NORM_SITES for n in norms):
         raise ValueError(f"{where}: a norm's 'at' must be one of {NORM_SITES}")
@@ -310,8 +397,9 @@ def family(name: str) -> Family:
         moe_weights=_linears(e.get("moe_weights", {}), where, "experts"),
         targets=tuple((g, tuple(ms)) for g, ms in e["targets"].items()),
         extras=tuple(sorted(e.get("extras", {}).items())), unmodelled=tuple(e.get("unmodelled", ())),
+        kinds=tuple((k, v["count"], v.get("first", False)) for k, v in kinds.items()),
     )
-    for group, members in fam.targets:
+    for group, members in fam.targets if not one_layer else ():   # a layer kind may lack some (no experts in a dense layer)
         if unknown := set(members) - set(fam.linear_map):
             raise ValueError(f"{where}: target group {group!r} names unknown modules {sorted(unknown)}")
     return fam

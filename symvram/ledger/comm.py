@@ -31,7 +31,7 @@ import sympy as sp
 
 from ..symbols import sym
 from .architecture import L, h
-from .sharding import STAGE_NAMES, layer_bytes, root_bytes
+from .sharding import STAGE_NAMES, all_layer_bytes, root_bytes
 from .structure import Structure
 from .terms import Role, Term
 from .weights import quant_constant_bits
@@ -64,12 +64,12 @@ class CommLedger:
 
 def stored_weight_bytes(s_: Structure) -> sp.Expr:
     """Bytes of every stored weight (with adapters; NF4 and constants under QLoRA): what ZeRO-3 gathers."""
-    return root_bytes(s_) + L * layer_bytes(s_)
+    return root_bytes(s_) + all_layer_bytes(s_)
 
 
 # the only fields the communication ledger reads (the stored weights' among them)
 COMM_FIELDS = ("method", "family", "options", "tied", "double_quant", "master", "zero", "offload",
-               "grad_checkpointing", "tensor_parallel", "mp_policy")   # mp_policy: gathered in its dtype
+               "grad_checkpointing", "tensor_parallel", "mp_policy", "head_targets")   # mp_policy: gathered in its dtype
 
 
 def build_comm(s_: Structure) -> CommLedger:
@@ -94,7 +94,7 @@ def _build_comm(s_: Structure) -> CommLedger:
                           f"{stage}: the updated trainable weights are all-gathered after the step", NCCL))
     else:
         stored = stored_weight_bytes(s_) * split
-        layers = L * layer_bytes(s_) * split
+        layers = all_layer_bytes(s_) * split
         terms.append(Term("allgather_forward", Role.NETWORK_TRAFFIC, RING * stored, r"C_{\mathrm{AG,fwd}}",
                           "ZeRO-3: every stored weight is all-gathered for forward (per layer unit, and the root)",
                           "torch FSDP2 fully_shard per decoder layer"))

@@ -4,7 +4,9 @@ program order its moments describe, for the caching-allocator replay (symvram.al
 A term's expression is a sum of monomials; each monomial is one tensor shape and its integer coefficient the
 number of such tensors (SDPA's ``2·T·d_h·n_h + 2·T·d_h·n_kv`` is q and the output, k and v). A monomial
 with the factor L is one tensor per layer. A negative monomial (the first layer's correction) removes a
-tensor of that shape from layer 0.
+tensor of that shape from layer 0. For a family whose layers differ (``Family.layer_kinds``), a monomial with
+a kind's layer count is one tensor in each layer of that kind: (L − L_d)·X + L_d·Y is X in a default layer and
+Y in one of kind d.
 
 The order, over two training steps (the first allocates the optimizer states in its step, as torch's
 optimizers do lazily; the second starts with them):
@@ -50,7 +52,7 @@ ALIASES = (Role.GRADIENTS_SO_FAR, Role.RECOMPUTED_ACTIVATION, Role.LAYER_END)
 
 def _per_layer_loop(t) -> bool:
     """A backward temporary made anew in every layer's backward (alive in both layer phases, not between)."""
-    return t.role is Role.BACKWARD_TEMPORARY and (t.lifetime or ROLES[t.role].lifetime) == LAYER_BACKWARDS
+    return t.role is Role.BACKWARD_TEMPORARY and t.phases == LAYER_BACKWARDS
 
 
 def _program_order(t) -> tuple:
@@ -75,13 +77,14 @@ class Schedule:
 
 
 @lru_cache(maxsize=4096)
-def pieces(expr: sp.Expr) -> list[tuple[sp.Expr, int, bool]]:
-    """The tensors of one expression: (one tensor's bytes, how many, per layer).
+def pieces(expr: sp.Expr, kinds: tuple[sp.Symbol, ...] = ()) -> list[tuple[sp.Expr, int, sp.Symbol | None]]:
+    """The tensors of one expression: (one tensor's bytes, how many, the layer count it is per: L, one of the
+    layer ``kinds``' counts, or None).
 
     >>> from symvram.symbols import sym
     >>> b, T, f, L = sym("bytes_act"), sym("seq"), sym("intermediate"), sym("layers")
     >>> pieces(3 * b * T * f * L + b * T)
-    [(bytes_act*seq, 1, False), (bytes_act*intermediate*seq, 3, True)]
+    [(bytes_act*seq, 1, None), (bytes_act*intermediate*seq, 3, layers)]
     """
     out = []
     for mono in sp.Add.make_args(sp.expand_mul(expr)):
@@ -89,14 +92,14 @@ def pieces(expr: sp.Expr) -> list[tuple[sp.Expr, int, bool]]:
             continue
         coeff, rest = mono.as_coeff_Mul()
         factors = sp.Mul.make_args(rest)
-        per_layer = L in factors   # L to the first power, as a factor
-        if per_layer:
-            rest = sp.Mul(*(f for f in factors if f != L))
+        per_layer = next((n for n in (L, *kinds) if n in factors), None)   # to the first power, as a factor
+        if per_layer is not None:
+            rest = sp.Mul(*(f for f in factors if f != per_layer))
         if coeff.is_Integer:
             out.append((rest, int(coeff), per_layer))
         else:   # a fraction of a shape (a chunk, a shard) is one tensor of that size
             out.append((sp.Abs(coeff) * rest, 1 if coeff > 0 else -1, per_layer))
-    return sorted(out, key=lambda p: (p[2], sp.default_sort_key(p[0])))
+    return sorted(out, key=lambda p: (p[2] is not None, str(p[2]), sp.default_sort_key(p[0])))
 
 
 class _Builder:
@@ -118,47 +121,57 @@ class _Builder:
         self.events.extend(("free", i, -1) for i in ids)
 
 
-def _term_pieces(ledger: Ledger, term) -> list[tuple[sp.Expr, int, bool]]:
-    """A term's tensors. An activation's negative monomials are layer 0's corrections (``_corrections``); any
-    other term with a negative monomial (a difference: bitsandbytes' 8-bit states less their fp32 small
-    tensors) is one tensor of its whole expression."""
-    out = pieces(ledger.expand(term.expr))
-    if term.block != "activations" and any(n < 0 for _, n, _ in out):
-        return [(ledger.expand(term.expr), 1, False)]
-    return [p for p in out if p[1] > 0]
+def _term_pieces(ledger: Ledger, term, kinds: tuple[sp.Symbol, ...]) -> list[tuple[sp.Expr, int, sp.Symbol | None]]:
+    """A term's tensors. An activation's negative monomials are layer 0's corrections (``_corrections``), a
+    negative one per layer of a kind what that kind lacks of a default layer; any other term with a negative
+    monomial (a difference: bitsandbytes' 8-bit states less their fp32 small tensors) is one tensor of its whole
+    expression."""
+    out = pieces(ledger.expand(term.expr), kinds)
+    if term.block != "activations" and any(n < 0 and p not in kinds for _, n, p in out):
+        return [(ledger.expand(term.expr), 1, None)]
+    return [p for p in out if p[1] > 0 or p[2] in kinds]
 
 
-def _corrections(ledger: Ledger) -> dict[sp.Expr, int]:
+def _corrections(ledger: Ledger, kinds: tuple[sp.Symbol, ...]) -> dict[sp.Expr, int]:
     """Layer 0's missing tensors: the negative monomials of the activation terms, by shape."""
     out: dict[sp.Expr, int] = {}
     for t in ledger.block_terms("activations"):
-        for size, n, per_layer in pieces(ledger.expand(t.expr)):
-            if n < 0 and not per_layer:
+        for size, n, per_layer in pieces(ledger.expand(t.expr), kinds):
+            if n < 0 and per_layer is None:
                 out[size] = out.get(size, 0) - n
     return out
 
 
 @lru_cache(maxsize=256)
-def ledger_schedule(ledger: Ledger, layers: int) -> Schedule:
-    """The schedule of two training steps of ``ledger`` with its L decoder layers unrolled (``layers``)."""
+def ledger_schedule(ledger: Ledger, layers: int, layer_order: tuple[str, ...] = ()) -> Schedule:
+    """The schedule of two training steps of ``ledger`` with its L decoder layers unrolled (``layers``); for a
+    family whose layers differ, ``layer_order`` names each layer's count symbol from layer 0 up ("layers" for the
+    default kind)."""
     b = _Builder()
+    order = tuple(sym(n) for n in layer_order) or (L,) * layers
+    kinds = tuple(sorted(set(order) - {L}, key=str))
     terms, moments = ledger.by_key, ledger.moments
     loop_at = next(i for i, m in enumerate(moments) if m.key == "first_layer_backward")
-    shapes = {k: _term_pieces(ledger, t) for k, t in terms.items()}
+    shapes = {k: _term_pieces(ledger, t, kinds) for k, t in terms.items()}
 
-    def per_layer(k):
-        return [(size, n) for size, n, layer in shapes[k] if layer]
+    def per_layer(k, i=layers - 1):
+        """Layer i's tensors of term k (L's, net of what its kind's count adds or takes away)."""
+        counts: dict[sp.Expr, int] = {}
+        for size, n, layer in shapes[k]:
+            if layer is L or (layer is not None and layer == order[i]):
+                counts[size] = counts.get(size, 0) + n
+        return [(size, n) for size, n in counts.items() if n > 0]
 
     def whole(k):
-        return [(size, n) for size, n, layer in shapes[k] if not layer]
+        return [(size, n) for size, n, layer in shapes[k] if layer is None]
 
     def every(k):
-        return per_layer(k) * layers + whole(k)
+        return [sh for i in range(layers) for sh in per_layer(k, i)] + whole(k)
 
     act_keys = [t.key for t in ledger.block_terms("activations")]
-    layer_act = [k for k in act_keys if per_layer(k)]
+    layer_act = [k for k in act_keys if any(layer is not None for _, _, layer in shapes[k])]
     whole_step = [k for k in act_keys if k not in layer_act and all(k in m.terms for m in moments)]
-    missing = _corrections(ledger)
+    missing = _corrections(ledger, kinds)
     recompute = any(m.key == "recompute" for m in moments)   # checkpointing: each layer is recomputed in backward
     on_device = {k: t.place is Place.DEVICE for k, t in terms.items()}
     grad_keys = [k for k, t in terms.items() if t.role is Role.GRADIENT and on_device[k]]
@@ -180,7 +193,7 @@ def ledger_schedule(ledger: Ledger, layers: int) -> Schedule:
     def saved_of_layer(i):
         out, left = [], dict(missing) if i == 0 else {}
         for k in layer_act:
-            for size, n in per_layer(k):
+            for size, n in per_layer(k, i):
                 take = min(n, left.get(size, 0))
                 left[size] = left.get(size, 0) - take
                 out.append((size, n - take))
@@ -205,7 +218,7 @@ def ledger_schedule(ledger: Ledger, layers: int) -> Schedule:
                     b.free_all(b.alloc_all([sh for k in loop_temps for sh in whole(k)]))
                     b.free_all(redo)
                     b.free_all(saved[i])
-                    grads += b.alloc_all([sh for k in grad_keys for sh in per_layer(k)])
+                    grads += b.alloc_all([sh for k in grad_keys for sh in per_layer(k, i)])
             for k in previous:
                 if k not in m.terms and k in held:
                     b.free_all(held.pop(k))

@@ -9,12 +9,13 @@ from __future__ import annotations
 import sympy as sp
 
 from ..symbols import sym
-from .architecture import L, V, h
+from .architecture import E, L, V, h
 from .functions import at_least, ceil_div
 from .structure import Structure
 from .terms import Place, Role, Term
 
 P, P_train, P_quant, P_keep, P_lora, P_save = (sym(n) for n in ("P", "P_train", "P_quant", "P_keep", "P_lora", "P_save"))
+P_tower, P_lora_tower, w_tower = sym("tower_params"), sym("P_lora_tower"), sym("tower_lora_width")
 b_w, b_g, b_m, b_o, n_o, b_a, b_32 = (sym(n) for n in (
     "bytes_weight", "bytes_grad", "bytes_master", "bytes_state", "states_per_param", "bytes_adapter", "bytes_fp32"))
 q, B_q, c_abs, c_abs2, B_q2 = (sym(n) for n in ("quant_bits", "quant_block", "absmax_bits", "dq_absmax_bits", "dq_block"))
@@ -62,8 +63,8 @@ def nf4_bytes(n: sp.Expr, double_quant: bool) -> tuple[sp.Expr, sp.Expr]:
 def base_terms(s: Structure) -> list[Term]:
     if s.method == "qlora" and not s.nominal:
         fam = s.arch
-        packed = L * sp.Add(*(nf4_bytes(m.params, s.double_quant)[0] for m in fam.linears))
-        states = L * sp.Add(*(nf4_bytes(m.params, s.double_quant)[1] for m in fam.linears))
+        packed = fam.over_layers(lambda k: sp.Add(*(nf4_bytes(m.params, s.double_quant)[0] for m in k.linears)))
+        states = fam.over_layers(lambda k: sp.Add(*(nf4_bytes(m.params, s.double_quant)[1] for m in k.linears)))
         b_keep = b_32 if s.kbit_prep else b_w
         terms = [
             Term("weights_nf4", Role.WEIGHT, packed, r"M_{\mathrm{NF4}}",
@@ -74,7 +75,7 @@ def base_terms(s: Structure) -> list[Term]:
                  + (" in uint8, double-quantized (an fp32 absmax per 256, a 256-entry fp32 code, an offset)"
                     if s.double_quant else " in fp32") + " and the 16-entry NF4 code",
                  "bitsandbytes functional.quantize_4bit(compress_statistics=True)"),
-            Term("weights_16bit", Role.WEIGHT, P_keep * b_keep - (b_keep - b_w) * L * fam.bias_params_per_layer(s.options),
+            Term("weights_16bit", Role.WEIGHT, P_keep * b_keep - (b_keep - b_w) * fam.over_layers(lambda k: k.bias_params_per_layer(s.options)),
                  r"M_{16}" if not s.kbit_prep else r"M_{32}",
                  "embeddings, lm_head, norms, biases (and fused MoE experts, not nn.Linear) stay unquantized"
                  + (": prepare_model_for_kbit_training casts them to fp32 (a Linear4bit's bias goes back to the "
@@ -96,19 +97,79 @@ def base_terms(s: Structure) -> list[Term]:
     if not s.nominal:  # an interview preset is P·bytes exactly; real models carry their buffers and counters
         fam = s.arch
         scale = b_w if fam.extra("embed_scale") else 0
-        terms.append(Term("buffers", Role.BUFFER, fam.dim("rope_bases") * b_w * dh + scale, r"M_{\mathrm{buf}}",
+        score_bias = fam.over_layers(lambda k: E if k.moe and k.extra("router_score_bias") else 0) * b_w
+        terms.append(Term("buffers", Role.BUFFER, fam.dim("rope_bases") * b_w * rotary_width(fam) + scale + score_bias,
+                          r"M_{\mathrm{buf}}",
                           "rotary inv_freq and original_inv_freq (d_head/2 each, in the weight dtype)"
                           + (" per rotary base" if fam.dim("rope_bases") != 1 else "")
-                          + ("; the embedding's √h scale" if scale else ""), "transformers LlamaRotaryEmbedding"))
-    return terms
+                          + ("; the embedding's √h scale" if scale else "")
+                          + ("; each MoE layer's router score bias (E)" if score_bias != 0 else ""),
+                          "transformers LlamaRotaryEmbedding"))
+    return terms + (tower_terms(s) if s.tower is not None else [])
+
+
+def tower_terms(s: Structure) -> list[Term]:
+    """A multimodal checkpoint's vision tower and projector, loaded beside the decoder (``ledger.towers``): frozen
+    base weights that a text-only batch never runs. QLoRA packs its nn.Linear weights to NF4 like the decoder's
+    (transformers' ``get_keys_to_not_convert`` keeps only the lm_head and tied weights); the rest stays 16-bit,
+    or fp32 once prepare_model_for_kbit_training has cast it (its Linear4bit biases too: the tower never runs
+    the forward that casts them back)."""
+    t = s.tower
+    why = f"{t.description}, loaded by {t.loader}: frozen; a text-only batch never runs it"
+    if s.method == "qlora":
+        packed = sp.Add(*(n * nf4_bytes(sp.Integer(e), s.double_quant)[0] for e, n in t.linear_weights))
+        states = sp.Add(*(n * nf4_bytes(sp.Integer(e), s.double_quant)[1] for e, n in t.linear_weights))
+        packed_elements = sum(e * n for e, n in t.linear_weights)
+        b_keep = b_32 if s.kbit_prep else b_w
+        terms = [Term("weights_tower_nf4", Role.WEIGHT, packed + states, r"M_{\mathrm{tower,NF4}}",
+                      f"the vision tower's nn.Linear weights as packed NF4 with their quantization states ({why})",
+                      "transformers quantizers/base.py get_keys_to_not_convert; bitsandbytes functional.quantize_4bit"),
+                 Term("weights_tower", Role.WEIGHT, (P_tower - packed_elements) * b_keep, r"M_{\mathrm{tower}}",
+                      "the rest of the vision tower (convolution, position table, norms, biases, projector) unquantized"
+                      + ", cast to fp32 by prepare_model_for_kbit_training" * s.kbit_prep, t.source)]
+    else:
+        terms = [Term("weights_tower", Role.WEIGHT, P_tower * b_w, r"M_{\mathrm{tower}}",
+                      f"every weight of the {why}", t.source)]
+    return terms + [Term("buffers_tower", Role.BUFFER, sym("tower_float_buffers") * b_w + sym("tower_index_buffers")
+                         * sym("bytes_index"), r"M_{\mathrm{buf,tower}}",
+                         "the tower's buffers: floating ones (rotary inv_freq) in the weights' dtype, int64 position ids",
+                         t.source)]
+
+
+def rotary_width(fam) -> sp.Expr:
+    """The rotated width of a head: d_head, or d_rot under partial RoPE (GLM-4.5: half)."""
+    return sym("rotary_dim") if any(d[0] == "rotary_dim" for d in fam.dims) else dh
 
 
 def adafactor_factored(s: Structure) -> sp.Expr:
     """Adafactor keeps a row and a column second-moment vector per matrix (no first moment)."""
     fam = s.arch
     if s.lora:
-        return L * sp.Add(*(2 * sym("rank") + fam.linear(t).d_in + fam.linear(t).d_out for t in s.targets))
-    return (V + h) * (1 if s.tied else 2) + L * fam.factored_sizes_per_layer() + h
+        heads = len(s.head_targets) * (2 * sym("rank") + V + h)
+        return fam.over_layers(lambda k: sp.Add(*(2 * sym("rank") + k.linear(t).d_in + k.linear(t).d_out
+                                                  for t in s.targets if t in k.linear_map))) + heads
+    return (V + h) * (1 if s.tied else 2) + fam.over_layers(lambda k: k.factored_sizes_per_layer(s.options)) + h
+
+
+def head_adapter_sizes(s: Structure) -> list[sp.Expr]:
+    """Elements of each LoRA matrix on the model's head modules: lm_head's A (r × h) and B (V × r) (peft
+    tuners/lora/layer.py Linear.update_layer), the embedding's lora_embedding_A (r × V) and lora_embedding_B (h × r)
+    (Embedding.update_layer, layer.py:1241-1244) — r·(V + h) either way.
+
+    >>> head_adapter_sizes(Structure(method="lora", head_targets=("embed_tokens", "lm_head")))
+    [hidden*rank, rank*vocab, hidden*rank, rank*vocab]
+    """
+    r = sym("rank")
+    return [size for _ in s.head_targets for size in (r * h, r * V)]
+
+
+def layer_lora_params(s: Structure) -> sp.Expr:
+    """LoRA elements of one decoder layer: P_LoRA less the head modules' adapters, over the L layers.
+
+    >>> layer_lora_params(Structure(method="lora", head_targets=("lm_head",)))
+    (P_lora - hidden*rank - rank*vocab)/layers
+    """
+    return (P_lora - sp.Add(*head_adapter_sizes(s))) / L
 
 
 def trainable_tensor_sizes(s: Structure) -> list[tuple[sp.Expr, sp.Expr, bool]]:
@@ -116,15 +177,17 @@ def trainable_tensor_sizes(s: Structure) -> list[tuple[sp.Expr, sp.Expr, bool]]:
     fam, r = s.arch, sym("rank")
     if s.lora:
         out = []
-        for t in s.targets:
-            m = fam.linear(t)
-            k = m.count * m.rank_factor
-            out += [(k * r * m.d_in, L, False), (k * r * m.d_out, L, False)]
+        for n, kind in fam.layer_kinds:
+            for m in (kind.linear(t) for t in s.targets if t in kind.linear_map):
+                k = m.count * m.rank_factor
+                out += [(k * r * m.d_in, n, False), (k * r * m.d_out, n, False)]
+        out += [(n, sp.Integer(1), False) for n in head_adapter_sizes(s)]   # lora_embedding_A is no nn.Embedding weight
         return out + [(V * h, sp.Integer(1), name == "embed_tokens") for name in s.modules_to_save]
     out = [(V * h, sp.Integer(1), True)] + ([] if s.tied else [(V * h, sp.Integer(1), False)])
-    out += [(m.params, L, False) for m in fam.linears + fam.moe_weights]
-    out += [(m.d_out, L, False) for m in fam.linears if m.bias in s.options]
-    out += [(n.width, L, False) for n in fam.norms]
+    for n, kind in fam.layer_kinds:
+        out += [(m.params, n, False) for m in kind.linears + kind.moe_weights]
+        out += [(m.d_out, n, False) for m in kind.linears if m.bias in s.options]
+        out += [(x.width, n, False) for x in kind.active_norms(s.options)]
     return out + [(h, sp.Integer(1), False)]
 
 
@@ -195,6 +258,12 @@ def trainable_terms(s: Structure) -> list[Term]:
     if s.lora:
         terms.append(Term("adapters", Role.ADAPTER, P_lora * b_a, r"M_{\mathrm{LoRA}}",
                           "LoRA A and B matrices (PEFT keeps them in fp32 unless told otherwise)"))
+    if s.tower_lora:
+        terms.append(Term("adapters_tower", Role.ADAPTER, P_lora_tower * b_a, r"M_{\mathrm{LoRA,tower}}",
+                          "LoRA A and B on the vision tower's linears the targets match (PEFT matches module names; "
+                          "all-linear takes every one): on a text-only batch the tower never runs, so they get no "
+                          "gradient and the optimizer no state for them", "peft tuners/tuners_utils.py "
+                          "_maybe_include_all_linear_layers; torch/optim/adamw.py _init_group skips grad None"))
     if s.modules_to_save:
         terms.append(Term("saved_modules", Role.TRAINABLE_COPY, P_save * saved_copy_bytes(s), r"M_{\mathrm{save}}",
                           f"modules_to_save ({', '.join(s.modules_to_save)}): a trainable deep copy of each, in its "
@@ -230,18 +299,22 @@ def saved_state_bytes(s: Structure) -> sp.Expr:
 def trainable_tensors(s: Structure) -> sp.Expr:
     """How many trainable tensors (not elements): LoRA has an A and a B per target and layer (and one per
     modules_to_save copy)."""
-    if s.lora:
-        return (3 if s.dora else 2) * L * len(s.targets) + len(s.modules_to_save)  # A, B (and DoRA's m) per target
-    return (1 if s.tied else 2) + L * s.arch.tensors_per_layer(s.options) + 1
+    fam = s.arch
+    if s.lora:   # A, B (and DoRA's m) per target
+        return (3 if s.dora else 2) * fam.over_layers(lambda k: sum(t in k.linear_map for t in s.targets)) \
+            + 2 * len(s.head_targets) + len(s.modules_to_save)
+    return (1 if s.tied else 2) + fam.over_layers(lambda k: k.tensors_per_layer(s.options)) + 1
 
 
 def largest_trainable_matrix(s: Structure) -> sp.Expr:
     """Elements of the largest trainable tensor (a for-loop optimizer's temporaries are that size)."""
+    kinds = [k for _, k in s.arch.layer_kinds]
     if s.lora:
-        r, fam = sym("rank"), s.arch
-        return sp.Max(*{r * fam.linear(t).d_out for t in s.targets} | {r * fam.linear(t).d_in for t in s.targets},
+        r = sym("rank")
+        mats = [k.linear(t) for k in kinds for t in s.targets if t in k.linear_map]
+        return sp.Max(*{r * m.d_out for m in mats} | {r * m.d_in for m in mats} | set(head_adapter_sizes(s)),
                       evaluate=False)  # SymPy's pairwise comparison of symbolic sizes is slow and decides nothing here
-    return sp.Max(V * h, *{m.params for m in s.arch.linears + s.arch.moe_weights}, evaluate=False)
+    return sp.Max(V * h, *{m.params for k in kinds for m in k.linears + k.moe_weights}, evaluate=False)
 
 
 def optimizer_temp_terms(s: Structure) -> list[Term]:
@@ -258,6 +331,11 @@ def optimizer_temp_terms(s: Structure) -> list[Term]:
                  "torch/optim/adamw.py _single_tensor_adamw")]
 
 
+def dora_magnitude(fam, targets: tuple[str, ...]) -> sp.Expr:
+    """DoRA's magnitude vectors of one layer: d_out per target it has."""
+    return sp.Add(*(fam.linear(t).d_out for t in targets if t in fam.linear_map))
+
+
 def definitions(s: Structure) -> list[tuple[sp.Symbol, sp.Expr]]:
     """Derived quantities, in dependency order."""
     fam = s.arch
@@ -268,11 +346,13 @@ def definitions(s: Structure) -> list[tuple[sp.Symbol, sp.Expr]]:
         defs.append((P_keep, fam.kept_16bit_params(s.tied, s.options)))
         defs.append((P_quant, P - P_keep))
     if s.lora:
-        magnitude = L * sp.Add(*(fam.linear(t).d_out for t in s.targets)) if s.dora else 0  # DoRA's m, d_out each
-        defs.append((P_lora, fam.lora_params(s.targets, sym("rank")) + magnitude))
+        magnitude = fam.over_layers(lambda k: dora_magnitude(k, s.targets)) if s.dora else 0
+        defs.append((P_lora, fam.lora_params(s.targets, sym("rank")) + magnitude + sp.Add(*head_adapter_sizes(s))))
         if s.modules_to_save:
             defs.append((P_save, len(s.modules_to_save) * V * h))
         defs.append((P_train, P_lora + (P_save if s.modules_to_save else 0)))
+        if s.tower_lora:
+            defs.append((P_lora_tower, sym("rank") * w_tower))
     else:
         defs.append((P_train, P))
     return defs

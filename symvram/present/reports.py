@@ -21,7 +21,7 @@ from ..errors import UserError
 from ..stacks import summary as stack_summary
 from ..timing import comm_bytes, flops, step_time
 from ..units import UNITS, fmt_bytes, fmt_flops
-from .tables import BLOCK_TITLES, render_rows, to_json
+from .tables import BLOCK_TITLES, markdown_cell, moment_label, number_in, render_rows, title, to_json
 
 
 # ---- estimate: time lines and verdicts ----------------------------------------------------------------
@@ -266,12 +266,30 @@ def sensitivity_explanation(res: SensitivityResult, c: Comparison, units: str) -
     return lines
 
 
+@renders(SensitivityResult, "markdown")
+def sensitivity_markdown(res: SensitivityResult, units: str = "GiB") -> str:
+    """The ranked knobs (elasticity = % change of the peak per % change of the knob) and each ∂peak/∂x."""
+    moment = moment_label(res.breakdown.ledger, res.moment)
+    lines = [f"**{title(res.breakdown)}**: peak {fmt_bytes(res.peak, units)} at *{moment}*, the active "
+             "moment, whose derivative is the peak's", "", stack_summary(res.breakdown.scenario), ""]
+    rows = [["#", "knob", "meaning", "at", "∂peak/∂x per unit", "elasticity", f"x·∂peak/∂x ({units})",
+             "time elasticity"]]
+    for n, r in enumerate(res.rows, 1):
+        d = SYMBOLS[r.knob]
+        rows.append([str(n), f"${d.latex}$ `{r.knob}`", markdown_cell(d.meaning), f"{r.at:,g} " + (d.unit[:-1] if r.at == 1 and d.unit.endswith("s") else d.unit),
+                     amount(r.value, units), f"{r.elasticity:.4f}", number_in(r.proportional_bytes, units),
+                     f"{r.time_elasticity:.4f}"])
+    lines += [render_rows(rows, "rllrrrrr", "markdown"), TIME_ELASTICITY, ""]
+    for r in res.rows:
+        lines.append(f"$$\\frac{{\\partial\\,\\mathrm{{peak}}}}{{\\partial {SYMBOLS[r.knob].latex}}} = "
+                     f"{r.derivative_latex}$$")
+    return "\n".join(lines)
+
+
 def sensitivity_text(res: SensitivityResult, c: Comparison | None, units: str, fmt: str) -> str:
     """The ranked knobs as a text table, or (``fmt="markdown"``) the one Markdown table that Jupyter shows
-    too (``display.sensitivity_markdown``), then the comparison of two knobs."""
+    too (``sensitivity_markdown``), then the comparison of two knobs."""
     if fmt == "markdown":
-        from .display import sensitivity_markdown
-
         explanation = sensitivity_explanation(res, c, units) if c is not None else []
         return sensitivity_markdown(res, units) + ("\n\n" + "\n".join(explanation) if explanation else "")
     sc = res.breakdown.scenario
