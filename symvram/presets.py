@@ -15,12 +15,17 @@ from dataclasses import dataclass, replace
 from functools import cache
 from importlib import resources
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .errors import UserError, did_you_mean, excerpt
 from .hub import config_path, is_hub_id
 from .symbols import SYMBOLS, sym
 from .units import fmt_bytes, parse_size
+
 from .userfiles import read_user_file, unreadable
+
+if TYPE_CHECKING:
+    from .ledger.towers import Tower
 
 MAX_CONFIG_BYTES = 1 << 20  # a config.json is a few kB; refuse anything that is not one
 MAX_DIM = 10**7  # no model dimension (hidden, layers, vocab …) comes near this
@@ -34,7 +39,8 @@ class ModelSpec:
     ``params`` is set only for nominal interview presets (P taken as written); for exact presets and
     config.json files P is derived from the shape (see ``ledger.architecture``). ``options`` are the
     family's boolean switches that are on (``attention_bias``); ``extra`` the family's own dimensions
-    (an MoE model's experts and top-k).
+    (an MoE model's experts and top-k); ``tower`` the vision tower a multimodal config loads beside the
+    decoder (``ledger.towers``), whose weights the base block holds.
     """
 
     name: str
@@ -55,12 +61,16 @@ class ModelSpec:
     params: int | None = None
     published_params: int | None = None
     description: str = ""
+    tower: "Tower | None" = None
 
     @property
     def dims(self) -> dict[str, int]:
         """Values of the model symbols (the registry names)."""
         d = dict(hidden=self.hidden, intermediate=self.intermediate, layers=self.layers,
                  heads=self.heads, kv_heads=self.kv_heads, head_dim=self.head_dim, vocab=self.vocab, **dict(self.extra))
+        if self.tower is not None:
+            d.update(tower_params=self.tower.params, tower_float_buffers=self.tower.float_buffers,
+                     tower_index_buffers=self.tower.index_buffers)
         if self.params is not None:
             d["P"] = self.params
         return d
@@ -82,6 +92,8 @@ class ModelSpec:
                                   + ["full_attention"] * (self.layers - dims["sliding_layers"]))
         cfg.update({o: o in self.options for o, _ in fam.options if o != "tie_word_embeddings"})
         cfg["tie_word_embeddings"] = self.tied
+        if self.tower is not None:  # the multimodal config: the decoder's fields as its text_config
+            return {**json.loads(self.tower.config), "text_config": cfg, "tie_word_embeddings": self.tied}
         return cfg
 
 
@@ -170,17 +182,21 @@ class ConfigFields:
         return value
 
     def layer_count(self, key: str, default: int, layers: int) -> int:
-        """A count of decoder layers: an integer from 0 to ``layers``, else ``default``.
+        """A count of decoder layers: an integer from 0 (else ``default``), at most ``layers`` (transformers reads
+        first_k_dense_replace ≥ L as every layer dense).
 
-        >>> ConfigFields({"first_k_dense_replace": 9}, "c.json").layer_count("first_k_dense_replace", 1, 4)
+        >>> f = ConfigFields({"first_k_dense_replace": 9}, "c.json")
+        >>> f.layer_count("first_k_dense_replace", 1, 4), f.layer_count("mlp_only", 1, 4)
+        (4, 1)
+        >>> ConfigFields({"first_k_dense_replace": -1}, "c.json").layer_count("first_k_dense_replace", 1, 4)
         Traceback (most recent call last):
         ...
-        symvram.errors.UserError: c.json: field 'first_k_dense_replace' must be an integer from 0 to num_hidden_layers (4), got 9
+        symvram.errors.UserError: c.json: field 'first_k_dense_replace' must be a non-negative integer, got -1
         """
         value = self.cfg[key] if self.given(key) else default
-        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= layers:
-            raise self._refuse(key, f"an integer from 0 to num_hidden_layers ({layers})", value)
-        return value
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise self._refuse(key, "a non-negative integer", value)
+        return min(value, layers)
 
     def fraction(self, key: str, default: float) -> float:
         """A number in (0, 1], at the top level or in ``rope_parameters`` (transformers 5 moves RoPE fields there)."""
@@ -248,6 +264,7 @@ class ConfigFields:
 def _text_model(fields: ConfigFields) -> ConfigFields:
     """A multimodal config's language model: its ``text_config`` when only that names a family (Gemma 3 4B–27B)."""
     from .ledger.architecture import families_by_model_type
+    from .ledger.towers import tied_by_default
 
     known = families_by_model_type()
     text = fields.mapping("text_config")
@@ -255,9 +272,11 @@ def _text_model(fields: ConfigFields) -> ConfigFields:
     inner = text.cfg.get("model_type") if text is not None else None
     if not isinstance(inner, str) or inner not in known or (isinstance(outer, str) and outer in known):
         return fields
-    tied = fields.cfg.get("tie_word_embeddings", text.cfg.get("tie_word_embeddings"))
-    return ConfigFields({**text.cfg, "tie_word_embeddings": tied},
-                        fields.source + " (its text_config: the language model; vision towers are not modelled)")
+    # transformers ties by the outer config (modeling_utils.py:2492): its field, else its class's default
+    outer_default = tied_by_default(outer)
+    tied = fields.cfg.get("tie_word_embeddings",
+                          text.cfg.get("tie_word_embeddings") if outer_default is None else outer_default)
+    return ConfigFields({**text.cfg, "tie_word_embeddings": tied}, fields.source + " (its text_config: the language model)")
 
 
 def spec_from_config(cfg: dict, name: str, kind: str, source: str) -> ModelSpec:
@@ -267,8 +286,11 @@ def spec_from_config(cfg: dict, name: str, kind: str, source: str) -> ModelSpec:
 
     from .ledger.architecture import expr
 
+    from .ledger.towers import read_tower
+
     f = _text_model(ConfigFields(cfg, source))
     fam = f.family()
+    tower = read_tower(cfg, source) if f.cfg is not cfg else None
     dims: dict[str, int] = {}
     for symbol, keys, default in fam.dims:
         if keys == "layer_types":  # counted from the per-layer attention kinds
@@ -310,7 +332,7 @@ def spec_from_config(cfg: dict, name: str, kind: str, source: str) -> ModelSpec:
         max_position=f.optional_integer("max_position_embeddings", 1 << 40),
         params=f.optional_integer("params", 10**15),
         published_params=f.optional_integer("published_params", 10**15),
-        description=f.text("description", ""),
+        description=f.text("description", ""), tower=tower,
     )
 
 

@@ -8,7 +8,7 @@ from ..api import compare
 from ..errors import UserError
 from ..evaluate import evaluate
 from ..present.reports import compare_time_line, time_json, time_lines
-from ..present.tables import card_memory_json, card_memory_lines, detail, terminal, to_json
+from ..present.tables import card_memory_json, card_memory_lines, detail, terminal, to_json, tower_note
 from ..stacks import summary as stack_summary
 from .common import (add_model_argument, add_output_arguments, add_scenario_arguments, announce, check_context,
                      model_of, provenance_dict, provenance_text, reading, scenario_from_args, scenario_kwargs,
@@ -103,10 +103,10 @@ def run(args) -> int:
                                **provenance_dict(args, sc)}, indent=2)
         else:
             first = table.rows[0][1]
-            head = f"{sc.model.name}: P = {first.derived['P']:,} parameters; "
+            head = f"{sc.model.name}: P = {first.derived['P']:,} parameters{tower_note(sc)}; "
             lora = dict(table.rows).get("LoRA")
             if lora:
-                head += (f"LoRA r={lora.scenario.rank} on {','.join(lora.scenario.targets)} = "
+                head += (f"LoRA r={lora.scenario.rank} on {','.join((*lora.scenario.targets, *lora.scenario.head_targets))} = "
                          f"{lora.derived['P_train']:,} trainable; ")
             head += f"batch {sc.batch}, seq {sc.seq}" + (", checkpointing" if sc.grad_checkpointing else "")
             head += "\n" + stack_summary((lora or first).scenario)

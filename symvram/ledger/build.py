@@ -14,6 +14,7 @@ from dataclasses import replace
 from functools import lru_cache
 
 from .activations import ACTIVATION_FIELDS, saved_terms, transient_terms
+from .objectives import preference_terms, reshape
 from .sharding import divide_terms, divides_only, shard_definitions, shard_terms
 from .structure import Structure
 from .terms import GRADIENTS, MOMENTS, PARAMETERS, STATES, Ledger, Moment, Role, Term
@@ -60,7 +61,7 @@ def _moments(terms: dict, s: Structure) -> tuple[Moment, ...]:
 @lru_cache(maxsize=256)
 def _activation_terms(s: Structure) -> tuple[tuple, tuple]:
     """The saved and the transient terms, built once per ``ACTIVATION_FIELDS``."""
-    return tuple(saved_terms(s)), tuple(transient_terms(s))
+    return tuple(reshape(s, saved_terms(s))), tuple(reshape(s, transient_terms(s)))
 
 
 @lru_cache(maxsize=1024)
@@ -71,7 +72,8 @@ def _single_gpu_ledger(s: Structure) -> Ledger:
         terms = (*(t for t in twin.terms if t.role is not Role.OPTIMIZER_STEP_TEMPORARY), *optimizer_temp_terms(s))
         return replace(twin, terms=terms, moments=_moments({t.key: t for t in terms}, s))
     saved, transient = _activation_terms(s.keep(ACTIVATION_FIELDS))
-    terms = (*base_terms(s), *trainable_terms(s), *saved, *transient, *optimizer_temp_terms(s))
+    base = base_terms(s)
+    terms = (*base, *trainable_terms(s), *saved, *transient, *preference_terms(s, base), *optimizer_temp_terms(s))
     by_key = {t.key: t for t in terms}
     assert len(by_key) == len(terms), "duplicate term keys"
     return Ledger(terms=terms, moments=_moments(by_key, s), definitions=tuple(definitions(s)))

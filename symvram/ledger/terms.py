@@ -39,15 +39,16 @@ class Phase(IntEnum):
     FIRST_LAYER_FORWARD = 0     # FSDP2: the first layer's all-gather in forward
     FORWARD = 1                 # the decoder layers' forward (the last layer's, at its DoRA weight norm)
     LOSS = 2                    # the lm_head and the loss
-    LOSS_BACKWARD = 3           # the start of the loss backward
-    FINAL_NORM_BACKWARD = 4     # the final norm's backward
-    LAST_LAYER_RECOMPUTE = 5    # checkpointing: the last layer's forward run again
-    LAST_LAYER_BACKWARD = 6     # the last layer's MLP backward
-    LAYER_END = 7               # FSDP2: a layer's input-norm backward, its gradients unsharded
-    FIRST_LAYER_RECOMPUTE = 8   # checkpointing: the first layer's forward run again
-    FIRST_LAYER_BACKWARD = 9    # the first layer's MLP backward
-    BACKWARD_END = 10           # every gradient made
-    OPTIMIZER_STEP = 11         # optimizer.step()
+    REFERENCE_FORWARD = 3       # a preference objective's reference forward (no grad), after the policy's
+    LOSS_BACKWARD = 4           # the start of the loss backward
+    FINAL_NORM_BACKWARD = 5     # the final norm's backward
+    LAST_LAYER_RECOMPUTE = 6    # checkpointing: the last layer's forward run again
+    LAST_LAYER_BACKWARD = 7     # the last layer's MLP backward
+    LAYER_END = 8               # FSDP2: a layer's input-norm backward, its gradients unsharded
+    FIRST_LAYER_RECOMPUTE = 9   # checkpointing: the first layer's forward run again
+    FIRST_LAYER_BACKWARD = 10   # the first layer's MLP backward
+    BACKWARD_END = 11           # every gradient made
+    OPTIMIZER_STEP = 12         # optimizer.step()
 
 
 def span(first: Phase, last: Phase) -> tuple[Phase, ...]:
@@ -90,7 +91,9 @@ class Role(str, Enum):
     STEP_INPUT = "step input"                          # the batch's ids and the shared RoPE tables: the whole step
     RECOMPUTED_ACTIVATION = "recomputed activation"    # one layer's saved tensors, rebuilt (or still saved)
     FORWARD_TEMPORARY = "forward temporary"            # what one forward op holds and frees (DoRA's weight norm)
+    LAYER_WORKING_SET = "layer working set"            # what one sub-block of a layer's forward makes and frees
     LOSS_TEMPORARY = "loss temporary"                  # the logits while the loss is computed
+    REFERENCE_TEMPORARY = "reference temporary"        # what a reference model's no-grad forward holds (DPO)
     LOSS_BACKWARD_TEMPORARY = "loss backward temporary"  # the loss backward's gradients
     BACKWARD_TEMPORARY = "backward temporary"          # a backward op's gradients and scratch
     EMBEDDING_GRADIENT = "embedding gradient"          # the gradient reaching the embedding, whole on every rank
@@ -169,7 +172,12 @@ ROLES: dict[Role, RoleInfo] = {
                                          lifetime=(_P.FIRST_LAYER_BACKWARD,)),
     Role.FORWARD_TEMPORARY: RoleInfo("transient", triage="backward", measured="activations",
                                      lifetime=(_P.FORWARD,)),
+    # below every moment (the ledger's peaks do not change); the caching allocator's segments follow them:
+    # the schedule makes and frees each sub-block's set in every layer's forward and recompute
+    Role.LAYER_WORKING_SET: RoleInfo("transient", triage="activation", measured="activations"),
     Role.LOSS_TEMPORARY: RoleInfo("transient", triage="loss", measured="activations", lifetime=(_P.LOSS,)),
+    Role.REFERENCE_TEMPORARY: RoleInfo("transient", triage="loss", measured="activations",
+                                       lifetime=(_P.REFERENCE_FORWARD,)),
     Role.LOSS_BACKWARD_TEMPORARY: RoleInfo("transient", triage="loss", measured="backward_temp",
                                            lifetime=(_P.LOSS_BACKWARD,)),
     Role.BACKWARD_TEMPORARY: RoleInfo("transient", triage="backward", measured="backward_temp",
@@ -286,6 +294,9 @@ MOMENTS = (
                "the root gathered, its all-gather output not yet freed beside the first layer's", Role.GATHERED_WEIGHT),
     MomentSpec("forward_loss", "forward, computing the loss", Phase.LOSS,
                "every saved activation, {computing} (step 2: optimizer states exist)"),
+    MomentSpec("reference_forward", "the reference model's forward (no grad)", Phase.REFERENCE_FORWARD,
+               "the policy's saved activations and per-token log-probabilities while the reference model runs its "
+               "forward under no_grad", Role.REFERENCE_TEMPORARY),
     MomentSpec("loss_backward", "start of the loss backward", Phase.LOSS_BACKWARD,
                "every saved activation plus {backward}"),
     MomentSpec("final_norm_backward", "backward through the final norm", Phase.FINAL_NORM_BACKWARD,

@@ -9,12 +9,13 @@ from __future__ import annotations
 import sympy as sp
 
 from ..symbols import sym
-from .architecture import E, V, h
+from .architecture import E, L, V, h
 from .functions import at_least, ceil_div
 from .structure import Structure
 from .terms import Place, Role, Term
 
 P, P_train, P_quant, P_keep, P_lora, P_save = (sym(n) for n in ("P", "P_train", "P_quant", "P_keep", "P_lora", "P_save"))
+P_tower, P_lora_tower, w_tower = sym("tower_params"), sym("P_lora_tower"), sym("tower_lora_width")
 b_w, b_g, b_m, b_o, n_o, b_a, b_32 = (sym(n) for n in (
     "bytes_weight", "bytes_grad", "bytes_master", "bytes_state", "states_per_param", "bytes_adapter", "bytes_fp32"))
 q, B_q, c_abs, c_abs2, B_q2 = (sym(n) for n in ("quant_bits", "quant_block", "absmax_bits", "dq_absmax_bits", "dq_block"))
@@ -104,7 +105,35 @@ def base_terms(s: Structure) -> list[Term]:
                           + ("; the embedding's √h scale" if scale else "")
                           + ("; each MoE layer's router score bias (E)" if score_bias != 0 else ""),
                           "transformers LlamaRotaryEmbedding"))
-    return terms
+    return terms + (tower_terms(s) if s.tower is not None else [])
+
+
+def tower_terms(s: Structure) -> list[Term]:
+    """A multimodal checkpoint's vision tower and projector, loaded beside the decoder (``ledger.towers``): frozen
+    base weights that a text-only batch never runs. QLoRA packs its nn.Linear weights to NF4 like the decoder's
+    (transformers' ``get_keys_to_not_convert`` keeps only the lm_head and tied weights); the rest stays 16-bit,
+    or fp32 once prepare_model_for_kbit_training has cast it (its Linear4bit biases too: the tower never runs
+    the forward that casts them back)."""
+    t = s.tower
+    why = f"{t.description}, loaded by {t.loader}: frozen; a text-only batch never runs it"
+    if s.method == "qlora":
+        packed = sp.Add(*(n * nf4_bytes(sp.Integer(e), s.double_quant)[0] for e, n in t.linear_weights))
+        states = sp.Add(*(n * nf4_bytes(sp.Integer(e), s.double_quant)[1] for e, n in t.linear_weights))
+        packed_elements = sum(e * n for e, n in t.linear_weights)
+        b_keep = b_32 if s.kbit_prep else b_w
+        terms = [Term("weights_tower_nf4", Role.WEIGHT, packed + states, r"M_{\mathrm{tower,NF4}}",
+                      f"the vision tower's nn.Linear weights as packed NF4 with their quantization states ({why})",
+                      "transformers quantizers/base.py get_keys_to_not_convert; bitsandbytes functional.quantize_4bit"),
+                 Term("weights_tower", Role.WEIGHT, (P_tower - packed_elements) * b_keep, r"M_{\mathrm{tower}}",
+                      "the rest of the vision tower (convolution, position table, norms, biases, projector) unquantized"
+                      + ", cast to fp32 by prepare_model_for_kbit_training" * s.kbit_prep, t.source)]
+    else:
+        terms = [Term("weights_tower", Role.WEIGHT, P_tower * b_w, r"M_{\mathrm{tower}}",
+                      f"every weight of the {why}", t.source)]
+    return terms + [Term("buffers_tower", Role.BUFFER, sym("tower_float_buffers") * b_w + sym("tower_index_buffers")
+                         * sym("bytes_index"), r"M_{\mathrm{buf,tower}}",
+                         "the tower's buffers: floating ones (rotary inv_freq) in the weights' dtype, int64 position ids",
+                         t.source)]
 
 
 def rotary_width(fam) -> sp.Expr:
@@ -116,9 +145,31 @@ def adafactor_factored(s: Structure) -> sp.Expr:
     """Adafactor keeps a row and a column second-moment vector per matrix (no first moment)."""
     fam = s.arch
     if s.lora:
+        heads = len(s.head_targets) * (2 * sym("rank") + V + h)
         return fam.over_layers(lambda k: sp.Add(*(2 * sym("rank") + k.linear(t).d_in + k.linear(t).d_out
-                                                  for t in s.targets if t in k.linear_map)))
+                                                  for t in s.targets if t in k.linear_map))) + heads
     return (V + h) * (1 if s.tied else 2) + fam.over_layers(lambda k: k.factored_sizes_per_layer(s.options)) + h
+
+
+def head_adapter_sizes(s: Structure) -> list[sp.Expr]:
+    """Elements of each LoRA matrix on the model's head modules: lm_head's A (r × h) and B (V × r) (peft
+    tuners/lora/layer.py Linear.update_layer), the embedding's lora_embedding_A (r × V) and lora_embedding_B (h × r)
+    (Embedding.update_layer, layer.py:1241-1244) — r·(V + h) either way.
+
+    >>> head_adapter_sizes(Structure(method="lora", head_targets=("embed_tokens", "lm_head")))
+    [hidden*rank, rank*vocab, hidden*rank, rank*vocab]
+    """
+    r = sym("rank")
+    return [size for _ in s.head_targets for size in (r * h, r * V)]
+
+
+def layer_lora_params(s: Structure) -> sp.Expr:
+    """LoRA elements of one decoder layer: P_LoRA less the head modules' adapters, over the L layers.
+
+    >>> layer_lora_params(Structure(method="lora", head_targets=("lm_head",)))
+    (P_lora - hidden*rank - rank*vocab)/layers
+    """
+    return (P_lora - sp.Add(*head_adapter_sizes(s))) / L
 
 
 def trainable_tensor_sizes(s: Structure) -> list[tuple[sp.Expr, sp.Expr, bool]]:
@@ -130,6 +181,7 @@ def trainable_tensor_sizes(s: Structure) -> list[tuple[sp.Expr, sp.Expr, bool]]:
             for m in (kind.linear(t) for t in s.targets if t in kind.linear_map):
                 k = m.count * m.rank_factor
                 out += [(k * r * m.d_in, n, False), (k * r * m.d_out, n, False)]
+        out += [(n, sp.Integer(1), False) for n in head_adapter_sizes(s)]   # lora_embedding_A is no nn.Embedding weight
         return out + [(V * h, sp.Integer(1), name == "embed_tokens") for name in s.modules_to_save]
     out = [(V * h, sp.Integer(1), True)] + ([] if s.tied else [(V * h, sp.Integer(1), False)])
     for n, kind in fam.layer_kinds:
@@ -206,6 +258,12 @@ def trainable_terms(s: Structure) -> list[Term]:
     if s.lora:
         terms.append(Term("adapters", Role.ADAPTER, P_lora * b_a, r"M_{\mathrm{LoRA}}",
                           "LoRA A and B matrices (PEFT keeps them in fp32 unless told otherwise)"))
+    if s.tower_lora:
+        terms.append(Term("adapters_tower", Role.ADAPTER, P_lora_tower * b_a, r"M_{\mathrm{LoRA,tower}}",
+                          "LoRA A and B on the vision tower's linears the targets match (PEFT matches module names; "
+                          "all-linear takes every one): on a text-only batch the tower never runs, so they get no "
+                          "gradient and the optimizer no state for them", "peft tuners/tuners_utils.py "
+                          "_maybe_include_all_linear_layers; torch/optim/adamw.py _init_group skips grad None"))
     if s.modules_to_save:
         terms.append(Term("saved_modules", Role.TRAINABLE_COPY, P_save * saved_copy_bytes(s), r"M_{\mathrm{save}}",
                           f"modules_to_save ({', '.join(s.modules_to_save)}): a trainable deep copy of each, in its "
@@ -244,7 +302,7 @@ def trainable_tensors(s: Structure) -> sp.Expr:
     fam = s.arch
     if s.lora:   # A, B (and DoRA's m) per target
         return (3 if s.dora else 2) * fam.over_layers(lambda k: sum(t in k.linear_map for t in s.targets)) \
-            + len(s.modules_to_save)
+            + 2 * len(s.head_targets) + len(s.modules_to_save)
     return (1 if s.tied else 2) + fam.over_layers(lambda k: k.tensors_per_layer(s.options)) + 1
 
 
@@ -254,7 +312,7 @@ def largest_trainable_matrix(s: Structure) -> sp.Expr:
     if s.lora:
         r = sym("rank")
         mats = [k.linear(t) for k in kinds for t in s.targets if t in k.linear_map]
-        return sp.Max(*{r * m.d_out for m in mats} | {r * m.d_in for m in mats},
+        return sp.Max(*{r * m.d_out for m in mats} | {r * m.d_in for m in mats} | set(head_adapter_sizes(s)),
                       evaluate=False)  # SymPy's pairwise comparison of symbolic sizes is slow and decides nothing here
     return sp.Max(V * h, *{m.params for k in kinds for m in k.linears + k.moe_weights}, evaluate=False)
 
@@ -289,10 +347,12 @@ def definitions(s: Structure) -> list[tuple[sp.Symbol, sp.Expr]]:
         defs.append((P_quant, P - P_keep))
     if s.lora:
         magnitude = fam.over_layers(lambda k: dora_magnitude(k, s.targets)) if s.dora else 0
-        defs.append((P_lora, fam.lora_params(s.targets, sym("rank")) + magnitude))
+        defs.append((P_lora, fam.lora_params(s.targets, sym("rank")) + magnitude + sp.Add(*head_adapter_sizes(s))))
         if s.modules_to_save:
             defs.append((P_save, len(s.modules_to_save) * V * h))
         defs.append((P_train, P_lora + (P_save if s.modules_to_save else 0)))
+        if s.tower_lora:
+            defs.append((P_lora_tower, sym("rank") * w_tower))
     else:
         defs.append((P_train, P))
     return defs

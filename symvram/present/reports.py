@@ -330,7 +330,7 @@ def sensitivity_json(res: SensitivityResult, c: Comparison | None, units: str) -
 def plan_json(r: PlanResult) -> dict:
     return {
         "card": {"key": r.card.key, "name": r.card.name, "usable_bytes": r.card.usable_bytes},
-        "headroom_bytes": r.headroom, "budget_bytes": r.budget, "max_gpus": r.max_gpus,
+        "headroom_bytes": r.headroom, "budget_bytes": r.budget, "max_gpus": r.max_gpus, "allocator": r.allocator,
         "rows": [{"method": row.method, "strategy": row.strategy.key, "strategy_name": row.strategy.name,
                   "fits": row.fits, "gpus": row.gpus, "tp": row.tp, "params_only_gpus": row.params_gpus,
                   "per_gpu_peak_bytes": row.at.peak, "peak_moment": row.at.peak_moment,
@@ -402,7 +402,9 @@ def plan_summary(r: PlanResult, method: str, units: str) -> str:
 def plan_text(r: PlanResult, sc, units: str, fmt: str) -> str:
     head = (f"{sc.model.name} · batch {sc.batch} · seq {sc.seq}" + (" · checkpointing" if sc.grad_checkpointing else "")
             + f" on {r.card.name}: {fmt_bytes(r.card.usable_bytes, units)} usable − {fmt_bytes(r.headroom, units)} "
-              f"headroom = {fmt_bytes(r.budget, units)} per GPU") + "\n" + stack_summary(sc)
+              f"headroom = {fmt_bytes(r.budget, units)} per GPU"
+            + (f"; each count replayed on the card through the {r.allocator} caching allocator (one rank's "
+               "schedule; modelled, not measured)" if r.allocator else "")) + "\n" + stack_summary(sc)
     table = [["method", "strategy", "GPUs", "GPUs for params", f"per-GPU peak ({units})", f"host ({units})",
               "tokens/s per GPU", "tokens/s"] + (["communication"] if fmt == "markdown" else [])]
     # ZeRO without offload on one GPU divides by N = 1: DDP's memory (ZeRO-3: more), so where DDP fits one GPU

@@ -183,11 +183,18 @@ def render_rows(rows: list[list[str]], aligns: str, fmt: str, width: int | None 
 def setup_line(sc) -> str:
     """The configuration line ``estimate --method`` opens with (the figures' subtitles repeat it)."""
     return (f"{sc.model.name} · {sc.method}" + (f" r={sc.rank}" if sc.lora else "") +
+            "".join(f" + LoRA {name}" for name in sc.head_targets) +
             (f" + trainable {', '.join(sc.modules_to_save)}" if sc.modules_to_save else "") +
             f" · batch {sc.batch} · seq {sc.seq} · {sc.dtype}" + (f"/autocast {sc.autocast}" if sc.autocast != "none" else "") +
             f" · {sc.optimizer} ({sc.optimizer_impl}), states {sc.state_dtype}" +
             (", fp32 master" if sc.master == "fp32" else "") + (", checkpointing" if sc.grad_checkpointing else "") +
             f" · {sc.attention}")
+
+
+def tower_note(sc) -> str:
+    """The vision tower a multimodal checkpoint loads beside the decoder, for a header ("" without one)."""
+    t = sc.model.tower
+    return "" if t is None else f" + {t.params:,} of its vision tower (frozen; loaded as {t.loader})"
 
 
 def detail(bd: Breakdown, units: str = "GiB", fmt: str = "table") -> str:
@@ -196,7 +203,7 @@ def detail(bd: Breakdown, units: str = "GiB", fmt: str = "table") -> str:
     md = fmt == "markdown"
     lines = [("## " if md else "") + setup_line(sc), summary(sc), ""]
     params = f"parameters: {bd.derived['P']:,} total, {bd.derived['P_train']:,} trainable " \
-             f"({100 * bd.derived['P_train'] / bd.derived['P']:.2f} %)"
+             f"({100 * bd.derived['P_train'] / bd.derived['P']:.2f} %)" + tower_note(sc)
     lines += [params, ""]
     per = " per GPU" if sc.gpus * sc.tp > 1 else ""  # sharded results are each GPU's, and say so
     rows = [["block", "term", f"bytes{per} ({units})", "formula", "why"]]
@@ -304,6 +311,7 @@ def title(bd: Breakdown) -> str:
     method = {"full": "full fine-tuning", "lora": "LoRA", "qlora": "QLoRA"}[sc.method]
     if sc.lora:
         method += f" r={sc.rank} on {len(sc.targets)} target module{'s' * (len(sc.targets) > 1)}"
+        method += "".join(f" + {name}" for name in sc.head_targets)
     if sc.modules_to_save:
         method += f" + trainable {', '.join(sc.modules_to_save)} (modules_to_save)"
     parts = [sc.model.name, method, f"batch {sc.batch} × seq {sc.seq}",

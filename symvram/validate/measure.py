@@ -60,34 +60,42 @@ _REF_TO_KEY = {
 
 
 def _config(arch: dict, attention: str):
-    """The transformers config of ``arch`` (config.json keys; ``model_type`` picks the class)."""
+    """The transformers config of ``arch`` (config.json keys; ``model_type`` picks the class; a multimodal config
+    holds the decoder's keys as its ``text_config``)."""
     import transformers
 
     arch = dict(arch)
     model_type = arch.pop("model_type", "llama")
     for k in ("name", "model"):
         arch.pop(k, None)
-    if model_type == "mistral":
-        arch.setdefault("sliding_window", None)
-    if model_type == "qwen2":
-        arch.pop("attention_bias", None)  # qwen2 always has q/k/v bias
+    text = arch["text_config"] = dict(arch["text_config"]) if "text_config" in arch else arch
+    if text.get("model_type", model_type) == "mistral":
+        text.setdefault("sliding_window", None)
+    if text.get("model_type", model_type) == "qwen2":
+        text.pop("attention_bias", None)  # qwen2 always has q/k/v bias
     # training: no KV cache (with one, the forward would also hold the cache's copies of k/v;
     # the calibration set was measured without)
-    arch.setdefault("use_cache", False)
+    text.setdefault("use_cache", False)
+    if text is arch:
+        del arch["text_config"]
     cfg = transformers.AutoConfig.for_model(model_type, **arch)
-    for key in ("pad_token_id", "bos_token_id", "eos_token_id"):  # a small test vocabulary lacks the defaults' ids
-        if isinstance(getattr(cfg, key, None), int) and getattr(cfg, key) >= cfg.vocab_size:
-            setattr(cfg, key, None)
+    for c in {id(cfg): cfg, id(cfg.get_text_config()): cfg.get_text_config()}.values():
+        for key in ("pad_token_id", "bos_token_id", "eos_token_id"):  # a small test vocabulary lacks the defaults' ids
+            if isinstance(getattr(c, key, None), int) and getattr(c, key) >= cfg.get_text_config().vocab_size:
+                setattr(c, key, None)
     cfg._attn_implementation = attention
     return cfg
 
 
-def peft_target_modules(spec: dict) -> list[str]:
+def peft_target_modules(spec: dict) -> list[str] | str:
     """The target_modules a user writes for these targets: a fused MoE expert weight is asked for by the
     names PEFT maps onto it (Mixtral w1 + w3 → gate_up_proj at rank 2r), as the family entry lists them."""
     from ..ledger.architecture import families_by_model_type, family
 
-    known = families_by_model_type().get(spec["arch"].get("model_type", "llama"))
+    arch = spec["arch"].get("text_config", spec["arch"])
+    known = families_by_model_type().get(arch.get("model_type", "llama"))
+    if "text_config" in spec["arch"] and known and tuple(spec["targets"]) == family(known).target_sets["all-linear"]:
+        return "all-linear"  # a multimodal model: PEFT's all-linear also takes the tower's linears (ledger.towers)
     names = family(known).extra("peft_target_modules", {}) if known else {}
     return list(dict.fromkeys(n for t in spec["targets"] for n in names.get(t, [t])))
 
@@ -96,10 +104,16 @@ def build_model(spec: dict):
     """The (PEFT-wrapped) model on the meta device, in train mode."""
     import transformers
 
+    from ..ledger.towers import read_tower
+
     cfg = _config(spec["arch"], spec["attention"])
     dtype = _DTYPES[spec["dtype"]]
+    tower = read_tower(spec["arch"], "measurement spec")
+    auto = (transformers.AutoModelForImageTextToText if tower and tower.loader not in
+            transformers.models.auto.modeling_auto.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.values()
+            else transformers.AutoModelForCausalLM)   # the class a user loads the model as (ledger.towers)
     with torch.device("meta"):
-        model = transformers.AutoModelForCausalLM.from_config(
+        model = auto.from_config(
             cfg, dtype=dtype, attn_implementation=spec["attention"]
         )
         # as loaded weights are: floating buffers (rotary inv_freq) in the weights' dtype too
@@ -629,7 +643,7 @@ def prepare(spec: dict, fake_mode=None, device: str = "cpu"):
         _materialize(model, device)
     trainable, total, tparams = _counts(model)
     optimizer = build_optimizer(spec, tparams, model)
-    b, s, V = int(spec["batch"]), int(spec["seq"]), int(model.config.vocab_size)
+    b, s, V = int(spec["batch"]), int(spec["seq"]), int(model.config.get_text_config().vocab_size)
     ctx = fake_mode if fake_mode is not None else contextlib.nullcontext()
     with ctx:
         input_ids = torch.randint(0, V, (b, s), device=device)
@@ -690,7 +704,7 @@ def replayed(schedule: list, untracked: int = 0) -> dict:
 
 
 def _result(spec, model, optimizer, trainable, total, peak, peak_phase, by_phase, breakdown, secs):
-    b, s, V = int(spec["batch"]), int(spec["seq"]), int(model.config.vocab_size)
+    b, s, V = int(spec["batch"]), int(spec["seq"]), int(model.config.get_text_config().vocab_size)
     state_dtypes = sorted(
         {f"{k}:{str(v.dtype).replace('torch.', '')}"
          for st in optimizer.state.values() for k, v in st.items()
