@@ -100,7 +100,7 @@ def preference_terms(s_: Structure, base: list[Term]) -> list[Term]:
             continue
         out.append(Term(key, Role(row["role"]), EXPRESSIONS[key](s_, [t for t in base if t.role in
                                                                       (Role.WEIGHT, Role.BUFFER)]),
-                        row["label"], row["why"], row["source"], lifetime=LIFETIMES.get(key, ())))
+                        row["label"], row["why"], row["source"], lifetime=LIFETIMES.get(key)))
     return out
 
 

@@ -150,9 +150,9 @@ def layer_trainable(s: Structure) -> sp.Expr:
 
 
 def fsdp_terms(s: Structure) -> list[Term]:
-    """FSDP2's buffers on one rank (torch/distributed/fsdp/_fully_shard), each live at the moments
-    ``fsdp_moments`` lists. β_u = ``compute_weight_bytes`` (the unsharded dtype), β_g the reduce dtype (= the
-    sharded gradients'), U = a layer's trainable elements.
+    """FSDP2's buffers on one rank (torch/distributed/fsdp/_fully_shard), each alive in the phases its
+    ``lifetime`` says (the moments of ``terms.MOMENTS`` follow). β_u = ``compute_weight_bytes`` (the unsharded
+    dtype), β_g the reduce dtype (= the sharded gradients'), U = a layer's trainable elements.
 
     >>> from symvram.ledger.build import build_ledger
     >>> build_ledger(Structure(zero=3)).by_key["reduce_scatter_buffer"].expr.free_symbols >= {b_g, h, f}
