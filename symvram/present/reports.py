@@ -19,7 +19,6 @@ from ..rendering import renders
 from ..scenario import METHODS
 from ..symbols import SYMBOLS, latex, text
 from ..stacks import summary as stack_summary
-from ..timing import StepTime
 from ..units import UNITS, fmt_bytes, fmt_flops
 from .tables import (BLOCK_TITLES, card_memory_json, card_memory_lines, comparison, detail, markdown_cell,
                      moment_label, number_in, render_rows, title, to_json, tower_note)
@@ -29,7 +28,7 @@ from .tables import (BLOCK_TITLES, card_memory_json, card_memory_lines, comparis
 
 def time_json(t: Timing) -> dict:
     """The JSON ``time`` block: FLOPs always; seconds and tokens/s on a card."""
-    if isinstance(t.step, StepTime):
+    if t.step is not None and not isinstance(t.step, str):   # a StepTime on a card
         return t.step.json()
     f, c = t.flops, t.comm
     return {"flops_per_step": f.per_step, "flops": f.by_phase, "flops_by_term": f.by_term,
