@@ -457,7 +457,7 @@ class Scenario:
     def structure(self) -> Structure:
         """The discrete choices of the ledger (built once per Scenario: the Scenario is frozen)."""
         return Structure(
-            method=self.method, nominal=self.model.params is not None, family=self.model.family,
+            method=self.method, params_given=self.model.params is not None, family=self.model.family,
             first_kind=family(self.model.family).first_kind(self.model.dims),
             tied=self.model.tied, options=self.model.options, targets=self.targets if self.lora else (),
             head_targets=self.head_targets if self.lora else (),

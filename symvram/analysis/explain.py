@@ -25,7 +25,7 @@ from ..presets import load_card, load_model
 from ..scenario import METHODS, Scenario
 from ..symbols import SYMBOLS, latex, sym
 from ..units import UNITS, fmt_bytes
-from .diagnose import LOSS_HOOK, PART_NAMES, PARTS, diagnose, part_bytes, parameter_side
+from .diagnose import PART_NAMES, PARTS, diagnose, part_bytes, parameter_side
 from .plan import STRATEGIES, plan, tensor_parallel_ok
 
 OTHER_SCALE = {"small": "70b", "large": "7b"}   # 7B ↔ 70B: the reference answer's re-derivation
@@ -323,7 +323,7 @@ LEVERS = (
     ("batch_half", lambda sc: {"batch": max(sc.batch // 2, 1)} if sc.batch > 1 else None),
     ("checkpointing", lambda sc: {"grad_checkpointing": True} if not sc.grad_checkpointing else None),
     ("sdpa", lambda sc: {"attention": "sdpa"} if sc.attention == "eager" else None),
-    ("chunked_loss", lambda sc: {LOSS_HOOK: "liger"} if LOSS_HOOK in Scenario.__dataclass_fields__ else None),
+    ("chunked_loss", lambda sc: {"loss_impl": "liger"}),
     ("rank_half", lambda sc: {"rank": max(sc.rank // 2, 1)} if sc.lora and sc.rank > 1 else None),
 )
 

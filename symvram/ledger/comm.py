@@ -18,7 +18,7 @@ Memory-bound work (``hbm`` block, bytes read + written in HBM): the optimizer's 
 (weights, gradients, states, master), and QLoRA's dequantization of every NF4 weight in each pass.
 
 >>> from symvram.ledger.structure import Structure
->>> c = build_comm(Structure(method="full", nominal=True, zero=3))
+>>> c = build_comm(Structure(method="full", params_given=True, zero=3))
 >>> [x.key for x in c.block_terms("network")]
 ['allgather_forward', 'allgather_backward', 'reduce_scatter_grads']
 """

@@ -18,10 +18,10 @@
 
 >>> from symvram.ledger.structure import Structure
 >>> from symvram.ledger.build import build_ledger
->>> led = build_ledger(Structure(method="full", nominal=True, zero=2))
+>>> led = build_ledger(Structure(method="full", params_given=True, zero=2))
 >>> led.expand(led.block_expr("trainable"))
 P*bytes_grad/gpus + P*bytes_state*states_per_param/gpus
->>> build_ledger(Structure(method="full", nominal=True, zero=3, offload="optimizer")).by_key["grads"].block
+>>> build_ledger(Structure(method="full", params_given=True, zero=3, offload="optimizer")).by_key["grads"].block
 'host'
 """
 from __future__ import annotations

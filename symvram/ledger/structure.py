@@ -19,7 +19,7 @@ BNB_OPTIM_BITS = {"adamw8bit": 8, "paged-adamw8bit": 8, "paged-adamw": 32}
 @dataclass(frozen=True)
 class Structure:
     method: str = "full"              # full | lora | qlora
-    nominal: bool = False             # P is a given number (interview preset), not derived
+    params_given: bool = False        # P is a given number (a nominal preset: 7b, 13b, 70b), not derived
     family: str = "llama"             # the decoder family (data/families/<family>.toml)
     first_kind: str = ""              # the layer kind of layer 0 (Family.first_kind; "" the default kind)
     tied: bool = False                # lm_head shares the embedding matrix

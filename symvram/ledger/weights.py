@@ -61,7 +61,7 @@ def nf4_bytes(n: sp.Expr, double_quant: bool) -> tuple[sp.Expr, sp.Expr]:
 
 
 def base_terms(s: Structure) -> list[Term]:
-    if s.method == "qlora" and not s.nominal:
+    if s.method == "qlora" and not s.params_given:
         fam = s.arch
         packed = fam.over_layers(lambda k: sp.Add(*(nf4_bytes(m.params, s.double_quant)[0] for m in k.linears)))
         states = fam.over_layers(lambda k: sp.Add(*(nf4_bytes(m.params, s.double_quant)[1] for m in k.linears)))
@@ -94,7 +94,7 @@ def base_terms(s: Structure) -> list[Term]:
         ]
     else:
         terms = [Term("weights", Role.WEIGHT, P * b_w, r"M_{w}", "every base weight, stored in the weight dtype")]
-    if not s.nominal:  # an interview preset is P·bytes exactly; real models carry their buffers and counters
+    if not s.params_given:  # an interview preset is P·bytes exactly; real models carry their buffers and counters
         fam = s.arch
         scale = b_w if fam.extra("embed_scale") else 0
         score_bias = fam.over_layers(lambda k: E if k.moe and k.extra("router_score_bias") else 0) * b_w
@@ -283,7 +283,7 @@ def trainable_terms(s: Structure) -> list[Term]:
         expr = n_o * per_trainable(s, b_o, saved_state_bytes(s))
         why = f"{s.optimizer} keeps n_o states per trainable weight (AdamW: m and v)"
     terms.append(Term("optimizer_states", Role.OPTIMIZER_STATE, expr, r"M_{\mathrm{opt}}", why))
-    if s.optimizer == "adamw" and not s.nominal:
+    if s.optimizer == "adamw" and not s.params_given:
         terms.append(Term("optimizer_steps", Role.STEP_COUNT, b_32 * trainable_tensors(s), r"M_{\mathrm{steps}}",
                           "torch AdamW keeps its step count as a 0-d fp32 tensor per parameter tensor",
                           "torch/optim/adamw.py _init_group"))
@@ -340,7 +340,7 @@ def definitions(s: Structure) -> list[tuple[sp.Symbol, sp.Expr]]:
     """Derived quantities, in dependency order."""
     fam = s.arch
     defs: list[tuple[sp.Symbol, sp.Expr]] = []
-    if not s.nominal:
+    if not s.params_given:
         defs.append((P, fam.total_params(s.tied, s.options)))
     if s.method == "qlora":
         defs.append((P_keep, fam.kept_16bit_params(s.tied, s.options)))
