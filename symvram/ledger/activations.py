@@ -39,7 +39,7 @@ def matmul_bytes(s_: Structure) -> sp.Expr:
     """Bytes per element of what an autocast matmul keeps (SDPA's q, k, v, lora_A's cast input, the adapters'
     casts): the compute dtype, except in a prepared QLoRA model under autocast, whose fp32 stream autocast
     casts to its 16-bit dtype per call (the norms and the MLP's element-wise tensors stay fp32)."""
-    return sym("bytes_autocast") if s_.kbit_prep and s_.autocast else b_c
+    return sym("bytes_autocast") if s_.kbit_prepared and s_.autocast else b_c
 
 
 def _per_call_cast(s_: Structure, group: str) -> bool:
@@ -313,7 +313,7 @@ def lora_embed_saved(s_: Structure) -> sp.Expr:
     prepare_model_for_kbit_training's gradient_checkpointing_enable before PEFT wraps the embedding) makes the
     frozen base embedding's output a leaf that requires grad: its AccumulateGrad node keeps it until backward ends."""
     kept = matmul_bytes(s_) * (T * r + r * h) if s_.autocast and s_.adapter_upcast else compute_adapter_bytes(s_) * T * r
-    return kept + (residual_bytes(s_) * T * h if s_.kbit_prep and s_.grad_checkpointing else 0)
+    return kept + (residual_bytes(s_) * T * h if s_.kbit_prepared and s_.grad_checkpointing else 0)
 
 
 MOE = "transformers integrations/moe.py (grouped_mm experts)"
@@ -329,7 +329,7 @@ def layer_working_sets(s_: Structure) -> list[Term]:
     ['ws_norm', 'ws_attn_in', 'ws_rope', 'ws_norm_mlp']
     """
     fam, b_res, b_ad = s_.arch, residual_bytes(s_), compute_adapter_bytes(s_)
-    upcast = 0 if s_.kbit_prep else b_32 * T * h   # a 16-bit stream is cast to fp32 first (kept under LoRA's saves)
+    upcast = 0 if s_.kbit_prepared else b_32 * T * h   # a 16-bit stream is cast to fp32 first (kept under LoRA's saves)
     norm = (b_32 * T * h * 2 + (upcast if s_.grad_checkpointing else 0), r"W_{\mathrm{norm}}",
             "RMSNorm's fp32 square and normalized product (and its fp32 upcast under checkpointing)",
             "transformers models/llama/modeling_llama.py:65-66 LlamaRMSNorm.forward")
@@ -486,7 +486,7 @@ def sliding_extra(s_: Structure) -> sp.Expr:
 def residual_bytes(s_: Structure) -> sp.Symbol:
     """The residual stream's dtype, which a checkpoint keeps: fp32 after kbit preparation, else the weights' as
     they compute."""
-    return b_32 if s_.kbit_prep else compute_weight_bytes(s_)
+    return b_32 if s_.kbit_prepared else compute_weight_bytes(s_)
 
 
 def saved_per_layer(s_: Structure) -> sp.Expr:
@@ -515,7 +515,7 @@ def per_layer_bytes(s_: Structure) -> sp.Expr:
 # the only fields the activation and transient terms read (not the optimizer, master copy, quantization, sharding)
 ACTIVATION_FIELDS = ("method", "family", "first_kind", "options", "tied", "targets", "adapter_upcast", "attention", "autocast",
                      "compute_fp32", "device", "dora", "dropout", "grad_checkpointing", "head_targets",
-                     "kbit_prep", "loss_impl", "modules_to_save", "weight_casts", "mp_policy", "bnb_input_saved",
+                     "kbit_prepared", "loss_impl", "modules_to_save", "weight_casts", "fsdp_mixed_precision", "bnb_input_saved",
                      "shift_logits_copy", "forward_logits_upcast", "tower", "objective")
 
 
@@ -563,8 +563,8 @@ def saved_terms(s_: Structure) -> list[Term]:
                               + ": a 16-bit mask and k, v repeated to n_h heads, per sliding layer", fam.source))
     # the head's saved tensors, counted until the last layer's backward (under checkpointing: the final norm's)
     head_end = Phase.FINAL_NORM_BACKWARD if s_.grad_checkpointing else Phase.LAST_LAYER_BACKWARD
-    if s_.weight_casts or (s_.kbit_prep and s_.autocast):  # a prepared QLoRA model's lm_head is fp32
-        b_cast = sym("bytes_autocast") if s_.kbit_prep else b_c
+    if s_.weight_casts or (s_.kbit_prepared and s_.autocast):  # a prepared QLoRA model's lm_head is fp32
+        b_cast = sym("bytes_autocast") if s_.kbit_prepared else b_c
         terms.append(Term("act_lm_head_cast", Role.SAVED_ACTIVATION, b_cast * V * h, r"A_{\mathrm{cast},V}",
                           "autocast casts lm_head's weight to the compute dtype; backward needs the cast", "torch.autocast",
                           lifetime=span(Phase.FORWARD, head_end)))
@@ -589,7 +589,7 @@ def saved_terms(s_: Structure) -> list[Term]:
                           "gradient until the embedding's backward, the last" + (" (as autocast casts it, with B's cast)"
                                                                                if s_.autocast and s_.adapter_upcast else "")
                           + ("; k-bit preparation's input hook keeps the base embedding's output as a leaf"
-                             if s_.kbit_prep and s_.grad_checkpointing else ""),
+                             if s_.kbit_prepared and s_.grad_checkpointing else ""),
                           "peft tuners/lora/layer.py Embedding.forward",
                           lifetime=span(Phase.FIRST_LAYER_FORWARD, Phase.FIRST_LAYER_BACKWARD)))
     if s_.loss_impl == "liger":
@@ -673,11 +673,11 @@ def trl_loss_terms(s_: Structure, n: sp.Expr = T) -> list[Term]:
     casts = 0
     if s_.autocast and s_.weight_casts:  # weight[start:end].to(compute dtype): one vocabulary chunk at a time
         casts += b_c * TRL_VOCAB_CHUNK * h
-    if s_.autocast and (s_.weight_casts or s_.kbit_prep):  # hidden[chunk].to(compute dtype)
+    if s_.autocast and (s_.weight_casts or s_.kbit_prepared):  # hidden[chunk].to(compute dtype)
         casts += b_c * sp.Min(T, TRL_TOKEN_CHUNK, evaluate=False) * h
     # the gradients accumulate in fp32 and are cast to their tensor's dtype at the end: a copy unless that is fp32
     # (full fine-tuning: lm_head's [V, h] buffer too; its cast is the gradient the ledger counts already)
-    wide = s_.kbit_prep or s_.weight_casts or s_.compute_fp32  # fp32 hidden states (and weights, but in QLoRA)
+    wide = s_.kbit_prepared or s_.weight_casts or s_.compute_fp32  # fp32 hidden states (and weights, but in QLoRA)
     hidden_cast = 0 if wide else hidden * T * h
     # lm_head's fp32 accumulator and its cast to the weight's dtype, both alive as the backward returns (:457)
     accumulator = (b_32 + b_g) * V * h if s_.method == "full" and not (s_.weight_casts or s_.compute_fp32) else 0

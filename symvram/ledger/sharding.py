@@ -97,7 +97,7 @@ def layer_bytes(s: Structure) -> sp.Expr:
     """Bytes of one decoder layer as FSDP2 gathers it (with its adapters; NF4 and constants under QLoRA); for a
     family whose layers differ, the largest kind's.
 
-    >>> layer_bytes(Structure(mp_policy=True)).free_symbols == {sym("bytes_act"), h, f, nh, nkv, sym("head_dim")}
+    >>> layer_bytes(Structure(fsdp_mixed_precision=True)).free_symbols == {sym("bytes_act"), h, f, nh, nkv, sym("head_dim")}
     True
     """
     from .activations import largest_kind
@@ -228,7 +228,7 @@ def fsdp_terms(s: Structure) -> list[Term]:
 
 # every field fsdp_terms reads (the layer's and the root's weights, the residual stream's dtype): its cache key,
 # guarded by tests/test_cache_keys.py
-FSDP_FIELDS = ("method", "family", "options", "tied", "double_quant", "kbit_prep", "mp_policy", "offload",
+FSDP_FIELDS = ("method", "family", "options", "tied", "double_quant", "kbit_prepared", "fsdp_mixed_precision", "offload",
                "tensor_parallel", "head_targets")
 
 

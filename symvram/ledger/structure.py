@@ -39,7 +39,7 @@ class Structure:
     attention: str = "sdpa"           # sdpa | eager
     grad_checkpointing: bool = False  # non-reentrant activation checkpointing of each decoder layer
     double_quant: bool = True         # QLoRA: absmax constants quantized again
-    kbit_prep: bool = False           # QLoRA via peft.prepare_model_for_kbit_training: non-4-bit weights and activations fp32
+    kbit_prepared: bool = False       # QLoRA via peft.prepare_model_for_kbit_training: non-4-bit weights and activations fp32
     dora: bool = False                # PEFT use_dora: a magnitude vector per target and the weight-norm tensors
     modules_to_save: tuple[str, ...] = ()  # PEFT modules_to_save: trainable copies of embed_tokens / lm_head
     param_states: bool = False        # with modules_to_save: states are zeros_like(param), each in its parameter's dtype
@@ -48,7 +48,7 @@ class Structure:
     offload: str = "none"             # none | optimizer | optimizer+params
     sequence_parallel: bool = False   # Megatron sequence parallelism with tensor parallelism
     tensor_parallel: bool = False     # tensor parallelism t > 1 (Megatron): weights and activations split
-    mp_policy: bool = False           # FSDP2 MixedPrecisionPolicy: fp32 storage gathered in the compute dtype, fp32 reduce
+    fsdp_mixed_precision: bool = False  # FSDP2 MixedPrecisionPolicy: fp32 storage gathered in the compute dtype, fp32 reduce
     zero_impl: str = "fsdp2"          # fsdp2 (torch fully_shard) | deepspeed: who implements the ZeRO stage
     objective: str = "sft"            # sft | dpo (data/objectives.toml): what one optimizer step runs
     reference: str = "none"           # DPO's reference: copy (a second model) | adapters (PEFT, disabled) | precomputed
