@@ -26,10 +26,10 @@ from .terms import Phase, Role, Term, span
 from .weights import (compute_adapter_bytes, compute_weight_bytes, dora_magnitude, layer_lora_params, per_trainable,
                       rotary_width, saved_copy_bytes)
 
-b, s, r = sym("batch"), sym("seq"), sym("rank")
+b, seq, r = sym("batch"), sym("seq"), sym("rank")
 b_c, b_32, b_a, b_mask, b_id, b_w, b_g, b_i32 = (sym(n) for n in (
     "bytes_act", "bytes_fp32", "bytes_adapter", "bytes_mask", "bytes_index", "bytes_weight", "bytes_grad", "bytes_int32"))
-T = b * s  # tokens in the micro-batch
+T = b * seq  # tokens in the micro-batch
 
 TRANSFORMERS = "transformers LlamaDecoderLayer / LlamaRMSNorm"
 PEFT = "peft tuners/lora/layer.py Linear.forward"
@@ -164,7 +164,7 @@ def _layer_of(s_: Structure, first: bool) -> dict[str, tuple[sp.Expr, str, str, 
                                     "SDPA (flash) keeps q, k, v after RoPE and its output"
                                     + ("; v is a view of the fused qkv output, which it keeps whole" if fused else ""),
                                     "torch scaled_dot_product_attention")
-            out["act_attention_lse"] = (b_32 * b * nh * s, r"A_{\mathrm{lse}}",
+            out["act_attention_lse"] = (b_32 * b * nh * seq, r"A_{\mathrm{lse}}",
                                         "and the fp32 log-sum-exp of each query row", "torch _scaled_dot_product_flash_attention")
         elif fam.extra("attention_sinks"):
             out["act_attention"] = (3 * b_c * T * nh * dh, r"A_{\mathrm{attn}}",
@@ -172,17 +172,17 @@ def _layer_of(s_: Structure, first: bool) -> dict[str, tuple[sp.Expr, str, str, 
                                     "transformers eager_attention_forward")
             out["act_attention_scores"] = _sink_scores(s_)
         else:
-            probs_16 = 0 if s_.compute_fp32 else b_c * b * nh * s**2
+            probs_16 = 0 if s_.compute_fp32 else b_c * b * nh * seq**2
             out["act_attention"] = (3 * b_c * T * nh * dh, r"A_{\mathrm{attn}}",
                                     "eager attention keeps q and the repeat_kv copies of k and v (n_h heads each)",
                                     "transformers eager_attention_forward")
-            softcap = b_c * b * nh * s**2 if fam.extra("attn_logit_softcapping") else 0
-            out["act_attention_scores"] = (b_32 * b * nh * s**2 + probs_16 + softcap, r"A_{\mathrm{scores}}",
+            softcap = b_c * b * nh * seq**2 if fam.extra("attn_logit_softcapping") else 0
+            out["act_attention_scores"] = (b_32 * b * nh * seq**2 + probs_16 + softcap, r"A_{\mathrm{scores}}",
                                            "the fp32 softmax of b·n_h·s² scores and its 16-bit copy"
                                            + " (and the tanh of the soft-capped scores)" * bool(softcap),
                                            "transformers eager_attention_forward")
     if attn_grad and fam.extra("query_position_scale"):
-        out["act_query_scale"] = (b_c * s, r"A_{\mathrm{qscale}}", "the queries' position-dependent scale "
+        out["act_query_scale"] = (b_c * seq, r"A_{\mathrm{qscale}}", "the queries' position-dependent scale "
                                   "(1, 1, s, 1), cast to their dtype in each layer, kept by the product for backward",
                                   fam.source)
     if mlp_grad and fam.moe:
@@ -350,7 +350,7 @@ def layer_working_sets(s_: Structure) -> list[Term]:
                                   "peft tuners/lora/layer.py:1100-1102 Linear.forward; tuners/lora/bnb.py:533")
         if group == "attn_in":
             if s_.attention == "eager":
-                out["ws_scores"] = (3 * b_c * b * nh * s**2, r"W_{\mathrm{scores}}",
+                out["ws_scores"] = (3 * b_c * b * nh * seq**2, r"W_{\mathrm{scores}}",
                                     "eager attention's b·n_h·s² products: q·kᵀ, scaled and masked",
                                     "transformers models/llama/modeling_llama.py:193-197 eager_attention_forward")
             out["ws_rope"] = (3 * b_res * T * nh * dh, r"W_{\mathrm{RoPE}}",
@@ -369,14 +369,14 @@ def _latent_attention(s_: Structure) -> dict[str, tuple[sp.Expr, str, str, str]]
     return {"act_attention": (b_mm * T * nh * (2 * d_qk + (d_qk - dh + d_v) + d_v), r"A_{\mathrm{attn}}",
                               "SDPA keeps q and k (n_h heads of d_nope + d_rope, built anew), kv_b_proj's whole output "
                               "(v is a view of it) and its output (d_v wide)", s_.arch.source),
-            "act_attention_lse": (b_32 * b * nh * s, r"A_{\mathrm{lse}}", "and the fp32 log-sum-exp of each query row",
+            "act_attention_lse": (b_32 * b * nh * seq, r"A_{\mathrm{lse}}", "and the fp32 log-sum-exp of each query row",
                                   "torch scaled_dot_product_attention")}
 
 
 def _sink_scores(s_: Structure) -> tuple[sp.Expr, str, str, str]:
     """gpt-oss's eager attention with sinks: the scores joined to one sink logit per head (s + 1 columns), less
     their row maximum (whose int64 indices the max keeps), softmax in the compute dtype (its output kept)."""
-    return (b_c * b * nh * s * (s + 1) + b_id * b * nh * s, r"A_{\mathrm{scores}}",
+    return (b_c * b * nh * seq * (seq + 1) + b_id * b * nh * seq, r"A_{\mathrm{scores}}",
             "the softmax of the b·n_h·s·(s + 1) scores and sink logits, in the compute dtype, and the int64 indices "
             "of each row's maximum (subtracted before it)", s_.arch.source)
 
@@ -470,7 +470,7 @@ def _layer_backward_temp(s_: Structure) -> tuple[sp.Expr, str, str]:
 
 def past_window(s_: Structure) -> sp.Expr:
     """1 once the sequence is longer than the sliding window, else 0 (s and w are integers)."""
-    return at_least(s, s_.arch.dim("window") + 1)
+    return at_least(seq, s_.arch.dim("window") + 1)
 
 
 def sliding_extra(s_: Structure) -> sp.Expr:
@@ -480,7 +480,7 @@ def sliding_extra(s_: Structure) -> sp.Expr:
     if s_.arch.dim("window", 0) == 0 or s_.attention != "sdpa":
         return sp.Integer(0)
     repeated = at_least(nkv, 2)  # with one kv head repeat_kv is a stride-0 view: no copy
-    return past_window(s_) * (b_c * b * s**2 + repeated * 2 * b_c * T * dh * (nh - nkv))
+    return past_window(s_) * (b_c * b * seq**2 + repeated * 2 * b_c * T * dh * (nh - nkv))
 
 
 def residual_bytes(s_: Structure) -> sp.Symbol:
@@ -535,7 +535,7 @@ def saved_terms(s_: Structure) -> list[Term]:
     terms: list[Term] = []
     if s_.grad_checkpointing:
         b_res = residual_bytes(s_)
-        terms.append(Term("act_checkpoints", Role.SAVED_ACTIVATION, L * b_res * T * h + b_id * s, r"A_{\mathrm{ckpt}}",
+        terms.append(Term("act_checkpoints", Role.SAVED_ACTIVATION, L * b_res * T * h + b_id * seq, r"A_{\mathrm{ckpt}}",
                           "checkpointing keeps each layer's input (and the position ids); layers are recomputed in backward",
                           "torch.utils.checkpoint (non-reentrant)"))
     else:
@@ -554,7 +554,7 @@ def saved_terms(s_: Structure) -> list[Term]:
                               "autograd saves only what a required gradient needs"))
     if sliding_extra(s_) != 0:
         if s_.grad_checkpointing:
-            terms.append(Term("act_sliding_mask", Role.SAVED_ACTIVATION, b_mask * past_window(s_) * s**2,
+            terms.append(Term("act_sliding_mask", Role.SAVED_ACTIVATION, b_mask * past_window(s_) * seq**2,
                               r"A_{\mathrm{win}}", "the shared boolean sliding-window mask, a checkpoint input",
                               fam.source))
         else:
@@ -616,7 +616,7 @@ def saved_terms(s_: Structure) -> list[Term]:
     bases = fam.dim("rope_bases")
     b_rope = b_32 if fam.extra("rope_fp32") else b_c  # OLMo 2 keeps cos/sin in fp32
     width = dh / 2 if fam.extra("rope_half_width") else rotary_width(fam)  # gpt-oss: cos, sin of the d_head/2 frequencies
-    terms.append(Term("act_rope", Role.STEP_INPUT, 2 * bases * b_rope * s * width, r"A_{\mathrm{rope}}",
+    terms.append(Term("act_rope", Role.STEP_INPUT, 2 * bases * b_rope * seq * width, r"A_{\mathrm{rope}}",
                       "RoPE cos and sin, shared by all layers" + " (one pair per rotary base)" * (bases != 1),
                       "transformers LlamaRotaryEmbedding"))
     terms.append(Term("act_tokens", Role.STEP_INPUT, 2 * b_id * T, r"A_{\mathrm{ids}}",
@@ -742,7 +742,7 @@ def loss_terms(s_: Structure, logits_bytes) -> list[Term]:
              "torch nll_loss_backward, _log_softmax_backward_data"),
     ]
     if s_.shift_logits_copy:   # transformers < 4.49 (symvram.versions)
-        terms.insert(1, Term("logits_shifted", Role.LOSS_TEMPORARY, b_32 * b * (s - 1) * V, r"M_{\mathrm{logits},\ll}",
+        terms.insert(1, Term("logits_shifted", Role.LOSS_TEMPORARY, b_32 * b * (seq - 1) * V, r"M_{\mathrm{logits},\ll}",
                              "logits[..., :-1, :].contiguous(): the shifted fp32 copy cross-entropy reads "
                              "(transformers < 4.49)", "transformers 4.48.0 loss/loss_utils.py:39 ForCausalLMLoss"))
     if not s_.compute_fp32 and not upcast:
@@ -795,7 +795,7 @@ def dora_forward_temp(s_: Structure) -> sp.Expr:
     b_lr = matmul_bytes(s_) if s_.autocast else b_a
     own = last.d_out * (b_lr * T + 3 * b_32) + b_lr * T * r
     b_res = residual_bytes(s_)
-    live = b_c * T * last.d_in + 2 * b_res * T * h + sym("bytes_index") * s
+    live = b_c * T * last.d_in + 2 * b_res * T * h + sym("bytes_index") * seq
     if s_.autocast and s_.adapter_upcast:  # the input cast to the adapter dtype is not what lora_A keeps (its
         live += b_a * T * last.d_in        # 16-bit cast, made after the weight norm)
         own += matmul_bytes(s_) * T * last.d_in

@@ -29,7 +29,7 @@ from .architecture import L, dh, f, h
 from .structure import Structure
 from .terms import Phase, Role, Term
 
-b, s, p = sym("batch"), sym("seq"), sym("prompt")
+b, seq, p = sym("batch"), sym("seq"), sym("prompt")
 b_c, b_32, b_id, b_mask = (sym(n) for n in ("bytes_act", "bytes_fp32", "bytes_index", "bytes_mask"))
 
 
@@ -45,12 +45,12 @@ def rows(objective: str) -> int:
 
 def scored(s_: Structure) -> sp.Expr:
     """Positions TRL's fused LM head scores in the 2·b rows: the completion's, after the first token."""
-    return rows(s_.objective) * b * (s - sp.Max(p, 1))
+    return rows(s_.objective) * b * (seq - sp.Max(p, 1))
 
 
 def _row_positions() -> sp.Expr:
     """The [2b, s − 1] grid the fused head's per-token outputs are scattered back to."""
-    return 2 * b * (s - 1)
+    return 2 * b * (seq - 1)
 
 
 def _head_outputs(s_: Structure) -> sp.Expr:
@@ -67,9 +67,9 @@ def _reference_forward(s_: Structure) -> sp.Expr:
     and the RoPE tables) and its fused LM head as it returns (its final hidden states, the tile buffer, seven fp32
     statistics per scored position and what it computes from them, the scored hidden states' copy, labels and
     mask)."""
-    R, n = 2 * b * s, scored(s_)
+    R, n = 2 * b * seq, scored(s_)
     hidden, tile = _trl_dtypes(s_)
-    mlp = 3 * b_c * R * f + 2 * residual_bytes(s_) * R * h + 2 * b_c * s * dh
+    mlp = 3 * b_c * R * f + 2 * residual_bytes(s_) * R * h + 2 * b_c * seq * dh
     head = (residual_bytes(s_) * R * h + tile * sp.Min(n, TRL_TOKEN_CHUNK, evaluate=False) * TRL_VOCAB_CHUNK
             + 7 * b_32 * n + _head_outputs(s_) + hidden * n * h + b_id * n + b_mask * _row_positions())
     casts = 0
@@ -84,7 +84,7 @@ def _reference_forward(s_: Structure) -> sp.Expr:
 EXPRESSIONS = {
     "ref_weights": lambda s_, base: sp.Add(*(t.expr for t in base)),
     "dpo_outputs": lambda s_, base: (3 * b_32 + b_mask) * _row_positions(),
-    "dpo_labels": lambda s_, base: b_id * 2 * b * s,
+    "dpo_labels": lambda s_, base: b_id * 2 * b * seq,
     "ref_forward": lambda s_, base: _reference_forward(s_),
 }
 # made once the policy's head returns, freed when the DPO loss is computed (before its backward)
@@ -118,7 +118,7 @@ def reshape(s_: Structure, activation_terms: list[Term]) -> list[Term]:
     back = fused["loss_backward_temp"]   # and the log-probs' gradient, gathered from the scatter (masked_select)
     fused["loss_backward_temp"] = Term(back.key, back.role, back.expr + b_32 * scored(s_), back.label,
                                        back.why + "; the scored positions' log-prob gradient", back.source)
-    fused["act_tokens"] = Term("act_tokens", Role.STEP_INPUT, 3 * b_id * rows(s_.objective) * b * s, r"A_{\mathrm{ids}}",
+    fused["act_tokens"] = Term("act_tokens", Role.STEP_INPUT, 3 * b_id * rows(s_.objective) * b * seq, r"A_{\mathrm{ids}}",
                                "the collator's input ids, attention mask and completion mask (int64, 2b rows)",
                                "trl 1.16 trainer/dpo_trainer.py:146-197 DataCollatorForPreference")
     return [fused[t.key] if t.key in fused else
