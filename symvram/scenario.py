@@ -501,7 +501,7 @@ class Scenario:
     def structure(self) -> Structure:
         """The discrete choices of the ledger (built once per Scenario: the Scenario is frozen)."""
         return Structure(
-            method=self.method, nominal=self.model.params is not None, family=self.model.family,
+            method=self.method, params_given=self.model.params is not None, family=self.model.family,
             first_kind=family(self.model.family).first_kind(self.model.dims),
             tied=self.model.tied, options=self.model.options, targets=self.targets if self.lora else (),
             head_targets=self.head_targets if self.lora else (),
@@ -516,10 +516,10 @@ class Scenario:
             dropout=self.lora and self.lora_dropout > 0 and not objectives()[self.objective].get("disable_dropout"),
             device=self.device, objective=self.objective, reference=self.reference,
             attention=self.attention, grad_checkpointing=self.grad_checkpointing,
-            double_quant=self.double_quant, kbit_prep=self.kbit_prepared,
+            double_quant=self.double_quant, kbit_prepared=self.kbit_prepared,
             loss_impl=self.loss_impl, dora=self.lora and self.dora, modules_to_save=self.modules_to_save, zero=self.zero, offload=self.offload,
             sequence_parallel=self.sequence_parallel, tensor_parallel=self.tp > 1,
-            mp_policy=self.mp_policy != "none", zero_impl=stacks()[self.stack].get("zero_impl", "fsdp2"),
+            fsdp_mixed_precision=self.mp_policy != "none", zero_impl=stacks()[self.stack].get("zero_impl", "fsdp2"),
             bnb_input_saved=self.method == "qlora" and applies("bnb_input_saved", self.versions),
             optimizer_in_backward=self.optimizer_in_backward,
             checkpoint_every=self.checkpoint_every if self.grad_checkpointing else 1,

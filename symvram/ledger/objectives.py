@@ -29,7 +29,7 @@ from .architecture import L, dh, f, h
 from .structure import Structure
 from .terms import Phase, Role, Term
 
-b, s, p = sym("batch"), sym("seq"), sym("prompt")
+b, seq, p = sym("batch"), sym("seq"), sym("prompt")
 b_c, b_32, b_id, b_mask = (sym(n) for n in ("bytes_act", "bytes_fp32", "bytes_index", "bytes_mask"))
 
 
@@ -45,12 +45,12 @@ def rows(objective: str) -> int:
 
 def scored(s_: Structure) -> sp.Expr:
     """Positions TRL's fused LM head scores in the forward's rows: the completion's, after the first token."""
-    return rows(s_.objective) * b * (s - sp.Max(p, 1))
+    return rows(s_.objective) * b * (seq - sp.Max(p, 1))
 
 
 def _row_positions(s_: Structure) -> sp.Expr:
-    """The [rows·b, s − 1] grid the fused head's per-token outputs are scattered back to."""
-    return rows(s_.objective) * b * (s - 1)
+    """The [rows·b, seq − 1] grid the fused head's per-token outputs are scattered back to."""
+    return rows(s_.objective) * b * (seq - 1)
 
 
 def _output_bytes(s_: Structure) -> sp.Expr:
@@ -72,9 +72,9 @@ def _reference_forward(s_: Structure) -> sp.Expr:
     and the RoPE tables) and its fused LM head as it returns (its final hidden states, the tile buffer, seven fp32
     statistics per scored position and what it computes from them, the scored hidden states' copy, labels and
     mask)."""
-    R, n = rows(s_.objective) * b * s, scored(s_)
+    R, n = rows(s_.objective) * b * seq, scored(s_)
     hidden, tile = _trl_dtypes(s_)
-    mlp = 3 * b_c * R * f + 2 * residual_bytes(s_) * R * h + 2 * b_c * s * dh
+    mlp = 3 * b_c * R * f + 2 * residual_bytes(s_) * R * h + 2 * b_c * seq * dh
     head = (residual_bytes(s_) * R * h + tile * sp.Min(n, TRL_TOKEN_CHUNK, evaluate=False) * TRL_VOCAB_CHUNK
             + 7 * b_32 * n + _head_outputs(s_) + hidden * n * h + b_id * n + b_mask * _row_positions(s_))
     casts = 0
@@ -89,7 +89,7 @@ def _reference_forward(s_: Structure) -> sp.Expr:
 EXPRESSIONS = {
     "ref_weights": lambda s_, base: sp.Add(*(t.expr for t in base)),
     "outputs": lambda s_, base: _output_bytes(s_) * _row_positions(s_),
-    "labels": lambda s_, base: b_id * rows(s_.objective) * b * s,
+    "labels": lambda s_, base: b_id * rows(s_.objective) * b * seq,
     "kl_logps": lambda s_, base: 2 * b_32 * b,
     "ref_forward": lambda s_, base: _reference_forward(s_),
 }
@@ -127,7 +127,7 @@ def reshape(s_: Structure, activation_terms: list[Term]) -> list[Term]:
     fused["loss_backward_temp"] = Term(back.key, back.role, back.expr + b_32 * scored(s_), back.label,
                                        back.why + "; the scored positions' log-prob gradient", back.source)
     entry = objectives()[s_.objective]
-    fused["act_tokens"] = Term("act_tokens", Role.STEP_INPUT, entry["inputs"] * b_id * rows(s_.objective) * b * s,
+    fused["act_tokens"] = Term("act_tokens", Role.STEP_INPUT, entry["inputs"] * b_id * rows(s_.objective) * b * seq,
                                r"A_{\mathrm{ids}}", entry["inputs_why"], entry["inputs_source"])
     return [fused[t.key] if t.key in fused else
             Term(t.key, t.role, t.expr.xreplace(twice), t.label, t.why, t.source, t.place, t.lifetime)

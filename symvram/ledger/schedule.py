@@ -30,7 +30,7 @@ not on the device (offloaded, paged) is not the device allocator's.
 
 >>> from symvram.ledger import build_ledger
 >>> from symvram.ledger.structure import Structure
->>> sch = ledger_schedule(build_ledger(Structure(method="lora", nominal=True)), layers=2)
+>>> sch = ledger_schedule(build_ledger(Structure(method="lora", params_given=True)), layers=2)
 >>> sum(1 for e in sch.events if e[0] == "alloc") == sum(1 for e in sch.events if e[0] == "free") + sch.persistent
 True
 """
