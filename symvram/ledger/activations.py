@@ -322,8 +322,11 @@ def _moe_layer(s_: Structure) -> dict[str, tuple[sp.Expr, str, str, str]]:
     if fam.extra("router_topk_softmax"):  # gpt-oss: top-k of the logits, then a softmax over those k
         router_saved, router_why = b_id * T * k_e + b_c * T * k_e, "the int64 top-k indices and the softmax of the k logits"
     else:
-        router_saved = b_32 * T * E + b_id * T * k_e + (b_32 * T + b_32 * T * k_e if renorm else 0)
-        router_why = ("the router's fp32 softmax over E experts and the int64 top-k indices"
+        b_p = b_c if fam.extra("router_compute_dtype") else b_32   # Mistral 4: the softmax of the 16-bit logits
+        router_saved = b_p * T * E + b_id * T * k_e + (b_p * T + b_p * T * k_e if renorm else 0)
+        scores = "sigmoid" if fam.extra("router_fp32") else "softmax"   # DeepSeek-V3 and GLM-4.5 score by a sigmoid
+        router_why = (f"the router's {'16-bit' if b_p == b_c else 'fp32'} {scores} over E experts and the int64 top-k "
+                      "indices"
                       + " (and the renormalized top-k weights with their sum)" * bool(renorm))
     if fam.extra("clamped_swiglu"):  # the gate_up output (2·d_E; the clamps keep views of it) and four d_E-wide
         gated, gated_why = 6 * b_c * S * f_e, "the gate_up output (2·d_E), the clamped gate, its sigmoid, their product and up + 1"

@@ -94,14 +94,12 @@ def peft_target_modules(spec: dict) -> list[str]:
 
 def build_model(spec: dict):
     """The (PEFT-wrapped) model on the meta device, in train mode."""
-    import transformers
+    from .layout import causal_lm_auto
 
     cfg = _config(spec["arch"], spec["attention"])
     dtype = _DTYPES[spec["dtype"]]
     with torch.device("meta"):
-        model = transformers.AutoModelForCausalLM.from_config(
-            cfg, dtype=dtype, attn_implementation=spec["attention"]
-        )
+        model = causal_lm_auto(cfg).from_config(cfg, dtype=dtype, attn_implementation=spec["attention"])
         # as loaded weights are: floating buffers (rotary inv_freq) in the weights' dtype too
         model.to(dtype)
     prepared = False
