@@ -254,6 +254,20 @@ def test_estimate_equals_the_measured_peak(model_type, settings):
     assert 0 <= measured["peak_bytes"] - evaluate(sc).peak <= 8
 
 
+def test_latent_attention_with_unequal_head_widths_measures_the_cpu_math_path():
+    """DeepSeek-V3's d_v (128) ≠ d_nope + d_rope (192): torch's CPU SDPA takes its math path (fp32 q, k, v and the
+    s² softmax), which the ledger models for the CPU beside the kernels' tensors for CUDA; byte-exact here."""
+    pytest.importorskip("peft")
+    from symvram.validate.measure import measure
+    from symvram.validate.spec import from_scenario
+
+    cfg = {**tiny_config("deepseek_v3"), "num_hidden_layers": 2, "v_head_dim": 10}
+    sc = Scenario.create(spec_from_config(cfg, "tiny", "config", "test"), stack="torch", batch=2, seq=64, device="cpu",
+                         method="lora", rank=8, adapter_dtype="fp32", state_dtype="fp32")
+    measured = measure({**from_scenario(sc), "steps": 2})
+    assert 0 <= measured["peak_bytes"] - evaluate(sc).peak <= 8
+
+
 def test_the_docs_show_the_whole_qwen3_entry():
     """"Adding a family is one data entry": the docs' example (docs/adding-a-family.md) is the shipped file,
     comments aside."""
