@@ -363,14 +363,26 @@ def _latent_attention(s_: Structure) -> dict[str, tuple[sp.Expr, str, str, str]]
     """What SDPA keeps of DeepSeek-V3's multi-head latent attention (modeling_deepseek_v3.py:462-464): q as the new
     concatenation of its no-RoPE and rotated parts (n_h heads of d_nope + d_rope), k expanded per head into a new
     tensor of the same width, v a view of kv_b_proj's output, which it keeps whole (n_h · (d_nope + d_v)), its
-    output (n_h · d_v) and the fp32 log-sum-exp; not a GQA-sized cache."""
+    output (n_h · d_v) and the fp32 log-sum-exp; not a GQA-sized cache. With d_v ≠ d_nope + d_rope (DeepSeek-V3's
+    128 and 192) torch's flash kernels do not run: on CUDA the memory-efficient kernel keeps the same tensors
+    (modelled, not measured: its log-sum-exp rows may be padded), on the CPU the math path keeps fp32 copies of q and
+    k (each scaled), of v, and the fp32 softmax of the b·n_h·s² scores (what a FakeTensor trace measures)."""
     b_mm = matmul_bytes(s_)
     d_qk, d_v = s_.arch.attention_widths
-    return {"act_attention": (b_mm * T * nh * (2 * d_qk + (d_qk - dh + d_v) + d_v), r"A_{\mathrm{attn}}",
-                              "SDPA keeps q and k (n_h heads of d_nope + d_rope, built anew), kv_b_proj's whole output "
-                              "(v is a view of it) and its output (d_v wide)", s_.arch.source),
-            "act_attention_lse": (b_32 * b * nh * seq, r"A_{\mathrm{lse}}", "and the fp32 log-sum-exp of each query row",
-                                  "torch scaled_dot_product_attention")}
+    kernel = b_mm * T * nh * (2 * d_qk + (d_qk - dh + d_v) + d_v)
+    why = ("SDPA keeps q and k (n_h heads of d_nope + d_rope, built anew), kv_b_proj's whole output (v is a view of "
+           "it) and its output (d_v wide)")
+    terms = {"act_attention": (kernel, r"A_{\mathrm{attn}}", why, s_.arch.source),
+             "act_attention_lse": (b_32 * b * nh * seq, r"A_{\mathrm{lse}}", "and the fp32 log-sum-exp of each query "
+                                   "row", "torch scaled_dot_product_attention")}
+    if s_.device != "cpu":
+        return terms
+    unequal = at_least(d_qk, d_v + 1) + at_least(d_v, d_qk + 1)   # 1 when the widths differ: the math path
+    math = b_32 * T * nh * (2 * d_qk + d_v) + b_32 * b * nh * seq**2
+    return {"act_attention": ((1 - unequal) * kernel + unequal * math, r"A_{\mathrm{attn}}",
+                              why + "; on the CPU with d_v ≠ d_qk the math path instead: fp32 q, k, v and the fp32 "
+                              "softmax of the s² scores", "torch _scaled_dot_product_attention_math"),
+            "act_attention_lse": ((1 - unequal) * terms["act_attention_lse"][0], *terms["act_attention_lse"][1:])}
 
 
 def _sink_scores(s_: Structure) -> tuple[sp.Expr, str, str, str]:
@@ -401,8 +413,11 @@ def _moe_layer(s_: Structure) -> dict[str, tuple[sp.Expr, str, str, str]]:
     if fam.extra("router_topk_softmax"):  # gpt-oss: top-k of the logits, then a softmax over those k
         router_saved, router_why = b_id * T * k_e + b_c * T * k_e, "the int64 top-k indices and the softmax of the k logits"
     else:
-        router_saved = b_32 * T * E + b_id * T * k_e + (b_32 * T + b_32 * T * k_e if renorm else 0)
-        router_why = ("the router's fp32 softmax over E experts and the int64 top-k indices"
+        b_p = b_c if fam.extra("router_compute_dtype") else b_32   # Mistral 4: the softmax of the 16-bit logits
+        router_saved = b_p * T * E + b_id * T * k_e + (b_p * T + b_p * T * k_e if renorm else 0)
+        scores = "sigmoid" if fam.extra("router_fp32") else "softmax"   # DeepSeek-V3 and GLM-4.5 score by a sigmoid
+        router_why = (f"the router's {'16-bit' if b_p == b_c else 'fp32'} {scores} over E experts and the int64 top-k "
+                      "indices"
                       + " (and the renormalized top-k weights with their sum)" * bool(renorm))
     if fam.extra("clamped_swiglu"):  # the gate_up output (2·d_E; the clamps keep views of it) and four d_E-wide
         gated, gated_why = 6 * b_c * S * f_e, "the gate_up output (2·d_E), the clamped gate, its sigmoid, their product and up + 1"
