@@ -31,6 +31,9 @@ TINY = {
                 "bos_token_id": 1, "eos_token_id": 2},
     "olmo3": {"pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 2},
     "smollm3": {"mlp_bias": True, "pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 2},  # NoPE: layer 3 of 4
+    "qwen3_5_text": {"num_hidden_layers": 4, "linear_num_key_heads": 2, "linear_num_value_heads": 4,   # 3 DeltaNet
+                     "linear_key_head_dim": 12, "linear_value_head_dim": 20, "linear_conv_kernel_dim": 3,  # + 1 full
+                     "pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 2},
 }
 BASE = {"hidden_size": 64, "intermediate_size": 176, "num_hidden_layers": 3, "num_attention_heads": 4,
         "num_key_value_heads": 2, "head_dim": 24, "vocab_size": 1000}
@@ -43,9 +46,10 @@ def tiny_config(model_type: str) -> dict:
     return cfg
 
 
-def expected_layer_shapes(spec) -> list[tuple[int, ...]]:
-    """Every parameter shape of one layer, from the family entry alone."""
-    fam = family(spec.family)
+def expected_layer_shapes(spec, kind: str = "") -> list[tuple[int, ...]]:
+    """Every parameter shape of one layer of ``kind``, from the family entry alone (sizes of 1 left out: a conv1d
+    weight (d, 1, K) is the entry's (d, K))."""
+    fam = family(spec.family).kind(kind)
     vals = {sym(n): v for n, v in spec.dims.items()}
     n = lambda e: int(sp.sympify(e).xreplace(vals))  # noqa: E731
     shapes = [(n(m.d_out), n(m.d_in)) for m in fam.linears]
@@ -54,7 +58,7 @@ def expected_layer_shapes(spec) -> list[tuple[int, ...]]:
     for m in fam.moe_weights:  # a bias or per-head vector has d_in 1; gpt-oss stores its experts (E, d_in, d_out)
         matrix = (n(m.d_in), n(m.d_out)) if m.transposed else (n(m.d_out), n(m.d_in))
         shapes.append(((n(m.count),) if n(m.count) > 1 else ()) + tuple(d for d in matrix if n(m.d_in) != 1 or d != 1))
-    return sorted(shapes)
+    return sorted(tuple(d for d in shape if d != 1) for shape in shapes)
 
 
 def test_every_model_type_has_a_tiny_case():
@@ -71,8 +75,10 @@ def test_layout_matches_transformers_meta_model(model_type):
     with torch.device("meta"):
         model = transformers.AutoModelForCausalLM.from_config(hf_cfg)
     params = dict(model.named_parameters())  # tied weights appear once
-    layer0 = sorted(tuple(p.shape) for name, p in params.items() if ".layers.0." in name)
-    assert layer0 == expected_layer_shapes(spec)
+    fam = family(spec.family)
+    for i, kind in ((0, fam.first_kind(spec.dims)), (cfg["num_hidden_layers"] - 1, "")):  # layer 0's kind, the default
+        layer = sorted(tuple(d for d in p.shape if d != 1) for name, p in params.items() if f".layers.{i}." in name)
+        assert layer == expected_layer_shapes(spec, kind), (i, kind)
     bd = evaluate(Scenario.create(spec, method="full"))
     assert bd.derived["P"] == sum(p.numel() for p in params.values())
 
@@ -207,7 +213,7 @@ def test_the_docs_show_the_whole_qwen3_entry():
 
 ONE_PER_FAMILY = ["llama-3.2-1b", "mistral-7b", "qwen2.5-0.5b", "qwen3-0.6b", "gemma-2-2b", "gemma-3-1b", "phi-3-mini",
                   "olmo-2-7b", "mixtral-8x7b", "qwen3-30b-a3b", "smollm3-3b", "olmo-3-7b", "qwen1.5-moe-a2.7b",
-                  "ministral-3-3b", "gpt-oss-20b"]
+                  "ministral-3-3b", "gpt-oss-20b", "qwen3.5-27b"]
 
 
 def test_one_preset_per_family():
