@@ -8,15 +8,17 @@
 """
 from __future__ import annotations
 
+import difflib
 import json
 import tomllib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cache
 from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .errors import UserError, did_you_mean, excerpt
+from .hub import config_path, is_hub_id
 from .symbols import SYMBOLS, sym
 from .units import fmt_bytes, parse_size
 
@@ -150,7 +152,7 @@ class ConfigFields:
     >>> f.layer_counts(2, None)
     Traceback (most recent call last):
     ...
-    symvram.errors.UserError: c.json: field 'layer_types' item 1 must be full_attention or sliding_attention, got ['x']
+    symvram.errors.UserError: c.json: field 'layer_types' item 1 must be one of full_attention, sliding_attention, linear_attention, got ['x']
     """
 
     def __init__(self, cfg, source: str):
@@ -182,17 +184,21 @@ class ConfigFields:
         return value
 
     def layer_count(self, key: str, default: int, layers: int) -> int:
-        """A count of decoder layers: an integer from 0 to ``layers``, else ``default``.
+        """A count of decoder layers: an integer from 0 (else ``default``), at most ``layers`` (transformers reads
+        first_k_dense_replace ≥ L as every layer dense).
 
-        >>> ConfigFields({"first_k_dense_replace": 9}, "c.json").layer_count("first_k_dense_replace", 1, 4)
+        >>> f = ConfigFields({"first_k_dense_replace": 9}, "c.json")
+        >>> f.layer_count("first_k_dense_replace", 1, 4), f.layer_count("mlp_only", 1, 4)
+        (4, 1)
+        >>> ConfigFields({"first_k_dense_replace": -1}, "c.json").layer_count("first_k_dense_replace", 1, 4)
         Traceback (most recent call last):
         ...
-        symvram.errors.UserError: c.json: field 'first_k_dense_replace' must be an integer from 0 to num_hidden_layers (4), got 9
+        symvram.errors.UserError: c.json: field 'first_k_dense_replace' must be a non-negative integer, got -1
         """
         value = self.cfg[key] if self.given(key) else default
-        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= layers:
-            raise self._refuse(key, f"an integer from 0 to num_hidden_layers ({layers})", value)
-        return value
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise self._refuse(key, "a non-negative integer", value)
+        return min(value, layers)
 
     def fraction(self, key: str, default: float) -> float:
         """A number in (0, 1], at the top level or in ``rope_parameters`` (transformers 5 moves RoPE fields there)."""
@@ -243,7 +249,7 @@ class ConfigFields:
             raise self._refuse("layer_types", f"a list of one attention kind per layer ({layers})", kinds)
         for i, kind in enumerate(kinds):
             if not isinstance(kind, str) or kind not in LAYER_KINDS:
-                raise UserError(f"{self.source}: field 'layer_types' item {i} must be {' or '.join(LAYER_KINDS)}, "
+                raise UserError(f"{self.source}: field 'layer_types' item {i} must be one of {', '.join(LAYER_KINDS)}, "
                                 f"got {excerpt(kind)}")
         return len(set(kinds)), kinds.count(kind)
 
@@ -355,9 +361,65 @@ def load_config_json(path: Path) -> ModelSpec:
     return spec_from_config(cfg, name=name, kind="config", source=str(path))
 
 
+# checkpoints of one base that share its config.json: the chat / instruction-tuned releases and the "-Base" name
+VARIANT_SUFFIXES = ("-instruct", "-base", "-it", "-chat", "-hf")
+
+
+def base_name(name: str) -> str:
+    """``name`` without the release suffixes of VARIANT_SUFFIXES (a version after them is kept: v0.3 differs).
+
+    >>> base_name("llama-2-7b-chat-hf"), base_name("qwen3-8b-base"), base_name("mistral-7b-instruct-v0.3")
+    ('llama-2-7b', 'qwen3-8b', 'mistral-7b-instruct-v0.3')
+    """
+    while (cut := next((s for s in VARIANT_SUFFIXES if name.endswith(s) and len(name) > len(s)), None)):
+        name = name[:-len(cut)]
+    return name
+
+
+def preset_for_repo(repo_id: str) -> ModelSpec | None:
+    """The preset named like the repo (``meta-llama/Llama-3.1-8B`` → llama-3.1-8b) or whose description
+    names that repo (``allenai/OLMo-2-1124-7B`` → olmo-2-7b); else the preset of its base when the id is a
+    release of it (``Qwen/Qwen3-8B-Instruct``, ``google/gemma-2-9b-it`` → qwen3-8b, gemma-2-9b)."""
+    name = repo_id.split("/", 1)[1].lower()
+    for candidate in dict.fromkeys((name, base_name(name))):
+        for key, entry in model_presets().items():
+            described = (entry.get("description") or "").split(" ")[0].lower()
+            if candidate == key or candidate in entry.get("aliases", ()) or described == f"{repo_id.split('/')[0]}/{candidate}".lower():
+                how = f"preset {key}" if candidate == name else f"preset {key} (the base of {repo_id}: the same config)"
+                return spec_from_config(entry, name=key, kind=entry["kind"], source=how)
+    return None
+
+
+def close_presets(repo_id: str) -> str:
+    """The presets whose names are close to a Hub id's, as the end of a refusal."""
+    name = repo_id.split("/", 1)[1].lower()
+    table = model_presets()
+    names = list(table) + [a for e in table.values() for a in e.get("aliases", ())]
+    close = difflib.get_close_matches(name, names, n=3, cutoff=0.6)
+    close += [n for n in names if n not in close and (name.startswith(n) or n.startswith(name))][:3 - len(close)]
+    return f"; presets that match: {', '.join(close)}" if close else f"; presets: {', '.join(table)}"
+
+
+def hub_config_path(repo_id: str) -> Path:
+    """The config.json of a Hub id (``hub.config_path``); a refusal names the presets whose names are close."""
+    return config_path(repo_id, close_presets(repo_id))
+
+
+def hub_model(repo_id: str) -> ModelSpec:
+    """A ModelSpec for a Hub id, named by the id (or by the preset it matches).
+
+    >>> hub_model("meta-llama/Llama-3.1-8B").name
+    'llama-3.1-8b'
+    """
+    spec = preset_for_repo(repo_id)
+    if spec is not None:
+        return spec
+    return replace(load_config_json(hub_config_path(repo_id)), name=repo_id)
+
+
 def load_model(name_or_path: str) -> ModelSpec:
     """A preset name (``7b``, ``llama-3-8b`` …), a path to a config.json / model folder, or a Hub id
-    (``meta-llama/Llama-3.1-8B``: a preset of that name, the local cache, a download; ``readers.hub``)."""
+    (``meta-llama/Llama-3.1-8B``: a preset of that name, the local cache, a download; ``hub_model``)."""
     text = str(name_or_path)
     try:
         is_path = text.endswith(".json") or "/" in text or Path(text).is_dir()
@@ -366,10 +428,8 @@ def load_model(name_or_path: str) -> ModelSpec:
         is_path = exists = False
     if is_path:
         if not exists:
-            from .readers.hub import is_hub_id, resolve
-
             if is_hub_id(text):
-                return resolve(text)
+                return hub_model(text)
         return load_config_json(Path(text))
     return _preset(_lookup(text, model_presets(), "model preset")[0])
 

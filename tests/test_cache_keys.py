@@ -9,7 +9,8 @@ from dataclasses import fields
 
 import pytest
 
-from symvram.ledger.activations import ACTIVATION_FIELDS, saved_terms, transient_terms
+from symvram.ledger.activations import ACTIVATION_FIELDS
+from symvram.ledger.build import _activation_terms
 from symvram.ledger.comm import COMM_FIELDS, _build_comm
 from symvram.ledger.flops import FLOPS_FIELDS, _build_flops
 from symvram.ledger.sharding import FSDP_FIELDS, fsdp_terms
@@ -17,7 +18,7 @@ from symvram.ledger.structure import Structure
 
 FIELD_NAMES = frozenset(f.name for f in fields(Structure))
 BUILDERS = {
-    "ACTIVATION_FIELDS": (ACTIVATION_FIELDS, lambda k: (saved_terms(k), transient_terms(k))),
+    "ACTIVATION_FIELDS": (ACTIVATION_FIELDS, _activation_terms.__wrapped__),
     "FSDP_FIELDS": (FSDP_FIELDS, fsdp_terms),
     "FLOPS_FIELDS": (FLOPS_FIELDS, _build_flops.__wrapped__),
     "COMM_FIELDS": (COMM_FIELDS, _build_comm.__wrapped__),
@@ -29,6 +30,7 @@ BASES = [
               grad_checkpointing=True, tensor_parallel=True, sequence_parallel=True),
     Structure(method="lora", family="mixtral", targets=("q_proj", "gate_up_proj", "down_proj"), modules_to_save=("lm_head",),
               loss_impl="trl", attention="eager", weight_casts=True, autocast=True, device="cpu", zero=2),
+    Structure(method="full", objective="dpo", reference="copy", loss_impl="trl", grad_checkpointing=True),
     Structure(method="lora", family="gemma3_text", targets=("q_proj",), loss_impl="liger", compute_fp32=True,
               modules_to_save=("embed_tokens",), zero=3, offload="optimizer+params", double_quant=False),
 ]

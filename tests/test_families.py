@@ -8,7 +8,7 @@ import sympy as sp
 from symvram.errors import UserError
 from symvram.evaluate import evaluate
 from symvram.ledger.architecture import families_by_model_type, family, family_names
-from symvram.presets import spec_from_config
+from symvram.presets import load_model, spec_from_config
 from symvram.scenario import Scenario
 from symvram.symbols import sym
 
@@ -31,6 +31,15 @@ TINY = {
                 "bos_token_id": 1, "eos_token_id": 2},
     "olmo3": {"pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 2},
     "smollm3": {"mlp_bias": True, "pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 2},  # NoPE: layer 3 of 4
+    "glm4_moe": {"n_routed_experts": 6, "num_experts_per_tok": 3, "moe_intermediate_size": 40, "n_shared_experts": 2,
+                 "first_k_dense_replace": 1, "use_qk_norm": True, "attention_bias": True, "pad_token_id": 0,
+                 "bos_token_id": 1, "eos_token_id": 2},   # layer 0 dense, the others MoE
+    "deepseek_v3": {"n_routed_experts": 6, "num_experts_per_tok": 3, "moe_intermediate_size": 40, "n_shared_experts": 1,
+                    "first_k_dense_replace": 1, "n_group": 2, "topk_group": 1, "q_lora_rank": 40, "kv_lora_rank": 32,
+                    "num_key_value_heads": 4,   # expand_kv makes n_h heads: transformers needs n_kv = n_h
+                    "qk_nope_head_dim": 12, "qk_rope_head_dim": 8, "v_head_dim": 20, "pad_token_id": 0,
+                    "bos_token_id": 1, "eos_token_id": 2},   # latent attention (d_v = d_nope + d_rope: the CPU
+    # flash kernel needs one head width; CUDA runs unequal ones), grouped routing
     "qwen3_5_text": {"num_hidden_layers": 4, "linear_num_key_heads": 2, "linear_num_value_heads": 4,   # 3 DeltaNet
                      "linear_key_head_dim": 12, "linear_value_head_dim": 20, "linear_conv_kernel_dim": 3,  # + 1 full
                      "pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 2},
@@ -41,8 +50,8 @@ BASE = {"hidden_size": 64, "intermediate_size": 176, "num_hidden_layers": 3, "nu
 
 def tiny_config(model_type: str) -> dict:
     cfg = {"model_type": model_type, **BASE, **TINY[model_type]}
-    if model_type == "phi3":
-        cfg.pop("head_dim")  # Phi-3 has no head_dim field: hidden / heads
+    if model_type in ("phi3", "deepseek_v3"):
+        cfg.pop("head_dim")  # Phi-3 has no head_dim field (hidden / heads); DeepSeek-V3's is its qk_rope_head_dim
     return cfg
 
 
@@ -54,7 +63,7 @@ def expected_layer_shapes(spec, kind: str = "") -> list[tuple[int, ...]]:
     n = lambda e: int(sp.sympify(e).xreplace(vals))  # noqa: E731
     shapes = [(n(m.d_out), n(m.d_in)) for m in fam.linears]
     shapes += [(n(m.d_out),) for m in fam.linears if m.bias in spec.options]
-    shapes += [(n(x.width),) for x in fam.norms]
+    shapes += [(n(x.width),) for x in fam.active_norms(spec.options)]
     for m in fam.moe_weights:  # a bias or per-head vector has d_in 1; gpt-oss stores its experts (E, d_in, d_out)
         matrix = (n(m.d_in), n(m.d_out)) if m.transposed else (n(m.d_out), n(m.d_in))
         shapes.append(((n(m.count),) if n(m.count) > 1 else ()) + tuple(d for d in matrix if n(m.d_in) != 1 or d != 1))
@@ -76,7 +85,8 @@ def test_layout_matches_transformers_meta_model(model_type):
         model = transformers.AutoModelForCausalLM.from_config(hf_cfg)
     params = dict(model.named_parameters())  # tied weights appear once
     fam = family(spec.family)
-    for i, kind in ((0, fam.first_kind(spec.dims)), (cfg["num_hidden_layers"] - 1, "")):  # layer 0's kind, the default
+    last = cfg["num_hidden_layers"] - 1   # layer 0 is of the first kind, the last of the default one
+    for i, kind in ((0, fam.first_kind(spec.dims)), (last, "")):
         layer = sorted(tuple(d for d in p.shape if d != 1) for name, p in params.items() if f".layers.{i}." in name)
         assert layer == expected_layer_shapes(spec, kind), (i, kind)
     bd = evaluate(Scenario.create(spec, method="full"))
@@ -112,6 +122,28 @@ def test_published_totals(cfg, published):
     assert evaluate(Scenario.create(spec, method="full")).derived["P"] == published
 
 
+@pytest.mark.parametrize("preset, published_billions", [
+    ("glm-4.5-air", 107),   # its model card: "106B total" (106.85B; rounded down)
+    ("deepseek-v3", 671),   # "671B total parameters" (the 685B of the safetensors add the MTP module)
+    ("kimi-k2", 1026),      # "1T total" (1.026T)
+])
+def test_layer_kinds_count_as_transformers_builds_them(preset, published_billions):
+    """Real sizes with a dense layer kind before the MoE ones: P equals the meta model's parameters and the published
+    total (the checkpoints' multi-token-prediction layer, which transformers 5.24 does not build, is not counted), and
+    each kind's layer its layer's."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    spec = load_model(preset)
+    with torch.device("meta"):
+        model = transformers.AutoModelForCausalLM.from_config(transformers.AutoConfig.for_model(**spec.config()))
+    P = evaluate(Scenario.create(spec, method="full")).derived["P"]
+    assert P == sum(p.numel() for p in model.parameters()) and round(P / 1e9) == published_billions
+    dense = sum(p.numel() for n, p in model.named_parameters() if ".layers.0." in n)
+    moe = sum(p.numel() for n, p in model.named_parameters() if f".layers.{spec.layers - 1}." in n)
+    fam, vals = family(spec.family), {sym(n): v for n, v in spec.dims.items()}
+    assert [int(k.params_per_layer(spec.options).xreplace(vals)) for _, k in fam.layer_kinds] == [moe, dense]
+
+
 def test_extends_restates_only_what_differs():
     """qwen3 is llama plus two per-head norms: the same linears, dims and targets."""
     llama, qwen3 = family("llama"), family("qwen3")
@@ -126,7 +158,7 @@ def test_every_family_parses():
 
 
 @pytest.mark.parametrize("cfg, message", [
-    ({"model_type": "gpt2"}, "supported: gemma2, gemma3_text, gpt_oss, llama"),
+    ({"model_type": "gpt2"}, "supported: .*gemma2, gemma3_text, .*gpt_oss, llama"),
     ({**PUBLISHED[6][0], "num_experts_per_tok": 9}, "routed to 9 experts but the model has only 8"),
     ({**PUBLISHED[7][0], "decoder_sparse_step": 2}, "decoder_sparse_step = 2 is not modelled"),
     ({k: v for k, v in PUBLISHED[7][0].items() if k != "moe_intermediate_size"}, "'moe_intermediate_size'"),
@@ -176,6 +208,12 @@ MEASURED = [
     ("olmo3", dict(method="full")),
     ("smollm3", dict(method="lora", rank=8)),
     ("smollm3", dict(method="full")),
+    ("glm4_moe", dict(method="full")),                        # a dense layer 0, an MoE layer 1
+    ("glm4_moe", dict(method="lora", rank=8)),                # experts through target_parameters at rank 2r
+    ("glm4_moe", dict(method="lora", rank=8, targets="attention", grad_checkpointing=True)),
+    ("deepseek_v3", dict(method="full")),                     # latent attention: q, k anew, kv_b's output whole
+    ("deepseek_v3", dict(method="lora", rank=8)),
+    ("deepseek_v3", dict(method="lora", rank=8, targets="kv_b_proj,o_proj", grad_checkpointing=True)),
 ]
 
 
@@ -213,7 +251,7 @@ def test_the_docs_show_the_whole_qwen3_entry():
 
 ONE_PER_FAMILY = ["llama-3.2-1b", "mistral-7b", "qwen2.5-0.5b", "qwen3-0.6b", "gemma-2-2b", "gemma-3-1b", "phi-3-mini",
                   "olmo-2-7b", "mixtral-8x7b", "qwen3-30b-a3b", "smollm3-3b", "olmo-3-7b", "qwen1.5-moe-a2.7b",
-                  "ministral-3-3b", "gpt-oss-20b", "qwen3.5-27b"]
+                  "ministral-3-3b", "gpt-oss-20b", "glm-4.5-air", "deepseek-v3", "qwen3.5-27b"]
 
 
 def test_one_preset_per_family():

@@ -228,6 +228,13 @@ def _candidates(sc: Scenario, p95_seq: int | None) -> list[_Candidate]:
                               "cross-entropy)", "free", ("loss",), hook,
                               "none in memory or accuracy: the loss is computed over chunks of tokens, so the "
                               "vocabulary-sized fp32 logits and their gradients never exist whole; a kernel library"))
+    if sc.objective == "dpo" and not sc.precompute_ref:
+        out.append(_Candidate("precompute_ref", "precomputed reference log-probs (DPOConfig("
+                              "precompute_ref_log_probs=True))", "free", ("parameter", "loss"),
+                              {"precompute_ref": True},
+                              "one no-grad pass of the reference over the dataset before training; then no reference "
+                              "model" * (sc.reference == "copy") + " and no reference forward per step (not with "
+                              "sync_ref_model)"))
     if sc.attention == "eager":
         out.append(_Candidate("sdpa", "SDPA / FlashAttention instead of eager attention", "free", ("activation",),
                               {"attention": "sdpa"}, "none where the model supports it (attn_implementation=\"sdpa\"): "

@@ -9,6 +9,7 @@ from pathlib import Path
 from ..errors import EXCERPT, UserError, excerpt, one_line
 from ..scenario import (ATTENTIONS, CHECKPOINT_IMPLS, DEVICES, DTYPES, HALF_DTYPES, LOSS_IMPLS, METHODS,
                         OFFLOADS, OPTIMIZER_IMPLS, OPTIMIZERS, STATE_DTYPES, Scenario)
+from ..ledger.objectives import objectives
 from ..stacks import stack_names, stacks
 from ..units import UNITS
 
@@ -61,12 +62,24 @@ def add_scenario_arguments(p: argparse.ArgumentParser) -> None:
                    help="the training stack whose defaults fill every setting not given: "
                         + "; ".join(f"{k} = {v['title']} ({v['about']})" for k, v in stacks().items())
                         + ". Default: interview for the nominal presets 7b/13b/70b, hf for real models")
+    g = p.add_argument_group("objective")
+    g.add_argument("--objective", choices=tuple(objectives()),
+                   help="what one step optimizes: sft (default: next-token cross-entropy) or dpo (TRL 1.16's "
+                        "DPOTrainer: chosen and rejected run as one forward of 2 x --batch rows, the reference's "
+                        "forward under no_grad — a second weight copy for full fine-tuning, the adapters disabled "
+                        "for LoRA —, TRL's fused LM head; takes the trl stack unless --stack is given)")
+    g.add_argument("--prompt", type=int, help="dpo: prompt tokens per sequence, which the fused LM head does not "
+                                              "score (default 0: every position after the first)")
+    g.add_argument("--precompute-ref", action="store_true", default=None,
+                   help="dpo: DPOConfig(precompute_ref_log_probs=True): the reference log-probs come with the "
+                        "batch, so no reference model and no reference forward during training")
     g = p.add_argument_group("method")
     g.add_argument("--method", choices=METHODS,
                    help="full fine-tuning, LoRA (frozen 16-bit base) or QLoRA (frozen NF4 base)")
     g.add_argument("--rank", type=positive_int, help="LoRA rank r (default 64)")
     g.add_argument("--targets", help="LoRA targets: all-linear (default), attention, qv, mlp, or a comma list "
-                                     "of modules (q_proj,v_proj or q,v)")
+                                     "of modules (q_proj,v_proj or q,v); add lm_head and/or embed_tokens for LoRA on "
+                                     "the head (PEFT's all-linear leaves lm_head out)")
     g.add_argument("--lora-dropout", type=float, help="LoRA dropout p (default 0); p > 0 keeps a dropped copy "
                                                       "of each target's input and a mask")
     g.add_argument("--dora", action="store_true", default=None,
@@ -151,7 +164,8 @@ def add_output_arguments(p: argparse.ArgumentParser, required: bool = False,
 
 SCENARIO_FLAGS = ("stack", "checkpoint_impl", "loss_impl", "kbit_prep", "dora", "modules_to_save", "method", "rank", "targets", "lora_dropout", "double_quant", "dtype", "master", "state_dtype",
                   "optimizer", "optimizer_impl", "adapter_dtype", "autocast", "batch", "seq", "grad_checkpointing",
-                  "attention", "device", "gpus", "zero", "offload", "mp_policy", "tp", "sequence_parallel", "versions")
+                  "attention", "device", "gpus", "zero", "offload", "mp_policy", "tp", "sequence_parallel", "versions",
+                  "objective", "prompt", "precompute_ref")
 
 
 def cli_settings(args: argparse.Namespace) -> dict:

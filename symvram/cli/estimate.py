@@ -106,7 +106,7 @@ def run(args) -> int:
             head = f"{sc.model.name}: P = {first.derived['P']:,} parameters{tower_note(sc)}; "
             lora = dict(table.rows).get("LoRA")
             if lora:
-                head += (f"LoRA r={lora.scenario.rank} on {','.join(lora.scenario.targets)} = "
+                head += (f"LoRA r={lora.scenario.rank} on {','.join((*lora.scenario.targets, *lora.scenario.head_targets))} = "
                          f"{lora.derived['P_train']:,} trainable; ")
             head += f"batch {sc.batch}, seq {sc.seq}" + (", checkpointing" if sc.grad_checkpointing else "")
             head += "\n" + stack_summary((lora or first).scenario)

@@ -23,8 +23,8 @@ from .architecture import E, L, V, dh, f, f_e, h, k_e, nh, nkv
 from .functions import at_least, ceil_div, pow2_ceil
 from .structure import Structure
 from .terms import Phase, Role, Term, span
-from .weights import (compute_adapter_bytes, compute_weight_bytes, dora_magnitude, per_trainable, rotary_width,
-                      saved_copy_bytes)
+from .weights import (compute_adapter_bytes, compute_weight_bytes, dora_magnitude, layer_lora_params, per_trainable,
+                      rotary_width, saved_copy_bytes)
 
 b, s, r = sym("batch"), sym("seq"), sym("rank")
 b_c, b_32, b_a, b_mask, b_id, b_w, b_g, b_i32 = (sym(n) for n in (
@@ -49,11 +49,14 @@ def _per_call_cast(s_: Structure, group: str) -> bool:
 
 def _shared_with_attention(s_: Structure, group: str) -> bool:
     """SDPA's output is laid out so that o_proj reads the very tensor SDPA saved (no second copy);
-    Phi-3's q comes from a slice of the fused qkv, so SDPA's output is (b, n_h, s, d) and o_proj reads a
-    contiguous copy instead."""
+    Phi-3's q comes from a slice of the fused qkv, and a partial RoPE concatenates the rotated part and the rest
+    (GLM-4.5, modeling_glm4_moe.py:150-151) into a new (b, n_h, s, d) tensor, so SDPA's output is laid out
+    (b, n_h, s, d) and o_proj reads a contiguous copy instead; an output gate (Qwen3.5) or a Gated DeltaNet mixer
+    gives o_proj a tensor of its own."""
     fam = s_.arch
-    return (group == "attn_out" and s_.attention == "sdpa"
-            and not (fam.extra("fused_qkv") or fam.extra("output_gate") or fam.extra("gated_deltanet")))
+    return (group == "attn_out" and s_.attention == "sdpa" and not fam.extra("fused_qkv")
+            and fam.dim("rotary_dim", 0) == 0 and not fam.latent_attention
+            and not (fam.extra("output_gate") or fam.extra("gated_deltanet")))
 
 
 NORM_WHY = {
@@ -77,9 +80,13 @@ def norm_weight_input(s_: Structure) -> sp.Symbol:
 
 
 def _feeds(name: str) -> str:
-    """Which of q, k, v an attention-input projection produces (``qkv`` for a fused one, and for a Gated DeltaNet's
-    in_proj_*: every one of them feeds the delta rule)."""
-    return "qkv" if name.startswith(("qkv", "in_proj")) else name[0]
+    """Which of q, k, v an attention-input projection produces: the letters its name starts with (``qkv`` for a fused
+    one, ``kv`` for latent attention's kv_a_proj_with_mqa; a Gated DeltaNet's in_proj_*: every one of them feeds
+    the delta rule)."""
+    if name.startswith("in_proj"):
+        return "qkv"
+    head = name.split("_")[0]
+    return head if set(head) <= set("qkv") else ""
 
 
 def needs_grad(s_: Structure, first: bool) -> dict[str, bool]:
@@ -91,7 +98,7 @@ def needs_grad(s_: Structure, first: bool) -> dict[str, bool]:
 
     Full fine-tuning: all. LoRA: a later layer's input depends on the adapters of the layers before; the first
     layer's input is the frozen embedding's output — it needs a gradient only when the embedding is a trainable
-    modules_to_save copy, or under checkpointing (transformers' enable_input_require_grads makes it a leaf that
+    modules_to_save copy or carries LoRA, or under checkpointing (transformers' enable_input_require_grads makes it a leaf that
     requires grad) — and a tensor inside it needs a gradient once a trained projection produced it.
 
     >>> g = needs_grad(Structure(method="lora", targets=("v_proj",)), first=True)
@@ -104,8 +111,11 @@ def needs_grad(s_: Structure, first: bool) -> dict[str, bool]:
         return any(m.input_group == group and (not s_.lora or m.name in s_.targets) and feeding in _feeds(m.name)
                    for m in fam.linears + fam.moe_weights)
 
-    layer_in = not (first and s_.lora) or s_.grad_checkpointing or "embed_tokens" in s_.modules_to_save
-    out = {"attn_in": layer_in, **{x: layer_in or trained_reader("attn_in", x) for x in "qkv"}}
+    layer_in = (not (first and s_.lora) or s_.grad_checkpointing or "embed_tokens" in s_.modules_to_save
+                or "embed_tokens" in s_.head_targets)
+    out = {"attn_in": layer_in, "q_latent": layer_in or trained_reader("attn_in", "q"),   # latent attention's a-proj
+           "kv_latent": layer_in or trained_reader("attn_in", "kv")}                       # outputs
+    out.update({x: out[lat] or trained_reader(lat) for x, lat in (("q", "q_latent"), ("k", "kv_latent"), ("v", "kv_latent"))})
     out["attn_out"] = out["q"] or out["k"] or out["v"]
     out["attn_proj"] = out["attn_out"] or trained_reader("attn_out")
     out["mlp_in"] = layer_in or out["attn_proj"]
@@ -119,7 +129,8 @@ def _grad_sites(s_: Structure, first: bool) -> dict[str, bool]:
     inputs need a gradient. ``first`` without checkpointing (a checkpointed layer is recomputed as a later one)."""
     g = needs_grad(s_, first)
     return {"layer_in": g["attn_in"], "q": g["attn_out"], "k": g["attn_out"], "attn_out": g["attn_proj"],
-            "resid": g["mlp_in"], "mlp": g["mlp_act"], "mlp_out": g["mlp_out"]}
+            "resid": g["mlp_in"], "mlp": g["mlp_act"], "mlp_out": g["mlp_out"], "q_latent": g["q_latent"],
+            "kv_latent": g["kv_latent"]}
 
 
 def _layer(s_: Structure, first: bool) -> dict[str, tuple[sp.Expr, str, str, str]]:
@@ -134,6 +145,7 @@ def _layer(s_: Structure, first: bool) -> dict[str, tuple[sp.Expr, str, str, str
 def _layer_of(s_: Structure, first: bool) -> dict[str, tuple[sp.Expr, str, str, str]]:
     fam = s_.arch
     grad = _grad_sites(s_, first)
+    lat = needs_grad(s_, first)
     grad_in, attn_grad, resid_grad, mlp_grad = grad["layer_in"], grad["q"], grad["resid"], grad["mlp"]
     out: dict[str, tuple[sp.Expr, str, str, str]] = {}
 
@@ -150,6 +162,8 @@ def _layer_of(s_: Structure, first: bool) -> dict[str, tuple[sp.Expr, str, str, 
 
     if attn_grad and fam.extra("gated_deltanet"):
         out.update(_gated_deltanet(s_))
+    elif attn_grad and fam.latent_attention:
+        out.update(_latent_attention(s_))
     elif attn_grad:
         if s_.attention == "sdpa":
             b_mm = matmul_bytes(s_)
@@ -197,7 +211,8 @@ def _layer_of(s_: Structure, first: bool) -> dict[str, tuple[sp.Expr, str, str, 
                                    "autocast casts each linear weight to the compute dtype per call; backward needs "
                                    "the cast, so it is saved", "torch.autocast")
     lin_targets = [t for t in s_.targets if fam.linear(t) in fam.linears]  # nn.Linear targets (PEFT's lora.Linear)
-    group_grad = {"attn_in": grad_in, "attn_out": resid_grad or attn_grad, "mlp_in": resid_grad, "mlp_act": mlp_grad}
+    group_grad = {"attn_in": grad_in, "attn_out": resid_grad or attn_grad, "mlp_in": resid_grad, "mlp_act": mlp_grad,
+                  "q_latent": lat["q_latent"], "kv_latent": lat["kv_latent"]}
     if s_.lora and s_.autocast and s_.adapter_upcast and lin_targets:
         # lora_A's cast weight is saved only for its input's gradient: not in the first layer's q, k, v
         casts = sp.Add(*((fam.linear(t).d_in if group_grad[fam.linear(t).input_group] else 0) + fam.linear(t).d_out
@@ -224,18 +239,10 @@ def _layer_of(s_: Structure, first: bool) -> dict[str, tuple[sp.Expr, str, str, 
     inputs, masks = sp.Integer(0), sp.Integer(0)
     for group, width in fam.group_width.items():
         n = sum(1 for t in lin_targets if fam.linear(t).input_group == group)
-        if not n:
-            continue
-        if s_.dropout:
-            inputs += n * (matmul_bytes(s_) if autocast_copy else b_ad) * T * width
-            if group_grad[group]:
-                masks += n * (b_ad if s_.device == "cpu" else b_mask) * T * width
-        elif autocast_copy or _per_call_cast(s_, group):
-            inputs += n * matmul_bytes(s_) * T * width
-        elif s_.adapter_upcast:
-            inputs += n * b_ad * T * width
-        elif not _shared_with_attention(s_, group):
-            inputs += b_c * T * width
+        if n:
+            kept, mask = lora_input_bytes(s_, n, width, _per_call_cast(s_, group), _shared_with_attention(s_, group),
+                                          group_grad[group])
+            inputs, masks = inputs + kept, masks + mask
     if s_.bnb_input_saved:   # bitsandbytes < 0.43.3: each 4-bit linear keeps its input A (versions.MECHANISMS)
         kept = sp.Integer(0)
         for group, width in fam.group_width.items():
@@ -334,7 +341,107 @@ def _gated_deltanet(s_: Structure) -> dict[str, tuple[sp.Expr, str, str, str]]:
     return out
 
 
+def lora_input_bytes(s_: Structure, n: int, width: sp.Expr, per_call_cast: bool, shared: bool,
+                     input_grad: bool) -> tuple[sp.Expr, sp.Expr]:
+    """(lora_A's kept inputs, dropout's masks) of ``n`` lora.Linear targets reading one tensor ``width`` wide per
+    token (PEFT tuners/lora/layer.py:1099-1102: x cast to the adapter dtype, lora_B(lora_A(dropout(x)))): the
+    dropped-out input per target (and its mask where the input needs a gradient); under autocast a compute-dtype
+    cast per target; a copy in the adapter dtype per target; else the input itself, shared by the targets (and
+    with SDPA where o_proj reads SDPA's output, ``shared``). ``per_call_cast``: autocast casts a wider input per
+    call anyway."""
+    b_ad = compute_adapter_bytes(s_)
+    autocast_copy = s_.autocast and s_.adapter_upcast
+    if s_.dropout:
+        mask = n * (b_ad if s_.device == "cpu" else b_mask) * T * width if input_grad else sp.Integer(0)
+        return n * (matmul_bytes(s_) if autocast_copy else b_ad) * T * width, mask
+    if autocast_copy or per_call_cast:
+        return n * matmul_bytes(s_) * T * width, sp.Integer(0)
+    if s_.adapter_upcast:
+        return n * b_ad * T * width, sp.Integer(0)
+    return (sp.Integer(0) if shared else b_c * T * width), sp.Integer(0)
+
+
+def lora_head_saved(s_: Structure) -> sp.Expr:
+    """What LoRA on lm_head saves until lm_head's backward: lora_A's input (the final norm's output, as
+    ``lora_input_bytes`` keeps it; with the base frozen lm_head itself keeps nothing but its weight), dropout's
+    mask, lora_A's r-wide output and, under autocast, the adapters' compute-dtype casts. The forward's
+    vocabulary-wide tensors — lora_B's output, its scaled copy and the sum (layer.py:1102, 1113) — are freed before
+    the loss: in the compute dtype, or with fp32 adapters and no autocast fp32 (with the base output at most
+    3·4 B per logit), no more than the loss backward holds then (the fp32 log-softmax and its two fp32 gradients),
+    so no moment of their own."""
+    kept, mask = lora_input_bytes(s_, 1, h, s_.weight_casts, False, True)
+    hidden = (matmul_bytes(s_) if s_.autocast else compute_adapter_bytes(s_)) * T * r
+    casts = matmul_bytes(s_) * r * (h + V) if s_.autocast and s_.adapter_upcast else 0
+    return kept + mask + hidden + casts
+
+
+def lora_embed_saved(s_: Structure) -> sp.Expr:
+    """What LoRA on embed_tokens saves (PEFT tuners/lora/layer.py:1513-1518 Embedding.forward: after_A =
+    F.embedding(x, lora_embedding_A.T), (after_A @ lora_embedding_B.T) · scaling; no dropout): after_A, T·r in the
+    adapter dtype, for B's gradient — under autocast with wider adapters the matmul's compute-dtype casts of after_A
+    and of B instead (F.embedding keeps only the ids, which the step holds anyway). Under k-bit preparation with
+    checkpointing, transformers' enable_input_require_grads hook (modeling_utils.py:2153, registered by
+    prepare_model_for_kbit_training's gradient_checkpointing_enable before PEFT wraps the embedding) makes the
+    frozen base embedding's output a leaf that requires grad: its AccumulateGrad node keeps it until backward ends."""
+    kept = matmul_bytes(s_) * (T * r + r * h) if s_.autocast and s_.adapter_upcast else compute_adapter_bytes(s_) * T * r
+    return kept + (residual_bytes(s_) * T * h if s_.kbit_prep and s_.grad_checkpointing else 0)
+
+
 MOE = "transformers integrations/moe.py (grouped_mm experts)"
+
+
+def layer_working_sets(s_: Structure) -> list[Term]:
+    """What each sub-block of one decoder layer's forward makes and frees again, in the order the layer runs
+    them: the tensors alive together at the sub-block's high-water mark (one projection group's largest member).
+    No moment lists them (a layer's working set is below the loss's); the allocation schedule makes and frees
+    them in every layer's forward and recompute, so the caching allocator's segments follow them.
+
+    >>> [t.key for t in layer_working_sets(Structure(method="lora", targets=("q_proj", "v_proj")))]
+    ['ws_norm', 'ws_attn_in', 'ws_rope', 'ws_norm_mlp']
+    """
+    fam, b_res, b_ad = s_.arch, residual_bytes(s_), compute_adapter_bytes(s_)
+    upcast = 0 if s_.kbit_prep else b_32 * T * h   # a 16-bit stream is cast to fp32 first (kept under LoRA's saves)
+    norm = (b_32 * T * h * 2 + (upcast if s_.grad_checkpointing else 0), r"W_{\mathrm{norm}}",
+            "RMSNorm's fp32 square and normalized product (and its fp32 upcast under checkpointing)",
+            "transformers models/llama/modeling_llama.py:65-66 LlamaRMSNorm.forward")
+    out: dict[str, tuple] = {"ws_norm": norm}
+    targets = set(s_.targets) if s_.lora else set()
+    clone = s_.method == "qlora"   # bitsandbytes' Linear4bit: result.clone() before the LoRA sum
+    for group, width in fam.group_width.items():
+        lora = [m for m in fam.linears if m.input_group == group and m.name in targets]
+        if group == "mlp_in":
+            out["ws_norm_mlp"] = norm
+        if lora:
+            d = sp.Max(*(m.d_out for m in lora)) if len(lora) > 1 else lora[0].d_out
+            cast = b_ad * T * width if s_.adapter_upcast and s_.grad_checkpointing else 0
+            out[f"ws_{group}"] = ((1 + clone) * b_res * T * d + 2 * b_ad * T * d + cast, r"W_{\mathrm{LoRA}}",
+                                  "one LoRA projection: the base result" + (" and its clone" if clone else "")
+                                  + ", lora_B's output and its scaled copy"
+                                  + (" and the input cast to the adapter dtype" if cast != 0 else ""),
+                                  "peft tuners/lora/layer.py:1100-1102 Linear.forward; tuners/lora/bnb.py:533")
+        if group == "attn_in":
+            if s_.attention == "eager":
+                out["ws_scores"] = (3 * b_c * b * nh * s**2, r"W_{\mathrm{scores}}",
+                                    "eager attention's b·n_h·s² products: q·kᵀ, scaled and masked",
+                                    "transformers models/llama/modeling_llama.py:193-197 eager_attention_forward")
+            out["ws_rope"] = (3 * b_res * T * nh * dh, r"W_{\mathrm{RoPE}}",
+                              "RoPE on q: q·cos, the rotated half and its concatenation",
+                              "transformers models/llama/modeling_llama.py:119-147 apply_rotary_pos_emb")
+    return [Term(k, Role.LAYER_WORKING_SET, e, label, why, source) for k, (e, label, why, source) in out.items()]
+
+
+def _latent_attention(s_: Structure) -> dict[str, tuple[sp.Expr, str, str, str]]:
+    """What SDPA keeps of DeepSeek-V3's multi-head latent attention (modeling_deepseek_v3.py:462-464): q as the new
+    concatenation of its no-RoPE and rotated parts (n_h heads of d_nope + d_rope), k expanded per head into a new
+    tensor of the same width, v a view of kv_b_proj's output, which it keeps whole (n_h · (d_nope + d_v)), its
+    output (n_h · d_v) and the fp32 log-sum-exp; not a GQA-sized cache."""
+    b_mm = matmul_bytes(s_)
+    d_qk, d_v = s_.arch.attention_widths
+    return {"act_attention": (b_mm * T * nh * (2 * d_qk + (d_qk - dh + d_v) + d_v), r"A_{\mathrm{attn}}",
+                              "SDPA keeps q and k (n_h heads of d_nope + d_rope, built anew), kv_b_proj's whole output "
+                              "(v is a view of it) and its output (d_v wide)", s_.arch.source),
+            "act_attention_lse": (b_32 * b * nh * s, r"A_{\mathrm{lse}}", "and the fp32 log-sum-exp of each query row",
+                                  "torch scaled_dot_product_attention")}
 
 
 def _sink_scores(s_: Structure) -> tuple[sp.Expr, str, str, str]:
@@ -478,8 +585,9 @@ def per_layer_bytes(s_: Structure) -> sp.Expr:
 
 # the only fields the activation and transient terms read (not the optimizer, master copy, quantization, sharding)
 ACTIVATION_FIELDS = ("method", "family", "first_kind", "lead_kinds", "options", "tied", "targets", "adapter_upcast", "attention", "autocast",
-                     "compute_fp32", "device", "dora", "dropout", "grad_checkpointing",
-                     "kbit_prep", "loss_impl", "modules_to_save", "weight_casts", "mp_policy", "bnb_input_saved", "tower")
+                     "compute_fp32", "device", "dora", "dropout", "grad_checkpointing", "head_targets",
+                     "kbit_prep", "loss_impl", "modules_to_save", "weight_casts", "mp_policy", "bnb_input_saved",
+                     "shift_logits_copy", "forward_logits_upcast", "tower", "objective")
 
 
 def refuse_unmodelled(fam) -> None:
@@ -543,17 +651,27 @@ def saved_terms(s_: Structure) -> list[Term]:
         why += "; the trainable lm_head copy keeps its input for its weight gradient"
     terms.append(Term("act_final_norm", Role.SAVED_ACTIVATION, head, r"A_{\mathrm{head}}", why, TRANSFORMERS,
                       lifetime=span(Phase.LOSS, head_end)))
+    if "lm_head" in s_.head_targets:
+        terms.append(Term("act_lora_head", Role.SAVED_ACTIVATION, lora_head_saved(s_), r"A_{\mathrm{LoRA},V}",
+                          "LoRA on lm_head: lora_A keeps its input (the final norm's output) and lora_B lora_A's "
+                          "r-wide output" + (", with the adapters' compute-dtype casts" if s_.autocast and s_.adapter_upcast
+                                            else ""), PEFT, lifetime=span(Phase.LOSS, head_end)))
+    if "embed_tokens" in s_.head_targets:
+        terms.append(Term("act_lora_embed", Role.SAVED_ACTIVATION, lora_embed_saved(s_), r"A_{\mathrm{LoRA,emb}}",
+                          "LoRA on embed_tokens: the r-wide lookup of lora_embedding_A, kept for lora_embedding_B's "
+                          "gradient until the embedding's backward, the last" + (" (as autocast casts it, with B's cast)"
+                                                                               if s_.autocast and s_.adapter_upcast else "")
+                          + ("; k-bit preparation's input hook keeps the base embedding's output as a leaf"
+                             if s_.kbit_prep and s_.grad_checkpointing else ""),
+                          "peft tuners/lora/layer.py Embedding.forward",
+                          lifetime=span(Phase.FIRST_LAYER_FORWARD, Phase.FIRST_LAYER_BACKWARD)))
     if s_.loss_impl == "liger":
         terms.append(Term("act_logsoftmax", Role.LOSS_ACTIVATION, b_c * T * h + b_32 * T, r"A_{\mathrm{FLCE}}",
                           "Liger's fused linear cross-entropy computes the hidden states' gradient in the forward and "
                           "keeps it (and the per-token loss) for backward; no logits survive (modelled from source, "
                           "not measured here: Triton only)", "liger_kernel ops/fused_linear_cross_entropy.py"))
     elif s_.loss_impl == "trl":
-        terms.append(Term("act_logsoftmax", Role.LOSS_ACTIVATION, _trl_dtypes(s_)[0] * T * h + b_id * T + 2 * b_32 * T,
-                          r"A_{\mathrm{TRL}}", "TRL's fused LM head keeps a copy of the labelled positions' hidden "
-                          "states, their labels and the fp32 log-sum-exp and entropy per token; no logits survive "
-                          "(every token labelled; modelled from source, not measured here)",
-                          "trl 1.16 kernels/chunked_logprob.py ChunkedLogProbFunction"))
+        terms.append(trl_saved_term(s_))
     elif s_.loss_impl == "cce":
         terms.append(Term("act_logsoftmax", Role.LOSS_ACTIVATION, b_32 * T + b_32 * V, r"A_{\mathrm{CCE}}",
                           "Cut Cross-Entropy keeps the fp32 log-sum-exp per token and the fp32 average logit per "
@@ -593,11 +711,12 @@ def _largest_linear(s_: Structure) -> sp.Expr:
 def _first_layer_params(s_: Structure) -> sp.Expr:
     """Trainable parameters whose gradients come last: the first layer's (and an untied embedding's)."""
     first = s_.first_layer
+    embed = r * (V + h) if "embed_tokens" in s_.head_targets else 0   # LoRA on the embedding: its gradients come last too
     if s_.lora and not s_.arch.kinds:
-        return sym("P_lora") / L
+        return layer_lora_params(s_) + embed
     if s_.lora:
         return first.arch.lora_params_per_layer(first.targets, r) + (dora_magnitude(first.arch, first.targets)
-                                                                     if s_.dora else 0)
+                                                                     if s_.dora else 0) + embed
     return first.arch.params_per_layer(s_.options) + (0 if s_.tied else V * h)
 
 
@@ -619,11 +738,12 @@ def _trl_dtypes(s_: Structure) -> tuple[sp.Expr, sp.Expr]:
     return hidden, (b_c if s_.autocast else hidden)
 
 
-def _trl_loss_terms(s_: Structure) -> list[Term]:
+def trl_loss_terms(s_: Structure, n: sp.Expr = T) -> list[Term]:
     """TRL 1.16 SFTTrainer's fused LM head (``add_fused_lm_head``, always installed): the logits are computed tile by
-    tile into one [min(T, 4096), 32768] buffer and folded into per-token statistics; the backward recomputes each
-    tile and accumulates the gradients in fp32."""
+    tile into one [min(n, 4096), 32768] buffer and folded into per-token statistics; the backward recomputes each
+    tile and accumulates the gradients in fp32. ``n``: the positions it scores (every token under SFT)."""
     hidden, tile = _trl_dtypes(s_)
+    T = n  # noqa: N806 - the scored tokens, as the SFT formulas below name them
     buffer = tile * sp.Min(T, TRL_TOKEN_CHUNK, evaluate=False) * TRL_VOCAB_CHUNK
     casts = 0
     if s_.autocast and s_.weight_casts:  # weight[start:end].to(compute dtype): one vocabulary chunk at a time
@@ -634,7 +754,8 @@ def _trl_loss_terms(s_: Structure) -> list[Term]:
     # (full fine-tuning: lm_head's [V, h] buffer too; its cast is the gradient the ledger counts already)
     wide = s_.kbit_prep or s_.weight_casts or s_.compute_fp32  # fp32 hidden states (and weights, but in QLoRA)
     hidden_cast = 0 if wide else hidden * T * h
-    accumulator = b_32 * V * h if s_.method == "full" and not (s_.weight_casts or s_.compute_fp32) else 0
+    # lm_head's fp32 accumulator and its cast to the weight's dtype, both alive as the backward returns (:457)
+    accumulator = (b_32 + b_g) * V * h if s_.method == "full" and not (s_.weight_casts or s_.compute_fp32) else 0
     source = "trl 1.16 kernels/chunked_logprob.py ChunkedLogProbFunction"
     return [Term("logits", Role.LOSS_TEMPORARY, buffer + 7 * b_32 * T + casts, r"M_{\mathrm{logits}}",
                  "TRL's fused LM head: one [min(T, 4096), 32768] tile buffer in the compute dtype (not clipped to the "
@@ -643,8 +764,18 @@ def _trl_loss_terms(s_: Structure) -> list[Term]:
             Term("loss_backward_temp", Role.LOSS_BACKWARD_TEMPORARY, buffer + b_32 * T * h + hidden_cast + casts + accumulator,
                  r"M_{\mathrm{CE}'}", "its backward: the tile buffer again, the hidden states' gradient accumulated in "
                  "fp32" + (" and cast back" if hidden_cast else "")
-                 + (", lm_head's gradient accumulated in fp32" if accumulator else "") + " (modelled from source)",
+                 + (", lm_head's gradient accumulated in fp32 and cast back" if accumulator else "")
+                 + " (modelled from source)",
                  source)]
+
+
+def trl_saved_term(s_: Structure, n: sp.Expr = T, why: str = "(every token labelled; modelled from source, not "
+                   "measured here)") -> Term:
+    """What TRL's fused LM head saves for ``n`` scored positions: their hidden states' copy, labels, log_z, entropy."""
+    return Term("act_logsoftmax", Role.LOSS_ACTIVATION, _trl_dtypes(s_)[0] * n * h + b_id * n + 2 * b_32 * n,
+                r"A_{\mathrm{TRL}}", "TRL's fused LM head keeps a copy of the labelled positions' hidden states, their "
+                "labels and the fp32 log-sum-exp and entropy per token; no logits survive " + why,
+                "trl 1.16 kernels/chunked_logprob.py:386 ChunkedLogProbFunction.forward")
 
 
 def loss_terms(s_: Structure, logits_bytes) -> list[Term]:
@@ -662,7 +793,7 @@ def loss_terms(s_: Structure, logits_bytes) -> list[Term]:
                      "Liger's backward returns the gradients stored in the forward (nothing new)",
                      "liger_kernel fused_linear_cross_entropy_backward")]
     if s_.loss_impl == "trl":
-        return _trl_loss_terms(s_)
+        return trl_loss_terms(s_)
     if s_.loss_impl == "cce":
         grad_w = b_c * V * h if lm_head_trains else sp.Integer(0)
         return [Term("logits", Role.LOSS_TEMPORARY, b_32 * T, r"M_{\mathrm{logits}}",
@@ -673,16 +804,23 @@ def loss_terms(s_: Structure, logits_bytes) -> list[Term]:
                      + (" and lm_head's gradient" if lm_head_trains else "") + " (modelled from source)",
                      "cut_cross_entropy cce_backward.py")]
     chunks = sym("loss_chunks") if s_.loss_impl == "chunked" else 1
+    upcast = s_.forward_logits_upcast   # transformers < 4.45: the forward returns fp32 logits (symvram.versions)
     terms = [
-        Term("logits", Role.LOSS_TEMPORARY, logits_bytes * T * V, r"M_{\mathrm{logits}}",
+        Term("logits", Role.LOSS_TEMPORARY, (b_32 if upcast else logits_bytes) * T * V, r"M_{\mathrm{logits}}",
              "the lm_head output, alive while the loss is computed"
-             + (" (torchtune: the list of c chunks)" if chunks != 1 else ""), "transformers LlamaForCausalLM"),
+             + (" (torchtune: the list of c chunks)" if chunks != 1 else "")
+             + (", upcast to fp32 by the forward (transformers < 4.45)" if upcast else ""),
+             "transformers 4.44.2 models/llama/modeling_llama.py:1209" if upcast else "transformers LlamaForCausalLM"),
         Term("loss_backward_temp", Role.LOSS_BACKWARD_TEMPORARY, 2 * b_32 * T * V / chunks, r"M_{\mathrm{CE}'}",
              "the loss backward holds nll_loss's fp32 gradient and log_softmax's fp32 gradient at once"
              + (" — of one chunk at a time" if chunks != 1 else ""),
              "torch nll_loss_backward, _log_softmax_backward_data"),
     ]
-    if not s_.compute_fp32:
+    if s_.shift_logits_copy:   # transformers < 4.49 (symvram.versions)
+        terms.insert(1, Term("logits_shifted", Role.LOSS_TEMPORARY, b_32 * b * (s - 1) * V, r"M_{\mathrm{logits},\ll}",
+                             "logits[..., :-1, :].contiguous(): the shifted fp32 copy cross-entropy reads "
+                             "(transformers < 4.49)", "transformers 4.48.0 loss/loss_utils.py:39 ForCausalLMLoss"))
+    if not s_.compute_fp32 and not upcast:
         terms.insert(1, Term("logits_fp32", Role.LOSS_TEMPORARY, b_32 * T * V / chunks, r"M_{\mathrm{logits},32}",
                              "logits.float(): the fp32 copy cross-entropy reads" + (" (one chunk)" if chunks != 1 else ""),
                              "transformers ForCausalLMLoss" if chunks == 1 else "torchtune CEWithChunkedOutputLoss"))
@@ -743,6 +881,11 @@ def dora_forward_temp(s_: Structure) -> sp.Expr:
     return dora_weight_norm(s_, last.name) - own + live
 
 
+# a recomputed layer lives through its recompute and its backward, for the last and the first layer (not at a layer
+# end between them: FSDP2's layer ends count the layers' saved tensors themselves)
+RECOMPUTES = (Phase.LAST_LAYER_RECOMPUTE, Phase.LAST_LAYER_BACKWARD, Phase.FIRST_LAYER_RECOMPUTE, Phase.FIRST_LAYER_BACKWARD)
+
+
 def transient_terms(s_: Structure) -> list[Term]:
     """Tensors alive only at one moment of the step (not part of the ledger sum)."""
     logits_bytes = b_32 if s_.compute_fp32 else b_c
@@ -762,6 +905,10 @@ def transient_terms(s_: Structure) -> list[Term]:
         terms.append(Term("head_grad", Role.EARLY_GRADIENT, saved_copy_bytes(s_) * V * h, r"M_{\mathrm{grad},V}",
                           "the trainable lm_head copy's gradient, made by the loss backward, alive through the rest "
                           "of backward", "autograd order"))
+    if "lm_head" in s_.head_targets:
+        terms.append(Term("lora_head_grad", Role.EARLY_GRADIENT, b_g * r * (h + V), r"M_{\mathrm{grad},V}^{\mathrm{LoRA}}",
+                          "lm_head's LoRA gradients (r·(h + V)), made by the loss backward, alive through the rest of "
+                          "backward", "autograd order"))
     embed_copy = saved_copy_bytes(s_) * V * h if "embed_tokens" in s_.modules_to_save else 0
     terms.append(Term("grads_before_first_layer", Role.GRADIENTS_SO_FAR,
                       per_trainable(s_, b_g, saved_copy_bytes(s_)) - b_g * _first_layer_params(s_) - embed_copy,
@@ -783,10 +930,10 @@ def transient_terms(s_: Structure) -> list[Term]:
                           "peft tuners/lora/dora.py DoraLinearLayer.forward, get_weight_norm",
                           lifetime=(Phase.LAST_LAYER_RECOMPUTE, Phase.FIRST_LAYER_RECOMPUTE) if s_.grad_checkpointing
                           else (Phase.FORWARD,)))
+    terms += layer_working_sets(s_)
     one_layer = per_layer_bytes(s_) if s_.grad_checkpointing else _layer_bytes(s_.first_layer)
     terms.append(Term("one_layer", Role.RECOMPUTED_ACTIVATION, one_layer + sliding_extra(s_), r"M_{\mathrm{layer}}",
                       "one layer's saved tensors (recomputed under checkpointing), alive until its backward ends",
                       "torch.utils.checkpoint / autograd",   # without checkpointing: the first layer's, still saved
-                      lifetime=span(Phase.LAST_LAYER_RECOMPUTE, Phase.FIRST_LAYER_BACKWARD) if s_.grad_checkpointing
-                      else (Phase.FIRST_LAYER_BACKWARD,)))
+                      lifetime=RECOMPUTES if s_.grad_checkpointing else (Phase.FIRST_LAYER_BACKWARD,)))
     return terms

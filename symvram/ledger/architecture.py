@@ -31,8 +31,9 @@ from ..symbols import SYMBOLS, sym
 h, f, L, nh, nkv, dh, V = (sym(n) for n in ("hidden", "intermediate", "layers", "heads", "kv_heads", "head_dim", "vocab"))
 E, k_e, f_e = sym("experts"), sym("experts_per_token"), sym("moe_intermediate")
 
-GROUPS = ("attn_in", "attn_out", "mlp_in", "mlp_act")  # the tensors a layer's linears read
-NORM_SITES = ("layer_in", "resid", "attn_out", "mlp_out", "q", "k")
+# the tensors a layer's linears read; q_latent and kv_latent: latent attention's normed low-rank q and kv (DeepSeek-V3)
+GROUPS = ("attn_in", "attn_out", "mlp_in", "mlp_act", "q_latent", "kv_latent")
+NORM_SITES = ("layer_in", "resid", "attn_out", "mlp_out", "q", "k", "q_latent", "kv_latent")
 MLP_KINDS = ("gated", "moe")
 ACTIVATIONS = ("silu", "gelu_tanh")
 NORM_KINDS = ("rms", "gemma_rms", "rms_fp32_weight")
@@ -162,6 +163,22 @@ class Family:
 
     def extra(self, name: str, default=None):
         return dict(self.extras).get(name, default)
+
+    @property
+    def latent_attention(self) -> bool:
+        """Multi-head latent attention (DeepSeek-V3): q and kv through low-rank projections and their norms."""
+        return any(m.input_group == "kv_latent" for m in self.linears)
+
+    @property
+    def attention_widths(self) -> tuple[sp.Expr, sp.Expr]:
+        """(the width of a head's q and k, of its v): d_head both, or latent attention's d_nope + d_rope and d_v.
+
+        >>> family("llama").attention_widths
+        (head_dim, head_dim)
+        """
+        if self.latent_attention:
+            return sym("qk_nope_dim") + dh, sym("v_head_dim")
+        return dh, dh
 
     @property
     def moe(self) -> bool:

@@ -69,7 +69,7 @@ def stored_weight_bytes(s_: Structure) -> sp.Expr:
 
 # the only fields the communication ledger reads (the stored weights' among them)
 COMM_FIELDS = ("method", "family", "options", "tied", "double_quant", "master", "zero", "offload",
-               "grad_checkpointing", "tensor_parallel", "mp_policy")   # mp_policy: gathered in its dtype
+               "grad_checkpointing", "tensor_parallel", "mp_policy", "head_targets")   # mp_policy: gathered in its dtype
 
 
 def build_comm(s_: Structure) -> CommLedger:

@@ -12,12 +12,13 @@ The order, over two training steps (the first allocates the optimizer states in 
 optimizers do lazily; the second starts with them):
 
 * the parameter side (base weights, adapters, master copies) once, before the first step;
-* forward: the activations alive for the whole step, then each layer's saved tensors, layer by layer, then
-  the model head's;
+* forward: the activations alive for the whole step, then layer by layer each sub-block's working set made and
+  freed in turn (under checkpointing beside the tensors the layer would save, dropped at its end) and the
+  layer's saved tensors, then the model head's;
 * the moments in order: a transient is allocated when a moment first lists it and freed when the next one
   no longer does; a saved activation is freed when a moment stops listing it;
 * between the moment before ``first_layer_backward`` and it, the layer loop from the last layer down: (under
-  checkpointing, the layer's recomputed tensors,) the layer's backward temporaries, freed, its saved tensors
+  checkpointing, the layer's forward again: its working sets and recomputed tensors,) the layer's backward temporaries, freed, its saved tensors
   freed, its gradients allocated;
 * after the optimizer step ``zero_grad(set_to_none=True)`` frees the gradients, and the step's activations go.
 
@@ -50,7 +51,7 @@ ALIASES = (Role.GRADIENTS_SO_FAR, Role.RECOMPUTED_ACTIVATION, Role.LAYER_END)
 
 def _per_layer_loop(t) -> bool:
     """A backward temporary made anew in every layer's backward (alive in both layer phases, not between)."""
-    return t.role is Role.BACKWARD_TEMPORARY and (t.lifetime or ROLES[t.role].lifetime) == LAYER_BACKWARDS
+    return t.role is Role.BACKWARD_TEMPORARY and t.phases == LAYER_BACKWARDS
 
 
 @dataclass(frozen=True)
@@ -167,6 +168,17 @@ def ledger_schedule(ledger: Ledger, layers: int, layer_order: tuple[str, ...] = 
     lazy = [k for k, t in terms.items() if t.role in STATES and on_device[k]]
     loop_temps = [k for k, t in terms.items() if _per_layer_loop(t)]
     redo_keys = [k for k, t in terms.items() if t.role is Role.RECOMPUTED_ACTIVATION]
+    working_sets = [whole(k) for k, t in terms.items() if t.role is Role.LAYER_WORKING_SET and on_device[k]]
+
+    def layer_forward(kept_shapes, checkpointed=False):
+        """One layer's forward: each sub-block's working set made and freed in turn, then ``kept_shapes``; a
+        checkpointed forward also makes the tensors the layer would save, dropped at its end."""
+        dropped = b.alloc_all([sh for k in redo_keys for sh in whole(k)]) if checkpointed else []
+        for shapes in working_sets:
+            b.free_all(b.alloc_all(shapes))
+        kept = b.alloc_all(kept_shapes)
+        b.free_all(dropped)
+        return kept
 
     def saved_of_layer(i):
         out, left = [], dict(missing) if i == 0 else {}
@@ -185,14 +197,14 @@ def ledger_schedule(ledger: Ledger, layers: int, layer_order: tuple[str, ...] = 
     parameters = len(b.events)
     for step in (1, 2):
         held = {k: b.alloc_all(every(k)) for k in whole_step}
-        saved = [b.alloc_all(saved_of_layer(i)) for i in range(layers)]
+        saved = [layer_forward(saved_of_layer(i), recompute) for i in range(layers)]
         grads: list[int] = []
         grads_outside_layers = False
         previous: tuple[str, ...] = ()
         for j, m in enumerate(moments):
             if j == loop_at:
                 for i in reversed(range(layers)):
-                    redo = b.alloc_all([sh for k in redo_keys for sh in whole(k)]) if recompute else []
+                    redo = layer_forward([sh for k in redo_keys for sh in whole(k)]) if recompute else []
                     b.free_all(b.alloc_all([sh for k in loop_temps for sh in whole(k)]))
                     b.free_all(redo)
                     b.free_all(saved[i])

@@ -26,6 +26,7 @@ class Structure:
     tied: bool = False                # lm_head shares the embedding matrix
     options: tuple[str, ...] = ()     # the family's boolean switches that are on (attention_bias …)
     targets: tuple[str, ...] = ()     # LoRA target modules, canonical order
+    head_targets: tuple[str, ...] = ()  # LoRA on embed_tokens (PEFT lora.Embedding) / lm_head (lora.Linear) too
     master: bool = False              # an fp32 master copy of the trainable weights is kept
     optimizer: str = "adamw"          # adamw | sgd | sgd-momentum | lion | adafactor
     optimizer_impl: str = "foreach"   # foreach | fused | forloop
@@ -50,7 +51,11 @@ class Structure:
     tensor_parallel: bool = False     # tensor parallelism t > 1 (Megatron): weights and activations split
     mp_policy: bool = False           # FSDP2 MixedPrecisionPolicy: fp32 storage gathered in the compute dtype, fp32 reduce
     zero_impl: str = "fsdp2"          # fsdp2 (torch fully_shard) | deepspeed: who implements the ZeRO stage
+    objective: str = "sft"            # sft | dpo (data/objectives.toml): what one optimizer step runs
+    reference: str = "none"           # DPO's reference: copy (a second model) | adapters (PEFT, disabled) | precomputed
     bnb_input_saved: bool = False     # QLoRA on bitsandbytes < 0.43.3: each 4-bit linear saves its input (symvram.versions)
+    shift_logits_copy: bool = False   # transformers < 4.49: the loss copies the shifted fp32 logits (symvram.versions)
+    forward_logits_upcast: bool = False  # transformers < 4.45: the forward returns fp32 logits (symvram.versions)
     tower: Tower | None = None        # a multimodal checkpoint's vision tower, loaded beside the decoder (frozen)
     tower_lora: bool = False          # LoRA's targets match some of the tower's linears (adapters without gradients)
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import sympy as sp
 
 from ..symbols import sym
-from .architecture import E, V, h
+from .architecture import E, L, V, h
 from .functions import at_least, ceil_div
 from .structure import Structure
 from .terms import Place, Role, Term
@@ -145,9 +145,31 @@ def adafactor_factored(s: Structure) -> sp.Expr:
     """Adafactor keeps a row and a column second-moment vector per matrix (no first moment)."""
     fam = s.arch
     if s.lora:
+        heads = len(s.head_targets) * (2 * sym("rank") + V + h)
         return fam.over_layers(lambda k: sp.Add(*(2 * sym("rank") + k.linear(t).d_in + k.linear(t).d_out
-                                                  for t in s.targets if t in k.linear_map)))
+                                                  for t in s.targets if t in k.linear_map))) + heads
     return (V + h) * (1 if s.tied else 2) + fam.over_layers(lambda k: k.factored_sizes_per_layer(s.options)) + h
+
+
+def head_adapter_sizes(s: Structure) -> list[sp.Expr]:
+    """Elements of each LoRA matrix on the model's head modules: lm_head's A (r × h) and B (V × r) (peft
+    tuners/lora/layer.py Linear.update_layer), the embedding's lora_embedding_A (r × V) and lora_embedding_B (h × r)
+    (Embedding.update_layer, layer.py:1241-1244) — r·(V + h) either way.
+
+    >>> head_adapter_sizes(Structure(method="lora", head_targets=("embed_tokens", "lm_head")))
+    [hidden*rank, rank*vocab, hidden*rank, rank*vocab]
+    """
+    r = sym("rank")
+    return [size for _ in s.head_targets for size in (r * h, r * V)]
+
+
+def layer_lora_params(s: Structure) -> sp.Expr:
+    """LoRA elements of one decoder layer: P_LoRA less the head modules' adapters, over the L layers.
+
+    >>> layer_lora_params(Structure(method="lora", head_targets=("lm_head",)))
+    (P_lora - hidden*rank - rank*vocab)/layers
+    """
+    return (P_lora - sp.Add(*head_adapter_sizes(s))) / L
 
 
 def trainable_tensor_sizes(s: Structure) -> list[tuple[sp.Expr, sp.Expr, bool]]:
@@ -159,6 +181,7 @@ def trainable_tensor_sizes(s: Structure) -> list[tuple[sp.Expr, sp.Expr, bool]]:
             for m in (kind.linear(t) for t in s.targets if t in kind.linear_map):
                 k = m.count * m.rank_factor
                 out += [(k * r * m.d_in, n, False), (k * r * m.d_out, n, False)]
+        out += [(n, sp.Integer(1), False) for n in head_adapter_sizes(s)]   # lora_embedding_A is no nn.Embedding weight
         return out + [(V * h, sp.Integer(1), name == "embed_tokens") for name in s.modules_to_save]
     out = [(V * h, sp.Integer(1), True)] + ([] if s.tied else [(V * h, sp.Integer(1), False)])
     for n, kind in fam.layer_kinds:
@@ -279,7 +302,7 @@ def trainable_tensors(s: Structure) -> sp.Expr:
     fam = s.arch
     if s.lora:   # A, B (and DoRA's m) per target
         return (3 if s.dora else 2) * fam.over_layers(lambda k: sum(t in k.linear_map for t in s.targets)) \
-            + len(s.modules_to_save)
+            + 2 * len(s.head_targets) + len(s.modules_to_save)
     return (1 if s.tied else 2) + fam.over_layers(lambda k: k.tensors_per_layer(s.options)) + 1
 
 
@@ -289,7 +312,7 @@ def largest_trainable_matrix(s: Structure) -> sp.Expr:
     if s.lora:
         r = sym("rank")
         mats = [k.linear(t) for k in kinds for t in s.targets if t in k.linear_map]
-        return sp.Max(*{r * m.d_out for m in mats} | {r * m.d_in for m in mats},
+        return sp.Max(*{r * m.d_out for m in mats} | {r * m.d_in for m in mats} | set(head_adapter_sizes(s)),
                       evaluate=False)  # SymPy's pairwise comparison of symbolic sizes is slow and decides nothing here
     return sp.Max(V * h, *{m.params for k in kinds for m in k.linears + k.moe_weights}, evaluate=False)
 
@@ -324,7 +347,7 @@ def definitions(s: Structure) -> list[tuple[sp.Symbol, sp.Expr]]:
         defs.append((P_quant, P - P_keep))
     if s.lora:
         magnitude = fam.over_layers(lambda k: dora_magnitude(k, s.targets)) if s.dora else 0
-        defs.append((P_lora, fam.lora_params(s.targets, sym("rank")) + magnitude))
+        defs.append((P_lora, fam.lora_params(s.targets, sym("rank")) + magnitude + sp.Add(*head_adapter_sizes(s))))
         if s.modules_to_save:
             defs.append((P_save, len(s.modules_to_save) * V * h))
         defs.append((P_train, P_lora + (P_save if s.modules_to_save else 0)))

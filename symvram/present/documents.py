@@ -33,7 +33,7 @@ from markupsafe import Markup
 from ..errors import UserError
 from ..evaluate import Breakdown, evaluate, substitution
 from ..ledger.activations import per_layer_bytes
-from ..ledger.terms import BLOCKS, Term
+from ..ledger.terms import BLOCKS, Role, Term
 from ..ledger.sharding import shard_definitions
 from ..analysis.diagnose import LOSS_HOOK, PART_NAMES, PARTS, diagnose, part_bytes, parameter_side
 from ..analysis.plan import STRATEGIES, plan, tensor_parallel_ok
@@ -154,27 +154,29 @@ def per_param(bd: Breakdown) -> dict:
     counted = {key for key, _ in coefficients}
     # the parameter-side terms that are not a fixed number of bytes per parameter (8-bit states: fp32 below a
     # size, paged above one; Adafactor's factored states): named beside the figure, never silently left out
-    uncounted = [{"key": key, "label": led.by_key[key].label, "bytes": bd.terms[key]}
-                 for key in ("optimizer_states", "paged_states")
-                 if key in led.by_key and key not in counted and bd.terms.get(key)]
+    uncounted = [{"key": t.key, "label": t.label, "bytes": bd.terms[t.key]} for t in led.terms
+                 if t.role is Role.OPTIMIZER_STATE and t.key not in counted and bd.terms[t.key]]
     return {"rows": rows, "total": derive(r"\beta_{\mathrm{param}}", total, subs, r"B/param"),
             "counted": sorted(counted), "uncounted": uncounted, "optimizer": sc.optimizer,
             "state_dtype": sc.state_dtype, "paged": sc.structure.paged}
 
 
+# the roles of the parameter side and the count each scales with: bytes per parameter are their derivatives
+PER_PARAMETER = {Role.WEIGHT: sym("P"), Role.ADAPTER: sym("P_lora"), Role.GRADIENT: sym("P_train"),
+                 Role.MASTER: sym("P_train"), Role.OPTIMIZER_STATE: sym("P_train")}
+
+
 def _per_param_coefficients(bd: Breakdown) -> list[tuple[str, sp.Expr]]:
     """(term key, its derivative with respect to the count it scales with) for ``per_param``."""
-    led = bd.ledger
-    per = {"weights": sym("P"), "adapters": sym("P_lora"), "grads": sym("P_train"), "master": sym("P_train"),
-           "optimizer_states": sym("P_train")}
     out = []
-    for key, count in per.items():
-        if key not in led.by_key or (key == "weights" and bd.scenario.lora):
-            continue
-        coefficient = sp.diff(led.by_key[key].expr, count)
+    for t in bd.ledger.terms:
+        count = PER_PARAMETER.get(t.role)
+        if count is None or t.block == "paged" or (t.role is Role.WEIGHT and bd.scenario.lora):
+            continue   # the frozen base of LoRA is not the parameter side of its trainable parameters
+        coefficient = sp.diff(t.expr, count)
         if coefficient == 0:   # not linear in the count (Adafactor's factored states)
             continue
-        out.append((key, coefficient))
+        out.append((t.key, coefficient))
     return out
 
 
@@ -281,8 +283,7 @@ def comparison(sc: Scenario, capacity: int) -> list[dict]:
                      "peak_ckpt": ckpt.peak, "fits_ckpt": ckpt.peak <= capacity,
                      "peak_fused": evaluate(other.with_changes(optimizer_impl="fused")).peak
                      if other.optimizer == "adamw" and other.optimizer_impl != "fused" else None,
-                     "base_terms": {k: bd.terms[k] for k in ("weights", "weights_nf4", "quant_constants",
-                                                             "weights_16bit") if k in bd.terms},
+                     "base_terms": {t.key: bd.terms[t.key] for t in bd.ledger.terms if t.role is Role.WEIGHT},
                      "P_quant": bd.derived.get("P_quant"), "P_keep": bd.derived.get("P_keep")})
     return rows
 

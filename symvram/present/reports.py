@@ -21,7 +21,7 @@ from ..errors import UserError
 from ..stacks import summary as stack_summary
 from ..timing import comm_bytes, flops, step_time
 from ..units import UNITS, fmt_bytes, fmt_flops
-from .tables import BLOCK_TITLES, render_rows, to_json
+from .tables import BLOCK_TITLES, markdown_cell, moment_label, number_in, render_rows, title, to_json
 
 
 # ---- estimate: time lines and verdicts ----------------------------------------------------------------
@@ -266,12 +266,30 @@ def sensitivity_explanation(res: SensitivityResult, c: Comparison, units: str) -
     return lines
 
 
+@renders(SensitivityResult, "markdown")
+def sensitivity_markdown(res: SensitivityResult, units: str = "GiB") -> str:
+    """The ranked knobs (elasticity = % change of the peak per % change of the knob) and each ∂peak/∂x."""
+    moment = moment_label(res.breakdown.ledger, res.moment)
+    lines = [f"**{title(res.breakdown)}**: peak {fmt_bytes(res.peak, units)} at *{moment}*, the active "
+             "moment, whose derivative is the peak's", "", stack_summary(res.breakdown.scenario), ""]
+    rows = [["#", "knob", "meaning", "at", "∂peak/∂x per unit", "elasticity", f"x·∂peak/∂x ({units})",
+             "time elasticity"]]
+    for n, r in enumerate(res.rows, 1):
+        d = SYMBOLS[r.knob]
+        rows.append([str(n), f"${d.latex}$ `{r.knob}`", markdown_cell(d.meaning), f"{r.at:,g} " + (d.unit[:-1] if r.at == 1 and d.unit.endswith("s") else d.unit),
+                     amount(r.value, units), f"{r.elasticity:.4f}", number_in(r.proportional_bytes, units),
+                     f"{r.time_elasticity:.4f}"])
+    lines += [render_rows(rows, "rllrrrrr", "markdown"), TIME_ELASTICITY, ""]
+    for r in res.rows:
+        lines.append(f"$$\\frac{{\\partial\\,\\mathrm{{peak}}}}{{\\partial {SYMBOLS[r.knob].latex}}} = "
+                     f"{r.derivative_latex}$$")
+    return "\n".join(lines)
+
+
 def sensitivity_text(res: SensitivityResult, c: Comparison | None, units: str, fmt: str) -> str:
     """The ranked knobs as a text table, or (``fmt="markdown"``) the one Markdown table that Jupyter shows
-    too (``display.sensitivity_markdown``), then the comparison of two knobs."""
+    too (``sensitivity_markdown``), then the comparison of two knobs."""
     if fmt == "markdown":
-        from .display import sensitivity_markdown
-
         explanation = sensitivity_explanation(res, c, units) if c is not None else []
         return sensitivity_markdown(res, units) + ("\n\n" + "\n".join(explanation) if explanation else "")
     sc = res.breakdown.scenario
@@ -312,7 +330,7 @@ def sensitivity_json(res: SensitivityResult, c: Comparison | None, units: str) -
 def plan_json(r: PlanResult) -> dict:
     return {
         "card": {"key": r.card.key, "name": r.card.name, "usable_bytes": r.card.usable_bytes},
-        "headroom_bytes": r.headroom, "budget_bytes": r.budget, "max_gpus": r.max_gpus,
+        "headroom_bytes": r.headroom, "budget_bytes": r.budget, "max_gpus": r.max_gpus, "allocator": r.allocator,
         "rows": [{"method": row.method, "strategy": row.strategy.key, "strategy_name": row.strategy.name,
                   "fits": row.fits, "gpus": row.gpus, "tp": row.tp, "params_only_gpus": row.params_gpus,
                   "per_gpu_peak_bytes": row.at.peak, "peak_moment": row.at.peak_moment,
@@ -384,7 +402,9 @@ def plan_summary(r: PlanResult, method: str, units: str) -> str:
 def plan_text(r: PlanResult, sc, units: str, fmt: str) -> str:
     head = (f"{sc.model.name} · batch {sc.batch} · seq {sc.seq}" + (" · checkpointing" if sc.grad_checkpointing else "")
             + f" on {r.card.name}: {fmt_bytes(r.card.usable_bytes, units)} usable − {fmt_bytes(r.headroom, units)} "
-              f"headroom = {fmt_bytes(r.budget, units)} per GPU") + "\n" + stack_summary(sc)
+              f"headroom = {fmt_bytes(r.budget, units)} per GPU"
+            + (f"; each count replayed on the card through the {r.allocator} caching allocator (one rank's "
+               "schedule; modelled, not measured)" if r.allocator else "")) + "\n" + stack_summary(sc)
     table = [["method", "strategy", "GPUs", "GPUs for params", f"per-GPU peak ({units})", f"host ({units})",
               "tokens/s per GPU", "tokens/s"] + (["communication"] if fmt == "markdown" else [])]
     # ZeRO without offload on one GPU divides by N = 1: DDP's memory (ZeRO-3: more), so where DDP fits one GPU
