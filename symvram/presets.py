@@ -239,6 +239,9 @@ class ConfigFields:
         (2, 8)
         >>> ConfigFields({}, "c.json").layer_counts(24, 4, "linear_attention", "full_attention_interval")
         (2, 18)
+        >>> ConfigFields({"layer_types": ["linear_attention"] * 3 + ["full_attention"]}, "c.json").layer_counts(
+        ...     4, 4, "linear_attention")
+        (2, 3)
         """
         kinds = self.cfg.get("layer_types")
         if kinds is None:
@@ -247,10 +250,10 @@ class ConfigFields:
             return (full > 0) + (full < layers), layers - full
         if not isinstance(kinds, list) or len(kinds) != layers:
             raise self._refuse("layer_types", f"a list of one attention kind per layer ({layers})", kinds)
-        for i, kind in enumerate(kinds):
-            if not isinstance(kind, str) or kind not in LAYER_KINDS:
+        for i, item in enumerate(kinds):
+            if not isinstance(item, str) or item not in LAYER_KINDS:
                 raise UserError(f"{self.source}: field 'layer_types' item {i} must be one of {', '.join(LAYER_KINDS)}, "
-                                f"got {excerpt(kind)}")
+                                f"got {excerpt(item)}")
         return len(set(kinds)), kinds.count(kind)
 
     def family(self):

@@ -13,7 +13,8 @@ TINY = {"model_type": "qwen3_5_text", "hidden_size": 64, "intermediate_size": 17
         "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 24, "vocab_size": 1000,
         "linear_num_key_heads": 2, "linear_num_value_heads": 4, "linear_key_head_dim": 12, "linear_value_head_dim": 20,
         "linear_conv_kernel_dim": 3, "pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 2}
-WIDE = {**TINY, "num_hidden_layers": 8, "linear_num_key_heads": 4, "linear_conv_kernel_dim": 4}   # n_k = n_v, K = 4
+WIDE = {**TINY, "num_hidden_layers": 8, "linear_num_key_heads": 4, "linear_conv_kernel_dim": 4,   # n_k = n_v, K = 4
+        "layer_types": ["linear_attention"] * 3 + ["full_attention"] + ["linear_attention"] * 3 + ["full_attention"]}
 
 
 def test_the_preset_counts_as_transformers_builds_it():
@@ -35,12 +36,12 @@ def test_layers_before_the_first_target_save_nothing():
     assert sc.structure.lead_kinds == ("linear",) * 3 and sc.structure.first_kind == ""
 
 
-MEASURED = [  # (config, settings, seq): one chunk of 64 and several (padded), the leading layers, eager attention
+MEASURED = [  # (config, settings, seq): one chunk of 64 and several (padded), the leading layers, autocast
     (TINY, dict(method="lora", targets="all-linear"), 96),
     (TINY, dict(method="full"), 64),
     (TINY, dict(method="lora", targets="qv"), 130),
     (WIDE, dict(method="lora", targets="linear-attention"), 80),
-    (WIDE, dict(method="full", attention="eager"), 80),
+    (WIDE, dict(method="lora", targets="all-linear", autocast="bf16"), 200),   # the products on 16-bit casts
 ]
 
 

@@ -303,6 +303,8 @@ def _gated_deltanet(s_: Structure) -> dict[str, tuple[sp.Expr, str, str, str]]:
       matrices (:382-391) and the triangular mask; the two triangular solves' results (:397-398); v_new of every
       chunk and the recurrent state entering it (b·n_v·d_k·d_v each: the chunk-by-chunk scan, :415-421); the
       decayed q and k, which the scan keeps only from a second chunk on;
+      Under autocast every product (bmm) keeps compute-dtype casts of its operands instead (each chunk's slices
+      cast anew) and returns a 16-bit result; the scan's fp32 states stay where the decay multiplies them;
     - the gated RMSNorm (:204-220): its fp32 input and 1/rms, silu(z)'s fp32 input and output, weight · norm(x);
       a trainable weight also keeps norm(x) in the compute dtype, a trainable A_log its exp and softplus's output.
 
@@ -314,15 +316,25 @@ def _gated_deltanet(s_: Structure) -> dict[str, tuple[sp.Expr, str, str, str]]:
     later = at_least(chunks, 2)   # the scan reads a grad-requiring state only from its second chunk
     conv = b_c * b * conv_dim * s + b_c * b * conv_dim * (s + K_conv - 1)
     gates = b_c * T * n_v + b_32 * T * n_v + b_32 * n_v
-    rule = (2 * b_32 * rows * s * (d_k + 1)                         # l2norm inputs and 1/norms
+    rule = (2 * b_32 * rows * s * (d_k + 1)                           # l2norm inputs and 1/norms
             + b_32 * rows * S_p * (2 * d_k + d_v + 1)                  # padded k, v, beta; k·beta
             + b_32 * rows * S_p * d_k                                  # the padded, scaled query
             + b_32 * rows * S_p * (2 + later) + b_32 * rows * chunks * later   # exp(cumulative decays), chunk decays
-            + 5 * b_32 * rows * chunks * C_d**2 + b_mask * C_d**2       # pairwise decays, products; the bool mask
-            + b_32 * rows * S_p * (d_v + d_k)                          # the triangular solves' results
-            + b_32 * rows * chunks * d_k * d_v                         # the state entering each chunk
-            + b_32 * rows * S_p * d_v                                  # v_new of each chunk
-            + later * 2 * b_32 * rows * S_p * d_k)                     # the decayed q and k the scan reads
+            + b_mask * C_d**2                                          # the strictly-upper bool mask
+            + b_32 * rows * S_p * (d_v + d_k))                         # the triangular solves' results
+    if s_.autocast:   # every bmm runs on (and keeps) compute-dtype casts of its fp32 operands, per chunk in the scan
+        a = matmul_bytes(s_)
+        rule += (rows * chunks * C_d**2 * (2 * b_32 + 3 * a)           # pairwise decays, UT system; the 16-bit products
+                 + 4 * a * rows * S_p * d_k                             # k·β, k, q, k cast for the two chunk products
+                 + 3 * a * rows * (S_p - C_d) * d_k                     # k_cumdecay, decayed q, k slices of later chunks
+                 + 2 * a * rows * chunks * d_k * d_v                    # each chunk's state, cast for two products
+                 + a * rows * (2 * S_p - C_d) * d_v                     # v_new, cast for the output and the update
+                 + b_32 * rows * (chunks - 1) * d_k * d_v)              # the fp32 states the decay multiplies
+    else:
+        rule += (5 * b_32 * rows * chunks * C_d**2                      # pairwise decays, products, decayed matrices
+                 + b_32 * rows * chunks * d_k * d_v                     # the state entering each chunk
+                 + b_32 * rows * S_p * d_v                              # v_new of each chunk
+                 + later * 2 * b_32 * rows * S_p * d_k)                 # the decayed q and k the scan reads
     norm = b_32 * T * n_v * d_v + b_32 * T * n_v + 2 * b_32 * T * n_v * d_v + b_c * T * n_v * d_v
     out = {"act_deltanet_conv": (conv, r"A_{\mathrm{conv}}", "the causal conv1d's input and its whole output (SiLU "
                                  "keeps a slice of the s + K − 1 columns)", GDN + " causal_conv1d_fn"),
