@@ -98,6 +98,8 @@ class ModelSpec:
         if "sliding_layers" in dims:  # counts of layer kinds, laid out as a list (the order costs nothing)
             cfg["layer_types"] = (["sliding_attention"] * dims["sliding_layers"]
                                   + ["full_attention"] * (self.layers - dims["sliding_layers"]))
+        if counted := fam.extra("counted_layers") if fam.kinds else None:  # a hybrid: its layers in the model's order
+            cfg["layer_types"] = [counted["kind"] if k else "full_attention" for k in fam.model_kinds(dims)]
         cfg.update({o: o in self.options for o, _ in fam.options if o != "tie_word_embeddings"})
         cfg["tie_word_embeddings"] = self.tied
         if self.tower is not None:  # the multimodal config: the decoder's fields as its text_config
@@ -142,7 +144,7 @@ def _lookup(name: str, table: dict[str, dict], what: str) -> tuple[str, dict]:
     raise UserError(f"unknown {what} {name!r}{did_you_mean(key, names, cutoff=0.5)}; known: {', '.join(table)}")
 
 
-LAYER_KINDS = ("full_attention", "sliding_attention")  # the attention kinds a layer_types list may name
+LAYER_KINDS = ("full_attention", "sliding_attention", "linear_attention")  # the kinds a layer_types list may name
 # a family's dims default "entries KIND of KIND/OTHER, default N": the layers a per-layer list gives KIND (N without it)
 LIST_COUNT = re.compile(r"entries (?P<kind>\w+) of \w+/(?P<other>\w+), default (?P<default>\d+)")
 
@@ -160,7 +162,7 @@ class ConfigFields:
     >>> f.layer_counts(2, None)
     Traceback (most recent call last):
     ...
-    symvram.errors.UserError: c.json: field 'layer_types' item 1 must be full_attention or sliding_attention, got ['x']
+    symvram.errors.UserError: c.json: field 'layer_types' item 1 must be one of full_attention, sliding_attention, linear_attention, got ['x']
     """
 
     def __init__(self, cfg, source: str):
@@ -251,26 +253,33 @@ class ConfigFields:
             raise self._refuse(key, "an object", value)
         return None if value is None else ConfigFields(value, f"{self.source} {key}")
 
-    def layer_counts(self, layers: int, pattern: int | None) -> tuple[int, int]:
-        """(kinds present, sliding layers) from ``layer_types``, one of LAYER_KINDS per layer; without it,
-        every ``sliding_window_pattern``-th layer (else the family's ``pattern``-th) is full attention and
-        the others slide (transformers' Gemma3TextConfig: sliding unless (i + 1) % pattern == 0).
+    def layer_counts(self, layers: int, pattern: int | None, kind: str = "sliding_attention",
+                     pattern_key: str = "sliding_window_pattern") -> tuple[int, int]:
+        """(kinds present, layers of ``kind``) from ``layer_types``, one of LAYER_KINDS per layer; without it,
+        every ``pattern_key``-th layer (else the family's ``pattern``-th) is full attention and the others are of
+        ``kind`` (transformers' Gemma3TextConfig: sliding unless (i + 1) % pattern == 0; Qwen3.5's
+        full_attention_interval the same way, configuration_qwen3_5.py:111-116).
 
         >>> ConfigFields({"sliding_window_pattern": 3}, "c.json").layer_counts(12, 6)
         (2, 8)
+        >>> ConfigFields({}, "c.json").layer_counts(24, 4, "linear_attention", "full_attention_interval")
+        (2, 18)
+        >>> ConfigFields({"layer_types": ["linear_attention"] * 3 + ["full_attention"]}, "c.json").layer_counts(
+        ...     4, 4, "linear_attention")
+        (2, 3)
         """
         kinds = self.cfg.get("layer_types")
         if kinds is None:
-            n = self.integer("sliding_window_pattern", pattern)
+            n = self.integer(pattern_key, pattern)
             full = layers // n
             return (full > 0) + (full < layers), layers - full
         if not isinstance(kinds, list) or len(kinds) != layers:
             raise self._refuse("layer_types", f"a list of one attention kind per layer ({layers})", kinds)
-        for i, kind in enumerate(kinds):
-            if not isinstance(kind, str) or kind not in LAYER_KINDS:
-                raise UserError(f"{self.source}: field 'layer_types' item {i} must be {' or '.join(LAYER_KINDS)}, "
-                                f"got {excerpt(kind)}")
-        return len(set(kinds)), kinds.count("sliding_attention")
+        for i, item in enumerate(kinds):
+            if not isinstance(item, str) or item not in LAYER_KINDS:
+                raise UserError(f"{self.source}: field 'layer_types' item {i} must be one of {', '.join(LAYER_KINDS)}, "
+                                f"got {excerpt(item)}")
+        return len(set(kinds)), kinds.count(kind)
 
     def family(self):
         """The family ``model_type`` names."""
@@ -319,8 +328,9 @@ def spec_from_config(cfg: dict, name: str, kind: str, source: str) -> ModelSpec:
     dims: dict[str, int] = {}
     for symbol, keys, default in fam.dims:
         if keys == "layer_types":  # counted from the per-layer attention kinds
-            present, sliding = f.layer_counts(dims["layers"], fam.extra("sliding_pattern"))
-            dims[symbol] = present if default == "layer types present" else sliding
+            counted = fam.extra("counted_layers", {"kind": "sliding_attention", "pattern_key": "sliding_window_pattern"})
+            present, of_kind = f.layer_counts(dims["layers"], fam.extra("sliding_pattern"), **counted)
+            dims[symbol] = present if default == "layer types present" else of_kind
             continue
         key = next((k for k in keys.split("|") if f.given(k)), keys.split("|")[0])  # "a|b": either
         if default.startswith("fraction of head_dim"):   # partial RoPE: int(d_head · factor), top level or in rope_parameters

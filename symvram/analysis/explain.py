@@ -176,7 +176,7 @@ def lora_table(bd: Breakdown) -> dict:
     definition = dict(bd.ledger.definitions)[sym("P_lora")]
     rows = []
     for t in sc.targets:
-        lin = sc.structure.arch.linear(t)
+        lin = sc.structure.arch.target_map[t]
         per_matrix = r * (lin.d_in + lin.d_out)
         rows.append({"target": t, "d_in": int(value_of(lin.d_in, subs)), "d_out": int(value_of(lin.d_out, subs)),
                      "latex": latex(per_matrix), "per_layer": int(value_of(per_matrix, subs))})

@@ -51,9 +51,12 @@ def _shared_with_attention(s_: Structure, group: str) -> bool:
     """SDPA's output is laid out so that o_proj reads the very tensor SDPA saved (no second copy);
     Phi-3's q comes from a slice of the fused qkv, and a partial RoPE concatenates the rotated part and the rest
     (GLM-4.5, modeling_glm4_moe.py:150-151) into a new (b, n_h, s, d) tensor, so SDPA's output is laid out
-    (b, n_h, s, d) and o_proj reads a contiguous copy instead."""
-    return (group == "attn_out" and s_.attention == "sdpa" and not s_.arch.extra("fused_qkv")
-            and s_.arch.dim("rotary_dim", 0) == 0 and not s_.arch.latent_attention)
+    (b, n_h, s, d) and o_proj reads a contiguous copy instead; an output gate (Qwen3.5) or a Gated DeltaNet mixer
+    gives o_proj a tensor of its own."""
+    fam = s_.arch
+    return (group == "attn_out" and s_.attention == "sdpa" and not fam.extra("fused_qkv")
+            and fam.dim("rotary_dim", 0) == 0 and not fam.latent_attention
+            and not (fam.extra("output_gate") or fam.extra("gated_deltanet")))
 
 
 NORM_WHY = {
@@ -78,7 +81,10 @@ def norm_weight_input(s_: Structure) -> sp.Symbol:
 
 def _feeds(name: str) -> str:
     """Which of q, k, v an attention-input projection produces: the letters its name starts with (``qkv`` for a fused
-    one, ``kv`` for latent attention's kv_a_proj_with_mqa)."""
+    one, ``kv`` for latent attention's kv_a_proj_with_mqa; a Gated DeltaNet's in_proj_*: every one of them feeds
+    the delta rule)."""
+    if name.startswith("in_proj"):
+        return "qkv"
     head = name.split("_")[0]
     return head if set(head) <= set("qkv") else ""
 
@@ -109,7 +115,8 @@ def needs_grad(s_: Structure, first: bool) -> dict[str, bool]:
                 or "embed_tokens" in s_.head_targets)
     out = {"attn_in": layer_in, "q_latent": layer_in or trained_reader("attn_in", "q"),   # latent attention's a-proj
            "kv_latent": layer_in or trained_reader("attn_in", "kv")}                       # outputs
-    out.update({x: out[lat] or trained_reader(lat) for x, lat in (("q", "q_latent"), ("k", "kv_latent"), ("v", "kv_latent"))})
+    out.update({x: out[lat] or trained_reader(lat) or trained_reader("attn_in", x)   # a latent's b-proj, or q/k/v_proj
+                for x, lat in (("q", "q_latent"), ("k", "kv_latent"), ("v", "kv_latent"))})
     out["attn_out"] = out["q"] or out["k"] or out["v"]
     out["attn_proj"] = out["attn_out"] or trained_reader("attn_out")
     out["mlp_in"] = layer_in or out["attn_proj"]
@@ -154,7 +161,9 @@ def _layer_of(s_: Structure, first: bool) -> dict[str, tuple[sp.Expr, str, str, 
                                             "a trainable norm weight also keeps the normalized "
                                             + ("16-bit" if fam.norm == "rms" else "fp32") + " tensor", TRANSFORMERS)
 
-    if attn_grad and fam.latent_attention:
+    if attn_grad and fam.extra("gated_deltanet"):
+        out.update(_gated_deltanet(s_))
+    elif attn_grad and fam.latent_attention:
         out.update(_latent_attention(s_))
     elif attn_grad:
         if s_.attention == "sdpa":
@@ -181,6 +190,10 @@ def _layer_of(s_: Structure, first: bool) -> dict[str, tuple[sp.Expr, str, str, 
                                            "the fp32 softmax of b·n_h·s² scores and its 16-bit copy"
                                            + " (and the tanh of the soft-capped scores)" * bool(softcap),
                                            "transformers eager_attention_forward")
+    if attn_grad and fam.extra("output_gate"):
+        out["act_output_gate"] = (2 * b_c * T * nh * dh, r"A_{\mathrm{gate}}", "the output gate: sigmoid of the second "
+                                  "half of q_proj's output (kept by it and by the product) and attention's output in "
+                                  "(b, s, n_h·d_head), a copy the product keeps", fam.source)
     if attn_grad and fam.extra("query_position_scale"):
         out["act_query_scale"] = (b_c * seq, r"A_{\mathrm{qscale}}", "the queries' position-dependent scale "
                                   "(1, 1, s, 1), cast to their dtype in each layer, kept by the product for backward",
@@ -267,6 +280,77 @@ def _layer_of(s_: Structure, first: bool) -> dict[str, tuple[sp.Expr, str, str, 
                            "DoRA keeps, per target, the LoRA result (adapter dtype) and the base result for the "
                            "magnitude's gradient, the fp32 weight norm and m/‖W′‖ (and m/‖W′‖ − 1 where the "
                            "input needs a gradient)", "peft tuners/lora/dora.py DoraLinearLayer.forward")
+    return out
+
+
+GDN = "transformers models/qwen3_5/modeling_qwen3_5.py"
+n_k, n_v, d_k, d_v, K_conv, C_d = (sym(n) for n in ("linear_k_heads", "linear_v_heads", "linear_k_dim", "linear_v_dim",
+                                                    "conv_kernel", "delta_chunk"))
+
+
+def _gated_deltanet(s_: Structure) -> dict[str, tuple[sp.Expr, str, str, str]]:
+    """What a Gated DeltaNet mixer saves on the torch path (Qwen3_5GatedDeltaNet.forward, modeling_qwen3_5.py:545-657;
+    torch_chunk_gated_delta_rule, :287-426), measured under FakeTensorMode. The sequence is padded to N_c chunks of
+    C_Δ = 64 tokens (S_p = C_Δ·N_c); everything inside the delta rule is fp32, with the n_k query/key heads repeated
+    to n_v (:333-335).
+
+    - the causal conv1d (:256-277): its input (b, conv_dim, s) and, for SiLU, the whole padded conv output
+      (s + K − 1 columns: SiLU saves a slice of it);
+    - the gates (:609-611): sigmoid(b) in the compute dtype, softplus's fp32 input, −exp(A_log) (n_v);
+    - the delta rule: the l2-normalised q and k inputs and their 1/‖·‖ (:339-341);
+      the padded k, v, β; k·β; the padded query; exp of the cumulative decays (b·n_v·S_p each, for k·β, q and k)
+      and of each chunk's total; per chunk the C_Δ × C_Δ pairwise decays, the two products and two decayed
+      matrices (:382-391) and the triangular mask; the two triangular solves' results (:397-398); v_new of every
+      chunk and the recurrent state entering it (b·n_v·d_k·d_v each: the chunk-by-chunk scan, :415-421); the
+      decayed q and k, which the scan keeps only from a second chunk on;
+      Under autocast every product (bmm) keeps compute-dtype casts of its operands instead (each chunk's slices
+      cast anew) and returns a 16-bit result; the scan's fp32 states stay where the decay multiplies them;
+    - the gated RMSNorm (:204-220): its fp32 input and 1/rms, silu(z)'s fp32 input and output, weight · norm(x);
+      a trainable weight also keeps norm(x) in the compute dtype, a trainable A_log its exp and softplus's output.
+
+    Flash-linear-attention's chunk_gated_delta_rule (the default GPU path) saves less: modelled by ``--kernels``."""
+    conv_dim = 2 * n_k * d_k + n_v * d_v
+    chunks = ceil_div(seq, C_d)
+    S_p = C_d * chunks
+    rows = b * n_v            # the delta rule's (batch, head) pairs
+    later = at_least(chunks, 2)   # the scan reads a grad-requiring state only from its second chunk
+    conv = b_c * b * conv_dim * seq + b_c * b * conv_dim * (seq + K_conv - 1)
+    gates = b_c * T * n_v + b_32 * T * n_v + b_32 * n_v
+    rule = (2 * b_32 * rows * seq * (d_k + 1)                           # l2norm inputs and 1/norms
+            + b_32 * rows * S_p * (2 * d_k + d_v + 1)                  # padded k, v, beta; k·beta
+            + b_32 * rows * S_p * d_k                                  # the padded, scaled query
+            + b_32 * rows * S_p * (2 + later) + b_32 * rows * chunks * later   # exp(cumulative decays), chunk decays
+            + b_mask * C_d**2                                          # the strictly-upper bool mask
+            + b_32 * rows * S_p * (d_v + d_k))                         # the triangular solves' results
+    if s_.autocast:   # every bmm runs on (and keeps) compute-dtype casts of its fp32 operands, per chunk in the scan
+        a = matmul_bytes(s_)
+        rule += (rows * chunks * C_d**2 * (2 * b_32 + 3 * a)           # pairwise decays, UT system; the 16-bit products
+                 + 4 * a * rows * S_p * d_k                             # k·β, k, q, k cast for the two chunk products
+                 + 3 * a * rows * (S_p - C_d) * d_k                     # k_cumdecay, decayed q, k slices of later chunks
+                 + 2 * a * rows * chunks * d_k * d_v                    # each chunk's state, cast for two products
+                 + a * rows * (2 * S_p - C_d) * d_v                     # v_new, cast for the output and the update
+                 + b_32 * rows * (chunks - 1) * d_k * d_v)              # the fp32 states the decay multiplies
+    else:
+        rule += (5 * b_32 * rows * chunks * C_d**2                      # pairwise decays, products, decayed matrices
+                 + b_32 * rows * chunks * d_k * d_v                     # the state entering each chunk
+                 + b_32 * rows * S_p * d_v                              # v_new of each chunk
+                 + later * 2 * b_32 * rows * S_p * d_k)                 # the decayed q and k the scan reads
+    norm = b_32 * T * n_v * d_v + b_32 * T * n_v + 2 * b_32 * T * n_v * d_v + b_c * T * n_v * d_v
+    out = {"act_deltanet_conv": (conv, r"A_{\mathrm{conv}}", "the causal conv1d's input and its whole output (SiLU "
+                                 "keeps a slice of the s + K − 1 columns)", GDN + " causal_conv1d_fn"),
+           "act_deltanet_gates": (gates, r"A_{\mathrm{gates}}", "β = sigmoid(b), softplus's fp32 input and −exp(A_log) "
+                                  "of the decay g", GDN + " Qwen3_5GatedDeltaNet.forward"),
+           "act_deltanet_rule": (rule, r"A_{\Delta}", "the chunked gated delta rule in fp32: per chunk of C_Δ tokens "
+                                 "the pairwise decays, the UT system and the intra-chunk scores (C_Δ² each), the "
+                                 "triangular solves, v_new and the recurrent state entering the chunk; the padded and "
+                                 "normalised q, k, v, β (torch path: torch_chunk_gated_delta_rule)",
+                                 GDN + " torch_chunk_gated_delta_rule"),
+           "act_deltanet_norm": (norm, r"A_{\mathrm{norm},g}", "the gated RMSNorm: its fp32 input and 1/rms, "
+                                 "silu(z)'s fp32 input and output, and weight · norm(x)", GDN + " Qwen3_5RMSNormGated")}
+    if not s_.lora:
+        out["act_deltanet_weights"] = (b_c * T * n_v * d_v + b_32 * T * n_v + b_32 * n_v, r"A_{\Delta,w}",
+                                       "trainable mixer weights: the norm keeps norm(x) for its weight, A_log its exp "
+                                       "and softplus's output", GDN + " Qwen3_5GatedDeltaNet.forward")
     return out
 
 
@@ -528,7 +612,7 @@ def per_layer_bytes(s_: Structure) -> sp.Expr:
 
 
 # the only fields the activation and transient terms read (not the optimizer, master copy, quantization, sharding)
-ACTIVATION_FIELDS = ("method", "family", "first_kind", "options", "tied", "targets", "adapter_upcast", "attention", "autocast",
+ACTIVATION_FIELDS = ("method", "family", "first_kind", "lead_kinds", "options", "tied", "targets", "adapter_upcast", "attention", "autocast",
                      "compute_fp32", "device", "dora", "dropout", "grad_checkpointing", "head_targets",
                      "optimizer_in_backward", "checkpoint_every",
                      "kbit_prepared", "loss_impl", "modules_to_save", "weight_casts", "fsdp_mixed_precision", "bnb_input_saved",
@@ -579,10 +663,12 @@ def saved_terms(s_: Structure) -> list[Term]:
             terms.append(Term(key, Role.SAVED_ACTIVATION, expr, f"L \\cdot {label}", why, source))
         later, first = _layer(s_.first_layer, first=False), _layer(s_.first_layer, first=True)
         correction = sp.Add(*(first.get(k, (0,))[0] - later[k][0] for k in later))
+        correction -= sp.Add(*(e for k in s_.lead_kinds for e, *_ in _layer(s_.layer(k), first=False).values()))
         if correction != 0:
             terms.append(Term("act_first_layer", Role.SAVED_ACTIVATION, sp.expand(correction), r"A_{\mathrm{layer\,0}}",
-                              "the first layer's input (the frozen embedding) needs no gradient, so it saves less",
-                              "autograd saves only what a required gradient needs"))
+                              "the first layer's input (the frozen embedding) needs no gradient, so it saves less"
+                              + (f"; the {len(s_.lead_kinds)} layers before the first with a LoRA target save nothing"
+                                 if s_.lead_kinds else ""), "autograd saves only what a required gradient needs"))
     if sliding_extra(s_) != 0:
         if s_.grad_checkpointing:
             terms.append(Term("act_sliding_mask", Role.SAVED_ACTIVATION, b_mask * past_window(s_) * seq**2,
@@ -647,8 +733,10 @@ def saved_terms(s_: Structure) -> list[Term]:
     bases = fam.dim("rope_bases")
     b_rope = b_32 if fam.extra("rope_fp32") else b_c  # OLMo 2 keeps cos/sin in fp32
     width = dh / 2 if fam.extra("rope_half_width") else rotary_width(fam)  # gpt-oss: cos, sin of the d_head/2 frequencies
-    terms.append(Term("act_rope", Role.STEP_INPUT, 2 * bases * b_rope * seq * width, r"A_{\mathrm{rope}}",
-                      "RoPE cos and sin, shared by all layers" + " (one pair per rotary base)" * (bases != 1),
+    rows = b if fam.extra("rope_per_sample") else 1   # multimodal RoPE: position ids (4, b, seq), a table per sample
+    terms.append(Term("act_rope", Role.STEP_INPUT, 2 * bases * b_rope * rows * seq * width, r"A_{\mathrm{rope}}",
+                      "RoPE cos and sin, shared by all layers" + " (one pair per rotary base)" * (bases != 1)
+                      + " (one per sample: multimodal RoPE expands the position ids to the batch)" * (rows != 1),
                       "transformers LlamaRotaryEmbedding"))
     terms.append(Term("act_tokens", Role.STEP_INPUT, 2 * b_id * T, r"A_{\mathrm{ids}}",
                       "input ids and the shifted labels (int64)", "transformers ForCausalLMLoss"))

@@ -22,6 +22,7 @@ class Structure:
     params_given: bool = False        # P is a given number (a nominal preset: 7b, 13b, 70b), not derived
     family: str = "llama"             # the decoder family (data/families/<family>.toml)
     first_kind: str = ""              # the layer kind of layer 0 (Family.first_kind; "" the default kind)
+    lead_kinds: tuple[str, ...] = ()  # LoRA: the kinds of the layers before the first with a target (they save nothing)
     tied: bool = False                # lm_head shares the embedding matrix
     options: tuple[str, ...] = ()     # the family's boolean switches that are on (attention_bias …)
     targets: tuple[str, ...] = ()     # LoRA target modules, canonical order
@@ -83,7 +84,7 @@ class Structure:
         fam = self.arch.kind(kind)
         if fam.key == self.family and not self.first_kind:   # layers all alike: the structure itself
             return self
-        return replace(self, family=fam.key, first_kind="",
+        return replace(self, family=fam.key, first_kind="", lead_kinds=(),
                        targets=tuple(t for t in self.targets if t in fam.linear_map))
 
     @property
