@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import re
 import tomllib
 from dataclasses import dataclass, replace
 from functools import cache
@@ -85,11 +86,20 @@ class ModelSpec:
 
         fam, dims = family(self.family), self.dims
         cfg = {"model_type": self.model_type}
-        cfg.update({keys.split("|")[0]: dims[symbol] / self.head_dim if default.startswith("fraction of") else dims[symbol]
-                    for symbol, keys, default in fam.dims if keys != "layer_types"})
+        for symbol, keys, default in fam.dims:
+            if keys == "layer_types":
+                continue
+            value = dims[symbol]
+            if default.startswith("fraction of"):
+                value = value / self.head_dim
+            elif listed := LIST_COUNT.fullmatch(default):   # the kind's layers first (the kind is layer 0's)
+                value = [listed["kind"]] * value + [listed["other"]] * (self.layers - value)
+            cfg[keys.split("|")[0]] = value
         if "sliding_layers" in dims:  # counts of layer kinds, laid out as a list (the order costs nothing)
             cfg["layer_types"] = (["sliding_attention"] * dims["sliding_layers"]
                                   + ["full_attention"] * (self.layers - dims["sliding_layers"]))
+        if counted := fam.extra("counted_layers") if fam.kinds else None:  # a hybrid: its layers in the model's order
+            cfg["layer_types"] = [counted["kind"] if k else "full_attention" for k in fam.model_kinds(dims)]
         cfg.update({o: o in self.options for o, _ in fam.options if o != "tie_word_embeddings"})
         cfg["tie_word_embeddings"] = self.tied
         if self.tower is not None:  # the multimodal config: the decoder's fields as its text_config
@@ -134,7 +144,9 @@ def _lookup(name: str, table: dict[str, dict], what: str) -> tuple[str, dict]:
     raise UserError(f"unknown {what} {name!r}{did_you_mean(key, names, cutoff=0.5)}; known: {', '.join(table)}")
 
 
-LAYER_KINDS = ("full_attention", "sliding_attention")  # the attention kinds a layer_types list may name
+LAYER_KINDS = ("full_attention", "sliding_attention", "linear_attention")  # the kinds a layer_types list may name
+# a family's dims default "entries KIND of KIND/OTHER, default N": the layers a per-layer list gives KIND (N without it)
+LIST_COUNT = re.compile(r"entries (?P<kind>\w+) of \w+/(?P<other>\w+), default (?P<default>\d+)")
 
 
 class ConfigFields:
@@ -150,7 +162,7 @@ class ConfigFields:
     >>> f.layer_counts(2, None)
     Traceback (most recent call last):
     ...
-    symvram.errors.UserError: c.json: field 'layer_types' item 1 must be full_attention or sliding_attention, got ['x']
+    symvram.errors.UserError: c.json: field 'layer_types' item 1 must be one of full_attention, sliding_attention, linear_attention, got ['x']
     """
 
     def __init__(self, cfg, source: str):
@@ -207,6 +219,21 @@ class ConfigFields:
             raise self._refuse(key, "a number in (0, 1]", value)
         return value
 
+    def listed_layers(self, key: str, kind: str, allowed: tuple[str, str], default: int, layers: int) -> int:
+        """How many entries of the per-layer list ``key`` are ``kind`` (each one of ``allowed``; ``default`` without the
+        list).
+
+        >>> ConfigFields({"mlp_layer_types": ["dense", "sparse"]}, "c.json").listed_layers("mlp_layer_types", "dense",
+        ...                                                                                 ("dense", "sparse"), 1, 2)
+        1
+        """
+        entries = self.cfg.get(key)
+        if entries is None:
+            return min(default, layers)
+        if not isinstance(entries, list) or len(entries) != layers or any(e not in allowed for e in entries):
+            raise self._refuse(key, f"a list of {' or '.join(allowed)}, one per layer ({layers})", entries)
+        return entries.count(kind)
+
     def boolean(self, key: str, default: bool) -> bool:
         value = self.cfg[key] if self.given(key) else default
         if not isinstance(value, bool):  # "false" is a non-empty string: bool("false") would be True
@@ -226,26 +253,33 @@ class ConfigFields:
             raise self._refuse(key, "an object", value)
         return None if value is None else ConfigFields(value, f"{self.source} {key}")
 
-    def layer_counts(self, layers: int, pattern: int | None) -> tuple[int, int]:
-        """(kinds present, sliding layers) from ``layer_types``, one of LAYER_KINDS per layer; without it,
-        every ``sliding_window_pattern``-th layer (else the family's ``pattern``-th) is full attention and
-        the others slide (transformers' Gemma3TextConfig: sliding unless (i + 1) % pattern == 0).
+    def layer_counts(self, layers: int, pattern: int | None, kind: str = "sliding_attention",
+                     pattern_key: str = "sliding_window_pattern") -> tuple[int, int]:
+        """(kinds present, layers of ``kind``) from ``layer_types``, one of LAYER_KINDS per layer; without it,
+        every ``pattern_key``-th layer (else the family's ``pattern``-th) is full attention and the others are of
+        ``kind`` (transformers' Gemma3TextConfig: sliding unless (i + 1) % pattern == 0; Qwen3.5's
+        full_attention_interval the same way, configuration_qwen3_5.py:111-116).
 
         >>> ConfigFields({"sliding_window_pattern": 3}, "c.json").layer_counts(12, 6)
         (2, 8)
+        >>> ConfigFields({}, "c.json").layer_counts(24, 4, "linear_attention", "full_attention_interval")
+        (2, 18)
+        >>> ConfigFields({"layer_types": ["linear_attention"] * 3 + ["full_attention"]}, "c.json").layer_counts(
+        ...     4, 4, "linear_attention")
+        (2, 3)
         """
         kinds = self.cfg.get("layer_types")
         if kinds is None:
-            n = self.integer("sliding_window_pattern", pattern)
+            n = self.integer(pattern_key, pattern)
             full = layers // n
             return (full > 0) + (full < layers), layers - full
         if not isinstance(kinds, list) or len(kinds) != layers:
             raise self._refuse("layer_types", f"a list of one attention kind per layer ({layers})", kinds)
-        for i, kind in enumerate(kinds):
-            if not isinstance(kind, str) or kind not in LAYER_KINDS:
-                raise UserError(f"{self.source}: field 'layer_types' item {i} must be {' or '.join(LAYER_KINDS)}, "
-                                f"got {excerpt(kind)}")
-        return len(set(kinds)), kinds.count("sliding_attention")
+        for i, item in enumerate(kinds):
+            if not isinstance(item, str) or item not in LAYER_KINDS:
+                raise UserError(f"{self.source}: field 'layer_types' item {i} must be one of {', '.join(LAYER_KINDS)}, "
+                                f"got {excerpt(item)}")
+        return len(set(kinds)), kinds.count(kind)
 
     def family(self):
         """The family ``model_type`` names."""
@@ -294,12 +328,17 @@ def spec_from_config(cfg: dict, name: str, kind: str, source: str) -> ModelSpec:
     dims: dict[str, int] = {}
     for symbol, keys, default in fam.dims:
         if keys == "layer_types":  # counted from the per-layer attention kinds
-            present, sliding = f.layer_counts(dims["layers"], fam.extra("sliding_pattern"))
-            dims[symbol] = present if default == "layer types present" else sliding
+            counted = fam.extra("counted_layers", {"kind": "sliding_attention", "pattern_key": "sliding_window_pattern"})
+            present, of_kind = f.layer_counts(dims["layers"], fam.extra("sliding_pattern"), **counted)
+            dims[symbol] = present if default == "layer types present" else of_kind
             continue
         key = next((k for k in keys.split("|") if f.given(k)), keys.split("|")[0])  # "a|b": either
         if default.startswith("fraction of head_dim"):   # partial RoPE: int(d_head · factor), top level or in rope_parameters
             dims[symbol] = int(dims["head_dim"] * f.fraction(key, float(default.split()[-1])))
+            continue
+        if listed := LIST_COUNT.fullmatch(default):   # a layer kind counted in a per-layer list (mlp_layer_types)
+            dims[symbol] = f.listed_layers(key, listed["kind"], (listed["kind"], listed["other"]),
+                                           int(listed["default"]), dims["layers"])
             continue
         if SYMBOLS[symbol].unit == "layers" and symbol != "layers":   # a layer kind's count: 0 … L
             dims[symbol] = f.layer_count(key, int(default), dims["layers"])

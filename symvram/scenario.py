@@ -117,20 +117,20 @@ def parse_targets(spec: str | tuple[str, ...] | list[str], fam: Family | None = 
             raise UserError(f"{name} of {fam.key} cannot be a LoRA target: {why}")
         if name in fam.target_sets:
             chosen.update(fam.target_sets[name])
-        elif name in fam.linear_map:
+        elif name in fam.target_map:
             chosen.add(name)
-        elif f"{name}_proj" in fam.linear_map:
+        elif f"{name}_proj" in fam.target_map:
             chosen.add(f"{name}_proj")
         elif aliases := [w for w, names in fam.extra("peft_target_modules", {}).items() if name in names]:
             chosen.update(aliases)  # PEFT's names for a fused expert weight (Mixtral w1/w3 → gate_up_proj)
         else:
             raise UserError(f"unknown LoRA target {excerpt(name)} for {fam.key}; use {', '.join(fam.target_sets)} or module "
-                            f"names ({', '.join(fam.linear_map)})")
+                            f"names ({', '.join(fam.target_map)})")
     if not chosen - set(HEAD_TARGETS):
         raise UserError("no LoRA target modules given" + (f" beside {', '.join(sorted(chosen))}: LoRA on the model's "
                         "embedding or lm_head alone is not modelled; add layer targets (e.g. all-linear,lm_head)"
                         if chosen else ""))
-    return tuple(m.name for m in fam.linears + fam.moe_weights if m.name in chosen) + tuple(
+    return tuple(name for name in fam.target_map if name in chosen) + tuple(
         n for n in HEAD_TARGETS if n in chosen)
 
 
@@ -138,9 +138,16 @@ def parse_targets(spec: str | tuple[str, ...] | list[str], fam: Family | None = 
 def smallest_target_side(family_name: str, targets: tuple[str, ...], dims: tuple[tuple[str, int], ...]) -> int:
     """min(d_in, d_out) over the targeted matrices: the largest rank LoRA can have (computed once per shape)."""
     fam, values = family(family_name), {SYMBOLS[n].symbol: v for n, v in dims}
-    # not the E-wide router, nor a one-output gate (Qwen2-MoE's shared_expert_gate: PEFT adapts it at any rank)
-    linear = [t for t in targets if fam.linear(t) in fam.linears and fam.linear(t).d_out != 1] or targets
-    return min(int(side.xreplace(values)) for t in linear for side in (fam.linear(t).d_in, fam.linear(t).d_out))
+    # not the E-wide router, nor a gate of one output or one per head (Qwen2-MoE's shared_expert_gate, a Gated
+    # DeltaNet's in_proj_b and in_proj_a: PEFT adapts them at any rank)
+    weights = fam.target_map
+
+    def gate(m) -> bool:
+        return m.d_out == 1 or (m.d_out.is_Symbol and SYMBOLS[m.d_out.name].unit == "heads")
+
+    linear = [t for t in targets if not weights[t].count.free_symbols and weights[t] not in fam.moe_weights
+              and not gate(weights[t])] or targets
+    return min(int(side.xreplace(values)) for t in linear for side in (weights[t].d_in, weights[t].d_out))
 
 
 def _choice(value: str, allowed: tuple[str, ...], what: str) -> str:
@@ -345,7 +352,7 @@ class Scenario:
         self._check_parallel()
         if not (isinstance(self.lora_dropout, (int, float)) and 0 <= self.lora_dropout < 1):
             raise UserError(f"--lora-dropout must be in [0, 1); got {excerpt(self.lora_dropout)}")
-        experts = [t for t in self.targets if family(self.model.family).linear(t).count != 1] if self.lora else []
+        experts = [t for t in self.targets if family(self.model.family).target_map[t].count != 1] if self.lora else []
         if experts and self.lora_dropout:
             raise UserError(f"LoRA on the fused experts ({', '.join(experts)}) goes through PEFT's target_parameters, "
                             "which needs --lora-dropout 0")
@@ -459,7 +466,7 @@ class Scenario:
             raise UserError(f"precompute_ref must be True or False; got {excerpt(self.precompute_ref)}")
         if self.objective == "sft" and (self.prompt or self.precompute_ref):
             raise UserError("--prompt and --precompute-ref describe a preference objective's batch and reference: "
-                            "use --objective dpo")
+                            "use --objective dpo or kto")
         if isinstance(self.prompt, bool) or not isinstance(self.prompt, int) or not 0 <= self.prompt < self.seq:
             raise UserError(f"--prompt must be a whole number of tokens from 0 to seq - 1 = {self.seq - 1} (the "
                             f"completion needs at least one); got {excerpt(self.prompt)}")
@@ -501,8 +508,8 @@ class Scenario:
     def structure(self) -> Structure:
         """The discrete choices of the ledger (built once per Scenario: the Scenario is frozen)."""
         return Structure(
-            method=self.method, nominal=self.model.params is not None, family=self.model.family,
-            first_kind=family(self.model.family).first_kind(self.model.dims),
+            method=self.method, params_given=self.model.params is not None, family=self.model.family,
+            first_kind=self._layer_zero[1], lead_kinds=self._layer_zero[0],
             tied=self.model.tied, options=self.model.options, targets=self.targets if self.lora else (),
             head_targets=self.head_targets if self.lora else (),
             master=self.master == "fp32", optimizer=self.optimizer, optimizer_impl=self.optimizer_impl,
@@ -516,10 +523,10 @@ class Scenario:
             dropout=self.lora and self.lora_dropout > 0 and not objectives()[self.objective].get("disable_dropout"),
             device=self.device, objective=self.objective, reference=self.reference,
             attention=self.attention, grad_checkpointing=self.grad_checkpointing,
-            double_quant=self.double_quant, kbit_prep=self.kbit_prepared,
+            double_quant=self.double_quant, kbit_prepared=self.kbit_prepared,
             loss_impl=self.loss_impl, dora=self.lora and self.dora, modules_to_save=self.modules_to_save, zero=self.zero, offload=self.offload,
             sequence_parallel=self.sequence_parallel, tensor_parallel=self.tp > 1,
-            mp_policy=self.mp_policy != "none", zero_impl=stacks()[self.stack].get("zero_impl", "fsdp2"),
+            fsdp_mixed_precision=self.mp_policy != "none", zero_impl=stacks()[self.stack].get("zero_impl", "fsdp2"),
             bnb_input_saved=self.method == "qlora" and applies("bnb_input_saved", self.versions),
             optimizer_in_backward=self.optimizer_in_backward,
             checkpoint_every=self.checkpoint_every if self.grad_checkpointing else 1,
@@ -527,6 +534,16 @@ class Scenario:
             forward_logits_upcast=self.loss_impl == "torch" and applies("hf_forward_logits_upcast", self.versions),
             tower=self.model.tower, tower_lora=self.tower_lora_width > 0,
         )
+
+    @cached_property
+    def _layer_zero(self) -> tuple[tuple[str, ...], str]:
+        """(the kinds of the layers before the first whose input needs a gradient, that layer's kind): under LoRA
+        with a frozen embedding and no checkpointing, the first layer holding a target (``Family.leading_kinds``),
+        else layer 0."""
+        fam = family(self.model.family)
+        if not self.lora or self.grad_checkpointing or "embed_tokens" in self.modules_to_save or not fam.kinds:
+            return (), fam.first_kind(self.model.dims)
+        return fam.leading_kinds(self.model.dims, self.targets)
 
     @cached_property
     def tower_lora_width(self) -> int:

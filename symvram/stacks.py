@@ -142,6 +142,10 @@ def summary(sc) -> str:
     parts.append(f"checkpointing {sc.checkpoint_impl}" + (f" of layers 0, {sc.checkpoint_every}, {2 * sc.checkpoint_every} …"
                                                            if sc.checkpoint_every > 1 else "")
                  if sc.grad_checkpointing else "no checkpointing")
+    if any(k.extra("gated_deltanet") for _, k in sc.structure.arch.layer_kinds):
+        parts.append("Gated DeltaNet on transformers' torch path (torch_chunk_gated_delta_rule, run when "
+                     "flash-linear-attention is not installed; the fla kernels' saved tensors are not modelled"
+                     + "; under checkpointing its backward's temporaries are not either" * sc.grad_checkpointing + ")")
     parts.append(f"loss {sc.loss_impl}")
     if sc.method == "qlora" and sc.kbit_prep == "peft":
         parts.append("prepare_model_for_kbit_training")

@@ -47,8 +47,6 @@ PARTS = ("parameter", "optimizer", "loss", "activation", "backward")
 PART_NAMES = {"parameter": "parameter side (weights, gradients, optimizer states, master)",
               "optimizer": "optimizer-step temporaries", "loss": "loss (vocabulary-sized logits and gradients)",
               "activation": "saved activations", "backward": "backward temporaries (one layer, MLP gradients)"}
-# hooks for settings other engineers add to Scenario: a remedy is re-estimated only when its field exists
-LOSS_HOOK = "loss_impl"
 TIERS = ("free", "recompute", "throughput", "precision", "method", "more cards")
 
 
@@ -222,10 +220,9 @@ def _candidates(sc: Scenario, p95_seq: int | None) -> list[_Candidate]:
                               {"optimizer_impl": "fused"},
                               f"none: the same update in one CUDA kernel, without the {sc.optimizer_impl} "
                               "implementation's temporary"))
-    if getattr(sc, LOSS_HOOK, None) == "torch":  # the others already keep no vocabulary-sized tensors whole
-        hook = {LOSS_HOOK: "liger"} if LOSS_HOOK in Scenario.__dataclass_fields__ else None
+    if sc.loss_impl == "torch":  # the others already keep no vocabulary-sized tensors whole
         out.append(_Candidate("chunked_loss", "a chunked / fused cross-entropy (e.g. Liger's fused linear "
-                              "cross-entropy)", "free", ("loss",), hook,
+                              "cross-entropy)", "free", ("loss",), {"loss_impl": "liger"},
                               "none in memory or accuracy: the loss is computed over chunks of tokens, so the "
                               "vocabulary-sized fp32 logits and their gradients never exist whole; a kernel library"))
     if sc.objective == "dpo" and not sc.precompute_ref:
@@ -425,4 +422,4 @@ def diagnose(sc: Scenario, capacity: int | GPUSpec, headroom: int | str = DEFAUL
 
 
 __all__ = ["diagnose", "time_price", "Diagnosis", "Remedy", "parameter_side", "moment_parts", "part_bytes", "part_of", "PARTS",
-           "PART_NAMES", "LOSS_HOOK", "tensor_parallel_ok"]
+           "PART_NAMES", "tensor_parallel_ok"]

@@ -73,14 +73,16 @@ def add_scenario_arguments(p: argparse.ArgumentParser) -> None:
                         + ". Default: interview for the nominal presets 7b/13b/70b, hf for real models")
     g = p.add_argument_group("objective")
     g.add_argument("--objective", choices=tuple(objectives()),
-                   help="what one step optimizes: sft (default: next-token cross-entropy) or dpo (TRL 1.16's "
+                   help="what one step optimizes: sft (default: next-token cross-entropy), dpo (TRL 1.16's "
                         "DPOTrainer: chosen and rejected run as one forward of 2 x --batch rows, the reference's "
                         "forward under no_grad — a second weight copy for full fine-tuning, the adapters disabled "
-                        "for LoRA —, TRL's fused LM head; takes the trl stack unless --stack is given)")
-    g.add_argument("--prompt", type=int, help="dpo: prompt tokens per sequence, which the fused LM head does not "
+                        "for LoRA —, TRL's fused LM head) or kto (TRL 1.16's KTOTrainer: --batch unpaired "
+                        "completions, and no-grad forwards of the mismatched KL completions by the policy and the "
+                        "reference); dpo and kto take the trl stack unless --stack is given")
+    g.add_argument("--prompt", type=int, help="dpo, kto: prompt tokens per sequence, which the fused LM head does not "
                                               "score (default 0: every position after the first)")
     g.add_argument("--precompute-ref", action="store_true", default=None,
-                   help="dpo: DPOConfig(precompute_ref_log_probs=True): the reference log-probs come with the "
+                   help="dpo, kto: precompute_ref_log_probs=True: the reference log-probs come with the "
                         "batch, so no reference model and no reference forward during training")
     g = p.add_argument_group("method")
     g.add_argument("--method", choices=METHODS,

@@ -26,10 +26,10 @@ from .terms import Phase, Role, Term, span
 from .weights import (compute_adapter_bytes, compute_weight_bytes, dora_magnitude, layer_lora_params, per_trainable,
                       rotary_width, saved_copy_bytes)
 
-b, s, r = sym("batch"), sym("seq"), sym("rank")
+b, seq, r = sym("batch"), sym("seq"), sym("rank")
 b_c, b_32, b_a, b_mask, b_id, b_w, b_g, b_i32 = (sym(n) for n in (
     "bytes_act", "bytes_fp32", "bytes_adapter", "bytes_mask", "bytes_index", "bytes_weight", "bytes_grad", "bytes_int32"))
-T = b * s  # tokens in the micro-batch
+T = b * seq  # tokens in the micro-batch
 
 TRANSFORMERS = "transformers LlamaDecoderLayer / LlamaRMSNorm"
 PEFT = "peft tuners/lora/layer.py Linear.forward"
@@ -39,7 +39,7 @@ def matmul_bytes(s_: Structure) -> sp.Expr:
     """Bytes per element of what an autocast matmul keeps (SDPA's q, k, v, lora_A's cast input, the adapters'
     casts): the compute dtype, except in a prepared QLoRA model under autocast, whose fp32 stream autocast
     casts to its 16-bit dtype per call (the norms and the MLP's element-wise tensors stay fp32)."""
-    return sym("bytes_autocast") if s_.kbit_prep and s_.autocast else b_c
+    return sym("bytes_autocast") if s_.kbit_prepared and s_.autocast else b_c
 
 
 def _per_call_cast(s_: Structure, group: str) -> bool:
@@ -51,9 +51,12 @@ def _shared_with_attention(s_: Structure, group: str) -> bool:
     """SDPA's output is laid out so that o_proj reads the very tensor SDPA saved (no second copy);
     Phi-3's q comes from a slice of the fused qkv, and a partial RoPE concatenates the rotated part and the rest
     (GLM-4.5, modeling_glm4_moe.py:150-151) into a new (b, n_h, s, d) tensor, so SDPA's output is laid out
-    (b, n_h, s, d) and o_proj reads a contiguous copy instead."""
-    return (group == "attn_out" and s_.attention == "sdpa" and not s_.arch.extra("fused_qkv")
-            and s_.arch.dim("rotary_dim", 0) == 0 and not s_.arch.latent_attention)
+    (b, n_h, s, d) and o_proj reads a contiguous copy instead; an output gate (Qwen3.5) or a Gated DeltaNet mixer
+    gives o_proj a tensor of its own."""
+    fam = s_.arch
+    return (group == "attn_out" and s_.attention == "sdpa" and not fam.extra("fused_qkv")
+            and fam.dim("rotary_dim", 0) == 0 and not fam.latent_attention
+            and not (fam.extra("output_gate") or fam.extra("gated_deltanet")))
 
 
 NORM_WHY = {
@@ -78,7 +81,10 @@ def norm_weight_input(s_: Structure) -> sp.Symbol:
 
 def _feeds(name: str) -> str:
     """Which of q, k, v an attention-input projection produces: the letters its name starts with (``qkv`` for a fused
-    one, ``kv`` for latent attention's kv_a_proj_with_mqa)."""
+    one, ``kv`` for latent attention's kv_a_proj_with_mqa; a Gated DeltaNet's in_proj_*: every one of them feeds
+    the delta rule)."""
+    if name.startswith("in_proj"):
+        return "qkv"
     head = name.split("_")[0]
     return head if set(head) <= set("qkv") else ""
 
@@ -109,7 +115,8 @@ def needs_grad(s_: Structure, first: bool) -> dict[str, bool]:
                 or "embed_tokens" in s_.head_targets)
     out = {"attn_in": layer_in, "q_latent": layer_in or trained_reader("attn_in", "q"),   # latent attention's a-proj
            "kv_latent": layer_in or trained_reader("attn_in", "kv")}                       # outputs
-    out.update({x: out[lat] or trained_reader(lat) for x, lat in (("q", "q_latent"), ("k", "kv_latent"), ("v", "kv_latent"))})
+    out.update({x: out[lat] or trained_reader(lat) or trained_reader("attn_in", x)   # a latent's b-proj, or q/k/v_proj
+                for x, lat in (("q", "q_latent"), ("k", "kv_latent"), ("v", "kv_latent"))})
     out["attn_out"] = out["q"] or out["k"] or out["v"]
     out["attn_proj"] = out["attn_out"] or trained_reader("attn_out")
     out["mlp_in"] = layer_in or out["attn_proj"]
@@ -154,7 +161,9 @@ def _layer_of(s_: Structure, first: bool) -> dict[str, tuple[sp.Expr, str, str, 
                                             "a trainable norm weight also keeps the normalized "
                                             + ("16-bit" if fam.norm == "rms" else "fp32") + " tensor", TRANSFORMERS)
 
-    if attn_grad and fam.latent_attention:
+    if attn_grad and fam.extra("gated_deltanet"):
+        out.update(_gated_deltanet(s_))
+    elif attn_grad and fam.latent_attention:
         out.update(_latent_attention(s_))
     elif attn_grad:
         if s_.attention == "sdpa":
@@ -164,7 +173,7 @@ def _layer_of(s_: Structure, first: bool) -> dict[str, tuple[sp.Expr, str, str, 
                                     "SDPA (flash) keeps q, k, v after RoPE and its output"
                                     + ("; v is a view of the fused qkv output, which it keeps whole" if fused else ""),
                                     "torch scaled_dot_product_attention")
-            out["act_attention_lse"] = (b_32 * b * nh * s, r"A_{\mathrm{lse}}",
+            out["act_attention_lse"] = (b_32 * b * nh * seq, r"A_{\mathrm{lse}}",
                                         "and the fp32 log-sum-exp of each query row", "torch _scaled_dot_product_flash_attention")
         elif fam.extra("attention_sinks"):
             out["act_attention"] = (3 * b_c * T * nh * dh, r"A_{\mathrm{attn}}",
@@ -172,17 +181,21 @@ def _layer_of(s_: Structure, first: bool) -> dict[str, tuple[sp.Expr, str, str, 
                                     "transformers eager_attention_forward")
             out["act_attention_scores"] = _sink_scores(s_)
         else:
-            probs_16 = 0 if s_.compute_fp32 else b_c * b * nh * s**2
+            probs_16 = 0 if s_.compute_fp32 else b_c * b * nh * seq**2
             out["act_attention"] = (3 * b_c * T * nh * dh, r"A_{\mathrm{attn}}",
                                     "eager attention keeps q and the repeat_kv copies of k and v (n_h heads each)",
                                     "transformers eager_attention_forward")
-            softcap = b_c * b * nh * s**2 if fam.extra("attn_logit_softcapping") else 0
-            out["act_attention_scores"] = (b_32 * b * nh * s**2 + probs_16 + softcap, r"A_{\mathrm{scores}}",
+            softcap = b_c * b * nh * seq**2 if fam.extra("attn_logit_softcapping") else 0
+            out["act_attention_scores"] = (b_32 * b * nh * seq**2 + probs_16 + softcap, r"A_{\mathrm{scores}}",
                                            "the fp32 softmax of b·n_h·s² scores and its 16-bit copy"
                                            + " (and the tanh of the soft-capped scores)" * bool(softcap),
                                            "transformers eager_attention_forward")
+    if attn_grad and fam.extra("output_gate"):
+        out["act_output_gate"] = (2 * b_c * T * nh * dh, r"A_{\mathrm{gate}}", "the output gate: sigmoid of the second "
+                                  "half of q_proj's output (kept by it and by the product) and attention's output in "
+                                  "(b, s, n_h·d_head), a copy the product keeps", fam.source)
     if attn_grad and fam.extra("query_position_scale"):
-        out["act_query_scale"] = (b_c * s, r"A_{\mathrm{qscale}}", "the queries' position-dependent scale "
+        out["act_query_scale"] = (b_c * seq, r"A_{\mathrm{qscale}}", "the queries' position-dependent scale "
                                   "(1, 1, s, 1), cast to their dtype in each layer, kept by the product for backward",
                                   fam.source)
     if mlp_grad and fam.moe:
@@ -270,6 +283,77 @@ def _layer_of(s_: Structure, first: bool) -> dict[str, tuple[sp.Expr, str, str, 
     return out
 
 
+GDN = "transformers models/qwen3_5/modeling_qwen3_5.py"
+n_k, n_v, d_k, d_v, K_conv, C_d = (sym(n) for n in ("linear_k_heads", "linear_v_heads", "linear_k_dim", "linear_v_dim",
+                                                    "conv_kernel", "delta_chunk"))
+
+
+def _gated_deltanet(s_: Structure) -> dict[str, tuple[sp.Expr, str, str, str]]:
+    """What a Gated DeltaNet mixer saves on the torch path (Qwen3_5GatedDeltaNet.forward, modeling_qwen3_5.py:545-657;
+    torch_chunk_gated_delta_rule, :287-426), measured under FakeTensorMode. The sequence is padded to N_c chunks of
+    C_Δ = 64 tokens (S_p = C_Δ·N_c); everything inside the delta rule is fp32, with the n_k query/key heads repeated
+    to n_v (:333-335).
+
+    - the causal conv1d (:256-277): its input (b, conv_dim, s) and, for SiLU, the whole padded conv output
+      (s + K − 1 columns: SiLU saves a slice of it);
+    - the gates (:609-611): sigmoid(b) in the compute dtype, softplus's fp32 input, −exp(A_log) (n_v);
+    - the delta rule: the l2-normalised q and k inputs and their 1/‖·‖ (:339-341);
+      the padded k, v, β; k·β; the padded query; exp of the cumulative decays (b·n_v·S_p each, for k·β, q and k)
+      and of each chunk's total; per chunk the C_Δ × C_Δ pairwise decays, the two products and two decayed
+      matrices (:382-391) and the triangular mask; the two triangular solves' results (:397-398); v_new of every
+      chunk and the recurrent state entering it (b·n_v·d_k·d_v each: the chunk-by-chunk scan, :415-421); the
+      decayed q and k, which the scan keeps only from a second chunk on;
+      Under autocast every product (bmm) keeps compute-dtype casts of its operands instead (each chunk's slices
+      cast anew) and returns a 16-bit result; the scan's fp32 states stay where the decay multiplies them;
+    - the gated RMSNorm (:204-220): its fp32 input and 1/rms, silu(z)'s fp32 input and output, weight · norm(x);
+      a trainable weight also keeps norm(x) in the compute dtype, a trainable A_log its exp and softplus's output.
+
+    Flash-linear-attention's chunk_gated_delta_rule (the default GPU path) saves less: modelled by ``--kernels``."""
+    conv_dim = 2 * n_k * d_k + n_v * d_v
+    chunks = ceil_div(seq, C_d)
+    S_p = C_d * chunks
+    rows = b * n_v            # the delta rule's (batch, head) pairs
+    later = at_least(chunks, 2)   # the scan reads a grad-requiring state only from its second chunk
+    conv = b_c * b * conv_dim * seq + b_c * b * conv_dim * (seq + K_conv - 1)
+    gates = b_c * T * n_v + b_32 * T * n_v + b_32 * n_v
+    rule = (2 * b_32 * rows * seq * (d_k + 1)                           # l2norm inputs and 1/norms
+            + b_32 * rows * S_p * (2 * d_k + d_v + 1)                  # padded k, v, beta; k·beta
+            + b_32 * rows * S_p * d_k                                  # the padded, scaled query
+            + b_32 * rows * S_p * (2 + later) + b_32 * rows * chunks * later   # exp(cumulative decays), chunk decays
+            + b_mask * C_d**2                                          # the strictly-upper bool mask
+            + b_32 * rows * S_p * (d_v + d_k))                         # the triangular solves' results
+    if s_.autocast:   # every bmm runs on (and keeps) compute-dtype casts of its fp32 operands, per chunk in the scan
+        a = matmul_bytes(s_)
+        rule += (rows * chunks * C_d**2 * (2 * b_32 + 3 * a)           # pairwise decays, UT system; the 16-bit products
+                 + 4 * a * rows * S_p * d_k                             # k·β, k, q, k cast for the two chunk products
+                 + 3 * a * rows * (S_p - C_d) * d_k                     # k_cumdecay, decayed q, k slices of later chunks
+                 + 2 * a * rows * chunks * d_k * d_v                    # each chunk's state, cast for two products
+                 + a * rows * (2 * S_p - C_d) * d_v                     # v_new, cast for the output and the update
+                 + b_32 * rows * (chunks - 1) * d_k * d_v)              # the fp32 states the decay multiplies
+    else:
+        rule += (5 * b_32 * rows * chunks * C_d**2                      # pairwise decays, products, decayed matrices
+                 + b_32 * rows * chunks * d_k * d_v                     # the state entering each chunk
+                 + b_32 * rows * S_p * d_v                              # v_new of each chunk
+                 + later * 2 * b_32 * rows * S_p * d_k)                 # the decayed q and k the scan reads
+    norm = b_32 * T * n_v * d_v + b_32 * T * n_v + 2 * b_32 * T * n_v * d_v + b_c * T * n_v * d_v
+    out = {"act_deltanet_conv": (conv, r"A_{\mathrm{conv}}", "the causal conv1d's input and its whole output (SiLU "
+                                 "keeps a slice of the s + K − 1 columns)", GDN + " causal_conv1d_fn"),
+           "act_deltanet_gates": (gates, r"A_{\mathrm{gates}}", "β = sigmoid(b), softplus's fp32 input and −exp(A_log) "
+                                  "of the decay g", GDN + " Qwen3_5GatedDeltaNet.forward"),
+           "act_deltanet_rule": (rule, r"A_{\Delta}", "the chunked gated delta rule in fp32: per chunk of C_Δ tokens "
+                                 "the pairwise decays, the UT system and the intra-chunk scores (C_Δ² each), the "
+                                 "triangular solves, v_new and the recurrent state entering the chunk; the padded and "
+                                 "normalised q, k, v, β (torch path: torch_chunk_gated_delta_rule)",
+                                 GDN + " torch_chunk_gated_delta_rule"),
+           "act_deltanet_norm": (norm, r"A_{\mathrm{norm},g}", "the gated RMSNorm: its fp32 input and 1/rms, "
+                                 "silu(z)'s fp32 input and output, and weight · norm(x)", GDN + " Qwen3_5RMSNormGated")}
+    if not s_.lora:
+        out["act_deltanet_weights"] = (b_c * T * n_v * d_v + b_32 * T * n_v + b_32 * n_v, r"A_{\Delta,w}",
+                                       "trainable mixer weights: the norm keeps norm(x) for its weight, A_log its exp "
+                                       "and softplus's output", GDN + " Qwen3_5GatedDeltaNet.forward")
+    return out
+
+
 def lora_input_bytes(s_: Structure, n: int, width: sp.Expr, per_call_cast: bool, shared: bool,
                      input_grad: bool) -> tuple[sp.Expr, sp.Expr]:
     """(lora_A's kept inputs, dropout's masks) of ``n`` lora.Linear targets reading one tensor ``width`` wide per
@@ -313,7 +397,7 @@ def lora_embed_saved(s_: Structure) -> sp.Expr:
     prepare_model_for_kbit_training's gradient_checkpointing_enable before PEFT wraps the embedding) makes the
     frozen base embedding's output a leaf that requires grad: its AccumulateGrad node keeps it until backward ends."""
     kept = matmul_bytes(s_) * (T * r + r * h) if s_.autocast and s_.adapter_upcast else compute_adapter_bytes(s_) * T * r
-    return kept + (residual_bytes(s_) * T * h if s_.kbit_prep and s_.grad_checkpointing else 0)
+    return kept + (residual_bytes(s_) * T * h if s_.kbit_prepared and s_.grad_checkpointing else 0)
 
 
 MOE = "transformers integrations/moe.py (grouped_mm experts)"
@@ -329,7 +413,7 @@ def layer_working_sets(s_: Structure) -> list[Term]:
     ['ws_norm', 'ws_attn_in', 'ws_rope', 'ws_norm_mlp']
     """
     fam, b_res, b_ad = s_.arch, residual_bytes(s_), compute_adapter_bytes(s_)
-    upcast = 0 if s_.kbit_prep else b_32 * T * h   # a 16-bit stream is cast to fp32 first (kept under LoRA's saves)
+    upcast = 0 if s_.kbit_prepared else b_32 * T * h   # a 16-bit stream is cast to fp32 first (kept under LoRA's saves)
     norm = (b_32 * T * h * 2 + (upcast if s_.grad_checkpointing else 0), r"W_{\mathrm{norm}}",
             "RMSNorm's fp32 square and normalized product (and its fp32 upcast under checkpointing)",
             "transformers models/llama/modeling_llama.py:65-66 LlamaRMSNorm.forward")
@@ -350,7 +434,7 @@ def layer_working_sets(s_: Structure) -> list[Term]:
                                   "peft tuners/lora/layer.py:1100-1102 Linear.forward; tuners/lora/bnb.py:533")
         if group == "attn_in":
             if s_.attention == "eager":
-                out["ws_scores"] = (3 * b_c * b * nh * s**2, r"W_{\mathrm{scores}}",
+                out["ws_scores"] = (3 * b_c * b * nh * seq**2, r"W_{\mathrm{scores}}",
                                     "eager attention's b·n_h·s² products: q·kᵀ, scaled and masked",
                                     "transformers models/llama/modeling_llama.py:193-197 eager_attention_forward")
             out["ws_rope"] = (3 * b_res * T * nh * dh, r"W_{\mathrm{RoPE}}",
@@ -363,20 +447,32 @@ def _latent_attention(s_: Structure) -> dict[str, tuple[sp.Expr, str, str, str]]
     """What SDPA keeps of DeepSeek-V3's multi-head latent attention (modeling_deepseek_v3.py:462-464): q as the new
     concatenation of its no-RoPE and rotated parts (n_h heads of d_nope + d_rope), k expanded per head into a new
     tensor of the same width, v a view of kv_b_proj's output, which it keeps whole (n_h · (d_nope + d_v)), its
-    output (n_h · d_v) and the fp32 log-sum-exp; not a GQA-sized cache."""
+    output (n_h · d_v) and the fp32 log-sum-exp; not a GQA-sized cache. With d_v ≠ d_nope + d_rope (DeepSeek-V3's
+    128 and 192) torch's flash kernels do not run: on CUDA the memory-efficient kernel keeps the same tensors
+    (modelled, not measured: its log-sum-exp rows may be padded), on the CPU the math path keeps fp32 copies of q and
+    k (each scaled), of v, and the fp32 softmax of the b·n_h·s² scores (what a FakeTensor trace measures)."""
     b_mm = matmul_bytes(s_)
     d_qk, d_v = s_.arch.attention_widths
-    return {"act_attention": (b_mm * T * nh * (2 * d_qk + (d_qk - dh + d_v) + d_v), r"A_{\mathrm{attn}}",
-                              "SDPA keeps q and k (n_h heads of d_nope + d_rope, built anew), kv_b_proj's whole output "
-                              "(v is a view of it) and its output (d_v wide)", s_.arch.source),
-            "act_attention_lse": (b_32 * b * nh * s, r"A_{\mathrm{lse}}", "and the fp32 log-sum-exp of each query row",
-                                  "torch scaled_dot_product_attention")}
+    kernel = b_mm * T * nh * (2 * d_qk + (d_qk - dh + d_v) + d_v)
+    why = ("SDPA keeps q and k (n_h heads of d_nope + d_rope, built anew), kv_b_proj's whole output (v is a view of "
+           "it) and its output (d_v wide)")
+    terms = {"act_attention": (kernel, r"A_{\mathrm{attn}}", why, s_.arch.source),
+             "act_attention_lse": (b_32 * b * nh * seq, r"A_{\mathrm{lse}}", "and the fp32 log-sum-exp of each query "
+                                   "row", "torch scaled_dot_product_attention")}
+    if s_.device != "cpu":
+        return terms
+    unequal = at_least(d_qk, d_v + 1) + at_least(d_v, d_qk + 1)   # 1 when the widths differ: the math path
+    math = b_32 * T * nh * (2 * d_qk + d_v) + b_32 * b * nh * seq**2
+    return {"act_attention": ((1 - unequal) * kernel + unequal * math, r"A_{\mathrm{attn}}",
+                              why + "; on the CPU with d_v ≠ d_qk the math path instead: fp32 q, k, v and the fp32 "
+                              "softmax of the s² scores", "torch _scaled_dot_product_attention_math"),
+            "act_attention_lse": ((1 - unequal) * terms["act_attention_lse"][0], *terms["act_attention_lse"][1:])}
 
 
 def _sink_scores(s_: Structure) -> tuple[sp.Expr, str, str, str]:
     """gpt-oss's eager attention with sinks: the scores joined to one sink logit per head (s + 1 columns), less
     their row maximum (whose int64 indices the max keeps), softmax in the compute dtype (its output kept)."""
-    return (b_c * b * nh * s * (s + 1) + b_id * b * nh * s, r"A_{\mathrm{scores}}",
+    return (b_c * b * nh * seq * (seq + 1) + b_id * b * nh * seq, r"A_{\mathrm{scores}}",
             "the softmax of the b·n_h·s·(s + 1) scores and sink logits, in the compute dtype, and the int64 indices "
             "of each row's maximum (subtracted before it)", s_.arch.source)
 
@@ -401,8 +497,11 @@ def _moe_layer(s_: Structure) -> dict[str, tuple[sp.Expr, str, str, str]]:
     if fam.extra("router_topk_softmax"):  # gpt-oss: top-k of the logits, then a softmax over those k
         router_saved, router_why = b_id * T * k_e + b_c * T * k_e, "the int64 top-k indices and the softmax of the k logits"
     else:
-        router_saved = b_32 * T * E + b_id * T * k_e + (b_32 * T + b_32 * T * k_e if renorm else 0)
-        router_why = ("the router's fp32 softmax over E experts and the int64 top-k indices"
+        b_p = b_c if fam.extra("router_compute_dtype") else b_32   # Mistral 4: the softmax of the 16-bit logits
+        router_saved = b_p * T * E + b_id * T * k_e + (b_p * T + b_p * T * k_e if renorm else 0)
+        scores = "sigmoid" if fam.extra("router_fp32") else "softmax"   # DeepSeek-V3 and GLM-4.5 score by a sigmoid
+        router_why = (f"the router's {'16-bit' if b_p == b_c else 'fp32'} {scores} over E experts and the int64 top-k "
+                      "indices"
                       + " (and the renormalized top-k weights with their sum)" * bool(renorm))
     if fam.extra("clamped_swiglu"):  # the gate_up output (2·d_E; the clamps keep views of it) and four d_E-wide
         gated, gated_why = 6 * b_c * S * f_e, "the gate_up output (2·d_E), the clamped gate, its sigmoid, their product and up + 1"
@@ -470,7 +569,7 @@ def _layer_backward_temp(s_: Structure) -> tuple[sp.Expr, str, str]:
 
 def past_window(s_: Structure) -> sp.Expr:
     """1 once the sequence is longer than the sliding window, else 0 (s and w are integers)."""
-    return at_least(s, s_.arch.dim("window") + 1)
+    return at_least(seq, s_.arch.dim("window") + 1)
 
 
 def sliding_extra(s_: Structure) -> sp.Expr:
@@ -480,13 +579,13 @@ def sliding_extra(s_: Structure) -> sp.Expr:
     if s_.arch.dim("window", 0) == 0 or s_.attention != "sdpa":
         return sp.Integer(0)
     repeated = at_least(nkv, 2)  # with one kv head repeat_kv is a stride-0 view: no copy
-    return past_window(s_) * (b_c * b * s**2 + repeated * 2 * b_c * T * dh * (nh - nkv))
+    return past_window(s_) * (b_c * b * seq**2 + repeated * 2 * b_c * T * dh * (nh - nkv))
 
 
 def residual_bytes(s_: Structure) -> sp.Symbol:
     """The residual stream's dtype, which a checkpoint keeps: fp32 after kbit preparation, else the weights' as
     they compute."""
-    return b_32 if s_.kbit_prep else compute_weight_bytes(s_)
+    return b_32 if s_.kbit_prepared else compute_weight_bytes(s_)
 
 
 def saved_per_layer(s_: Structure) -> sp.Expr:
@@ -513,10 +612,10 @@ def per_layer_bytes(s_: Structure) -> sp.Expr:
 
 
 # the only fields the activation and transient terms read (not the optimizer, master copy, quantization, sharding)
-ACTIVATION_FIELDS = ("method", "family", "first_kind", "options", "tied", "targets", "adapter_upcast", "attention", "autocast",
+ACTIVATION_FIELDS = ("method", "family", "first_kind", "lead_kinds", "options", "tied", "targets", "adapter_upcast", "attention", "autocast",
                      "compute_fp32", "device", "dora", "dropout", "grad_checkpointing", "head_targets",
                      "optimizer_in_backward", "checkpoint_every",
-                     "kbit_prep", "loss_impl", "modules_to_save", "weight_casts", "mp_policy", "bnb_input_saved",
+                     "kbit_prepared", "loss_impl", "modules_to_save", "weight_casts", "fsdp_mixed_precision", "bnb_input_saved",
                      "shift_logits_copy", "forward_logits_upcast", "tower", "objective")
 
 
@@ -545,7 +644,7 @@ def saved_terms(s_: Structure) -> list[Term]:
     terms: list[Term] = []
     if s_.grad_checkpointing:
         b_res, n_c = residual_bytes(s_), checkpointed_layers(s_)
-        terms.append(Term("act_checkpoints", Role.SAVED_ACTIVATION, n_c * b_res * T * h + b_id * s, r"A_{\mathrm{ckpt}}",
+        terms.append(Term("act_checkpoints", Role.SAVED_ACTIVATION, n_c * b_res * T * h + b_id * seq, r"A_{\mathrm{ckpt}}",
                           "checkpointing keeps each layer's input (and the position ids); layers are recomputed in backward"
                           + (f" — every {s_.checkpoint_every}th layer (0, {s_.checkpoint_every}, …)"
                              if s_.checkpoint_every > 1 else ""),
@@ -564,13 +663,15 @@ def saved_terms(s_: Structure) -> list[Term]:
             terms.append(Term(key, Role.SAVED_ACTIVATION, expr, f"L \\cdot {label}", why, source))
         later, first = _layer(s_.first_layer, first=False), _layer(s_.first_layer, first=True)
         correction = sp.Add(*(first.get(k, (0,))[0] - later[k][0] for k in later))
+        correction -= sp.Add(*(e for k in s_.lead_kinds for e, *_ in _layer(s_.layer(k), first=False).values()))
         if correction != 0:
             terms.append(Term("act_first_layer", Role.SAVED_ACTIVATION, sp.expand(correction), r"A_{\mathrm{layer\,0}}",
-                              "the first layer's input (the frozen embedding) needs no gradient, so it saves less",
-                              "autograd saves only what a required gradient needs"))
+                              "the first layer's input (the frozen embedding) needs no gradient, so it saves less"
+                              + (f"; the {len(s_.lead_kinds)} layers before the first with a LoRA target save nothing"
+                                 if s_.lead_kinds else ""), "autograd saves only what a required gradient needs"))
     if sliding_extra(s_) != 0:
         if s_.grad_checkpointing:
-            terms.append(Term("act_sliding_mask", Role.SAVED_ACTIVATION, b_mask * past_window(s_) * s**2,
+            terms.append(Term("act_sliding_mask", Role.SAVED_ACTIVATION, b_mask * past_window(s_) * seq**2,
                               r"A_{\mathrm{win}}", "the shared boolean sliding-window mask, a checkpoint input",
                               fam.source))
         else:
@@ -579,8 +680,8 @@ def saved_terms(s_: Structure) -> list[Term]:
                               + ": a 16-bit mask and k, v repeated to n_h heads, per sliding layer", fam.source))
     # the head's saved tensors, counted until the last layer's backward (under checkpointing: the final norm's)
     head_end = Phase.FINAL_NORM_BACKWARD if s_.grad_checkpointing else Phase.LAST_LAYER_BACKWARD
-    if s_.weight_casts or (s_.kbit_prep and s_.autocast):  # a prepared QLoRA model's lm_head is fp32
-        b_cast = sym("bytes_autocast") if s_.kbit_prep else b_c
+    if s_.weight_casts or (s_.kbit_prepared and s_.autocast):  # a prepared QLoRA model's lm_head is fp32
+        b_cast = sym("bytes_autocast") if s_.kbit_prepared else b_c
         terms.append(Term("act_lm_head_cast", Role.SAVED_ACTIVATION, b_cast * V * h, r"A_{\mathrm{cast},V}",
                           "autocast casts lm_head's weight to the compute dtype; backward needs the cast", "torch.autocast",
                           lifetime=span(Phase.FORWARD, head_end)))
@@ -605,7 +706,7 @@ def saved_terms(s_: Structure) -> list[Term]:
                           "gradient until the embedding's backward, the last" + (" (as autocast casts it, with B's cast)"
                                                                                if s_.autocast and s_.adapter_upcast else "")
                           + ("; k-bit preparation's input hook keeps the base embedding's output as a leaf"
-                             if s_.kbit_prep and s_.grad_checkpointing else ""),
+                             if s_.kbit_prepared and s_.grad_checkpointing else ""),
                           "peft tuners/lora/layer.py Embedding.forward",
                           lifetime=span(Phase.FIRST_LAYER_FORWARD, Phase.FIRST_LAYER_BACKWARD)))
     if s_.loss_impl == "liger":
@@ -632,8 +733,10 @@ def saved_terms(s_: Structure) -> list[Term]:
     bases = fam.dim("rope_bases")
     b_rope = b_32 if fam.extra("rope_fp32") else b_c  # OLMo 2 keeps cos/sin in fp32
     width = dh / 2 if fam.extra("rope_half_width") else rotary_width(fam)  # gpt-oss: cos, sin of the d_head/2 frequencies
-    terms.append(Term("act_rope", Role.STEP_INPUT, 2 * bases * b_rope * s * width, r"A_{\mathrm{rope}}",
-                      "RoPE cos and sin, shared by all layers" + " (one pair per rotary base)" * (bases != 1),
+    rows = b if fam.extra("rope_per_sample") else 1   # multimodal RoPE: position ids (4, b, seq), a table per sample
+    terms.append(Term("act_rope", Role.STEP_INPUT, 2 * bases * b_rope * rows * seq * width, r"A_{\mathrm{rope}}",
+                      "RoPE cos and sin, shared by all layers" + " (one pair per rotary base)" * (bases != 1)
+                      + " (one per sample: multimodal RoPE expands the position ids to the batch)" * (rows != 1),
                       "transformers LlamaRotaryEmbedding"))
     terms.append(Term("act_tokens", Role.STEP_INPUT, 2 * b_id * T, r"A_{\mathrm{ids}}",
                       "input ids and the shifted labels (int64)", "transformers ForCausalLMLoss"))
@@ -689,11 +792,11 @@ def trl_loss_terms(s_: Structure, n: sp.Expr = T) -> list[Term]:
     casts = 0
     if s_.autocast and s_.weight_casts:  # weight[start:end].to(compute dtype): one vocabulary chunk at a time
         casts += b_c * TRL_VOCAB_CHUNK * h
-    if s_.autocast and (s_.weight_casts or s_.kbit_prep):  # hidden[chunk].to(compute dtype)
+    if s_.autocast and (s_.weight_casts or s_.kbit_prepared):  # hidden[chunk].to(compute dtype)
         casts += b_c * sp.Min(T, TRL_TOKEN_CHUNK, evaluate=False) * h
     # the gradients accumulate in fp32 and are cast to their tensor's dtype at the end: a copy unless that is fp32
     # (full fine-tuning: lm_head's [V, h] buffer too; its cast is the gradient the ledger counts already)
-    wide = s_.kbit_prep or s_.weight_casts or s_.compute_fp32  # fp32 hidden states (and weights, but in QLoRA)
+    wide = s_.kbit_prepared or s_.weight_casts or s_.compute_fp32  # fp32 hidden states (and weights, but in QLoRA)
     hidden_cast = 0 if wide else hidden * T * h
     # lm_head's fp32 accumulator and its cast to the weight's dtype, both alive as the backward returns (:457)
     accumulator = (b_32 + b_g) * V * h if s_.method == "full" and not (s_.weight_casts or s_.compute_fp32) else 0
@@ -758,7 +861,7 @@ def loss_terms(s_: Structure, logits_bytes) -> list[Term]:
              "torch nll_loss_backward, _log_softmax_backward_data"),
     ]
     if s_.shift_logits_copy:   # transformers < 4.49 (symvram.versions)
-        terms.insert(1, Term("logits_shifted", Role.LOSS_TEMPORARY, b_32 * b * (s - 1) * V, r"M_{\mathrm{logits},\ll}",
+        terms.insert(1, Term("logits_shifted", Role.LOSS_TEMPORARY, b_32 * b * (seq - 1) * V, r"M_{\mathrm{logits},\ll}",
                              "logits[..., :-1, :].contiguous(): the shifted fp32 copy cross-entropy reads "
                              "(transformers < 4.49)", "transformers 4.48.0 loss/loss_utils.py:39 ForCausalLMLoss"))
     if not s_.compute_fp32 and not upcast:
@@ -811,7 +914,7 @@ def dora_forward_temp(s_: Structure) -> sp.Expr:
     b_lr = matmul_bytes(s_) if s_.autocast else b_a
     own = last.d_out * (b_lr * T + 3 * b_32) + b_lr * T * r
     b_res = residual_bytes(s_)
-    live = b_c * T * last.d_in + 2 * b_res * T * h + sym("bytes_index") * s
+    live = b_c * T * last.d_in + 2 * b_res * T * h + sym("bytes_index") * seq
     if s_.autocast and s_.adapter_upcast:  # the input cast to the adapter dtype is not what lora_A keeps (its
         live += b_a * T * last.d_in        # 16-bit cast, made after the weight norm)
         own += matmul_bytes(s_) * T * last.d_in

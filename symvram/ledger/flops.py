@@ -35,8 +35,8 @@ from .structure import Structure
 from .activations import checkpointed_layers, needs_grad
 from .terms import Role, Term
 
-b, s, r, t = sym("batch"), sym("seq"), sym("rank"), sym("tp")
-T = b * s
+b, seq, r, t = sym("batch"), sym("seq"), sym("rank"), sym("tp")
+T = b * seq
 PHASES = ("forward", "backward", "recompute")
 COUNTER = "torch.utils.flop_counter (2·m·k·n per matmul)"
 PEFT = "peft tuners/lora/layer.py"
@@ -99,7 +99,7 @@ def _layer(s_: Structure, first: bool) -> dict[str, sp.Expr]:
             lora_bwd += 2 * delta
     out["lora_forward"], out["lora_backward"], out["dora_forward"] = lora_fwd, lora_bwd, dora
     d_qk, d_v = fam.attention_widths   # d_head both, but under latent attention
-    qk, av = 2 * T * s * nh * d_qk, 2 * T * s * nh * d_v   # the two attention matmuls, full scores
+    qk, av = 2 * T * seq * nh * d_qk, 2 * T * seq * nh * d_v   # the two attention matmuls, full scores
     out["attention_forward"] = qk + av
     if s_.attention == "sdpa":   # the fused kernel: one backward recomputing the scores (QKᵀ, dV, dP, dQ, dK)
         out["attention_backward"] = 3 * qk + 2 * av if g["attn_out"] else sp.Integer(0)

@@ -105,13 +105,14 @@ def build_model(spec: dict):
     import transformers
 
     from ..ledger.towers import read_tower
+    from .layout import causal_lm_auto
 
     cfg = _config(spec["arch"], spec["attention"])
     dtype = _DTYPES[spec["dtype"]]
     tower = read_tower(spec["arch"], "measurement spec")
     auto = (transformers.AutoModelForImageTextToText if tower and tower.loader not in
             transformers.models.auto.modeling_auto.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.values()
-            else transformers.AutoModelForCausalLM)   # the class a user loads the model as (ledger.towers)
+            else causal_lm_auto(cfg))   # the class a user loads the model as (ledger.towers, validate.layout)
     with torch.device("meta"):
         model = auto.from_config(
             cfg, dtype=dtype, attn_implementation=spec["attention"]
