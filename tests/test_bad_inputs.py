@@ -64,7 +64,7 @@ MODEL_CASES = [
     ("missing-config", ["{tmp}/nope/config.json"], "no config.json"),
     ("folder-without-config", ["{tmp}/empty_dir"], "no config.json"),
     ("folder-bad-config", ["{tmp}/config_dir"], "not valid json"),
-    ("unsupported-model-type", ["{tmp}/gpt2.json"], "is not supported; supported: gemma2, gemma3_text, "),
+    ("unsupported-model-type", ["{tmp}/gpt2.json"], "model_type 'gpt2' is not supported; supported: "),
     ("no-model-type", ["{tmp}/no_type.json"], "model_type none is not supported"),
     ("json-array", ["{tmp}/array.json"], "expected a json object"),
     ("json-null", ["{tmp}/null.json"], "expected a json object"),

@@ -108,7 +108,8 @@ def needs_grad(s_: Structure, first: bool) -> dict[str, bool]:
     layer_in = not (first and s_.lora) or s_.grad_checkpointing or "embed_tokens" in s_.modules_to_save
     out = {"attn_in": layer_in, "q_latent": layer_in or trained_reader("attn_in", "q"),   # latent attention's a-proj
            "kv_latent": layer_in or trained_reader("attn_in", "kv")}                       # outputs
-    out.update({x: out[lat] or trained_reader(lat) for x, lat in (("q", "q_latent"), ("k", "kv_latent"), ("v", "kv_latent"))})
+    out.update({x: layer_in or trained_reader("attn_in", x) or trained_reader(lat)   # its projection, or the latent's
+                for x, lat in (("q", "q_latent"), ("k", "kv_latent"), ("v", "kv_latent"))})
     out["attn_out"] = out["q"] or out["k"] or out["v"]
     out["attn_proj"] = out["attn_out"] or trained_reader("attn_out")
     out["mlp_in"] = layer_in or out["attn_proj"]
