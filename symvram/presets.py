@@ -8,18 +8,25 @@
 """
 from __future__ import annotations
 
+import difflib
 import json
 import re
 import tomllib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cache
 from importlib import resources
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .errors import UserError, did_you_mean, excerpt
+from .hub import config_path, is_hub_id
 from .symbols import SYMBOLS, sym
 from .units import fmt_bytes, parse_size
+
 from .userfiles import read_user_file, unreadable
+
+if TYPE_CHECKING:
+    from .ledger.towers import Tower
 
 MAX_CONFIG_BYTES = 1 << 20  # a config.json is a few kB; refuse anything that is not one
 MAX_DIM = 10**7  # no model dimension (hidden, layers, vocab …) comes near this
@@ -33,7 +40,8 @@ class ModelSpec:
     ``params`` is set only for nominal interview presets (P taken as written); for exact presets and
     config.json files P is derived from the shape (see ``ledger.architecture``). ``options`` are the
     family's boolean switches that are on (``attention_bias``); ``extra`` the family's own dimensions
-    (an MoE model's experts and top-k).
+    (an MoE model's experts and top-k); ``tower`` the vision tower a multimodal config loads beside the
+    decoder (``ledger.towers``), whose weights the base block holds.
     """
 
     name: str
@@ -54,12 +62,16 @@ class ModelSpec:
     params: int | None = None
     published_params: int | None = None
     description: str = ""
+    tower: "Tower | None" = None
 
     @property
     def dims(self) -> dict[str, int]:
         """Values of the model symbols (the registry names)."""
         d = dict(hidden=self.hidden, intermediate=self.intermediate, layers=self.layers,
                  heads=self.heads, kv_heads=self.kv_heads, head_dim=self.head_dim, vocab=self.vocab, **dict(self.extra))
+        if self.tower is not None:
+            d.update(tower_params=self.tower.params, tower_float_buffers=self.tower.float_buffers,
+                     tower_index_buffers=self.tower.index_buffers)
         if self.params is not None:
             d["P"] = self.params
         return d
@@ -86,8 +98,12 @@ class ModelSpec:
         if "sliding_layers" in dims:  # counts of layer kinds, laid out as a list (the order costs nothing)
             cfg["layer_types"] = (["sliding_attention"] * dims["sliding_layers"]
                                   + ["full_attention"] * (self.layers - dims["sliding_layers"]))
+        if counted := fam.extra("counted_layers") if fam.kinds else None:  # a hybrid: its layers in the model's order
+            cfg["layer_types"] = [counted["kind"] if k else "full_attention" for k in fam.model_kinds(dims)]
         cfg.update({o: o in self.options for o, _ in fam.options if o != "tie_word_embeddings"})
         cfg["tie_word_embeddings"] = self.tied
+        if self.tower is not None:  # the multimodal config: the decoder's fields as its text_config
+            return {**json.loads(self.tower.config), "text_config": cfg, "tie_word_embeddings": self.tied}
         return cfg
 
 
@@ -128,7 +144,7 @@ def _lookup(name: str, table: dict[str, dict], what: str) -> tuple[str, dict]:
     raise UserError(f"unknown {what} {name!r}{did_you_mean(key, names, cutoff=0.5)}; known: {', '.join(table)}")
 
 
-LAYER_KINDS = ("full_attention", "sliding_attention")  # the attention kinds a layer_types list may name
+LAYER_KINDS = ("full_attention", "sliding_attention", "linear_attention")  # the kinds a layer_types list may name
 # a family's dims default "entries KIND of KIND/OTHER, default N": the layers a per-layer list gives KIND (N without it)
 LIST_COUNT = re.compile(r"entries (?P<kind>\w+) of \w+/(?P<other>\w+), default (?P<default>\d+)")
 
@@ -146,7 +162,7 @@ class ConfigFields:
     >>> f.layer_counts(2, None)
     Traceback (most recent call last):
     ...
-    symvram.errors.UserError: c.json: field 'layer_types' item 1 must be full_attention or sliding_attention, got ['x']
+    symvram.errors.UserError: c.json: field 'layer_types' item 1 must be one of full_attention, sliding_attention, linear_attention, got ['x']
     """
 
     def __init__(self, cfg, source: str):
@@ -237,26 +253,33 @@ class ConfigFields:
             raise self._refuse(key, "an object", value)
         return None if value is None else ConfigFields(value, f"{self.source} {key}")
 
-    def layer_counts(self, layers: int, pattern: int | None) -> tuple[int, int]:
-        """(kinds present, sliding layers) from ``layer_types``, one of LAYER_KINDS per layer; without it,
-        every ``sliding_window_pattern``-th layer (else the family's ``pattern``-th) is full attention and
-        the others slide (transformers' Gemma3TextConfig: sliding unless (i + 1) % pattern == 0).
+    def layer_counts(self, layers: int, pattern: int | None, kind: str = "sliding_attention",
+                     pattern_key: str = "sliding_window_pattern") -> tuple[int, int]:
+        """(kinds present, layers of ``kind``) from ``layer_types``, one of LAYER_KINDS per layer; without it,
+        every ``pattern_key``-th layer (else the family's ``pattern``-th) is full attention and the others are of
+        ``kind`` (transformers' Gemma3TextConfig: sliding unless (i + 1) % pattern == 0; Qwen3.5's
+        full_attention_interval the same way, configuration_qwen3_5.py:111-116).
 
         >>> ConfigFields({"sliding_window_pattern": 3}, "c.json").layer_counts(12, 6)
         (2, 8)
+        >>> ConfigFields({}, "c.json").layer_counts(24, 4, "linear_attention", "full_attention_interval")
+        (2, 18)
+        >>> ConfigFields({"layer_types": ["linear_attention"] * 3 + ["full_attention"]}, "c.json").layer_counts(
+        ...     4, 4, "linear_attention")
+        (2, 3)
         """
         kinds = self.cfg.get("layer_types")
         if kinds is None:
-            n = self.integer("sliding_window_pattern", pattern)
+            n = self.integer(pattern_key, pattern)
             full = layers // n
             return (full > 0) + (full < layers), layers - full
         if not isinstance(kinds, list) or len(kinds) != layers:
             raise self._refuse("layer_types", f"a list of one attention kind per layer ({layers})", kinds)
-        for i, kind in enumerate(kinds):
-            if not isinstance(kind, str) or kind not in LAYER_KINDS:
-                raise UserError(f"{self.source}: field 'layer_types' item {i} must be {' or '.join(LAYER_KINDS)}, "
-                                f"got {excerpt(kind)}")
-        return len(set(kinds)), kinds.count("sliding_attention")
+        for i, item in enumerate(kinds):
+            if not isinstance(item, str) or item not in LAYER_KINDS:
+                raise UserError(f"{self.source}: field 'layer_types' item {i} must be one of {', '.join(LAYER_KINDS)}, "
+                                f"got {excerpt(item)}")
+        return len(set(kinds)), kinds.count(kind)
 
     def family(self):
         """The family ``model_type`` names."""
@@ -275,6 +298,7 @@ class ConfigFields:
 def _text_model(fields: ConfigFields) -> ConfigFields:
     """A multimodal config's language model: its ``text_config`` when only that names a family (Gemma 3 4B–27B)."""
     from .ledger.architecture import families_by_model_type
+    from .ledger.towers import tied_by_default
 
     known = families_by_model_type()
     text = fields.mapping("text_config")
@@ -282,9 +306,11 @@ def _text_model(fields: ConfigFields) -> ConfigFields:
     inner = text.cfg.get("model_type") if text is not None else None
     if not isinstance(inner, str) or inner not in known or (isinstance(outer, str) and outer in known):
         return fields
-    tied = fields.cfg.get("tie_word_embeddings", text.cfg.get("tie_word_embeddings"))
-    return ConfigFields({**text.cfg, "tie_word_embeddings": tied},
-                        fields.source + " (its text_config: the language model; vision towers are not modelled)")
+    # transformers ties by the outer config (modeling_utils.py:2492): its field, else its class's default
+    outer_default = tied_by_default(outer)
+    tied = fields.cfg.get("tie_word_embeddings",
+                          text.cfg.get("tie_word_embeddings") if outer_default is None else outer_default)
+    return ConfigFields({**text.cfg, "tie_word_embeddings": tied}, fields.source + " (its text_config: the language model)")
 
 
 def spec_from_config(cfg: dict, name: str, kind: str, source: str) -> ModelSpec:
@@ -294,13 +320,17 @@ def spec_from_config(cfg: dict, name: str, kind: str, source: str) -> ModelSpec:
 
     from .ledger.architecture import expr
 
+    from .ledger.towers import read_tower
+
     f = _text_model(ConfigFields(cfg, source))
     fam = f.family()
+    tower = read_tower(cfg, source) if f.cfg is not cfg else None
     dims: dict[str, int] = {}
     for symbol, keys, default in fam.dims:
         if keys == "layer_types":  # counted from the per-layer attention kinds
-            present, sliding = f.layer_counts(dims["layers"], fam.extra("sliding_pattern"))
-            dims[symbol] = present if default == "layer types present" else sliding
+            counted = fam.extra("counted_layers", {"kind": "sliding_attention", "pattern_key": "sliding_window_pattern"})
+            present, of_kind = f.layer_counts(dims["layers"], fam.extra("sliding_pattern"), **counted)
+            dims[symbol] = present if default == "layer types present" else of_kind
             continue
         key = next((k for k in keys.split("|") if f.given(k)), keys.split("|")[0])  # "a|b": either
         if default.startswith("fraction of head_dim"):   # partial RoPE: int(d_head · factor), top level or in rope_parameters
@@ -344,7 +374,7 @@ def spec_from_config(cfg: dict, name: str, kind: str, source: str) -> ModelSpec:
         max_position=f.optional_integer("max_position_embeddings", 1 << 40),
         params=f.optional_integer("params", 10**15),
         published_params=f.optional_integer("published_params", 10**15),
-        description=f.text("description", ""),
+        description=f.text("description", ""), tower=tower,
     )
 
 
@@ -366,9 +396,65 @@ def load_config_json(path: Path) -> ModelSpec:
     return spec_from_config(cfg, name=name, kind="config", source=str(path))
 
 
+# checkpoints of one base that share its config.json: the chat / instruction-tuned releases and the "-Base" name
+VARIANT_SUFFIXES = ("-instruct", "-base", "-it", "-chat", "-hf")
+
+
+def base_name(name: str) -> str:
+    """``name`` without the release suffixes of VARIANT_SUFFIXES (a version after them is kept: v0.3 differs).
+
+    >>> base_name("llama-2-7b-chat-hf"), base_name("qwen3-8b-base"), base_name("mistral-7b-instruct-v0.3")
+    ('llama-2-7b', 'qwen3-8b', 'mistral-7b-instruct-v0.3')
+    """
+    while (cut := next((s for s in VARIANT_SUFFIXES if name.endswith(s) and len(name) > len(s)), None)):
+        name = name[:-len(cut)]
+    return name
+
+
+def preset_for_repo(repo_id: str) -> ModelSpec | None:
+    """The preset named like the repo (``meta-llama/Llama-3.1-8B`` → llama-3.1-8b) or whose description
+    names that repo (``allenai/OLMo-2-1124-7B`` → olmo-2-7b); else the preset of its base when the id is a
+    release of it (``Qwen/Qwen3-8B-Instruct``, ``google/gemma-2-9b-it`` → qwen3-8b, gemma-2-9b)."""
+    name = repo_id.split("/", 1)[1].lower()
+    for candidate in dict.fromkeys((name, base_name(name))):
+        for key, entry in model_presets().items():
+            described = (entry.get("description") or "").split(" ")[0].lower()
+            if candidate == key or candidate in entry.get("aliases", ()) or described == f"{repo_id.split('/')[0]}/{candidate}".lower():
+                how = f"preset {key}" if candidate == name else f"preset {key} (the base of {repo_id}: the same config)"
+                return spec_from_config(entry, name=key, kind=entry["kind"], source=how)
+    return None
+
+
+def close_presets(repo_id: str) -> str:
+    """The presets whose names are close to a Hub id's, as the end of a refusal."""
+    name = repo_id.split("/", 1)[1].lower()
+    table = model_presets()
+    names = list(table) + [a for e in table.values() for a in e.get("aliases", ())]
+    close = difflib.get_close_matches(name, names, n=3, cutoff=0.6)
+    close += [n for n in names if n not in close and (name.startswith(n) or n.startswith(name))][:3 - len(close)]
+    return f"; presets that match: {', '.join(close)}" if close else f"; presets: {', '.join(table)}"
+
+
+def hub_config_path(repo_id: str) -> Path:
+    """The config.json of a Hub id (``hub.config_path``); a refusal names the presets whose names are close."""
+    return config_path(repo_id, close_presets(repo_id))
+
+
+def hub_model(repo_id: str) -> ModelSpec:
+    """A ModelSpec for a Hub id, named by the id (or by the preset it matches).
+
+    >>> hub_model("meta-llama/Llama-3.1-8B").name
+    'llama-3.1-8b'
+    """
+    spec = preset_for_repo(repo_id)
+    if spec is not None:
+        return spec
+    return replace(load_config_json(hub_config_path(repo_id)), name=repo_id)
+
+
 def load_model(name_or_path: str) -> ModelSpec:
     """A preset name (``7b``, ``llama-3-8b`` …), a path to a config.json / model folder, or a Hub id
-    (``meta-llama/Llama-3.1-8B``: a preset of that name, the local cache, a download; ``readers.hub``)."""
+    (``meta-llama/Llama-3.1-8B``: a preset of that name, the local cache, a download; ``hub_model``)."""
     text = str(name_or_path)
     try:
         is_path = text.endswith(".json") or "/" in text or Path(text).is_dir()
@@ -377,10 +463,8 @@ def load_model(name_or_path: str) -> ModelSpec:
         is_path = exists = False
     if is_path:
         if not exists:
-            from .readers.hub import is_hub_id, resolve
-
             if is_hub_id(text):
-                return resolve(text)
+                return hub_model(text)
         return load_config_json(Path(text))
     return _preset(_lookup(text, model_presets(), "model preset")[0])
 

@@ -15,6 +15,7 @@ from importlib import resources
 
 from .errors import UserError, did_you_mean, excerpt
 from .ledger.architecture import Family, family
+from .ledger.objectives import objectives
 from .ledger.structure import BNB_OPTIM_BITS, Structure
 from .presets import MAX_DIM, ModelSpec, load_model
 from .stacks import STACK_EXTRAS, STACK_SETTINGS, check_stack, concrete, resolve, runs_trainer, stacks
@@ -46,6 +47,7 @@ SET_LIMITS = {"P": 10**15, "model": MAX_DIM, "bytes": 64, "quant": 1 << 20, "zer
 
 
 MODULES_TO_SAVE = ("embed_tokens", "lm_head")  # the modules PEFT's modules_to_save is modelled for
+HEAD_TARGETS = ("embed_tokens", "lm_head")     # LoRA targets outside the layers: PEFT's lora.Embedding, lora.Linear
 
 
 def parse_modules_to_save(spec: str | tuple[str, ...] | list[str]) -> tuple[str, ...]:
@@ -73,12 +75,33 @@ def _defaults() -> dict[str, int | float]:
     return {n: d.default for n, d in SYMBOLS.items() if d.default is not None}
 
 
+def _objective_defaults(kw: dict) -> dict:
+    """What a preference objective decides before the stack fills the rest: TRL's stack (its config's bf16 and
+    gradient checkpointing) unless one is given, and TRL's fused LM head, which its trainers always install.
+
+    >>> _objective_defaults({"objective": "dpo"})["loss_impl"]
+    'trl'
+    """
+    name = kw.get("objective", "sft")
+    entry = objectives().get(name)
+    if name == "sft" or entry is None:   # an unknown name is refused by _check_objective
+        return kw
+    kw = dict(kw)
+    kw.setdefault("stack", entry["stack"])
+    if kw.get("loss_impl", entry["loss_impl"]) != entry["loss_impl"]:
+        raise UserError(f"--objective {name} runs TRL's own fused LM head (--loss-impl {entry['loss_impl']}); "
+                        f"--loss-impl {kw['loss_impl']} contradicts it")
+    kw["loss_impl"] = entry["loss_impl"]
+    return kw
+
+
 def parse_targets(spec: str | tuple[str, ...] | list[str], fam: Family | None = None) -> tuple[str, ...]:
     """A family's target group (``all-linear``, ``attention``, ``qv``, ``mlp``) or a comma list of its
-    module names (``q_proj,v_proj`` or ``q,v``), in the family's module order.
+    module names (``q_proj,v_proj`` or ``q,v``), in the family's module order, then ``embed_tokens`` and
+    ``lm_head`` if named (PEFT's all-linear leaves lm_head out; ``Scenario`` keeps them as ``head_targets``).
 
-    >>> parse_targets("qv"), parse_targets("qkv,o", family("phi3"))
-    (('q_proj', 'v_proj'), ('qkv_proj', 'o_proj'))
+    >>> parse_targets("qv"), parse_targets("qkv,o", family("phi3")), parse_targets("lm_head,q")
+    (('q_proj', 'v_proj'), ('qkv_proj', 'o_proj'), ('q_proj', 'lm_head'))
     """
     fam = fam or family("llama")
     names = spec.split(",") if isinstance(spec, str) else list(spec)
@@ -87,31 +110,44 @@ def parse_targets(spec: str | tuple[str, ...] | list[str], fam: Family | None = 
         name = raw.strip()
         if not name:
             continue
+        if name in HEAD_TARGETS:
+            chosen.add(name)
+            continue
         if why := fam.extra("untargetable", {}).get(name):
             raise UserError(f"{name} of {fam.key} cannot be a LoRA target: {why}")
         if name in fam.target_sets:
             chosen.update(fam.target_sets[name])
-        elif name in fam.linear_map:
+        elif name in fam.target_map:
             chosen.add(name)
-        elif f"{name}_proj" in fam.linear_map:
+        elif f"{name}_proj" in fam.target_map:
             chosen.add(f"{name}_proj")
         elif aliases := [w for w, names in fam.extra("peft_target_modules", {}).items() if name in names]:
             chosen.update(aliases)  # PEFT's names for a fused expert weight (Mixtral w1/w3 → gate_up_proj)
         else:
             raise UserError(f"unknown LoRA target {excerpt(name)} for {fam.key}; use {', '.join(fam.target_sets)} or module "
-                            f"names ({', '.join(fam.linear_map)})")
-    if not chosen:
-        raise UserError("no LoRA target modules given")
-    return tuple(m.name for m in fam.linears + fam.moe_weights if m.name in chosen)
+                            f"names ({', '.join(fam.target_map)})")
+    if not chosen - set(HEAD_TARGETS):
+        raise UserError("no LoRA target modules given" + (f" beside {', '.join(sorted(chosen))}: LoRA on the model's "
+                        "embedding or lm_head alone is not modelled; add layer targets (e.g. all-linear,lm_head)"
+                        if chosen else ""))
+    return tuple(name for name in fam.target_map if name in chosen) + tuple(
+        n for n in HEAD_TARGETS if n in chosen)
 
 
 @cache
 def smallest_target_side(family_name: str, targets: tuple[str, ...], dims: tuple[tuple[str, int], ...]) -> int:
     """min(d_in, d_out) over the targeted matrices: the largest rank LoRA can have (computed once per shape)."""
     fam, values = family(family_name), {SYMBOLS[n].symbol: v for n, v in dims}
-    # not the E-wide router, nor a one-output gate (Qwen2-MoE's shared_expert_gate: PEFT adapts it at any rank)
-    linear = [t for t in targets if fam.linear(t) in fam.linears and fam.linear(t).d_out != 1] or targets
-    return min(int(side.xreplace(values)) for t in linear for side in (fam.linear(t).d_in, fam.linear(t).d_out))
+    # not the E-wide router, nor a gate of one output or one per head (Qwen2-MoE's shared_expert_gate, a Gated
+    # DeltaNet's in_proj_b and in_proj_a: PEFT adapts them at any rank)
+    weights = fam.target_map
+
+    def gate(m) -> bool:
+        return m.d_out == 1 or (m.d_out.is_Symbol and SYMBOLS[m.d_out.name].unit == "heads")
+
+    linear = [t for t in targets if not weights[t].count.free_symbols and weights[t] not in fam.moe_weights
+              and not gate(weights[t])] or targets
+    return min(int(side.xreplace(values)) for t in linear for side in (weights[t].d_in, weights[t].d_out))
 
 
 def _choice(value: str, allowed: tuple[str, ...], what: str) -> str:
@@ -154,7 +190,8 @@ class Scenario:
     stack: str = "interview"        # create() picks the model's default stack (hf for real models)
     method: str = "full"
     rank: int = 64
-    targets: tuple[str, ...] = ()   # resolved by create: the family's all-linear unless given
+    targets: tuple[str, ...] = ()   # resolved by create: the family's all-linear unless given (the layers' modules)
+    head_targets: tuple[str, ...] = ()  # LoRA on embed_tokens / lm_head too (given in targets; create splits them off)
     dtype: str = "bf16"
     master: str = "none"
     state_dtype: str = "fp32"
@@ -180,6 +217,11 @@ class Scenario:
     modules_to_save: tuple[str, ...] = ()  # PEFT LoraConfig(modules_to_save=...): embed_tokens, lm_head
     kbit_prep: str = "none"         # QLoRA: peft's prepare_model_for_kbit_training (fp32 non-quantized weights)
     mp_policy: str = "none"         # FSDP2 MixedPrecisionPolicy(param_dtype=this, reduce_dtype=fp32) on fp32 storage
+    optimizer_in_backward: bool = False  # one optimizer per parameter, stepped by its post-accumulate-grad hook
+    checkpoint_every: int = 1       # checkpointing of layers 0, k, 2k … only (transformers' every_n_layers = k)
+    objective: str = "sft"          # sft | dpo (data/objectives.toml)
+    prompt: int = 0                 # DPO: prompt tokens per sequence (not scored by TRL's fused LM head)
+    precompute_ref: bool = False    # DPO: DPOConfig(precompute_ref_log_probs=True): no reference during training
     overrides: tuple[tuple[str, float], ...] = field(default=())
     versions: tuple[tuple[str, str], ...] = ()   # --versions: library versions asked for (symvram.versions)
     # the settings given (not filled by the stack): with_changes keeps them and lets the stack fill the rest again
@@ -196,7 +238,12 @@ class Scenario:
             raise UserError(f"unknown scenario setting {', '.join(unknown)}; settings are "
                             f"{', '.join(k for k in cls.__dataclass_fields__ if k not in ('model', 'given'))}")
         fam = family(spec.family)
-        kw["targets"] = parse_targets(kw.get("targets", "all-linear"), fam)
+        targets = parse_targets(kw.get("targets", "all-linear"), fam)
+        heads = set(targets) | set(kw.get("head_targets", ()))
+        if unknown := sorted(heads - set(targets) - set(HEAD_TARGETS)):
+            raise UserError(f"head_targets: {', '.join(unknown)} unknown; use {' or '.join(HEAD_TARGETS)}")
+        kw["targets"] = tuple(t for t in targets if t not in HEAD_TARGETS)
+        kw["head_targets"] = tuple(t for t in HEAD_TARGETS if t in heads)
         kw["modules_to_save"] = parse_modules_to_save(kw.get("modules_to_save", ()))
         kw.setdefault("attention", fam.default_attention)
         if "versions" in kw:
@@ -207,8 +254,11 @@ class Scenario:
                 value = _set_value(name, overrides.pop(name))
                 kw[name] = int(value) if isinstance(value, float) and value.is_integer() else value
             kw["overrides"] = tuple(sorted(overrides.items()))
+        if isinstance(kw.get("checkpoint_every"), int) and kw["checkpoint_every"] > 1:
+            kw.setdefault("grad_checkpointing", True)   # every_n_layers is a setting of checkpointing
         state_given = kw.get("state_dtype")
-        given = frozenset(kw) - {"targets"}
+        given = frozenset(kw) - {"targets", "head_targets"}
+        kw = _objective_defaults(kw)
         kw = resolve(spec, kw)
         kw = concrete(kw, kw.get("method", "full") in ("lora", "qlora"))
         if (bnb_states := BNB_STATE_DTYPES.get(kw.get("optimizer"))) is not None:
@@ -220,6 +270,14 @@ class Scenario:
         sc = cls(model=spec, **kw, given=given)
         sc._check()
         return sc
+
+    @property
+    def reference(self) -> str:
+        """Where a preference objective's reference log-probs come from: ``copy`` (a second model, full
+        fine-tuning), ``adapters`` (the PEFT policy with its adapters disabled), ``precomputed``, or ``none`` (SFT)."""
+        if self.objective == "sft":
+            return "none"
+        return "precomputed" if self.precompute_ref else ("adapters" if self.lora else "copy")
 
     def with_changes(self, **kw) -> "Scenario":
         """A copy with some inputs changed, checked again."""
@@ -286,14 +344,15 @@ class Scenario:
         _positive_int(self.tp, "--tp", 1024)
         if isinstance(self.zero, bool) or self.zero not in (0, 1, 2, 3):
             raise UserError(f"--zero must be 0, 1, 2 or 3; got {excerpt(self.zero)}")
-        for flag in ("grad_checkpointing", "double_quant", "sequence_parallel", "dora"):
+        for flag in ("grad_checkpointing", "double_quant", "sequence_parallel", "dora", "optimizer_in_backward"):
             if not isinstance(getattr(self, flag), bool):  # "false" is a non-empty string: it would switch it on
                 raise UserError(f"{flag} must be True or False; got {excerpt(getattr(self, flag))}")
+        self._check_objective()
         self._check_overrides()  # first: the checks below compute with the --set values
         self._check_parallel()
         if not (isinstance(self.lora_dropout, (int, float)) and 0 <= self.lora_dropout < 1):
             raise UserError(f"--lora-dropout must be in [0, 1); got {excerpt(self.lora_dropout)}")
-        experts = [t for t in self.targets if family(self.model.family).linear(t).count != 1] if self.lora else []
+        experts = [t for t in self.targets if family(self.model.family).target_map[t].count != 1] if self.lora else []
         if experts and self.lora_dropout:
             raise UserError(f"LoRA on the fused experts ({', '.join(experts)}) goes through PEFT's target_parameters, "
                             "which needs --lora-dropout 0")
@@ -313,6 +372,13 @@ class Scenario:
         if self.modules_to_save and not self.lora:
             raise UserError("--modules-to-save trains full copies of modules beside LoRA adapters: use --method lora "
                             "(or qlora); full fine-tuning trains them anyway")
+        if self.lora and self.head_targets:
+            self._check_head_targets()
+        if self.optimizer_in_backward:
+            self._check_in_backward()
+        _positive_int(self.checkpoint_every, "--selective-checkpointing every:K", 1 << 20)
+        if self.checkpoint_every > 1:
+            self._check_every_n_layers()
         if self.dora and not self.lora:
             raise UserError("--dora is a LoRA variant: use --method lora (or qlora)")
         if self.dora and any(family(self.model.family).linear(t).count != 1 for t in self.targets):
@@ -338,6 +404,75 @@ class Scenario:
             if self.rank > smallest:
                 raise UserError(f"--rank {self.rank} is larger than min(d, k) = {smallest} of the targeted matrices; "
                                 "a LoRA update of that rank is no longer low-rank")
+
+    def _check_head_targets(self) -> None:
+        """LoRA on lm_head needs transformers' own loss: TRL's SFTTrainer refuses it (trl 1.16
+        trainer/sft_trainer.py:1066: its fused LM head multiplies by ``lm_head.weight``), and the other fused losses
+        read ``lm_head.weight`` too, which would leave the adapter out of the loss."""
+        if self.objective != "sft":
+            raise UserError(f"LoRA on {', '.join(self.head_targets)} with --objective {self.objective} is not modelled")
+        both = sorted(set(self.head_targets) & set(self.modules_to_save))
+        if both:
+            raise UserError(f"{', '.join(both)}: a LoRA target and in --modules-to-save at once; PEFT adapts a "
+                            "module or trains a copy of it, not both")
+        if "lm_head" in self.head_targets and self.loss_impl != "torch":
+            raise UserError(f"LoRA on lm_head with --loss-impl {self.loss_impl}: the fused loss multiplies by "
+                            "lm_head.weight and would leave the adapter out (TRL's SFTTrainer refuses it, "
+                            "sft_trainer.py:1066); outside TRL use --loss-impl torch")
+        if self.zero == 3 and stacks()[self.stack].get("zero_impl", "fsdp2") == "fsdp2":
+            raise UserError(f"LoRA on {', '.join(self.head_targets)} under FSDP2 is not modelled (the root unit's "
+                            "adapters, their unsharded gradients and reduce-scatter); use --zero 1 or 2, or DeepSpeed")
+        if self.dora:
+            raise UserError(f"--dora on {', '.join(self.head_targets)} is not modelled (DoRA is modelled on the "
+                            "layers' linear targets)")
+
+    def _check_every_n_layers(self) -> None:
+        """Checkpointing every k-th layer (transformers' every_n_layers) is modelled for one GPU's plain layers."""
+        fam = family(self.model.family)
+        why = ("it needs gradient checkpointing on" if not self.grad_checkpointing else
+               "--checkpoint-impl reentrant" if self.checkpoint_impl == "reentrant" else
+               "k-bit preparation (it checkpoints every layer itself)" if self.kbit_prepared else
+               "--dora" if self.dora else "--zero 3" if self.zero == 3 else
+               f"{fam.key}'s layers of several kinds" if fam.kinds else
+               f"{fam.key}'s sliding-window layers" if fam.dim("window", 0) != 0 else
+               f"--objective {self.objective}" if self.objective != "sft" else None)
+        if why:
+            raise UserError(f"--selective-checkpointing every:{self.checkpoint_every} with {why} is not modelled")
+
+    def _check_in_backward(self) -> None:
+        """Optimizer in backward is modelled for torch's own optimizers on one GPU, one gradient at a time."""
+        why = None
+        if self.optimizer not in ("adamw", "sgd", "sgd-momentum"):
+            why = f"--optimizer {self.optimizer}"
+        elif self.zero or self.gpus > 1 or self.tp > 1:
+            why = "several GPUs (a gradient is reduced before its step)"
+        elif self.master != "none":
+            why = "an fp32 master copy"
+        elif self.method == "full" and self.model.tied:
+            why = "tied embeddings (lm_head's gradient waits in autograd's buffer for the embedding's)"
+        elif self.modules_to_save or self.head_targets:
+            why = "trainable head modules (modules_to_save, LoRA on lm_head / embed_tokens)"
+        elif self.objective != "sft":
+            why = f"--objective {self.objective}"
+        if why:
+            raise UserError(f"--optimizer-in-backward with {why} is not modelled; it is modelled for torch's AdamW and "
+                            "SGD on one GPU (torch's register_post_accumulate_grad_hook recipe, torchtune's "
+                            "optimizer_in_bwd)")
+
+    def _check_objective(self) -> None:
+        """A known objective; DPO's prompt inside the sequence, its reference settings only with it."""
+        _choice(self.objective, tuple(objectives()), "--objective")
+        if not isinstance(self.precompute_ref, bool):
+            raise UserError(f"precompute_ref must be True or False; got {excerpt(self.precompute_ref)}")
+        if self.objective == "sft" and (self.prompt or self.precompute_ref):
+            raise UserError("--prompt and --precompute-ref describe a preference objective's batch and reference: "
+                            "use --objective dpo or kto")
+        if isinstance(self.prompt, bool) or not isinstance(self.prompt, int) or not 0 <= self.prompt < self.seq:
+            raise UserError(f"--prompt must be a whole number of tokens from 0 to seq - 1 = {self.seq - 1} (the "
+                            f"completion needs at least one); got {excerpt(self.prompt)}")
+        if self.objective != "sft" and family(self.model.family).moe:
+            raise UserError(f"--objective {self.objective} on a mixture-of-experts model is not modelled: the "
+                            "reference forward's working set is derived for dense MLPs")
 
     def _check_overrides(self) -> None:
         """``--set`` names a registered leaf symbol and a positive, finite, plausible number."""
@@ -373,9 +508,10 @@ class Scenario:
     def structure(self) -> Structure:
         """The discrete choices of the ledger (built once per Scenario: the Scenario is frozen)."""
         return Structure(
-            method=self.method, nominal=self.model.params is not None, family=self.model.family,
-            first_kind=family(self.model.family).first_kind(self.model.dims),
+            method=self.method, params_given=self.model.params is not None, family=self.model.family,
+            first_kind=self._layer_zero[1], lead_kinds=self._layer_zero[0],
             tied=self.model.tied, options=self.model.options, targets=self.targets if self.lora else (),
+            head_targets=self.head_targets if self.lora else (),
             master=self.master == "fp32", optimizer=self.optimizer, optimizer_impl=self.optimizer_impl,
             embed_states_fp32=self.optimizer in BNB_OPTIMIZERS and runs_trainer(self.stack)
             and (not self.lora or "embed_tokens" in self.modules_to_save),
@@ -384,23 +520,50 @@ class Scenario:
             adapter_upcast=self.lora and self.mp_policy == "none"
             and self.adapter_dtype != (self.autocast if self.autocast != "none" else self.compute_dtype),
             autocast=self.autocast != "none", weight_casts=self.autocast != "none" and self.dtype == "fp32",
-            dropout=self.lora and self.lora_dropout > 0, device=self.device,
+            dropout=self.lora and self.lora_dropout > 0 and not objectives()[self.objective].get("disable_dropout"),
+            device=self.device, objective=self.objective, reference=self.reference,
             attention=self.attention, grad_checkpointing=self.grad_checkpointing,
-            double_quant=self.double_quant, kbit_prep=self.kbit_prepared,
+            double_quant=self.double_quant, kbit_prepared=self.kbit_prepared,
             loss_impl=self.loss_impl, dora=self.lora and self.dora, modules_to_save=self.modules_to_save, zero=self.zero, offload=self.offload,
             sequence_parallel=self.sequence_parallel, tensor_parallel=self.tp > 1,
-            mp_policy=self.mp_policy != "none", zero_impl=stacks()[self.stack].get("zero_impl", "fsdp2"),
+            fsdp_mixed_precision=self.mp_policy != "none", zero_impl=stacks()[self.stack].get("zero_impl", "fsdp2"),
             bnb_input_saved=self.method == "qlora" and applies("bnb_input_saved", self.versions),
+            optimizer_in_backward=self.optimizer_in_backward,
+            checkpoint_every=self.checkpoint_every if self.grad_checkpointing else 1,
+            shift_logits_copy=self.loss_impl == "torch" and applies("hf_shift_logits_copy", self.versions),
+            forward_logits_upcast=self.loss_impl == "torch" and applies("hf_forward_logits_upcast", self.versions),
+            tower=self.model.tower, tower_lora=self.tower_lora_width > 0,
         )
+
+    @cached_property
+    def _layer_zero(self) -> tuple[tuple[str, ...], str]:
+        """(the kinds of the layers before the first whose input needs a gradient, that layer's kind): under LoRA
+        with a frozen embedding and no checkpointing, the first layer holding a target (``Family.leading_kinds``),
+        else layer 0."""
+        fam = family(self.model.family)
+        if not self.lora or self.grad_checkpointing or "embed_tokens" in self.modules_to_save or not fam.kinds:
+            return (), fam.first_kind(self.model.dims)
+        return fam.leading_kinds(self.model.dims, self.targets)
+
+    @cached_property
+    def tower_lora_width(self) -> int:
+        """Σ copies·(d_in + d_out) of the vision tower's linears LoRA adapts: the targets PEFT matches by name, or
+        every linear when the targets are the family's all-linear (PEFT's all-linear takes every nn.Linear)."""
+        if not self.lora or self.model.tower is None:
+            return 0
+        all_linear = self.targets == family(self.model.family).target_sets["all-linear"]
+        return self.model.tower.lora_width(self.targets, all_linear)
 
     def values(self) -> dict[str, int | float]:
         """Numbers for every leaf symbol: registry defaults, model dims, run settings, dtypes, overrides."""
         sizes = recipes()["dtypes"]
         vals = dict(_defaults())
         vals.update(self.model.dims)
+        if self.model.tower is not None:
+            vals["tower_lora_width"] = self.tower_lora_width
         trainable_dtype = self.adapter_dtype if self.lora else self.dtype
         vals.update(
-            batch=self.batch, seq=self.seq, rank=self.rank, gpus=self.gpus, tp=self.tp,
+            batch=self.batch, seq=self.seq, rank=self.rank, gpus=self.gpus, tp=self.tp, prompt=self.prompt,
             bytes_weight=sizes[self.dtype], bytes_act=sizes[self.compute_dtype],
             bytes_grad=sizes[trainable_dtype], bytes_adapter=sizes[self.adapter_dtype],
             bytes_state=sizes[self.state_dtype], bytes_autocast=sizes[self.autocast] if self.autocast != "none" else 2,
@@ -413,6 +576,7 @@ class Scenario:
         """Every resolved setting (defaults included), JSON-ready."""
         out = {k: getattr(self, k) for k in self.__dataclass_fields__ if k not in ("model", "overrides", "given")}
         out["targets"] = list(self.targets) if self.lora else []
+        out["head_targets"] = list(self.head_targets) if self.lora else []
         out["modules_to_save"] = list(self.modules_to_save)
         out["model"] = self.model.name
         out["model_kind"] = self.model.kind

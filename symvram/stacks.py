@@ -20,7 +20,7 @@ from functools import cache
 from importlib import resources
 
 from .errors import UserError
-from .versions import header
+from .versions import applies, header
 
 # the settings a stack decides (in the order the header names them)
 STACK_SETTINGS = ("adapter_dtype", "autocast", "optimizer", "optimizer_impl", "state_dtype", "checkpoint_impl",
@@ -73,9 +73,13 @@ def resolve(model, kw: dict) -> dict:
         for key in ("grad_checkpointing", "checkpoint_impl"):  # what prepare_model_for_kbit_training turns on
             if kw.get(key) is None and f"kbit_{key}" in entry:
                 kw[key] = entry[f"kbit_{key}"]
+    adapter_given = kw.get("adapter_dtype") is not None
     for key in STACK_SETTINGS:
         if kw.get(key) is None:
             kw[key] = entry[key]
+    if not adapter_given and kw["adapter_dtype"] == "fp32" and kw.get("method") == "lora" \
+            and applies("peft_adapters_follow_base", kw.get("versions", ())):
+        kw["adapter_dtype"] = "weights"   # PEFT's default before 0.12: the base weight's dtype (symvram.versions)
     policy_given, master_given = kw.get("mp_policy") is not None, kw.get("master") is not None
     for key in STACK_EXTRAS:
         if kw.get(key) is None and key in entry:
@@ -111,6 +115,12 @@ IMPL_WORDS = {"foreach": "torch foreach", "fused": "torch fused", "forloop": "to
 def summary(sc) -> str:
     """One line naming the stack and what it implies for this scenario (every header prints it)."""
     parts = []
+    if sc.objective != "sft":
+        from .ledger.objectives import objectives
+        reference = {"copy": "a second copy of the weights", "adapters": "the policy with its adapters disabled",
+                     "precomputed": "precomputed log-probs, no reference model"}[sc.reference]
+        parts.append(f"objective {sc.objective} ({objectives()[sc.objective]['title']}; reference: {reference}; "
+                     "the time ledger counts the SFT step, not the reference forward)")
     if sc.lora:
         parts.append(f"adapters {sc.adapter_dtype}")
     parts.append(f"autocast {sc.autocast}" if sc.autocast != "none" else "no autocast")
@@ -129,7 +139,13 @@ def summary(sc) -> str:
     parts.append(states)
     if sc.master == "fp32":
         parts.append("fp32 master")
-    parts.append(f"checkpointing {sc.checkpoint_impl}" if sc.grad_checkpointing else "no checkpointing")
+    parts.append(f"checkpointing {sc.checkpoint_impl}" + (f" of layers 0, {sc.checkpoint_every}, {2 * sc.checkpoint_every} …"
+                                                           if sc.checkpoint_every > 1 else "")
+                 if sc.grad_checkpointing else "no checkpointing")
+    if any(k.extra("gated_deltanet") for _, k in sc.structure.arch.layer_kinds):
+        parts.append("Gated DeltaNet on transformers' torch path (torch_chunk_gated_delta_rule, run when "
+                     "flash-linear-attention is not installed; the fla kernels' saved tensors are not modelled"
+                     + "; under checkpointing its backward's temporaries are not either" * sc.grad_checkpointing + ")")
     parts.append(f"loss {sc.loss_impl}")
     if sc.method == "qlora" and sc.kbit_prep == "peft":
         parts.append("prepare_model_for_kbit_training")

@@ -30,6 +30,26 @@ MECHANISMS = {
                         "from 0.43.3 it keeps (None, B)",
                         "bitsandbytes autograd/_functions.py MatMul4Bit.forward (0.43.2: ctx.tensors = (A, B); "
                         "0.50.2 lines 357-360: (None, B))"),
+    "hf_shift_logits_copy": ("transformers", "4.49.0",
+                             "the causal-LM loss shifts the logits, not the labels: "
+                             "shift_logits = logits[..., :-1, :].contiguous(), an fp32 copy of b·(s − 1)·V; "
+                             "from 4.49.0 the labels are padded and shifted instead",
+                             "transformers 4.44.2 models/llama/modeling_llama.py:1214, 4.45.0 :1221, 4.48.0 "
+                             "loss/loss_utils.py:39 ForCausalLMLoss; 4.49.0 loss/loss_utils.py:39 "
+                             "nn.functional.pad(labels, (0, 1))"),
+    "hf_forward_logits_upcast": ("transformers", "4.45.0",
+                                 "LlamaForCausalLM.forward upcasts the logits to fp32 whatever the labels "
+                                 "(logits = logits.float()), so the outputs hold fp32 logits and the 16-bit ones "
+                                 "are freed; from 4.45.0 only the loss upcasts, beside the 16-bit logits",
+                                 "transformers 4.44.2 models/llama/modeling_llama.py:1209; 4.45.0 :1219 (under "
+                                 "`if labels is not None`)"),
+    "peft_adapters_follow_base": ("peft", "0.12.0",
+                                  "LoRA's adapters take the base weight's floating dtype (a 16-bit base: 16-bit "
+                                  "adapters; a 4-bit base is not floating, so QLoRA's stay fp32); from 0.12.0 "
+                                  "get_peft_model(autocast_adapter_dtype=True) upcasts 16-bit adapters to fp32",
+                                  "peft 0.11.1 tuners/lora/layer.py:128-129 (self.to(weight.device, "
+                                  "dtype=weight.dtype)); 0.12.0 tuners/tuners_utils.py:316-357 _cast_adapter_dtype, "
+                                  "peft_model.py:137"),
 }
 
 

@@ -9,7 +9,8 @@ from dataclasses import fields
 
 import pytest
 
-from symvram.ledger.activations import ACTIVATION_FIELDS, saved_terms, transient_terms
+from symvram.ledger.activations import ACTIVATION_FIELDS
+from symvram.ledger.build import _activation_terms
 from symvram.ledger.comm import COMM_FIELDS, _build_comm
 from symvram.ledger.flops import FLOPS_FIELDS, _build_flops
 from symvram.ledger.sharding import FSDP_FIELDS, fsdp_terms
@@ -17,18 +18,19 @@ from symvram.ledger.structure import Structure
 
 FIELD_NAMES = frozenset(f.name for f in fields(Structure))
 BUILDERS = {
-    "ACTIVATION_FIELDS": (ACTIVATION_FIELDS, lambda k: (saved_terms(k), transient_terms(k))),
+    "ACTIVATION_FIELDS": (ACTIVATION_FIELDS, _activation_terms.__wrapped__),
     "FSDP_FIELDS": (FSDP_FIELDS, fsdp_terms),
     "FLOPS_FIELDS": (FLOPS_FIELDS, _build_flops.__wrapped__),
     "COMM_FIELDS": (COMM_FIELDS, _build_comm.__wrapped__),
 }
 BASES = [
-    Structure(), Structure(method="full", tied=True, master=True, zero=3, offload="optimizer", mp_policy=True),
+    Structure(), Structure(method="full", tied=True, master=True, zero=3, offload="optimizer", fsdp_mixed_precision=True),
     Structure(method="lora", targets=("q_proj", "v_proj", "down_proj"), dora=True, dropout=True, zero=3),
-    Structure(method="qlora", targets=("q_proj",), kbit_prep=True, autocast=True, adapter_upcast=True, zero=3,
+    Structure(method="qlora", targets=("q_proj",), kbit_prepared=True, autocast=True, adapter_upcast=True, zero=3,
               grad_checkpointing=True, tensor_parallel=True, sequence_parallel=True),
     Structure(method="lora", family="mixtral", targets=("q_proj", "gate_up_proj", "down_proj"), modules_to_save=("lm_head",),
               loss_impl="trl", attention="eager", weight_casts=True, autocast=True, device="cpu", zero=2),
+    Structure(method="full", objective="dpo", reference="copy", loss_impl="trl", grad_checkpointing=True),
     Structure(method="lora", family="gemma3_text", targets=("q_proj",), loss_impl="liger", compute_fp32=True,
               modules_to_save=("embed_tokens",), zero=3, offload="optimizer+params", double_quant=False),
 ]

@@ -117,7 +117,7 @@ def test_parallel_layouts_share_the_single_gpu_terms():
     """build_ledger shards the single-GPU terms built once per structure without its parallel fields: the same
     ledger as building every term from the whole structure."""
     from symvram.ledger.build import _moments
-    from symvram.ledger.sharding import gpu_moments, shard_terms
+    from symvram.ledger.sharding import shard_terms
     from symvram.ledger.weights import base_terms, optimizer_temp_terms, trainable_terms
     from symvram.ledger.activations import saved_terms, transient_terms
 
@@ -127,4 +127,4 @@ def test_parallel_layouts_share_the_single_gpu_terms():
                             + optimizer_temp_terms(s), s)
         by_key = {t.key: t for t in terms}
         led = build_ledger(s)
-        assert led.terms == tuple(terms) and led.moments == gpu_moments(_moments(by_key, s), by_key, s), s
+        assert led.terms == tuple(terms) and led.moments == _moments(by_key, s), s

@@ -9,12 +9,12 @@ import pytest
 from symvram.cli import main
 from symvram.errors import UserError
 from symvram.evaluate import evaluate
-from symvram.presets import load_model
-from symvram.readers import hub
+from symvram import hub
+from symvram.presets import hub_model, load_model
 from symvram.scenario import Scenario
 
 UNREACHABLE = hub.unreachable
-resolve = hub.resolve
+resolve = hub_model
 
 CONFIG = {"model_type": "llama", "hidden_size": 2048, "intermediate_size": 5632, "num_hidden_layers": 22,
           "num_attention_heads": 32, "num_key_value_heads": 4, "vocab_size": 32000, "max_position_embeddings": 2048,

@@ -296,6 +296,13 @@ def test_the_reader_names_what_it_does_not_model(tmp_path):
         assert fragment in named
 
 
+def test_the_reader_finds_lora_on_the_head_modules():
+    """PEFT's lora.Embedding keeps its adapters in lora_embedding_A/B (its lora_A is empty): both head targets read."""
+    model = tiny(target_modules=["q_proj", "v_proj", "lm_head", "embed_tokens"])
+    sc = from_training(model).scenario
+    assert (sc.targets, sc.head_targets) == (("q_proj", "v_proj"), ("embed_tokens", "lm_head"))
+
+
 @pytest.mark.parametrize("make, kind", [
     (lambda bnb, ps: bnb.optim.PagedAdamW32bit(ps), "paged-adamw"),
     (lambda bnb, ps: bnb.optim.AdamW(ps, optim_bits=32, is_paged=True), "paged-adamw"),   # the Trainer's paged_adamw_32bit

@@ -179,3 +179,24 @@ def test_offload_host_memory_leaves_out_the_foreach_buffer():
     host = r.rows[0].host_total
     n = r.rows[0].at.scenario.gpus
     assert 0 <= host - 70e9 * (2 + 8) <= n * (4 * STEPS_70B + 8)   # + each rank's fp32 step counters (and rounding)
+
+
+def test_plan_with_an_allocator_replays_each_rank_on_the_card():
+    """With --allocator a count fits only once one rank's schedule replays on the card: by a scan over N, the
+    fewest N whose tensors fit the budget and whose replay fits (70B LoRA under ZeRO-3 on A100s: 77.6 GiB of
+    tensors per GPU at 8 fit the budget, but the allocator's segments do not; 9 do)."""
+    from symvram.analysis.plan import _on, plan
+    from symvram.card_memory import fits_on_card
+    from symvram.evaluate import evaluate
+    from symvram.presets import load_card
+    from symvram.scenario import Scenario
+
+    card = load_card("a100-80g")
+    sc = Scenario.create("70b")
+    plain = plan(sc, card, methods=("lora",), strategies=("zero3",), step_times=False).rows[0]
+    replayed = plan(sc, card, methods=("lora",), strategies=("zero3",), step_times=False, allocator="default")
+    row = replayed.rows[0]
+    base = row.at.scenario
+    scan = next(n for n in range(1, 65) if evaluate(_on(base, n)).peak <= replayed.budget
+                and fits_on_card(_on(base, n), card, "default"))
+    assert (plain.gpus, row.gpus, scan) == (8, 9, 9)

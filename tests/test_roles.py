@@ -44,21 +44,40 @@ def test_every_term_has_a_role(s):
     for term in led.terms:
         assert isinstance(term.role, Role) and isinstance(term.place, Place), term.key
         assert ROLES[term.role].unit == "B" and term.info.triage in PARTS, term.key
-        assert all(isinstance(p, Phase) for p in term.lifetime), term.key
+        assert all(isinstance(p, Phase) for p in term.phases), term.key
         assert category(term) in (*CATEGORIES, None), term.key
     assert all(ROLES[t.role].unit == "FLOP" for t in build_flops(s).terms)
     assert all(ROLES[t.role].unit == "B" for t in build_comm(s).terms)
 
 
 def test_moments_are_the_terms_alive_in_their_phase():
-    """Every single-GPU moment holds exactly the device terms alive in its phase (and only moments of MOMENTS)."""
-    phases = {spec.key: spec.phase for spec in MOMENTS}
+    """Every moment, on one GPU or under any layout, holds exactly the device terms alive in its phase (a layer end:
+    of the layer ends, its own), and only moments of MOMENTS."""
+    specs = {spec.key: spec for spec in MOMENTS}
     for s in STRUCTURES:
-        if s.zero or s.tensor_parallel:
-            continue
         led = build_ledger(s)
         for m in led.moments:
-            assert set(m.terms) == {t.key for t in led.terms if t.alive(phases[m.key])}, (s, m.key)
+            assert set(m.terms) == {t.key for t in led.terms if specs[m.key].holds(t)}, (s, m.key)
+
+
+def test_fsdp2_moments_by_hand():
+    """FSDP2's ZeRO-3 moments, written out: the first layer's all-gather and four layer ends appear, the layer ends
+    count no saved activation, no gradient and no recomputed layer (their layer-end term holds them), and the end of
+    backward is the root's reduce-scatter, not the single GPU's embedding gradient."""
+    led = build_ledger(Structure(method="full", zero=3, grad_checkpointing=True))
+    keys = [m.key for m in led.moments]
+    assert keys[0] == "first_layer_forward"
+    assert keys[keys.index("first_layer_backward") - 4:keys.index("first_layer_backward")] == [
+        "last_layer_end", "next_layer_end", "second_layer_end", "first_layer_end"]
+    moment = {m.key: set(m.terms) for m in led.moments}
+    roles = {t.key: t.role for t in led.terms}
+    for which in ("last", "next", "second", "first"):
+        assert {roles[k] for k in moment[f"{which}_layer_end"]}.isdisjoint(
+            {Role.SAVED_ACTIVATION, Role.GRADIENT, Role.GRADIENTS_SO_FAR, Role.RECOMPUTED_ACTIVATION})
+        assert [k for k in moment[f"{which}_layer_end"] if roles[k] is Role.LAYER_END] == [f"{which}_layer_end"]
+    assert "backward_tail" in build_ledger(Structure(method="full", grad_checkpointing=True)).moments[-2].terms
+    assert moment["backward_end"] - {k for k in moment["optimizer_step"]} == {"root_reduce"}
+    assert "grads_before_first_layer" not in moment["first_layer_backward"] and "first_layer_end" in moment["first_layer_backward"]
 
 
 def test_the_table_by_hand():
@@ -91,7 +110,7 @@ def test_final_norm_backward_peak_is_measured():
     pytest.importorskip("peft")
     from test_families import tiny_config
     from symvram.evaluate import evaluate
-    from symvram.readers.hub import spec_from_config
+    from symvram.presets import spec_from_config
     from symvram.scenario import Scenario
     from symvram.validate.measure import measure
     from symvram.validate.spec import from_scenario

@@ -83,7 +83,7 @@ def test_fsdp2_layer_ends_by_hand():
     assert t["first_layer_end"] == (layers - 1) * g + rs
     e = estimate("7b", method="full", zero=3, gpus=n)
     shared = sum(t[k] for k in ("weights", "optimizer_states", "act_rope", "act_tokens", "gathered_root",
-                                "gathered_layer", "layer_grads_unsharded", "norm_backward_temp", "layer_end_temp",
+                                "gathered_layer", "layer_grads_unsharded", "input_norm_backward_temp", "layer_end_temp",
                                 "root_grads_unsharded"))
     for which in ("last", "next", "second", "first"):
         assert e.moments[f"{which}_layer_end"] == shared + t[f"{which}_layer_end"]

@@ -3,7 +3,8 @@
 The per-GPU peak is the ledger's Max over moments with N (``gpus``) left free; every term is a
 constant or a constant over N, so it is non-increasing in N and the smallest N that fits is found
 in closed form (each moment is A + B/N: two exact estimates give A and B), then re-estimated exactly
-with ``evaluate``.
+with ``evaluate``; with an allocator asked for, N grows until one rank's allocation schedule replays on the
+card (symvram.card_memory.fits_on_card).
 Strategies are listed in order of communication cost (cheapest first):
 
 ===========================  ============================================================
@@ -28,7 +29,7 @@ import dataclasses
 import math
 from dataclasses import dataclass
 
-from ..card_memory import device_block
+from ..card_memory import allocator_from_env, device_block, fits_on_card
 from ..errors import UserError
 from ..evaluate import Breakdown, evaluate
 from ..presets import GPUSpec, gpu_presets
@@ -144,6 +145,7 @@ class PlanResult:
     max_gpus: int
     rows: tuple[PlanRow, ...]
     interconnect: str | None = None   # --interconnect: the link step times and TP eligibility assume
+    allocator: str | None = None      # --allocator: each count also replayed through that caching allocator
 
     @property
     def budget(self) -> int:
@@ -240,9 +242,11 @@ def _params_gpus(sc: Scenario, ends, budget: int, top: int) -> int | None:
     return n if _params(evaluate(_on(sc, n))) <= budget else None
 
 
-def fewest_gpus(sc: Scenario, budget: int, top: int, ends=None) -> tuple[int | None, Breakdown]:
-    """Fewest data-parallel GPUs N ≤ top whose exact per-GPU peak fits ``budget``; the estimate there
-    (or at ``top`` when none fits)."""
+def fewest_gpus(sc: Scenario, budget: int, top: int, ends=None, card: GPUSpec | None = None,
+                margin: int = 0, allocator: str | None = None) -> tuple[int | None, Breakdown]:
+    """Fewest data-parallel GPUs N ≤ top whose exact per-GPU peak fits ``budget`` and, on ``card``, whose
+    rank's allocation schedule replays two steps in the card's memory (symvram.card_memory.fits_on_card: the
+    caching allocator's segments, modelled, not measured); the estimate there (or at ``top`` when none fits)."""
     b1, b2 = ends or _ends(sc)
     forms = _closed_form([(b1.moments[k], b2.moments[k]) for k in b1.moments])
     n = _first_fit(forms, budget, top)
@@ -262,7 +266,14 @@ def fewest_gpus(sc: Scenario, budget: int, top: int, ends=None) -> tuple[int | N
     if at.peak <= budget and _near(forms, n - 1, budget):
         while n > 1 and (below := at_n(n - 1)).peak <= budget:
             n, at = n - 1, below
-    return (n, at) if at.peak <= budget else (None, at)
+    if at.peak > budget:
+        return None, at
+    while card is not None and not fits_on_card(at.scenario, card, allocator, margin):
+        if n == top:
+            return None, at
+        n += 1
+        at = at_n(n)
+    return n, at
 
 
 def tp_degrees(sc: Scenario) -> list[int]:
@@ -273,7 +284,8 @@ def tp_degrees(sc: Scenario) -> list[int]:
     return [t for t in range(2, MAX_TP + 1) if g % t == 0]
 
 
-def _row(sc: Scenario, method: str, st: Strategy, budget: int, max_gpus: int) -> PlanRow | None:
+def _row(sc: Scenario, method: str, st: Strategy, budget: int, max_gpus: int, card: GPUSpec | None = None,
+         margin: int = 0, allocator: str | None = None) -> PlanRow | None:
     try:
         base = sc.with_changes(method=method, zero=st.zero, offload=st.offload, tp=1, sequence_parallel=False,
                                gpus=1)
@@ -281,21 +293,31 @@ def _row(sc: Scenario, method: str, st: Strategy, budget: int, max_gpus: int) ->
         return None
     if not st.tensor_parallel:
         ends = _ends(base)
-        n, at = fewest_gpus(base, budget, max_gpus, ends)
+        n, at = fewest_gpus(base, budget, max_gpus, ends, card, margin, allocator)
         return PlanRow(method, st, n, 1, at, _params_gpus(base, ends, budget, max_gpus))
-    best, params = None, []
-    for t in tp_degrees(base):
+    rows, params = [], []
+    for t in tp_degrees(base):   # ranked on the tensors; the allocator replays only the best (the slow part)
         shaped = base.with_changes(tp=t, sequence_parallel=True)
         ends = _ends(shaped)
         n, at = fewest_gpus(shaped, budget, max(1, max_gpus // t), ends)
         p = _params_gpus(shaped, ends, budget, max(1, max_gpus // t))
         if p is not None:
             params.append(p * t)
-        row = PlanRow(method, st, None if n is None else n * t, t, at, None if p is None else p * t)
-        if best is None or (row.fits, -(row.gpus or 0), -row.at.peak) > (best.fits, -(best.gpus or 0), -best.at.peak):
-            best = row
+        rows.append((PlanRow(method, st, None if n is None else n * t, t, at, None if p is None else p * t), shaped, ends))
+    if not rows:
+        return None
+    rows.sort(key=lambda r: (r[0].fits, -(r[0].gpus or 0), -r[0].at.peak), reverse=True)
+    best = rows[0][0]
+    for row, shaped, ends in rows:
+        if not row.fits or card is None:
+            break
+        n, at = fewest_gpus(shaped, budget, max(1, max_gpus // row.tp), ends, card, margin, allocator)
+        if n is not None:
+            best = dataclasses.replace(row, gpus=n * row.tp, at=at)
+            break
+        best = dataclasses.replace(row, gpus=None, at=at)
     # the parameter side's own count is minimised over t too (not taken at the t whose whole peak fits)
-    return None if best is None else dataclasses.replace(best, params_gpus=min(params, default=None))
+    return dataclasses.replace(best, params_gpus=min(params, default=None))
 
 
 def _timed(row: PlanRow, gpu: GPUSpec, mfu, interconnect) -> PlanRow:
@@ -317,10 +339,13 @@ def _timed(row: PlanRow, gpu: GPUSpec, mfu, interconnect) -> PlanRow:
 
 def plan(sc: Scenario, gpu: GPUSpec, max_gpus: int = 64, headroom: int | str = DEFAULT_HEADROOM,
          methods: tuple[str, ...] | None = None, strategies: tuple[str, ...] | None = None,
-         mfu: float | None = None, interconnect: str | None = None, step_times: bool = True) -> PlanResult:
+         mfu: float | None = None, interconnect: str | None = None, step_times: bool = True,
+         allocator: str | None = None) -> PlanResult:
     """Every strategy × method (``methods`` default: full, LoRA, QLoRA) on ``gpu`` cards, each setup that
     fits with its predicted step time (symvram.timing) at ``mfu`` over ``interconnect``; ``step_times=False``
-    leaves them out (for a reader of the GPU counts alone)."""
+    leaves them out (for a reader of the GPU counts alone). With ``allocator`` (default | expandable) a count
+    fits only once one rank's allocation schedule also replays two steps on the card (the caching allocator's
+    segments: modelled, not measured; a replay per row, so asked for)."""
     if isinstance(max_gpus, bool) or not isinstance(max_gpus, int) or not 1 <= max_gpus <= MAX_GPUS:
         raise UserError(f"--max-gpus must be an integer from 1 to {MAX_GPUS}; got {max_gpus!r}")
     unknown = set(strategies or ()) - set(BY_KEY)
@@ -328,6 +353,8 @@ def plan(sc: Scenario, gpu: GPUSpec, max_gpus: int = 64, headroom: int | str = D
         raise UserError(f"unknown strategy {', '.join(sorted(unknown))}; strategies are {', '.join(BY_KEY)}")
     room = headroom_bytes(headroom, gpu.usable_bytes)
     budget = plan_budget(gpu, room)
+    if allocator is not None:
+        allocator_from_env(allocator)   # a bad name: one line, exit 2
     rows = []
     for method in methods or METHODS:
         for st in STRATEGIES:
@@ -335,10 +362,10 @@ def plan(sc: Scenario, gpu: GPUSpec, max_gpus: int = 64, headroom: int | str = D
                 continue
             if st.tensor_parallel and not tensor_parallel_ok(gpu, interconnect):   # TP over PCIe: not a plan anyone runs
                 continue
-            row = _row(sc, method, st, budget, max_gpus)
+            row = _row(sc, method, st, budget, max_gpus, gpu if allocator else None, room, allocator)
             if row is not None:
                 rows.append(_timed(row, gpu, mfu, interconnect) if step_times else row)
-    return PlanResult(gpu, room, max_gpus, tuple(rows), interconnect)
+    return PlanResult(gpu, room, max_gpus, tuple(rows), interconnect, allocator)
 
 
 __all__ = ["plan", "interconnect", "tensor_parallel_ok", "fewest_gpus", "PlanResult", "PlanRow", "STRATEGIES", "Strategy"]

@@ -49,11 +49,12 @@ def run(args) -> int:
 
     from pathlib import Path
 
-    from ..readers.hub import config_path, is_hub_id
+    from ..hub import is_hub_id
+    from ..presets import hub_config_path
 
     source = args.config
     if not Path(source).exists() and is_hub_id(source):
-        source = config_path(source)      # a Hub id: its config.json from the cache, else downloaded
+        source = hub_config_path(source)  # a Hub id: its config.json from the cache, else downloaded
     cfg = read_config(source)
     from ..ledger.architecture import shipped_model_types
 

@@ -17,7 +17,8 @@ examples:
 
 
 def model_rows() -> list[dict]:
-    """One dict per preset; ``params`` is the ledger's P (the number every estimate uses).
+    """One dict per preset; ``params`` is the ledger's P (the number every estimate uses), ``tower_params`` the
+    frozen vision tower a multimodal preset loads beside it (0 for none).
 
     >>> next(r for r in model_rows() if r["key"] == "llama-2-7b")["params"]
     6738415616
@@ -30,6 +31,7 @@ def model_rows() -> list[dict]:
     for key, e in model_presets().items():
         spec = load_model(key)
         out.append({"key": key, "family": spec.family, "params": evaluate(Scenario.create(spec)).derived["P"],
+                    "tower_params": spec.tower.params if spec.tower else 0,
                     "layers": spec.layers, "hidden": spec.hidden, "vocab": spec.vocab, "context": spec.max_position,
                     "aliases": list(e.get("aliases", ()))})
     return out
@@ -42,7 +44,8 @@ def register(sub) -> None:
 def run(args) -> int:
     rows = model_rows()
     table = [["model", "family", "P", "layers", "hidden", "vocab", "context", "also"]]
-    table += [[r["key"], r["family"], f"{r['params'] / 1e9:,.2f} B", str(r["layers"]), str(r["hidden"]),
+    table += [[r["key"], r["family"], f"{r['params'] / 1e9:,.2f} B"
+               + (f" + {r['tower_params'] / 1e9:,.2f} B tower" if r["tower_params"] else ""), str(r["layers"]), str(r["hidden"]),
                f"{r['vocab']:,}", f"{r['context']:,}" if r["context"] else "—", ", ".join(r["aliases"])]
               for r in rows]
     return write_listing(args, rows, table, "llrrrrrl")

@@ -16,6 +16,8 @@ For each strategy (DDP, ZeRO-1, ZeRO-2, ZeRO-3/FSDP, TP, ZeRO-3 with optimizer o
 and each method (full, LoRA, QLoRA unless --method): the fewest GPUs whose per-GPU peak fits the
 card's usable memory less --headroom, solved from the ledger's expressions in N; the per-GPU peak
 there, the host memory offload needs, and why the strategies rank as they do in communication cost.
+With --allocator default|expandable a count fits only once one rank's allocation schedule also replays two
+steps through the caching allocator on the card (modelled, not measured; a replay per row: seconds).
 "GPUs for params" is the count the interview arithmetic gives (weights + trainable triple, no activations).
 The setups that fit are ranked by predicted tokens/s per GPU (symvram.timing: the FLOPs ledger at the card's
 dense bf16 peak × --mfu, memory-bound work over HBM, the communication ledger over --interconnect or the
@@ -49,7 +51,7 @@ def run(args) -> int:
     methods = (sc.method,) if "method" in scenario_kwargs(args) else None
     mfu, link = time_flags(args)
     result = plan(sc, card_of(args), max_gpus=args.max_gpus, headroom=args.headroom, methods=methods,
-                  mfu=mfu, interconnect=link)
+                  mfu=mfu, interconnect=link, allocator=args.allocator)
     text = json.dumps({**plan_json(result), **provenance_dict(args, sc)}, indent=2) if args.format == "json" else plan_text(result, sc, args.units, args.format)
     write_output(terminal(text) if args.format == "table" else text, args.output, args.force)
     return 0

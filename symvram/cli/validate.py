@@ -72,7 +72,16 @@ def _check_supported(sc, fsdp: bool = False) -> None:
     elif sc.gpus > 1 or sc.tp > 1 or sc.zero or sc.offload != "none":
         raise UserError("validate measures one device; multi-GPU strategies are checked by the sharding tests and "
                         "by validate --world-size N (or --stack fsdp --gpus N): torch FSDP2 over N fake ranks")
-    if sc.loss_impl == "trl":
+    if sc.objective != "sft":
+        import importlib.util
+
+        if importlib.util.find_spec("trl") is None:
+            raise UserError(f"--objective {sc.objective} is measured by tracing TRL's own trainer: pip install "
+                            "'symvram[trl]'")
+        if sc.method == "qlora" or sc.device == "cuda":
+            raise UserError(f"--objective {sc.objective} is measured under FakeTensorMode (--device cpu) for "
+                            "--method full or lora")
+    elif sc.loss_impl == "trl":
         raise UserError("--loss-impl trl: off a GPU, TRL's fused LM head takes its torch fallback (every position "
                         "scored, fp32 tile temporaries the Triton path lacks): the estimate models the GPU path from "
                         "its source, a fake-tensor run cannot measure it")
@@ -175,7 +184,11 @@ def run(args) -> int:
     spec["device"] = "cuda" if sc.device == "cuda" else "fake"
     with warnings.catch_warnings():  # transformers' deprecation notices are not the user's business here
         warnings.simplefilter("ignore", FutureWarning)
-        measured = measure(spec)
+        if sc.objective != "sft":   # TRL's trainer's _compute_loss, traced (validate.objectives)
+            from ..validate.objectives import measure_preference
+            measured = measure_preference(spec)
+        else:
+            measured = measure(spec)
     if sc.structure.arch.unmodelled:  # a drafted family: the measurement alone (the estimate refuses its activations)
         write_output(_measured_only(sc, measured, args.units), args.output, args.force)
         return 0

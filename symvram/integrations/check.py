@@ -27,6 +27,7 @@ from pathlib import Path
 from ..api import diagnose, estimate
 from ..errors import UserError
 from ..evaluate import Breakdown
+from ..ledger.terms import Role
 from ..present.reports import diagnosis_text
 from ..readers.live import Training
 from ..units import fmt_bytes
@@ -84,7 +85,8 @@ class Prediction:
         """
         moments = dict(est.moments)
         if grads_in_forward:
-            moments["forward_loss + grads"] = moments.pop("forward_loss") + est.terms["grads"]
+            grads = sum(est.terms[t.key] for t in est.ledger.terms if t.role is Role.GRADIENT)
+            moments["forward_loss + grads"] = moments.pop("forward_loss") + grads
         phases = {"forward_backward": [v for k, v in moments.items() if not k.startswith("optimizer")],
                   "optimizer": [v for k, v in moments.items() if k.startswith("optimizer")]}
         moment = max(moments, key=moments.__getitem__)

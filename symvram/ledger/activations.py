@@ -23,13 +23,13 @@ from .architecture import E, L, V, dh, f, f_e, h, k_e, nh, nkv
 from .functions import at_least, ceil_div, pow2_ceil
 from .structure import Structure
 from .terms import Phase, Role, Term, span
-from .weights import (compute_adapter_bytes, compute_weight_bytes, dora_magnitude, per_trainable, rotary_width,
-                      saved_copy_bytes)
+from .weights import (compute_adapter_bytes, compute_weight_bytes, dora_magnitude, layer_lora_params, per_trainable,
+                      rotary_width, saved_copy_bytes)
 
-b, s, r = sym("batch"), sym("seq"), sym("rank")
+b, seq, r = sym("batch"), sym("seq"), sym("rank")
 b_c, b_32, b_a, b_mask, b_id, b_w, b_g, b_i32 = (sym(n) for n in (
     "bytes_act", "bytes_fp32", "bytes_adapter", "bytes_mask", "bytes_index", "bytes_weight", "bytes_grad", "bytes_int32"))
-T = b * s  # tokens in the micro-batch
+T = b * seq  # tokens in the micro-batch
 
 TRANSFORMERS = "transformers LlamaDecoderLayer / LlamaRMSNorm"
 PEFT = "peft tuners/lora/layer.py Linear.forward"
@@ -39,7 +39,7 @@ def matmul_bytes(s_: Structure) -> sp.Expr:
     """Bytes per element of what an autocast matmul keeps (SDPA's q, k, v, lora_A's cast input, the adapters'
     casts): the compute dtype, except in a prepared QLoRA model under autocast, whose fp32 stream autocast
     casts to its 16-bit dtype per call (the norms and the MLP's element-wise tensors stay fp32)."""
-    return sym("bytes_autocast") if s_.kbit_prep and s_.autocast else b_c
+    return sym("bytes_autocast") if s_.kbit_prepared and s_.autocast else b_c
 
 
 def _per_call_cast(s_: Structure, group: str) -> bool:
@@ -51,9 +51,12 @@ def _shared_with_attention(s_: Structure, group: str) -> bool:
     """SDPA's output is laid out so that o_proj reads the very tensor SDPA saved (no second copy);
     Phi-3's q comes from a slice of the fused qkv, and a partial RoPE concatenates the rotated part and the rest
     (GLM-4.5, modeling_glm4_moe.py:150-151) into a new (b, n_h, s, d) tensor, so SDPA's output is laid out
-    (b, n_h, s, d) and o_proj reads a contiguous copy instead."""
-    return (group == "attn_out" and s_.attention == "sdpa" and not s_.arch.extra("fused_qkv")
-            and s_.arch.dim("rotary_dim", 0) == 0 and not s_.arch.latent_attention)
+    (b, n_h, s, d) and o_proj reads a contiguous copy instead; an output gate (Qwen3.5) or a Gated DeltaNet mixer
+    gives o_proj a tensor of its own."""
+    fam = s_.arch
+    return (group == "attn_out" and s_.attention == "sdpa" and not fam.extra("fused_qkv")
+            and fam.dim("rotary_dim", 0) == 0 and not fam.latent_attention
+            and not (fam.extra("output_gate") or fam.extra("gated_deltanet")))
 
 
 NORM_WHY = {
@@ -78,7 +81,10 @@ def norm_weight_input(s_: Structure) -> sp.Symbol:
 
 def _feeds(name: str) -> str:
     """Which of q, k, v an attention-input projection produces: the letters its name starts with (``qkv`` for a fused
-    one, ``kv`` for latent attention's kv_a_proj_with_mqa)."""
+    one, ``kv`` for latent attention's kv_a_proj_with_mqa; a Gated DeltaNet's in_proj_*: every one of them feeds
+    the delta rule)."""
+    if name.startswith("in_proj"):
+        return "qkv"
     head = name.split("_")[0]
     return head if set(head) <= set("qkv") else ""
 
@@ -92,7 +98,7 @@ def needs_grad(s_: Structure, first: bool) -> dict[str, bool]:
 
     Full fine-tuning: all. LoRA: a later layer's input depends on the adapters of the layers before; the first
     layer's input is the frozen embedding's output — it needs a gradient only when the embedding is a trainable
-    modules_to_save copy, or under checkpointing (transformers' enable_input_require_grads makes it a leaf that
+    modules_to_save copy or carries LoRA, or under checkpointing (transformers' enable_input_require_grads makes it a leaf that
     requires grad) — and a tensor inside it needs a gradient once a trained projection produced it.
 
     >>> g = needs_grad(Structure(method="lora", targets=("v_proj",)), first=True)
@@ -105,10 +111,11 @@ def needs_grad(s_: Structure, first: bool) -> dict[str, bool]:
         return any(m.input_group == group and (not s_.lora or m.name in s_.targets) and feeding in _feeds(m.name)
                    for m in fam.linears + fam.moe_weights)
 
-    layer_in = not (first and s_.lora) or s_.grad_checkpointing or "embed_tokens" in s_.modules_to_save
+    layer_in = (not (first and s_.lora) or s_.grad_checkpointing or "embed_tokens" in s_.modules_to_save
+                or "embed_tokens" in s_.head_targets)
     out = {"attn_in": layer_in, "q_latent": layer_in or trained_reader("attn_in", "q"),   # latent attention's a-proj
            "kv_latent": layer_in or trained_reader("attn_in", "kv")}                       # outputs
-    out.update({x: layer_in or trained_reader("attn_in", x) or trained_reader(lat)   # its projection, or the latent's
+    out.update({x: out[lat] or trained_reader(lat) or trained_reader("attn_in", x)   # a latent's b-proj, or q/k/v_proj
                 for x, lat in (("q", "q_latent"), ("k", "kv_latent"), ("v", "kv_latent"))})
     out["attn_out"] = out["q"] or out["k"] or out["v"]
     out["attn_proj"] = out["attn_out"] or trained_reader("attn_out")
@@ -154,7 +161,9 @@ def _layer_of(s_: Structure, first: bool) -> dict[str, tuple[sp.Expr, str, str, 
                                             "a trainable norm weight also keeps the normalized "
                                             + ("16-bit" if fam.norm == "rms" else "fp32") + " tensor", TRANSFORMERS)
 
-    if attn_grad and fam.latent_attention:
+    if attn_grad and fam.extra("gated_deltanet"):
+        out.update(_gated_deltanet(s_))
+    elif attn_grad and fam.latent_attention:
         out.update(_latent_attention(s_))
     elif attn_grad:
         if s_.attention == "sdpa":
@@ -164,7 +173,7 @@ def _layer_of(s_: Structure, first: bool) -> dict[str, tuple[sp.Expr, str, str, 
                                     "SDPA (flash) keeps q, k, v after RoPE and its output"
                                     + ("; v is a view of the fused qkv output, which it keeps whole" if fused else ""),
                                     "torch scaled_dot_product_attention")
-            out["act_attention_lse"] = (b_32 * b * nh * s, r"A_{\mathrm{lse}}",
+            out["act_attention_lse"] = (b_32 * b * nh * seq, r"A_{\mathrm{lse}}",
                                         "and the fp32 log-sum-exp of each query row", "torch _scaled_dot_product_flash_attention")
         elif fam.extra("attention_sinks"):
             out["act_attention"] = (3 * b_c * T * nh * dh, r"A_{\mathrm{attn}}",
@@ -172,17 +181,21 @@ def _layer_of(s_: Structure, first: bool) -> dict[str, tuple[sp.Expr, str, str, 
                                     "transformers eager_attention_forward")
             out["act_attention_scores"] = _sink_scores(s_)
         else:
-            probs_16 = 0 if s_.compute_fp32 else b_c * b * nh * s**2
+            probs_16 = 0 if s_.compute_fp32 else b_c * b * nh * seq**2
             out["act_attention"] = (3 * b_c * T * nh * dh, r"A_{\mathrm{attn}}",
                                     "eager attention keeps q and the repeat_kv copies of k and v (n_h heads each)",
                                     "transformers eager_attention_forward")
-            softcap = b_c * b * nh * s**2 if fam.extra("attn_logit_softcapping") else 0
-            out["act_attention_scores"] = (b_32 * b * nh * s**2 + probs_16 + softcap, r"A_{\mathrm{scores}}",
+            softcap = b_c * b * nh * seq**2 if fam.extra("attn_logit_softcapping") else 0
+            out["act_attention_scores"] = (b_32 * b * nh * seq**2 + probs_16 + softcap, r"A_{\mathrm{scores}}",
                                            "the fp32 softmax of b·n_h·s² scores and its 16-bit copy"
                                            + " (and the tanh of the soft-capped scores)" * bool(softcap),
                                            "transformers eager_attention_forward")
+    if attn_grad and fam.extra("output_gate"):
+        out["act_output_gate"] = (2 * b_c * T * nh * dh, r"A_{\mathrm{gate}}", "the output gate: sigmoid of the second "
+                                  "half of q_proj's output (kept by it and by the product) and attention's output in "
+                                  "(b, s, n_h·d_head), a copy the product keeps", fam.source)
     if attn_grad and fam.extra("query_position_scale"):
-        out["act_query_scale"] = (b_c * s, r"A_{\mathrm{qscale}}", "the queries' position-dependent scale "
+        out["act_query_scale"] = (b_c * seq, r"A_{\mathrm{qscale}}", "the queries' position-dependent scale "
                                   "(1, 1, s, 1), cast to their dtype in each layer, kept by the product for backward",
                                   fam.source)
     if mlp_grad and fam.moe:
@@ -227,18 +240,10 @@ def _layer_of(s_: Structure, first: bool) -> dict[str, tuple[sp.Expr, str, str, 
     inputs, masks = sp.Integer(0), sp.Integer(0)
     for group, width in fam.group_width.items():
         n = sum(1 for t in lin_targets if fam.linear(t).input_group == group)
-        if not n:
-            continue
-        if s_.dropout:
-            inputs += n * (matmul_bytes(s_) if autocast_copy else b_ad) * T * width
-            if group_grad[group]:
-                masks += n * (b_ad if s_.device == "cpu" else b_mask) * T * width
-        elif autocast_copy or _per_call_cast(s_, group):
-            inputs += n * matmul_bytes(s_) * T * width
-        elif s_.adapter_upcast:
-            inputs += n * b_ad * T * width
-        elif not _shared_with_attention(s_, group):
-            inputs += b_c * T * width
+        if n:
+            kept, mask = lora_input_bytes(s_, n, width, _per_call_cast(s_, group), _shared_with_attention(s_, group),
+                                          group_grad[group])
+            inputs, masks = inputs + kept, masks + mask
     if s_.bnb_input_saved:   # bitsandbytes < 0.43.3: each 4-bit linear keeps its input A (versions.MECHANISMS)
         kept = sp.Integer(0)
         for group, width in fam.group_width.items():
@@ -278,7 +283,164 @@ def _layer_of(s_: Structure, first: bool) -> dict[str, tuple[sp.Expr, str, str, 
     return out
 
 
+GDN = "transformers models/qwen3_5/modeling_qwen3_5.py"
+n_k, n_v, d_k, d_v, K_conv, C_d = (sym(n) for n in ("linear_k_heads", "linear_v_heads", "linear_k_dim", "linear_v_dim",
+                                                    "conv_kernel", "delta_chunk"))
+
+
+def _gated_deltanet(s_: Structure) -> dict[str, tuple[sp.Expr, str, str, str]]:
+    """What a Gated DeltaNet mixer saves on the torch path (Qwen3_5GatedDeltaNet.forward, modeling_qwen3_5.py:545-657;
+    torch_chunk_gated_delta_rule, :287-426), measured under FakeTensorMode. The sequence is padded to N_c chunks of
+    C_Δ = 64 tokens (S_p = C_Δ·N_c); everything inside the delta rule is fp32, with the n_k query/key heads repeated
+    to n_v (:333-335).
+
+    - the causal conv1d (:256-277): its input (b, conv_dim, s) and, for SiLU, the whole padded conv output
+      (s + K − 1 columns: SiLU saves a slice of it);
+    - the gates (:609-611): sigmoid(b) in the compute dtype, softplus's fp32 input, −exp(A_log) (n_v);
+    - the delta rule: the l2-normalised q and k inputs and their 1/‖·‖ (:339-341);
+      the padded k, v, β; k·β; the padded query; exp of the cumulative decays (b·n_v·S_p each, for k·β, q and k)
+      and of each chunk's total; per chunk the C_Δ × C_Δ pairwise decays, the two products and two decayed
+      matrices (:382-391) and the triangular mask; the two triangular solves' results (:397-398); v_new of every
+      chunk and the recurrent state entering it (b·n_v·d_k·d_v each: the chunk-by-chunk scan, :415-421); the
+      decayed q and k, which the scan keeps only from a second chunk on;
+      Under autocast every product (bmm) keeps compute-dtype casts of its operands instead (each chunk's slices
+      cast anew) and returns a 16-bit result; the scan's fp32 states stay where the decay multiplies them;
+    - the gated RMSNorm (:204-220): its fp32 input and 1/rms, silu(z)'s fp32 input and output, weight · norm(x);
+      a trainable weight also keeps norm(x) in the compute dtype, a trainable A_log its exp and softplus's output.
+
+    Flash-linear-attention's chunk_gated_delta_rule (the default GPU path) saves less: modelled by ``--kernels``."""
+    conv_dim = 2 * n_k * d_k + n_v * d_v
+    chunks = ceil_div(seq, C_d)
+    S_p = C_d * chunks
+    rows = b * n_v            # the delta rule's (batch, head) pairs
+    later = at_least(chunks, 2)   # the scan reads a grad-requiring state only from its second chunk
+    conv = b_c * b * conv_dim * seq + b_c * b * conv_dim * (seq + K_conv - 1)
+    gates = b_c * T * n_v + b_32 * T * n_v + b_32 * n_v
+    rule = (2 * b_32 * rows * seq * (d_k + 1)                           # l2norm inputs and 1/norms
+            + b_32 * rows * S_p * (2 * d_k + d_v + 1)                  # padded k, v, beta; k·beta
+            + b_32 * rows * S_p * d_k                                  # the padded, scaled query
+            + b_32 * rows * S_p * (2 + later) + b_32 * rows * chunks * later   # exp(cumulative decays), chunk decays
+            + b_mask * C_d**2                                          # the strictly-upper bool mask
+            + b_32 * rows * S_p * (d_v + d_k))                         # the triangular solves' results
+    if s_.autocast:   # every bmm runs on (and keeps) compute-dtype casts of its fp32 operands, per chunk in the scan
+        a = matmul_bytes(s_)
+        rule += (rows * chunks * C_d**2 * (2 * b_32 + 3 * a)           # pairwise decays, UT system; the 16-bit products
+                 + 4 * a * rows * S_p * d_k                             # k·β, k, q, k cast for the two chunk products
+                 + 3 * a * rows * (S_p - C_d) * d_k                     # k_cumdecay, decayed q, k slices of later chunks
+                 + 2 * a * rows * chunks * d_k * d_v                    # each chunk's state, cast for two products
+                 + a * rows * (2 * S_p - C_d) * d_v                     # v_new, cast for the output and the update
+                 + b_32 * rows * (chunks - 1) * d_k * d_v)              # the fp32 states the decay multiplies
+    else:
+        rule += (5 * b_32 * rows * chunks * C_d**2                      # pairwise decays, products, decayed matrices
+                 + b_32 * rows * chunks * d_k * d_v                     # the state entering each chunk
+                 + b_32 * rows * S_p * d_v                              # v_new of each chunk
+                 + later * 2 * b_32 * rows * S_p * d_k)                 # the decayed q and k the scan reads
+    norm = b_32 * T * n_v * d_v + b_32 * T * n_v + 2 * b_32 * T * n_v * d_v + b_c * T * n_v * d_v
+    out = {"act_deltanet_conv": (conv, r"A_{\mathrm{conv}}", "the causal conv1d's input and its whole output (SiLU "
+                                 "keeps a slice of the s + K − 1 columns)", GDN + " causal_conv1d_fn"),
+           "act_deltanet_gates": (gates, r"A_{\mathrm{gates}}", "β = sigmoid(b), softplus's fp32 input and −exp(A_log) "
+                                  "of the decay g", GDN + " Qwen3_5GatedDeltaNet.forward"),
+           "act_deltanet_rule": (rule, r"A_{\Delta}", "the chunked gated delta rule in fp32: per chunk of C_Δ tokens "
+                                 "the pairwise decays, the UT system and the intra-chunk scores (C_Δ² each), the "
+                                 "triangular solves, v_new and the recurrent state entering the chunk; the padded and "
+                                 "normalised q, k, v, β (torch path: torch_chunk_gated_delta_rule)",
+                                 GDN + " torch_chunk_gated_delta_rule"),
+           "act_deltanet_norm": (norm, r"A_{\mathrm{norm},g}", "the gated RMSNorm: its fp32 input and 1/rms, "
+                                 "silu(z)'s fp32 input and output, and weight · norm(x)", GDN + " Qwen3_5RMSNormGated")}
+    if not s_.lora:
+        out["act_deltanet_weights"] = (b_c * T * n_v * d_v + b_32 * T * n_v + b_32 * n_v, r"A_{\Delta,w}",
+                                       "trainable mixer weights: the norm keeps norm(x) for its weight, A_log its exp "
+                                       "and softplus's output", GDN + " Qwen3_5GatedDeltaNet.forward")
+    return out
+
+
+def lora_input_bytes(s_: Structure, n: int, width: sp.Expr, per_call_cast: bool, shared: bool,
+                     input_grad: bool) -> tuple[sp.Expr, sp.Expr]:
+    """(lora_A's kept inputs, dropout's masks) of ``n`` lora.Linear targets reading one tensor ``width`` wide per
+    token (PEFT tuners/lora/layer.py:1099-1102: x cast to the adapter dtype, lora_B(lora_A(dropout(x)))): the
+    dropped-out input per target (and its mask where the input needs a gradient); under autocast a compute-dtype
+    cast per target; a copy in the adapter dtype per target; else the input itself, shared by the targets (and
+    with SDPA where o_proj reads SDPA's output, ``shared``). ``per_call_cast``: autocast casts a wider input per
+    call anyway."""
+    b_ad = compute_adapter_bytes(s_)
+    autocast_copy = s_.autocast and s_.adapter_upcast
+    if s_.dropout:
+        mask = n * (b_ad if s_.device == "cpu" else b_mask) * T * width if input_grad else sp.Integer(0)
+        return n * (matmul_bytes(s_) if autocast_copy else b_ad) * T * width, mask
+    if autocast_copy or per_call_cast:
+        return n * matmul_bytes(s_) * T * width, sp.Integer(0)
+    if s_.adapter_upcast:
+        return n * b_ad * T * width, sp.Integer(0)
+    return (sp.Integer(0) if shared else b_c * T * width), sp.Integer(0)
+
+
+def lora_head_saved(s_: Structure) -> sp.Expr:
+    """What LoRA on lm_head saves until lm_head's backward: lora_A's input (the final norm's output, as
+    ``lora_input_bytes`` keeps it; with the base frozen lm_head itself keeps nothing but its weight), dropout's
+    mask, lora_A's r-wide output and, under autocast, the adapters' compute-dtype casts. The forward's
+    vocabulary-wide tensors — lora_B's output, its scaled copy and the sum (layer.py:1102, 1113) — are freed before
+    the loss: in the compute dtype, or with fp32 adapters and no autocast fp32 (with the base output at most
+    3·4 B per logit), no more than the loss backward holds then (the fp32 log-softmax and its two fp32 gradients),
+    so no moment of their own."""
+    kept, mask = lora_input_bytes(s_, 1, h, s_.weight_casts, False, True)
+    hidden = (matmul_bytes(s_) if s_.autocast else compute_adapter_bytes(s_)) * T * r
+    casts = matmul_bytes(s_) * r * (h + V) if s_.autocast and s_.adapter_upcast else 0
+    return kept + mask + hidden + casts
+
+
+def lora_embed_saved(s_: Structure) -> sp.Expr:
+    """What LoRA on embed_tokens saves (PEFT tuners/lora/layer.py:1513-1518 Embedding.forward: after_A =
+    F.embedding(x, lora_embedding_A.T), (after_A @ lora_embedding_B.T) · scaling; no dropout): after_A, T·r in the
+    adapter dtype, for B's gradient — under autocast with wider adapters the matmul's compute-dtype casts of after_A
+    and of B instead (F.embedding keeps only the ids, which the step holds anyway). Under k-bit preparation with
+    checkpointing, transformers' enable_input_require_grads hook (modeling_utils.py:2153, registered by
+    prepare_model_for_kbit_training's gradient_checkpointing_enable before PEFT wraps the embedding) makes the
+    frozen base embedding's output a leaf that requires grad: its AccumulateGrad node keeps it until backward ends."""
+    kept = matmul_bytes(s_) * (T * r + r * h) if s_.autocast and s_.adapter_upcast else compute_adapter_bytes(s_) * T * r
+    return kept + (residual_bytes(s_) * T * h if s_.kbit_prepared and s_.grad_checkpointing else 0)
+
+
 MOE = "transformers integrations/moe.py (grouped_mm experts)"
+
+
+def layer_working_sets(s_: Structure) -> list[Term]:
+    """What each sub-block of one decoder layer's forward makes and frees again, in the order the layer runs
+    them: the tensors alive together at the sub-block's high-water mark (one projection group's largest member).
+    No moment lists them (a layer's working set is below the loss's); the allocation schedule makes and frees
+    them in every layer's forward and recompute, so the caching allocator's segments follow them.
+
+    >>> [t.key for t in layer_working_sets(Structure(method="lora", targets=("q_proj", "v_proj")))]
+    ['ws_norm', 'ws_attn_in', 'ws_rope', 'ws_norm_mlp']
+    """
+    fam, b_res, b_ad = s_.arch, residual_bytes(s_), compute_adapter_bytes(s_)
+    upcast = 0 if s_.kbit_prepared else b_32 * T * h   # a 16-bit stream is cast to fp32 first (kept under LoRA's saves)
+    norm = (b_32 * T * h * 2 + (upcast if s_.grad_checkpointing else 0), r"W_{\mathrm{norm}}",
+            "RMSNorm's fp32 square and normalized product (and its fp32 upcast under checkpointing)",
+            "transformers models/llama/modeling_llama.py:65-66 LlamaRMSNorm.forward")
+    out: dict[str, tuple] = {"ws_norm": norm}
+    targets = set(s_.targets) if s_.lora else set()
+    clone = s_.method == "qlora"   # bitsandbytes' Linear4bit: result.clone() before the LoRA sum
+    for group, width in fam.group_width.items():
+        lora = [m for m in fam.linears if m.input_group == group and m.name in targets]
+        if group == "mlp_in":
+            out["ws_norm_mlp"] = norm
+        if lora:
+            d = sp.Max(*(m.d_out for m in lora)) if len(lora) > 1 else lora[0].d_out
+            cast = b_ad * T * width if s_.adapter_upcast and s_.grad_checkpointing else 0
+            out[f"ws_{group}"] = ((1 + clone) * b_res * T * d + 2 * b_ad * T * d + cast, r"W_{\mathrm{LoRA}}",
+                                  "one LoRA projection: the base result" + (" and its clone" if clone else "")
+                                  + ", lora_B's output and its scaled copy"
+                                  + (" and the input cast to the adapter dtype" if cast != 0 else ""),
+                                  "peft tuners/lora/layer.py:1100-1102 Linear.forward; tuners/lora/bnb.py:533")
+        if group == "attn_in":
+            if s_.attention == "eager":
+                out["ws_scores"] = (3 * b_c * b * nh * seq**2, r"W_{\mathrm{scores}}",
+                                    "eager attention's b·n_h·s² products: q·kᵀ, scaled and masked",
+                                    "transformers models/llama/modeling_llama.py:193-197 eager_attention_forward")
+            out["ws_rope"] = (3 * b_res * T * nh * dh, r"W_{\mathrm{RoPE}}",
+                              "RoPE on q: q·cos, the rotated half and its concatenation",
+                              "transformers models/llama/modeling_llama.py:119-147 apply_rotary_pos_emb")
+    return [Term(k, Role.LAYER_WORKING_SET, e, label, why, source) for k, (e, label, why, source) in out.items()]
 
 
 def _latent_attention(s_: Structure) -> dict[str, tuple[sp.Expr, str, str, str]]:
@@ -295,12 +457,12 @@ def _latent_attention(s_: Structure) -> dict[str, tuple[sp.Expr, str, str, str]]
     why = ("SDPA keeps q and k (n_h heads of d_nope + d_rope, built anew), kv_b_proj's whole output (v is a view of "
            "it) and its output (d_v wide)")
     terms = {"act_attention": (kernel, r"A_{\mathrm{attn}}", why, s_.arch.source),
-             "act_attention_lse": (b_32 * b * nh * s, r"A_{\mathrm{lse}}", "and the fp32 log-sum-exp of each query "
+             "act_attention_lse": (b_32 * b * nh * seq, r"A_{\mathrm{lse}}", "and the fp32 log-sum-exp of each query "
                                    "row", "torch scaled_dot_product_attention")}
     if s_.device != "cpu":
         return terms
     unequal = at_least(d_qk, d_v + 1) + at_least(d_v, d_qk + 1)   # 1 when the widths differ: the math path
-    math = b_32 * T * nh * (2 * d_qk + d_v) + b_32 * b * nh * s**2
+    math = b_32 * T * nh * (2 * d_qk + d_v) + b_32 * b * nh * seq**2
     return {"act_attention": ((1 - unequal) * kernel + unequal * math, r"A_{\mathrm{attn}}",
                               why + "; on the CPU with d_v ≠ d_qk the math path instead: fp32 q, k, v and the fp32 "
                               "softmax of the s² scores", "torch _scaled_dot_product_attention_math"),
@@ -310,7 +472,7 @@ def _latent_attention(s_: Structure) -> dict[str, tuple[sp.Expr, str, str, str]]
 def _sink_scores(s_: Structure) -> tuple[sp.Expr, str, str, str]:
     """gpt-oss's eager attention with sinks: the scores joined to one sink logit per head (s + 1 columns), less
     their row maximum (whose int64 indices the max keeps), softmax in the compute dtype (its output kept)."""
-    return (b_c * b * nh * s * (s + 1) + b_id * b * nh * s, r"A_{\mathrm{scores}}",
+    return (b_c * b * nh * seq * (seq + 1) + b_id * b * nh * seq, r"A_{\mathrm{scores}}",
             "the softmax of the b·n_h·s·(s + 1) scores and sink logits, in the compute dtype, and the int64 indices "
             "of each row's maximum (subtracted before it)", s_.arch.source)
 
@@ -407,7 +569,7 @@ def _layer_backward_temp(s_: Structure) -> tuple[sp.Expr, str, str]:
 
 def past_window(s_: Structure) -> sp.Expr:
     """1 once the sequence is longer than the sliding window, else 0 (s and w are integers)."""
-    return at_least(s, s_.arch.dim("window") + 1)
+    return at_least(seq, s_.arch.dim("window") + 1)
 
 
 def sliding_extra(s_: Structure) -> sp.Expr:
@@ -417,13 +579,13 @@ def sliding_extra(s_: Structure) -> sp.Expr:
     if s_.arch.dim("window", 0) == 0 or s_.attention != "sdpa":
         return sp.Integer(0)
     repeated = at_least(nkv, 2)  # with one kv head repeat_kv is a stride-0 view: no copy
-    return past_window(s_) * (b_c * b * s**2 + repeated * 2 * b_c * T * dh * (nh - nkv))
+    return past_window(s_) * (b_c * b * seq**2 + repeated * 2 * b_c * T * dh * (nh - nkv))
 
 
 def residual_bytes(s_: Structure) -> sp.Symbol:
     """The residual stream's dtype, which a checkpoint keeps: fp32 after kbit preparation, else the weights' as
     they compute."""
-    return b_32 if s_.kbit_prep else compute_weight_bytes(s_)
+    return b_32 if s_.kbit_prepared else compute_weight_bytes(s_)
 
 
 def saved_per_layer(s_: Structure) -> sp.Expr:
@@ -450,9 +612,11 @@ def per_layer_bytes(s_: Structure) -> sp.Expr:
 
 
 # the only fields the activation and transient terms read (not the optimizer, master copy, quantization, sharding)
-ACTIVATION_FIELDS = ("method", "family", "first_kind", "options", "tied", "targets", "adapter_upcast", "attention", "autocast",
-                     "compute_fp32", "device", "dora", "dropout", "grad_checkpointing",
-                     "kbit_prep", "loss_impl", "modules_to_save", "weight_casts", "mp_policy", "bnb_input_saved")
+ACTIVATION_FIELDS = ("method", "family", "first_kind", "lead_kinds", "options", "tied", "targets", "adapter_upcast", "attention", "autocast",
+                     "compute_fp32", "device", "dora", "dropout", "grad_checkpointing", "head_targets",
+                     "optimizer_in_backward", "checkpoint_every",
+                     "kbit_prepared", "loss_impl", "modules_to_save", "weight_casts", "fsdp_mixed_precision", "bnb_input_saved",
+                     "shift_logits_copy", "forward_logits_upcast", "tower", "objective")
 
 
 def refuse_unmodelled(fam) -> None:
@@ -464,16 +628,31 @@ def refuse_unmodelled(fam) -> None:
                         "family-draft prints it); measure the step with symvram validate")
 
 
+EVERY_N = "; transformers modeling_utils.py:3246 _set_gradient_checkpointing (layer_index % every_n_layers == 0)"
+
+
+def checkpointed_layers(s_: Structure) -> sp.Expr:
+    """How many layers checkpointing wraps: all L, or with transformers' ``every_n_layers = k`` layers 0, k, 2k …:
+    ⌈L / k⌉ (the first always; the last when k divides L − 1)."""
+    return L if s_.checkpoint_every == 1 else ceil_div(L, s_.checkpoint_every)
+
+
 def saved_terms(s_: Structure) -> list[Term]:
     """Block 3 terms: per-layer saved tensors × L (or checkpointed inputs), then the model's head."""
     fam = s_.arch
     refuse_unmodelled(fam)
     terms: list[Term] = []
     if s_.grad_checkpointing:
-        b_res = residual_bytes(s_)
-        terms.append(Term("act_checkpoints", Role.SAVED_ACTIVATION, L * b_res * T * h + b_id * s, r"A_{\mathrm{ckpt}}",
-                          "checkpointing keeps each layer's input (and the position ids); layers are recomputed in backward",
-                          "torch.utils.checkpoint (non-reentrant)"))
+        b_res, n_c = residual_bytes(s_), checkpointed_layers(s_)
+        terms.append(Term("act_checkpoints", Role.SAVED_ACTIVATION, n_c * b_res * T * h + b_id * seq, r"A_{\mathrm{ckpt}}",
+                          "checkpointing keeps each layer's input (and the position ids); layers are recomputed in backward"
+                          + (f" — every {s_.checkpoint_every}th layer (0, {s_.checkpoint_every}, …)"
+                             if s_.checkpoint_every > 1 else ""),
+                          "torch.utils.checkpoint (non-reentrant)" + EVERY_N * (s_.checkpoint_every > 1)))
+        if s_.checkpoint_every > 1:   # the other layers save as without checkpointing (none is the first)
+            for key, (expr, label, why, source) in _layer(s_, first=False).items():
+                terms.append(Term(key, Role.SAVED_ACTIVATION, (L - n_c) * expr, f"(L - L_c) \\cdot {label}",
+                                  why + " (the layers not checkpointed)", source))
     else:
         general: dict[str, tuple] = {}   # key -> (Σ over the layer kinds of layers · bytes, label, why, source)
         for n, kind in s_.layer_kinds:
@@ -484,13 +663,15 @@ def saved_terms(s_: Structure) -> list[Term]:
             terms.append(Term(key, Role.SAVED_ACTIVATION, expr, f"L \\cdot {label}", why, source))
         later, first = _layer(s_.first_layer, first=False), _layer(s_.first_layer, first=True)
         correction = sp.Add(*(first.get(k, (0,))[0] - later[k][0] for k in later))
+        correction -= sp.Add(*(e for k in s_.lead_kinds for e, *_ in _layer(s_.layer(k), first=False).values()))
         if correction != 0:
             terms.append(Term("act_first_layer", Role.SAVED_ACTIVATION, sp.expand(correction), r"A_{\mathrm{layer\,0}}",
-                              "the first layer's input (the frozen embedding) needs no gradient, so it saves less",
-                              "autograd saves only what a required gradient needs"))
+                              "the first layer's input (the frozen embedding) needs no gradient, so it saves less"
+                              + (f"; the {len(s_.lead_kinds)} layers before the first with a LoRA target save nothing"
+                                 if s_.lead_kinds else ""), "autograd saves only what a required gradient needs"))
     if sliding_extra(s_) != 0:
         if s_.grad_checkpointing:
-            terms.append(Term("act_sliding_mask", Role.SAVED_ACTIVATION, b_mask * past_window(s_) * s**2,
+            terms.append(Term("act_sliding_mask", Role.SAVED_ACTIVATION, b_mask * past_window(s_) * seq**2,
                               r"A_{\mathrm{win}}", "the shared boolean sliding-window mask, a checkpoint input",
                               fam.source))
         else:
@@ -499,8 +680,8 @@ def saved_terms(s_: Structure) -> list[Term]:
                               + ": a 16-bit mask and k, v repeated to n_h heads, per sliding layer", fam.source))
     # the head's saved tensors, counted until the last layer's backward (under checkpointing: the final norm's)
     head_end = Phase.FINAL_NORM_BACKWARD if s_.grad_checkpointing else Phase.LAST_LAYER_BACKWARD
-    if s_.weight_casts or (s_.kbit_prep and s_.autocast):  # a prepared QLoRA model's lm_head is fp32
-        b_cast = sym("bytes_autocast") if s_.kbit_prep else b_c
+    if s_.weight_casts or (s_.kbit_prepared and s_.autocast):  # a prepared QLoRA model's lm_head is fp32
+        b_cast = sym("bytes_autocast") if s_.kbit_prepared else b_c
         terms.append(Term("act_lm_head_cast", Role.SAVED_ACTIVATION, b_cast * V * h, r"A_{\mathrm{cast},V}",
                           "autocast casts lm_head's weight to the compute dtype; backward needs the cast", "torch.autocast",
                           lifetime=span(Phase.FORWARD, head_end)))
@@ -514,17 +695,27 @@ def saved_terms(s_: Structure) -> list[Term]:
         why += "; the trainable lm_head copy keeps its input for its weight gradient"
     terms.append(Term("act_final_norm", Role.SAVED_ACTIVATION, head, r"A_{\mathrm{head}}", why, TRANSFORMERS,
                       lifetime=span(Phase.LOSS, head_end)))
+    if "lm_head" in s_.head_targets:
+        terms.append(Term("act_lora_head", Role.SAVED_ACTIVATION, lora_head_saved(s_), r"A_{\mathrm{LoRA},V}",
+                          "LoRA on lm_head: lora_A keeps its input (the final norm's output) and lora_B lora_A's "
+                          "r-wide output" + (", with the adapters' compute-dtype casts" if s_.autocast and s_.adapter_upcast
+                                            else ""), PEFT, lifetime=span(Phase.LOSS, head_end)))
+    if "embed_tokens" in s_.head_targets:
+        terms.append(Term("act_lora_embed", Role.SAVED_ACTIVATION, lora_embed_saved(s_), r"A_{\mathrm{LoRA,emb}}",
+                          "LoRA on embed_tokens: the r-wide lookup of lora_embedding_A, kept for lora_embedding_B's "
+                          "gradient until the embedding's backward, the last" + (" (as autocast casts it, with B's cast)"
+                                                                               if s_.autocast and s_.adapter_upcast else "")
+                          + ("; k-bit preparation's input hook keeps the base embedding's output as a leaf"
+                             if s_.kbit_prepared and s_.grad_checkpointing else ""),
+                          "peft tuners/lora/layer.py Embedding.forward",
+                          lifetime=span(Phase.FIRST_LAYER_FORWARD, Phase.FIRST_LAYER_BACKWARD)))
     if s_.loss_impl == "liger":
         terms.append(Term("act_logsoftmax", Role.LOSS_ACTIVATION, b_c * T * h + b_32 * T, r"A_{\mathrm{FLCE}}",
                           "Liger's fused linear cross-entropy computes the hidden states' gradient in the forward and "
                           "keeps it (and the per-token loss) for backward; no logits survive (modelled from source, "
                           "not measured here: Triton only)", "liger_kernel ops/fused_linear_cross_entropy.py"))
     elif s_.loss_impl == "trl":
-        terms.append(Term("act_logsoftmax", Role.LOSS_ACTIVATION, _trl_dtypes(s_)[0] * T * h + b_id * T + 2 * b_32 * T,
-                          r"A_{\mathrm{TRL}}", "TRL's fused LM head keeps a copy of the labelled positions' hidden "
-                          "states, their labels and the fp32 log-sum-exp and entropy per token; no logits survive "
-                          "(every token labelled; modelled from source, not measured here)",
-                          "trl 1.16 kernels/chunked_logprob.py ChunkedLogProbFunction"))
+        terms.append(trl_saved_term(s_))
     elif s_.loss_impl == "cce":
         terms.append(Term("act_logsoftmax", Role.LOSS_ACTIVATION, b_32 * T + b_32 * V, r"A_{\mathrm{CCE}}",
                           "Cut Cross-Entropy keeps the fp32 log-sum-exp per token and the fp32 average logit per "
@@ -542,11 +733,17 @@ def saved_terms(s_: Structure) -> list[Term]:
     bases = fam.dim("rope_bases")
     b_rope = b_32 if fam.extra("rope_fp32") else b_c  # OLMo 2 keeps cos/sin in fp32
     width = dh / 2 if fam.extra("rope_half_width") else rotary_width(fam)  # gpt-oss: cos, sin of the d_head/2 frequencies
-    terms.append(Term("act_rope", Role.STEP_INPUT, 2 * bases * b_rope * s * width, r"A_{\mathrm{rope}}",
-                      "RoPE cos and sin, shared by all layers" + " (one pair per rotary base)" * (bases != 1),
+    rows = b if fam.extra("rope_per_sample") else 1   # multimodal RoPE: position ids (4, b, seq), a table per sample
+    terms.append(Term("act_rope", Role.STEP_INPUT, 2 * bases * b_rope * rows * seq * width, r"A_{\mathrm{rope}}",
+                      "RoPE cos and sin, shared by all layers" + " (one pair per rotary base)" * (bases != 1)
+                      + " (one per sample: multimodal RoPE expands the position ids to the batch)" * (rows != 1),
                       "transformers LlamaRotaryEmbedding"))
     terms.append(Term("act_tokens", Role.STEP_INPUT, 2 * b_id * T, r"A_{\mathrm{ids}}",
                       "input ids and the shifted labels (int64)", "transformers ForCausalLMLoss"))
+    if s_.tower is not None and s_.tower.ids_copy and (not s_.lora or "embed_tokens" in s_.modules_to_save):
+        terms.append(Term("act_ids_copy", Role.SAVED_ACTIVATION, b_id * T, r"A_{\mathrm{ids,copy}}",
+                          "the copy of input_ids the multimodal forward embeds (an image token id outside the "
+                          "vocabulary blanked), saved by the trainable embedding for its backward", s_.tower.source))
     return terms
 
 
@@ -558,11 +755,12 @@ def _largest_linear(s_: Structure) -> sp.Expr:
 def _first_layer_params(s_: Structure) -> sp.Expr:
     """Trainable parameters whose gradients come last: the first layer's (and an untied embedding's)."""
     first = s_.first_layer
+    embed = r * (V + h) if "embed_tokens" in s_.head_targets else 0   # LoRA on the embedding: its gradients come last too
     if s_.lora and not s_.arch.kinds:
-        return sym("P_lora") / L
+        return layer_lora_params(s_) + embed
     if s_.lora:
         return first.arch.lora_params_per_layer(first.targets, r) + (dora_magnitude(first.arch, first.targets)
-                                                                     if s_.dora else 0)
+                                                                     if s_.dora else 0) + embed
     return first.arch.params_per_layer(s_.options) + (0 if s_.tied else V * h)
 
 
@@ -584,22 +782,24 @@ def _trl_dtypes(s_: Structure) -> tuple[sp.Expr, sp.Expr]:
     return hidden, (b_c if s_.autocast else hidden)
 
 
-def _trl_loss_terms(s_: Structure) -> list[Term]:
+def trl_loss_terms(s_: Structure, n: sp.Expr = T) -> list[Term]:
     """TRL 1.16 SFTTrainer's fused LM head (``add_fused_lm_head``, always installed): the logits are computed tile by
-    tile into one [min(T, 4096), 32768] buffer and folded into per-token statistics; the backward recomputes each
-    tile and accumulates the gradients in fp32."""
+    tile into one [min(n, 4096), 32768] buffer and folded into per-token statistics; the backward recomputes each
+    tile and accumulates the gradients in fp32. ``n``: the positions it scores (every token under SFT)."""
     hidden, tile = _trl_dtypes(s_)
+    T = n  # noqa: N806 - the scored tokens, as the SFT formulas below name them
     buffer = tile * sp.Min(T, TRL_TOKEN_CHUNK, evaluate=False) * TRL_VOCAB_CHUNK
     casts = 0
     if s_.autocast and s_.weight_casts:  # weight[start:end].to(compute dtype): one vocabulary chunk at a time
         casts += b_c * TRL_VOCAB_CHUNK * h
-    if s_.autocast and (s_.weight_casts or s_.kbit_prep):  # hidden[chunk].to(compute dtype)
+    if s_.autocast and (s_.weight_casts or s_.kbit_prepared):  # hidden[chunk].to(compute dtype)
         casts += b_c * sp.Min(T, TRL_TOKEN_CHUNK, evaluate=False) * h
     # the gradients accumulate in fp32 and are cast to their tensor's dtype at the end: a copy unless that is fp32
     # (full fine-tuning: lm_head's [V, h] buffer too; its cast is the gradient the ledger counts already)
-    wide = s_.kbit_prep or s_.weight_casts or s_.compute_fp32  # fp32 hidden states (and weights, but in QLoRA)
+    wide = s_.kbit_prepared or s_.weight_casts or s_.compute_fp32  # fp32 hidden states (and weights, but in QLoRA)
     hidden_cast = 0 if wide else hidden * T * h
-    accumulator = b_32 * V * h if s_.method == "full" and not (s_.weight_casts or s_.compute_fp32) else 0
+    # lm_head's fp32 accumulator and its cast to the weight's dtype, both alive as the backward returns (:457)
+    accumulator = (b_32 + b_g) * V * h if s_.method == "full" and not (s_.weight_casts or s_.compute_fp32) else 0
     source = "trl 1.16 kernels/chunked_logprob.py ChunkedLogProbFunction"
     return [Term("logits", Role.LOSS_TEMPORARY, buffer + 7 * b_32 * T + casts, r"M_{\mathrm{logits}}",
                  "TRL's fused LM head: one [min(T, 4096), 32768] tile buffer in the compute dtype (not clipped to the "
@@ -608,8 +808,18 @@ def _trl_loss_terms(s_: Structure) -> list[Term]:
             Term("loss_backward_temp", Role.LOSS_BACKWARD_TEMPORARY, buffer + b_32 * T * h + hidden_cast + casts + accumulator,
                  r"M_{\mathrm{CE}'}", "its backward: the tile buffer again, the hidden states' gradient accumulated in "
                  "fp32" + (" and cast back" if hidden_cast else "")
-                 + (", lm_head's gradient accumulated in fp32" if accumulator else "") + " (modelled from source)",
+                 + (", lm_head's gradient accumulated in fp32 and cast back" if accumulator else "")
+                 + " (modelled from source)",
                  source)]
+
+
+def trl_saved_term(s_: Structure, n: sp.Expr = T, why: str = "(every token labelled; modelled from source, not "
+                   "measured here)") -> Term:
+    """What TRL's fused LM head saves for ``n`` scored positions: their hidden states' copy, labels, log_z, entropy."""
+    return Term("act_logsoftmax", Role.LOSS_ACTIVATION, _trl_dtypes(s_)[0] * n * h + b_id * n + 2 * b_32 * n,
+                r"A_{\mathrm{TRL}}", "TRL's fused LM head keeps a copy of the labelled positions' hidden states, their "
+                "labels and the fp32 log-sum-exp and entropy per token; no logits survive " + why,
+                "trl 1.16 kernels/chunked_logprob.py:386 ChunkedLogProbFunction.forward")
 
 
 def loss_terms(s_: Structure, logits_bytes) -> list[Term]:
@@ -627,7 +837,7 @@ def loss_terms(s_: Structure, logits_bytes) -> list[Term]:
                      "Liger's backward returns the gradients stored in the forward (nothing new)",
                      "liger_kernel fused_linear_cross_entropy_backward")]
     if s_.loss_impl == "trl":
-        return _trl_loss_terms(s_)
+        return trl_loss_terms(s_)
     if s_.loss_impl == "cce":
         grad_w = b_c * V * h if lm_head_trains else sp.Integer(0)
         return [Term("logits", Role.LOSS_TEMPORARY, b_32 * T, r"M_{\mathrm{logits}}",
@@ -638,16 +848,23 @@ def loss_terms(s_: Structure, logits_bytes) -> list[Term]:
                      + (" and lm_head's gradient" if lm_head_trains else "") + " (modelled from source)",
                      "cut_cross_entropy cce_backward.py")]
     chunks = sym("loss_chunks") if s_.loss_impl == "chunked" else 1
+    upcast = s_.forward_logits_upcast   # transformers < 4.45: the forward returns fp32 logits (symvram.versions)
     terms = [
-        Term("logits", Role.LOSS_TEMPORARY, logits_bytes * T * V, r"M_{\mathrm{logits}}",
+        Term("logits", Role.LOSS_TEMPORARY, (b_32 if upcast else logits_bytes) * T * V, r"M_{\mathrm{logits}}",
              "the lm_head output, alive while the loss is computed"
-             + (" (torchtune: the list of c chunks)" if chunks != 1 else ""), "transformers LlamaForCausalLM"),
+             + (" (torchtune: the list of c chunks)" if chunks != 1 else "")
+             + (", upcast to fp32 by the forward (transformers < 4.45)" if upcast else ""),
+             "transformers 4.44.2 models/llama/modeling_llama.py:1209" if upcast else "transformers LlamaForCausalLM"),
         Term("loss_backward_temp", Role.LOSS_BACKWARD_TEMPORARY, 2 * b_32 * T * V / chunks, r"M_{\mathrm{CE}'}",
              "the loss backward holds nll_loss's fp32 gradient and log_softmax's fp32 gradient at once"
              + (" — of one chunk at a time" if chunks != 1 else ""),
              "torch nll_loss_backward, _log_softmax_backward_data"),
     ]
-    if not s_.compute_fp32:
+    if s_.shift_logits_copy:   # transformers < 4.49 (symvram.versions)
+        terms.insert(1, Term("logits_shifted", Role.LOSS_TEMPORARY, b_32 * b * (seq - 1) * V, r"M_{\mathrm{logits},\ll}",
+                             "logits[..., :-1, :].contiguous(): the shifted fp32 copy cross-entropy reads "
+                             "(transformers < 4.49)", "transformers 4.48.0 loss/loss_utils.py:39 ForCausalLMLoss"))
+    if not s_.compute_fp32 and not upcast:
         terms.insert(1, Term("logits_fp32", Role.LOSS_TEMPORARY, b_32 * T * V / chunks, r"M_{\mathrm{logits},32}",
                              "logits.float(): the fp32 copy cross-entropy reads" + (" (one chunk)" if chunks != 1 else ""),
                              "transformers ForCausalLMLoss" if chunks == 1 else "torchtune CEWithChunkedOutputLoss"))
@@ -697,7 +914,7 @@ def dora_forward_temp(s_: Structure) -> sp.Expr:
     b_lr = matmul_bytes(s_) if s_.autocast else b_a
     own = last.d_out * (b_lr * T + 3 * b_32) + b_lr * T * r
     b_res = residual_bytes(s_)
-    live = b_c * T * last.d_in + 2 * b_res * T * h + sym("bytes_index") * s
+    live = b_c * T * last.d_in + 2 * b_res * T * h + sym("bytes_index") * seq
     if s_.autocast and s_.adapter_upcast:  # the input cast to the adapter dtype is not what lora_A keeps (its
         live += b_a * T * last.d_in        # 16-bit cast, made after the weight norm)
         own += matmul_bytes(s_) * T * last.d_in
@@ -706,6 +923,37 @@ def dora_forward_temp(s_: Structure) -> sp.Expr:
     else:
         live += 2 * b_res * T * h
     return dora_weight_norm(s_, last.name) - own + live
+
+
+# a recomputed layer lives through its recompute and its backward, for the last and the first layer (not at a layer
+# end between them: FSDP2's layer ends count the layers' saved tensors themselves)
+RECOMPUTES = (Phase.LAST_LAYER_RECOMPUTE, Phase.LAST_LAYER_BACKWARD, Phase.FIRST_LAYER_RECOMPUTE, Phase.FIRST_LAYER_BACKWARD)
+
+
+def _gradients_so_far(s_: Structure) -> list[Term]:
+    """The gradients that accumulate during backward: a trainable lm_head's (a copy's, or its LoRA's) from the loss
+    backward on, all but the first layer's and the embedding's when backward reaches the first layer, and tied
+    embeddings' two gradients summed at the end."""
+    terms: list[Term] = []
+    if "lm_head" in s_.modules_to_save:
+        terms.append(Term("head_grad", Role.EARLY_GRADIENT, saved_copy_bytes(s_) * V * h, r"M_{\mathrm{grad},V}",
+                          "the trainable lm_head copy's gradient, made by the loss backward, alive through the rest "
+                          "of backward", "autograd order"))
+    if "lm_head" in s_.head_targets:
+        terms.append(Term("lora_head_grad", Role.EARLY_GRADIENT, b_g * r * (h + V), r"M_{\mathrm{grad},V}^{\mathrm{LoRA}}",
+                          "lm_head's LoRA gradients (r·(h + V)), made by the loss backward, alive through the rest of "
+                          "backward", "autograd order"))
+    embed_copy = saved_copy_bytes(s_) * V * h if "embed_tokens" in s_.modules_to_save else 0
+    terms.append(Term("grads_before_first_layer", Role.GRADIENTS_SO_FAR,
+                      per_trainable(s_, b_g, saved_copy_bytes(s_)) - b_g * _first_layer_params(s_) - embed_copy,
+                      r"M_{\mathrm{grad},>0}", "gradients already accumulated when backward reaches the first layer "
+                      "(all but the first layer's and the embedding's)", "autograd order"))
+    if s_.tied and not s_.lora:
+        terms.append(Term("tied_grad_sum", Role.BACKWARD_TEMPORARY, 2 * b_g * V * h, r"M_{\mathrm{tied}'}",
+                          "tied embeddings: lm_head's gradient and the embedding's are summed at the end of backward, "
+                          "both alive beside the sum", "autograd of a shared weight (embedding_dense_backward)",
+                          lifetime=(Phase.BACKWARD_END,)))
+    return terms
 
 
 def transient_terms(s_: Structure) -> list[Term]:
@@ -723,20 +971,10 @@ def transient_terms(s_: Structure) -> list[Term]:
     if s_.arch.kinds:   # the last layer's MLP backward and the first's: the larger kind's
         temp = largest_kind(s_, lambda k: _layer_backward_temp(k)[0])
     terms.append(Term("layer_backward_temp", Role.BACKWARD_TEMPORARY, temp, r"M_{\mathrm{mlp}'}", why, source))
-    if "lm_head" in s_.modules_to_save:
-        terms.append(Term("head_grad", Role.EARLY_GRADIENT, saved_copy_bytes(s_) * V * h, r"M_{\mathrm{grad},V}",
-                          "the trainable lm_head copy's gradient, made by the loss backward, alive through the rest "
-                          "of backward", "autograd order"))
-    embed_copy = saved_copy_bytes(s_) * V * h if "embed_tokens" in s_.modules_to_save else 0
-    terms.append(Term("grads_before_first_layer", Role.GRADIENTS_SO_FAR,
-                      per_trainable(s_, b_g, saved_copy_bytes(s_)) - b_g * _first_layer_params(s_) - embed_copy,
-                      r"M_{\mathrm{grad},>0}", "gradients already accumulated when backward reaches the first layer "
-                      "(all but the first layer's and the embedding's)", "autograd order"))
-    if s_.tied and not s_.lora:
-        terms.append(Term("tied_grad_sum", Role.BACKWARD_TEMPORARY, 2 * b_g * V * h, r"M_{\mathrm{tied}'}",
-                          "tied embeddings: lm_head's gradient and the embedding's are summed at the end of backward, "
-                          "both alive beside the sum", "autograd of a shared weight (embedding_dense_backward)",
-                          lifetime=(Phase.BACKWARD_END,)))
+    # optimizer in backward: the gradients never accumulate, each is stepped and freed where it is made (when
+    # lm_head is, its backward has returned: its saved input is freed and the hidden states' gradient, as large, lives)
+    if not s_.optimizer_in_backward:
+        terms += _gradients_so_far(s_)
     if s_.method == "qlora":
         terms.append(Term("dequant_temp", Role.BACKWARD_TEMPORARY, b_w * _largest_linear(s_),
                           r"M_{\mathrm{dequant}}", "bitsandbytes dequantizes one 4-bit weight to the load dtype "
@@ -748,10 +986,17 @@ def transient_terms(s_: Structure) -> list[Term]:
                           "peft tuners/lora/dora.py DoraLinearLayer.forward, get_weight_norm",
                           lifetime=(Phase.LAST_LAYER_RECOMPUTE, Phase.FIRST_LAYER_RECOMPUTE) if s_.grad_checkpointing
                           else (Phase.FORWARD,)))
+    terms += layer_working_sets(s_)
     one_layer = per_layer_bytes(s_) if s_.grad_checkpointing else _layer_bytes(s_.first_layer)
+    if s_.checkpoint_every > 1:   # the last layer is recomputed only when it is one of 0, k, 2k …
+        last = checkpointed_layers(s_) - ceil_div(L - 1, s_.checkpoint_every)
+        terms.append(Term("last_layer_recomputed", Role.RECOMPUTED_ACTIVATION, last * one_layer, r"M_{\mathrm{layer},L-1}",
+                          "the last layer's saved tensors, recomputed when it is checkpointed (k divides L − 1; "
+                          "otherwise they are among the layers' saved tensors)", "torch.utils.checkpoint" + EVERY_N,
+                          lifetime=RECOMPUTES[:2]))
     terms.append(Term("one_layer", Role.RECOMPUTED_ACTIVATION, one_layer + sliding_extra(s_), r"M_{\mathrm{layer}}",
                       "one layer's saved tensors (recomputed under checkpointing), alive until its backward ends",
                       "torch.utils.checkpoint / autograd",   # without checkpointing: the first layer's, still saved
-                      lifetime=span(Phase.LAST_LAYER_RECOMPUTE, Phase.FIRST_LAYER_BACKWARD) if s_.grad_checkpointing
+                      lifetime=(RECOMPUTES[2:] if s_.checkpoint_every > 1 else RECOMPUTES) if s_.grad_checkpointing
                       else (Phase.FIRST_LAYER_BACKWARD,)))
     return terms

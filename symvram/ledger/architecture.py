@@ -135,6 +135,16 @@ class Family:
         return {m.name: m for m in self.linears + self.moe_weights}
 
     @cached_property
+    def target_map(self) -> dict[str, Linear]:
+        """Every weight LoRA can target in any of the family's layer kinds (a hybrid's attention and linear-attention
+        projections), the default kind's first."""
+        out: dict[str, Linear] = {}
+        for _, k in self.layer_kinds:
+            for name, m in k.linear_map.items():
+                out.setdefault(name, m)
+        return out
+
+    @cached_property
     def target_sets(self) -> dict[str, tuple[str, ...]]:
         return dict(self.targets)
 
@@ -200,6 +210,37 @@ class Family:
         """The kind of layer 0 for a model of ``dims``: the first kind marked ``first`` that has layers, else the
         default ("")."""
         return next((name for name, count, first in self.kinds if first and dims.get(count, 0) > 0), "")
+
+    def model_kinds(self, dims: dict[str, int]) -> tuple[str, ...]:
+        """Each layer's kind name ("" the default), layer 0 up, in the model's own order: a hybrid counted from
+        ``layer_types`` (``extras.counted_layers``) interleaves its default layers every L / (L − L_kind)-th
+        (transformers' full_attention_interval pattern), else ``layer_order``'s.
+
+        >>> family("qwen3_5_text").model_kinds({"layers": 8, "linear_layers": 6})
+        ('linear', 'linear', 'linear', '', 'linear', 'linear', 'linear', '')
+        """
+        n = dims["layers"]
+        if self.kinds and self.extra("counted_layers"):
+            name, count, _ = self.kinds[0]
+            others = n - dims.get(count, 0)
+            if others and n % others == 0:
+                return tuple("" if (i + 1) % (n // others) == 0 else name for i in range(n))
+        names = {count: name for name, count, _ in self.kinds}
+        return tuple(names.get(c, "") for c in self.layer_order(dims)) or ("",) * n
+
+    def leading_kinds(self, dims: dict[str, int], targets: tuple[str, ...]) -> tuple[tuple[str, ...], str]:
+        """Under LoRA with a frozen embedding: (the kinds of the layers before the first one holding a target, the
+        kind of that one). Those layers' inputs need no gradient and nothing in them trains: they save nothing
+        (Qwen3.5 with q_proj, v_proj only: the three DeltaNet layers before the first full-attention one).
+
+        >>> family("qwen3_5_text").leading_kinds({"layers": 8, "linear_layers": 6}, ("q_proj", "v_proj"))
+        (('linear', 'linear', 'linear'), '')
+        """
+        kinds = self.model_kinds(dims)
+        for i, name in enumerate(kinds):
+            if any(t in self.kind(name).linear_map for t in targets):
+                return kinds[:i], name
+        return (), kinds[0]
 
     def layer_order(self, dims: dict[str, int]) -> tuple[str, ...]:
         """Each layer's count symbol, layer 0 up, for a model of ``dims`` (empty when the layers are all alike):
@@ -400,7 +441,7 @@ def family(name: str) -> Family:
         kinds=tuple((k, v["count"], v.get("first", False)) for k, v in kinds.items()),
     )
     for group, members in fam.targets if not one_layer else ():   # a layer kind may lack some (no experts in a dense layer)
-        if unknown := set(members) - set(fam.linear_map):
+        if unknown := set(members) - set(fam.target_map):
             raise ValueError(f"{where}: target group {group!r} names unknown modules {sorted(unknown)}")
     return fam
 

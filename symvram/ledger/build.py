@@ -2,7 +2,7 @@
 of a training step whose maximum is the peak.
 
 >>> from symvram.ledger.structure import Structure
->>> led = build_ledger(Structure(method="full", nominal=True))
+>>> led = build_ledger(Structure(method="full", params_given=True))
 >>> led.expand(led.block_expr("trainable"))
 P*bytes_grad + P*bytes_state*states_per_param
 >>> [m.key for m in led.moments]
@@ -14,7 +14,8 @@ from dataclasses import replace
 from functools import lru_cache
 
 from .activations import ACTIVATION_FIELDS, saved_terms, transient_terms
-from .sharding import divide_terms, divides_only, gpu_moments, shard_definitions, shard_terms
+from .objectives import preference_terms, reshape
+from .sharding import divide_terms, divides_only, shard_definitions, shard_terms
 from .structure import Structure
 from .terms import GRADIENTS, MOMENTS, PARAMETERS, STATES, Ledger, Moment, Role, Term
 from .weights import base_terms, definitions, optimizer_temp_terms, trainable_terms
@@ -44,13 +45,14 @@ def _listing_order(term: Term) -> int:
 
 
 def _moments(terms: dict, s: Structure) -> tuple[Moment, ...]:
-    """The moments of ``MOMENTS`` that exist for these terms, each with the terms alive in its phase."""
+    """The moments of ``MOMENTS`` that exist for these terms (one GPU's: host and paged terms are in none), each
+    with the terms alive in its phase."""
     computing, backward = LOSS_MOMENT_WORDS[s.loss_impl]
     moments = []
     for spec in MOMENTS:
         if spec.needs and any(t.role is spec.needs and t.alive(spec.phase) for t in terms.values()) != spec.present:
             continue
-        alive = sorted((t for t in terms.values() if t.alive(spec.phase)), key=_listing_order)
+        alive = sorted((t for t in terms.values() if spec.holds(t)), key=_listing_order)
         moments.append(Moment(spec.key, spec.label, tuple(t.key for t in alive),
                               spec.why.format(computing=computing, backward=backward)))
     return tuple(moments)
@@ -59,30 +61,29 @@ def _moments(terms: dict, s: Structure) -> tuple[Moment, ...]:
 @lru_cache(maxsize=256)
 def _activation_terms(s: Structure) -> tuple[tuple, tuple]:
     """The saved and the transient terms, built once per ``ACTIVATION_FIELDS``."""
-    return tuple(saved_terms(s)), tuple(transient_terms(s))
+    return tuple(reshape(s, saved_terms(s))), tuple(reshape(s, transient_terms(s)))
 
 
 @lru_cache(maxsize=1024)
 def _single_gpu_ledger(s: Structure) -> Ledger:
-    """The ledger on one GPU, before any sharding (only ``sharding`` reads the parallel fields). Its moments are
-    every parallel layout's before ``gpu_moments``: sharding moves terms to the host or adds transients, never
-    changes which activations are saved."""
+    """The ledger on one GPU, before any sharding (only ``sharding`` reads the parallel fields)."""
     if s.optimizer_impl != "foreach":   # only the step's temporaries, the last terms, read the implementation
         twin = _single_gpu_ledger(replace(s, optimizer_impl="foreach"))
-        terms = (*(t for t in twin.terms if t.key != "optimizer_temp"), *optimizer_temp_terms(s))
-        by_key = {t.key: t for t in terms}
-        return replace(twin, terms=terms, moments=gpu_moments(twin.moments, by_key, s))
+        terms = (*(t for t in twin.terms if t.role is not Role.OPTIMIZER_STEP_TEMPORARY), *optimizer_temp_terms(s))
+        return replace(twin, terms=terms, moments=_moments({t.key: t for t in terms}, s))
     saved, transient = _activation_terms(s.keep(ACTIVATION_FIELDS))
-    terms = (*base_terms(s), *trainable_terms(s), *saved, *transient, *optimizer_temp_terms(s))
+    base = base_terms(s)
+    terms = (*base, *trainable_terms(s), *saved, *transient, *preference_terms(s, base), *optimizer_temp_terms(s))
     by_key = {t.key: t for t in terms}
     assert len(by_key) == len(terms), "duplicate term keys"
-    return Ledger(terms=terms, moments=gpu_moments(_moments(by_key, s), by_key, s), definitions=tuple(definitions(s)))
+    return Ledger(terms=terms, moments=_moments(by_key, s), definitions=tuple(definitions(s)))
 
 
 @lru_cache(maxsize=4096)
 def build_ledger(s: Structure) -> Ledger:
     """The ledger for one structure, built once and cached; the single-GPU ledger is shared by every parallel
-    layout (ZeRO stage, offload, tensor and sequence parallel) of the same structure."""
+    layout (ZeRO stage, offload, tensor and sequence parallel) of the same structure. A layout's moments are the
+    same query over its per-GPU terms: host terms are in none, ZeRO's buffers join the phases they live in."""
     if not (s.zero or s.tensor_parallel or s.sequence_parallel or s.offload != "none"):
         return _single_gpu_ledger(s)
     if divides_only(s):
@@ -92,5 +93,5 @@ def build_ledger(s: Structure) -> Ledger:
     terms = shard_terms(list(single.terms), s)  # per GPU: ZeRO / FSDP, tensor parallel, offload
     by_key = {t.key: t for t in terms}
     assert len(by_key) == len(terms), "duplicate term keys"
-    return Ledger(terms=tuple(terms), moments=gpu_moments(single.moments, by_key, s),
+    return Ledger(terms=tuple(terms), moments=_moments(by_key, s),
                   definitions=single.definitions + shard_definitions(s))

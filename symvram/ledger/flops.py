@@ -32,11 +32,11 @@ import sympy as sp
 from ..symbols import sym
 from .architecture import E, L, V, dh, h, k_e, nh
 from .structure import Structure
-from .activations import needs_grad
+from .activations import checkpointed_layers, needs_grad
 from .terms import Role, Term
 
-b, s, r, t = sym("batch"), sym("seq"), sym("rank"), sym("tp")
-T = b * s
+b, seq, r, t = sym("batch"), sym("seq"), sym("rank"), sym("tp")
+T = b * seq
 PHASES = ("forward", "backward", "recompute")
 COUNTER = "torch.utils.flop_counter (2·m·k·n per matmul)"
 PEFT = "peft tuners/lora/layer.py"
@@ -99,7 +99,7 @@ def _layer(s_: Structure, first: bool) -> dict[str, sp.Expr]:
             lora_bwd += 2 * delta
     out["lora_forward"], out["lora_backward"], out["dora_forward"] = lora_fwd, lora_bwd, dora
     d_qk, d_v = fam.attention_widths   # d_head both, but under latent attention
-    qk, av = 2 * T * s * nh * d_qk, 2 * T * s * nh * d_v   # the two attention matmuls, full scores
+    qk, av = 2 * T * seq * nh * d_qk, 2 * T * seq * nh * d_v   # the two attention matmuls, full scores
     out["attention_forward"] = qk + av
     if s_.attention == "sdpa":   # the fused kernel: one backward recomputing the scores (QKᵀ, dV, dP, dQ, dK)
         out["attention_backward"] = 3 * qk + 2 * av if g["attn_out"] else sp.Integer(0)
@@ -116,6 +116,19 @@ def _layer(s_: Structure, first: bool) -> dict[str, sp.Expr]:
         skipped = (0 if s_.dora else 2 * T * r * m.d_out) if m.name in s_.targets else fwd[m.name]
     out["recompute_skipped"] = skipped
     return out
+
+
+def _head_lora(s_: Structure) -> tuple[sp.Expr, sp.Expr]:
+    """(forward, backward) FLOPs of LoRA on the head modules. lm_head's lora.Linear: x·A (h → r), ·B (r → V) per
+    token; backward B's weight and input gradients, A's weight and input gradients (its input, the final norm's
+    output, needs one). The embedding's lora.Embedding: the lookup of A is no matmul; after_A·B (r → h) per token,
+    backward B's weight gradient and after_A's (peft tuners/lora/layer.py:1517)."""
+    fwd = bwd = sp.Integer(0)
+    if "lm_head" in s_.head_targets:
+        fwd, bwd = 2 * T * r * (h + V), 4 * T * r * (h + V)
+    if "embed_tokens" in s_.head_targets:
+        fwd, bwd = fwd + 2 * T * r * h, bwd + 4 * T * r * h
+    return fwd, bwd
 
 
 def _per_layer(layers: tuple, key: str) -> sp.Expr:
@@ -139,7 +152,8 @@ def _layers(s_: Structure) -> tuple:
 
 
 # the only fields the FLOPs ledger reads: structures that differ elsewhere (dtypes, optimizer, ZeRO) share it
-FLOPS_FIELDS = ("method", "family", "first_kind", "targets", "attention", "grad_checkpointing", "tensor_parallel", "dora",
+FLOPS_FIELDS = ("method", "family", "first_kind", "targets", "head_targets", "attention", "grad_checkpointing",
+                "checkpoint_every", "tensor_parallel", "dora",
                 "dropout", "modules_to_save")
 
 
@@ -153,6 +167,7 @@ def _build_flops(s_: Structure) -> FlopsLedger:
     lm_head = 2 * T * h * V
     split = 1 / t if s_.tensor_parallel else sp.Integer(1)   # Megatron: every matmul split t ways (vocab too)
     layers = _layers(s_)   # a later layer's and the first's, built once for every term
+    head_fwd, head_bwd = _head_lora(s_)
     terms = [
         Term("fwd_layers", Role.FORWARD_FLOPS, _per_layer(layers, "forward"), r"F_{\mathrm{lin}}",
              "2·T·d_in·d_out per projection of every layer (a routed expert: T·k_E tokens)", COUNTER),
@@ -161,8 +176,10 @@ def _build_flops(s_: Structure) -> FlopsLedger:
         Term("fwd_lm_head", Role.FORWARD_FLOPS, lm_head, r"F_{\mathrm{head}}", "the lm_head: 2·T·h·V", COUNTER),
     ]
     if s_.lora:
-        terms.append(Term("fwd_lora", Role.FORWARD_FLOPS, _per_layer(layers, "lora_forward"), r"F_{\mathrm{LoRA}}",
-                          "the adapters: 2·T·r·(d_in + d_out) per target (a parameter target: its B·A delta)", PEFT))
+        terms.append(Term("fwd_lora", Role.FORWARD_FLOPS, _per_layer(layers, "lora_forward") + head_fwd,
+                          r"F_{\mathrm{LoRA}}", "the adapters: 2·T·r·(d_in + d_out) per target (a parameter target: "
+                          "its B·A delta" + ("; the embedding's: 2·T·r·h" if "embed_tokens" in s_.head_targets else "")
+                          + ")", PEFT))
     if s_.dora:
         terms.append(Term("fwd_dora", Role.FORWARD_FLOPS, _every_layer(layers, "dora_forward"), r"F_{\mathrm{DoRA}}",
                           "DoRA's weight norm: lora_B(lora_A(eye(d_in))) per target, 2·d_in·r·(d_in + d_out), per "
@@ -182,12 +199,18 @@ def _build_flops(s_: Structure) -> FlopsLedger:
         terms.append(Term("bwd_weight_grads", Role.BACKWARD_FLOPS, weight_grads, r"F_{\nabla W}",
                           "a weight gradient for every trainable weight (none for LoRA's frozen base)", COUNTER))
     if s_.lora:
-        terms.append(Term("bwd_lora", Role.BACKWARD_FLOPS, _per_layer(layers, "lora_backward"), r"F_{\nabla\mathrm{LoRA}}",
+        terms.append(Term("bwd_lora", Role.BACKWARD_FLOPS, _per_layer(layers, "lora_backward") + head_bwd,
+                          r"F_{\nabla\mathrm{LoRA}}",
                           "the adapters' weight gradients and the gradient through them", PEFT))
     if s_.grad_checkpointing:
         recompute = (_per_layer(layers, "forward") + _per_layer(layers, "attention_forward")
                      + (_per_layer(layers, "lora_forward") if s_.lora else 0) + _every_layer(layers, "dora_forward")
                      - _every_layer(layers, "recompute_skipped"))
+        if s_.checkpoint_every > 1:   # layers 0, k, 2k …: the first one's and ⌈L/k⌉ − 1 later ones
+            def rerun(layer: dict) -> sp.Expr:
+                return (layer["forward"] + layer["attention_forward"] + (layer["lora_forward"] if s_.lora else 0)
+                        - layer["recompute_skipped"])
+            recompute = (checkpointed_layers(s_) - 1) * rerun(layers[0]) + rerun(layers[1])
         terms.append(Term("recompute_layers", Role.RECOMPUTE_FLOPS, recompute, r"F_{\mathrm{rec}}",
                           "checkpointing reruns every layer's forward in backward, stopping after the last saved "
                           "tensor (the down projection's product is skipped when nothing saves it)",

@@ -10,18 +10,18 @@
   and the optimizer's temporaries by N; stage 2 also the gradients; stage 3 (= FSDP FULL_SHARD) also
   the weights and the LoRA adapters, and adds FSDP2's working buffers (``fsdp_terms``: the root unit
   gathered for the whole forward and backward, a layer's unsharded parameters, the all-gather output,
-  unsharded gradients and the reduce-scatter input) to the moments they are live in (``fsdp_moments``).
-  FSDP SHARD_GRAD_OP is stage 2.
+  unsharded gradients and the reduce-scatter input), each alive in the phases it lives in, and the layer
+  ends (the moments of ``terms.MOMENTS`` that need them follow). FSDP SHARD_GRAD_OP is stage 2.
 * CPU offload then moves terms to the ``host`` block (reported apart, never part of the GPU peak):
   ``optimizer`` the gradients, states, master and step temporaries (the optimizer runs on the CPU,
   as DeepSpeed's CPU-Adam); ``optimizer+params`` also the weights and adapters.
 
 >>> from symvram.ledger.structure import Structure
 >>> from symvram.ledger.build import build_ledger
->>> led = build_ledger(Structure(method="full", nominal=True, zero=2))
+>>> led = build_ledger(Structure(method="full", params_given=True, zero=2))
 >>> led.expand(led.block_expr("trainable"))
 P*bytes_grad/gpus + P*bytes_state*states_per_param/gpus
->>> build_ledger(Structure(method="full", nominal=True, zero=3, offload="optimizer")).by_key["grads"].block
+>>> build_ledger(Structure(method="full", params_given=True, zero=3, offload="optimizer")).by_key["grads"].block
 'host'
 """
 from __future__ import annotations
@@ -35,9 +35,9 @@ from ..symbols import latex, sym
 from .activations import ACTIVATION_FIELDS
 from .architecture import L, V, f, f_e, h, nh, nkv
 from .structure import Structure
-from .terms import PHASES, WHOLE_STEP, Moment, Phase, Place, Role, Term, span
+from .terms import LAYER_END_NAMES, WHOLE_STEP, Phase, Place, Role, Term, span
 from .functions import at_least
-from .weights import compute_adapter_bytes, compute_weight_bytes, quant_constant_bits
+from .weights import compute_adapter_bytes, compute_weight_bytes, layer_lora_params, quant_constant_bits
 
 N, t = sym("gpus"), sym("tp")
 P, P_train, P_lora, P_quant, P_keep = (sym(n) for n in ("P", "P_train", "P_lora", "P_quant", "P_keep"))
@@ -48,11 +48,19 @@ A_saved = sym("A_saved")
 # the layers whose backward end can be the peak: that moment is linear in the layer's index i (one layer's
 # activations fewer, one layer's sharded gradients more per step down), so the largest is at an end of each
 # stretch: i = L−1 (nothing reduced yet), L−2 (a reduce-scatter input beside it), 1, and 0 (no prefetch)
-LAYER_ENDS = (("last", L - 1), ("next", L - 2), ("second", sp.Integer(1)), ("first", sp.Integer(0)))
+LAYER_ENDS = tuple(zip(LAYER_END_NAMES, (L - 1, L - 2, sp.Integer(1), sp.Integer(0))))
 _LAYER_END_TEX = {which: latex(i) for which, i in LAYER_ENDS}   # L - 2 …: printed once, not per structure
 STAGE_NAMES = {0: "DDP", 1: "ZeRO-1", 2: "ZeRO-2", 3: "ZeRO-3"}
-# the roles of the buffers a ZeRO implementation adds on each rank (beside the single-GPU terms it divides)
-ZERO_BUFFERS = (Role.GATHERED_WEIGHT, Role.COMMUNICATION_BUFFER, Role.UNSHARDED_GRADIENT, Role.OPTIMIZER_STEP_TEMPORARY)
+
+# FSDP2's buffers are alive in the phases of the moments its accounting covers (the DoRA weight-norm moments, in
+# the layers' forward and the recomputes, keep the single GPU's terms: FSDP2's buffers there are not modelled)
+_P = Phase
+_COVERED = (_P.FIRST_LAYER_FORWARD, _P.LOSS, _P.LOSS_BACKWARD, _P.FINAL_NORM_BACKWARD, _P.LAST_LAYER_BACKWARD,
+            _P.LAYER_END, _P.FIRST_LAYER_BACKWARD)
+ROOT_GATHERED = _COVERED                                          # from the root's pre-forward to the end of backward
+LAYER_GATHERED = (_P.FIRST_LAYER_FORWARD, _P.LAST_LAYER_BACKWARD, _P.LAYER_END, _P.FIRST_LAYER_BACKWARD)
+PREFETCHED = _COVERED[:5]   # an all-gather output: the next layer's in forward, the last layer's from the loss on
+HEAD_UNSHARDED = _COVERED[3:]                                     # the root's gradients: from the final norm's backward
 
 
 def norm_params(s: Structure) -> sp.Expr:
@@ -89,7 +97,7 @@ def layer_bytes(s: Structure) -> sp.Expr:
     """Bytes of one decoder layer as FSDP2 gathers it (with its adapters; NF4 and constants under QLoRA); for a
     family whose layers differ, the largest kind's.
 
-    >>> layer_bytes(Structure(mp_policy=True)).free_symbols == {sym("bytes_act"), h, f, nh, nkv, sym("head_dim")}
+    >>> layer_bytes(Structure(fsdp_mixed_precision=True)).free_symbols == {sym("bytes_act"), h, f, nh, nkv, sym("head_dim")}
     True
     """
     from .activations import largest_kind
@@ -117,7 +125,7 @@ def _kind_layer_bytes(s: Structure) -> sp.Expr:
 def _layer_lora(s: Structure) -> sp.Expr:
     """One layer's LoRA parameters: P_lora / L, or those of the layer's kind."""
     if ":" not in s.family:   # a family whose layers are all alike
-        return P_lora / L
+        return layer_lora_params(s)
     from .weights import dora_magnitude
 
     return s.arch.lora_params_per_layer(s.targets, sym("rank")) + (dora_magnitude(s.arch, s.targets) if s.dora else 0)
@@ -142,9 +150,9 @@ def layer_trainable(s: Structure) -> sp.Expr:
 
 
 def fsdp_terms(s: Structure) -> list[Term]:
-    """FSDP2's buffers on one rank (torch/distributed/fsdp/_fully_shard), each live at the moments
-    ``fsdp_moments`` lists. β_u = ``compute_weight_bytes`` (the unsharded dtype), β_g the reduce dtype (= the
-    sharded gradients'), U = a layer's trainable elements.
+    """FSDP2's buffers on one rank (torch/distributed/fsdp/_fully_shard), each alive in the phases its
+    ``lifetime`` says (the moments of ``terms.MOMENTS`` follow). β_u = ``compute_weight_bytes`` (the unsharded
+    dtype), β_g the reduce dtype (= the sharded gradients'), U = a layer's trainable elements.
 
     >>> from symvram.ledger.build import build_ledger
     >>> build_ledger(Structure(zero=3)).by_key["reduce_scatter_buffer"].expr.free_symbols >= {b_g, h, f}
@@ -157,25 +165,32 @@ def fsdp_terms(s: Structure) -> list[Term]:
     terms = [
         Term("gathered_root", Role.GATHERED_WEIGHT, root_bytes(s), r"M_{\mathrm{root}}",
              "the root unit (embeddings, lm_head, final norm) all-gathered at the start of forward and never "
-             "resharded until the end of backward", "_fsdp_state.py _lazy_init: post_forward_mesh_info = None at the root"),
+             "resharded until the end of backward", "_fsdp_state.py _lazy_init: post_forward_mesh_info = None at the root",
+             lifetime=ROOT_GATHERED),
+        Term("allgather_root", Role.COMMUNICATION_BUFFER, root_bytes(s), r"M_{\mathrm{AG,root}}",
+             "the root's all-gather output, kept (all_gather_state) until the first layer's copy-out returns",
+             f"{src} wait_for_unshard", lifetime=(Phase.FIRST_LAYER_FORWARD,)),
         Term("gathered_layer", Role.GATHERED_WEIGHT, layer, r"M_{\mathrm{layer}}",
-             "the computing layer's unsharded parameters (the all-gather's copy-out)", f"{src} wait_for_unshard"),
+             "the computing layer's unsharded parameters (the all-gather's copy-out)", f"{src} wait_for_unshard",
+             lifetime=LAYER_GATHERED),
         Term("allgather_buffer", Role.COMMUNICATION_BUFFER, layer, r"M_{\mathrm{AG}}",
              "an all-gather output, N × one layer's shard: in forward the computing layer's, kept until the next "
              "layer's copy-out returns; in backward the next layer's, prefetched (the root prefetches the last layer "
-             "before the loss backward)", f"{src} wait_for_unshard (all_gather_state), _backward_prefetch"),
-        Term("allgather_root", Role.COMMUNICATION_BUFFER, root_bytes(s), r"M_{\mathrm{AG,root}}",
-             "the root's all-gather output, kept (all_gather_state) until the first layer's copy-out returns",
-             f"{src} wait_for_unshard"),
+             "before the loss backward)", f"{src} wait_for_unshard (all_gather_state), _backward_prefetch",
+             lifetime=PREFETCHED),
         Term("first_layer_input", Role.FORWARD_TEMPORARY, residual_bytes(s) * T * h, r"A_{\mathrm{emb}}",
              "the embedding's output entering the first layer", "transformers LlamaModel.forward",
              lifetime=(Phase.FIRST_LAYER_FORWARD,)),
         Term("layer_grads_unsharded", Role.UNSHARDED_GRADIENT, unit * bu, r"G_{\mathrm{layer}}",
              "the computing layer's unsharded gradients, until its post-backward copies them into the reduce-scatter "
-             "input", f"{src} post_backward"),
+             "input", f"{src} post_backward", lifetime=(Phase.LAYER_END,)),
+        Term("input_norm_backward_temp", Role.BACKWARD_TEMPORARY, 5 * b_32 * T * h, r"M_{\mathrm{norm}'}",
+             "a layer's input RMSNorm's backward holds five fp32 hidden-sized gradients at once, as the final norm's",
+             "autograd of LlamaRMSNorm", lifetime=(Phase.LAYER_END,)),
         Term("reduce_scatter_buffer", Role.COMMUNICATION_BUFFER, unit * b_g, r"M_{\mathrm{RS}}",
              "the previous layer's reduce-scatter input (N × shard in the reduce dtype), kept until the next "
-             "layer's post-backward", f"{src} post_backward (reduce_scatter_states)"),
+             "layer's post-backward", f"{src} post_backward (reduce_scatter_states)",
+             lifetime=(Phase.BACKWARD_END,) if s.lora else ()),   # full: the root's reduce-scatter at the end
         Term("layer_end_temp", Role.BACKWARD_TEMPORARY, 3 * b_c * T * h, r"M_{\mathrm{norm}_0'}",
              "at a layer's input-norm backward (beside the norm's fp32 temporaries): its saved input and the gradients "
              "reaching the residual stream (measured)", "autograd of LlamaRMSNorm",
@@ -192,18 +207,19 @@ def fsdp_terms(s: Structure) -> list[Term]:
                           f"layers below it ({i_tex} of them), the sharded gradients of the layers above, the reduce-scatter "
                           "input of the layer above (until this layer's post-backward) and the layer below's "
                           "all-gather output (prefetched)",
-                          f"{src} post_backward, _backward_prefetch"))
+                          f"{src} post_backward, _backward_prefetch",
+                          lifetime=(Phase.LAYER_END,) if i != 0 else (Phase.LAYER_END, Phase.FIRST_LAYER_BACKWARD)))
     if not s.lora:
         terms += [
             Term("root_grads_unsharded", Role.UNSHARDED_GRADIENT, (V * h + h) * bu, r"G_{\mathrm{head}}",
                  "lm_head's and the final norm's unsharded gradients: the root reduce-scatters only at the end of "
-                 "backward", f"{src} post_backward of the root (final callback)"),
+                 "backward", f"{src} post_backward of the root (final callback)", lifetime=HEAD_UNSHARDED),
             Term("root_reduce", Role.COMMUNICATION_BUFFER, root_params(s) * b_g + sp.Max(
                 root_params(s) * (bu - b_g / N), V * h * bu, evaluate=False), r"M_{\mathrm{RS,root}}",
                  "the root's reduce-scatter at the end of backward: its input (reduce dtype), and either every root "
                  "gradient (copy-in; its sharded output, counted in the gradients, not yet) or the embedding's "
                  "gradient the autograd engine still holds beside the output",
-                 "_fsdp_collectives.py foreach_reduce"),
+                 "_fsdp_collectives.py foreach_reduce", lifetime=(Phase.BACKWARD_END,)),
         ]
     if s.tensor_parallel:
         terms = [replace(x, expr=x.expr.xreplace(TP_WIDTHS)) for x in terms]
@@ -212,8 +228,8 @@ def fsdp_terms(s: Structure) -> list[Term]:
 
 # every field fsdp_terms reads (the layer's and the root's weights, the residual stream's dtype): its cache key,
 # guarded by tests/test_cache_keys.py
-FSDP_FIELDS = ("method", "family", "options", "tied", "double_quant", "kbit_prep", "mp_policy", "offload",
-               "tensor_parallel")
+FSDP_FIELDS = ("method", "family", "options", "tied", "double_quant", "kbit_prepared", "fsdp_mixed_precision", "offload",
+               "tensor_parallel", "head_targets")
 
 
 def shard_definitions(s: Structure) -> tuple[tuple[sp.Symbol, sp.Expr], ...]:
@@ -310,11 +326,27 @@ def divide_terms(terms, stage: int) -> list[Term]:
     return [divide(term, stage) if zero_divides(term, stage) else term for term in terms]
 
 
+def _under_fsdp2(term: Term) -> Term:
+    """A single-GPU term under FSDP2's ZeRO-3: the gradients made before the first layer's backward are sharded
+    by then (the first layer end counts them), and the end of backward is FSDP2's reduce-scatter (the root's holds
+    the embedding's gradient), not the single GPU's temporaries.
+
+    >>> from symvram.ledger.build import build_ledger
+    >>> [p.name for p in _under_fsdp2(build_ledger(Structure()).by_key["grads_before_first_layer"]).phases]
+    ['FIRST_LAYER_RECOMPUTE']
+    """
+    gone = {Phase.BACKWARD_END} if term.block == "transient" else set()
+    if term.role is Role.GRADIENTS_SO_FAR:
+        gone.add(Phase.FIRST_LAYER_BACKWARD)
+    phases = tuple(p for p in term.phases if p not in gone)
+    return term if phases == term.phases else replace(term, lifetime=phases)
+
+
 def shard_terms(terms: list[Term], s: Structure) -> list[Term]:
     """Per-GPU terms (and ``host`` terms for offload) of a single-GPU term list; identity for DDP."""
     out = divide_terms([_tensor_parallel(term, s) if s.tensor_parallel else term for term in terms], s.zero)
     if s.zero == 3 and s.zero_impl == "fsdp2":
-        out += _fsdp_terms(s.keep(FSDP_FIELDS))
+        out = [_under_fsdp2(term) for term in out] + list(_fsdp_terms(s.keep(FSDP_FIELDS)))
     if s.zero and s.zero_impl == "deepspeed":
         out += deepspeed_terms(s)
     if s.offload == "none":
@@ -322,66 +354,6 @@ def shard_terms(terms: list[Term], s: Structure) -> list[Term]:
     moved = ("optimizer", "params") if s.offload == "optimizer+params" else ("optimizer",)
     return [replace(term, place=Place.HOST, why=term.why + " — offloaded to CPU memory")
             if term.info.offload in moved else term for term in out if term.info.offload != "dropped"]
-
-
-def gpu_moments(moments: tuple[Moment, ...], terms: dict[str, Term], s: Structure) -> tuple[Moment, ...]:
-    """Moments of one GPU: host terms leave every moment; under ZeRO-3 FSDP2's buffers join them
-    (``fsdp_moments``); DeepSpeed's buffers join the moments of the phases they live in. A gradient view dropped by
-    offload (the gradients live on the host) leaves its moments too."""
-    if s.zero == 3 and s.zero_impl == "fsdp2":
-        moments = fsdp_moments(moments, s)
-    on_gpu = {k for k, t in terms.items() if t.block != "host"}
-    own = [t for t in terms.values() if t.role in ZERO_BUFFERS] if s.zero and s.zero_impl == "deepspeed" else []
-    out = []
-    for m in moments:
-        keys = m.terms
-        if own:
-            keys += tuple(t.key for t in own if t.alive(PHASES[m.key]) and t.key not in keys)
-        if not on_gpu.issuperset(keys):
-            keys = tuple(k for k in keys if k in on_gpu)
-        out.append(m if keys == m.terms else Moment(m.key, m.label, keys, m.why))
-    return moments if all(a is b for a, b in zip(out, moments)) else tuple(out)   # shared where unchanged
-
-
-def fsdp_moments(moments: tuple[Moment, ...], s: Structure) -> tuple[Moment, ...]:
-    """The single-GPU moments with FSDP2's buffers (``fsdp_terms``), plus the first layer's all-gather in
-    forward (the root's all-gather output still alive) and the end of a layer's backward — its input norm,
-    every gradient of the layer unsharded — for the layers of ``LAYER_ENDS``; the end of backward is the
-    root's reduce-scatter. Parameters are resharded before the optimizer step."""
-    return _fsdp_moments(moments, not s.lora)
-
-
-@lru_cache(maxsize=1024)
-def _fsdp_moments(moments: tuple[Moment, ...], full: bool) -> tuple[Moment, ...]:
-    """``fsdp_moments``, once per single-GPU moments (layouts share them) and whether the method is full."""
-    head = ("root_grads_unsharded",) * full
-    add = {"forward_loss": ("gathered_root", "allgather_buffer"),
-           "loss_backward": ("gathered_root", "allgather_buffer"),
-           "final_norm_backward": ("gathered_root", "allgather_buffer") + head,
-           "last_layer_backward": ("gathered_root", "gathered_layer", "allgather_buffer") + head,
-           "recompute": ("gathered_root", "gathered_layer", "allgather_buffer") + head,
-           "first_layer_backward": ("gathered_root", "gathered_layer", "first_layer_end") + head}
-    step = next(m for m in moments if m.key == "optimizer_step")
-    base = tuple(k for k in step.terms if k not in ("grads", "optimizer_temp"))   # parameters, states, kept
-    ends = [Moment(f"{which}_layer_end", f"backward, the {which} layer's input norm",
-                   base + ("gathered_root", "gathered_layer", "layer_grads_unsharded", "norm_backward_temp",
-                           "layer_end_temp", f"{which}_layer_end") + head,
-                   f"the {which} layer's gradients unsharded beside its input norm's backward") for which, _ in LAYER_ENDS]
-    forward = Moment("first_layer_forward", "forward, the first layer's all-gather",
-                     base + ("gathered_root", "allgather_root", "gathered_layer", "allgather_buffer",
-                             "first_layer_input"),
-                     "the root gathered, its all-gather output not yet freed beside the first layer's")
-    out = [forward]
-    for m in moments:
-        keys = m.terms
-        if m.key == "first_layer_backward":
-            keys = tuple(k for k in m.terms if k != "grads_before_first_layer")   # in first_layer_end, sharded
-        if m.key == "backward_end":
-            keys = base + ("grads",) + (("root_reduce",) if full else ("reduce_scatter_buffer",))
-        out.append(Moment(m.key, m.label, keys + add.get(m.key, ()), m.why))
-        if m.key == "first_layer_backward":
-            out[-1:-1] = ends
-    return tuple(out)
 
 
 def notes(s: Structure, gpus: int) -> list[str]:
@@ -402,5 +374,5 @@ def notes(s: Structure, gpus: int) -> list[str]:
     return out
 
 
-__all__ = ["zero_divides", "shard_terms", "gpu_moments", "fsdp_terms", "fsdp_moments", "deepspeed_terms", "layer_bytes", "root_bytes",
+__all__ = ["zero_divides", "shard_terms", "fsdp_terms", "deepspeed_terms", "layer_bytes", "root_bytes",
            "norm_params", "notes"]

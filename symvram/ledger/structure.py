@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from .architecture import Family, family
+from .towers import Tower
 
 # bitsandbytes' AdamW variants → their optim_bits: AdamW8bit, PagedAdamW8bit, PagedAdamW32bit (bitsandbytes 0.50.2
 # optim/adamw.py:62 / :229 / :290 run Optimizer2State with optim_bits 8 / 8 / 32; the paged ones is_paged=True)
@@ -18,12 +19,14 @@ BNB_OPTIM_BITS = {"adamw8bit": 8, "paged-adamw8bit": 8, "paged-adamw": 32}
 @dataclass(frozen=True)
 class Structure:
     method: str = "full"              # full | lora | qlora
-    nominal: bool = False             # P is a given number (interview preset), not derived
+    params_given: bool = False        # P is a given number (a nominal preset: 7b, 13b, 70b), not derived
     family: str = "llama"             # the decoder family (data/families/<family>.toml)
     first_kind: str = ""              # the layer kind of layer 0 (Family.first_kind; "" the default kind)
+    lead_kinds: tuple[str, ...] = ()  # LoRA: the kinds of the layers before the first with a target (they save nothing)
     tied: bool = False                # lm_head shares the embedding matrix
     options: tuple[str, ...] = ()     # the family's boolean switches that are on (attention_bias …)
     targets: tuple[str, ...] = ()     # LoRA target modules, canonical order
+    head_targets: tuple[str, ...] = ()  # LoRA on embed_tokens (PEFT lora.Embedding) / lm_head (lora.Linear) too
     master: bool = False              # an fp32 master copy of the trainable weights is kept
     optimizer: str = "adamw"          # adamw | sgd | sgd-momentum | lion | adafactor
     optimizer_impl: str = "foreach"   # foreach | fused | forloop
@@ -37,7 +40,7 @@ class Structure:
     attention: str = "sdpa"           # sdpa | eager
     grad_checkpointing: bool = False  # non-reentrant activation checkpointing of each decoder layer
     double_quant: bool = True         # QLoRA: absmax constants quantized again
-    kbit_prep: bool = False           # QLoRA via peft.prepare_model_for_kbit_training: non-4-bit weights and activations fp32
+    kbit_prepared: bool = False       # QLoRA via peft.prepare_model_for_kbit_training: non-4-bit weights and activations fp32
     dora: bool = False                # PEFT use_dora: a magnitude vector per target and the weight-norm tensors
     modules_to_save: tuple[str, ...] = ()  # PEFT modules_to_save: trainable copies of embed_tokens / lm_head
     param_states: bool = False        # with modules_to_save: states are zeros_like(param), each in its parameter's dtype
@@ -46,9 +49,17 @@ class Structure:
     offload: str = "none"             # none | optimizer | optimizer+params
     sequence_parallel: bool = False   # Megatron sequence parallelism with tensor parallelism
     tensor_parallel: bool = False     # tensor parallelism t > 1 (Megatron): weights and activations split
-    mp_policy: bool = False           # FSDP2 MixedPrecisionPolicy: fp32 storage gathered in the compute dtype, fp32 reduce
+    fsdp_mixed_precision: bool = False  # FSDP2 MixedPrecisionPolicy: fp32 storage gathered in the compute dtype, fp32 reduce
     zero_impl: str = "fsdp2"          # fsdp2 (torch fully_shard) | deepspeed: who implements the ZeRO stage
+    checkpoint_every: int = 1         # checkpointing: layers 0, k, 2k … only (transformers' every_n_layers)
+    optimizer_in_backward: bool = False  # each parameter stepped (and its gradient freed) as soon as its gradient exists
+    objective: str = "sft"            # sft | dpo (data/objectives.toml): what one optimizer step runs
+    reference: str = "none"           # DPO's reference: copy (a second model) | adapters (PEFT, disabled) | precomputed
     bnb_input_saved: bool = False     # QLoRA on bitsandbytes < 0.43.3: each 4-bit linear saves its input (symvram.versions)
+    shift_logits_copy: bool = False   # transformers < 4.49: the loss copies the shifted fp32 logits (symvram.versions)
+    forward_logits_upcast: bool = False  # transformers < 4.45: the forward returns fp32 logits (symvram.versions)
+    tower: Tower | None = None        # a multimodal checkpoint's vision tower, loaded beside the decoder (frozen)
+    tower_lora: bool = False          # LoRA's targets match some of the tower's linears (adapters without gradients)
 
     def keep(self, fields: tuple[str, ...]) -> "Structure":
         """The structure with only ``fields`` kept, the rest at their defaults: the cache key of a ledger
@@ -73,7 +84,7 @@ class Structure:
         fam = self.arch.kind(kind)
         if fam.key == self.family and not self.first_kind:   # layers all alike: the structure itself
             return self
-        return replace(self, family=fam.key, first_kind="",
+        return replace(self, family=fam.key, first_kind="", lead_kinds=(),
                        targets=tuple(t for t in self.targets if t in fam.linear_map))
 
     @property

@@ -39,15 +39,17 @@ class Phase(IntEnum):
     FIRST_LAYER_FORWARD = 0     # FSDP2: the first layer's all-gather in forward
     FORWARD = 1                 # the decoder layers' forward (the last layer's, at its DoRA weight norm)
     LOSS = 2                    # the lm_head and the loss
-    LOSS_BACKWARD = 3           # the start of the loss backward
-    FINAL_NORM_BACKWARD = 4     # the final norm's backward
-    LAST_LAYER_RECOMPUTE = 5    # checkpointing: the last layer's forward run again
-    LAST_LAYER_BACKWARD = 6     # the last layer's MLP backward
-    LAYER_END = 7               # FSDP2: a layer's input-norm backward, its gradients unsharded
-    FIRST_LAYER_RECOMPUTE = 8   # checkpointing: the first layer's forward run again
-    FIRST_LAYER_BACKWARD = 9    # the first layer's MLP backward
-    BACKWARD_END = 10           # every gradient made
-    OPTIMIZER_STEP = 11         # optimizer.step()
+    REFERENCE_FORWARD = 3       # a preference objective's reference forward (no grad), after the policy's
+    LOSS_BACKWARD = 4           # the start of the loss backward
+    HEAD_BACKWARD = 5           # lm_head's backward, its weight gradient made (optimizer in backward: stepped)
+    FINAL_NORM_BACKWARD = 6     # the final norm's backward
+    LAST_LAYER_RECOMPUTE = 7    # checkpointing: the last layer's forward run again
+    LAST_LAYER_BACKWARD = 8     # the last layer's MLP backward
+    LAYER_END = 9               # FSDP2: a layer's input-norm backward, its gradients unsharded
+    FIRST_LAYER_RECOMPUTE = 10  # checkpointing: the first layer's forward run again
+    FIRST_LAYER_BACKWARD = 11   # the first layer's MLP backward
+    BACKWARD_END = 12           # every gradient made
+    OPTIMIZER_STEP = 13         # optimizer.step()
 
 
 def span(first: Phase, last: Phase) -> tuple[Phase, ...]:
@@ -90,7 +92,9 @@ class Role(str, Enum):
     STEP_INPUT = "step input"                          # the batch's ids and the shared RoPE tables: the whole step
     RECOMPUTED_ACTIVATION = "recomputed activation"    # one layer's saved tensors, rebuilt (or still saved)
     FORWARD_TEMPORARY = "forward temporary"            # what one forward op holds and frees (DoRA's weight norm)
+    LAYER_WORKING_SET = "layer working set"            # what one sub-block of a layer's forward makes and frees
     LOSS_TEMPORARY = "loss temporary"                  # the logits while the loss is computed
+    REFERENCE_TEMPORARY = "reference temporary"        # what a reference model's no-grad forward holds (DPO)
     LOSS_BACKWARD_TEMPORARY = "loss backward temporary"  # the loss backward's gradients
     BACKWARD_TEMPORARY = "backward temporary"          # a backward op's gradients and scratch
     EMBEDDING_GRADIENT = "embedding gradient"          # the gradient reaching the embedding, whole on every rank
@@ -169,7 +173,12 @@ ROLES: dict[Role, RoleInfo] = {
                                          lifetime=(_P.FIRST_LAYER_BACKWARD,)),
     Role.FORWARD_TEMPORARY: RoleInfo("transient", triage="backward", measured="activations",
                                      lifetime=(_P.FORWARD,)),
+    # below every moment (the ledger's peaks do not change); the caching allocator's segments follow them:
+    # the schedule makes and frees each sub-block's set in every layer's forward and recompute
+    Role.LAYER_WORKING_SET: RoleInfo("transient", triage="activation", measured="activations"),
     Role.LOSS_TEMPORARY: RoleInfo("transient", triage="loss", measured="activations", lifetime=(_P.LOSS,)),
+    Role.REFERENCE_TEMPORARY: RoleInfo("transient", triage="loss", measured="activations",
+                                       lifetime=(_P.REFERENCE_FORWARD,)),
     Role.LOSS_BACKWARD_TEMPORARY: RoleInfo("transient", triage="loss", measured="backward_temp",
                                            lifetime=(_P.LOSS_BACKWARD,)),
     Role.BACKWARD_TEMPORARY: RoleInfo("transient", triage="backward", measured="backward_temp",
@@ -212,7 +221,8 @@ class Term:
     why: str
     source: str = ""
     place: Place = Place.DEVICE
-    lifetime: tuple[Phase, ...] = ()   # empty: the role's (ROLES)
+    lifetime: tuple[Phase, ...] | None = None   # None: the role's (ROLES); (): alive in no moment
+
 
     def __post_init__(self) -> None:
         check(self.expr, ROLES[self.role].unit, self.key)   # bytes for memory and traffic, FLOP for FLOPs
@@ -226,9 +236,14 @@ class Term:
         """The block it is reported in: its role's, or host / paged when it is not on the device."""
         return ROLES[self.role].block if self.place is Place.DEVICE else self.place.value
 
+    @property
+    def phases(self) -> tuple[Phase, ...]:
+        """The phases it is alive in: its own lifetime, or its role's."""
+        return ROLES[self.role].lifetime if self.lifetime is None else self.lifetime
+
     def alive(self, phase: Phase) -> bool:
         """On the device in ``phase``."""
-        return self.place is Place.DEVICE and phase in (self.lifetime or ROLES[self.role].lifetime)
+        return self.place is Place.DEVICE and phase in self.phases
 
     def __repr__(self) -> str:
         from ..rendering import render
@@ -252,7 +267,9 @@ class Moment:
 @dataclass(frozen=True)
 class MomentSpec:
     """One moment of the step: an instant of ``phase``, whose terms are those alive then (``Term.alive``). It
-    exists when a term of role ``needs`` lives in that phase (``present``) or none does (not ``present``)."""
+    exists when a term of role ``needs`` lives in that phase (``present``) or none does (not ``present``). A moment
+    of one of several instants of a phase (FSDP2's layer ends) counts, of the terms of role ``one``, only the one
+    named like it."""
 
     key: str
     label: str
@@ -260,14 +277,32 @@ class MomentSpec:
     why: str
     needs: Role | None = None
     present: bool = True
+    one: Role | None = None
+
+    def holds(self, term: Term) -> bool:
+        """Whether ``term`` is one of this moment's terms."""
+        return term.alive(self.phase) and (term.role is not self.one or term.key == self.key)
 
 
-# the moments in the order they are reported (the DoRA ones after the layers' backward they compete with)
+# FSDP2's layer ends: the layers whose input-norm backward can be the peak (ledger.sharding.LAYER_ENDS gives
+# their indices); each is a moment and a term of role LAYER_END of the same name
+LAYER_END_NAMES = ("last", "next", "second", "first")
+
+# the moments in the order they are reported (the DoRA ones after the layers' backward they compete with); the
+# ones that need ZeRO-3's gathered weights or FSDP2's layer ends exist only under those layouts
 MOMENTS = (
+    MomentSpec("first_layer_forward", "forward, the first layer's all-gather", Phase.FIRST_LAYER_FORWARD,
+               "the root gathered, its all-gather output not yet freed beside the first layer's", Role.GATHERED_WEIGHT),
     MomentSpec("forward_loss", "forward, computing the loss", Phase.LOSS,
                "every saved activation, {computing} (step 2: optimizer states exist)"),
+    MomentSpec("reference_forward", "the reference model's forward (no grad)", Phase.REFERENCE_FORWARD,
+               "the policy's saved activations and per-token log-probabilities while the reference model runs its "
+               "forward under no_grad", Role.REFERENCE_TEMPORARY),
     MomentSpec("loss_backward", "start of the loss backward", Phase.LOSS_BACKWARD,
                "every saved activation plus {backward}"),
+    MomentSpec("head_step", "backward, stepping lm_head's weight", Phase.HEAD_BACKWARD,
+               "optimizer in backward: lm_head's gradient is made and stepped while every saved activation and the "
+               "hidden states' gradient are alive", Role.GRADIENT),
     MomentSpec("final_norm_backward", "backward through the final norm", Phase.FINAL_NORM_BACKWARD,
                "the loss gradients are freed; every layer's activations are still saved"),
     MomentSpec("last_layer_backward", "backward through the last layer's MLP", Phase.LAST_LAYER_BACKWARD,
@@ -285,13 +320,15 @@ MOMENTS = (
     MomentSpec("dora_recompute", "backward, recomputing the first layer's DoRA weight norm",
                Phase.FIRST_LAYER_RECOMPUTE, "the first layer is recomputed with nearly every gradient made: its saved "
                "tensors and one DoRA forward's weight-sized temporaries", Role.FORWARD_TEMPORARY),
+    *(MomentSpec(f"{which}_layer_end", f"backward, the {which} layer's input norm", Phase.LAYER_END,
+                 f"the {which} layer's gradients unsharded beside its input norm's backward", Role.LAYER_END,
+                 one=Role.LAYER_END) for which in LAYER_END_NAMES),
     MomentSpec("first_layer_backward", "backward, reaching the first layer", Phase.FIRST_LAYER_BACKWARD,
                "nearly every gradient exists while the first layer's tensors and its MLP backward are live"),
     MomentSpec("backward_end", "end of backward", Phase.BACKWARD_END, "all gradients exist; the activations are freed"),
     MomentSpec("optimizer_step", "optimizer step", Phase.OPTIMIZER_STEP,
                "weights, gradients, states and the optimizer's own temporaries"),
 )
-PHASES = {spec.key: spec.phase for spec in MOMENTS}   # a single-GPU moment's phase
 
 
 @dataclass(frozen=True)

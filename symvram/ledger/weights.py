@@ -9,12 +9,13 @@ from __future__ import annotations
 import sympy as sp
 
 from ..symbols import sym
-from .architecture import E, V, h
+from .architecture import E, L, V, h
 from .functions import at_least, ceil_div
 from .structure import Structure
-from .terms import Place, Role, Term
+from .terms import Phase, Place, Role, Term
 
 P, P_train, P_quant, P_keep, P_lora, P_save = (sym(n) for n in ("P", "P_train", "P_quant", "P_keep", "P_lora", "P_save"))
+P_tower, P_lora_tower, w_tower = sym("tower_params"), sym("P_lora_tower"), sym("tower_lora_width")
 b_w, b_g, b_m, b_o, n_o, b_a, b_32 = (sym(n) for n in (
     "bytes_weight", "bytes_grad", "bytes_master", "bytes_state", "states_per_param", "bytes_adapter", "bytes_fp32"))
 q, B_q, c_abs, c_abs2, B_q2 = (sym(n) for n in ("quant_bits", "quant_block", "absmax_bits", "dq_absmax_bits", "dq_block"))
@@ -27,15 +28,15 @@ def compute_weight_bytes(s: Structure) -> sp.Symbol:
     """Bytes per element of a weight as the modules compute with it: FSDP2's MixedPrecisionPolicy all-gathers
     it in param_dtype (the activations' dtype, ``bytes_act``), otherwise it is used as stored (``bytes_weight``).
 
-    >>> compute_weight_bytes(Structure()), compute_weight_bytes(Structure(zero=3, mp_policy=True))
+    >>> compute_weight_bytes(Structure()), compute_weight_bytes(Structure(zero=3, fsdp_mixed_precision=True))
     (bytes_weight, bytes_act)
     """
-    return sym("bytes_act") if s.mp_policy else b_w
+    return sym("bytes_act") if s.fsdp_mixed_precision else b_w
 
 
 def compute_adapter_bytes(s: Structure) -> sp.Symbol:
     """The same for the LoRA adapters: cast with the base by the policy, else in their own dtype."""
-    return sym("bytes_act") if s.mp_policy else b_a
+    return sym("bytes_act") if s.fsdp_mixed_precision else b_a
 
 
 def quant_constant_bits(double_quant: bool) -> sp.Expr:
@@ -60,11 +61,11 @@ def nf4_bytes(n: sp.Expr, double_quant: bool) -> tuple[sp.Expr, sp.Expr]:
 
 
 def base_terms(s: Structure) -> list[Term]:
-    if s.method == "qlora" and not s.nominal:
+    if s.method == "qlora" and not s.params_given:
         fam = s.arch
         packed = fam.over_layers(lambda k: sp.Add(*(nf4_bytes(m.params, s.double_quant)[0] for m in k.linears)))
         states = fam.over_layers(lambda k: sp.Add(*(nf4_bytes(m.params, s.double_quant)[1] for m in k.linears)))
-        b_keep = b_32 if s.kbit_prep else b_w
+        b_keep = b_32 if s.kbit_prepared else b_w
         terms = [
             Term("weights_nf4", Role.WEIGHT, packed, r"M_{\mathrm{NF4}}",
                  "each nn.Linear weight of the layers as packed 4-bit NF4 (two per byte; bitsandbytes Params4bit)",
@@ -75,11 +76,11 @@ def base_terms(s: Structure) -> list[Term]:
                     if s.double_quant else " in fp32") + " and the 16-entry NF4 code",
                  "bitsandbytes functional.quantize_4bit(compress_statistics=True)"),
             Term("weights_16bit", Role.WEIGHT, P_keep * b_keep - (b_keep - b_w) * fam.over_layers(lambda k: k.bias_params_per_layer(s.options)),
-                 r"M_{16}" if not s.kbit_prep else r"M_{32}",
+                 r"M_{16}" if not s.kbit_prepared else r"M_{32}",
                  "embeddings, lm_head, norms, biases (and fused MoE experts, not nn.Linear) stay unquantized"
                  + (": prepare_model_for_kbit_training casts them to fp32 (a Linear4bit's bias goes back to the "
-                    "compute dtype at its first forward)" if s.kbit_prep else ""),
-                 "peft prepare_model_for_kbit_training" if s.kbit_prep else "bitsandbytes Linear4bit replaces nn.Linear only"),
+                    "compute dtype at its first forward)" if s.kbit_prepared else ""),
+                 "peft prepare_model_for_kbit_training" if s.kbit_prepared else "bitsandbytes Linear4bit replaces nn.Linear only"),
         ]
     elif s.method == "qlora":
         terms = [
@@ -93,7 +94,7 @@ def base_terms(s: Structure) -> list[Term]:
         ]
     else:
         terms = [Term("weights", Role.WEIGHT, P * b_w, r"M_{w}", "every base weight, stored in the weight dtype")]
-    if not s.nominal:  # an interview preset is P·bytes exactly; real models carry their buffers and counters
+    if not s.params_given:  # an interview preset is P·bytes exactly; real models carry their buffers and counters
         fam = s.arch
         scale = b_w if fam.extra("embed_scale") else 0
         score_bias = fam.over_layers(lambda k: E if k.moe and k.extra("router_score_bias") else 0) * b_w
@@ -104,7 +105,35 @@ def base_terms(s: Structure) -> list[Term]:
                           + ("; the embedding's √h scale" if scale else "")
                           + ("; each MoE layer's router score bias (E)" if score_bias != 0 else ""),
                           "transformers LlamaRotaryEmbedding"))
-    return terms
+    return terms + (tower_terms(s) if s.tower is not None else [])
+
+
+def tower_terms(s: Structure) -> list[Term]:
+    """A multimodal checkpoint's vision tower and projector, loaded beside the decoder (``ledger.towers``): frozen
+    base weights that a text-only batch never runs. QLoRA packs its nn.Linear weights to NF4 like the decoder's
+    (transformers' ``get_keys_to_not_convert`` keeps only the lm_head and tied weights); the rest stays 16-bit,
+    or fp32 once prepare_model_for_kbit_training has cast it (its Linear4bit biases too: the tower never runs
+    the forward that casts them back)."""
+    t = s.tower
+    why = f"{t.description}, loaded by {t.loader}: frozen; a text-only batch never runs it"
+    if s.method == "qlora":
+        packed = sp.Add(*(n * nf4_bytes(sp.Integer(e), s.double_quant)[0] for e, n in t.linear_weights))
+        states = sp.Add(*(n * nf4_bytes(sp.Integer(e), s.double_quant)[1] for e, n in t.linear_weights))
+        packed_elements = sum(e * n for e, n in t.linear_weights)
+        b_keep = b_32 if s.kbit_prepared else b_w
+        terms = [Term("weights_tower_nf4", Role.WEIGHT, packed + states, r"M_{\mathrm{tower,NF4}}",
+                      f"the vision tower's nn.Linear weights as packed NF4 with their quantization states ({why})",
+                      "transformers quantizers/base.py get_keys_to_not_convert; bitsandbytes functional.quantize_4bit"),
+                 Term("weights_tower", Role.WEIGHT, (P_tower - packed_elements) * b_keep, r"M_{\mathrm{tower}}",
+                      "the rest of the vision tower (convolution, position table, norms, biases, projector) unquantized"
+                      + ", cast to fp32 by prepare_model_for_kbit_training" * s.kbit_prepared, t.source)]
+    else:
+        terms = [Term("weights_tower", Role.WEIGHT, P_tower * b_w, r"M_{\mathrm{tower}}",
+                      f"every weight of the {why}", t.source)]
+    return terms + [Term("buffers_tower", Role.BUFFER, sym("tower_float_buffers") * b_w + sym("tower_index_buffers")
+                         * sym("bytes_index"), r"M_{\mathrm{buf,tower}}",
+                         "the tower's buffers: floating ones (rotary inv_freq) in the weights' dtype, int64 position ids",
+                         t.source)]
 
 
 def rotary_width(fam) -> sp.Expr:
@@ -116,9 +145,31 @@ def adafactor_factored(s: Structure) -> sp.Expr:
     """Adafactor keeps a row and a column second-moment vector per matrix (no first moment)."""
     fam = s.arch
     if s.lora:
+        heads = len(s.head_targets) * (2 * sym("rank") + V + h)
         return fam.over_layers(lambda k: sp.Add(*(2 * sym("rank") + k.linear(t).d_in + k.linear(t).d_out
-                                                  for t in s.targets if t in k.linear_map)))
+                                                  for t in s.targets if t in k.linear_map))) + heads
     return (V + h) * (1 if s.tied else 2) + fam.over_layers(lambda k: k.factored_sizes_per_layer(s.options)) + h
+
+
+def head_adapter_sizes(s: Structure) -> list[sp.Expr]:
+    """Elements of each LoRA matrix on the model's head modules: lm_head's A (r × h) and B (V × r) (peft
+    tuners/lora/layer.py Linear.update_layer), the embedding's lora_embedding_A (r × V) and lora_embedding_B (h × r)
+    (Embedding.update_layer, layer.py:1241-1244) — r·(V + h) either way.
+
+    >>> head_adapter_sizes(Structure(method="lora", head_targets=("embed_tokens", "lm_head")))
+    [hidden*rank, rank*vocab, hidden*rank, rank*vocab]
+    """
+    r = sym("rank")
+    return [size for _ in s.head_targets for size in (r * h, r * V)]
+
+
+def layer_lora_params(s: Structure) -> sp.Expr:
+    """LoRA elements of one decoder layer: P_LoRA less the head modules' adapters, over the L layers.
+
+    >>> layer_lora_params(Structure(method="lora", head_targets=("lm_head",)))
+    (P_lora - hidden*rank - rank*vocab)/layers
+    """
+    return (P_lora - sp.Add(*head_adapter_sizes(s))) / L
 
 
 def trainable_tensor_sizes(s: Structure) -> list[tuple[sp.Expr, sp.Expr, bool]]:
@@ -130,6 +181,7 @@ def trainable_tensor_sizes(s: Structure) -> list[tuple[sp.Expr, sp.Expr, bool]]:
             for m in (kind.linear(t) for t in s.targets if t in kind.linear_map):
                 k = m.count * m.rank_factor
                 out += [(k * r * m.d_in, n, False), (k * r * m.d_out, n, False)]
+        out += [(n, sp.Integer(1), False) for n in head_adapter_sizes(s)]   # lora_embedding_A is no nn.Embedding weight
         return out + [(V * h, sp.Integer(1), name == "embed_tokens") for name in s.modules_to_save]
     out = [(V * h, sp.Integer(1), True)] + ([] if s.tied else [(V * h, sp.Integer(1), False)])
     for n, kind in fam.layer_kinds:
@@ -185,7 +237,7 @@ def bnb_terms(s: Structure) -> list[Term]:
 def saved_copy_bytes(s: Structure) -> sp.Expr:
     """Bytes per element of a modules_to_save copy: a deep copy keeps the module's dtype (fp32 once
     prepare_model_for_kbit_training has cast the embeddings and lm_head)."""
-    return b_32 if s.kbit_prep else b_w
+    return b_32 if s.kbit_prepared else b_w
 
 
 def per_trainable(s: Structure, adapter_bytes: sp.Expr, copy_bytes: sp.Expr) -> sp.Expr:
@@ -206,13 +258,26 @@ def trainable_terms(s: Structure) -> list[Term]:
     if s.lora:
         terms.append(Term("adapters", Role.ADAPTER, P_lora * b_a, r"M_{\mathrm{LoRA}}",
                           "LoRA A and B matrices (PEFT keeps them in fp32 unless told otherwise)"))
+    if s.tower_lora:
+        terms.append(Term("adapters_tower", Role.ADAPTER, P_lora_tower * b_a, r"M_{\mathrm{LoRA,tower}}",
+                          "LoRA A and B on the vision tower's linears the targets match (PEFT matches module names; "
+                          "all-linear takes every one): on a text-only batch the tower never runs, so they get no "
+                          "gradient and the optimizer no state for them", "peft tuners/tuners_utils.py "
+                          "_maybe_include_all_linear_layers; torch/optim/adamw.py _init_group skips grad None"))
     if s.modules_to_save:
         terms.append(Term("saved_modules", Role.TRAINABLE_COPY, P_save * saved_copy_bytes(s), r"M_{\mathrm{save}}",
                           f"modules_to_save ({', '.join(s.modules_to_save)}): a trainable deep copy of each, in its "
                           "dtype, beside the frozen original (tied embeddings: each copy is its own V·h matrix)",
                           "peft utils/other.py ModulesToSaveWrapper.update"))
-    terms.append(Term("grads", Role.GRADIENT, per_trainable(s, b_g, saved_copy_bytes(s)), r"M_{\mathrm{grad}}",
-                      "one gradient per trainable weight, in the trainable weight's dtype"))
+    if s.optimizer_in_backward:
+        terms.append(Term("grads", Role.GRADIENT, b_g * largest_trainable_matrix(s), r"M_{\mathrm{grad},1}",
+                          "optimizer in backward: one parameter's gradient at a time, stepped and freed by its "
+                          "post-accumulate-grad hook (the largest: " + ("lm_head's, then the embedding's)"
+                                                                        if not s.lora else "an adapter matrix)"),
+                          IN_BACKWARD, lifetime=in_backward_phases(s)))
+    else:
+        terms.append(Term("grads", Role.GRADIENT, per_trainable(s, b_g, saved_copy_bytes(s)), r"M_{\mathrm{grad}}",
+                          "one gradient per trainable weight, in the trainable weight's dtype"))
     if s.master:
         terms.append(Term("master", Role.MASTER, P_train * b_m, r"M_{\mathrm{master}}",
                           "fp32 master copy the optimizer updates; needed for fp16, optional for bf16",
@@ -225,7 +290,7 @@ def trainable_terms(s: Structure) -> list[Term]:
         expr = n_o * per_trainable(s, b_o, saved_state_bytes(s))
         why = f"{s.optimizer} keeps n_o states per trainable weight (AdamW: m and v)"
     terms.append(Term("optimizer_states", Role.OPTIMIZER_STATE, expr, r"M_{\mathrm{opt}}", why))
-    if s.optimizer == "adamw" and not s.nominal:
+    if s.optimizer == "adamw" and not s.params_given:
         terms.append(Term("optimizer_steps", Role.STEP_COUNT, b_32 * trainable_tensors(s), r"M_{\mathrm{steps}}",
                           "torch AdamW keeps its step count as a 0-d fp32 tensor per parameter tensor",
                           "torch/optim/adamw.py _init_group"))
@@ -244,7 +309,7 @@ def trainable_tensors(s: Structure) -> sp.Expr:
     fam = s.arch
     if s.lora:   # A, B (and DoRA's m) per target
         return (3 if s.dora else 2) * fam.over_layers(lambda k: sum(t in k.linear_map for t in s.targets)) \
-            + len(s.modules_to_save)
+            + 2 * len(s.head_targets) + len(s.modules_to_save)
     return (1 if s.tied else 2) + fam.over_layers(lambda k: k.tensors_per_layer(s.options)) + 1
 
 
@@ -254,16 +319,36 @@ def largest_trainable_matrix(s: Structure) -> sp.Expr:
     if s.lora:
         r = sym("rank")
         mats = [k.linear(t) for k in kinds for t in s.targets if t in k.linear_map]
-        return sp.Max(*{r * m.d_out for m in mats} | {r * m.d_in for m in mats},
+        return sp.Max(*{r * m.d_out for m in mats} | {r * m.d_in for m in mats} | set(head_adapter_sizes(s)),
                       evaluate=False)  # SymPy's pairwise comparison of symbolic sizes is slow and decides nothing here
     return sp.Max(V * h, *{m.params for k in kinds for m in k.linears + k.moe_weights}, evaluate=False)
 
 
+IN_BACKWARD = ("torch optimizer-in-backward recipe (Tensor.register_post_accumulate_grad_hook: one optimizer per "
+               "parameter, step and zero_grad in the hook); torchtune optimizer_in_bwd")
+
+
+def in_backward_phases(s: Structure) -> tuple[Phase, ...]:
+    """Where the largest parameter is stepped under optimizer in backward: full fine-tuning's lm_head right after the
+    loss backward, its embedding at the very end (V·h each, larger than any layer matrix once V ≥ d_ff); LoRA's
+    adapters inside their layer's backward."""
+    if s.lora:
+        return (Phase.LAST_LAYER_BACKWARD, Phase.FIRST_LAYER_BACKWARD)
+    return (Phase.HEAD_BACKWARD, Phase.BACKWARD_END)
+
+
 def optimizer_temp_terms(s: Structure) -> list[Term]:
     """Temporaries inside optimizer.step(): torch's foreach AdamW materialises sqrt(v) for every
-    parameter at once; the for-loop version one parameter at a time (two buffers); fused none."""
+    parameter at once; the for-loop version one parameter at a time (two buffers); fused none. Optimizer in
+    backward steps one parameter at a time: the largest one's, where it is stepped."""
     if s.optimizer != "adamw" or s.optimizer_impl == "fused":
         return []
+    if s.optimizer_in_backward:
+        per = 1 if s.optimizer_impl == "foreach" else 2
+        return [Term("optimizer_temp", Role.OPTIMIZER_STEP_TEMPORARY, per * b_o * largest_trainable_matrix(s),
+                     r"M_{\mathrm{step},1}", f"{s.optimizer_impl} AdamW stepping one parameter in its hook: "
+                     + ("sqrt(v)" if per == 1 else "sqrt(v) and its scaled copy") + ", the largest parameter's",
+                     IN_BACKWARD, lifetime=in_backward_phases(s))]
     if s.optimizer_impl == "foreach":
         return [Term("optimizer_temp", Role.OPTIMIZER_STEP_TEMPORARY, per_trainable(s, b_o, saved_state_bytes(s)), r"M_{\mathrm{step}}",
                      "foreach AdamW: _foreach_sqrt(exp_avg_sq) allocates one state-sized buffer for all parameters",
@@ -282,17 +367,19 @@ def definitions(s: Structure) -> list[tuple[sp.Symbol, sp.Expr]]:
     """Derived quantities, in dependency order."""
     fam = s.arch
     defs: list[tuple[sp.Symbol, sp.Expr]] = []
-    if not s.nominal:
+    if not s.params_given:
         defs.append((P, fam.total_params(s.tied, s.options)))
     if s.method == "qlora":
         defs.append((P_keep, fam.kept_16bit_params(s.tied, s.options)))
         defs.append((P_quant, P - P_keep))
     if s.lora:
         magnitude = fam.over_layers(lambda k: dora_magnitude(k, s.targets)) if s.dora else 0
-        defs.append((P_lora, fam.lora_params(s.targets, sym("rank")) + magnitude))
+        defs.append((P_lora, fam.lora_params(s.targets, sym("rank")) + magnitude + sp.Add(*head_adapter_sizes(s))))
         if s.modules_to_save:
             defs.append((P_save, len(s.modules_to_save) * V * h))
         defs.append((P_train, P_lora + (P_save if s.modules_to_save else 0)))
+        if s.tower_lora:
+            defs.append((P_lora_tower, sym("rank") * w_tower))
     else:
         defs.append((P_train, P))
     return defs

@@ -25,26 +25,12 @@ from ..evaluate import Breakdown
 from ..ledger.terms import BLOCKS, Ledger, Term
 from ..rendering import renders
 from ..scenario import METHODS
-from ..stacks import summary as stack_summary
-from ..symbols import SYMBOLS, latex
+from ..symbols import latex
 from ..units import fmt_bytes
 from . import reports
-from .tables import render_rows
+from .tables import markdown_cell, moment_label, render_rows
 
 LEDGER_BLOCKS = (*BLOCKS, "transient", "host", "paged")  # host: offloaded to CPU memory; paged: unified memory
-
-
-def _cell(text: str) -> str:
-    """A Markdown table cell: a literal ``|`` would end the cell."""
-    return text.replace("|", r"\|")
-
-
-def _number(n: int, units: str) -> str:
-    return fmt_bytes(n, units).split()[0]
-
-
-def _moment_label(led: Ledger, key: str) -> str:
-    return next(m.label for m in led.moments if m.key == key)
 
 
 def term_math(t: Term) -> str:
@@ -62,29 +48,10 @@ def term_latex(t: Term) -> str:
     return f"${term_math(t)}$"
 
 
-def title(bd: Breakdown) -> str:
-    """One line naming the scenario: model, method, micro-batch, precision, optimizer."""
-    sc = bd.scenario
-    method = {"full": "full fine-tuning", "lora": "LoRA", "qlora": "QLoRA"}[sc.method]
-    if sc.lora:
-        method += f" r={sc.rank} on {len(sc.targets)} target module{'s' * (len(sc.targets) > 1)}"
-    if sc.modules_to_save:
-        method += f" + trainable {', '.join(sc.modules_to_save)} (modules_to_save)"
-    parts = [sc.model.name, method, f"batch {sc.batch} × seq {sc.seq}",
-             sc.dtype + (f" + autocast {sc.autocast}" if sc.autocast != "none" else "")
-             + (" + fp32 master" if sc.master == "fp32" else ""),
-             f"{sc.optimizer} ({sc.optimizer_impl}), states {sc.state_dtype}"]
-    if sc.grad_checkpointing:
-        parts.append("checkpointing")
-    if sc.gpus > 1:
-        parts.append(f"{sc.gpus} GPUs")
-    return " · ".join(parts)
-
-
 @renders(Breakdown, "repr")
 def breakdown_repr(bd: Breakdown, units: str = "GiB") -> str:
     blocks = ", ".join(f"{b} {fmt_bytes(bd.blocks[b], units)}" for b in BLOCKS)
-    moment = _moment_label(bd.ledger, bd.peak_moment)
+    moment = moment_label(bd.ledger, bd.peak_moment)
     return (f"<Breakdown {bd.scenario.model.name} {bd.scenario.method}: peak {fmt_bytes(bd.peak, units)} "
             f"at {moment}; {blocks}>")
 
@@ -115,7 +82,7 @@ def ledger_markdown(led: Ledger) -> str:
     rows = [["block", "term", "formula", "why"]]
     for block in LEDGER_BLOCKS:
         for t in led.block_terms(block):
-            rows.append([block, t.key, f"${term_math(t)}$", _cell(t.why)])
+            rows.append([block, t.key, f"${term_math(t)}$", markdown_cell(t.why)])
     lines = [render_rows(rows, "llll", "markdown"), ""]
     if led.definitions:
         lines += [definitions_markdown(led), ""]
@@ -154,30 +121,9 @@ def sensitivity_repr(res: SensitivityResult, units: str = "GiB", top: int = 4) -
     """One line: the active moment and the largest elasticities."""
     knobs = ", ".join(f"{r.knob} {r.elasticity:.3f}" for r in res.rows[:top])
     more = f", … ({len(res.rows)} knobs)" if len(res.rows) > top else ""
-    moment = _moment_label(res.breakdown.ledger, res.moment)
+    moment = moment_label(res.breakdown.ledger, res.moment)
     return (f"<SensitivityResult {res.breakdown.scenario.model.name} {res.breakdown.scenario.method}: peak "
             f"{fmt_bytes(res.peak, units)} at {moment}; elasticities {knobs}{more}>")
-
-
-@renders(SensitivityResult, "markdown")
-def sensitivity_markdown(res: SensitivityResult, units: str = "GiB") -> str:
-    """The ranked knobs (elasticity = % change of the peak per % change of the knob) and each ∂peak/∂x."""
-    amount = reports.amount
-    moment = _moment_label(res.breakdown.ledger, res.moment)
-    lines = [f"**{title(res.breakdown)}**: peak {fmt_bytes(res.peak, units)} at *{moment}*, the active "
-             "moment, whose derivative is the peak's", "", stack_summary(res.breakdown.scenario), ""]
-    rows = [["#", "knob", "meaning", "at", "∂peak/∂x per unit", "elasticity", f"x·∂peak/∂x ({units})",
-             "time elasticity"]]
-    for n, r in enumerate(res.rows, 1):
-        d = SYMBOLS[r.knob]
-        rows.append([str(n), f"${d.latex}$ `{r.knob}`", _cell(d.meaning), f"{r.at:,g} " + (d.unit[:-1] if r.at == 1 and d.unit.endswith("s") else d.unit),
-                     amount(r.value, units), f"{r.elasticity:.4f}", _number(r.proportional_bytes, units),
-                     f"{r.time_elasticity:.4f}"])
-    lines += [render_rows(rows, "rllrrrrr", "markdown"), reports.TIME_ELASTICITY, ""]
-    for r in res.rows:
-        lines.append(f"$$\\frac{{\\partial\\,\\mathrm{{peak}}}}{{\\partial {SYMBOLS[r.knob].latex}}} = "
-                     f"{r.derivative_latex}$$")
-    return "\n".join(lines)
 
 
 @renders(PlanResult, "repr")

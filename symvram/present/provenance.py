@@ -52,7 +52,10 @@ def provenance_rows(sc, reading, cli: set[str], model_source: str) -> list[tuple
             source = "symvram default (the compute dtype)"
         else:
             source = "symvram default"
-        rows.append((key, _value(value, sc.structure.arch.target_sets), source))
+        shown = _value(value, sc.structure.arch.target_sets)
+        if key == "targets" and sc.head_targets:   # the layers' group, then LoRA on the head modules
+            shown = ",".join((shown, *sc.head_targets))
+        rows.append((key, shown, source))
     for name, value in sc.overrides:   # ledger symbols a file set (DeepSpeed's buckets) or --set
         read = settings.get("=" + name)
         rows.append((name, f"{value:g}", read.source if read is not None and read.value == value else "command line"))

@@ -11,7 +11,7 @@ from __future__ import annotations
 from ..analysis.host import host_bytes, paged_bytes
 from ..evaluate import Breakdown
 from ..ledger.sharding import notes
-from ..ledger.terms import BLOCKS
+from ..ledger.terms import BLOCKS, Role
 from ..stacks import summary
 from ..symbols import latex, text
 from ..units import fmt_bytes
@@ -183,11 +183,19 @@ def render_rows(rows: list[list[str]], aligns: str, fmt: str, width: int | None 
 def setup_line(sc) -> str:
     """The configuration line ``estimate --method`` opens with (the figures' subtitles repeat it)."""
     return (f"{sc.model.name} · {sc.method}" + (f" r={sc.rank}" if sc.lora else "") +
+            "".join(f" + LoRA {name}" for name in sc.head_targets) +
             (f" + trainable {', '.join(sc.modules_to_save)}" if sc.modules_to_save else "") +
             f" · batch {sc.batch} · seq {sc.seq} · {sc.dtype}" + (f"/autocast {sc.autocast}" if sc.autocast != "none" else "") +
             f" · {sc.optimizer} ({sc.optimizer_impl}), states {sc.state_dtype}" +
             (", fp32 master" if sc.master == "fp32" else "") + (", checkpointing" if sc.grad_checkpointing else "") +
+            (f" every {sc.checkpoint_every}th layer" if sc.grad_checkpointing and sc.checkpoint_every > 1 else "") +
             f" · {sc.attention}")
+
+
+def tower_note(sc) -> str:
+    """The vision tower a multimodal checkpoint loads beside the decoder, for a header ("" without one)."""
+    t = sc.model.tower
+    return "" if t is None else f" + {t.params:,} of its vision tower (frozen; loaded as {t.loader})"
 
 
 def detail(bd: Breakdown, units: str = "GiB", fmt: str = "table") -> str:
@@ -196,7 +204,7 @@ def detail(bd: Breakdown, units: str = "GiB", fmt: str = "table") -> str:
     md = fmt == "markdown"
     lines = [("## " if md else "") + setup_line(sc), summary(sc), ""]
     params = f"parameters: {bd.derived['P']:,} total, {bd.derived['P_train']:,} trainable " \
-             f"({100 * bd.derived['P_train'] / bd.derived['P']:.2f} %)"
+             f"({100 * bd.derived['P_train'] / bd.derived['P']:.2f} %)" + tower_note(sc)
     lines += [params, ""]
     per = " per GPU" if sc.gpus * sc.tp > 1 else ""  # sharded results are each GPU's, and say so
     rows = [["block", "term", f"bytes{per} ({units})", "formula", "why"]]
@@ -239,7 +247,9 @@ def comparison(rows: list[tuple[str, Breakdown]], units: str = "GiB", fmt: str =
     table = [["method", f"base ({units})", f"trainable ({units})", f"activations ({units})",
               f"ledger total ({units})", f"peak{per} ({units})", "bytes/trainable param"]]
     for name, bd in rows:
-        per_param = (bd.blocks["trainable"] + (bd.terms.get("weights", 0) if bd.scenario.method == "full" else 0)) / bd.derived["P_train"]
+        full = bd.scenario.method == "full"   # the weights are trained: part of the parameter side
+        weights = sum(bd.terms[t.key] for t in bd.ledger.terms if t.role is Role.WEIGHT) if full else 0
+        per_param = (bd.blocks["trainable"] + weights) / bd.derived["P_train"]
         table.append([name, *(fmt_bytes(bd.blocks[b], units).split()[0] for b in BLOCKS),
                       fmt_bytes(bd.ledger_total, units).split()[0], fmt_bytes(bd.peak, units).split()[0],
                       f"{per_param:.1f}"])
@@ -279,3 +289,38 @@ def card_memory_lines(cm, units: str = "GiB") -> list[str]:
         lines.append(f"  {t.key} = {text(t.expr)}: {fmt_bytes(cm.block[t.key], units)} ({where}; {t.why})")
     lines.append(f"  nvidia-smi level (reserved + context + NCCL): {fmt_bytes(cm.device_peak, units)}")
     return lines
+
+
+def markdown_cell(text: str) -> str:
+    """A Markdown table cell: a literal ``|`` would end the cell."""
+    return text.replace("|", r"\|")
+
+
+def number_in(n: int, units: str) -> str:
+    """``n`` bytes in ``units``, the number alone (a table's column names the unit)."""
+    return fmt_bytes(n, units).split()[0]
+
+
+def moment_label(led, key: str) -> str:
+    """The label of moment ``key`` of ledger ``led``."""
+    return next(m.label for m in led.moments if m.key == key)
+
+
+def title(bd: Breakdown) -> str:
+    """One line naming the scenario: model, method, micro-batch, precision, optimizer."""
+    sc = bd.scenario
+    method = {"full": "full fine-tuning", "lora": "LoRA", "qlora": "QLoRA"}[sc.method]
+    if sc.lora:
+        method += f" r={sc.rank} on {len(sc.targets)} target module{'s' * (len(sc.targets) > 1)}"
+        method += "".join(f" + {name}" for name in sc.head_targets)
+    if sc.modules_to_save:
+        method += f" + trainable {', '.join(sc.modules_to_save)} (modules_to_save)"
+    parts = [sc.model.name, method, f"batch {sc.batch} × seq {sc.seq}",
+             sc.dtype + (f" + autocast {sc.autocast}" if sc.autocast != "none" else "")
+             + (" + fp32 master" if sc.master == "fp32" else ""),
+             f"{sc.optimizer} ({sc.optimizer_impl}), states {sc.state_dtype}"]
+    if sc.grad_checkpointing:
+        parts.append("checkpointing" + (f" every {sc.checkpoint_every}th layer" if sc.checkpoint_every > 1 else ""))
+    if sc.gpus > 1:
+        parts.append(f"{sc.gpus} GPUs")
+    return " · ".join(parts)

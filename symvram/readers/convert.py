@@ -103,25 +103,66 @@ def other_modules(value) -> bool:
     return any(n not in MODULES_TO_SAVE for n in _module_names(value))
 
 
-def supervised(*modelled: str):
-    """A training objective: the ones in ``modelled`` (SFT, pre-training) pass; any other is refused, since
-    the ledger has no objectives yet (DPO, KTO, ORPO, GRPO, PPO add a reference or value model, paired or
-    sampled batches).
+def objective(tool: str, names: dict[str, str], refused: dict[str, str] | None = None):
+    """A tool's training objective (axolotl ``rl``, LLaMA-Factory ``stage``) as symvram's ``--objective``: the
+    names in ``names`` map to a modelled objective (SFT, the default, to nothing), any other is refused with what is
+    modelled (and, from ``refused``, why that tool's implementation is not).
 
-    >>> supervised("sft", "pt")("sft")
-    >>> supervised("sft", "pt")("dpo")
+    >>> objective("axolotl", {"dpo": "dpo"})("dpo"), objective("axolotl", {"dpo": "dpo"})(None)
+    ('dpo', None)
+    >>> objective("axolotl", {"dpo": "dpo"})("grpo")
     Traceback (most recent call last):
     ...
-    symvram.readers.convert.WrongValue: 'dpo': only supervised fine-tuning and pre-training steps are modelled (sft, pt); preference and RL objectives (DPO, KTO, ORPO, GRPO, PPO) are not yet: their reference or value model and paired or sampled batches change the peak
+    symvram.readers.convert.WrongValue: 'grpo': the objectives modelled are sft, dpo and kto (TRL 1.16's DPOTrainer and KTOTrainer: axolotl's dpo); ORPO, SimPO, reward modelling, GRPO and PPO are not yet
     """
+    refused = refused or {}
 
     def convert(value):
-        if value in (None, False, "") or value in modelled:
+        if value in (None, False, ""):
             return None
-        raise WrongValue(f"{value!r}: only supervised fine-tuning and pre-training steps are modelled "
-                         f"({', '.join(modelled) or 'no rl key'}); preference and RL objectives (DPO, KTO, ORPO, "
-                         "GRPO, PPO) are not yet: their reference or value model and paired or sampled batches "
-                         "change the peak")
+        name = str(value).strip().lower()
+        if name in names:
+            return None if names[name] == "sft" else names[name]
+        if name in refused:
+            raise WrongValue(f"{value!r}: {refused[name]}")
+        spelled = ", ".join(k for k, v in names.items() if v != "sft")
+        raise WrongValue(f"{value!r}: the objectives modelled are sft, dpo and kto (TRL 1.16's DPOTrainer and "
+                         f"KTOTrainer: {tool}'s {spelled or 'none'}); ORPO, SimPO, reward modelling, GRPO and PPO are "
+                         "not yet")
+
+    return convert
+
+
+# TRL 1.16 DPOConfig.loss_type (trl/trainer/dpo_config.py:245-253; an unknown one raises at the first step,
+# dpo_trainer.py:1506) and SFTConfig.loss_type (sft_config.py: nll, dft): every DPO loss works on per-sequence
+# log-probabilities, so each has the same memory
+DPO_LOSS_TYPES = ("sigmoid", "hinge", "ipo", "exo_pair", "nca_pair", "robust", "bco_pair", "sppo_hard", "aot",
+                  "aot_unpaired", "apo_zero", "apo_down", "discopop", "sft", "sigmoid_norm")
+SFT_LOSS_TYPES = ("nll", "dft")
+
+
+def loss_type(value):
+    """TRL's ``loss_type`` (one name or a list for DPO's combined losses), checked as TRL checks it.
+
+    >>> loss_type(["sigmoid", "sft"])
+    'sigmoid, sft'
+    >>> loss_type("sigmod")
+    Traceback (most recent call last):
+    ...
+    symvram.readers.convert.WrongValue: 'sigmod' is not a TRL 1.16 loss type; DPO: sigmoid, hinge, ipo, exo_pair, nca_pair, robust, bco_pair, sppo_hard, aot, aot_unpaired, apo_zero, apo_down, discopop, sft, sigmoid_norm; SFT: nll, dft
+    """
+    names = value if isinstance(value, list) else [value]
+    for name in names:
+        if name not in DPO_LOSS_TYPES + SFT_LOSS_TYPES:
+            raise WrongValue(f"{name!r} is not a TRL 1.16 loss type; DPO: {', '.join(DPO_LOSS_TYPES)}; "
+                             f"SFT: {', '.join(SFT_LOSS_TYPES)}")
+    return ", ".join(map(str, names))
+
+
+def refuse(why: str):
+    """A key whose mere presence names a run that is not modelled (a GRPO or KTO config): exit 2 with ``why``."""
+    def convert(value):
+        raise WrongValue(f"{excerpt(value)}: {why}")
 
     return convert
 

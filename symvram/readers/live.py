@@ -208,7 +208,8 @@ class _Live:
             return False
         names, ranks, alphas, drops, dora, params = [], set(), set(), set(), set(), []
         for name, m in base.named_modules():
-            if type(m).__name__ == "ModulesToSaveWrapper" or not hasattr(m, "lora_A") or active not in m.lora_A:
+            if type(m).__name__ == "ModulesToSaveWrapper" or not hasattr(m, "lora_A") or (
+                    active not in m.lora_A and active not in getattr(m, "lora_embedding_A", {})):  # lora.Embedding's
                 continue
             target = getattr(m, "parameter_name", None)   # target_parameters: a ParamWrapper per parameter
             (params if target else names).append(target or name.rsplit(".", 1)[-1])

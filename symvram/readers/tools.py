@@ -61,7 +61,8 @@ PENDING = {
     "paged_optimizer": (False, "paged optimizer states may be evicted to host memory under pressure"),
 }
 
-OBJECTIVE = "the training objective: any but SFT / pre-training is refused (exit 2) until objectives are modelled"
+NOT_YET = ("{}'s {} is not modelled yet (symvram models SFT and TRL 1.16's DPOTrainer and KTOTrainer: --objective "
+           "dpo, kto); its memory differs, so it is refused rather than estimated as SFT")
 SAVE_OTHERS = "modules_to_save beyond embed_tokens and lm_head (their trainable copies)"
 BOOL = c.boolean
 ATTN = c.attention
@@ -122,7 +123,9 @@ AXOLOTL = Tool("axolotl", "axolotl 0.19", (
     Row("chunked_cross_entropy", "loss_impl", lambda v: "chunked" if BOOL(v) else "torch"),
     Row("torch_compile", None, c.is_on, why="torch.compile fuses kernels and changes what is saved"),
     Row("unfrozen_parameters", None, c.nonempty, why="training a subset of parameters"),
-    Row("rl", None, c.supervised(), why=OBJECTIVE),                      # exit 2 on dpo, kto, orpo, grpo …
+    # axolotl's AxolotlDPOTrainer subclasses TRL's DPOTrainer; ipo is DPO with loss_type ipo (the same memory)
+    # (and AxolotlKTOTrainer TRL's KTOTrainer)
+    Row("rl", "objective", c.objective("axolotl", {"dpo": "dpo", "ipo": "dpo", "kto": "kto"})),   # exit 2 on orpo, grpo …
     Row("relora", None, c.is_on, why="ReLoRA"),
 ), harmless=frozenset({
     "base_model_config", "model_type", "tokenizer_type", "tokenizer_config", "trust_remote_code", "revision_of_model",
@@ -184,7 +187,12 @@ LLAMAFACTORY = Tool("llamafactory", "LLaMA-Factory 0.9.5", (
     Row("upcast_lmhead_output", None, c.is_on, why="fp32 lm_head output"),
     Row("shift_attn", None, c.is_on, why="shift short attention"),
     Row("mixture_of_depths", None, c.is_on, why="mixture of depths"),
-    Row("stage", None, c.supervised("sft", "pt"), why=OBJECTIVE),          # exit 2 on dpo, kto, ppo, rm
+    # exit 2 on dpo, kto, ppo, rm: LLaMA-Factory's CustomDPOTrainer computes the full logits in fp32 in its own
+    # concatenated_forward, not TRL 1.16's fused LM head, which is what --objective dpo models
+    Row("stage", "objective", c.objective("LLaMA-Factory", {"sft": "sft", "pt": "sft"}, {
+        "dpo": "LLaMA-Factory's DPO (CustomDPOTrainer) keeps the full fp32 logits of its own concatenated_forward; "
+               "symvram's --objective dpo models TRL 1.16's DPOTrainer (a fused LM head, no logits): not the same "
+               "memory, so it is refused"})),
     Row("torch_compile", None, c.is_on, why="torch.compile fuses kernels and changes what is saved"),
 ), harmless=frozenset({
     "template", "dataset", "dataset_dir", "eval_dataset", "output_dir", "overwrite_output_dir", "overwrite_cache",
@@ -206,6 +214,9 @@ _TRAINER_ROWS = (
     Row("activation_checkpointing", "grad_checkpointing", lambda v: None if v is None else BOOL(v)),
     Row("gradient_checkpointing_kwargs.use_reentrant", "checkpoint_impl", c.reentrant),
     Row("activation_checkpointing_kwargs.use_reentrant", "checkpoint_impl", c.reentrant),
+    # trainer.py:1508: every_n_layers goes to activation_checkpointing_enable (layers 0, k, 2k … checkpointed)
+    Row("gradient_checkpointing_kwargs.every_n_layers", "checkpoint_every", c.integer),
+    Row("activation_checkpointing_kwargs.every_n_layers", "checkpoint_every", c.integer),
     Row("optim", "optim", c.text, default="adamw_torch_fused"),        # torch >= 2.8
     Row("bf16", "bf16", lambda v: None if v is None else BOOL(v)),
     Row("fp16", "fp16", BOOL),
@@ -287,12 +298,26 @@ TRL = Tool("trl", "TRL 1.16 SFTConfig", (
     Row("use_dora", "dora", BOOL),
     Row("activation_offloading", "activation_offloading", c.is_on),
     *[Row(k, None, c.is_on, why=_LABELLED_ONLY) for k in ("completion_only_loss", "assistant_only_loss")],
-), harmless=_TRAINER_HARMLESS | {
+    # TRL 1.16 DPOConfig (trl/trainer/dpo_config.py): keys SFTConfig does not have make the file a DPO run
+    *[Row(k, "objective", lambda v: "dpo") for k in ("precompute_ref_log_probs", "f_divergence_type")],
+    Row("precompute_ref_log_probs", "precompute_ref", BOOL),
+    Row("loss_type", INFO, c.loss_type),
+    Row("use_weighting", None, c.is_on, why="WPO weighting: the fused LM head also computes log(sum p^2) per token"),
+    # GRPOConfig and KTOConfig: not modelled yet, refused rather than estimated as SFT
+    # TRL 1.16 KTOConfig (kto_config.py:212-220): its weights name a KTO run, over DPOConfig's shared keys
+    *[Row(k, "objective", lambda v: "kto", priority=3) for k in ("desirable_weight", "undesirable_weight")],
+    # GRPOConfig: not modelled yet, refused rather than estimated as SFT
+    *[Row(k, None, c.refuse(NOT_YET.format("TRL", "GRPOTrainer")), why=NOT_YET.format("TRL", "GRPOTrainer"))
+      for k in ("num_generations", "max_completion_length")],
+), harmless=_TRAINER_HARMLESS - {"loss_type"} | {
+    "beta", "label_smoothing", "loss_weights", "ld_alpha", "f_alpha_divergence_coef", "discopop_tau", "sync_ref_model",
+    "ref_model_mixup_alpha", "ref_model_sync_steps", "precompute_ref_batch_size", "disable_dropout",
     "dataset_name", "dataset_config", "dataset_train_split", "dataset_test_split", "dataset_streaming", "datasets",
     "model_revision", "lora_alpha", "lora_task_type", "use_rslora", "bnb_4bit_quant_type", "bnb_4bit_quant_storage",
     "lora_target_parameters", "ignore_bias_buffers"},
     markers=frozenset({"dataset_text_field", "max_length", "packing", "completion_only_loss", "assistant_only_loss",
-                       "dataset_name", "use_peft"}))
+                       "dataset_name", "use_peft", "precompute_ref_log_probs", "f_divergence_type", "num_generations",
+                       "desirable_weight"}))
 
 # ------------------------------------------------------- DeepSpeed 0.19 config JSON (runtime/zero/config.py)
 # the ZeRO sizes the ledger holds as symbols (ledger/sharding.py): the file's value is that symbol's value

@@ -33,6 +33,7 @@ import torch
 from ..errors import UserError
 from ..evaluate import Breakdown, evaluate, substitution
 from ..ledger import build_ledger
+from ..ledger.terms import Role
 from ..scenario import Scenario
 from ..symbols import SYMBOLS
 from .spec import from_scenario
@@ -232,15 +233,19 @@ def measure_fsdp(spec: dict, world_size: int) -> dict:
     }
 
 
+# FSDPMemTracker's categories (torch/distributed/_tools/fsdp2_mem_tracker.py:35 _FSDPRefType) of the ledger's roles
+FSDP_CATEGORY = {Role.WEIGHT: "sharded_params", Role.ADAPTER: "sharded_params", Role.GRADIENT: "sharded_grads",
+                 Role.OPTIMIZER_STATE: "optimizer_states", Role.STEP_COUNT: "optimizer_states",
+                 Role.GATHERED_WEIGHT: "unsharded_params"}
+
+
 def expected(bd: Breakdown) -> dict[str, int]:
-    """The same categories from the ZeRO-3 ledger of one GPU."""
-    t = bd.terms
-    return {
-        "sharded_params": t.get("weights", 0) + t.get("adapters", 0),
-        "sharded_grads": t["grads"],
-        "optimizer_states": t["optimizer_states"] + t.get("optimizer_steps", 0),
-        "unsharded_params": t["gathered_root"] + t["gathered_layer"],
-    }
+    """The same categories from the ZeRO-3 ledger of one GPU: its terms summed by role (``FSDP_CATEGORY``)."""
+    out = dict.fromkeys(CATEGORIES, 0)
+    for t in bd.ledger.terms:
+        if t.role in FSDP_CATEGORY and t.block != "paged":
+            out[FSDP_CATEGORY[t.role]] += bd.terms[t.key]
+    return out
 
 
 def compare_fsdp(sc: Scenario, world_size: int, measured: dict | None = None) -> dict:

@@ -60,46 +60,63 @@ _REF_TO_KEY = {
 
 
 def _config(arch: dict, attention: str):
-    """The transformers config of ``arch`` (config.json keys; ``model_type`` picks the class)."""
+    """The transformers config of ``arch`` (config.json keys; ``model_type`` picks the class; a multimodal config
+    holds the decoder's keys as its ``text_config``)."""
     import transformers
 
     arch = dict(arch)
     model_type = arch.pop("model_type", "llama")
     for k in ("name", "model"):
         arch.pop(k, None)
-    if model_type == "mistral":
-        arch.setdefault("sliding_window", None)
-    if model_type == "qwen2":
-        arch.pop("attention_bias", None)  # qwen2 always has q/k/v bias
+    text = arch["text_config"] = dict(arch["text_config"]) if "text_config" in arch else arch
+    if text.get("model_type", model_type) == "mistral":
+        text.setdefault("sliding_window", None)
+    if text.get("model_type", model_type) == "qwen2":
+        text.pop("attention_bias", None)  # qwen2 always has q/k/v bias
     # training: no KV cache (with one, the forward would also hold the cache's copies of k/v;
     # the calibration set was measured without)
-    arch.setdefault("use_cache", False)
+    text.setdefault("use_cache", False)
+    if text is arch:
+        del arch["text_config"]
     cfg = transformers.AutoConfig.for_model(model_type, **arch)
-    for key in ("pad_token_id", "bos_token_id", "eos_token_id"):  # a small test vocabulary lacks the defaults' ids
-        if isinstance(getattr(cfg, key, None), int) and getattr(cfg, key) >= cfg.vocab_size:
-            setattr(cfg, key, None)
+    for c in {id(cfg): cfg, id(cfg.get_text_config()): cfg.get_text_config()}.values():
+        for key in ("pad_token_id", "bos_token_id", "eos_token_id"):  # a small test vocabulary lacks the defaults' ids
+            if isinstance(getattr(c, key, None), int) and getattr(c, key) >= cfg.get_text_config().vocab_size:
+                setattr(c, key, None)
     cfg._attn_implementation = attention
     return cfg
 
 
-def peft_target_modules(spec: dict) -> list[str]:
+def peft_target_modules(spec: dict) -> list[str] | str:
     """The target_modules a user writes for these targets: a fused MoE expert weight is asked for by the
     names PEFT maps onto it (Mixtral w1 + w3 → gate_up_proj at rank 2r), as the family entry lists them."""
     from ..ledger.architecture import families_by_model_type, family
 
-    known = families_by_model_type().get(spec["arch"].get("model_type", "llama"))
+    arch = spec["arch"].get("text_config", spec["arch"])
+    known = families_by_model_type().get(arch.get("model_type", "llama"))
+    if "text_config" in spec["arch"] and known and tuple(spec["targets"]) == family(known).target_sets["all-linear"]:
+        return "all-linear"  # a multimodal model: PEFT's all-linear also takes the tower's linears (ledger.towers)
     names = family(known).extra("peft_target_modules", {}) if known else {}
     return list(dict.fromkeys(n for t in spec["targets"] for n in names.get(t, [t])))
 
 
 def build_model(spec: dict):
     """The (PEFT-wrapped) model on the meta device, in train mode."""
+    import transformers
+
+    from ..ledger.towers import read_tower
     from .layout import causal_lm_auto
 
     cfg = _config(spec["arch"], spec["attention"])
     dtype = _DTYPES[spec["dtype"]]
+    tower = read_tower(spec["arch"], "measurement spec")
+    auto = (transformers.AutoModelForImageTextToText if tower and tower.loader not in
+            transformers.models.auto.modeling_auto.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.values()
+            else causal_lm_auto(cfg))   # the class a user loads the model as (ledger.towers, validate.layout)
     with torch.device("meta"):
-        model = causal_lm_auto(cfg).from_config(cfg, dtype=dtype, attn_implementation=spec["attention"])
+        model = auto.from_config(
+            cfg, dtype=dtype, attn_implementation=spec["attention"]
+        )
         # as loaded weights are: floating buffers (rotary inv_freq) in the weights' dtype too
         model.to(dtype)
     prepared = False
@@ -136,7 +153,8 @@ def build_model(spec: dict):
         with warnings.catch_warnings():  # deprecated alias of activation_checkpointing_enable
             warnings.simplefilter("ignore", FutureWarning)
             reentrant = spec.get("checkpoint_impl", "non-reentrant") == "reentrant"
-            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": reentrant})
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": reentrant},
+                                                every_n_layers=int(spec.get("checkpoint_every", 1)))
     model.train()
     return model
 
@@ -329,7 +347,41 @@ def _bnb_optimizer(spec: dict, params: list, model):
     return opt
 
 
+class InBackward:
+    """Optimizer in backward, as torch's recipe (the ``register_post_accumulate_grad_hook`` tutorial) and torchtune's
+    ``optimizer_in_bwd`` write it: one optimizer per trainable parameter, stepped and zeroed (set_to_none) by a hook
+    as soon as that parameter's gradient is accumulated, so no two gradients need to exist at once. The loop's own
+    ``step`` and ``zero_grad`` have nothing left to do. ``install`` registers the hooks (after a tracker's own
+    gradient hooks, which must see each gradient before it is freed)."""
+
+    def __init__(self, per_parameter: dict):
+        self.per_parameter = per_parameter
+        self._installed = False
+
+    @property
+    def state(self) -> dict:
+        return {p: opt.state[p] for p, opt in self.per_parameter.items() if p in opt.state}
+
+    def install(self) -> None:
+        if self._installed:
+            return
+        for p, opt in self.per_parameter.items():
+            def hook(param, _opt=opt):
+                _opt.step()
+                _opt.zero_grad(set_to_none=True)
+            p.register_post_accumulate_grad_hook(hook)
+        self._installed = True
+
+    def step(self) -> None:   # every parameter was stepped by its hook
+        return None
+
+    def zero_grad(self, set_to_none: bool = True) -> None:  # noqa: ARG002 - every gradient is gone already
+        return None
+
+
 def build_optimizer(spec: dict, params: list, model=None):
+    if spec.get("optimizer_in_backward"):
+        return InBackward({p: build_optimizer({**spec, "optimizer_in_backward": False}, [p], model) for p in params})
     if spec["optimizer"] in BNB_OPTIM_BITS:
         return _bnb_optimizer(spec, params, model)
     impl = spec["optimizer_impl"]
@@ -520,6 +572,8 @@ def _train_steps(spec, model, optimizer, input_ids, labels, tracker=None, on_pha
             if on_phase is not None:
                 on_phase(f"step{_step}:{name}")
 
+        if isinstance(optimizer, InBackward):
+            optimizer.install()
         phase("forward")
         ctx = (
             torch.autocast(device_type=dev_type, dtype=_DTYPES[ac])
@@ -627,7 +681,7 @@ def prepare(spec: dict, fake_mode=None, device: str = "cpu"):
         _materialize(model, device)
     trainable, total, tparams = _counts(model)
     optimizer = build_optimizer(spec, tparams, model)
-    b, s, V = int(spec["batch"]), int(spec["seq"]), int(model.config.vocab_size)
+    b, s, V = int(spec["batch"]), int(spec["seq"]), int(model.config.get_text_config().vocab_size)
     ctx = fake_mode if fake_mode is not None else contextlib.nullcontext()
     with ctx:
         input_ids = torch.randint(0, V, (b, s), device=device)
@@ -649,7 +703,7 @@ def measure(spec: dict) -> dict:
     fake_mode = FakeTensorMode(allow_non_fake_inputs=False)
     model, optimizer, input_ids, labels, trainable, total = prepare(spec, fake_mode)
     tracker = PeakTracker(optimizer)
-    tracker.track_external(model, optimizer, input_ids, labels)
+    tracker.track_external(model, *getattr(optimizer, "per_parameter", {None: optimizer}).values(), input_ids, labels)
     counter = flop_counter()
     phases = PhaseFlops(counter)
 
@@ -688,7 +742,7 @@ def replayed(schedule: list, untracked: int = 0) -> dict:
 
 
 def _result(spec, model, optimizer, trainable, total, peak, peak_phase, by_phase, breakdown, secs):
-    b, s, V = int(spec["batch"]), int(spec["seq"]), int(model.config.vocab_size)
+    b, s, V = int(spec["batch"]), int(spec["seq"]), int(model.config.get_text_config().vocab_size)
     state_dtypes = sorted(
         {f"{k}:{str(v.dtype).replace('torch.', '')}"
          for st in optimizer.state.values() for k, v in st.items()

@@ -28,7 +28,8 @@ ALIASES = {"gradient_checkpointing": "grad_checkpointing", "attn_impl": "attenti
 # stack's values. Keys in OPTIONAL appear in the canonical spec only when they differ from their default, so
 # the keys (hashes) of earlier measurements stay the same.
 OPTIONAL: dict[str, Any] = {"stack": "torch", "checkpoint_impl": "non-reentrant", "loss_impl": "torch",
-                            "kbit_prep": "peft", "dora": False, "modules_to_save": [], "mp_policy": "none"}
+                            "kbit_prep": "peft", "dora": False, "modules_to_save": [], "mp_policy": "none",
+                            "optimizer_in_backward": False, "checkpoint_every": 1, "objective": "sft", "prompt": 0, "precompute_ref": False}
 
 
 def _stack_values(name: str, dtype: str) -> dict[str, Any]:
@@ -96,7 +97,7 @@ def normalize_spec(spec: dict) -> dict:
     if s["attention"] is None:
         from ..ledger.architecture import families_by_model_type, family
 
-        known = families_by_model_type().get(s["arch"].get("model_type", "llama"))
+        known = families_by_model_type().get(s["arch"].get("text_config", s["arch"]).get("model_type", "llama"))
         s["attention"] = family(known).default_attention if known else "sdpa"
     if s["attention"] not in ("sdpa", "eager"):
         raise UserError("attention must be 'sdpa' or 'eager'")
@@ -156,7 +157,7 @@ def from_scenario(sc: Scenario) -> dict:
             "grad_checkpointing": sc.grad_checkpointing, "attention": sc.attention,
             **{k: getattr(sc, k) for k, v in OPTIONAL.items() if k != "modules_to_save" and getattr(sc, k) != v}}
     if sc.lora:
-        spec.update(rank=sc.rank, targets=list(sc.targets), lora_dropout=sc.lora_dropout,
+        spec.update(rank=sc.rank, targets=[*sc.targets, *sc.head_targets], lora_dropout=sc.lora_dropout,
                     adapter_dtype="fp32" if sc.adapter_dtype == "fp32" else "base")
         if sc.modules_to_save:
             spec["modules_to_save"] = list(sc.modules_to_save)

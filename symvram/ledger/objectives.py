@@ -1,0 +1,136 @@
+"""Training objectives (``data/objectives.toml``): what one optimizer step runs besides the model's forward and
+backward. SFT is the ledger as it is; a preference objective reshapes it.
+
+DPO (TRL 1.16 ``DPOTrainer``): the chosen and rejected sequences of ``batch`` pairs run as one forward of 2·batch
+rows, so every activation-side term holds twice the rows; TRL's fused LM head scores only the completion's
+positions (``labels[:, 1:] != -100``: s − max(p, 1) per row); then the reference runs the same rows under
+``no_grad``. Its terms (the reference's weights, the policy's per-token outputs, the reference forward) are rows of
+the data table, each with its role, so the moments follow from their lifetimes.
+
+>>> from symvram.ledger.structure import Structure
+>>> terms = {t.key: t for t in preference_terms(Structure(method="full", objective="dpo", reference="copy",
+...                                                       loss_impl="trl"), [])}
+>>> sorted(terms)
+['dpo_labels', 'dpo_outputs', 'ref_forward', 'ref_weights']
+>>> terms["ref_forward"].role.value, [p.name for p in terms["ref_forward"].info.lifetime]
+('reference temporary', ['REFERENCE_FORWARD'])
+"""
+from __future__ import annotations
+
+import tomllib
+from functools import cache
+from importlib import resources
+
+import sympy as sp
+
+from ..symbols import sym
+from .activations import TRL_TOKEN_CHUNK, TRL_VOCAB_CHUNK, _trl_dtypes, residual_bytes, trl_loss_terms, trl_saved_term
+from .architecture import L, dh, f, h
+from .structure import Structure
+from .terms import Phase, Role, Term
+
+b, seq, p = sym("batch"), sym("seq"), sym("prompt")
+b_c, b_32, b_id, b_mask = (sym(n) for n in ("bytes_act", "bytes_fp32", "bytes_index", "bytes_mask"))
+
+
+@cache
+def objectives() -> dict[str, dict]:
+    return tomllib.loads(resources.files("symvram.data").joinpath("objectives.toml").read_text(encoding="utf-8"))
+
+
+def rows(objective: str) -> int:
+    """Sequences the trained forward runs per example: 2 for DPO's chosen + rejected, 1 for KTO's completion."""
+    return int(objectives()[objective]["rows"])
+
+
+def scored(s_: Structure) -> sp.Expr:
+    """Positions TRL's fused LM head scores in the forward's rows: the completion's, after the first token."""
+    return rows(s_.objective) * b * (seq - sp.Max(p, 1))
+
+
+def _row_positions(s_: Structure) -> sp.Expr:
+    """The [rows·b, seq − 1] grid the fused head's per-token outputs are scattered back to."""
+    return rows(s_.objective) * b * (seq - 1)
+
+
+def _output_bytes(s_: Structure) -> sp.Expr:
+    """Bytes per position of the outputs the trainer asks the policy's fused head for: fp32, the top-1 flag bool."""
+    return sp.Add(*(b_mask if name == "is_top1" else b_32 for name in objectives()[s_.objective]["outputs"]))
+
+
+def _head_outputs(s_: Structure) -> sp.Expr:
+    """What TRL's fused head computes per scored position after its fold, while the tile buffer is still alive
+    (kernels/chunked_logprob.py:378-383): log_z and the log-probabilities, and for the policy's outputs (a PEFT
+    reference is the policy) the entropy and mean logit (fp32) and the top-1 test's three bool tensors."""
+    extra = [n for n in objectives()[s_.objective]["outputs"] if n != "log_probs"] if s_.reference == "adapters" else []
+    return (2 * b_32 + sp.Add(*(3 * b_mask if n == "is_top1" else b_32 for n in extra))) * scored(s_)
+
+
+def _reference_forward(s_: Structure) -> sp.Expr:
+    """The reference forward's working set beyond what the policy holds: the larger of one decoder layer's MLP
+    at its product (SiLU output, up output and their product, d_ff wide, beside the normed input, the residual
+    and the RoPE tables) and its fused LM head as it returns (its final hidden states, the tile buffer, seven fp32
+    statistics per scored position and what it computes from them, the scored hidden states' copy, labels and
+    mask)."""
+    R, n = rows(s_.objective) * b * seq, scored(s_)
+    hidden, tile = _trl_dtypes(s_)
+    mlp = 3 * b_c * R * f + 2 * residual_bytes(s_) * R * h + 2 * b_c * seq * dh
+    head = (residual_bytes(s_) * R * h + tile * sp.Min(n, TRL_TOKEN_CHUNK, evaluate=False) * TRL_VOCAB_CHUNK
+            + 7 * b_32 * n + _head_outputs(s_) + hidden * n * h + b_id * n + b_mask * _row_positions(s_))
+    casts = 0
+    if s_.lora and s_.autocast and s_.adapter_upcast and s_.grad_checkpointing:
+        # autocast caches each adapter's cast for its whole region (which holds the policy's and the reference's
+        # forwards); without checkpointing they are saved activations already
+        casts = b_c * L * sym("rank") * sp.Add(*(s_.arch.linear(t).d_in + s_.arch.linear(t).d_out
+                                                 for t in s_.targets if s_.arch.linear(t) in s_.arch.linears))
+    return casts + sp.Max(mlp, head, evaluate=False)
+
+
+EXPRESSIONS = {
+    "ref_weights": lambda s_, base: sp.Add(*(t.expr for t in base)),
+    "outputs": lambda s_, base: _output_bytes(s_) * _row_positions(s_),
+    "labels": lambda s_, base: b_id * rows(s_.objective) * b * seq,
+    "kl_logps": lambda s_, base: 2 * b_32 * b,
+    "ref_forward": lambda s_, base: _reference_forward(s_),
+}
+# made once the policy's head returns, freed when the DPO loss is computed (before its backward)
+LIFETIMES = {"outputs": (Phase.REFERENCE_FORWARD,), "labels": (Phase.LOSS, Phase.REFERENCE_FORWARD),
+             "kl_logps": (Phase.REFERENCE_FORWARD,)}
+
+
+def preference_terms(s_: Structure, base: list[Term]) -> list[Term]:
+    """The objective's own terms (``base``: the policy's parameter-side terms, which a reference copy repeats)."""
+    entry = objectives()[s_.objective]
+    out = []
+    for key, row in entry.get("terms", {}).items():
+        if s_.reference not in row["reference"]:
+            continue
+        name = key if key.startswith("ref_") else f"{s_.objective}_{key}"   # dpo_outputs, kto_labels …
+        out.append(Term(name, Role(row["role"]), EXPRESSIONS[key](s_, [t for t in base if t.role in
+                                                                      (Role.WEIGHT, Role.BUFFER)]),
+                        row["label"], row["why"], row["source"], lifetime=LIFETIMES.get(key)))
+    return out
+
+
+def reshape(s_: Structure, activation_terms: list[Term]) -> list[Term]:
+    """The SFT activation-side terms for the objective's rows (batch → rows·batch), with TRL's fused-head terms
+    for the positions it scores."""
+    if s_.objective == "sft":
+        return activation_terms
+    twice = {b: rows(s_.objective) * b}   # (KTO: once)
+    fused = {t.key: t for t in trl_loss_terms(s_, scored(s_))}
+    mask = b_mask * _row_positions(s_)   # labels != -100, kept by the index and the scatter for backward
+    saved = trl_saved_term(s_, scored(s_), "(the completion's positions)")
+    fused["act_logsoftmax"] = Term(saved.key, saved.role, saved.expr + mask, saved.label,
+                                   saved.why + " and the positions' mask", saved.source)
+    back = fused["loss_backward_temp"]   # and the log-probs' gradient, gathered from the scatter (masked_select)
+    fused["loss_backward_temp"] = Term(back.key, back.role, back.expr + b_32 * scored(s_), back.label,
+                                       back.why + "; the scored positions' log-prob gradient", back.source)
+    entry = objectives()[s_.objective]
+    fused["act_tokens"] = Term("act_tokens", Role.STEP_INPUT, entry["inputs"] * b_id * rows(s_.objective) * b * seq,
+                               r"A_{\mathrm{ids}}", entry["inputs_why"], entry["inputs_source"])
+    return [fused[t.key] if t.key in fused else
+            Term(t.key, t.role, t.expr.xreplace(twice), t.label, t.why, t.source, t.place, t.lifetime)
+            for t in activation_terms]
+
+

@@ -1,0 +1,128 @@
+"""--objective dpo (TRL 1.16's DPOTrainer): the ledger by hand, bad settings, and the estimate against TRL's own
+_compute_loss traced under FakeTensorMode (symvram.validate.objectives; needs trl, which CI does not install)."""
+from __future__ import annotations
+
+import pytest
+
+from symvram.errors import UserError
+from symvram.evaluate import evaluate
+from symvram.scenario import Scenario
+from symvram.validate.spec import to_scenario
+
+ARCH = {"model_type": "llama", "hidden_size": 64, "intermediate_size": 176, "num_hidden_layers": 2,
+        "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 1000}
+
+
+def test_dpo_by_hand():
+    """Llama-2-7B, full fine-tuning, 2 pairs of 1024 tokens with 256-token prompts: the reference is a second copy
+    of the weights and buffers; chosen + rejected double every saved activation (SFT at batch 4 saves the same);
+    the per-token outputs are 3 fp32 and one bool per position of the [2b, s - 1] grid; the fused head scores
+    2b·(s - p) positions."""
+    kw = dict(method="full", seq=1024, grad_checkpointing=True)
+    dpo = evaluate(Scenario.create("llama-2-7b", objective="dpo", batch=2, prompt=256, **kw))
+    sft = evaluate(Scenario.create("llama-2-7b", stack="trl", batch=4, **kw))
+    assert dpo.scenario.stack == "trl" and dpo.scenario.loss_impl == "trl" and dpo.scenario.reference == "copy"
+    assert dpo.terms["ref_weights"] == dpo.terms["weights"] + dpo.terms["buffers"] == 6_738_415_616 * 2 + 128 * 2
+    assert dpo.terms["act_checkpoints"] == sft.terms["act_checkpoints"]
+    assert dpo.terms["dpo_outputs"] == (3 * 4 + 1) * 4 * 1023
+    n = 4 * (1024 - 256)
+    assert dpo.terms["act_logsoftmax"] == 2 * n * 4096 + 8 * n + 2 * 4 * n + 4 * 1023   # + the positions' mask
+    assert dpo.terms["act_tokens"] == 3 * 8 * 4 * 1024   # input ids, attention mask, completion mask
+    assert "reference_forward" in dpo.moments
+
+
+def test_peft_and_precomputed_references():
+    """A PEFT policy is its own reference (adapters disabled): no second copy; precomputed log-probs: no reference
+    forward either."""
+    lora = evaluate(Scenario.create("llama-2-7b", objective="dpo", method="lora", seq=512))
+    pre = evaluate(Scenario.create("llama-2-7b", objective="dpo", method="full", seq=512, precompute_ref=True))
+    assert lora.scenario.reference == "adapters" and "ref_weights" not in lora.terms and "ref_forward" in lora.terms
+    assert pre.scenario.reference == "precomputed"
+    assert "ref_weights" not in pre.terms and "ref_forward" not in pre.terms and "reference_forward" not in pre.moments
+
+
+@pytest.mark.parametrize("kw, message", [
+    (dict(objective="grpo"), "--objective"),
+    (dict(objective="dpo", loss_impl="torch"), "--loss-impl torch contradicts"),
+    (dict(objective="dpo", seq=512, prompt=512), "--prompt"),
+    (dict(prompt=8), "use --objective dpo"),
+    (dict(precompute_ref=True), "use --objective dpo"),
+])
+def test_bad_settings(kw, message):
+    with pytest.raises(UserError, match=message):
+        Scenario.create("llama-2-7b", **kw)
+
+
+def test_moe_refused():
+    with pytest.raises(UserError, match="mixture-of-experts"):
+        Scenario.create("mixtral-8x7b", objective="dpo", method="lora")
+
+
+def test_cli_exit_2(capsys):
+    from symvram.cli import main
+
+    assert main(["estimate", "llama-2-7b", "--objective", "dpo", "--seq", "64", "--prompt", "64"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--prompt" in err[0]
+    assert main(["estimate", "llama-2-7b", "--objective", "dpo", "--method", "lora", "--seq", "256"]) == 0
+    assert "objective dpo" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("objective, method, checkpointing", [
+    ("dpo", "lora", True), ("dpo", "lora", False), ("dpo", "full", True), ("kto", "lora", True), ("kto", "full", False)])
+def test_estimate_is_trls_step(objective, method, checkpointing):
+    """The estimate against TRL 1.16's trainer's _compute_loss, backward and AdamW step, traced (two steps)."""
+    pytest.importorskip("trl", reason="TRL not installed (pip install 'symvram[trl]')")
+    from symvram.validate.objectives import measure_preference
+
+    spec = {"arch": ARCH, "method": method, "rank": 8, "batch": 2, "seq": 32, "prompt": 8, "objective": objective,
+            "stack": "trl", "autocast": "bf16", "grad_checkpointing": checkpointing}
+    estimate, measured = evaluate(to_scenario(spec)).peak, measure_preference(spec)["peak_bytes"]
+    assert abs(estimate - measured) / measured < 0.0025, (estimate, measured)
+
+
+def _file(tmp_path, name, text):
+    path = tmp_path / name
+    path.write_text(text)
+    return str(path)
+
+
+def test_readers_name_the_objective(tmp_path):
+    """axolotl's rl: dpo (and ipo: DPO with another loss) and a TRL DPOConfig are read as --objective dpo, with
+    DPOConfig's precompute_ref_log_probs."""
+    from symvram.readers.read import read_files
+
+    ax = read_files([_file(tmp_path, "a.yml", "base_model: llama-2-7b\nrl: ipo\nadapter: lora\nsequence_len: 512\n")])
+    assert ax.settings["objective"].value == "dpo" and ax.settings["objective"].source.endswith("a.yml:rl")
+    trl = read_files([_file(tmp_path, "d.json", '{"output_dir": "o", "max_length": 512, "loss_type": ["sigmoid"], '
+                                                '"precompute_ref_log_probs": true}')])
+    assert trl.settings["objective"].value == "dpo" and trl.settings["precompute_ref"].value is True
+    sc = Scenario.create("llama-2-7b", **trl.kwargs())
+    assert sc.reference == "precomputed" and sc.loss_impl == "trl" and sc.seq == 512
+    kto = read_files([_file(tmp_path, "k.json", '{"output_dir": "o", "desirable_weight": 1.0, '
+                                                '"precompute_ref_log_probs": false}')])
+    assert kto.settings["objective"].value == "kto"
+
+
+def test_kto_by_hand():
+    """KTO: b unpaired completions in one forward (rows = 1), six int64 inputs (the completions' and the KL
+    completions' ids and masks), three fp32 outputs per position, two fp32 KL log-probs per example; the LoRA
+    reference is the policy without its adapters."""
+    kto = evaluate(Scenario.create("llama-2-7b", objective="kto", method="lora", batch=4, seq=512, prompt=100))
+    sft = evaluate(Scenario.create("llama-2-7b", stack="trl", method="lora", batch=4, seq=512))
+    assert kto.terms["act_checkpoints"] == sft.terms["act_checkpoints"]
+    assert kto.terms["act_tokens"] == 6 * 8 * 4 * 512
+    assert kto.terms["kto_outputs"] == 3 * 4 * 4 * 511 and kto.terms["kto_kl_logps"] == 2 * 4 * 4
+    assert "ref_weights" not in kto.terms and "reference_forward" in kto.moments
+
+
+@pytest.mark.parametrize("text, words", [
+    ('{"output_dir": "o", "loss_type": "sigmod", "precompute_ref_log_probs": false}', "not a TRL 1.16 loss type"),
+    ('{"output_dir": "o", "num_generations": 8, "max_completion_length": 256}', "GRPOTrainer is not modelled yet"),
+])
+def test_bad_or_unmodelled_trl_configs_exit_2(tmp_path, capsys, text, words):
+    from symvram.cli import main
+
+    assert main(["estimate", "llama-2-7b", "--from", _file(tmp_path, "t.json", text)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and words in err[0]
