@@ -22,6 +22,8 @@ MiB, GIB = 2**20, 2**30
     ("7b", dict(method="full", optimizer="adamw8bit")),
     ("70b", dict(method="lora", gpus=8, zero=3, grad_checkpointing=True)),
     ("7b", dict(method="full", gpus=4, zero=3, offload="optimizer")),
+    ("glm-4.5-air", dict(method="lora", targets="attention", seq=1024)),   # layer kinds: a dense layer 0, then MoE
+    ("deepseek-v3", dict(method="lora", targets="attention", grad_checkpointing=True)),
 ])
 def test_the_schedule_reaches_the_ledgers_peak(model, kw):
     """Each monomial a tensor, the moments walked in order, the backward's layer loop: the replay's allocated

@@ -178,6 +178,10 @@ def test_every_family_parses():
     ({**PUBLISHED[7][0], "decoder_sparse_step": 2}, "decoder_sparse_step = 2 is not modelled"),
     ({k: v for k, v in PUBLISHED[7][0].items() if k != "moe_intermediate_size"}, "'moe_intermediate_size'"),
     ({**PUBLISHED[0][0], "num_key_value_heads": 7}, "not a multiple of num_key_value_heads 7"),
+    ({**tiny_config("deepseek_v3"), "num_key_value_heads": 2}, "must equal num_attention_heads 4 for latent attention"),
+    ({**tiny_config("deepseek_v3"), "q_lora_rank": None}, "missing required field 'q_lora_rank'"),
+    ({**tiny_config("glm4_moe"), "first_k_dense_replace": -1}, "'first_k_dense_replace' must be a non-negative"),
+    ({**tiny_config("glm4_moe_lite"), "mlp_layer_types": ["dense"]}, "'mlp_layer_types' must be a list of dense or sparse"),
 ])
 def test_bad_family_configs_are_refused_with_the_reason(cfg, message):
     with pytest.raises(UserError, match=message):

@@ -83,8 +83,11 @@ def causal_lm_auto(hf_cfg):
     MODEL_FOR_PRETRAINING_MAPPING_NAMES alone: models/auto/modeling_auto.py:729) AutoModelForPreTraining."""
     import transformers
 
-    auto = transformers.AutoModelForCausalLM
-    return auto if type(hf_cfg) in auto._model_mapping else transformers.AutoModelForPreTraining
+    auto, pretraining = transformers.AutoModelForCausalLM, transformers.AutoModelForPreTraining
+    if type(hf_cfg) not in auto._model_mapping and type(hf_cfg) in pretraining._model_mapping \
+            and pretraining._model_mapping[type(hf_cfg)].__name__.endswith("ForCausalLM"):
+        return pretraining
+    return auto   # which refuses what it cannot build (an encoder-decoder's pretraining head is no causal LM)
 
 
 def meta_model(cfg: dict):
