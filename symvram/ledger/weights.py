@@ -15,7 +15,7 @@ from .structure import Structure
 from .terms import Phase, Place, Role, Term
 
 P, P_train, P_quant, P_keep, P_lora, P_save = (sym(n) for n in ("P", "P_train", "P_quant", "P_keep", "P_lora", "P_save"))
-P_tower, P_lora_tower, w_tower = sym("tower_params"), sym("P_lora_tower"), sym("tower_lora_width")
+P_tower, P_lora_tower = sym("tower_params"), sym("P_lora_tower")
 b_w, b_g, b_m, b_o, n_o, b_a, b_32 = (sym(n) for n in (
     "bytes_weight", "bytes_grad", "bytes_master", "bytes_state", "states_per_param", "bytes_adapter", "bytes_fp32"))
 q, B_q, c_abs, c_abs2, B_q2 = (sym(n) for n in ("quant_bits", "quant_block", "absmax_bits", "dq_absmax_bits", "dq_block"))
@@ -379,7 +379,7 @@ def definitions(s: Structure) -> list[tuple[sp.Symbol, sp.Expr]]:
             defs.append((P_save, len(s.modules_to_save) * V * h))
         defs.append((P_train, P_lora + (P_save if s.modules_to_save else 0)))
         if s.tower_lora:
-            defs.append((P_lora_tower, sym("rank") * w_tower))
+            defs.append((P_lora_tower, sym("rank") * s.tower_lora_width))
     else:
         defs.append((P_train, P))
     return defs
