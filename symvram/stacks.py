@@ -139,7 +139,9 @@ def summary(sc) -> str:
     parts.append(states)
     if sc.master == "fp32":
         parts.append("fp32 master")
-    parts.append(f"checkpointing {sc.checkpoint_impl}" if sc.grad_checkpointing else "no checkpointing")
+    parts.append(f"checkpointing {sc.checkpoint_impl}" + (f" of layers 0, {sc.checkpoint_every}, {2 * sc.checkpoint_every} …"
+                                                           if sc.checkpoint_every > 1 else "")
+                 if sc.grad_checkpointing else "no checkpointing")
     parts.append(f"loss {sc.loss_impl}")
     if sc.method == "qlora" and sc.kbit_prep == "peft":
         parts.append("prepare_model_for_kbit_training")

@@ -269,6 +269,28 @@ def _candidates(sc: Scenario, p95_seq: int | None) -> list[_Candidate]:
                               "bitsandbytes 8-bit AdamW (AdamW8bit, a fused kernel): a small accuracy risk"
                               + ("; without the master, bf16 rounds away updates below ≈ 2^-8 of a weight"
                                  if "master" in precision else "")))
+    if not sc.optimizer_in_backward and sc.optimizer in ("adamw", "sgd", "sgd-momentum") and sc.gpus == 1:
+        out.append(_Candidate("in_backward", "optimizer in backward (one optimizer per parameter, stepped by its "
+                              "post-accumulate-grad hook)", "method", ("parameter", "optimizer"),
+                              {"optimizer_in_backward": True},
+                              "no gradient accumulation (the effective batch is the micro-batch) and no clipping by "
+                              "the global gradient norm: each parameter is stepped alone as its gradient is made "
+                              "(torch's register_post_accumulate_grad_hook recipe; torchtune optimizer_in_bwd: True); "
+                              "no extra FLOPs"))
+    if sc.dora:
+        out.append(_Candidate("no_dora", "plain LoRA instead of DoRA", "method", ("parameter", "activation", "backward"),
+                              {"dora": False}, "no magnitude vector: a different fine-tune; DoRA's per-forward weight "
+                              "norm (its weight-sized temporaries and extra matmuls) goes too"))
+    if sc.modules_to_save:
+        out.append(_Candidate("no_modules_to_save", f"no trainable copies of {', '.join(sc.modules_to_save)} "
+                              "(modules_to_save)", "method", ("parameter", "optimizer", "activation"),
+                              {"modules_to_save": ()}, "those modules stay frozen: rows of tokens added to the "
+                              "vocabulary keep their initial values (PEFT's trainable_token_indices trains those rows "
+                              "alone)"))
+    if sc.head_targets:
+        out.append(_Candidate("no_head_lora", f"no LoRA on {', '.join(sc.head_targets)}", "method",
+                              ("parameter", "optimizer", "activation"), {"targets": sc.targets, "head_targets": ()},
+                              "the head modules stay frozen; the layers keep their adapters"))
     if sc.method == "full":
         out.append(_Candidate("lora", "LoRA (frozen base, adapters only)", "method", ("parameter", "optimizer"),
                               {"method": "lora"}, "adapters instead of every weight: a different fine-tune"))
@@ -389,7 +411,8 @@ def diagnose(sc: Scenario, capacity: int | GPUSpec, headroom: int | str = DEFAUL
     last = modelled[-1].after if modelled else est
     cards = None
     if last.peak > budget or any("method" in r.changes for r in modelled):
-        kept = {k: v for r in modelled for k, v in r.changes.items() if k != "method"}   # the fixes, same method
+        kept = {k: v for r in modelled for k, v in r.changes.items()   # the fixes, same method (in backward:
+                if k not in ("method", "optimizer_in_backward")}          # one GPU only)
         result = plan(sc.with_changes(**kept), GPUSpec(card.key, card.name, card.memory_bytes,
                                                        card.usable_bytes - max(overhead, 0)),
                       max_gpus=max_gpus, headroom=room, methods=(sc.method,))

@@ -363,14 +363,26 @@ def _latent_attention(s_: Structure) -> dict[str, tuple[sp.Expr, str, str, str]]
     """What SDPA keeps of DeepSeek-V3's multi-head latent attention (modeling_deepseek_v3.py:462-464): q as the new
     concatenation of its no-RoPE and rotated parts (n_h heads of d_nope + d_rope), k expanded per head into a new
     tensor of the same width, v a view of kv_b_proj's output, which it keeps whole (n_h · (d_nope + d_v)), its
-    output (n_h · d_v) and the fp32 log-sum-exp; not a GQA-sized cache."""
+    output (n_h · d_v) and the fp32 log-sum-exp; not a GQA-sized cache. With d_v ≠ d_nope + d_rope (DeepSeek-V3's
+    128 and 192) torch's flash kernels do not run: on CUDA the memory-efficient kernel keeps the same tensors
+    (modelled, not measured: its log-sum-exp rows may be padded), on the CPU the math path keeps fp32 copies of q and
+    k (each scaled), of v, and the fp32 softmax of the b·n_h·s² scores (what a FakeTensor trace measures)."""
     b_mm = matmul_bytes(s_)
     d_qk, d_v = s_.arch.attention_widths
-    return {"act_attention": (b_mm * T * nh * (2 * d_qk + (d_qk - dh + d_v) + d_v), r"A_{\mathrm{attn}}",
-                              "SDPA keeps q and k (n_h heads of d_nope + d_rope, built anew), kv_b_proj's whole output "
-                              "(v is a view of it) and its output (d_v wide)", s_.arch.source),
-            "act_attention_lse": (b_32 * b * nh * seq, r"A_{\mathrm{lse}}", "and the fp32 log-sum-exp of each query row",
-                                  "torch scaled_dot_product_attention")}
+    kernel = b_mm * T * nh * (2 * d_qk + (d_qk - dh + d_v) + d_v)
+    why = ("SDPA keeps q and k (n_h heads of d_nope + d_rope, built anew), kv_b_proj's whole output (v is a view of "
+           "it) and its output (d_v wide)")
+    terms = {"act_attention": (kernel, r"A_{\mathrm{attn}}", why, s_.arch.source),
+             "act_attention_lse": (b_32 * b * nh * seq, r"A_{\mathrm{lse}}", "and the fp32 log-sum-exp of each query "
+                                   "row", "torch scaled_dot_product_attention")}
+    if s_.device != "cpu":
+        return terms
+    unequal = at_least(d_qk, d_v + 1) + at_least(d_v, d_qk + 1)   # 1 when the widths differ: the math path
+    math = b_32 * T * nh * (2 * d_qk + d_v) + b_32 * b * nh * seq**2
+    return {"act_attention": ((1 - unequal) * kernel + unequal * math, r"A_{\mathrm{attn}}",
+                              why + "; on the CPU with d_v ≠ d_qk the math path instead: fp32 q, k, v and the fp32 "
+                              "softmax of the s² scores", "torch _scaled_dot_product_attention_math"),
+            "act_attention_lse": ((1 - unequal) * terms["act_attention_lse"][0], *terms["act_attention_lse"][1:])}
 
 
 def _sink_scores(s_: Structure) -> tuple[sp.Expr, str, str, str]:
@@ -401,8 +413,11 @@ def _moe_layer(s_: Structure) -> dict[str, tuple[sp.Expr, str, str, str]]:
     if fam.extra("router_topk_softmax"):  # gpt-oss: top-k of the logits, then a softmax over those k
         router_saved, router_why = b_id * T * k_e + b_c * T * k_e, "the int64 top-k indices and the softmax of the k logits"
     else:
-        router_saved = b_32 * T * E + b_id * T * k_e + (b_32 * T + b_32 * T * k_e if renorm else 0)
-        router_why = ("the router's fp32 softmax over E experts and the int64 top-k indices"
+        b_p = b_c if fam.extra("router_compute_dtype") else b_32   # Mistral 4: the softmax of the 16-bit logits
+        router_saved = b_p * T * E + b_id * T * k_e + (b_p * T + b_p * T * k_e if renorm else 0)
+        scores = "sigmoid" if fam.extra("router_fp32") else "softmax"   # DeepSeek-V3 and GLM-4.5 score by a sigmoid
+        router_why = (f"the router's {'16-bit' if b_p == b_c else 'fp32'} {scores} over E experts and the int64 top-k "
+                      "indices"
                       + " (and the renormalized top-k weights with their sum)" * bool(renorm))
     if fam.extra("clamped_swiglu"):  # the gate_up output (2·d_E; the clamps keep views of it) and four d_E-wide
         gated, gated_why = 6 * b_c * S * f_e, "the gate_up output (2·d_E), the clamped gate, its sigmoid, their product and up + 1"
@@ -515,6 +530,7 @@ def per_layer_bytes(s_: Structure) -> sp.Expr:
 # the only fields the activation and transient terms read (not the optimizer, master copy, quantization, sharding)
 ACTIVATION_FIELDS = ("method", "family", "first_kind", "options", "tied", "targets", "adapter_upcast", "attention", "autocast",
                      "compute_fp32", "device", "dora", "dropout", "grad_checkpointing", "head_targets",
+                     "optimizer_in_backward", "checkpoint_every",
                      "kbit_prepared", "loss_impl", "modules_to_save", "weight_casts", "fsdp_mixed_precision", "bnb_input_saved",
                      "shift_logits_copy", "forward_logits_upcast", "tower", "objective")
 
@@ -528,16 +544,31 @@ def refuse_unmodelled(fam) -> None:
                         "family-draft prints it); measure the step with symvram validate")
 
 
+EVERY_N = "; transformers modeling_utils.py:3246 _set_gradient_checkpointing (layer_index % every_n_layers == 0)"
+
+
+def checkpointed_layers(s_: Structure) -> sp.Expr:
+    """How many layers checkpointing wraps: all L, or with transformers' ``every_n_layers = k`` layers 0, k, 2k …:
+    ⌈L / k⌉ (the first always; the last when k divides L − 1)."""
+    return L if s_.checkpoint_every == 1 else ceil_div(L, s_.checkpoint_every)
+
+
 def saved_terms(s_: Structure) -> list[Term]:
     """Block 3 terms: per-layer saved tensors × L (or checkpointed inputs), then the model's head."""
     fam = s_.arch
     refuse_unmodelled(fam)
     terms: list[Term] = []
     if s_.grad_checkpointing:
-        b_res = residual_bytes(s_)
-        terms.append(Term("act_checkpoints", Role.SAVED_ACTIVATION, L * b_res * T * h + b_id * seq, r"A_{\mathrm{ckpt}}",
-                          "checkpointing keeps each layer's input (and the position ids); layers are recomputed in backward",
-                          "torch.utils.checkpoint (non-reentrant)"))
+        b_res, n_c = residual_bytes(s_), checkpointed_layers(s_)
+        terms.append(Term("act_checkpoints", Role.SAVED_ACTIVATION, n_c * b_res * T * h + b_id * seq, r"A_{\mathrm{ckpt}}",
+                          "checkpointing keeps each layer's input (and the position ids); layers are recomputed in backward"
+                          + (f" — every {s_.checkpoint_every}th layer (0, {s_.checkpoint_every}, …)"
+                             if s_.checkpoint_every > 1 else ""),
+                          "torch.utils.checkpoint (non-reentrant)" + EVERY_N * (s_.checkpoint_every > 1)))
+        if s_.checkpoint_every > 1:   # the other layers save as without checkpointing (none is the first)
+            for key, (expr, label, why, source) in _layer(s_, first=False).items():
+                terms.append(Term(key, Role.SAVED_ACTIVATION, (L - n_c) * expr, f"(L - L_c) \\cdot {label}",
+                                  why + " (the layers not checkpointed)", source))
     else:
         general: dict[str, tuple] = {}   # key -> (Σ over the layer kinds of layers · bytes, label, why, source)
         for n, kind in s_.layer_kinds:
@@ -810,21 +841,11 @@ def dora_forward_temp(s_: Structure) -> sp.Expr:
 RECOMPUTES = (Phase.LAST_LAYER_RECOMPUTE, Phase.LAST_LAYER_BACKWARD, Phase.FIRST_LAYER_RECOMPUTE, Phase.FIRST_LAYER_BACKWARD)
 
 
-def transient_terms(s_: Structure) -> list[Term]:
-    """Tensors alive only at one moment of the step (not part of the ledger sum)."""
-    logits_bytes = b_32 if s_.compute_fp32 else b_c
-    terms = loss_terms(s_, logits_bytes) + [
-        Term("norm_backward_temp", Role.BACKWARD_TEMPORARY, 5 * b_32 * T * h, r"M_{\mathrm{norm}'}",
-             "the final RMSNorm's backward holds five fp32 hidden-sized gradients at once", "autograd of LlamaRMSNorm",
-             lifetime=(Phase.FINAL_NORM_BACKWARD,)),
-        Term("backward_tail", Role.EMBEDDING_GRADIENT, 2 * b_c * T * h, r"M_{\mathrm{tail}}",
-             "the gradient reaching the embedding and its accumulation buffer", "autograd"),
-    ]
-
-    temp, why, source = _layer_backward_temp(s_)
-    if s_.arch.kinds:   # the last layer's MLP backward and the first's: the larger kind's
-        temp = largest_kind(s_, lambda k: _layer_backward_temp(k)[0])
-    terms.append(Term("layer_backward_temp", Role.BACKWARD_TEMPORARY, temp, r"M_{\mathrm{mlp}'}", why, source))
+def _gradients_so_far(s_: Structure) -> list[Term]:
+    """The gradients that accumulate during backward: a trainable lm_head's (a copy's, or its LoRA's) from the loss
+    backward on, all but the first layer's and the embedding's when backward reaches the first layer, and tied
+    embeddings' two gradients summed at the end."""
+    terms: list[Term] = []
     if "lm_head" in s_.modules_to_save:
         terms.append(Term("head_grad", Role.EARLY_GRADIENT, saved_copy_bytes(s_) * V * h, r"M_{\mathrm{grad},V}",
                           "the trainable lm_head copy's gradient, made by the loss backward, alive through the rest "
@@ -843,6 +864,28 @@ def transient_terms(s_: Structure) -> list[Term]:
                           "tied embeddings: lm_head's gradient and the embedding's are summed at the end of backward, "
                           "both alive beside the sum", "autograd of a shared weight (embedding_dense_backward)",
                           lifetime=(Phase.BACKWARD_END,)))
+    return terms
+
+
+def transient_terms(s_: Structure) -> list[Term]:
+    """Tensors alive only at one moment of the step (not part of the ledger sum)."""
+    logits_bytes = b_32 if s_.compute_fp32 else b_c
+    terms = loss_terms(s_, logits_bytes) + [
+        Term("norm_backward_temp", Role.BACKWARD_TEMPORARY, 5 * b_32 * T * h, r"M_{\mathrm{norm}'}",
+             "the final RMSNorm's backward holds five fp32 hidden-sized gradients at once", "autograd of LlamaRMSNorm",
+             lifetime=(Phase.FINAL_NORM_BACKWARD,)),
+        Term("backward_tail", Role.EMBEDDING_GRADIENT, 2 * b_c * T * h, r"M_{\mathrm{tail}}",
+             "the gradient reaching the embedding and its accumulation buffer", "autograd"),
+    ]
+
+    temp, why, source = _layer_backward_temp(s_)
+    if s_.arch.kinds:   # the last layer's MLP backward and the first's: the larger kind's
+        temp = largest_kind(s_, lambda k: _layer_backward_temp(k)[0])
+    terms.append(Term("layer_backward_temp", Role.BACKWARD_TEMPORARY, temp, r"M_{\mathrm{mlp}'}", why, source))
+    # optimizer in backward: the gradients never accumulate, each is stepped and freed where it is made (when
+    # lm_head is, its backward has returned: its saved input is freed and the hidden states' gradient, as large, lives)
+    if not s_.optimizer_in_backward:
+        terms += _gradients_so_far(s_)
     if s_.method == "qlora":
         terms.append(Term("dequant_temp", Role.BACKWARD_TEMPORARY, b_w * _largest_linear(s_),
                           r"M_{\mathrm{dequant}}", "bitsandbytes dequantizes one 4-bit weight to the load dtype "
@@ -856,8 +899,15 @@ def transient_terms(s_: Structure) -> list[Term]:
                           else (Phase.FORWARD,)))
     terms += layer_working_sets(s_)
     one_layer = per_layer_bytes(s_) if s_.grad_checkpointing else _layer_bytes(s_.first_layer)
+    if s_.checkpoint_every > 1:   # the last layer is recomputed only when it is one of 0, k, 2k …
+        last = checkpointed_layers(s_) - ceil_div(L - 1, s_.checkpoint_every)
+        terms.append(Term("last_layer_recomputed", Role.RECOMPUTED_ACTIVATION, last * one_layer, r"M_{\mathrm{layer},L-1}",
+                          "the last layer's saved tensors, recomputed when it is checkpointed (k divides L − 1; "
+                          "otherwise they are among the layers' saved tensors)", "torch.utils.checkpoint" + EVERY_N,
+                          lifetime=RECOMPUTES[:2]))
     terms.append(Term("one_layer", Role.RECOMPUTED_ACTIVATION, one_layer + sliding_extra(s_), r"M_{\mathrm{layer}}",
                       "one layer's saved tensors (recomputed under checkpointing), alive until its backward ends",
                       "torch.utils.checkpoint / autograd",   # without checkpointing: the first layer's, still saved
-                      lifetime=RECOMPUTES if s_.grad_checkpointing else (Phase.FIRST_LAYER_BACKWARD,)))
+                      lifetime=(RECOMPUTES[2:] if s_.checkpoint_every > 1 else RECOMPUTES) if s_.grad_checkpointing
+                      else (Phase.FIRST_LAYER_BACKWARD,)))
     return terms

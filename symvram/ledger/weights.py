@@ -12,7 +12,7 @@ from ..symbols import sym
 from .architecture import E, L, V, h
 from .functions import at_least, ceil_div
 from .structure import Structure
-from .terms import Place, Role, Term
+from .terms import Phase, Place, Role, Term
 
 P, P_train, P_quant, P_keep, P_lora, P_save = (sym(n) for n in ("P", "P_train", "P_quant", "P_keep", "P_lora", "P_save"))
 P_tower, P_lora_tower, w_tower = sym("tower_params"), sym("P_lora_tower"), sym("tower_lora_width")
@@ -269,8 +269,15 @@ def trainable_terms(s: Structure) -> list[Term]:
                           f"modules_to_save ({', '.join(s.modules_to_save)}): a trainable deep copy of each, in its "
                           "dtype, beside the frozen original (tied embeddings: each copy is its own V·h matrix)",
                           "peft utils/other.py ModulesToSaveWrapper.update"))
-    terms.append(Term("grads", Role.GRADIENT, per_trainable(s, b_g, saved_copy_bytes(s)), r"M_{\mathrm{grad}}",
-                      "one gradient per trainable weight, in the trainable weight's dtype"))
+    if s.optimizer_in_backward:
+        terms.append(Term("grads", Role.GRADIENT, b_g * largest_trainable_matrix(s), r"M_{\mathrm{grad},1}",
+                          "optimizer in backward: one parameter's gradient at a time, stepped and freed by its "
+                          "post-accumulate-grad hook (the largest: " + ("lm_head's, then the embedding's)"
+                                                                        if not s.lora else "an adapter matrix)"),
+                          IN_BACKWARD, lifetime=in_backward_phases(s)))
+    else:
+        terms.append(Term("grads", Role.GRADIENT, per_trainable(s, b_g, saved_copy_bytes(s)), r"M_{\mathrm{grad}}",
+                          "one gradient per trainable weight, in the trainable weight's dtype"))
     if s.master:
         terms.append(Term("master", Role.MASTER, P_train * b_m, r"M_{\mathrm{master}}",
                           "fp32 master copy the optimizer updates; needed for fp16, optional for bf16",
@@ -317,11 +324,31 @@ def largest_trainable_matrix(s: Structure) -> sp.Expr:
     return sp.Max(V * h, *{m.params for k in kinds for m in k.linears + k.moe_weights}, evaluate=False)
 
 
+IN_BACKWARD = ("torch optimizer-in-backward recipe (Tensor.register_post_accumulate_grad_hook: one optimizer per "
+               "parameter, step and zero_grad in the hook); torchtune optimizer_in_bwd")
+
+
+def in_backward_phases(s: Structure) -> tuple[Phase, ...]:
+    """Where the largest parameter is stepped under optimizer in backward: full fine-tuning's lm_head right after the
+    loss backward, its embedding at the very end (V·h each, larger than any layer matrix once V ≥ d_ff); LoRA's
+    adapters inside their layer's backward."""
+    if s.lora:
+        return (Phase.LAST_LAYER_BACKWARD, Phase.FIRST_LAYER_BACKWARD)
+    return (Phase.HEAD_BACKWARD, Phase.BACKWARD_END)
+
+
 def optimizer_temp_terms(s: Structure) -> list[Term]:
     """Temporaries inside optimizer.step(): torch's foreach AdamW materialises sqrt(v) for every
-    parameter at once; the for-loop version one parameter at a time (two buffers); fused none."""
+    parameter at once; the for-loop version one parameter at a time (two buffers); fused none. Optimizer in
+    backward steps one parameter at a time: the largest one's, where it is stepped."""
     if s.optimizer != "adamw" or s.optimizer_impl == "fused":
         return []
+    if s.optimizer_in_backward:
+        per = 1 if s.optimizer_impl == "foreach" else 2
+        return [Term("optimizer_temp", Role.OPTIMIZER_STEP_TEMPORARY, per * b_o * largest_trainable_matrix(s),
+                     r"M_{\mathrm{step},1}", f"{s.optimizer_impl} AdamW stepping one parameter in its hook: "
+                     + ("sqrt(v)" if per == 1 else "sqrt(v) and its scaled copy") + ", the largest parameter's",
+                     IN_BACKWARD, lifetime=in_backward_phases(s))]
     if s.optimizer_impl == "foreach":
         return [Term("optimizer_temp", Role.OPTIMIZER_STEP_TEMPORARY, per_trainable(s, b_o, saved_state_bytes(s)), r"M_{\mathrm{step}}",
                      "foreach AdamW: _foreach_sqrt(exp_avg_sq) allocates one state-sized buffer for all parameters",
