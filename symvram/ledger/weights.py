@@ -363,6 +363,17 @@ def dora_magnitude(fam, targets: tuple[str, ...]) -> sp.Expr:
     return sp.Add(*(fam.linear(t).d_out for t in targets if t in fam.linear_map))
 
 
+def kind_adapter_params(kind, targets: tuple[str, ...], dora: bool) -> sp.Expr:
+    """The adapter elements of one layer of ``kind`` (a Family or one of its layer kinds): LoRA's r (d_in + d_out)
+    per target it has (``lora_params_per_layer``) and, with DoRA, its magnitude vectors.
+
+    >>> from symvram.ledger.architecture import family
+    >>> kind_adapter_params(family("llama"), ("v_proj",), dora=True)
+    head_dim*kv_heads + rank*(head_dim*kv_heads + hidden)
+    """
+    return kind.lora_params_per_layer(targets, sym("rank")) + (dora_magnitude(kind, targets) if dora else 0)
+
+
 def definitions(s: Structure) -> list[tuple[sp.Symbol, sp.Expr]]:
     """Derived quantities, in dependency order."""
     fam = s.arch
