@@ -955,6 +955,35 @@ def _gradients_so_far(s_: Structure) -> list[Term]:
     return terms
 
 
+def _recompute_lora_output(s_: Structure) -> list[Term]:
+    """Checkpointed LoRA on the MLP's output projection (down_proj): the last layer's recompute peaks inside that
+    projection's LoRA forward, after lora_A, with every tensor the layer saves already rebuilt. Alive beside them:
+    the projection's input (d_ff wide), its cast to the adapters' dtype (PEFT ``_cast_input_dtype``, a local of
+    Linear.forward until it returns), the base layer's result, the MLP's input (the post-attention norm's output,
+    held by the decoder layer while its MLP runs) and, from the backward above the layer, the gradient reaching it
+    and two more hidden-sized 16-bit products the autograd engine still holds (measured: an ``add`` and a ``mul``).
+    Traced on tiny Qwen2 and Qwen2.5-0.5B shapes (bf16 weights, fp32 adapters, autocast bf16); the MLP backward
+    (``layer_backward_temp``) is the larger moment whenever 3·d_ff·β_c exceeds this one's.
+
+    >>> [t.key for t in _recompute_lora_output(Structure(method="lora", targets=("down_proj",), grad_checkpointing=True))]
+    ['recompute_lora_output']
+    """
+    fam = s_.arch
+    out = [m for m in fam.linears if m.input_group == "mlp_act"]
+    if (s_.method != "lora" or s_.dora or not s_.grad_checkpointing or fam.moe or len(out) != 1
+            or out[0].name not in s_.targets):
+        return []
+    d_in, d_out = out[0].d_in, out[0].d_out
+    b_res = residual_bytes(s_)
+    cast = compute_adapter_bytes(s_) * T * d_in if s_.adapter_upcast else 0
+    expr = cast + b_c * T * d_in + b_c * T * d_out + b_res * T * h + 3 * b_res * T * h
+    return [Term("recompute_lora_output", Role.RECOMPUTE_TEMPORARY, expr, r"M_{\mathrm{LoRA,out}}",
+                 "recomputing the last layer's down projection with LoRA: its input" + (" and that input cast to the "
+                 "adapters' dtype" if cast != 0 else "") + ", the base result, the MLP's input, and the incoming "
+                 "gradient with two hidden-sized products of the backward above",
+                 "peft tuners/lora/layer.py Linear.forward (_cast_input_dtype); torch.utils.checkpoint recompute")]
+
+
 def transient_terms(s_: Structure) -> list[Term]:
     """Tensors alive only at one moment of the step (not part of the ledger sum)."""
     logits_bytes = b_32 if s_.compute_fp32 else b_c
@@ -985,7 +1014,7 @@ def transient_terms(s_: Structure) -> list[Term]:
                           "peft tuners/lora/dora.py DoraLinearLayer.forward, get_weight_norm",
                           lifetime=(Phase.LAST_LAYER_RECOMPUTE, Phase.FIRST_LAYER_RECOMPUTE) if s_.grad_checkpointing
                           else (Phase.FORWARD,)))
-    terms += layer_working_sets(s_)
+    terms += layer_working_sets(s_) + _recompute_lora_output(s_)
     one_layer = per_layer_bytes(s_) if s_.grad_checkpointing else _layer_bytes(s_.first_layer)
     if s_.checkpoint_every > 1:   # the last layer is recomputed only when it is one of 0, k, 2k …
         last = checkpointed_layers(s_) - ceil_div(L - 1, s_.checkpoint_every)

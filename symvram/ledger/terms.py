@@ -93,6 +93,7 @@ class Role(str, Enum):
     RECOMPUTED_ACTIVATION = "recomputed activation"    # one layer's saved tensors, rebuilt (or still saved)
     FORWARD_TEMPORARY = "forward temporary"            # what one forward op holds and frees (DoRA's weight norm)
     LAYER_WORKING_SET = "layer working set"            # what one sub-block of a layer's forward makes and frees
+    RECOMPUTE_TEMPORARY = "recompute temporary"        # what one op of a checkpointed layer's recompute holds
     LOSS_TEMPORARY = "loss temporary"                  # the logits while the loss is computed
     REFERENCE_TEMPORARY = "reference temporary"        # what a reference model's no-grad forward holds (DPO)
     LOSS_BACKWARD_TEMPORARY = "loss backward temporary"  # the loss backward's gradients
@@ -176,6 +177,9 @@ ROLES: dict[Role, RoleInfo] = {
     # below every moment (the ledger's peaks do not change); the caching allocator's segments follow them:
     # the schedule makes and frees each sub-block's set in every layer's forward and recompute
     Role.LAYER_WORKING_SET: RoleInfo("transient", triage="activation", measured="activations"),
+    # made in backward (torch's MemTracker counts what a recompute makes as backward temporaries)
+    Role.RECOMPUTE_TEMPORARY: RoleInfo("transient", triage="backward", measured="backward_temp",
+                                       lifetime=(_P.LAST_LAYER_RECOMPUTE,)),
     Role.LOSS_TEMPORARY: RoleInfo("transient", triage="loss", measured="activations", lifetime=(_P.LOSS,)),
     Role.REFERENCE_TEMPORARY: RoleInfo("transient", triage="loss", measured="activations",
                                        lifetime=(_P.REFERENCE_FORWARD,)),
@@ -311,6 +315,9 @@ MOMENTS = (
     MomentSpec("recompute", "backward, recomputing the last layer", Phase.LAST_LAYER_BACKWARD,
                "the checkpointed inputs plus one recomputed layer's saved tensors and its MLP backward",
                Role.RECOMPUTED_ACTIVATION),
+    MomentSpec("recompute_lora_output", "backward, recomputing the last layer's LoRA down projection",
+               Phase.LAST_LAYER_RECOMPUTE, "the checkpointed inputs, the last layer's saved tensors rebuilt and its "
+               "down projection's LoRA forward, before its MLP backward", Role.RECOMPUTE_TEMPORARY),
     MomentSpec("dora_forward", "forward, the last layer's DoRA weight norm", Phase.FORWARD,
                "every layer's activations are saved while the last layer's DoRA forward builds weight-sized "
                "temporaries", Role.FORWARD_TEMPORARY),
