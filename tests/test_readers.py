@@ -96,7 +96,12 @@ def test_provenance_comes_first_and_fits_100_columns(capsys):
     # axolotl runs prepare_model_for_kbit_training, then casts the norms and embeddings back to bf16 (its
     # loaders/model.py): no fp32 residual stream, so its 24 GB recipe fits at seq 4096
     assert rows["kbit_prep"].split()[1] == "none"
-    assert "verdict on NVIDIA GeForce RTX 4090 24GB: fits" in out
+    # the tensors fit the card; the default allocator's replay (modelled, not measured) fragments past it, and
+    # the verdict says so in one sentence with the remedy that fits — never "over by" a negative amount
+    verdict = " ".join(out[out.index("verdict on NVIDIA GeForce RTX 4090 24GB"):].split())
+    assert "does not fit — the tensors do" in verdict and "fragmentation" in verdict
+    assert "expandable_segments:True" in verdict and "reserved, fits" in verdict
+    assert "over by -" not in verdict and "none of these is enough" not in verdict
 
 
 def test_flags_win_over_the_files(capsys):

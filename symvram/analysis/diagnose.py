@@ -174,6 +174,9 @@ class Diagnosis:
 
     @property
     def fixed(self) -> bool:
+        """Whether the remedies make it fit: expandable segments for fragmentation, else the last remedy."""
+        if self.cause == "fragmentation" and self.memory.oom_at["expandable"] is None:
+            return True
         return bool(self.remedies) and self.remedies[-1].after.peak <= self.budget
 
     @property

@@ -105,6 +105,11 @@ def estimate_verdict(d: Diagnosis, units: str, reading=None) -> tuple[str, dict]
     if d.side == "fits":
         line = (f"verdict on {cards}: fits — peak {fb(d.estimate.peak)} per GPU, budget {fb(d.budget)} "
                 f"({fb(d.card.usable_bytes)} usable − {fb(d.headroom)} headroom), {fb(d.budget - d.estimate.peak)} to spare")
+    elif d.side == "fragmentation":
+        m = d.memory
+        line = (f"verdict on {cards}: does not fit — the tensors do (peak {fb(d.estimate.peak)} per GPU, budget "
+                f"{fb(d.budget)}), but the {m.allocator} caching allocator would reserve {fb(m.reserved_peak)}, more than "
+                f"the {fb(m.capacity)} it may hold: fragmentation (modelled, not measured)")
     else:
         line = (f"verdict on {cards}: does not fit — peak {fb(d.estimate.peak)} per GPU, budget {fb(d.budget)}, "
                 f"over by {fb(d.estimate.peak - d.budget)} ({d.side} side)")
