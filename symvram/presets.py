@@ -162,7 +162,7 @@ class ConfigFields:
     >>> f.layer_counts(2, None)
     Traceback (most recent call last):
     ...
-    symvram.errors.UserError: c.json: field 'layer_types' item 1 must be one of full_attention, sliding_attention, linear_attention, got ['x']
+    symvram.errors.UserError: c.json: field 'layer_types' item 1 must be full_attention, sliding_attention or linear_attention, got ['x']
     """
 
     def __init__(self, cfg, source: str):
@@ -277,7 +277,8 @@ class ConfigFields:
             raise self._refuse("layer_types", f"a list of one attention kind per layer ({layers})", kinds)
         for i, item in enumerate(kinds):
             if not isinstance(item, str) or item not in LAYER_KINDS:
-                raise UserError(f"{self.source}: field 'layer_types' item {i} must be one of {', '.join(LAYER_KINDS)}, "
+                kinds_text = f"{', '.join(LAYER_KINDS[:-1])} or {LAYER_KINDS[-1]}"
+                raise UserError(f"{self.source}: field 'layer_types' item {i} must be {kinds_text}, "
                                 f"got {excerpt(item)}")
         return len(set(kinds)), kinds.count(kind)
 

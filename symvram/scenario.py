@@ -532,7 +532,7 @@ class Scenario:
             checkpoint_every=self.checkpoint_every if self.grad_checkpointing else 1,
             shift_logits_copy=self.loss_impl == "torch" and applies("hf_shift_logits_copy", self.versions),
             forward_logits_upcast=self.loss_impl == "torch" and applies("hf_forward_logits_upcast", self.versions),
-            tower=self.model.tower, tower_lora=self.tower_lora_width > 0,
+            tower=self.model.tower,
         )
 
     @cached_property
@@ -541,26 +541,16 @@ class Scenario:
         with a frozen embedding and no checkpointing, the first layer holding a target (``Family.leading_kinds``),
         else layer 0."""
         fam = family(self.model.family)
-        if not self.lora or self.grad_checkpointing or "embed_tokens" in self.modules_to_save or not fam.kinds:
+        embedding_trains = "embed_tokens" in self.modules_to_save or "embed_tokens" in self.head_targets
+        if not self.lora or self.grad_checkpointing or embedding_trains or not fam.kinds:
             return (), fam.first_kind(self.model.dims)
         return fam.leading_kinds(self.model.dims, self.targets)
-
-    @cached_property
-    def tower_lora_width(self) -> int:
-        """Σ copies·(d_in + d_out) of the vision tower's linears LoRA adapts: the targets PEFT matches by name, or
-        every linear when the targets are the family's all-linear (PEFT's all-linear takes every nn.Linear)."""
-        if not self.lora or self.model.tower is None:
-            return 0
-        all_linear = self.targets == family(self.model.family).target_sets["all-linear"]
-        return self.model.tower.lora_width(self.targets, all_linear)
 
     def values(self) -> dict[str, int | float]:
         """Numbers for every leaf symbol: registry defaults, model dims, run settings, dtypes, overrides."""
         sizes = recipes()["dtypes"]
         vals = dict(_defaults())
         vals.update(self.model.dims)
-        if self.model.tower is not None:
-            vals["tower_lora_width"] = self.tower_lora_width
         trainable_dtype = self.adapter_dtype if self.lora else self.dtype
         vals.update(
             batch=self.batch, seq=self.seq, rank=self.rank, gpus=self.gpus, tp=self.tp, prompt=self.prompt,

@@ -119,51 +119,46 @@ def test_headers_say_which_versions_they_follow(capsys):
     assert "follows torch" in out and "bitsandbytes 0.42.0 (asked)" in out
 
 
+def _modelled_step(sc) -> bool:
+    """The step whose working sets the schedule models (issue 24): one SFT step of a decoder with standard
+    attention in layers all alike, every layer checkpointed or none, the optimizer after backward, no LoRA on
+    lm_head."""
+    st, fam = sc.structure, sc.structure.arch
+    return (st.objective == "sft" and not st.optimizer_in_backward and st.checkpoint_every == 1
+            and "lm_head" not in st.head_targets and not fam.latent_attention and not fam.kinds)
+
+
 def test_ledger_schedule_against_traced_schedules_on_stored_cases():
     """Every stored measurement that kept its traced schedule's replay (benchmarks/results/measurements.jsonl,
-    ``allocator``: symvram validate's trace of every alloc and free, through the same replay): the ledger's
-    own schedule, with each layer's working sets, replayed with both allocators. The allocated peaks agree
-    within 0.5 %; the reserved peaks within 5 % (issue 24 asks for 1 %: not met yet, the worst today are the
-    expandable-segment replays of checkpointed QLoRA, +4.2 %, and of gpt-oss without checkpointing, -4.1 %).
-    The schedule does not order the working tensors of three savers yet, so their reserved peaks are only reported:
-    LoRA on lm_head (its vocabulary-wide forward tensors are in no moment: -13.5 % for Qwen2.5-0.5B, +6.1 % for
-    TinyLlama), optimizer in backward (each parameter's gradient and step temporary made and freed in its layer's
-    backward: -6.2 %) and checkpointing every k-th layer (-9.6 %); their allocated peaks agree as the others do."""
+    ``allocator``: symvram validate's trace of every alloc and free, through the same replay): the ledger's own
+    schedule, with each layer's working sets, replayed with both allocators. On the step the working sets model
+    (``_modelled_step``) the allocated peaks agree within 0.5 % and the reserved peaks, with expandable
+    segments, to a median within 1 % and every case within 3.5 %, with the default allocator within 3.5 % (issue
+    24 asks for 1 % on every case: not met yet). The other stored cases are named in docs/accuracy.md (LoRA on
+    lm_head up to 13.5 %; DPO/KTO, optimizer-in-backward, partial checkpointing, MLA and Gated DeltaNet families:
+    their schedules are their own)."""
     import statistics
     from pathlib import Path
 
     from symvram.card_memory import schedule_peaks
     from symvram.validate.spec import to_scenario
 
-    # the SFT cases: the preference-objective cases (DPO, KTO) are checked by their peak in accuracy.md, where
-    # the two with LoRA and checkpointing show the recompute moment 4·T·h bytes short (an SFT-ledger gap the
-    # fused LM head exposes: the loss no longer hides that moment)
-    rows = [row for line in (Path(__file__).parent.parent / "benchmarks/results/measurements.jsonl")
-            .read_text().splitlines() if '"allocator"' in line
-            and (row := json.loads(line))["spec"].get("objective", "sft") == "sft"]
-    assert len(rows) >= 7
-    # a case whose ledger peak itself misses the measurement by over 0.5 % is held to its recorded error by
-    # test_accuracy, not here (DeepSeek-V3 QLoRA on the CPU: the math-path attention's s² backward gradients, -1.2 %)
-    rows = [row for row in rows if abs(evaluate(to_scenario(row["spec"])).peak / row["peak_bytes"] - 1) < 0.005]
-    errors, unordered = {}, {}
+    rows = [json.loads(line) for line in (Path(__file__).parent.parent / "benchmarks/results/measurements.jsonl")
+            .read_text().splitlines() if '"allocator"' in line]
+    errors = {}
     for row in rows:
         sc = to_scenario(row["spec"])
+        if not _modelled_step(sc):
+            continue
         ledger = schedule_peaks(sc)
         for name in ("default", "expandable"):
             traced = row["allocator"][name]
             assert abs(ledger[name]["allocated_peak"] / traced["allocated_peak"] - 1) < 0.005, (row["name"], name)
-            error = ledger[name]["reserved_peak"] / traced["reserved_peak"] - 1
-            (unordered if _unordered_saver(row["spec"]) else errors)[row["name"], name] = error
+            errors[row["name"], name] = ledger[name]["reserved_peak"] / traced["reserved_peak"] - 1
+    assert len(errors) >= 2 * 17, sorted(errors)
     expandable = [abs(e) for (_, name), e in errors.items() if name == "expandable"]
     assert statistics.median(expandable) < 0.01 and max(expandable) < 0.035, errors
     assert max(abs(e) for (_, name), e in errors.items() if name == "default") < 0.035, errors
-    assert unordered and max(map(abs, unordered.values())) < 0.15, unordered
-
-
-def _unordered_saver(spec: dict) -> bool:
-    """A memory saver whose working tensors the ledger's schedule does not order yet (see above)."""
-    return bool(spec.get("optimizer_in_backward") or spec.get("checkpoint_every", 1) > 1
-                or {"lm_head", "embed_tokens"} & set(spec.get("targets") or ()))
 
 
 def test_transformers_loss_of_older_releases():

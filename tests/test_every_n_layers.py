@@ -9,18 +9,14 @@ import pytest
 
 from symvram.errors import UserError
 from symvram.evaluate import evaluate
-from symvram.presets import spec_from_config
 from symvram.scenario import Scenario
 from symvram.timing import flops
 from symvram.validate.spec import from_scenario
-
-ARCH = {"model_type": "llama", "hidden_size": 64, "intermediate_size": 176, "num_hidden_layers": 4,
-        "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16, "vocab_size": 1000,
-        "tie_word_embeddings": False}
+from test_modules_to_save import tiny as tiny_llama  # the tiny Llama of the LoRA tests
 
 
 def tiny(**changes):
-    return spec_from_config({**ARCH, **changes}, "tiny", "config", "test")
+    return tiny_llama(**{"num_hidden_layers": 4, **changes})
 
 
 @pytest.mark.parametrize("layers, k", [(4, 2), (3, 2), (7, 3)])

@@ -23,8 +23,8 @@ from .architecture import E, L, V, dh, f, f_e, h, k_e, nh, nkv
 from .functions import at_least, ceil_div, pow2_ceil
 from .structure import Structure
 from .terms import Phase, Role, Term, span
-from .weights import (compute_adapter_bytes, compute_weight_bytes, dora_magnitude, layer_lora_params, per_trainable,
-                      rotary_width, saved_copy_bytes)
+from .weights import (compute_adapter_bytes, compute_weight_bytes, kind_adapter_params, layer_lora_params,
+                      per_trainable, rotary_width, saved_copy_bytes)
 
 b, seq, r = sym("batch"), sym("seq"), sym("rank")
 b_c, b_32, b_a, b_mask, b_id, b_w, b_g, b_i32 = (sym(n) for n in (
@@ -761,8 +761,7 @@ def _first_layer_params(s_: Structure) -> sp.Expr:
     if s_.lora and not s_.arch.kinds:
         return layer_lora_params(s_) + embed
     if s_.lora:
-        return first.arch.lora_params_per_layer(first.targets, r) + (dora_magnitude(first.arch, first.targets)
-                                                                     if s_.dora else 0) + embed
+        return kind_adapter_params(first.arch, first.targets, s_.dora) + embed
     return first.arch.params_per_layer(s_.options) + (0 if s_.tied else V * h)
 
 

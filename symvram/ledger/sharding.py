@@ -37,7 +37,8 @@ from .architecture import L, V, f, f_e, h, nh, nkv
 from .structure import Structure
 from .terms import LAYER_END_NAMES, WHOLE_STEP, Phase, Place, Role, Term, span
 from .functions import at_least
-from .weights import compute_adapter_bytes, compute_weight_bytes, layer_lora_params, quant_constant_bits
+from .weights import (compute_adapter_bytes, compute_weight_bytes, kind_adapter_params, layer_lora_params,
+                      quant_constant_bits)
 
 N, t = sym("gpus"), sym("tp")
 P, P_train, P_lora, P_quant, P_keep = (sym(n) for n in ("P", "P_train", "P_lora", "P_quant", "P_keep"))
@@ -126,9 +127,7 @@ def _layer_lora(s: Structure) -> sp.Expr:
     """One layer's LoRA parameters: P_lora / L, or those of the layer's kind."""
     if ":" not in s.family:   # a family whose layers are all alike
         return layer_lora_params(s)
-    from .weights import dora_magnitude
-
-    return s.arch.lora_params_per_layer(s.targets, sym("rank")) + (dora_magnitude(s.arch, s.targets) if s.dora else 0)
+    return kind_adapter_params(s.arch, s.targets, s.dora)
 
 
 def root_bytes(s: Structure) -> sp.Expr:

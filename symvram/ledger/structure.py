@@ -59,7 +59,6 @@ class Structure:
     shift_logits_copy: bool = False   # transformers < 4.49: the loss copies the shifted fp32 logits (symvram.versions)
     forward_logits_upcast: bool = False  # transformers < 4.45: the forward returns fp32 logits (symvram.versions)
     tower: Tower | None = None        # a multimodal checkpoint's vision tower, loaded beside the decoder (frozen)
-    tower_lora: bool = False          # LoRA's targets match some of the tower's linears (adapters without gradients)
 
     def keep(self, fields: tuple[str, ...]) -> "Structure":
         """The structure with only ``fields`` kept, the rest at their defaults: the cache key of a ledger
@@ -96,6 +95,20 @@ class Structure:
     def first_layer(self) -> "Structure":
         """Layer 0's structure (its kind)."""
         return self.layer(self.first_kind)
+
+    @property
+    def tower_lora_width(self) -> int:
+        """Σ copies·(d_in + d_out) of the vision tower's linears LoRA adapts: those whose names the targets match
+        (PEFT matches names), or every one when the targets are the family's all-linear (PEFT's all-linear takes
+        every nn.Linear); 0 without a tower or LoRA."""
+        if not self.lora or self.tower is None:
+            return 0
+        return self.tower.lora_width(self.targets, self.targets == self.arch.target_sets["all-linear"])
+
+    @property
+    def tower_lora(self) -> bool:
+        """LoRA adapts some of the tower's linears (adapters that get no gradient on a text-only batch)."""
+        return self.tower_lora_width > 0
 
     @property
     def bnb(self) -> bool:

@@ -15,7 +15,7 @@ from .structure import Structure
 from .terms import Phase, Place, Role, Term
 
 P, P_train, P_quant, P_keep, P_lora, P_save = (sym(n) for n in ("P", "P_train", "P_quant", "P_keep", "P_lora", "P_save"))
-P_tower, P_lora_tower, w_tower = sym("tower_params"), sym("P_lora_tower"), sym("tower_lora_width")
+P_tower, P_lora_tower = sym("tower_params"), sym("P_lora_tower")
 b_w, b_g, b_m, b_o, n_o, b_a, b_32 = (sym(n) for n in (
     "bytes_weight", "bytes_grad", "bytes_master", "bytes_state", "states_per_param", "bytes_adapter", "bytes_fp32"))
 q, B_q, c_abs, c_abs2, B_q2 = (sym(n) for n in ("quant_bits", "quant_block", "absmax_bits", "dq_absmax_bits", "dq_block"))
@@ -363,6 +363,17 @@ def dora_magnitude(fam, targets: tuple[str, ...]) -> sp.Expr:
     return sp.Add(*(fam.linear(t).d_out for t in targets if t in fam.linear_map))
 
 
+def kind_adapter_params(kind, targets: tuple[str, ...], dora: bool) -> sp.Expr:
+    """The adapter elements of one layer of ``kind`` (a Family or one of its layer kinds): LoRA's r (d_in + d_out)
+    per target it has (``lora_params_per_layer``) and, with DoRA, its magnitude vectors.
+
+    >>> from symvram.ledger.architecture import family
+    >>> kind_adapter_params(family("llama"), ("v_proj",), dora=True)
+    head_dim*kv_heads + rank*(head_dim*kv_heads + hidden)
+    """
+    return kind.lora_params_per_layer(targets, sym("rank")) + (dora_magnitude(kind, targets) if dora else 0)
+
+
 def definitions(s: Structure) -> list[tuple[sp.Symbol, sp.Expr]]:
     """Derived quantities, in dependency order."""
     fam = s.arch
@@ -379,7 +390,7 @@ def definitions(s: Structure) -> list[tuple[sp.Symbol, sp.Expr]]:
             defs.append((P_save, len(s.modules_to_save) * V * h))
         defs.append((P_train, P_lora + (P_save if s.modules_to_save else 0)))
         if s.tower_lora:
-            defs.append((P_lora_tower, sym("rank") * w_tower))
+            defs.append((P_lora_tower, sym("rank") * s.tower_lora_width))
     else:
         defs.append((P_train, P))
     return defs
