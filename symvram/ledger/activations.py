@@ -461,12 +461,14 @@ def _latent_attention(s_: Structure) -> dict[str, tuple[sp.Expr, str, str, str]]
                                    "row", "torch scaled_dot_product_attention")}
     if s_.device != "cpu":
         return terms
-    unequal = at_least(d_qk, d_v + 1) + at_least(d_v, d_qk + 1)   # 1 when the widths differ: the math path
+    # 1 when the widths agree (a kernel), 1 when they differ (the math path): products and sums of indicators, no
+    # difference, so that each tensor stays one positive monomial for the allocator's schedule
+    equal, unequal = at_least(d_qk, d_v) * at_least(d_v, d_qk), at_least(d_qk, d_v + 1) + at_least(d_v, d_qk + 1)
     math = b_32 * T * nh * (2 * d_qk + d_v) + b_32 * b * nh * seq**2
-    return {"act_attention": ((1 - unequal) * kernel + unequal * math, r"A_{\mathrm{attn}}",
+    return {"act_attention": (equal * kernel + unequal * math, r"A_{\mathrm{attn}}",
                               why + "; on the CPU with d_v ≠ d_qk the math path instead: fp32 q, k, v and the fp32 "
                               "softmax of the s² scores", "torch _scaled_dot_product_attention_math"),
-            "act_attention_lse": ((1 - unequal) * terms["act_attention_lse"][0], *terms["act_attention_lse"][1:])}
+            "act_attention_lse": (equal * terms["act_attention_lse"][0], *terms["act_attention_lse"][1:])}
 
 
 def _sink_scores(s_: Structure) -> tuple[sp.Expr, str, str, str]:
