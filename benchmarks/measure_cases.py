@@ -90,6 +90,10 @@ def _run_one(spec: dict) -> dict:
     import logging
 
     logging.getLogger("transformers").setLevel(logging.ERROR)
+    if spec.get("objective", "sft") != "sft":   # DPO / KTO: TRL's own trainer step, traced (needs trl)
+        import importlib
+
+        return importlib.import_module("symvram.validate.objectives").measure_preference(spec)
     return _measure_module().measure(spec)
 
 

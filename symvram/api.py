@@ -66,6 +66,22 @@ def estimate(model: Model | None = None, gpu: str | int | GPUSpec | None = None,
     return triage(sc, _card(gpu), headroom=headroom)
 
 
+def estimate_report(model: Model | None = None, gpu: str | int | GPUSpec | None = None,
+                    headroom: int | str = "1GiB", allocator: str | None = None, mfu: float | None = None,
+                    interconnect: str | None = None, **settings):
+    """Everything ``symvram estimate MODEL --method …`` prints, as one result (``analysis.estimate.EstimateReport``):
+    the Breakdown, the step's FLOPs and time, the caching allocator's replay and, with ``gpu``, the verdict.
+
+    >>> r = estimate_report("7b", method="qlora", gpu="rtx-4090")
+    >>> r.diagnosis.cause, r.timing.step.tokens_per_second > 0
+    ('fits', True)
+    """
+    from .analysis.estimate import estimate_report as _report
+
+    return _report(scenario(model, **settings), None if gpu is None else _card(gpu), headroom=headroom,
+                   allocator=allocator, mfu=mfu, interconnect=interconnect)
+
+
 @dataclass(frozen=True)
 class Comparison:
     """The reference answer's table: named estimates of one model, side by side.
@@ -121,6 +137,22 @@ def compare(model: Model, **settings) -> Comparison:
         raise UserError(next(iter(reasons)) if len(reasons) == 1 else
                         "; ".join(f"{name}: {reason}" for name, reason in skipped))
     return Comparison(tuple(rows), tuple(skipped))
+
+
+def compare_report(table: Comparison, gpu: str | int | GPUSpec | None = None, headroom: int | str = "0"):
+    """``symvram estimate MODEL`` as one result (``analysis.estimate.CompareReport``): ``compare``'s rows with their
+    FLOPs and, with ``gpu``, each row's tokens/s on it, within its usable memory less ``headroom``.
+
+    >>> r = compare_report(compare("7b"), gpu="h100-80g")
+    >>> [name for name, bd in r.rows if bd.peak <= r.budget]
+    ['LoRA', 'QLoRA']
+    """
+    from .analysis.estimate import compare_report as _report
+    from .analysis.fit import headroom_bytes
+
+    card = None if gpu is None else _card(gpu)
+    budget = None if card is None else card.usable_bytes - headroom_bytes(headroom, card.usable_bytes)
+    return _report(table.rows, table.skipped, card, budget)
 
 
 def fit(model: Model, gpu: str | int | GPUSpec, solve: str = "seq", headroom: int | str = "0",

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import re
 import tomllib
 from dataclasses import dataclass, replace
 from functools import cache
@@ -85,8 +86,15 @@ class ModelSpec:
 
         fam, dims = family(self.family), self.dims
         cfg = {"model_type": self.model_type}
-        cfg.update({keys.split("|")[0]: dims[symbol] / self.head_dim if default.startswith("fraction of") else dims[symbol]
-                    for symbol, keys, default in fam.dims if keys != "layer_types"})
+        for symbol, keys, default in fam.dims:
+            if keys == "layer_types":
+                continue
+            value = dims[symbol]
+            if default.startswith("fraction of"):
+                value = value / self.head_dim
+            elif listed := LIST_COUNT.fullmatch(default):   # the kind's layers first (the kind is layer 0's)
+                value = [listed["kind"]] * value + [listed["other"]] * (self.layers - value)
+            cfg[keys.split("|")[0]] = value
         if "sliding_layers" in dims:  # counts of layer kinds, laid out as a list (the order costs nothing)
             cfg["layer_types"] = (["sliding_attention"] * dims["sliding_layers"]
                                   + ["full_attention"] * (self.layers - dims["sliding_layers"]))
@@ -137,6 +145,8 @@ def _lookup(name: str, table: dict[str, dict], what: str) -> tuple[str, dict]:
 
 
 LAYER_KINDS = ("full_attention", "sliding_attention", "linear_attention")  # the kinds a layer_types list may name
+# a family's dims default "entries KIND of KIND/OTHER, default N": the layers a per-layer list gives KIND (N without it)
+LIST_COUNT = re.compile(r"entries (?P<kind>\w+) of \w+/(?P<other>\w+), default (?P<default>\d+)")
 
 
 class ConfigFields:
@@ -208,6 +218,21 @@ class ConfigFields:
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1:
             raise self._refuse(key, "a number in (0, 1]", value)
         return value
+
+    def listed_layers(self, key: str, kind: str, allowed: tuple[str, str], default: int, layers: int) -> int:
+        """How many entries of the per-layer list ``key`` are ``kind`` (each one of ``allowed``; ``default`` without the
+        list).
+
+        >>> ConfigFields({"mlp_layer_types": ["dense", "sparse"]}, "c.json").listed_layers("mlp_layer_types", "dense",
+        ...                                                                                 ("dense", "sparse"), 1, 2)
+        1
+        """
+        entries = self.cfg.get(key)
+        if entries is None:
+            return min(default, layers)
+        if not isinstance(entries, list) or len(entries) != layers or any(e not in allowed for e in entries):
+            raise self._refuse(key, f"a list of {' or '.join(allowed)}, one per layer ({layers})", entries)
+        return entries.count(kind)
 
     def boolean(self, key: str, default: bool) -> bool:
         value = self.cfg[key] if self.given(key) else default
@@ -312,6 +337,10 @@ def spec_from_config(cfg: dict, name: str, kind: str, source: str) -> ModelSpec:
         if default.startswith("fraction of head_dim"):   # partial RoPE: int(d_head · factor), top level or in rope_parameters
             dims[symbol] = int(dims["head_dim"] * f.fraction(key, float(default.split()[-1])))
             continue
+        if listed := LIST_COUNT.fullmatch(default):   # a layer kind counted in a per-layer list (mlp_layer_types)
+            dims[symbol] = f.listed_layers(key, listed["kind"], (listed["kind"], listed["other"]),
+                                           int(listed["default"]), dims["layers"])
+            continue
         if SYMBOLS[symbol].unit == "layers" and symbol != "layers":   # a layer kind's count: 0 … L
             dims[symbol] = f.layer_count(key, int(default), dims["layers"])
             continue
@@ -327,6 +356,9 @@ def spec_from_config(cfg: dict, name: str, kind: str, source: str) -> ModelSpec:
     if dims["heads"] % dims["kv_heads"]:
         raise UserError(f"{f.source}: num_attention_heads {dims['heads']} is not a multiple of num_key_value_heads "
                         f"{dims['kv_heads']}")
+    if fam.latent_attention and dims["kv_heads"] != dims["heads"]:   # expand_kv makes n_h key heads, which SDPA's
+        raise UserError(f"{f.source}: num_key_value_heads {dims['kv_heads']} must equal num_attention_heads "   # GQA
+                        f"{dims['heads']} for latent attention (every head has its own k and v)")    # would repeat
     if fam.moe and dims["experts_per_token"] > dims["experts"]:
         raise UserError(f"{f.source}: each token is routed to {dims['experts_per_token']} experts but the model has "
                         f"only {dims['experts']}")

@@ -217,6 +217,8 @@ class Scenario:
     modules_to_save: tuple[str, ...] = ()  # PEFT LoraConfig(modules_to_save=...): embed_tokens, lm_head
     kbit_prep: str = "none"         # QLoRA: peft's prepare_model_for_kbit_training (fp32 non-quantized weights)
     mp_policy: str = "none"         # FSDP2 MixedPrecisionPolicy(param_dtype=this, reduce_dtype=fp32) on fp32 storage
+    optimizer_in_backward: bool = False  # one optimizer per parameter, stepped by its post-accumulate-grad hook
+    checkpoint_every: int = 1       # checkpointing of layers 0, k, 2k … only (transformers' every_n_layers = k)
     objective: str = "sft"          # sft | dpo (data/objectives.toml)
     prompt: int = 0                 # DPO: prompt tokens per sequence (not scored by TRL's fused LM head)
     precompute_ref: bool = False    # DPO: DPOConfig(precompute_ref_log_probs=True): no reference during training
@@ -252,6 +254,8 @@ class Scenario:
                 value = _set_value(name, overrides.pop(name))
                 kw[name] = int(value) if isinstance(value, float) and value.is_integer() else value
             kw["overrides"] = tuple(sorted(overrides.items()))
+        if isinstance(kw.get("checkpoint_every"), int) and kw["checkpoint_every"] > 1:
+            kw.setdefault("grad_checkpointing", True)   # every_n_layers is a setting of checkpointing
         state_given = kw.get("state_dtype")
         given = frozenset(kw) - {"targets", "head_targets"}
         kw = _objective_defaults(kw)
@@ -340,7 +344,7 @@ class Scenario:
         _positive_int(self.tp, "--tp", 1024)
         if isinstance(self.zero, bool) or self.zero not in (0, 1, 2, 3):
             raise UserError(f"--zero must be 0, 1, 2 or 3; got {excerpt(self.zero)}")
-        for flag in ("grad_checkpointing", "double_quant", "sequence_parallel", "dora"):
+        for flag in ("grad_checkpointing", "double_quant", "sequence_parallel", "dora", "optimizer_in_backward"):
             if not isinstance(getattr(self, flag), bool):  # "false" is a non-empty string: it would switch it on
                 raise UserError(f"{flag} must be True or False; got {excerpt(getattr(self, flag))}")
         self._check_objective()
@@ -370,6 +374,11 @@ class Scenario:
                             "(or qlora); full fine-tuning trains them anyway")
         if self.lora and self.head_targets:
             self._check_head_targets()
+        if self.optimizer_in_backward:
+            self._check_in_backward()
+        _positive_int(self.checkpoint_every, "--selective-checkpointing every:K", 1 << 20)
+        if self.checkpoint_every > 1:
+            self._check_every_n_layers()
         if self.dora and not self.lora:
             raise UserError("--dora is a LoRA variant: use --method lora (or qlora)")
         if self.dora and any(family(self.model.family).target_map[t].count != 1 for t in self.targets):
@@ -400,6 +409,8 @@ class Scenario:
         """LoRA on lm_head needs transformers' own loss: TRL's SFTTrainer refuses it (trl 1.16
         trainer/sft_trainer.py:1066: its fused LM head multiplies by ``lm_head.weight``), and the other fused losses
         read ``lm_head.weight`` too, which would leave the adapter out of the loss."""
+        if self.objective != "sft":
+            raise UserError(f"LoRA on {', '.join(self.head_targets)} with --objective {self.objective} is not modelled")
         both = sorted(set(self.head_targets) & set(self.modules_to_save))
         if both:
             raise UserError(f"{', '.join(both)}: a LoRA target and in --modules-to-save at once; PEFT adapts a "
@@ -415,6 +426,39 @@ class Scenario:
             raise UserError(f"--dora on {', '.join(self.head_targets)} is not modelled (DoRA is modelled on the "
                             "layers' linear targets)")
 
+    def _check_every_n_layers(self) -> None:
+        """Checkpointing every k-th layer (transformers' every_n_layers) is modelled for one GPU's plain layers."""
+        fam = family(self.model.family)
+        why = ("it needs gradient checkpointing on" if not self.grad_checkpointing else
+               "--checkpoint-impl reentrant" if self.checkpoint_impl == "reentrant" else
+               "k-bit preparation (it checkpoints every layer itself)" if self.kbit_prepared else
+               "--dora" if self.dora else "--zero 3" if self.zero == 3 else
+               f"{fam.key}'s layers of several kinds" if fam.kinds else
+               f"{fam.key}'s sliding-window layers" if fam.dim("window", 0) != 0 else
+               f"--objective {self.objective}" if self.objective != "sft" else None)
+        if why:
+            raise UserError(f"--selective-checkpointing every:{self.checkpoint_every} with {why} is not modelled")
+
+    def _check_in_backward(self) -> None:
+        """Optimizer in backward is modelled for torch's own optimizers on one GPU, one gradient at a time."""
+        why = None
+        if self.optimizer not in ("adamw", "sgd", "sgd-momentum"):
+            why = f"--optimizer {self.optimizer}"
+        elif self.zero or self.gpus > 1 or self.tp > 1:
+            why = "several GPUs (a gradient is reduced before its step)"
+        elif self.master != "none":
+            why = "an fp32 master copy"
+        elif self.method == "full" and self.model.tied:
+            why = "tied embeddings (lm_head's gradient waits in autograd's buffer for the embedding's)"
+        elif self.modules_to_save or self.head_targets:
+            why = "trainable head modules (modules_to_save, LoRA on lm_head / embed_tokens)"
+        elif self.objective != "sft":
+            why = f"--objective {self.objective}"
+        if why:
+            raise UserError(f"--optimizer-in-backward with {why} is not modelled; it is modelled for torch's AdamW and "
+                            "SGD on one GPU (torch's register_post_accumulate_grad_hook recipe, torchtune's "
+                            "optimizer_in_bwd)")
+
     def _check_objective(self) -> None:
         """A known objective; DPO's prompt inside the sequence, its reference settings only with it."""
         _choice(self.objective, tuple(objectives()), "--objective")
@@ -422,7 +466,7 @@ class Scenario:
             raise UserError(f"precompute_ref must be True or False; got {excerpt(self.precompute_ref)}")
         if self.objective == "sft" and (self.prompt or self.precompute_ref):
             raise UserError("--prompt and --precompute-ref describe a preference objective's batch and reference: "
-                            "use --objective dpo")
+                            "use --objective dpo or kto")
         if isinstance(self.prompt, bool) or not isinstance(self.prompt, int) or not 0 <= self.prompt < self.seq:
             raise UserError(f"--prompt must be a whole number of tokens from 0 to seq - 1 = {self.seq - 1} (the "
                             f"completion needs at least one); got {excerpt(self.prompt)}")
@@ -464,7 +508,7 @@ class Scenario:
     def structure(self) -> Structure:
         """The discrete choices of the ledger (built once per Scenario: the Scenario is frozen)."""
         return Structure(
-            method=self.method, nominal=self.model.params is not None, family=self.model.family,
+            method=self.method, params_given=self.model.params is not None, family=self.model.family,
             first_kind=self._layer_zero[1], lead_kinds=self._layer_zero[0],
             tied=self.model.tied, options=self.model.options, targets=self.targets if self.lora else (),
             head_targets=self.head_targets if self.lora else (),
@@ -479,11 +523,13 @@ class Scenario:
             dropout=self.lora and self.lora_dropout > 0 and not objectives()[self.objective].get("disable_dropout"),
             device=self.device, objective=self.objective, reference=self.reference,
             attention=self.attention, grad_checkpointing=self.grad_checkpointing,
-            double_quant=self.double_quant, kbit_prep=self.kbit_prepared,
+            double_quant=self.double_quant, kbit_prepared=self.kbit_prepared,
             loss_impl=self.loss_impl, dora=self.lora and self.dora, modules_to_save=self.modules_to_save, zero=self.zero, offload=self.offload,
             sequence_parallel=self.sequence_parallel, tensor_parallel=self.tp > 1,
-            mp_policy=self.mp_policy != "none", zero_impl=stacks()[self.stack].get("zero_impl", "fsdp2"),
+            fsdp_mixed_precision=self.mp_policy != "none", zero_impl=stacks()[self.stack].get("zero_impl", "fsdp2"),
             bnb_input_saved=self.method == "qlora" and applies("bnb_input_saved", self.versions),
+            optimizer_in_backward=self.optimizer_in_backward,
+            checkpoint_every=self.checkpoint_every if self.grad_checkpointing else 1,
             shift_logits_copy=self.loss_impl == "torch" and applies("hf_shift_logits_copy", self.versions),
             forward_logits_upcast=self.loss_impl == "torch" and applies("hf_forward_logits_upcast", self.versions),
             tower=self.model.tower,

@@ -82,7 +82,7 @@ def time_parts(sc) -> dict[sp.Symbol, sp.Expr]:
     ``STEP_TIME`` itself. The dict is cached: not to be changed. DDP all-reduces every gradient as a ring:
 
     >>> from symvram.ledger.structure import Structure
-    >>> time_parts(Structure(method="full", nominal=True))[C_link]
+    >>> time_parts(Structure(method="full", params_given=True))[C_link]
     2*P_train*bytes_grad*(gpus - 1)/gpus
     """
     s = getattr(sc, "structure", sc)

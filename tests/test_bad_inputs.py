@@ -109,7 +109,7 @@ SCENARIO_CASES = [
     ("rank-over-min-dk-gqa", ["llama-3-8b", "--method", "lora", "--rank", "2048", "--targets", "k_proj"],
      "min(d, k) = 1024"),
     ("rank-over-min-dk-qlora", ["tinyllama-1.1b", "--method", "qlora", "--rank", "512"], "min(d, k) = 256"),
-    ("unknown-target", ["7b", "--method", "lora", "--targets", "q_proj,lm_head"], "unknown lora target 'lm_head'"),
+    ("unknown-target", ["7b", "--method", "lora", "--targets", "q_proj,score"], "unknown lora target 'score'"),
     ("unknown-target-set", ["7b", "--method", "lora", "--targets", "everything"], "all-linear, attention"),
     ("empty-targets", ["7b", "--method", "lora", "--targets", ","], "no lora target modules"),
     ("fp16-without-master", ["7b", "--method", "full", "--dtype", "fp16"], "need --master fp32"),

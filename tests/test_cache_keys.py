@@ -24,9 +24,9 @@ BUILDERS = {
     "COMM_FIELDS": (COMM_FIELDS, _build_comm.__wrapped__),
 }
 BASES = [
-    Structure(), Structure(method="full", tied=True, master=True, zero=3, offload="optimizer", mp_policy=True),
+    Structure(), Structure(method="full", tied=True, master=True, zero=3, offload="optimizer", fsdp_mixed_precision=True),
     Structure(method="lora", targets=("q_proj", "v_proj", "down_proj"), dora=True, dropout=True, zero=3),
-    Structure(method="qlora", targets=("q_proj",), kbit_prep=True, autocast=True, adapter_upcast=True, zero=3,
+    Structure(method="qlora", targets=("q_proj",), kbit_prepared=True, autocast=True, adapter_upcast=True, zero=3,
               grad_checkpointing=True, tensor_parallel=True, sequence_parallel=True),
     Structure(method="lora", family="mixtral", targets=("q_proj", "gate_up_proj", "down_proj"), modules_to_save=("lm_head",),
               loss_impl="trl", attention="eager", weight_casts=True, autocast=True, device="cpu", zero=2),

@@ -57,7 +57,7 @@ def test_weight_norm_by_hand():
     # FSDP2's MixedPrecisionPolicy gathers the fp32 adapters in bf16: eye (lora_A.weight's dtype), lora_A(eye),
     # ΔW and the weight-sized copies are bf16 (dora.py builds eye in lora_A.weight.dtype; PEFT casts x to it)
     policy = Scenario.create(WIDE, stack="fsdp", method="lora", rank=8, dora=True, zero=3, gpus=2)
-    assert policy.structure.mp_policy and policy.values()["bytes_adapter"] == 4
+    assert policy.structure.fsdp_mixed_precision and policy.values()["bytes_adapter"] == 4
     assert value(policy) == 2 * (d * d + r * d + n) + 2 * 2 * n
 
 

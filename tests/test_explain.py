@@ -20,7 +20,9 @@ from symvram.presets import load_card
 from symvram.analysis.plan import plan
 from symvram.cli import main
 from symvram.errors import UserError
+from symvram.analysis import explain
 from symvram.present import documents
+from symvram.present import tex as toolchain
 from symvram.present.documents import render
 from symvram.presets import load_gpu
 from symvram.scenario import Scenario
@@ -40,7 +42,7 @@ HEADINGS = {"en": ("## 3. ", "## 5. ", "## 6. "), "zh": ("## 三、", "## 五、
 @functools.cache
 def context(model: str, **settings) -> dict:
     """The engine's numbers for one scenario, computed once and rendered in several languages/formats."""
-    return documents.explain_context(Scenario.create(model, **settings))
+    return explain.explain_context(Scenario.create(model, **settings))
 
 
 def snapshot_text(name: str) -> str:
@@ -142,7 +144,7 @@ def test_numbers_in_the_text_are_the_engines(model, lang):
     assert integer(rows[7][4]) == sum(per_matrix)
     assert integer(rows[8][4]) == spec.layers * sum(per_matrix) == estimate(model, method="lora").derived["P_lora"]
     # the derivative ∂P_LoRA/∂r, printed as its result line, is the per-rank count L·Σ(d_in + d_out)
-    assert f"= {documents.group_digits(spec.layers * sum(per_matrix) // 64, chr(92) + ',')}" + r"\ \mathrm{params}" in text
+    assert f"= {explain.group_digits(spec.layers * sum(per_matrix) // 64, chr(92) + ',')}" + r"\ \mathrm{params}" in text
 
 
 def test_bytes_per_param_follow_the_recipe():
@@ -231,15 +233,15 @@ def test_tex_compiles_with_pdflatex(lang, settings, tmp_path):
     """Both languages compile, and no line or table sticks out of the text block by more than 1 pt (the old
     documents had 151 pt of "up_proj, down_proj" off the edge of the zh QLoRA page, and tables squeezed
     into unbreakable \\resizebox-es)."""
-    pdf, log = documents.compile_tex(render(Scenario.create("7b", **settings), fmt="tex", lang=lang))
+    pdf, log = toolchain.compile_tex(render(Scenario.create("7b", **settings), fmt="tex", lang=lang))
     assert pdf.startswith(b"%PDF") and len(pdf) > 10_000
-    assert [pt for pt in documents.overfull_boxes(log) if pt > 1.0] == []
+    assert [pt for pt in toolchain.overfull_boxes(log) if pt > 1.0] == []
 
 
 def test_pdf_without_pdflatex_says_so(monkeypatch):
-    monkeypatch.setattr(documents.shutil, "which", lambda name: None)
+    monkeypatch.setattr(toolchain.shutil, "which", lambda name: None)
     with pytest.raises(UserError, match="needs pdflatex, which is not installed"):
-        documents.compile_pdf(r"\documentclass{article}\begin{document}x\end{document}")
+        toolchain.compile_pdf(r"\documentclass{article}\begin{document}x\end{document}")
 
 
 def test_template_dir_comes_first(tmp_path):
@@ -512,8 +514,8 @@ def test_tex_of_a_paged_8bit_optimizer_fits_the_page(lang):
     """A paged 8-bit AdamW's states, substituted, are rows of (… + …) · [n ≥ n_8]: each is cut inside its
     parentheses with the bracket kept on its last row (issue 28: 84 pt past the margin)."""
     tex = render(Scenario.create("llama-3-8b", method="full", optimizer="paged-adamw8bit"), fmt="tex", lang=lang)
-    pdf, log = documents.compile_tex(tex)
-    assert [pt for pt in documents.overfull_boxes(log) if pt > 1.0] == []
+    pdf, log = toolchain.compile_tex(tex)
+    assert [pt for pt in toolchain.overfull_boxes(log) if pt > 1.0] == []
 
 
 @pytest.mark.skipif(shutil.which("pdflatex") is None, reason="pdflatex is not installed")
@@ -522,6 +524,6 @@ def test_tex_of_a_moe_family_fits_the_page(lang):
     """Qwen3-MoE's LoRA count is one product L · r · (… + … + …): its rows are cut inside the parentheses, and the
     experts' term explanations (with Greek letters and √) compile."""
     tex = render(Scenario.create("qwen3-30b-a3b", method="lora", rank=8), fmt="tex", lang=lang)
-    pdf, log = documents.compile_tex(tex)
-    assert [pt for pt in documents.overfull_boxes(log) if pt > 1.0] == []
+    pdf, log = toolchain.compile_tex(tex)
+    assert [pt for pt in toolchain.overfull_boxes(log) if pt > 1.0] == []
     assert r"\bigl(" in tex and r"\bigr)" in tex

@@ -40,6 +40,14 @@ TINY = {
                     "qk_nope_head_dim": 12, "qk_rope_head_dim": 8, "v_head_dim": 20, "pad_token_id": 0,
                     "bos_token_id": 1, "eos_token_id": 2},   # latent attention (d_v = d_nope + d_rope: the CPU
     # flash kernel needs one head width; CUDA runs unequal ones), grouped routing
+    "glm4_moe_lite": {"n_routed_experts": 6, "num_experts_per_tok": 3, "moe_intermediate_size": 40, "n_shared_experts": 1,
+                      "mlp_layer_types": ["dense", "sparse", "sparse"], "q_lora_rank": 40, "kv_lora_rank": 32,
+                      "num_key_value_heads": 4, "qk_nope_head_dim": 12, "qk_rope_head_dim": 8, "v_head_dim": 20,
+                      "pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 2},
+    "mistral4": {"n_routed_experts": 6, "num_experts_per_tok": 3, "moe_intermediate_size": 40, "n_shared_experts": 2,
+                 "first_k_dense_replace": 1, "q_lora_rank": 40, "kv_lora_rank": 32, "num_key_value_heads": 4,
+                 "qk_nope_head_dim": 12, "qk_rope_head_dim": 8, "v_head_dim": 20, "pad_token_id": 0,
+                 "bos_token_id": 1, "eos_token_id": 2},
     "qwen3_5_text": {"num_hidden_layers": 4, "linear_num_key_heads": 2, "linear_num_value_heads": 4,   # 3 DeltaNet
                      "linear_key_head_dim": 12, "linear_value_head_dim": 20, "linear_conv_kernel_dim": 3,  # + 1 full
                      "pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 2},
@@ -50,7 +58,7 @@ BASE = {"hidden_size": 64, "intermediate_size": 176, "num_hidden_layers": 3, "nu
 
 def tiny_config(model_type: str) -> dict:
     cfg = {"model_type": model_type, **BASE, **TINY[model_type]}
-    if model_type in ("phi3", "deepseek_v3"):
+    if model_type in ("phi3", "deepseek_v3", "glm4_moe_lite", "mistral4"):
         cfg.pop("head_dim")  # Phi-3 has no head_dim field (hidden / heads); DeepSeek-V3's is its qk_rope_head_dim
     return cfg
 
@@ -80,9 +88,11 @@ def test_layout_matches_transformers_meta_model(model_type):
     transformers = pytest.importorskip("transformers")
     cfg = tiny_config(model_type)
     spec = spec_from_config(cfg, "tiny", "config", "test")
+    from symvram.validate.layout import causal_lm_auto
+
     hf_cfg = transformers.AutoConfig.for_model(**{k: v for k, v in cfg.items()})
     with torch.device("meta"):
-        model = transformers.AutoModelForCausalLM.from_config(hf_cfg)
+        model = causal_lm_auto(hf_cfg).from_config(hf_cfg)
     params = dict(model.named_parameters())  # tied weights appear once
     fam = family(spec.family)
     last = cfg["num_hidden_layers"] - 1   # layer 0 is of the first kind, the last of the default one
@@ -126,6 +136,8 @@ def test_published_totals(cfg, published):
     ("glm-4.5-air", 107),   # its model card: "106B total" (106.85B; rounded down)
     ("deepseek-v3", 671),   # "671B total parameters" (the 685B of the safetensors add the MTP module)
     ("kimi-k2", 1026),      # "1T total" (1.026T)
+    ("glm-4.7-flash", 30),  # "30B-A3B"
+    ("mistral-small-4", 119),   # "119B" (no dense layer: first_k_dense_replace 0)
 ])
 def test_layer_kinds_count_as_transformers_builds_them(preset, published_billions):
     """Real sizes with a dense layer kind before the MoE ones: P equals the meta model's parameters and the published
@@ -134,14 +146,17 @@ def test_layer_kinds_count_as_transformers_builds_them(preset, published_billion
     torch = pytest.importorskip("torch")
     transformers = pytest.importorskip("transformers")
     spec = load_model(preset)
+    from symvram.validate.layout import causal_lm_auto
+
+    hf_cfg = transformers.AutoConfig.for_model(**spec.config())
     with torch.device("meta"):
-        model = transformers.AutoModelForCausalLM.from_config(transformers.AutoConfig.for_model(**spec.config()))
+        model = causal_lm_auto(hf_cfg).from_config(hf_cfg)
     P = evaluate(Scenario.create(spec, method="full")).derived["P"]
     assert P == sum(p.numel() for p in model.parameters()) and round(P / 1e9) == published_billions
-    dense = sum(p.numel() for n, p in model.named_parameters() if ".layers.0." in n)
-    moe = sum(p.numel() for n, p in model.named_parameters() if f".layers.{spec.layers - 1}." in n)
     fam, vals = family(spec.family), {sym(n): v for n, v in spec.dims.items()}
-    assert [int(k.params_per_layer(spec.options).xreplace(vals)) for _, k in fam.layer_kinds] == [moe, dense]
+    for i, kind in ((0, fam.first_kind(spec.dims)), (spec.layers - 1, "")):
+        layer = sum(p.numel() for n, p in model.named_parameters() if f".layers.{i}." in n)
+        assert int(fam.kind(kind).params_per_layer(spec.options).xreplace(vals)) == layer, (i, kind)
 
 
 def test_extends_restates_only_what_differs():
@@ -158,11 +173,15 @@ def test_every_family_parses():
 
 
 @pytest.mark.parametrize("cfg, message", [
-    ({"model_type": "gpt2"}, "supported: .*gemma2, gemma3_text, .*gpt_oss, llama"),
+    ({"model_type": "gpt2"}, "not supported; supported: .*gemma2, gemma3_text, .*gpt_oss, .*llama"),
     ({**PUBLISHED[6][0], "num_experts_per_tok": 9}, "routed to 9 experts but the model has only 8"),
     ({**PUBLISHED[7][0], "decoder_sparse_step": 2}, "decoder_sparse_step = 2 is not modelled"),
     ({k: v for k, v in PUBLISHED[7][0].items() if k != "moe_intermediate_size"}, "'moe_intermediate_size'"),
     ({**PUBLISHED[0][0], "num_key_value_heads": 7}, "not a multiple of num_key_value_heads 7"),
+    ({**tiny_config("deepseek_v3"), "num_key_value_heads": 2}, "must equal num_attention_heads 4 for latent attention"),
+    ({**tiny_config("deepseek_v3"), "q_lora_rank": None}, "missing required field 'q_lora_rank'"),
+    ({**tiny_config("glm4_moe"), "first_k_dense_replace": -1}, "'first_k_dense_replace' must be a non-negative"),
+    ({**tiny_config("glm4_moe_lite"), "mlp_layer_types": ["dense"]}, "'mlp_layer_types' must be a list of dense or sparse"),
 ])
 def test_bad_family_configs_are_refused_with_the_reason(cfg, message):
     with pytest.raises(UserError, match=message):
@@ -214,6 +233,10 @@ MEASURED = [
     ("deepseek_v3", dict(method="full")),                     # latent attention: q, k anew, kv_b's output whole
     ("deepseek_v3", dict(method="lora", rank=8)),
     ("deepseek_v3", dict(method="lora", rank=8, targets="kv_b_proj,o_proj", grad_checkpointing=True)),
+    ("glm4_moe_lite", dict(method="full")),
+    ("glm4_moe_lite", dict(method="lora", rank=8)),
+    ("mistral4", dict(method="full")),                        # a 16-bit softmax router, the query's position scale
+    ("mistral4", dict(method="lora", rank=8)),                # the shared experts' gate/up/down are LoRA targets
 ]
 
 
@@ -224,6 +247,8 @@ def test_estimate_equals_the_measured_peak(model_type, settings):
     from symvram.validate.spec import from_scenario
 
     cfg = {**tiny_config(model_type), "num_hidden_layers": 4 if model_type == "smollm3" else 2}
+    if model_type == "glm4_moe_lite":
+        cfg["mlp_layer_types"] = ["dense", "sparse"]
     if model_type in ("gemma3_text", "olmo3", "gpt_oss"):  # one sliding (window 16 < seq) and one full layer
         cfg.update(layer_types=["sliding_attention", "full_attention"], sliding_window=16)
     if model_type == "qwen3_moe":
@@ -234,6 +259,20 @@ def test_estimate_equals_the_measured_peak(model_type, settings):
                          state_dtype=trainable, **settings)  # torch AdamW: states in the trainable dtype
     measured = measure({**from_scenario(sc), "steps": 2})
     # within 8 bytes: the 0-d fp32 loss and its gradient seed are not ledger terms
+    assert 0 <= measured["peak_bytes"] - evaluate(sc).peak <= 8
+
+
+def test_latent_attention_with_unequal_head_widths_measures_the_cpu_math_path():
+    """DeepSeek-V3's d_v (128) ≠ d_nope + d_rope (192): torch's CPU SDPA takes its math path (fp32 q, k, v and the
+    s² softmax), which the ledger models for the CPU beside the kernels' tensors for CUDA; byte-exact here."""
+    pytest.importorskip("peft")
+    from symvram.validate.measure import measure
+    from symvram.validate.spec import from_scenario
+
+    cfg = {**tiny_config("deepseek_v3"), "num_hidden_layers": 2, "v_head_dim": 10}
+    sc = Scenario.create(spec_from_config(cfg, "tiny", "config", "test"), stack="torch", batch=2, seq=64, device="cpu",
+                         method="lora", rank=8, adapter_dtype="fp32", state_dtype="fp32")
+    measured = measure({**from_scenario(sc), "steps": 2})
     assert 0 <= measured["peak_bytes"] - evaluate(sc).peak <= 8
 
 
@@ -251,7 +290,8 @@ def test_the_docs_show_the_whole_qwen3_entry():
 
 ONE_PER_FAMILY = ["llama-3.2-1b", "mistral-7b", "qwen2.5-0.5b", "qwen3-0.6b", "gemma-2-2b", "gemma-3-1b", "phi-3-mini",
                   "olmo-2-7b", "mixtral-8x7b", "qwen3-30b-a3b", "smollm3-3b", "olmo-3-7b", "qwen1.5-moe-a2.7b",
-                  "ministral-3-3b", "gpt-oss-20b", "glm-4.5-air", "deepseek-v3", "qwen3.5-27b"]
+                  "ministral-3-3b", "gpt-oss-20b", "glm-4.5-air", "deepseek-v3",
+                  "glm-4.7-flash", "mistral-small-4", "qwen3.5-27b"]
 
 
 def test_one_preset_per_family():

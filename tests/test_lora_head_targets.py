@@ -8,18 +8,10 @@ import pytest
 
 from symvram.errors import UserError
 from symvram.evaluate import evaluate
-from symvram.presets import spec_from_config
 from symvram.scenario import Scenario
 from symvram.timing import flops
 from symvram.validate.spec import from_scenario
-
-ARCH = {"model_type": "llama", "hidden_size": 64, "intermediate_size": 176, "num_hidden_layers": 2,
-        "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16, "vocab_size": 1000,
-        "tie_word_embeddings": False}
-
-
-def tiny(**changes):
-    return spec_from_config({**ARCH, **changes}, "tiny", "config", "test")
+from test_modules_to_save import tiny  # the tiny Llama of the LoRA tests
 
 
 def test_by_hand():
@@ -111,3 +103,31 @@ def test_the_readers_keep_the_head_targets(tmp_path, name, text):
     sc = Scenario.create("qwen3-8b", method="lora", targets=targets)
     assert sc.targets == ("q_proj", "v_proj") and "lm_head" in sc.head_targets
     assert ("embed_tokens" in sc.head_targets) == ("embed_tokens" in text)
+
+
+def test_diagnose_offers_the_head_switches_as_edits(tmp_path):
+    """issue 28's advice: trainable head modules, LoRA on them and DoRA are priced remedies, written in the file's
+    own keys (axolotl and LLaMA-Factory spellings)."""
+    from symvram.readers.edits import edits
+    from symvram.readers.read import read_files
+
+    ax = tmp_path / "a.yml"
+    ax.write_text("base_model: llama-3.1-8b\nadapter: lora\nlora_r: 64\nlora_target_modules: [q_proj, v_proj, lm_head]\n"
+                  "lora_modules_to_save: [embed_tokens]\npeft_use_dora: true\nsequence_len: 4096\n"
+                  "gradient_checkpointing: true\n")
+    from symvram.analysis.diagnose import _candidates
+
+    for sc in (Scenario.create("llama-3.1-8b", method="lora", targets="q,v,lm_head", modules_to_save="embed_tokens"),
+               Scenario.create("llama-3.1-8b", method="lora", targets="q,v", dora=True)):
+        offered = {c.key: c for c in _candidates(sc, None) if c.key.startswith("no_")}
+        assert set(offered) == ({"no_modules_to_save", "no_head_lora"} if sc.head_targets else {"no_dora"})
+        for c in offered.values():   # each is priced by the ledger: the switched-off scenario is smaller
+            assert evaluate(sc.with_changes(**c.changes)).peak < evaluate(sc).peak
+    reading = read_files([str(ax)])
+    assert edits(reading, {"modules_to_save": ()}) == [f"{ax}: lora_modules_to_save: []"]
+    assert edits(reading, {"targets": ("q_proj", "v_proj"), "head_targets": ()}) == [
+        f"{ax}: lora_target_modules: [q_proj, v_proj]"]
+    assert edits(reading, {"dora": False}) == [f"{ax}: peft_use_dora: false"]
+    lf = tmp_path / "l.yml"
+    lf.write_text("model_name_or_path: llama-3.1-8b\nstage: sft\nfinetuning_type: lora\nadditional_target: embed_tokens\n")
+    assert edits(read_files([str(lf)]), {"modules_to_save": ()}) == [f"{lf}: additional_target: null"]

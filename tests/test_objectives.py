@@ -42,7 +42,7 @@ def test_peft_and_precomputed_references():
 
 
 @pytest.mark.parametrize("kw, message", [
-    (dict(objective="kto"), "--objective"),
+    (dict(objective="grpo"), "--objective"),
     (dict(objective="dpo", loss_impl="torch"), "--loss-impl torch contradicts"),
     (dict(objective="dpo", seq=512, prompt=512), "--prompt"),
     (dict(prompt=8), "use --objective dpo"),
@@ -68,15 +68,16 @@ def test_cli_exit_2(capsys):
     assert "objective dpo" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("method, checkpointing", [("lora", True), ("lora", False), ("full", True)])
-def test_estimate_is_trls_step(method, checkpointing):
-    """The estimate against TRL 1.16's DPOTrainer._compute_loss, backward and AdamW step, traced (two steps)."""
+@pytest.mark.parametrize("objective, method, checkpointing", [
+    ("dpo", "lora", True), ("dpo", "lora", False), ("dpo", "full", True), ("kto", "lora", True), ("kto", "full", False)])
+def test_estimate_is_trls_step(objective, method, checkpointing):
+    """The estimate against TRL 1.16's trainer's _compute_loss, backward and AdamW step, traced (two steps)."""
     pytest.importorskip("trl", reason="TRL not installed (pip install 'symvram[trl]')")
-    from symvram.validate.objectives import measure_dpo
+    from symvram.validate.objectives import measure_preference
 
-    spec = {"arch": ARCH, "method": method, "rank": 8, "batch": 2, "seq": 32, "prompt": 8, "objective": "dpo",
+    spec = {"arch": ARCH, "method": method, "rank": 8, "batch": 2, "seq": 32, "prompt": 8, "objective": objective,
             "stack": "trl", "autocast": "bf16", "grad_checkpointing": checkpointing}
-    estimate, measured = evaluate(to_scenario(spec)).peak, measure_dpo(spec)["peak_bytes"]
+    estimate, measured = evaluate(to_scenario(spec)).peak, measure_preference(spec)["peak_bytes"]
     assert abs(estimate - measured) / measured < 0.0025, (estimate, measured)
 
 
@@ -98,12 +99,26 @@ def test_readers_name_the_objective(tmp_path):
     assert trl.settings["objective"].value == "dpo" and trl.settings["precompute_ref"].value is True
     sc = Scenario.create("llama-2-7b", **trl.kwargs())
     assert sc.reference == "precomputed" and sc.loss_impl == "trl" and sc.seq == 512
+    kto = read_files([_file(tmp_path, "k.json", '{"output_dir": "o", "desirable_weight": 1.0, '
+                                                '"precompute_ref_log_probs": false}')])
+    assert kto.settings["objective"].value == "kto"
+
+
+def test_kto_by_hand():
+    """KTO: b unpaired completions in one forward (rows = 1), six int64 inputs (the completions' and the KL
+    completions' ids and masks), three fp32 outputs per position, two fp32 KL log-probs per example; the LoRA
+    reference is the policy without its adapters."""
+    kto = evaluate(Scenario.create("llama-2-7b", objective="kto", method="lora", batch=4, seq=512, prompt=100))
+    sft = evaluate(Scenario.create("llama-2-7b", stack="trl", method="lora", batch=4, seq=512))
+    assert kto.terms["act_checkpoints"] == sft.terms["act_checkpoints"]
+    assert kto.terms["act_tokens"] == 6 * 8 * 4 * 512
+    assert kto.terms["kto_outputs"] == 3 * 4 * 4 * 511 and kto.terms["kto_kl_logps"] == 2 * 4 * 4
+    assert "ref_weights" not in kto.terms and "reference_forward" in kto.moments
 
 
 @pytest.mark.parametrize("text, words", [
     ('{"output_dir": "o", "loss_type": "sigmod", "precompute_ref_log_probs": false}', "not a TRL 1.16 loss type"),
     ('{"output_dir": "o", "num_generations": 8, "max_completion_length": 256}', "GRPOTrainer is not modelled yet"),
-    ('{"output_dir": "o", "desirable_weight": 1.0, "precompute_ref_log_probs": false}', "KTOTrainer"),
 ])
 def test_bad_or_unmodelled_trl_configs_exit_2(tmp_path, capsys, text, words):
     from symvram.cli import main

@@ -97,7 +97,7 @@ def test_fsdp_stack_implies_zero3_fp32_storage_and_the_bf16_policy():
     sc = Scenario.create("llama-3-8b", method="lora", stack="fsdp", gpus=8)
     assert (sc.zero, sc.dtype, sc.mp_policy, sc.compute_dtype) == (3, "fp32", "bf16", "bf16")
     assert (sc.adapter_dtype, sc.state_dtype, sc.autocast) == ("fp32", "fp32", "none")   # adapters as the base is stored
-    assert not sc.structure.adapter_upcast and sc.structure.mp_policy
+    assert not sc.structure.adapter_upcast and sc.structure.fsdp_mixed_precision
 
 
 def test_fsdp_stack_explicit_flags_win():

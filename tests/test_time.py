@@ -128,7 +128,7 @@ def test_a_card_without_figures_keeps_the_memory_answer(capsys):
 
 
 def test_explain_derives_the_checkpointing_overhead_for_full_and_lora(capsys):
-    from symvram.present.documents import recompute_price
+    from symvram.analysis.explain import recompute_price
     from symvram.evaluate import evaluate
 
     price = recompute_price(evaluate(Scenario.create("7b", method="lora", grad_checkpointing=True)))

@@ -125,7 +125,7 @@ def test_explain_paged_8bit_says_what_the_figure_counts(tmp_path, lang, wrong, r
 
 def test_explain_states_in_the_parameter_dtype():
     """The hf stack keeps AdamW's moments in the parameters' bf16: the sentence says bf16, with 2+2+2+2 = 8."""
-    from symvram.present.documents import per_param
+    from symvram.analysis.explain import per_param
     from symvram.evaluate import evaluate
 
     pp = per_param(evaluate(Scenario.create("llama-3-8b", method="full", stack="hf", master="none")))

@@ -47,8 +47,6 @@ PARTS = ("parameter", "optimizer", "loss", "activation", "backward")
 PART_NAMES = {"parameter": "parameter side (weights, gradients, optimizer states, master)",
               "optimizer": "optimizer-step temporaries", "loss": "loss (vocabulary-sized logits and gradients)",
               "activation": "saved activations", "backward": "backward temporaries (one layer, MLP gradients)"}
-# hooks for settings other engineers add to Scenario: a remedy is re-estimated only when its field exists
-LOSS_HOOK = "loss_impl"
 TIERS = ("free", "recompute", "throughput", "precision", "method", "more cards")
 
 
@@ -222,10 +220,9 @@ def _candidates(sc: Scenario, p95_seq: int | None) -> list[_Candidate]:
                               {"optimizer_impl": "fused"},
                               f"none: the same update in one CUDA kernel, without the {sc.optimizer_impl} "
                               "implementation's temporary"))
-    if getattr(sc, LOSS_HOOK, None) == "torch":  # the others already keep no vocabulary-sized tensors whole
-        hook = {LOSS_HOOK: "liger"} if LOSS_HOOK in Scenario.__dataclass_fields__ else None
+    if sc.loss_impl == "torch":  # the others already keep no vocabulary-sized tensors whole
         out.append(_Candidate("chunked_loss", "a chunked / fused cross-entropy (e.g. Liger's fused linear "
-                              "cross-entropy)", "free", ("loss",), hook,
+                              "cross-entropy)", "free", ("loss",), {"loss_impl": "liger"},
                               "none in memory or accuracy: the loss is computed over chunks of tokens, so the "
                               "vocabulary-sized fp32 logits and their gradients never exist whole; a kernel library"))
     if sc.objective == "dpo" and not sc.precompute_ref:
@@ -272,6 +269,28 @@ def _candidates(sc: Scenario, p95_seq: int | None) -> list[_Candidate]:
                               "bitsandbytes 8-bit AdamW (AdamW8bit, a fused kernel): a small accuracy risk"
                               + ("; without the master, bf16 rounds away updates below ≈ 2^-8 of a weight"
                                  if "master" in precision else "")))
+    if not sc.optimizer_in_backward and sc.optimizer in ("adamw", "sgd", "sgd-momentum") and sc.gpus == 1:
+        out.append(_Candidate("in_backward", "optimizer in backward (one optimizer per parameter, stepped by its "
+                              "post-accumulate-grad hook)", "method", ("parameter", "optimizer"),
+                              {"optimizer_in_backward": True},
+                              "no gradient accumulation (the effective batch is the micro-batch) and no clipping by "
+                              "the global gradient norm: each parameter is stepped alone as its gradient is made "
+                              "(torch's register_post_accumulate_grad_hook recipe; torchtune optimizer_in_bwd: True); "
+                              "no extra FLOPs"))
+    if sc.dora:
+        out.append(_Candidate("no_dora", "plain LoRA instead of DoRA", "method", ("parameter", "activation", "backward"),
+                              {"dora": False}, "no magnitude vector: a different fine-tune; DoRA's per-forward weight "
+                              "norm (its weight-sized temporaries and extra matmuls) goes too"))
+    if sc.modules_to_save:
+        out.append(_Candidate("no_modules_to_save", f"no trainable copies of {', '.join(sc.modules_to_save)} "
+                              "(modules_to_save)", "method", ("parameter", "optimizer", "activation"),
+                              {"modules_to_save": ()}, "those modules stay frozen: rows of tokens added to the "
+                              "vocabulary keep their initial values (PEFT's trainable_token_indices trains those rows "
+                              "alone)"))
+    if sc.head_targets:
+        out.append(_Candidate("no_head_lora", f"no LoRA on {', '.join(sc.head_targets)}", "method",
+                              ("parameter", "optimizer", "activation"), {"targets": sc.targets, "head_targets": ()},
+                              "the head modules stay frozen; the layers keep their adapters"))
     if sc.method == "full":
         out.append(_Candidate("lora", "LoRA (frozen base, adapters only)", "method", ("parameter", "optimizer"),
                               {"method": "lora"}, "adapters instead of every weight: a different fine-tune"))
@@ -392,7 +411,8 @@ def diagnose(sc: Scenario, capacity: int | GPUSpec, headroom: int | str = DEFAUL
     last = modelled[-1].after if modelled else est
     cards = None
     if last.peak > budget or any("method" in r.changes for r in modelled):
-        kept = {k: v for r in modelled for k, v in r.changes.items() if k != "method"}   # the fixes, same method
+        kept = {k: v for r in modelled for k, v in r.changes.items()   # the fixes, same method (in backward:
+                if k not in ("method", "optimizer_in_backward")}          # one GPU only)
         result = plan(sc.with_changes(**kept), GPUSpec(card.key, card.name, card.memory_bytes,
                                                        card.usable_bytes - max(overhead, 0)),
                       max_gpus=max_gpus, headroom=room, methods=(sc.method,))
@@ -402,4 +422,4 @@ def diagnose(sc: Scenario, capacity: int | GPUSpec, headroom: int | str = DEFAUL
 
 
 __all__ = ["diagnose", "time_price", "Diagnosis", "Remedy", "parameter_side", "moment_parts", "part_bytes", "part_of", "PARTS",
-           "PART_NAMES", "LOSS_HOOK", "tensor_parallel_ok"]
+           "PART_NAMES", "tensor_parallel_ok"]

@@ -277,9 +277,10 @@ def fewest_gpus(sc: Scenario, budget: int, top: int, ends=None, card: GPUSpec | 
 
 
 def tp_degrees(sc: Scenario) -> list[int]:
-    """Tensor-parallel degrees 2 … 8 that split the heads, KV heads and d_ff evenly."""
+    """Tensor-parallel degrees 2 … 8 that split the heads, KV heads and d_ff (an expert's too) evenly: the widths
+    Scenario's check asks to divide."""
     dims = {**sc.model.dims, **dict(sc.overrides)}
-    g = math.gcd(dims["heads"], dims["kv_heads"], dims["intermediate"])
+    g = math.gcd(*(dims[n] for n in ("heads", "kv_heads", "intermediate", "moe_intermediate") if n in dims))
     return [t for t in range(2, MAX_TP + 1) if g % t == 0]
 
 

@@ -24,6 +24,15 @@ def positive_int(text: str) -> int:
     return value
 
 
+def every_k(text: str) -> int:
+    """``--selective-checkpointing every:K`` → K (torchtitan's op-level "save the matmuls" policy is not modelled)."""
+    kind, _, k = text.partition(":")
+    if kind != "every" or not k.isdigit() or int(k) < 1:
+        raise argparse.ArgumentTypeError(f"expected every:K (checkpoint layers 0, K, 2K …, K ≥ 1), got "
+                                         f"{excerpt(text)}; op-level policies are not modelled")
+    return int(k)
+
+
 def parse_set(text: str) -> tuple[str, float]:
     """``SYMBOL=VALUE`` for --set."""
     if "=" not in text:
@@ -64,14 +73,16 @@ def add_scenario_arguments(p: argparse.ArgumentParser) -> None:
                         + ". Default: interview for the nominal presets 7b/13b/70b, hf for real models")
     g = p.add_argument_group("objective")
     g.add_argument("--objective", choices=tuple(objectives()),
-                   help="what one step optimizes: sft (default: next-token cross-entropy) or dpo (TRL 1.16's "
+                   help="what one step optimizes: sft (default: next-token cross-entropy), dpo (TRL 1.16's "
                         "DPOTrainer: chosen and rejected run as one forward of 2 x --batch rows, the reference's "
                         "forward under no_grad — a second weight copy for full fine-tuning, the adapters disabled "
-                        "for LoRA —, TRL's fused LM head; takes the trl stack unless --stack is given)")
-    g.add_argument("--prompt", type=int, help="dpo: prompt tokens per sequence, which the fused LM head does not "
+                        "for LoRA —, TRL's fused LM head) or kto (TRL 1.16's KTOTrainer: --batch unpaired "
+                        "completions, and no-grad forwards of the mismatched KL completions by the policy and the "
+                        "reference); dpo and kto take the trl stack unless --stack is given")
+    g.add_argument("--prompt", type=int, help="dpo, kto: prompt tokens per sequence, which the fused LM head does not "
                                               "score (default 0: every position after the first)")
     g.add_argument("--precompute-ref", action="store_true", default=None,
-                   help="dpo: DPOConfig(precompute_ref_log_probs=True): the reference log-probs come with the "
+                   help="dpo, kto: precompute_ref_log_probs=True: the reference log-probs come with the "
                         "batch, so no reference model and no reference forward during training")
     g = p.add_argument_group("method")
     g.add_argument("--method", choices=METHODS,
@@ -106,6 +117,9 @@ def add_scenario_arguments(p: argparse.ArgumentParser) -> None:
                    help="torch AdamW implementation: foreach (one state-sized temporary), fused (none; the HF "
                         "Trainer's adamw_torch_fused), forloop (two temporaries of the largest parameter); "
                         "default: the stack's")
+    g.add_argument("--optimizer-in-backward", action="store_true", default=None,
+                   help="one optimizer per parameter, stepped by its post-accumulate-grad hook as its gradient is "
+                        "made (torch's recipe, torchtune's optimizer_in_bwd): one gradient at a time instead of all")
     g.add_argument("--adapter-dtype", choices=DTYPES, help="LoRA adapter dtype (default: the stack's — fp32 as PEFT "
                                                            "keeps them under torch and hf, the compute dtype under "
                                                            "interview)")
@@ -119,6 +133,10 @@ def add_scenario_arguments(p: argparse.ArgumentParser) -> None:
                    help="activation checkpointing of each decoder layer (far less memory; one more forward per step: "
                         "its price is in estimate's time line); "
                         "default off, but on for QLoRA under torch and hf (prepare_model_for_kbit_training turns it on)")
+    g.add_argument("--selective-checkpointing", metavar="every:K", dest="checkpoint_every", type=every_k,
+                   help="checkpoint only layers 0, K, 2K … (transformers' every_n_layers: TrainingArguments("
+                        "gradient_checkpointing_kwargs={'every_n_layers': K})); the other layers keep their "
+                        "activations; implies --grad-checkpointing")
     g.add_argument("--checkpoint-impl", choices=CHECKPOINT_IMPLS,
                    help="with --grad-checkpointing: torch.utils.checkpoint's non-reentrant (transformers' default) or "
                         "reentrant implementation (default: the stack's)")
@@ -162,7 +180,7 @@ def add_output_arguments(p: argparse.ArgumentParser, required: bool = False,
     p.add_argument("--force", action="store_true", help="overwrite --output if it exists")
 
 
-SCENARIO_FLAGS = ("stack", "checkpoint_impl", "loss_impl", "kbit_prep", "dora", "modules_to_save", "method", "rank", "targets", "lora_dropout", "double_quant", "dtype", "master", "state_dtype",
+SCENARIO_FLAGS = ("stack", "checkpoint_every", "checkpoint_impl", "loss_impl", "kbit_prep", "dora", "modules_to_save", "optimizer_in_backward", "method", "rank", "targets", "lora_dropout", "double_quant", "dtype", "master", "state_dtype",
                   "optimizer", "optimizer_impl", "adapter_dtype", "autocast", "batch", "seq", "grad_checkpointing",
                   "attention", "device", "gpus", "zero", "offload", "mp_policy", "tp", "sequence_parallel", "versions",
                   "objective", "prompt", "precompute_ref")

@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import argparse
 
-from ..present.documents import FORMATS, LANGS, compile_pdf, render
+from ..present.documents import FORMATS, LANGS, render
+from ..present.tex import compile_pdf
 from .common import add_model_argument, add_output_arguments, add_scenario_arguments, scenario_from_args, write_output
 
 HELP = """\

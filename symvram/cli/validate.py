@@ -184,9 +184,9 @@ def run(args) -> int:
     spec["device"] = "cuda" if sc.device == "cuda" else "fake"
     with warnings.catch_warnings():  # transformers' deprecation notices are not the user's business here
         warnings.simplefilter("ignore", FutureWarning)
-        if sc.objective == "dpo":   # TRL's DPOTrainer._compute_loss, traced (validate.objectives)
-            from ..validate.objectives import measure_dpo
-            measured = measure_dpo(spec)
+        if sc.objective != "sft":   # TRL's trainer's _compute_loss, traced (validate.objectives)
+            from ..validate.objectives import measure_preference
+            measured = measure_preference(spec)
         else:
             measured = measure(spec)
     if sc.structure.arch.unmodelled:  # a drafted family: the measurement alone (the estimate refuses its activations)

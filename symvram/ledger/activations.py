@@ -23,13 +23,13 @@ from .architecture import E, L, V, dh, f, f_e, h, k_e, nh, nkv
 from .functions import at_least, ceil_div, pow2_ceil
 from .structure import Structure
 from .terms import Phase, Role, Term, span
-from .weights import (compute_adapter_bytes, compute_weight_bytes, dora_magnitude, layer_lora_params, per_trainable,
-                      rotary_width, saved_copy_bytes)
+from .weights import (compute_adapter_bytes, compute_weight_bytes, kind_adapter_params, layer_lora_params,
+                      per_trainable, rotary_width, saved_copy_bytes)
 
-b, s, r = sym("batch"), sym("seq"), sym("rank")
+b, seq, r = sym("batch"), sym("seq"), sym("rank")
 b_c, b_32, b_a, b_mask, b_id, b_w, b_g, b_i32 = (sym(n) for n in (
     "bytes_act", "bytes_fp32", "bytes_adapter", "bytes_mask", "bytes_index", "bytes_weight", "bytes_grad", "bytes_int32"))
-T = b * s  # tokens in the micro-batch
+T = b * seq  # tokens in the micro-batch
 
 TRANSFORMERS = "transformers LlamaDecoderLayer / LlamaRMSNorm"
 PEFT = "peft tuners/lora/layer.py Linear.forward"
@@ -39,7 +39,7 @@ def matmul_bytes(s_: Structure) -> sp.Expr:
     """Bytes per element of what an autocast matmul keeps (SDPA's q, k, v, lora_A's cast input, the adapters'
     casts): the compute dtype, except in a prepared QLoRA model under autocast, whose fp32 stream autocast
     casts to its 16-bit dtype per call (the norms and the MLP's element-wise tensors stay fp32)."""
-    return sym("bytes_autocast") if s_.kbit_prep and s_.autocast else b_c
+    return sym("bytes_autocast") if s_.kbit_prepared and s_.autocast else b_c
 
 
 def _per_call_cast(s_: Structure, group: str) -> bool:
@@ -173,7 +173,7 @@ def _layer_of(s_: Structure, first: bool) -> dict[str, tuple[sp.Expr, str, str, 
                                     "SDPA (flash) keeps q, k, v after RoPE and its output"
                                     + ("; v is a view of the fused qkv output, which it keeps whole" if fused else ""),
                                     "torch scaled_dot_product_attention")
-            out["act_attention_lse"] = (b_32 * b * nh * s, r"A_{\mathrm{lse}}",
+            out["act_attention_lse"] = (b_32 * b * nh * seq, r"A_{\mathrm{lse}}",
                                         "and the fp32 log-sum-exp of each query row", "torch _scaled_dot_product_flash_attention")
         elif fam.extra("attention_sinks"):
             out["act_attention"] = (3 * b_c * T * nh * dh, r"A_{\mathrm{attn}}",
@@ -181,12 +181,12 @@ def _layer_of(s_: Structure, first: bool) -> dict[str, tuple[sp.Expr, str, str, 
                                     "transformers eager_attention_forward")
             out["act_attention_scores"] = _sink_scores(s_)
         else:
-            probs_16 = 0 if s_.compute_fp32 else b_c * b * nh * s**2
+            probs_16 = 0 if s_.compute_fp32 else b_c * b * nh * seq**2
             out["act_attention"] = (3 * b_c * T * nh * dh, r"A_{\mathrm{attn}}",
                                     "eager attention keeps q and the repeat_kv copies of k and v (n_h heads each)",
                                     "transformers eager_attention_forward")
-            softcap = b_c * b * nh * s**2 if fam.extra("attn_logit_softcapping") else 0
-            out["act_attention_scores"] = (b_32 * b * nh * s**2 + probs_16 + softcap, r"A_{\mathrm{scores}}",
+            softcap = b_c * b * nh * seq**2 if fam.extra("attn_logit_softcapping") else 0
+            out["act_attention_scores"] = (b_32 * b * nh * seq**2 + probs_16 + softcap, r"A_{\mathrm{scores}}",
                                            "the fp32 softmax of b·n_h·s² scores and its 16-bit copy"
                                            + " (and the tanh of the soft-capped scores)" * bool(softcap),
                                            "transformers eager_attention_forward")
@@ -195,7 +195,7 @@ def _layer_of(s_: Structure, first: bool) -> dict[str, tuple[sp.Expr, str, str, 
                                   "half of q_proj's output (kept by it and by the product) and attention's output in "
                                   "(b, s, n_h·d_head), a copy the product keeps", fam.source)
     if attn_grad and fam.extra("query_position_scale"):
-        out["act_query_scale"] = (b_c * s, r"A_{\mathrm{qscale}}", "the queries' position-dependent scale "
+        out["act_query_scale"] = (b_c * seq, r"A_{\mathrm{qscale}}", "the queries' position-dependent scale "
                                   "(1, 1, s, 1), cast to their dtype in each layer, kept by the product for backward",
                                   fam.source)
     if mlp_grad and fam.moe:
@@ -310,13 +310,13 @@ def _gated_deltanet(s_: Structure) -> dict[str, tuple[sp.Expr, str, str, str]]:
 
     Flash-linear-attention's chunk_gated_delta_rule (the default GPU path) saves less: modelled by ``--kernels``."""
     conv_dim = 2 * n_k * d_k + n_v * d_v
-    chunks = ceil_div(s, C_d)
+    chunks = ceil_div(seq, C_d)
     S_p = C_d * chunks
     rows = b * n_v            # the delta rule's (batch, head) pairs
     later = at_least(chunks, 2)   # the scan reads a grad-requiring state only from its second chunk
-    conv = b_c * b * conv_dim * s + b_c * b * conv_dim * (s + K_conv - 1)
+    conv = b_c * b * conv_dim * seq + b_c * b * conv_dim * (seq + K_conv - 1)
     gates = b_c * T * n_v + b_32 * T * n_v + b_32 * n_v
-    rule = (2 * b_32 * rows * s * (d_k + 1)                           # l2norm inputs and 1/norms
+    rule = (2 * b_32 * rows * seq * (d_k + 1)                           # l2norm inputs and 1/norms
             + b_32 * rows * S_p * (2 * d_k + d_v + 1)                  # padded k, v, beta; k·beta
             + b_32 * rows * S_p * d_k                                  # the padded, scaled query
             + b_32 * rows * S_p * (2 + later) + b_32 * rows * chunks * later   # exp(cumulative decays), chunk decays
@@ -397,7 +397,7 @@ def lora_embed_saved(s_: Structure) -> sp.Expr:
     prepare_model_for_kbit_training's gradient_checkpointing_enable before PEFT wraps the embedding) makes the
     frozen base embedding's output a leaf that requires grad: its AccumulateGrad node keeps it until backward ends."""
     kept = matmul_bytes(s_) * (T * r + r * h) if s_.autocast and s_.adapter_upcast else compute_adapter_bytes(s_) * T * r
-    return kept + (residual_bytes(s_) * T * h if s_.kbit_prep and s_.grad_checkpointing else 0)
+    return kept + (residual_bytes(s_) * T * h if s_.kbit_prepared and s_.grad_checkpointing else 0)
 
 
 MOE = "transformers integrations/moe.py (grouped_mm experts)"
@@ -413,7 +413,7 @@ def layer_working_sets(s_: Structure) -> list[Term]:
     ['ws_norm', 'ws_attn_in', 'ws_rope', 'ws_norm_mlp']
     """
     fam, b_res, b_ad = s_.arch, residual_bytes(s_), compute_adapter_bytes(s_)
-    upcast = 0 if s_.kbit_prep else b_32 * T * h   # a 16-bit stream is cast to fp32 first (kept under LoRA's saves)
+    upcast = 0 if s_.kbit_prepared else b_32 * T * h   # a 16-bit stream is cast to fp32 first (kept under LoRA's saves)
     norm = (b_32 * T * h * 2 + (upcast if s_.grad_checkpointing else 0), r"W_{\mathrm{norm}}",
             "RMSNorm's fp32 square and normalized product (and its fp32 upcast under checkpointing)",
             "transformers models/llama/modeling_llama.py:65-66 LlamaRMSNorm.forward")
@@ -434,7 +434,7 @@ def layer_working_sets(s_: Structure) -> list[Term]:
                                   "peft tuners/lora/layer.py:1100-1102 Linear.forward; tuners/lora/bnb.py:533")
         if group == "attn_in":
             if s_.attention == "eager":
-                out["ws_scores"] = (3 * b_c * b * nh * s**2, r"W_{\mathrm{scores}}",
+                out["ws_scores"] = (3 * b_c * b * nh * seq**2, r"W_{\mathrm{scores}}",
                                     "eager attention's b·n_h·s² products: q·kᵀ, scaled and masked",
                                     "transformers models/llama/modeling_llama.py:193-197 eager_attention_forward")
             out["ws_rope"] = (3 * b_res * T * nh * dh, r"W_{\mathrm{RoPE}}",
@@ -447,20 +447,32 @@ def _latent_attention(s_: Structure) -> dict[str, tuple[sp.Expr, str, str, str]]
     """What SDPA keeps of DeepSeek-V3's multi-head latent attention (modeling_deepseek_v3.py:462-464): q as the new
     concatenation of its no-RoPE and rotated parts (n_h heads of d_nope + d_rope), k expanded per head into a new
     tensor of the same width, v a view of kv_b_proj's output, which it keeps whole (n_h · (d_nope + d_v)), its
-    output (n_h · d_v) and the fp32 log-sum-exp; not a GQA-sized cache."""
+    output (n_h · d_v) and the fp32 log-sum-exp; not a GQA-sized cache. With d_v ≠ d_nope + d_rope (DeepSeek-V3's
+    128 and 192) torch's flash kernels do not run: on CUDA the memory-efficient kernel keeps the same tensors
+    (modelled, not measured: its log-sum-exp rows may be padded), on the CPU the math path keeps fp32 copies of q and
+    k (each scaled), of v, and the fp32 softmax of the b·n_h·s² scores (what a FakeTensor trace measures)."""
     b_mm = matmul_bytes(s_)
     d_qk, d_v = s_.arch.attention_widths
-    return {"act_attention": (b_mm * T * nh * (2 * d_qk + (d_qk - dh + d_v) + d_v), r"A_{\mathrm{attn}}",
-                              "SDPA keeps q and k (n_h heads of d_nope + d_rope, built anew), kv_b_proj's whole output "
-                              "(v is a view of it) and its output (d_v wide)", s_.arch.source),
-            "act_attention_lse": (b_32 * b * nh * s, r"A_{\mathrm{lse}}", "and the fp32 log-sum-exp of each query row",
-                                  "torch scaled_dot_product_attention")}
+    kernel = b_mm * T * nh * (2 * d_qk + (d_qk - dh + d_v) + d_v)
+    why = ("SDPA keeps q and k (n_h heads of d_nope + d_rope, built anew), kv_b_proj's whole output (v is a view of "
+           "it) and its output (d_v wide)")
+    terms = {"act_attention": (kernel, r"A_{\mathrm{attn}}", why, s_.arch.source),
+             "act_attention_lse": (b_32 * b * nh * seq, r"A_{\mathrm{lse}}", "and the fp32 log-sum-exp of each query "
+                                   "row", "torch scaled_dot_product_attention")}
+    if s_.device != "cpu":
+        return terms
+    unequal = at_least(d_qk, d_v + 1) + at_least(d_v, d_qk + 1)   # 1 when the widths differ: the math path
+    math = b_32 * T * nh * (2 * d_qk + d_v) + b_32 * b * nh * seq**2
+    return {"act_attention": ((1 - unequal) * kernel + unequal * math, r"A_{\mathrm{attn}}",
+                              why + "; on the CPU with d_v ≠ d_qk the math path instead: fp32 q, k, v and the fp32 "
+                              "softmax of the s² scores", "torch _scaled_dot_product_attention_math"),
+            "act_attention_lse": ((1 - unequal) * terms["act_attention_lse"][0], *terms["act_attention_lse"][1:])}
 
 
 def _sink_scores(s_: Structure) -> tuple[sp.Expr, str, str, str]:
     """gpt-oss's eager attention with sinks: the scores joined to one sink logit per head (s + 1 columns), less
     their row maximum (whose int64 indices the max keeps), softmax in the compute dtype (its output kept)."""
-    return (b_c * b * nh * s * (s + 1) + b_id * b * nh * s, r"A_{\mathrm{scores}}",
+    return (b_c * b * nh * seq * (seq + 1) + b_id * b * nh * seq, r"A_{\mathrm{scores}}",
             "the softmax of the b·n_h·s·(s + 1) scores and sink logits, in the compute dtype, and the int64 indices "
             "of each row's maximum (subtracted before it)", s_.arch.source)
 
@@ -485,8 +497,11 @@ def _moe_layer(s_: Structure) -> dict[str, tuple[sp.Expr, str, str, str]]:
     if fam.extra("router_topk_softmax"):  # gpt-oss: top-k of the logits, then a softmax over those k
         router_saved, router_why = b_id * T * k_e + b_c * T * k_e, "the int64 top-k indices and the softmax of the k logits"
     else:
-        router_saved = b_32 * T * E + b_id * T * k_e + (b_32 * T + b_32 * T * k_e if renorm else 0)
-        router_why = ("the router's fp32 softmax over E experts and the int64 top-k indices"
+        b_p = b_c if fam.extra("router_compute_dtype") else b_32   # Mistral 4: the softmax of the 16-bit logits
+        router_saved = b_p * T * E + b_id * T * k_e + (b_p * T + b_p * T * k_e if renorm else 0)
+        scores = "sigmoid" if fam.extra("router_fp32") else "softmax"   # DeepSeek-V3 and GLM-4.5 score by a sigmoid
+        router_why = (f"the router's {'16-bit' if b_p == b_c else 'fp32'} {scores} over E experts and the int64 top-k "
+                      "indices"
                       + " (and the renormalized top-k weights with their sum)" * bool(renorm))
     if fam.extra("clamped_swiglu"):  # the gate_up output (2·d_E; the clamps keep views of it) and four d_E-wide
         gated, gated_why = 6 * b_c * S * f_e, "the gate_up output (2·d_E), the clamped gate, its sigmoid, their product and up + 1"
@@ -554,7 +569,7 @@ def _layer_backward_temp(s_: Structure) -> tuple[sp.Expr, str, str]:
 
 def past_window(s_: Structure) -> sp.Expr:
     """1 once the sequence is longer than the sliding window, else 0 (s and w are integers)."""
-    return at_least(s, s_.arch.dim("window") + 1)
+    return at_least(seq, s_.arch.dim("window") + 1)
 
 
 def sliding_extra(s_: Structure) -> sp.Expr:
@@ -564,13 +579,13 @@ def sliding_extra(s_: Structure) -> sp.Expr:
     if s_.arch.dim("window", 0) == 0 or s_.attention != "sdpa":
         return sp.Integer(0)
     repeated = at_least(nkv, 2)  # with one kv head repeat_kv is a stride-0 view: no copy
-    return past_window(s_) * (b_c * b * s**2 + repeated * 2 * b_c * T * dh * (nh - nkv))
+    return past_window(s_) * (b_c * b * seq**2 + repeated * 2 * b_c * T * dh * (nh - nkv))
 
 
 def residual_bytes(s_: Structure) -> sp.Symbol:
     """The residual stream's dtype, which a checkpoint keeps: fp32 after kbit preparation, else the weights' as
     they compute."""
-    return b_32 if s_.kbit_prep else compute_weight_bytes(s_)
+    return b_32 if s_.kbit_prepared else compute_weight_bytes(s_)
 
 
 def saved_per_layer(s_: Structure) -> sp.Expr:
@@ -599,7 +614,8 @@ def per_layer_bytes(s_: Structure) -> sp.Expr:
 # the only fields the activation and transient terms read (not the optimizer, master copy, quantization, sharding)
 ACTIVATION_FIELDS = ("method", "family", "first_kind", "lead_kinds", "options", "tied", "targets", "adapter_upcast", "attention", "autocast",
                      "compute_fp32", "device", "dora", "dropout", "grad_checkpointing", "head_targets",
-                     "kbit_prep", "loss_impl", "modules_to_save", "weight_casts", "mp_policy", "bnb_input_saved",
+                     "optimizer_in_backward", "checkpoint_every",
+                     "kbit_prepared", "loss_impl", "modules_to_save", "weight_casts", "fsdp_mixed_precision", "bnb_input_saved",
                      "shift_logits_copy", "forward_logits_upcast", "tower", "objective")
 
 
@@ -612,16 +628,31 @@ def refuse_unmodelled(fam) -> None:
                         "family-draft prints it); measure the step with symvram validate")
 
 
+EVERY_N = "; transformers modeling_utils.py:3246 _set_gradient_checkpointing (layer_index % every_n_layers == 0)"
+
+
+def checkpointed_layers(s_: Structure) -> sp.Expr:
+    """How many layers checkpointing wraps: all L, or with transformers' ``every_n_layers = k`` layers 0, k, 2k …:
+    ⌈L / k⌉ (the first always; the last when k divides L − 1)."""
+    return L if s_.checkpoint_every == 1 else ceil_div(L, s_.checkpoint_every)
+
+
 def saved_terms(s_: Structure) -> list[Term]:
     """Block 3 terms: per-layer saved tensors × L (or checkpointed inputs), then the model's head."""
     fam = s_.arch
     refuse_unmodelled(fam)
     terms: list[Term] = []
     if s_.grad_checkpointing:
-        b_res = residual_bytes(s_)
-        terms.append(Term("act_checkpoints", Role.SAVED_ACTIVATION, L * b_res * T * h + b_id * s, r"A_{\mathrm{ckpt}}",
-                          "checkpointing keeps each layer's input (and the position ids); layers are recomputed in backward",
-                          "torch.utils.checkpoint (non-reentrant)"))
+        b_res, n_c = residual_bytes(s_), checkpointed_layers(s_)
+        terms.append(Term("act_checkpoints", Role.SAVED_ACTIVATION, n_c * b_res * T * h + b_id * seq, r"A_{\mathrm{ckpt}}",
+                          "checkpointing keeps each layer's input (and the position ids); layers are recomputed in backward"
+                          + (f" — every {s_.checkpoint_every}th layer (0, {s_.checkpoint_every}, …)"
+                             if s_.checkpoint_every > 1 else ""),
+                          "torch.utils.checkpoint (non-reentrant)" + EVERY_N * (s_.checkpoint_every > 1)))
+        if s_.checkpoint_every > 1:   # the other layers save as without checkpointing (none is the first)
+            for key, (expr, label, why, source) in _layer(s_, first=False).items():
+                terms.append(Term(key, Role.SAVED_ACTIVATION, (L - n_c) * expr, f"(L - L_c) \\cdot {label}",
+                                  why + " (the layers not checkpointed)", source))
     else:
         general: dict[str, tuple] = {}   # key -> (Σ over the layer kinds of layers · bytes, label, why, source)
         for n, kind in s_.layer_kinds:
@@ -640,7 +671,7 @@ def saved_terms(s_: Structure) -> list[Term]:
                                  if s_.lead_kinds else ""), "autograd saves only what a required gradient needs"))
     if sliding_extra(s_) != 0:
         if s_.grad_checkpointing:
-            terms.append(Term("act_sliding_mask", Role.SAVED_ACTIVATION, b_mask * past_window(s_) * s**2,
+            terms.append(Term("act_sliding_mask", Role.SAVED_ACTIVATION, b_mask * past_window(s_) * seq**2,
                               r"A_{\mathrm{win}}", "the shared boolean sliding-window mask, a checkpoint input",
                               fam.source))
         else:
@@ -649,8 +680,8 @@ def saved_terms(s_: Structure) -> list[Term]:
                               + ": a 16-bit mask and k, v repeated to n_h heads, per sliding layer", fam.source))
     # the head's saved tensors, counted until the last layer's backward (under checkpointing: the final norm's)
     head_end = Phase.FINAL_NORM_BACKWARD if s_.grad_checkpointing else Phase.LAST_LAYER_BACKWARD
-    if s_.weight_casts or (s_.kbit_prep and s_.autocast):  # a prepared QLoRA model's lm_head is fp32
-        b_cast = sym("bytes_autocast") if s_.kbit_prep else b_c
+    if s_.weight_casts or (s_.kbit_prepared and s_.autocast):  # a prepared QLoRA model's lm_head is fp32
+        b_cast = sym("bytes_autocast") if s_.kbit_prepared else b_c
         terms.append(Term("act_lm_head_cast", Role.SAVED_ACTIVATION, b_cast * V * h, r"A_{\mathrm{cast},V}",
                           "autocast casts lm_head's weight to the compute dtype; backward needs the cast", "torch.autocast",
                           lifetime=span(Phase.FORWARD, head_end)))
@@ -675,7 +706,7 @@ def saved_terms(s_: Structure) -> list[Term]:
                           "gradient until the embedding's backward, the last" + (" (as autocast casts it, with B's cast)"
                                                                                if s_.autocast and s_.adapter_upcast else "")
                           + ("; k-bit preparation's input hook keeps the base embedding's output as a leaf"
-                             if s_.kbit_prep and s_.grad_checkpointing else ""),
+                             if s_.kbit_prepared and s_.grad_checkpointing else ""),
                           "peft tuners/lora/layer.py Embedding.forward",
                           lifetime=span(Phase.FIRST_LAYER_FORWARD, Phase.FIRST_LAYER_BACKWARD)))
     if s_.loss_impl == "liger":
@@ -702,8 +733,8 @@ def saved_terms(s_: Structure) -> list[Term]:
     bases = fam.dim("rope_bases")
     b_rope = b_32 if fam.extra("rope_fp32") else b_c  # OLMo 2 keeps cos/sin in fp32
     width = dh / 2 if fam.extra("rope_half_width") else rotary_width(fam)  # gpt-oss: cos, sin of the d_head/2 frequencies
-    rows = b if fam.extra("rope_per_sample") else 1   # multimodal RoPE: position ids (4, b, s), a table per sample
-    terms.append(Term("act_rope", Role.STEP_INPUT, 2 * bases * b_rope * rows * s * width, r"A_{\mathrm{rope}}",
+    rows = b if fam.extra("rope_per_sample") else 1   # multimodal RoPE: position ids (4, b, seq), a table per sample
+    terms.append(Term("act_rope", Role.STEP_INPUT, 2 * bases * b_rope * rows * seq * width, r"A_{\mathrm{rope}}",
                       "RoPE cos and sin, shared by all layers" + " (one pair per rotary base)" * (bases != 1)
                       + " (one per sample: multimodal RoPE expands the position ids to the batch)" * (rows != 1),
                       "transformers LlamaRotaryEmbedding"))
@@ -728,8 +759,7 @@ def _first_layer_params(s_: Structure) -> sp.Expr:
     if s_.lora and not s_.arch.kinds:
         return layer_lora_params(s_) + embed
     if s_.lora:
-        return first.arch.lora_params_per_layer(first.targets, r) + (dora_magnitude(first.arch, first.targets)
-                                                                     if s_.dora else 0) + embed
+        return kind_adapter_params(first.arch, first.targets, s_.dora) + embed
     return first.arch.params_per_layer(s_.options) + (0 if s_.tied else V * h)
 
 
@@ -761,11 +791,11 @@ def trl_loss_terms(s_: Structure, n: sp.Expr = T) -> list[Term]:
     casts = 0
     if s_.autocast and s_.weight_casts:  # weight[start:end].to(compute dtype): one vocabulary chunk at a time
         casts += b_c * TRL_VOCAB_CHUNK * h
-    if s_.autocast and (s_.weight_casts or s_.kbit_prep):  # hidden[chunk].to(compute dtype)
+    if s_.autocast and (s_.weight_casts or s_.kbit_prepared):  # hidden[chunk].to(compute dtype)
         casts += b_c * sp.Min(T, TRL_TOKEN_CHUNK, evaluate=False) * h
     # the gradients accumulate in fp32 and are cast to their tensor's dtype at the end: a copy unless that is fp32
     # (full fine-tuning: lm_head's [V, h] buffer too; its cast is the gradient the ledger counts already)
-    wide = s_.kbit_prep or s_.weight_casts or s_.compute_fp32  # fp32 hidden states (and weights, but in QLoRA)
+    wide = s_.kbit_prepared or s_.weight_casts or s_.compute_fp32  # fp32 hidden states (and weights, but in QLoRA)
     hidden_cast = 0 if wide else hidden * T * h
     # lm_head's fp32 accumulator and its cast to the weight's dtype, both alive as the backward returns (:457)
     accumulator = (b_32 + b_g) * V * h if s_.method == "full" and not (s_.weight_casts or s_.compute_fp32) else 0
@@ -830,7 +860,7 @@ def loss_terms(s_: Structure, logits_bytes) -> list[Term]:
              "torch nll_loss_backward, _log_softmax_backward_data"),
     ]
     if s_.shift_logits_copy:   # transformers < 4.49 (symvram.versions)
-        terms.insert(1, Term("logits_shifted", Role.LOSS_TEMPORARY, b_32 * b * (s - 1) * V, r"M_{\mathrm{logits},\ll}",
+        terms.insert(1, Term("logits_shifted", Role.LOSS_TEMPORARY, b_32 * b * (seq - 1) * V, r"M_{\mathrm{logits},\ll}",
                              "logits[..., :-1, :].contiguous(): the shifted fp32 copy cross-entropy reads "
                              "(transformers < 4.49)", "transformers 4.48.0 loss/loss_utils.py:39 ForCausalLMLoss"))
     if not s_.compute_fp32 and not upcast:
@@ -883,7 +913,7 @@ def dora_forward_temp(s_: Structure) -> sp.Expr:
     b_lr = matmul_bytes(s_) if s_.autocast else b_a
     own = last.d_out * (b_lr * T + 3 * b_32) + b_lr * T * r
     b_res = residual_bytes(s_)
-    live = b_c * T * last.d_in + 2 * b_res * T * h + sym("bytes_index") * s
+    live = b_c * T * last.d_in + 2 * b_res * T * h + sym("bytes_index") * seq
     if s_.autocast and s_.adapter_upcast:  # the input cast to the adapter dtype is not what lora_A keeps (its
         live += b_a * T * last.d_in        # 16-bit cast, made after the weight norm)
         own += matmul_bytes(s_) * T * last.d_in
@@ -899,21 +929,11 @@ def dora_forward_temp(s_: Structure) -> sp.Expr:
 RECOMPUTES = (Phase.LAST_LAYER_RECOMPUTE, Phase.LAST_LAYER_BACKWARD, Phase.FIRST_LAYER_RECOMPUTE, Phase.FIRST_LAYER_BACKWARD)
 
 
-def transient_terms(s_: Structure) -> list[Term]:
-    """Tensors alive only at one moment of the step (not part of the ledger sum)."""
-    logits_bytes = b_32 if s_.compute_fp32 else b_c
-    terms = loss_terms(s_, logits_bytes) + [
-        Term("norm_backward_temp", Role.BACKWARD_TEMPORARY, 5 * b_32 * T * h, r"M_{\mathrm{norm}'}",
-             "the final RMSNorm's backward holds five fp32 hidden-sized gradients at once", "autograd of LlamaRMSNorm",
-             lifetime=(Phase.FINAL_NORM_BACKWARD,)),
-        Term("backward_tail", Role.EMBEDDING_GRADIENT, 2 * b_c * T * h, r"M_{\mathrm{tail}}",
-             "the gradient reaching the embedding and its accumulation buffer", "autograd"),
-    ]
-
-    temp, why, source = _layer_backward_temp(s_)
-    if s_.arch.kinds:   # the last layer's MLP backward and the first's: the larger kind's
-        temp = largest_kind(s_, lambda k: _layer_backward_temp(k)[0])
-    terms.append(Term("layer_backward_temp", Role.BACKWARD_TEMPORARY, temp, r"M_{\mathrm{mlp}'}", why, source))
+def _gradients_so_far(s_: Structure) -> list[Term]:
+    """The gradients that accumulate during backward: a trainable lm_head's (a copy's, or its LoRA's) from the loss
+    backward on, all but the first layer's and the embedding's when backward reaches the first layer, and tied
+    embeddings' two gradients summed at the end."""
+    terms: list[Term] = []
     if "lm_head" in s_.modules_to_save:
         terms.append(Term("head_grad", Role.EARLY_GRADIENT, saved_copy_bytes(s_) * V * h, r"M_{\mathrm{grad},V}",
                           "the trainable lm_head copy's gradient, made by the loss backward, alive through the rest "
@@ -932,6 +952,28 @@ def transient_terms(s_: Structure) -> list[Term]:
                           "tied embeddings: lm_head's gradient and the embedding's are summed at the end of backward, "
                           "both alive beside the sum", "autograd of a shared weight (embedding_dense_backward)",
                           lifetime=(Phase.BACKWARD_END,)))
+    return terms
+
+
+def transient_terms(s_: Structure) -> list[Term]:
+    """Tensors alive only at one moment of the step (not part of the ledger sum)."""
+    logits_bytes = b_32 if s_.compute_fp32 else b_c
+    terms = loss_terms(s_, logits_bytes) + [
+        Term("norm_backward_temp", Role.BACKWARD_TEMPORARY, 5 * b_32 * T * h, r"M_{\mathrm{norm}'}",
+             "the final RMSNorm's backward holds five fp32 hidden-sized gradients at once", "autograd of LlamaRMSNorm",
+             lifetime=(Phase.FINAL_NORM_BACKWARD,)),
+        Term("backward_tail", Role.EMBEDDING_GRADIENT, 2 * b_c * T * h, r"M_{\mathrm{tail}}",
+             "the gradient reaching the embedding and its accumulation buffer", "autograd"),
+    ]
+
+    temp, why, source = _layer_backward_temp(s_)
+    if s_.arch.kinds:   # the last layer's MLP backward and the first's: the larger kind's
+        temp = largest_kind(s_, lambda k: _layer_backward_temp(k)[0])
+    terms.append(Term("layer_backward_temp", Role.BACKWARD_TEMPORARY, temp, r"M_{\mathrm{mlp}'}", why, source))
+    # optimizer in backward: the gradients never accumulate, each is stepped and freed where it is made (when
+    # lm_head is, its backward has returned: its saved input is freed and the hidden states' gradient, as large, lives)
+    if not s_.optimizer_in_backward:
+        terms += _gradients_so_far(s_)
     if s_.method == "qlora":
         terms.append(Term("dequant_temp", Role.BACKWARD_TEMPORARY, b_w * _largest_linear(s_),
                           r"M_{\mathrm{dequant}}", "bitsandbytes dequantizes one 4-bit weight to the load dtype "
@@ -945,8 +987,15 @@ def transient_terms(s_: Structure) -> list[Term]:
                           else (Phase.FORWARD,)))
     terms += layer_working_sets(s_)
     one_layer = per_layer_bytes(s_) if s_.grad_checkpointing else _layer_bytes(s_.first_layer)
+    if s_.checkpoint_every > 1:   # the last layer is recomputed only when it is one of 0, k, 2k …
+        last = checkpointed_layers(s_) - ceil_div(L - 1, s_.checkpoint_every)
+        terms.append(Term("last_layer_recomputed", Role.RECOMPUTED_ACTIVATION, last * one_layer, r"M_{\mathrm{layer},L-1}",
+                          "the last layer's saved tensors, recomputed when it is checkpointed (k divides L − 1; "
+                          "otherwise they are among the layers' saved tensors)", "torch.utils.checkpoint" + EVERY_N,
+                          lifetime=RECOMPUTES[:2]))
     terms.append(Term("one_layer", Role.RECOMPUTED_ACTIVATION, one_layer + sliding_extra(s_), r"M_{\mathrm{layer}}",
                       "one layer's saved tensors (recomputed under checkpointing), alive until its backward ends",
                       "torch.utils.checkpoint / autograd",   # without checkpointing: the first layer's, still saved
-                      lifetime=RECOMPUTES if s_.grad_checkpointing else (Phase.FIRST_LAYER_BACKWARD,)))
+                      lifetime=(RECOMPUTES[2:] if s_.checkpoint_every > 1 else RECOMPUTES) if s_.grad_checkpointing
+                      else (Phase.FIRST_LAYER_BACKWARD,)))
     return terms

@@ -2,7 +2,7 @@
 of a training step whose maximum is the peak.
 
 >>> from symvram.ledger.structure import Structure
->>> led = build_ledger(Structure(method="full", nominal=True))
+>>> led = build_ledger(Structure(method="full", params_given=True))
 >>> led.expand(led.block_expr("trainable"))
 P*bytes_grad + P*bytes_state*states_per_param
 >>> [m.key for m in led.moments]

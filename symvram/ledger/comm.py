@@ -18,7 +18,7 @@ Memory-bound work (``hbm`` block, bytes read + written in HBM): the optimizer's 
 (weights, gradients, states, master), and QLoRA's dequantization of every NF4 weight in each pass.
 
 >>> from symvram.ledger.structure import Structure
->>> c = build_comm(Structure(method="full", nominal=True, zero=3))
+>>> c = build_comm(Structure(method="full", params_given=True, zero=3))
 >>> [x.key for x in c.block_terms("network")]
 ['allgather_forward', 'allgather_backward', 'reduce_scatter_grads']
 """
@@ -38,7 +38,7 @@ from .weights import quant_constant_bits
 
 N, t = sym("gpus"), sym("tp")
 P, P_train, P_quant = sym("P"), sym("P_train"), sym("P_quant")
-b, s = sym("batch"), sym("seq")
+b, seq = sym("batch"), sym("seq")
 b_w, b_g, b_c, b_s, b_m, b_a = (sym(n) for n in ("bytes_weight", "bytes_grad", "bytes_act", "bytes_state",
                                                   "bytes_master", "bytes_adapter"))
 states, q = sym("states_per_param"), sym("quant_bits")
@@ -69,7 +69,7 @@ def stored_weight_bytes(s_: Structure) -> sp.Expr:
 
 # the only fields the communication ledger reads (the stored weights' among them)
 COMM_FIELDS = ("method", "family", "options", "tied", "double_quant", "master", "zero", "offload",
-               "grad_checkpointing", "tensor_parallel", "mp_policy", "head_targets")   # mp_policy: gathered in its dtype
+               "grad_checkpointing", "tensor_parallel", "fsdp_mixed_precision", "head_targets")   # its all-gathers in the compute dtype
 
 
 def build_comm(s_: Structure) -> CommLedger:
@@ -105,7 +105,7 @@ def _build_comm(s_: Structure) -> CommLedger:
                           "the trainable gradients are reduce-scattered", NCCL))
     if s_.tensor_parallel:
         passes = 2 + (1 if s_.grad_checkpointing else 0)      # forward, backward, recompute
-        terms.append(Term("tp_activations", Role.NETWORK_TRAFFIC, passes * 2 * 2 * (t - 1) / t * L * b * s * h * b_c,
+        terms.append(Term("tp_activations", Role.NETWORK_TRAFFIC, passes * 2 * 2 * (t - 1) / t * L * b * seq * h * b_c,
                           r"C_{\mathrm{TP}}",
                           "tensor parallel: two all-reduces of b·s·h activations per layer and pass (sequence "
                           "parallel: all-gather + reduce-scatter, the same bytes)", "Megatron-LM (Korthikanti et al. 2022)"))

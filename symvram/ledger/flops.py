@@ -32,11 +32,11 @@ import sympy as sp
 from ..symbols import sym
 from .architecture import E, L, V, dh, h, k_e, nh
 from .structure import Structure
-from .activations import needs_grad
+from .activations import checkpointed_layers, needs_grad
 from .terms import Role, Term
 
-b, s, r, t = sym("batch"), sym("seq"), sym("rank"), sym("tp")
-T = b * s
+b, seq, r, t = sym("batch"), sym("seq"), sym("rank"), sym("tp")
+T = b * seq
 PHASES = ("forward", "backward", "recompute")
 COUNTER = "torch.utils.flop_counter (2·m·k·n per matmul)"
 PEFT = "peft tuners/lora/layer.py"
@@ -99,7 +99,7 @@ def _layer(s_: Structure, first: bool) -> dict[str, sp.Expr]:
             lora_bwd += 2 * delta
     out["lora_forward"], out["lora_backward"], out["dora_forward"] = lora_fwd, lora_bwd, dora
     d_qk, d_v = fam.attention_widths   # d_head both, but under latent attention
-    qk, av = 2 * T * s * nh * d_qk, 2 * T * s * nh * d_v   # the two attention matmuls, full scores
+    qk, av = 2 * T * seq * nh * d_qk, 2 * T * seq * nh * d_v   # the two attention matmuls, full scores
     out["attention_forward"] = qk + av
     if s_.attention == "sdpa":   # the fused kernel: one backward recomputing the scores (QKᵀ, dV, dP, dQ, dK)
         out["attention_backward"] = 3 * qk + 2 * av if g["attn_out"] else sp.Integer(0)
@@ -152,7 +152,8 @@ def _layers(s_: Structure) -> tuple:
 
 
 # the only fields the FLOPs ledger reads: structures that differ elsewhere (dtypes, optimizer, ZeRO) share it
-FLOPS_FIELDS = ("method", "family", "first_kind", "targets", "head_targets", "attention", "grad_checkpointing", "tensor_parallel", "dora",
+FLOPS_FIELDS = ("method", "family", "first_kind", "targets", "head_targets", "attention", "grad_checkpointing",
+                "checkpoint_every", "tensor_parallel", "dora",
                 "dropout", "modules_to_save")
 
 
@@ -205,6 +206,11 @@ def _build_flops(s_: Structure) -> FlopsLedger:
         recompute = (_per_layer(layers, "forward") + _per_layer(layers, "attention_forward")
                      + (_per_layer(layers, "lora_forward") if s_.lora else 0) + _every_layer(layers, "dora_forward")
                      - _every_layer(layers, "recompute_skipped"))
+        if s_.checkpoint_every > 1:   # layers 0, k, 2k …: the first one's and ⌈L/k⌉ − 1 later ones
+            def rerun(layer: dict) -> sp.Expr:
+                return (layer["forward"] + layer["attention_forward"] + (layer["lora_forward"] if s_.lora else 0)
+                        - layer["recompute_skipped"])
+            recompute = (checkpointed_layers(s_) - 1) * rerun(layers[0]) + rerun(layers[1])
         terms.append(Term("recompute_layers", Role.RECOMPUTE_FLOPS, recompute, r"F_{\mathrm{rec}}",
                           "checkpointing reruns every layer's forward in backward, stopping after the last saved "
                           "tensor (the down projection's product is skipped when nothing saves it)",

@@ -29,7 +29,7 @@ from .architecture import L, dh, f, h
 from .structure import Structure
 from .terms import Phase, Role, Term
 
-b, s, p = sym("batch"), sym("seq"), sym("prompt")
+b, seq, p = sym("batch"), sym("seq"), sym("prompt")
 b_c, b_32, b_id, b_mask = (sym(n) for n in ("bytes_act", "bytes_fp32", "bytes_index", "bytes_mask"))
 
 
@@ -39,26 +39,31 @@ def objectives() -> dict[str, dict]:
 
 
 def rows(objective: str) -> int:
-    """Sequences the forward runs per example: 2 for DPO's chosen + rejected."""
+    """Sequences the trained forward runs per example: 2 for DPO's chosen + rejected, 1 for KTO's completion."""
     return int(objectives()[objective]["rows"])
 
 
 def scored(s_: Structure) -> sp.Expr:
-    """Positions TRL's fused LM head scores in the 2·b rows: the completion's, after the first token."""
-    return rows(s_.objective) * b * (s - sp.Max(p, 1))
+    """Positions TRL's fused LM head scores in the forward's rows: the completion's, after the first token."""
+    return rows(s_.objective) * b * (seq - sp.Max(p, 1))
 
 
-def _row_positions() -> sp.Expr:
-    """The [2b, s − 1] grid the fused head's per-token outputs are scattered back to."""
-    return 2 * b * (s - 1)
+def _row_positions(s_: Structure) -> sp.Expr:
+    """The [rows·b, seq − 1] grid the fused head's per-token outputs are scattered back to."""
+    return rows(s_.objective) * b * (seq - 1)
+
+
+def _output_bytes(s_: Structure) -> sp.Expr:
+    """Bytes per position of the outputs the trainer asks the policy's fused head for: fp32, the top-1 flag bool."""
+    return sp.Add(*(b_mask if name == "is_top1" else b_32 for name in objectives()[s_.objective]["outputs"]))
 
 
 def _head_outputs(s_: Structure) -> sp.Expr:
     """What TRL's fused head computes per scored position after its fold, while the tile buffer is still alive
     (kernels/chunked_logprob.py:378-383): log_z and the log-probabilities, and for the policy's outputs (a PEFT
-    reference is the policy) the entropy, mean logit and the three bool tensors of the top-1 test."""
-    policy = int(s_.reference == "adapters")
-    return (2 * b_32 + policy * (2 * b_32 + 3 * b_mask)) * scored(s_)
+    reference is the policy) the entropy and mean logit (fp32) and the top-1 test's three bool tensors."""
+    extra = [n for n in objectives()[s_.objective]["outputs"] if n != "log_probs"] if s_.reference == "adapters" else []
+    return (2 * b_32 + sp.Add(*(3 * b_mask if n == "is_top1" else b_32 for n in extra))) * scored(s_)
 
 
 def _reference_forward(s_: Structure) -> sp.Expr:
@@ -67,11 +72,11 @@ def _reference_forward(s_: Structure) -> sp.Expr:
     and the RoPE tables) and its fused LM head as it returns (its final hidden states, the tile buffer, seven fp32
     statistics per scored position and what it computes from them, the scored hidden states' copy, labels and
     mask)."""
-    R, n = 2 * b * s, scored(s_)
+    R, n = rows(s_.objective) * b * seq, scored(s_)
     hidden, tile = _trl_dtypes(s_)
-    mlp = 3 * b_c * R * f + 2 * residual_bytes(s_) * R * h + 2 * b_c * s * dh
+    mlp = 3 * b_c * R * f + 2 * residual_bytes(s_) * R * h + 2 * b_c * seq * dh
     head = (residual_bytes(s_) * R * h + tile * sp.Min(n, TRL_TOKEN_CHUNK, evaluate=False) * TRL_VOCAB_CHUNK
-            + 7 * b_32 * n + _head_outputs(s_) + hidden * n * h + b_id * n + b_mask * _row_positions())
+            + 7 * b_32 * n + _head_outputs(s_) + hidden * n * h + b_id * n + b_mask * _row_positions(s_))
     casts = 0
     if s_.lora and s_.autocast and s_.adapter_upcast and s_.grad_checkpointing:
         # autocast caches each adapter's cast for its whole region (which holds the policy's and the reference's
@@ -83,12 +88,14 @@ def _reference_forward(s_: Structure) -> sp.Expr:
 
 EXPRESSIONS = {
     "ref_weights": lambda s_, base: sp.Add(*(t.expr for t in base)),
-    "dpo_outputs": lambda s_, base: (3 * b_32 + b_mask) * _row_positions(),
-    "dpo_labels": lambda s_, base: b_id * 2 * b * s,
+    "outputs": lambda s_, base: _output_bytes(s_) * _row_positions(s_),
+    "labels": lambda s_, base: b_id * rows(s_.objective) * b * seq,
+    "kl_logps": lambda s_, base: 2 * b_32 * b,
     "ref_forward": lambda s_, base: _reference_forward(s_),
 }
 # made once the policy's head returns, freed when the DPO loss is computed (before its backward)
-LIFETIMES = {"dpo_outputs": (Phase.REFERENCE_FORWARD,), "dpo_labels": (Phase.LOSS, Phase.REFERENCE_FORWARD)}
+LIFETIMES = {"outputs": (Phase.REFERENCE_FORWARD,), "labels": (Phase.LOSS, Phase.REFERENCE_FORWARD),
+             "kl_logps": (Phase.REFERENCE_FORWARD,)}
 
 
 def preference_terms(s_: Structure, base: list[Term]) -> list[Term]:
@@ -98,9 +105,10 @@ def preference_terms(s_: Structure, base: list[Term]) -> list[Term]:
     for key, row in entry.get("terms", {}).items():
         if s_.reference not in row["reference"]:
             continue
-        out.append(Term(key, Role(row["role"]), EXPRESSIONS[key](s_, [t for t in base if t.role in
+        name = key if key.startswith("ref_") else f"{s_.objective}_{key}"   # dpo_outputs, kto_labels …
+        out.append(Term(name, Role(row["role"]), EXPRESSIONS[key](s_, [t for t in base if t.role in
                                                                       (Role.WEIGHT, Role.BUFFER)]),
-                        row["label"], row["why"], row["source"], lifetime=LIFETIMES.get(key, ())))
+                        row["label"], row["why"], row["source"], lifetime=LIFETIMES.get(key)))
     return out
 
 
@@ -109,18 +117,18 @@ def reshape(s_: Structure, activation_terms: list[Term]) -> list[Term]:
     for the positions it scores."""
     if s_.objective == "sft":
         return activation_terms
-    twice = {b: rows(s_.objective) * b}
+    twice = {b: rows(s_.objective) * b}   # (KTO: once)
     fused = {t.key: t for t in trl_loss_terms(s_, scored(s_))}
-    mask = b_mask * _row_positions()   # labels != -100, kept by the index and the scatter for backward
+    mask = b_mask * _row_positions(s_)   # labels != -100, kept by the index and the scatter for backward
     saved = trl_saved_term(s_, scored(s_), "(the completion's positions)")
     fused["act_logsoftmax"] = Term(saved.key, saved.role, saved.expr + mask, saved.label,
                                    saved.why + " and the positions' mask", saved.source)
     back = fused["loss_backward_temp"]   # and the log-probs' gradient, gathered from the scatter (masked_select)
     fused["loss_backward_temp"] = Term(back.key, back.role, back.expr + b_32 * scored(s_), back.label,
                                        back.why + "; the scored positions' log-prob gradient", back.source)
-    fused["act_tokens"] = Term("act_tokens", Role.STEP_INPUT, 3 * b_id * rows(s_.objective) * b * s, r"A_{\mathrm{ids}}",
-                               "the collator's input ids, attention mask and completion mask (int64, 2b rows)",
-                               "trl 1.16 trainer/dpo_trainer.py:146-197 DataCollatorForPreference")
+    entry = objectives()[s_.objective]
+    fused["act_tokens"] = Term("act_tokens", Role.STEP_INPUT, entry["inputs"] * b_id * rows(s_.objective) * b * seq,
+                               r"A_{\mathrm{ids}}", entry["inputs_why"], entry["inputs_source"])
     return [fused[t.key] if t.key in fused else
             Term(t.key, t.role, t.expr.xreplace(twice), t.label, t.why, t.source, t.place, t.lifetime)
             for t in activation_terms]

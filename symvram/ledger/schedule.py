@@ -13,10 +13,11 @@ optimizers do lazily; the second starts with them):
 
 * the parameter side (base weights, adapters, master copies) once, before the first step;
 * forward: the activations alive for the whole step, then layer by layer each sub-block's working set made and
-  freed in turn (under checkpointing beside the tensors the layer would save, dropped at its end) and the
-  layer's saved tensors, then the model head's;
-* the moments in order: a transient is allocated when a moment first lists it and freed when the next one
-  no longer does; a saved activation is freed when a moment stops listing it;
+  freed in turn (under checkpointing beside the tensors the layer would save, dropped before its output) and
+  the layer's saved tensors, then the model head's;
+* the moments in order: a transient is allocated when a moment first lists it (before the activations that
+  moment adds: an op's inputs exist before its output) and freed when the next one no longer does; a saved
+  activation is freed when a moment stops listing it;
 * between the moment before ``first_layer_backward`` and it, the layer loop from the last layer down: (under
   checkpointing, the layer's forward again: its working sets and recomputed tensors,) the layer's backward temporaries, freed, its saved tensors
   freed, its gradients allocated;
@@ -29,7 +30,7 @@ not on the device (offloaded, paged) is not the device allocator's.
 
 >>> from symvram.ledger import build_ledger
 >>> from symvram.ledger.structure import Structure
->>> sch = ledger_schedule(build_ledger(Structure(method="lora", nominal=True)), layers=2)
+>>> sch = ledger_schedule(build_ledger(Structure(method="lora", params_given=True)), layers=2)
 >>> sum(1 for e in sch.events if e[0] == "alloc") == sum(1 for e in sch.events if e[0] == "free") + sch.persistent
 True
 """
@@ -41,7 +42,8 @@ from functools import lru_cache
 import sympy as sp
 
 from ..symbols import sym
-from .terms import LAYER_BACKWARDS, ROLES, STATES, Ledger, Place, Role
+from .functions import ceil_div
+from .terms import LAYER_BACKWARDS, ROLES, STATES, Ledger, Phase, Place, Role
 
 L = sym("layers")
 # roles that name memory other terms already hold: the gradients made so far, one recomputed layer's tensors
@@ -52,6 +54,15 @@ ALIASES = (Role.GRADIENTS_SO_FAR, Role.RECOMPUTED_ACTIVATION, Role.LAYER_END)
 def _per_layer_loop(t) -> bool:
     """A backward temporary made anew in every layer's backward (alive in both layer phases, not between)."""
     return t.role is Role.BACKWARD_TEMPORARY and t.phases == LAYER_BACKWARDS
+
+
+def _program_order(t) -> tuple:
+    """The order in which a moment's new terms are made: phase by phase; within a phase the model's own tensors
+    before the loss's (the final norm's saved input before the logits), and the temporaries before what is
+    saved (an op's inputs before its output: the logits before the log-softmax they feed). A term with no
+    phases of its own (ZeRO's buffers, placed in moments by sharding) comes after them."""
+    return (min(t.lifetime or ROLES[t.role].lifetime, default=len(Phase)), t.info.triage == "loss",
+            t.block != "transient")
 
 
 @dataclass(frozen=True)
@@ -83,6 +94,8 @@ def pieces(expr: sp.Expr, kinds: tuple[sp.Symbol, ...] = ()) -> list[tuple[sp.Ex
         coeff, rest = mono.as_coeff_Mul()
         factors = sp.Mul.make_args(rest)
         per_layer = next((n for n in (L, *kinds) if n in factors), None)   # to the first power, as a factor
+        if per_layer is None:   # ⌈L/k⌉ tensors: one in each of layers 0, k, 2k … (every_n_layers checkpointing)
+            per_layer = next((n for n in factors if isinstance(n, ceil_div) and n.args[0] == L), None)
         if per_layer is not None:
             rest = sp.Mul(*(f for f in factors if f != per_layer))
         if coeff.is_Integer:
@@ -119,7 +132,7 @@ def _term_pieces(ledger: Ledger, term, kinds: tuple[sp.Symbol, ...]) -> list[tup
     out = pieces(ledger.expand(term.expr), kinds)
     if term.block != "activations" and any(n < 0 and p not in kinds for _, n, p in out):
         return [(ledger.expand(term.expr), 1, None)]
-    return [p for p in out if p[1] > 0 or p[2] in kinds]
+    return [p for p in out if p[1] > 0 or p[2] in kinds or isinstance(p[2], ceil_div)]
 
 
 def _corrections(ledger: Ledger, kinds: tuple[sp.Symbol, ...]) -> dict[sp.Expr, int]:
@@ -148,7 +161,8 @@ def ledger_schedule(ledger: Ledger, layers: int, layer_order: tuple[str, ...] = 
         """Layer i's tensors of term k (L's, net of what its kind's count adds or takes away)."""
         counts: dict[sp.Expr, int] = {}
         for size, n, layer in shapes[k]:
-            if layer is L or (layer is not None and layer == order[i]):
+            if layer is L or (layer is not None and layer == order[i]) or (
+                    isinstance(layer, ceil_div) and i % int(layer.args[1]) == 0):
                 counts[size] = counts.get(size, 0) + n
         return [(size, n) for size, n in counts.items() if n > 0]
 
@@ -163,6 +177,8 @@ def ledger_schedule(ledger: Ledger, layers: int, layer_order: tuple[str, ...] = 
     whole_step = [k for k in act_keys if k not in layer_act and all(k in m.terms for m in moments)]
     missing = _corrections(ledger, kinds)
     recompute = any(m.key == "recompute" for m in moments)   # checkpointing: each layer is recomputed in backward
+    every_k = next((int(layer.args[1]) for t in terms.values() for _, _, layer in pieces(ledger.expand(t.expr), kinds)
+                    if isinstance(layer, ceil_div)), 1)   # … or layers 0, k, 2k … only
     on_device = {k: t.place is Place.DEVICE for k, t in terms.items()}
     grad_keys = [k for k, t in terms.items() if t.role is Role.GRADIENT and on_device[k]]
     lazy = [k for k, t in terms.items() if t.role in STATES and on_device[k]]
@@ -172,13 +188,13 @@ def ledger_schedule(ledger: Ledger, layers: int, layer_order: tuple[str, ...] = 
 
     def layer_forward(kept_shapes, checkpointed=False):
         """One layer's forward: each sub-block's working set made and freed in turn, then ``kept_shapes``; a
-        checkpointed forward also makes the tensors the layer would save, dropped at its end."""
+        checkpointed forward also makes the tensors the layer would save and drops them before its output
+        (the next checkpoint) is made."""
         dropped = b.alloc_all([sh for k in redo_keys for sh in whole(k)]) if checkpointed else []
         for shapes in working_sets:
             b.free_all(b.alloc_all(shapes))
-        kept = b.alloc_all(kept_shapes)
         b.free_all(dropped)
-        return kept
+        return b.alloc_all(kept_shapes)
 
     def saved_of_layer(i):
         out, left = [], dict(missing) if i == 0 else {}
@@ -197,14 +213,14 @@ def ledger_schedule(ledger: Ledger, layers: int, layer_order: tuple[str, ...] = 
     parameters = len(b.events)
     for step in (1, 2):
         held = {k: b.alloc_all(every(k)) for k in whole_step}
-        saved = [layer_forward(saved_of_layer(i), recompute) for i in range(layers)]
+        saved = [layer_forward(saved_of_layer(i), recompute and i % every_k == 0) for i in range(layers)]
         grads: list[int] = []
         grads_outside_layers = False
         previous: tuple[str, ...] = ()
         for j, m in enumerate(moments):
             if j == loop_at:
                 for i in reversed(range(layers)):
-                    redo = layer_forward([sh for k in redo_keys for sh in whole(k)]) if recompute else []
+                    redo = layer_forward([sh for k in redo_keys for sh in whole(k)]) if recompute and i % every_k == 0 else []
                     b.free_all(b.alloc_all([sh for k in loop_temps for sh in whole(k)]))
                     b.free_all(redo)
                     b.free_all(saved[i])
@@ -214,7 +230,7 @@ def ledger_schedule(ledger: Ledger, layers: int, layer_order: tuple[str, ...] = 
                     b.free_all(held.pop(k))
             if m.key == "optimizer_step" and step == 1:
                 kept += len(b.alloc_all([sh for k in lazy for sh in every(k)]))
-            for k in m.terms:
+            for k in sorted(m.terms, key=lambda k: _program_order(terms[k])):
                 t = terms[k]
                 if k in held or t.role in ALIASES or k in loop_temps or not on_device[k]:
                     continue

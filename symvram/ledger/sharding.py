@@ -18,10 +18,10 @@
 
 >>> from symvram.ledger.structure import Structure
 >>> from symvram.ledger.build import build_ledger
->>> led = build_ledger(Structure(method="full", nominal=True, zero=2))
+>>> led = build_ledger(Structure(method="full", params_given=True, zero=2))
 >>> led.expand(led.block_expr("trainable"))
 P*bytes_grad/gpus + P*bytes_state*states_per_param/gpus
->>> build_ledger(Structure(method="full", nominal=True, zero=3, offload="optimizer")).by_key["grads"].block
+>>> build_ledger(Structure(method="full", params_given=True, zero=3, offload="optimizer")).by_key["grads"].block
 'host'
 """
 from __future__ import annotations
@@ -37,7 +37,8 @@ from .architecture import L, V, f, f_e, h, nh, nkv
 from .structure import Structure
 from .terms import LAYER_END_NAMES, WHOLE_STEP, Phase, Place, Role, Term, span
 from .functions import at_least
-from .weights import compute_adapter_bytes, compute_weight_bytes, layer_lora_params, quant_constant_bits
+from .weights import (compute_adapter_bytes, compute_weight_bytes, kind_adapter_params, layer_lora_params,
+                      quant_constant_bits)
 
 N, t = sym("gpus"), sym("tp")
 P, P_train, P_lora, P_quant, P_keep = (sym(n) for n in ("P", "P_train", "P_lora", "P_quant", "P_keep"))
@@ -97,7 +98,7 @@ def layer_bytes(s: Structure) -> sp.Expr:
     """Bytes of one decoder layer as FSDP2 gathers it (with its adapters; NF4 and constants under QLoRA); for a
     family whose layers differ, the largest kind's.
 
-    >>> layer_bytes(Structure(mp_policy=True)).free_symbols == {sym("bytes_act"), h, f, nh, nkv, sym("head_dim")}
+    >>> layer_bytes(Structure(fsdp_mixed_precision=True)).free_symbols == {sym("bytes_act"), h, f, nh, nkv, sym("head_dim")}
     True
     """
     from .activations import largest_kind
@@ -126,9 +127,7 @@ def _layer_lora(s: Structure) -> sp.Expr:
     """One layer's LoRA parameters: P_lora / L, or those of the layer's kind."""
     if ":" not in s.family:   # a family whose layers are all alike
         return layer_lora_params(s)
-    from .weights import dora_magnitude
-
-    return s.arch.lora_params_per_layer(s.targets, sym("rank")) + (dora_magnitude(s.arch, s.targets) if s.dora else 0)
+    return kind_adapter_params(s.arch, s.targets, s.dora)
 
 
 def root_bytes(s: Structure) -> sp.Expr:
@@ -150,9 +149,9 @@ def layer_trainable(s: Structure) -> sp.Expr:
 
 
 def fsdp_terms(s: Structure) -> list[Term]:
-    """FSDP2's buffers on one rank (torch/distributed/fsdp/_fully_shard), each live at the moments
-    ``fsdp_moments`` lists. β_u = ``compute_weight_bytes`` (the unsharded dtype), β_g the reduce dtype (= the
-    sharded gradients'), U = a layer's trainable elements.
+    """FSDP2's buffers on one rank (torch/distributed/fsdp/_fully_shard), each alive in the phases its
+    ``lifetime`` says (the moments of ``terms.MOMENTS`` follow). β_u = ``compute_weight_bytes`` (the unsharded
+    dtype), β_g the reduce dtype (= the sharded gradients'), U = a layer's trainable elements.
 
     >>> from symvram.ledger.build import build_ledger
     >>> build_ledger(Structure(zero=3)).by_key["reduce_scatter_buffer"].expr.free_symbols >= {b_g, h, f}
@@ -228,7 +227,7 @@ def fsdp_terms(s: Structure) -> list[Term]:
 
 # every field fsdp_terms reads (the layer's and the root's weights, the residual stream's dtype): its cache key,
 # guarded by tests/test_cache_keys.py
-FSDP_FIELDS = ("method", "family", "options", "tied", "double_quant", "kbit_prep", "mp_policy", "offload",
+FSDP_FIELDS = ("method", "family", "options", "tied", "double_quant", "kbit_prepared", "fsdp_mixed_precision", "offload",
                "tensor_parallel", "head_targets")
 
 

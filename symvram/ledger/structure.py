@@ -19,7 +19,7 @@ BNB_OPTIM_BITS = {"adamw8bit": 8, "paged-adamw8bit": 8, "paged-adamw": 32}
 @dataclass(frozen=True)
 class Structure:
     method: str = "full"              # full | lora | qlora
-    nominal: bool = False             # P is a given number (interview preset), not derived
+    params_given: bool = False        # P is a given number (a nominal preset: 7b, 13b, 70b), not derived
     family: str = "llama"             # the decoder family (data/families/<family>.toml)
     first_kind: str = ""              # the layer kind of layer 0 (Family.first_kind; "" the default kind)
     lead_kinds: tuple[str, ...] = ()  # LoRA: the kinds of the layers before the first with a target (they save nothing)
@@ -40,7 +40,7 @@ class Structure:
     attention: str = "sdpa"           # sdpa | eager
     grad_checkpointing: bool = False  # non-reentrant activation checkpointing of each decoder layer
     double_quant: bool = True         # QLoRA: absmax constants quantized again
-    kbit_prep: bool = False           # QLoRA via peft.prepare_model_for_kbit_training: non-4-bit weights and activations fp32
+    kbit_prepared: bool = False       # QLoRA via peft.prepare_model_for_kbit_training: non-4-bit weights and activations fp32
     dora: bool = False                # PEFT use_dora: a magnitude vector per target and the weight-norm tensors
     modules_to_save: tuple[str, ...] = ()  # PEFT modules_to_save: trainable copies of embed_tokens / lm_head
     param_states: bool = False        # with modules_to_save: states are zeros_like(param), each in its parameter's dtype
@@ -49,8 +49,10 @@ class Structure:
     offload: str = "none"             # none | optimizer | optimizer+params
     sequence_parallel: bool = False   # Megatron sequence parallelism with tensor parallelism
     tensor_parallel: bool = False     # tensor parallelism t > 1 (Megatron): weights and activations split
-    mp_policy: bool = False           # FSDP2 MixedPrecisionPolicy: fp32 storage gathered in the compute dtype, fp32 reduce
+    fsdp_mixed_precision: bool = False  # FSDP2 MixedPrecisionPolicy: fp32 storage gathered in the compute dtype, fp32 reduce
     zero_impl: str = "fsdp2"          # fsdp2 (torch fully_shard) | deepspeed: who implements the ZeRO stage
+    checkpoint_every: int = 1         # checkpointing: layers 0, k, 2k … only (transformers' every_n_layers)
+    optimizer_in_backward: bool = False  # each parameter stepped (and its gradient freed) as soon as its gradient exists
     objective: str = "sft"            # sft | dpo (data/objectives.toml): what one optimizer step runs
     reference: str = "none"           # DPO's reference: copy (a second model) | adapters (PEFT, disabled) | precomputed
     bnb_input_saved: bool = False     # QLoRA on bitsandbytes < 0.43.3: each 4-bit linear saves its input (symvram.versions)

@@ -41,14 +41,15 @@ class Phase(IntEnum):
     LOSS = 2                    # the lm_head and the loss
     REFERENCE_FORWARD = 3       # a preference objective's reference forward (no grad), after the policy's
     LOSS_BACKWARD = 4           # the start of the loss backward
-    FINAL_NORM_BACKWARD = 5     # the final norm's backward
-    LAST_LAYER_RECOMPUTE = 6    # checkpointing: the last layer's forward run again
-    LAST_LAYER_BACKWARD = 7     # the last layer's MLP backward
-    LAYER_END = 8               # FSDP2: a layer's input-norm backward, its gradients unsharded
-    FIRST_LAYER_RECOMPUTE = 9   # checkpointing: the first layer's forward run again
-    FIRST_LAYER_BACKWARD = 10   # the first layer's MLP backward
-    BACKWARD_END = 11           # every gradient made
-    OPTIMIZER_STEP = 12         # optimizer.step()
+    HEAD_BACKWARD = 5           # lm_head's backward, its weight gradient made (optimizer in backward: stepped)
+    FINAL_NORM_BACKWARD = 6     # the final norm's backward
+    LAST_LAYER_RECOMPUTE = 7    # checkpointing: the last layer's forward run again
+    LAST_LAYER_BACKWARD = 8     # the last layer's MLP backward
+    LAYER_END = 9               # FSDP2: a layer's input-norm backward, its gradients unsharded
+    FIRST_LAYER_RECOMPUTE = 10  # checkpointing: the first layer's forward run again
+    FIRST_LAYER_BACKWARD = 11   # the first layer's MLP backward
+    BACKWARD_END = 12           # every gradient made
+    OPTIMIZER_STEP = 13         # optimizer.step()
 
 
 def span(first: Phase, last: Phase) -> tuple[Phase, ...]:
@@ -299,6 +300,9 @@ MOMENTS = (
                "forward under no_grad", Role.REFERENCE_TEMPORARY),
     MomentSpec("loss_backward", "start of the loss backward", Phase.LOSS_BACKWARD,
                "every saved activation plus {backward}"),
+    MomentSpec("head_step", "backward, stepping lm_head's weight", Phase.HEAD_BACKWARD,
+               "optimizer in backward: lm_head's gradient is made and stepped while every saved activation and the "
+               "hidden states' gradient are alive", Role.GRADIENT),
     MomentSpec("final_norm_backward", "backward through the final norm", Phase.FINAL_NORM_BACKWARD,
                "the loss gradients are freed; every layer's activations are still saved"),
     MomentSpec("last_layer_backward", "backward through the last layer's MLP", Phase.LAST_LAYER_BACKWARD,

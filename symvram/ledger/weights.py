@@ -12,7 +12,7 @@ from ..symbols import sym
 from .architecture import E, L, V, h
 from .functions import at_least, ceil_div
 from .structure import Structure
-from .terms import Place, Role, Term
+from .terms import Phase, Place, Role, Term
 
 P, P_train, P_quant, P_keep, P_lora, P_save = (sym(n) for n in ("P", "P_train", "P_quant", "P_keep", "P_lora", "P_save"))
 P_tower, P_lora_tower = sym("tower_params"), sym("P_lora_tower")
@@ -28,15 +28,15 @@ def compute_weight_bytes(s: Structure) -> sp.Symbol:
     """Bytes per element of a weight as the modules compute with it: FSDP2's MixedPrecisionPolicy all-gathers
     it in param_dtype (the activations' dtype, ``bytes_act``), otherwise it is used as stored (``bytes_weight``).
 
-    >>> compute_weight_bytes(Structure()), compute_weight_bytes(Structure(zero=3, mp_policy=True))
+    >>> compute_weight_bytes(Structure()), compute_weight_bytes(Structure(zero=3, fsdp_mixed_precision=True))
     (bytes_weight, bytes_act)
     """
-    return sym("bytes_act") if s.mp_policy else b_w
+    return sym("bytes_act") if s.fsdp_mixed_precision else b_w
 
 
 def compute_adapter_bytes(s: Structure) -> sp.Symbol:
     """The same for the LoRA adapters: cast with the base by the policy, else in their own dtype."""
-    return sym("bytes_act") if s.mp_policy else b_a
+    return sym("bytes_act") if s.fsdp_mixed_precision else b_a
 
 
 def quant_constant_bits(double_quant: bool) -> sp.Expr:
@@ -61,11 +61,11 @@ def nf4_bytes(n: sp.Expr, double_quant: bool) -> tuple[sp.Expr, sp.Expr]:
 
 
 def base_terms(s: Structure) -> list[Term]:
-    if s.method == "qlora" and not s.nominal:
+    if s.method == "qlora" and not s.params_given:
         fam = s.arch
         packed = fam.over_layers(lambda k: sp.Add(*(nf4_bytes(m.params, s.double_quant)[0] for m in k.linears)))
         states = fam.over_layers(lambda k: sp.Add(*(nf4_bytes(m.params, s.double_quant)[1] for m in k.linears)))
-        b_keep = b_32 if s.kbit_prep else b_w
+        b_keep = b_32 if s.kbit_prepared else b_w
         terms = [
             Term("weights_nf4", Role.WEIGHT, packed, r"M_{\mathrm{NF4}}",
                  "each nn.Linear weight of the layers as packed 4-bit NF4 (two per byte; bitsandbytes Params4bit)",
@@ -76,11 +76,11 @@ def base_terms(s: Structure) -> list[Term]:
                     if s.double_quant else " in fp32") + " and the 16-entry NF4 code",
                  "bitsandbytes functional.quantize_4bit(compress_statistics=True)"),
             Term("weights_16bit", Role.WEIGHT, P_keep * b_keep - (b_keep - b_w) * fam.over_layers(lambda k: k.bias_params_per_layer(s.options)),
-                 r"M_{16}" if not s.kbit_prep else r"M_{32}",
+                 r"M_{16}" if not s.kbit_prepared else r"M_{32}",
                  "embeddings, lm_head, norms, biases (and fused MoE experts, not nn.Linear) stay unquantized"
                  + (": prepare_model_for_kbit_training casts them to fp32 (a Linear4bit's bias goes back to the "
-                    "compute dtype at its first forward)" if s.kbit_prep else ""),
-                 "peft prepare_model_for_kbit_training" if s.kbit_prep else "bitsandbytes Linear4bit replaces nn.Linear only"),
+                    "compute dtype at its first forward)" if s.kbit_prepared else ""),
+                 "peft prepare_model_for_kbit_training" if s.kbit_prepared else "bitsandbytes Linear4bit replaces nn.Linear only"),
         ]
     elif s.method == "qlora":
         terms = [
@@ -94,7 +94,7 @@ def base_terms(s: Structure) -> list[Term]:
         ]
     else:
         terms = [Term("weights", Role.WEIGHT, P * b_w, r"M_{w}", "every base weight, stored in the weight dtype")]
-    if not s.nominal:  # an interview preset is P·bytes exactly; real models carry their buffers and counters
+    if not s.params_given:  # an interview preset is P·bytes exactly; real models carry their buffers and counters
         fam = s.arch
         scale = b_w if fam.extra("embed_scale") else 0
         score_bias = fam.over_layers(lambda k: E if k.moe and k.extra("router_score_bias") else 0) * b_w
@@ -120,13 +120,13 @@ def tower_terms(s: Structure) -> list[Term]:
         packed = sp.Add(*(n * nf4_bytes(sp.Integer(e), s.double_quant)[0] for e, n in t.linear_weights))
         states = sp.Add(*(n * nf4_bytes(sp.Integer(e), s.double_quant)[1] for e, n in t.linear_weights))
         packed_elements = sum(e * n for e, n in t.linear_weights)
-        b_keep = b_32 if s.kbit_prep else b_w
+        b_keep = b_32 if s.kbit_prepared else b_w
         terms = [Term("weights_tower_nf4", Role.WEIGHT, packed + states, r"M_{\mathrm{tower,NF4}}",
                       f"the vision tower's nn.Linear weights as packed NF4 with their quantization states ({why})",
                       "transformers quantizers/base.py get_keys_to_not_convert; bitsandbytes functional.quantize_4bit"),
                  Term("weights_tower", Role.WEIGHT, (P_tower - packed_elements) * b_keep, r"M_{\mathrm{tower}}",
                       "the rest of the vision tower (convolution, position table, norms, biases, projector) unquantized"
-                      + ", cast to fp32 by prepare_model_for_kbit_training" * s.kbit_prep, t.source)]
+                      + ", cast to fp32 by prepare_model_for_kbit_training" * s.kbit_prepared, t.source)]
     else:
         terms = [Term("weights_tower", Role.WEIGHT, P_tower * b_w, r"M_{\mathrm{tower}}",
                       f"every weight of the {why}", t.source)]
@@ -237,7 +237,7 @@ def bnb_terms(s: Structure) -> list[Term]:
 def saved_copy_bytes(s: Structure) -> sp.Expr:
     """Bytes per element of a modules_to_save copy: a deep copy keeps the module's dtype (fp32 once
     prepare_model_for_kbit_training has cast the embeddings and lm_head)."""
-    return b_32 if s.kbit_prep else b_w
+    return b_32 if s.kbit_prepared else b_w
 
 
 def per_trainable(s: Structure, adapter_bytes: sp.Expr, copy_bytes: sp.Expr) -> sp.Expr:
@@ -269,8 +269,15 @@ def trainable_terms(s: Structure) -> list[Term]:
                           f"modules_to_save ({', '.join(s.modules_to_save)}): a trainable deep copy of each, in its "
                           "dtype, beside the frozen original (tied embeddings: each copy is its own V·h matrix)",
                           "peft utils/other.py ModulesToSaveWrapper.update"))
-    terms.append(Term("grads", Role.GRADIENT, per_trainable(s, b_g, saved_copy_bytes(s)), r"M_{\mathrm{grad}}",
-                      "one gradient per trainable weight, in the trainable weight's dtype"))
+    if s.optimizer_in_backward:
+        terms.append(Term("grads", Role.GRADIENT, b_g * largest_trainable_matrix(s), r"M_{\mathrm{grad},1}",
+                          "optimizer in backward: one parameter's gradient at a time, stepped and freed by its "
+                          "post-accumulate-grad hook (the largest: " + ("lm_head's, then the embedding's)"
+                                                                        if not s.lora else "an adapter matrix)"),
+                          IN_BACKWARD, lifetime=in_backward_phases(s)))
+    else:
+        terms.append(Term("grads", Role.GRADIENT, per_trainable(s, b_g, saved_copy_bytes(s)), r"M_{\mathrm{grad}}",
+                          "one gradient per trainable weight, in the trainable weight's dtype"))
     if s.master:
         terms.append(Term("master", Role.MASTER, P_train * b_m, r"M_{\mathrm{master}}",
                           "fp32 master copy the optimizer updates; needed for fp16, optional for bf16",
@@ -283,7 +290,7 @@ def trainable_terms(s: Structure) -> list[Term]:
         expr = n_o * per_trainable(s, b_o, saved_state_bytes(s))
         why = f"{s.optimizer} keeps n_o states per trainable weight (AdamW: m and v)"
     terms.append(Term("optimizer_states", Role.OPTIMIZER_STATE, expr, r"M_{\mathrm{opt}}", why))
-    if s.optimizer == "adamw" and not s.nominal:
+    if s.optimizer == "adamw" and not s.params_given:
         terms.append(Term("optimizer_steps", Role.STEP_COUNT, b_32 * trainable_tensors(s), r"M_{\mathrm{steps}}",
                           "torch AdamW keeps its step count as a 0-d fp32 tensor per parameter tensor",
                           "torch/optim/adamw.py _init_group"))
@@ -317,11 +324,31 @@ def largest_trainable_matrix(s: Structure) -> sp.Expr:
     return sp.Max(V * h, *{m.params for k in kinds for m in k.linears + k.moe_weights}, evaluate=False)
 
 
+IN_BACKWARD = ("torch optimizer-in-backward recipe (Tensor.register_post_accumulate_grad_hook: one optimizer per "
+               "parameter, step and zero_grad in the hook); torchtune optimizer_in_bwd")
+
+
+def in_backward_phases(s: Structure) -> tuple[Phase, ...]:
+    """Where the largest parameter is stepped under optimizer in backward: full fine-tuning's lm_head right after the
+    loss backward, its embedding at the very end (V·h each, larger than any layer matrix once V ≥ d_ff); LoRA's
+    adapters inside their layer's backward."""
+    if s.lora:
+        return (Phase.LAST_LAYER_BACKWARD, Phase.FIRST_LAYER_BACKWARD)
+    return (Phase.HEAD_BACKWARD, Phase.BACKWARD_END)
+
+
 def optimizer_temp_terms(s: Structure) -> list[Term]:
     """Temporaries inside optimizer.step(): torch's foreach AdamW materialises sqrt(v) for every
-    parameter at once; the for-loop version one parameter at a time (two buffers); fused none."""
+    parameter at once; the for-loop version one parameter at a time (two buffers); fused none. Optimizer in
+    backward steps one parameter at a time: the largest one's, where it is stepped."""
     if s.optimizer != "adamw" or s.optimizer_impl == "fused":
         return []
+    if s.optimizer_in_backward:
+        per = 1 if s.optimizer_impl == "foreach" else 2
+        return [Term("optimizer_temp", Role.OPTIMIZER_STEP_TEMPORARY, per * b_o * largest_trainable_matrix(s),
+                     r"M_{\mathrm{step},1}", f"{s.optimizer_impl} AdamW stepping one parameter in its hook: "
+                     + ("sqrt(v)" if per == 1 else "sqrt(v) and its scaled copy") + ", the largest parameter's",
+                     IN_BACKWARD, lifetime=in_backward_phases(s))]
     if s.optimizer_impl == "foreach":
         return [Term("optimizer_temp", Role.OPTIMIZER_STEP_TEMPORARY, per_trainable(s, b_o, saved_state_bytes(s)), r"M_{\mathrm{step}}",
                      "foreach AdamW: _foreach_sqrt(exp_avg_sq) allocates one state-sized buffer for all parameters",
@@ -336,11 +363,22 @@ def dora_magnitude(fam, targets: tuple[str, ...]) -> sp.Expr:
     return sp.Add(*(fam.linear(t).d_out for t in targets if t in fam.linear_map))
 
 
+def kind_adapter_params(kind, targets: tuple[str, ...], dora: bool) -> sp.Expr:
+    """The adapter elements of one layer of ``kind`` (a Family or one of its layer kinds): LoRA's r (d_in + d_out)
+    per target it has (``lora_params_per_layer``) and, with DoRA, its magnitude vectors.
+
+    >>> from symvram.ledger.architecture import family
+    >>> kind_adapter_params(family("llama"), ("v_proj",), dora=True)
+    head_dim*kv_heads + rank*(head_dim*kv_heads + hidden)
+    """
+    return kind.lora_params_per_layer(targets, sym("rank")) + (dora_magnitude(kind, targets) if dora else 0)
+
+
 def definitions(s: Structure) -> list[tuple[sp.Symbol, sp.Expr]]:
     """Derived quantities, in dependency order."""
     fam = s.arch
     defs: list[tuple[sp.Symbol, sp.Expr]] = []
-    if not s.nominal:
+    if not s.params_given:
         defs.append((P, fam.total_params(s.tied, s.options)))
     if s.method == "qlora":
         defs.append((P_keep, fam.kept_16bit_params(s.tied, s.options)))

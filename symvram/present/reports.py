@@ -8,6 +8,7 @@ analysis and print what these functions return; the results' ``repr`` and Jupyte
 from __future__ import annotations
 
 from ..analysis.diagnose import PART_NAMES, PARTS, Diagnosis
+from ..analysis.estimate import CompareReport, EstimateReport, Timing
 from ..analysis.fit import KNOBS, FitResult
 from ..analysis.host import host_bytes
 from ..analysis.plan import STRATEGIES, PlanResult, interconnect, tensor_parallel_ok
@@ -17,51 +18,83 @@ from ..ledger.terms import BLOCKS
 from ..rendering import renders
 from ..scenario import METHODS
 from ..symbols import SYMBOLS, latex, text
-from ..errors import UserError
 from ..stacks import summary as stack_summary
-from ..timing import comm_bytes, flops, step_time
 from ..units import UNITS, fmt_bytes, fmt_flops
-from .tables import BLOCK_TITLES, markdown_cell, moment_label, number_in, render_rows, title, to_json
+from .tables import (BLOCK_TITLES, card_memory_json, card_memory_lines, comparison, detail, markdown_cell,
+                     moment_label, number_in, render_rows, title, to_json, tower_note)
 
 
-# ---- estimate: time lines and verdicts ----------------------------------------------------------------
+# ---- estimate: the report, its time lines and verdicts --------------------------------------------------
 
-def time_json(sc, st) -> dict:
+def time_json(t: Timing) -> dict:
     """The JSON ``time`` block: FLOPs always; seconds and tokens/s on a card."""
-
-    if st is not None and not isinstance(st, str):
-        return st.json()
-    f, c = flops(sc), comm_bytes(sc)
+    if t.step is not None and not isinstance(t.step, str):   # a StepTime on a card
+        return t.step.json()
+    f, c = t.flops, t.comm
     return {"flops_per_step": f.per_step, "flops": f.by_phase, "flops_by_term": f.by_term,
             "comm_bytes_per_step": c["network"], "host_bytes_per_step": c["host"], "hbm_bytes_per_step": c["hbm"],
             "seconds_per_step": None, "tokens_per_second": None,
-            "why_no_seconds": st if isinstance(st, str) else
+            "why_no_seconds": t.step if isinstance(t.step, str) else
             "a step time needs a card: pass --gpu (with --mfu, --interconnect to change the assumptions)"}
 
 
-def time_lines(sc, st) -> list[str]:
+def time_lines(t: Timing) -> list[str]:
     """One line of FLOPs (and, on a card, one of time) with the assumptions."""
-
-    if isinstance(st, str):
-        return time_lines(sc, None)[:1] + [f"  no step time: {st.removeprefix('symvram: error: ')}"]
-    f = st.flops if st is not None else flops(sc)
+    f = t.flops
     lines = [f"time: {fmt_flops(f.per_step)} matmul FLOPs per micro-batch step on one GPU (forward "
              f"{fmt_flops(f.by_phase['forward'])}, backward {fmt_flops(f.by_phase['backward'])}"
              + (f", recompute {fmt_flops(f.by_phase['recompute'])}" if f.by_phase["recompute"] else "") + ")"]
-    if st is None:
+    if isinstance(t.step, str):
+        lines.append(f"  no step time: {t.step.removeprefix('symvram: error: ')}")
+    elif t.step is None:
         lines.append("  step time: pass --gpu for seconds per step and tokens/s")
     else:
-        lines.append(f"  on {st.card.name}: {st.summary()}; assuming " + "; ".join(st.assumptions()))
+        lines.append(f"  on {t.step.card.name}: {t.step.summary()}; assuming " + "; ".join(t.step.assumptions()))
     return lines
 
 
-def compare_time_line(table) -> str:
-    """One line: each method's matmul FLOPs per step (the time ledger beside the memory table)."""
+def estimate_text(r: EstimateReport, units: str, fmt: str, reading=None) -> str:
+    """``symvram estimate --method …`` as text or Markdown: the ledger, the card's memory, the time, the verdict."""
+    verdict = estimate_verdict(r.diagnosis, units, reading)[0] if r.diagnosis is not None else ""
+    return (detail(r.breakdown, units, fmt) + "\n\n" + "\n".join(card_memory_lines(r.memory, units)) + "\n"
+            + "\n".join(time_lines(r.timing)) + ("\n\n" + verdict if verdict else ""))
 
-    cells = [f"{name} {fmt_flops(flops(bd.scenario).per_step)}" for name, bd in table.rows]
+
+def estimate_json(r: EstimateReport, units: str = "GiB", reading=None) -> dict:
+    """``symvram estimate --method … --format json``: the ledger's JSON with the card's memory, time and verdict."""
+    out = to_json(r.breakdown)
+    out["bytes"].update(card_memory_json(r.memory))
+    verdict = estimate_verdict(r.diagnosis, units, reading)[1] if r.diagnosis is not None else None
+    return {**out, "time": time_json(r.timing), **({"verdict": verdict} if verdict else {})}
+
+
+def compare_time_line(r: CompareReport) -> str:
+    """One line: each method's matmul FLOPs per step (the time ledger beside the memory table)."""
+    cells = [f"{name} {fmt_flops(r.timings[name].flops.per_step)}" for name, _ in r.rows]
     return ("time: matmul FLOPs per micro-batch step — " + "; ".join(cells)
             + " (seconds per step: estimate --method … --gpu CARD)")
 
+
+def compare_text(r: CompareReport, units: str, fmt: str) -> str:
+    """``symvram estimate MODEL`` as text or Markdown: the head line, the table, the FLOPs line, the verdict."""
+    sc, first = r.rows[0][1].scenario, r.rows[0][1]
+    head = f"{sc.model.name}: P = {first.derived['P']:,} parameters{tower_note(sc)}; "
+    lora = dict(r.rows).get("LoRA")
+    if lora:
+        head += (f"LoRA r={lora.scenario.rank} on {','.join((*lora.scenario.targets, *lora.scenario.head_targets))} = "
+                 f"{lora.derived['P_train']:,} trainable; ")
+    head += f"batch {sc.batch}, seq {sc.seq}" + (", checkpointing" if sc.grad_checkpointing else "")
+    head += "\n" + stack_summary((lora or first).scenario)
+    notes = "".join(f"\n{name}: not shown — {reason}" for name, reason in r.skipped)
+    text = head + "\n\n" + comparison(list(r.rows), units, fmt) + ("\n" + notes if notes else "")
+    text += "\n\n" + compare_time_line(r)
+    return text + ("\n\n" + compare_verdict(r, units) if r.card is not None else "")
+
+
+def compare_json(r: CompareReport) -> dict:
+    """The reference answer's rows as JSON, each with its time block (FLOPs), and the refused rows' reasons."""
+    return {**{name: {**to_json(bd), "time": time_json(r.timings[name])} for name, bd in r.rows},
+            **{name: {"error": reason} for name, reason in r.skipped}}
 
 
 def estimate_verdict(d: Diagnosis, units: str, reading=None) -> tuple[str, dict]:
@@ -87,20 +120,17 @@ def estimate_verdict(d: Diagnosis, units: str, reading=None) -> tuple[str, dict]
     return "\n".join(lines), data
 
 
-def compare_verdict(table, card, budget: int, units: str) -> str:
+def compare_verdict(r: CompareReport, units: str) -> str:
     """``estimate --gpu`` without --method: each method fits (with its tokens/s per GPU) or is over by how much."""
-
     fb = (lambda n: fmt_bytes(n, units))
 
-    def speed(bd) -> str:
-        try:
-            return f", {step_time(bd.scenario, card).tokens_per_second_per_gpu:,.0f} tokens/s per GPU"
-        except UserError:   # a card without peak figures: the memory verdict alone
-            return ""
+    def speed(name) -> str:
+        v = r.tokens_per_second[name]
+        return "" if v is None else f", {v:,.0f} tokens/s per GPU"   # None: a card without peak figures
 
-    words = [f"{name} {'fits' + speed(bd) if bd.peak <= budget else 'over by ' + fb(bd.peak - budget)}"
-             for name, bd in table.rows]
-    return f"on {card.name} (budget {fb(budget)} per GPU): " + "; ".join(words)
+    words = [f"{name} {'fits' + speed(name) if bd.peak <= r.budget else 'over by ' + fb(bd.peak - r.budget)}"
+             for name, bd in r.rows]
+    return f"on {r.card.name} (budget {fb(r.budget)} per GPU): " + "; ".join(words)
 
 
 # ---- whatif ---------------------------------------------------------------------------------------------

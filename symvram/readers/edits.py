@@ -21,12 +21,15 @@ from .read import Reading
 # tool → Scenario setting (or "accum", "optim") → key in that tool's file
 KEYS = {
     "axolotl": {"seq": "sequence_len", "batch": "micro_batch_size", "grad_checkpointing": "gradient_checkpointing",
-                "optim": "optimizer", "accum": "gradient_accumulation_steps"},
+                "optim": "optimizer", "accum": "gradient_accumulation_steps", "dora": "peft_use_dora",
+                "modules_to_save": "lora_modules_to_save", "targets": "lora_target_modules"},
     "llamafactory": {"seq": "cutoff_len", "batch": "per_device_train_batch_size",
                      "grad_checkpointing": "disable_gradient_checkpointing", "optim": "optim",
-                     "accum": "gradient_accumulation_steps"},
+                     "accum": "gradient_accumulation_steps", "dora": "use_dora", "modules_to_save": "additional_target",
+                     "targets": "lora_target"},
     "trl": {"seq": "max_length", "batch": "per_device_train_batch_size", "grad_checkpointing": "gradient_checkpointing",
-            "optim": "optim", "accum": "gradient_accumulation_steps"},
+            "optim": "optim", "accum": "gradient_accumulation_steps", "dora": "use_dora",
+            "modules_to_save": "lora_modules_to_save", "targets": "lora_target_modules"},
     "trainer": {"batch": "per_device_train_batch_size", "grad_checkpointing": "gradient_checkpointing",
                 "optim": "optim", "accum": "gradient_accumulation_steps"},
     "deepspeed": {"batch": "train_micro_batch_size_per_gpu", "accum": "gradient_accumulation_steps"},
@@ -104,12 +107,16 @@ def edits(reading: Reading, changes: dict, batch_before: int = 1) -> list[str]:
         if setting == "master" and value == "none" and any(t == "deepspeed" for _, t in reading.files):
             out.append("(DeepSpeed's bf16/fp16 engine always keeps the fp32 master: no key drops it)")
             continue
+        if setting == "head_targets" and "targets" in changes:
+            continue   # the targets' edit lists the modules that stay
         where = _target(reading, setting, setting)
         if where is None:
-            out.append(_flag(setting, value))
+            out.append(_flag(setting, ",".join(value) if isinstance(value, tuple) else value))
             continue
         file, tool = where
         key = KEYS[tool][setting]
+        if isinstance(value, tuple) and not file.lower().endswith(".json"):   # a module list in the tool's spelling
+            value = (",".join(value) or "null") if tool == "llamafactory" else f"[{', '.join(value)}]"
         out.append(_line(file, key, (not value) if (tool, setting) in NEGATED else value))
         if setting == "batch":
             accum = next((v.value for k, v in reading.notes if k.endswith("gradient_accumulation_steps")
@@ -136,6 +143,10 @@ PYTHON = {
     "loss_impl": {"args": "{args}(use_liger_kernel=True)",
                   "torch": "liger_kernel.transformers.apply_liger_kernel_to_<family>(fused_linear_cross_entropy=True)"},
     "attention": {"any": _LOAD.format("attn_implementation='{v}'")},
+    "optimizer_in_backward": {"any": "opts = {{p: torch.optim.AdamW([p], ...) for p in model.parameters() if "
+                                     "p.requires_grad}}; p.register_post_accumulate_grad_hook(lambda p: "
+                                     "(opts[p].step(), opts[p].zero_grad())) for each p (torchtune: "
+                                     "optimizer_in_bwd: True)"},
     "seq": {"trl": "SFTConfig(max_length={v})", "any": "truncate the tokenized samples to {v} tokens"},
     "rank": {"any": "LoraConfig(r={v})"},
     "method": {"any": "{method}"},

@@ -61,8 +61,8 @@ PENDING = {
     "paged_optimizer": (False, "paged optimizer states may be evicted to host memory under pressure"),
 }
 
-NOT_YET = ("{}'s {} is not modelled yet (symvram models SFT and TRL 1.16's DPOTrainer: --objective dpo); its memory "
-           "differs, so it is refused rather than estimated as SFT")
+NOT_YET = ("{}'s {} is not modelled yet (symvram models SFT and TRL 1.16's DPOTrainer and KTOTrainer: --objective "
+           "dpo, kto); its memory differs, so it is refused rather than estimated as SFT")
 SAVE_OTHERS = "modules_to_save beyond embed_tokens and lm_head (their trainable copies)"
 BOOL = c.boolean
 ATTN = c.attention
@@ -124,7 +124,8 @@ AXOLOTL = Tool("axolotl", "axolotl 0.19", (
     Row("torch_compile", None, c.is_on, why="torch.compile fuses kernels and changes what is saved"),
     Row("unfrozen_parameters", None, c.nonempty, why="training a subset of parameters"),
     # axolotl's AxolotlDPOTrainer subclasses TRL's DPOTrainer; ipo is DPO with loss_type ipo (the same memory)
-    Row("rl", "objective", c.objective("axolotl", {"dpo": "dpo", "ipo": "dpo"})),   # exit 2 on kto, orpo, grpo …
+    # (and AxolotlKTOTrainer TRL's KTOTrainer)
+    Row("rl", "objective", c.objective("axolotl", {"dpo": "dpo", "ipo": "dpo", "kto": "kto"})),   # exit 2 on orpo, grpo …
     Row("relora", None, c.is_on, why="ReLoRA"),
 ), harmless=frozenset({
     "base_model_config", "model_type", "tokenizer_type", "tokenizer_config", "trust_remote_code", "revision_of_model",
@@ -213,6 +214,9 @@ _TRAINER_ROWS = (
     Row("activation_checkpointing", "grad_checkpointing", lambda v: None if v is None else BOOL(v)),
     Row("gradient_checkpointing_kwargs.use_reentrant", "checkpoint_impl", c.reentrant),
     Row("activation_checkpointing_kwargs.use_reentrant", "checkpoint_impl", c.reentrant),
+    # trainer.py:1508: every_n_layers goes to activation_checkpointing_enable (layers 0, k, 2k … checkpointed)
+    Row("gradient_checkpointing_kwargs.every_n_layers", "checkpoint_every", c.integer),
+    Row("activation_checkpointing_kwargs.every_n_layers", "checkpoint_every", c.integer),
     Row("optim", "optim", c.text, default="adamw_torch_fused"),        # torch >= 2.8
     Row("bf16", "bf16", lambda v: None if v is None else BOOL(v)),
     Row("fp16", "fp16", BOOL),
@@ -300,9 +304,11 @@ TRL = Tool("trl", "TRL 1.16 SFTConfig", (
     Row("loss_type", INFO, c.loss_type),
     Row("use_weighting", None, c.is_on, why="WPO weighting: the fused LM head also computes log(sum p^2) per token"),
     # GRPOConfig and KTOConfig: not modelled yet, refused rather than estimated as SFT
-    *[Row(k, None, c.refuse(why), why=why) for why, keys in (
-        (NOT_YET.format("TRL", "GRPOTrainer"), ("num_generations", "max_completion_length")),
-        (NOT_YET.format("TRL", "KTOTrainer"), ("desirable_weight", "undesirable_weight"))) for k in keys],
+    # TRL 1.16 KTOConfig (kto_config.py:212-220): its weights name a KTO run, over DPOConfig's shared keys
+    *[Row(k, "objective", lambda v: "kto", priority=3) for k in ("desirable_weight", "undesirable_weight")],
+    # GRPOConfig: not modelled yet, refused rather than estimated as SFT
+    *[Row(k, None, c.refuse(NOT_YET.format("TRL", "GRPOTrainer")), why=NOT_YET.format("TRL", "GRPOTrainer"))
+      for k in ("num_generations", "max_completion_length")],
 ), harmless=_TRAINER_HARMLESS - {"loss_type"} | {
     "beta", "label_smoothing", "loss_weights", "ld_alpha", "f_alpha_divergence_coef", "discopop_tau", "sync_ref_model",
     "ref_model_mixup_alpha", "ref_model_sync_steps", "precompute_ref_batch_size", "disable_dropout",

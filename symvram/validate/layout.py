@@ -77,6 +77,19 @@ def read_config(path_or_dict) -> dict:
     return cfg
 
 
+def causal_lm_auto(hf_cfg):
+    """The auto class that builds ``hf_cfg``'s causal LM: AutoModelForCausalLM, or for a text model registered only as
+    the pretraining head (transformers 5.24 lists mistral4, Mistral Small 4's text model, under
+    MODEL_FOR_PRETRAINING_MAPPING_NAMES alone: models/auto/modeling_auto.py:729) AutoModelForPreTraining."""
+    import transformers
+
+    auto, pretraining = transformers.AutoModelForCausalLM, transformers.AutoModelForPreTraining
+    if type(hf_cfg) not in auto._model_mapping and type(hf_cfg) in pretraining._model_mapping \
+            and pretraining._model_mapping[type(hf_cfg)].__name__.endswith("ForCausalLM"):
+        return pretraining
+    return auto   # which refuses what it cannot build (an encoder-decoder's pretraining head is no causal LM)
+
+
 def meta_model(cfg: dict):
     """transformers' causal-LM model of ``cfg`` on the meta device (no storage)."""
     import transformers
@@ -86,7 +99,7 @@ def meta_model(cfg: dict):
     try:
         hf_cfg = transformers.AutoConfig.for_model(**cfg)
         with torch.device("meta"):
-            return transformers.AutoModelForCausalLM.from_config(hf_cfg)
+            return causal_lm_auto(hf_cfg).from_config(hf_cfg)
     except Exception as e:  # noqa: BLE001 - transformers' config validators raise many kinds; one line either way
         raise UserError(f"transformers cannot build model_type {cfg.get('model_type')!r} as a causal LM: "
                         f"{' '.join(str(e).split())[:200]}") from None

@@ -105,13 +105,14 @@ def build_model(spec: dict):
     import transformers
 
     from ..ledger.towers import read_tower
+    from .layout import causal_lm_auto
 
     cfg = _config(spec["arch"], spec["attention"])
     dtype = _DTYPES[spec["dtype"]]
     tower = read_tower(spec["arch"], "measurement spec")
     auto = (transformers.AutoModelForImageTextToText if tower and tower.loader not in
             transformers.models.auto.modeling_auto.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.values()
-            else transformers.AutoModelForCausalLM)   # the class a user loads the model as (ledger.towers)
+            else causal_lm_auto(cfg))   # the class a user loads the model as (ledger.towers, validate.layout)
     with torch.device("meta"):
         model = auto.from_config(
             cfg, dtype=dtype, attn_implementation=spec["attention"]
@@ -152,7 +153,8 @@ def build_model(spec: dict):
         with warnings.catch_warnings():  # deprecated alias of activation_checkpointing_enable
             warnings.simplefilter("ignore", FutureWarning)
             reentrant = spec.get("checkpoint_impl", "non-reentrant") == "reentrant"
-            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": reentrant})
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": reentrant},
+                                                every_n_layers=int(spec.get("checkpoint_every", 1)))
     model.train()
     return model
 
@@ -345,7 +347,41 @@ def _bnb_optimizer(spec: dict, params: list, model):
     return opt
 
 
+class InBackward:
+    """Optimizer in backward, as torch's recipe (the ``register_post_accumulate_grad_hook`` tutorial) and torchtune's
+    ``optimizer_in_bwd`` write it: one optimizer per trainable parameter, stepped and zeroed (set_to_none) by a hook
+    as soon as that parameter's gradient is accumulated, so no two gradients need to exist at once. The loop's own
+    ``step`` and ``zero_grad`` have nothing left to do. ``install`` registers the hooks (after a tracker's own
+    gradient hooks, which must see each gradient before it is freed)."""
+
+    def __init__(self, per_parameter: dict):
+        self.per_parameter = per_parameter
+        self._installed = False
+
+    @property
+    def state(self) -> dict:
+        return {p: opt.state[p] for p, opt in self.per_parameter.items() if p in opt.state}
+
+    def install(self) -> None:
+        if self._installed:
+            return
+        for p, opt in self.per_parameter.items():
+            def hook(param, _opt=opt):
+                _opt.step()
+                _opt.zero_grad(set_to_none=True)
+            p.register_post_accumulate_grad_hook(hook)
+        self._installed = True
+
+    def step(self) -> None:   # every parameter was stepped by its hook
+        return None
+
+    def zero_grad(self, set_to_none: bool = True) -> None:  # noqa: ARG002 - every gradient is gone already
+        return None
+
+
 def build_optimizer(spec: dict, params: list, model=None):
+    if spec.get("optimizer_in_backward"):
+        return InBackward({p: build_optimizer({**spec, "optimizer_in_backward": False}, [p], model) for p in params})
     if spec["optimizer"] in BNB_OPTIM_BITS:
         return _bnb_optimizer(spec, params, model)
     impl = spec["optimizer_impl"]
@@ -536,6 +572,8 @@ def _train_steps(spec, model, optimizer, input_ids, labels, tracker=None, on_pha
             if on_phase is not None:
                 on_phase(f"step{_step}:{name}")
 
+        if isinstance(optimizer, InBackward):
+            optimizer.install()
         phase("forward")
         ctx = (
             torch.autocast(device_type=dev_type, dtype=_DTYPES[ac])
@@ -665,7 +703,7 @@ def measure(spec: dict) -> dict:
     fake_mode = FakeTensorMode(allow_non_fake_inputs=False)
     model, optimizer, input_ids, labels, trainable, total = prepare(spec, fake_mode)
     tracker = PeakTracker(optimizer)
-    tracker.track_external(model, optimizer, input_ids, labels)
+    tracker.track_external(model, *getattr(optimizer, "per_parameter", {None: optimizer}).values(), input_ids, labels)
     counter = flop_counter()
     phases = PhaseFlops(counter)
 

@@ -1,8 +1,9 @@
 """Measure a preference-optimization step as TRL runs it (optional; needs torch and trl).
 
-``measure_dpo(spec)`` traces TRL 1.16's own ``DPOTrainer._compute_loss`` (trl/trainer/dpo_trainer.py:1285) on the
-fake-tensor model of ``validate.measure``, then ``loss.backward()``, ``optimizer.step()`` and ``zero_grad`` as
-transformers' Trainer runs them, for ``spec['steps']`` steps. The whole ``DPOTrainer`` cannot run under
+``measure_preference(spec)`` traces TRL 1.16's own ``DPOTrainer._compute_loss`` (trl/trainer/dpo_trainer.py:1285)
+or ``KTOTrainer._compute_loss`` (kto_trainer.py:1370) on the fake-tensor model of ``validate.measure``, then
+``loss.backward()``, ``optimizer.step()`` and ``zero_grad`` as transformers' Trainer runs them, for
+``spec['steps']`` steps. The whole trainer cannot run under
 FakeTensorMode (its ``__init__`` tokenizes a dataset and loads the reference from the Hub), so the trainer method is
 called on a stand-in ``self`` carrying the attributes ``__init__`` sets from ``DPOConfig``'s defaults.
 
@@ -32,12 +33,42 @@ from .measure import (PeakTracker, _fakeify, _result, _untraced_packed_check, bu
                       replayed)
 from .spec import normalize_spec
 
-# DPOConfig's defaults (trl/trainer/dpo_config.py:245-311) that _compute_loss reads
-DPO_DEFAULTS = dict(beta=0.1, loss_types=["sigmoid"], loss_weights=[1.0], ld_alpha=None,
-                    f_divergence_type="reverse_kl", f_alpha_divergence_coef=0.5, label_smoothing=0.0,
-                    use_weighting=False, aux_loss_enabled=False)
-# what DPOTrainer asks its fused LM head for (dpo_trainer.py:957); a separate reference model gets the default
-POLICY_OUTPUTS = ("log_probs", "entropy", "mean_logits", "is_top1")
+# the trainers' settings _compute_loss reads, at their configs' defaults: DPOConfig (trl/trainer/dpo_config.py:245-311),
+# KTOConfig (kto_config.py:198-220; loss_type kto estimates the KL term, kto_trainer.py:815)
+TRAINER_DEFAULTS = {
+    "dpo": dict(beta=0.1, loss_types=["sigmoid"], loss_weights=[1.0], ld_alpha=None, f_divergence_type="reverse_kl",
+                f_alpha_divergence_coef=0.5, label_smoothing=0.0, use_weighting=False, aux_loss_enabled=False),
+    "kto": dict(beta=0.1, loss_type="kto", calculate_KL=True, desirable_weight=1.0, undesirable_weight=1.0,
+                aux_loss_enabled=False, router_aux_loss_coef=0.0),
+}
+
+
+def _trainer(objective: str):
+    """TRL's trainer class of the objective."""
+    if objective == "kto":
+        from trl.trainer.kto_trainer import KTOTrainer
+        return KTOTrainer
+    from trl.trainer.dpo_trainer import DPOTrainer
+    return DPOTrainer
+
+
+def _inputs(objective: str, b: int, s: int, prompt: int, V: int, precompute: bool) -> dict:
+    """The batch the objective's collator builds (under the fake mode): DPO's 2b rows, chosen first; KTO's b
+    completions (one desirable in two) and their b mismatched KL completions, of the same length."""
+    rows = 2 * b if objective == "dpo" else b
+    completion_mask = torch.ones(rows, s, dtype=torch.long)
+    if prompt:
+        completion_mask[:, :prompt] = 0
+    out = {"input_ids": torch.randint(0, V, (rows, s)), "attention_mask": torch.ones(rows, s, dtype=torch.long),
+           "completion_mask": completion_mask}
+    if objective == "kto":
+        out.update(KL_input_ids=torch.randint(0, V, (rows, s)), KL_attention_mask=torch.ones(rows, s, dtype=torch.long),
+                   KL_completion_mask=completion_mask.clone(), label=torch.arange(b) % 2 == 0)
+        if precompute:
+            out.update(ref_logps=torch.zeros(b), ref_KL_logps=torch.zeros(b))
+    elif precompute:
+        out.update(ref_chosen_logps=torch.zeros(b), ref_rejected_logps=torch.zeros(b))
+    return out
 
 
 @contextlib.contextmanager
@@ -55,7 +86,10 @@ def _gpu_fused_head(labelled_per_row: int):
     def addmm_fp32(acc, a, b):  # the CUDA branch of _addmm_fp32
         torch.addmm(acc, a, b, out_dtype=torch.float32, out=acc)
 
-    def nonzero(fake_mode, func, arg):  # every row of a mask over the sequence holds the completion's positions
+    def nonzero(fake_mode, func, arg):  # every row of a mask over the sequence holds the completion's positions;
+        if arg.dim() == 1:                # KTO's labels: one desirable example in every two
+            k = arg.numel() // 2
+            return arg.new_empty_strided((k, 1), (1, k), dtype=torch.int64)
         rows = arg.numel() // arg.shape[-1]
         k = rows * min(labelled_per_row, arg.shape[-1])
         return arg.new_empty_strided((k, arg.dim()), (1, k), dtype=torch.int64)
@@ -83,15 +117,18 @@ def _gpu_fused_head(labelled_per_row: int):
 
 
 def _stand_in(model, ref_model, spec):
-    """The ``self`` DPOTrainer._compute_loss reads: its model, reference, accelerator and DPOConfig's settings."""
+    """The ``self`` the trainer's _compute_loss reads: its model, reference, accelerator and its config's settings."""
     accelerator = types.SimpleNamespace(device=torch.device("cpu"), unwrap_model=lambda m: m,
                                         gather_for_metrics=lambda x: x, gather=lambda x: x)
     args = types.SimpleNamespace(gradient_checkpointing_kwargs={"use_reentrant": False}, discopop_tau=0.05)
     from collections import defaultdict
-    return types.SimpleNamespace(model=model, ref_model=ref_model, accelerator=accelerator, args=args,
-                                 precompute_ref_logps=bool(spec.get("precompute_ref", False)),
-                                 _metrics={"train": defaultdict(list), "eval": defaultdict(list)},
-                                 _total_train_tokens=0, _tp_size=1, **DPO_DEFAULTS)
+    trainer = types.SimpleNamespace(model=model, ref_model=ref_model, accelerator=accelerator, args=args,
+                                    precompute_ref_logps=bool(spec.get("precompute_ref", False)),
+                                    _metrics={"train": defaultdict(list), "eval": defaultdict(list)},
+                                    _total_train_tokens=0, _tp_size=1, **TRAINER_DEFAULTS[spec["objective"]])
+    if spec["objective"] == "kto":   # the KL forwards (kto_trainer.py:1337) are a method of the trainer too
+        trainer._compute_kl_logps = types.MethodType(_trainer("kto")._compute_kl_logps, trainer)
+    return trainer
 
 
 @contextlib.contextmanager
@@ -99,6 +136,7 @@ def _reference_phase(tracker, model, ref_model):
     """The reference forward as a phase of its own: ``step<n>:reference`` while TRL runs it (the separate model's
     forward, or the policy's under ``use_adapter``, dpo_trainer.py:1328-1338), then ``step<n>:loss``."""
     import trl.trainer.dpo_trainer as dpo
+    import trl.trainer.kto_trainer as kto
 
     def enter():
         tracker.set_phase(tracker.phase.split(":")[0] + ":reference")
@@ -122,31 +160,36 @@ def _reference_phase(tracker, model, ref_model):
         finally:
             leave()
 
-    dpo.use_adapter = use_adapter
+    dpo.use_adapter = kto.use_adapter = use_adapter
     if ref_model is not None:
         ref_model.forward = forward
     try:
         yield
     finally:
-        dpo.use_adapter = original_use_adapter
+        dpo.use_adapter = kto.use_adapter = original_use_adapter
         if ref_model is not None:
             del ref_model.forward
 
 
-def run_dpo(spec: dict, tracker_factory=PeakTracker):
-    """Trace ``spec['steps']`` DPO steps; returns (tracker, model, optimizer, trainable, total)."""
+def run_preference(spec: dict, tracker_factory=PeakTracker):
+    """Trace ``spec['steps']`` steps of the objective's trainer; returns (tracker, model, optimizer, trainable,
+    total)."""
     from torch._subclasses.fake_tensor import FakeTensorMode
-    from trl.trainer.dpo_trainer import DPOTrainer
     from trl.trainer.utils import add_fused_lm_head
+
+    from ..ledger.objectives import objectives
+
+    objective = spec["objective"]
+    trainer_class = _trainer(objective)
 
     b, s, prompt = int(spec["batch"]), int(spec["seq"]), int(spec.get("prompt", 0))
     fake_mode = FakeTensorMode(allow_non_fake_inputs=False)
     model = build_model(spec)
     lora = spec["method"] in ("lora", "qlora")
-    add_fused_lm_head(model.get_base_model() if lora else model, outputs=POLICY_OUTPUTS)
+    add_fused_lm_head(model.get_base_model() if lora else model, outputs=tuple(objectives()[objective]["outputs"]))
     _fakeify(model, fake_mode)
     ref_model = None
-    if not lora and not spec.get("precompute_ref", False):  # dpo_trainer.py:908-927: a second copy, model.dtype
+    if not lora and not spec.get("precompute_ref", False):  # dpo_trainer.py:908-927 (kto :918-940): model.dtype
         ref_model = build_model({**spec, "grad_checkpointing": False}).eval()
         ref_model.requires_grad_(False)
         add_fused_lm_head(ref_model)
@@ -155,14 +198,7 @@ def run_dpo(spec: dict, tracker_factory=PeakTracker):
     optimizer = build_optimizer(spec, params, model)
     V = int(model.config.vocab_size)
     with fake_mode:
-        input_ids = torch.randint(0, V, (2 * b, s))
-        completion_mask = torch.ones(2 * b, s, dtype=torch.long)
-        if prompt:
-            completion_mask[:, :prompt] = 0
-        inputs = {"input_ids": input_ids, "attention_mask": torch.ones(2 * b, s, dtype=torch.long),
-                  "completion_mask": completion_mask}
-        if spec.get("precompute_ref", False):
-            inputs.update(ref_chosen_logps=torch.zeros(b), ref_rejected_logps=torch.zeros(b))
+        inputs = _inputs(objective, b, s, prompt, V, bool(spec.get("precompute_ref", False)))
     trainer = _stand_in(model, ref_model, spec)
     tracker = tracker_factory(optimizer)
     tracker.track_external(model, optimizer, *inputs.values(), *([ref_model] if ref_model is not None else []))
@@ -174,7 +210,7 @@ def run_dpo(spec: dict, tracker_factory=PeakTracker):
             tracker.set_phase(f"step{step}:forward")
             with torch.autocast("cpu", dtype={"bf16": torch.bfloat16, "fp16": torch.float16}[ac]) if ac \
                     else contextlib.nullcontext():
-                loss = DPOTrainer._compute_loss(trainer, model, dict(inputs), False)
+                loss = trainer_class._compute_loss(trainer, model, dict(inputs), False)
             tracker.set_phase(f"step{step}:backward")
             loss.backward()
             del loss
@@ -188,12 +224,12 @@ def run_dpo(spec: dict, tracker_factory=PeakTracker):
     return tracker, model, optimizer, trainable, total
 
 
-def measure_dpo(spec: dict) -> dict:
-    """The peak of live tensor bytes of ``spec['steps']`` DPO steps (a dict shaped like ``measure``'s; no FLOPs:
+def measure_preference(spec: dict) -> dict:
+    """The peak of live tensor bytes of ``spec['steps']`` DPO or KTO steps (a dict shaped like ``measure``'s; no FLOPs:
     FlopCounterMode cannot count the ``addmm`` overload with ``out_dtype`` the fused head's backward runs)."""
     spec = normalize_spec(spec)
     t0 = time.perf_counter()
-    tracker, model, optimizer, trainable, total = run_dpo(spec)
+    tracker, model, optimizer, trainable, total = run_preference(spec)
     result = _result(spec, model, optimizer, trainable, total, tracker.peak_bytes, tracker.peak_phase,
                      dict(tracker.phase_peak), tracker.breakdown(), time.perf_counter() - t0)
     result["allocator"] = replayed(tracker.schedule)
