@@ -381,7 +381,7 @@ class Scenario:
             self._check_every_n_layers()
         if self.dora and not self.lora:
             raise UserError("--dora is a LoRA variant: use --method lora (or qlora)")
-        if self.dora and any(family(self.model.family).linear(t).count != 1 for t in self.targets):
+        if self.dora and any(family(self.model.family).target_map[t].count != 1 for t in self.targets):
             raise UserError("--dora on fused MoE experts: PEFT's target_parameters does not support DoRA")
         if self.loss_impl != "torch" and fam.extra("final_logit_softcapping"):
             raise UserError(f"--loss-impl {self.loss_impl} with {fam.key}'s final-logit soft-capping is not modelled")

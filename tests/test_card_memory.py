@@ -122,10 +122,10 @@ def test_headers_say_which_versions_they_follow(capsys):
 def _modelled_step(sc) -> bool:
     """The step whose working sets the schedule models (issue 24): one SFT step of a decoder with standard
     attention in layers all alike, every layer checkpointed or none, the optimizer after backward, no LoRA on
-    lm_head."""
+    lm_head, no vision tower beside the decoder."""
     st, fam = sc.structure, sc.structure.arch
     return (st.objective == "sft" and not st.optimizer_in_backward and st.checkpoint_every == 1
-            and "lm_head" not in st.head_targets and not fam.latent_attention and not fam.kinds)
+            and "lm_head" not in st.head_targets and not fam.latent_attention and not fam.kinds and st.tower is None)
 
 
 def test_ledger_schedule_against_traced_schedules_on_stored_cases():
@@ -135,8 +135,8 @@ def test_ledger_schedule_against_traced_schedules_on_stored_cases():
     (``_modelled_step``) the allocated peaks agree within 0.5 % and the reserved peaks, with expandable
     segments, to a median within 1 % and every case within 3.5 %, with the default allocator within 3.5 % (issue
     24 asks for 1 % on every case: not met yet). The other stored cases are named in docs/accuracy.md (LoRA on
-    lm_head up to 13.5 %; DPO/KTO, optimizer-in-backward, partial checkpointing, MLA and Gated DeltaNet families:
-    their schedules are their own)."""
+    lm_head up to 13.5 %; DPO/KTO, optimizer-in-backward, partial checkpointing, MLA and Gated DeltaNet families,
+    a multimodal checkpoint's vision tower (gemma-3-4b-it: 2.3 %): their schedules are their own)."""
     import statistics
     from pathlib import Path
 

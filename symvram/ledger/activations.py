@@ -910,7 +910,7 @@ def dora_forward_temp(s_: Structure) -> sp.Expr:
     their sum) and the ops of its last target that need no saved tensor (the output gradient cast to the adapter
     dtype, scaled, and its 16-bit copy)."""
     fam = s_.arch
-    last = fam.linear([t for t in s_.targets if fam.linear(t) in fam.linears][-1])
+    last = fam.target_map[[t for t in s_.targets if fam.target_map[t] in fam.linears][-1]]
     b_a = compute_adapter_bytes(s_)   # as in dora_weight_norm
     b_lr = matmul_bytes(s_) if s_.autocast else b_a
     own = last.d_out * (b_lr * T + 3 * b_32) + b_lr * T * r
@@ -1009,7 +1009,7 @@ def transient_terms(s_: Structure) -> list[Term]:
         terms.append(Term("dequant_temp", Role.BACKWARD_TEMPORARY, b_w * _largest_linear(s_),
                           r"M_{\mathrm{dequant}}", "bitsandbytes dequantizes one 4-bit weight to the load dtype "
                           "for each matmul (the largest is the bound)", "bitsandbytes MatMul4Bit"))
-    if s_.dora and any(s_.arch.linear(t) in s_.arch.linears for t in s_.targets):
+    if s_.dora and any(s_.arch.target_map[t] in s_.arch.linears for t in s_.targets):
         terms.append(Term("dora_weight_norm", Role.FORWARD_TEMPORARY, dora_forward_temp(s_), r"M_{\mathrm{DoRA}}",
                           "one DoRA forward's weight norm: eye(d_in), ΔW = B·A, W in the adapter dtype, s·ΔW and "
                           "W + s·ΔW, weight-sized (the layer's last target), net of what that target saves after it",

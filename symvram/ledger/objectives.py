@@ -81,8 +81,8 @@ def _reference_forward(s_: Structure) -> sp.Expr:
     if s_.lora and s_.autocast and s_.adapter_upcast and s_.grad_checkpointing:
         # autocast caches each adapter's cast for its whole region (which holds the policy's and the reference's
         # forwards); without checkpointing they are saved activations already
-        casts = b_c * L * sym("rank") * sp.Add(*(s_.arch.linear(t).d_in + s_.arch.linear(t).d_out
-                                                 for t in s_.targets if s_.arch.linear(t) in s_.arch.linears))
+        casts = b_c * L * sym("rank") * sp.Add(*(s_.arch.target_map[t].d_in + s_.arch.target_map[t].d_out
+                                                 for t in s_.targets if s_.arch.target_map[t] in s_.arch.linears))
     return casts + sp.Max(mlp, head, evaluate=False)
 
 
