@@ -11,7 +11,7 @@ from symvram.evaluate import evaluate
 from symvram.scenario import Scenario
 from symvram.timing import flops
 from symvram.validate.spec import from_scenario
-from test_modules_to_save import tiny  # the tiny Llama of the LoRA tests
+from test_modules_to_save import measured_tiny, tiny  # the tiny Llama of the LoRA tests
 
 
 def test_by_hand():
@@ -71,18 +71,9 @@ MEASURED = [
 
 @pytest.mark.parametrize("settings", MEASURED, ids=[str(i) for i in range(len(MEASURED))])
 def test_estimate_equals_the_measured_peak(settings):
-    pytest.importorskip("peft")
     settings = dict(settings)
-    if settings.get("method") == "qlora" or settings.get("optimizer") == "adamw8bit":
-        pytest.importorskip("bitsandbytes")
-    from symvram.validate.measure import measure
-
-    kw = dict(method="lora", rank=8, batch=2, seq=64, device="cpu")
-    kw.update(settings)
-    arch, heads = kw.pop("arch", {}), kw.pop("heads")
-    sc = Scenario.create(tiny(**arch), targets=f"q_proj,v_proj,down_proj,{heads}", **kw)
-    measured = measure({**from_scenario(sc), "steps": 2})
-    assert abs(measured["peak_bytes"] - evaluate(sc).peak) <= max(8, 1e-4 * measured["peak_bytes"])
+    heads = settings.pop("heads")
+    sc, measured = measured_tiny(settings, targets=f"q_proj,v_proj,down_proj,{heads}")
     if sc.method == "qlora":
         return   # FlopCounterMode does not see bitsandbytes' 4-bit matmuls on the CPU
     f = flops(sc)   # FlopCounterMode in the same run (the last step)
