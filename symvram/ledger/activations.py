@@ -556,8 +556,11 @@ def _shared_expert(s_: Structure) -> dict[str, tuple[sp.Expr, str, str, str]]:
 def _layer_backward_temp(s_: Structure) -> tuple[sp.Expr, str, str]:
     """The temporaries of the last layer's MLP backward, net of what that backward has freed already."""
     if not s_.arch.moe:
-        return (3 * b_c * T * f + b_c * T * h, "inside a layer's MLP backward: the gradients of the down input, the "
-                "SiLU output and the up output (d_ff wide) and the incoming hidden gradient", "autograd of LlamaMLP")
+        made, freed = _output_projection_done(s_)
+        return (3 * b_c * T * f + b_c * T * h + made - freed, "inside a layer's MLP backward: the gradients of the "
+                "down input, the SiLU output and the up output (d_ff wide) and the incoming hidden gradient; the down "
+                "projection's backward has run: its weight gradient exists and what only it saved is freed",
+                "autograd of LlamaMLP")
     S = T * k_e
     _, _, targeted, _ = _moe_parts(s_)
     freed = b_c * S * h + b_id * S  # the down output and one index vector are gone by then
@@ -567,6 +570,31 @@ def _layer_backward_temp(s_: Structure) -> tuple[sp.Expr, str, str]:
                 "the incoming hidden gradient, net of the freed down output and index", MOE)
     return (3 * b_c * S * f_e + b_c * T * h - freed, "the SiLU·up backward of the experts: three d_E-wide gradients "
             "per token-expert pair and the incoming hidden gradient, net of the freed down output and index", MOE)
+
+
+def _output_projection_done(s_: Structure) -> tuple[sp.Expr, sp.Expr]:
+    """(made, freed) once the MLP's output projection (down_proj) has run its backward, before the SiLU·up
+    products' gradients: its weight gradient — or, as a LoRA target, lora_A's and lora_B's — is made, and what
+    only it saved for that gradient is freed: its d_ff-wide input (full fine-tuning; an autocast copy where each
+    call casts), or lora_A's kept input, dropout's mask and lora_B's r-wide input. Measured under FakeTensorMode
+    (tiny Qwen2; TinyLlama-1.1B full, 8-bit AdamW; Llama-2-7B LoRA with 16-bit adapters).
+
+    >>> _output_projection_done(Structure(method="full"))
+    (bytes_grad*hidden*intermediate, batch*bytes_act*intermediate*seq)
+    """
+    fam = s_.arch
+    out = [m for m in fam.linears if m.input_group == "mlp_act"]
+    if len(out) != 1:
+        return sp.Integer(0), sp.Integer(0)
+    m = out[0]
+    per_call = _per_call_cast(s_, "mlp_act")
+    if not s_.lora:
+        return b_g * m.d_in * m.d_out, (b_c if not per_call else matmul_bytes(s_)) * T * m.d_in
+    if m.name not in s_.targets:
+        return sp.Integer(0), sp.Integer(0)
+    kept, mask = lora_input_bytes(s_, 1, m.d_in, per_call, False, True)
+    hidden = (matmul_bytes(s_) if s_.autocast else compute_adapter_bytes(s_)) * T * r
+    return b_g * r * (m.d_in + m.d_out), kept + mask + hidden
 
 
 def past_window(s_: Structure) -> sp.Expr:
@@ -1024,6 +1052,11 @@ def transient_terms(s_: Structure) -> list[Term]:
                           "the last layer's saved tensors, recomputed when it is checkpointed (k divides L − 1; "
                           "otherwise they are among the layers' saved tensors)", "torch.utils.checkpoint" + EVERY_N,
                           lifetime=RECOMPUTES[:2]))
+    if s_.grad_checkpointing:
+        terms.append(Term("first_checkpoint", Role.RECOMPUTED_ACTIVATION, residual_bytes(s_) * T * h + b_id * seq,
+                          r"A_{\mathrm{ckpt},0}", "the first layer's checkpointed input (the embedding output) and the "
+                          "position ids, kept until that layer's backward ends (the other layers' are freed by then)",
+                          "torch.utils.checkpoint", lifetime=(Phase.FIRST_LAYER_BACKWARD,)))
     terms.append(Term("one_layer", Role.RECOMPUTED_ACTIVATION, one_layer + sliding_extra(s_), r"M_{\mathrm{layer}}",
                       "one layer's saved tensors (recomputed under checkpointing), alive until its backward ends",
                       "torch.utils.checkpoint / autograd",   # without checkpointing: the first layer's, still saved
