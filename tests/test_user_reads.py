@@ -322,10 +322,11 @@ def test_cards_of_2026(key):
     from symvram.timing import card_figures
 
     card = load_card(key)
-    flops, hbm, link, host = card_figures(card, "bf16")
+    flops, hbm, link, host_link, host = card_figures(card, "bf16")
     assert (flops / 1e12, hbm / 1e9) == DATASHEETS[key]
     assert 0 < card.memory_bytes - card.usable_bytes < 2**30   # the context off, under a GiB
-    assert link in __import__("symvram.timing", fromlist=["interconnects"]).interconnects()
+    assert {link, host_link} <= set(__import__("symvram.timing", fromlist=["interconnects"]).interconnects())
+    assert host in __import__("symvram.timing", fromlist=["hosts"]).hosts()   # the CPU memory offload updates in
     assert key in gpu_presets()
 
 

@@ -393,7 +393,7 @@ def why_fastest(r: PlanResult) -> str | None:
 
     def cost(row):   # GPU-seconds per 1,000 tokens, by kind
         scale = 1000 * row.time.gpus_total / row.time.tokens_per_step
-        return {k: row.time.seconds[k] * scale for k in ("compute", "memory", "network", "host")}
+        return {k: row.time.seconds[k] * scale for k in ("compute", "memory", "network", "host", "cpu")}
 
     mine = cost(top)
     parts = ", ".join(f"{k} {v:.3g}" for k, v in mine.items() if v)
