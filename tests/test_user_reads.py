@@ -41,6 +41,18 @@ def test_verdict_largest_when_true():
     assert "are the largest part of the peak" in verdict(d, lambda n: fmt_bytes(n, "GiB"))
 
 
+def test_parameter_verdict_names_every_kind_of_remedy_it_offers():
+    """Qwen3-32B QLoRA on a 4090: the parameter side alone is over, and the first remedy is the precision of the
+    non-quantized weights (no k-bit upcast), the last the optimizer in backward; the verdict's list of what can
+    fix it must hold both, not only "the optimizer's precision, the method or more cards"."""
+    d = diagnose(Scenario.create("qwen3-32b", method="qlora"), load_card("rtx-4090"))
+    keys = [r.key for r in d.remedies]
+    assert d.cause == "parameter" and keys[0] == "kbit_prep" and "in_backward" in keys
+    text = verdict(d, lambda n: fmt_bytes(n, "GiB"))
+    assert "only the precision of the weights or the optimizer, the optimizer's place (CPU offload, one step per " \
+           "parameter in backward), the method or more cards can" in text
+
+
 def test_parameter_verdict_says_which_moment_its_figure_is():
     """Qwen3-32B QLoRA on 24 GiB: the parts at the peak (the loss backward) list the parameter side without
     gradients, the verdict counts weights + gradients + states at the optimizer step. Two figures under one
@@ -121,6 +133,30 @@ def test_explain_paged_8bit_says_what_the_figure_counts(tmp_path, lang, wrong, r
     text = out.read_text()
     assert wrong not in text and right in text
     assert ("weights and gradients are 4 B/param" if lang == "en" else "权重、梯度是每参数 4 字节") in text
+
+
+@pytest.mark.parametrize("lang,product,master", [
+    ("en", "70,000,000,000 parameters × 4 B + {rest} of optimizer states in torch's allocator = **{total}**",
+     "with an fp32 master copy, 8 B/param and those states, a parameter side of **{f16}**"),
+    ("zh", "70,000,000,000 个参数 × 4 字节 + {rest} torch 分配器里的优化器状态 = **{total}**",
+     "再留一份 fp32 主权重就是每参数 8 字节，连同这些状态合 **{f16}**"),
+])
+def test_explain_8bit_products_add_up(tmp_path, lang, product, master):
+    """With 8-bit states the per-parameter figure leaves the states out (4 B/param), so "P × 4 B = total" and
+    "8 B/param = total" are false products; each says the states it adds. By hand: 70e9 × 4 B of bf16 weights and
+    gradients, the rest of the parameter side being the allocator's 8-bit states."""
+    from symvram import estimate
+    from symvram.analysis.diagnose import parameter_side
+    from symvram.units import fmt_bytes as fb
+
+    out = tmp_path / f"e.{lang}.md"
+    assert main(["explain", "qwen3-8b", "--method", "full", "--optimizer", "adamw8bit", "--gpu", "h100", "--lang",
+                 lang, "-o", str(out)]) == 0
+    text = out.read_text()
+    total = parameter_side(estimate("70b", method="full", master="none", optimizer="adamw8bit", stack="hf"))
+    assert product.format(rest=fb(total - 70e9 * 4, "GB"), total=fb(total, "GB")) in text
+    f16 = parameter_side(estimate("qwen3-8b", method="full", master="fp32", optimizer="adamw8bit", stack="hf"))
+    assert master.format(f16=fb(f16, "GB")) in text
 
 
 def test_explain_states_in_the_parameter_dtype():

@@ -515,7 +515,8 @@ def verdict(d: Diagnosis, fb) -> str:
         return (f"verdict: the parameter side alone (weights, gradients and optimizer states, all alive at the "
                 f"optimizer step: {fb(d.parameter_bytes)}) is over the budget by "
                 f"{fb(d.parameter_bytes - d.budget)}: no batch, sequence, checkpointing or loss setting can fix it; "
-                "only the optimizer's precision, the method or more cards can")
+                "only the precision of the weights or the optimizer, the optimizer's place (CPU offload, one step "
+                "per parameter in backward), the method or more cards can")
     room = d.budget - sizes["parameter"]
     # "largest" is said only when it is true: the parameter side is often the biggest part without being over alone
     rank = ("the largest part of the peak" if sizes[cause] >= sizes["parameter"] else
