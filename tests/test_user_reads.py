@@ -65,6 +65,19 @@ def test_parameter_verdict_says_which_moment_its_figure_is():
     assert f"all alive at the optimizer step: {fmt_bytes(d.parameter_bytes, 'GiB')}" in text
 
 
+def test_deepspeed_header_says_its_engine_precision_and_offload(capsys):
+    """A DeepSpeed config whose bf16 is off (the Trainer's "auto" with bf16=False) runs DeepSpeed's fp32 engine; the
+    header must not call it "with bf16". Offloading moves the optimizer to DeepSpeed's CPU Adam: the header says so
+    instead of "DeepSpeed's ZeRO optimizer" with no word of the CPU."""
+    assert main(["estimate", "qwen3-8b", "--stack", "deepspeed", "--zero", "3", "--dtype", "fp32", "--method",
+                 "full"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "with bf16" not in out and "DeepSpeed ZeRO-3 over 1 GPU, fp32 (bf16 off in its config) engine" in out
+    assert main(["estimate", "qwen3-8b", "--stack", "deepspeed", "--offload", "optimizer", "--method", "full"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "adamw (DeepSpeed's CPU Adam)" in out and "bf16 engine, the optimizer offloaded to the CPU" in out
+
+
 def test_batch_one_remedy_keeps_the_files_effective_batch(tmp_path, capsys):
     """axolotl micro-batch 2 × accumulation 8: batch 1 needs accumulation 16; the text never says the
     effective batch is the micro-batch."""
