@@ -455,3 +455,17 @@ def test_plan_drops_zero_on_one_gpu_and_explains_its_columns(capsys):
     # the JSON keeps every row: the analysis is unchanged, only the table is
     result = plan(Scenario.create("llama-3-8b"), load_card("rtx-4090"))
     assert any(x.method == "qlora" and x.strategy.zero == 1 and x.gpus == 1 for x in result.rows)
+
+
+def test_dpo_prompt_survives_the_shorter_sequences_the_tools_try(tmp_path, capsys):
+    """DPO with --prompt 512 at seq 2048: diagnose's probe (seq 512), the seq-curve (from 256) and the page (seq 1)
+    try sequences the prompt does not fit in; they used to exit 2 ("seq - 1 = 511"), so `estimate --gpu` did too.
+    The prompt keeps its share of a sequence it no longer fits: 512/2048 of 512 = 128 at the probe."""
+    sc = Scenario.create("qwen3-8b", method="lora", objective="dpo", seq=2048, prompt=512)
+    d = diagnose(sc, load_card("rtx-4090"))
+    assert (d.probe.scenario.seq, d.probe.scenario.prompt) == (512, 128)
+    assert sc.with_changes(seq=1024).prompt == 512          # a prompt that still fits stays as given
+    base = ["qwen3-8b", "--method", "lora", "--objective", "dpo", "--prompt", "512"]
+    assert main(["estimate", *base, "--gpu", "rtx-4090"]) == 0
+    assert main(["plot", *base, "--gpu", "rtx-4090", "--kind", "seq-curve", "-o", str(tmp_path / "c.png")]) == 0
+    assert main(["page", *base, "-o", str(tmp_path / "p.html")]) == 0
