@@ -400,7 +400,14 @@ def test_cards_and_models_commands_list_what_is_known(capsys):
     assert next(m for m in models if m["key"] == "llama-2-7b")["params"] == \
         32 * (4 * 4096**2 + 3 * 4096 * 11008 + 2 * 4096) + 2 * 32000 * 4096 + 4096
     assert main(["models"]) == 0
-    assert max(len(line) for line in capsys.readouterr().out.splitlines()) <= 100
+    out = capsys.readouterr().out
+    assert max(len(line) for line in out.splitlines()) <= 100
+    # each preset one row of its own, every name it answers to whole (a Hub id cut as "deepseek-ai/deep" /
+    # "seek-v3" cannot be copied)
+    starts = [line.split()[0] for line in out.splitlines()[2:] if line and not line.startswith(" ")]
+    assert starts[:len(models)] == [m["key"] for m in models]
+    words = set(out.replace(",", " ").split())
+    assert all(a in words for m in models for a in m["aliases"])
 
 
 def test_a_card_given_as_a_size_takes_its_figures(capsys):
