@@ -476,3 +476,13 @@ def test_dpo_prompt_survives_the_shorter_sequences_the_tools_try(tmp_path, capsy
     assert main(["estimate", *base, "--gpu", "rtx-4090"]) == 0
     assert main(["plot", *base, "--gpu", "rtx-4090", "--kind", "seq-curve", "-o", str(tmp_path / "c.png")]) == 0
     assert main(["page", *base, "-o", str(tmp_path / "p.html")]) == 0
+
+
+def test_plan_states_the_time_assumptions_of_every_row(capsys):
+    """plan ranks offload rows by tokens/s too; their time rests on PCIe and the CPU's update, which the
+    "time assumes" line must state (it used to state only the fastest row's: MFU and HBM)."""
+    assert main(["plan", "qwen3-8b", "--method", "full", "--gpu", "h100", "--max-gpus", "8"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "optimizer offload" in out
+    assumed = out[out.index("time assumes:"):]
+    assert "PCIe Gen5 x16 at 64 GB/s to the CPU" in assumed and "76.8 GB/s of host memory per GPU" in assumed

@@ -473,7 +473,8 @@ def plan_text(r: PlanResult, sc, units: str, fmt: str) -> str:
     timed = next((x for x in r.ranked if x.time), None)
     if timed:
         lines += ["", "ranked by predicted tokens/s per GPU (fastest first; GPUs is the fewest that fit)",
-                  "fastest: " + why_fastest(r), "time assumes: " + "; ".join(timed.time.assumptions())]
+                  "fastest: " + why_fastest(r), "time assumes: " + "; ".join(   # every row's (offload's PCIe, CPU)
+                      dict.fromkeys(a for x in r.ranked if x.time for a in x.time.assumptions()))]
     else:
         lines += ["", f"no step times: {r.card.name} has no peak FLOP/s figure in data/gpus.toml (rows in strategy order)"]
     if not tensor_parallel_ok(r.card, r.interconnect):
