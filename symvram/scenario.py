@@ -453,8 +453,10 @@ class Scenario:
         why = None
         if self.optimizer not in ("adamw", "sgd", "sgd-momentum"):
             why = f"--optimizer {self.optimizer}"
-        elif self.zero or self.gpus > 1 or self.tp > 1:
+        elif self.gpus > 1 or self.tp > 1:
             why = "several GPUs (a gradient is reduced before its step)"
+        elif self.zero:
+            why = f"ZeRO-{self.zero} (its optimizer steps each partition after the backward)"
         elif self.master != "none":
             why = "an fp32 master copy"
         elif self.method == "full" and self.model.tied:

@@ -486,3 +486,11 @@ def test_plan_states_the_time_assumptions_of_every_row(capsys):
     assert "optimizer offload" in out
     assumed = out[out.index("time assumes:"):]
     assert "PCIe Gen5 x16 at 64 GB/s to the CPU" in assumed and "76.8 GB/s of host memory per GPU" in assumed
+
+
+def test_in_backward_refusal_names_zero_not_several_gpus(capsys):
+    """DeepSpeed's ZeRO-2 on one GPU with --optimizer-in-backward: the refusal said "several GPUs" of a one-GPU run;
+    it names what is not modelled (the ZeRO stage the stack implies), in one line."""
+    assert main(["estimate", "qwen3-8b", "--method", "full", "--stack", "deepspeed", "--optimizer-in-backward"]) == 2
+    err = capsys.readouterr().err
+    assert "several GPUs" not in err and "ZeRO-2" in err and len(err.strip().splitlines()) == 1
