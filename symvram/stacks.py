@@ -31,9 +31,10 @@ STACK_SETTINGS = ("adapter_dtype", "autocast", "optimizer", "optimizer_impl", "s
 STACK_EXTRAS = ("dtype", "master", "zero", "mp_policy", "grad_checkpointing")
 
 # what DeepSpeed ZeRO-Offload runs: its bf16 engine (the model cast to bf16, no autocast), its CPU Adam on the fp32
-# master partition (fp32 moments: DeepSpeedCPUAdam(fp32_optimizer_states=True)); diagnose's remedy, with a ZeRO stage
+# master partition (fp32 moments: DeepSpeedCPUAdam(fp32_optimizer_states=True)), stepped after the backward;
+# diagnose's remedy, with a ZeRO stage
 ZERO_OFFLOAD = {"stack": "deepspeed", "offload": "optimizer", "optimizer": "adamw", "state_dtype": "fp32",
-                "master": "fp32", "dtype": "bf16", "autocast": "none"}
+                "master": "fp32", "dtype": "bf16", "autocast": "none", "optimizer_in_backward": False}
 
 
 @cache

@@ -119,7 +119,7 @@ def test_parameter_side_no_activation_remedy_can_fix():
     assert d.proposals[0].key == "precision"
     for r in d.proposals:
         if r.before.blocks["base"] + r.before.blocks["trainable"] > d.budget:
-            assert r.tier in ("precision", "offload", "method"), r.key
+            assert r.tier in ("precision", "method"), r.key
     assert "checkpointing" not in [r.key for r in d.proposals][:2]
     assert d.cards is not None and d.cards.gpus > 1 and d.changes_method    # keeping full: more cards
 
@@ -284,6 +284,10 @@ def test_zero_offload_as_edits_to_a_trainer_file(capsys):
     assert ('ds_offload.json: {"bf16": {"enabled": true}, "zero_optimization": {"stage": 2, "offload_optimizer": '
             '{"device": "cpu"}}}') in out
     assert "--stack deepspeed" not in out and "--optimizer-impl" not in out
+    # the optimizer in backward came first (no time price) and fell short: ZeRO-Offload steps after the backward
+    flat = " ".join(out.split())
+    assert flat.index("optimizer in backward (") < flat.index("the optimizer on the CPU")
+    assert "one step after the backward instead of the optimizer in backward" in flat
 
 
 def test_a_method_change_after_offload_brings_the_optimizer_back():

@@ -13,8 +13,9 @@
 3. **Remedies for that moment**, cheapest first — free ones (fused AdamW, a chunked cross-entropy,
    SDPA instead of eager attention, ``max_seq_len`` from the data's P95), then gradient checkpointing,
    batch 1 with accumulation, the precision of the optimizer and of QLoRA's non-quantized weights (PEFT's k-bit
-   preparation upcasts them to fp32), the optimizer on the CPU (DeepSpeed ZeRO-Offload: its time price is the
-   PCIe traffic and the CPU's update), LoRA/QLoRA, and only then more cards (from ``plan``,
+   preparation upcasts them to fp32), the optimizer in backward, the optimizer on the CPU (DeepSpeed
+   ZeRO-Offload: the same update, its time price the PCIe traffic and the CPU's update), LoRA/QLoRA, and only
+   then more cards (from ``plan``,
    TP only over NVLink). A remedy is offered only when the part it shrinks lives at the current peak
    and, while the parameter side alone is over, only if it shrinks the parameter side. Each is
    re-estimated on top of the previous ones; the triage stops at the first that fits. Each carries its
@@ -49,7 +50,7 @@ PARTS = ("parameter", "optimizer", "loss", "activation", "backward")
 PART_NAMES = {"parameter": "parameter side (weights, gradients, optimizer states, master)",
               "optimizer": "optimizer-step temporaries", "loss": "loss (vocabulary-sized logits and gradients)",
               "activation": "saved activations", "backward": "backward temporaries (one layer, MLP gradients)"}
-TIERS = ("free", "recompute", "throughput", "precision", "offload", "method", "more cards")
+TIERS = ("free", "recompute", "throughput", "precision", "method", "more cards")
 
 
 def part_of(term: Term) -> str:
@@ -220,10 +221,10 @@ def _precision(sc: Scenario) -> dict:
 
 
 def _offloadable(sc: Scenario) -> bool:
-    """Whether the optimizer can move to the CPU: Adam(W) states (8-bit ones go back to fp32), not there yet, no
-    tensor parallelism, a 16-bit or LoRA model (QLoRA's 4-bit base under DeepSpeed is not modelled), under DeepSpeed
+    """Whether the optimizer can move to the CPU: Adam(W) states (8-bit ones go back to fp32; a step in backward goes
+    back to one after it), not there yet, no tensor parallelism, a 16-bit or LoRA model (QLoRA's 4-bit base under DeepSpeed is not modelled), under DeepSpeed
     or under plain data parallelism (FSDP2's CPUOffloadPolicy moves the parameters too)."""
-    return (sc.offload == "none" and sc.tp == 1 and not sc.optimizer_in_backward and sc.method != "qlora"
+    return (sc.offload == "none" and sc.tp == 1 and sc.method != "qlora"
             and sc.optimizer in ("adamw", *BNB_OPTIMIZERS)
             and (sc.zero == 0 or stacks()[sc.stack].get("zero_impl") == "deepspeed"))
 
@@ -285,17 +286,6 @@ def _candidates(sc: Scenario, p95_seq: int | None) -> list[_Candidate]:
                               "bitsandbytes 8-bit AdamW (AdamW8bit, a fused kernel): a small accuracy risk"
                               + ("; without the master, bf16 rounds away updates below ≈ 2^-8 of a weight"
                                  if "master" in precision else "")))
-    if _offloadable(sc):
-        out.append(_Candidate("offload", "the optimizer on the CPU (DeepSpeed ZeRO-Offload: zero_optimization "
-                              f"stage {sc.zero or 2}, offload_optimizer device cpu, DeepSpeed's CPU Adam)", "offload",
-                              ("parameter", "optimizer"), {**ZERO_OFFLOAD, "zero": sc.zero or 2},
-                              "the fp32 master, gradients and Adam moments live in CPU memory: every step sends the "
-                              "gradients over PCIe and takes the weights back, and the CPU updates them (the time "
-                              "price; modelled, not measured)"
-                              + ("; DeepSpeed's bf16 engine instead of the current stack" if sc.stack != "deepspeed"
-                                 else "")
-                              + ("; fp32 moments instead of the 8-bit ones above (DeepSpeed's CPU Adam takes no "
-                                 "bitsandbytes states)" if sc.state_dtype == "int8" else "")))
     if not sc.optimizer_in_backward and sc.optimizer in ("adamw", "sgd", "sgd-momentum") and sc.gpus == 1:
         out.append(_Candidate("in_backward", "optimizer in backward (one optimizer per parameter, stepped by its "
                               "post-accumulate-grad hook)", "method", ("parameter", "optimizer"),
@@ -304,6 +294,19 @@ def _candidates(sc: Scenario, p95_seq: int | None) -> list[_Candidate]:
                               "the global gradient norm: each parameter is stepped alone as its gradient is made "
                               "(torch's register_post_accumulate_grad_hook recipe; torchtune optimizer_in_bwd: True); "
                               "no extra FLOPs"))
+    if _offloadable(sc):
+        out.append(_Candidate("offload", "the optimizer on the CPU (DeepSpeed ZeRO-Offload: zero_optimization "
+                              f"stage {sc.zero or 2}, offload_optimizer device cpu, DeepSpeed's CPU Adam)", "method",
+                              ("parameter", "optimizer"), {**ZERO_OFFLOAD, "zero": sc.zero or 2},
+                              "the fp32 master, gradients and Adam moments live in CPU memory: every step sends the "
+                              "gradients over PCIe and takes the weights back, and the CPU updates them (the time "
+                              "price; modelled, not measured)"
+                              + ("; DeepSpeed's bf16 engine instead of the current stack" if sc.stack != "deepspeed"
+                                 else "")
+                              + ("; fp32 moments instead of the 8-bit ones above (DeepSpeed's CPU Adam takes no "
+                                 "bitsandbytes states)" if sc.state_dtype == "int8" else "")
+                              + ("; one step after the backward instead of the optimizer in backward (the "
+                                 "accumulation and clipping come back)" if sc.optimizer_in_backward else "")))
     if sc.dora:
         out.append(_Candidate("no_dora", "plain LoRA instead of DoRA", "method", ("parameter", "activation", "backward"),
                               {"dora": False}, "no magnitude vector: a different fine-tune; DoRA's per-forward weight "
