@@ -494,3 +494,17 @@ def test_in_backward_refusal_names_zero_not_several_gpus(capsys):
     assert main(["estimate", "qwen3-8b", "--method", "full", "--stack", "deepspeed", "--optimizer-in-backward"]) == 2
     err = capsys.readouterr().err
     assert "several GPUs" not in err and "ZeRO-2" in err and len(err.strip().splitlines()) == 1
+
+
+def test_the_settings_table_shows_the_objective_a_file_sets(tmp_path, capsys):
+    """axolotl `rl: dpo` makes a DPO run: the table of what was read shows the objective and where it came from (the
+    header said "objective dpo" while the table had no such row), and the loss TRL's trainers force is not called a
+    "symvram default"."""
+    f = _write(tmp_path, "rl.yml", "base_model: Qwen/Qwen3-8B\nadapter: qlora\nload_in_4bit: true\nrl: dpo\n"
+                                   "micro_batch_size: 1\nsequence_len: 2048\n")
+    assert main(["estimate", "--from", f]) == 0
+    rows = {line.split()[0]: line for line in capsys.readouterr().out.splitlines() if line.strip()}
+    assert rows["objective"].split()[1] == "dpo" and rows["objective"].endswith("rl.yml:rl")
+    assert "symvram default" not in rows["loss_impl"] and "TRL's fused LM head" in rows["loss_impl"]
+    assert main(["estimate", "qwen3-8b", "--from", "examples/configs/llamafactory-lora.yaml"]) == 0
+    assert "\nobjective " not in capsys.readouterr().out    # SFT files keep the table as it was
