@@ -109,6 +109,7 @@ class Role(str, Enum):
     NETWORK_TRAFFIC = "network traffic"                # bytes a step moves between GPUs
     HOST_TRAFFIC = "host traffic"                      # … between GPU and CPU (offload)
     HBM_TRAFFIC = "HBM traffic"                        # … through GPU memory beyond the matmuls
+    CPU_TRAFFIC = "CPU memory traffic"                 # … through host memory (the offloaded optimizer's update)
 
 
 @dataclass(frozen=True)
@@ -201,6 +202,7 @@ ROLES: dict[Role, RoleInfo] = {
     Role.NETWORK_TRAFFIC: RoleInfo("network", tp=None),
     Role.HOST_TRAFFIC: RoleInfo("host", tp=None),
     Role.HBM_TRAFFIC: RoleInfo("hbm", tp=None),
+    Role.CPU_TRAFFIC: RoleInfo("cpu", tp=None),
 }
 # the persistent parameter side, optimizer states and gradients: the first groups of every moment, in this order
 PARAMETERS = (Role.WEIGHT, Role.BUFFER, Role.ADAPTER, Role.TRAINABLE_COPY, Role.MASTER)
