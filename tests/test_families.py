@@ -48,6 +48,10 @@ TINY = {
                  "first_k_dense_replace": 1, "q_lora_rank": 40, "kv_lora_rank": 32, "num_key_value_heads": 4,
                  "qk_nope_head_dim": 12, "qk_rope_head_dim": 8, "v_head_dim": 20, "pad_token_id": 0,
                  "bos_token_id": 1, "eos_token_id": 2},
+    "llama4_text": {"num_hidden_layers": 4, "no_rope_layers": [1, 1, 0, 0], "interleave_moe_layer_step": 2,  # each
+                    "intermediate_size": 40, "intermediate_size_mlp": 176, "num_local_experts": 5,  # kind once: dense
+                    "num_experts_per_tok": 2, "attention_chunk_size": 16, "pad_token_id": 0,   # RoPE, MoE RoPE, dense
+                    "bos_token_id": 1, "eos_token_id": 2},                                    # NoPE, MoE NoPE
     "qwen3_5_text": {"num_hidden_layers": 4, "linear_num_key_heads": 2, "linear_num_value_heads": 4,   # 3 DeltaNet
                      "linear_key_head_dim": 12, "linear_value_head_dim": 20, "linear_conv_kernel_dim": 3,  # + 1 full
                      "pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 2},
@@ -71,7 +75,7 @@ def expected_layer_shapes(spec, kind: str = "") -> list[tuple[int, ...]]:
     n = lambda e: int(sp.sympify(e).xreplace(vals))  # noqa: E731
     shapes = [(n(m.d_out), n(m.d_in)) for m in fam.linears]
     shapes += [(n(m.d_out),) for m in fam.linears if m.bias in spec.options]
-    shapes += [(n(x.width),) for x in fam.active_norms(spec.options)]
+    shapes += [(n(x.width),) for x in fam.weighted_norms(spec.options)]
     for m in fam.moe_weights:  # a bias or per-head vector has d_in 1; gpt-oss stores its experts (E, d_in, d_out)
         matrix = (n(m.d_in), n(m.d_out)) if m.transposed else (n(m.d_out), n(m.d_in))
         shapes.append(((n(m.count),) if n(m.count) > 1 else ()) + tuple(d for d in matrix if n(m.d_in) != 1 or d != 1))
@@ -237,6 +241,9 @@ MEASURED = [
     ("glm4_moe_lite", dict(method="lora", rank=8)),
     ("mistral4", dict(method="full")),                        # a 16-bit softmax router, the query's position scale
     ("mistral4", dict(method="lora", rank=8)),                # the shared experts' gate/up/down are LoRA targets
+    ("llama4_text", dict(method="full")),                     # dense-bmm experts (E·T rows), L2 q/k norms, chunk mask
+    ("llama4_text", dict(method="lora", rank=8)),             # the shared expert's and dense MLPs' linears
+    ("llama4_text", dict(method="lora", rank=8, targets="attention", grad_checkpointing=True)),  # per-sample chunk mask
 ]
 
 
@@ -246,7 +253,7 @@ def test_estimate_equals_the_measured_peak(model_type, settings):
     from symvram.validate.measure import measure
     from symvram.validate.spec import from_scenario
 
-    cfg = {**tiny_config(model_type), "num_hidden_layers": 4 if model_type == "smollm3" else 2}
+    cfg = {**tiny_config(model_type), "num_hidden_layers": 4 if model_type in ("smollm3", "llama4_text") else 2}
     if model_type == "glm4_moe_lite":
         cfg["mlp_layer_types"] = ["dense", "sparse"]
     if model_type in ("gemma3_text", "olmo3", "gpt_oss"):  # one sliding (window 16 < seq) and one full layer
@@ -260,6 +267,24 @@ def test_estimate_equals_the_measured_peak(model_type, settings):
     measured = measure({**from_scenario(sc), "steps": 2})
     # within 8 bytes: the 0-d fp32 loss and its gradient seed are not ledger terms
     assert 0 <= measured["peak_bytes"] - evaluate(sc).peak <= 8
+
+
+@pytest.mark.parametrize("model_type, settings", [("olmo3", dict(method="full")),
+                                                   ("gemma3_text", dict(method="lora", rank=8, grad_checkpointing=True))])
+def test_a_sequence_as_long_as_the_window_is_masked(model_type, settings):
+    """transformers builds the sliding-window mask once kv_length ≥ the window (masking_utils.py:286), so at seq = w
+    SDPA already gets a mask and repeated k, v: measured at seq = w = 32."""
+    pytest.importorskip("peft")
+    from symvram.validate.measure import measure
+    from symvram.validate.spec import from_scenario
+
+    cfg = {**tiny_config(model_type), "num_hidden_layers": 2, "layer_types": ["sliding_attention", "full_attention"],
+           "sliding_window": 32}
+    trainable = "fp32" if settings["method"] == "lora" else "bf16"
+    sc = Scenario.create(spec_from_config(cfg, "tiny", "config", "test"), stack="torch", batch=2, seq=32, device="cpu",
+                         adapter_dtype=trainable if settings["method"] == "lora" else None, state_dtype=trainable,
+                         **settings)
+    assert 0 <= measure({**from_scenario(sc), "steps": 2})["peak_bytes"] - evaluate(sc).peak <= 8
 
 
 def test_latent_attention_with_unequal_head_widths_measures_the_cpu_math_path():
