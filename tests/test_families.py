@@ -163,6 +163,37 @@ def test_layer_kinds_count_as_transformers_builds_them(preset, published_billion
         assert int(fam.kind(kind).params_per_layer(spec.options).xreplace(vals)) == layer, (i, kind)
 
 
+@pytest.mark.parametrize("preset, total_billions", [("llama-4-scout-17b-16e", 108), ("llama-4-maverick-17b-128e", 401)])
+def test_llama4_counts_as_transformers_builds_it(preset, total_billions):
+    """Llama 4's language model as AutoModelForCausalLM builds it from the multimodal config (Llama4ForCausalLM of its
+    text_config): P equals the meta model's and, with the vision tower Llama4ForConditionalGeneration adds, its size
+    (HF: 108B Scout, 401B Maverick); each token runs 17B of them (the model cards' "17B active": P less the E − k
+    experts it skips in each MoE layer)."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    spec = load_model(preset)
+    outer = transformers.Llama4Config(text_config=spec.config())
+    with torch.device("meta"):
+        text = transformers.AutoModelForCausalLM.from_config(outer)
+        whole = transformers.AutoModelForImageTextToText.from_config(outer)
+    P = evaluate(Scenario.create(spec, method="full")).derived["P"]
+    assert type(text).__name__ == "Llama4ForCausalLM" and P == sum(p.numel() for p in text.parameters())
+    assert round(sum(p.numel() for p in whole.parameters()) / 1e9) == total_billions
+    d = spec.dims
+    moe_layers = d["layers"] - d["dense_layers"] - d["dense_nope_layers"]
+    skipped = moe_layers * (d["experts"] - d["experts_per_token"]) * 3 * d["hidden"] * d["moe_intermediate"]
+    assert round((P - skipped) / 1e9) == 17
+
+
+def test_llama4_multimodal_config_reads_its_text_config():
+    """The published config.json: model_type llama4, the decoder under text_config (model_type llama4_text)."""
+    text = {k: v for k, v in load_model("llama-4-scout-17b-16e").config().items()}
+    spec = spec_from_config({"model_type": "llama4", "text_config": text, "vision_config": {"hidden_size": 1408}},
+                            "scout", "config", "test")
+    assert spec.family == "llama4_text" and spec.tower is None
+    assert evaluate(Scenario.create(spec, method="full")).derived["P"] == 107_769_861_120   # the meta model's
+
+
 def test_extends_restates_only_what_differs():
     """qwen3 is llama plus two per-head norms: the same linears, dims and targets."""
     llama, qwen3 = family("llama"), family("qwen3")
@@ -316,7 +347,7 @@ def test_the_docs_show_the_whole_qwen3_entry():
 ONE_PER_FAMILY = ["llama-3.2-1b", "mistral-7b", "qwen2.5-0.5b", "qwen3-0.6b", "gemma-2-2b", "gemma-3-1b", "phi-3-mini",
                   "olmo-2-7b", "mixtral-8x7b", "qwen3-30b-a3b", "smollm3-3b", "olmo-3-7b", "qwen1.5-moe-a2.7b",
                   "ministral-3-3b", "gpt-oss-20b", "glm-4.5-air", "deepseek-v3",
-                  "glm-4.7-flash", "mistral-small-4", "qwen3.5-27b"]
+                  "glm-4.7-flash", "mistral-small-4", "qwen3.5-27b", "llama-4-maverick-17b-128e"]
 
 
 def test_one_preset_per_family():
