@@ -571,6 +571,36 @@ def _dense_experts(s_: Structure, input_grad: bool) -> dict[str, tuple[sp.Expr, 
     return out
 
 
+def _experts_forward_temp(s_: Structure) -> sp.Expr:
+    """The last layer's dense experts at their down bmm (Llama4TextExperts.forward, modeling_llama4.py:76; Llama4TextMoe,
+    :160-168), beyond what the layer has saved by then: its output (E·T rows of h), the router's (T, E) logits (a
+    local of the block until it returns) and, where the experts are frozen and save neither, the scaled tokens
+    (``routed_in``, a local too) and the SiLU·up product — net of what the shared expert saves after them (its
+    three d_S-wide tensors, the down projection's input, its LoRA targets' copies of their inputs, r-wide outputs and
+    autocast casts). Traced on tiny configs (E up to 64 with T = 128)."""
+    fam = s_.arch
+    _, _, _, experts_train = _moe_parts(s_)
+    rows = E * T
+    held = (b_c * rows * h + 2 * b_c * T * E + (0 if experts_train else b_c * rows * h + b_c * rows * f_e)
+            + 2 * residual_bytes(s_) * T * h + (b_c * T * h if s_.lora else 0)   # the layer's input and residual;
+            + b_mask * b * past_window(s_) * seq**2 * at_least(fam.dim("sliding_layers"), 1))   # the MoE input, the mask
+    shared = [m for m in fam.linears if m.input_group in ("mlp_in", "mlp_act")]
+    d_s = next(m.d_in for m in shared if m.input_group == "mlp_act")
+    after = 3 * b_c * T * d_s
+    if not s_.lora:
+        return held - after - b_c * T * d_s
+    targets = [m for m in shared if m.name in s_.targets]
+    for group, width in (("mlp_in", h), ("mlp_act", d_s)):
+        n = sum(1 for m in targets if m.input_group == group)
+        if n and (s_.dropout or s_.adapter_upcast or s_.autocast):   # a copy per target (else the input itself)
+            kept, mask = lora_input_bytes(s_, n, width, False, False, True)
+            after += kept + mask
+    after += len(targets) * (matmul_bytes(s_) if s_.autocast else compute_adapter_bytes(s_)) * T * r
+    if s_.autocast and s_.adapter_upcast:
+        after += matmul_bytes(s_) * r * sp.Add(*(m.d_in + m.d_out for m in targets))
+    return held - after
+
+
 def _shared_expert(s_: Structure) -> dict[str, tuple[sp.Expr, str, str, str]]:
     """What a shared expert saves beside the routed ones (Qwen2-MoE): its SwiGLU MLP's three d_S-wide tensors, and
     for sigmoid(shared_expert_gate(x)) · shared output the gate's sigmoid and the MLP's output; an ungated one
@@ -1053,6 +1083,11 @@ def transient_terms(s_: Structure) -> list[Term]:
                           "peft tuners/lora/dora.py DoraLinearLayer.forward, get_weight_norm",
                           lifetime=(Phase.LAST_LAYER_RECOMPUTE, Phase.FIRST_LAYER_RECOMPUTE) if s_.grad_checkpointing
                           else (Phase.FORWARD,)))
+    if s_.arch.extra("experts_dense") and not s_.grad_checkpointing:
+        terms.append(Term("experts_forward", Role.EXPERTS_TEMPORARY, _experts_forward_temp(s_),
+                          r"M_{\mathrm{exp,fwd}}", "the last layer's dense experts at their down bmm: its E·T-row output, "
+                          "the router logits and (frozen experts) the scaled tokens and the SiLU·up product, net of "
+                          "the shared expert's saved tensors made after them", LLAMA4))
     terms += layer_working_sets(s_) + _recompute_lora_output(s_)
     one_layer = per_layer_bytes(s_) if s_.grad_checkpointing else _layer_bytes(s_.first_layer)
     if s_.checkpoint_every > 1:   # the last layer is recomputed only when it is one of 0, k, 2k …
