@@ -155,8 +155,9 @@ def _layer_of(s_: Structure, first: bool) -> dict[str, tuple[sp.Expr, str, str, 
     if saving:
         out["act_norms"] = (sp.Add(*(norm_saved(s_, n.rows, n.width) for n in saving)), r"A_{\mathrm{norm}}",
                             NORM_WHY[fam.norm], TRANSFORMERS)
-        if not s_.lora:
-            out["act_norm_weight_input"] = (sp.Add(*(norm_weight_input(s_) * T * n.rows * n.width for n in saving)),
+        if not s_.lora and any(n.weight for n in saving):
+            out["act_norm_weight_input"] = (sp.Add(*(norm_weight_input(s_) * T * n.rows * n.width for n in saving
+                                                     if n.weight)),
                                             r"A_{\mathrm{norm},w}",
                                             "a trainable norm weight also keeps the normalized "
                                             + ("16-bit" if fam.norm == "rms" else "fp32") + " tensor", TRANSFORMERS)
@@ -195,10 +196,14 @@ def _layer_of(s_: Structure, first: bool) -> dict[str, tuple[sp.Expr, str, str, 
                                   "half of q_proj's output (kept by it and by the product) and attention's output in "
                                   "(b, s, n_h·d_head), a copy the product keeps", fam.source)
     if attn_grad and fam.extra("query_position_scale"):
-        out["act_query_scale"] = (b_c * seq, r"A_{\mathrm{qscale}}", "the queries' position-dependent scale "
-                                  "(1, 1, s, 1), cast to their dtype in each layer, kept by the product for backward",
-                                  fam.source)
-    if mlp_grad and fam.moe:
+        fp32 = fam.extra("query_position_scale") == "fp32"   # Llama 4 multiplies by the fp32 scale itself
+        out["act_query_scale"] = ((b_32 if fp32 else b_c) * seq, r"A_{\mathrm{qscale}}", "the queries' "
+                                  "position-dependent scale (1, 1, s, 1), " + ("in fp32" if fp32 else "cast to their "
+                                  "dtype") + " in each layer, kept by the product for backward", fam.source)
+    if mlp_grad and fam.moe and fam.extra("experts_dense"):
+        out.update(_dense_experts(s_, lat["mlp_in"]))
+        out.update(_shared_expert(s_))
+    elif mlp_grad and fam.moe:
         out.update(_moe_layer(s_))
         if fam.extra("shared_expert"):
             out.update(_shared_expert(s_))
@@ -538,6 +543,64 @@ def _moe_layer(s_: Structure) -> dict[str, tuple[sp.Expr, str, str, str]]:
     return out
 
 
+LLAMA4 = "transformers models/llama4/modeling_llama4.py"
+
+
+def _dense_experts(s_: Structure, input_grad: bool) -> dict[str, tuple[sp.Expr, str, str, str]]:
+    """What Llama 4's MoE block saves (Llama4TextMoe.forward, modeling_llama4.py:159-169; Llama4Router, :139-145;
+    Llama4TextExperts, :66-79): the router's fp32 sigmoid over the (T, E) scattered top-k logits and the int64 top-k
+    indices; every token repeated E times (kept by the product with the scores, for the scores' gradient) and the
+    scores' (E·T, 1) copy; through the bmm over all E experts the gate_up output (2·d_E) and the SiLU output (d_E)
+    per token-expert row, E·T rows whatever the top-k or the routing. Trainable experts also keep the scaled tokens
+    and the SiLU·up product for their weight gradients. ``input_grad``: the block's input needs a gradient (else, in
+    a LoRA model's first layer, the routed path keeps nothing)."""
+    _, _, _, experts_train = _moe_parts(s_)
+    rows = E * T
+    if not (input_grad or experts_train):
+        return {}
+    out = {"act_moe_router": (b_32 * T * E + b_id * T * k_e, r"A_{\mathrm{route}}", "the router's fp32 sigmoid over "
+                              "the scattered top-k logits of all E experts and the int64 top-k indices", LLAMA4),
+           "act_moe_experts": (b_c * rows * h + b_c * rows + 3 * b_c * rows * f_e, r"A_{\mathrm{exp}}",
+                               "every token repeated for each of the E experts and the scores' (E·T, 1) copy, kept by "
+                               "their product; the bmm's gate_up output (2·d_E) and SiLU output (d_E) per "
+                               "token-expert row (E·T rows: the experts run densely)", LLAMA4)}
+    if experts_train:
+        out["act_moe_expert_inputs"] = (b_c * rows * h + b_c * rows * f_e, r"A_{\mathrm{exp,in}}", "the scaled "
+                                        "tokens and the SiLU·up product, kept for the expert weights' gradients",
+                                        LLAMA4)
+    return out
+
+
+def _experts_forward_temp(s_: Structure) -> sp.Expr:
+    """The last layer's dense experts at their down bmm (Llama4TextExperts.forward, modeling_llama4.py:76; Llama4TextMoe,
+    :160-168), beyond what the layer has saved by then: its output (E·T rows of h), the router's (T, E) logits (a
+    local of the block until it returns) and, where the experts are frozen and save neither, the scaled tokens
+    (``routed_in``, a local too) and the SiLU·up product — net of what the shared expert saves after them (its
+    three d_S-wide tensors, the down projection's input, its LoRA targets' copies of their inputs, r-wide outputs and
+    autocast casts). Traced on tiny configs (E up to 64 with T = 128)."""
+    fam = s_.arch
+    _, _, _, experts_train = _moe_parts(s_)
+    rows = E * T
+    held = (b_c * rows * h + 2 * b_c * T * E + (0 if experts_train else b_c * rows * h + b_c * rows * f_e)
+            + 2 * residual_bytes(s_) * T * h + (b_c * T * h if s_.lora else 0)   # the layer's input and residual;
+            + b_mask * b * past_window(s_) * seq**2 * at_least(fam.dim("sliding_layers"), 1))   # the MoE input, the mask
+    shared = [m for m in fam.linears if m.input_group in ("mlp_in", "mlp_act")]
+    d_s = next(m.d_in for m in shared if m.input_group == "mlp_act")
+    after = 3 * b_c * T * d_s
+    if not s_.lora:
+        return held - after - b_c * T * d_s
+    targets = [m for m in shared if m.name in s_.targets]
+    for group, width in (("mlp_in", h), ("mlp_act", d_s)):
+        n = sum(1 for m in targets if m.input_group == group)
+        if n and (s_.dropout or s_.adapter_upcast or s_.autocast):   # a copy per target (else the input itself)
+            kept, mask = lora_input_bytes(s_, n, width, False, False, True)
+            after += kept + mask
+    after += len(targets) * (matmul_bytes(s_) if s_.autocast else compute_adapter_bytes(s_)) * T * r
+    if s_.autocast and s_.adapter_upcast:
+        after += matmul_bytes(s_) * r * sp.Add(*(m.d_in + m.d_out for m in targets))
+    return held - after
+
+
 def _shared_expert(s_: Structure) -> dict[str, tuple[sp.Expr, str, str, str]]:
     """What a shared expert saves beside the routed ones (Qwen2-MoE): its SwiGLU MLP's three d_S-wide tensors, and
     for sigmoid(shared_expert_gate(x)) · shared output the gate's sigmoid and the MLP's output; an ungated one
@@ -598,8 +661,9 @@ def _output_projection_done(s_: Structure) -> tuple[sp.Expr, sp.Expr]:
 
 
 def past_window(s_: Structure) -> sp.Expr:
-    """1 once the sequence is longer than the sliding window, else 0 (s and w are integers)."""
-    return at_least(seq, s_.arch.dim("window") + 1)
+    """1 once the sequence is as long as the sliding window (or Llama 4's attention chunk), else 0: from there
+    transformers materializes the mask (masking_utils.py:286: kv_length >= local_attention_size)."""
+    return at_least(seq, s_.arch.dim("window"))
 
 
 def sliding_extra(s_: Structure) -> sp.Expr:
@@ -701,7 +765,10 @@ def saved_terms(s_: Structure) -> list[Term]:
                                  if s_.lead_kinds else ""), "autograd saves only what a required gradient needs"))
     if sliding_extra(s_) != 0:
         if s_.grad_checkpointing:
-            terms.append(Term("act_sliding_mask", Role.SAVED_ACTIVATION, b_mask * past_window(s_) * seq**2,
+            # a sliding-window mask is one (s, s) block broadcast over the batch; Llama 4's chunked mask is built per
+            # sample (its left-padding offsets, masking_utils.py:102-109): b blocks
+            rows = b if fam.extra("chunked_attention") else 1
+            terms.append(Term("act_sliding_mask", Role.SAVED_ACTIVATION, b_mask * past_window(s_) * rows * seq**2,
                               r"A_{\mathrm{win}}", "the shared boolean sliding-window mask, a checkpoint input",
                               fam.source))
         else:
@@ -1044,6 +1111,11 @@ def transient_terms(s_: Structure) -> list[Term]:
                           "peft tuners/lora/dora.py DoraLinearLayer.forward, get_weight_norm",
                           lifetime=(Phase.LAST_LAYER_RECOMPUTE, Phase.FIRST_LAYER_RECOMPUTE) if s_.grad_checkpointing
                           else (Phase.FORWARD,)))
+    if s_.arch.extra("experts_dense") and not s_.grad_checkpointing:
+        terms.append(Term("experts_forward", Role.EXPERTS_TEMPORARY, _experts_forward_temp(s_),
+                          r"M_{\mathrm{exp,fwd}}", "the last layer's dense experts at their down bmm: its E·T-row output, "
+                          "the router logits and (frozen experts) the scaled tokens and the SiLU·up product, net of "
+                          "the shared expert's saved tensors made after them", LLAMA4))
     terms += layer_working_sets(s_) + _recompute_lora_output(s_)
     one_layer = per_layer_bytes(s_) if s_.grad_checkpointing else _layer_bytes(s_.first_layer)
     if s_.checkpoint_every > 1:   # the last layer is recomputed only when it is one of 0, k, 2k …
