@@ -199,7 +199,11 @@ def _layer_of(s_: Structure, first: bool) -> dict[str, tuple[sp.Expr, str, str, 
                                   "(1, 1, s, 1), cast to their dtype in each layer, kept by the product for backward",
                                   fam.source)
     if mlp_grad and fam.moe:
-        out.update(_moe_layer(s_))
+        # the routed block saves nothing when neither its input nor its weights need a gradient (LoRA on the shared
+        # expert alone, in a layer whose input is the frozen embedding's): the shared expert still saves
+        router, _, _, experts_train = _moe_parts(s_)
+        if resid_grad or experts_train or router.name in targets:
+            out.update(_moe_layer(s_))
         if fam.extra("shared_expert"):
             out.update(_shared_expert(s_))
     elif mlp_grad:
