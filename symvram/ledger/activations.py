@@ -204,7 +204,11 @@ def _layer_of(s_: Structure, first: bool) -> dict[str, tuple[sp.Expr, str, str, 
         out.update(_dense_experts(s_, lat["mlp_in"]))
         out.update(_shared_expert(s_))
     elif mlp_grad and fam.moe:
-        out.update(_moe_layer(s_))
+        # the routed block saves nothing when neither its input nor its weights need a gradient (LoRA on the shared
+        # expert alone, in a layer whose input is the frozen embedding's): the shared expert still saves
+        router, _, _, experts_train = _moe_parts(s_)
+        if resid_grad or experts_train or router.name in targets:
+            out.update(_moe_layer(s_))
         if fam.extra("shared_expert"):
             out.update(_shared_expert(s_))
     elif mlp_grad:
@@ -748,13 +752,14 @@ def saved_terms(s_: Structure) -> list[Term]:
                 terms.append(Term(key, Role.SAVED_ACTIVATION, (L - n_c) * expr, f"(L - L_c) \\cdot {label}",
                                   why + " (the layers not checkpointed)", source))
     else:
-        general: dict[str, tuple] = {}   # key -> (Σ over the layer kinds of layers · bytes, label, why, source)
+        general: dict[str, tuple] = {}   # key -> ({one layer's bytes: layers of the kinds saving them}, label, why, source)
         for n, kind in s_.layer_kinds:
             for key, (expr, label, why, source) in _layer(kind, first=False).items():
-                total = general[key][0] + n * expr if key in general else n * expr
-                general[key] = (total, *(general.get(key) or (None, label, why, source))[1:])
-        for key, (expr, label, why, source) in general.items():
-            terms.append(Term(key, Role.SAVED_ACTIVATION, expr, f"L \\cdot {label}", why, source))
+                counts = general.setdefault(key, ({}, label, why, source))[0]
+                counts[expr] = counts.get(expr, 0) + n   # kinds saving alike (a hybrid's MoE blocks) count together
+        for key, (counts, label, why, source) in general.items():
+            terms.append(Term(key, Role.SAVED_ACTIVATION, sp.Add(*(n * e for e, n in counts.items())),
+                              f"L \\cdot {label}", why, source))
         later, first = _layer(s_.first_layer, first=False), _layer(s_.first_layer, first=True)
         correction = sp.Add(*(first.get(k, (0,))[0] - later[k][0] for k in later))
         correction -= sp.Add(*(e for k in s_.lead_kinds for e, *_ in _layer(s_.layer(k), first=False).values()))
