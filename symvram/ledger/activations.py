@@ -555,6 +555,11 @@ def _shared_expert(s_: Structure) -> dict[str, tuple[sp.Expr, str, str, str]]:
 
 def _layer_backward_temp(s_: Structure) -> tuple[sp.Expr, str, str]:
     """The temporaries of the last layer's MLP backward, net of what that backward has freed already."""
+    if not s_.arch.moe and s_.method == "full":   # the down projection's saved input is freed with its backward
+        return (2 * b_c * T * f + b_c * T * h + b_g * h * f, "inside a layer's MLP backward: the gradients of the "
+                "SiLU output and the up output (d_ff wide), the incoming hidden gradient and the down projection's "
+                "weight gradient, net of that projection's input, freed once its backward has run",
+                "autograd of LlamaMLP")
     if not s_.arch.moe:
         return (3 * b_c * T * f + b_c * T * h, "inside a layer's MLP backward: the gradients of the down input, the "
                 "SiLU output and the up output (d_ff wide) and the incoming hidden gradient", "autograd of LlamaMLP")
@@ -617,7 +622,7 @@ def per_layer_bytes(s_: Structure) -> sp.Expr:
 ACTIVATION_FIELDS = ("method", "family", "first_kind", "lead_kinds", "options", "tied", "targets", "adapter_upcast", "attention", "autocast",
                      "compute_fp32", "device", "dora", "dropout", "grad_checkpointing", "head_targets",
                      "optimizer_in_backward", "checkpoint_every",
-                     "kbit_prepared", "loss_impl", "modules_to_save", "weight_casts", "fsdp_mixed_precision", "bnb_input_saved",
+                     "kbit_prepared", "loss_impl", "modules_to_save", "score_head", "weight_casts", "fsdp_mixed_precision", "bnb_input_saved",
                      "shift_logits_copy", "forward_logits_upcast", "tower", "objective")
 
 
@@ -692,9 +697,9 @@ def saved_terms(s_: Structure) -> list[Term]:
     if not s_.lora:
         head += (norm_weight_input(s_) + (b_c if s_.weight_casts else compute_weight_bytes(s_))) * T * h
         why += "; trainable norm and lm_head keep the normalized and the normed tensor"
-    elif "lm_head" in s_.modules_to_save:
+    elif "lm_head" in s_.modules_to_save or "score" in s_.modules_to_save:
         head += matmul_bytes(s_) * T * h
-        why += "; the trainable lm_head copy keeps its input for its weight gradient"
+        why += f"; the trainable {'score' if s_.score_head else 'lm_head'} copy keeps its input for its weight gradient"
     terms.append(Term("act_final_norm", Role.SAVED_ACTIVATION, head, r"A_{\mathrm{head}}", why, TRANSFORMERS,
                       lifetime=span(Phase.LOSS, head_end)))
     if "lm_head" in s_.head_targets:
@@ -762,7 +767,7 @@ def _first_layer_params(s_: Structure) -> sp.Expr:
         return layer_lora_params(s_) + embed
     if s_.lora:
         return kind_adapter_params(first.arch, first.targets, s_.dora) + embed
-    return first.arch.params_per_layer(s_.options) + (0 if s_.tied else V * h)
+    return first.arch.params_per_layer(s_.options) + (0 if s_.tied and not s_.score_head else V * h)
 
 
 def liger_chunk(s_: Structure) -> sp.Expr:
@@ -949,7 +954,7 @@ def _gradients_so_far(s_: Structure) -> list[Term]:
                       per_trainable(s_, b_g, saved_copy_bytes(s_)) - b_g * _first_layer_params(s_) - embed_copy,
                       r"M_{\mathrm{grad},>0}", "gradients already accumulated when backward reaches the first layer "
                       "(all but the first layer's and the embedding's)", "autograd order"))
-    if s_.tied and not s_.lora:
+    if s_.tied and not s_.lora and not s_.score_head:
         terms.append(Term("tied_grad_sum", Role.BACKWARD_TEMPORARY, 2 * b_g * V * h, r"M_{\mathrm{tied}'}",
                           "tied embeddings: lm_head's gradient and the embedding's are summed at the end of backward, "
                           "both alive beside the sum", "autograd of a shared weight (embedding_dense_backward)",
@@ -1024,6 +1029,11 @@ def transient_terms(s_: Structure) -> list[Term]:
                           "the last layer's saved tensors, recomputed when it is checkpointed (k divides L − 1; "
                           "otherwise they are among the layers' saved tensors)", "torch.utils.checkpoint" + EVERY_N,
                           lifetime=RECOMPUTES[:2]))
+    if s_.grad_checkpointing:   # the other layers' checkpointed inputs are freed with their backward by then
+        terms.append(Term("first_checkpoint", Role.RECOMPUTED_ACTIVATION, residual_bytes(s_) * T * h,
+                          r"A_{\mathrm{ckpt},0}", "the first layer's checkpointed input (the embedding's output), "
+                          "alive until that layer's backward ends", "torch.utils.checkpoint (non-reentrant)",
+                          lifetime=RECOMPUTES[2:]))
     terms.append(Term("one_layer", Role.RECOMPUTED_ACTIVATION, one_layer + sliding_extra(s_), r"M_{\mathrm{layer}}",
                       "one layer's saved tensors (recomputed under checkpointing), alive until its backward ends",
                       "torch.utils.checkpoint / autograd",   # without checkpointing: the first layer's, still saved
