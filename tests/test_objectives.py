@@ -70,7 +70,7 @@ def test_cli_exit_2(capsys):
 
 @pytest.mark.parametrize("objective, method, checkpointing", [
     ("dpo", "lora", True), ("dpo", "lora", False), ("dpo", "full", True), ("kto", "lora", True), ("kto", "full", False),
-    ("reward", "full", True), ("reward", "full", False)])
+    ("reward", "full", True), ("reward", "full", False), ("reward", "lora", True), ("reward", "lora", False)])
 def test_estimate_is_trls_step(objective, method, checkpointing):
     """The estimate against TRL 1.16's trainer's _compute_loss, backward and AdamW step, traced (two steps)."""
     pytest.importorskip("trl", reason="TRL not installed (pip install 'symvram[trl]')")

@@ -977,18 +977,34 @@ def _recompute_lora_output(s_: Structure) -> list[Term]:
     """
     fam = s_.arch
     out = [m for m in fam.linears if m.input_group == "mlp_act"]
-    if (s_.method != "lora" or s_.dora or not s_.grad_checkpointing or fam.moe or len(out) != 1
+    if (s_.method != "lora" or s_.dora or fam.moe or len(out) != 1
             or out[0].name not in s_.targets):
         return []
     d_in, d_out = out[0].d_in, out[0].d_out
     b_res = residual_bytes(s_)
     cast = compute_adapter_bytes(s_) * T * d_in if s_.adapter_upcast else 0
+    source = "peft tuners/lora/layer.py Linear.forward (_cast_input_dtype)"
+    if not s_.grad_checkpointing:
+        return [_lora_output_forward(s_, cast + b_c * T * d_in + 3 * b_c * T * d_out + 4 * b_res * T * h, source)]
     expr = cast + b_c * T * d_in + b_c * T * d_out + b_res * T * h + 3 * b_res * T * h
     return [Term("recompute_lora_output", Role.RECOMPUTE_TEMPORARY, expr, r"M_{\mathrm{LoRA,out}}",
-                 "recomputing the last layer's down projection with LoRA: its input" + (" and that input cast to the "
-                 "adapters' dtype" if cast != 0 else "") + ", the base result, the MLP's input, and the incoming "
-                 "gradient with two hidden-sized products of the backward above",
-                 "peft tuners/lora/layer.py Linear.forward (_cast_input_dtype); torch.utils.checkpoint recompute")]
+                 "recomputing a layer's down projection with LoRA (the last layer's, then the first's): its input"
+                 + (" and that input cast to the adapters' dtype" if cast != 0 else "") + ", the base result, the "
+                 "MLP's input, and the incoming gradient with two hidden-sized products of the backward above",
+                 source + "; torch.utils.checkpoint recompute",
+                 lifetime=(Phase.LAST_LAYER_RECOMPUTE, Phase.FIRST_LAYER_RECOMPUTE))]
+
+
+def _lora_output_forward(s_: Structure, expr: sp.Expr, source: str) -> Term:
+    """Without checkpointing the same LoRA forward runs once, in the forward, with every layer's activations saved
+    and no loss yet: beside the input (and its cast), the base result, lora_B's output and its scaled copy, the
+    MLP's input, the attention's residual sum, the layer's input (the decoder loop's argument) and the embedding's
+    output (the model's ``inputs_embeds``), all hidden-sized locals the forward still holds."""
+    return Term("lora_output_forward", Role.LORA_FORWARD_TEMPORARY, expr, r"M_{\mathrm{LoRA,out}}",
+                "the last layer's down projection's LoRA forward: its input" + (" and its cast to the adapters' dtype"
+                if s_.adapter_upcast else "") + ", the base result, lora_B's output and its scaled copy, and the "
+                "MLP's input, the residual sum, the layer's input and the embedding's output the forward holds",
+                source + "; transformers LlamaModel.forward, LlamaDecoderLayer.forward")
 
 
 def transient_terms(s_: Structure) -> list[Term]:
