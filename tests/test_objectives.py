@@ -168,3 +168,20 @@ def test_lora_reward_trains_the_score_copy():
 def test_reward_bad_settings(kw, message):
     with pytest.raises(UserError, match=message):
         Scenario.create("llama-2-7b", **kw)
+
+
+def test_reward_config_is_read(tmp_path, capsys):
+    """A TRL RewardConfig names a reward-model run by its center_rewards_coefficient; LLaMA-Factory's stage: rm (a
+    value head on the causal LM, which still computes the logits) is refused with the reason, exit 2, one line."""
+    from symvram.cli import main
+    from symvram.readers.read import read_files
+
+    rc = read_files([_file(tmp_path, "r.json", '{"output_dir": "o", "max_length": 512, '
+                                               '"center_rewards_coefficient": 0.01}')])
+    assert rc.settings["objective"].value == "reward"
+    sc = Scenario.create("llama-2-7b", **rc.kwargs())
+    assert sc.structure.score_head and sc.reference == "none" and sc.seq == 512
+    lf = _file(tmp_path, "lf.yaml", "model_name_or_path: meta-llama/Llama-2-7b-hf\nstage: rm\nfinetuning_type: lora\n")
+    assert main(["estimate", "llama-2-7b", "--from", lf]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "value head" in err[0]

@@ -192,7 +192,11 @@ LLAMAFACTORY = Tool("llamafactory", "LLaMA-Factory 0.9.5", (
     Row("stage", "objective", c.objective("LLaMA-Factory", {"sft": "sft", "pt": "sft"}, {
         "dpo": "LLaMA-Factory's DPO (CustomDPOTrainer) keeps the full fp32 logits of its own concatenated_forward; "
                "symvram's --objective dpo models TRL 1.16's DPOTrainer (a fused LM head, no logits): not the same "
-               "memory, so it is refused"})),
+               "memory, so it is refused",
+        "rm": "LLaMA-Factory's reward modelling loads the causal LM with a value head (train/rm/workflow.py: "
+              "load_model(..., add_valuehead=True)), whose forward still computes the vocabulary logits; symvram's "
+              "--objective reward models TRL 1.16's RewardTrainer (a sequence-classification model, no logits): not "
+              "the same memory, so it is refused"})),
     Row("torch_compile", None, c.is_on, why="torch.compile fuses kernels and changes what is saved"),
 ), harmless=frozenset({
     "template", "dataset", "dataset_dir", "eval_dataset", "output_dir", "overwrite_output_dir", "overwrite_cache",
