@@ -88,6 +88,8 @@ def _objective_defaults(kw: dict) -> dict:
         return kw
     kw = dict(kw)
     kw.setdefault("stack", entry["stack"])
+    if "loss_impl" not in entry:   # a reward model's loss reads one score per sequence: no LM head to implement
+        return kw
     if kw.get("loss_impl", entry["loss_impl"]) != entry["loss_impl"]:
         raise UserError(f"--objective {name} runs TRL's own fused LM head (--loss-impl {entry['loss_impl']}); "
                         f"--loss-impl {kw['loss_impl']} contradicts it")
@@ -275,9 +277,20 @@ class Scenario:
     def reference(self) -> str:
         """Where a preference objective's reference log-probs come from: ``copy`` (a second model, full
         fine-tuning), ``adapters`` (the PEFT policy with its adapters disabled), ``precomputed``, or ``none`` (SFT)."""
-        if self.objective == "sft":
+        if self.objective == "sft" or self.score_head:
             return "none"
         return "precomputed" if self.precompute_ref else ("adapters" if self.lora else "copy")
+
+    @property
+    def score_head(self) -> bool:
+        """The objective trains a sequence-classification model (reward modelling: a score head, no lm_head)."""
+        return objectives()[self.objective].get("head") == "score"
+
+    @property
+    def saved_modules(self) -> tuple[str, ...]:
+        """PEFT's modules_to_save as PEFT builds them: the ones asked for, and a LoRA reward model's score head,
+        which PEFT's SEQ_CLS task adds (peft 0.21.2 peft_model.py:1830-1836)."""
+        return self.modules_to_save + (("score",) if self.score_head and self.lora else ())
 
     def with_changes(self, **kw) -> "Scenario":
         """A copy with some inputs changed, checked again. A shorter sequence that a preference objective's prompt
@@ -485,6 +498,12 @@ class Scenario:
         if isinstance(self.prompt, bool) or not isinstance(self.prompt, int) or not 0 <= self.prompt < self.seq:
             raise UserError(f"--prompt must be a whole number of tokens from 0 to seq - 1 = {self.seq - 1} (the "
                             f"completion needs at least one); got {excerpt(self.prompt)}")
+        if self.score_head and (self.prompt or self.precompute_ref):
+            raise UserError("--objective reward scores whole sequences with no reference model: --prompt and "
+                            "--precompute-ref do not apply")
+        if self.score_head and (self.method == "qlora" or "lm_head" in self.modules_to_save + self.head_targets):
+            raise UserError(f"--objective reward with {'--method qlora' if self.method == 'qlora' else 'lm_head'} "
+                            "is not modelled: a reward model has a score head and no lm_head (full and lora are)")
         if self.objective != "sft" and family(self.model.family).moe:
             raise UserError(f"--objective {self.objective} on a mixture-of-experts model is not modelled: the "
                             "reference forward's working set is derived for dense MLPs")
@@ -530,16 +549,16 @@ class Scenario:
             master=self.master == "fp32", optimizer=self.optimizer, optimizer_impl=self.optimizer_impl,
             embed_states_fp32=self.optimizer in BNB_OPTIMIZERS and runs_trainer(self.stack)
             and (not self.lora or "embed_tokens" in self.modules_to_save),
-            param_states=bool(self.modules_to_save) and self.states_follow_param,
+            param_states=bool(self.saved_modules) and self.states_follow_param,
             compute_fp32=self.compute_dtype == "fp32",
             adapter_upcast=self.lora and self.mp_policy == "none"
             and self.adapter_dtype != (self.autocast if self.autocast != "none" else self.compute_dtype),
             autocast=self.autocast != "none", weight_casts=self.autocast != "none" and self.dtype == "fp32",
             dropout=self.lora and self.lora_dropout > 0 and not objectives()[self.objective].get("disable_dropout"),
-            device=self.device, objective=self.objective, reference=self.reference,
+            device=self.device, objective=self.objective, reference=self.reference, score_head=self.score_head,
             attention=self.attention, grad_checkpointing=self.grad_checkpointing,
             double_quant=self.double_quant, kbit_prepared=self.kbit_prepared,
-            loss_impl=self.loss_impl, dora=self.lora and self.dora, modules_to_save=self.modules_to_save, zero=self.zero, offload=self.offload,
+            loss_impl=self.loss_impl, dora=self.lora and self.dora, modules_to_save=self.saved_modules, zero=self.zero, offload=self.offload,
             sequence_parallel=self.sequence_parallel, tensor_parallel=self.tp > 1,
             fsdp_mixed_precision=self.mp_policy != "none", zero_impl=stacks()[self.stack].get("zero_impl", "fsdp2"),
             bnb_input_saved=self.method == "qlora" and applies("bnb_input_saved", self.versions),

@@ -124,9 +124,10 @@ def summary(sc) -> str:
     if sc.objective != "sft":
         from .ledger.objectives import objectives
         reference = {"copy": "a second copy of the weights", "adapters": "the policy with its adapters disabled",
-                     "precomputed": "precomputed log-probs, no reference model"}[sc.reference]
+                     "precomputed": "precomputed log-probs, no reference model", "none": "none"}[sc.reference]
         parts.append(f"objective {sc.objective} ({objectives()[sc.objective]['title']}; reference: {reference}; "
-                     "the time ledger counts the SFT step, not the reference forward)")
+                     + ("the time ledger counts the SFT step with its lm_head)" if sc.score_head else
+                        "the time ledger counts the SFT step, not the reference forward)"))
     if sc.lora:
         parts.append(f"adapters {sc.adapter_dtype}")
     parts.append(f"autocast {sc.autocast}" if sc.autocast != "none" else "no autocast")
@@ -152,7 +153,7 @@ def summary(sc) -> str:
         parts.append("Gated DeltaNet on transformers' torch path (torch_chunk_gated_delta_rule, run when "
                      "flash-linear-attention is not installed; the fla kernels' saved tensors are not modelled"
                      + "; under checkpointing its backward's temporaries are not either" * sc.grad_checkpointing + ")")
-    parts.append(f"loss {sc.loss_impl}")
+    parts.append("loss on one score per sequence" if sc.score_head else f"loss {sc.loss_impl}")
     if sc.method == "qlora" and sc.kbit_prep == "peft":
         parts.append("prepare_model_for_kbit_training")
     elif sc.method == "qlora":   # the preparation is also what turns checkpointing on in this stack: say it is gone

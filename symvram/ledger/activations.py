@@ -713,7 +713,7 @@ def per_layer_bytes(s_: Structure) -> sp.Expr:
 ACTIVATION_FIELDS = ("method", "family", "first_kind", "lead_kinds", "options", "tied", "targets", "adapter_upcast", "attention", "autocast",
                      "compute_fp32", "device", "dora", "dropout", "grad_checkpointing", "head_targets",
                      "optimizer_in_backward", "checkpoint_every",
-                     "kbit_prepared", "loss_impl", "modules_to_save", "weight_casts", "fsdp_mixed_precision", "bnb_input_saved",
+                     "kbit_prepared", "loss_impl", "modules_to_save", "score_head", "weight_casts", "fsdp_mixed_precision", "bnb_input_saved",
                      "shift_logits_copy", "forward_logits_upcast", "tower", "objective")
 
 
@@ -792,9 +792,9 @@ def saved_terms(s_: Structure) -> list[Term]:
     if not s_.lora:
         head += (norm_weight_input(s_) + (b_c if s_.weight_casts else compute_weight_bytes(s_))) * T * h
         why += "; trainable norm and lm_head keep the normalized and the normed tensor"
-    elif "lm_head" in s_.modules_to_save:
+    elif "lm_head" in s_.modules_to_save or "score" in s_.modules_to_save:
         head += matmul_bytes(s_) * T * h
-        why += "; the trainable lm_head copy keeps its input for its weight gradient"
+        why += f"; the trainable {'score' if s_.score_head else 'lm_head'} copy keeps its input for its weight gradient"
     terms.append(Term("act_final_norm", Role.SAVED_ACTIVATION, head, r"A_{\mathrm{head}}", why, TRANSFORMERS,
                       lifetime=span(Phase.LOSS, head_end)))
     if "lm_head" in s_.head_targets:
@@ -862,7 +862,7 @@ def _first_layer_params(s_: Structure) -> sp.Expr:
         return layer_lora_params(s_) + embed
     if s_.lora:
         return kind_adapter_params(first.arch, first.targets, s_.dora) + embed
-    return first.arch.params_per_layer(s_.options) + (0 if s_.tied else V * h)
+    return first.arch.params_per_layer(s_.options) + (0 if s_.tied and not s_.score_head else V * h)
 
 
 def liger_chunk(s_: Structure) -> sp.Expr:
@@ -1049,7 +1049,7 @@ def _gradients_so_far(s_: Structure) -> list[Term]:
                       per_trainable(s_, b_g, saved_copy_bytes(s_)) - b_g * _first_layer_params(s_) - embed_copy,
                       r"M_{\mathrm{grad},>0}", "gradients already accumulated when backward reaches the first layer "
                       "(all but the first layer's and the embedding's)", "autograd order"))
-    if s_.tied and not s_.lora:
+    if s_.tied and not s_.lora and not s_.score_head:
         terms.append(Term("tied_grad_sum", Role.BACKWARD_TEMPORARY, 2 * b_g * V * h, r"M_{\mathrm{tied}'}",
                           "tied embeddings: lm_head's gradient and the embedding's are summed at the end of backward, "
                           "both alive beside the sum", "autograd of a shared weight (embedding_dense_backward)",
@@ -1072,18 +1072,34 @@ def _recompute_lora_output(s_: Structure) -> list[Term]:
     """
     fam = s_.arch
     out = [m for m in fam.linears if m.input_group == "mlp_act"]
-    if (s_.method != "lora" or s_.dora or not s_.grad_checkpointing or fam.moe or len(out) != 1
+    if (s_.method != "lora" or s_.dora or fam.moe or len(out) != 1
             or out[0].name not in s_.targets):
         return []
     d_in, d_out = out[0].d_in, out[0].d_out
     b_res = residual_bytes(s_)
     cast = compute_adapter_bytes(s_) * T * d_in if s_.adapter_upcast else 0
+    source = "peft tuners/lora/layer.py Linear.forward (_cast_input_dtype)"
+    if not s_.grad_checkpointing:
+        return [_lora_output_forward(s_, cast + b_c * T * d_in + 3 * b_c * T * d_out + 4 * b_res * T * h, source)]
     expr = cast + b_c * T * d_in + b_c * T * d_out + b_res * T * h + 3 * b_res * T * h
     return [Term("recompute_lora_output", Role.RECOMPUTE_TEMPORARY, expr, r"M_{\mathrm{LoRA,out}}",
-                 "recomputing the last layer's down projection with LoRA: its input" + (" and that input cast to the "
-                 "adapters' dtype" if cast != 0 else "") + ", the base result, the MLP's input, and the incoming "
-                 "gradient with two hidden-sized products of the backward above",
-                 "peft tuners/lora/layer.py Linear.forward (_cast_input_dtype); torch.utils.checkpoint recompute")]
+                 "recomputing a layer's down projection with LoRA (the last layer's, then the first's): its input"
+                 + (" and that input cast to the adapters' dtype" if cast != 0 else "") + ", the base result, the "
+                 "MLP's input, and the incoming gradient with two hidden-sized products of the backward above",
+                 source + "; torch.utils.checkpoint recompute",
+                 lifetime=(Phase.LAST_LAYER_RECOMPUTE, Phase.FIRST_LAYER_RECOMPUTE))]
+
+
+def _lora_output_forward(s_: Structure, expr: sp.Expr, source: str) -> Term:
+    """Without checkpointing the same LoRA forward runs once, in the forward, with every layer's activations saved
+    and no loss yet: beside the input (and its cast), the base result, lora_B's output and its scaled copy, the
+    MLP's input, the attention's residual sum, the layer's input (the decoder loop's argument) and the embedding's
+    output (the model's ``inputs_embeds``), all hidden-sized locals the forward still holds."""
+    return Term("lora_output_forward", Role.LORA_FORWARD_TEMPORARY, expr, r"M_{\mathrm{LoRA,out}}",
+                "the last layer's down projection's LoRA forward: its input" + (" and its cast to the adapters' dtype"
+                if s_.adapter_upcast else "") + ", the base result, lora_B's output and its scaled copy, and the "
+                "MLP's input, the residual sum, the layer's input and the embedding's output the forward holds",
+                source + "; transformers LlamaModel.forward, LlamaDecoderLayer.forward")
 
 
 def transient_terms(s_: Structure) -> list[Term]:
@@ -1129,11 +1145,11 @@ def transient_terms(s_: Structure) -> list[Term]:
                           "the last layer's saved tensors, recomputed when it is checkpointed (k divides L − 1; "
                           "otherwise they are among the layers' saved tensors)", "torch.utils.checkpoint" + EVERY_N,
                           lifetime=RECOMPUTES[:2]))
-    if s_.grad_checkpointing:
+    if s_.grad_checkpointing:   # the other layers' checkpointed inputs are freed with their backward by then
         terms.append(Term("first_checkpoint", Role.RECOMPUTED_ACTIVATION, residual_bytes(s_) * T * h + b_id * seq,
                           r"A_{\mathrm{ckpt},0}", "the first layer's checkpointed input (the embedding output) and the "
-                          "position ids, kept until that layer's backward ends (the other layers' are freed by then)",
-                          "torch.utils.checkpoint", lifetime=(Phase.FIRST_LAYER_BACKWARD,)))
+                          "position ids, kept until that layer's backward ends", "torch.utils.checkpoint",
+                          lifetime=RECOMPUTES[2:]))
     terms.append(Term("one_layer", Role.RECOMPUTED_ACTIVATION, one_layer + sliding_extra(s_), r"M_{\mathrm{layer}}",
                       "one layer's saved tensors (recomputed under checkpointing), alive until its backward ends",
                       "torch.utils.checkpoint / autograd",   # without checkpointing: the first layer's, still saved
