@@ -219,6 +219,7 @@ class Scenario:
     mp_policy: str = "none"         # FSDP2 MixedPrecisionPolicy(param_dtype=this, reduce_dtype=fp32) on fp32 storage
     optimizer_in_backward: bool = False  # one optimizer per parameter, stepped by its post-accumulate-grad hook
     checkpoint_every: int = 1       # checkpointing of layers 0, k, 2k … only (transformers' every_n_layers = k)
+    offload_activations: bool = False  # TRL's activation_offloading: saved tensors to pinned host memory
     objective: str = "sft"          # sft | dpo (data/objectives.toml)
     prompt: int = 0                 # DPO: prompt tokens per sequence (not scored by TRL's fused LM head)
     precompute_ref: bool = False    # DPO: DPOConfig(precompute_ref_log_probs=True): no reference during training
@@ -344,7 +345,8 @@ class Scenario:
         _positive_int(self.tp, "--tp", 1024)
         if isinstance(self.zero, bool) or self.zero not in (0, 1, 2, 3):
             raise UserError(f"--zero must be 0, 1, 2 or 3; got {excerpt(self.zero)}")
-        for flag in ("grad_checkpointing", "double_quant", "sequence_parallel", "dora", "optimizer_in_backward"):
+        for flag in ("grad_checkpointing", "double_quant", "sequence_parallel", "dora", "optimizer_in_backward",
+                     "offload_activations"):
             if not isinstance(getattr(self, flag), bool):  # "false" is a non-empty string: it would switch it on
                 raise UserError(f"{flag} must be True or False; got {excerpt(getattr(self, flag))}")
         self._check_objective()
@@ -379,6 +381,8 @@ class Scenario:
         _positive_int(self.checkpoint_every, "--selective-checkpointing every:K", 1 << 20)
         if self.checkpoint_every > 1:
             self._check_every_n_layers()
+        if self.offload_activations:
+            self._check_offloading()
         if self.dora and not self.lora:
             raise UserError("--dora is a LoRA variant: use --method lora (or qlora)")
         if self.dora and any(family(self.model.family).target_map[t].count != 1 for t in self.targets):
@@ -438,6 +442,24 @@ class Scenario:
                f"--objective {self.objective}" if self.objective != "sft" else None)
         if why:
             raise UserError(f"--selective-checkpointing every:{self.checkpoint_every} with {why} is not modelled")
+
+    def _check_offloading(self) -> None:
+        """TRL's activation offloading is modelled with non-reentrant checkpointing of every layer on one GPU, where
+        the saved tensors outside the checkpointed layers are each layer's input (torch/utils/checkpoint.py:842-847)."""
+        fam = family(self.model.family)
+        why = ("without gradient checkpointing (every saved tensor would move; not modelled)"
+               if not self.grad_checkpointing else
+               "--checkpoint-impl reentrant" if self.checkpoint_impl == "reentrant" else
+               "--selective-checkpointing" if self.checkpoint_every > 1 else
+               "several GPUs" if self.zero or self.gpus > 1 or self.tp > 1 else
+               "--dora" if self.dora else
+               f"{fam.key}'s layers of several kinds" if fam.kinds else
+               f"--objective {self.objective}" if self.objective != "sft" else
+               "--optimizer-in-backward" if self.optimizer_in_backward else None)
+        if why:
+            raise UserError(f"--offload-activations {why} is not modelled; it is modelled with non-reentrant "
+                            "checkpointing of every layer on one GPU (TRL's activation_offloading with "
+                            "gradient_checkpointing)")
 
     def _check_in_backward(self) -> None:
         """Optimizer in backward is modelled for torch's own optimizers on one GPU, one gradient at a time."""
@@ -530,6 +552,7 @@ class Scenario:
             bnb_input_saved=self.method == "qlora" and applies("bnb_input_saved", self.versions),
             optimizer_in_backward=self.optimizer_in_backward,
             checkpoint_every=self.checkpoint_every if self.grad_checkpointing else 1,
+            offload_activations=self.offload_activations,
             shift_logits_copy=self.loss_impl == "torch" and applies("hf_shift_logits_copy", self.versions),
             forward_logits_upcast=self.loss_impl == "torch" and applies("hf_forward_logits_upcast", self.versions),
             tower=self.model.tower,

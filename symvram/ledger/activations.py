@@ -22,7 +22,7 @@ from ..symbols import sym
 from .architecture import E, L, V, dh, f, f_e, h, k_e, nh, nkv
 from .functions import at_least, ceil_div, pow2_ceil
 from .structure import Structure
-from .terms import Phase, Role, Term, span
+from .terms import Phase, Place, Role, Term, span
 from .weights import (compute_adapter_bytes, compute_weight_bytes, kind_adapter_params, layer_lora_params,
                       per_trainable, rotary_width, saved_copy_bytes)
 
@@ -616,7 +616,7 @@ def per_layer_bytes(s_: Structure) -> sp.Expr:
 # the only fields the activation and transient terms read (not the optimizer, master copy, quantization, sharding)
 ACTIVATION_FIELDS = ("method", "family", "first_kind", "lead_kinds", "options", "tied", "targets", "adapter_upcast", "attention", "autocast",
                      "compute_fp32", "device", "dora", "dropout", "grad_checkpointing", "head_targets",
-                     "optimizer_in_backward", "checkpoint_every",
+                     "optimizer_in_backward", "checkpoint_every", "offload_activations",
                      "kbit_prepared", "loss_impl", "modules_to_save", "weight_casts", "fsdp_mixed_precision", "bnb_input_saved",
                      "shift_logits_copy", "forward_logits_upcast", "tower", "objective")
 
@@ -644,7 +644,9 @@ def saved_terms(s_: Structure) -> list[Term]:
     fam = s_.arch
     refuse_unmodelled(fam)
     terms: list[Term] = []
-    if s_.grad_checkpointing:
+    if s_.offload_activations:
+        terms += offloaded_terms(s_)
+    elif s_.grad_checkpointing:
         b_res, n_c = residual_bytes(s_), checkpointed_layers(s_)
         terms.append(Term("act_checkpoints", Role.SAVED_ACTIVATION, n_c * b_res * T * h + b_id * seq, r"A_{\mathrm{ckpt}}",
                           "checkpointing keeps each layer's input (and the position ids); layers are recomputed in backward"
@@ -742,11 +744,66 @@ def saved_terms(s_: Structure) -> list[Term]:
                       "transformers LlamaRotaryEmbedding"))
     terms.append(Term("act_tokens", Role.STEP_INPUT, 2 * b_id * T, r"A_{\mathrm{ids}}",
                       "input ids and the shifted labels (int64)", "transformers ForCausalLMLoss"))
+    if s_.offload_activations:
+        terms.append(offloaded_head_copies(s_, next(t for t in terms if t.key == "act_logsoftmax")))
     if s_.tower is not None and s_.tower.ids_copy and (not s_.lora or "embed_tokens" in s_.modules_to_save):
         terms.append(Term("act_ids_copy", Role.SAVED_ACTIVATION, b_id * T, r"A_{\mathrm{ids,copy}}",
                           "the copy of input_ids the multimodal forward embeds (an image token id outside the "
                           "vocabulary blanked), saved by the trainable embedding for its backward", s_.tower.source))
     return terms
+
+
+OFFLOAD = "trl 1.16 models/activation_offloading.py"
+MIN_OFFLOAD = 1024   # OffloadActivations(min_offload_size=1024): smaller saved tensors stay where they are
+
+
+def embedding_leaf(s_: Structure) -> bool:
+    """Under LoRA with checkpointing the frozen embedding's output is made a leaf that requires grad
+    (transformers' enable_input_require_grads, modeling_utils.py:2153): its AccumulateGrad node keeps it on the
+    device until backward ends, whatever saved-tensor hooks do with the checkpoint's copy."""
+    return s_.lora and s_.grad_checkpointing
+
+
+def offloaded_terms(s_: Structure) -> list[Term]:
+    """TRL's activation offloading over checkpointed layers (``OffloadActivations`` around the Trainer's
+    training_step, trl 1.16 trainer/sft_trainer.py:1190-1193, 1691-1693). Non-reentrant checkpointing saves each
+    layer's input through autograd's saved-tensor hooks before its own hooks start (torch/utils/checkpoint.py:842-847,
+    1701-1703), so the offloading hooks see the L layer inputs, and nothing of the layers' insides (recomputed in
+    backward under checkpoint's hooks). Each input ≥ 1024 B is copied to pinned host memory (activation_offloading.py
+    :233, :318-319) and its device tensor freed once 5 later offloads are issued (:282-291); the final norm's and the
+    loss's saved tensors are the last ones the forward packs and stay on the device (still in the forward stash, or
+    saved twice: a storage saved again while stashed is kept as it is, :217-225), with host copies made anyway;
+    lm_head saves under a no-op hook (:717-720). In backward each layer's input is brought back as a new device
+    tensor for its recompute (:434-447)."""
+    b_res = residual_bytes(s_)
+    leaf = int(embedding_leaf(s_))
+    terms = [Term("act_checkpoints", Role.SAVED_ACTIVATION, leaf * b_res * T * h + b_id * seq, r"A_{\mathrm{ckpt}}",
+                  "offloading leaves the position ids on the device"
+                  + (" and the first layer's input: the embedding output is a leaf that requires grad, kept by its "
+                     "AccumulateGrad node" if leaf else ""), "torch.utils.checkpoint (non-reentrant); " + OFFLOAD),
+             Term("act_offloaded", Role.SAVED_ACTIVATION, L * b_res * T * h, r"A_{\mathrm{ckpt,host}}",
+                  "every checkpointed layer input, copied to pinned host memory in the forward (TRL's activation "
+                  "offloading) and brought back for its layer's recompute", OFFLOAD + ":318-319 pack_tensor",
+                  place=Place.HOST)]
+    terms.append(Term("offload_brought_back", Role.RECOMPUTED_ACTIVATION, b_res * T * h, r"A_{\mathrm{ckpt,back}}",
+                      "the layer input brought back from the host for the layer being recomputed",
+                      OFFLOAD + ":434-447 unpack_tensor_with_streams", lifetime=span(Phase.LAST_LAYER_RECOMPUTE,
+                                                                                      Phase.FIRST_LAYER_BACKWARD)))
+    return terms
+
+
+def offloaded_head_copies(s_: Structure, loss: Term) -> Term:
+    """The host copies of what the final norm, the loss (and in full fine-tuning the embedding) save under TRL's
+    activation offloading: the last tensors the forward packs, copied to the host and kept on the device too (in the
+    forward stash, or saved twice while stashed). Each tensor of at least 1024 B: the norm's fp32 upcast and 1/rms
+    (a trainable weight's normalized input too), the loss's saved tensors and the shifted labels."""
+    per_token = at_least(T, MIN_OFFLOAD // 4) * b_32 * T, at_least(T, MIN_OFFLOAD // 8) * b_id * T   # fp32, int64
+    copies = b_32 * T * h + per_token[0] + loss.expr + per_token[1]
+    if not s_.lora:
+        copies += norm_weight_input(s_) * T * h + per_token[1]
+    return Term("act_offloaded_head", Role.LOSS_ACTIVATION, copies, r"A_{\mathrm{head,host}}",
+                "the host copies of the final norm's and the loss's saved tensors (which stay on the device too)",
+                OFFLOAD + ":217-225, :282-291, :318-319", place=Place.HOST)
 
 
 def _largest_linear(s_: Structure) -> sp.Expr:

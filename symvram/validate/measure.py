@@ -565,6 +565,7 @@ class PeakTracker(MemTracker):
 
 def _train_steps(spec, model, optimizer, input_ids, labels, tracker=None, on_phase=None):
     ac = spec["autocast"]
+    offload = _offloading(spec, model)
     dev_type = input_ids.device.type if input_ids.device.type != "meta" else "cpu"
     for step in range(1, int(spec["steps"]) + 1):
 
@@ -580,22 +581,36 @@ def _train_steps(spec, model, optimizer, input_ids, labels, tracker=None, on_pha
             if ac
             else contextlib.nullcontext()
         )
-        with ctx:
-            if spec.get("loss_impl", "torch") == "chunked":
-                loss = _chunked_loss(model, input_ids, labels)
-            else:
-                out = model(input_ids=input_ids, labels=labels)
-                loss = out.loss
-                del out  # the HF Trainer drops the outputs (logits) before backward
-        phase("backward")
-        loss.backward()
-        del loss
+        with offload:   # TRL: around the Trainer's training_step, forward and backward
+            with ctx:
+                if spec.get("loss_impl", "torch") == "chunked":
+                    loss = _chunked_loss(model, input_ids, labels)
+                else:
+                    out = model(input_ids=input_ids, labels=labels)
+                    loss = out.loss
+                    del out  # the HF Trainer drops the outputs (logits) before backward
+            phase("backward")
+            loss.backward()
+            del loss
         phase("optimizer")
         optimizer.step()
         phase("zero_grad")
         optimizer.zero_grad(set_to_none=True)
         if tracker is not None:
             tracker.reset_mod_stats()
+
+
+def _offloading(spec, model):
+    """TRL's activation offloading context (validate.offload) when the spec asks for it, else a null context; the
+    model remembers it (``_symvram_offload``) so the host bytes can be read after the steps."""
+    if not spec.get("offload_activations"):
+        return contextlib.nullcontext()
+    if getattr(model, "_symvram_offload", None) is None:
+        from .offload import OffloadedActivations, keep_head_on_device
+
+        keep_head_on_device(model)
+        model._symvram_offload = OffloadedActivations(model)
+    return model._symvram_offload
 
 
 CHUNKS = 8  # torchtune CEWithChunkedOutputLoss(num_output_chunks=8), the recipes' default
@@ -724,6 +739,8 @@ def measure(spec: dict) -> dict:
                      time.perf_counter() - t0)
     result["flops"] = phases.last_step()  # FlopCounterMode in the same run: matmul-class FLOPs of one step
     result["allocator"] = replayed(tracker.schedule, untracked)
+    if getattr(model, "_symvram_offload", None) is not None:   # the pinned host copies' most bytes at once
+        result["host_peak_bytes"] = model._symvram_offload.host_peak
     return result
 
 
