@@ -453,6 +453,8 @@ class Scenario:
                "--selective-checkpointing" if self.checkpoint_every > 1 else
                "several GPUs" if self.zero or self.gpus > 1 or self.tp > 1 else
                "--dora" if self.dora else
+               "trainable head modules (modules_to_save, LoRA on lm_head / embed_tokens)"
+               if self.modules_to_save or self.head_targets else
                f"{fam.key}'s layers of several kinds" if fam.kinds else
                f"--objective {self.objective}" if self.objective != "sft" else
                "--optimizer-in-backward" if self.optimizer_in_backward else None)

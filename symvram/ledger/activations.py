@@ -785,6 +785,19 @@ def offloaded_terms(s_: Structure) -> list[Term]:
                   "every checkpointed layer input, copied to pinned host memory in the forward (TRL's activation "
                   "offloading) and brought back for its layer's recompute", OFFLOAD + ":318-319 pack_tensor",
                   place=Place.HOST)]
+    # at the loss the forward stash still holds the last inputs: 5 offloads back from the last one issued, the final
+    # norm's fp32 upcast (and its 1/rms from T ≥ 256, a trainable weight's input) issued after the last layer's
+    if s_.lora:   # (full fine-tuning: the trainable norm weight's input is one offload more, and none is left)
+        stashed = sp.Min(L - leaf, 4 - at_least(T, MIN_OFFLOAD // 4))   # the leaf is counted above
+        terms.append(Term("offload_forward_stash", Role.SAVED_ACTIVATION, stashed * b_res * T * h,
+                          r"A_{\mathrm{ckpt,stash}}", "the last layer inputs still in the forward stash while the loss "
+                          "is computed (each freed when 5 later offloads are issued)", OFFLOAD + ":282-291",
+                          lifetime=(Phase.LOSS,)))
+    terms.append(Term("offload_previous_input", Role.RECOMPUTED_ACTIVATION, at_least(L, 2) * b_res * T * h,
+                      r"A_{\mathrm{ckpt,prev}}", "the layer above's input, brought back for its recompute, kept in "
+                      "the backward stash until the node that brought this layer's back ends",
+                      OFFLOAD + ":424-427, :515-522", lifetime=span(Phase.FIRST_LAYER_RECOMPUTE,
+                                                                   Phase.FIRST_LAYER_BACKWARD)))
     terms.append(Term("offload_brought_back", Role.RECOMPUTED_ACTIVATION, b_res * T * h, r"A_{\mathrm{ckpt,back}}",
                       "the layer input brought back from the host for the layer being recomputed",
                       OFFLOAD + ":434-447 unpack_tensor_with_streams", lifetime=span(Phase.LAST_LAYER_RECOMPUTE,

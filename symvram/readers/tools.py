@@ -57,7 +57,9 @@ FACTS = ("model", "adapter", "quant", "bf16", "fp16", "pure_bf16", "model_dtype"
 PENDING = {
     "liger": (False, "Liger's RMSNorm/SwiGLU/RoPE layer kernels keep fewer activations; the layers are estimated "
                      "as transformers' own, while Liger's fused cross-entropy is modelled: the header's loss"),
-    "activation_offloading": (False, "offloaded activations live in host memory, not on the GPU"),
+    "offloaded_checkpointing": (False, "axolotl's offloaded gradient checkpointing (Unsloth's recipe) keeps the "
+                                       "checkpointed hidden states in host memory; not modelled: the estimate keeps "
+                                       "them on the GPU"),
     "paged_optimizer": (False, "paged optimizer states may be evicted to host memory under pressure"),
 }
 
@@ -87,9 +89,10 @@ AXOLOTL = Tool("axolotl", "axolotl 0.19", (
     Row("gradient_accumulation_steps", INFO, c.integer, default=1),
     Row("gradient_checkpointing", "grad_checkpointing",
         c.choice({True: True, False: False, "offload": True, "offload_disk": True, None: False}), default=False),
-    Row("gradient_checkpointing", "activation_offloading", lambda v: v in ("offload", "offload_disk")),
+    Row("gradient_checkpointing", "offloaded_checkpointing", lambda v: v in ("offload", "offload_disk")),
     Row("gradient_checkpointing_kwargs.use_reentrant", "checkpoint_impl", c.reentrant),
-    Row("activation_offloading", "activation_offloading", c.is_on),
+    # axolotl's activation_offloading: true wraps the training step in TRL's offloading context (read as TRL's)
+    Row("activation_offloading", "offload_activations", lambda v: v is True or v == "true"),
     Row("optimizer", "optim", c.text, default="adamw_torch_fused"),
     Row("bf16", "bf16", c.mixed, default=True),                        # "auto": bf16 on Ampere or newer
     Row("fp16", "fp16", BOOL),
@@ -296,7 +299,7 @@ TRL = Tool("trl", "TRL 1.16 SFTConfig", (
     Row("lora_modules_to_save", "modules_to_save", c.modules_to_save),
     Row("lora_modules_to_save", None, c.other_modules, why=SAVE_OTHERS),
     Row("use_dora", "dora", BOOL),
-    Row("activation_offloading", "activation_offloading", c.is_on),
+    Row("activation_offloading", "offload_activations", BOOL),   # sft_config.py:291, sft_trainer.py:1190-1193
     *[Row(k, None, c.is_on, why=_LABELLED_ONLY) for k in ("completion_only_loss", "assistant_only_loss")],
     # TRL 1.16 DPOConfig (trl/trainer/dpo_config.py): keys SFTConfig does not have make the file a DPO run
     *[Row(k, "objective", lambda v: "dpo") for k in ("precompute_ref_log_probs", "f_divergence_type")],
