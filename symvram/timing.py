@@ -204,8 +204,10 @@ class StepTime:
             out.append(f"{self.link.name} at {self.link.bytes_per_s / 1e9:g} GB/s per direction, "
                        + ("no overlap with compute (an upper bound)" if not overlap else f"{overlap:g} of it hidden"))
         if self.comm["host"]:
-            out.append(f"{self.host_link.name} at {self.host_link.bytes_per_s / 1e9:g} GB/s to the CPU; the CPU "
-                       "optimizer's own update time is not counted")
+            out.append(f"{self.host_link.name} at {self.host_link.bytes_per_s / 1e9:g} GB/s to the CPU"
+                       + ("; the CPU optimizer's own update time is not counted" if sc.offload != "none" else "")
+                       + ("; activation copies not hidden behind compute (an upper bound: TRL overlaps them on "
+                          "a second stream)" if sc.offload_activations else ""))
         return out
 
     @property

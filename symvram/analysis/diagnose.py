@@ -251,6 +251,14 @@ def _candidates(sc: Scenario, p95_seq: int | None) -> list[_Candidate]:
                               {"grad_checkpointing": True},
                               f"each layer's forward is recomputed in backward: +{100 * share:.0f} % matmul FLOPs "
                               f"for {sc.method}"))
+    if (sc.grad_checkpointing and not sc.offload_activations and sc.checkpoint_impl == "non-reentrant"
+            and sc.checkpoint_every == 1 and sc.gpus == 1 and sc.objective == "sft" and not sc.dora
+            and not (sc.modules_to_save or sc.head_targets)):
+        out.append(_Candidate("offload_activations", "activation offloading (TRL's activation_offloading)",
+                              "throughput", ("activation",), {"offload_activations": True},
+                              "each layer's checkpointed input crosses PCIe twice per step (to pinned host memory in "
+                              "the forward, back for its recompute), overlapped with compute on a second stream; "
+                              "the host needs those bytes pinned (modelled, not measured: the copies' overlap)"))
     if sc.batch > 1:
         out.append(_Candidate("batch1", f"batch 1, with {sc.batch}× the gradient accumulation steps", "throughput",
                               ("activation", "loss", "backward"), {"batch": 1},

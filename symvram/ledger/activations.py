@@ -819,6 +819,16 @@ def offloaded_head_copies(s_: Structure, loss: Term) -> Term:
                 OFFLOAD + ":217-225, :282-291, :318-319", place=Place.HOST)
 
 
+def offload_traffic(s_: Structure) -> Term:
+    """What activation offloading moves over PCIe per step: each layer input to the host and back, and the head's
+    copies one way (they are used from the device, never brought back). Priced as not hidden (an upper bound: TRL
+    copies on a second stream that overlaps compute; modelled, not measured)."""
+    host = {t.key: t.expr for t in saved_terms(s_.keep(ACTIVATION_FIELDS)) if t.place is Place.HOST}
+    return Term("offload_activation_copies", Role.HOST_TRAFFIC, 2 * host["act_offloaded"] + host["act_offloaded_head"],
+                r"C_{\mathrm{host,act}}", "activation offloading: every checkpointed layer input to pinned host memory "
+                "and back, and the final norm's and the loss's saved tensors to it", OFFLOAD + ":318-319, :434-447")
+
+
 def _largest_linear(s_: Structure) -> sp.Expr:
     """Elements of the largest quantized (nn.Linear) weight (left unevaluated: which one depends on the numbers)."""
     return sp.Max(*{m.params for _, k in s_.arch.layer_kinds for m in k.linears}, evaluate=False)

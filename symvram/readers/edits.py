@@ -22,14 +22,16 @@ from .read import Reading
 KEYS = {
     "axolotl": {"seq": "sequence_len", "batch": "micro_batch_size", "grad_checkpointing": "gradient_checkpointing",
                 "optim": "optimizer", "accum": "gradient_accumulation_steps", "dora": "peft_use_dora",
-                "modules_to_save": "lora_modules_to_save", "targets": "lora_target_modules"},
+                "modules_to_save": "lora_modules_to_save", "targets": "lora_target_modules",
+                "offload_activations": "activation_offloading"},
     "llamafactory": {"seq": "cutoff_len", "batch": "per_device_train_batch_size",
                      "grad_checkpointing": "disable_gradient_checkpointing", "optim": "optim",
                      "accum": "gradient_accumulation_steps", "dora": "use_dora", "modules_to_save": "additional_target",
                      "targets": "lora_target"},
     "trl": {"seq": "max_length", "batch": "per_device_train_batch_size", "grad_checkpointing": "gradient_checkpointing",
             "optim": "optim", "accum": "gradient_accumulation_steps", "dora": "use_dora",
-            "modules_to_save": "lora_modules_to_save", "targets": "lora_target_modules"},
+            "modules_to_save": "lora_modules_to_save", "targets": "lora_target_modules",
+            "offload_activations": "activation_offloading"},
     "trainer": {"batch": "per_device_train_batch_size", "grad_checkpointing": "gradient_checkpointing",
                 "optim": "optim", "accum": "gradient_accumulation_steps"},
     "deepspeed": {"batch": "train_micro_batch_size_per_gpu", "accum": "gradient_accumulation_steps"},
@@ -147,6 +149,8 @@ PYTHON = {
                                      "p.requires_grad}}; p.register_post_accumulate_grad_hook(lambda p: "
                                      "(opts[p].step(), opts[p].zero_grad())) for each p (torchtune: "
                                      "optimizer_in_bwd: True)"},
+    "offload_activations": {"trl": "SFTConfig(activation_offloading=True)",
+                            "any": "with trl.models.get_act_offloading_ctx_manager(model): loss = ...; loss.backward()"},
     "seq": {"trl": "SFTConfig(max_length={v})", "any": "truncate the tokenized samples to {v} tokens"},
     "rank": {"any": "LoraConfig(r={v})"},
     "method": {"any": "{method}"},
