@@ -46,6 +46,29 @@ def test_refusals_and_reading(tmp_path):
     f.write_text("model_name_or_path: llama-3.1-8b\noutput_dir: out\nmax_length: 2048\nuse_peft: true\n"
                  "activation_offloading: true\n")
     assert read_files([str(f)]).settings["offload_activations"].value is True
+    ax = tmp_path / "ax.yml"   # axolotl checkpoints every layer itself when it offloads
+    ax.write_text("base_model: meta-llama/Llama-3.1-8B\nadapter: lora\nactivation_offloading: true\n")
+    got = read_files([str(ax)]).settings
+    assert got["offload_activations"].value is True and got["grad_checkpointing"].value is True
+
+
+def test_diagnose_offers_it(tmp_path, capsys):
+    """A TRL run over an A100 40GB by its checkpointed inputs, peaking in the last layer's recompute: the remedy
+    saves every input but the leaf and the one brought back for that recompute, and is written as the file's key."""
+    from symvram.api import diagnose
+    from symvram.cli import main
+
+    kw = dict(stack="trl", method="lora", rank=64, batch=2, seq=32768, dtype="bf16")
+    d = diagnose("llama-3.1-8b", "a100-40g", **kw)
+    remedy = next(r for r in d.remedies if r.key == "offload_activations")
+    T, h, L = 2 * 32768, 4096, 32
+    assert remedy.before.peak - remedy.after.peak == (L - 2) * 2 * T * h
+    f = tmp_path / "sft.yaml"
+    f.write_text("model_name_or_path: meta-llama/Llama-3.1-8B\noutput_dir: out\nmax_length: 32768\n"
+                 "per_device_train_batch_size: 2\nuse_peft: true\nlora_target_modules: all-linear\n"
+                 "model_init_kwargs:\n  dtype: bfloat16\n")
+    main(["diagnose", "--from", str(f), "--gpu", "a100-40g"])
+    assert f"{f}: activation_offloading: true" in capsys.readouterr().out.replace("\n       ", " ")
 
 
 MEASURED = [dict(), dict(arch=dict(num_hidden_layers=8)),

@@ -91,8 +91,10 @@ AXOLOTL = Tool("axolotl", "axolotl 0.19", (
         c.choice({True: True, False: False, "offload": True, "offload_disk": True, None: False}), default=False),
     Row("gradient_checkpointing", "offloaded_checkpointing", lambda v: v in ("offload", "offload_disk")),
     Row("gradient_checkpointing_kwargs.use_reentrant", "checkpoint_impl", c.reentrant),
-    # axolotl's activation_offloading: true wraps the training step in TRL's offloading context (read as TRL's)
-    Row("activation_offloading", "offload_activations", lambda v: v is True or v == "true"),
+    # activation_offloading: true: ActivationOffloadingMixin enters TRL's offloading context around training_step and
+    # ac_wrap_hf_model checkpoints every GradientCheckpointingLayer (core/trainers/mixins/activation_checkpointing.py)
+    Row("activation_offloading", "offload_activations", lambda v: v is True),
+    Row("activation_offloading", "grad_checkpointing", lambda v: True if v is True else None, priority=1),
     Row("optimizer", "optim", c.text, default="adamw_torch_fused"),
     Row("bf16", "bf16", c.mixed, default=True),                        # "auto": bf16 on Ampere or newer
     Row("fp16", "fp16", BOOL),
