@@ -150,6 +150,19 @@ def smallest_target_side(family_name: str, targets: tuple[str, ...], dims: tuple
     return min(int(side.xreplace(values)) for t in linear for side in (weights[t].d_in, weights[t].d_out))
 
 
+def _packed_row(kw: dict) -> None:
+    """``packing = N``: TRL's padding-free collator flattens the micro-batch into one row of N tokens (trl 1.16
+    trainer/sft_trainer.py:187-192), so batch is 1 and seq is N; a batch or seq that says otherwise is refused."""
+    n = kw["packing"]
+    _positive_int(n, "--packing", MAX_SEQ)
+    for name, want in (("batch", 1), ("seq", n)):
+        if kw.get(name, want) != want:
+            raise UserError(f"--packing {n} is one padding-free row of {n} tokens (batch 1, seq {n}); "
+                            f"--{name} {kw[name]} contradicts it (drop it; --packing counts the tokens of all "
+                            "the micro-batch's rows)")
+        kw[name] = want
+
+
 def _choice(value: str, allowed: tuple[str, ...], what: str) -> str:
     if value not in allowed:
         raise UserError(f"{what} must be one of {', '.join(allowed)}; got {excerpt(value)}")
@@ -220,6 +233,7 @@ class Scenario:
     optimizer_in_backward: bool = False  # one optimizer per parameter, stepped by its post-accumulate-grad hook
     checkpoint_every: int = 1       # checkpointing of layers 0, k, 2k … only (transformers' every_n_layers = k)
     offload_activations: bool = False  # TRL's activation_offloading: saved tensors to pinned host memory
+    packing: int = 0                # padding-free packing: one row of this many tokens, position ids restarting per sample
     objective: str = "sft"          # sft | dpo (data/objectives.toml)
     prompt: int = 0                 # DPO: prompt tokens per sequence (not scored by TRL's fused LM head)
     precompute_ref: bool = False    # DPO: DPOConfig(precompute_ref_log_probs=True): no reference during training
@@ -257,6 +271,8 @@ class Scenario:
             kw["overrides"] = tuple(sorted(overrides.items()))
         if isinstance(kw.get("checkpoint_every"), int) and kw["checkpoint_every"] > 1:
             kw.setdefault("grad_checkpointing", True)   # every_n_layers is a setting of checkpointing
+        if kw.get("packing"):
+            _packed_row(kw)
         state_given = kw.get("state_dtype")
         given = frozenset(kw) - {"targets", "head_targets"}
         kw = _objective_defaults(kw)
@@ -341,6 +357,8 @@ class Scenario:
         _choice(self.offload, OFFLOADS, "--offload")
         _positive_int(self.batch, "--batch", MAX_BATCH)
         _positive_int(self.seq, "--seq", MAX_SEQ)
+        if self.packing:
+            self._check_packing()
         _positive_int(self.gpus, "--gpus", MAX_GPUS)
         _positive_int(self.tp, "--tp", 1024)
         if isinstance(self.zero, bool) or self.zero not in (0, 1, 2, 3):
@@ -442,6 +460,14 @@ class Scenario:
                f"--objective {self.objective}" if self.objective != "sft" else None)
         if why:
             raise UserError(f"--selective-checkpointing every:{self.checkpoint_every} with {why} is not modelled")
+
+    def _check_packing(self) -> None:
+        """Packing is modelled on SDPA, where transformers turns restarting position ids into a block-diagonal mask."""
+        if self.attention != "sdpa":
+            raise UserError(f"--packing with --attention {self.attention} is not modelled (packing is modelled with "
+                            "SDPA's block-diagonal mask)")
+        if self.objective != "sft" or self.zero == 3 or self.tp > 1:
+            raise UserError("--packing is modelled for SFT without ZeRO-3 or tensor parallelism")
 
     def _check_offloading(self) -> None:
         """TRL's activation offloading is modelled with non-reentrant checkpointing of every layer on one GPU, where
@@ -555,6 +581,7 @@ class Scenario:
             optimizer_in_backward=self.optimizer_in_backward,
             checkpoint_every=self.checkpoint_every if self.grad_checkpointing else 1,
             offload_activations=self.offload_activations,
+            packed=self.packing > 0,
             shift_logits_copy=self.loss_impl == "torch" and applies("hf_shift_logits_copy", self.versions),
             forward_logits_upcast=self.loss_impl == "torch" and applies("hf_forward_logits_upcast", self.versions),
             tower=self.model.tower,

@@ -142,6 +142,9 @@ def summary(sc) -> str:
     parts.append(f"checkpointing {sc.checkpoint_impl}" + (f" of layers 0, {sc.checkpoint_every}, {2 * sc.checkpoint_every} …"
                                                            if sc.checkpoint_every > 1 else "")
                  if sc.grad_checkpointing else "no checkpointing")
+    if sc.packing:
+        parts.append("packed samples under SDPA's block-diagonal mask (FlashAttention's varlen path, which keeps no "
+                     "mask, is not modelled)")
     if sc.offload_activations:
         parts.append("TRL's activation offloading (its rules traced on the CPU; the copy streams' overlap and pinned "
                      "host memory modelled, not measured)")

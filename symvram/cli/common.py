@@ -137,6 +137,11 @@ def add_scenario_arguments(p: argparse.ArgumentParser) -> None:
                    help="checkpoint only layers 0, K, 2K … (transformers' every_n_layers: TrainingArguments("
                         "gradient_checkpointing_kwargs={'every_n_layers': K})); the other layers keep their "
                         "activations; implies --grad-checkpointing")
+    g.add_argument("--packing", metavar="TOKENS", type=positive_int,
+                   help="padding-free packing: the micro-batch is one row of TOKENS tokens whose position ids restart "
+                        "at each sample (TRL's packing / padding_free collator: per_device_train_batch_size × "
+                        "max_length); under SDPA transformers builds a block-diagonal mask from them: each layer "
+                        "saves a 16-bit s² mask and k, v repeated to every head; sets --batch 1 --seq TOKENS")
     g.add_argument("--offload-activations", action="store_true", default=None,
                    help="TRL's activation_offloading (SFTConfig(activation_offloading=True)) with checkpointing: each "
                         "layer's checkpointed input is copied to pinned host memory in the forward and brought back "
@@ -184,7 +189,7 @@ def add_output_arguments(p: argparse.ArgumentParser, required: bool = False,
     p.add_argument("--force", action="store_true", help="overwrite --output if it exists")
 
 
-SCENARIO_FLAGS = ("stack", "checkpoint_every", "offload_activations", "checkpoint_impl", "loss_impl", "kbit_prep", "dora", "modules_to_save", "optimizer_in_backward", "method", "rank", "targets", "lora_dropout", "double_quant", "dtype", "master", "state_dtype",
+SCENARIO_FLAGS = ("stack", "checkpoint_every", "offload_activations", "packing", "checkpoint_impl", "loss_impl", "kbit_prep", "dora", "modules_to_save", "optimizer_in_backward", "method", "rank", "targets", "lora_dropout", "double_quant", "dtype", "master", "state_dtype",
                   "optimizer", "optimizer_impl", "adapter_dtype", "autocast", "batch", "seq", "grad_checkpointing",
                   "attention", "device", "gpus", "zero", "offload", "mp_policy", "tp", "sequence_parallel", "versions",
                   "objective", "prompt", "precompute_ref")

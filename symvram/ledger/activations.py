@@ -570,15 +570,26 @@ def _layer_backward_temp(s_: Structure) -> tuple[sp.Expr, str, str]:
 
 
 def past_window(s_: Structure) -> sp.Expr:
-    """1 once the sequence is longer than the sliding window, else 0 (s and w are integers)."""
-    return at_least(seq, s_.arch.dim("window") + 1)
+    """1 once a layer's attention needs an explicit mask: always in a packed row, else once the sequence is longer
+    than the sliding window (s and w are integers)."""
+    return sp.Integer(1) if s_.packed else at_least(seq, s_.arch.dim("window") + 1)
+
+
+PACKED = ("transformers masking_utils.py find_packed_sequence_indices / sdpa_mask: position ids that restart give a "
+          "block-diagonal mask")
+
+
+def masked_layers(s_: Structure) -> sp.Expr:
+    """The layers whose SDPA call gets an explicit mask: every layer of a packed row, else the sliding ones."""
+    return L if s_.packed else s_.arch.dim("sliding_layers")
 
 
 def sliding_extra(s_: Structure) -> sp.Expr:
-    """A sliding-window layer under SDPA once the sequence is longer than the window (Gemma 3): the
-    window needs an explicit mask, so SDPA saves a 16-bit (b, 1, s, s) mask and k, v are expanded to
-    n_h heads (repeat_kv, a copy unless n_kv = 1) instead of GQA. Nothing while s ≤ w."""
-    if s_.arch.dim("window", 0) == 0 or s_.attention != "sdpa":
+    """A layer whose SDPA call gets an explicit mask — a sliding-window layer once the sequence is longer than the
+    window (Gemma 3), or any layer of a packed row (the samples' block-diagonal mask): SDPA saves a 16-bit
+    (b, 1, s, s) mask (torch converts the boolean one) and k, v are expanded to n_h heads (repeat_kv, a copy unless
+    n_kv = 1) instead of GQA. Nothing while s ≤ w."""
+    if (s_.arch.dim("window", 0) == 0 and not s_.packed) or s_.attention != "sdpa":
         return sp.Integer(0)
     repeated = at_least(nkv, 2)  # with one kv head repeat_kv is a stride-0 view: no copy
     return past_window(s_) * (b_c * b * seq**2 + repeated * 2 * b_c * T * dh * (nh - nkv))
@@ -616,7 +627,7 @@ def per_layer_bytes(s_: Structure) -> sp.Expr:
 # the only fields the activation and transient terms read (not the optimizer, master copy, quantization, sharding)
 ACTIVATION_FIELDS = ("method", "family", "first_kind", "lead_kinds", "options", "tied", "targets", "adapter_upcast", "attention", "autocast",
                      "compute_fp32", "device", "dora", "dropout", "grad_checkpointing", "head_targets",
-                     "optimizer_in_backward", "checkpoint_every", "offload_activations",
+                     "optimizer_in_backward", "checkpoint_every", "offload_activations", "packed",
                      "kbit_prepared", "loss_impl", "modules_to_save", "weight_casts", "fsdp_mixed_precision", "bnb_input_saved",
                      "shift_logits_copy", "forward_logits_upcast", "tower", "objective")
 
@@ -676,12 +687,15 @@ def saved_terms(s_: Structure) -> list[Term]:
     if sliding_extra(s_) != 0:
         if s_.grad_checkpointing:
             terms.append(Term("act_sliding_mask", Role.SAVED_ACTIVATION, b_mask * past_window(s_) * seq**2,
-                              r"A_{\mathrm{win}}", "the shared boolean sliding-window mask, a checkpoint input",
-                              fam.source))
+                              r"A_{\mathrm{win}}", "the shared boolean " + ("block-diagonal mask of the packed samples"
+                                                                            if s_.packed else "sliding-window mask")
+                              + ", a checkpoint input", PACKED if s_.packed else fam.source))
         else:
-            terms.append(Term("act_sliding_mask", Role.SAVED_ACTIVATION, fam.dim("sliding_layers") * sliding_extra(s_),
+            terms.append(Term("act_sliding_mask", Role.SAVED_ACTIVATION, masked_layers(s_) * sliding_extra(s_),
                               r"L_{\mathrm{win}} \cdot A_{\mathrm{win}}", sliding_extra.__doc__.split(".")[0]
-                              + ": a 16-bit mask and k, v repeated to n_h heads, per sliding layer", fam.source))
+                              + ": a 16-bit mask and k, v repeated to n_h heads, per " + ("layer of the packed row"
+                                                                                          if s_.packed else "sliding layer"),
+                              PACKED if s_.packed else fam.source))
     # the head's saved tensors, counted until the last layer's backward (under checkpointing: the final norm's)
     head_end = Phase.FINAL_NORM_BACKWARD if s_.grad_checkpointing else Phase.LAST_LAYER_BACKWARD
     if s_.weight_casts or (s_.kbit_prepared and s_.autocast):  # a prepared QLoRA model's lm_head is fp32

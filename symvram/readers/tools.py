@@ -52,6 +52,7 @@ INFO = "info"
 SYMBOL = "="   # a Row setting "=name": the value of the ledger's symbol ``name`` (as --set name=VALUE)
 # Facts a rule combines into Scenario settings (see readers.read)
 FACTS = ("model", "adapter", "quant", "bf16", "fp16", "pure_bf16", "model_dtype", "optim", "target_linear",
+         "packing_on", "padding_free", "packing_strategy",
          "ds_stage", "ds_offload_optimizer", "ds_offload_param", "fsdp", "fsdp_offload", "distributed")
 # Memory-relevant settings the ledger does not hold yet: the default it assumes, and what a change does
 PENDING = {
@@ -275,8 +276,9 @@ TRL = Tool("trl", "TRL 1.16 SFTConfig", (
     Row("bf16", "bf16", lambda v: None if v is None else BOOL(v), default=True),  # True unless fp16
     Row("max_length", "seq", lambda v: None if v is None else c.integer(v), default=1024),
     Row("max_seq_length", "seq", c.integer),                           # TRL < 0.20
-    Row("packing", INFO, BOOL, default=False),
-    Row("padding_free", INFO, BOOL, default=False),
+    Row("packing", "packing_on", BOOL, default=False),
+    Row("padding_free", "padding_free", BOOL, default=False),
+    Row("packing_strategy", "packing_strategy", c.text, default="bfd"),
     Row("model_init_kwargs.dtype", "model_dtype", c.dtype_name, default="fp32"),  # SFTTrainer loads fp32 unless told
     Row("model_init_kwargs.torch_dtype", "model_dtype", c.dtype_name),
     Row("model_init_kwargs.attn_implementation", "attention", ATTN, default="sdpa"),

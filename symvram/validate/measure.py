@@ -587,7 +587,7 @@ def _train_steps(spec, model, optimizer, input_ids, labels, tracker=None, on_pha
                 if spec.get("loss_impl", "torch") == "chunked":
                     loss = _chunked_loss(model, input_ids, labels)
                 else:
-                    out = model(input_ids=input_ids, labels=labels)
+                    out = model(input_ids=input_ids, labels=labels, **_packed_positions(spec, input_ids))
                     loss = out.loss
                     del out  # the HF Trainer drops the outputs (logits) before backward
             phase("backward")
@@ -599,6 +599,18 @@ def _train_steps(spec, model, optimizer, input_ids, labels, tracker=None, on_pha
         optimizer.zero_grad(set_to_none=True)
         if tracker is not None:
             tracker.reset_mod_stats()
+
+
+PACKED_SAMPLES = 4   # samples per packed row: the block-diagonal mask is (s, s) whatever their number
+
+
+def _packed_positions(spec, input_ids) -> dict:
+    """A packed row's position ids, restarting at each of PACKED_SAMPLES samples (TRL's padding-free collator,
+    sft_trainer.py:179-192); nothing for an unpacked run."""
+    if not spec.get("packing"):
+        return {}
+    s = input_ids.shape[1]
+    return {"position_ids": torch.arange(s, device=input_ids.device).remainder(-(-s // PACKED_SAMPLES)).unsqueeze(0)}
 
 
 def _offloading(spec, model):
@@ -721,7 +733,8 @@ def measure(spec: dict, flops: bool = False) -> dict:
     model, optimizer, input_ids, labels, trainable, total = prepare(spec, fake_mode)
     tracker = PeakTracker(optimizer)
     tracker.track_external(model, *getattr(optimizer, "per_parameter", {None: optimizer}).values(), input_ids, labels)
-    with _untraced_packed_check(), fake_mode, tracker:
+    packed_check = contextlib.nullcontext() if spec.get("packing") else _untraced_packed_check()
+    with packed_check, fake_mode, tracker:
         _train_steps(spec, model, optimizer, input_ids, labels, tracker, tracker.set_phase)
     # the 4-bit quantization states live on the GPU for the whole run; MemTracker does not see them
     untracked = int(getattr(model, "_symvram_untracked", 0))
