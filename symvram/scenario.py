@@ -233,6 +233,7 @@ class Scenario:
     optimizer_in_backward: bool = False  # one optimizer per parameter, stepped by its post-accumulate-grad hook
     checkpoint_every: int = 1       # checkpointing of layers 0, k, 2k … only (transformers' every_n_layers = k)
     offload_activations: bool = False  # TRL's activation_offloading: saved tensors to pinned host memory
+    liger: bool = False             # Liger's layer kernels (RMSNorm, SwiGLU / GeGLU, RoPE): apply_liger_kernel_to_*
     packing: int = 0                # padding-free packing: one row of this many tokens, position ids restarting per sample
     objective: str = "sft"          # sft | dpo (data/objectives.toml)
     prompt: int = 0                 # DPO: prompt tokens per sequence (not scored by TRL's fused LM head)
@@ -364,7 +365,7 @@ class Scenario:
         if isinstance(self.zero, bool) or self.zero not in (0, 1, 2, 3):
             raise UserError(f"--zero must be 0, 1, 2 or 3; got {excerpt(self.zero)}")
         for flag in ("grad_checkpointing", "double_quant", "sequence_parallel", "dora", "optimizer_in_backward",
-                     "offload_activations"):
+                     "offload_activations", "liger"):
             if not isinstance(getattr(self, flag), bool):  # "false" is a non-empty string: it would switch it on
                 raise UserError(f"{flag} must be True or False; got {excerpt(getattr(self, flag))}")
         self._check_objective()
@@ -401,6 +402,8 @@ class Scenario:
             self._check_every_n_layers()
         if self.offload_activations:
             self._check_offloading()
+        if self.liger:
+            self._check_liger()
         if self.dora and not self.lora:
             raise UserError("--dora is a LoRA variant: use --method lora (or qlora)")
         if self.dora and any(family(self.model.family).target_map[t].count != 1 for t in self.targets):
@@ -461,13 +464,25 @@ class Scenario:
         if why:
             raise UserError(f"--selective-checkpointing every:{self.checkpoint_every} with {why} is not modelled")
 
+    def _check_liger(self) -> None:
+        """Liger's layer kernels are modelled for dense decoders with RMSNorm and a gated MLP (the families
+        apply_liger_kernel_to_* patches), not for MoE, linear or latent attention."""
+        fam = family(self.model.family)
+        why = ("MoE layers" if fam.moe else "layers of several kinds" if fam.kinds else
+               "latent attention" if fam.latent_attention else
+               f"{fam.norm} norms" if fam.norm not in ("rms", "rms_fp32_weight", "gemma_rms") else
+               f"a {fam.activation} MLP" if fam.activation not in ("silu", "gelu_tanh") else None)
+        if why:
+            raise UserError(f"--liger on {fam.key} ({why}) is not modelled; Liger's RMSNorm and SwiGLU/GeGLU kernels "
+                            "are modelled for dense RMSNorm families")
+
     def _check_packing(self) -> None:
         """Packing is modelled on SDPA, where transformers turns restarting position ids into a block-diagonal mask."""
         if self.attention != "sdpa":
             raise UserError(f"--packing with --attention {self.attention} is not modelled (packing is modelled with "
                             "SDPA's block-diagonal mask)")
-        if self.objective != "sft" or self.zero == 3 or self.tp > 1:
-            raise UserError("--packing is modelled for SFT without ZeRO-3 or tensor parallelism")
+        if self.objective != "sft" or self.tp > 1:
+            raise UserError("--packing is modelled for SFT without tensor parallelism")
 
     def _check_offloading(self) -> None:
         """TRL's activation offloading is modelled with non-reentrant checkpointing of every layer on one GPU, where
@@ -581,7 +596,7 @@ class Scenario:
             optimizer_in_backward=self.optimizer_in_backward,
             checkpoint_every=self.checkpoint_every if self.grad_checkpointing else 1,
             offload_activations=self.offload_activations,
-            packed=self.packing > 0,
+            packed=self.packing > 0, liger=self.liger,
             shift_logits_copy=self.loss_impl == "torch" and applies("hf_shift_logits_copy", self.versions),
             forward_logits_upcast=self.loss_impl == "torch" and applies("hf_forward_logits_upcast", self.versions),
             tower=self.model.tower,

@@ -142,6 +142,8 @@ def summary(sc) -> str:
     parts.append(f"checkpointing {sc.checkpoint_impl}" + (f" of layers 0, {sc.checkpoint_every}, {2 * sc.checkpoint_every} …"
                                                            if sc.checkpoint_every > 1 else "")
                  if sc.grad_checkpointing else "no checkpointing")
+    if sc.liger:
+        parts.append("Liger's RMSNorm and SwiGLU/GeGLU kernels (liger-kernel 0.8.5; Triton: modelled, not measured)")
     if sc.packing:
         parts.append("packed samples under SDPA's block-diagonal mask (FlashAttention's varlen path, which keeps no "
                      "mask, is not modelled)")

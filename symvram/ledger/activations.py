@@ -66,9 +66,17 @@ NORM_WHY = {
 }
 
 
-def norm_saved(s_: Structure, rows: sp.Expr, width: sp.Expr) -> sp.Expr:
+LIGER = ("liger_kernel 0.8.5 ops/rms_norm.py:674-676 LigerRMSNormFunction (X, RSTD); ops/swiglu.py:272 "
+         "LigerSiLUMulFunction, ops/geglu.py:138 LigerGELUMulFunction (a, b); modelled, not measured (Triton)")
+
+
+def norm_saved(s_: Structure, rows: sp.Expr, width: sp.Expr, b_in: sp.Expr | None = None) -> sp.Expr:
     """What one norm over ``rows`` rows of ``width`` per token saves when its input needs a gradient:
-    the fp32 upcast input and 1/rms (Gemma's norm also its fp32 (1 + w), a weight-sized vector)."""
+    the fp32 upcast input and 1/rms (Gemma's norm also its fp32 (1 + w), a weight-sized vector). Liger's
+    RMSNorm keeps its input as it comes (``b_in`` bytes per element: the residual stream's, or the compute
+    dtype's for a q/k norm) and the fp32 1/rms, and recomputes the rest."""
+    if s_.liger:
+        return (residual_bytes(s_) if b_in is None else b_in) * T * rows * width + b_32 * T * rows
     saved = b_32 * T * rows * width + b_32 * T * rows
     return saved + b_32 * width if s_.arch.norm == "gemma_rms" else saved
 
@@ -153,9 +161,11 @@ def _layer_of(s_: Structure, first: bool) -> dict[str, tuple[sp.Expr, str, str, 
     targets = set(s_.targets) if s_.lora else set()
     saving = [n for n in fam.active_norms(s_.options) if grad[n.at] if not n.after or grad_in or n.after in targets]
     if saving:
-        out["act_norms"] = (sp.Add(*(norm_saved(s_, n.rows, n.width) for n in saving)), r"A_{\mathrm{norm}}",
-                            NORM_WHY[fam.norm], TRANSFORMERS)
-        if not s_.lora:
+        out["act_norms"] = (sp.Add(*(norm_saved(s_, n.rows, n.width, matmul_bytes(s_) if n.after else None)
+                                     for n in saving)), r"A_{\mathrm{norm}}",
+                            "each Liger RMSNorm keeps its input and the fp32 1/rms" if s_.liger else NORM_WHY[fam.norm],
+                            LIGER if s_.liger else TRANSFORMERS)
+        if not s_.lora and not s_.liger:   # Liger's backward recomputes the normalized tensor for dW
             out["act_norm_weight_input"] = (sp.Add(*(norm_weight_input(s_) * T * n.rows * n.width for n in saving)),
                                             r"A_{\mathrm{norm},w}",
                                             "a trainable norm weight also keeps the normalized "
@@ -204,8 +214,10 @@ def _layer_of(s_: Structure, first: bool) -> dict[str, tuple[sp.Expr, str, str, 
             out.update(_shared_expert(s_))
     elif mlp_grad:
         act = {"silu": "SiLU", "gelu_tanh": "GELU"}[fam.activation]
-        out["act_mlp"] = (3 * b_c * T * f, r"A_{\mathrm{mlp}}",
-                          f"gate output ({act} input), {act} output and up output, d_ff wide each", TRANSFORMERS)
+        out["act_mlp"] = ((2 if s_.liger else 3) * b_c * T * f, r"A_{\mathrm{mlp}}",
+                          f"Liger's fused {act}·up keeps the gate and up outputs (d_ff wide each)" if s_.liger else
+                          f"gate output ({act} input), {act} output and up output, d_ff wide each",
+                          LIGER if s_.liger else TRANSFORMERS)
 
     if s_.weight_casts:
         out["act_weight_casts"] = (b_c * fam.linear_params_per_layer(), r"A_{\mathrm{cast},W}",
@@ -627,7 +639,7 @@ def per_layer_bytes(s_: Structure) -> sp.Expr:
 # the only fields the activation and transient terms read (not the optimizer, master copy, quantization, sharding)
 ACTIVATION_FIELDS = ("method", "family", "first_kind", "lead_kinds", "options", "tied", "targets", "adapter_upcast", "attention", "autocast",
                      "compute_fp32", "device", "dora", "dropout", "grad_checkpointing", "head_targets",
-                     "optimizer_in_backward", "checkpoint_every", "offload_activations", "packed",
+                     "optimizer_in_backward", "checkpoint_every", "offload_activations", "packed", "liger",
                      "kbit_prepared", "loss_impl", "modules_to_save", "weight_casts", "fsdp_mixed_precision", "bnb_input_saved",
                      "shift_logits_copy", "forward_logits_upcast", "tower", "objective")
 
@@ -706,7 +718,7 @@ def saved_terms(s_: Structure) -> list[Term]:
     head = norm_saved(s_, 1, h)
     why = NORM_WHY[fam.norm].replace("each", "the final", 1)
     if not s_.lora:
-        head += (norm_weight_input(s_) + (b_c if s_.weight_casts else compute_weight_bytes(s_))) * T * h
+        head += (0 if s_.liger else norm_weight_input(s_)) * T * h + (b_c if s_.weight_casts else compute_weight_bytes(s_)) * T * h
         why += "; trainable norm and lm_head keep the normalized and the normed tensor"
     elif "lm_head" in s_.modules_to_save:
         head += matmul_bytes(s_) * T * h

@@ -56,8 +56,6 @@ FACTS = ("model", "adapter", "quant", "bf16", "fp16", "pure_bf16", "model_dtype"
          "ds_stage", "ds_offload_optimizer", "ds_offload_param", "fsdp", "fsdp_offload", "distributed")
 # Memory-relevant settings the ledger does not hold yet: the default it assumes, and what a change does
 PENDING = {
-    "liger": (False, "Liger's RMSNorm/SwiGLU/RoPE layer kernels keep fewer activations; the layers are estimated "
-                     "as transformers' own, while Liger's fused cross-entropy is modelled: the header's loss"),
     "offloaded_checkpointing": (False, "axolotl's offloaded gradient checkpointing (Unsloth's recipe) keeps the "
                                        "checkpointed hidden states in host memory; not modelled: the estimate keeps "
                                        "them on the GPU"),

@@ -151,6 +151,9 @@ def to_scenario(spec: dict) -> Scenario:
 
 def from_scenario(sc: Scenario) -> dict:
     """The measurement spec of a Scenario (``symvram validate``): same model, method and recipe."""
+    if sc.liger:
+        raise UserError("--liger: validate does not apply Liger's kernels (Triton, GPU only); the estimate models "
+                        "them from liger-kernel's source (modelled, not measured)")
     spec = {"arch": sc.model.config(), "method": sc.method, "batch": sc.batch, "seq": sc.seq,
             "dtype": sc.dtype, "autocast": None if sc.autocast == "none" else sc.autocast,
             "optimizer": sc.optimizer, "optimizer_impl": sc.optimizer_impl,
