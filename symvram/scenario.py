@@ -88,6 +88,8 @@ def _objective_defaults(kw: dict) -> dict:
         return kw
     kw = dict(kw)
     kw.setdefault("stack", entry["stack"])
+    if "loss_impl" not in entry:   # a reward model's loss reads one score per sequence: no LM head to implement
+        return kw
     if kw.get("loss_impl", entry["loss_impl"]) != entry["loss_impl"]:
         raise UserError(f"--objective {name} runs TRL's own fused LM head (--loss-impl {entry['loss_impl']}); "
                         f"--loss-impl {kw['loss_impl']} contradicts it")
@@ -293,16 +295,36 @@ class Scenario:
     def reference(self) -> str:
         """Where a preference objective's reference log-probs come from: ``copy`` (a second model, full
         fine-tuning), ``adapters`` (the PEFT policy with its adapters disabled), ``precomputed``, or ``none`` (SFT)."""
-        if self.objective == "sft":
+        if self.objective == "sft" or self.score_head:
             return "none"
         return "precomputed" if self.precompute_ref else ("adapters" if self.lora else "copy")
 
+    @property
+    def score_head(self) -> bool:
+        """The objective trains a sequence-classification model (reward modelling: a score head, no lm_head)."""
+        return objectives()[self.objective].get("head") == "score"
+
+    @property
+    def saved_modules(self) -> tuple[str, ...]:
+        """PEFT's modules_to_save as PEFT builds them: the ones asked for, and a LoRA reward model's score head,
+        which PEFT's SEQ_CLS task adds (peft 0.21.2 peft_model.py:1830-1836)."""
+        return self.modules_to_save + (("score",) if self.score_head and self.lora else ())
+
     def with_changes(self, **kw) -> "Scenario":
-        """A copy with some inputs changed, checked again."""
+        """A copy with some inputs changed, checked again. A shorter sequence that a preference objective's prompt
+        no longer fits in (diagnose's probe, a curve over seq) keeps the prompt's share of it:
+
+        >>> sc = Scenario.create("7b", method="lora", objective="dpo", seq=2048, prompt=512)
+        >>> sc.with_changes(seq=1024).prompt, sc.with_changes(seq=256).prompt
+        (512, 64)
+        """
         implied = (*STACK_SETTINGS, *STACK_EXTRAS)  # what the stack fills in, it fills in again
         merged = {k: getattr(self, k) for k in self.__dataclass_fields__ if k not in ("model", "given")
                   and (k not in implied or k in self.given)}
         merged.update({k: v for k, v in kw.items() if v is not None})
+        seq = merged["seq"]
+        if "prompt" not in kw and isinstance(seq, int) and not isinstance(seq, bool) and 0 < seq <= self.prompt:
+            merged["prompt"] = self.prompt * seq // self.seq
         return Scenario.create(self.model, **merged)
 
     @property
@@ -354,6 +376,10 @@ class Scenario:
         fam = family(self.model.family)
         if self.attention not in fam.attention_kernels:
             raise UserError(f"--attention {self.attention}: {fam.attention_why or fam.key + ' runs ' + ', '.join(fam.attention_kernels)}")
+        if self.kbit_prepared and any(k.moe and not k.extra("experts_dense") for _, k in fam.layer_kinds):
+            raise UserError(f"--kbit-prep peft on {fam.key}: prepare_model_for_kbit_training casts the fused experts to "
+                            "fp32 and torch's grouped_mm takes bf16 only (transformers integrations/moe.py:379, torch "
+                            "_meta_registrations.py:8645): the step fails; use --kbit-prep none")
         _choice(self.device, DEVICES, "--device")
         _choice(self.offload, OFFLOADS, "--offload")
         _positive_int(self.batch, "--batch", MAX_BATCH)
@@ -509,8 +535,10 @@ class Scenario:
         why = None
         if self.optimizer not in ("adamw", "sgd", "sgd-momentum"):
             why = f"--optimizer {self.optimizer}"
-        elif self.zero or self.gpus > 1 or self.tp > 1:
+        elif self.gpus > 1 or self.tp > 1:
             why = "several GPUs (a gradient is reduced before its step)"
+        elif self.zero:
+            why = f"ZeRO-{self.zero} (its optimizer steps each partition after the backward)"
         elif self.master != "none":
             why = "an fp32 master copy"
         elif self.method == "full" and self.model.tied:
@@ -535,6 +563,12 @@ class Scenario:
         if isinstance(self.prompt, bool) or not isinstance(self.prompt, int) or not 0 <= self.prompt < self.seq:
             raise UserError(f"--prompt must be a whole number of tokens from 0 to seq - 1 = {self.seq - 1} (the "
                             f"completion needs at least one); got {excerpt(self.prompt)}")
+        if self.score_head and (self.prompt or self.precompute_ref):
+            raise UserError("--objective reward scores whole sequences with no reference model: --prompt and "
+                            "--precompute-ref do not apply")
+        if self.score_head and (self.method == "qlora" or "lm_head" in self.modules_to_save + self.head_targets):
+            raise UserError(f"--objective reward with {'--method qlora' if self.method == 'qlora' else 'lm_head'} "
+                            "is not modelled: a reward model has a score head and no lm_head (full and lora are)")
         if self.objective != "sft" and family(self.model.family).moe:
             raise UserError(f"--objective {self.objective} on a mixture-of-experts model is not modelled: the "
                             "reference forward's working set is derived for dense MLPs")
@@ -580,16 +614,16 @@ class Scenario:
             master=self.master == "fp32", optimizer=self.optimizer, optimizer_impl=self.optimizer_impl,
             embed_states_fp32=self.optimizer in BNB_OPTIMIZERS and runs_trainer(self.stack)
             and (not self.lora or "embed_tokens" in self.modules_to_save),
-            param_states=bool(self.modules_to_save) and self.states_follow_param,
+            param_states=bool(self.saved_modules) and self.states_follow_param,
             compute_fp32=self.compute_dtype == "fp32",
             adapter_upcast=self.lora and self.mp_policy == "none"
             and self.adapter_dtype != (self.autocast if self.autocast != "none" else self.compute_dtype),
             autocast=self.autocast != "none", weight_casts=self.autocast != "none" and self.dtype == "fp32",
             dropout=self.lora and self.lora_dropout > 0 and not objectives()[self.objective].get("disable_dropout"),
-            device=self.device, objective=self.objective, reference=self.reference,
+            device=self.device, objective=self.objective, reference=self.reference, score_head=self.score_head,
             attention=self.attention, grad_checkpointing=self.grad_checkpointing,
             double_quant=self.double_quant, kbit_prepared=self.kbit_prepared,
-            loss_impl=self.loss_impl, dora=self.lora and self.dora, modules_to_save=self.modules_to_save, zero=self.zero, offload=self.offload,
+            loss_impl=self.loss_impl, dora=self.lora and self.dora, modules_to_save=self.saved_modules, zero=self.zero, offload=self.offload,
             sequence_parallel=self.sequence_parallel, tensor_parallel=self.tp > 1,
             fsdp_mixed_precision=self.mp_policy != "none", zero_impl=stacks()[self.stack].get("zero_impl", "fsdp2"),
             bnb_input_saved=self.method == "qlora" and applies("bnb_input_saved", self.versions),

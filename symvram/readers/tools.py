@@ -62,8 +62,8 @@ PENDING = {
     "paged_optimizer": (False, "paged optimizer states may be evicted to host memory under pressure"),
 }
 
-NOT_YET = ("{}'s {} is not modelled yet (symvram models SFT and TRL 1.16's DPOTrainer and KTOTrainer: --objective "
-           "dpo, kto); its memory differs, so it is refused rather than estimated as SFT")
+NOT_YET = ("{}'s {} is not modelled yet (symvram models SFT and TRL 1.16's DPOTrainer, KTOTrainer and RewardTrainer: "
+           "--objective dpo, kto, reward); its memory differs, so it is refused rather than estimated as SFT")
 SAVE_OTHERS = "modules_to_save beyond embed_tokens and lm_head (their trainable copies)"
 BOOL = c.boolean
 ATTN = c.attention
@@ -196,7 +196,11 @@ LLAMAFACTORY = Tool("llamafactory", "LLaMA-Factory 0.9.5", (
     Row("stage", "objective", c.objective("LLaMA-Factory", {"sft": "sft", "pt": "sft"}, {
         "dpo": "LLaMA-Factory's DPO (CustomDPOTrainer) keeps the full fp32 logits of its own concatenated_forward; "
                "symvram's --objective dpo models TRL 1.16's DPOTrainer (a fused LM head, no logits): not the same "
-               "memory, so it is refused"})),
+               "memory, so it is refused",
+        "rm": "LLaMA-Factory's reward modelling loads the causal LM with a value head (train/rm/workflow.py: "
+              "load_model(..., add_valuehead=True)), whose forward still computes the vocabulary logits; symvram's "
+              "--objective reward models TRL 1.16's RewardTrainer (a sequence-classification model, no logits): not "
+              "the same memory, so it is refused"})),
     Row("torch_compile", None, c.is_on, why="torch.compile fuses kernels and changes what is saved"),
 ), harmless=frozenset({
     "template", "dataset", "dataset_dir", "eval_dataset", "output_dir", "overwrite_output_dir", "overwrite_cache",
@@ -311,6 +315,8 @@ TRL = Tool("trl", "TRL 1.16 SFTConfig", (
     # GRPOConfig and KTOConfig: not modelled yet, refused rather than estimated as SFT
     # TRL 1.16 KTOConfig (kto_config.py:212-220): its weights name a KTO run, over DPOConfig's shared keys
     *[Row(k, "objective", lambda v: "kto", priority=3) for k in ("desirable_weight", "undesirable_weight")],
+    # TRL 1.16 RewardConfig (reward_config.py:160): the one key of its own names a reward-model run
+    Row("center_rewards_coefficient", "objective", lambda v: "reward", priority=3),
     # GRPOConfig: not modelled yet, refused rather than estimated as SFT
     *[Row(k, None, c.refuse(NOT_YET.format("TRL", "GRPOTrainer")), why=NOT_YET.format("TRL", "GRPOTrainer"))
       for k in ("num_generations", "max_completion_length")],
@@ -322,14 +328,17 @@ TRL = Tool("trl", "TRL 1.16 SFTConfig", (
     "lora_target_parameters", "ignore_bias_buffers"},
     markers=frozenset({"dataset_text_field", "max_length", "packing", "completion_only_loss", "assistant_only_loss",
                        "dataset_name", "use_peft", "precompute_ref_log_probs", "f_divergence_type", "num_generations",
-                       "desirable_weight"}))
+                       "desirable_weight", "center_rewards_coefficient"}))
 
 # ------------------------------------------------------- DeepSpeed 0.19 config JSON (runtime/zero/config.py)
 # the ZeRO sizes the ledger holds as symbols (ledger/sharding.py): the file's value is that symbol's value
 BUCKET_SYMBOLS = {"reduce_bucket_size": "ds_reduce_bucket", "sub_group_size": "ds_sub_group",
                   "stage3_max_live_parameters": "ds_max_live"}
-_BUCKETS = ("allgather_bucket_size", "stage3_prefetch_bucket_size", "stage3_max_reuse_distance",
-            "stage3_param_persistence_threshold")
+# the sizes the ledger does not hold, each with what it sizes (stage_1_and_2.py: allgather_bucket_size chunks the
+# all-gather of the updated partitions; stage3.py: the prefetched and persistent parameters)
+_BUCKETS = {"allgather_bucket_size": "ZeRO-1/2's chunks of the updated weights' all-gather",
+            **dict.fromkeys(("stage3_prefetch_bucket_size", "stage3_max_reuse_distance",
+                             "stage3_param_persistence_threshold"), "ZeRO-3's prefetch and persistence buffers")}
 DEEPSPEED = Tool("deepspeed", "DeepSpeed 0.19 config", (
     Row("zero_optimization.stage", "ds_stage", c.zero_stage, default=0),
     Row("zero_optimization.offload_optimizer.device", "ds_offload_optimizer", c.offload_device),
@@ -343,8 +352,7 @@ DEEPSPEED = Tool("deepspeed", "DeepSpeed 0.19 config", (
         why="partitioned checkpoints split the saved activations across GPUs"),
     Row("activation_checkpointing.cpu_checkpointing", None, c.is_on, why="checkpoints kept in host memory"),
     *[Row(f"zero_optimization.{k}", SYMBOL + name, c.auto_or(c.number)) for k, name in BUCKET_SYMBOLS.items()],
-    *[Row(f"zero_optimization.{k}", None, lambda v: v is not None,
-          why="ZeRO's prefetch and persistence buffers") for k in _BUCKETS],
+    *[Row(f"zero_optimization.{k}", None, lambda v: v is not None, why=why) for k, why in _BUCKETS.items()],
 ), harmless=frozenset({
     "train_batch_size", "gradient_clipping", "steps_per_print", "wall_clock_breakdown", "scheduler",
     "optimizer.params", "zero_allow_untested_optimizer", "communication_data_type", "prescale_gradients",

@@ -29,6 +29,7 @@ import torch
 from torch.distributed._tools.mem_tracker import MemTracker, _MemRefType, _TOTAL_KEY, _UpdateType
 from torch.distributed._tools.mod_tracker import ModTracker
 
+from ..ledger.objectives import objectives
 from ..ledger.structure import BNB_OPTIM_BITS
 from .flops import PhaseFlops, flop_counter
 from .spec import normalize_spec  # the one definition of a spec (torch-free)
@@ -114,6 +115,10 @@ def build_model(spec: dict):
     auto = (transformers.AutoModelForImageTextToText if tower and tower.loader not in
             transformers.models.auto.modeling_auto.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.values()
             else causal_lm_auto(cfg))   # the class a user loads the model as (ledger.towers, validate.layout)
+    score = objectives().get(spec.get("objective", "sft"), {}).get("head") == "score"
+    if score:   # a reward model as TRL's RewardTrainer loads it (reward_trainer.py:396, :572): one label, a pad id
+        auto, cfg.num_labels = transformers.AutoModelForSequenceClassification, 1
+        cfg.get_text_config().pad_token_id = 0
     with torch.device("meta"):
         model = auto.from_config(
             cfg, dtype=dtype, attn_implementation=spec["attention"]
@@ -139,7 +144,7 @@ def build_model(spec: dict):
             lora_alpha=spec["lora_alpha"],
             lora_dropout=spec["lora_dropout"],
             target_modules=peft_target_modules(spec),
-            task_type="CAUSAL_LM",
+            task_type="SEQ_CLS" if score else "CAUSAL_LM",
             use_dora=bool(spec.get("dora", False)),
             modules_to_save=list(spec.get("modules_to_save", [])) or None,
         )
