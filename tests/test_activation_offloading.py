@@ -106,3 +106,9 @@ def test_host_bytes_other_stacks(stack, method):
 
     sc = Scenario.create(tiny(), device="cpu", offload_activations=True, **{**KW, "stack": stack, "method": method})
     assert measure({**from_scenario(sc), "steps": 2})["host_peak_bytes"] == host_bytes(evaluate(sc))
+
+
+def test_checkpointing_off_turns_offloading_off():
+    """explain compares with and without checkpointing: offloading goes with it."""
+    sc = Scenario.create(tiny(), offload_activations=True, **KW)
+    assert not sc.with_changes(grad_checkpointing=False).offload_activations
