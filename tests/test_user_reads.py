@@ -508,3 +508,13 @@ def test_the_settings_table_shows_the_objective_a_file_sets(tmp_path, capsys):
     assert "symvram default" not in rows["loss_impl"] and "TRL's fused LM head" in rows["loss_impl"]
     assert main(["estimate", "qwen3-8b", "--from", "examples/configs/llamafactory-lora.yaml"]) == 0
     assert "\nobjective " not in capsys.readouterr().out    # SFT files keep the table as it was
+
+
+def test_moe_qlora_kbit_remedy_names_the_fused_experts():
+    """GLM-4.7-Flash QLoRA: most of the unquantized base is the fused experts (bitsandbytes quantizes nn.Linear
+    only), so dropping PEFT's fp32 upcast halves them too; the remedy's text said only "the embeddings, lm_head
+    and norms". By hand: the unquantized weights go from 4 to 2 B each, P_keep · 2 B saved in that term."""
+    d = diagnose(Scenario.create("glm-4.7-flash", method="qlora"), load_card("rtx-4090"))
+    r = next(r for r in d.remedies if r.key == "kbit_prep")
+    assert "the fused experts (3-D parameters, which bitsandbytes does not quantize)" in r.cost
+    assert r.before.terms["weights_16bit"] - r.after.terms["weights_16bit"] == 2 * r.before.derived["P_keep"]
