@@ -518,3 +518,13 @@ def test_moe_qlora_kbit_remedy_names_the_fused_experts():
     r = next(r for r in d.remedies if r.key == "kbit_prep")
     assert "the fused experts (3-D parameters, which bitsandbytes does not quantize)" in r.cost
     assert r.before.terms["weights_16bit"] - r.after.terms["weights_16bit"] == 2 * r.before.derived["P_keep"]
+
+
+def test_header_says_the_optimizer_steps_in_backward(capsys):
+    """--optimizer-in-backward changes what is held (one gradient at a time) but no header said so, and the hf
+    stack's sentence still summed "weights + gradients + states = 8 B/param". By hand: bf16 weights 2 + two bf16
+    moments 4 = 6 B/param, the gradients one tensor at a time."""
+    assert main(["estimate", "qwen3-8b", "--method", "full", "--optimizer-in-backward"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "weights + states = 6 B/param" in out and "weights + gradients + states" not in out
+    assert "stepped in backward (one optimizer per parameter" in out
