@@ -528,3 +528,22 @@ def test_header_says_the_optimizer_steps_in_backward(capsys):
     out = " ".join(capsys.readouterr().out.split())
     assert "weights + states = 6 B/param" in out and "weights + gradients + states" not in out
     assert "stepped in backward (one optimizer per parameter" in out
+
+
+@pytest.mark.parametrize("lang,short,product", [
+    ("en", "are 12 B/param, 10 of them in CPU memory under offload ({host}), so the GPU holds 2 B/param = **{gpu}**",
+     "70,000,000,000 parameters × 2 B on the GPU (the other 10 of its 12 B/param offloaded to CPU memory) = **140 GB**"),
+    ("zh", "是每参数 12 字节，其中 10 字节 offload 到 CPU 内存（{host}），GPU 上每参数 2 字节，合 **{gpu}**",
+     "70,000,000,000 个参数 × 2 字节（GPU 上的；每参数 12 字节里另外 10 字节 offload 到 CPU 内存） = **140 GB**"),
+])
+def test_explain_under_offload_says_where_the_bytes_per_parameter_live(tmp_path, lang, short, product):
+    """ZeRO-Offload: "12 B/param = 16.38 GB" multiplied to a figure 6× too small (the GPU holds the bf16 weights
+    only). By hand: bf16 weights 2 B/param on the GPU (8,190,735,360 × 2 = 16.38 GB), gradients 2 and the two fp32
+    moments 8 in CPU memory (10 × P = 81.91 GB); for 70e9 parameters 2 B each on the GPU, 140 GB."""
+    out = tmp_path / f"o.{lang}.md"
+    assert main(["explain", "qwen3-8b", "--method", "full", "--stack", "deepspeed", "--offload", "optimizer",
+                 "--gpu", "rtx-4090", "--grad-checkpointing", "--lang", lang, "-o", str(out)]) == 0
+    text = out.read_text()
+    p = 8_190_735_360
+    assert short.format(host=fmt_bytes(10 * p, "GB"), gpu=fmt_bytes(2 * p, "GB")) in text
+    assert product in text
