@@ -92,6 +92,8 @@ class Role(str, Enum):
     STEP_INPUT = "step input"                          # the batch's ids and the shared RoPE tables: the whole step
     RECOMPUTED_ACTIVATION = "recomputed activation"    # one layer's saved tensors, rebuilt (or still saved)
     FORWARD_TEMPORARY = "forward temporary"            # what one forward op holds and frees (DoRA's weight norm)
+    EXPERTS_TEMPORARY = "experts temporary"            # what the last layer's dense experts hold in forward (Llama 4)
+    LORA_FORWARD_TEMPORARY = "LoRA forward temporary"  # the last layer's LoRA down projection's forward locals
     LAYER_WORKING_SET = "layer working set"            # what one sub-block of a layer's forward makes and frees
     RECOMPUTE_TEMPORARY = "recompute temporary"        # what one op of a checkpointed layer's recompute holds
     LOSS_TEMPORARY = "loss temporary"                  # the logits while the loss is computed
@@ -175,6 +177,10 @@ ROLES: dict[Role, RoleInfo] = {
                                          lifetime=(_P.FIRST_LAYER_BACKWARD,)),
     Role.FORWARD_TEMPORARY: RoleInfo("transient", triage="backward", measured="activations",
                                      lifetime=(_P.FORWARD,)),
+    Role.EXPERTS_TEMPORARY: RoleInfo("transient", triage="activation", measured="activations",
+                                     lifetime=(_P.FORWARD,)),
+    Role.LORA_FORWARD_TEMPORARY: RoleInfo("transient", triage="activation", measured="activations",
+                                          lifetime=(_P.FORWARD,)),
     # below every moment (the ledger's peaks do not change); the caching allocator's segments follow them:
     # the schedule makes and frees each sub-block's set in every layer's forward and recompute
     Role.LAYER_WORKING_SET: RoleInfo("transient", triage="activation", measured="activations"),
@@ -320,6 +326,15 @@ MOMENTS = (
     MomentSpec("recompute_lora_output", "backward, recomputing the last layer's LoRA down projection",
                Phase.LAST_LAYER_RECOMPUTE, "the checkpointed inputs, the last layer's saved tensors rebuilt and its "
                "down projection's LoRA forward, before its MLP backward", Role.RECOMPUTE_TEMPORARY),
+    MomentSpec("experts_forward", "forward, the last layer's experts", Phase.FORWARD,
+               "every layer's activations are saved while the last layer's experts run every token through all E "
+               "of them (E·T-row temporaries)", Role.EXPERTS_TEMPORARY),
+    MomentSpec("lora_output_forward", "forward, the last layer's LoRA down projection", Phase.FORWARD,
+               "every layer's activations are saved while the last layer's down projection runs its LoRA forward "
+               "(no checkpointing, no loss yet)", Role.LORA_FORWARD_TEMPORARY),
+    MomentSpec("first_recompute_lora_output", "backward, recomputing the first layer's LoRA down projection",
+               Phase.FIRST_LAYER_RECOMPUTE, "the first layer's checkpointed input and saved tensors rebuilt, its down "
+               "projection's LoRA forward, and every later layer's gradient made", Role.RECOMPUTE_TEMPORARY),
     MomentSpec("dora_forward", "forward, the last layer's DoRA weight norm", Phase.FORWARD,
                "every layer's activations are saved while the last layer's DoRA forward builds weight-sized "
                "temporaries", Role.FORWARD_TEMPORARY),

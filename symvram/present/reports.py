@@ -258,8 +258,10 @@ def fit_text(r: FitResult, units: str) -> str:
                      f"{fb(r.memory.reserved_peak)}, {fb(r.budget - r.memory.reserved_peak)} under")
         return "\n".join(lines)
     moment = {m.key: m.label for m in r.at.ledger.moments}
-    lines.append(f"largest {r.knob} that fits: {num(r.value)} (the allocator replay runs two steps; the ledger's "
-                 f"moments, {r.how}, bound it first; the binding moment is {moment[r.binding_moment]})")
+    lines.append(f"largest {r.knob} that fits: {num(r.value)} under the reserved line (max_memory_reserved of the "
+                 f"{ALLOCATOR_WORDS[r.memory.allocator]} ≤ {fb(r.budget)}, not the allocated one: the allocator replay "
+                 f"runs two steps; the ledger's moments, {r.how}, bound it first; the binding moment is "
+                 f"{moment[r.binding_moment]})")
     lines.append(f"  at {r.knob} {num(r.value)}: reserved {fb(r.memory.reserved_peak)} "
                  f"({r.budget - r.memory.reserved_peak:,} bytes under), allocated {fb(r.at.peak)}, "
                  f"nvidia-smi {fb(r.memory.device_peak)}")
