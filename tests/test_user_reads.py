@@ -352,7 +352,7 @@ def test_moe_lora_and_qlora_say_what_the_experts_do():
     attention = 48 * 16 * ((2048 + 4096) + 2 * (2048 + 512) + (4096 + 2048))
     assert f"without them (--targets q_proj,k_proj,v_proj,o_proj) {attention:,}" in line
     assert f"{lora.derived['P_lora'] - attention:,} of the {lora.derived['P_lora']:,} trainable" in line
-    qlora = evaluate(Scenario.create("qwen3-30b-a3b", method="qlora", rank=16))
+    qlora = evaluate(Scenario.create("qwen3-30b-a3b", method="qlora", rank=16, kbit_prep="none"))  # peft's fails
     q_line = moe_notes(qlora)[1]
     assert "bitsandbytes quantizes nn.Linear modules only" in q_line and f"{qlora.derived['P_keep']:,}" in q_line
     assert not moe_notes(evaluate(Scenario.create("qwen3-8b", method="qlora")))
@@ -510,14 +510,16 @@ def test_the_settings_table_shows_the_objective_a_file_sets(tmp_path, capsys):
     assert "\nobjective " not in capsys.readouterr().out    # SFT files keep the table as it was
 
 
-def test_moe_qlora_kbit_remedy_names_the_fused_experts():
-    """GLM-4.7-Flash QLoRA: most of the unquantized base is the fused experts (bitsandbytes quantizes nn.Linear
-    only), so dropping PEFT's fp32 upcast halves them too; the remedy's text said only "the embeddings, lm_head
-    and norms". By hand: the unquantized weights go from 4 to 2 B each, P_keep · 2 B saved in that term."""
-    d = diagnose(Scenario.create("glm-4.7-flash", method="qlora"), load_card("rtx-4090"))
-    r = next(r for r in d.remedies if r.key == "kbit_prep")
-    assert "the fused experts (3-D parameters, which bitsandbytes does not quantize)" in r.cost
-    assert r.before.terms["weights_16bit"] - r.after.terms["weights_16bit"] == 2 * r.before.derived["P_keep"]
+def test_moe_qlora_refusal_says_where_the_kbit_preparation_came_from(capsys):
+    """`--method qlora` on an MoE model with fused experts: PEFT's k-bit preparation (the hf stack's QLoRA recipe)
+    casts the experts to fp32, which grouped_mm refuses. The user never typed --kbit-prep peft: the one-line error
+    names the stack that implied it and the way out."""
+    assert main(["estimate", "glm-4.7-flash", "--method", "qlora"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("symvram: error: the hf stack's QLoRA recipe (PEFT's prepare_model_for_kbit_training, "
+                          "--kbit-prep peft) on glm4_moe_lite") and "use --kbit-prep none" in err
+    assert main(["estimate", "glm-4.7-flash", "--method", "qlora", "--kbit-prep", "peft"]) == 2
+    assert capsys.readouterr().err.startswith("symvram: error: --kbit-prep peft on glm4_moe_lite")
 
 
 def test_header_says_the_optimizer_steps_in_backward(capsys):

@@ -309,9 +309,7 @@ def _candidates(sc: Scenario, p95_seq: int | None) -> list[_Candidate]:
                               "prepare_model_for_kbit_training)", "precision", ("parameter", "activation", "loss"),
                               {"kbit_prep": "none", "grad_checkpointing": sc.grad_checkpointing,
                                "checkpoint_impl": sc.checkpoint_impl},
-                              ("the embeddings, lm_head, norms and the fused experts (3-D parameters, which "
-                               "bitsandbytes does not quantize)" if sc.structure.arch.moe_weights else
-                               "the embeddings, lm_head and norms") + " stay 16-bit (and so does the residual stream): a "
+                              "the embeddings, lm_head and norms stay 16-bit (and so does the residual stream): a "
                               "small numerical risk; call model.gradient_checkpointing_enable() yourself, which the "
                               "preparation did (axolotl: embeddings_skip_upcast: true)"))
     precision = _precision(sc)
