@@ -530,12 +530,10 @@ def test_tex_of_a_moe_family_fits_the_page(lang):
 
 
 def test_every_moment_has_a_chinese_name():
-    """The zh document names the peak's moment from its own table: a moment without a row there would print its key
-    (English words) in the Chinese text."""
-    from pathlib import Path
-
+    """The zh document names the peak's moment from its own table; a moment added to the ledger without an entry
+    printed its key (lora_output_forward) in the Chinese prose."""
     from symvram.ledger.terms import MOMENTS
 
-    template = (Path(__file__).resolve().parents[1] / "templates" / "explain.zh.j2").read_text(encoding="utf-8")
-    table = template[template.index("moment_zh = {"):template.index("} %>", template.index("moment_zh = {"))]
+    text = (Path(__file__).resolve().parents[1] / "templates" / "explain.zh.j2").read_text(encoding="utf-8")
+    table = text[text.index("set moment_zh"):text.index("%>", text.index("set moment_zh"))]
     assert [m.key for m in MOMENTS if f'"{m.key}":' not in table] == []

@@ -280,6 +280,14 @@ def _candidates(sc: Scenario, p95_seq: int | None) -> list[_Candidate]:
                               {"grad_checkpointing": True},
                               f"each layer's forward is recomputed in backward: +{100 * share:.0f} % matmul FLOPs "
                               f"for {sc.method}"))
+    elif sc.checkpoint_every > 1:   # selective: every k-th layer checkpointed, the others save their activations
+        from ..timing import flops
+
+        share = flops(sc.with_changes(checkpoint_every=1)).per_step / flops(sc).per_step - 1
+        out.append(_Candidate("checkpointing", f"gradient checkpointing of every layer (instead of one in "
+                              f"{sc.checkpoint_every})", "recompute", ("activation",), {"checkpoint_every": 1},
+                              f"the other layers' forwards are recomputed in backward too: +{100 * share:.0f} % matmul "
+                              f"FLOPs for {sc.method}"))
     if (sc.stack != "interview" and sc.grad_checkpointing and not sc.offload_activations
             and sc.checkpoint_impl == "non-reentrant"
             and sc.checkpoint_every == 1 and sc.gpus == 1 and sc.objective == "sft" and not sc.dora
