@@ -621,8 +621,20 @@ def _layer_backward_temp(s_: Structure) -> tuple[sp.Expr, str, str]:
     if not s_.arch.moe:
         return (3 * b_c * T * f + b_c * T * h, "inside a layer's MLP backward: the gradients of the down input, the "
                 "SiLU output and the up output (d_ff wide) and the incoming hidden gradient", "autograd of LlamaMLP")
+    _, _, targeted, experts_train = _moe_parts(s_)
+    if s_.arch.extra("experts_dense"):   # Llama 4: E·T rows through the bmm's backward (modeling_llama4.py:76-78)
+        rows, w_grad = E * T, (b_g * E * f_e * h if experts_train else 0)
+        # the shared expert ran after the routed ones: its backward has run, its saved tensors are freed (and, when
+        # trainable, its three weight gradients made)
+        d_s = next(m.d_in for m in s_.arch.linears if m.input_group == "mlp_act")
+        shared = -3 * b_c * T * d_s + (3 * b_g * h * d_s - b_c * T * d_s if not s_.lora else 0)
+        down = b_c * rows * (h + f_e) + b_c * T * h + w_grad + shared
+        product = 3 * b_c * rows * f_e + b_c * T * h + (w_grad - b_c * rows * f_e if experts_train else 0) + shared
+        return (sp.Max(down, product, evaluate=False), "the dense experts' backward over all E·T rows: at the down "
+                "bmm the output gradient's copy (h) and the input gradient (d_E), at the SiLU·up product its gradient "
+                "and those of up and SiLU (d_E each; the product, if saved, freed), with the incoming hidden gradient "
+                "and, for trainable experts, down's weight gradient", LLAMA4)
     S = T * k_e
-    _, _, targeted, _ = _moe_parts(s_)
     freed = b_c * S * h + b_id * S  # the down output and one index vector are gone by then
     if targeted:
         return (b_c * E * h * f_e + b_c * S * f_e + b_c * S * h + b_c * T * h - freed,
