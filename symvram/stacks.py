@@ -30,6 +30,12 @@ STACK_SETTINGS = ("adapter_dtype", "autocast", "optimizer", "optimizer_impl", "s
 # mixed-precision policy, TRL's checkpointing default); the Scenario's own default otherwise
 STACK_EXTRAS = ("dtype", "master", "zero", "mp_policy", "grad_checkpointing")
 
+# what DeepSpeed ZeRO-Offload runs: its bf16 engine (the model cast to bf16, no autocast), its CPU Adam on the fp32
+# master partition (fp32 moments: DeepSpeedCPUAdam(fp32_optimizer_states=True)), stepped after the backward;
+# diagnose's remedy, with a ZeRO stage
+ZERO_OFFLOAD = {"stack": "deepspeed", "offload": "optimizer", "optimizer": "adamw", "state_dtype": "fp32",
+                "master": "fp32", "dtype": "bf16", "autocast": "none", "optimizer_in_backward": False}
+
 
 @cache
 def stacks() -> dict[str, dict]:
@@ -118,15 +124,16 @@ def summary(sc) -> str:
     if sc.objective != "sft":
         from .ledger.objectives import objectives
         reference = {"copy": "a second copy of the weights", "adapters": "the policy with its adapters disabled",
-                     "precomputed": "precomputed log-probs, no reference model"}[sc.reference]
+                     "precomputed": "precomputed log-probs, no reference model", "none": "none"}[sc.reference]
         parts.append(f"objective {sc.objective} ({objectives()[sc.objective]['title']}; reference: {reference}; "
-                     "the time ledger counts the SFT step, not the reference forward)")
+                     + ("the time ledger counts the SFT step with its lm_head)" if sc.score_head else
+                        "the time ledger counts the SFT step, not the reference forward)"))
     if sc.lora:
         parts.append(f"adapters {sc.adapter_dtype}")
     parts.append(f"autocast {sc.autocast}" if sc.autocast != "none" else "no autocast")
     impl = "bitsandbytes" if sc.structure.bnb else IMPL_WORDS.get(sc.optimizer_impl, sc.optimizer_impl)
     if sc.zero and sc.structure.zero_impl == "deepspeed":
-        impl = "DeepSpeed's ZeRO optimizer"
+        impl = "DeepSpeed's CPU Adam" if sc.offload != "none" else "DeepSpeed's ZeRO optimizer"
     states = f"{sc.optimizer} ({impl}), states {sc.state_dtype}"
     if sc.structure.paged:
         states += " (those of tensors ≥ 100k elements paged to CUDA unified memory: modelled, not measured)"
@@ -142,11 +149,19 @@ def summary(sc) -> str:
     parts.append(f"checkpointing {sc.checkpoint_impl}" + (f" of layers 0, {sc.checkpoint_every}, {2 * sc.checkpoint_every} …"
                                                            if sc.checkpoint_every > 1 else "")
                  if sc.grad_checkpointing else "no checkpointing")
+    if sc.liger:
+        parts.append("Liger's RMSNorm and SwiGLU/GeGLU kernels (liger-kernel 0.8.5; Triton: modelled, not measured)")
+    if sc.packing:
+        parts.append("packed samples under SDPA's block-diagonal mask (FlashAttention's varlen path, which keeps no "
+                     "mask, is not modelled)")
+    if sc.offload_activations:
+        parts.append("TRL's activation offloading (its rules traced on the CPU; the copy streams' overlap and pinned "
+                     "host memory modelled, not measured)")
     if any(k.extra("gated_deltanet") for _, k in sc.structure.arch.layer_kinds):
         parts.append("Gated DeltaNet on transformers' torch path (torch_chunk_gated_delta_rule, run when "
                      "flash-linear-attention is not installed; the fla kernels' saved tensors are not modelled"
                      + "; under checkpointing its backward's temporaries are not either" * sc.grad_checkpointing + ")")
-    parts.append(f"loss {sc.loss_impl}")
+    parts.append("loss on one score per sequence" if sc.score_head else f"loss {sc.loss_impl}")
     if sc.method == "qlora" and sc.kbit_prep == "peft":
         parts.append("prepare_model_for_kbit_training")
     elif sc.method == "qlora":   # the preparation is also what turns checkpointing on in this stack: say it is gone
@@ -154,13 +169,16 @@ def summary(sc) -> str:
         parts.append("no kbit preparation" + (" (nor the checkpointing it turns on: add --grad-checkpointing)"
                                               if turned_on else ""))
     gpus = f"{sc.gpus} GPU" + "s" * (sc.gpus != 1)
+    offload = {"none": "", "optimizer": ", the optimizer offloaded to the CPU",
+               "optimizer+params": ", the optimizer and the parameters offloaded to the CPU"}[sc.offload]
     if sc.zero and sc.structure.zero_impl == "deepspeed":
-        parts.append(f"DeepSpeed ZeRO-{sc.zero} over {gpus} (its buckets and step buffers modelled from "
-                     "source, not measured)")
+        engine = "bf16" if sc.dtype == "bf16" else f"{sc.dtype} (bf16 off in its config)"
+        parts.append(f"DeepSpeed ZeRO-{sc.zero} over {gpus}, {engine} engine{offload} (its buckets and step buffers "
+                     "modelled from source, not measured)")
     elif sc.zero == 3:
         parts.append(f"FSDP2 fully_shard per decoder layer then the root over {gpus}, parameters stored "
                      + (f"{sc.dtype}, MixedPrecisionPolicy(param_dtype={sc.mp_policy}, reduce_dtype=fp32)"
-                        if sc.mp_policy != "none" else f"and gathered in {sc.dtype}"))
+                        if sc.mp_policy != "none" else f"and gathered in {sc.dtype}") + offload)
     elif sc.zero:
-        parts.append(f"ZeRO-{sc.zero} over {gpus}")
+        parts.append(f"ZeRO-{sc.zero} over {gpus}{offload}")
     return f"stack {sc.stack} ({stacks()[sc.stack]['title']}): " + ", ".join(parts) + "; " + header(sc.versions)

@@ -16,20 +16,23 @@ from __future__ import annotations
 
 import json
 
+from ..stacks import ZERO_OFFLOAD
 from .read import Reading
 
 # tool → Scenario setting (or "accum", "optim") → key in that tool's file
 KEYS = {
     "axolotl": {"seq": "sequence_len", "batch": "micro_batch_size", "grad_checkpointing": "gradient_checkpointing",
                 "optim": "optimizer", "accum": "gradient_accumulation_steps", "dora": "peft_use_dora",
-                "modules_to_save": "lora_modules_to_save", "targets": "lora_target_modules"},
+                "modules_to_save": "lora_modules_to_save", "targets": "lora_target_modules",
+                "offload_activations": "activation_offloading"},
     "llamafactory": {"seq": "cutoff_len", "batch": "per_device_train_batch_size",
                      "grad_checkpointing": "disable_gradient_checkpointing", "optim": "optim",
                      "accum": "gradient_accumulation_steps", "dora": "use_dora", "modules_to_save": "additional_target",
                      "targets": "lora_target"},
     "trl": {"seq": "max_length", "batch": "per_device_train_batch_size", "grad_checkpointing": "gradient_checkpointing",
             "optim": "optim", "accum": "gradient_accumulation_steps", "dora": "use_dora",
-            "modules_to_save": "lora_modules_to_save", "targets": "lora_target_modules"},
+            "modules_to_save": "lora_modules_to_save", "targets": "lora_target_modules",
+            "offload_activations": "activation_offloading"},
     "trainer": {"batch": "per_device_train_batch_size", "grad_checkpointing": "gradient_checkpointing",
                 "optim": "optim", "accum": "gradient_accumulation_steps"},
     "deepspeed": {"batch": "train_micro_batch_size_per_gpu", "accum": "gradient_accumulation_steps"},
@@ -48,6 +51,13 @@ LOSS = {"axolotl": {"liger": {"plugins": "[axolotl.integrations.liger.LigerPlugi
                     "chunked": {"chunked_cross_entropy": True}},
         "llamafactory": {"liger": {"enable_liger_kernel": True}},
         "trainer": {"liger": {"use_liger_kernel": True}}}
+
+
+# --liger as each tool switches Liger's layer kernels on (axolotl through its Liger plugin)
+LIGER = {"axolotl": {"plugins": "[axolotl.integrations.liger.LigerPlugin]", "liger_rms_norm": True,
+                     "liger_glu_activation": True, "liger_rope": True},
+         "llamafactory": {"enable_liger_kernel": True}, "trainer": {"use_liger_kernel": True},
+         "trl": {"use_liger_kernel": True}}
 
 
 def _line(file: str, key: str, value) -> str:
@@ -87,10 +97,35 @@ def _flag(setting: str, value) -> str:
     return flag if value is True else f"{flag} {value}"
 
 
+def _offload_edits(reading: Reading, stage: int) -> list[str]:
+    """ZeRO-Offload as edits: the DeepSpeed file read, else a new one that the training file names.
+
+    >>> import pathlib, tempfile
+    >>> d = pathlib.Path(tempfile.mkdtemp())
+    >>> _ = (d / "run.yml").write_text("base_model: llama-3-8b\\n")
+    >>> from .read import read_files
+    >>> [e.split(": ", 1)[1] for e in _offload_edits(read_files([str(d / "run.yml")]), 2)]
+    ['deepspeed: ds_offload.json', '{"bf16": {"enabled": true}, "zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu"}}}']
+    """
+    zero = {"stage": stage, "offload_optimizer": {"device": "cpu"}}
+    ds = next((f for f, tool in reading.files if tool == "deepspeed"), None)
+    if ds is not None:
+        return [_line(ds, "zero_optimization", json.dumps(zero))]
+    config = "ds_offload.json: " + json.dumps({"bf16": {"enabled": True}, "zero_optimization": zero})
+    if reading.primary and reading.primary[1] in ("axolotl", "llamafactory", "trl", "trainer"):
+        return [_line(reading.primary[0], "deepspeed", "ds_offload.json"), config]
+    return [config, "and launch with deepspeed (or TrainingArguments(deepspeed=\"ds_offload.json\"))"]
+
+
 def edits(reading: Reading, changes: dict, batch_before: int = 1) -> list[str]:
     """The lines to change in the user's files for ``changes`` (Scenario settings → new values)."""
     out = []
+    if changes.get("offload") == "optimizer":   # ZeRO-Offload: the DeepSpeed config says every setting it implies
+        out += _offload_edits(reading, changes.get("zero", 2))
+        changes = {k: v for k, v in changes.items() if k not in (*ZERO_OFFLOAD, "zero", "optimizer_impl")}
     for setting, value in changes.items():
+        if setting == "optimizer_impl" and changes.get("state_dtype") == "int8":
+            continue   # bitsandbytes' 8-bit AdamW is one fused kernel: the optim edit says it
         if setting == "method" and value == "qlora" and reading.primary and reading.primary[1] in QLORA:
             file, tool = reading.primary
             out += [_line(file, k, v) for k, v in QLORA[tool].items()]
@@ -98,6 +133,10 @@ def edits(reading: Reading, changes: dict, batch_before: int = 1) -> list[str]:
         if setting == "loss_impl" and reading.primary and value in LOSS.get(reading.primary[1], {}):
             file, tool = reading.primary
             out += [_line(file, k, v) for k, v in LOSS[tool][value].items()]
+            continue
+        if setting == "liger" and value and reading.primary and reading.primary[1] in LIGER:
+            file, tool = reading.primary
+            out += [_line(file, k, v) for k, v in LIGER[tool].items()]
             continue
         if setting == "state_dtype" and value == "int8":
             where = _target(reading, "optimizer", "optim")
@@ -147,6 +186,10 @@ PYTHON = {
                                      "p.requires_grad}}; p.register_post_accumulate_grad_hook(lambda p: "
                                      "(opts[p].step(), opts[p].zero_grad())) for each p (torchtune: "
                                      "optimizer_in_bwd: True)"},
+    "liger": {"any": "liger_kernel.transformers.apply_liger_kernel_to_<family>(rms_norm=True, swiglu=True, rope=True) "
+                     "before the model is built"},
+    "offload_activations": {"trl": "SFTConfig(activation_offloading=True)",
+                            "any": "with trl.models.get_act_offloading_ctx_manager(model): loss = ...; loss.backward()"},
     "seq": {"trl": "SFTConfig(max_length={v})", "any": "truncate the tokenized samples to {v} tokens"},
     "rank": {"any": "LoraConfig(r={v})"},
     "method": {"any": "{method}"},
