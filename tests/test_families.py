@@ -419,3 +419,15 @@ def test_llama4_dense_experts_with_many_experts(settings, limit):
     sc = Scenario.create(spec_from_config(cfg, "tiny", "config", "test"), batch=2, seq=64, device="cpu", **settings)
     measured = measure({**from_scenario(sc), "steps": 2})["peak_bytes"]
     assert abs(measured - evaluate(sc).peak) <= limit * measured
+
+
+def test_routers_kept_in_fp32_as_from_pretrained_loads_them():
+    """GLM-4.5 and DeepSeek-V3 keep gate.weight and e_score_correction_bias in fp32 under a 16-bit from_pretrained
+    (_keep_in_fp32_modules_strict): by hand for GLM-4.5-Air in bf16, 45 MoE layers of a 128 × 4096 router, 2 bytes
+    more per weight, and under full fine-tuning as much again for its gradient and 2 · 2 for AdamW's bf16 states."""
+    terms = evaluate(Scenario.create("glm-4.5-air", method="full", stack="torch", state_dtype="bf16")).terms
+    kept = 45 * 128 * 4096
+    for key, per_weight in (("weights_fp32", 2), ("grads_fp32", 2), ("optimizer_states_fp32", 4)):
+        assert terms[key] == per_weight * kept, key
+    lora = evaluate(Scenario.create("glm-4.5-air", method="lora")).terms
+    assert lora["weights_fp32"] == 2 * kept and "grads_fp32" not in lora

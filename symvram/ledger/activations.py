@@ -546,7 +546,7 @@ def _moe_layer(s_: Structure) -> dict[str, tuple[sp.Expr, str, str, str]]:
                                  "forward, in the compute dtype, and keeps it (and the cast factors) for backward",
                                  "peft tuners/lora/layer.py ParamWrapper")
     if fam.extra("router_fp32"):   # F.linear(x.float(), W.float()): W's fp32 copy for x's gradient, x's for W's
-        weight_copy = 0 if s_.compute_fp32 else b_32 * E * h
+        weight_copy = 0 if s_.compute_fp32 or fam.extra("router_kept_fp32") else b_32 * E * h   # .float(): a no-op
         out["act_moe_router_input"] = (weight_copy + (0 if s_.lora else b_32 * T * h), r"A_{\mathrm{route,in}}",
                                        "the router runs in fp32: the weight's fp32 copy, kept for the input's gradient"
                                        + ("" if s_.lora else ", and the fp32 input, for the weight's"), fam.source)
