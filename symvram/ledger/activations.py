@@ -546,8 +546,11 @@ def _moe_layer(s_: Structure) -> dict[str, tuple[sp.Expr, str, str, str]]:
                                  "forward, in the compute dtype, and keeps it (and the cast factors) for backward",
                                  "peft tuners/lora/layer.py ParamWrapper")
     if fam.extra("router_fp32"):   # F.linear(x.float(), W.float()): W's fp32 copy for x's gradient, x's for W's
-        weight_copy = 0 if s_.compute_fp32 or fam.extra("router_kept_fp32") else b_32 * E * h   # .float(): a no-op
-        out["act_moe_router_input"] = (weight_copy + (0 if s_.lora else b_32 * T * h), r"A_{\mathrm{route,in}}",
+        # under autocast the linear keeps its 16-bit casts instead; an fp32 W (from_pretrained) needs no copy
+        weight_copy = (b_c * E * h if s_.autocast else
+                       0 if s_.compute_fp32 or fam.extra("router_kept_fp32") else b_32 * E * h)
+        b_in = b_c if s_.autocast else b_32
+        out["act_moe_router_input"] = (weight_copy + (0 if s_.lora else b_in * T * h), r"A_{\mathrm{route,in}}",
                                        "the router runs in fp32: the weight's fp32 copy, kept for the input's gradient"
                                        + ("" if s_.lora else ", and the fp32 input, for the weight's"), fam.source)
         return out
