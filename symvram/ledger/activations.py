@@ -577,9 +577,13 @@ def _dense_experts(s_: Structure, input_grad: bool) -> dict[str, tuple[sp.Expr, 
     rows = E * T
     if not (input_grad or experts_train):
         return {}
+    # k-bit preparation makes the experts and the stream fp32: under autocast each bmm runs on (and keeps) 16-bit casts
+    # of the expert weights, and its outputs are 16-bit
+    b_mm = matmul_bytes(s_)
+    casts = 3 * b_mm * E * h * f_e if s_.kbit_prepared and s_.autocast else 0
     out = {"act_moe_router": (b_32 * T * E + b_id * T * k_e, r"A_{\mathrm{route}}", "the router's fp32 sigmoid over "
                               "the scattered top-k logits of all E experts and the int64 top-k indices", LLAMA4),
-           "act_moe_experts": (b_c * rows * h + b_c * rows + 3 * b_c * rows * f_e, r"A_{\mathrm{exp}}",
+           "act_moe_experts": (b_c * rows * h + b_mm * rows + 3 * b_mm * rows * f_e + casts, r"A_{\mathrm{exp}}",
                                "every token repeated for each of the E experts and the scores' (E·T, 1) copy, kept by "
                                "their product; the bmm's gate_up output (2·d_E) and SiLU output (d_E) per "
                                "token-expert row (E·T rows: the experts run densely)", LLAMA4)}
@@ -650,8 +654,9 @@ def _layer_backward_temp(s_: Structure) -> tuple[sp.Expr, str, str]:
         # trainable, its three weight gradients made)
         d_s = next(m.d_in for m in s_.arch.linears if m.input_group == "mlp_act")
         shared = -3 * b_c * T * d_s + (3 * b_g * h * d_s - b_c * T * d_s if not s_.lora else 0)
-        down = b_c * rows * (h + f_e) + b_c * T * h + w_grad + shared
-        product = 3 * b_c * rows * f_e + b_c * T * h + (w_grad - b_c * rows * f_e if experts_train else 0) + shared
+        b_mm = matmul_bytes(s_)   # the bmm's gradients: 16-bit under autocast on a k-bit-prepared (fp32) model
+        down = b_mm * rows * (h + f_e) + b_c * T * h + w_grad + shared
+        product = 3 * b_mm * rows * f_e + b_c * T * h + (w_grad - b_c * rows * f_e if experts_train else 0) + shared
         return (sp.Max(down, product, evaluate=False), "the dense experts' backward over all E·T rows: at the down "
                 "bmm the output gradient's copy (h) and the input gradient (d_E), at the SiLU·up product its gradient "
                 "and those of up and SiLU (d_E each; the product, if saved, freed), with the incoming hidden gradient "
