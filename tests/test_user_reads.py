@@ -352,7 +352,7 @@ def test_moe_lora_and_qlora_say_what_the_experts_do():
     attention = 48 * 16 * ((2048 + 4096) + 2 * (2048 + 512) + (4096 + 2048))
     assert f"without them (--targets q_proj,k_proj,v_proj,o_proj) {attention:,}" in line
     assert f"{lora.derived['P_lora'] - attention:,} of the {lora.derived['P_lora']:,} trainable" in line
-    qlora = evaluate(Scenario.create("qwen3-30b-a3b", method="qlora", rank=16))
+    qlora = evaluate(Scenario.create("qwen3-30b-a3b", method="qlora", rank=16, kbit_prep="none"))
     q_line = moe_notes(qlora)[1]
     assert "bitsandbytes quantizes nn.Linear modules only" in q_line and f"{qlora.derived['P_keep']:,}" in q_line
     assert not moe_notes(evaluate(Scenario.create("qwen3-8b", method="qlora")))
