@@ -392,10 +392,11 @@ def test_a_multimodal_config_is_read_through_its_text_config():
 
 def test_kbit_prep_on_grouped_mm_experts_is_refused():
     """prepare_model_for_kbit_training casts the fused experts to fp32; transformers runs them through torch's
-    grouped_mm (integrations/moe.py:379), which takes bf16 only (torch/_meta_registrations.py:8645): the step fails,
+    grouped_mm (integrations/moe.py:379), whose fast path and meta kernel take bf16 only
+    (torch/_meta_registrations.py:8645): fp32 runs on the CUDA per-expert fallback, which FakeTensorMode cannot trace,
     so the estimate is refused with the reason. Llama 4's dense-bmm experts run in fp32 (measured: the Scout QLoRA
     benchmark case) and are estimated."""
-    with pytest.raises(UserError, match="grouped_mm takes bf16 only"):
+    with pytest.raises(UserError, match="grouped_mm runs only on its per-expert CUDA fallback"):
         Scenario.create("qwen3-30b-a3b", method="qlora", kbit_prep="peft")
     Scenario.create("qwen3-30b-a3b", method="qlora", kbit_prep="none")
     Scenario.create("llama-4-scout-17b-16e", method="qlora", kbit_prep="peft")

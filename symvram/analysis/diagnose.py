@@ -255,10 +255,8 @@ def _candidates(sc: Scenario, p95_seq: int | None) -> list[_Candidate]:
                               "none in memory or accuracy: the loss is computed over chunks of tokens, so the "
                               "vocabulary-sized fp32 logits and their gradients never exist whole; a kernel library"))
     if not sc.liger and liger_applies(sc):
-        out.append(_Candidate("liger", "Liger's RMSNorm and SwiGLU/GeGLU kernels", "free", ("activation",),
-                              {"liger": True}, "none in accuracy: each norm keeps its 16-bit input instead of an fp32 "
-                              "copy, the MLP two d_ff-wide tensors instead of three (Triton kernels; modelled, not "
-                              "measured)"))
+        out.append(_Candidate("liger", "Liger's layer kernels", "free", ("activation",), {"liger": True},
+                              "a kernel library (Triton; modelled, not measured)"))
     if sc.objective == "dpo" and not sc.precompute_ref:
         out.append(_Candidate("precompute_ref", "precomputed reference log-probs (DPOConfig("
                               "precompute_ref_log_probs=True))", "free", ("parameter", "loss"),

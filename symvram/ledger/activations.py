@@ -920,7 +920,12 @@ def offloaded_terms(s_: Structure) -> list[Term]:
     loss's saved tensors are the last ones the forward packs and stay on the device (still in the forward stash, or
     saved twice: a storage saved again while stashed is kept as it is, :217-225), with host copies made anyway;
     lm_head saves under a no-op hook (:717-720). In backward each layer's input is brought back as a new device
-    tensor for its recompute (:434-447)."""
+    tensor for its recompute (:434-447).
+
+    >>> terms = offloaded_terms(Structure(method="lora", grad_checkpointing=True, offload_activations=True))
+    >>> [(t.key, t.place.value) for t in terms][:3]
+    [('act_checkpoints', 'device'), ('act_offloaded', 'host'), ('offload_forward_stash', 'device')]
+    """
     b_res = residual_bytes(s_)
     leaf = int(embedding_leaf(s_))
     terms = [Term("act_checkpoints", Role.SAVED_ACTIVATION, leaf * b_res * T * h + b_id * seq, r"A_{\mathrm{ckpt}}",
