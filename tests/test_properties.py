@@ -152,7 +152,9 @@ def test_gqa_never_costs_more_than_mha(case, data):
 
 # From two layers up: with one layer there is nothing to save — checkpointing keeps that layer's input,
 # and its recompute holds the whole layer again, which under
-# LoRA is more than the (first) layer saves without it (found by hypothesis at L = 1).
+# LoRA is more than the (first) layer saves without it (found by hypothesis at L = 1). At the first layer's
+# backward checkpointing still holds that layer's input (first_checkpoint): at a handful of tokens that input is
+# all it can add (found at b = s = 1, 10,248 B on llama-2-13b QLoRA).
 @PROPS
 @given(scenarios(models=EXACT), st.integers(2, 96))
 def test_checkpointing_never_raises_the_peak(case, layers):
@@ -160,7 +162,7 @@ def test_checkpointing_never_raises_the_peak(case, layers):
     kw = {**kw, "overrides": {"layers": layers}}
     with_ckpt = evaluate(Scenario.create(model, **{**kw, "grad_checkpointing": True}))
     without = evaluate(Scenario.create(model, **{**kw, "grad_checkpointing": False}))
-    assert with_ckpt.peak <= without.peak
+    assert with_ckpt.peak <= without.peak + with_ckpt.terms["first_checkpoint"]
     assert with_ckpt.blocks["activations"] <= without.blocks["activations"]
 
 
