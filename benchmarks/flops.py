@@ -37,7 +37,7 @@ def main(argv=None) -> int:
     ap.add_argument("--every", type=int, default=1, help="every K-th case only (a spread over the models)")
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "flops"))
     a = ap.parse_args(argv)
-    from symvram.validate.measure import measure
+    from symvram.validate.measure import count_flops
 
     cases = [json.loads(line) for line in (ROOT / "benchmarks" / "cases.jsonl").read_text().splitlines() if line.strip()]
     cases = cases[::max(1, a.every)]
@@ -51,7 +51,7 @@ def main(argv=None) -> int:
         t0 = time.perf_counter()
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            counted = measure(spec)["flops"]
+            counted = count_flops(spec)
         f = flops(to_scenario(spec))
         pred = {"forward": f.by_phase["forward"], "backward": f.by_phase["backward"] + f.by_phase["recompute"],
                 "total": f.per_step}

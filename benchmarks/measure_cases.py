@@ -94,7 +94,7 @@ def _run_one(spec: dict) -> dict:
         import importlib
 
         return importlib.import_module("symvram.validate.objectives").measure_preference(spec)
-    return _measure_module().measure(spec)
+    return _measure_module().measure(spec, flops=True)
 
 
 def _append(out: Path, row: dict) -> None:

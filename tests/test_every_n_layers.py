@@ -68,7 +68,7 @@ def test_estimate_equals_the_measured_step(settings):
 
     kw = dict(batch=2, seq=64, device="cpu", **settings)
     sc = Scenario.create(tiny(**kw.pop("arch", {})), **kw)
-    measured = measure({**from_scenario(sc), "steps": 2})
+    measured = measure({**from_scenario(sc), "steps": 2}, flops=True)
     f = flops(sc)
     assert (f.by_phase["forward"], f.by_phase["backward"] + f.by_phase["recompute"]) == (
         measured["flops"]["forward"], measured["flops"]["backward"])

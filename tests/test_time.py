@@ -5,10 +5,8 @@ from __future__ import annotations
 import json
 
 import pytest
-import sympy as sp
 
 from symvram.cli import main
-from symvram.errors import UserError
 from symvram.evaluate import substitution
 from symvram.ledger import build_ledger
 from symvram.ledger.flops import build_flops
@@ -55,11 +53,11 @@ def tiny(model_type: str, **settings) -> Scenario:
 def test_flops_equal_the_counted_step(model_type, settings):
     """Forward, and backward with the checkpointed recompute, equal FlopCounterMode's count of the real step."""
     pytest.importorskip("peft")
-    from symvram.validate.measure import measure
+    from symvram.validate.measure import count_flops
     from symvram.validate.spec import from_scenario
 
     sc = tiny(model_type, **settings)
-    counted = measure({**from_scenario(sc), "steps": 1})["flops"]
+    counted = count_flops(from_scenario(sc))
     f = flops(sc)
     assert f.by_phase["forward"] == counted["forward"]
     assert f.by_phase["backward"] + f.by_phase["recompute"] == counted["backward"]
@@ -184,3 +182,22 @@ def test_communication_ledger_by_hand():
     assert c["tp_activations"] == 2 * 2 * 2 * 7 * 32 * 2048 * 4096 * 2 // 8
     c, _ = comm(gpus=2, zero=3, offload="optimizer")
     assert c["offload_grads"] == c["offload_params_back"] == P * 2 // 2 and "optimizer_update" not in c
+
+
+def test_the_page_prices_an_offloaded_step_as_the_command_line_does():
+    """The page evaluates STEP_TIME over the structure's parts with its card figures: under ZeRO-Offload the CPU
+    optimizer's update (cpu_bytes / cpu_bandwidth) must be among them, or the page shows a faster step than
+    `estimate` prints."""
+    from symvram.evaluate import exact_function
+    from symvram.present.page import page_data
+    from symvram.timing import STEP_TIME, time_expr
+
+    sc = Scenario.create("qwen3-8b", method="full", stack="deepspeed", zero=2, offload="optimizer")
+    data, _ = page_data(sc, gpu="rtx-4090")
+    card = data["gpus"]["rtx-4090"]
+    assert card["cpu_bandwidth"] == 89.6e9          # a desktop's 2 × DDR5-5600
+    values = {**sc.values(), **card, "mfu": 0.4}
+    seconds = exact_function(build_ledger(sc.structure).definitions, (time_expr(sc),))(values)[0]
+    st = step_time(sc, load_card("rtx-4090"))
+    assert float(seconds) == pytest.approx(st.seconds_per_step) and st.seconds["cpu"] > 0
+    assert "cpu_bandwidth" in {s.name for s in STEP_TIME.free_symbols}

@@ -35,7 +35,7 @@ def test_validate_measures_what_it_estimates(tmp_path, capsys, cfg, args):
     # the measurement is PyTorch's own count of live tensor bytes: the estimate must be within 1 %
     assert abs(peak["error"]) < 0.01, out
     assert out["rows"]["params"]["estimate"] == out["rows"]["params"]["measured"]
-    # FlopCounterMode in the same run: the FLOPs ledger within 0.5 % per phase (it is exact on these)
+    # FlopCounterMode in a run of its own: the FLOPs ledger within 0.5 % per phase (it is exact on these)
     assert all(abs(row["error"]) < 0.005 for row in out["flops"].values()), out["flops"]
     # the ledger's allocation schedule and the traced one through the caching-allocator replay: the same
     # reserved peak (tiny tensors: whole 2 MiB small-pool segments on both sides)

@@ -188,7 +188,7 @@ def run(args) -> int:
             from ..validate.objectives import measure_preference
             measured = measure_preference(spec)
         else:
-            measured = measure(spec)
+            measured = measure(spec, flops=True)
     if sc.structure.arch.unmodelled:  # a drafted family: the measurement alone (the estimate refuses its activations)
         write_output(_measured_only(sc, measured, args.units), args.output, args.force)
         return 0
@@ -214,7 +214,7 @@ def run(args) -> int:
                 frows.append([name, f"{row['estimate']:,}", f"{row['measured']:,}",
                               "—" if row["error"] is None else f"{100 * row['error']:+.3f} %"])
             text += ("\n\n" + render_rows(frows, "lrrr", "table") + "\ncounted by torch.utils.flop_counter."
-                     "FlopCounterMode in the same run (matmul-class ops; attention over the full s×s scores; "
+                     "FlopCounterMode in a fake run of its own (matmul-class ops; attention over the full s×s scores; "
                      "elementwise work and the optimizer's update are not counted)")
         if result["allocator"]:
             arows = [[f"caching allocator, replayed ({args.units})", "ledger's schedule", "traced schedule", "error"]]

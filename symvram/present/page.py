@@ -314,7 +314,7 @@ def _js_function(expr, printer: _JavaScript) -> str:
 def _card_time(key: str) -> dict:
     """A card's roofline figures for the page's step time: the dense bf16 peak (none where gpus.toml has no bf16
     figure: T4 and V100 have no bf16; the command line prices their fp16 runs)."""
-    from ..timing import interconnects
+    from ..timing import host_of, interconnects
 
     e = gpu_presets()[key]
     peak = e.get("bf16_tflops")
@@ -322,7 +322,8 @@ def _card_time(key: str) -> dict:
         return {}
     return {"peak_flops": peak * 1e12, "hbm_bandwidth": e["hbm_gbps"] * 1e9,
             "link_bandwidth": interconnects()[e["interconnect"]]["gbps"] * 1e9,
-            "host_bandwidth": interconnects()[e["host_link"]]["gbps"] * 1e9}
+            "host_bandwidth": interconnects()[e["host_link"]]["gbps"] * 1e9,
+            "cpu_bandwidth": host_of(e["host"]).bytes_per_s}
 
 
 def page_data(sc: Scenario, gpu: str | None = None, units: str = "GiB") -> tuple[dict, list[str]]:

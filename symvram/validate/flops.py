@@ -64,8 +64,8 @@ CUSTOM = {
 
 
 class _GlobalOnly:
-    """Stands in for FlopCounterMode's ModuleTracker: its module hooks (forward and backward, on every
-    module) keep tensors alive and would change the peak the same run measures; only the global count is read."""
+    """Stands in for FlopCounterMode's ModuleTracker: only the global count is read, so its module hooks
+    (forward and backward, on every module) would be work for nothing."""
 
     parents = frozenset({"Global"})
 
@@ -78,7 +78,8 @@ class _GlobalOnly:
 
 def flop_counter() -> FlopCounterMode:
     """A FlopCounterMode that also counts the CPU SDPA kernels and the grouped expert matmul, without
-    per-module attribution (which would perturb the memory measured in the same run)."""
+    per-module attribution. Never run it where memory is measured: it decomposes the ops it has no formula
+    for (see validate.measure.count_flops)."""
     counter = FlopCounterMode(display=False, custom_mapping=CUSTOM)
     counter.mod_tracker = _GlobalOnly()
     return counter

@@ -7,13 +7,14 @@ Method (the one that produced ``shared/measurements/calibration.jsonl``):
 * ``steps`` training steps run under ``FakeTensorMode``: forward with causal-LM loss (labels =
   input_ids, no attention mask), outputs dropped, ``loss.backward()``, ``optimizer.step()``,
   ``zero_grad(set_to_none=True)``;
-* bytes are counted by ``torch.distributed._tools.mem_tracker.MemTracker`` (global peak only), and the
-  matmul-class FLOPs of each phase by ``FlopCounterMode`` in the same run (``flops``: forward, backward —
-  the recompute of checkpointed layers included —, optimizer, total of one step; see validate/flops.py);
+* bytes are counted by ``torch.distributed._tools.mem_tracker.MemTracker`` (global peak only); the
+  matmul-class FLOPs of each phase (``flops``: forward, backward — the recompute of checkpointed layers
+  included —, optimizer, total of one step; see validate/flops.py) by ``FlopCounterMode`` in a second
+  fake run (``count_flops``), since the counter changes the ops that the memory run must see;
 * transformers' "is tracing" answer for fake tensors is patched so that the packed-sequence check
   behaves as in a real, unpacked run (no explicit 4D mask, no ``repeat_kv`` copies).
 
-``measure(spec)`` returns a dict shaped like a calibration.jsonl line.
+``measure(spec)`` returns a dict shaped like a calibration.jsonl line; ``measure(spec, flops=True)`` adds ``flops``.
 """
 
 from __future__ import annotations
@@ -689,10 +690,11 @@ def prepare(spec: dict, fake_mode=None, device: str = "cpu"):
     return model, optimizer, input_ids, labels, trainable, total
 
 
-def measure(spec: dict) -> dict:
+def measure(spec: dict, flops: bool = False) -> dict:
     """Measure the peak of live tensor bytes of ``spec['steps']`` training steps.
 
-    Returns a dict shaped like a line of calibration.jsonl (see module docstring).
+    Returns a dict shaped like a line of calibration.jsonl (see module docstring). With ``flops`` it also
+    holds the matmul-class FLOPs of one step (``count_flops``), counted in a fake run of their own.
     """
     spec = normalize_spec(spec)
     if spec.get("device") == "cuda":
@@ -704,15 +706,8 @@ def measure(spec: dict) -> dict:
     model, optimizer, input_ids, labels, trainable, total = prepare(spec, fake_mode)
     tracker = PeakTracker(optimizer)
     tracker.track_external(model, *getattr(optimizer, "per_parameter", {None: optimizer}).values(), input_ids, labels)
-    counter = flop_counter()
-    phases = PhaseFlops(counter)
-
-    def on_phase(name):
-        tracker.set_phase(name)
-        phases(name)
-
-    with _untraced_packed_check(), fake_mode, tracker, counter:
-        _train_steps(spec, model, optimizer, input_ids, labels, tracker, on_phase)
+    with _untraced_packed_check(), fake_mode, tracker:
+        _train_steps(spec, model, optimizer, input_ids, labels, tracker, tracker.set_phase)
     # the 4-bit quantization states live on the GPU for the whole run; MemTracker does not see them
     untracked = int(getattr(model, "_symvram_untracked", 0))
     breakdown = tracker.breakdown()
@@ -722,9 +717,32 @@ def measure(spec: dict) -> dict:
     result = _result(spec, model, optimizer, trainable, total, tracker.peak_bytes + untracked,
                      tracker.peak_phase, {k: v + untracked for k, v in tracker.phase_peak.items()}, breakdown,
                      time.perf_counter() - t0)
-    result["flops"] = phases.last_step()  # FlopCounterMode in the same run: matmul-class FLOPs of one step
     result["allocator"] = replayed(tracker.schedule, untracked)
+    if flops:
+        result["flops"] = count_flops(spec)
     return result
+
+
+def count_flops(spec: dict) -> dict[str, int]:
+    """The matmul-class FLOPs of one training step of ``spec`` ({forward, backward, optimizer, total}),
+    counted by FlopCounterMode (validate/flops.py) in a fake run of their own.
+
+    Never in the memory-measuring run: the counter decomposes every op it has no formula for (torch 2.13
+    torch/utils/flop_counter.py:1050-1054, ``func.decompose``), so SiLU's backward runs as sigmoid, empty_like
+    and four muls alive together instead of the fused ``silu_backward`` — the bytes measured with it inflate
+    the backward's temporaries (+10 % on a tiny backward-bound Qwen2). One step: the counted FLOPs of every
+    step are equal.
+    """
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    spec = {**normalize_spec(spec), "steps": 1}
+    fake_mode = FakeTensorMode(allow_non_fake_inputs=False)
+    model, optimizer, input_ids, labels, *_ = prepare(spec, fake_mode)
+    counter = flop_counter()
+    phases = PhaseFlops(counter)
+    with _untraced_packed_check(), fake_mode, counter:
+        _train_steps(spec, model, optimizer, input_ids, labels, on_phase=phases)
+    return phases.last_step()
 
 
 def replayed(schedule: list, untracked: int = 0) -> dict:
