@@ -191,3 +191,30 @@ def test_peft_before_0_12_keeps_adapters_in_the_base_dtype():
     assert now.blocks["trainable"] - old.blocks["trainable"] == 8 * now.derived["P_train"]
     assert Scenario.create("llama-3-8b", method="qlora", stack="torch", versions="peft=0.11.1").adapter_dtype == "fp32"
     assert Scenario.create("llama-3-8b", versions="peft=0.11.1", adapter_dtype="fp32", **kw).adapter_dtype == "fp32"
+
+
+def test_schedule_reaches_the_traced_allocated_peak_on_stored_cases():
+    """The ledger's schedule, replayed, against each stored traced schedule (``symvram validate``'s record of every
+    alloc and free) whose ledger peak itself is within 0.5 % of the measurement: the allocated peaks agree within
+    1 % on every case, objectives, hybrids, MLA and partial checkpointing included — the layers before the first
+    LoRA target save nothing (Qwen3.5 LoRA on q/v: was +31.5 %), and what the moments before the layers' backward
+    hold is freed before the layer loop (DPO 7B LoRA with checkpointing: was +1.9 %). Not yet, and named so that
+    they can only improve: KTO with checkpointing, whose checkpointed forward keeps the layer's would-be-saved
+    tensors (was +11.6 %), and a multimodal checkpoint's vision tower (docs/accuracy.md)."""
+    from pathlib import Path
+
+    from symvram.validate.spec import to_scenario
+
+    not_yet = {"kto_qwen2.5-0.5b_lora_r16_b4_s2048_p512_ckpt": 0.055,
+               "gemma-3-4b-it-4layers_lora_r16_all_b1_s2048_bf16_foreach": 0.025}
+    rows = [json.loads(line) for line in (Path(__file__).parent.parent / "benchmarks/results/measurements.jsonl")
+            .read_text().splitlines() if '"allocator"' in line]
+    checked = 0
+    for row in rows:
+        sc = to_scenario(row["spec"])
+        if abs(evaluate(sc).peak / row["peak_bytes"] - 1) > 0.005:
+            continue
+        error = schedule_peaks(sc)["default"]["allocated_peak"] / row["allocator"]["default"]["allocated_peak"] - 1
+        assert abs(error) < not_yet.get(row["name"], 0.01), (row["name"], error)
+        checked += 1
+    assert checked >= 40, checked
