@@ -88,6 +88,8 @@ def _objective_defaults(kw: dict) -> dict:
         return kw
     kw = dict(kw)
     kw.setdefault("stack", entry["stack"])
+    if "loss_impl" not in entry:   # a reward model's loss reads one score per sequence: no LM head to implement
+        return kw
     if kw.get("loss_impl", entry["loss_impl"]) != entry["loss_impl"]:
         raise UserError(f"--objective {name} runs TRL's own fused LM head (--loss-impl {entry['loss_impl']}); "
                         f"--loss-impl {kw['loss_impl']} contradicts it")
@@ -148,6 +150,19 @@ def smallest_target_side(family_name: str, targets: tuple[str, ...], dims: tuple
     linear = [t for t in targets if not weights[t].count.free_symbols and weights[t] not in fam.moe_weights
               and not gate(weights[t])] or targets
     return min(int(side.xreplace(values)) for t in linear for side in (weights[t].d_in, weights[t].d_out))
+
+
+def _packed_row(kw: dict) -> None:
+    """``packing = N``: TRL's padding-free collator flattens the micro-batch into one row of N tokens (trl 1.16
+    trainer/sft_trainer.py:187-192), so batch is 1 and seq is N; a batch or seq that says otherwise is refused."""
+    n = kw["packing"]
+    _positive_int(n, "--packing", MAX_SEQ)
+    for name, want in (("batch", 1), ("seq", n)):
+        if kw.get(name, want) != want:
+            raise UserError(f"--packing {n} is one padding-free row of {n} tokens (batch 1, seq {n}); "
+                            f"--{name} {kw[name]} contradicts it (drop it; --packing counts the tokens of all "
+                            "the micro-batch's rows)")
+        kw[name] = want
 
 
 def _choice(value: str, allowed: tuple[str, ...], what: str) -> str:
@@ -219,6 +234,9 @@ class Scenario:
     mp_policy: str = "none"         # FSDP2 MixedPrecisionPolicy(param_dtype=this, reduce_dtype=fp32) on fp32 storage
     optimizer_in_backward: bool = False  # one optimizer per parameter, stepped by its post-accumulate-grad hook
     checkpoint_every: int = 1       # checkpointing of layers 0, k, 2k … only (transformers' every_n_layers = k)
+    offload_activations: bool = False  # TRL's activation_offloading: saved tensors to pinned host memory
+    liger: bool = False             # Liger's layer kernels (RMSNorm, SwiGLU / GeGLU, RoPE): apply_liger_kernel_to_*
+    packing: int = 0                # padding-free packing: one row of this many tokens, position ids restarting per sample
     objective: str = "sft"          # sft | dpo (data/objectives.toml)
     prompt: int = 0                 # DPO: prompt tokens per sequence (not scored by TRL's fused LM head)
     precompute_ref: bool = False    # DPO: DPOConfig(precompute_ref_log_probs=True): no reference during training
@@ -256,6 +274,8 @@ class Scenario:
             kw["overrides"] = tuple(sorted(overrides.items()))
         if isinstance(kw.get("checkpoint_every"), int) and kw["checkpoint_every"] > 1:
             kw.setdefault("grad_checkpointing", True)   # every_n_layers is a setting of checkpointing
+        if kw.get("packing"):
+            _packed_row(kw)
         state_given = kw.get("state_dtype")
         given = frozenset(kw) - {"targets", "head_targets"}
         kw = _objective_defaults(kw)
@@ -275,9 +295,20 @@ class Scenario:
     def reference(self) -> str:
         """Where a preference objective's reference log-probs come from: ``copy`` (a second model, full
         fine-tuning), ``adapters`` (the PEFT policy with its adapters disabled), ``precomputed``, or ``none`` (SFT)."""
-        if self.objective == "sft":
+        if self.objective == "sft" or self.score_head:
             return "none"
         return "precomputed" if self.precompute_ref else ("adapters" if self.lora else "copy")
+
+    @property
+    def score_head(self) -> bool:
+        """The objective trains a sequence-classification model (reward modelling: a score head, no lm_head)."""
+        return objectives()[self.objective].get("head") == "score"
+
+    @property
+    def saved_modules(self) -> tuple[str, ...]:
+        """PEFT's modules_to_save as PEFT builds them: the ones asked for, and a LoRA reward model's score head,
+        which PEFT's SEQ_CLS task adds (peft 0.21.2 peft_model.py:1830-1836)."""
+        return self.modules_to_save + (("score",) if self.score_head and self.lora else ())
 
     def with_changes(self, **kw) -> "Scenario":
         """A copy with some inputs changed, checked again. A shorter sequence that a preference objective's prompt
@@ -353,11 +384,14 @@ class Scenario:
         _choice(self.offload, OFFLOADS, "--offload")
         _positive_int(self.batch, "--batch", MAX_BATCH)
         _positive_int(self.seq, "--seq", MAX_SEQ)
+        if self.packing:
+            self._check_packing()
         _positive_int(self.gpus, "--gpus", MAX_GPUS)
         _positive_int(self.tp, "--tp", 1024)
         if isinstance(self.zero, bool) or self.zero not in (0, 1, 2, 3):
             raise UserError(f"--zero must be 0, 1, 2 or 3; got {excerpt(self.zero)}")
-        for flag in ("grad_checkpointing", "double_quant", "sequence_parallel", "dora", "optimizer_in_backward"):
+        for flag in ("grad_checkpointing", "double_quant", "sequence_parallel", "dora", "optimizer_in_backward",
+                     "offload_activations", "liger"):
             if not isinstance(getattr(self, flag), bool):  # "false" is a non-empty string: it would switch it on
                 raise UserError(f"{flag} must be True or False; got {excerpt(getattr(self, flag))}")
         self._check_objective()
@@ -392,6 +426,10 @@ class Scenario:
         _positive_int(self.checkpoint_every, "--selective-checkpointing every:K", 1 << 20)
         if self.checkpoint_every > 1:
             self._check_every_n_layers()
+        if self.offload_activations:
+            self._check_offloading()
+        if self.liger:
+            self._check_liger()
         if self.dora and not self.lora:
             raise UserError("--dora is a LoRA variant: use --method lora (or qlora)")
         if self.dora and any(family(self.model.family).target_map[t].count != 1 for t in self.targets):
@@ -452,6 +490,46 @@ class Scenario:
         if why:
             raise UserError(f"--selective-checkpointing every:{self.checkpoint_every} with {why} is not modelled")
 
+    def _check_liger(self) -> None:
+        """Liger's layer kernels are modelled for dense decoders with RMSNorm and a gated MLP (the families
+        apply_liger_kernel_to_* patches), not for MoE, linear or latent attention."""
+        fam = family(self.model.family)
+        why = ("MoE layers" if fam.moe else "layers of several kinds" if fam.kinds else
+               "latent attention" if fam.latent_attention else
+               f"{fam.norm} norms" if fam.norm not in ("rms", "rms_fp32_weight", "gemma_rms") else
+               f"a {fam.activation} MLP" if fam.activation not in ("silu", "gelu_tanh") else None)
+        if why:
+            raise UserError(f"--liger on {fam.key} ({why}) is not modelled; Liger's RMSNorm and SwiGLU/GeGLU kernels "
+                            "are modelled for dense RMSNorm families")
+
+    def _check_packing(self) -> None:
+        """Packing is modelled on SDPA, where transformers turns restarting position ids into a block-diagonal mask."""
+        if self.attention != "sdpa":
+            raise UserError(f"--packing with --attention {self.attention} is not modelled (packing is modelled with "
+                            "SDPA's block-diagonal mask)")
+        if self.objective != "sft" or self.tp > 1:
+            raise UserError("--packing is modelled for SFT without tensor parallelism")
+
+    def _check_offloading(self) -> None:
+        """TRL's activation offloading is modelled with non-reentrant checkpointing of every layer on one GPU, where
+        the saved tensors outside the checkpointed layers are each layer's input (torch/utils/checkpoint.py:842-847)."""
+        fam = family(self.model.family)
+        why = ("without gradient checkpointing (every saved tensor would move; not modelled)"
+               if not self.grad_checkpointing else
+               "--checkpoint-impl reentrant" if self.checkpoint_impl == "reentrant" else
+               "--selective-checkpointing" if self.checkpoint_every > 1 else
+               "several GPUs" if self.zero or self.gpus > 1 or self.tp > 1 else
+               "--dora" if self.dora else
+               "trainable head modules (modules_to_save, LoRA on lm_head / embed_tokens)"
+               if self.modules_to_save or self.head_targets else
+               f"{fam.key}'s layers of several kinds" if fam.kinds else
+               f"--objective {self.objective}" if self.objective != "sft" else
+               "--optimizer-in-backward" if self.optimizer_in_backward else None)
+        if why:
+            raise UserError(f"--offload-activations {why} is not modelled; it is modelled with non-reentrant "
+                            "checkpointing of every layer on one GPU (TRL's activation_offloading with "
+                            "gradient_checkpointing)")
+
     def _check_in_backward(self) -> None:
         """Optimizer in backward is modelled for torch's own optimizers on one GPU, one gradient at a time."""
         why = None
@@ -485,6 +563,12 @@ class Scenario:
         if isinstance(self.prompt, bool) or not isinstance(self.prompt, int) or not 0 <= self.prompt < self.seq:
             raise UserError(f"--prompt must be a whole number of tokens from 0 to seq - 1 = {self.seq - 1} (the "
                             f"completion needs at least one); got {excerpt(self.prompt)}")
+        if self.score_head and (self.prompt or self.precompute_ref):
+            raise UserError("--objective reward scores whole sequences with no reference model: --prompt and "
+                            "--precompute-ref do not apply")
+        if self.score_head and (self.method == "qlora" or "lm_head" in self.modules_to_save + self.head_targets):
+            raise UserError(f"--objective reward with {'--method qlora' if self.method == 'qlora' else 'lm_head'} "
+                            "is not modelled: a reward model has a score head and no lm_head (full and lora are)")
         if self.objective != "sft" and family(self.model.family).moe:
             raise UserError(f"--objective {self.objective} on a mixture-of-experts model is not modelled: the "
                             "reference forward's working set is derived for dense MLPs")
@@ -530,21 +614,23 @@ class Scenario:
             master=self.master == "fp32", optimizer=self.optimizer, optimizer_impl=self.optimizer_impl,
             embed_states_fp32=self.optimizer in BNB_OPTIMIZERS and runs_trainer(self.stack)
             and (not self.lora or "embed_tokens" in self.modules_to_save),
-            param_states=bool(self.modules_to_save) and self.states_follow_param,
+            param_states=bool(self.saved_modules) and self.states_follow_param,
             compute_fp32=self.compute_dtype == "fp32",
             adapter_upcast=self.lora and self.mp_policy == "none"
             and self.adapter_dtype != (self.autocast if self.autocast != "none" else self.compute_dtype),
             autocast=self.autocast != "none", weight_casts=self.autocast != "none" and self.dtype == "fp32",
             dropout=self.lora and self.lora_dropout > 0 and not objectives()[self.objective].get("disable_dropout"),
-            device=self.device, objective=self.objective, reference=self.reference,
+            device=self.device, objective=self.objective, reference=self.reference, score_head=self.score_head,
             attention=self.attention, grad_checkpointing=self.grad_checkpointing,
             double_quant=self.double_quant, kbit_prepared=self.kbit_prepared,
-            loss_impl=self.loss_impl, dora=self.lora and self.dora, modules_to_save=self.modules_to_save, zero=self.zero, offload=self.offload,
+            loss_impl=self.loss_impl, dora=self.lora and self.dora, modules_to_save=self.saved_modules, zero=self.zero, offload=self.offload,
             sequence_parallel=self.sequence_parallel, tensor_parallel=self.tp > 1,
             fsdp_mixed_precision=self.mp_policy != "none", zero_impl=stacks()[self.stack].get("zero_impl", "fsdp2"),
             bnb_input_saved=self.method == "qlora" and applies("bnb_input_saved", self.versions),
             optimizer_in_backward=self.optimizer_in_backward,
             checkpoint_every=self.checkpoint_every if self.grad_checkpointing else 1,
+            offload_activations=self.offload_activations,
+            packed=self.packing > 0, liger=self.liger,
             shift_logits_copy=self.loss_impl == "torch" and applies("hf_shift_logits_copy", self.versions),
             forward_logits_upcast=self.loss_impl == "torch" and applies("hf_forward_logits_upcast", self.versions),
             tower=self.model.tower,

@@ -124,9 +124,10 @@ def summary(sc) -> str:
     if sc.objective != "sft":
         from .ledger.objectives import objectives
         reference = {"copy": "a second copy of the weights", "adapters": "the policy with its adapters disabled",
-                     "precomputed": "precomputed log-probs, no reference model"}[sc.reference]
+                     "precomputed": "precomputed log-probs, no reference model", "none": "none"}[sc.reference]
         parts.append(f"objective {sc.objective} ({objectives()[sc.objective]['title']}; reference: {reference}; "
-                     "the time ledger counts the SFT step, not the reference forward)")
+                     + ("the time ledger counts the SFT step with its lm_head)" if sc.score_head else
+                        "the time ledger counts the SFT step, not the reference forward)"))
     if sc.lora:
         parts.append(f"adapters {sc.adapter_dtype}")
     parts.append(f"autocast {sc.autocast}" if sc.autocast != "none" else "no autocast")
@@ -148,11 +149,19 @@ def summary(sc) -> str:
     parts.append(f"checkpointing {sc.checkpoint_impl}" + (f" of layers 0, {sc.checkpoint_every}, {2 * sc.checkpoint_every} …"
                                                            if sc.checkpoint_every > 1 else "")
                  if sc.grad_checkpointing else "no checkpointing")
+    if sc.liger:
+        parts.append("Liger's RMSNorm and SwiGLU/GeGLU kernels (liger-kernel 0.8.5; Triton: modelled, not measured)")
+    if sc.packing:
+        parts.append("packed samples under SDPA's block-diagonal mask (FlashAttention's varlen path, which keeps no "
+                     "mask, is not modelled)")
+    if sc.offload_activations:
+        parts.append("TRL's activation offloading (its rules traced on the CPU; the copy streams' overlap and pinned "
+                     "host memory modelled, not measured)")
     if any(k.extra("gated_deltanet") for _, k in sc.structure.arch.layer_kinds):
         parts.append("Gated DeltaNet on transformers' torch path (torch_chunk_gated_delta_rule, run when "
                      "flash-linear-attention is not installed; the fla kernels' saved tensors are not modelled"
                      + "; under checkpointing its backward's temporaries are not either" * sc.grad_checkpointing + ")")
-    parts.append(f"loss {sc.loss_impl}")
+    parts.append("loss on one score per sequence" if sc.score_head else f"loss {sc.loss_impl}")
     if sc.method == "qlora" and sc.kbit_prep == "peft":
         parts.append("prepare_model_for_kbit_training")
     elif sc.method == "qlora":   # the preparation is also what turns checkpointing on in this stack: say it is gone

@@ -69,13 +69,14 @@ def test_cli_exit_2(capsys):
 
 
 @pytest.mark.parametrize("objective, method, checkpointing", [
-    ("dpo", "lora", True), ("dpo", "lora", False), ("dpo", "full", True), ("kto", "lora", True), ("kto", "full", False)])
+    ("dpo", "lora", True), ("dpo", "lora", False), ("dpo", "full", True), ("kto", "lora", True), ("kto", "full", False),
+    ("reward", "full", True), ("reward", "full", False), ("reward", "lora", True), ("reward", "lora", False)])
 def test_estimate_is_trls_step(objective, method, checkpointing):
     """The estimate against TRL 1.16's trainer's _compute_loss, backward and AdamW step, traced (two steps)."""
     pytest.importorskip("trl", reason="TRL not installed (pip install 'symvram[trl]')")
     from symvram.validate.objectives import measure_preference
 
-    spec = {"arch": ARCH, "method": method, "rank": 8, "batch": 2, "seq": 32, "prompt": 8, "objective": objective,
+    spec = {"arch": ARCH, "method": method, "rank": 8, "batch": 2, "seq": 32, "prompt": 0 if objective == "reward" else 8, "objective": objective,
             "stack": "trl", "autocast": "bf16", "grad_checkpointing": checkpointing}
     estimate, measured = evaluate(to_scenario(spec)).peak, measure_preference(spec)["peak_bytes"]
     assert abs(estimate - measured) / measured < 0.0025, (estimate, measured)
@@ -126,3 +127,61 @@ def test_bad_or_unmodelled_trl_configs_exit_2(tmp_path, capsys, text, words):
     assert main(["estimate", "llama-2-7b", "--from", _file(tmp_path, "t.json", text)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and words in err[0]
+
+
+def test_reward_by_hand():
+    """Reward modelling (TRL 1.16 RewardTrainer): a sequence-classification model, so Llama-2-7B's untied lm_head
+    (32000 × 4096) gives way to a one-label score head (4096); chosen and rejected run as 2b rows; no vocabulary
+    logits: the head's output is one bf16 score per position beside two int32 masks of the positions; two int64
+    inputs; no reference."""
+    kw = dict(method="full", seq=1024, grad_checkpointing=True)
+    rm = evaluate(Scenario.create("llama-2-7b", objective="reward", batch=2, **kw))
+    sft = evaluate(Scenario.create("llama-2-7b", stack="trl", batch=4, **kw))
+    assert rm.scenario.reference == "none" and "ref_weights" not in rm.terms and "logits_fp32" not in rm.terms
+    assert rm.terms["weights"] == 2 * (6_738_415_616 - 32000 * 4096 + 4096)
+    assert rm.terms["act_checkpoints"] == sft.terms["act_checkpoints"]
+    R = 2 * 2 * 1024
+    assert rm.terms["logits"] == 2 * R + 2 * 4 * R and rm.terms["loss_backward_temp"] == 2 * R
+    assert rm.terms["act_tokens"] == 2 * 8 * R
+    # the final norm keeps its fp32 input and 1/rms; the score head's input and the normalized tensor go first
+    assert rm.terms["act_final_norm"] == 4 * R * 4096 + 4 * R and rm.terms["act_score_input"] == 2 * 2 * R * 4096
+    # backward reaches the first layer with every gradient but its own and the embedding's (no early lm_head's)
+    layer = 4 * 4096 * 4096 + 3 * 4096 * 11008 + 2 * 4096
+    assert rm.terms["grads_before_first_layer"] == 2 * (6_738_415_616 - 32000 * 4096 + 4096 - 32000 * 4096 - layer)
+
+
+def test_lora_reward_trains_the_score_copy():
+    """LoRA on a reward model: PEFT's SEQ_CLS task adds the score head to modules_to_save (peft_model.py:1830):
+    a trainable bf16 copy of its 896 weights (Qwen2.5-0.5B, tied embeddings: nothing but the score replaces the
+    head), whose input the loss keeps."""
+    rm = evaluate(Scenario.create("qwen2.5-0.5b", objective="reward", method="lora", batch=2, seq=512))
+    assert rm.scenario.structure.modules_to_save == ("score",) and rm.terms["saved_modules"] == 2 * 896
+    assert rm.terms["weights"] == 2 * (494_032_768 + 896)
+    assert rm.terms["act_score_input"] == 2 * (2 * 2 * 512) * 896
+
+
+@pytest.mark.parametrize("kw, message", [
+    (dict(objective="reward", seq=512, prompt=8), "do not apply"),
+    (dict(objective="reward", precompute_ref=True), "do not apply"),
+    (dict(objective="reward", method="qlora"), "not modelled"),
+])
+def test_reward_bad_settings(kw, message):
+    with pytest.raises(UserError, match=message):
+        Scenario.create("llama-2-7b", **kw)
+
+
+def test_reward_config_is_read(tmp_path, capsys):
+    """A TRL RewardConfig names a reward-model run by its center_rewards_coefficient; LLaMA-Factory's stage: rm (a
+    value head on the causal LM, which still computes the logits) is refused with the reason, exit 2, one line."""
+    from symvram.cli import main
+    from symvram.readers.read import read_files
+
+    rc = read_files([_file(tmp_path, "r.json", '{"output_dir": "o", "max_length": 512, '
+                                               '"center_rewards_coefficient": 0.01}')])
+    assert rc.settings["objective"].value == "reward"
+    sc = Scenario.create("llama-2-7b", **rc.kwargs())
+    assert sc.structure.score_head and sc.reference == "none" and sc.seq == 512
+    lf = _file(tmp_path, "lf.yaml", "model_name_or_path: meta-llama/Llama-2-7b-hf\nstage: rm\nfinetuning_type: lora\n")
+    assert main(["estimate", "llama-2-7b", "--from", lf]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "value head" in err[0]

@@ -295,18 +295,19 @@ class Family:
         return (self.linear_params_per_layer() + self.expert_params_per_layer() + self.bias_params_per_layer(options)
                 + self.norm_params_per_layer(options))
 
-    def embedding_params(self, tied: bool) -> sp.Expr:
-        """Token embeddings, plus the lm_head unless it is tied to them."""
-        return V * h if tied else 2 * V * h
+    def embedding_params(self, tied: bool, score_head: bool = False) -> sp.Expr:
+        """Token embeddings, plus the lm_head unless it is tied to them — or, for a sequence-classification model
+        (transformers' GenericForSequenceClassification, modeling_layers.py:138), its one-label score head."""
+        return V * h + (h if score_head else 0 if tied else V * h)
 
-    def total_params(self, tied: bool, options: tuple[str, ...]) -> sp.Expr:
-        """P derived from the architecture: embeddings (+ lm_head), L layers, the final norm."""
-        return self.embedding_params(tied) + self.over_layers(lambda k: k.params_per_layer(options)) + h
+    def total_params(self, tied: bool, options: tuple[str, ...], score_head: bool = False) -> sp.Expr:
+        """P derived from the architecture: embeddings (+ lm_head or score head), L layers, the final norm."""
+        return self.embedding_params(tied, score_head) + self.over_layers(lambda k: k.params_per_layer(options)) + h
 
-    def kept_16bit_params(self, tied: bool, options: tuple[str, ...]) -> sp.Expr:
+    def kept_16bit_params(self, tied: bool, options: tuple[str, ...], score_head: bool = False) -> sp.Expr:
         """Parameters QLoRA leaves unquantized: everything but the nn.Linear weights of the layers
         (embeddings, lm_head, norms, biases, and the MoE router and fused 3-D experts, which are not nn.Linear)."""
-        return self.embedding_params(tied) + self.over_layers(
+        return self.embedding_params(tied, score_head) + self.over_layers(
             lambda k: k.expert_params_per_layer() + k.norm_params_per_layer(options) + k.bias_params_per_layer(options)) + h
 
     def lora_params(self, targets: tuple[str, ...], rank: sp.Symbol) -> sp.Expr:

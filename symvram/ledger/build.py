@@ -30,6 +30,7 @@ LOSS_MOMENT_WORDS = {
     "cce": ("an fp32 dot product per token (no logits)", "the hidden states' gradient and the vocabulary sort"),
     "trl": ("one tile buffer of logits and fp32 statistics per token",
             "the tile buffer again and the hidden states' fp32 gradient"),
+    "score": ("one score per position (no vocabulary logits)", "the scores' gradient, one per position"),
 }
 
 
@@ -47,7 +48,7 @@ def _listing_order(term: Term) -> int:
 def _moments(terms: dict, s: Structure) -> tuple[Moment, ...]:
     """The moments of ``MOMENTS`` that exist for these terms (one GPU's: host and paged terms are in none), each
     with the terms alive in its phase."""
-    computing, backward = LOSS_MOMENT_WORDS[s.loss_impl]
+    computing, backward = LOSS_MOMENT_WORDS["score" if s.score_head else s.loss_impl]
     moments = []
     for spec in MOMENTS:
         if spec.needs and any(t.role is spec.needs and t.alive(spec.phase) for t in terms.values()) != spec.present:

@@ -24,13 +24,14 @@ from importlib import resources
 import sympy as sp
 
 from ..symbols import sym
-from .activations import TRL_TOKEN_CHUNK, TRL_VOCAB_CHUNK, _trl_dtypes, residual_bytes, trl_loss_terms, trl_saved_term
+from .activations import (TRL_TOKEN_CHUNK, TRL_VOCAB_CHUNK, _trl_dtypes, norm_saved, residual_bytes, trl_loss_terms,
+                          trl_saved_term)
 from .architecture import L, dh, f, h
 from .structure import Structure
-from .terms import Phase, Role, Term
+from .terms import Phase, Role, Term, span
 
 b, seq, p = sym("batch"), sym("seq"), sym("prompt")
-b_c, b_32, b_id, b_mask = (sym(n) for n in ("bytes_act", "bytes_fp32", "bytes_index", "bytes_mask"))
+b_c, b_32, b_id, b_mask, b_i32 = (sym(n) for n in ("bytes_act", "bytes_fp32", "bytes_index", "bytes_mask", "bytes_int32"))
 
 
 @cache
@@ -112,12 +113,67 @@ def preference_terms(s_: Structure, base: list[Term]) -> list[Term]:
     return out
 
 
+# what a causal LM's vocabulary head adds that a sequence-classification model does not run
+LM_HEAD_ONLY = ("logits_fp32", "logits_shifted", "act_logit_softcap")
+SCORE_SOURCE = "transformers 5.24 modeling_layers.py:167-190 GenericForSequenceClassification.forward"
+
+
+def score_terms(s_: Structure) -> dict[str, Term]:
+    """A reward model's head and loss (TRL 1.16 ``RewardTrainer.compute_loss``, reward_trainer.py:778-797): the
+    score head's one logit per position, the last non-padding position found with two int32 [2b, s] tensors
+    (``(input_ids != pad) * arange``, its argmax), the scores gathered there; the Bradley-Terry loss reads the
+    b chosen-minus-rejected margins. Its backward scatters the two scores' gradient into a zero [2b, s] tensor.
+
+    >>> from symvram.ledger.structure import Structure
+    >>> sorted(score_terms(Structure(method="full", objective="reward", score_head=True)))
+    ['act_logsoftmax', 'act_tokens', 'logits', 'loss_backward_temp']
+    """
+    n, R = rows(s_.objective) * b, rows(s_.objective) * b * seq
+    entry = objectives()[s_.objective]
+    return {"act_logsoftmax": Term("act_logsoftmax", Role.LOSS_ACTIVATION, 2 * b_id * n + b_c * b, r"A_{\mathrm{score}}",
+                                   "the gather's two int64 index vectors (rows, last non-padding positions) and the "
+                                   "margins logsigmoid keeps", SCORE_SOURCE),
+            "logits": Term("logits", Role.LOSS_TEMPORARY, b_c * R + 2 * b_i32 * R, r"M_{\mathrm{score}}",
+                           "the score head's output, one logit per position, and the int32 non-padding mask and "
+                           "its product with the positions", SCORE_SOURCE),
+            "loss_backward_temp": Term("loss_backward_temp", Role.LOSS_BACKWARD_TEMPORARY, b_c * R,
+                                       r"M_{\mathrm{score}'}", "the gathered scores' gradient scattered into a "
+                                       "zero tensor of every position's", "torch index backward (index_put)"),
+            "act_tokens": Term("act_tokens", Role.STEP_INPUT, entry["inputs"] * b_id * R, r"A_{\mathrm{ids}}",
+                               entry["inputs_why"], entry["inputs_source"])}
+
+
+def _split_final_norm(head: Term, s_: Structure, twice: dict) -> list[Term]:
+    """A score head's saved input (and, training the norm's weight, the normalized tensor its product keeps) lives
+    until the head's backward and the norm's multiply backward; the final norm's own fp32 input and 1/rms until the
+    norm's backward — which SFT never sees as a peak, beside the vocabulary's gradients."""
+    kept = norm_saved(s_, 1, h).xreplace(twice)
+    return [Term(head.key, head.role, kept, r"A_{\mathrm{norm}}", "the final norm's fp32 input and 1/rms, kept for "
+                 "its backward", head.source, head.place, head.lifetime),
+            Term("act_score_input", head.role, sp.expand(head.expr - kept), r"A_{\mathrm{score,in}}",
+                 "the score head's input (the final norm's output), kept for its weight gradient"
+                 + (", and the normalized tensor the norm weight's product keeps" if not s_.lora else ""),
+                 head.source, head.place, span(Phase.LOSS, Phase.HEAD_BACKWARD))]
+
+
 def reshape(s_: Structure, activation_terms: list[Term]) -> list[Term]:
     """The SFT activation-side terms for the objective's rows (batch → rows·batch), with TRL's fused-head terms
-    for the positions it scores."""
+    for the positions it scores (a reward model: its score head's)."""
     if s_.objective == "sft":
         return activation_terms
     twice = {b: rows(s_.objective) * b}   # (KTO: once)
+    if s_.score_head:
+        head = score_terms(s_)
+        out = []
+        for t in activation_terms:
+            if t.key in head:
+                out.append(head[t.key])
+            elif t.key == "act_final_norm":   # the score head's input is freed by its backward, before the norm's
+                out += _split_final_norm(Term(t.key, t.role, t.expr.xreplace(twice), t.label, t.why, t.source,
+                                              t.place, t.lifetime), s_, twice)
+            elif t.key not in LM_HEAD_ONLY:
+                out.append(Term(t.key, t.role, t.expr.xreplace(twice), t.label, t.why, t.source, t.place, t.lifetime))
+        return out
     fused = {t.key: t for t in trl_loss_terms(s_, scored(s_))}
     mask = b_mask * _row_positions(s_)   # labels != -100, kept by the index and the scatter for backward
     saved = trl_saved_term(s_, scored(s_), "(the completion's positions)")

@@ -136,7 +136,7 @@ def root_bytes(s: Structure) -> sp.Expr:
 
 
 def root_params(s: Structure) -> sp.Expr:
-    return s.arch.embedding_params(s.tied) + h
+    return s.arch.embedding_params(s.tied, s.score_head) + h
 
 
 def layer_trainable(s: Structure) -> sp.Expr:

@@ -93,6 +93,7 @@ class Role(str, Enum):
     RECOMPUTED_ACTIVATION = "recomputed activation"    # one layer's saved tensors, rebuilt (or still saved)
     FORWARD_TEMPORARY = "forward temporary"            # what one forward op holds and frees (DoRA's weight norm)
     EXPERTS_TEMPORARY = "experts temporary"            # what the last layer's dense experts hold in forward (Llama 4)
+    LORA_FORWARD_TEMPORARY = "LoRA forward temporary"  # the last layer's LoRA down projection's forward locals
     LAYER_WORKING_SET = "layer working set"            # what one sub-block of a layer's forward makes and frees
     RECOMPUTE_TEMPORARY = "recompute temporary"        # what one op of a checkpointed layer's recompute holds
     LOSS_TEMPORARY = "loss temporary"                  # the logits while the loss is computed
@@ -178,6 +179,8 @@ ROLES: dict[Role, RoleInfo] = {
                                      lifetime=(_P.FORWARD,)),
     Role.EXPERTS_TEMPORARY: RoleInfo("transient", triage="activation", measured="activations",
                                      lifetime=(_P.FORWARD,)),
+    Role.LORA_FORWARD_TEMPORARY: RoleInfo("transient", triage="activation", measured="activations",
+                                          lifetime=(_P.FORWARD,)),
     # below every moment (the ledger's peaks do not change); the caching allocator's segments follow them:
     # the schedule makes and frees each sub-block's set in every layer's forward and recompute
     Role.LAYER_WORKING_SET: RoleInfo("transient", triage="activation", measured="activations"),
@@ -326,6 +329,12 @@ MOMENTS = (
     MomentSpec("experts_forward", "forward, the last layer's experts", Phase.FORWARD,
                "every layer's activations are saved while the last layer's experts run every token through all E "
                "of them (E·T-row temporaries)", Role.EXPERTS_TEMPORARY),
+    MomentSpec("lora_output_forward", "forward, the last layer's LoRA down projection", Phase.FORWARD,
+               "every layer's activations are saved while the last layer's down projection runs its LoRA forward "
+               "(no checkpointing, no loss yet)", Role.LORA_FORWARD_TEMPORARY),
+    MomentSpec("first_recompute_lora_output", "backward, recomputing the first layer's LoRA down projection",
+               Phase.FIRST_LAYER_RECOMPUTE, "the first layer's checkpointed input and saved tensors rebuilt, its down "
+               "projection's LoRA forward, and every later layer's gradient made", Role.RECOMPUTE_TEMPORARY),
     MomentSpec("dora_forward", "forward, the last layer's DoRA weight norm", Phase.FORWARD,
                "every layer's activations are saved while the last layer's DoRA forward builds weight-sized "
                "temporaries", Role.FORWARD_TEMPORARY),

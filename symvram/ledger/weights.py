@@ -148,7 +148,8 @@ def adafactor_factored(s: Structure) -> sp.Expr:
         heads = len(s.head_targets) * (2 * sym("rank") + V + h)
         return fam.over_layers(lambda k: sp.Add(*(2 * sym("rank") + k.linear(t).d_in + k.linear(t).d_out
                                                   for t in s.targets if t in k.linear_map))) + heads
-    return (V + h) * (1 if s.tied else 2) + fam.over_layers(lambda k: k.factored_sizes_per_layer(s.options)) + h
+    head = (h + 1) if s.score_head else 0 if s.tied else V + h   # a score head's [1, h] matrix: a row and a column
+    return V + h + head + fam.over_layers(lambda k: k.factored_sizes_per_layer(s.options)) + h
 
 
 def head_adapter_sizes(s: Structure) -> list[sp.Expr]:
@@ -182,8 +183,9 @@ def trainable_tensor_sizes(s: Structure) -> list[tuple[sp.Expr, sp.Expr, bool]]:
                 k = m.count * m.rank_factor
                 out += [(k * r * m.d_in, n, False), (k * r * m.d_out, n, False)]
         out += [(n, sp.Integer(1), False) for n in head_adapter_sizes(s)]   # lora_embedding_A is no nn.Embedding weight
-        return out + [(V * h, sp.Integer(1), name == "embed_tokens") for name in s.modules_to_save]
-    out = [(V * h, sp.Integer(1), True)] + ([] if s.tied else [(V * h, sp.Integer(1), False)])
+        return out + [(saved_module_params(name), sp.Integer(1), name == "embed_tokens") for name in s.modules_to_save]
+    out = [(V * h, sp.Integer(1), True)] + ([(h, sp.Integer(1), False)] if s.score_head else
+                                            [] if s.tied else [(V * h, sp.Integer(1), False)])
     for n, kind in fam.layer_kinds:
         out += [(m.params, n, False) for m in kind.linears + kind.moe_weights]
         out += [(m.d_out, n, False) for m in kind.linears if m.bias in s.options]
@@ -232,6 +234,12 @@ def bnb_terms(s: Structure) -> list[Term]:
                           "bitsandbytes 0.50.2 functional.py:91 get_paged, optim/optimizer.py:374 get_state_buffer",
                           place=Place.PAGED))
     return terms
+
+
+def saved_module_params(name: str) -> sp.Expr:
+    """Elements of a modules_to_save copy: the embedding's or lm_head's V·h, a reward model's score head's h (PEFT's
+    SEQ_CLS task adds it, peft 0.21.2 peft_model.py:1830-1836)."""
+    return h if name == "score" else V * h
 
 
 def saved_copy_bytes(s: Structure) -> sp.Expr:
@@ -310,7 +318,7 @@ def trainable_tensors(s: Structure) -> sp.Expr:
     if s.lora:   # A, B (and DoRA's m) per target
         return (3 if s.dora else 2) * fam.over_layers(lambda k: sum(t in k.linear_map for t in s.targets)) \
             + 2 * len(s.head_targets) + len(s.modules_to_save)
-    return (1 if s.tied else 2) + fam.over_layers(lambda k: k.tensors_per_layer(s.options)) + 1
+    return (1 if s.tied and not s.score_head else 2) + fam.over_layers(lambda k: k.tensors_per_layer(s.options)) + 1
 
 
 def largest_trainable_matrix(s: Structure) -> sp.Expr:
@@ -379,15 +387,15 @@ def definitions(s: Structure) -> list[tuple[sp.Symbol, sp.Expr]]:
     fam = s.arch
     defs: list[tuple[sp.Symbol, sp.Expr]] = []
     if not s.params_given:
-        defs.append((P, fam.total_params(s.tied, s.options)))
+        defs.append((P, fam.total_params(s.tied, s.options, s.score_head)))
     if s.method == "qlora":
-        defs.append((P_keep, fam.kept_16bit_params(s.tied, s.options)))
+        defs.append((P_keep, fam.kept_16bit_params(s.tied, s.options, s.score_head)))
         defs.append((P_quant, P - P_keep))
     if s.lora:
         magnitude = fam.over_layers(lambda k: dora_magnitude(k, s.targets)) if s.dora else 0
         defs.append((P_lora, fam.lora_params(s.targets, sym("rank")) + magnitude + sp.Add(*head_adapter_sizes(s))))
         if s.modules_to_save:
-            defs.append((P_save, len(s.modules_to_save) * V * h))
+            defs.append((P_save, sp.Add(*(saved_module_params(name) for name in s.modules_to_save))))
         defs.append((P_train, P_lora + (P_save if s.modules_to_save else 0)))
         if s.tower_lora:
             defs.append((P_lora_tower, sym("rank") * s.tower_lora_width))

@@ -40,6 +40,7 @@ TRAINER_DEFAULTS = {
                 f_alpha_divergence_coef=0.5, label_smoothing=0.0, use_weighting=False, aux_loss_enabled=False),
     "kto": dict(beta=0.1, loss_type="kto", calculate_KL=True, desirable_weight=1.0, undesirable_weight=1.0,
                 aux_loss_enabled=False, router_aux_loss_coef=0.0),
+    "reward": {},   # RewardTrainer.compute_loss reads only args.center_rewards_coefficient (reward_config.py:160: None)
 }
 
 
@@ -48,6 +49,9 @@ def _trainer(objective: str):
     if objective == "kto":
         from trl.trainer.kto_trainer import KTOTrainer
         return KTOTrainer
+    if objective == "reward":
+        from trl.trainer.reward_trainer import RewardTrainer
+        return RewardTrainer
     from trl.trainer.dpo_trainer import DPOTrainer
     return DPOTrainer
 
@@ -55,7 +59,9 @@ def _trainer(objective: str):
 def _inputs(objective: str, b: int, s: int, prompt: int, V: int, precompute: bool) -> dict:
     """The batch the objective's collator builds (under the fake mode): DPO's 2b rows, chosen first; KTO's b
     completions (one desirable in two) and their b mismatched KL completions, of the same length."""
-    rows = 2 * b if objective == "dpo" else b
+    rows = 2 * b if objective in ("dpo", "reward") else b
+    if objective == "reward":   # reward_trainer.py:203-229: input ids and attention mask, chosen rows first
+        return {"input_ids": torch.randint(1, V, (rows, s)), "attention_mask": torch.ones(rows, s, dtype=torch.long)}
     completion_mask = torch.ones(rows, s, dtype=torch.long)
     if prompt:
         completion_mask[:, :prompt] = 0
@@ -120,7 +126,8 @@ def _stand_in(model, ref_model, spec):
     """The ``self`` the trainer's _compute_loss reads: its model, reference, accelerator and its config's settings."""
     accelerator = types.SimpleNamespace(device=torch.device("cpu"), unwrap_model=lambda m: m,
                                         gather_for_metrics=lambda x: x, gather=lambda x: x)
-    args = types.SimpleNamespace(gradient_checkpointing_kwargs={"use_reentrant": False}, discopop_tau=0.05)
+    args = types.SimpleNamespace(gradient_checkpointing_kwargs={"use_reentrant": False}, discopop_tau=0.05,
+                                 center_rewards_coefficient=None)
     from collections import defaultdict
     trainer = types.SimpleNamespace(model=model, ref_model=ref_model, accelerator=accelerator, args=args,
                                     precompute_ref_logps=bool(spec.get("precompute_ref", False)),
@@ -186,10 +193,12 @@ def run_preference(spec: dict, tracker_factory=PeakTracker):
     fake_mode = FakeTensorMode(allow_non_fake_inputs=False)
     model = build_model(spec)
     lora = spec["method"] in ("lora", "qlora")
-    add_fused_lm_head(model.get_base_model() if lora else model, outputs=tuple(objectives()[objective]["outputs"]))
+    score = objectives()[objective].get("head") == "score"   # a reward model: no LM head, no reference
+    if not score:
+        add_fused_lm_head(model.get_base_model() if lora else model, outputs=tuple(objectives()[objective]["outputs"]))
     _fakeify(model, fake_mode)
     ref_model = None
-    if not lora and not spec.get("precompute_ref", False):  # dpo_trainer.py:908-927 (kto :918-940): model.dtype
+    if not lora and not score and not spec.get("precompute_ref", False):  # dpo_trainer.py:908-927 (kto :918-940): model.dtype
         ref_model = build_model({**spec, "grad_checkpointing": False}).eval()
         ref_model.requires_grad_(False)
         add_fused_lm_head(ref_model)
@@ -210,7 +219,8 @@ def run_preference(spec: dict, tracker_factory=PeakTracker):
             tracker.set_phase(f"step{step}:forward")
             with torch.autocast("cpu", dtype={"bf16": torch.bfloat16, "fp16": torch.float16}[ac]) if ac \
                     else contextlib.nullcontext():
-                loss = trainer_class._compute_loss(trainer, model, dict(inputs), False)
+                loss = (trainer_class.compute_loss if score else trainer_class._compute_loss)(trainer, model,
+                                                                                             dict(inputs), False)
             tracker.set_phase(f"step{step}:backward")
             loss.backward()
             del loss
