@@ -322,6 +322,13 @@ class Scenario:
         merged = {k: getattr(self, k) for k in self.__dataclass_fields__ if k not in ("model", "given")
                   and (k not in implied or k in self.given)}
         merged.update({k: v for k, v in kw.items() if v is not None})
+        if merged.get("grad_checkpointing") is False and "offload_activations" not in kw:
+            merged["offload_activations"] = False   # offloading is modelled as a setting of checkpointing
+        if self.packing and "packing" not in kw:   # a new length or batch (a probe, a curve, --set seq=…)
+            asked = {**dict(kw.get("overrides") or ()), **{k: v for k, v in kw.items() if v is not None}}
+            if "seq" in asked or "batch" in asked:
+                rows = asked.get("batch", 1)
+                merged["packing"] = int(asked.get("seq", self.seq)) if rows == 1 else 0
         seq = merged["seq"]
         if "prompt" not in kw and isinstance(seq, int) and not isinstance(seq, bool) and 0 < seq <= self.prompt:
             merged["prompt"] = self.prompt * seq // self.seq
@@ -377,9 +384,12 @@ class Scenario:
         if self.attention not in fam.attention_kernels:
             raise UserError(f"--attention {self.attention}: {fam.attention_why or fam.key + ' runs ' + ', '.join(fam.attention_kernels)}")
         if self.kbit_prepared and any(k.moe and not k.extra("experts_dense") for _, k in fam.layer_kinds):
-            raise UserError(f"--kbit-prep peft on {fam.key}: prepare_model_for_kbit_training casts the fused experts to "
-                            "fp32 and torch's grouped_mm takes bf16 only (transformers integrations/moe.py:379, torch "
-                            "_meta_registrations.py:8645): the step fails; use --kbit-prep none")
+            given = "--kbit-prep peft" if "kbit_prep" in self.given else (
+                f"the {self.stack} stack's QLoRA recipe (PEFT's prepare_model_for_kbit_training, --kbit-prep peft)")
+            raise UserError(f"{given} on {fam.key}: prepare_model_for_kbit_training casts the fused experts to fp32, "
+                            "which torch's grouped_mm runs only on its per-expert CUDA fallback (its fast path and its "
+                            "meta kernel take bf16: torch _meta_registrations.py:8645; transformers "
+                            "integrations/moe.py:379), not modelled; use --kbit-prep none")
         _choice(self.device, DEVICES, "--device")
         _choice(self.offload, OFFLOADS, "--offload")
         _positive_int(self.batch, "--batch", MAX_BATCH)
@@ -507,14 +517,14 @@ class Scenario:
         if self.attention != "sdpa":
             raise UserError(f"--packing with --attention {self.attention} is not modelled (packing is modelled with "
                             "SDPA's block-diagonal mask)")
-        if self.objective != "sft" or self.tp > 1:
-            raise UserError("--packing is modelled for SFT without tensor parallelism")
+        if self.objective != "sft":
+            raise UserError(f"--packing with --objective {self.objective} is not modelled (packing is modelled for SFT)")
 
     def _check_offloading(self) -> None:
         """TRL's activation offloading is modelled with non-reentrant checkpointing of every layer on one GPU, where
         the saved tensors outside the checkpointed layers are each layer's input (torch/utils/checkpoint.py:842-847)."""
         fam = family(self.model.family)
-        why = ("without gradient checkpointing (every saved tensor would move; not modelled)"
+        why = ("without gradient checkpointing (add --grad-checkpointing; without it every saved tensor would move)"
                if not self.grad_checkpointing else
                "--checkpoint-impl reentrant" if self.checkpoint_impl == "reentrant" else
                "--selective-checkpointing" if self.checkpoint_every > 1 else

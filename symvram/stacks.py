@@ -140,9 +140,13 @@ def summary(sc) -> str:
     v = sc.values()
     if sc.method == "full" and sc.master == "none" and sc.state_dtype == sc.dtype != "fp32" and v["states_per_param"]:
         # torch's optimizers keep their states in each parameter's dtype: not the textbook 12/16 B/param (fp32 states)
-        per = v["bytes_weight"] + v["bytes_grad"] + v["states_per_param"] * v["bytes_state"]
-        states += (f" (torch keeps {sc.optimizer}'s states in the parameters' {sc.dtype}: weights + gradients + states "
+        held = "weights + states" if sc.optimizer_in_backward else "weights + gradients + states"
+        per = v["bytes_weight"] + v["bytes_grad"] * (not sc.optimizer_in_backward) + v["states_per_param"] * v["bytes_state"]
+        states += (f" (torch keeps {sc.optimizer}'s states in the parameters' {sc.dtype}: {held} "
                    f"= {per:g} B/param, where the 12 or 16 of the textbook answer assume fp32 states)")
+    if sc.optimizer_in_backward:
+        states += (", stepped in backward (one optimizer per parameter, run by its post-accumulate-grad hook: one "
+                   "gradient alive at a time)")
     parts.append(states)
     if sc.master == "fp32":
         parts.append("fp32 master")

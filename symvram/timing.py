@@ -237,12 +237,13 @@ class StepTime:
                           "a second stream)" if sc.offload_activations else ""))
         if self.comm["cpu"]:
             out.append(f"the CPU optimizer's update memory-bound at {self.host.bytes_per_s / 1e9:.3g} GB/s of host memory "
-                       f"per GPU, nominal ({self.host.name}); modelled, not measured")
+                       f"per GPU{'' if self.host.key == 'set' else ', nominal'} ({self.host.name}); modelled, not "
+                       "measured")
         return out
 
     @property
     def card_hbm(self) -> float:
-        return card_figures(self.card, self.scenario.matmul_dtype)[1]
+        return dict(self.scenario.overrides).get("hbm_bandwidth", card_figures(self.card, self.scenario.matmul_dtype)[1])
 
     def summary(self) -> str:
         return (f"{self.seconds_per_step:.3g} s/step, {self.tokens_per_second:,.0f} tokens/s in all "
@@ -287,12 +288,21 @@ def card_figures(card: GPUSpec, dtype: str) -> tuple[float, float, str, str, str
 
 
 def step_time(sc: Scenario, card: GPUSpec, mfu: float | None = None, interconnect: str | None = None) -> StepTime:
-    """Seconds per step and tokens/s of ``sc`` on ``card`` (the roofline above)."""
-    mfu = check_mfu(DEFAULT_MFU if mfu is None else mfu)
+    """Seconds per step and tokens/s of ``sc`` on ``card`` (the roofline above); ``--set`` replaces any of the
+    card's figures (peak_flops, hbm_bandwidth, link_bandwidth, host_bandwidth, cpu_bandwidth) and the MFU."""
+    given = dict(sc.overrides)
+    mfu = check_mfu(given.get("mfu", DEFAULT_MFU) if mfu is None else mfu)
     peak, hbm, link_key, host_key, machine = card_figures(card, sc.matmul_dtype)
+    peak, hbm = given.get("peak_flops", peak), given.get("hbm_bandwidth", hbm)
     link = _link(check_interconnect(interconnect) or link_key)
     host = _link(host_key)
     cpu = host_of(machine)
+    if "link_bandwidth" in given:
+        link = Link(link.key, f"{link.name} (--set link_bandwidth)", given["link_bandwidth"])
+    if "host_bandwidth" in given:
+        host = Link(host.key, f"{host.name} (--set host_bandwidth)", given["host_bandwidth"])
+    if "cpu_bandwidth" in given:
+        cpu = Host("set", "as given by --set cpu_bandwidth", given["cpu_bandwidth"])
     fl = flops(sc)
     comm = comm_bytes(sc)
     overlap = sc.values()["overlap"]

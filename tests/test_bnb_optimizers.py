@@ -66,6 +66,21 @@ def test_paged_32bit_states_by_hand():
         Scenario.create("llama-3-8b", optimizer="paged-adamw", state_dtype="int8")
 
 
+def test_trainer_paged_8bit_pages_the_32bit_embedding_states():
+    """The Trainer's paged_adamw_8bit on a tied Qwen3-0.6B: transformers registers every nn.Embedding weight for
+    32-bit states (trainer.py:1328-1338 register_module_override); bitsandbytes applies the override at the first
+    step (optim/optimizer.py:286-303 check_overrides, :341-363 get_config) and allocates those fp32 m and v through
+    get_state_buffer (:383-389), which pages any tensor of ≥ 1e5 elements, 32-bit or not: the embedding's states
+    are in CUDA unified memory, off the device's allocator and out of the peak. By hand: the tied 151,936 × 1,024
+    embedding's two fp32 states are all paged; none is resident."""
+    V, h = 151_936, 1_024
+    bd = evaluate(Scenario.create("qwen3-0.6b", method="full", optimizer="paged-adamw8bit", stack="hf"))
+    plain = evaluate(Scenario.create("qwen3-0.6b", method="full", optimizer="paged-adamw8bit", stack="torch"))
+    assert bd.terms["paged_states"] - plain.terms["paged_states"] == 8 * V * h - 2 * V * h   # fp32, not uint8
+    assert bd.terms["optimizer_states"] - plain.terms["optimizer_states"] == -8 * -(-V * h // 256)  # no absmax
+    assert bd.peak - plain.peak == -8 * -(-V * h // 256)
+
+
 def test_8bit_states_contradict_another_state_dtype():
     with pytest.raises(UserError, match="keeps its states in 8 bits"):
         Scenario.create("llama-3-8b", optimizer="adamw8bit", state_dtype="fp32")

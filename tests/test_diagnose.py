@@ -298,3 +298,29 @@ def test_a_method_change_after_offload_brings_the_optimizer_back():
     assert keys.index("offload") < keys.index("qlora")
     method = next(r for r in d.remedies if r.key == "qlora")
     assert method.after.scenario.offload == "none" and method.changes["offload"] == "none"
+
+
+def test_selective_checkpointing_gets_every_layer_as_a_remedy(tmp_path, capsys):
+    """Checkpointing one layer in 4 (every_n_layers=4) leaves 27 of Qwen3-8B's 36 layers saving their activations;
+    checkpointing every layer is the remedy for them (it was never offered: checkpointing counted as on), priced by
+    the FLOPs of the 27 more recomputed forwards, and written as the Trainer key that was read."""
+    from symvram import estimate
+    from symvram.cli import main
+    from symvram.timing import flops
+
+    kw = dict(method="lora", batch=4, seq=4096, checkpoint_every=4)
+    d = diagnose(Scenario.create("qwen3-8b", **kw), load_card("rtx-4090"))
+    r = next(r for r in d.remedies if r.key == "checkpointing")
+    assert r.changes["checkpoint_every"] == 1 and "instead of one in 4" in r.title
+    assert r.after.peak == estimate("qwen3-8b", **{**kw, **r.changes, "grad_checkpointing": True}).peak
+    every = r.after.scenario
+    assert (every.grad_checkpointing, every.checkpoint_every) == (True, 1)
+    recomputed = flops(every).by_phase["recompute"] - flops(r.before.scenario).by_phase["recompute"]
+    assert recomputed > 0 and f"+{100 * recomputed / flops(r.before.scenario).per_step:.0f} % matmul FLOPs" in r.cost
+    doc = {"per_device_train_batch_size": 4, "gradient_checkpointing": True, "bf16": True,
+           "gradient_checkpointing_kwargs": {"use_reentrant": False, "every_n_layers": 4}}
+    f = tmp_path / "args.json"
+    f.write_text(json.dumps(doc))
+    assert main(["diagnose", "qwen3-8b", "--method", "lora", "--seq", "4096", "--dtype", "bf16", "--from", str(f),
+                 "--gpu", "rtx-4090"]) == 0
+    assert '"gradient_checkpointing_kwargs": {"every_n_layers": 1}' in capsys.readouterr().out

@@ -73,7 +73,8 @@ def test_qlora_dora_is_refused_by_validate():
 
 WEIGHT_NORM_PEAK = [  # the DoRA weight norm is the peak: wide MLP, small vocabulary (relative tolerance)
     (dict(stack="torch"), 0), (dict(stack="hf"), 3e-4),
-    (dict(stack="torch", grad_checkpointing=True), 2e-3), (dict(stack="hf", grad_checkpointing=True), 2e-3),
+    # checkpointed: the first-layer recompute moment is over (docs/accuracy.md, "Over after the fix": DoRA)
+    (dict(stack="torch", grad_checkpointing=True), 4e-3), (dict(stack="hf", grad_checkpointing=True), 4e-3),
 ]
 
 

@@ -527,3 +527,13 @@ def test_tex_of_a_moe_family_fits_the_page(lang):
     pdf, log = toolchain.compile_tex(tex)
     assert [pt for pt in toolchain.overfull_boxes(log) if pt > 1.0] == []
     assert r"\bigl(" in tex and r"\bigr)" in tex
+
+
+def test_every_moment_has_a_chinese_name():
+    """The zh document names the peak's moment from its own table; a moment added to the ledger without an entry
+    printed its key (lora_output_forward) in the Chinese prose."""
+    from symvram.ledger.terms import MOMENTS
+
+    text = (Path(__file__).resolve().parents[1] / "templates" / "explain.zh.j2").read_text(encoding="utf-8")
+    table = text[text.index("set moment_zh"):text.index("%>", text.index("set moment_zh"))]
+    assert [m.key for m in MOMENTS if f'"{m.key}":' not in table] == []

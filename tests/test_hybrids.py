@@ -94,3 +94,15 @@ def test_estimate_equals_the_measured_peak(cfg, settings, seq):
     measured = measure({**from_scenario(sc), "steps": 2})
     # within 8 bytes: the 0-d fp32 loss and its gradient seed are not ledger terms (as tests/test_families.py)
     assert 0 <= measured["peak_bytes"] - evaluate(sc).peak <= 8
+
+
+def test_a_multimodal_qwen3_5_moe_config_is_read_through_its_text_config():
+    """Qwen3.5-35B-A3B ships model_type qwen3_5_moe with the language model under text_config; AutoModelForCausalLM
+    builds Qwen3_5MoeForCausalLM from it (transformers models/auto/modeling_auto.py:942, "VLM compatibility"): the
+    decoder alone, no vision tower, as the preset counts it (whose P the meta-model test above checks)."""
+    preset = load_model("qwen3.5-35b-a3b")
+    outer = {"model_type": "qwen3_5_moe", "vision_config": {"depth": 27},
+             "text_config": {**preset.config(), "model_type": "qwen3_5_moe_text"}}
+    spec = spec_from_config(outer, "Qwen3.5-35B-A3B", "config", "config.json")
+    assert spec.family == "qwen3_5_moe_text" and spec.tower is None and spec.dims == preset.dims
+    assert evaluate(Scenario.create(spec, method="full")).derived["P"] == 34_660_610_688   # the meta model's count

@@ -59,3 +59,12 @@ def test_estimate_equals_the_measured_packed_step(settings):
     sc = Scenario.create(tiny(**kw.pop("arch", {})), packing=256, device="cpu", **kw)
     measured = measure({**from_scenario(sc), "steps": 2})
     assert abs(measured["peak_bytes"] - evaluate(sc).peak) <= 8
+
+
+def test_a_new_length_moves_the_packed_row():
+    """whatif --set seq=…, diagnose's probe and the curves change the row's tokens; a batch of several rows is no
+    longer one padding-free row."""
+    sc = Scenario.create(tiny(), packing=256, **KW)
+    assert (sc.with_changes(seq=128).packing, sc.with_changes(seq=128).seq) == (128, 128)
+    assert sc.with_changes(overrides=(("seq", 64),)).packing == 64
+    assert sc.with_changes(batch=2).packing == 0

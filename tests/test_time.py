@@ -201,3 +201,19 @@ def test_the_page_prices_an_offloaded_step_as_the_command_line_does():
     st = step_time(sc, load_card("rtx-4090"))
     assert float(seconds) == pytest.approx(st.seconds_per_step) and st.seconds["cpu"] > 0
     assert "cpu_bandwidth" in {s.name for s in STEP_TIME.free_symbols}
+
+
+def test_set_replaces_the_card_and_host_figures_of_the_step_time():
+    """`--set cpu_bandwidth=…` (the host an offloaded optimizer updates in), `--set mfu=…` and the card's figures
+    were accepted and ignored; each now replaces the figure it names. By hand: the CPU update of Qwen3-8B's 28 B
+    per parameter at 20 GB/s, and the matmuls at MFU 0.5."""
+    card = load_card("rtx-4090")
+    base = dict(method="full", stack="deepspeed", offload="optimizer")
+    st = step_time(Scenario.create("qwen3-8b", **base, overrides={"cpu_bandwidth": 20e9, "mfu": 0.5}), card)
+    p = 8_190_735_360
+    assert st.seconds["cpu"] == pytest.approx(28 * p / 20e9) and st.mfu == 0.5
+    assert st.seconds["compute"] == pytest.approx(st.flops.per_step / (165.2e12 * 0.5))
+    assert any("20 GB/s of host memory per GPU (as given by --set cpu_bandwidth)" in a for a in st.assumptions())
+    st = step_time(Scenario.create("qwen3-8b", **base, overrides={"host_bandwidth": 16e9, "hbm_bandwidth": 5e11}),
+                   card)
+    assert st.seconds["host"] == pytest.approx(2 * 2 * p / 16e9) and st.card_hbm == 5e11

@@ -352,7 +352,7 @@ def test_moe_lora_and_qlora_say_what_the_experts_do():
     attention = 48 * 16 * ((2048 + 4096) + 2 * (2048 + 512) + (4096 + 2048))
     assert f"without them (--targets q_proj,k_proj,v_proj,o_proj) {attention:,}" in line
     assert f"{lora.derived['P_lora'] - attention:,} of the {lora.derived['P_lora']:,} trainable" in line
-    qlora = evaluate(Scenario.create("qwen3-30b-a3b", method="qlora", rank=16))
+    qlora = evaluate(Scenario.create("qwen3-30b-a3b", method="qlora", rank=16, kbit_prep="none"))
     q_line = moe_notes(qlora)[1]
     assert "bitsandbytes quantizes nn.Linear modules only" in q_line and f"{qlora.derived['P_keep']:,}" in q_line
     assert not moe_notes(evaluate(Scenario.create("qwen3-8b", method="qlora")))
@@ -508,3 +508,44 @@ def test_the_settings_table_shows_the_objective_a_file_sets(tmp_path, capsys):
     assert "symvram default" not in rows["loss_impl"] and "TRL's fused LM head" in rows["loss_impl"]
     assert main(["estimate", "qwen3-8b", "--from", "examples/configs/llamafactory-lora.yaml"]) == 0
     assert "\nobjective " not in capsys.readouterr().out    # SFT files keep the table as it was
+
+
+def test_moe_qlora_refusal_says_where_the_kbit_preparation_came_from(capsys):
+    """`--method qlora` on an MoE model with fused experts: PEFT's k-bit preparation (the hf stack's QLoRA recipe)
+    casts the experts to fp32, which grouped_mm refuses. The user never typed --kbit-prep peft: the one-line error
+    names the stack that implied it and the way out."""
+    assert main(["estimate", "glm-4.7-flash", "--method", "qlora"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("symvram: error: the hf stack's QLoRA recipe (PEFT's prepare_model_for_kbit_training, "
+                          "--kbit-prep peft) on glm4_moe_lite") and "use --kbit-prep none" in err
+    assert main(["estimate", "glm-4.7-flash", "--method", "qlora", "--kbit-prep", "peft"]) == 2
+    assert capsys.readouterr().err.startswith("symvram: error: --kbit-prep peft on glm4_moe_lite")
+
+
+def test_header_says_the_optimizer_steps_in_backward(capsys):
+    """--optimizer-in-backward changes what is held (one gradient at a time) but no header said so, and the hf
+    stack's sentence still summed "weights + gradients + states = 8 B/param". By hand: bf16 weights 2 + two bf16
+    moments 4 = 6 B/param, the gradients one tensor at a time."""
+    assert main(["estimate", "qwen3-8b", "--method", "full", "--optimizer-in-backward"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "weights + states = 6 B/param" in out and "weights + gradients + states" not in out
+    assert "stepped in backward (one optimizer per parameter" in out
+
+
+@pytest.mark.parametrize("lang,short,product", [
+    ("en", "are 12 B/param, 10 of them in CPU memory under offload ({host}), so the GPU holds 2 B/param = **{gpu}**",
+     "70,000,000,000 parameters × 2 B on the GPU (the other 10 of its 12 B/param offloaded to CPU memory) = **140 GB**"),
+    ("zh", "是每参数 12 字节，其中 10 字节 offload 到 CPU 内存（{host}），GPU 上每参数 2 字节，合 **{gpu}**",
+     "70,000,000,000 个参数 × 2 字节（GPU 上的；每参数 12 字节里另外 10 字节 offload 到 CPU 内存） = **140 GB**"),
+])
+def test_explain_under_offload_says_where_the_bytes_per_parameter_live(tmp_path, lang, short, product):
+    """ZeRO-Offload: "12 B/param = 16.38 GB" multiplied to a figure 6× too small (the GPU holds the bf16 weights
+    only). By hand: bf16 weights 2 B/param on the GPU (8,190,735,360 × 2 = 16.38 GB), gradients 2 and the two fp32
+    moments 8 in CPU memory (10 × P = 81.91 GB); for 70e9 parameters 2 B each on the GPU, 140 GB."""
+    out = tmp_path / f"o.{lang}.md"
+    assert main(["explain", "qwen3-8b", "--method", "full", "--stack", "deepspeed", "--offload", "optimizer",
+                 "--gpu", "rtx-4090", "--grad-checkpointing", "--lang", lang, "-o", str(out)]) == 0
+    text = out.read_text()
+    p = 8_190_735_360
+    assert short.format(host=fmt_bytes(10 * p, "GB"), gpu=fmt_bytes(2 * p, "GB")) in text
+    assert product in text

@@ -255,10 +255,8 @@ def _candidates(sc: Scenario, p95_seq: int | None) -> list[_Candidate]:
                               "none in memory or accuracy: the loss is computed over chunks of tokens, so the "
                               "vocabulary-sized fp32 logits and their gradients never exist whole; a kernel library"))
     if not sc.liger and liger_applies(sc):
-        out.append(_Candidate("liger", "Liger's RMSNorm and SwiGLU/GeGLU kernels", "free", ("activation",),
-                              {"liger": True}, "none in accuracy: each norm keeps its 16-bit input instead of an fp32 "
-                              "copy, the MLP two d_ff-wide tensors instead of three (Triton kernels; modelled, not "
-                              "measured)"))
+        out.append(_Candidate("liger", "Liger's layer kernels", "free", ("activation",), {"liger": True},
+                              "a kernel library (Triton; modelled, not measured)"))
     if sc.objective == "dpo" and not sc.precompute_ref:
         out.append(_Candidate("precompute_ref", "precomputed reference log-probs (DPOConfig("
                               "precompute_ref_log_probs=True))", "free", ("parameter", "loss"),
@@ -282,6 +280,14 @@ def _candidates(sc: Scenario, p95_seq: int | None) -> list[_Candidate]:
                               {"grad_checkpointing": True},
                               f"each layer's forward is recomputed in backward: +{100 * share:.0f} % matmul FLOPs "
                               f"for {sc.method}"))
+    elif sc.checkpoint_every > 1:   # selective: every k-th layer checkpointed, the others save their activations
+        from ..timing import flops
+
+        share = flops(sc.with_changes(checkpoint_every=1)).per_step / flops(sc).per_step - 1
+        out.append(_Candidate("checkpointing", f"gradient checkpointing of every layer (instead of one in "
+                              f"{sc.checkpoint_every})", "recompute", ("activation",), {"checkpoint_every": 1},
+                              f"the other layers' forwards are recomputed in backward too: +{100 * share:.0f} % matmul "
+                              f"FLOPs for {sc.method}"))
     if (sc.stack != "interview" and sc.grad_checkpointing and not sc.offload_activations
             and sc.checkpoint_impl == "non-reentrant"
             and sc.checkpoint_every == 1 and sc.gpus == 1 and sc.objective == "sft" and not sc.dora

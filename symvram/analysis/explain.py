@@ -136,9 +136,13 @@ def per_param(bd: Breakdown) -> dict:
     # size, paged above one; Adafactor's factored states): named beside the figure, never silently left out
     uncounted = [{"key": t.key, "label": t.label, "bytes": bd.terms[t.key]} for t in led.terms
                  if t.role is Role.OPTIMIZER_STATE and t.key not in counted and bd.terms[t.key]]
+    # offload: the counted terms that live in CPU memory (the bytes per parameter count them wherever they are)
+    host = [(key, c) for key, c in coefficients if led.by_key[key].block == "host"]
     return {"rows": rows, "total": derive(r"\beta_{\mathrm{param}}", total, subs, r"B/param"),
             "counted": sorted(counted), "uncounted": uncounted, "optimizer": sc.optimizer,
-            "state_dtype": sc.state_dtype, "paged": sc.structure.paged}
+            "state_dtype": sc.state_dtype, "paged": sc.structure.paged,
+            "host_per_param": int(value_of(sp.Add(*(c for _, c in host)), subs)),
+            "host_bytes": sum(bd.terms[key] for key, _ in host)}
 
 
 # the roles of the parameter side and the count each scales with: bytes per parameter are their derivatives
@@ -160,13 +164,17 @@ def _per_param_coefficients(bd: Breakdown) -> list[tuple[str, sp.Expr]]:
     return out
 
 
-def per_param_value(bd: Breakdown) -> float:
-    """``per_param(bd)["total"].value`` without its formulas printed (the comparison table's column).
+def per_param_value(bd: Breakdown, on_gpu: bool = False) -> float:
+    """``per_param(bd)["total"].value`` without its formulas printed (the comparison table's column); ``on_gpu``:
+    without the terms offloaded to CPU memory.
 
     >>> per_param_value(evaluate(Scenario.create("7b", method="full", master="fp32")))
     16.0
+    >>> per_param_value(evaluate(Scenario.create("7b", method="full", stack="deepspeed", offload="optimizer")), True)
+    2.0
     """
-    return float(value_of(sp.Add(*(c for _, c in _per_param_coefficients(bd))), _subs(bd)))
+    return float(value_of(sp.Add(*(c for key, c in _per_param_coefficients(bd)
+                                   if not on_gpu or bd.ledger.by_key[key].block != "host")), _subs(bd)))
 
 
 def lora_table(bd: Breakdown) -> dict:
@@ -258,7 +266,8 @@ def comparison(sc: Scenario, capacity: int) -> list[dict]:
         ckpt = evaluate(other.with_changes(grad_checkpointing=True))
         rows.append({"key": key, "refused": None, "blocks": bd.blocks, "total": bd.ledger_total, "peak": bd.peak,
                      "params": parameter_side(bd), "step_temp": bd.terms.get("optimizer_temp", 0),
-                     "per_param": per_param_value(bd), "P_train": bd.derived["P_train"],
+                     "per_param": per_param_value(bd), "gpu_per_param": per_param_value(bd, on_gpu=True),
+                     "P_train": bd.derived["P_train"],
                      "fits": bd.peak <= capacity, "moment": _label(bd),
                      "peak_ckpt": ckpt.peak, "fits_ckpt": ckpt.peak <= capacity,
                      "peak_fused": evaluate(other.with_changes(optimizer_impl="fused")).peak

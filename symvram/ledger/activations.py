@@ -546,8 +546,11 @@ def _moe_layer(s_: Structure) -> dict[str, tuple[sp.Expr, str, str, str]]:
                                  "forward, in the compute dtype, and keeps it (and the cast factors) for backward",
                                  "peft tuners/lora/layer.py ParamWrapper")
     if fam.extra("router_fp32"):   # F.linear(x.float(), W.float()): W's fp32 copy for x's gradient, x's for W's
-        weight_copy = 0 if s_.compute_fp32 else b_32 * E * h
-        out["act_moe_router_input"] = (weight_copy + (0 if s_.lora else b_32 * T * h), r"A_{\mathrm{route,in}}",
+        # under autocast the linear keeps its 16-bit casts instead; an fp32 W (from_pretrained) needs no copy
+        weight_copy = (b_c * E * h if s_.autocast else
+                       0 if s_.compute_fp32 or fam.extra("router_kept_fp32") else b_32 * E * h)
+        b_in = b_c if s_.autocast else b_32
+        out["act_moe_router_input"] = (weight_copy + (0 if s_.lora else b_in * T * h), r"A_{\mathrm{route,in}}",
                                        "the router runs in fp32: the weight's fp32 copy, kept for the input's gradient"
                                        + ("" if s_.lora else ", and the fp32 input, for the weight's"), fam.source)
         return out
@@ -574,9 +577,13 @@ def _dense_experts(s_: Structure, input_grad: bool) -> dict[str, tuple[sp.Expr, 
     rows = E * T
     if not (input_grad or experts_train):
         return {}
+    # k-bit preparation makes the experts and the stream fp32: under autocast each bmm runs on (and keeps) 16-bit casts
+    # of the expert weights, and its outputs are 16-bit
+    b_mm = matmul_bytes(s_)
+    casts = 3 * b_mm * E * h * f_e if s_.kbit_prepared and s_.autocast else 0
     out = {"act_moe_router": (b_32 * T * E + b_id * T * k_e, r"A_{\mathrm{route}}", "the router's fp32 sigmoid over "
                               "the scattered top-k logits of all E experts and the int64 top-k indices", LLAMA4),
-           "act_moe_experts": (b_c * rows * h + b_c * rows + 3 * b_c * rows * f_e, r"A_{\mathrm{exp}}",
+           "act_moe_experts": (b_c * rows * h + b_mm * rows + 3 * b_mm * rows * f_e + casts, r"A_{\mathrm{exp}}",
                                "every token repeated for each of the E experts and the scores' (E·T, 1) copy, kept by "
                                "their product; the bmm's gate_up output (2·d_E) and SiLU output (d_E) per "
                                "token-expert row (E·T rows: the experts run densely)", LLAMA4)}
@@ -640,8 +647,21 @@ def _layer_backward_temp(s_: Structure) -> tuple[sp.Expr, str, str]:
                 "down input, the SiLU output and the up output (d_ff wide) and the incoming hidden gradient; the down "
                 "projection's backward has run: its weight gradient exists and what only it saved is freed",
                 "autograd of LlamaMLP")
+    _, _, targeted, experts_train = _moe_parts(s_)
+    if s_.arch.extra("experts_dense"):   # Llama 4: E·T rows through the bmm's backward (modeling_llama4.py:76-78)
+        rows, w_grad = E * T, (b_g * E * f_e * h if experts_train else 0)
+        # the shared expert ran after the routed ones: its backward has run, its saved tensors are freed (and, when
+        # trainable, its three weight gradients made)
+        d_s = next(m.d_in for m in s_.arch.linears if m.input_group == "mlp_act")
+        shared = -3 * b_c * T * d_s + (3 * b_g * h * d_s - b_c * T * d_s if not s_.lora else 0)
+        b_mm = matmul_bytes(s_)   # the bmm's gradients: 16-bit under autocast on a k-bit-prepared (fp32) model
+        down = b_mm * rows * (h + f_e) + b_c * T * h + w_grad + shared
+        product = 3 * b_mm * rows * f_e + b_c * T * h + (w_grad - b_c * rows * f_e if experts_train else 0) + shared
+        return (sp.Max(down, product, evaluate=False), "the dense experts' backward over all E·T rows: at the down "
+                "bmm the output gradient's copy (h) and the input gradient (d_E), at the SiLU·up product its gradient "
+                "and those of up and SiLU (d_E each; the product, if saved, freed), with the incoming hidden gradient "
+                "and, for trainable experts, down's weight gradient", LLAMA4)
     S = T * k_e
-    _, _, targeted, _ = _moe_parts(s_)
     freed = b_c * S * h + b_id * S  # the down output and one index vector are gone by then
     if targeted:
         return (b_c * E * h * f_e + b_c * S * f_e + b_c * S * h + b_c * T * h - freed,
@@ -900,7 +920,12 @@ def offloaded_terms(s_: Structure) -> list[Term]:
     loss's saved tensors are the last ones the forward packs and stay on the device (still in the forward stash, or
     saved twice: a storage saved again while stashed is kept as it is, :217-225), with host copies made anyway;
     lm_head saves under a no-op hook (:717-720). In backward each layer's input is brought back as a new device
-    tensor for its recompute (:434-447)."""
+    tensor for its recompute (:434-447).
+
+    >>> terms = offloaded_terms(Structure(method="lora", grad_checkpointing=True, offload_activations=True))
+    >>> [(t.key, t.place.value) for t in terms][:3]
+    [('act_checkpoints', 'device'), ('act_offloaded', 'host'), ('offload_forward_stash', 'device')]
+    """
     b_res = residual_bytes(s_)
     leaf = int(embedding_leaf(s_))
     terms = [Term("act_checkpoints", Role.SAVED_ACTIVATION, leaf * b_res * T * h + b_id * seq, r"A_{\mathrm{ckpt}}",

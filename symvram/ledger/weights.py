@@ -60,6 +60,18 @@ def nf4_bytes(n: sp.Expr, double_quant: bool) -> tuple[sp.Expr, sp.Expr]:
     return ceil_div(n * q, 8), state   # q = 4 bits per weight: two per byte
 
 
+KEEP_FP32 = ("transformers modeling_utils.py:3854-3856 _get_dtype_plan (_keep_in_fp32_modules_strict: "
+             "modeling_glm4_moe.py:460, modeling_deepseek_v3.py:551)")
+
+
+def kept_fp32_params(s: Structure) -> sp.Expr:
+    """Router weights a 16-bit from_pretrained keeps in fp32 (``extras.router_kept_fp32``: GLM-4.5's and
+    DeepSeek-V3's gate.weight, E·h per MoE layer; their e_score_correction_bias buffers too, counted with the
+    buffers)."""
+    return s.arch.over_layers(lambda k: k.linear(k.extra("router")).params if k.moe and k.extra("router_kept_fp32")
+                              else 0)
+
+
 def base_terms(s: Structure) -> list[Term]:
     if s.method == "qlora" and not s.params_given:
         fam = s.arch
@@ -94,10 +106,16 @@ def base_terms(s: Structure) -> list[Term]:
         ]
     else:
         terms = [Term("weights", Role.WEIGHT, P * b_w, r"M_{w}", "every base weight, stored in the weight dtype")]
+    if not s.params_given and (kept := kept_fp32_params(s)) != 0:
+        b_kept = (b_32 if s.kbit_prepared else b_w) if s.method == "qlora" else b_w   # what the terms above count
+        terms.append(Term("weights_fp32", Role.WEIGHT, (b_32 - b_kept) * kept, r"M_{w,32}",
+                          "the routers' weights from_pretrained keeps in fp32 (beyond the weight dtype counted above)",
+                          KEEP_FP32))
     if not s.params_given:  # an interview preset is P·bytes exactly; real models carry their buffers and counters
         fam = s.arch
         scale = b_w if fam.extra("embed_scale") else 0
-        score_bias = fam.over_layers(lambda k: E if k.moe and k.extra("router_score_bias") else 0) * b_w
+        score_bias = fam.over_layers(lambda k: E * (b_32 if k.extra("router_kept_fp32") else b_w)
+                                     if k.moe and k.extra("router_score_bias") else 0)
         terms.append(Term("buffers", Role.BUFFER, fam.dim("rope_bases") * b_w * rotary_width(fam) + scale + score_bias,
                           r"M_{\mathrm{buf}}",
                           "rotary inv_freq and original_inv_freq (d_head/2 each, in the weight dtype)"
@@ -286,6 +304,10 @@ def trainable_terms(s: Structure) -> list[Term]:
     else:
         terms.append(Term("grads", Role.GRADIENT, per_trainable(s, b_g, saved_copy_bytes(s)), r"M_{\mathrm{grad}}",
                           "one gradient per trainable weight, in the trainable weight's dtype"))
+    kept = 0 if s.lora or s.params_given else kept_fp32_params(s)   # the fp32 routers train under full fine-tuning
+    if kept != 0 and not s.optimizer_in_backward:
+        terms.append(Term("grads_fp32", Role.GRADIENT, (b_32 - b_g) * kept, r"M_{\mathrm{grad},32}",
+                          "the fp32 routers' gradients are fp32 (beyond the gradient dtype counted above)", KEEP_FP32))
     if s.master:
         terms.append(Term("master", Role.MASTER, P_train * b_m, r"M_{\mathrm{master}}",
                           "fp32 master copy the optimizer updates; needed for fp16, optional for bf16",
@@ -298,6 +320,10 @@ def trainable_terms(s: Structure) -> list[Term]:
         expr = n_o * per_trainable(s, b_o, saved_state_bytes(s))
         why = f"{s.optimizer} keeps n_o states per trainable weight (AdamW: m and v)"
     terms.append(Term("optimizer_states", Role.OPTIMIZER_STATE, expr, r"M_{\mathrm{opt}}", why))
+    if kept != 0 and s.optimizer != "adafactor":   # torch's states are zeros_like(p): fp32 for the fp32 routers
+        terms.append(Term("optimizer_states_fp32", Role.OPTIMIZER_STATE, n_o * (b_32 - b_o) * kept,
+                          r"M_{\mathrm{opt},32}", "the fp32 routers' optimizer states are fp32 (beyond the state dtype "
+                          "counted above)", KEEP_FP32))
     if s.optimizer == "adamw" and not s.params_given:
         terms.append(Term("optimizer_steps", Role.STEP_COUNT, b_32 * trainable_tensors(s), r"M_{\mathrm{steps}}",
                           "torch AdamW keeps its step count as a 0-d fp32 tensor per parameter tensor",

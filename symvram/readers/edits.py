@@ -32,9 +32,11 @@ KEYS = {
     "trl": {"seq": "max_length", "batch": "per_device_train_batch_size", "grad_checkpointing": "gradient_checkpointing",
             "optim": "optim", "accum": "gradient_accumulation_steps", "dora": "use_dora",
             "modules_to_save": "lora_modules_to_save", "targets": "lora_target_modules",
+            "checkpoint_every": "gradient_checkpointing_kwargs.every_n_layers",
             "offload_activations": "activation_offloading"},
     "trainer": {"batch": "per_device_train_batch_size", "grad_checkpointing": "gradient_checkpointing",
-                "optim": "optim", "accum": "gradient_accumulation_steps"},
+                "optim": "optim", "accum": "gradient_accumulation_steps",
+                "checkpoint_every": "gradient_checkpointing_kwargs.every_n_layers"},
     "deepspeed": {"batch": "train_micro_batch_size_per_gpu", "accum": "gradient_accumulation_steps"},
 }
 NEGATED = {("llamafactory", "grad_checkpointing")}   # disable_gradient_checkpointing: false turns it on
@@ -93,6 +95,8 @@ def _target(reading: Reading, setting: str, name: str) -> tuple[str, str] | None
 
 
 def _flag(setting: str, value) -> str:
+    if setting == "checkpoint_every":
+        return f"--selective-checkpointing every:{value}"
     flag = "--" + setting.replace("_", "-")
     return flag if value is True else f"{flag} {value}"
 

@@ -125,6 +125,7 @@ def build_model(spec: dict):
         )
         # as loaded weights are: floating buffers (rotary inv_freq) in the weights' dtype too
         model.to(dtype)
+        _keep_fp32(model, dtype)
     prepared = False
     if spec["method"] == "qlora" and spec.get("dora"):
         from ..errors import UserError
@@ -163,6 +164,21 @@ def build_model(spec: dict):
                                                 every_n_layers=int(spec.get("checkpoint_every", 1)))
     model.train()
     return model
+
+
+def _keep_fp32(model, dtype) -> None:
+    """What from_pretrained keeps in fp32 under a 16-bit load (modeling_utils.py:3844-3858 _get_dtype_plan: the
+    model's _keep_in_fp32_modules_strict, and _keep_in_fp32_modules under fp16), matched to parameter and buffer
+    names as the loader matches checkpoint keys (core_model_loading.py:1880, 1919)."""
+    from transformers.core_model_loading import build_glob_alternation
+
+    plan = model._get_dtype_plan(dtype)
+    if not plan:
+        return
+    pattern = build_glob_alternation(list(plan))[0]
+    for name, t in [*model.named_parameters(), *model.named_buffers()]:
+        if pattern.search(name):
+            t.data = t.data.to(torch.float32)
 
 
 def _quantize_linears(model, dtype) -> None:

@@ -18,7 +18,8 @@ the "device" is the CPU; TRL would skip CPU tensors, :228):
 * lm_head runs under a no-op hook (:717-720): what it saves stays on the device.
 
 The streams' timing (the copies overlapping compute) is not traced: each offload is taken as done when the
-next 5 are issued, as the stash's events make it.
+next 5 are issued, as the stash's events make it. On a CUDA device (``measure`` with device cuda) the same rules
+run on real tensors, the host copies counted, not made.
 """
 from __future__ import annotations
 
@@ -38,6 +39,7 @@ class _Saved:
     shape: tuple = ()
     stride: tuple = ()
     dtype: torch.dtype | None = None
+    device: torch.device | None = None
 
 
 def _storage_key(t: torch.Tensor) -> tuple:
@@ -86,7 +88,7 @@ class OffloadedActivations(saved_tensors_hooks):
             del self.fwd_stash[old]
             self._release(old)
         nbytes = t.untyped_storage().nbytes() if 0 in t.stride() else t.numel() * t.element_size()
-        self.tracker[tid] = _Saved(None, nbytes, tuple(t.shape), tuple(t.stride()), t.dtype)
+        self.tracker[tid] = _Saved(None, nbytes, tuple(t.shape), tuple(t.stride()), t.dtype, t.device)
         self.host += nbytes
         self.host_peak = max(self.host_peak, self.host)
         self.fwd_stash[tid] = t
@@ -106,7 +108,7 @@ class OffloadedActivations(saved_tensors_hooks):
             previous = list(self.bwd_stash)
         from_host = tid not in self.fwd_stash
         if from_host:   # brought back, kept until the node after this one ends (:434-447)
-            back = torch.empty_strided(saved.shape, saved.stride, dtype=saved.dtype)
+            back = torch.empty_strided(saved.shape, saved.stride, dtype=saved.dtype, device=saved.device)
             self.bwd_stash[tid] = back
             uses = torch._C._storage_Use_Count(back.untyped_storage()._cdata)
         else:           # still on the device in the forward stash (:429-432)
