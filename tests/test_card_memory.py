@@ -122,10 +122,11 @@ def test_headers_say_which_versions_they_follow(capsys):
 def _modelled_step(sc) -> bool:
     """The step whose working sets the schedule models (issue 24): one SFT step of a decoder with standard
     attention in layers all alike, every layer checkpointed or none, the optimizer after backward, no LoRA on
-    lm_head, no vision tower beside the decoder."""
+    lm_head, no vision tower beside the decoder, no activation offloading, no packed rows."""
     st, fam = sc.structure, sc.structure.arch
     return (st.objective == "sft" and not st.optimizer_in_backward and st.checkpoint_every == 1
-            and "lm_head" not in st.head_targets and not fam.latent_attention and not fam.kinds and st.tower is None)
+            and "lm_head" not in st.head_targets and not fam.latent_attention and not fam.kinds and st.tower is None
+            and not st.offload_activations and not st.packed)
 
 
 def test_ledger_schedule_against_traced_schedules_on_stored_cases():
@@ -191,3 +192,31 @@ def test_peft_before_0_12_keeps_adapters_in_the_base_dtype():
     assert now.blocks["trainable"] - old.blocks["trainable"] == 8 * now.derived["P_train"]
     assert Scenario.create("llama-3-8b", method="qlora", stack="torch", versions="peft=0.11.1").adapter_dtype == "fp32"
     assert Scenario.create("llama-3-8b", versions="peft=0.11.1", adapter_dtype="fp32", **kw).adapter_dtype == "fp32"
+
+
+def test_schedule_reaches_the_traced_allocated_peak_on_stored_cases():
+    """The ledger's schedule, replayed, against each stored traced schedule (``symvram validate``'s record of every
+    alloc and free) whose ledger peak itself is within 0.5 % of the measurement: the allocated peaks agree within
+    1 % on every case, objectives, hybrids, MLA and partial checkpointing included — the layers before the first
+    LoRA target save nothing (Qwen3.5 LoRA on q/v: was +31.5 %), and what the moments before the layers' backward
+    hold is freed before the layer loop (DPO 7B LoRA with checkpointing: was +1.9 %). Not yet, within 6 %:
+    a multimodal checkpoint's vision tower and the objectives' checkpointed steps (DPO, KTO, reward
+    modelling with checkpointing), whose checkpointed forward keeps the layer's would-be-saved tensors (KTO LoRA
+    was +11.6 %, now under 6 %; docs/accuracy.md)."""
+    from pathlib import Path
+
+    from symvram.validate.spec import to_scenario
+
+    rows = [json.loads(line) for line in (Path(__file__).parent.parent / "benchmarks/results/measurements.jsonl")
+            .read_text().splitlines() if '"allocator"' in line]
+    checked = 0
+    for row in rows:
+        sc = to_scenario(row["spec"])
+        if abs(evaluate(sc).peak / row["peak_bytes"] - 1) > 0.005:
+            continue
+        st = sc.structure
+        not_yet = st.tower is not None or (st.objective != "sft" and st.grad_checkpointing)
+        error = schedule_peaks(sc)["default"]["allocated_peak"] / row["allocator"]["default"]["allocated_peak"] - 1
+        assert abs(error) < (0.06 if not_yet else 0.01), (row["name"], error)
+        checked += 1
+    assert checked >= 40, checked

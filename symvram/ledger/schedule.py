@@ -182,6 +182,10 @@ def ledger_schedule(ledger: Ledger, layers: int, layer_order: tuple[str, ...] = 
     on_device = {k: t.place is Place.DEVICE for k, t in terms.items()}
     grad_keys = [k for k, t in terms.items() if t.role is Role.GRADIENT and on_device[k]]
     lazy = [k for k, t in terms.items() if t.role in STATES and on_device[k]]
+    step_temps = [k for k, t in terms.items() if t.role is Role.OPTIMIZER_STEP_TEMPORARY and on_device[k]]
+    # the optimizer steps inside backward (a step temporary alive before the layers' backward): its states are
+    # made lazily as each parameter's gradient arrives, the head's before the layers, each layer's after its backward
+    in_backward = any(k in m.terms for m in moments[:loop_at] for k in step_temps)
     loop_temps = [k for k, t in terms.items() if _per_layer_loop(t)]
     redo_keys = [k for k, t in terms.items() if t.role is Role.RECOMPUTED_ACTIVATION]
     working_sets = [whole(k) for k, t in terms.items() if t.role is Role.LAYER_WORKING_SET and on_device[k]]
@@ -221,7 +225,7 @@ def ledger_schedule(ledger: Ledger, layers: int, layer_order: tuple[str, ...] = 
         held = {k: b.alloc_all(every(k)) for k in whole_step}
         saved = [layer_forward(shapes, recompute and i % every_k == 0) for i, shapes in enumerate(saved_shapes)]
         grads: list[int] = []
-        grads_outside_layers = False
+        grads_outside_layers = states_made = False
         previous: tuple[str, ...] = ()
         for j, m in enumerate(moments):
             for k in previous:
@@ -234,7 +238,12 @@ def ledger_schedule(ledger: Ledger, layers: int, layer_order: tuple[str, ...] = 
                     b.free_all(redo)
                     b.free_all(saved[i])
                     grads += b.alloc_all([sh for k in grad_keys for sh in per_layer(k, i)])
-            if m.key == "optimizer_step" and step == 1:
+                    if in_backward and step == 1:
+                        kept += len(b.alloc_all([sh for k in lazy for sh in per_layer(k, i)]))
+            if step == 1 and in_backward and j < loop_at and not states_made and any(k in m.terms for k in step_temps):
+                kept += len(b.alloc_all([sh for k in lazy for sh in whole(k)]))
+                states_made = True
+            if m.key == "optimizer_step" and step == 1 and not in_backward:
                 kept += len(b.alloc_all([sh for k in lazy for sh in every(k)]))
             for k in sorted(m.terms, key=lambda k: _program_order(terms[k])):
                 t = terms[k]
