@@ -203,8 +203,9 @@ def seq_curve(sc: Scenario, ranks: Sequence[int] = (8, 16, 64, 256), seqs: Seque
               seq_max: int | None = None, headroom: int | str = DEFAULT_HEADROOM) -> Figure:
     """Peak against sequence length on a log2 axis, one line per LoRA rank (one line for full fine-tuning);
     the cards as horizontal lines, the scenario's own ``seq`` marked, the y axis clipped a little above the
-    largest card, a flat stretch explained. Where a line leaves a card's budget (usable − ``headroom``) it is
-    labelled with its rank and the longest sequence that fits: ``fit``'s answer, under the same headroom.
+    largest card, a flat stretch explained. Each line's legend entry names its rank and, per card, the longest
+    sequence that fits: ``fit``'s answer (under the reserved line), with the same headroom — in the legend, not
+    on the plot, where labels at the crossings sat on the other ranks' lines.
 
     ``seqs`` default: points up to ``seq_max`` (default ``default_seq_max``: what a user trains at)."""
     led = build_ledger(sc.structure)
@@ -225,20 +226,14 @@ def seq_curve(sc: Scenario, ranks: Sequence[int] = (8, 16, 64, 256), seqs: Seque
         else:
             fn = grid_function(led, peak_expr(led), ("seq",), values)
             curves = [(np.broadcast_to(fn(s), s.shape), rcParams["text.color"], sc.method, sc)]
-        for peak, color, label, at in curves:
-            ax.plot(s, in_units(peak, units), color=color, label=label,
+        for peak, color, label, at in curves:   # each line's legend entry: fit's longest seq on each card's budget
+            longest = [f"{answer.value:,} on {short_card_name(card.name)}" for card in cards
+                       for answer in [fit(at, card, solve="seq", headroom=headroom)]
+                       if answer.status == "fits" and s.min() <= answer.value <= s.max()]
+            ax.plot(s, in_units(peak, units), color=color,
+                    label=label + (f": longest seq {', '.join(longest)}" if longest else ""),
                     linestyle=rank_linestyle(at.rank) if sc.lora else "-")
         _card_lines(ax, cards, units)
-        for card in cards:  # fit's longest seq on each card's budget, one row of labels per line, named
-            budget = card.usable_bytes - headroom_bytes(headroom, card.usable_bytes)
-            for n, (peak, color, label, at) in enumerate(curves):
-                answer = fit(at, card, solve="seq", headroom=headroom)
-                if answer.status != "fits" or not s.min() <= answer.value <= s.max():
-                    continue
-                x = answer.value
-                ax.annotate(f"{label}: {x:,}" if sc.lora else f"{x:,}", (x, in_units(budget, units)),
-                            xytext=(0, -12 - 9 * n), textcoords="offset points",
-                            ha="right" if x * 1.15 > s.max() else "center", fontsize="x-small", color=color)
         note = next(((n, peak, color) for peak, color, _, at in curves if len(s) > 1
                      for n in [_flat_note(at, s, peak)] if n), None)
         if note:
@@ -261,7 +256,7 @@ def seq_curve(sc: Scenario, ranks: Sequence[int] = (8, 16, 64, 256), seqs: Seque
             ax.set_ylim(0, highest * 1.15)
         _titles(fig, ax, f"{sc.model.name}: peak against sequence length"
                 + (", one line per LoRA rank" if sc.lora else ""), sc)
-        ax.legend(loc="upper left", fontsize="small")
+        ax.legend(loc="best", fontsize="small")
     return fig
 
 
