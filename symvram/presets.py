@@ -87,7 +87,7 @@ class ModelSpec:
         fam, dims = family(self.family), self.dims
         cfg = {"model_type": self.model_type}
         for symbol, keys, default in fam.dims:
-            if keys == "layer_types":
+            if keys == "layer_types" or flag_pattern(default) is not None:
                 continue
             value = dims[symbol]
             if default.startswith("fraction of"):
@@ -95,7 +95,9 @@ class ModelSpec:
             elif listed := LIST_COUNT.fullmatch(default):   # the kind's layers first (the kind is layer 0's)
                 value = [listed["kind"]] * value + [listed["other"]] * (self.layers - value)
             cfg[keys.split("|")[0]] = value
-        if "sliding_layers" in dims:  # counts of layer kinds, laid out as a list (the order costs nothing)
+        if flags := fam.extra("layer_flags"):   # each layer's flags, from its kind, in the model's order
+            cfg.update(self._flag_lists(fam, flags))
+        elif "sliding_layers" in dims:  # counts of layer kinds, laid out as a list (the order costs nothing)
             cfg["layer_types"] = (["sliding_attention"] * dims["sliding_layers"]
                                   + ["full_attention"] * (self.layers - dims["sliding_layers"]))
         if counted := fam.extra("counted_layers") if fam.kinds else None:  # a hybrid: its layers in the model's order
@@ -105,6 +107,21 @@ class ModelSpec:
         if self.tower is not None:  # the multimodal config: the decoder's fields as its text_config
             return {**json.loads(self.tower.config), "text_config": cfg, "tie_word_embeddings": self.tied}
         return cfg
+
+
+    def _flag_lists(self, fam, flags: dict) -> dict:
+        """The per-layer lists of a flagged family (Llama 4's no_rope_layers and moe_layers) for this shape: each layer
+        takes its kind's flags (the default kind's are ``extras.default_flags``), in ``model_kinds`` order."""
+        defaults = {symbol: default for symbol, _, default in fam.dims}
+        wanted = {name: flag_pattern(defaults[count]) for name, count, _ in fam.kinds}
+        wanted[""] = flag_pattern("layers flagged " + fam.extra("default_flags"))
+        per_layer = [wanted[k] for k in fam.model_kinds(self.dims)]
+        out = {}
+        for name, how in flags.items():
+            on = [layer[name] for layer in per_layer]
+            out[how.get("flags") or how["indices"]] = ([int(x) for x in on] if "flags" in how
+                                                       else [i for i, x in enumerate(on) if x])
+        return out
 
 
 @dataclass(frozen=True)
@@ -147,6 +164,19 @@ def _lookup(name: str, table: dict[str, dict], what: str) -> tuple[str, dict]:
 LAYER_KINDS = ("full_attention", "sliding_attention", "linear_attention")  # the kinds a layer_types list may name
 # a family's dims default "entries KIND of KIND/OTHER, default N": the layers a per-layer list gives KIND (N without it)
 LIST_COUNT = re.compile(r"entries (?P<kind>\w+) of \w+/(?P<other>\w+), default (?P<default>\d+)")
+# a family's dims default "layers flagged F !G …": the layers whose flags (the family's extras.layer_flags) are F and
+# not G (Llama 4: "layers flagged rope !moe", its dense RoPE layers)
+FLAGGED = re.compile(r"layers flagged (?P<flags>!?\w+(?: !?\w+)*)")
+
+
+def flag_pattern(default: str) -> dict[str, bool] | None:
+    """The flags a "layers flagged …" default asks for, else None.
+
+    >>> flag_pattern("layers flagged rope !moe"), flag_pattern("required")
+    ({'rope': True, 'moe': False}, None)
+    """
+    m = FLAGGED.fullmatch(default)
+    return None if m is None else {w.lstrip("!"): not w.startswith("!") for w in m["flags"].split()}
 
 
 class ConfigFields:
@@ -233,6 +263,39 @@ class ConfigFields:
         if not isinstance(entries, list) or len(entries) != layers or any(e not in allowed for e in entries):
             raise self._refuse(key, f"a list of {' or '.join(allowed)}, one per layer ({layers})", entries)
         return entries.count(kind)
+
+    def layer_flags(self, flags: dict, layers: int) -> dict[str, tuple[bool, ...]]:
+        """Each flag of ``flags`` (a family's extras.layer_flags) for every layer: from its per-layer list of 0/1
+        (``flags``) or its list of layer indices (``indices``), else every ``every``-th layer (i + 1 divisible by
+        it) is ``on_every`` and the others are not — as transformers' Llama4TextConfig fills no_rope_layers and
+        moe_layers (configuration_llama4.py:168-186).
+
+        >>> spec = {"rope": {"flags": "no_rope_layers", "every": "no_rope_layer_interval", "default_every": 4},
+        ...         "moe": {"indices": "moe_layers", "every": "interleave_moe_layer_step", "default_every": 1,
+        ...                 "on_every": True}}
+        >>> f = ConfigFields({"interleave_moe_layer_step": 2}, "c.json").layer_flags(spec, 4)
+        >>> f["rope"], f["moe"]
+        ((True, True, True, False), (False, True, False, True))
+        """
+        out = {}
+        for name, how in flags.items():
+            key = how.get("flags") or how["indices"]
+            entries = self.cfg.get(key)
+            if entries is not None and not (entries == [] and "flags" in how):   # an empty no_rope_layers: the default
+                if "flags" in how:
+                    if not isinstance(entries, list) or len(entries) != layers or any(
+                            not isinstance(e, int) or e not in (0, 1) for e in entries):
+                        raise self._refuse(key, f"a list of 0 or 1, one per layer ({layers})", entries)
+                    out[name] = tuple(bool(e) for e in entries)
+                else:
+                    if not isinstance(entries, list) or any(isinstance(e, bool) or not isinstance(e, int)
+                                                            or not 0 <= e < layers for e in entries):
+                        raise self._refuse(key, f"a list of layer indices 0 … {layers - 1}", entries)
+                    out[name] = tuple(i in entries for i in range(layers))
+                continue
+            n = self.integer(how["every"], how["default_every"])
+            out[name] = tuple(((i + 1) % n == 0) == how.get("on_every", False) for i in range(layers))
+        return out
 
     def boolean(self, key: str, default: bool) -> bool:
         value = self.cfg[key] if self.given(key) else default
@@ -332,6 +395,10 @@ def spec_from_config(cfg: dict, name: str, kind: str, source: str) -> ModelSpec:
             counted = fam.extra("counted_layers", {"kind": "sliding_attention", "pattern_key": "sliding_window_pattern"})
             present, of_kind = f.layer_counts(dims["layers"], fam.extra("sliding_pattern"), **counted)
             dims[symbol] = present if default == "layer types present" else of_kind
+            continue
+        if (wanted := flag_pattern(default)) is not None:   # a layer kind counted by per-layer flags (Llama 4)
+            flags = f.layer_flags(fam.extra("layer_flags"), dims["layers"])
+            dims[symbol] = sum(all(flags[k][i] == v for k, v in wanted.items()) for i in range(dims["layers"]))
             continue
         key = next((k for k in keys.split("|") if f.given(k)), keys.split("|")[0])  # "a|b": either
         if default.startswith("fraction of head_dim"):   # partial RoPE: int(d_head · factor), top level or in rope_parameters

@@ -293,11 +293,20 @@ class Scenario:
         return self.modules_to_save + (("score",) if self.score_head and self.lora else ())
 
     def with_changes(self, **kw) -> "Scenario":
-        """A copy with some inputs changed, checked again."""
+        """A copy with some inputs changed, checked again. A shorter sequence that a preference objective's prompt
+        no longer fits in (diagnose's probe, a curve over seq) keeps the prompt's share of it:
+
+        >>> sc = Scenario.create("7b", method="lora", objective="dpo", seq=2048, prompt=512)
+        >>> sc.with_changes(seq=1024).prompt, sc.with_changes(seq=256).prompt
+        (512, 64)
+        """
         implied = (*STACK_SETTINGS, *STACK_EXTRAS)  # what the stack fills in, it fills in again
         merged = {k: getattr(self, k) for k in self.__dataclass_fields__ if k not in ("model", "given")
                   and (k not in implied or k in self.given)}
         merged.update({k: v for k, v in kw.items() if v is not None})
+        seq = merged["seq"]
+        if "prompt" not in kw and isinstance(seq, int) and not isinstance(seq, bool) and 0 < seq <= self.prompt:
+            merged["prompt"] = self.prompt * seq // self.seq
         return Scenario.create(self.model, **merged)
 
     @property
@@ -349,6 +358,10 @@ class Scenario:
         fam = family(self.model.family)
         if self.attention not in fam.attention_kernels:
             raise UserError(f"--attention {self.attention}: {fam.attention_why or fam.key + ' runs ' + ', '.join(fam.attention_kernels)}")
+        if self.kbit_prepared and any(k.moe and not k.extra("experts_dense") for _, k in fam.layer_kinds):
+            raise UserError(f"--kbit-prep peft on {fam.key}: prepare_model_for_kbit_training casts the fused experts to "
+                            "fp32 and torch's grouped_mm takes bf16 only (transformers integrations/moe.py:379, torch "
+                            "_meta_registrations.py:8645): the step fails; use --kbit-prep none")
         _choice(self.device, DEVICES, "--device")
         _choice(self.offload, OFFLOADS, "--offload")
         _positive_int(self.batch, "--batch", MAX_BATCH)
@@ -457,8 +470,10 @@ class Scenario:
         why = None
         if self.optimizer not in ("adamw", "sgd", "sgd-momentum"):
             why = f"--optimizer {self.optimizer}"
-        elif self.zero or self.gpus > 1 or self.tp > 1:
+        elif self.gpus > 1 or self.tp > 1:
             why = "several GPUs (a gradient is reduced before its step)"
+        elif self.zero:
+            why = f"ZeRO-{self.zero} (its optimizer steps each partition after the backward)"
         elif self.master != "none":
             why = "an fp32 master copy"
         elif self.method == "full" and self.model.tied:

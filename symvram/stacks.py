@@ -30,6 +30,12 @@ STACK_SETTINGS = ("adapter_dtype", "autocast", "optimizer", "optimizer_impl", "s
 # mixed-precision policy, TRL's checkpointing default); the Scenario's own default otherwise
 STACK_EXTRAS = ("dtype", "master", "zero", "mp_policy", "grad_checkpointing")
 
+# what DeepSpeed ZeRO-Offload runs: its bf16 engine (the model cast to bf16, no autocast), its CPU Adam on the fp32
+# master partition (fp32 moments: DeepSpeedCPUAdam(fp32_optimizer_states=True)), stepped after the backward;
+# diagnose's remedy, with a ZeRO stage
+ZERO_OFFLOAD = {"stack": "deepspeed", "offload": "optimizer", "optimizer": "adamw", "state_dtype": "fp32",
+                "master": "fp32", "dtype": "bf16", "autocast": "none", "optimizer_in_backward": False}
+
 
 @cache
 def stacks() -> dict[str, dict]:
@@ -127,7 +133,7 @@ def summary(sc) -> str:
     parts.append(f"autocast {sc.autocast}" if sc.autocast != "none" else "no autocast")
     impl = "bitsandbytes" if sc.structure.bnb else IMPL_WORDS.get(sc.optimizer_impl, sc.optimizer_impl)
     if sc.zero and sc.structure.zero_impl == "deepspeed":
-        impl = "DeepSpeed's ZeRO optimizer"
+        impl = "DeepSpeed's CPU Adam" if sc.offload != "none" else "DeepSpeed's ZeRO optimizer"
     states = f"{sc.optimizer} ({impl}), states {sc.state_dtype}"
     if sc.structure.paged:
         states += " (those of tensors ≥ 100k elements paged to CUDA unified memory: modelled, not measured)"
@@ -155,13 +161,16 @@ def summary(sc) -> str:
         parts.append("no kbit preparation" + (" (nor the checkpointing it turns on: add --grad-checkpointing)"
                                               if turned_on else ""))
     gpus = f"{sc.gpus} GPU" + "s" * (sc.gpus != 1)
+    offload = {"none": "", "optimizer": ", the optimizer offloaded to the CPU",
+               "optimizer+params": ", the optimizer and the parameters offloaded to the CPU"}[sc.offload]
     if sc.zero and sc.structure.zero_impl == "deepspeed":
-        parts.append(f"DeepSpeed ZeRO-{sc.zero} over {gpus} (its buckets and step buffers modelled from "
-                     "source, not measured)")
+        engine = "bf16" if sc.dtype == "bf16" else f"{sc.dtype} (bf16 off in its config)"
+        parts.append(f"DeepSpeed ZeRO-{sc.zero} over {gpus}, {engine} engine{offload} (its buckets and step buffers "
+                     "modelled from source, not measured)")
     elif sc.zero == 3:
         parts.append(f"FSDP2 fully_shard per decoder layer then the root over {gpus}, parameters stored "
                      + (f"{sc.dtype}, MixedPrecisionPolicy(param_dtype={sc.mp_policy}, reduce_dtype=fp32)"
-                        if sc.mp_policy != "none" else f"and gathered in {sc.dtype}"))
+                        if sc.mp_policy != "none" else f"and gathered in {sc.dtype}") + offload)
     elif sc.zero:
-        parts.append(f"ZeRO-{sc.zero} over {gpus}")
+        parts.append(f"ZeRO-{sc.zero} over {gpus}{offload}")
     return f"stack {sc.stack} ({stacks()[sc.stack]['title']}): " + ", ".join(parts) + "; " + header(sc.versions)

@@ -5,12 +5,14 @@ communication ledgers and a stated roofline.
               + M_HBM / B_HBM                  memory-bound work (optimizer update, QLoRA dequantization)
               + (1 − ω) · C_link / B_link      GPU-to-GPU bytes sent, of which a fraction ω is hidden
               + C_host / B_host                offload traffic over PCIe (never hidden)
+              + M_cpu / B_cpu                  the offloaded optimizer's update in host memory (memory-bound)
 
 Assumptions, printed wherever a time is: μ = 0.4 unless ``--mfu`` (the matmul-bound part of a
 well-tuned fine-tuning step; elementwise kernels, launches and the loss are inside that derating);
 ω = 0 (no overlap: communication adds to compute — an upper bound; ``--set overlap=0.7`` to change
-it); nominal link and HBM bandwidths (data/gpus.toml, data/interconnects.toml); the CPU optimizer's
-own update time under offload is not counted. Step time cannot be measured without a GPU: the
+it); nominal link and HBM bandwidths (data/gpus.toml, data/interconnects.toml); under offload, the CPU
+optimizer's update at the nominal memory bandwidth of the card's typical host shared by its GPUs
+(data/hosts.toml), after the backward and before the next forward. Step time cannot be measured without a GPU: the
 benchmark ``benchmarks/step_time_gpu.py`` compares it with a real step where there is one.
 
 >>> from symvram.scenario import Scenario
@@ -40,8 +42,8 @@ from .scenario import Scenario
 from .symbols import sym
 
 DEFAULT_MFU = 0.4
-Phi, mu, B_hbm, B_link, B_host, omega = (sym(n) for n in ("peak_flops", "mfu", "hbm_bandwidth", "link_bandwidth",
-                                                           "host_bandwidth", "overlap"))
+Phi, mu, B_hbm, B_link, B_host, B_cpu, omega = (sym(n) for n in ("peak_flops", "mfu", "hbm_bandwidth", "link_bandwidth",
+                                                                  "host_bandwidth", "cpu_bandwidth", "overlap"))
 
 
 @cache
@@ -68,11 +70,11 @@ def check_interconnect(name: str | None) -> str | None:
 
 
 TIME_FIELDS = tuple(dict.fromkeys(FLOPS_FIELDS + COMM_FIELDS))   # every field the step time reads
-# the step's parts, derived per structure by ``time_parts``: FLOPs, then HBM, link and host bytes
-TIME_PARTS = F, M_hbm, C_link, C_host = tuple(sym(n) for n in ("step_flops", "hbm_bytes", "link_bytes",
-                                                                 "host_bytes"))
+# the step's parts, derived per structure by ``time_parts``: FLOPs, then HBM, link, host and CPU-memory bytes
+TIME_PARTS = F, M_hbm, C_link, C_host, M_cpu = tuple(sym(n) for n in ("step_flops", "hbm_bytes", "link_bytes",
+                                                                        "host_bytes", "cpu_bytes"))
 # the roofline above over the step's parts (``time_parts``) and the card's figures
-STEP_TIME = F / (Phi * mu) + M_hbm / B_hbm + (1 - omega) * C_link / B_link + C_host / B_host
+STEP_TIME = F / (Phi * mu) + M_hbm / B_hbm + (1 - omega) * C_link / B_link + C_host / B_host + M_cpu / B_cpu
 
 
 def time_parts(sc) -> dict[sp.Symbol, sp.Expr]:
@@ -93,7 +95,7 @@ def time_parts(sc) -> dict[sp.Symbol, sp.Expr]:
 def _time_parts(flops_structure: Structure, comm_structure: Structure) -> dict[sp.Symbol, sp.Expr]:
     cm = build_comm(comm_structure)
     return dict(zip(TIME_PARTS, (build_flops(flops_structure).total, cm.block_expr("hbm"), cm.block_expr("network"),
-                                 cm.block_expr("host"))))
+                                 cm.block_expr("host"), cm.block_expr("cpu"))))
 
 
 def time_expr(sc) -> sp.Expr:
@@ -125,7 +127,7 @@ class Flops:
         return {"by_phase": self.by_phase, "by_term": self.by_term}
 
 
-COMM_BLOCKS = ("network", "host", "hbm")
+COMM_BLOCKS = ("network", "host", "hbm", "cpu")
 
 
 @lru_cache(maxsize=256)
@@ -149,7 +151,8 @@ def flops(sc: Scenario) -> Flops:
 
 
 def comm_bytes(sc: Scenario) -> dict[str, int]:
-    """Bytes one GPU sends per step (network, host) and the memory-bound HBM bytes: card-independent."""
+    """Bytes one GPU sends per step (network, host), the memory-bound HBM bytes and the host-memory bytes of an
+    offloaded optimizer's update (cpu): card-independent."""
     return dict(zip(COMM_BLOCKS, map(math.ceil, _comm_program(sc.structure)(sc.values()))))
 
 
@@ -161,6 +164,30 @@ class Link:
 
 
 @dataclass(frozen=True)
+class Host:
+    """The machine a card sits in: its CPU memory's share per GPU (data/hosts.toml)."""
+
+    key: str
+    name: str
+    bytes_per_s: float     # the host's nominal memory bandwidth over the GPUs that share it
+
+
+@cache
+def hosts() -> dict[str, dict]:
+    return tomllib.loads(resources.files("symvram.data").joinpath("hosts.toml").read_text(encoding="utf-8"))
+
+
+def host_of(key: str) -> Host:
+    """A host of data/hosts.toml, each GPU's share of its memory bandwidth.
+
+    >>> host_of("dgx-h100").bytes_per_s / 1e9    # 2 sockets × 8 channels × DDR5-4800 × 8 B, over 8 GPUs
+    76.8
+    """
+    entry = hosts()[key]
+    return Host(key, entry["name"], entry["gbps"] * 1e9 / entry["gpus"])
+
+
+@dataclass(frozen=True)
 class StepTime:
     """The roofline of one scenario on one card."""
 
@@ -169,9 +196,10 @@ class StepTime:
     mfu: float
     link: Link
     host_link: Link
+    host: Host
     flops: Flops
-    comm: dict[str, int]           # network / host bytes sent per step, hbm bytes of the memory-bound work
-    seconds: dict[str, float]      # compute / memory / network / host / total
+    comm: dict[str, int]           # network / host bytes sent per step, hbm / cpu bytes of the memory-bound work
+    seconds: dict[str, float]      # compute / memory / network / host / cpu / total
     peak_flops: float
 
     @property
@@ -204,8 +232,10 @@ class StepTime:
             out.append(f"{self.link.name} at {self.link.bytes_per_s / 1e9:g} GB/s per direction, "
                        + ("no overlap with compute (an upper bound)" if not overlap else f"{overlap:g} of it hidden"))
         if self.comm["host"]:
-            out.append(f"{self.host_link.name} at {self.host_link.bytes_per_s / 1e9:g} GB/s to the CPU; the CPU "
-                       "optimizer's own update time is not counted")
+            out.append(f"{self.host_link.name} at {self.host_link.bytes_per_s / 1e9:g} GB/s to the CPU, not hidden")
+        if self.comm["cpu"]:
+            out.append(f"the CPU optimizer's update memory-bound at {self.host.bytes_per_s / 1e9:.3g} GB/s of host memory "
+                       f"per GPU, nominal ({self.host.name}); modelled, not measured")
         return out
 
     @property
@@ -220,7 +250,7 @@ class StepTime:
         return {"flops_per_step": self.flops.per_step, "flops": self.flops.by_phase,
                 "flops_by_term": self.flops.by_term,
                 "comm_bytes_per_step": self.comm["network"], "host_bytes_per_step": self.comm["host"],
-                "hbm_bytes_per_step": self.comm["hbm"],
+                "hbm_bytes_per_step": self.comm["hbm"], "cpu_bytes_per_step": self.comm["cpu"],
                 "seconds_per_step": self.seconds_per_step, "seconds": self.seconds,
                 "tokens_per_second": self.tokens_per_second,
                 "tokens_per_second_per_gpu": self.tokens_per_second_per_gpu,
@@ -234,13 +264,14 @@ def _link(key: str) -> Link:
 
 
 SIZE_CARD_LINK = "pcie4"   # a card given as a size: its GPU and host links, unless --interconnect says otherwise
+SIZE_CARD_HOST = "desktop-ddr5"   # ... and the host it sits in
 
 
-def card_figures(card: GPUSpec, dtype: str) -> tuple[float, float, str, str]:
-    """(peak FLOP/s, HBM B/s, interconnect, host link) of a named card; one-line errors otherwise."""
+def card_figures(card: GPUSpec, dtype: str) -> tuple[float, float, str, str, str]:
+    """(peak FLOP/s, HBM B/s, interconnect, host link, host) of a named card; one-line errors otherwise."""
     entry = gpu_presets().get(card.key)
     if entry is None and card.tflops and card.hbm_gbps:   # a size with the user's figures; the link as stated
-        return card.tflops * 1e12, card.hbm_gbps * 1e9, SIZE_CARD_LINK, SIZE_CARD_LINK
+        return card.tflops * 1e12, card.hbm_gbps * 1e9, SIZE_CARD_LINK, SIZE_CARD_LINK, SIZE_CARD_HOST
     if entry is None:
         raise UserError(f"--gpu {card.key}: a bare size has no peak FLOP/s or bandwidth for a step time; pass "
                         f"--tflops and --hbm-gbps, or name a card "
@@ -250,23 +281,24 @@ def card_figures(card: GPUSpec, dtype: str) -> tuple[float, float, str, str]:
         with_figure = [k for k, e in gpu_presets().items() if field in e] if dtype in ("bf16", "fp16") else []
         raise UserError(f"--gpu {card.key}: no dense {dtype} peak figure for {card.name} in data/gpus.toml, so no step "
                         f"time; cards with one: {', '.join(with_figure) or 'none (compute in bf16 or fp16)'}")
-    return entry[field] * 1e12, entry["hbm_gbps"] * 1e9, entry["interconnect"], entry["host_link"]
+    return entry[field] * 1e12, entry["hbm_gbps"] * 1e9, entry["interconnect"], entry["host_link"], entry["host"]
 
 
 def step_time(sc: Scenario, card: GPUSpec, mfu: float | None = None, interconnect: str | None = None) -> StepTime:
     """Seconds per step and tokens/s of ``sc`` on ``card`` (the roofline above)."""
     mfu = check_mfu(DEFAULT_MFU if mfu is None else mfu)
-    peak, hbm, link_key, host_key = card_figures(card, sc.matmul_dtype)
+    peak, hbm, link_key, host_key, machine = card_figures(card, sc.matmul_dtype)
     link = _link(check_interconnect(interconnect) or link_key)
     host = _link(host_key)
+    cpu = host_of(machine)
     fl = flops(sc)
     comm = comm_bytes(sc)
     overlap = sc.values()["overlap"]
     seconds = {"compute": fl.per_step / (peak * mfu), "memory": comm["hbm"] / hbm,
                "network": (1 - overlap) * comm["network"] / link.bytes_per_s,
-               "host": comm["host"] / host.bytes_per_s}
+               "host": comm["host"] / host.bytes_per_s, "cpu": comm["cpu"] / cpu.bytes_per_s}
     seconds["total"] = sum(seconds.values())
-    return StepTime(sc, card, mfu, link, host, fl, comm, seconds, peak)
+    return StepTime(sc, card, mfu, link, host, cpu, fl, comm, seconds, peak)
 
 
 def time_price(before: StepTime, after: StepTime) -> float:

@@ -181,7 +181,7 @@ def test_a_full_run_is_not_told_to_check_lora_targets(capsys):
     full = capsys.readouterr().out
     assert "probe:" in full and "LoRA" not in full.split("probe:")[1].split("\n")[0]
     assert main(["diagnose", "llama-3-8b", "--stack", "interview", "--method", "lora", "--gpu", "rtx-4090",
-                 "--batch", "8", "--seq", "16384"]) == 0
+                 "--batch", "8", "--seq", "20480"]) == 0   # long enough that LoRA's own remedies are not enough
     lora = capsys.readouterr().out
     assert "LoRA target modules" in lora and "no tensor parallelism" in lora
 
@@ -220,3 +220,81 @@ def test_each_remedy_carries_its_time_price():
         assert ckpt.price == pytest.approx(share, abs=3)   # the step is matmul-bound
         assert ckpt.price_basis == ("step time" if card != 24 * GIB else "matmul FLOPs per token")
         assert all(r.price is not None for r in d.remedies)
+
+
+@pytest.fixture(scope="module")
+def full8b_on_4090():
+    """Qwen3-8B full fine-tuning under the Trainer on an RTX 4090: the parameter side alone is over the card."""
+    return diagnose(Scenario.create("qwen3-8b", method="full", stack="hf"), load_card("rtx-4090"))
+
+
+def test_zero_offload_is_a_remedy_after_the_cheaper_ones(full8b_on_4090):
+    """The optimizer on the CPU (DeepSpeed ZeRO-Offload) is offered once 8-bit states fall short, before any change of
+    method (LoRA), and undoes the 8-bit states (DeepSpeed's CPU Adam keeps fp32 moments): on the GPU, bf16 weights
+    and no gradients, states or master (ZeRO-2 streams the gradients out in buckets)."""
+    keys = [r.key for r in full8b_on_4090.remedies]
+    assert keys[:2] == ["precision", "offload"] and "lora" not in keys and full8b_on_4090.fixed
+    r = full8b_on_4090.remedies[1]
+    after = r.after.scenario
+    assert (after.stack, after.zero, after.offload, after.state_dtype, after.master) == ("deepspeed", 2, "optimizer",
+                                                                                          "fp32", "fp32")
+    assert "fp32 moments instead of the 8-bit ones above" in r.cost and "modelled, not measured" in r.cost
+    assert r.after.blocks["trainable"] == 0 and r.after.terms["weights"] == r.after.derived["P"] * 2
+
+
+def test_zero_offload_time_price_is_its_pcie_traffic_and_the_cpu_update(full8b_on_4090):
+    """By hand: per step the bf16 gradients go out and the bf16 weights come back over the 4090's PCIe Gen4 x16
+    (32 GB/s per direction, never hidden): 2 · 2 B/param; DeepSpeed's CPU Adam reads the fp32 master, gradient and
+    two moments and writes back master and moments: 4 + 4 + 8 + 4 + 8 = 28 B/param at a desktop's 2 × DDR5-5600
+    (89.6 GB/s). The price is the step time per token after over before, less one."""
+    from symvram.timing import step_time
+
+    r = full8b_on_4090.remedies[1]
+    card = load_card("rtx-4090")
+    before, after = step_time(r.before.scenario, card), step_time(r.after.scenario, card)
+    p = r.after.derived["P"]
+    assert after.seconds["host"] == pytest.approx(2 * 2 * p / 32e9)
+    assert after.seconds["cpu"] == pytest.approx(28 * p / 89.6e9)
+    assert before.seconds["host"] == before.seconds["cpu"] == 0
+    assert r.price == pytest.approx(100 * (after.seconds_per_step / before.seconds_per_step - 1))
+    assert r.price > 100   # 8.2e9 params: 1.0 s of PCIe and 2.6 s of CPU update against ~1.6 s of matmuls
+    assert any("89.6 GB/s of host memory per GPU" in a and "modelled, not measured" in a for a in after.assumptions())
+
+
+def test_zero_offload_on_a_bare_size_card_is_not_free_in_time(capsys):
+    """Without a card's figures only the matmul FLOPs are priced; offloading leaves them unchanged, so the sentence
+    says what is unpriced instead of "free in time"."""
+    from symvram.cli import main
+
+    assert main(["diagnose", "qwen3-8b", "--method", "full", "--stack", "hf", "--gpu", "24GiB"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    offload = out[out.index("the optimizer on the CPU"):].split(" 3. ")[0]
+    assert "free in time" not in offload and "PCIe traffic and the CPU's optimizer update" in offload
+    assert "unpriced without a card's figures" in offload
+
+
+def test_zero_offload_as_edits_to_a_trainer_file(capsys):
+    """With --from, the remedy is a DeepSpeed config the Trainer file names (TrainingArguments(deepspeed=...)), not
+    a list of symvram flags; and bitsandbytes' 8-bit AdamW is one edit (its fused kernel needs no optimizer_impl)."""
+    from symvram.cli import main
+
+    assert main(["diagnose", "qwen3-8b", "--from", "examples/configs/trainer-full.json", "--gpu", "rtx-4090"]) == 0
+    out = capsys.readouterr().out
+    assert 'trainer-full.json: "deepspeed": "ds_offload.json"' in out
+    assert ('ds_offload.json: {"bf16": {"enabled": true}, "zero_optimization": {"stage": 2, "offload_optimizer": '
+            '{"device": "cpu"}}}') in out
+    assert "--stack deepspeed" not in out and "--optimizer-impl" not in out
+    # the optimizer in backward came first (no time price) and fell short: ZeRO-Offload steps after the backward
+    flat = " ".join(out.split())
+    assert flat.index("optimizer in backward (") < flat.index("the optimizer on the CPU")
+    assert "one step after the backward instead of the optimizer in backward" in flat
+
+
+def test_a_method_change_after_offload_brings_the_optimizer_back():
+    """Llama-3-70B full on 8 × H100 under DeepSpeed: 8-bit states and ZeRO-Offload fall short; QLoRA's adapters then
+    keep their small optimizer on the GPU (no offload to pay for)."""
+    d = diagnose(Scenario.create("llama-3-70b", method="full", gpus=8, stack="deepspeed"), load_card("h100"))
+    keys = [r.key for r in d.remedies]
+    assert keys.index("offload") < keys.index("qlora")
+    method = next(r for r in d.remedies if r.key == "qlora")
+    assert method.after.scenario.offload == "none" and method.changes["offload"] == "none"

@@ -48,9 +48,21 @@ TINY = {
                  "first_k_dense_replace": 1, "q_lora_rank": 40, "kv_lora_rank": 32, "num_key_value_heads": 4,
                  "qk_nope_head_dim": 12, "qk_rope_head_dim": 8, "v_head_dim": 20, "pad_token_id": 0,
                  "bos_token_id": 1, "eos_token_id": 2},
+    "llama4_text": {"num_hidden_layers": 4, "no_rope_layers": [1, 1, 0, 0], "interleave_moe_layer_step": 2,  # each
+                    "intermediate_size": 40, "intermediate_size_mlp": 176, "num_local_experts": 5,  # kind once: dense
+                    "num_experts_per_tok": 2, "attention_chunk_size": 16, "pad_token_id": 0,   # RoPE, MoE RoPE, dense
+                    "bos_token_id": 1, "eos_token_id": 2},                                    # NoPE, MoE NoPE
     "qwen3_5_text": {"num_hidden_layers": 4, "linear_num_key_heads": 2, "linear_num_value_heads": 4,   # 3 DeltaNet
                      "linear_key_head_dim": 12, "linear_value_head_dim": 20, "linear_conv_kernel_dim": 3,  # + 1 full
                      "pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 2},
+    "qwen3_5_moe_text": {"num_hidden_layers": 4, "linear_num_key_heads": 2, "linear_num_value_heads": 4,
+                         "linear_key_head_dim": 12, "linear_value_head_dim": 20, "linear_conv_kernel_dim": 3,
+                         "num_experts": 6, "num_experts_per_tok": 3, "moe_intermediate_size": 40,
+                         "shared_expert_intermediate_size": 56, "pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 2},
+    "qwen3_next": {"num_hidden_layers": 4, "linear_num_key_heads": 2, "linear_num_value_heads": 4,
+                   "linear_key_head_dim": 12, "linear_value_head_dim": 20, "linear_conv_kernel_dim": 3,
+                   "num_experts": 6, "num_experts_per_tok": 3, "moe_intermediate_size": 40,
+                   "shared_expert_intermediate_size": 56, "pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 2},
 }
 BASE = {"hidden_size": 64, "intermediate_size": 176, "num_hidden_layers": 3, "num_attention_heads": 4,
         "num_key_value_heads": 2, "head_dim": 24, "vocab_size": 1000}
@@ -71,7 +83,7 @@ def expected_layer_shapes(spec, kind: str = "") -> list[tuple[int, ...]]:
     n = lambda e: int(sp.sympify(e).xreplace(vals))  # noqa: E731
     shapes = [(n(m.d_out), n(m.d_in)) for m in fam.linears]
     shapes += [(n(m.d_out),) for m in fam.linears if m.bias in spec.options]
-    shapes += [(n(x.width),) for x in fam.active_norms(spec.options)]
+    shapes += [(n(x.width),) for x in fam.weighted_norms(spec.options)]
     for m in fam.moe_weights:  # a bias or per-head vector has d_in 1; gpt-oss stores its experts (E, d_in, d_out)
         matrix = (n(m.d_in), n(m.d_out)) if m.transposed else (n(m.d_out), n(m.d_in))
         shapes.append(((n(m.count),) if n(m.count) > 1 else ()) + tuple(d for d in matrix if n(m.d_in) != 1 or d != 1))
@@ -159,6 +171,37 @@ def test_layer_kinds_count_as_transformers_builds_them(preset, published_billion
         assert int(fam.kind(kind).params_per_layer(spec.options).xreplace(vals)) == layer, (i, kind)
 
 
+@pytest.mark.parametrize("preset, total_billions", [("llama-4-scout-17b-16e", 108), ("llama-4-maverick-17b-128e", 401)])
+def test_llama4_counts_as_transformers_builds_it(preset, total_billions):
+    """Llama 4's language model as AutoModelForCausalLM builds it from the multimodal config (Llama4ForCausalLM of its
+    text_config): P equals the meta model's and, with the vision tower Llama4ForConditionalGeneration adds, its size
+    (HF: 108B Scout, 401B Maverick); each token runs 17B of them (the model cards' "17B active": P less the E − k
+    experts it skips in each MoE layer)."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    spec = load_model(preset)
+    outer = transformers.Llama4Config(text_config=spec.config())
+    with torch.device("meta"):
+        text = transformers.AutoModelForCausalLM.from_config(outer)
+        whole = transformers.AutoModelForImageTextToText.from_config(outer)
+    P = evaluate(Scenario.create(spec, method="full")).derived["P"]
+    assert type(text).__name__ == "Llama4ForCausalLM" and P == sum(p.numel() for p in text.parameters())
+    assert round(sum(p.numel() for p in whole.parameters()) / 1e9) == total_billions
+    d = spec.dims
+    moe_layers = d["layers"] - d["dense_layers"] - d["dense_nope_layers"]
+    skipped = moe_layers * (d["experts"] - d["experts_per_token"]) * 3 * d["hidden"] * d["moe_intermediate"]
+    assert round((P - skipped) / 1e9) == 17
+
+
+def test_llama4_multimodal_config_reads_its_text_config():
+    """The published config.json: model_type llama4, the decoder under text_config (model_type llama4_text)."""
+    text = {k: v for k, v in load_model("llama-4-scout-17b-16e").config().items()}
+    spec = spec_from_config({"model_type": "llama4", "text_config": text, "vision_config": {"hidden_size": 1408}},
+                            "scout", "config", "test")
+    assert spec.family == "llama4_text" and spec.tower is None
+    assert evaluate(Scenario.create(spec, method="full")).derived["P"] == 107_769_861_120   # the meta model's
+
+
 def test_extends_restates_only_what_differs():
     """qwen3 is llama plus two per-head norms: the same linears, dims and targets."""
     llama, qwen3 = family("llama"), family("qwen3")
@@ -221,6 +264,7 @@ MEASURED = [
     ("qwen2_moe", dict(method="full")),
     ("qwen2_moe", dict(method="lora", rank=8, targets="attention")),
     ("qwen2_moe", dict(method="lora", rank=8, targets="all-linear")),
+    ("qwen2_moe", dict(method="lora", rank=8, targets="mlp")),   # layer 0's routed block saves nothing (was +3.5 %)
     ("gpt_oss", dict(method="full", attention="eager")),
     ("gpt_oss", dict(method="lora", rank=8, attention="eager")),
     ("olmo3", dict(method="lora", rank=8)),
@@ -237,6 +281,9 @@ MEASURED = [
     ("glm4_moe_lite", dict(method="lora", rank=8)),
     ("mistral4", dict(method="full")),                        # a 16-bit softmax router, the query's position scale
     ("mistral4", dict(method="lora", rank=8)),                # the shared experts' gate/up/down are LoRA targets
+    ("llama4_text", dict(method="full")),                     # dense-bmm experts (E·T rows), L2 q/k norms, chunk mask
+    ("llama4_text", dict(method="lora", rank=8)),             # the shared expert's and dense MLPs' linears
+    ("llama4_text", dict(method="lora", rank=8, targets="attention", grad_checkpointing=True)),  # per-sample chunk mask
 ]
 
 
@@ -246,7 +293,7 @@ def test_estimate_equals_the_measured_peak(model_type, settings):
     from symvram.validate.measure import measure
     from symvram.validate.spec import from_scenario
 
-    cfg = {**tiny_config(model_type), "num_hidden_layers": 4 if model_type == "smollm3" else 2}
+    cfg = {**tiny_config(model_type), "num_hidden_layers": 4 if model_type in ("smollm3", "llama4_text") else 2}
     if model_type == "glm4_moe_lite":
         cfg["mlp_layer_types"] = ["dense", "sparse"]
     if model_type in ("gemma3_text", "olmo3", "gpt_oss"):  # one sliding (window 16 < seq) and one full layer
@@ -260,6 +307,24 @@ def test_estimate_equals_the_measured_peak(model_type, settings):
     measured = measure({**from_scenario(sc), "steps": 2})
     # within 8 bytes: the 0-d fp32 loss and its gradient seed are not ledger terms
     assert 0 <= measured["peak_bytes"] - evaluate(sc).peak <= 8
+
+
+@pytest.mark.parametrize("model_type, settings", [("olmo3", dict(method="full")),
+                                                   ("gemma3_text", dict(method="lora", rank=8, grad_checkpointing=True))])
+def test_a_sequence_as_long_as_the_window_is_masked(model_type, settings):
+    """transformers builds the sliding-window mask once kv_length ≥ the window (masking_utils.py:286), so at seq = w
+    SDPA already gets a mask and repeated k, v: measured at seq = w = 32."""
+    pytest.importorskip("peft")
+    from symvram.validate.measure import measure
+    from symvram.validate.spec import from_scenario
+
+    cfg = {**tiny_config(model_type), "num_hidden_layers": 2, "layer_types": ["sliding_attention", "full_attention"],
+           "sliding_window": 32}
+    trainable = "fp32" if settings["method"] == "lora" else "bf16"
+    sc = Scenario.create(spec_from_config(cfg, "tiny", "config", "test"), stack="torch", batch=2, seq=32, device="cpu",
+                         adapter_dtype=trainable if settings["method"] == "lora" else None, state_dtype=trainable,
+                         **settings)
+    assert 0 <= measure({**from_scenario(sc), "steps": 2})["peak_bytes"] - evaluate(sc).peak <= 8
 
 
 def test_latent_attention_with_unequal_head_widths_measures_the_cpu_math_path():
@@ -291,7 +356,8 @@ def test_the_docs_show_the_whole_qwen3_entry():
 ONE_PER_FAMILY = ["llama-3.2-1b", "mistral-7b", "qwen2.5-0.5b", "qwen3-0.6b", "gemma-2-2b", "gemma-3-1b", "phi-3-mini",
                   "olmo-2-7b", "mixtral-8x7b", "qwen3-30b-a3b", "smollm3-3b", "olmo-3-7b", "qwen1.5-moe-a2.7b",
                   "ministral-3-3b", "gpt-oss-20b", "glm-4.5-air", "deepseek-v3",
-                  "glm-4.7-flash", "mistral-small-4", "qwen3.5-27b"]
+                  "glm-4.7-flash", "mistral-small-4", "qwen3.5-27b", "llama-4-maverick-17b-128e", "qwen3.5-35b-a3b",
+                  "qwen3-next-80b-a3b"]
 
 
 def test_one_preset_per_family():
@@ -322,3 +388,14 @@ def test_a_multimodal_config_is_read_through_its_text_config():
                             "g", "config", "test")
     assert spec.family == "gemma3_text"
     assert evaluate(Scenario.create(spec, method="full")).derived["P"] == 3_880_263_168
+
+
+def test_kbit_prep_on_grouped_mm_experts_is_refused():
+    """prepare_model_for_kbit_training casts the fused experts to fp32; transformers runs them through torch's
+    grouped_mm (integrations/moe.py:379), which takes bf16 only (torch/_meta_registrations.py:8645): the step fails,
+    so the estimate is refused with the reason. Llama 4's dense-bmm experts run in fp32 (measured: the Scout QLoRA
+    benchmark case) and are estimated."""
+    with pytest.raises(UserError, match="grouped_mm takes bf16 only"):
+        Scenario.create("qwen3-30b-a3b", method="qlora", kbit_prep="peft")
+    Scenario.create("qwen3-30b-a3b", method="qlora", kbit_prep="none")
+    Scenario.create("llama-4-scout-17b-16e", method="qlora", kbit_prep="peft")

@@ -1,5 +1,6 @@
 """Hybrid decoders: Qwen3.5's Gated DeltaNet layers beside gated full attention (symvram/data/families/qwen3_5_text.toml),
-against the meta model transformers builds and steps measured under FakeTensorMode on the torch path
+with a routed-expert block and a gated shared expert in every layer (qwen3_5_moe_text.toml, qwen3_next.toml), against
+the meta model transformers builds and steps measured under FakeTensorMode on the torch path
 (torch_chunk_gated_delta_rule, the fallback transformers runs without flash-linear-attention)."""
 from __future__ import annotations
 
@@ -15,6 +16,10 @@ TINY = {"model_type": "qwen3_5_text", "hidden_size": 64, "intermediate_size": 17
         "linear_conv_kernel_dim": 3, "pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 2}
 WIDE = {**TINY, "num_hidden_layers": 8, "linear_num_key_heads": 4, "linear_conv_kernel_dim": 4,   # n_k = n_v, K = 4
         "layer_types": ["linear_attention"] * 3 + ["full_attention"] + ["linear_attention"] * 3 + ["full_attention"]}
+MOE = {**{k: v for k, v in TINY.items() if k != "intermediate_size"}, "model_type": "qwen3_5_moe_text", "num_experts": 8,
+       "num_experts_per_tok": 2, "moe_intermediate_size": 32, "shared_expert_intermediate_size": 48}
+WIDE_MOE = {**MOE, **{k: WIDE[k] for k in ("num_hidden_layers", "linear_num_key_heads", "linear_conv_kernel_dim")}}
+NEXT = {**MOE, "model_type": "qwen3_next", "intermediate_size": 176}   # fused in_proj_qkvz, in_proj_ba
 
 
 def test_the_preset_counts_as_transformers_builds_it():
@@ -27,6 +32,29 @@ def test_the_preset_counts_as_transformers_builds_it():
         model = transformers.AutoModelForCausalLM.from_config(transformers.AutoConfig.for_model(**spec.config()))
     assert [t for t in model.config.layer_types[:4]] == ["linear_attention"] * 3 + ["full_attention"]
     assert evaluate(Scenario.create(spec, method="full")).derived["P"] == sum(p.numel() for p in model.parameters())
+
+
+@pytest.mark.parametrize("preset, published_billions", [
+    ("qwen3.5-35b-a3b", 35),      # "35B in total and 3B activated" (with the vision tower and the MTP layer)
+    ("qwen3-next-80b-a3b", 80),   # "80B in total and 3B activated"
+])
+def test_the_moe_presets_count_as_transformers_builds_them(preset, published_billions):
+    """Qwen3.5-35B-A3B's language model and Qwen3-Next-80B-A3B at full size on the meta device: P per layer kind (a
+    DeltaNet layer 0, a full-attention last layer, each with its MoE block) and in all, and the published total."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    from symvram.ledger.architecture import family
+    from symvram.symbols import sym
+
+    spec = load_model(preset)
+    with torch.device("meta"):
+        model = transformers.AutoModelForCausalLM.from_config(transformers.AutoConfig.for_model(**spec.config()))
+    P = evaluate(Scenario.create(spec, method="full")).derived["P"]
+    assert P == sum(p.numel() for p in model.parameters()) and round(P / 1e9) == published_billions
+    fam, vals = family(spec.family), {sym(n): v for n, v in spec.dims.items()}
+    for i, kind in ((0, "linear"), (spec.layers - 1, "")):
+        layer = sum(p.numel() for n, p in model.named_parameters() if f".layers.{i}." in n)
+        assert int(fam.kind(kind).params_per_layer(spec.options).xreplace(vals)) == layer, (i, kind)
 
 
 def test_layers_before_the_first_target_save_nothing():
@@ -42,10 +70,17 @@ MEASURED = [  # (config, settings, seq): one chunk of 64 and several (padded), t
     (TINY, dict(method="lora", targets="qv"), 130),
     (WIDE, dict(method="lora", targets="linear-attention"), 80),
     (WIDE, dict(method="lora", targets="all-linear", autocast="bf16"), 200),   # the products on 16-bit casts
+    (MOE, dict(method="lora", targets="all-linear"), 96),     # DeltaNet + MoE: the shared expert's LoRA, the router
+    (MOE, dict(method="full"), 64),                           # the experts' weights train
+    (MOE, dict(method="lora", targets="qv"), 130),            # the leading DeltaNet + MoE layers save nothing
+    (WIDE_MOE, dict(method="lora", targets="mlp", autocast="bf16"), 200),   # layer 0's routed block saves nothing
+    (NEXT, dict(method="lora", targets="all-linear"), 96),    # the router and the experts through target_parameters
+    (NEXT, dict(method="full"), 64),
+    (NEXT, dict(method="lora", targets="linear-attention", autocast="bf16"), 130),   # the fused projections' LoRA
 ]
 
 
-@pytest.mark.parametrize("cfg, settings, seq", MEASURED, ids=[f"{s['method']}-{n}" for n, (_, s, _) in enumerate(MEASURED)])
+@pytest.mark.parametrize("cfg, settings, seq", MEASURED, ids=[f"{c['model_type']}-{s['method']}-{n}" for n, (c, s, _) in enumerate(MEASURED)])
 def test_estimate_equals_the_measured_peak(cfg, settings, seq):
     pytest.importorskip("peft")
     from symvram.validate.measure import measure

@@ -13,6 +13,7 @@ from symvram.presets import load_card
 from symvram.analysis.fit import fit
 from symvram.analysis.sensitivity import sensitivity
 from symvram.api import compare
+from symvram.card_memory import device_block, fits_on_card
 from symvram.cli import main
 from symvram.errors import UserError
 from symvram.evaluate import evaluate
@@ -128,11 +129,13 @@ def test_fit_map_cells_match_estimates(lora_sc):
     fig = plots.fit_map(lora_sc, card, batches=batches, seqs=seqs)
     ax = fig.axes[0]
     cells = np.asarray(ax.images[0].get_array())
-    budget = card.usable_bytes - GIB                         # default headroom 1 GiB
+    # the allocator's share: the card less its context; the tensors' share: that less the cuBLAS workspaces
+    budget = card.memory_bytes - (card.memory_bytes - card.usable_bytes) - device_block(card)["cublas_workspaces"]
     for i, b in enumerate(batches):
         for j, s in enumerate(seqs):
-            assert cells[i, j] == int(evaluate(lora_sc.with_changes(batch=b, seq=s)).peak <= budget)
-    assert 0 < cells.sum() < cells.size                      # this grid crosses the boundary
+            at = lora_sc.with_changes(batch=b, seq=s)   # every cell replayed, not only the row's last
+            assert cells[i, j] == (2 if fits_on_card(at, card) else int(evaluate(at).peak <= budget)), (b, s)
+    assert (cells == 2).any() and (cells == 0).any()         # this grid crosses the boundary
     assert ax.get_xlabel() == "sequence length s (tokens)" and ax.get_ylabel() == "micro-batch size b (sequences)"
     assert "A100 80GB" in fig.texts[0].get_text() and "NVIDIA" not in fig.texts[0].get_text()
 
@@ -331,11 +334,12 @@ def test_fit_map_where_nothing_fits_says_by_how_much():
     assert not np.asarray(ax.images[0].get_array()).any()
     low = evaluate(sc.with_changes(batch=1, seq=128)).peak   # the grid's smallest point: batch 1, 4096 / 32
     (text,) = [t.get_text() for t in ax.texts]
-    assert text == f"nothing fits: minimum {low / GIB:,.2f} GiB > {card.usable_bytes / GIB:,.2f} GiB budget"
-    # the neutral pair, no block colour
+    budget = card.usable_bytes - device_block(card)["cublas_workspaces"]
+    assert text == f"nothing fits: minimum {low / GIB:,.2f} GiB > {budget / GIB:,.2f} GiB budget"
+    # the neutral greys, no block colour
     cmap = ax.images[0].get_cmap()
-    assert [cmap(0.0)[:3], cmap(1.0)[:3]] == [to_rgba(style.FIT_COLORS["does not fit"])[:3],
-                                              to_rgba(style.FIT_COLORS["fits"])[:3]]
+    assert [cmap(0.0)[:3], cmap(0.5)[:3], cmap(1.0)[:3]] == [
+        to_rgba(style.FIT_COLORS[k])[:3] for k in ("does not fit", "allocator runs out", "fits")]
     ax = plots.fit_map(Scenario.create("7b", method="qlora"), card, batches=[1], seqs=[128]).axes[0]
     assert [t.get_text() for t in ax.texts][0].startswith("everything fits: maximum ")
 

@@ -481,3 +481,12 @@ def test_trl_runs_its_fused_lm_head_and_says_when_fewer_tokens_are_labelled(tmp_
     assert not any("labelled" in w for w in plain.warnings)
     partial = read_files([_write(tmp_path, "b.json", json.dumps({"output_dir": "o", "max_length": 2048, "completion_only_loss": True}))])
     assert any("completion_only_loss" in w and "upper bound" in w for w in partial.warnings)
+
+
+def test_deepspeed_allgather_bucket_is_not_called_a_prefetch_buffer(tmp_path):
+    """ZeRO-2's allgather_bucket_size chunks the all-gather of the updated weights (stage_1_and_2.py); the warning
+    said "ZeRO's prefetch and persistence buffers", which are ZeRO-3's."""
+    doc = {"zero_optimization": {"stage": 2, "allgather_bucket_size": 5e8}, "bf16": {"enabled": True}}
+    r = read_files([_write(tmp_path, "ds.json", json.dumps(doc))])
+    assert len(r.warnings) == 1 and "prefetch" not in r.warnings[0]
+    assert "ZeRO-1/2's chunks of the updated weights' all-gather" in r.warnings[0]

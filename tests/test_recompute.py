@@ -30,9 +30,12 @@ def test_the_moment_by_hand():
     T, h, f = 2 * 256, 128, 512
     assert bd.terms["recompute_lora_output"] == 4 * T * f + 2 * T * f + 2 * T * h + 2 * T * h + 3 * 2 * T * h
     assert bd.peak_moment == "recompute_lora_output"
-    # the MLP backward's moment shares everything but the transient: 3 d_ff-wide gradients and the incoming one
+    # the MLP backward's moment shares everything but the transient: 3 d_ff-wide gradients and the incoming one,
+    # down_proj's fp32 LoRA gradients (r·(d_ff + h)) made and what only it saved freed (under the hf stack's bf16
+    # autocast: lora_A's bf16 cast of its input, 2·T·d_ff, and lora_B's r-wide bf16 input)
+    mlp_backward = 3 * 2 * T * f + 2 * T * h + 4 * 8 * (f + h) - (2 * T * f + 2 * T * 8)
     assert (bd.moments["recompute_lora_output"] - bd.moments["recompute"]
-            == bd.terms["recompute_lora_output"] - (3 * 2 * T * f + 2 * T * h))
+            == bd.terms["recompute_lora_output"] - mlp_backward)
     assert "recompute_lora_output" not in evaluate(_scenario(targets="q_proj,v_proj")).terms
     assert "recompute_lora_output" not in evaluate(_scenario(dora=True)).terms   # DoRA's forward has its own moments
 
@@ -41,7 +44,9 @@ def test_the_moment_by_hand():
     {"seq": 512},                                                   # d_ff = 4h: the tiny Qwen2
     {"arch": {"intermediate_size": 352}, "batch": 1, "seq": 384},   # another d_ff / h ratio
     {"targets": "gate_proj,up_proj,down_proj", "seq": 512},
-], ids=["qwen2", "dff-352", "mlp-only"])
+    {"adapter_dtype": "bf16"},   # the MLP backward binds: down_proj's input is freed by then (_output_projection_done)
+    {"method": "full"},          # the first layer's MLP backward: its checkpointed input still alive
+], ids=["qwen2", "dff-352", "mlp-only", "bf16-adapters-mlp-backward", "full-first-layer"])
 def test_estimate_equals_the_measured_peak(settings):
     pytest.importorskip("peft")
     from symvram.validate.measure import measure

@@ -182,3 +182,22 @@ def test_communication_ledger_by_hand():
     assert c["tp_activations"] == 2 * 2 * 2 * 7 * 32 * 2048 * 4096 * 2 // 8
     c, _ = comm(gpus=2, zero=3, offload="optimizer")
     assert c["offload_grads"] == c["offload_params_back"] == P * 2 // 2 and "optimizer_update" not in c
+
+
+def test_the_page_prices_an_offloaded_step_as_the_command_line_does():
+    """The page evaluates STEP_TIME over the structure's parts with its card figures: under ZeRO-Offload the CPU
+    optimizer's update (cpu_bytes / cpu_bandwidth) must be among them, or the page shows a faster step than
+    `estimate` prints."""
+    from symvram.evaluate import exact_function
+    from symvram.present.page import page_data
+    from symvram.timing import STEP_TIME, time_expr
+
+    sc = Scenario.create("qwen3-8b", method="full", stack="deepspeed", zero=2, offload="optimizer")
+    data, _ = page_data(sc, gpu="rtx-4090")
+    card = data["gpus"]["rtx-4090"]
+    assert card["cpu_bandwidth"] == 89.6e9          # a desktop's 2 × DDR5-5600
+    values = {**sc.values(), **card, "mfu": 0.4}
+    seconds = exact_function(build_ledger(sc.structure).definitions, (time_expr(sc),))(values)[0]
+    st = step_time(sc, load_card("rtx-4090"))
+    assert float(seconds) == pytest.approx(st.seconds_per_step) and st.seconds["cpu"] > 0
+    assert "cpu_bandwidth" in {s.name for s in STEP_TIME.free_symbols}

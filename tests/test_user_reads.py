@@ -41,6 +41,18 @@ def test_verdict_largest_when_true():
     assert "are the largest part of the peak" in verdict(d, lambda n: fmt_bytes(n, "GiB"))
 
 
+def test_parameter_verdict_names_every_kind_of_remedy_it_offers():
+    """Qwen3-32B QLoRA on a 4090: the parameter side alone is over, and the first remedy is the precision of the
+    non-quantized weights (no k-bit upcast), the last the optimizer in backward; the verdict's list of what can
+    fix it must hold both, not only "the optimizer's precision, the method or more cards"."""
+    d = diagnose(Scenario.create("qwen3-32b", method="qlora"), load_card("rtx-4090"))
+    keys = [r.key for r in d.remedies]
+    assert d.cause == "parameter" and keys[0] == "kbit_prep" and "in_backward" in keys
+    text = verdict(d, lambda n: fmt_bytes(n, "GiB"))
+    assert "only the precision of the weights or the optimizer, the optimizer's place (CPU offload, one step per " \
+           "parameter in backward), the method or more cards can" in text
+
+
 def test_parameter_verdict_says_which_moment_its_figure_is():
     """Qwen3-32B QLoRA on 24 GiB: the parts at the peak (the loss backward) list the parameter side without
     gradients, the verdict counts weights + gradients + states at the optimizer step. Two figures under one
@@ -51,6 +63,19 @@ def test_parameter_verdict_says_which_moment_its_figure_is():
     assert d.parameter_bytes - at_peak == d.estimate.terms["grads"]   # not yet alive at the loss backward
     text = verdict(d, lambda n: fmt_bytes(n, "GiB"))
     assert f"all alive at the optimizer step: {fmt_bytes(d.parameter_bytes, 'GiB')}" in text
+
+
+def test_deepspeed_header_says_its_engine_precision_and_offload(capsys):
+    """A DeepSpeed config whose bf16 is off (the Trainer's "auto" with bf16=False) runs DeepSpeed's fp32 engine; the
+    header must not call it "with bf16". Offloading moves the optimizer to DeepSpeed's CPU Adam: the header says so
+    instead of "DeepSpeed's ZeRO optimizer" with no word of the CPU."""
+    assert main(["estimate", "qwen3-8b", "--stack", "deepspeed", "--zero", "3", "--dtype", "fp32", "--method",
+                 "full"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "with bf16" not in out and "DeepSpeed ZeRO-3 over 1 GPU, fp32 (bf16 off in its config) engine" in out
+    assert main(["estimate", "qwen3-8b", "--stack", "deepspeed", "--offload", "optimizer", "--method", "full"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "adamw (DeepSpeed's CPU Adam)" in out and "bf16 engine, the optimizer offloaded to the CPU" in out
 
 
 def test_batch_one_remedy_keeps_the_files_effective_batch(tmp_path, capsys):
@@ -121,6 +146,30 @@ def test_explain_paged_8bit_says_what_the_figure_counts(tmp_path, lang, wrong, r
     text = out.read_text()
     assert wrong not in text and right in text
     assert ("weights and gradients are 4 B/param" if lang == "en" else "权重、梯度是每参数 4 字节") in text
+
+
+@pytest.mark.parametrize("lang,product,master", [
+    ("en", "70,000,000,000 parameters × 4 B + {rest} of optimizer states in torch's allocator = **{total}**",
+     "with an fp32 master copy, 8 B/param and those states, a parameter side of **{f16}**"),
+    ("zh", "70,000,000,000 个参数 × 4 字节 + {rest} torch 分配器里的优化器状态 = **{total}**",
+     "再留一份 fp32 主权重就是每参数 8 字节，连同这些状态合 **{f16}**"),
+])
+def test_explain_8bit_products_add_up(tmp_path, lang, product, master):
+    """With 8-bit states the per-parameter figure leaves the states out (4 B/param), so "P × 4 B = total" and
+    "8 B/param = total" are false products; each says the states it adds. By hand: 70e9 × 4 B of bf16 weights and
+    gradients, the rest of the parameter side being the allocator's 8-bit states."""
+    from symvram import estimate
+    from symvram.analysis.diagnose import parameter_side
+    from symvram.units import fmt_bytes as fb
+
+    out = tmp_path / f"e.{lang}.md"
+    assert main(["explain", "qwen3-8b", "--method", "full", "--optimizer", "adamw8bit", "--gpu", "h100", "--lang",
+                 lang, "-o", str(out)]) == 0
+    text = out.read_text()
+    total = parameter_side(estimate("70b", method="full", master="none", optimizer="adamw8bit", stack="hf"))
+    assert product.format(rest=fb(total - 70e9 * 4, "GB"), total=fb(total, "GB")) in text
+    f16 = parameter_side(estimate("qwen3-8b", method="full", master="fp32", optimizer="adamw8bit", stack="hf"))
+    assert master.format(f16=fb(f16, "GB")) in text
 
 
 def test_explain_states_in_the_parameter_dtype():
@@ -322,10 +371,11 @@ def test_cards_of_2026(key):
     from symvram.timing import card_figures
 
     card = load_card(key)
-    flops, hbm, link, host = card_figures(card, "bf16")
+    flops, hbm, link, host_link, host = card_figures(card, "bf16")
     assert (flops / 1e12, hbm / 1e9) == DATASHEETS[key]
     assert 0 < card.memory_bytes - card.usable_bytes < 2**30   # the context off, under a GiB
-    assert link in __import__("symvram.timing", fromlist=["interconnects"]).interconnects()
+    assert {link, host_link} <= set(__import__("symvram.timing", fromlist=["interconnects"]).interconnects())
+    assert host in __import__("symvram.timing", fromlist=["hosts"]).hosts()   # the CPU memory offload updates in
     assert key in gpu_presets()
 
 
@@ -350,7 +400,14 @@ def test_cards_and_models_commands_list_what_is_known(capsys):
     assert next(m for m in models if m["key"] == "llama-2-7b")["params"] == \
         32 * (4 * 4096**2 + 3 * 4096 * 11008 + 2 * 4096) + 2 * 32000 * 4096 + 4096
     assert main(["models"]) == 0
-    assert max(len(line) for line in capsys.readouterr().out.splitlines()) <= 100
+    out = capsys.readouterr().out
+    assert max(len(line) for line in out.splitlines()) <= 100
+    # each preset one row of its own, every name it answers to whole (a Hub id cut as "deepseek-ai/deep" /
+    # "seek-v3" cannot be copied)
+    starts = [line.split()[0] for line in out.splitlines()[2:] if line and not line.startswith(" ")]
+    assert starts[:len(models)] == [m["key"] for m in models]
+    words = set(out.replace(",", " ").split())
+    assert all(a in words for m in models for a in m["aliases"])
 
 
 def test_a_card_given_as_a_size_takes_its_figures(capsys):
@@ -405,3 +462,49 @@ def test_plan_drops_zero_on_one_gpu_and_explains_its_columns(capsys):
     # the JSON keeps every row: the analysis is unchanged, only the table is
     result = plan(Scenario.create("llama-3-8b"), load_card("rtx-4090"))
     assert any(x.method == "qlora" and x.strategy.zero == 1 and x.gpus == 1 for x in result.rows)
+
+
+def test_dpo_prompt_survives_the_shorter_sequences_the_tools_try(tmp_path, capsys):
+    """DPO with --prompt 512 at seq 2048: diagnose's probe (seq 512), the seq-curve (from 256) and the page (seq 1)
+    try sequences the prompt does not fit in; they used to exit 2 ("seq - 1 = 511"), so `estimate --gpu` did too.
+    The prompt keeps its share of a sequence it no longer fits: 512/2048 of 512 = 128 at the probe."""
+    sc = Scenario.create("qwen3-8b", method="lora", objective="dpo", seq=2048, prompt=512)
+    d = diagnose(sc, load_card("rtx-4090"))
+    assert (d.probe.scenario.seq, d.probe.scenario.prompt) == (512, 128)
+    assert sc.with_changes(seq=1024).prompt == 512          # a prompt that still fits stays as given
+    base = ["qwen3-8b", "--method", "lora", "--objective", "dpo", "--prompt", "512"]
+    assert main(["estimate", *base, "--gpu", "rtx-4090"]) == 0
+    assert main(["plot", *base, "--gpu", "rtx-4090", "--kind", "seq-curve", "-o", str(tmp_path / "c.png")]) == 0
+    assert main(["page", *base, "-o", str(tmp_path / "p.html")]) == 0
+
+
+def test_plan_states_the_time_assumptions_of_every_row(capsys):
+    """plan ranks offload rows by tokens/s too; their time rests on PCIe and the CPU's update, which the
+    "time assumes" line must state (it used to state only the fastest row's: MFU and HBM)."""
+    assert main(["plan", "qwen3-8b", "--method", "full", "--gpu", "h100", "--max-gpus", "8"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "optimizer offload" in out
+    assumed = out[out.index("time assumes:"):]
+    assert "PCIe Gen5 x16 at 64 GB/s to the CPU" in assumed and "76.8 GB/s of host memory per GPU" in assumed
+
+
+def test_in_backward_refusal_names_zero_not_several_gpus(capsys):
+    """DeepSpeed's ZeRO-2 on one GPU with --optimizer-in-backward: the refusal said "several GPUs" of a one-GPU run;
+    it names what is not modelled (the ZeRO stage the stack implies), in one line."""
+    assert main(["estimate", "qwen3-8b", "--method", "full", "--stack", "deepspeed", "--optimizer-in-backward"]) == 2
+    err = capsys.readouterr().err
+    assert "several GPUs" not in err and "ZeRO-2" in err and len(err.strip().splitlines()) == 1
+
+
+def test_the_settings_table_shows_the_objective_a_file_sets(tmp_path, capsys):
+    """axolotl `rl: dpo` makes a DPO run: the table of what was read shows the objective and where it came from (the
+    header said "objective dpo" while the table had no such row), and the loss TRL's trainers force is not called a
+    "symvram default"."""
+    f = _write(tmp_path, "rl.yml", "base_model: Qwen/Qwen3-8B\nadapter: qlora\nload_in_4bit: true\nrl: dpo\n"
+                                   "micro_batch_size: 1\nsequence_len: 2048\n")
+    assert main(["estimate", "--from", f]) == 0
+    rows = {line.split()[0]: line for line in capsys.readouterr().out.splitlines() if line.strip()}
+    assert rows["objective"].split()[1] == "dpo" and rows["objective"].endswith("rl.yml:rl")
+    assert "symvram default" not in rows["loss_impl"] and "TRL's fused LM head" in rows["loss_impl"]
+    assert main(["estimate", "qwen3-8b", "--from", "examples/configs/llamafactory-lora.yaml"]) == 0
+    assert "\nobjective " not in capsys.readouterr().out    # SFT files keep the table as it was

@@ -13,7 +13,9 @@
 3. **Remedies for that moment**, cheapest first — free ones (fused AdamW, a chunked cross-entropy,
    SDPA instead of eager attention, ``max_seq_len`` from the data's P95), then gradient checkpointing,
    batch 1 with accumulation, the precision of the optimizer and of QLoRA's non-quantized weights (PEFT's k-bit
-   preparation upcasts them to fp32), LoRA/QLoRA, and only then more cards (from ``plan``,
+   preparation upcasts them to fp32), the optimizer in backward, the optimizer on the CPU (DeepSpeed
+   ZeRO-Offload: the same update, its time price the PCIe traffic and the CPU's update), LoRA/QLoRA, and only
+   then more cards (from ``plan``,
    TP only over NVLink). A remedy is offered only when the part it shrinks lives at the current peak
    and, while the parameter side alone is over, only if it shrinks the parameter side. Each is
    re-estimated on top of the previous ones; the triage stops at the first that fits. Each carries its
@@ -31,14 +33,15 @@ measured settings and added to every predicted peak.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from ..card_memory import CardMemory, card_memory
 from ..errors import UserError
 from ..evaluate import Breakdown, evaluate
 from ..ledger.terms import Term
 from ..presets import GPUSpec
-from ..scenario import Scenario
+from ..scenario import BNB_OPTIMIZERS, Scenario
+from ..stacks import ZERO_OFFLOAD, stacks
 from .fit import DEFAULT_HEADROOM, headroom_bytes
 from .plan import PlanRow, plan, tensor_parallel_ok
 
@@ -215,6 +218,17 @@ def _precision(sc: Scenario) -> dict:
     return out
 
 
+
+
+def _offloadable(sc: Scenario) -> bool:
+    """Whether the optimizer can move to the CPU: Adam(W) states (8-bit ones go back to fp32; a step in backward goes
+    back to one after it), not there yet, no tensor parallelism, a 16-bit or LoRA model (QLoRA's 4-bit base under DeepSpeed is not modelled), under DeepSpeed
+    or under plain data parallelism (FSDP2's CPUOffloadPolicy moves the parameters too)."""
+    return (sc.offload == "none" and sc.tp == 1 and sc.method != "qlora"
+            and sc.optimizer in ("adamw", *BNB_OPTIMIZERS)
+            and (sc.zero == 0 or stacks()[sc.stack].get("zero_impl") == "deepspeed"))
+
+
 def _candidates(sc: Scenario, p95_seq: int | None) -> list[_Candidate]:
     """Every remedy that applies to the current settings ``sc``, in the order of their cost."""
     out = []
@@ -280,6 +294,19 @@ def _candidates(sc: Scenario, p95_seq: int | None) -> list[_Candidate]:
                               "the global gradient norm: each parameter is stepped alone as its gradient is made "
                               "(torch's register_post_accumulate_grad_hook recipe; torchtune optimizer_in_bwd: True); "
                               "no extra FLOPs"))
+    if _offloadable(sc):
+        out.append(_Candidate("offload", "the optimizer on the CPU (DeepSpeed ZeRO-Offload: zero_optimization "
+                              f"stage {sc.zero or 2}, offload_optimizer device cpu, DeepSpeed's CPU Adam)", "method",
+                              ("parameter", "optimizer"), {**ZERO_OFFLOAD, "zero": sc.zero or 2},
+                              "the fp32 master, gradients and Adam moments live in CPU memory: every step sends the "
+                              "gradients over PCIe and takes the weights back, and the CPU updates them (the time "
+                              "price; modelled, not measured)"
+                              + ("; DeepSpeed's bf16 engine instead of the current stack" if sc.stack != "deepspeed"
+                                 else "")
+                              + ("; fp32 moments instead of the 8-bit ones above (DeepSpeed's CPU Adam takes no "
+                                 "bitsandbytes states)" if sc.state_dtype == "int8" else "")
+                              + ("; one step after the backward instead of the optimizer in backward (the "
+                                 "accumulation and clipping come back)" if sc.optimizer_in_backward else "")))
     if sc.dora:
         out.append(_Candidate("no_dora", "plain LoRA instead of DoRA", "method", ("parameter", "activation", "backward"),
                               {"dora": False}, "no magnitude vector: a different fine-tune; DoRA's per-forward weight "
@@ -326,13 +353,16 @@ def triage_steps(est: Breakdown, budget: int, p95_seq: int | None) -> tuple[list
                 continue
             if params_over and "parameter" not in c.parts:
                 continue   # nothing but the parameter side can bring a parameter side under the budget
+            if c.key in ("lora", "qlora") and changes.get("offload") == "optimizer" and sc.offload == "none":
+                c = replace(c, changes={**c.changes, "offload": "none"},   # an adapter's optimizer is small
+                            cost=c.cost + "; the optimizer back on the GPU (the adapters' states are small)")
             after = None
             if c.changes is not None:
                 try:
                     after = evaluate(sc.with_changes(**{**changes, **c.changes}))
                 except UserError:   # e.g. fp16 weights cannot drop the fp32 master: keep the rest of the remedy
                     kept = {k: v for k, v in c.changes.items() if k != "master"}
-                    if not kept or kept == c.changes:
+                    if c.key != "precision" or not kept or kept == c.changes:
                         continue
                     try:
                         after = evaluate(sc.with_changes(**{**changes, **kept}))
@@ -374,16 +404,18 @@ def time_price(before: Scenario, after: Scenario, card: GPUSpec, mfu: float | No
     except UserError:
         per_token = [flops(x).per_step / (x.batch * x.seq) for x in (before, after)]
         basis = "matmul FLOPs per token"
-        if "dequantize" in build_comm(after.structure).by_key and "dequantize" not in build_comm(before.structure).by_key:
+        added = build_comm(after.structure).by_key.keys() - build_comm(before.structure).by_key.keys()
+        if "dequantize" in added:
             basis += "; it adds memory-bound work (dequantization), unpriced without a card's bandwidth"
+        if "cpu_optimizer_update" in added:
+            basis += ("; it adds PCIe traffic and the CPU's optimizer update to every step, unpriced without a card's "
+                      "figures: --tflops and --hbm-gbps, or a named card")
         return 100 * (per_token[1] / per_token[0] - 1), basis
 
 
 def _priced(r: Remedy, card: GPUSpec, mfu, interconnect) -> Remedy:
     if not r.modelled:
         return r
-    from dataclasses import replace
-
     price, basis = time_price(r.before.scenario, r.after.scenario, card, mfu, interconnect)
     return replace(r, price=price, price_basis=basis)
 
@@ -414,8 +446,9 @@ def diagnose(sc: Scenario, capacity: int | GPUSpec, headroom: int | str = DEFAUL
     last = modelled[-1].after if modelled else est
     cards = None
     if last.peak > budget or any("method" in r.changes for r in modelled):
+        offloaded = {*ZERO_OFFLOAD, "zero"} if any(r.key == "offload" for r in modelled) else set()
         kept = {k: v for r in modelled for k, v in r.changes.items()   # the fixes, same method (in backward:
-                if k not in ("method", "optimizer_in_backward")}          # one GPU only)
+                if k not in ("method", "optimizer_in_backward", *offloaded)}   # one GPU only; plan offloads itself)
         result = plan(sc.with_changes(**kept), GPUSpec(card.key, card.name, card.memory_bytes,
                                                        card.usable_bytes - max(overhead, 0)),
                       max_gpus=max_gpus, headroom=room, methods=(sc.method,))

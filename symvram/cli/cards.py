@@ -8,7 +8,8 @@ HELP = """\
 Every named card of data/gpus.toml: its memory as the driver reports it and what is left for tensors
 (usable: the default capacity of fit, plan and diagnose), the dense bf16 peak and memory bandwidth the
 step time uses, and the GPU-to-GPU link (tensor parallelism is offered only over NVLink or Infinity
-Fabric). Any other card: pass its size (--gpu 40GiB) and, for a step time, --tflops and --hbm-gbps.
+Fabric). JSON adds the CPU link and the host (data/hosts.toml) an offloaded optimizer's update is priced
+on. Any other card: pass its size (--gpu 40GiB) and, for a step time, --tflops and --hbm-gbps.
 
 examples:
   symvram cards
@@ -24,7 +25,8 @@ def card_rows() -> list[dict]:
     """
     return [{"key": key, "name": e["name"], "memory_gib": e["memory_gib"], "usable_gib": e["usable_gib"],
              "bf16_tflops": e.get("bf16_tflops"), "fp16_tflops": e.get("fp16_tflops"), "hbm_gbps": e.get("hbm_gbps"),
-             "interconnect": e.get("interconnect"), "aliases": list(e.get("aliases", ()))}
+             "interconnect": e.get("interconnect"), "host_link": e.get("host_link"), "host": e.get("host"),
+             "aliases": list(e.get("aliases", ()))}
             for key, e in gpu_presets().items()]
 
 

@@ -1,4 +1,5 @@
-"""``symvram fit``: the longest sequence (largest batch, rank) whose predicted peak fits a card."""
+"""``symvram fit``: the longest sequence (largest batch, rank) that trains on a card under the caching allocator's
+reserved line."""
 from __future__ import annotations
 
 import argparse
@@ -14,13 +15,16 @@ from ..present.reports import fit_json, fit_text
 from .common import add_model_argument, add_output_arguments, add_scenario_arguments, positive_int, provenance_dict, scenario_from_args, write_output
 
 HELP = f"""\
-Solves the ledger's peak for the largest integer seq, batch or LoRA rank that fits the card's usable
-memory less --headroom, then re-estimates at the answer and at answer + 1.
+Finds the largest integer seq, batch or LoRA rank whose two training steps the caching allocator runs on
+the card: the reserved line (max_memory_reserved, the allocator replayed over the ledger's allocation
+schedule; modelled, not measured), not the allocated one. The ledger's moments, solved, bound it first;
+then the replay decides, and the answer and answer + 1 are shown.
 
 --gpu: a named card (a100-40g, a100-80g, h100-80g, h200, l4, a10g, t4, rtx-3090, rtx-4090, l40s,
-mi300x …; its usable memory, CUDA context already taken off) or a size such as 24GiB (taken as usable).
---headroom: reserved on top of the peak for allocator fragmentation and library workspaces
-(default {DEFAULT_HEADROOM}; a size such as 2GiB, a percentage such as 5%, or 0).
+mi300x …) or a size such as 24GiB; either is the physical memory, and the same CUDA context (and NCCL's
+buffers on several GPUs) is taken off before the allocator's share.
+--headroom: a margin of your own on top (default {DEFAULT_HEADROOM}; a size such as 2GiB, a percentage
+such as 5%, or 0). --allocator: default | expandable (PYTORCH_CUDA_ALLOC_CONF when not given).
 
 examples:
   symvram fit llama-3-8b --method lora --gpu rtx-4090 --solve seq

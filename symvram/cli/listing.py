@@ -16,11 +16,13 @@ def add_listing_parser(sub, name: str, help: str, description: str, run) -> None
     p.set_defaults(func=run)
 
 
-def write_listing(args, rows: list[dict], table: list[list[str]], align: str, footnote: str = "") -> int:
-    """``rows`` as JSON, or ``table`` (header first) as text or Markdown; ``footnote`` under the text table."""
+def write_listing(args, rows: list[dict], table: list[list[str]], align: str, footnote: str = "",
+                  text: str | None = None) -> int:
+    """``rows`` as JSON, or ``table`` (header first) as text or Markdown (``text``: the text table already
+    rendered); ``footnote`` under the text table."""
     if args.format == "json":
         text = json.dumps(rows, indent=2)
     else:
-        text = render_rows(table, align, args.format) + (footnote if args.format == "table" else "")
+        text = (text or render_rows(table, align, args.format)) + (footnote if args.format == "table" else "")
     write_output(terminal(text) if args.format == "table" else text, args.output, args.force)
     return 0

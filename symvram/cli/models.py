@@ -43,9 +43,17 @@ def register(sub) -> None:
 
 def run(args) -> int:
     rows = model_rows()
-    table = [["model", "family", "P", "layers", "hidden", "vocab", "context", "also"]]
-    table += [[r["key"], r["family"], f"{r['params'] / 1e9:,.2f} B"
-               + (f" + {r['tower_params'] / 1e9:,.2f} B tower" if r["tower_params"] else ""), str(r["layers"]), str(r["hidden"]),
+    table = [["model", "family", "P", "tower", "layers", "hidden", "vocab", "context", "also"]]
+    table += [[r["key"], r["family"], f"{r['params'] / 1e9:,.2f} B",
+               f"{r['tower_params'] / 1e9:,.2f} B" if r["tower_params"] else "—", str(r["layers"]), str(r["hidden"]),
                f"{r['vocab']:,}", f"{r['context']:,}" if r["context"] else "—", ", ".join(r["aliases"])]
               for r in rows]
-    return write_listing(args, rows, table, "llrrrrrl")
+    note = "\n\ntower: the frozen vision tower a multimodal preset loads beside the decoder"
+    if args.format == "table":   # the names a preset also answers to (Hub ids are long): a line under its row
+        from ..present.tables import render_rows
+
+        lines = render_rows([row[:-1] for row in table], "llrrrrrr", "table").split("\n")
+        text = "\n".join(lines[:2] + [line + (f"\n    also: {row[-1]}" if row[-1] else "")
+                                       for line, row in zip(lines[2:], table[1:])])
+        return write_listing(args, rows, [], "", note, text=text)
+    return write_listing(args, rows, table, "llrrrrrrl", note)

@@ -155,8 +155,9 @@ def _layer_of(s_: Structure, first: bool) -> dict[str, tuple[sp.Expr, str, str, 
     if saving:
         out["act_norms"] = (sp.Add(*(norm_saved(s_, n.rows, n.width) for n in saving)), r"A_{\mathrm{norm}}",
                             NORM_WHY[fam.norm], TRANSFORMERS)
-        if not s_.lora:
-            out["act_norm_weight_input"] = (sp.Add(*(norm_weight_input(s_) * T * n.rows * n.width for n in saving)),
+        if not s_.lora and any(n.weight for n in saving):
+            out["act_norm_weight_input"] = (sp.Add(*(norm_weight_input(s_) * T * n.rows * n.width for n in saving
+                                                     if n.weight)),
                                             r"A_{\mathrm{norm},w}",
                                             "a trainable norm weight also keeps the normalized "
                                             + ("16-bit" if fam.norm == "rms" else "fp32") + " tensor", TRANSFORMERS)
@@ -195,11 +196,19 @@ def _layer_of(s_: Structure, first: bool) -> dict[str, tuple[sp.Expr, str, str, 
                                   "half of q_proj's output (kept by it and by the product) and attention's output in "
                                   "(b, s, n_h·d_head), a copy the product keeps", fam.source)
     if attn_grad and fam.extra("query_position_scale"):
-        out["act_query_scale"] = (b_c * seq, r"A_{\mathrm{qscale}}", "the queries' position-dependent scale "
-                                  "(1, 1, s, 1), cast to their dtype in each layer, kept by the product for backward",
-                                  fam.source)
-    if mlp_grad and fam.moe:
-        out.update(_moe_layer(s_))
+        fp32 = fam.extra("query_position_scale") == "fp32"   # Llama 4 multiplies by the fp32 scale itself
+        out["act_query_scale"] = ((b_32 if fp32 else b_c) * seq, r"A_{\mathrm{qscale}}", "the queries' "
+                                  "position-dependent scale (1, 1, s, 1), " + ("in fp32" if fp32 else "cast to their "
+                                  "dtype") + " in each layer, kept by the product for backward", fam.source)
+    if mlp_grad and fam.moe and fam.extra("experts_dense"):
+        out.update(_dense_experts(s_, lat["mlp_in"]))
+        out.update(_shared_expert(s_))
+    elif mlp_grad and fam.moe:
+        # the routed block saves nothing when neither its input nor its weights need a gradient (LoRA on the shared
+        # expert alone, in a layer whose input is the frozen embedding's): the shared expert still saves
+        router, _, _, experts_train = _moe_parts(s_)
+        if resid_grad or experts_train or router.name in targets:
+            out.update(_moe_layer(s_))
         if fam.extra("shared_expert"):
             out.update(_shared_expert(s_))
     elif mlp_grad:
@@ -538,6 +547,64 @@ def _moe_layer(s_: Structure) -> dict[str, tuple[sp.Expr, str, str, str]]:
     return out
 
 
+LLAMA4 = "transformers models/llama4/modeling_llama4.py"
+
+
+def _dense_experts(s_: Structure, input_grad: bool) -> dict[str, tuple[sp.Expr, str, str, str]]:
+    """What Llama 4's MoE block saves (Llama4TextMoe.forward, modeling_llama4.py:159-169; Llama4Router, :139-145;
+    Llama4TextExperts, :66-79): the router's fp32 sigmoid over the (T, E) scattered top-k logits and the int64 top-k
+    indices; every token repeated E times (kept by the product with the scores, for the scores' gradient) and the
+    scores' (E·T, 1) copy; through the bmm over all E experts the gate_up output (2·d_E) and the SiLU output (d_E)
+    per token-expert row, E·T rows whatever the top-k or the routing. Trainable experts also keep the scaled tokens
+    and the SiLU·up product for their weight gradients. ``input_grad``: the block's input needs a gradient (else, in
+    a LoRA model's first layer, the routed path keeps nothing)."""
+    _, _, _, experts_train = _moe_parts(s_)
+    rows = E * T
+    if not (input_grad or experts_train):
+        return {}
+    out = {"act_moe_router": (b_32 * T * E + b_id * T * k_e, r"A_{\mathrm{route}}", "the router's fp32 sigmoid over "
+                              "the scattered top-k logits of all E experts and the int64 top-k indices", LLAMA4),
+           "act_moe_experts": (b_c * rows * h + b_c * rows + 3 * b_c * rows * f_e, r"A_{\mathrm{exp}}",
+                               "every token repeated for each of the E experts and the scores' (E·T, 1) copy, kept by "
+                               "their product; the bmm's gate_up output (2·d_E) and SiLU output (d_E) per "
+                               "token-expert row (E·T rows: the experts run densely)", LLAMA4)}
+    if experts_train:
+        out["act_moe_expert_inputs"] = (b_c * rows * h + b_c * rows * f_e, r"A_{\mathrm{exp,in}}", "the scaled "
+                                        "tokens and the SiLU·up product, kept for the expert weights' gradients",
+                                        LLAMA4)
+    return out
+
+
+def _experts_forward_temp(s_: Structure) -> sp.Expr:
+    """The last layer's dense experts at their down bmm (Llama4TextExperts.forward, modeling_llama4.py:76; Llama4TextMoe,
+    :160-168), beyond what the layer has saved by then: its output (E·T rows of h), the router's (T, E) logits (a
+    local of the block until it returns) and, where the experts are frozen and save neither, the scaled tokens
+    (``routed_in``, a local too) and the SiLU·up product — net of what the shared expert saves after them (its
+    three d_S-wide tensors, the down projection's input, its LoRA targets' copies of their inputs, r-wide outputs and
+    autocast casts). Traced on tiny configs (E up to 64 with T = 128)."""
+    fam = s_.arch
+    _, _, _, experts_train = _moe_parts(s_)
+    rows = E * T
+    held = (b_c * rows * h + 2 * b_c * T * E + (0 if experts_train else b_c * rows * h + b_c * rows * f_e)
+            + 2 * residual_bytes(s_) * T * h + (b_c * T * h if s_.lora else 0)   # the layer's input and residual;
+            + b_mask * b * past_window(s_) * seq**2 * at_least(fam.dim("sliding_layers"), 1))   # the MoE input, the mask
+    shared = [m for m in fam.linears if m.input_group in ("mlp_in", "mlp_act")]
+    d_s = next(m.d_in for m in shared if m.input_group == "mlp_act")
+    after = 3 * b_c * T * d_s
+    if not s_.lora:
+        return held - after - b_c * T * d_s
+    targets = [m for m in shared if m.name in s_.targets]
+    for group, width in (("mlp_in", h), ("mlp_act", d_s)):
+        n = sum(1 for m in targets if m.input_group == group)
+        if n and (s_.dropout or s_.adapter_upcast or s_.autocast):   # a copy per target (else the input itself)
+            kept, mask = lora_input_bytes(s_, n, width, False, False, True)
+            after += kept + mask
+    after += len(targets) * (matmul_bytes(s_) if s_.autocast else compute_adapter_bytes(s_)) * T * r
+    if s_.autocast and s_.adapter_upcast:
+        after += matmul_bytes(s_) * r * sp.Add(*(m.d_in + m.d_out for m in targets))
+    return held - after
+
+
 def _shared_expert(s_: Structure) -> dict[str, tuple[sp.Expr, str, str, str]]:
     """What a shared expert saves beside the routed ones (Qwen2-MoE): its SwiGLU MLP's three d_S-wide tensors, and
     for sigmoid(shared_expert_gate(x)) · shared output the gate's sigmoid and the MLP's output; an ungated one
@@ -555,14 +622,12 @@ def _shared_expert(s_: Structure) -> dict[str, tuple[sp.Expr, str, str, str]]:
 
 def _layer_backward_temp(s_: Structure) -> tuple[sp.Expr, str, str]:
     """The temporaries of the last layer's MLP backward, net of what that backward has freed already."""
-    if not s_.arch.moe and s_.method == "full":   # the down projection's saved input is freed with its backward
-        return (2 * b_c * T * f + b_c * T * h + b_g * h * f, "inside a layer's MLP backward: the gradients of the "
-                "SiLU output and the up output (d_ff wide), the incoming hidden gradient and the down projection's "
-                "weight gradient, net of that projection's input, freed once its backward has run",
-                "autograd of LlamaMLP")
     if not s_.arch.moe:
-        return (3 * b_c * T * f + b_c * T * h, "inside a layer's MLP backward: the gradients of the down input, the "
-                "SiLU output and the up output (d_ff wide) and the incoming hidden gradient", "autograd of LlamaMLP")
+        made, freed = _output_projection_done(s_)
+        return (3 * b_c * T * f + b_c * T * h + made - freed, "inside a layer's MLP backward: the gradients of the "
+                "down input, the SiLU output and the up output (d_ff wide) and the incoming hidden gradient; the down "
+                "projection's backward has run: its weight gradient exists and what only it saved is freed",
+                "autograd of LlamaMLP")
     S = T * k_e
     _, _, targeted, _ = _moe_parts(s_)
     freed = b_c * S * h + b_id * S  # the down output and one index vector are gone by then
@@ -574,9 +639,35 @@ def _layer_backward_temp(s_: Structure) -> tuple[sp.Expr, str, str]:
             "per token-expert pair and the incoming hidden gradient, net of the freed down output and index", MOE)
 
 
+def _output_projection_done(s_: Structure) -> tuple[sp.Expr, sp.Expr]:
+    """(made, freed) once the MLP's output projection (down_proj) has run its backward, before the SiLU·up
+    products' gradients: its weight gradient — or, as a LoRA target, lora_A's and lora_B's — is made, and what
+    only it saved for that gradient is freed: its d_ff-wide input (full fine-tuning; an autocast copy where each
+    call casts), or lora_A's kept input, dropout's mask and lora_B's r-wide input. Measured under FakeTensorMode
+    (tiny Qwen2; TinyLlama-1.1B full, 8-bit AdamW; Llama-2-7B LoRA with 16-bit adapters).
+
+    >>> _output_projection_done(Structure(method="full"))
+    (bytes_grad*hidden*intermediate, batch*bytes_act*intermediate*seq)
+    """
+    fam = s_.arch
+    out = [m for m in fam.linears if m.input_group == "mlp_act"]
+    if len(out) != 1:
+        return sp.Integer(0), sp.Integer(0)
+    m = out[0]
+    per_call = _per_call_cast(s_, "mlp_act")
+    if not s_.lora:
+        return b_g * m.d_in * m.d_out, (b_c if not per_call else matmul_bytes(s_)) * T * m.d_in
+    if m.name not in s_.targets:
+        return sp.Integer(0), sp.Integer(0)
+    kept, mask = lora_input_bytes(s_, 1, m.d_in, per_call, False, True)
+    hidden = (matmul_bytes(s_) if s_.autocast else compute_adapter_bytes(s_)) * T * r
+    return b_g * r * (m.d_in + m.d_out), kept + mask + hidden
+
+
 def past_window(s_: Structure) -> sp.Expr:
-    """1 once the sequence is longer than the sliding window, else 0 (s and w are integers)."""
-    return at_least(seq, s_.arch.dim("window") + 1)
+    """1 once the sequence is as long as the sliding window (or Llama 4's attention chunk), else 0: from there
+    transformers materializes the mask (masking_utils.py:286: kv_length >= local_attention_size)."""
+    return at_least(seq, s_.arch.dim("window"))
 
 
 def sliding_extra(s_: Structure) -> sp.Expr:
@@ -661,13 +752,14 @@ def saved_terms(s_: Structure) -> list[Term]:
                 terms.append(Term(key, Role.SAVED_ACTIVATION, (L - n_c) * expr, f"(L - L_c) \\cdot {label}",
                                   why + " (the layers not checkpointed)", source))
     else:
-        general: dict[str, tuple] = {}   # key -> (Σ over the layer kinds of layers · bytes, label, why, source)
+        general: dict[str, tuple] = {}   # key -> ({one layer's bytes: layers of the kinds saving them}, label, why, source)
         for n, kind in s_.layer_kinds:
             for key, (expr, label, why, source) in _layer(kind, first=False).items():
-                total = general[key][0] + n * expr if key in general else n * expr
-                general[key] = (total, *(general.get(key) or (None, label, why, source))[1:])
-        for key, (expr, label, why, source) in general.items():
-            terms.append(Term(key, Role.SAVED_ACTIVATION, expr, f"L \\cdot {label}", why, source))
+                counts = general.setdefault(key, ({}, label, why, source))[0]
+                counts[expr] = counts.get(expr, 0) + n   # kinds saving alike (a hybrid's MoE blocks) count together
+        for key, (counts, label, why, source) in general.items():
+            terms.append(Term(key, Role.SAVED_ACTIVATION, sp.Add(*(n * e for e, n in counts.items())),
+                              f"L \\cdot {label}", why, source))
         later, first = _layer(s_.first_layer, first=False), _layer(s_.first_layer, first=True)
         correction = sp.Add(*(first.get(k, (0,))[0] - later[k][0] for k in later))
         correction -= sp.Add(*(e for k in s_.lead_kinds for e, *_ in _layer(s_.layer(k), first=False).values()))
@@ -678,7 +770,10 @@ def saved_terms(s_: Structure) -> list[Term]:
                                  if s_.lead_kinds else ""), "autograd saves only what a required gradient needs"))
     if sliding_extra(s_) != 0:
         if s_.grad_checkpointing:
-            terms.append(Term("act_sliding_mask", Role.SAVED_ACTIVATION, b_mask * past_window(s_) * seq**2,
+            # a sliding-window mask is one (s, s) block broadcast over the batch; Llama 4's chunked mask is built per
+            # sample (its left-padding offsets, masking_utils.py:102-109): b blocks
+            rows = b if fam.extra("chunked_attention") else 1
+            terms.append(Term("act_sliding_mask", Role.SAVED_ACTIVATION, b_mask * past_window(s_) * rows * seq**2,
                               r"A_{\mathrm{win}}", "the shared boolean sliding-window mask, a checkpoint input",
                               fam.source))
         else:
@@ -1037,6 +1132,11 @@ def transient_terms(s_: Structure) -> list[Term]:
                           "peft tuners/lora/dora.py DoraLinearLayer.forward, get_weight_norm",
                           lifetime=(Phase.LAST_LAYER_RECOMPUTE, Phase.FIRST_LAYER_RECOMPUTE) if s_.grad_checkpointing
                           else (Phase.FORWARD,)))
+    if s_.arch.extra("experts_dense") and not s_.grad_checkpointing:
+        terms.append(Term("experts_forward", Role.EXPERTS_TEMPORARY, _experts_forward_temp(s_),
+                          r"M_{\mathrm{exp,fwd}}", "the last layer's dense experts at their down bmm: its E·T-row output, "
+                          "the router logits and (frozen experts) the scaled tokens and the SiLU·up product, net of "
+                          "the shared expert's saved tensors made after them", LLAMA4))
     terms += layer_working_sets(s_) + _recompute_lora_output(s_)
     one_layer = per_layer_bytes(s_) if s_.grad_checkpointing else _layer_bytes(s_.first_layer)
     if s_.checkpoint_every > 1:   # the last layer is recomputed only when it is one of 0, k, 2k …
@@ -1046,9 +1146,9 @@ def transient_terms(s_: Structure) -> list[Term]:
                           "otherwise they are among the layers' saved tensors)", "torch.utils.checkpoint" + EVERY_N,
                           lifetime=RECOMPUTES[:2]))
     if s_.grad_checkpointing:   # the other layers' checkpointed inputs are freed with their backward by then
-        terms.append(Term("first_checkpoint", Role.RECOMPUTED_ACTIVATION, residual_bytes(s_) * T * h,
-                          r"A_{\mathrm{ckpt},0}", "the first layer's checkpointed input (the embedding's output), "
-                          "alive until that layer's backward ends", "torch.utils.checkpoint (non-reentrant)",
+        terms.append(Term("first_checkpoint", Role.RECOMPUTED_ACTIVATION, residual_bytes(s_) * T * h + b_id * seq,
+                          r"A_{\mathrm{ckpt},0}", "the first layer's checkpointed input (the embedding output) and the "
+                          "position ids, kept until that layer's backward ends", "torch.utils.checkpoint",
                           lifetime=RECOMPUTES[2:]))
     terms.append(Term("one_layer", Role.RECOMPUTED_ACTIVATION, one_layer + sliding_extra(s_), r"M_{\mathrm{layer}}",
                       "one layer's saved tensors (recomputed under checkpointing), alive until its backward ends",

@@ -99,6 +99,7 @@ class Norm:
     rows: sp.Expr = sp.Integer(1)
     after: str | None = None  # the projection whose output it normalizes (a q/k norm): it saves if that one trains
     option: str | None = None  # the config switch that gives the layer this norm (GLM-4.5's use_qk_norm)
+    weight: bool = True  # False: a norm without a weight (Llama 4's L2 q/k norm), no parameter
 
 
 @dataclass(frozen=True)
@@ -282,8 +283,12 @@ class Family:
         """The norms a layer has with ``options`` on (a norm under a switch only when it is on)."""
         return tuple(n for n in self.norms if n.option is None or n.option in options)
 
+    def weighted_norms(self, options: tuple[str, ...]) -> tuple[Norm, ...]:
+        """The active norms that carry a weight (parameters)."""
+        return tuple(n for n in self.active_norms(options) if n.weight)
+
     def norm_params_per_layer(self, options: tuple[str, ...]) -> sp.Expr:
-        return sp.Add(*(n.width for n in self.active_norms(options)))
+        return sp.Add(*(n.width for n in self.weighted_norms(options)))
 
     def params_per_layer(self, options: tuple[str, ...]) -> sp.Expr:
         """Linear and expert weights, biases and norm weights of one decoder layer."""
@@ -318,7 +323,7 @@ class Family:
     def tensors_per_layer(self, options: tuple[str, ...]) -> int:
         """Parameter tensors (not elements) of one layer: weights, biases, norm weights."""
         return (len(self.linears) + len(self.moe_weights) + sum(1 for m in self.linears if m.bias in options)
-                + len(self.active_norms(options)))
+                + len(self.weighted_norms(options)))
 
     def factored_sizes_per_layer(self, options: tuple[str, ...]) -> sp.Expr:
         """Adafactor's row + column vectors of every matrix of a layer, and the norms' full vectors."""
@@ -424,7 +429,8 @@ def family(name: str) -> Family:
     mlp = e["mlp"]
     if mlp["kind"] not in MLP_KINDS or mlp.get("activation", "silu") not in ACTIVATIONS or e["norm"] not in NORM_KINDS:
         raise ValueError(f"{where}: mlp kind/activation or norm kind unknown")
-    norms = tuple(Norm(n, v["at"], expr(v["width"]), expr(v.get("rows", 1)), v.get("after"), v.get("option"))
+    norms = tuple(Norm(n, v["at"], expr(v["width"]), expr(v.get("rows", 1)), v.get("after"), v.get("option"),
+                       v.get("weight", True))
                   for n, v in e["norms"].items())
     if any(n.at not in NORM_SITES for n in norms):
         raise ValueError(f"{where}: a norm's 'at' must be one of {NORM_SITES}")

@@ -14,6 +14,11 @@ tensor of S bytes over n ranks sends (n − 1)/n · S from each rank; an all-red
 * offload (``host`` block): ``optimizer`` sends the gradients to the CPU and takes the updated weights
   back; ``optimizer+params`` also fetches the weights for forward and for backward.
 
+The offloaded optimizer's update (``cpu`` block, bytes read + written in host memory): DeepSpeed's CPU
+Adam reads the fp32 master shard, its fp32 gradient and both fp32 moments and writes back the master and
+the moments (csrc/adam/cpu_adam_impl.cpp, ``Adam_Optimizer::Step_1(float* _params, float* grads, float*
+_exp_avg, float* _exp_avg_sq, …)``, vectorized with AVX): memory-bound, like the update on the GPU.
+
 Memory-bound work (``hbm`` block, bytes read + written in HBM): the optimizer's update on the GPU
 (weights, gradients, states, master), and QLoRA's dequantization of every NF4 weight in each pass.
 
@@ -39,12 +44,12 @@ from .weights import quant_constant_bits
 N, t = sym("gpus"), sym("tp")
 P, P_train, P_quant = sym("P"), sym("P_train"), sym("P_quant")
 b, seq = sym("batch"), sym("seq")
-b_w, b_g, b_c, b_s, b_m, b_a = (sym(n) for n in ("bytes_weight", "bytes_grad", "bytes_act", "bytes_state",
-                                                  "bytes_master", "bytes_adapter"))
+b_w, b_g, b_c, b_s, b_m, b_a, b_32 = (sym(n) for n in ("bytes_weight", "bytes_grad", "bytes_act", "bytes_state",
+                                                        "bytes_master", "bytes_adapter", "bytes_fp32"))
 states, q = sym("states_per_param"), sym("quant_bits")
 RING = (N - 1) / N
 NCCL = "ring collectives (NCCL): (n − 1)/n · S per all-gather / reduce-scatter, twice that per all-reduce"
-BLOCKS = ("network", "host", "hbm")
+BLOCKS = ("network", "host", "hbm", "cpu")
 
 
 @dataclass(frozen=True)
@@ -125,6 +130,11 @@ def _build_comm(s_: Structure) -> CommLedger:
         terms.append(Term("optimizer_update", Role.HBM_TRAFFIC, P_train * per_param * shard * split, r"M_{\mathrm{opt}}",
                           "the optimizer reads and writes every trainable weight, its states (and master), reads its gradient",
                           "elementwise: memory-bound"))
+    else:   # the update runs on the CPU, on fp32 master, gradient and moments
+        per_param = 2 * (b_m if s_.master else b_32) + b_32 + 2 * states * b_s
+        terms.append(Term("cpu_optimizer_update", Role.CPU_TRAFFIC, P_train * per_param / N * split, r"M_{\mathrm{cpu}}",
+                          "the CPU optimizer reads its fp32 master shard, gradient and moments and writes back the master "
+                          "and the moments", "DeepSpeed CPU Adam (cpu_adam_impl.cpp Step_1): memory-bound"))
     if s_.method == "qlora":
         passes = 2 + (1 if s_.grad_checkpointing else 0)
         nf4 = P_quant * (q + quant_constant_bits(s_.double_quant)) / 8

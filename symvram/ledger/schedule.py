@@ -196,15 +196,21 @@ def ledger_schedule(ledger: Ledger, layers: int, layer_order: tuple[str, ...] = 
         b.free_all(dropped)
         return b.alloc_all(kept_shapes)
 
-    def saved_of_layer(i):
-        out, left = [], dict(missing) if i == 0 else {}
-        for k in layer_act:
-            for size, n in per_layer(k, i):
-                take = min(n, left.get(size, 0))
-                left[size] = left.get(size, 0) - take
-                out.append((size, n - take))
+    def saved_by_layer():
+        """Each layer's saved tensors, the corrections' missing ones taken from layer 0 up: the first layer's
+        own, and every layer before the first with a trainable weight (a lead kind's) saves nothing."""
+        out, left = [], dict(missing)
+        for i in range(layers):
+            layer = []
+            for k in layer_act:
+                for size, n in per_layer(k, i):
+                    take = min(n, left.get(size, 0))
+                    left[size] = left.get(size, 0) - take
+                    layer.append((size, n - take))
+            out.append(layer)
         return out
 
+    saved_shapes = saved_by_layer()
     kept = 0
     for k, t in terms.items():     # the parameter side, before the first step
         if t.block in ("base", "trainable") and t.role is not Role.GRADIENT and t.role not in STATES \
@@ -213,21 +219,21 @@ def ledger_schedule(ledger: Ledger, layers: int, layer_order: tuple[str, ...] = 
     parameters = len(b.events)
     for step in (1, 2):
         held = {k: b.alloc_all(every(k)) for k in whole_step}
-        saved = [layer_forward(saved_of_layer(i), recompute and i % every_k == 0) for i in range(layers)]
+        saved = [layer_forward(shapes, recompute and i % every_k == 0) for i, shapes in enumerate(saved_shapes)]
         grads: list[int] = []
         grads_outside_layers = False
         previous: tuple[str, ...] = ()
         for j, m in enumerate(moments):
-            if j == loop_at:
+            for k in previous:
+                if k not in m.terms and k in held:
+                    b.free_all(held.pop(k))
+            if j == loop_at:   # what the moments before it hold and it does not is gone before the layers' backward
                 for i in reversed(range(layers)):
                     redo = layer_forward([sh for k in redo_keys for sh in whole(k)]) if recompute and i % every_k == 0 else []
                     b.free_all(b.alloc_all([sh for k in loop_temps for sh in whole(k)]))
                     b.free_all(redo)
                     b.free_all(saved[i])
                     grads += b.alloc_all([sh for k in grad_keys for sh in per_layer(k, i)])
-            for k in previous:
-                if k not in m.terms and k in held:
-                    b.free_all(held.pop(k))
             if m.key == "optimizer_step" and step == 1:
                 kept += len(b.alloc_all([sh for k in lazy for sh in every(k)]))
             for k in sorted(m.terms, key=lambda k: _program_order(terms[k])):

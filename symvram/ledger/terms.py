@@ -92,6 +92,7 @@ class Role(str, Enum):
     STEP_INPUT = "step input"                          # the batch's ids and the shared RoPE tables: the whole step
     RECOMPUTED_ACTIVATION = "recomputed activation"    # one layer's saved tensors, rebuilt (or still saved)
     FORWARD_TEMPORARY = "forward temporary"            # what one forward op holds and frees (DoRA's weight norm)
+    EXPERTS_TEMPORARY = "experts temporary"            # what the last layer's dense experts hold in forward (Llama 4)
     LORA_FORWARD_TEMPORARY = "LoRA forward temporary"  # the last layer's LoRA down projection's forward locals
     LAYER_WORKING_SET = "layer working set"            # what one sub-block of a layer's forward makes and frees
     RECOMPUTE_TEMPORARY = "recompute temporary"        # what one op of a checkpointed layer's recompute holds
@@ -110,6 +111,7 @@ class Role(str, Enum):
     NETWORK_TRAFFIC = "network traffic"                # bytes a step moves between GPUs
     HOST_TRAFFIC = "host traffic"                      # … between GPU and CPU (offload)
     HBM_TRAFFIC = "HBM traffic"                        # … through GPU memory beyond the matmuls
+    CPU_TRAFFIC = "CPU memory traffic"                 # … through host memory (the offloaded optimizer's update)
 
 
 @dataclass(frozen=True)
@@ -175,6 +177,8 @@ ROLES: dict[Role, RoleInfo] = {
                                          lifetime=(_P.FIRST_LAYER_BACKWARD,)),
     Role.FORWARD_TEMPORARY: RoleInfo("transient", triage="backward", measured="activations",
                                      lifetime=(_P.FORWARD,)),
+    Role.EXPERTS_TEMPORARY: RoleInfo("transient", triage="activation", measured="activations",
+                                     lifetime=(_P.FORWARD,)),
     Role.LORA_FORWARD_TEMPORARY: RoleInfo("transient", triage="activation", measured="activations",
                                           lifetime=(_P.FORWARD,)),
     # below every moment (the ledger's peaks do not change); the caching allocator's segments follow them:
@@ -204,6 +208,7 @@ ROLES: dict[Role, RoleInfo] = {
     Role.NETWORK_TRAFFIC: RoleInfo("network", tp=None),
     Role.HOST_TRAFFIC: RoleInfo("host", tp=None),
     Role.HBM_TRAFFIC: RoleInfo("hbm", tp=None),
+    Role.CPU_TRAFFIC: RoleInfo("cpu", tp=None),
 }
 # the persistent parameter side, optimizer states and gradients: the first groups of every moment, in this order
 PARAMETERS = (Role.WEIGHT, Role.BUFFER, Role.ADAPTER, Role.TRAINABLE_COPY, Role.MASTER)
@@ -321,6 +326,9 @@ MOMENTS = (
     MomentSpec("recompute_lora_output", "backward, recomputing the last layer's LoRA down projection",
                Phase.LAST_LAYER_RECOMPUTE, "the checkpointed inputs, the last layer's saved tensors rebuilt and its "
                "down projection's LoRA forward, before its MLP backward", Role.RECOMPUTE_TEMPORARY),
+    MomentSpec("experts_forward", "forward, the last layer's experts", Phase.FORWARD,
+               "every layer's activations are saved while the last layer's experts run every token through all E "
+               "of them (E·T-row temporaries)", Role.EXPERTS_TEMPORARY),
     MomentSpec("lora_output_forward", "forward, the last layer's LoRA down projection", Phase.FORWARD,
                "every layer's activations are saved while the last layer's down projection runs its LoRA forward "
                "(no checkpointing, no loss yet)", Role.LORA_FORWARD_TEMPORARY),

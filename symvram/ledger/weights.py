@@ -189,7 +189,7 @@ def trainable_tensor_sizes(s: Structure) -> list[tuple[sp.Expr, sp.Expr, bool]]:
     for n, kind in fam.layer_kinds:
         out += [(m.params, n, False) for m in kind.linears + kind.moe_weights]
         out += [(m.d_out, n, False) for m in kind.linears if m.bias in s.options]
-        out += [(x.width, n, False) for x in kind.active_norms(s.options)]
+        out += [(x.width, n, False) for x in kind.weighted_norms(s.options)]
     return out + [(h, sp.Integer(1), False)]
 
 

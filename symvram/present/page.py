@@ -34,6 +34,7 @@ import sympy as sp
 from sympy.printing.jscode import JavascriptCodePrinter
 
 from ..analysis.fit import DEFAULT_HEADROOM, headroom_bytes
+from ..card_memory import card_memory, device_block
 from ..errors import UserError
 from ..evaluate import free_symbols
 from ..timing import STEP_TIME, TIME_FIELDS, TIME_PARTS, time_parts
@@ -313,7 +314,7 @@ def _js_function(expr, printer: _JavaScript) -> str:
 def _card_time(key: str) -> dict:
     """A card's roofline figures for the page's step time: the dense bf16 peak (none where gpus.toml has no bf16
     figure: T4 and V100 have no bf16; the command line prices their fp16 runs)."""
-    from ..timing import interconnects
+    from ..timing import host_of, interconnects
 
     e = gpu_presets()[key]
     peak = e.get("bf16_tflops")
@@ -321,7 +322,8 @@ def _card_time(key: str) -> dict:
         return {}
     return {"peak_flops": peak * 1e12, "hbm_bandwidth": e["hbm_gbps"] * 1e9,
             "link_bandwidth": interconnects()[e["interconnect"]]["gbps"] * 1e9,
-            "host_bandwidth": interconnects()[e["host_link"]]["gbps"] * 1e9}
+            "host_bandwidth": interconnects()[e["host_link"]]["gbps"] * 1e9,
+            "cpu_bandwidth": host_of(e["host"]).bytes_per_s}
 
 
 def page_data(sc: Scenario, gpu: str | None = None, units: str = "GiB") -> tuple[dict, list[str]]:
@@ -475,8 +477,9 @@ def page_data(sc: Scenario, gpu: str | None = None, units: str = "GiB") -> tuple
         "blocks": BLOCK_TITLES,
         "ledgerBlocks": list(BLOCKS),
         "fixed": fixed_settings(sc),
-        "gpus": {k: {"name": g.name, "short": short_card_name(g.name), "usable": g.usable_bytes, **_card_time(k)}
-                 for k, g in gpus.items()},
+        "gpus": {k: {"name": g.name, "short": short_card_name(g.name), "usable": g.usable_bytes, **_card_time(k),
+                     **_card_block(g, sc.gpus)} for k, g in gpus.items()},
+        "cardMemory": _card_memory(sc, gpus[card] if card else None),
         "loraOnly": list(LORA_ONLY),
         "loraMethods": [m for m, r in first_ok.items() if r.lora],
         # the verdict keeps the headroom that fit, plan and diagnose keep (--headroom's default)
@@ -489,6 +492,25 @@ def page_data(sc: Scenario, gpu: str | None = None, units: str = "GiB") -> tuple
     }
     printer = _JavaScript()
     return data, [_js_function(e, printer) for e in fns.list()]
+
+
+def _card_block(card, gpus: int) -> dict[str, int]:
+    """A card's device block for the page (symvram.card_memory; modelled, not measured): the CUDA context and
+    NCCL's buffers beyond the caching allocator (NCCL for a job of two GPUs or more, what the page adds when N > 1),
+    the cuBLAS workspaces inside it."""
+    block = device_block(card, max(gpus, 2))
+    return {"context": block["cuda_context"], "cublas": device_block(card, 1)["cublas_workspaces"],
+            "nccl": block["nccl_buffers"]}
+
+
+def _card_memory(sc: Scenario, card) -> dict:
+    """The caching allocator's replay at the page's own settings (modelled, not measured): the reserved peak with
+    each allocator on an unbounded card (the workspaces of ``card``, or the default ones), and on ``card`` whether
+    two steps run. The page shows it while its controls are where the command line put them."""
+    cm = card_memory(sc, card)
+    return {"allocator": cm.allocator, "allocated": cm.allocated, "schedule": cm.schedule_allocated,
+            "reserved": dict(cm.reserved), "card": card.key if card else None,
+            "fits": cm.fits if card else None, "reservedOnCard": cm.reserved_peak if card else None}
 
 
 def _json_for_script(data: dict) -> str:

@@ -3,7 +3,7 @@
 - ``breakdown``: stacked bars of the three blocks per method, with the peak marked;
 - ``seq_curve``: the peak against the sequence length for several LoRA ranks, cards as horizontal lines;
 - ``tornado``: the elasticities of a sensitivity result;
-- ``fit_map``: which (batch, seq) pairs fit a card.
+- ``fit_map``: which (batch, seq) pairs train on a card under the caching allocator's reserved line.
 
 Curves and maps are evaluated with the lambdified peak (``evaluate.grid_function``) over numpy
 arrays, never with ``subs`` in a loop. Colours come from ``style`` (the page uses the same ones);
@@ -32,6 +32,7 @@ from matplotlib.patches import Patch
 
 from ..analysis.fit import DEFAULT_HEADROOM, fit, headroom_bytes, max_rank
 from ..analysis.sensitivity import SensitivityResult
+from ..card_memory import card_memory, fits_on_card
 from ..errors import UserError
 from ..evaluate import Breakdown, evaluate, grid_function, peak_expr
 from ..ledger import build_ledger
@@ -315,42 +316,62 @@ def tornado(res: SensitivityResult, top: int | None = None, units: str = "GiB", 
 
 def fit_map(sc: Scenario, card: GPUSpec, batches: Sequence[int] | None = None, seqs: Sequence[int] | None = None,
             headroom: int | str = DEFAULT_HEADROOM, units: str = "GiB", theme: str = "light",
-            seq_max: int | None = None) -> Figure:
-    """Fits / does not fit ``card`` (usable memory − headroom) over a batch × seq grid, seq on a log2
-    axis up to ``seq_max`` (default ``default_seq_max``), the scenario's own (seq, batch) marked; a map
-    where nothing fits (or everything does) says by how much.
+            seq_max: int | None = None, allocator: str | None = None) -> Figure:
+    """Which (batch, seq) pairs train on ``card`` over a batch × seq grid, seq on a log2 axis up to ``seq_max``
+    (default ``default_seq_max``), the scenario's own (seq, batch) marked; a map where nothing fits (or
+    everything does) says by how much. The line is the reserved one, as ``fit`` draws it: the caching allocator
+    (``allocator``, else PYTORCH_CUDA_ALLOC_CONF's) replayed over two steps may hold the card's memory less the
+    CUDA context, NCCL's buffers and the margin ``headroom`` (symvram.card_memory; modelled, not measured).
 
-    The image's cell [i, j] is 1 when batch ``batches[i]`` and seq ``seqs[j]`` fit."""
+    The image's cell [i, j] for batch ``batches[i]`` and seq ``seqs[j]``: 2 where it fits, 1 where the live
+    tensors and the cuBLAS workspaces fit but the allocator runs out (fragmentation), 0 where the tensors do not.
+    The tensors' line is the ledger's solved peak; along each row the replay finds the last cell that fits (the
+    peak grows with seq and batch, so a row's last cell is at most the one of the row below)."""
     b = np.arange(1, 33, dtype=np.int64) if batches is None else np.asarray(batches, dtype=np.int64)
     s = seq_grid(sc, seq_max, 64) if seqs is None else np.asarray(seqs, dtype=np.int64)
     if b.size == 0 or s.size == 0 or b.min() < 1 or s.min() < 1:
         raise UserError("batch sizes and sequence lengths must be positive integers")
-    budget = card.usable_bytes - headroom_bytes(headroom, card.usable_bytes)
+    margin = headroom_bytes(headroom, card.usable_bytes)
+    cm = card_memory(sc, card, allocator, margin, both=False)
+    budget = cm.capacity - cm.block["cublas_workspaces"]   # what the tensors may take of the allocator's share
     led = build_ledger(sc.structure)
     fn = grid_function(led, peak_expr(led), ("batch", "seq"), sc.values())
     B, S = np.meshgrid(b, s, indexing="ij")
     peaks = np.broadcast_to(fn(B, S), B.shape)
-    fits = (peaks <= budget).astype(int)
+    cells = (peaks <= budget).astype(int)
+    last = s.size   # a row's cells that fit end at most where the row below ends
+    for i in np.argsort(b):
+        tensors = int(cells[i].sum())   # the row's cells whose tensors fit: a prefix, the peak rising with seq
+        j = min(last, tensors)
+        while j > 0 and not fits_on_card(sc.with_changes(batch=int(b[i]), seq=int(s[j - 1])), card, allocator, margin):
+            j -= 1
+        cells[i, :j] = 2
+        last = j
     with _theme(theme):
         fig, ax = _axes((8, 5.4))
-        ax.imshow(fits, origin="lower", aspect="auto", vmin=0, vmax=1, interpolation="nearest",
-                  cmap=ListedColormap([FIT_COLORS["does not fit"], FIT_COLORS["fits"]]), extent=_extent(np.log2(s), b))
+        ax.imshow(cells, origin="lower", aspect="auto", vmin=0, vmax=2, interpolation="nearest",
+                  cmap=ListedColormap([FIT_COLORS["does not fit"], FIT_COLORS["allocator runs out"],
+                                       FIT_COLORS["fits"]]), extent=_extent(np.log2(s), b))
         _pow2_ticks(ax, s.min(), s.max(), log_axis=False)
         here = []
         if s.min() <= sc.seq <= s.max() and b.min() <= sc.batch <= b.max():
             here = [ax.scatter([np.log2(sc.seq)], [sc.batch], marker="X", s=60, facecolor="white", edgecolor="black",
                                zorder=3, label=f"--seq {sc.seq:,}, --batch {sc.batch}")]
-        if not fits.any() or fits.all():   # one colour alone says nothing: say what it means
+        if not cells.any() or (cells == 2).all():   # one colour alone says nothing: say what it means
             low, high = float(peaks.min()), float(peaks.max())
-            text = (f"nothing fits: minimum {fmt_bytes(low, units)} > {fmt_bytes(budget, units)} budget" if not fits.any()
+            text = (f"nothing fits: minimum {fmt_bytes(low, units)} > {fmt_bytes(budget, units)} budget" if not cells.any()
                     else f"everything fits: maximum {fmt_bytes(high, units)} ≤ {fmt_bytes(budget, units)} budget")
             ax.text(0.5, 0.5, text, transform=ax.transAxes, ha="center", va="center", fontweight="bold",
                     bbox={"boxstyle": "round", "facecolor": "white", "edgecolor": NEUTRAL}, color="black")
         ax.set_xlabel("sequence length s (tokens)")
         ax.set_ylabel("micro-batch size b (sequences)")
-        _titles(fig, ax, f"{sc.model.name} on {short_card_name(card.name)}: budget {fmt_bytes(budget, units)} "
-                f"({fmt_bytes(card.usable_bytes, units)} usable − headroom)", sc)
-        ax.legend(handles=[Patch(color=FIT_COLORS["fits"], label="fits"),
+        outside = card.memory_bytes - cm.capacity - margin
+        _titles(fig, ax, f"{sc.model.name} on {short_card_name(card.name)}: the allocator may reserve "
+                f"{fmt_bytes(cm.capacity, units)} ({fmt_bytes(card.memory_bytes, units)} − {fmt_bytes(outside, units)} "
+                f"context{' and NCCL' if cm.block['nccl_buffers'] else ''}{' − margin' if margin else ''}; "
+                f"{cm.allocator} allocator, modelled, not measured)", sc)
+        ax.legend(handles=[Patch(color=FIT_COLORS["fits"], label="fits (reserved)"),
+                           Patch(color=FIT_COLORS["allocator runs out"], label="tensors fit, the allocator runs out"),
                            Patch(color=FIT_COLORS["does not fit"], label="does not fit"), *here],
                   loc="upper right", fontsize="small")
     return fig

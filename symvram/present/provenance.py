@@ -13,7 +13,8 @@ True
 from __future__ import annotations
 
 WIDTH = 100
-SHOWN = ("stack", "method", "batch", "seq", "grad_checkpointing", "rank", "targets", "lora_dropout", "modules_to_save",
+SHOWN = ("objective", "prompt", "precompute_ref", "stack", "method", "batch", "seq", "grad_checkpointing", "rank",
+         "targets", "lora_dropout", "modules_to_save",
          "double_quant", "kbit_prep", "dtype",
          "loss_impl", "autocast", "adapter_dtype", "master", "optimizer", "optimizer_impl", "state_dtype", "attention", "gpus",
          "zero", "offload", "mp_policy", "tp")
@@ -41,7 +42,9 @@ def provenance_rows(sc, reading, cli: set[str], model_source: str) -> list[tuple
         if (key in LORA_ONLY and not sc.lora) or (key in ("double_quant", "kbit_prep") and sc.method != "qlora") \
                 or (key == "tp" and sc.tp == 1 and key not in cli and key not in settings) \
                 or (key == "modules_to_save" and not sc.modules_to_save) \
-                or (key == "mp_policy" and sc.mp_policy == "none" and key not in cli and key not in settings):
+                or (key == "mp_policy" and sc.mp_policy == "none" and key not in cli and key not in settings) \
+                or (key in ("objective", "prompt", "precompute_ref") and sc.objective == "sft"
+                    and key not in cli and key not in settings):
             continue
         value = getattr(sc, key)
         if key in cli:
@@ -50,6 +53,8 @@ def provenance_rows(sc, reading, cli: set[str], model_source: str) -> list[tuple
             source = settings[key].source
         elif key == "adapter_dtype" and "adapter_dtype" not in settings:
             source = "symvram default (the compute dtype)"
+        elif key == "loss_impl" and sc.objective != "sft":
+            source = f"objective {sc.objective}: TRL's fused LM head"
         else:
             source = "symvram default"
         shown = _value(value, sc.structure.arch.target_sets)

@@ -258,8 +258,10 @@ def fit_text(r: FitResult, units: str) -> str:
                      f"{fb(r.memory.reserved_peak)}, {fb(r.budget - r.memory.reserved_peak)} under")
         return "\n".join(lines)
     moment = {m.key: m.label for m in r.at.ledger.moments}
-    lines.append(f"largest {r.knob} that fits: {num(r.value)} (the allocator replay runs two steps; the ledger's "
-                 f"moments, {r.how}, bound it first; the binding moment is {moment[r.binding_moment]})")
+    lines.append(f"largest {r.knob} that fits: {num(r.value)} under the reserved line (max_memory_reserved of the "
+                 f"{ALLOCATOR_WORDS[r.memory.allocator]} ≤ {fb(r.budget)}, not the allocated one: the allocator replay "
+                 f"runs two steps; the ledger's moments, {r.how}, bound it first; the binding moment is "
+                 f"{moment[r.binding_moment]})")
     lines.append(f"  at {r.knob} {num(r.value)}: reserved {fb(r.memory.reserved_peak)} "
                  f"({r.budget - r.memory.reserved_peak:,} bytes under), allocated {fb(r.at.peak)}, "
                  f"nvidia-smi {fb(r.memory.device_peak)}")
@@ -393,7 +395,7 @@ def why_fastest(r: PlanResult) -> str | None:
 
     def cost(row):   # GPU-seconds per 1,000 tokens, by kind
         scale = 1000 * row.time.gpus_total / row.time.tokens_per_step
-        return {k: row.time.seconds[k] * scale for k in ("compute", "memory", "network", "host")}
+        return {k: row.time.seconds[k] * scale for k in ("compute", "memory", "network", "host", "cpu")}
 
     mine = cost(top)
     parts = ", ".join(f"{k} {v:.3g}" for k, v in mine.items() if v)
@@ -473,7 +475,8 @@ def plan_text(r: PlanResult, sc, units: str, fmt: str) -> str:
     timed = next((x for x in r.ranked if x.time), None)
     if timed:
         lines += ["", "ranked by predicted tokens/s per GPU (fastest first; GPUs is the fewest that fit)",
-                  "fastest: " + why_fastest(r), "time assumes: " + "; ".join(timed.time.assumptions())]
+                  "fastest: " + why_fastest(r), "time assumes: " + "; ".join(   # every row's (offload's PCIe, CPU)
+                      dict.fromkeys(a for x in r.ranked if x.time for a in x.time.assumptions()))]
     else:
         lines += ["", f"no step times: {r.card.name} has no peak FLOP/s figure in data/gpus.toml (rows in strategy order)"]
     if not tensor_parallel_ok(r.card, r.interconnect):
@@ -515,7 +518,8 @@ def verdict(d: Diagnosis, fb) -> str:
         return (f"verdict: the parameter side alone (weights, gradients and optimizer states, all alive at the "
                 f"optimizer step: {fb(d.parameter_bytes)}) is over the budget by "
                 f"{fb(d.parameter_bytes - d.budget)}: no batch, sequence, checkpointing or loss setting can fix it; "
-                "only the optimizer's precision, the method or more cards can")
+                "only the precision of the weights or the optimizer, the optimizer's place (CPU offload, one step "
+                "per parameter in backward), the method or more cards can")
     room = d.budget - sizes["parameter"]
     # "largest" is said only when it is true: the parameter side is often the biggest part without being over alone
     rank = ("the largest part of the peak" if sizes[cause] >= sizes["parameter"] else

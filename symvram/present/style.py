@@ -17,7 +17,7 @@ import math
 BLOCK_COLORS = {"base": "#0072B2", "trainable": "#E69F00", "activations": "#009E73", "transient": "#8C8C8C"}
 # plasma from purple to coral (no block hue), one step per power of two: r ≤ 4, 8, 16, 32, 64, 128, 256, ≥ 512
 RANK_RAMP = ("#6A00A8", "#8606A6", "#9E199D", "#B52F8C", "#C8437B", "#D8576B", "#E66C5C", "#F2844B")
-FIT_COLORS = {"fits": "#D9D9D9", "does not fit": "#6E6E6E"}
+FIT_COLORS = {"fits": "#D9D9D9", "allocator runs out": "#A3A3A3", "does not fit": "#6E6E6E"}
 NEUTRAL = "#7F7F7F"   # card lines, the run's own seq, the tornado's bars: not data of a block
 VENDOR_WORDS = ("NVIDIA", "GeForce", "AMD", "Instinct")
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 
+from ..stacks import ZERO_OFFLOAD
 from .read import Reading
 
 # tool → Scenario setting (or "accum", "optim") → key in that tool's file
@@ -87,10 +88,35 @@ def _flag(setting: str, value) -> str:
     return flag if value is True else f"{flag} {value}"
 
 
+def _offload_edits(reading: Reading, stage: int) -> list[str]:
+    """ZeRO-Offload as edits: the DeepSpeed file read, else a new one that the training file names.
+
+    >>> import pathlib, tempfile
+    >>> d = pathlib.Path(tempfile.mkdtemp())
+    >>> _ = (d / "run.yml").write_text("base_model: llama-3-8b\\n")
+    >>> from .read import read_files
+    >>> [e.split(": ", 1)[1] for e in _offload_edits(read_files([str(d / "run.yml")]), 2)]
+    ['deepspeed: ds_offload.json', '{"bf16": {"enabled": true}, "zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu"}}}']
+    """
+    zero = {"stage": stage, "offload_optimizer": {"device": "cpu"}}
+    ds = next((f for f, tool in reading.files if tool == "deepspeed"), None)
+    if ds is not None:
+        return [_line(ds, "zero_optimization", json.dumps(zero))]
+    config = "ds_offload.json: " + json.dumps({"bf16": {"enabled": True}, "zero_optimization": zero})
+    if reading.primary and reading.primary[1] in ("axolotl", "llamafactory", "trl", "trainer"):
+        return [_line(reading.primary[0], "deepspeed", "ds_offload.json"), config]
+    return [config, "and launch with deepspeed (or TrainingArguments(deepspeed=\"ds_offload.json\"))"]
+
+
 def edits(reading: Reading, changes: dict, batch_before: int = 1) -> list[str]:
     """The lines to change in the user's files for ``changes`` (Scenario settings → new values)."""
     out = []
+    if changes.get("offload") == "optimizer":   # ZeRO-Offload: the DeepSpeed config says every setting it implies
+        out += _offload_edits(reading, changes.get("zero", 2))
+        changes = {k: v for k, v in changes.items() if k not in (*ZERO_OFFLOAD, "zero", "optimizer_impl")}
     for setting, value in changes.items():
+        if setting == "optimizer_impl" and changes.get("state_dtype") == "int8":
+            continue   # bitsandbytes' 8-bit AdamW is one fused kernel: the optim edit says it
         if setting == "method" and value == "qlora" and reading.primary and reading.primary[1] in QLORA:
             file, tool = reading.primary
             out += [_line(file, k, v) for k, v in QLORA[tool].items()]

@@ -329,8 +329,11 @@ TRL = Tool("trl", "TRL 1.16 SFTConfig", (
 # the ZeRO sizes the ledger holds as symbols (ledger/sharding.py): the file's value is that symbol's value
 BUCKET_SYMBOLS = {"reduce_bucket_size": "ds_reduce_bucket", "sub_group_size": "ds_sub_group",
                   "stage3_max_live_parameters": "ds_max_live"}
-_BUCKETS = ("allgather_bucket_size", "stage3_prefetch_bucket_size", "stage3_max_reuse_distance",
-            "stage3_param_persistence_threshold")
+# the sizes the ledger does not hold, each with what it sizes (stage_1_and_2.py: allgather_bucket_size chunks the
+# all-gather of the updated partitions; stage3.py: the prefetched and persistent parameters)
+_BUCKETS = {"allgather_bucket_size": "ZeRO-1/2's chunks of the updated weights' all-gather",
+            **dict.fromkeys(("stage3_prefetch_bucket_size", "stage3_max_reuse_distance",
+                             "stage3_param_persistence_threshold"), "ZeRO-3's prefetch and persistence buffers")}
 DEEPSPEED = Tool("deepspeed", "DeepSpeed 0.19 config", (
     Row("zero_optimization.stage", "ds_stage", c.zero_stage, default=0),
     Row("zero_optimization.offload_optimizer.device", "ds_offload_optimizer", c.offload_device),
@@ -344,8 +347,7 @@ DEEPSPEED = Tool("deepspeed", "DeepSpeed 0.19 config", (
         why="partitioned checkpoints split the saved activations across GPUs"),
     Row("activation_checkpointing.cpu_checkpointing", None, c.is_on, why="checkpoints kept in host memory"),
     *[Row(f"zero_optimization.{k}", SYMBOL + name, c.auto_or(c.number)) for k, name in BUCKET_SYMBOLS.items()],
-    *[Row(f"zero_optimization.{k}", None, lambda v: v is not None,
-          why="ZeRO's prefetch and persistence buffers") for k in _BUCKETS],
+    *[Row(f"zero_optimization.{k}", None, lambda v: v is not None, why=why) for k, why in _BUCKETS.items()],
 ), harmless=frozenset({
     "train_batch_size", "gradient_clipping", "steps_per_print", "wall_clock_breakdown", "scheduler",
     "optimizer.params", "zero_allow_untested_optimizer", "communication_data_type", "prescale_gradients",
