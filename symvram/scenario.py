@@ -152,6 +152,19 @@ def smallest_target_side(family_name: str, targets: tuple[str, ...], dims: tuple
     return min(int(side.xreplace(values)) for t in linear for side in (weights[t].d_in, weights[t].d_out))
 
 
+def _packed_row(kw: dict) -> None:
+    """``packing = N``: TRL's padding-free collator flattens the micro-batch into one row of N tokens (trl 1.16
+    trainer/sft_trainer.py:187-192), so batch is 1 and seq is N; a batch or seq that says otherwise is refused."""
+    n = kw["packing"]
+    _positive_int(n, "--packing", MAX_SEQ)
+    for name, want in (("batch", 1), ("seq", n)):
+        if kw.get(name, want) != want:
+            raise UserError(f"--packing {n} is one padding-free row of {n} tokens (batch 1, seq {n}); "
+                            f"--{name} {kw[name]} contradicts it (drop it; --packing counts the tokens of all "
+                            "the micro-batch's rows)")
+        kw[name] = want
+
+
 def _choice(value: str, allowed: tuple[str, ...], what: str) -> str:
     if value not in allowed:
         raise UserError(f"{what} must be one of {', '.join(allowed)}; got {excerpt(value)}")
@@ -221,6 +234,9 @@ class Scenario:
     mp_policy: str = "none"         # FSDP2 MixedPrecisionPolicy(param_dtype=this, reduce_dtype=fp32) on fp32 storage
     optimizer_in_backward: bool = False  # one optimizer per parameter, stepped by its post-accumulate-grad hook
     checkpoint_every: int = 1       # checkpointing of layers 0, k, 2k … only (transformers' every_n_layers = k)
+    offload_activations: bool = False  # TRL's activation_offloading: saved tensors to pinned host memory
+    liger: bool = False             # Liger's layer kernels (RMSNorm, SwiGLU / GeGLU, RoPE): apply_liger_kernel_to_*
+    packing: int = 0                # padding-free packing: one row of this many tokens, position ids restarting per sample
     objective: str = "sft"          # sft | dpo (data/objectives.toml)
     prompt: int = 0                 # DPO: prompt tokens per sequence (not scored by TRL's fused LM head)
     precompute_ref: bool = False    # DPO: DPOConfig(precompute_ref_log_probs=True): no reference during training
@@ -258,6 +274,8 @@ class Scenario:
             kw["overrides"] = tuple(sorted(overrides.items()))
         if isinstance(kw.get("checkpoint_every"), int) and kw["checkpoint_every"] > 1:
             kw.setdefault("grad_checkpointing", True)   # every_n_layers is a setting of checkpointing
+        if kw.get("packing"):
+            _packed_row(kw)
         state_given = kw.get("state_dtype")
         given = frozenset(kw) - {"targets", "head_targets"}
         kw = _objective_defaults(kw)
@@ -366,11 +384,14 @@ class Scenario:
         _choice(self.offload, OFFLOADS, "--offload")
         _positive_int(self.batch, "--batch", MAX_BATCH)
         _positive_int(self.seq, "--seq", MAX_SEQ)
+        if self.packing:
+            self._check_packing()
         _positive_int(self.gpus, "--gpus", MAX_GPUS)
         _positive_int(self.tp, "--tp", 1024)
         if isinstance(self.zero, bool) or self.zero not in (0, 1, 2, 3):
             raise UserError(f"--zero must be 0, 1, 2 or 3; got {excerpt(self.zero)}")
-        for flag in ("grad_checkpointing", "double_quant", "sequence_parallel", "dora", "optimizer_in_backward"):
+        for flag in ("grad_checkpointing", "double_quant", "sequence_parallel", "dora", "optimizer_in_backward",
+                     "offload_activations", "liger"):
             if not isinstance(getattr(self, flag), bool):  # "false" is a non-empty string: it would switch it on
                 raise UserError(f"{flag} must be True or False; got {excerpt(getattr(self, flag))}")
         self._check_objective()
@@ -405,6 +426,10 @@ class Scenario:
         _positive_int(self.checkpoint_every, "--selective-checkpointing every:K", 1 << 20)
         if self.checkpoint_every > 1:
             self._check_every_n_layers()
+        if self.offload_activations:
+            self._check_offloading()
+        if self.liger:
+            self._check_liger()
         if self.dora and not self.lora:
             raise UserError("--dora is a LoRA variant: use --method lora (or qlora)")
         if self.dora and any(family(self.model.family).target_map[t].count != 1 for t in self.targets):
@@ -464,6 +489,46 @@ class Scenario:
                f"--objective {self.objective}" if self.objective != "sft" else None)
         if why:
             raise UserError(f"--selective-checkpointing every:{self.checkpoint_every} with {why} is not modelled")
+
+    def _check_liger(self) -> None:
+        """Liger's layer kernels are modelled for dense decoders with RMSNorm and a gated MLP (the families
+        apply_liger_kernel_to_* patches), not for MoE, linear or latent attention."""
+        fam = family(self.model.family)
+        why = ("MoE layers" if fam.moe else "layers of several kinds" if fam.kinds else
+               "latent attention" if fam.latent_attention else
+               f"{fam.norm} norms" if fam.norm not in ("rms", "rms_fp32_weight", "gemma_rms") else
+               f"a {fam.activation} MLP" if fam.activation not in ("silu", "gelu_tanh") else None)
+        if why:
+            raise UserError(f"--liger on {fam.key} ({why}) is not modelled; Liger's RMSNorm and SwiGLU/GeGLU kernels "
+                            "are modelled for dense RMSNorm families")
+
+    def _check_packing(self) -> None:
+        """Packing is modelled on SDPA, where transformers turns restarting position ids into a block-diagonal mask."""
+        if self.attention != "sdpa":
+            raise UserError(f"--packing with --attention {self.attention} is not modelled (packing is modelled with "
+                            "SDPA's block-diagonal mask)")
+        if self.objective != "sft" or self.tp > 1:
+            raise UserError("--packing is modelled for SFT without tensor parallelism")
+
+    def _check_offloading(self) -> None:
+        """TRL's activation offloading is modelled with non-reentrant checkpointing of every layer on one GPU, where
+        the saved tensors outside the checkpointed layers are each layer's input (torch/utils/checkpoint.py:842-847)."""
+        fam = family(self.model.family)
+        why = ("without gradient checkpointing (every saved tensor would move; not modelled)"
+               if not self.grad_checkpointing else
+               "--checkpoint-impl reentrant" if self.checkpoint_impl == "reentrant" else
+               "--selective-checkpointing" if self.checkpoint_every > 1 else
+               "several GPUs" if self.zero or self.gpus > 1 or self.tp > 1 else
+               "--dora" if self.dora else
+               "trainable head modules (modules_to_save, LoRA on lm_head / embed_tokens)"
+               if self.modules_to_save or self.head_targets else
+               f"{fam.key}'s layers of several kinds" if fam.kinds else
+               f"--objective {self.objective}" if self.objective != "sft" else
+               "--optimizer-in-backward" if self.optimizer_in_backward else None)
+        if why:
+            raise UserError(f"--offload-activations {why} is not modelled; it is modelled with non-reentrant "
+                            "checkpointing of every layer on one GPU (TRL's activation_offloading with "
+                            "gradient_checkpointing)")
 
     def _check_in_backward(self) -> None:
         """Optimizer in backward is modelled for torch's own optimizers on one GPU, one gradient at a time."""
@@ -564,6 +629,8 @@ class Scenario:
             bnb_input_saved=self.method == "qlora" and applies("bnb_input_saved", self.versions),
             optimizer_in_backward=self.optimizer_in_backward,
             checkpoint_every=self.checkpoint_every if self.grad_checkpointing else 1,
+            offload_activations=self.offload_activations,
+            packed=self.packing > 0, liger=self.liger,
             shift_logits_copy=self.loss_impl == "torch" and applies("hf_shift_logits_copy", self.versions),
             forward_logits_upcast=self.loss_impl == "torch" and applies("hf_forward_logits_upcast", self.versions),
             tower=self.model.tower,

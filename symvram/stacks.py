@@ -149,6 +149,14 @@ def summary(sc) -> str:
     parts.append(f"checkpointing {sc.checkpoint_impl}" + (f" of layers 0, {sc.checkpoint_every}, {2 * sc.checkpoint_every} …"
                                                            if sc.checkpoint_every > 1 else "")
                  if sc.grad_checkpointing else "no checkpointing")
+    if sc.liger:
+        parts.append("Liger's RMSNorm and SwiGLU/GeGLU kernels (liger-kernel 0.8.5; Triton: modelled, not measured)")
+    if sc.packing:
+        parts.append("packed samples under SDPA's block-diagonal mask (FlashAttention's varlen path, which keeps no "
+                     "mask, is not modelled)")
+    if sc.offload_activations:
+        parts.append("TRL's activation offloading (its rules traced on the CPU; the copy streams' overlap and pinned "
+                     "host memory modelled, not measured)")
     if any(k.extra("gated_deltanet") for _, k in sc.structure.arch.layer_kinds):
         parts.append("Gated DeltaNet on transformers' torch path (torch_chunk_gated_delta_rule, run when "
                      "flash-linear-attention is not installed; the fla kernels' saved tensors are not modelled"

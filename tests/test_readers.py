@@ -35,7 +35,9 @@ SAMPLES = {
         attention="sdpa", dtype="bf16", autocast="bf16", adapter_dtype="fp32", master="none", state_dtype="fp32",
         optimizer="adamw", optimizer_impl="fused")),   # the Trainer's default optim with torch >= 2.8
     "trl-sft-zero3.json": ("qwen2.5-7b", "qwen2.5-7b", dict(
-        stack="deepspeed", method="full", seq=4096, batch=2, grad_checkpointing=True, attention="sdpa",
+        # packing: true (bfd): TRL's padding-free collator flattens the 2 × 4096 tokens into one row
+        stack="deepspeed", method="full", seq=8192, batch=1, packing=8192, grad_checkpointing=True, attention="sdpa",
+        liger=False, offload_activations=False,
         # DeepSpeed's bf16 engine (from ds-zero3.json, which the TRL file names): fp32 master and states
         dtype="bf16", autocast="none", master="fp32", state_dtype="fp32", zero=3,
         # SFTTrainer installs its fused LM head whatever runs the parallelism (trl 1.16 sft_trainer.py)
@@ -43,7 +45,7 @@ SAMPLES = {
     "trainer-full.json+accelerate-fsdp.yaml": ("llama-3-8b", "llama-3-8b", dict(
         stack="fsdp", method="full", batch=4, grad_checkpointing=True, gpus=8, zero=3,
         # the Trainer's bf16 on an fp32 model under FSDP: FSDP2's MixedPrecisionPolicy, not autocast
-        dtype="fp32", autocast="none", mp_policy="bf16", master="none", state_dtype="fp32",
+        dtype="fp32", autocast="none", mp_policy="bf16", master="none", state_dtype="fp32", liger=False,
         optimizer="adamw", optimizer_impl="foreach", checkpoint_impl="non-reentrant", loss_impl="torch")),
 }
 
@@ -254,7 +256,7 @@ def test_a_training_file_beats_accelerates_mixed_precision(tmp_path):
 
 @pytest.mark.parametrize("text,named", [
     ("lora_modules_to_save: [embed_tokens, score]\nadapter: lora\n", "modules_to_save beyond embed_tokens"),
-    ("liger_rms_norm: true\n", "liger_rms_norm = true"),
+    ("gradient_checkpointing: offload\n", "gradient_checkpointing = offload"),
     ("liger_cross_entropy: true\n", "liger_cross_entropy = true"),
     ("torch_compile: true\n", "torch_compile = true: torch.compile"),
     ("optimizer: paged_lion_8bit\n", "paged_lion_8bit: not modelled yet (paged"),
@@ -352,12 +354,14 @@ def test_diagnose_writes_remedies_as_edits(tmp_path, capsys):
     assert rc == 0, err
     assert out.startswith("scenario read from ")
     assert f"{path}: gradient_checkpointing: true" in out
-    assert f"{path}: micro_batch_size: 1" in out and f"{path}: gradient_accumulation_steps: 8" in out
+    assert f"{path}: liger_rms_norm: true" in out   # Liger's layer kernels, free, before checkpointing
     rc, out, err = _run(["diagnose", "--from", path, "--gpu", "24GiB", "--format", "json"], capsys)
     data = json.loads(out)
     assert data["remedies"][0]["edits"] == [  # a fused loss first: axolotl's Liger plugin
         f"{path}: plugins: [axolotl.integrations.liger.LigerPlugin]", f"{path}: liger_fused_linear_cross_entropy: true"]
-    assert data["remedies"][1]["edits"] == [f"{path}: gradient_checkpointing: true"]
+    assert data["remedies"][1]["edits"][1:] == [f"{path}: liger_rms_norm: true", f"{path}: liger_glu_activation: true",
+                                                f"{path}: liger_rope: true"]
+    assert data["remedies"][2]["edits"] == [f"{path}: gradient_checkpointing: true"]
     assert data["scenario_read"]["settings"]["batch"]["source"] == f"{path}:micro_batch_size"
 
 
@@ -387,8 +391,10 @@ def test_estimate_gpu_gives_remedy_edits_when_it_does_not_fit(tmp_path, capsys):
     rc, out, err = _run(["estimate", "--from", path, "--gpu", "rtx-4090", "--format", "json"], capsys)
     verdict = json.loads(out)["verdict"]
     assert verdict["fits"] is False
-    assert [r["edits"] for r in verdict["remedies"][:2]] == [
-        [f"{path}: plugins: [axolotl.integrations.liger.LigerPlugin]", f"{path}: liger_fused_linear_cross_entropy: true"],
+    plugin = f"{path}: plugins: [axolotl.integrations.liger.LigerPlugin]"
+    assert [r["edits"] for r in verdict["remedies"][:3]] == [
+        [plugin, f"{path}: liger_fused_linear_cross_entropy: true"],
+        [plugin, f"{path}: liger_rms_norm: true", f"{path}: liger_glu_activation: true", f"{path}: liger_rope: true"],
         [f"{path}: gradient_checkpointing: true"]]
 
 

@@ -83,23 +83,23 @@ def test_batch_one_remedy_keeps_the_files_effective_batch(tmp_path, capsys):
     effective batch is the micro-batch."""
     f = _write(tmp_path, "ax.yml", "base_model: qwen3-8b\nadapter: lora\nlora_r: 16\nlora_target_linear: true\n"
                                    "micro_batch_size: 2\ngradient_accumulation_steps: 8\nsequence_len: 4096\n"
-                                   "gradient_checkpointing: true\nliger_fused_linear_cross_entropy: true\n")
-    assert main(["diagnose", "--from", f, "--gpu", "16GiB"]) == 0
+                                   "gradient_checkpointing: true\nliger_fused_linear_cross_entropy: true\n"
+                                   "liger_rms_norm: true\nliger_glu_activation: true\nactivation_offloading: true\n")
+    assert main(["diagnose", "--from", f, "--gpu", "12GiB"]) == 0
     out = capsys.readouterr().out
     assert "batch 1, with 2× the gradient accumulation steps" in out
     assert "gradient_accumulation_steps: 16" in out              # 2 × 8 micro-batches, one at a time
     assert "effective batch (2)" not in out
 
 
-def test_liger_warning_does_not_contradict_the_loss(tmp_path, capsys):
-    """LLaMA-Factory's enable_liger_kernel turns on Liger's fused cross-entropy (modelled: loss liger) and
-    its layer kernels (not modelled): the warning says which, never 'estimated without it' of the loss."""
+def test_liger_is_read_as_its_loss_and_its_layer_kernels(tmp_path, capsys):
+    """LLaMA-Factory's enable_liger_kernel turns on Liger's fused cross-entropy (loss liger) and its layer kernels
+    (--liger): both modelled, so no warning names it."""
     f = _write(tmp_path, "lf.yml", "model_name_or_path: qwen3-8b\nstage: sft\nfinetuning_type: lora\n"
                                    "enable_liger_kernel: true\ncutoff_len: 1024\n")
     r = read_files([f])
-    assert r.settings["loss_impl"].value == "liger"
-    (line,) = [w for w in r.warnings if "enable_liger_kernel" in w]
-    assert "cross-entropy is modelled" in line and not line.endswith("estimated without it")
+    assert r.settings["loss_impl"].value == "liger" and r.settings["liger"].value is True
+    assert not [w for w in r.warnings if "enable_liger_kernel" in w]
 
 
 @pytest.mark.parametrize("name,text,key,value", [

@@ -229,6 +229,18 @@ def _offloadable(sc: Scenario) -> bool:
             and (sc.zero == 0 or stacks()[sc.stack].get("zero_impl") == "deepspeed"))
 
 
+def liger_applies(sc: Scenario) -> bool:
+    """Liger's layer kernels are modelled for this model (Scenario's own check), outside the interview stack (the
+    reference answer's arithmetic, whose remedies are its own)."""
+    if sc.stack == "interview":
+        return False
+    try:
+        sc.with_changes(liger=True)
+    except UserError:
+        return False
+    return True
+
+
 def _candidates(sc: Scenario, p95_seq: int | None) -> list[_Candidate]:
     """Every remedy that applies to the current settings ``sc``, in the order of their cost."""
     out = []
@@ -242,6 +254,11 @@ def _candidates(sc: Scenario, p95_seq: int | None) -> list[_Candidate]:
                               "cross-entropy)", "free", ("loss",), {"loss_impl": "liger"},
                               "none in memory or accuracy: the loss is computed over chunks of tokens, so the "
                               "vocabulary-sized fp32 logits and their gradients never exist whole; a kernel library"))
+    if not sc.liger and liger_applies(sc):
+        out.append(_Candidate("liger", "Liger's RMSNorm and SwiGLU/GeGLU kernels", "free", ("activation",),
+                              {"liger": True}, "none in accuracy: each norm keeps its 16-bit input instead of an fp32 "
+                              "copy, the MLP two d_ff-wide tensors instead of three (Triton kernels; modelled, not "
+                              "measured)"))
     if sc.objective == "dpo" and not sc.precompute_ref:
         out.append(_Candidate("precompute_ref", "precomputed reference log-probs (DPOConfig("
                               "precompute_ref_log_probs=True))", "free", ("parameter", "loss"),
@@ -265,6 +282,15 @@ def _candidates(sc: Scenario, p95_seq: int | None) -> list[_Candidate]:
                               {"grad_checkpointing": True},
                               f"each layer's forward is recomputed in backward: +{100 * share:.0f} % matmul FLOPs "
                               f"for {sc.method}"))
+    if (sc.stack != "interview" and sc.grad_checkpointing and not sc.offload_activations
+            and sc.checkpoint_impl == "non-reentrant"
+            and sc.checkpoint_every == 1 and sc.gpus == 1 and sc.objective == "sft" and not sc.dora
+            and not (sc.modules_to_save or sc.head_targets)):
+        out.append(_Candidate("offload_activations", "activation offloading (TRL's activation_offloading)",
+                              "throughput", ("activation",), {"offload_activations": True},
+                              "each layer's checkpointed input crosses PCIe twice per step (to pinned host memory in "
+                              "the forward, back for its recompute), overlapped with compute on a second stream; "
+                              "the host needs those bytes pinned (modelled, not measured: the copies' overlap)"))
     if sc.batch > 1:
         out.append(_Candidate("batch1", f"batch 1, with {sc.batch}× the gradient accumulation steps", "throughput",
                               ("activation", "loss", "backward"), {"batch": 1},

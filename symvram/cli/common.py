@@ -137,6 +137,19 @@ def add_scenario_arguments(p: argparse.ArgumentParser) -> None:
                    help="checkpoint only layers 0, K, 2K … (transformers' every_n_layers: TrainingArguments("
                         "gradient_checkpointing_kwargs={'every_n_layers': K})); the other layers keep their "
                         "activations; implies --grad-checkpointing")
+    g.add_argument("--liger", action="store_true", default=None,
+                   help="Liger's layer kernels (liger_kernel.transformers.apply_liger_kernel_to_<family>: RMSNorm, "
+                        "SwiGLU/GeGLU, RoPE): each norm keeps its 16-bit input and fp32 1/rms, the MLP its two "
+                        "gated inputs; modelled, not measured (Triton). The fused loss is --loss-impl liger")
+    g.add_argument("--packing", metavar="TOKENS", type=positive_int,
+                   help="padding-free packing: the micro-batch is one row of TOKENS tokens whose position ids restart "
+                        "at each sample (TRL's packing / padding_free collator: per_device_train_batch_size × "
+                        "max_length); under SDPA transformers builds a block-diagonal mask from them: each layer "
+                        "saves a 16-bit s² mask and k, v repeated to every head; sets --batch 1 --seq TOKENS")
+    g.add_argument("--offload-activations", action="store_true", default=None,
+                   help="TRL's activation_offloading (SFTConfig(activation_offloading=True)) with checkpointing: each "
+                        "layer's checkpointed input is copied to pinned host memory in the forward and brought back "
+                        "for its recompute; the host bytes are shown beside the GPU's")
     g.add_argument("--checkpoint-impl", choices=CHECKPOINT_IMPLS,
                    help="with --grad-checkpointing: torch.utils.checkpoint's non-reentrant (transformers' default) or "
                         "reentrant implementation (default: the stack's)")
@@ -180,7 +193,7 @@ def add_output_arguments(p: argparse.ArgumentParser, required: bool = False,
     p.add_argument("--force", action="store_true", help="overwrite --output if it exists")
 
 
-SCENARIO_FLAGS = ("stack", "checkpoint_every", "checkpoint_impl", "loss_impl", "kbit_prep", "dora", "modules_to_save", "optimizer_in_backward", "method", "rank", "targets", "lora_dropout", "double_quant", "dtype", "master", "state_dtype",
+SCENARIO_FLAGS = ("stack", "checkpoint_every", "offload_activations", "packing", "liger", "checkpoint_impl", "loss_impl", "kbit_prep", "dora", "modules_to_save", "optimizer_in_backward", "method", "rank", "targets", "lora_dropout", "double_quant", "dtype", "master", "state_dtype",
                   "optimizer", "optimizer_impl", "adapter_dtype", "autocast", "batch", "seq", "grad_checkpointing",
                   "attention", "device", "gpus", "zero", "offload", "mp_policy", "tp", "sequence_parallel", "versions",
                   "objective", "prompt", "precompute_ref")

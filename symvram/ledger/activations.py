@@ -22,7 +22,7 @@ from ..symbols import sym
 from .architecture import E, L, V, dh, f, f_e, h, k_e, nh, nkv
 from .functions import at_least, ceil_div, pow2_ceil
 from .structure import Structure
-from .terms import Phase, Role, Term, span
+from .terms import Phase, Place, Role, Term, span
 from .weights import (compute_adapter_bytes, compute_weight_bytes, kind_adapter_params, layer_lora_params,
                       per_trainable, rotary_width, saved_copy_bytes)
 
@@ -66,9 +66,17 @@ NORM_WHY = {
 }
 
 
-def norm_saved(s_: Structure, rows: sp.Expr, width: sp.Expr) -> sp.Expr:
+LIGER = ("liger_kernel 0.8.5 ops/rms_norm.py:674-676 LigerRMSNormFunction (X, RSTD); ops/swiglu.py:272 "
+         "LigerSiLUMulFunction, ops/geglu.py:138 LigerGELUMulFunction (a, b); modelled, not measured (Triton)")
+
+
+def norm_saved(s_: Structure, rows: sp.Expr, width: sp.Expr, b_in: sp.Expr | None = None) -> sp.Expr:
     """What one norm over ``rows`` rows of ``width`` per token saves when its input needs a gradient:
-    the fp32 upcast input and 1/rms (Gemma's norm also its fp32 (1 + w), a weight-sized vector)."""
+    the fp32 upcast input and 1/rms (Gemma's norm also its fp32 (1 + w), a weight-sized vector). Liger's
+    RMSNorm keeps its input as it comes (``b_in`` bytes per element: the residual stream's, or the compute
+    dtype's for a q/k norm) and the fp32 1/rms, and recomputes the rest."""
+    if s_.liger:
+        return (residual_bytes(s_) if b_in is None else b_in) * T * rows * width + b_32 * T * rows
     saved = b_32 * T * rows * width + b_32 * T * rows
     return saved + b_32 * width if s_.arch.norm == "gemma_rms" else saved
 
@@ -153,9 +161,11 @@ def _layer_of(s_: Structure, first: bool) -> dict[str, tuple[sp.Expr, str, str, 
     targets = set(s_.targets) if s_.lora else set()
     saving = [n for n in fam.active_norms(s_.options) if grad[n.at] if not n.after or grad_in or n.after in targets]
     if saving:
-        out["act_norms"] = (sp.Add(*(norm_saved(s_, n.rows, n.width) for n in saving)), r"A_{\mathrm{norm}}",
-                            NORM_WHY[fam.norm], TRANSFORMERS)
-        if not s_.lora and any(n.weight for n in saving):
+        out["act_norms"] = (sp.Add(*(norm_saved(s_, n.rows, n.width, matmul_bytes(s_) if n.after else None)
+                                     for n in saving)), r"A_{\mathrm{norm}}",
+                            "each Liger RMSNorm keeps its input and the fp32 1/rms" if s_.liger else NORM_WHY[fam.norm],
+                            LIGER if s_.liger else TRANSFORMERS)
+        if not s_.lora and not s_.liger and any(n.weight for n in saving):   # Liger's backward recomputes it for dW
             out["act_norm_weight_input"] = (sp.Add(*(norm_weight_input(s_) * T * n.rows * n.width for n in saving
                                                      if n.weight)),
                                             r"A_{\mathrm{norm},w}",
@@ -213,8 +223,10 @@ def _layer_of(s_: Structure, first: bool) -> dict[str, tuple[sp.Expr, str, str, 
             out.update(_shared_expert(s_))
     elif mlp_grad:
         act = {"silu": "SiLU", "gelu_tanh": "GELU"}[fam.activation]
-        out["act_mlp"] = (3 * b_c * T * f, r"A_{\mathrm{mlp}}",
-                          f"gate output ({act} input), {act} output and up output, d_ff wide each", TRANSFORMERS)
+        out["act_mlp"] = ((2 if s_.liger else 3) * b_c * T * f, r"A_{\mathrm{mlp}}",
+                          f"Liger's fused {act}·up keeps the gate and up outputs (d_ff wide each)" if s_.liger else
+                          f"gate output ({act} input), {act} output and up output, d_ff wide each",
+                          LIGER if s_.liger else TRANSFORMERS)
 
     if s_.weight_casts:
         out["act_weight_casts"] = (b_c * fam.linear_params_per_layer(), r"A_{\mathrm{cast},W}",
@@ -665,16 +677,27 @@ def _output_projection_done(s_: Structure) -> tuple[sp.Expr, sp.Expr]:
 
 
 def past_window(s_: Structure) -> sp.Expr:
-    """1 once the sequence is as long as the sliding window (or Llama 4's attention chunk), else 0: from there
-    transformers materializes the mask (masking_utils.py:286: kv_length >= local_attention_size)."""
-    return at_least(seq, s_.arch.dim("window"))
+    """1 once a layer's attention needs an explicit mask: always in a packed row, else once the sequence is as
+    long as the sliding window (or Llama 4's attention chunk): transformers materializes the mask from there
+    (masking_utils.py:286: kv_length >= local_attention_size)."""
+    return sp.Integer(1) if s_.packed else at_least(seq, s_.arch.dim("window"))
+
+
+PACKED = ("transformers masking_utils.py find_packed_sequence_indices / sdpa_mask: position ids that restart give a "
+          "block-diagonal mask")
+
+
+def masked_layers(s_: Structure) -> sp.Expr:
+    """The layers whose SDPA call gets an explicit mask: every layer of a packed row, else the sliding ones."""
+    return L if s_.packed else s_.arch.dim("sliding_layers")
 
 
 def sliding_extra(s_: Structure) -> sp.Expr:
-    """A sliding-window layer under SDPA once the sequence is longer than the window (Gemma 3): the
-    window needs an explicit mask, so SDPA saves a 16-bit (b, 1, s, s) mask and k, v are expanded to
-    n_h heads (repeat_kv, a copy unless n_kv = 1) instead of GQA. Nothing while s ≤ w."""
-    if s_.arch.dim("window", 0) == 0 or s_.attention != "sdpa":
+    """A layer whose SDPA call gets an explicit mask — a sliding-window layer once the sequence is longer than the
+    window (Gemma 3), or any layer of a packed row (the samples' block-diagonal mask): SDPA saves a 16-bit
+    (b, 1, s, s) mask (torch converts the boolean one) and k, v are expanded to n_h heads (repeat_kv, a copy unless
+    n_kv = 1) instead of GQA. Nothing while s ≤ w."""
+    if (s_.arch.dim("window", 0) == 0 and not s_.packed) or s_.attention != "sdpa":
         return sp.Integer(0)
     repeated = at_least(nkv, 2)  # with one kv head repeat_kv is a stride-0 view: no copy
     return past_window(s_) * (b_c * b * seq**2 + repeated * 2 * b_c * T * dh * (nh - nkv))
@@ -712,7 +735,7 @@ def per_layer_bytes(s_: Structure) -> sp.Expr:
 # the only fields the activation and transient terms read (not the optimizer, master copy, quantization, sharding)
 ACTIVATION_FIELDS = ("method", "family", "first_kind", "lead_kinds", "options", "tied", "targets", "adapter_upcast", "attention", "autocast",
                      "compute_fp32", "device", "dora", "dropout", "grad_checkpointing", "head_targets",
-                     "optimizer_in_backward", "checkpoint_every",
+                     "optimizer_in_backward", "checkpoint_every", "offload_activations", "packed", "liger",
                      "kbit_prepared", "loss_impl", "modules_to_save", "score_head", "weight_casts", "fsdp_mixed_precision", "bnb_input_saved",
                      "shift_logits_copy", "forward_logits_upcast", "tower", "objective")
 
@@ -740,7 +763,9 @@ def saved_terms(s_: Structure) -> list[Term]:
     fam = s_.arch
     refuse_unmodelled(fam)
     terms: list[Term] = []
-    if s_.grad_checkpointing:
+    if s_.offload_activations:
+        terms += offloaded_terms(s_)
+    elif s_.grad_checkpointing:
         b_res, n_c = residual_bytes(s_), checkpointed_layers(s_)
         terms.append(Term("act_checkpoints", Role.SAVED_ACTIVATION, n_c * b_res * T * h + b_id * seq, r"A_{\mathrm{ckpt}}",
                           "checkpointing keeps each layer's input (and the position ids); layers are recomputed in backward"
@@ -774,12 +799,15 @@ def saved_terms(s_: Structure) -> list[Term]:
             # sample (its left-padding offsets, masking_utils.py:102-109): b blocks
             rows = b if fam.extra("chunked_attention") else 1
             terms.append(Term("act_sliding_mask", Role.SAVED_ACTIVATION, b_mask * past_window(s_) * rows * seq**2,
-                              r"A_{\mathrm{win}}", "the shared boolean sliding-window mask, a checkpoint input",
-                              fam.source))
+                              r"A_{\mathrm{win}}", "the shared boolean " + ("block-diagonal mask of the packed samples"
+                                                                            if s_.packed else "sliding-window mask")
+                              + ", a checkpoint input", PACKED if s_.packed else fam.source))
         else:
-            terms.append(Term("act_sliding_mask", Role.SAVED_ACTIVATION, fam.dim("sliding_layers") * sliding_extra(s_),
+            terms.append(Term("act_sliding_mask", Role.SAVED_ACTIVATION, masked_layers(s_) * sliding_extra(s_),
                               r"L_{\mathrm{win}} \cdot A_{\mathrm{win}}", sliding_extra.__doc__.split(".")[0]
-                              + ": a 16-bit mask and k, v repeated to n_h heads, per sliding layer", fam.source))
+                              + ": a 16-bit mask and k, v repeated to n_h heads, per " + ("layer of the packed row"
+                                                                                          if s_.packed else "sliding layer"),
+                              PACKED if s_.packed else fam.source))
     # the head's saved tensors, counted until the last layer's backward (under checkpointing: the final norm's)
     head_end = Phase.FINAL_NORM_BACKWARD if s_.grad_checkpointing else Phase.LAST_LAYER_BACKWARD
     if s_.weight_casts or (s_.kbit_prepared and s_.autocast):  # a prepared QLoRA model's lm_head is fp32
@@ -790,7 +818,7 @@ def saved_terms(s_: Structure) -> list[Term]:
     head = norm_saved(s_, 1, h)
     why = NORM_WHY[fam.norm].replace("each", "the final", 1)
     if not s_.lora:
-        head += (norm_weight_input(s_) + (b_c if s_.weight_casts else compute_weight_bytes(s_))) * T * h
+        head += (0 if s_.liger else norm_weight_input(s_)) * T * h + (b_c if s_.weight_casts else compute_weight_bytes(s_)) * T * h
         why += "; trainable norm and lm_head keep the normalized and the normed tensor"
     elif "lm_head" in s_.modules_to_save or "score" in s_.modules_to_save:
         head += matmul_bytes(s_) * T * h
@@ -842,11 +870,89 @@ def saved_terms(s_: Structure) -> list[Term]:
                       "transformers LlamaRotaryEmbedding"))
     terms.append(Term("act_tokens", Role.STEP_INPUT, 2 * b_id * T, r"A_{\mathrm{ids}}",
                       "input ids and the shifted labels (int64)", "transformers ForCausalLMLoss"))
+    if s_.offload_activations:
+        terms.append(offloaded_head_copies(s_, next(t for t in terms if t.key == "act_logsoftmax")))
     if s_.tower is not None and s_.tower.ids_copy and (not s_.lora or "embed_tokens" in s_.modules_to_save):
         terms.append(Term("act_ids_copy", Role.SAVED_ACTIVATION, b_id * T, r"A_{\mathrm{ids,copy}}",
                           "the copy of input_ids the multimodal forward embeds (an image token id outside the "
                           "vocabulary blanked), saved by the trainable embedding for its backward", s_.tower.source))
     return terms
+
+
+OFFLOAD = "trl 1.16 models/activation_offloading.py"
+MIN_OFFLOAD = 1024   # OffloadActivations(min_offload_size=1024): smaller saved tensors stay where they are
+
+
+def embedding_leaf(s_: Structure) -> bool:
+    """Under LoRA with checkpointing the frozen embedding's output is made a leaf that requires grad
+    (transformers' enable_input_require_grads, modeling_utils.py:2153): its AccumulateGrad node keeps it on the
+    device until backward ends, whatever saved-tensor hooks do with the checkpoint's copy."""
+    return s_.lora and s_.grad_checkpointing
+
+
+def offloaded_terms(s_: Structure) -> list[Term]:
+    """TRL's activation offloading over checkpointed layers (``OffloadActivations`` around the Trainer's
+    training_step, trl 1.16 trainer/sft_trainer.py:1190-1193, 1691-1693). Non-reentrant checkpointing saves each
+    layer's input through autograd's saved-tensor hooks before its own hooks start (torch/utils/checkpoint.py:842-847,
+    1701-1703), so the offloading hooks see the L layer inputs, and nothing of the layers' insides (recomputed in
+    backward under checkpoint's hooks). Each input ≥ 1024 B is copied to pinned host memory (activation_offloading.py
+    :233, :318-319) and its device tensor freed once 5 later offloads are issued (:282-291); the final norm's and the
+    loss's saved tensors are the last ones the forward packs and stay on the device (still in the forward stash, or
+    saved twice: a storage saved again while stashed is kept as it is, :217-225), with host copies made anyway;
+    lm_head saves under a no-op hook (:717-720). In backward each layer's input is brought back as a new device
+    tensor for its recompute (:434-447)."""
+    b_res = residual_bytes(s_)
+    leaf = int(embedding_leaf(s_))
+    terms = [Term("act_checkpoints", Role.SAVED_ACTIVATION, leaf * b_res * T * h + b_id * seq, r"A_{\mathrm{ckpt}}",
+                  "offloading leaves the position ids on the device"
+                  + (" and the first layer's input: the embedding output is a leaf that requires grad, kept by its "
+                     "AccumulateGrad node" if leaf else ""), "torch.utils.checkpoint (non-reentrant); " + OFFLOAD),
+             Term("act_offloaded", Role.SAVED_ACTIVATION, L * b_res * T * h, r"A_{\mathrm{ckpt,host}}",
+                  "every checkpointed layer input, copied to pinned host memory in the forward (TRL's activation "
+                  "offloading) and brought back for its layer's recompute", OFFLOAD + ":318-319 pack_tensor",
+                  place=Place.HOST)]
+    # at the loss the forward stash still holds the last inputs: 5 offloads back from the last one issued, the final
+    # norm's fp32 upcast (and its 1/rms from T ≥ 256, a trainable weight's input) issued after the last layer's
+    if s_.lora:   # (full fine-tuning: the trainable norm weight's input is one offload more, and none is left)
+        stashed = sp.Min(L - leaf, 4 - at_least(T, MIN_OFFLOAD // 4))   # the leaf is counted above
+        terms.append(Term("offload_forward_stash", Role.SAVED_ACTIVATION, stashed * b_res * T * h,
+                          r"A_{\mathrm{ckpt,stash}}", "the last layer inputs still in the forward stash while the loss "
+                          "is computed (each freed when 5 later offloads are issued)", OFFLOAD + ":282-291",
+                          lifetime=(Phase.LOSS,)))
+    terms.append(Term("offload_previous_input", Role.RECOMPUTED_ACTIVATION, at_least(L, 2) * b_res * T * h,
+                      r"A_{\mathrm{ckpt,prev}}", "the layer above's input, brought back for its recompute, kept in "
+                      "the backward stash until the node that brought this layer's back ends",
+                      OFFLOAD + ":424-427, :515-522", lifetime=span(Phase.FIRST_LAYER_RECOMPUTE,
+                                                                   Phase.FIRST_LAYER_BACKWARD)))
+    terms.append(Term("offload_brought_back", Role.RECOMPUTED_ACTIVATION, b_res * T * h, r"A_{\mathrm{ckpt,back}}",
+                      "the layer input brought back from the host for the layer being recomputed",
+                      OFFLOAD + ":434-447 unpack_tensor_with_streams", lifetime=span(Phase.LAST_LAYER_RECOMPUTE,
+                                                                                      Phase.FIRST_LAYER_BACKWARD)))
+    return terms
+
+
+def offloaded_head_copies(s_: Structure, loss: Term) -> Term:
+    """The host copies of what the final norm, the loss (and in full fine-tuning the embedding) save under TRL's
+    activation offloading: the last tensors the forward packs, copied to the host and kept on the device too (in the
+    forward stash, or saved twice while stashed). Each tensor of at least 1024 B: the norm's fp32 upcast and 1/rms
+    (a trainable weight's normalized input too), the loss's saved tensors and the shifted labels."""
+    per_token = at_least(T, MIN_OFFLOAD // 4) * b_32 * T, at_least(T, MIN_OFFLOAD // 8) * b_id * T   # fp32, int64
+    copies = b_32 * T * h + per_token[0] + loss.expr + per_token[1]
+    if not s_.lora:
+        copies += norm_weight_input(s_) * T * h + per_token[1]
+    return Term("act_offloaded_head", Role.LOSS_ACTIVATION, copies, r"A_{\mathrm{head,host}}",
+                "the host copies of the final norm's and the loss's saved tensors (which stay on the device too)",
+                OFFLOAD + ":217-225, :282-291, :318-319", place=Place.HOST)
+
+
+def offload_traffic(s_: Structure) -> Term:
+    """What activation offloading moves over PCIe per step: each layer input to the host and back, and the head's
+    copies one way (they are used from the device, never brought back). Priced as not hidden (an upper bound: TRL
+    copies on a second stream that overlaps compute; modelled, not measured)."""
+    host = {t.key: t.expr for t in saved_terms(s_.keep(ACTIVATION_FIELDS)) if t.place is Place.HOST}
+    return Term("offload_activation_copies", Role.HOST_TRAFFIC, 2 * host["act_offloaded"] + host["act_offloaded_head"],
+                r"C_{\mathrm{host,act}}", "activation offloading: every checkpointed layer input to pinned host memory "
+                "and back, and the final norm's and the loss's saved tensors to it", OFFLOAD + ":318-319, :434-447")
 
 
 def _largest_linear(s_: Structure) -> sp.Expr:

@@ -79,8 +79,14 @@ COMM_FIELDS = ("method", "family", "options", "tied", "double_quant", "master", 
 
 def build_comm(s_: Structure) -> CommLedger:
     """Bytes one GPU sends per step (network: GPU to GPU; host: PCIe to the CPU) and the HBM traffic of
-    the memory-bound work, for one structure (built once per ``COMM_FIELDS`` and cached)."""
-    return _build_comm(s_.keep(COMM_FIELDS))
+    the memory-bound work, for one structure (built once per ``COMM_FIELDS`` and cached); with activation
+    offloading also what the saved tensors' copies move over PCIe."""
+    comm = _build_comm(s_.keep(COMM_FIELDS))
+    if not s_.offload_activations:
+        return comm
+    from .activations import offload_traffic
+
+    return CommLedger((*comm.terms, offload_traffic(s_)))
 
 
 @lru_cache(maxsize=256)

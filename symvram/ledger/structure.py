@@ -52,6 +52,9 @@ class Structure:
     fsdp_mixed_precision: bool = False  # FSDP2 MixedPrecisionPolicy: fp32 storage gathered in the compute dtype, fp32 reduce
     zero_impl: str = "fsdp2"          # fsdp2 (torch fully_shard) | deepspeed: who implements the ZeRO stage
     checkpoint_every: int = 1         # checkpointing: layers 0, k, 2k … only (transformers' every_n_layers)
+    offload_activations: bool = False  # TRL's activation offloading: the checkpointed inputs in pinned host memory
+    liger: bool = False               # Liger's RMSNorm and SwiGLU / GeGLU kernels (Triton: modelled, not measured)
+    packed: bool = False              # position ids restart within a row (packing): SDPA gets a block-diagonal mask
     optimizer_in_backward: bool = False  # each parameter stepped (and its gradient freed) as soon as its gradient exists
     objective: str = "sft"            # sft | dpo (data/objectives.toml): what one optimizer step runs
     reference: str = "none"           # DPO's reference: copy (a second model) | adapters (PEFT, disabled) | precomputed

@@ -185,10 +185,11 @@ def setup_line(sc) -> str:
     return (f"{sc.model.name} · {sc.method}" + (f" r={sc.rank}" if sc.lora else "") +
             "".join(f" + LoRA {name}" for name in sc.head_targets) +
             (f" + trainable {', '.join(sc.modules_to_save)}" if sc.modules_to_save else "") +
-            f" · batch {sc.batch} · seq {sc.seq} · {sc.dtype}" + (f"/autocast {sc.autocast}" if sc.autocast != "none" else "") +
+            (f" · packed row of {sc.seq} tokens" if sc.packing else f" · batch {sc.batch} · seq {sc.seq}") + f" · {sc.dtype}" + (f"/autocast {sc.autocast}" if sc.autocast != "none" else "") +
             f" · {sc.optimizer} ({sc.optimizer_impl}), states {sc.state_dtype}" +
             (", fp32 master" if sc.master == "fp32" else "") + (", checkpointing" if sc.grad_checkpointing else "") +
             (f" every {sc.checkpoint_every}th layer" if sc.grad_checkpointing and sc.checkpoint_every > 1 else "") +
+            (", activations offloaded to the host" if sc.offload_activations else "") +
             f" · {sc.attention}")
 
 
@@ -320,7 +321,8 @@ def title(bd: Breakdown) -> str:
              + (" + fp32 master" if sc.master == "fp32" else ""),
              f"{sc.optimizer} ({sc.optimizer_impl}), states {sc.state_dtype}"]
     if sc.grad_checkpointing:
-        parts.append("checkpointing" + (f" every {sc.checkpoint_every}th layer" if sc.checkpoint_every > 1 else ""))
+        parts.append("checkpointing" + (f" every {sc.checkpoint_every}th layer" if sc.checkpoint_every > 1 else "")
+                     + (", inputs offloaded to the host" if sc.offload_activations else ""))
     if sc.gpus > 1:
         parts.append(f"{sc.gpus} GPUs")
     return " · ".join(parts)

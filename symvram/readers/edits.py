@@ -23,14 +23,16 @@ from .read import Reading
 KEYS = {
     "axolotl": {"seq": "sequence_len", "batch": "micro_batch_size", "grad_checkpointing": "gradient_checkpointing",
                 "optim": "optimizer", "accum": "gradient_accumulation_steps", "dora": "peft_use_dora",
-                "modules_to_save": "lora_modules_to_save", "targets": "lora_target_modules"},
+                "modules_to_save": "lora_modules_to_save", "targets": "lora_target_modules",
+                "offload_activations": "activation_offloading"},
     "llamafactory": {"seq": "cutoff_len", "batch": "per_device_train_batch_size",
                      "grad_checkpointing": "disable_gradient_checkpointing", "optim": "optim",
                      "accum": "gradient_accumulation_steps", "dora": "use_dora", "modules_to_save": "additional_target",
                      "targets": "lora_target"},
     "trl": {"seq": "max_length", "batch": "per_device_train_batch_size", "grad_checkpointing": "gradient_checkpointing",
             "optim": "optim", "accum": "gradient_accumulation_steps", "dora": "use_dora",
-            "modules_to_save": "lora_modules_to_save", "targets": "lora_target_modules"},
+            "modules_to_save": "lora_modules_to_save", "targets": "lora_target_modules",
+            "offload_activations": "activation_offloading"},
     "trainer": {"batch": "per_device_train_batch_size", "grad_checkpointing": "gradient_checkpointing",
                 "optim": "optim", "accum": "gradient_accumulation_steps"},
     "deepspeed": {"batch": "train_micro_batch_size_per_gpu", "accum": "gradient_accumulation_steps"},
@@ -49,6 +51,13 @@ LOSS = {"axolotl": {"liger": {"plugins": "[axolotl.integrations.liger.LigerPlugi
                     "chunked": {"chunked_cross_entropy": True}},
         "llamafactory": {"liger": {"enable_liger_kernel": True}},
         "trainer": {"liger": {"use_liger_kernel": True}}}
+
+
+# --liger as each tool switches Liger's layer kernels on (axolotl through its Liger plugin)
+LIGER = {"axolotl": {"plugins": "[axolotl.integrations.liger.LigerPlugin]", "liger_rms_norm": True,
+                     "liger_glu_activation": True, "liger_rope": True},
+         "llamafactory": {"enable_liger_kernel": True}, "trainer": {"use_liger_kernel": True},
+         "trl": {"use_liger_kernel": True}}
 
 
 def _line(file: str, key: str, value) -> str:
@@ -125,6 +134,10 @@ def edits(reading: Reading, changes: dict, batch_before: int = 1) -> list[str]:
             file, tool = reading.primary
             out += [_line(file, k, v) for k, v in LOSS[tool][value].items()]
             continue
+        if setting == "liger" and value and reading.primary and reading.primary[1] in LIGER:
+            file, tool = reading.primary
+            out += [_line(file, k, v) for k, v in LIGER[tool].items()]
+            continue
         if setting == "state_dtype" and value == "int8":
             where = _target(reading, "optimizer", "optim")
             if where:
@@ -173,6 +186,10 @@ PYTHON = {
                                      "p.requires_grad}}; p.register_post_accumulate_grad_hook(lambda p: "
                                      "(opts[p].step(), opts[p].zero_grad())) for each p (torchtune: "
                                      "optimizer_in_bwd: True)"},
+    "liger": {"any": "liger_kernel.transformers.apply_liger_kernel_to_<family>(rms_norm=True, swiglu=True, rope=True) "
+                     "before the model is built"},
+    "offload_activations": {"trl": "SFTConfig(activation_offloading=True)",
+                            "any": "with trl.models.get_act_offloading_ctx_manager(model): loss = ...; loss.backward()"},
     "seq": {"trl": "SFTConfig(max_length={v})", "any": "truncate the tokenized samples to {v} tokens"},
     "rank": {"any": "LoraConfig(r={v})"},
     "method": {"any": "{method}"},

@@ -399,7 +399,7 @@ BNB_ADAMW = {"adamw_bnb_8bit": "adamw8bit", "adamw_8bit": "adamw8bit", "paged_ad
 
 # Scenario settings a table may set directly
 _SETTINGS = ("stack", "kbit_prep", "rank", "lora_dropout", "targets", "seq", "batch", "grad_checkpointing", "attention", "gpus",
-             "double_quant", "tp", "checkpoint_impl", "checkpoint_every", "loss_impl", "dora", "modules_to_save", "objective", "precompute_ref")
+             "double_quant", "tp", "checkpoint_impl", "checkpoint_every", "offload_activations", "packing", "liger", "loss_impl", "dora", "modules_to_save", "objective", "precompute_ref")
 
 
 def _join(*values: Value | None) -> str:
@@ -472,9 +472,29 @@ def _resolve(f: dict[str, Value], reading: Reading, cli: dict) -> dict[str, Valu
         # (loaders/model.py ModelLoader: needs_fa2_dtype is set for every adapter, should_convert unless QLoRA + FSDP)
         out["kbit_prep"] = Value("none", f"{TOOLS['axolotl'].title}: norms and embeddings cast back to 16 bits after "
                                          "prepare_model_for_kbit_training", 0)
+    _packing(f, out, cli)
     policy = fsdp_on and out.get("stack") is not None and out["stack"].value == "fsdp" and out["zero"].value == 3
     out.update(_precision(f, training, method, ds, reading, policy, cli))
     return out
+
+
+def _packing(f: dict[str, Value], out: dict[str, Value], cli: dict) -> None:
+    """TRL's padding-free collator (``padding_free``, or ``packing`` with its default "bfd" strategy: trl 1.16
+    sft_trainer.py:916) flattens the micro-batch into one row of per_device_train_batch_size × max_length tokens
+    at most (:187-192; without packing max_length is not enforced: an upper bound), its position ids restarting
+    at each sample: ``packing`` = that row."""
+    free, packing, strategy = f.get("padding_free"), f.get("packing_on"), f.get("packing_strategy")
+    on = [v for v in (free, packing) if v is not None and v.value and v.priority > 0]
+    if packing in on and free not in on and strategy is not None and strategy.value == "wrapped":
+        on = []   # wrapped packing: rows of max_length, one sequence each as attention sees it (not padding-free)
+    if not on or "packing" in cli:
+        return
+    batch, seq = (cli.get(k) or (out[k].value if k in out else 1) for k in ("batch", "seq"))
+    source = _join(*on, out.get("batch"), out.get("seq")) + " (one padding-free row)"
+    out["packing"] = out["seq"] = Value(batch * seq, source)
+    out["batch"] = Value(1, source)
+    for k in ("batch", "seq"):
+        cli.pop(k, None)
 
 
 def _stack(reading: Reading, parallel: str | None) -> Value:

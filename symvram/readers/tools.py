@@ -52,12 +52,13 @@ INFO = "info"
 SYMBOL = "="   # a Row setting "=name": the value of the ledger's symbol ``name`` (as --set name=VALUE)
 # Facts a rule combines into Scenario settings (see readers.read)
 FACTS = ("model", "adapter", "quant", "bf16", "fp16", "pure_bf16", "model_dtype", "optim", "target_linear",
+         "packing_on", "padding_free", "packing_strategy",
          "ds_stage", "ds_offload_optimizer", "ds_offload_param", "fsdp", "fsdp_offload", "distributed")
 # Memory-relevant settings the ledger does not hold yet: the default it assumes, and what a change does
 PENDING = {
-    "liger": (False, "Liger's RMSNorm/SwiGLU/RoPE layer kernels keep fewer activations; the layers are estimated "
-                     "as transformers' own, while Liger's fused cross-entropy is modelled: the header's loss"),
-    "activation_offloading": (False, "offloaded activations live in host memory, not on the GPU"),
+    "offloaded_checkpointing": (False, "axolotl's offloaded gradient checkpointing (Unsloth's recipe) keeps the "
+                                       "checkpointed hidden states in host memory; not modelled: the estimate keeps "
+                                       "them on the GPU"),
     "paged_optimizer": (False, "paged optimizer states may be evicted to host memory under pressure"),
 }
 
@@ -87,9 +88,12 @@ AXOLOTL = Tool("axolotl", "axolotl 0.19", (
     Row("gradient_accumulation_steps", INFO, c.integer, default=1),
     Row("gradient_checkpointing", "grad_checkpointing",
         c.choice({True: True, False: False, "offload": True, "offload_disk": True, None: False}), default=False),
-    Row("gradient_checkpointing", "activation_offloading", lambda v: v in ("offload", "offload_disk")),
+    Row("gradient_checkpointing", "offloaded_checkpointing", lambda v: v in ("offload", "offload_disk")),
     Row("gradient_checkpointing_kwargs.use_reentrant", "checkpoint_impl", c.reentrant),
-    Row("activation_offloading", "activation_offloading", c.is_on),
+    # activation_offloading: true: ActivationOffloadingMixin enters TRL's offloading context around training_step and
+    # ac_wrap_hf_model checkpoints every GradientCheckpointingLayer (core/trainers/mixins/activation_checkpointing.py)
+    Row("activation_offloading", "offload_activations", lambda v: v is True),
+    Row("activation_offloading", "grad_checkpointing", lambda v: True if v is True else None, priority=1),
     Row("optimizer", "optim", c.text, default="adamw_torch_fused"),
     Row("bf16", "bf16", c.mixed, default=True),                        # "auto": bf16 on Ampere or newer
     Row("fp16", "fp16", BOOL),
@@ -274,8 +278,9 @@ TRL = Tool("trl", "TRL 1.16 SFTConfig", (
     Row("bf16", "bf16", lambda v: None if v is None else BOOL(v), default=True),  # True unless fp16
     Row("max_length", "seq", lambda v: None if v is None else c.integer(v), default=1024),
     Row("max_seq_length", "seq", c.integer),                           # TRL < 0.20
-    Row("packing", INFO, BOOL, default=False),
-    Row("padding_free", INFO, BOOL, default=False),
+    Row("packing", "packing_on", BOOL, default=False),
+    Row("padding_free", "padding_free", BOOL, default=False),
+    Row("packing_strategy", "packing_strategy", c.text, default="bfd"),
     Row("model_init_kwargs.dtype", "model_dtype", c.dtype_name, default="fp32"),  # SFTTrainer loads fp32 unless told
     Row("model_init_kwargs.torch_dtype", "model_dtype", c.dtype_name),
     Row("model_init_kwargs.attn_implementation", "attention", ATTN, default="sdpa"),
@@ -300,7 +305,7 @@ TRL = Tool("trl", "TRL 1.16 SFTConfig", (
     Row("lora_modules_to_save", "modules_to_save", c.modules_to_save),
     Row("lora_modules_to_save", None, c.other_modules, why=SAVE_OTHERS),
     Row("use_dora", "dora", BOOL),
-    Row("activation_offloading", "activation_offloading", c.is_on),
+    Row("activation_offloading", "offload_activations", BOOL),   # sft_config.py:291, sft_trainer.py:1190-1193
     *[Row(k, None, c.is_on, why=_LABELLED_ONLY) for k in ("completion_only_loss", "assistant_only_loss")],
     # TRL 1.16 DPOConfig (trl/trainer/dpo_config.py): keys SFTConfig does not have make the file a DPO run
     *[Row(k, "objective", lambda v: "dpo") for k in ("precompute_ref_log_probs", "f_divergence_type")],

@@ -571,6 +571,7 @@ class PeakTracker(MemTracker):
 
 def _train_steps(spec, model, optimizer, input_ids, labels, tracker=None, on_phase=None):
     ac = spec["autocast"]
+    offload = _offloading(spec, model)
     dev_type = input_ids.device.type if input_ids.device.type != "meta" else "cpu"
     for step in range(1, int(spec["steps"]) + 1):
 
@@ -586,22 +587,48 @@ def _train_steps(spec, model, optimizer, input_ids, labels, tracker=None, on_pha
             if ac
             else contextlib.nullcontext()
         )
-        with ctx:
-            if spec.get("loss_impl", "torch") == "chunked":
-                loss = _chunked_loss(model, input_ids, labels)
-            else:
-                out = model(input_ids=input_ids, labels=labels)
-                loss = out.loss
-                del out  # the HF Trainer drops the outputs (logits) before backward
-        phase("backward")
-        loss.backward()
-        del loss
+        with offload:   # TRL: around the Trainer's training_step, forward and backward
+            with ctx:
+                if spec.get("loss_impl", "torch") == "chunked":
+                    loss = _chunked_loss(model, input_ids, labels)
+                else:
+                    out = model(input_ids=input_ids, labels=labels, **_packed_positions(spec, input_ids))
+                    loss = out.loss
+                    del out  # the HF Trainer drops the outputs (logits) before backward
+            phase("backward")
+            loss.backward()
+            del loss
         phase("optimizer")
         optimizer.step()
         phase("zero_grad")
         optimizer.zero_grad(set_to_none=True)
         if tracker is not None:
             tracker.reset_mod_stats()
+
+
+PACKED_SAMPLES = 4   # samples per packed row: the block-diagonal mask is (s, s) whatever their number
+
+
+def _packed_positions(spec, input_ids) -> dict:
+    """A packed row's position ids, restarting at each of PACKED_SAMPLES samples (TRL's padding-free collator,
+    sft_trainer.py:179-192); nothing for an unpacked run."""
+    if not spec.get("packing"):
+        return {}
+    s = input_ids.shape[1]
+    return {"position_ids": torch.arange(s, device=input_ids.device).remainder(-(-s // PACKED_SAMPLES)).unsqueeze(0)}
+
+
+def _offloading(spec, model):
+    """TRL's activation offloading context (validate.offload) when the spec asks for it, else a null context; the
+    model remembers it (``_symvram_offload``) so the host bytes can be read after the steps."""
+    if not spec.get("offload_activations"):
+        return contextlib.nullcontext()
+    if getattr(model, "_symvram_offload", None) is None:
+        from .offload import OffloadedActivations, keep_head_on_device
+
+        keep_head_on_device(model)
+        model._symvram_offload = OffloadedActivations(model)
+    return model._symvram_offload
 
 
 CHUNKS = 8  # torchtune CEWithChunkedOutputLoss(num_output_chunks=8), the recipes' default
@@ -711,7 +738,8 @@ def measure(spec: dict, flops: bool = False) -> dict:
     model, optimizer, input_ids, labels, trainable, total = prepare(spec, fake_mode)
     tracker = PeakTracker(optimizer)
     tracker.track_external(model, *getattr(optimizer, "per_parameter", {None: optimizer}).values(), input_ids, labels)
-    with _untraced_packed_check(), fake_mode, tracker:
+    packed_check = contextlib.nullcontext() if spec.get("packing") else _untraced_packed_check()
+    with packed_check, fake_mode, tracker:
         _train_steps(spec, model, optimizer, input_ids, labels, tracker, tracker.set_phase)
     # the 4-bit quantization states live on the GPU for the whole run; MemTracker does not see them
     untracked = int(getattr(model, "_symvram_untracked", 0))
@@ -723,6 +751,8 @@ def measure(spec: dict, flops: bool = False) -> dict:
                      tracker.peak_phase, {k: v + untracked for k, v in tracker.phase_peak.items()}, breakdown,
                      time.perf_counter() - t0)
     result["allocator"] = replayed(tracker.schedule, untracked)
+    if getattr(model, "_symvram_offload", None) is not None:   # the pinned host copies' most bytes at once
+        result["host_peak_bytes"] = model._symvram_offload.host_peak
     if flops:
         result["flops"] = count_flops(spec)
     return result

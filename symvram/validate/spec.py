@@ -29,7 +29,7 @@ ALIASES = {"gradient_checkpointing": "grad_checkpointing", "attn_impl": "attenti
 # the keys (hashes) of earlier measurements stay the same.
 OPTIONAL: dict[str, Any] = {"stack": "torch", "checkpoint_impl": "non-reentrant", "loss_impl": "torch",
                             "kbit_prep": "peft", "dora": False, "modules_to_save": [], "mp_policy": "none",
-                            "optimizer_in_backward": False, "checkpoint_every": 1, "objective": "sft", "prompt": 0, "precompute_ref": False}
+                            "optimizer_in_backward": False, "checkpoint_every": 1, "offload_activations": False, "packing": 0, "objective": "sft", "prompt": 0, "precompute_ref": False}
 
 
 def _stack_values(name: str, dtype: str) -> dict[str, Any]:
@@ -151,6 +151,9 @@ def to_scenario(spec: dict) -> Scenario:
 
 def from_scenario(sc: Scenario) -> dict:
     """The measurement spec of a Scenario (``symvram validate``): same model, method and recipe."""
+    if sc.liger:
+        raise UserError("--liger: validate does not apply Liger's kernels (Triton, GPU only); the estimate models "
+                        "them from liger-kernel's source (modelled, not measured)")
     spec = {"arch": sc.model.config(), "method": sc.method, "batch": sc.batch, "seq": sc.seq,
             "dtype": sc.dtype, "autocast": None if sc.autocast == "none" else sc.autocast,
             "optimizer": sc.optimizer, "optimizer_impl": sc.optimizer_impl,
