@@ -228,7 +228,7 @@ def fsdp_terms(s: Structure) -> list[Term]:
 # every field fsdp_terms reads (the layer's and the root's weights, the residual stream's dtype): its cache key,
 # guarded by tests/test_cache_keys.py
 FSDP_FIELDS = ("method", "family", "options", "tied", "double_quant", "kbit_prepared", "fsdp_mixed_precision", "offload",
-               "tensor_parallel", "head_targets")
+               "tensor_parallel", "head_targets", "score_head")
 
 
 def shard_definitions(s: Structure) -> tuple[tuple[sp.Symbol, sp.Expr], ...]:
