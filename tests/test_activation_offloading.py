@@ -53,9 +53,9 @@ def test_refusals_and_reading(tmp_path):
 
 
 def test_diagnose_offers_it(tmp_path, capsys):
-    """A TRL run over an A100 40GB by its checkpointed inputs, peaking in the last layer's recompute: there the
-    remedy saves every input but the leaf and the one brought back for that recompute (the peak then moves to the
-    first layer's, where the layer above's input is in the backward stash too), written as the file's key."""
+    """A TRL run over an A100 40GB by its checkpointed inputs, peaking in the last layer's recompute: at that moment
+    the remedy saves every input but the leaf and the one brought back for that recompute (the peak then moves to
+    the first layer's recompute, where every adapter gradient exists), and is written as the file's key."""
     from symvram.api import diagnose
     from symvram.cli import main
 
@@ -63,7 +63,8 @@ def test_diagnose_offers_it(tmp_path, capsys):
     d = diagnose("llama-3.1-8b", "a100-40g", **kw)
     remedy = next(r for r in d.remedies if r.key == "offload_activations")
     T, h, L = 2 * 32768, 4096, 32
-    at = remedy.before.peak_moment   # the last layer's recompute: all but the leaf and the input brought back go
+    at = "recompute_lora_output"
+    assert remedy.before.peak_moment == at and remedy.after.peak_moment == "first_recompute_lora_output"
     assert remedy.before.moments[at] - remedy.after.moments[at] == (L - 2) * 2 * T * h
     f = tmp_path / "sft.yaml"
     f.write_text("model_name_or_path: meta-llama/Llama-3.1-8B\noutput_dir: out\nmax_length: 32768\n"

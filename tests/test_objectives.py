@@ -185,3 +185,13 @@ def test_reward_config_is_read(tmp_path, capsys):
     assert main(["estimate", "llama-2-7b", "--from", lf]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "value head" in err[0]
+
+
+def test_explain_answers_a_reward_model(capsys):
+    """explain's worked answer holds for a reward model, whose QLoRA row is not modelled (the interview comparison
+    leaves it out)."""
+    from symvram.cli import main
+
+    assert main(["explain", "llama-3.2-1b", "--objective", "reward", "--gpu", "24GiB"]) == 0
+    out = capsys.readouterr().out
+    assert "The short answer" in out and "QLoRA's" not in out
