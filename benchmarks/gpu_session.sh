@@ -16,6 +16,8 @@
 #   allocator_oom_line.jsonl benchmarks/allocator_gpu.py oom-line: the longest sequence that trains two steps
 #                            on 24/40/48/80 GB cards emulated by set_per_process_memory_fraction, bisected,
 #                            beside fit's answer (none started after SECONDS_FOR_ALLOCATOR, default 240)
+#   moe_kbit.jsonl           benchmarks/moe_kbit_gpu.py: does QLoRA with PEFT's k-bit preparation run on fused-expert
+#                            MoE (fp32 experts through grouped_mm)? symvram refuses it until this says (< 1 minute)
 # One run stays under 10 minutes (the three budgets). Never in CI.
 # Then, on any machine: python benchmarks/accuracy.py --measurements OUTDIR/measurements_cuda.jsonl ...
 set -u
@@ -33,6 +35,7 @@ print("torch", torch.__version__, "cuda", torch.version.cuda, "| transformers", 
       "| peft", peft.__version__, "| bitsandbytes", bitsandbytes.__version__, "| sympy", sympy.__version__)'
 } >"$out/env.txt" 2>&1
 cat "$out/env.txt"
+timeout 120 "$py" "$here/benchmarks/moe_kbit_gpu.py" --out "$out/moe_kbit.jsonl" 2>&1 | tee "$out/moe_kbit.log"
 "$py" "$here/benchmarks/step_time_gpu.py" --large --out "$out/step_time_gpu.json" 2>&1 | tee "$out/step_time_gpu.log"
 "$py" "$here/benchmarks/measure_cases.py" "$here/benchmarks/cases.jsonl" --device cuda --smallest-first \
   --max-gib 125 --stop-after "$budget" --out "$out/measurements_cuda.jsonl" 2>&1 | tee "$out/measure.log"
