@@ -9,7 +9,6 @@ import re
 from dataclasses import asdict
 
 import pytest
-import sympy as sp
 from latex2mathml.converter import convert
 from sympy.printing.jscode import jscode
 
@@ -18,12 +17,11 @@ from symvram.cli import main
 from symvram.errors import UserError
 from symvram.evaluate import evaluate
 from symvram.ledger import build_ledger
-from symvram.ledger.architecture import family
 from symvram.present.page import _mathml, page_data, render_page
 from symvram.symbols import latex
 from symvram.present.tables import term_latex
-from symvram.presets import load_model
 from symvram.scenario import Scenario
+from test_symbols import sweep_scenario
 
 HOSTILE = '</script><script>alert(1)</script><img src=x onerror="alert(2)">&amp; \u2028'
 
@@ -68,7 +66,7 @@ def test_mathml_pieces_make_latex2mathmls_whole(model):
     formulas = set()
     for method, kw in itertools.product(("full", "lora", "qlora"), ({}, {"zero": 3, "gpus": 2},
                                                                     {"grad_checkpointing": True, "attention": "eager"})):
-        for t in build_ledger(_scenario(model, method, **kw).structure).terms:
+        for t in build_ledger(sweep_scenario(model, method=method, **kw).structure).terms:
             formulas.add(f"{t.label} = {latex(t.expr)}")
     assert sum(r"\left(" in f for f in formulas) > 10
     for f in formulas:
@@ -193,9 +191,3 @@ def test_card_menu_names_and_lora_only_controls(lora_page, lora_data):
         assert changed.structure == full.structure, name
         assert {k: v for k, v in changed.values().items() if k in read} == \
             {k: v for k, v in full.values().items() if k in read}, name
-
-
-def _scenario(model, method, **kw):
-    """``model`` under ``method``: QLoRA on fused-expert MoE without k-bit preparation (refused with it)."""
-    moe = family(load_model(model).family).moe
-    return Scenario.create(model, method=method, **({"kbit_prep": "none"} if method == "qlora" and moe else {}), **kw)

@@ -20,14 +20,16 @@ def test_latex_is_sympys_term_for_term(model):
     exprs = set()
     for method, kw in itertools.product(("full", "lora", "qlora"), ({}, {"zero": 3, "gpus": 2},
                                                                     {"grad_checkpointing": True, "attention": "eager"})):
-        exprs.update(t.expr for t in build_ledger(_scenario(model, method, **kw).structure).terms)
+        exprs.update(t.expr for t in build_ledger(sweep_scenario(model, method=method, **kw).structure).terms)
     sums = {e for expr in exprs for e in sp.preorder_traversal(expr) if isinstance(e, sp.Add)}
     assert len(sums) > 30
     assert all(lex_terms(e) == e.as_ordered_terms() for e in sums)
     assert all(latex(e) == sp.latex(e, symbol_names=LATEX_NAMES, mul_symbol="dot") for e in exprs)
 
 
-def _scenario(model, method, **kw):
-    """``model`` under ``method``: QLoRA on fused-expert MoE without k-bit preparation (refused with it)."""
-    moe = family(load_model(model).family).moe
-    return Scenario.create(model, method=method, **({"kbit_prep": "none"} if method == "qlora" and moe else {}), **kw)
+def sweep_scenario(model, **kw):
+    """``Scenario.create(model, **kw)`` for tests that sweep every family: QLoRA on fused-expert MoE without k-bit
+    preparation (refused with it)."""
+    if kw.get("method") == "qlora" and family(load_model(model).family).moe:
+        kw = {"kbit_prep": "none", **kw}
+    return Scenario.create(model, **kw)

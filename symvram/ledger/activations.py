@@ -681,11 +681,9 @@ def _output_projection_done(s_: Structure) -> tuple[sp.Expr, sp.Expr]:
     >>> _output_projection_done(Structure(method="full"))
     (bytes_grad*hidden*intermediate, batch*bytes_act*intermediate*seq)
     """
-    fam = s_.arch
-    out = [m for m in fam.linears if m.input_group == "mlp_act"]
-    if len(out) != 1:
+    m = s_.arch.mlp_output
+    if m is None:
         return sp.Integer(0), sp.Integer(0)
-    m = out[0]
     per_call = _per_call_cast(s_, "mlp_act")
     if not s_.lora:
         return b_g * m.d_in * m.d_out, (b_c if not per_call else matmul_bytes(s_)) * T * m.d_in
@@ -1201,12 +1199,10 @@ def _recompute_lora_output(s_: Structure) -> list[Term]:
     >>> [t.key for t in _recompute_lora_output(Structure(method="lora", targets=("down_proj",), grad_checkpointing=True))]
     ['recompute_lora_output']
     """
-    fam = s_.arch
-    out = [m for m in fam.linears if m.input_group == "mlp_act"]
-    if (s_.method != "lora" or s_.dora or fam.moe or len(out) != 1
-            or out[0].name not in s_.targets):
+    out = s_.arch.mlp_output
+    if s_.method != "lora" or s_.dora or s_.arch.moe or out is None or out.name not in s_.targets:
         return []
-    d_in, d_out = out[0].d_in, out[0].d_out
+    d_in, d_out = out.d_in, out.d_out
     b_res = residual_bytes(s_)
     cast = compute_adapter_bytes(s_) * T * d_in if s_.adapter_upcast else 0
     source = "peft tuners/lora/layer.py Linear.forward (_cast_input_dtype)"

@@ -146,6 +146,17 @@ class Family:
         return out
 
     @cached_property
+    def mlp_output(self) -> Linear | None:
+        """The MLP's output projection (down_proj): the one nn.Linear reading the activation's output; None where
+        there is none or several (routed experts).
+
+        >>> family("llama").mlp_output.name
+        'down_proj'
+        """
+        out = [m for m in self.linears if m.input_group == "mlp_act"]
+        return out[0] if len(out) == 1 else None
+
+    @cached_property
     def target_sets(self) -> dict[str, tuple[str, ...]]:
         return dict(self.targets)
 

@@ -30,7 +30,7 @@ from functools import cached_property, lru_cache
 import sympy as sp
 
 from ..symbols import sym
-from .architecture import E, L, V, dh, h, k_e, nh
+from .architecture import L, V, h, k_e, nh
 from .structure import Structure
 from .activations import checkpointed_layers, needs_grad
 from .terms import Role, Term
@@ -108,10 +108,9 @@ def _layer(s_: Structure, first: bool) -> dict[str, sp.Expr]:
         out["attention_backward"] = qk * (g["q"] + g["k"]) + av * (scores + g["v"])
     # what checkpointing's early stop leaves out of the recompute: the down projection's product (or,
     # under LoRA on it, the B matmul after it) when no post-norm and no routing weight reads it
-    down = [m for m in fam.linears if m.input_group == "mlp_act"]
+    m = fam.mlp_output
     skipped = sp.Integer(0)
-    if down and not fam.moe and not any(n.at == "mlp_out" for n in fam.norms):
-        m = down[0]
+    if m is not None and not fam.moe and not any(n.at == "mlp_out" for n in fam.norms):
         # under DoRA the magnitude's gradient saves the LoRA result: nothing after the B matmul is skipped
         skipped = (0 if s_.dora else 2 * T * r * m.d_out) if m.name in s_.targets else fwd[m.name]
     out["recompute_skipped"] = skipped
