@@ -75,6 +75,12 @@ def _defaults() -> dict[str, int | float]:
     return {n: d.default for n, d in SYMBOLS.items() if d.default is not None}
 
 
+# the GRPOConfig settings a Scenario holds (grpo_config.py); generation backends (grpo_trainer.py:1763-1877)
+GRPO_SETTINGS = ("num_generations", "steps_per_generation", "gradient_accumulation_steps", "num_iterations", "beta",
+                 "loss_type", "generation")
+GENERATIONS = ("hf", "vllm-colocate", "vllm-server")
+
+
 def _objective_defaults(kw: dict) -> dict:
     """What a preference objective decides before the stack fills the rest: TRL's stack (its config's bf16 and
     gradient checkpointing) unless one is given, and TRL's fused LM head, which its trainers always install.
@@ -240,6 +246,14 @@ class Scenario:
     objective: str = "sft"          # sft | dpo (data/objectives.toml)
     prompt: int = 0                 # DPO: prompt tokens per sequence (not scored by TRL's fused LM head)
     precompute_ref: bool = False    # DPO: DPOConfig(precompute_ref_log_probs=True): no reference during training
+    # GRPO (GRPOConfig, trl 1.16 grpo_config.py; seq = prompt + max_completion_length, prompt = the longest prompt)
+    num_generations: int = 8        # completions per prompt
+    steps_per_generation: int = 1   # micro-steps one generation batch is split over (GRPOConfig: = accumulation)
+    gradient_accumulation_steps: int = 1  # micro-steps per optimizer step (decides whether old log-probs exist)
+    num_iterations: int = 1         # optimization passes over each generation batch
+    beta: float = 0.0               # the KL coefficient: 0 (TRL's default) loads no reference
+    loss_type: str = "dapo"         # GRPOConfig.loss_type
+    generation: str = "hf"          # hf (transformers' generate) | vllm-colocate | vllm-server
     overrides: tuple[tuple[str, float], ...] = field(default=())
     versions: tuple[tuple[str, str], ...] = ()   # --versions: library versions asked for (symvram.versions)
     # the settings given (not filled by the stack): with_changes keeps them and lets the stack fill the rest again
@@ -295,7 +309,7 @@ class Scenario:
     def reference(self) -> str:
         """Where a preference objective's reference log-probs come from: ``copy`` (a second model, full
         fine-tuning), ``adapters`` (the PEFT policy with its adapters disabled), ``precomputed``, or ``none`` (SFT)."""
-        if self.objective == "sft" or self.score_head:
+        if self.objective == "sft" or self.score_head or (self.objective == "grpo" and self.beta == 0):
             return "none"
         return "precomputed" if self.precompute_ref else ("adapters" if self.lora else "copy")
 
@@ -562,6 +576,54 @@ class Scenario:
                             "SGD on one GPU (torch's register_post_accumulate_grad_hook recipe, torchtune's "
                             "optimizer_in_bwd)")
 
+    def _check_grpo(self) -> None:
+        """GRPO's settings only with --objective grpo, checked as GRPOConfig.__post_init__ checks them
+        (trl 1.16 grpo_config.py:1099-1146), and what is not modelled refused by name."""
+        defaults = {n: f.default for n, f in self.__dataclass_fields__.items() if n in GRPO_SETTINGS}
+        if self.objective != "grpo":
+            if given := [n for n in GRPO_SETTINGS if getattr(self, n) != defaults[n]]:
+                raise UserError(f"--{given[0].replace('_', '-')} is a GRPO setting: use --objective grpo")
+            return
+        for name in ("num_generations", "steps_per_generation", "gradient_accumulation_steps", "num_iterations"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise UserError(f"--{name.replace('_', '-')} must be a whole number >= 1; got {excerpt(value)}")
+        if isinstance(self.beta, bool) or not isinstance(self.beta, (int, float)) or not self.beta >= 0:
+            raise UserError(f"--beta must be a number >= 0 (the KL coefficient); got {excerpt(self.beta)}")
+        entry = objectives()["grpo"]
+        if self.loss_type not in entry["loss_types"]:
+            raise UserError(f"--loss-type {excerpt(self.loss_type)} is not a TRL 1.16 GRPO loss type; use one of "
+                            f"{', '.join(entry['loss_types'])}")
+        if self.loss_type not in entry["modelled_loss_types"]:
+            raise UserError(f"--loss-type {self.loss_type} is not modelled (its loss keeps other tensors); modelled: "
+                            f"{', '.join(entry['modelled_loss_types'])}")
+        _choice(self.generation, GENERATIONS, "--generation")
+        if self.generation != "hf":
+            raise UserError(f"--generation {self.generation} is not modelled: vLLM's engine (its weights copy, KV "
+                            "cache and CUDA graphs in vllm_gpu_memory_utilization of the card) cannot be traced "
+                            "here; use --generation hf (transformers' generate)")
+        if self.prompt < 1:
+            raise UserError("--objective grpo generates from a prompt: give --prompt P (the longest prompt, tokens; "
+                            "--seq is P + max_completion_length)")
+        world = self.gpus // self.tp
+        generation_batch = self.batch * world * self.steps_per_generation
+        if generation_batch % self.num_generations:   # grpo_config.py:1135-1140
+            raise UserError(f"generation_batch_size ({generation_batch} = batch {self.batch} x {world} GPUs x "
+                            f"steps_per_generation {self.steps_per_generation}) must be divisible by num_generations "
+                            f"({self.num_generations}), as TRL's GRPOConfig requires")
+        if self.num_generations < 2:   # grpo_config.py:1142-1146
+            raise UserError(f"GRPO requires at least 2 generations per prompt to calculate the advantages; got "
+                            f"--num-generations {self.num_generations}")
+        if (self.steps_per_generation * self.num_iterations) % self.gradient_accumulation_steps:
+            raise UserError("generation in the middle of gradient accumulation (steps_per_generation x "
+                            "num_iterations not a multiple of gradient_accumulation_steps) keeps the gradients "
+                            "alive through generate: not modelled")
+        if self.method == "qlora" or self.zero or self.tp > 1 or self.precompute_ref:
+            what = ("--method qlora" if self.method == "qlora" else "--precompute-ref" if self.precompute_ref
+                    else "--zero" if self.zero else "--tp")
+            raise UserError(f"--objective grpo with {what} is not modelled (generation is modelled for a 16-bit "
+                            "policy on each data-parallel GPU)")
+
     def _check_objective(self) -> None:
         """A known objective; DPO's prompt inside the sequence, its reference settings only with it."""
         _choice(self.objective, tuple(objectives()), "--objective")
@@ -579,6 +641,7 @@ class Scenario:
         if self.score_head and (self.method == "qlora" or "lm_head" in self.modules_to_save + self.head_targets):
             raise UserError(f"--objective reward with {'--method qlora' if self.method == 'qlora' else 'lm_head'} "
                             "is not modelled: a reward model has a score head and no lm_head (full and lora are)")
+        self._check_grpo()
         if self.objective != "sft" and family(self.model.family).moe:
             raise UserError(f"--objective {self.objective} on a mixture-of-experts model is not modelled: the "
                             "reference forward's working set is derived for dense MLPs")
@@ -631,6 +694,8 @@ class Scenario:
             autocast=self.autocast != "none", weight_casts=self.autocast != "none" and self.dtype == "fp32",
             dropout=self.lora and self.lora_dropout > 0 and not objectives()[self.objective].get("disable_dropout"),
             device=self.device, objective=self.objective, reference=self.reference, score_head=self.score_head,
+            old_logps=self.objective == "grpo"
+            and self.gradient_accumulation_steps % (self.steps_per_generation * self.num_iterations) != 0,
             attention=self.attention, grad_checkpointing=self.grad_checkpointing,
             double_quant=self.double_quant, kbit_prepared=self.kbit_prepared,
             loss_impl=self.loss_impl, dora=self.lora and self.dora, modules_to_save=self.saved_modules, zero=self.zero, offload=self.offload,
@@ -665,6 +730,7 @@ class Scenario:
         trainable_dtype = self.adapter_dtype if self.lora else self.dtype
         vals.update(
             batch=self.batch, seq=self.seq, rank=self.rank, gpus=self.gpus, tp=self.tp, prompt=self.prompt,
+            steps_per_generation=self.steps_per_generation,
             bytes_weight=sizes[self.dtype], bytes_act=sizes[self.compute_dtype],
             bytes_grad=sizes[trainable_dtype], bytes_adapter=sizes[self.adapter_dtype],
             bytes_state=sizes[self.state_dtype], bytes_autocast=sizes[self.autocast] if self.autocast != "none" else 2,

@@ -238,6 +238,9 @@ def measure_preference(spec: dict) -> dict:
     """The peak of live tensor bytes of ``spec['steps']`` DPO or KTO steps (a dict shaped like ``measure``'s; no FLOPs:
     FlopCounterMode cannot count the ``addmm`` overload with ``out_dtype`` the fused head's backward runs)."""
     spec = normalize_spec(spec)
+    if spec["objective"] == "grpo":   # generation before the step (validate.grpo)
+        from .grpo import measure_grpo
+        return measure_grpo(spec)
     t0 = time.perf_counter()
     tracker, model, optimizer, trainable, total = run_preference(spec)
     result = _result(spec, model, optimizer, trainable, total, tracker.peak_bytes, tracker.peak_phase,
