@@ -29,7 +29,7 @@ from .activations import (TRL_TOKEN_CHUNK, TRL_VOCAB_CHUNK, _trl_dtypes, norm_sa
 from .architecture import V, L, dh, f, h, nh, nkv
 from .structure import Structure
 from .terms import Phase, Role, Term, span
-from .weights import b_w
+from .weights import b_w, compute_weight_bytes
 
 b, seq, p, k_g = sym("batch"), sym("seq"), sym("prompt"), sym("steps_per_generation")
 b_c, b_32, b_id, b_mask, b_i32 = (sym(n) for n in ("bytes_act", "bytes_fp32", "bytes_index", "bytes_mask", "bytes_int32"))
@@ -128,12 +128,18 @@ def _prefill_forward(s_: Structure) -> sp.Expr:
 
 
 def _decode_step(s_: Structure) -> sp.Expr:
-    """The last decoding step at the last layer's value concatenation: its values one position shorter, the
-    previous step's fp32 next-token logits and softmax ([n, V] each), one token's hidden states (embedding,
-    residual, normed input) and its queries and keys."""
+    """The last decoding step beside the full cache, at the larger of its two instants (transformers 5.24
+    generation/utils.py ``_sample``; cache_utils.py:136-137): the last layer's value concatenation — its values
+    one position shorter, the previous step's fp32 next-token logits and softmax ([n, V] each), one token's hidden
+    states, queries and keys, the sequences and attention mask (int64, s - 1 wide) — or the step's end — the
+    logits ([n, 1, V] in the weights' dtype) and their fp32 copy beside the previous step's copy and softmax, the
+    sequences before and after the new token (int64, s - 1 and s wide). Both hold three int64 [n] vectors (the
+    unfinished flags and their arithmetic)."""
     n = _generation_rows()
-    return (n * nkv * dh * (seq - 2) * b_w + 2 * b_32 * n * V + 3 * b_w * n * h
-            + b_w * n * (nh + nkv) * dh + 2 * b_id * n * (seq - 1) + b_id * n)   # + generate's ids and mask
+    attention = (n * nkv * dh * (seq - 2) * b_w + 2 * b_32 * n * V + 3 * b_w * n * h + b_w * n * (nh + nkv) * dh
+                 + 2 * b_id * n * (seq - 1))
+    end = n * V * (b_w + 3 * b_32) + b_id * n * (2 * seq - 1)
+    return sp.Max(attention, end, evaluate=False) + 3 * b_id * n
 
 
 EXPRESSIONS = {
@@ -146,7 +152,7 @@ EXPRESSIONS = {
     "adapter_casts": lambda s_, base: _adapter_casts(s_),
     "head_input": lambda s_, base: residual_bytes(s_) * b * seq * h,
     "head_outputs": lambda s_, base: _output_bytes(s_) * scored(s_),
-    "loss_saved": lambda s_, base: (3 + (2 if s_.reference != "none" else 0)) * b_32 * b * (seq - p),
+    "attention_mask": lambda s_, base: b_id * b * seq,
     "generation_batch": lambda s_, base: _generation_batch(s_),
     "kv_cache": lambda s_, base: _generation_rows() * p * _kv_per_position(),
     "kv_cache_completion": lambda s_, base: _generation_rows() * (seq - p - 1) * _kv_per_position(),
@@ -247,6 +253,12 @@ def reshape(s_: Structure, activation_terms: list[Term]) -> list[Term]:
     entry = objectives()[s_.objective]
     fused["act_tokens"] = Term("act_tokens", Role.STEP_INPUT, entry["inputs"] * b_id * rows(s_.objective) * b * seq,
                                r"A_{\mathrm{ids}}", entry["inputs_why"], entry["inputs_source"])
+    norm = next((t for t in activation_terms if t.key == "act_final_norm"), None)
+    if norm is not None and not s_.lora:   # the compact head indexes the scored rows' copy: the norm's output goes
+        normed = (b_c if s_.weight_casts else compute_weight_bytes(s_)) * b * seq * h
+        fused[norm.key] = Term(norm.key, norm.role, sp.expand(norm.expr - normed).xreplace(twice), norm.label,
+                               norm.why.replace(" and the normed tensor", "") + " (the fused head keeps its own copy "
+                               "of the scored positions' normed states)", norm.source, norm.place, norm.lifetime)
     return [fused[t.key] if t.key in fused else
             Term(t.key, t.role, t.expr.xreplace(twice), t.label, t.why, t.source, t.place, t.lifetime)
             for t in activation_terms]
