@@ -81,6 +81,24 @@ GRPO_SETTINGS = ("num_generations", "steps_per_generation", "gradient_accumulati
 GENERATIONS = ("hf", "vllm-colocate", "vllm-server")
 
 
+def _grpo_seq(kw: dict) -> int:
+    """GRPO's sequence from ``max_completion_length`` (removed from ``kw``): the prompt plus the completion.
+
+    >>> _grpo_seq({"objective": "grpo", "prompt": 256, "max_completion_length": 768})
+    1024
+    """
+    completion = kw.pop("max_completion_length")
+    if kw.get("objective") != "grpo":
+        raise UserError("--max-completion-length is a GRPO setting: use --objective grpo")
+    if isinstance(completion, bool) or not isinstance(completion, int) or completion < 1:
+        raise UserError(f"--max-completion-length must be a whole number of tokens >= 1; got {excerpt(completion)}")
+    seq = int(kw.get("prompt") or 0) + completion
+    if kw.get("seq") not in (None, seq):
+        raise UserError(f"--seq {kw['seq']} contradicts --prompt {kw.get('prompt') or 0} + --max-completion-length "
+                        f"{completion} = {seq}; give one of them")
+    return seq
+
+
 def _objective_defaults(kw: dict) -> dict:
     """What a preference objective decides before the stack fills the rest: TRL's stack (its config's bf16 and
     gradient checkpointing) unless one is given, and TRL's fused LM head, which its trainers always install.
@@ -265,6 +283,8 @@ class Scenario:
         (``stack``, else the model's default stack: see symvram.stacks)."""
         spec = model if isinstance(model, ModelSpec) else load_model(model)
         kw = {k: v for k, v in kw.items() if v is not None and k != "given"}
+        if "max_completion_length" in kw:   # GRPO: the sequence is the prompt and the longest completion
+            kw["seq"] = _grpo_seq(kw)
         unknown = sorted(set(kw) - set(cls.__dataclass_fields__))
         if unknown:
             raise UserError(f"unknown scenario setting {', '.join(unknown)}; settings are "
@@ -346,7 +366,26 @@ class Scenario:
         seq = merged["seq"]
         if "prompt" not in kw and isinstance(seq, int) and not isinstance(seq, bool) and 0 < seq <= self.prompt:
             merged["prompt"] = self.prompt * seq // self.seq
+        if self.objective == "grpo" and "steps_per_generation" not in kw and merged["batch"] != self.batch:
+            merged["steps_per_generation"] = self._steps_for(merged["batch"])
         return Scenario.create(self.model, **merged)
+
+    def _steps_for(self, batch) -> int:
+        """GRPO at another per-device batch: the steps per generation that keep the generation batch when ``batch``
+        divides it, else the fewest that hold whole prompt groups (TRL's divisibility by num_generations) — what
+        GRPO's docs advise: fewer completions per device, more steps per generation.
+
+        >>> sc = Scenario.create("7b", objective="grpo", method="lora", prompt=64, seq=512, batch=8)
+        >>> sc.with_changes(batch=2).steps_per_generation, sc.with_changes(batch=3).steps_per_generation
+        (4, 8)
+        """
+        if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
+            return self.steps_per_generation   # refused by the check
+        rows = self.batch * self.steps_per_generation
+        if rows % batch == 0:
+            return rows // batch
+        world = max(self.gpus // self.tp, 1)
+        return self.num_generations // math.gcd(batch * world, self.num_generations)
 
     @property
     def kbit_prepared(self) -> bool:
@@ -610,7 +649,8 @@ class Scenario:
         if generation_batch % self.num_generations:   # grpo_config.py:1135-1140
             raise UserError(f"generation_batch_size ({generation_batch} = batch {self.batch} x {world} GPUs x "
                             f"steps_per_generation {self.steps_per_generation}) must be divisible by num_generations "
-                            f"({self.num_generations}), as TRL's GRPOConfig requires")
+                            f"({self.num_generations}), as TRL's GRPOConfig requires; change --num-generations, --batch or "
+                            "--steps-per-generation")
         if self.num_generations < 2:   # grpo_config.py:1142-1146
             raise UserError(f"GRPO requires at least 2 generations per prompt to calculate the advantages; got "
                             f"--num-generations {self.num_generations}")
@@ -626,6 +666,9 @@ class Scenario:
 
     def _check_objective(self) -> None:
         """A known objective; DPO's prompt inside the sequence, its reference settings only with it."""
+        if self.objective == "ppo":
+            raise UserError("--objective ppo is not modelled: PPO trains a value model beside the policy and scores "
+                            "with a reward model, which symvram does not build (TRL 1.16 ships no PPOTrainer)")
         _choice(self.objective, tuple(objectives()), "--objective")
         if not isinstance(self.precompute_ref, bool):
             raise UserError(f"precompute_ref must be True or False; got {excerpt(self.precompute_ref)}")
