@@ -365,15 +365,16 @@ class Scenario:
                 merged["packing"] = int(asked.get("seq", self.seq)) if rows == 1 else 0
         seq = merged["seq"]
         if "prompt" not in kw and isinstance(seq, int) and not isinstance(seq, bool) and 0 < seq <= self.prompt:
-            merged["prompt"] = self.prompt * seq // self.seq
+            merged["prompt"] = max(self.prompt * seq // self.seq, 1 if self.objective == "grpo" else 0)
         if self.objective == "grpo" and "steps_per_generation" not in kw and merged["batch"] != self.batch:
             merged["steps_per_generation"] = self._steps_for(merged["batch"])
         return Scenario.create(self.model, **merged)
 
     def _steps_for(self, batch) -> int:
-        """GRPO at another per-device batch: the steps per generation that keep the generation batch when ``batch``
-        divides it, else the fewest that hold whole prompt groups (TRL's divisibility by num_generations) — what
-        GRPO's docs advise: fewer completions per device, more steps per generation.
+        """GRPO at another per-device batch: the same steps per generation while the generation batch still holds
+        whole prompt groups (TRL's divisibility by num_generations), else those that keep the generation batch when
+        ``batch`` divides it, else the fewest that hold whole groups — what GRPO's docs advise: fewer completions
+        per device, more steps per generation.
 
         >>> sc = Scenario.create("7b", objective="grpo", method="lora", prompt=64, seq=512, batch=8)
         >>> sc.with_changes(batch=2).steps_per_generation, sc.with_changes(batch=3).steps_per_generation
@@ -381,10 +382,12 @@ class Scenario:
         """
         if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
             return self.steps_per_generation   # refused by the check
+        world = max(self.gpus // self.tp, 1)
+        if (batch * world * self.steps_per_generation) % self.num_generations == 0:
+            return self.steps_per_generation
         rows = self.batch * self.steps_per_generation
         if rows % batch == 0:
             return rows // batch
-        world = max(self.gpus // self.tp, 1)
         return self.num_generations // math.gcd(batch * world, self.num_generations)
 
     @property
