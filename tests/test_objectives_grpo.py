@@ -123,3 +123,24 @@ def test_estimate_is_trls_step(method, checkpointing, k, beta, batch, seq, promp
     assert abs(estimate_training - training) / training < 0.0025, (estimate_training, training)
     assert max(v for key, v in phases.items() if key.endswith(":scoring")) <= training   # scoring never binds here
     assert abs(bd.peak - measured["peak_bytes"]) / measured["peak_bytes"] < 0.0025
+
+
+def test_a_grpo_config_is_read(tmp_path):
+    """A TRL GRPOConfig names a GRPO run by its generation keys; its beta, loss type and steps per generation reach
+    the scenario (a DPOConfig's beta does not: it changes no memory); use_vllm is refused by the scenario."""
+    from symvram.readers.read import read_files
+
+    path = tmp_path / "grpo.json"
+    path.write_text('{"output_dir": "o", "num_generations": 4, "max_completion_length": 448, "beta": 0.04, '
+                    '"loss_type": "grpo", "steps_per_generation": 2, "per_device_train_batch_size": 2}')
+    kw = read_files([str(path)]).kwargs()
+    sc = Scenario.create("qwen2.5-0.5b", prompt=64, **kw)
+    assert (sc.objective, sc.seq, sc.beta, sc.loss_type, sc.steps_per_generation, sc.batch) == \
+        ("grpo", 512, 0.04, "grpo", 2, 2)
+    dpo = tmp_path / "dpo.json"
+    dpo.write_text('{"output_dir": "o", "beta": 0.1, "precompute_ref_log_probs": false, "loss_type": "sigmoid"}')
+    assert "beta" not in read_files([str(dpo)]).kwargs()
+    vllm = tmp_path / "vllm.json"
+    vllm.write_text('{"output_dir": "o", "num_generations": 2, "use_vllm": true, "per_device_train_batch_size": 2}')
+    with pytest.raises(UserError, match="vLLM"):
+        Scenario.create("qwen2.5-0.5b", prompt=64, **read_files([str(vllm)]).kwargs())

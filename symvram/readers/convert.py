@@ -142,20 +142,24 @@ SFT_LOSS_TYPES = ("nll", "dft")
 
 
 def loss_type(value):
-    """TRL's ``loss_type`` (one name or a list for DPO's combined losses), checked as TRL checks it.
+    """TRL's ``loss_type`` (one name or a list for DPO's combined losses), checked as TRL checks it (GRPO's names
+    from ``data/objectives.toml``).
 
     >>> loss_type(["sigmoid", "sft"])
     'sigmoid, sft'
     >>> loss_type("sigmod")
     Traceback (most recent call last):
     ...
-    symvram.readers.convert.WrongValue: 'sigmod' is not a TRL 1.16 loss type; DPO: sigmoid, hinge, ipo, exo_pair, nca_pair, robust, bco_pair, sppo_hard, aot, aot_unpaired, apo_zero, apo_down, discopop, sft, sigmoid_norm; SFT: nll, dft
+    symvram.readers.convert.WrongValue: 'sigmod' is not a TRL 1.16 loss type; DPO: sigmoid, hinge, ipo, exo_pair, nca_pair, robust, bco_pair, sppo_hard, aot, aot_unpaired, apo_zero, apo_down, discopop, sft, sigmoid_norm; SFT: nll, dft; GRPO: grpo, dr_grpo, dapo, bnpo, cispo, sapo, luspo, vespo
     """
+    from ..ledger.objectives import objectives
+
+    grpo = tuple(objectives()["grpo"]["loss_types"])
     names = value if isinstance(value, list) else [value]
     for name in names:
-        if name not in DPO_LOSS_TYPES + SFT_LOSS_TYPES:
+        if name not in DPO_LOSS_TYPES + SFT_LOSS_TYPES + grpo:
             raise WrongValue(f"{name!r} is not a TRL 1.16 loss type; DPO: {', '.join(DPO_LOSS_TYPES)}; "
-                             f"SFT: {', '.join(SFT_LOSS_TYPES)}")
+                             f"SFT: {', '.join(SFT_LOSS_TYPES)}; GRPO: {', '.join(grpo)}")
     return ", ".join(map(str, names))
 
 
