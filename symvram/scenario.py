@@ -79,6 +79,8 @@ def _defaults() -> dict[str, int | float]:
 GRPO_SETTINGS = ("num_generations", "steps_per_generation", "gradient_accumulation_steps", "num_iterations", "beta",
                  "loss_type", "generation")
 GENERATIONS = ("hf", "vllm-colocate", "vllm-server")
+# settings Scenario.create reads that no field holds (it derives a field from them)
+CREATE_SETTINGS = ("max_completion_length",)   # GRPO: seq = prompt + max_completion_length
 
 
 def _grpo_seq(kw: dict) -> int:
