@@ -294,6 +294,7 @@ def plot(model: Model, kind: str = "breakdown", gpu: str | list[str] | None = No
     >>> fig.axes[0].get_xlabel()
     'sequence length s (tokens)'
     """
+    from .analysis.curves import fit_cells, seq_curves
     from .present import plots
 
     if kind not in PLOT_KINDS:
@@ -306,14 +307,14 @@ def plot(model: Model, kind: str = "breakdown", gpu: str | list[str] | None = No
     if kind == "seq-curve":
         if ranks and not sc.lora:
             raise UserError(f"--ranks does not apply to --method {sc.method}: there are no LoRA adapters")
-        return plots.seq_curve(sc, ranks=ranks or DEFAULT_PLOT_RANKS,
-                               cards=cards or [_card(c) for c in DEFAULT_PLOT_CARDS], units=units, theme=theme,
-                               seq_max=seq_max, headroom=headroom)
+        curves = seq_curves(sc, ranks=ranks or DEFAULT_PLOT_RANKS, cards=cards or [_card(c) for c in DEFAULT_PLOT_CARDS],
+                            seq_max=seq_max, headroom=headroom)
+        return plots.seq_curve(curves, units=units, theme=theme)
     if kind == "tornado":
         return plots.tornado(sensitivity(sc), top=top, units=units, theme=theme)
     if len(cards) != 1:
         raise UserError("--kind fit-map needs exactly one --gpu (a named card or a size such as 24GiB)")
-    return plots.fit_map(sc, cards[0], headroom=headroom, units=units, theme=theme, seq_max=seq_max)
+    return plots.fit_map(fit_cells(sc, cards[0], headroom=headroom, seq_max=seq_max), units=units, theme=theme)
 
 
 @dataclass(frozen=True)
