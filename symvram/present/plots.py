@@ -33,8 +33,7 @@ from matplotlib.patches import Patch
 from ..analysis.curves import FitCells, SeqCurves
 from ..analysis.sensitivity import SensitivityResult
 from ..evaluate import Breakdown
-from ..ledger.sharding import STAGE_NAMES
-from ..ledger.terms import BLOCKS
+from ..ledger.terms import BLOCKS, STAGE_NAMES
 from ..presets import GPUSpec
 from ..scenario import Scenario
 from ..errors import UserError
