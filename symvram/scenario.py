@@ -444,7 +444,7 @@ class Scenario:
             raise UserError("--dora is a LoRA variant: use --method lora (or qlora)")
         if self.dora and any(family(self.model.family).target_map[t].count != 1 for t in self.targets):
             raise UserError("--dora on fused MoE experts: PEFT's target_parameters does not support DoRA")
-        if self.loss_impl != "torch" and fam.extra("final_logit_softcapping"):
+        if self.loss_impl not in ("torch", "trl") and fam.extra("final_logit_softcapping"):   # TRL's caps in its tiles
             raise UserError(f"--loss-impl {self.loss_impl} with {fam.key}'s final-logit soft-capping is not modelled")
         if self.loss_impl == "cce" and self.compute_dtype == "fp32":
             raise UserError("--loss-impl cce: Cut Cross-Entropy asserts 16-bit hidden states (bf16/fp16); these are "

@@ -876,7 +876,9 @@ def saved_terms(s_: Structure) -> list[Term]:
                     "torchtune CEWithChunkedOutputLoss" if s_.loss_impl == "chunked"
                     else "transformers ForCausalLMLoss; torch log_softmax")
     terms.append(loss)
-    if fam.extra("final_logit_softcapping"):
+    # TRL's fused LM head caps each tile inside its kernel and saves what it saves uncapped (trl 1.16
+    # kernels/chunked_logprob.py:66-74 _transform, :180 the backward's tanh from the tile; :386 save_for_backward)
+    if fam.extra("final_logit_softcapping") and s_.loss_impl != "trl":
         terms.append(Term("act_logit_softcap", Role.LOSS_ACTIVATION, b_c * T * V, r"A_{\mathrm{cap}}",
                           "final-logit soft-capping keeps tanh(logits / cap) for backward", fam.source))
     bases = fam.dim("rope_bases")
