@@ -383,13 +383,6 @@ class Scenario:
         fam = family(self.model.family)
         if self.attention not in fam.attention_kernels:
             raise UserError(f"--attention {self.attention}: {fam.attention_why or fam.key + ' runs ' + ', '.join(fam.attention_kernels)}")
-        if self.kbit_prepared and any(k.moe and not k.extra("experts_dense") for _, k in fam.layer_kinds):
-            given = "--kbit-prep peft" if "kbit_prep" in self.given else (
-                f"the {self.stack} stack's QLoRA recipe (PEFT's prepare_model_for_kbit_training, --kbit-prep peft)")
-            raise UserError(f"{given} on {fam.key}: prepare_model_for_kbit_training casts the fused experts to fp32, "
-                            "which torch's grouped_mm runs only on its per-expert CUDA fallback (its fast path and its "
-                            "meta kernel take bf16: torch _meta_registrations.py:8645; transformers "
-                            "integrations/moe.py:379), not modelled; use --kbit-prep none")
         _choice(self.device, DEVICES, "--device")
         _choice(self.offload, OFFLOADS, "--offload")
         _positive_int(self.batch, "--batch", MAX_BATCH)

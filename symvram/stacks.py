@@ -167,7 +167,9 @@ def summary(sc) -> str:
                      + "; under checkpointing its backward's temporaries are not either" * sc.grad_checkpointing + ")")
     parts.append("loss on one score per sequence" if sc.score_head else f"loss {sc.loss_impl}")
     if sc.method == "qlora" and sc.kbit_prep == "peft":
-        parts.append("prepare_model_for_kbit_training")
+        parts.append("prepare_model_for_kbit_training" + (
+            " (its fp32 fused experts on torch's per-group grouped_mm fallback on CUDA: modelled, not measured on "
+            "CUDA)" if any(k.moe and not k.extra("experts_dense") for _, k in sc.structure.arch.layer_kinds) else ""))
     elif sc.method == "qlora":   # the preparation is also what turns checkpointing on in this stack: say it is gone
         turned_on = stacks()[sc.stack].get("kbit_grad_checkpointing") and not sc.grad_checkpointing
         parts.append("no kbit preparation" + (" (nor the checkpointing it turns on: add --grad-checkpointing)"

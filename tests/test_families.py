@@ -390,18 +390,6 @@ def test_a_multimodal_config_is_read_through_its_text_config():
     assert evaluate(Scenario.create(spec, method="full")).derived["P"] == 3_880_263_168
 
 
-def test_kbit_prep_on_grouped_mm_experts_is_refused():
-    """prepare_model_for_kbit_training casts the fused experts to fp32; transformers runs them through torch's
-    grouped_mm (integrations/moe.py:379), whose fast path and meta kernel take bf16 only
-    (torch/_meta_registrations.py:8645): fp32 runs on the CUDA per-expert fallback, which FakeTensorMode cannot trace,
-    so the estimate is refused with the reason. Llama 4's dense-bmm experts run in fp32 (measured: the Scout QLoRA
-    benchmark case) and are estimated."""
-    with pytest.raises(UserError, match="grouped_mm runs only on its per-expert CUDA fallback"):
-        Scenario.create("qwen3-30b-a3b", method="qlora", kbit_prep="peft")
-    Scenario.create("qwen3-30b-a3b", method="qlora", kbit_prep="none")
-    Scenario.create("llama-4-scout-17b-16e", method="qlora", kbit_prep="peft")
-
-
 @pytest.mark.parametrize("settings, limit", [
     (dict(method="lora", rank=8, targets="all-linear", stack="hf"), 0.004),   # peaks in the experts' forward
     (dict(method="lora", rank=8, targets="attention", stack="torch", adapter_dtype="fp32", state_dtype="fp32",
