@@ -753,7 +753,7 @@ def per_layer_bytes(s_: Structure) -> sp.Expr:
 # the only fields the activation and transient terms read (not the optimizer, master copy, quantization, sharding)
 ACTIVATION_FIELDS = ("method", "family", "first_kind", "lead_kinds", "options", "tied", "targets", "adapter_upcast", "attention", "autocast",
                      "compute_fp32", "device", "dora", "dropout", "grad_checkpointing", "head_targets",
-                     "optimizer_in_backward", "checkpoint_every", "offload_activations", "packed", "liger",
+                     "optimizer_in_backward", "checkpoint_every", "offload_activations", "offload_checkpoints", "packed", "liger",
                      "kbit_prepared", "loss_impl", "modules_to_save", "score_head", "weight_casts", "fsdp_mixed_precision", "bnb_input_saved",
                      "shift_logits_copy", "forward_logits_upcast", "tower", "objective")
 
@@ -783,6 +783,8 @@ def saved_terms(s_: Structure) -> list[Term]:
     terms: list[Term] = []
     if s_.offload_activations:
         terms += offloaded_terms(s_)
+    elif s_.offload_checkpoints:
+        terms += unsloth_checkpoint_terms(s_)
     elif s_.grad_checkpointing:
         b_res, n_c = residual_bytes(s_), checkpointed_layers(s_)
         terms.append(Term("act_checkpoints", Role.SAVED_ACTIVATION, n_c * b_res * T * h + b_id * seq, r"A_{\mathrm{ckpt}}",
@@ -864,6 +866,11 @@ def saved_terms(s_: Structure) -> list[Term]:
                           "not measured here: Triton only)", "liger_kernel ops/fused_linear_cross_entropy.py"))
     elif s_.loss_impl == "trl":
         terms.append(trl_saved_term(s_))
+    elif s_.loss_impl == "unsloth":
+        terms.append(Term("act_logsoftmax", Role.LOSS_ACTIVATION, residual_bytes(s_) * T * h, r"A_{\mathrm{FLCE}}",
+                          "Unsloth's fused linear cross-entropy writes the hidden states' gradient in the forward and "
+                          "keeps it for backward; no logits survive (modelled from source, not measured: Triton)",
+                          UNSLOTH_CE + ":1294, :1698 save_for_backward"))
     elif s_.loss_impl == "cce":
         terms.append(Term("act_logsoftmax", Role.LOSS_ACTIVATION, b_32 * T + b_32 * V, r"A_{\mathrm{CCE}}",
                           "Cut Cross-Entropy keeps the fp32 log-sum-exp per token and the fp32 average logit per "
@@ -952,6 +959,75 @@ def offloaded_terms(s_: Structure) -> list[Term]:
                       OFFLOAD + ":434-447 unpack_tensor_with_streams", lifetime=span(Phase.LAST_LAYER_RECOMPUTE,
                                                                                       Phase.FIRST_LAYER_BACKWARD)))
     return terms
+
+
+UNSLOTH_GC = "unsloth_zoo 2026.10.9 gradient_checkpointing.py"
+UNSLOTH_MIN_OFFLOAD = 2 * 1024 * 1024      # :1308 MINIMUM_SIZE: a checkpointed input of at most 2 MiB is not offloaded
+UNSLOTH_STAGING_INITIAL = 2 * 256 * 2048   # :65 INITIAL_GPU_BUFFER_SIZE, elements of the 16-bit buffer dtype
+UNSLOTH_HOST_SLOTS, UNSLOTH_HOST_SLOT = 200, 128 * 1024   # :64-66 the pinned pool: 200 buffers of 128Ki elements
+UNSLOTH_STORE = sym("bytes_offload")   # 16-bit: bf16 where supported (:1283), an fp32 input stored as bf16 (:1395)
+
+
+def unsloth_offloads(s_: Structure) -> sp.Expr:
+    """1 when Unsloth's checkpointer offloads a layer input: its bytes as stored (16-bit: an fp32 input is stored as
+    bf16, :1395-1396) above 2 MiB (:1399 ``new_size > MINIMUM_SIZE``), else 0.
+
+    >>> s_ = Structure(method="lora", grad_checkpointing=True, offload_checkpoints=True)
+    >>> [unsloth_offloads(s_).subs({sym("batch"): 1, sym("seq"): n, h: 4096}) for n in (256, 257)]
+    [0, 1]
+    """
+    return at_least(T * h, UNSLOTH_MIN_OFFLOAD // 2 + 1)   # elements of the 16-bit stored copy
+
+
+def unsloth_checkpoint_terms(s_: Structure) -> list[Term]:
+    """Unsloth's offloaded gradient checkpointing (``use_gradient_checkpointing="unsloth"``: torch's checkpoint
+    patched to ``UnslothCheckpointFunction``, unsloth_zoo 2026.10.9 gradient_checkpointing.py:1337-1717, reentrant).
+    Each layer's input (the Function's first argument) above 2 MiB is copied on a side stream into a pinned host slot
+    (:1453-1506) and not saved; from the second micro-batch on the last layer's is saved on the device instead
+    (``LAST_GC_INDEX``, :1387-1399). Backward copies it back into a device staging buffer that lives for the whole
+    run (``GPU_BUFFERS``, resized to the largest input, :1470-1480; a second one, ``GPU_BUFFERS_B``, for double
+    buffering when more than 512 MiB are free at the second forward, :1425-1444) and recomputes the layer on that
+    buffer itself (:1656: ``buffer.detach()``; a 16-bit stream needs no cast). Under LoRA the embedding output is a
+    leaf that requires grad (unsloth_zoo training_utils.py:510-520 ``enable_input_require_grads``): its
+    AccumulateGrad node keeps the first layer's input on the device as well.
+
+    >>> terms = unsloth_checkpoint_terms(Structure(method="lora", grad_checkpointing=True, offload_checkpoints=True))
+    >>> [(t.key, t.place.value) for t in terms]
+    [('act_checkpoints', 'device'), ('act_offloaded', 'host'), ('unsloth_staging', 'device')]
+    """
+    b_res, off = residual_bytes(s_), unsloth_offloads(s_)
+    kept = sp.Min(L, 1 + int(embedding_leaf(s_)))   # the last layer's input (and the leaf first layer's)
+    on_device = L - off * (L - kept)
+    host_slots = off * (L - 1)
+    terms = [Term("act_checkpoints", Role.SAVED_ACTIVATION, on_device * b_res * T * h + b_id * seq, r"A_{\mathrm{ckpt}}",
+                  "Unsloth's checkpointer keeps on the device the last layer's input (not offloaded from the second "
+                  "micro-batch on)" + (", the first layer's (the embedding output is a leaf that requires grad, kept by "
+                                       "its AccumulateGrad node)" if embedding_leaf(s_) else "")
+                  + " and the position ids; every input of at most 2 MiB stays too",
+                  UNSLOTH_GC + ":1387-1399, :1540 save_for_backward"),
+             Term("act_offloaded", Role.SAVED_ACTIVATION, host_slots * UNSLOTH_STORE * T * h
+                  + sp.Max(0, UNSLOTH_HOST_SLOTS - host_slots) * UNSLOTH_STORE * UNSLOTH_HOST_SLOT, r"A_{\mathrm{ckpt,host}}",
+                  "every other checkpointed layer input, in a 16-bit pinned host slot (grown to it), and the rest of "
+                  "the 200-slot pinned pool of 256 KiB each", UNSLOTH_GC + ":1290-1298, :1453-1506", place=Place.HOST),
+             Term("unsloth_staging", Role.STAGING_BUFFER, off * 2 * sp.Max(T * h, UNSLOTH_STAGING_INITIAL) * UNSLOTH_STORE,
+                  r"M_{\mathrm{stage}}", "two 16-bit device staging buffers (double buffering), each the size of one "
+                  "layer input, kept for the whole run; the recompute reads the input brought back in place (a card "
+                  "with less than 512 MiB free at the second forward keeps one)",
+                  UNSLOTH_GC + ":1114-1117, :1425-1444, :1470-1490, :1578-1601")]
+    if s_.kbit_prepared or s_.compute_fp32:   # an fp32 stream is stored as bf16 and cast back for the recompute: a new fp32 tensor
+        terms.append(Term("offload_brought_back", Role.RECOMPUTED_ACTIVATION, off * b_res * T * h,
+                          r"A_{\mathrm{ckpt,back}}", "the fp32 cast of the 16-bit input brought back, for the layer "
+                          "being recomputed", UNSLOTH_GC + ":1656 buffer.to(saved_dtype)",
+                          lifetime=span(Phase.LAST_LAYER_RECOMPUTE, Phase.FIRST_LAYER_BACKWARD)))
+    return terms
+
+
+def unsloth_traffic(s_: Structure) -> Term:
+    """What Unsloth's offloaded checkpointer moves over PCIe per micro-batch: each offloaded input to the host and
+    back (priced as not hidden: it copies on a side stream that overlaps compute; modelled, not measured)."""
+    return Term("offload_activation_copies", Role.HOST_TRAFFIC, 2 * unsloth_offloads(s_) * (L - 1) * UNSLOTH_STORE * T * h,
+                r"C_{\mathrm{host,act}}", "Unsloth's offloaded checkpointing: every offloaded layer input to pinned "
+                "host memory and back", UNSLOTH_GC + ":1506, :1601")
 
 
 def offloaded_head_copies(s_: Structure, loss: Term) -> Term:
@@ -1052,6 +1128,56 @@ def trl_saved_term(s_: Structure, n: sp.Expr = T, why: str = "(every token label
                 "trl 1.16 kernels/chunked_logprob.py:386 ChunkedLogProbFunction.forward")
 
 
+UNSLOTH_CE = "unsloth_zoo 2026.10.9 fused_losses/fused_linear.py"
+UNSLOTH_CE_MAX_ROWS, UNSLOTH_CE_MIN_LOGITS = 4096, 512 * 151936   # fused_linear.py:71-73 _MAX_ROWS, _MIN_LOGITS
+UNSLOTH_CE_BUDGET = 2 * 1024**3   # :69, :119-127 _budget_bytes: min(2 GiB, half the free memory): 2 GiB on a roomy card
+
+
+def pow2_floor(n: sp.Expr, d: sp.Expr) -> sp.Expr:
+    """The largest power of two ≤ n / d for integers n ≥ d > 0: half the next power of two above ⌊n/d⌋, with
+    ⌊n/d⌋ + 1 = ⌈(n + 1)/d⌉.
+
+    >>> [pow2_floor(sp.Integer(n), 2) for n in (2, 15, 16, 18)]
+    [1, 4, 8, 8]
+    """
+    return pow2_ceil(ceil_div(n + 1, d)) / 2
+
+
+def unsloth_ce_rows(s_: Structure) -> sp.Expr:
+    """Rows per chunk of Unsloth's fused linear cross-entropy (fused_linear.py:140-154 ``fused_linear_rows``): the
+    power of two at or below T·h/V, at least that of 512·151936/V (clamped to [512, 4096]), at most 4096, at most
+    what 2 GiB of fp32 logits hold, at most T.
+
+    >>> from symvram.presets import load_model
+    >>> from symvram.scenario import Scenario
+    >>> sc = Scenario.create(load_model("llama-3.1-8b"), method="lora", stack="unsloth", seq=4096)
+    >>> unsloth_ce_rows(sc.structure).subs({sym(k): v for k, v in sc.values().items()})
+    512
+    """
+    min_rows = sp.Min(sp.Max(pow2_floor(UNSLOTH_CE_MIN_LOGITS, V), 512), UNSLOTH_CE_MAX_ROWS)
+    rows = sp.Min(sp.Max(pow2_floor(T * h, V), min_rows), UNSLOTH_CE_MAX_ROWS)
+    return sp.Min(rows, sp.Max(ceil_div(UNSLOTH_CE_BUDGET // 4 + 1, V) - 1, 2), T)
+
+
+def unsloth_loss_terms(s_: Structure) -> list[Term]:
+    """Unsloth's fused linear cross-entropy (``unsloth_fused_ce_loss`` → ``fused_linear_cross_entropy``, its default
+    path: UNSLOTH_CHUNKED_CE and UNSLOTH_FUSED_LINEAR on; fused_linear.py:1286-1378 ``_ce_impl``). The hidden states'
+    gradient is allocated (hidden-sized, :1294) and written chunk by chunk in the forward; each chunk of R rows
+    projects into one [R, V rounded up to 8] fp32 buffer (:919-927, reused for the chunk's 16-bit logits gradient, an
+    fp32 log-prob per token kept). The backward scales the stored gradient (a new tensor). Modelled with the chunked
+    buffer: for a frozen head on a card over 24.5 GiB from 4096 tokens (any token count on a smaller card) with
+    V > 32768, Unsloth takes its tiled pass instead, which has no [R, V] buffer (:1324-1333): an upper bound there."""
+    R = unsloth_ce_rows(s_)
+    buffer = b_32 * R * 8 * ceil_div(V, 8) + b_c * R * h + b_32 * T
+    return [Term("logits", Role.LOSS_TEMPORARY, buffer, r"M_{\mathrm{logits}}",
+                 "Unsloth's fused linear CE: one [R, V] fp32 logits buffer (R = unsloth_ce_rows), a chunk's 16-bit "
+                 "hidden gradient and an fp32 log-prob per token — modelled from source, not measured (Triton)",
+                 UNSLOTH_CE + ":1294-1378 _ce_impl"),
+            Term("loss_backward_temp", Role.LOSS_BACKWARD_TEMPORARY, residual_bytes(s_) * T * h, r"M_{\mathrm{CE}'}",
+                 "its backward multiplies the stored hidden states' gradient by the incoming scale: a new tensor",
+                 "unsloth_zoo 2026.10.9 fused_losses/fused_linear.py backward (grad * scale)")]
+
+
 def loss_terms(s_: Structure, logits_bytes) -> list[Term]:
     """The loss's transients: the logits (and their fp32 copy) while it is computed, and the start of its
     backward — per implementation (``--loss-impl``)."""
@@ -1068,6 +1194,8 @@ def loss_terms(s_: Structure, logits_bytes) -> list[Term]:
                      "liger_kernel fused_linear_cross_entropy_backward")]
     if s_.loss_impl == "trl":
         return trl_loss_terms(s_)
+    if s_.loss_impl == "unsloth":
+        return unsloth_loss_terms(s_)
     if s_.loss_impl == "cce":
         grad_w = b_c * V * h if lm_head_trains else sp.Integer(0)
         return [Term("logits", Role.LOSS_TEMPORARY, b_32 * T, r"M_{\mathrm{logits}}",
@@ -1273,7 +1401,9 @@ def transient_terms(s_: Structure) -> list[Term]:
                           "otherwise they are among the layers' saved tensors)", "torch.utils.checkpoint" + EVERY_N,
                           lifetime=RECOMPUTES[:2]))
     if s_.grad_checkpointing:   # the other layers' checkpointed inputs are freed with their backward by then
-        terms.append(Term("first_checkpoint", Role.RECOMPUTED_ACTIVATION, residual_bytes(s_) * T * h + b_id * seq,
+        # (Unsloth's checkpointer recomputes an offloaded first layer on its staging buffer: only a kept one counts)
+        first_kept = 1 - unsloth_offloads(s_) * int(not embedding_leaf(s_)) if s_.offload_checkpoints else 1
+        terms.append(Term("first_checkpoint", Role.RECOMPUTED_ACTIVATION, first_kept * residual_bytes(s_) * T * h + b_id * seq,
                           r"A_{\mathrm{ckpt},0}", "the first layer's checkpointed input (the embedding output) and the "
                           "position ids, kept until that layer's backward ends", "torch.utils.checkpoint",
                           lifetime=RECOMPUTES[2:]))

@@ -1,0 +1,102 @@
+"""--stack unsloth: Unsloth 2026.10.9's defaults, its offloaded gradient checkpointer (--checkpoint-impl unsloth)
+and its fused linear cross-entropy (--loss-impl unsloth). Modelled from unsloth / unsloth_zoo 2026.10.9's source,
+not measured (CUDA streams, Triton); every figure below is derived by hand from that source."""
+from __future__ import annotations
+
+import pytest
+
+from symvram.analysis.host import host_bytes
+from symvram.errors import UserError
+from symvram.evaluate import evaluate
+from symvram.presets import load_model
+from symvram.scenario import Scenario
+
+L, h, V = 32, 4096, 128256   # Llama-3.1-8B
+MiB = 1024 * 1024
+
+
+def _value(sc, expr):
+    from symvram.symbols import sym
+
+    return int(expr.subs({sym(k): v for k, v in sc.values().items()}))
+
+
+def _run(**kw):
+    return evaluate(Scenario.create(load_model("llama-3.1-8b"), **{"stack": "unsloth", **kw}))
+
+
+def test_defaults_follow_unsloth():
+    """FastLanguageModel.from_pretrained(load_in_4bit=True) + get_peft_model(r=16, all seven projections,
+    use_gradient_checkpointing="unsloth"); adapters upcast to fp32, norms and embeddings left 16-bit."""
+    sc = Scenario.create(load_model("llama-3.1-8b"), stack="unsloth", seq=4096)
+    assert (sc.method, sc.rank, sc.adapter_dtype, sc.kbit_prep) == ("qlora", 16, "fp32", "none")
+    assert (sc.grad_checkpointing, sc.checkpoint_impl, sc.loss_impl) == (True, "unsloth", "unsloth")
+    assert len(sc.targets) == 7
+    header = sc.summary() if hasattr(sc, "summary") else __import__("symvram.stacks").stacks.summary(sc)
+    assert header.count("modelled, not measured") >= 3   # the stack, the checkpointer, the loss
+    # below max_seq_length 512 Unsloth unpatches its checkpointer: plain reentrant checkpointing
+    assert Scenario.create(load_model("llama-3.1-8b"), stack="unsloth", seq=256).checkpoint_impl == "reentrant"
+    assert Scenario.create(load_model("llama-3.1-8b"), stack="unsloth", seq=256,
+                           checkpoint_impl="unsloth").checkpoint_impl == "unsloth"
+
+
+def test_offloaded_checkpointer_by_hand():
+    """b 1, s 4096 (T·h = 16 Mi elements, 32 MiB in bf16 > 2 MiB: offloaded). From the second micro-batch the last
+    layer's input stays on the card, and under LoRA the embedding output (a leaf) too; the other 31 go to pinned
+    host slots, the rest of the 200-slot pool keeps 256 KiB each; two staging buffers of one input each."""
+    T = 4096
+    e = _run(method="lora", seq=T)
+    x = T * h * 2
+    assert e.terms["act_checkpoints"] == 2 * x + 8 * T
+    assert e.terms["act_offloaded"] == (L - 1) * x + (200 - (L - 1)) * 128 * 1024 * 2
+    assert e.terms["unsloth_staging"] == 2 * x
+    assert host_bytes(e) == e.terms["act_offloaded"]
+    # against torch's non-reentrant checkpointing of the same run: the card holds 30 inputs less, 2 buffers more
+    plain = _run(method="lora", seq=T, checkpoint_impl="non-reentrant", loss_impl="unsloth")
+    assert plain.terms["act_checkpoints"] - e.terms["act_checkpoints"] == 30 * x
+    assert plain.moments["forward_loss"] - e.moments["forward_loss"] == 28 * x
+    # full fine-tuning: the embedding trains, so its output is no leaf and is offloaded as well
+    full = _run(method="full", seq=T, loss_impl="torch")
+    assert full.terms["act_checkpoints"] == x + 8 * T
+
+
+def test_small_inputs_stay_on_the_card():
+    """MINIMUM_SIZE = 2 MiB, strictly exceeded (gradient_checkpointing.py:1399): at T·h = 1 Mi elements (2 MiB)
+    nothing is offloaded and no staging buffer is made; one token more and it is."""
+    at = _run(method="lora", seq=256, checkpoint_impl="unsloth")
+    assert at.terms["act_checkpoints"] == L * 256 * h * 2 + 8 * 256
+    assert at.terms["unsloth_staging"] == 0 and at.terms["act_offloaded"] == 200 * 256 * 1024
+    above = _run(method="lora", seq=257, checkpoint_impl="unsloth")
+    assert above.terms["unsloth_staging"] == 2 * 257 * h * 2
+
+
+def test_traffic_is_priced():
+    """Each offloaded input crosses PCIe twice per micro-batch: 2 · 31 · 32 MiB."""
+    from symvram.ledger.comm import build_comm
+
+    sc = Scenario.create(load_model("llama-3.1-8b"), stack="unsloth", method="lora", seq=4096)
+    term = next(t for t in build_comm(sc.structure).terms if t.key == "offload_activation_copies")
+    assert _value(sc, term.expr) == 2 * 31 * 4096 * h * 2
+
+
+@pytest.mark.parametrize("seq, rows", [(4096, 512), (65536, 2048), (131072, 4096), (1000, 512), (300, 300)])
+def test_fused_loss_rows_by_hand(seq, rows):
+    """fused_linear_rows (fused_linear.py:140-154): the power of two ≤ T·h/V (T = 4096: 130.8 → 128; 65536: 2093 →
+    2048; 131072: 4186 → 4096), raised to the floor (pow2 ≤ 512·151936/128256 = 606.5 → 512), at most 4096 and
+    2 GiB of fp32 logits (2^31/(4·128256) = 4186 rows), at most T."""
+    from symvram.ledger.activations import unsloth_ce_rows
+
+    sc = Scenario.create(load_model("llama-3.1-8b"), stack="unsloth", method="lora", seq=seq)
+    assert _value(sc, unsloth_ce_rows(sc.structure)) == rows
+    e = evaluate(sc)
+    assert e.terms["logits"] == 4 * rows * V + 2 * rows * h + 4 * seq   # V is a multiple of 8
+    assert e.terms["act_logsoftmax"] == 2 * seq * h == e.terms["loss_backward_temp"]
+
+
+def test_refusals():
+    with pytest.raises(UserError, match="--checkpoint-impl unsloth with --offload-activations"):
+        Scenario.create(load_model("llama-3.1-8b"), stack="unsloth", method="lora", offload_activations=True)
+    with pytest.raises(UserError, match="several GPUs"):
+        Scenario.create(load_model("llama-3.1-8b"), stack="unsloth", method="lora", gpus=2, zero=2)
+    with pytest.raises(UserError, match="--loss-impl unsloth with full fine-tuning"):
+        Scenario.create(load_model("llama-3.1-8b"), stack="unsloth", method="full")
