@@ -100,3 +100,17 @@ def test_refusals():
         Scenario.create(load_model("llama-3.1-8b"), stack="unsloth", method="lora", gpus=2, zero=2)
     with pytest.raises(UserError, match="--loss-impl unsloth with full fine-tuning"):
         Scenario.create(load_model("llama-3.1-8b"), stack="unsloth", method="full")
+
+
+def test_diagnose_prices_the_checkpointer_with_its_terms():
+    """Under the unsloth stack with plain checkpointing (use_gradient_checkpointing=True), diagnose offers the
+    offloaded checkpointer; its saving at the loss (remedies stack: measured from the one before) is the ledger's: 30
+    inputs fewer, two staging buffers more."""
+    from symvram.api import diagnose
+
+    kw = dict(stack="unsloth", method="lora", seq=32768, checkpoint_impl="reentrant")
+    d = diagnose("llama-3.1-8b", "rtx-4090", **kw)
+    remedy = next(r for r in d.remedies if r.key == "unsloth_checkpointing")
+    x = 32768 * h * 2
+    assert remedy.before.moments["forward_loss"] - remedy.after.moments["forward_loss"] == 30 * x - 2 * x
+    assert "PCIe" in remedy.cost and "modelled, not measured" in remedy.cost
