@@ -169,7 +169,8 @@ def summary(sc) -> str:
                      "mask, is not modelled)")
     if sc.structure.offload_checkpoints:
         parts.append("Unsloth's offloaded checkpointing (unsloth_zoo 2026.10.9: layer inputs in pinned host memory, "
-                     "two device staging buffers; modelled, not measured)")
+                     "two device staging buffers, measured by running its checkpointer on the CPU; the copy streams "
+                     "modelled, not measured)")
     if sc.loss_impl == "unsloth":
         parts.append("Unsloth's fused linear cross-entropy (Triton: modelled, not measured)")
     if sc.offload_activations:

@@ -3,6 +3,10 @@ and its fused linear cross-entropy (--loss-impl unsloth). Modelled from unsloth 
 not measured (CUDA streams, Triton); every figure below is derived by hand from that source."""
 from __future__ import annotations
 
+import json
+import os
+from pathlib import Path
+
 import pytest
 
 from symvram.analysis.host import host_bytes
@@ -43,12 +47,13 @@ def test_defaults_follow_unsloth():
 def test_offloaded_checkpointer_by_hand():
     """b 1, s 4096 (T·h = 16 Mi elements, 32 MiB in bf16 > 2 MiB: offloaded). From the second micro-batch the last
     layer's input stays on the card, and under LoRA the embedding output (a leaf) too; the other 31 go to pinned
-    host slots, the rest of the 200-slot pool keeps 256 KiB each; two staging buffers of one input each."""
+    host slots (32 of them grown by the first micro-batch, which offloads all), the rest of the 200-slot pool keeps
+    256 KiB each; two staging buffers of one input each."""
     T = 4096
     e = _run(method="lora", seq=T)
     x = T * h * 2
     assert e.terms["act_checkpoints"] == 2 * x + 8 * T
-    assert e.terms["act_offloaded"] == (L - 1) * x + (200 - (L - 1)) * 128 * 1024 * 2
+    assert e.terms["act_offloaded"] == L * x + (200 - L) * 128 * 1024 * 2   # the first micro-batch grew L slots
     assert e.terms["unsloth_staging"] == 2 * x
     assert host_bytes(e) == e.terms["act_offloaded"]
     # against torch's non-reentrant checkpointing of the same run: the card holds 30 inputs less, 2 buffers more
@@ -114,3 +119,41 @@ def test_diagnose_prices_the_checkpointer_with_its_terms():
     x = 32768 * h * 2
     assert remedy.before.moments["forward_loss"] - remedy.after.moments["forward_loss"] == 30 * x - 2 * x
     assert "PCIe" in remedy.cost and "modelled, not measured" in remedy.cost
+
+
+RUNS = Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "unsloth_checkpointer.json"
+
+
+def _ledger_of(row):
+    """The ledger's three terms for a stored run's shape: tiny Llama with its layers and width, b 1, s = tokens."""
+    from test_modules_to_save import tiny
+
+    model = tiny(num_hidden_layers=row["layers"], hidden_size=row["hidden"], intermediate_size=2 * row["hidden"],
+                 num_attention_heads=8, num_key_value_heads=8)
+    e = evaluate(Scenario.create(model, stack="unsloth", method="lora" if row["lora"] else "full", batch=1,
+                                 seq=row["tokens"], checkpoint_impl="unsloth", loss_impl="torch", rank=8))
+    return {"alive_inputs": (e.terms["act_checkpoints"] - 8 * row["tokens"]) // row["input_bytes"],
+            "staging_bytes": e.terms["unsloth_staging"], "host_bytes": e.terms["act_offloaded"]}
+
+
+@pytest.mark.parametrize("row", json.loads(RUNS.read_text())["rows"], ids=lambda r: "L{layers}-T{tokens}-h{hidden}"
+                         "-{}".format("lora" if r["lora"] else "full", **r))
+def test_terms_equal_unsloth_zoos_own_checkpointer(row):
+    """Measured: unsloth_zoo 2026.10.9's UnslothCheckpointFunction run on the CPU (benchmarks/unsloth_checkpointer.py;
+    only its streams, events and device tables stubbed) — the inputs still on the card at the second micro-batch's
+    loss, its staging buffers and its host slots — equal the ledger's terms to the byte."""
+    assert _ledger_of(row) == {"alive_inputs": len(row["alive_inputs"]), "staging_bytes": row["staging_bytes"],
+                               "host_bytes": row["host_bytes"]}
+
+
+@pytest.mark.skipif(not os.environ.get("UNSLOTH_ZOO_SRC"), reason="re-running the stored traces needs unsloth_zoo's "
+                    "unpacked wheel in UNSLOTH_ZOO_SRC (it is not a dependency)")
+def test_stored_traces_are_current():
+    import sys
+
+    sys.path.insert(0, str(RUNS.parents[1]))
+    from unsloth_checkpointer import CASES, trace
+
+    stored = json.loads(RUNS.read_text())["rows"]
+    for (n, t, w, lora), row in zip(CASES, stored, strict=True):
+        assert {"layers": n, "tokens": t, "hidden": w, "lora": lora, **trace(os.environ["UNSLOTH_ZOO_SRC"], n, t, w, lora)} == row

@@ -997,8 +997,9 @@ def unsloth_checkpoint_terms(s_: Structure) -> list[Term]:
     """
     b_res, off = residual_bytes(s_), unsloth_offloads(s_)
     kept = sp.Min(L, 1 + int(embedding_leaf(s_)))   # the last layer's input (and the leaf first layer's)
+    grown = sp.Max(T * h, UNSLOTH_STAGING_INITIAL) * UNSLOTH_STORE   # a staging buffer grown to one input
     on_device = L - off * (L - kept)
-    host_slots = off * (L - 1)
+    host_slots = off * L   # the first micro-batch offloads every layer (FIRST_PASS): L slots grown, kept grown
     terms = [Term("act_checkpoints", Role.SAVED_ACTIVATION, on_device * b_res * T * h + b_id * seq, r"A_{\mathrm{ckpt}}",
                   "Unsloth's checkpointer keeps on the device the last layer's input (not offloaded from the second "
                   "micro-batch on)" + (", the first layer's (the embedding output is a leaf that requires grad, kept by "
@@ -1007,12 +1008,15 @@ def unsloth_checkpoint_terms(s_: Structure) -> list[Term]:
                   UNSLOTH_GC + ":1387-1399, :1540 save_for_backward"),
              Term("act_offloaded", Role.SAVED_ACTIVATION, host_slots * UNSLOTH_STORE * T * h
                   + sp.Max(0, UNSLOTH_HOST_SLOTS - host_slots) * UNSLOTH_STORE * UNSLOTH_HOST_SLOT, r"A_{\mathrm{ckpt,host}}",
-                  "every other checkpointed layer input, in a 16-bit pinned host slot (grown to it), and the rest of "
-                  "the 200-slot pinned pool of 256 KiB each", UNSLOTH_GC + ":1290-1298, :1453-1506", place=Place.HOST),
-             Term("unsloth_staging", Role.STAGING_BUFFER, off * 2 * sp.Max(T * h, UNSLOTH_STAGING_INITIAL) * UNSLOTH_STORE,
+                  "the other checkpointed layer inputs, each in a 16-bit pinned host slot (L slots grown to one input "
+                  "by the first micro-batch, which offloads every layer) and the rest of the 200-slot pool of 256 KiB "
+                  "each", UNSLOTH_GC + ":1290-1298, :1453-1506", place=Place.HOST),
+             Term("unsloth_staging", Role.STAGING_BUFFER, off * (grown + at_least(L, 2) * grown + (1 - at_least(L, 2))
+                                                                 * UNSLOTH_STAGING_INITIAL * UNSLOTH_STORE),
                   r"M_{\mathrm{stage}}", "two 16-bit device staging buffers (double buffering), each the size of one "
                   "layer input, kept for the whole run; the recompute reads the input brought back in place (a card "
-                  "with less than 512 MiB free at the second forward keeps one)",
+                  "with less than 512 MiB free at the second forward keeps one; with one layer the second stays at "
+                  "its initial 2 MiB)",
                   UNSLOTH_GC + ":1114-1117, :1425-1444, :1470-1490, :1578-1601")]
     if s_.kbit_prepared or s_.compute_fp32:   # an fp32 stream is stored as bf16 and cast back for the recompute: a new fp32 tensor
         terms.append(Term("offload_brought_back", Role.RECOMPUTED_ACTIVATION, off * b_res * T * h,
