@@ -33,6 +33,9 @@ ATTENTIONS = ("sdpa", "eager")
 DEVICES = ("cuda", "cpu")
 CHECKPOINT_IMPLS = ("non-reentrant", "reentrant", "unsloth")
 KBIT_PREPS = ("peft", "none")
+# the families and targets Unsloth's fused LoRA kernels are modelled for (Scenario.unsloth_kernels)
+UNSLOTH_FAMILIES = ("llama", "mistral", "qwen2", "qwen3")
+UNSLOTH_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 LOSS_IMPLS = ("torch", "chunked", "liger", "cce", "trl", "unsloth")
 OFFLOADS = ("none", "optimizer", "optimizer+params")
 HALF_DTYPES = ("none", "bf16", "fp16")   # --autocast and --mp-policy: none or a 16-bit dtype
@@ -628,6 +631,15 @@ class Scenario:
                 raise UserError(f"--tp {self.tp} does not divide {name} = {dims[name]}: tensor parallelism "
                                 f"gives every rank the same share of the heads and of d_ff")
 
+    @property
+    def unsloth_kernels(self) -> bool:
+        """Whether Unsloth's fused LoRA kernels run: FastLlamaModel.patch_peft_model (unsloth 2026.10.9
+        models/llama.py:5252-5273, 5333-5410) patches the Llama, Mistral, Qwen2 and Qwen3 layers whose q, k, v, o,
+        gate, up and down projections all carry LoRA, without dropout (the other families load through
+        transformers' modules, not modelled apart; a partial target set falls back to PEFT's eager path)."""
+        return (self.stack == "unsloth" and self.lora and self.lora_dropout == 0 and not self.dora
+                and self.model.family in UNSLOTH_FAMILIES and set(UNSLOTH_TARGETS) <= set(self.targets))
+
     @cached_property
     def structure(self) -> Structure:
         """The discrete choices of the ledger (built once per Scenario: the Scenario is frozen)."""
@@ -651,12 +663,13 @@ class Scenario:
             loss_impl=self.loss_impl, dora=self.lora and self.dora, modules_to_save=self.saved_modules, zero=self.zero, offload=self.offload,
             sequence_parallel=self.sequence_parallel, tensor_parallel=self.tp > 1,
             fsdp_mixed_precision=self.mp_policy != "none", zero_impl=stacks()[self.stack].get("zero_impl", "fsdp2"),
-            bnb_input_saved=self.method == "qlora" and applies("bnb_input_saved", self.versions),
+            bnb_input_saved=self.method == "qlora" and applies("bnb_input_saved", self.versions)
+            and not self.unsloth_kernels,
             optimizer_in_backward=self.optimizer_in_backward,
             checkpoint_every=self.checkpoint_every if self.grad_checkpointing else 1,
             offload_activations=self.offload_activations,
             offload_checkpoints=self.grad_checkpointing and self.checkpoint_impl == "unsloth",
-            packed=self.packing > 0, liger=self.liger,
+            packed=self.packing > 0, liger=self.liger, unsloth_kernels=self.unsloth_kernels,
             shift_logits_copy=self.loss_impl == "torch" and applies("hf_shift_logits_copy", self.versions),
             forward_logits_upcast=self.loss_impl == "torch" and applies("hf_forward_logits_upcast", self.versions),
             tower=self.model.tower,

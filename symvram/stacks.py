@@ -173,6 +173,12 @@ def summary(sc) -> str:
                      "modelled, not measured)")
     if sc.loss_impl == "unsloth":
         parts.append("Unsloth's fused linear cross-entropy (Triton: modelled, not measured)")
+    if sc.unsloth_kernels:
+        parts.append("Unsloth's fused LoRA QKV/O/MLP and RMSNorm kernels (what they save; their backward's "
+                     "temporaries as PEFT's eager layer; Triton: modelled, not measured)")
+    elif sc.stack == "unsloth" and sc.lora:
+        parts.append("PEFT's eager LoRA layers (Unsloth's fused kernels are modelled for Llama, Mistral, Qwen2 and "
+                     "Qwen3 with LoRA on all seven projections and no dropout)")
     if sc.offload_activations:
         parts.append("TRL's activation offloading (its rules traced on the CPU; the copy streams' overlap and pinned "
                      "host memory modelled, not measured)")

@@ -36,7 +36,9 @@ def test_defaults_follow_unsloth():
     assert (sc.method, sc.rank, sc.adapter_dtype, sc.kbit_prep) == ("qlora", 16, "fp32", "none")
     assert (sc.grad_checkpointing, sc.checkpoint_impl, sc.loss_impl) == (True, "unsloth", "unsloth")
     assert len(sc.targets) == 7
-    header = sc.summary() if hasattr(sc, "summary") else __import__("symvram.stacks").stacks.summary(sc)
+    from symvram.stacks import summary
+
+    header = summary(sc)
     assert header.count("modelled, not measured") >= 3   # the stack, the checkpointer, the loss
     # below max_seq_length 512 Unsloth unpatches its checkpointer: plain reentrant checkpointing
     assert Scenario.create(load_model("llama-3.1-8b"), stack="unsloth", seq=256).checkpoint_impl == "reentrant"
@@ -157,3 +159,22 @@ def test_stored_traces_are_current():
     stored = json.loads(RUNS.read_text())["rows"]
     for (n, t, w, lora), row in zip(CASES, stored, strict=True):
         assert {"layers": n, "tokens": t, "hidden": w, "lora": lora, **trace(os.environ["UNSLOTH_ZOO_SRC"], n, t, w, lora)} == row
+
+
+def test_fused_lora_kernels_save_one_input_per_block():
+    """Llama-3.1-8B, LoRA on all seven projections, T = 4096, bf16 under autocast (Unsloth's kernels, by hand from
+    kernels/fast_lora.py and rms_layernorm.py): two RMSNorms keep their 16-bit input and the fp32 1/rms; SDPA keeps
+    q, k, v, its output and the fp32 lse; LoRA_QKV keeps the norm's output, LoRA_W SDPA's output as a contiguous
+    copy, LoRA_MLP the MLP's input and e, g — no r-wide tensor, no fp32 copy of an input, no autocast cast."""
+    T, f, nh, nkv, d = 4096, 14336, 32, 8, 128
+    e = _run(method="lora", seq=T)
+    assert e.scenario.unsloth_kernels
+    by_hand = (2 * (2 * T * h + 4 * T) + 2 * T * d * (nh + 2 * nkv) + 2 * T * nh * d + 4 * nh * T
+               + 2 * T * (2 * h + nh * d) + 2 * 2 * T * f)
+    assert e.terms["one_layer"] == by_hand
+    peft = _run(method="lora", seq=T, targets="q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj")   # no down_proj
+    assert not peft.scenario.unsloth_kernels   # a partial set: PEFT's eager layers, and the header says so
+    from symvram.stacks import summary
+
+    assert "PEFT's eager LoRA layers" in summary(peft.scenario)
+    assert "fused LoRA QKV/O/MLP" in summary(e.scenario)

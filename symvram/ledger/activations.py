@@ -70,12 +70,16 @@ LIGER = ("liger_kernel 0.8.5 ops/rms_norm.py:674-676 LigerRMSNormFunction (X, RS
          "LigerSiLUMulFunction, ops/geglu.py:138 LigerGELUMulFunction (a, b); modelled, not measured (Triton)")
 
 
+UNSLOTH_KERNELS = ("unsloth 2026.10.9 kernels/rms_layernorm.py:981 Fast_RMS_Layernorm (X, r); kernels/fast_lora.py:448 "
+                   "LoRA_MLP (X, e, g), :845 LoRA_QKV (X), :1073 LoRA_W (X); modelled, not measured (Triton)")
+
+
 def norm_saved(s_: Structure, rows: sp.Expr, width: sp.Expr, b_in: sp.Expr | None = None) -> sp.Expr:
     """What one norm over ``rows`` rows of ``width`` per token saves when its input needs a gradient:
     the fp32 upcast input and 1/rms (Gemma's norm also its fp32 (1 + w), a weight-sized vector). Liger's
     RMSNorm keeps its input as it comes (``b_in`` bytes per element: the residual stream's, or the compute
-    dtype's for a q/k norm) and the fp32 1/rms, and recomputes the rest."""
-    if s_.liger:
+    dtype's for a q/k norm) and the fp32 1/rms, and recomputes the rest; so does Unsloth's Fast_RMS_Layernorm."""
+    if s_.liger or s_.unsloth_kernels:
         return (residual_bytes(s_) if b_in is None else b_in) * T * rows * width + b_32 * T * rows
     saved = b_32 * T * rows * width + b_32 * T * rows
     return saved + b_32 * width if s_.arch.norm == "gemma_rms" else saved
@@ -163,8 +167,9 @@ def _layer_of(s_: Structure, first: bool) -> dict[str, tuple[sp.Expr, str, str, 
     if saving:
         out["act_norms"] = (sp.Add(*(norm_saved(s_, n.rows, n.width, matmul_bytes(s_) if n.after else None)
                                      for n in saving)), r"A_{\mathrm{norm}}",
-                            "each Liger RMSNorm keeps its input and the fp32 1/rms" if s_.liger else NORM_WHY[fam.norm],
-                            LIGER if s_.liger else TRANSFORMERS)
+                            "each Liger RMSNorm keeps its input and the fp32 1/rms" if s_.liger else
+                            "each Unsloth RMSNorm keeps its input and the fp32 1/rms" if s_.unsloth_kernels else
+                            NORM_WHY[fam.norm], LIGER if s_.liger else UNSLOTH_KERNELS if s_.unsloth_kernels else TRANSFORMERS)
         if not s_.lora and not s_.liger and any(n.weight for n in saving):   # Liger's backward recomputes it for dW
             out["act_norm_weight_input"] = (sp.Add(*(norm_weight_input(s_) * T * n.rows * n.width for n in saving
                                                      if n.weight)),
@@ -221,6 +226,9 @@ def _layer_of(s_: Structure, first: bool) -> dict[str, tuple[sp.Expr, str, str, 
             out.update(_moe_layer(s_))
         if fam.extra("shared_expert"):
             out.update(_shared_expert(s_))
+    elif s_.unsloth_kernels:   # LoRA_MLP saves them whatever needs a gradient (its adapters always do)
+        out["act_mlp"] = (2 * b_c * T * f, r"A_{\mathrm{mlp}}", "Unsloth's LoRA_MLP keeps the gate and up outputs "
+                          "(e, g: d_ff wide each) and recomputes the activation in backward", UNSLOTH_KERNELS)
     elif mlp_grad:
         act = {"silu": "SiLU", "gelu_tanh": "GELU"}[fam.activation]
         out["act_mlp"] = ((2 if s_.liger else 3) * b_c * T * f, r"A_{\mathrm{mlp}}",
@@ -235,7 +243,7 @@ def _layer_of(s_: Structure, first: bool) -> dict[str, tuple[sp.Expr, str, str, 
     lin_targets = [t for t in s_.targets if fam.linear(t) in fam.linears]  # nn.Linear targets (PEFT's lora.Linear)
     group_grad = {"attn_in": grad_in, "attn_out": resid_grad or attn_grad, "mlp_in": resid_grad, "mlp_act": mlp_grad,
                   "q_latent": lat["q_latent"], "kv_latent": lat["kv_latent"]}
-    if s_.lora and s_.autocast and s_.adapter_upcast and lin_targets:
+    if s_.lora and s_.autocast and s_.adapter_upcast and lin_targets and not s_.unsloth_kernels:
         # lora_A's cast weight is saved only for its input's gradient: not in the first layer's q, k, v
         casts = sp.Add(*((fam.linear(t).d_in if group_grad[fam.linear(t).input_group] else 0) + fam.linear(t).d_out
                          for t in lin_targets))
@@ -256,6 +264,9 @@ def _layer_of(s_: Structure, first: bool) -> dict[str, tuple[sp.Expr, str, str, 
                                     "torch.nn.functional.linear backward")
         return out
 
+    if s_.unsloth_kernels:
+        out.update(_unsloth_lora_inputs(s_))
+        return out
     b_ad = compute_adapter_bytes(s_)  # the adapters as they compute (cast by an FSDP2 policy)
     autocast_copy = s_.autocast and s_.adapter_upcast  # lora_A's autocast saves a compute-dtype copy per target
     inputs, masks = sp.Integer(0), sp.Integer(0)
@@ -302,6 +313,26 @@ def _layer_of(s_: Structure, first: bool) -> dict[str, tuple[sp.Expr, str, str, 
                            "magnitude's gradient, the fp32 weight norm and m/‖W′‖ (and m/‖W′‖ − 1 where the "
                            "input needs a gradient)", "peft tuners/lora/dora.py DoraLinearLayer.forward")
     return out
+
+
+def _unsloth_lora_inputs(s_: Structure) -> dict[str, tuple[sp.Expr, str, str, str]]:
+    """What Unsloth's fused LoRA kernels keep of their inputs: one tensor per block, in the compute dtype, whatever
+    needs a gradient (the adapters always do) — LoRA_QKV the input norm's output (kernels/fast_lora.py:845), LoRA_W
+    attention's output as o_proj reads it (under SDPA a contiguous (b, s, n_h·d) copy, utils/attention_dispatch.py
+    :1696; FlashAttention's output is read in place), LoRA_MLP the post-attention norm's output (:448). No r-wide
+    tensor (X·A is recomputed in backward) and no fp32 copy of an input; the adapters are cast inside the Function,
+    where autograd saves nothing.
+
+    >>> saved = _unsloth_lora_inputs(Structure(method="lora", unsloth_kernels=True, targets=("q_proj",)))
+    >>> saved["act_lora_inputs"][0]
+    batch*bytes_act*seq*(head_dim*heads + 2*hidden)
+    """
+    fam = s_.arch
+    attn_out = 0 if s_.attention != "sdpa" else fam.group_width["attn_out"]
+    return {"act_lora_inputs": (b_c * T * (2 * h + attn_out), r"A_{\mathrm{LoRA,in}}",
+                                "Unsloth's fused LoRA kernels keep one input per block: q, k and v's (the input norm's "
+                                "output), o_proj's (SDPA's output as a contiguous copy) and the MLP's",
+                                UNSLOTH_KERNELS)}
 
 
 GDN = "transformers models/qwen3_5/modeling_qwen3_5.py"
@@ -754,6 +785,7 @@ def per_layer_bytes(s_: Structure) -> sp.Expr:
 ACTIVATION_FIELDS = ("method", "family", "first_kind", "lead_kinds", "options", "tied", "targets", "adapter_upcast", "attention", "autocast",
                      "compute_fp32", "device", "dora", "dropout", "grad_checkpointing", "head_targets",
                      "optimizer_in_backward", "checkpoint_every", "offload_activations", "offload_checkpoints", "packed", "liger",
+                     "unsloth_kernels",
                      "kbit_prepared", "loss_impl", "modules_to_save", "score_head", "weight_casts", "fsdp_mixed_precision", "bnb_input_saved",
                      "shift_logits_copy", "forward_logits_upcast", "tower", "objective")
 
@@ -836,7 +868,8 @@ def saved_terms(s_: Structure) -> list[Term]:
                           "autocast casts lm_head's weight to the compute dtype; backward needs the cast", "torch.autocast",
                           lifetime=span(Phase.FORWARD, head_end)))
     head = norm_saved(s_, 1, h)
-    why = NORM_WHY[fam.norm].replace("each", "the final", 1)
+    why = ("Unsloth's final RMSNorm keeps its input and the fp32 1/rms" if s_.unsloth_kernels
+           else NORM_WHY[fam.norm].replace("each", "the final", 1))
     if not s_.lora:
         head += (0 if s_.liger else norm_weight_input(s_)) * T * h + (b_c if s_.weight_casts else compute_weight_bytes(s_)) * T * h
         why += "; trainable norm and lm_head keep the normalized and the normed tensor"
