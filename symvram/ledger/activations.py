@@ -70,12 +70,16 @@ LIGER = ("liger_kernel 0.8.5 ops/rms_norm.py:674-676 LigerRMSNormFunction (X, RS
          "LigerSiLUMulFunction, ops/geglu.py:138 LigerGELUMulFunction (a, b); modelled, not measured (Triton)")
 
 
+UNSLOTH_KERNELS = ("unsloth 2026.10.9 kernels/rms_layernorm.py:981 Fast_RMS_Layernorm (X, r); kernels/fast_lora.py:448 "
+                   "LoRA_MLP (X, e, g), :845 LoRA_QKV (X), :1073 LoRA_W (X); modelled, not measured (Triton)")
+
+
 def norm_saved(s_: Structure, rows: sp.Expr, width: sp.Expr, b_in: sp.Expr | None = None) -> sp.Expr:
     """What one norm over ``rows`` rows of ``width`` per token saves when its input needs a gradient:
     the fp32 upcast input and 1/rms (Gemma's norm also its fp32 (1 + w), a weight-sized vector). Liger's
     RMSNorm keeps its input as it comes (``b_in`` bytes per element: the residual stream's, or the compute
-    dtype's for a q/k norm) and the fp32 1/rms, and recomputes the rest."""
-    if s_.liger:
+    dtype's for a q/k norm) and the fp32 1/rms, and recomputes the rest; so does Unsloth's Fast_RMS_Layernorm."""
+    if s_.liger or s_.unsloth_kernels:
         return (residual_bytes(s_) if b_in is None else b_in) * T * rows * width + b_32 * T * rows
     saved = b_32 * T * rows * width + b_32 * T * rows
     return saved + b_32 * width if s_.arch.norm == "gemma_rms" else saved
@@ -163,8 +167,9 @@ def _layer_of(s_: Structure, first: bool) -> dict[str, tuple[sp.Expr, str, str, 
     if saving:
         out["act_norms"] = (sp.Add(*(norm_saved(s_, n.rows, n.width, matmul_bytes(s_) if n.after else None)
                                      for n in saving)), r"A_{\mathrm{norm}}",
-                            "each Liger RMSNorm keeps its input and the fp32 1/rms" if s_.liger else NORM_WHY[fam.norm],
-                            LIGER if s_.liger else TRANSFORMERS)
+                            "each Liger RMSNorm keeps its input and the fp32 1/rms" if s_.liger else
+                            "each Unsloth RMSNorm keeps its input and the fp32 1/rms" if s_.unsloth_kernels else
+                            NORM_WHY[fam.norm], LIGER if s_.liger else UNSLOTH_KERNELS if s_.unsloth_kernels else TRANSFORMERS)
         if not s_.lora and not s_.liger and any(n.weight for n in saving):   # Liger's backward recomputes it for dW
             out["act_norm_weight_input"] = (sp.Add(*(norm_weight_input(s_) * T * n.rows * n.width for n in saving
                                                      if n.weight)),
@@ -221,6 +226,9 @@ def _layer_of(s_: Structure, first: bool) -> dict[str, tuple[sp.Expr, str, str, 
             out.update(_moe_layer(s_))
         if fam.extra("shared_expert"):
             out.update(_shared_expert(s_))
+    elif s_.unsloth_kernels:   # LoRA_MLP saves them whatever needs a gradient (its adapters always do)
+        out["act_mlp"] = (2 * b_c * T * f, r"A_{\mathrm{mlp}}", "Unsloth's LoRA_MLP keeps the gate and up outputs "
+                          "(e, g: d_ff wide each) and recomputes the activation in backward", UNSLOTH_KERNELS)
     elif mlp_grad:
         act = {"silu": "SiLU", "gelu_tanh": "GELU"}[fam.activation]
         out["act_mlp"] = ((2 if s_.liger else 3) * b_c * T * f, r"A_{\mathrm{mlp}}",
@@ -235,7 +243,7 @@ def _layer_of(s_: Structure, first: bool) -> dict[str, tuple[sp.Expr, str, str, 
     lin_targets = [t for t in s_.targets if fam.linear(t) in fam.linears]  # nn.Linear targets (PEFT's lora.Linear)
     group_grad = {"attn_in": grad_in, "attn_out": resid_grad or attn_grad, "mlp_in": resid_grad, "mlp_act": mlp_grad,
                   "q_latent": lat["q_latent"], "kv_latent": lat["kv_latent"]}
-    if s_.lora and s_.autocast and s_.adapter_upcast and lin_targets:
+    if s_.lora and s_.autocast and s_.adapter_upcast and lin_targets and not s_.unsloth_kernels:
         # lora_A's cast weight is saved only for its input's gradient: not in the first layer's q, k, v
         casts = sp.Add(*((fam.linear(t).d_in if group_grad[fam.linear(t).input_group] else 0) + fam.linear(t).d_out
                          for t in lin_targets))
@@ -256,6 +264,9 @@ def _layer_of(s_: Structure, first: bool) -> dict[str, tuple[sp.Expr, str, str, 
                                     "torch.nn.functional.linear backward")
         return out
 
+    if s_.unsloth_kernels:
+        out.update(_unsloth_lora_inputs(s_))
+        return out
     b_ad = compute_adapter_bytes(s_)  # the adapters as they compute (cast by an FSDP2 policy)
     autocast_copy = s_.autocast and s_.adapter_upcast  # lora_A's autocast saves a compute-dtype copy per target
     inputs, masks = sp.Integer(0), sp.Integer(0)
@@ -302,6 +313,26 @@ def _layer_of(s_: Structure, first: bool) -> dict[str, tuple[sp.Expr, str, str, 
                            "magnitude's gradient, the fp32 weight norm and m/‖W′‖ (and m/‖W′‖ − 1 where the "
                            "input needs a gradient)", "peft tuners/lora/dora.py DoraLinearLayer.forward")
     return out
+
+
+def _unsloth_lora_inputs(s_: Structure) -> dict[str, tuple[sp.Expr, str, str, str]]:
+    """What Unsloth's fused LoRA kernels keep of their inputs: one tensor per block, in the compute dtype, whatever
+    needs a gradient (the adapters always do) — LoRA_QKV the input norm's output (kernels/fast_lora.py:845), LoRA_W
+    attention's output as o_proj reads it (under SDPA a contiguous (b, s, n_h·d) copy, utils/attention_dispatch.py
+    :1696; FlashAttention's output is read in place), LoRA_MLP the post-attention norm's output (:448). No r-wide
+    tensor (X·A is recomputed in backward) and no fp32 copy of an input; the adapters are cast inside the Function,
+    where autograd saves nothing.
+
+    >>> saved = _unsloth_lora_inputs(Structure(method="lora", unsloth_kernels=True, targets=("q_proj",)))
+    >>> saved["act_lora_inputs"][0]
+    batch*bytes_act*seq*(head_dim*heads + 2*hidden)
+    """
+    fam = s_.arch
+    attn_out = 0 if s_.attention != "sdpa" else fam.group_width["attn_out"]
+    return {"act_lora_inputs": (b_c * T * (2 * h + attn_out), r"A_{\mathrm{LoRA,in}}",
+                                "Unsloth's fused LoRA kernels keep one input per block: q, k and v's (the input norm's "
+                                "output), o_proj's (SDPA's output as a contiguous copy) and the MLP's",
+                                UNSLOTH_KERNELS)}
 
 
 GDN = "transformers models/qwen3_5/modeling_qwen3_5.py"
@@ -753,7 +784,8 @@ def per_layer_bytes(s_: Structure) -> sp.Expr:
 # the only fields the activation and transient terms read (not the optimizer, master copy, quantization, sharding)
 ACTIVATION_FIELDS = ("method", "family", "first_kind", "lead_kinds", "options", "tied", "targets", "adapter_upcast", "attention", "autocast",
                      "compute_fp32", "device", "dora", "dropout", "grad_checkpointing", "head_targets",
-                     "optimizer_in_backward", "checkpoint_every", "offload_activations", "packed", "liger",
+                     "optimizer_in_backward", "checkpoint_every", "offload_activations", "offload_checkpoints", "packed", "liger",
+                     "unsloth_kernels",
                      "kbit_prepared", "loss_impl", "modules_to_save", "score_head", "weight_casts", "fsdp_mixed_precision", "bnb_input_saved",
                      "shift_logits_copy", "forward_logits_upcast", "tower", "objective")
 
@@ -783,6 +815,8 @@ def saved_terms(s_: Structure) -> list[Term]:
     terms: list[Term] = []
     if s_.offload_activations:
         terms += offloaded_terms(s_)
+    elif s_.offload_checkpoints:
+        terms += unsloth_checkpoint_terms(s_)
     elif s_.grad_checkpointing:
         b_res, n_c = residual_bytes(s_), checkpointed_layers(s_)
         terms.append(Term("act_checkpoints", Role.SAVED_ACTIVATION, n_c * b_res * T * h + b_id * seq, r"A_{\mathrm{ckpt}}",
@@ -834,7 +868,8 @@ def saved_terms(s_: Structure) -> list[Term]:
                           "autocast casts lm_head's weight to the compute dtype; backward needs the cast", "torch.autocast",
                           lifetime=span(Phase.FORWARD, head_end)))
     head = norm_saved(s_, 1, h)
-    why = NORM_WHY[fam.norm].replace("each", "the final", 1)
+    why = ("Unsloth's final RMSNorm keeps its input and the fp32 1/rms" if s_.unsloth_kernels
+           else NORM_WHY[fam.norm].replace("each", "the final", 1))
     if not s_.lora:
         head += (0 if s_.liger else norm_weight_input(s_)) * T * h + (b_c if s_.weight_casts else compute_weight_bytes(s_)) * T * h
         why += "; trainable norm and lm_head keep the normalized and the normed tensor"
@@ -864,6 +899,11 @@ def saved_terms(s_: Structure) -> list[Term]:
                     "not measured here: Triton only)", "liger_kernel ops/fused_linear_cross_entropy.py")
     elif s_.loss_impl == "trl":
         loss = trl_saved_term(s_)
+    elif s_.loss_impl == "unsloth":
+        loss = Term("act_logsoftmax", Role.LOSS_ACTIVATION, residual_bytes(s_) * T * h, r"A_{\mathrm{FLCE}}",
+                    "Unsloth's fused linear cross-entropy writes the hidden states' gradient in the forward and "
+                    "keeps it for backward; no logits survive (modelled from source, not measured: Triton)",
+                    UNSLOTH_CE + ":1294, :1698 save_for_backward")
     elif s_.loss_impl == "cce":
         loss = Term("act_logsoftmax", Role.LOSS_ACTIVATION, b_32 * T + b_32 * V, r"A_{\mathrm{CCE}}",
                     "Cut Cross-Entropy keeps the fp32 log-sum-exp per token and the fp32 average logit per "
@@ -955,6 +995,79 @@ def offloaded_terms(s_: Structure) -> list[Term]:
                       OFFLOAD + ":434-447 unpack_tensor_with_streams", lifetime=span(Phase.LAST_LAYER_RECOMPUTE,
                                                                                       Phase.FIRST_LAYER_BACKWARD)))
     return terms
+
+
+UNSLOTH_GC = "unsloth_zoo 2026.10.9 gradient_checkpointing.py"
+UNSLOTH_MIN_OFFLOAD = 2 * 1024 * 1024      # :1308 MINIMUM_SIZE: a checkpointed input of at most 2 MiB is not offloaded
+UNSLOTH_STAGING_INITIAL = 2 * 256 * 2048   # :65 INITIAL_GPU_BUFFER_SIZE, elements of the 16-bit buffer dtype
+UNSLOTH_HOST_SLOTS, UNSLOTH_HOST_SLOT = 200, 128 * 1024   # :64-66 the pinned pool: 200 buffers of 128Ki elements
+UNSLOTH_STORE = sym("bytes_offload")   # 16-bit: bf16 where supported (:1283), an fp32 input stored as bf16 (:1395)
+
+
+def unsloth_offloads(s_: Structure) -> sp.Expr:
+    """1 when Unsloth's checkpointer offloads a layer input: its bytes as stored (16-bit: an fp32 input is stored as
+    bf16, :1395-1396) above 2 MiB (:1399 ``new_size > MINIMUM_SIZE``), else 0.
+
+    >>> s_ = Structure(method="lora", grad_checkpointing=True, offload_checkpoints=True)
+    >>> [unsloth_offloads(s_).subs({sym("batch"): 1, sym("seq"): n, h: 4096}) for n in (256, 257)]
+    [0, 1]
+    """
+    return at_least(T * h, UNSLOTH_MIN_OFFLOAD // 2 + 1)   # elements of the 16-bit stored copy
+
+
+def unsloth_checkpoint_terms(s_: Structure) -> list[Term]:
+    """Unsloth's offloaded gradient checkpointing (``use_gradient_checkpointing="unsloth"``: torch's checkpoint
+    patched to ``UnslothCheckpointFunction``, unsloth_zoo 2026.10.9 gradient_checkpointing.py:1337-1717, reentrant).
+    Each layer's input (the Function's first argument) above 2 MiB is copied on a side stream into a pinned host slot
+    (:1453-1506) and not saved; from the second micro-batch on the last layer's is saved on the device instead
+    (``LAST_GC_INDEX``, :1387-1399). Backward copies it back into a device staging buffer that lives for the whole
+    run (``GPU_BUFFERS``, resized to the largest input, :1470-1480; a second one, ``GPU_BUFFERS_B``, for double
+    buffering when more than 512 MiB are free at the second forward, :1425-1444) and recomputes the layer on that
+    buffer itself (:1656: ``buffer.detach()``; a 16-bit stream needs no cast). Under LoRA the embedding output is a
+    leaf that requires grad (unsloth_zoo training_utils.py:510-520 ``enable_input_require_grads``): its
+    AccumulateGrad node keeps the first layer's input on the device as well.
+
+    >>> terms = unsloth_checkpoint_terms(Structure(method="lora", grad_checkpointing=True, offload_checkpoints=True))
+    >>> [(t.key, t.place.value) for t in terms]
+    [('act_checkpoints', 'device'), ('act_offloaded', 'host'), ('unsloth_staging', 'device')]
+    """
+    b_res, off = residual_bytes(s_), unsloth_offloads(s_)
+    kept = sp.Min(L, 1 + int(embedding_leaf(s_)))   # the last layer's input (and the leaf first layer's)
+    grown = sp.Max(T * h, UNSLOTH_STAGING_INITIAL) * UNSLOTH_STORE   # a staging buffer grown to one input
+    on_device = L - off * (L - kept)
+    host_slots = off * L   # the first micro-batch offloads every layer (FIRST_PASS): L slots grown, kept grown
+    terms = [Term("act_checkpoints", Role.SAVED_ACTIVATION, on_device * b_res * T * h + b_id * seq, r"A_{\mathrm{ckpt}}",
+                  "Unsloth's checkpointer keeps on the device the last layer's input (not offloaded from the second "
+                  "micro-batch on)" + (", the first layer's (the embedding output is a leaf that requires grad, kept by "
+                                       "its AccumulateGrad node)" if embedding_leaf(s_) else "")
+                  + " and the position ids; every input of at most 2 MiB stays too",
+                  UNSLOTH_GC + ":1387-1399, :1540 save_for_backward"),
+             Term("act_offloaded", Role.SAVED_ACTIVATION, host_slots * UNSLOTH_STORE * T * h
+                  + sp.Max(0, UNSLOTH_HOST_SLOTS - host_slots) * UNSLOTH_STORE * UNSLOTH_HOST_SLOT, r"A_{\mathrm{ckpt,host}}",
+                  "the other checkpointed layer inputs, each in a 16-bit pinned host slot (L slots grown to one input "
+                  "by the first micro-batch, which offloads every layer) and the rest of the 200-slot pool of 256 KiB "
+                  "each", UNSLOTH_GC + ":1290-1298, :1453-1506", place=Place.HOST),
+             Term("unsloth_staging", Role.STAGING_BUFFER, off * (grown + at_least(L, 2) * grown + (1 - at_least(L, 2))
+                                                                 * UNSLOTH_STAGING_INITIAL * UNSLOTH_STORE),
+                  r"M_{\mathrm{stage}}", "two 16-bit device staging buffers (double buffering), each the size of one "
+                  "layer input, kept for the whole run; the recompute reads the input brought back in place (a card "
+                  "with less than 512 MiB free at the second forward keeps one; with one layer the second stays at "
+                  "its initial 2 MiB)",
+                  UNSLOTH_GC + ":1114-1117, :1425-1444, :1470-1490, :1578-1601")]
+    if s_.kbit_prepared or s_.compute_fp32:   # an fp32 stream is stored as bf16 and cast back for the recompute: a new fp32 tensor
+        terms.append(Term("offload_brought_back", Role.RECOMPUTED_ACTIVATION, off * b_res * T * h,
+                          r"A_{\mathrm{ckpt,back}}", "the fp32 cast of the 16-bit input brought back, for the layer "
+                          "being recomputed", UNSLOTH_GC + ":1656 buffer.to(saved_dtype)",
+                          lifetime=span(Phase.LAST_LAYER_RECOMPUTE, Phase.FIRST_LAYER_BACKWARD)))
+    return terms
+
+
+def unsloth_traffic(s_: Structure) -> Term:
+    """What Unsloth's offloaded checkpointer moves over PCIe per micro-batch: each offloaded input to the host and
+    back (priced as not hidden: it copies on a side stream that overlaps compute; modelled, not measured)."""
+    return Term("offload_activation_copies", Role.HOST_TRAFFIC, 2 * unsloth_offloads(s_) * (L - 1) * UNSLOTH_STORE * T * h,
+                r"C_{\mathrm{host,act}}", "Unsloth's offloaded checkpointing: every offloaded layer input to pinned "
+                "host memory and back", UNSLOTH_GC + ":1506, :1601")
 
 
 def offloaded_head_copies(s_: Structure, loss: Term) -> Term:
@@ -1055,6 +1168,56 @@ def trl_saved_term(s_: Structure, n: sp.Expr = T, why: str = "(every token label
                 "trl 1.16 kernels/chunked_logprob.py:386 ChunkedLogProbFunction.forward")
 
 
+UNSLOTH_CE = "unsloth_zoo 2026.10.9 fused_losses/fused_linear.py"
+UNSLOTH_CE_MAX_ROWS, UNSLOTH_CE_MIN_LOGITS = 4096, 512 * 151936   # fused_linear.py:71-73 _MAX_ROWS, _MIN_LOGITS
+UNSLOTH_CE_BUDGET = 2 * 1024**3   # :69, :119-127 _budget_bytes: min(2 GiB, half the free memory): 2 GiB on a roomy card
+
+
+def pow2_floor(n: sp.Expr, d: sp.Expr) -> sp.Expr:
+    """The largest power of two ≤ n / d for integers n ≥ d > 0: half the next power of two above ⌊n/d⌋, with
+    ⌊n/d⌋ + 1 = ⌈(n + 1)/d⌉.
+
+    >>> [pow2_floor(sp.Integer(n), 2) for n in (2, 15, 16, 18)]
+    [1, 4, 8, 8]
+    """
+    return pow2_ceil(ceil_div(n + 1, d)) / 2
+
+
+def unsloth_ce_rows(s_: Structure) -> sp.Expr:
+    """Rows per chunk of Unsloth's fused linear cross-entropy (fused_linear.py:140-154 ``fused_linear_rows``): the
+    power of two at or below T·h/V, at least that of 512·151936/V (clamped to [512, 4096]), at most 4096, at most
+    what 2 GiB of fp32 logits hold, at most T.
+
+    >>> from symvram.presets import load_model
+    >>> from symvram.scenario import Scenario
+    >>> sc = Scenario.create(load_model("llama-3.1-8b"), method="lora", stack="unsloth", seq=4096)
+    >>> unsloth_ce_rows(sc.structure).subs({sym(k): v for k, v in sc.values().items()})
+    512
+    """
+    min_rows = sp.Min(sp.Max(pow2_floor(UNSLOTH_CE_MIN_LOGITS, V), 512), UNSLOTH_CE_MAX_ROWS)
+    rows = sp.Min(sp.Max(pow2_floor(T * h, V), min_rows), UNSLOTH_CE_MAX_ROWS)
+    return sp.Min(rows, sp.Max(ceil_div(UNSLOTH_CE_BUDGET // 4 + 1, V) - 1, 2), T)
+
+
+def unsloth_loss_terms(s_: Structure) -> list[Term]:
+    """Unsloth's fused linear cross-entropy (``unsloth_fused_ce_loss`` → ``fused_linear_cross_entropy``, its default
+    path: UNSLOTH_CHUNKED_CE and UNSLOTH_FUSED_LINEAR on; fused_linear.py:1286-1378 ``_ce_impl``). The hidden states'
+    gradient is allocated (hidden-sized, :1294) and written chunk by chunk in the forward; each chunk of R rows
+    projects into one [R, V rounded up to 8] fp32 buffer (:919-927, reused for the chunk's 16-bit logits gradient, an
+    fp32 log-prob per token kept). The backward scales the stored gradient (a new tensor). Modelled with the chunked
+    buffer: for a frozen head on a card over 24.5 GiB from 4096 tokens (any token count on a smaller card) with
+    V > 32768, Unsloth takes its tiled pass instead, which has no [R, V] buffer (:1324-1333): an upper bound there."""
+    R = unsloth_ce_rows(s_)
+    buffer = b_32 * R * 8 * ceil_div(V, 8) + b_c * R * h + b_32 * T
+    return [Term("logits", Role.LOSS_TEMPORARY, buffer, r"M_{\mathrm{logits}}",
+                 "Unsloth's fused linear CE: one [R, V] fp32 logits buffer (R = unsloth_ce_rows), a chunk's 16-bit "
+                 "hidden gradient and an fp32 log-prob per token — modelled from source, not measured (Triton)",
+                 UNSLOTH_CE + ":1294-1378 _ce_impl"),
+            Term("loss_backward_temp", Role.LOSS_BACKWARD_TEMPORARY, residual_bytes(s_) * T * h, r"M_{\mathrm{CE}'}",
+                 "its backward multiplies the stored hidden states' gradient by the incoming scale: a new tensor",
+                 "unsloth_zoo 2026.10.9 fused_losses/fused_linear.py backward (grad * scale)")]
+
+
 def loss_terms(s_: Structure, logits_bytes) -> list[Term]:
     """The loss's transients: the logits (and their fp32 copy) while it is computed, and the start of its
     backward — per implementation (``--loss-impl``)."""
@@ -1071,6 +1234,8 @@ def loss_terms(s_: Structure, logits_bytes) -> list[Term]:
                      "liger_kernel fused_linear_cross_entropy_backward")]
     if s_.loss_impl == "trl":
         return trl_loss_terms(s_)
+    if s_.loss_impl == "unsloth":
+        return unsloth_loss_terms(s_)
     if s_.loss_impl == "cce":
         grad_w = b_c * V * h if lm_head_trains else sp.Integer(0)
         return [Term("logits", Role.LOSS_TEMPORARY, b_32 * T, r"M_{\mathrm{logits}}",
@@ -1276,7 +1441,9 @@ def transient_terms(s_: Structure) -> list[Term]:
                           "otherwise they are among the layers' saved tensors)", "torch.utils.checkpoint" + EVERY_N,
                           lifetime=RECOMPUTES[:2]))
     if s_.grad_checkpointing:   # the other layers' checkpointed inputs are freed with their backward by then
-        terms.append(Term("first_checkpoint", Role.RECOMPUTED_ACTIVATION, residual_bytes(s_) * T * h + b_id * seq,
+        # (Unsloth's checkpointer recomputes an offloaded first layer on its staging buffer: only a kept one counts)
+        first_kept = 1 - unsloth_offloads(s_) * int(not embedding_leaf(s_)) if s_.offload_checkpoints else 1
+        terms.append(Term("first_checkpoint", Role.RECOMPUTED_ACTIVATION, first_kept * residual_bytes(s_) * T * h + b_id * seq,
                           r"A_{\mathrm{ckpt},0}", "the first layer's checkpointed input (the embedding output) and the "
                           "position ids, kept until that layer's backward ends", "torch.utils.checkpoint",
                           lifetime=RECOMPUTES[2:]))
