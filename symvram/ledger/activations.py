@@ -462,7 +462,7 @@ def layer_working_sets(s_: Structure) -> list[Term]:
     them in every layer's forward and recompute, so the caching allocator's segments follow them.
 
     >>> [t.key for t in layer_working_sets(Structure(method="lora", targets=("q_proj", "v_proj")))]
-    ['ws_norm', 'ws_attn_in', 'ws_rope', 'ws_norm_mlp']
+    ['ws_norm', 'ws_attn_in', 'ws_rope', 'ws_norm_mlp', 'ws_mlp']
     """
     fam, b_res, b_ad = s_.arch, residual_bytes(s_), compute_adapter_bytes(s_)
     upcast = 0 if s_.kbit_prepared else b_32 * T * h   # a 16-bit stream is cast to fp32 first (kept under LoRA's saves)
@@ -492,6 +492,16 @@ def layer_working_sets(s_: Structure) -> list[Term]:
             out["ws_rope"] = (3 * b_res * T * nh * dh, r"W_{\mathrm{RoPE}}",
                               "RoPE on q: q·cos, the rotated half and its concatenation",
                               "transformers models/llama/modeling_llama.py:119-147 apply_rotary_pos_emb")
+    down = fam.mlp_output
+    if down is not None and not fam.moe:
+        # the gated product act(gate)·up is down_proj's input: saved by a trained weight, by an older bitsandbytes'
+        # MatMul4Bit, or by lora_A itself where it takes its input as it comes; else made and freed here
+        lora_keeps_it = down.name in targets and not (s_.dropout or s_.adapter_upcast or (s_.autocast and s_.adapter_upcast))
+        product = 0 if not s_.lora or s_.bnb_input_saved or lora_keeps_it else b_c * T * down.d_in
+        out["ws_mlp"] = (product + b_c * T * down.d_out, r"W_{\mathrm{MLP}}",
+                         "the gated product fed to down_proj (where nothing keeps it) and down_proj's output before "
+                         "the residual add", "transformers models/llama/modeling_llama.py:163-165 LlamaMLP.forward, "
+                         ":311-314 LlamaDecoderLayer.forward")
     return [Term(k, Role.LAYER_WORKING_SET, e, label, why, source) for k, (e, label, why, source) in out.items()]
 
 
