@@ -260,7 +260,10 @@ class Scenario:
         heads = set(targets) | set(kw.get("head_targets", ()))
         if unknown := sorted(heads - set(targets) - set(HEAD_TARGETS)):
             raise UserError(f"head_targets: {', '.join(unknown)} unknown; use {' or '.join(HEAD_TARGETS)}")
-        kw["targets"] = tuple(t for t in targets if t not in HEAD_TARGETS)
+        # a module under a config switch that is off (Gemma 4's per-layer-input gate without per-layer embeddings)
+        # is not in the model: a group naming it leaves it out
+        kw["targets"] = tuple(t for t in targets if t not in HEAD_TARGETS
+                              and fam.target_map[t].option in (None, *spec.options))
         kw["head_targets"] = tuple(t for t in HEAD_TARGETS if t in heads)
         kw["modules_to_save"] = parse_modules_to_save(kw.get("modules_to_save", ()))
         kw.setdefault("attention", fam.default_attention)
