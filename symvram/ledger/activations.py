@@ -19,7 +19,7 @@ import sympy as sp
 
 from ..errors import UserError
 from ..symbols import sym
-from .architecture import E, L, V, dh, f, f_e, h, k_e, nh, nkv
+from .architecture import E, L, V, dh, f, f_e, family, h, k_e, nh, nkv
 from .functions import at_least, ceil_div, pow2_ceil
 from .structure import Structure
 from .terms import Phase, Place, Role, Term, span
@@ -190,7 +190,12 @@ def _layer_of(s_: Structure, first: bool) -> dict[str, tuple[sp.Expr, str, str, 
         if s_.attention == "sdpa":
             b_mm = matmul_bytes(s_)
             fused = b_mm * T * dh * (nh + nkv) if fam.extra("fused_qkv") else 0
-            kv = 0 if fam.extra("kv_shared") else b_mm * T * dh * 2 * nkv   # shared: the storing layer's k and v
+            # KV sharing: the storing layer's k and v, counted there — but past the window a sliding layer's SDPA gets
+            # k and v repeated to n_h heads (repeat_kv: new tensors unless n_kv = 1), the (n_h − n_kv) of them
+            # sliding_extra counts and n_kv more
+            shared = fam.extra("kv_shared")   # "sliding": a sliding layer reading shared K/V
+            kv = {None: b_mm * T * dh * 2 * nkv, "sliding": b_mm * T * dh * 2 * nkv * past_window(s_) * at_least(nkv, 2)
+                  }.get(shared, 0)
             out["act_attention"] = (b_mm * T * dh * nh + kv + b_mm * T * nh * dh + fused, r"A_{\mathrm{attn}}",
                                     ("SDPA (flash) keeps q after RoPE and its output; k and v are an earlier layer's "
                                      "(KV sharing), counted there" if fam.extra("kv_shared") else
@@ -236,7 +241,7 @@ def _layer_of(s_: Structure, first: bool) -> dict[str, tuple[sp.Expr, str, str, 
             out.update(_shared_expert(s_))
     elif mlp_grad:
         act = {"silu": "SiLU", "gelu_tanh": "GELU"}[fam.activation]
-        out["act_mlp"] = ((2 if s_.liger else 3) * b_c * T * f, r"A_{\mathrm{mlp}}",
+        out["act_mlp"] = ((2 if s_.liger else 3) * b_c * T * mlp_width(fam), r"A_{\mathrm{mlp}}",
                           f"Liger's fused {act}·up keeps the gate and up outputs (d_ff wide each)" if s_.liger else
                           f"gate output ({act} input), {act} output and up output, d_ff wide each",
                           LIGER if s_.liger else TRANSFORMERS)
@@ -670,11 +675,21 @@ def _shared_expert(s_: Structure) -> dict[str, tuple[sp.Expr, str, str, str]]:
                                   fam.source)}
 
 
+def mlp_width(fam) -> sp.Expr:
+    """The width of a dense layer's MLP: its output projection's input (d_ff; Gemma 4's KV-sharing layers with
+    use_double_wide_mlp: twice it).
+
+    >>> mlp_width(family("llama"))
+    intermediate
+    """
+    return fam.mlp_output.d_in if fam.mlp_output is not None else f
+
+
 def _layer_backward_temp(s_: Structure) -> tuple[sp.Expr, str, str]:
     """The temporaries of the last layer's MLP backward, net of what that backward has freed already."""
     if not s_.arch.moe:
         made, freed = _output_projection_done(s_)
-        return (3 * b_c * T * f + b_c * T * h + made - freed, "inside a layer's MLP backward: the gradients of the "
+        return (3 * b_c * T * mlp_width(s_.arch) + b_c * T * h + made - freed, "inside a layer's MLP backward: the gradients of the "
                 "down input, the SiLU output and the up output (d_ff wide) and the incoming hidden gradient; the down "
                 "projection's backward has run: its weight gradient exists and what only it saved is freed",
                 "autograd of LlamaMLP")
