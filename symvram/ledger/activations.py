@@ -102,6 +102,14 @@ def _feeds(name: str) -> str:
     return head if set(head) <= set("qkv") else ""
 
 
+def embedding_output_grad(s_: Structure) -> bool:
+    """Whether the embedding's output needs a gradient: always in full fine-tuning; under LoRA when the embedding is
+    a trainable modules_to_save copy or carries LoRA, or under checkpointing (transformers' enable_input_require_grads
+    makes it a leaf that requires grad)."""
+    return (not s_.lora or s_.grad_checkpointing or "embed_tokens" in s_.modules_to_save
+            or "embed_tokens" in s_.head_targets)
+
+
 def needs_grad(s_: Structure, first: bool) -> dict[str, bool]:
     """Which tensors of a decoder layer need a gradient — the one answer the saved activations (a norm saves
     for backward only then) and the FLOPs (an input gradient only then) both read. By the tensor:
@@ -124,8 +132,7 @@ def needs_grad(s_: Structure, first: bool) -> dict[str, bool]:
         return any(m.input_group == group and (not s_.lora or m.name in s_.targets) and feeding in _feeds(m.name)
                    for m in fam.linears + fam.moe_weights)
 
-    layer_in = (not (first and s_.lora) or s_.grad_checkpointing or "embed_tokens" in s_.modules_to_save
-                or "embed_tokens" in s_.head_targets)
+    layer_in = not (first and s_.lora) or embedding_output_grad(s_)
     out = {"attn_in": layer_in, "q_latent": layer_in or trained_reader("attn_in", "q"),   # latent attention's a-proj
            "kv_latent": layer_in or trained_reader("attn_in", "kv")}                       # outputs
     out.update({x: out[lat] or trained_reader(lat) or trained_reader("attn_in", x)   # a latent's b-proj, or q/k/v_proj
@@ -138,7 +145,7 @@ def needs_grad(s_: Structure, first: bool) -> dict[str, bool]:
     # Gemma 4's per-layer input: the gate reads the residual after the MLP; its product with the layer's slice of the
     # per-layer embeddings (trainable under full fine-tuning) feeds the projection back to the residual
     out["ple_in"] = out["mlp_out"]
-    out["ple_act"] = out["ple_in"] or trained_reader("ple_in") or not s_.lora
+    out["ple_act"] = out["ple_in"] or trained_reader("ple_in") or embedding_output_grad(s_)
     out["ple_out"] = out["ple_act"] or trained_reader("ple_act")
     return out
 
@@ -247,10 +254,11 @@ def _layer_of(s_: Structure, first: bool) -> dict[str, tuple[sp.Expr, str, str, 
                           LIGER if s_.liger else TRANSFORMERS)
 
     if fam.extra("per_layer_embeddings") and (lat["ple_in"] or any(t in targets for t in ("per_layer_input_gate",))):
-        out["act_per_layer_input"] = (b_c * T * d_ple + (0 if s_.lora else b_c * T * d_ple), r"A_{\mathrm{PLE}}",
-                                      "the per-layer input gate's output (its GELU's input)" + ("" if s_.lora else
-                                      " and the GELU's output, kept by the product with the layer's trainable slice "
-                                      "of the per-layer embeddings"), GEMMA4 + ":1405-1413")
+        out["act_per_layer_input"] = (b_c * T * d_ple + (b_c * T * d_ple if embedding_output_grad(s_) else 0),
+                                      r"A_{\mathrm{PLE}}",
+                                      "the per-layer input gate's output (its GELU's input)" + ("" if not embedding_output_grad(s_) else
+                                      " and the GELU's output, kept by the product with the layer's slice of the "
+                                      "per-layer embeddings, which needs a gradient"), GEMMA4 + ":1405-1413")
     if s_.weight_casts:
         out["act_weight_casts"] = (b_c * fam.linear_params_per_layer(), r"A_{\mathrm{cast},W}",
                                    "autocast casts each linear weight to the compute dtype per call; backward needs "
@@ -836,6 +844,8 @@ def saved_terms(s_: Structure) -> list[Term]:
                           + (f" — every {s_.checkpoint_every}th layer (0, {s_.checkpoint_every}, …)"
                              if s_.checkpoint_every > 1 else ""),
                           "torch.utils.checkpoint (non-reentrant)" + EVERY_N * (s_.checkpoint_every > 1)))
+        if fam.extra("stored_kv"):
+            terms.append(stored_kv_term(s_))
         if s_.checkpoint_every > 1:   # the other layers save as without checkpointing (none is the first)
             for key, (expr, label, why, source) in _layer(s_, first=False).items():
                 terms.append(Term(key, Role.SAVED_ACTIVATION, (L - n_c) * expr, f"(L - L_c) \\cdot {label}",
@@ -947,6 +957,19 @@ def saved_terms(s_: Structure) -> list[Term]:
     return terms
 
 
+def stored_kv_term(s_: Structure) -> Term:
+    """Gemma 4 under checkpointing: the last layer of each attention type before the KV-sharing ones stores its k
+    (after RoPE) and v (after v_norm) in shared_kv_states (configuration_gemma4.py:246-249: even with no layer reading
+    them), a dict every checkpointed layer's recompute closure holds: the two pairs live through the step, beyond
+    the checkpoints (without checkpointing SDPA keeps them anyway)."""
+    sliding, full = sym("sliding_layers"), L - sym("sliding_layers")
+    kv = 2 * b_c * T * (at_least(sliding, 1) * nkv * dh + at_least(full, 1) * sym("global_kv_heads") * sym("global_head_dim"))
+    return Term("act_stored_kv", Role.SAVED_ACTIVATION, kv, r"A_{\mathrm{KV,store}}",
+                "the k and v the last layer of each attention type stores for the KV-sharing layers (shared_kv_states), "
+                "held by every checkpointed layer's recompute", GEMMA4 + ":1214-1215 Gemma4TextAttention.forward",
+                lifetime=span(Phase.FORWARD, Phase.FIRST_LAYER_BACKWARD))
+
+
 def per_layer_embedding_terms(s_: Structure) -> list[Term]:
     """Gemma 4's per-layer embeddings (Gemma4TextModel.get_per_layer_inputs / project_per_layer_inputs,
     modeling_gemma4.py:1705-1784): the (b, s, L, d_PLE) sum of the table's rows and the normed projection of the token
@@ -957,13 +980,14 @@ def per_layer_embedding_terms(s_: Structure) -> list[Term]:
     terms = [Term("act_per_layer_inputs", Role.STEP_INPUT, b_c * T * L * d_ple, r"A_{\mathrm{PLE},L}",
                   "the per-layer inputs (b, s, L, d_PLE), read by every layer (each keeps its slice)",
                   GEMMA4 + ":1705-1784 get_per_layer_inputs, project_per_layer_inputs")]
-    if not s_.lora:
-        terms.append(Term("act_per_layer_embedding", Role.SAVED_ACTIVATION,
-                          at_least(d_ple, 1) * b_c * T * h + norm_saved(s_, rows, d_ple) + b_32 * T * L * d_ple,
-                          r"A_{\mathrm{PLE},0}", "the trainable per-layer-embedding pipeline: the projection's input "
-                          "(the token embeddings), the norm over each layer's d_PLE (fp32 input, mean(x²) + ε, its "
-                          "pow, the weight's fp32 copy) and the normed tensor for the norm's weight",
-                          GEMMA4 + ":1751-1784 project_per_layer_inputs"))
+    if embedding_output_grad(s_):   # the token embeddings need a gradient: so does the projection of them
+        trains = 0 if s_.lora else at_least(d_ple, 1) * b_c * T * h + b_32 * T * L * d_ple
+        terms.append(Term("act_per_layer_embedding", Role.SAVED_ACTIVATION, norm_saved(s_, rows, d_ple) + trains,
+                          r"A_{\mathrm{PLE},0}", "the per-layer-embedding pipeline, whose input (the token embeddings) "
+                          "needs a gradient: its norm over each layer's d_PLE (fp32 input, mean(x²) + ε, its pow, the "
+                          "weight's fp32 copy)" + ("" if s_.lora else "; trainable, the projection's input and the "
+                          "normed tensor for the norm's weight"), GEMMA4 + ":1751-1784 project_per_layer_inputs",
+                          lifetime=span(Phase.FORWARD, Phase.FIRST_LAYER_BACKWARD)))   # its backward comes last
     return terms
 
 
