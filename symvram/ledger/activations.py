@@ -204,8 +204,9 @@ def _layer_of(s_: Structure, first: bool) -> dict[str, tuple[sp.Expr, str, str, 
             kv = {None: b_mm * T * dh * 2 * nkv, "sliding": b_mm * T * dh * 2 * nkv * past_window(s_) * at_least(nkv, 2)
                   }.get(shared, 0)
             out["act_attention"] = (b_mm * T * dh * nh + kv + b_mm * T * nh * dh + fused, r"A_{\mathrm{attn}}",
-                                    ("SDPA (flash) keeps q after RoPE and its output; k and v are an earlier layer's "
-                                     "(KV sharing), counted there" if fam.extra("kv_shared") else
+                                    ("SDPA (flash) keeps q, k, v after RoPE and its output; a layer reading shared K/V "
+                                     "keeps only q and its output (k and v are the storing layer's; past the window a "
+                                     "sliding one's k, v repeated to n_h heads)" if fam.extra("kv_shared") else
                                      "SDPA (flash) keeps q, k, v after RoPE and its output")
                                     + ("; v is a view of the fused qkv output, which it keeps whole" if fused else ""),
                                     "torch scaled_dot_product_attention")

@@ -126,6 +126,8 @@ def base_terms(s: Structure) -> list[Term]:
                           "rotary inv_freq and original_inv_freq (d_head/2 each, in the weight dtype)"
                           + (" per rotary base" if fam.dim("rope_bases") != 1 else "")
                           + ("; the embedding's √h scale" if scale else "")
+                          + ("; each layer's layer_scalar and the per-layer table's scale"
+                             if fam.extra("per_layer_embeddings") else "")
                           + ("; each MoE layer's router score bias (E)" if score_bias != 0 else ""),
                           "transformers LlamaRotaryEmbedding"))
     return terms + (tower_terms(s) if s.tower is not None else [])
