@@ -22,6 +22,8 @@ TINY = {"model_type": "gemma4_text", "hidden_size": 64, "intermediate_size": 176
 # 31B's shape of layer: full layers with K = V and their own K/V heads, no per-layer embeddings, no sharing
 KEQV = {**TINY, "attention_k_eq_v": True, "num_global_key_value_heads": 1, "hidden_size_per_layer_input": 0,
         "num_kv_shared_layers": 0, "use_double_wide_mlp": False}
+# full layers' heads wider than 256 with 2 K/V heads: SDPA gets k, v repeated to n_h heads (31B's 512 × 4)
+WIDE = {**KEQV, "num_global_key_value_heads": 2, "global_head_dim": 264}
 
 
 def _meta_model(cfg: dict):
@@ -76,10 +78,11 @@ MEASURED = [
     (TINY, dict(method="full")),                                       # the trainable PLE table and pipeline
     (TINY, dict(method="lora", rank=8, grad_checkpointing=True)),      # stored K/V; the PLE norm under the input hook
     (KEQV, dict(method="lora", rank=8, targets="attention", grad_checkpointing=True)),
+    (WIDE, dict(method="full")),
 ]
 
 
-@pytest.mark.parametrize("cfg, settings", MEASURED, ids=["ple-lora", "ple-full", "ple-lora-ckpt", "keqv-attn-ckpt"])
+@pytest.mark.parametrize("cfg, settings", MEASURED, ids=["ple-lora", "ple-full", "ple-lora-ckpt", "keqv-attn-ckpt", "wide-full"])
 def test_estimate_equals_the_measured_peak(cfg, settings):
     pytest.importorskip("peft")
     from symvram.validate.measure import measure

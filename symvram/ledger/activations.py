@@ -201,8 +201,12 @@ def _layer_of(s_: Structure, first: bool) -> dict[str, tuple[sp.Expr, str, str, 
             # k and v repeated to n_h heads (repeat_kv: new tensors unless n_kv = 1), the (n_h − n_kv) of them
             # sliding_extra counts and n_kv more
             shared = fam.extra("kv_shared")   # "sliding": a sliding layer reading shared K/V
-            kv = {None: b_mm * T * dh * 2 * nkv, "sliding": b_mm * T * dh * 2 * nkv * past_window(s_) * at_least(nkv, 2)
-                  }.get(shared, 0)
+            # heads wider than 256 (Gemma 4's global 512): transformers passes SDPA no GQA (sdpa_attention.py:51) and
+            # repeats k, v to n_h heads (new tensors unless n_kv = 1: a stride-0 view), which SDPA keeps instead
+            repeated = at_least(dh, 257) * at_least(nkv, 2) * (nh - nkv)
+            kv = {None: b_mm * T * dh * 2 * (nkv + repeated),
+                  "sliding": b_mm * T * dh * 2 * nkv * past_window(s_) * at_least(nkv, 2)
+                  }.get(shared, b_mm * T * dh * 2 * at_least(dh, 257) * at_least(nkv, 2) * nh)
             out["act_attention"] = (b_mm * T * dh * nh + kv + b_mm * T * nh * dh + fused, r"A_{\mathrm{attn}}",
                                     ("SDPA (flash) keeps q, k, v after RoPE and its output; a layer reading shared K/V "
                                      "keeps only q and its output (k and v are the storing layer's; past the window a "
