@@ -263,7 +263,10 @@ class Scenario:
         heads = set(targets) | set(kw.get("head_targets", ()))
         if unknown := sorted(heads - set(targets) - set(HEAD_TARGETS)):
             raise UserError(f"head_targets: {', '.join(unknown)} unknown; use {' or '.join(HEAD_TARGETS)}")
-        kw["targets"] = tuple(t for t in targets if t not in HEAD_TARGETS)
+        # a module under a config switch that is off (Gemma 4's per-layer-input gate without per-layer embeddings)
+        # is not in the model: a group naming it leaves it out
+        kw["targets"] = tuple(t for t in targets if t not in HEAD_TARGETS
+                              and fam.target_map[t].option in (None, *spec.options))
         kw["head_targets"] = tuple(t for t in HEAD_TARGETS if t in heads)
         kw["modules_to_save"] = parse_modules_to_save(kw.get("modules_to_save", ()))
         kw.setdefault("attention", fam.default_attention)
@@ -442,7 +445,8 @@ class Scenario:
             raise UserError("--dora is a LoRA variant: use --method lora (or qlora)")
         if self.dora and any(family(self.model.family).target_map[t].count != 1 for t in self.targets):
             raise UserError("--dora on fused MoE experts: PEFT's target_parameters does not support DoRA")
-        if self.loss_impl not in ("torch", "trl") and fam.extra("final_logit_softcapping"):   # TRL's caps in its tiles
+        capped = fam.extra("final_logit_softcapping") or "final_logit_softcapping" in self.model.options
+        if self.loss_impl not in ("torch", "trl") and capped:   # TRL's fused head caps inside its tiles
             raise UserError(f"--loss-impl {self.loss_impl} with {fam.key}'s final-logit soft-capping is not modelled")
         if self.loss_impl == "unsloth" and not self.lora:
             raise UserError("--loss-impl unsloth with full fine-tuning (a trainable lm_head: its fp32 head-gradient "

@@ -59,6 +59,9 @@ TINY = {
                          "linear_key_head_dim": 12, "linear_value_head_dim": 20, "linear_conv_kernel_dim": 3,
                          "num_experts": 6, "num_experts_per_tok": 3, "moe_intermediate_size": 40,
                          "shared_expert_intermediate_size": 56, "pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 2},
+    "gemma4_text": {"layer_types": ["sliding_attention", "full_attention", "full_attention"], "global_head_dim": 40,
+                    "num_kv_shared_layers": 1, "hidden_size_per_layer_input": 16, "vocab_size_per_layer_input": 1000,
+                    "pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 2},   # layer 2 reads layer 1's K/V
     "qwen3_next": {"num_hidden_layers": 4, "linear_num_key_heads": 2, "linear_num_value_heads": 4,
                    "linear_key_head_dim": 12, "linear_value_head_dim": 20, "linear_conv_kernel_dim": 3,
                    "num_experts": 6, "num_experts_per_tok": 3, "moe_intermediate_size": 40,
