@@ -654,8 +654,8 @@ class Scenario:
         fam = family(self.model.family)
         embedding_trains = "embed_tokens" in self.modules_to_save or "embed_tokens" in self.head_targets
         if not self.lora or self.grad_checkpointing or embedding_trains or not fam.kinds:
-            return (), fam.first_kind(self.model.dims)
-        return fam.leading_kinds(self.model.dims, self.targets)
+            return (), fam.first_kind(self.model.dims, self.model.layer_pattern)
+        return fam.leading_kinds(self.model.dims, self.targets, self.model.layer_pattern)
 
     def values(self) -> dict[str, int | float]:
         """Numbers for every leaf symbol: registry defaults, model dims, run settings, dtypes, overrides."""

@@ -116,7 +116,8 @@ def base_terms(s: Structure) -> list[Term]:
         scale = b_w if fam.extra("embed_scale") else 0
         score_bias = fam.over_layers(lambda k: E * (b_32 if k.extra("router_kept_fp32") else b_w)
                                      if k.moe and k.extra("router_score_bias") else 0)
-        terms.append(Term("buffers", Role.BUFFER, fam.dim("rope_bases") * b_w * rotary_width(fam) + scale + score_bias,
+        rotary = 0 if fam.extra("no_rope") else fam.dim("rope_bases") * b_w * rotary_width(fam)   # Nemotron-H: none
+        terms.append(Term("buffers", Role.BUFFER, rotary + scale + score_bias,
                           r"M_{\mathrm{buf}}",
                           "rotary inv_freq and original_inv_freq (d_head/2 each, in the weight dtype)"
                           + (" per rotary base" if fam.dim("rope_bases") != 1 else "")
