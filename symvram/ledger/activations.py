@@ -85,9 +85,9 @@ def norm_weight_copy(s_: Structure, width: sp.Expr) -> sp.Expr:
     """The fp32 copy of a 16-bit norm weight that a norm multiplying ``weight.to(float32)`` keeps for its input's
     gradient (Nemotron-H's NemotronHRMSNorm, modeling_nemotron_h.py:633; ``extras.norm_weight_fp32_copy``): none
     for other families, nor for weights already fp32."""
-    if not s_.arch.extra("norm_weight_fp32_copy") or s_.compute_fp32 or s_.autocast or s_.liger:
+    if not s_.arch.extra("norm_weight_fp32_copy") or s_.liger:
         return sp.Integer(0)
-    return b_32 * width
+    return b_32 * width * at_least(b_32, 2 * compute_weight_bytes(s_))   # 1 for 16-bit weights, 0 for fp32
 
 
 def norm_weight_input(s_: Structure) -> sp.Symbol:
@@ -410,7 +410,7 @@ def _mamba2(s_: Structure) -> dict[str, tuple[sp.Expr, str, str, str]]:
     - the scan: x in fp32 (x·dt), per chunk the C_M × C_M decays L and the scores G (and their product M, copied for
       its einsum), the copies each einsum's bmm makes of its operands (x twice, C twice, B, B·decay, the chunk states
       twice), B and the decays for B·decay and the output, C·states, the inter-chunk decays ((c+1)² per head) and the
-      four triangular masks;
+      four triangular masks; under autocast the bmm's copies are compute-dtype casts and G, C·states 16-bit;
     - the gated RMSNorm (:56-74, over g_M groups): silu(z)'s fp32 input and output, the scan's output (its padded
       storage), the gated product and 1/rms per group.
     Trainable mixer weights also keep the padded fp32 x (for D), dt's second fp32 copy (for A_log), exp(A_log) and
@@ -422,15 +422,19 @@ def _mamba2(s_: Structure) -> dict[str, tuple[sp.Expr, str, str, str]]:
     proj = 2 * d_i + 2 * g_M * N_s + n_M
     conv = b_c * T * proj + b_c * b * (d_i + 2 * g_M * N_s) * (seq + K_conv - 1)
     gates = 2 * b_c * T * n_M + b_32 * T * n_M + b_32 * n_M
-    BC = b_32 * b * S_p * n_M * N_s   # one fp32 copy of B or C, repeated to n_M heads, padded
+    # each einsum's bmm keeps copies of its operands: fp32, or under autocast their compute-dtype casts (and its output
+    # is 16-bit: G, C·states); the inter-chunk decays' exp then keeps its own fp32 result beside the cast
+    a = matmul_bytes(s_) if s_.autocast else b_32
+    exp_kept = b_32 if s_.autocast else 0
+    BC = b * S_p * n_M * N_s   # B or C, repeated to n_M heads, padded
     scan = (b_32 * T * d_i                                              # x in fp32, kept by x·dt
-            + 3 * b_32 * b * chunks * n_M * C_M**2                      # L, G and M's copy for its einsum
-            + 2 * b_32 * b * S_p * d_i                                  # x copied for two einsums
-            + 5 * BC                                                    # C twice, B, B·decay copied; B for B·decay
-            + b_32 * b * chunks * n_M * d_M * N_s                       # the chunk states copied for C·states
-            + b_32 * b * n_M * (chunks + 1) * (chunks + d_M * N_s + 1)  # inter-chunk decays, the states with h_0, and
-                                                                        # the chunks' padded total decays
-            + 2 * b_32 * b * S_p * n_M + b_32 * b * S_p * d_i           # decay of B and of the output, C·states
+            + (b_32 + 2 * a) * b * chunks * n_M * C_M**2                # L, G and M's copy for its einsum
+            + 2 * a * b * S_p * d_i                                     # x copied for two einsums
+            + 4 * a * BC + b_32 * BC                                    # C twice, B, B·decay copied; B for B·decay
+            + a * b * chunks * n_M * d_M * N_s                          # the chunk states copied for C·states
+            + b * n_M * (chunks + 1) * ((a + exp_kept) * (chunks + 1)   # the inter-chunk decays ((c+1)² per head)
+                                        + a * d_M * N_s)                # and the chunk states with h_0, copied
+            + 2 * b_32 * b * S_p * n_M + a * b * S_p * d_i              # decay of B and of the output, C·states
             + 2 * b_mask * (C_M**2 + (chunks + 1)**2))                  # segment_sum's two masks, twice
     norm = 2 * b_32 * T * d_i + b_32 * b * S_p * d_i + b_32 * T * d_i + b_32 * T * g_M
     out = {"act_mamba_conv": (conv, r"A_{\mathrm{conv}}", "the causal conv1d's input (in_proj's whole output, of which "
