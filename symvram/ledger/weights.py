@@ -119,7 +119,8 @@ def base_terms(s: Structure) -> list[Term]:
         rotary = 0 if fam.extra("no_rope") else fam.dim("rope_bases") * b_w * rotary_width(fam)   # Nemotron-H: none
         terms.append(Term("buffers", Role.BUFFER, rotary + scale + score_bias,
                           r"M_{\mathrm{buf}}",
-                          "rotary inv_freq and original_inv_freq (d_head/2 each, in the weight dtype)"
+                          ("no rotary buffers (no position embedding)" if rotary == 0 else
+                           "rotary inv_freq and original_inv_freq (d_head/2 each, in the weight dtype)")
                           + (" per rotary base" if fam.dim("rope_bases") != 1 else "")
                           + ("; the embedding's √h scale" if scale else "")
                           + ("; each MoE layer's router score bias (E)" if score_bias != 0 else ""),
