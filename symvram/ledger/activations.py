@@ -195,7 +195,8 @@ def _layer_of(s_: Structure, first: bool) -> dict[str, tuple[sp.Expr, str, str, 
             b_mm = matmul_bytes(s_)
             fused = b_mm * T * dh * (nh + nkv) if fam.extra("fused_qkv") else 0
             out["act_attention"] = (b_mm * T * dh * (nh + 2 * nkv) + b_mm * T * nh * dh + fused, r"A_{\mathrm{attn}}",
-                                    "SDPA (flash) keeps q, k, v after RoPE and its output"
+                                    "SDPA (flash) keeps q, k, v" + " after RoPE" * (not fam.extra("no_rope"))
+                                    + " and its output"
                                     + ("; v is a view of the fused qkv output, which it keeps whole" if fused else ""),
                                     "torch scaled_dot_product_attention")
             out["act_attention_lse"] = (b_32 * b * nh * seq, r"A_{\mathrm{lse}}",
@@ -442,7 +443,7 @@ def _mamba2(s_: Structure) -> dict[str, tuple[sp.Expr, str, str, str]]:
                               MAMBA + " causal_conv1d_fn"),
            "act_mamba_gates": (gates, r"A_{\mathrm{dt}}", "the time step: softplus's and clamp's 16-bit inputs, its "
                                "fp32 copy for x·dt and A = −exp(A_log)", MAMBA + " mamba2_chunk_scan"),
-           "act_mamba_scan": (scan, r"A_{\mathrm{SSD}}", "the chunked SSD scan in fp32: per chunk of C_M tokens the "
+           "act_mamba_scan": (scan, r"A_{\mathrm{SSD}}", "the chunked SSD scan in fp32" + " (its einsums on compute-dtype casts)" * s_.autocast + ": per chunk of C_M tokens the "
                               "decays L and scores G (C_M² per head), the einsums' copies of x, B, C and the chunk "
                               "states (d_M × N per head), the decays and the inter-chunk recurrence (torch path: "
                               "mamba2_chunk_scan)", MAMBA + " mamba2_chunk_scan"),
