@@ -270,7 +270,8 @@ def comparison(sc: Scenario, capacity: int) -> list[dict]:
         bd = evaluate(other)
         ckpt = evaluate(other.with_changes(grad_checkpointing=True))
         rows.append({"key": key, "refused": None, "blocks": bd.blocks, "total": bd.ledger_total, "peak": bd.peak,
-                     "params": parameter_side(bd), "step_temp": bd.terms.get("optimizer_temp", 0),
+                     "params": parameter_side(bd), "step_temp": sum(bd.terms[t.key] for t in bd.ledger.terms
+                                                                 if t.role is Role.OPTIMIZER_STEP_TEMPORARY),
                      "per_param": per_param_value(bd), "gpu_per_param": per_param_value(bd, on_gpu=True),
                      "P_train": bd.derived["P_train"],
                      "fits": bd.peak <= capacity, "moment": _label(bd),

@@ -6,10 +6,10 @@ import math
 import sys
 from pathlib import Path
 
+from ..api import objectives
 from ..errors import EXCERPT, UserError, excerpt, one_line
 from ..scenario import (ATTENTIONS, CHECKPOINT_IMPLS, DEVICES, DTYPES, HALF_DTYPES, LOSS_IMPLS, METHODS,
                         OFFLOADS, OPTIMIZER_IMPLS, OPTIMIZERS, STATE_DTYPES, Scenario)
-from ..ledger.objectives import objectives
 from ..stacks import stack_names, stacks
 from ..units import UNITS
 
@@ -234,7 +234,7 @@ def announce(args: argparse.Namespace) -> None:
 
 def time_flags(args: argparse.Namespace) -> tuple[float | None, str | None]:
     """--mfu and --interconnect, checked (also where the output shows no times: a bad value is refused)."""
-    from ..timing import check_interconnect, check_mfu
+    from ..api import check_interconnect, check_mfu
 
     return (check_mfu(args.mfu) if getattr(args, "mfu", None) is not None else None,
             check_interconnect(getattr(args, "interconnect", None)))

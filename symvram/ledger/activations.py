@@ -949,23 +949,24 @@ def saved_terms(s_: Structure) -> list[Term]:
                           "peft tuners/lora/layer.py Embedding.forward",
                           lifetime=span(Phase.FIRST_LAYER_FORWARD, Phase.FIRST_LAYER_BACKWARD)))
     if s_.loss_impl == "liger":
-        terms.append(Term("act_logsoftmax", Role.LOSS_ACTIVATION, b_c * T * h + b_32 * T, r"A_{\mathrm{FLCE}}",
-                          "Liger's fused linear cross-entropy computes the hidden states' gradient in the forward and "
-                          "keeps it (and the per-token loss) for backward; no logits survive (modelled from source, "
-                          "not measured here: Triton only)", "liger_kernel ops/fused_linear_cross_entropy.py"))
+        loss = Term("act_logsoftmax", Role.LOSS_ACTIVATION, b_c * T * h + b_32 * T, r"A_{\mathrm{FLCE}}",
+                    "Liger's fused linear cross-entropy computes the hidden states' gradient in the forward and "
+                    "keeps it (and the per-token loss) for backward; no logits survive (modelled from source, "
+                    "not measured here: Triton only)", "liger_kernel ops/fused_linear_cross_entropy.py")
     elif s_.loss_impl == "trl":
-        terms.append(trl_saved_term(s_))
+        loss = trl_saved_term(s_)
     elif s_.loss_impl == "cce":
-        terms.append(Term("act_logsoftmax", Role.LOSS_ACTIVATION, b_32 * T + b_32 * V, r"A_{\mathrm{CCE}}",
-                          "Cut Cross-Entropy keeps the fp32 log-sum-exp per token and the fp32 average logit per "
-                          "vocabulary entry; no logits are materialised (modelled from source, not measured here)",
-                          "cut_cross_entropy cce.py"))
+        loss = Term("act_logsoftmax", Role.LOSS_ACTIVATION, b_32 * T + b_32 * V, r"A_{\mathrm{CCE}}",
+                    "Cut Cross-Entropy keeps the fp32 log-sum-exp per token and the fp32 average logit per "
+                    "vocabulary entry; no logits are materialised (modelled from source, not measured here)",
+                    "cut_cross_entropy cce.py")
     else:
-        terms.append(Term("act_logsoftmax", Role.LOSS_ACTIVATION, b_32 * T * V, r"A_{\mathrm{lsm}}",
-                          "cross-entropy upcasts logits to fp32 and keeps log_softmax for backward"
-                          + (" (torchtune: each chunk's, all chunks together)" if s_.loss_impl == "chunked" else ""),
-                          "torchtune CEWithChunkedOutputLoss" if s_.loss_impl == "chunked"
-                          else "transformers ForCausalLMLoss; torch log_softmax"))
+        loss = Term("act_logsoftmax", Role.LOSS_ACTIVATION, b_32 * T * V, r"A_{\mathrm{lsm}}",
+                    "cross-entropy upcasts logits to fp32 and keeps log_softmax for backward"
+                    + (" (torchtune: each chunk's, all chunks together)" if s_.loss_impl == "chunked" else ""),
+                    "torchtune CEWithChunkedOutputLoss" if s_.loss_impl == "chunked"
+                    else "transformers ForCausalLMLoss; torch log_softmax")
+    terms.append(loss)
     if fam.extra("final_logit_softcapping"):
         terms.append(Term("act_logit_softcap", Role.LOSS_ACTIVATION, b_c * T * V, r"A_{\mathrm{cap}}",
                           "final-logit soft-capping keeps tanh(logits / cap) for backward", fam.source))
@@ -981,7 +982,7 @@ def saved_terms(s_: Structure) -> list[Term]:
     terms.append(Term("act_tokens", Role.STEP_INPUT, 2 * b_id * T, r"A_{\mathrm{ids}}",
                       "input ids and the shifted labels (int64)", "transformers ForCausalLMLoss"))
     if s_.offload_activations:
-        terms.append(offloaded_head_copies(s_, next(t for t in terms if t.key == "act_logsoftmax")))
+        terms.append(offloaded_head_copies(s_, loss))
     if s_.tower is not None and s_.tower.ids_copy and (not s_.lora or "embed_tokens" in s_.modules_to_save):
         terms.append(Term("act_ids_copy", Role.SAVED_ACTIVATION, b_id * T, r"A_{\mathrm{ids,copy}}",
                           "the copy of input_ids the multimodal forward embeds (an image token id outside the "

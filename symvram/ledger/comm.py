@@ -36,9 +36,9 @@ import sympy as sp
 
 from ..symbols import sym
 from .architecture import L, h
-from .sharding import STAGE_NAMES, all_layer_bytes, root_bytes
+from .sharding import all_layer_bytes, root_bytes
 from .structure import Structure
-from .terms import Role, Term
+from .terms import STAGE_NAMES, Role, Term
 from .weights import quant_constant_bits
 
 N, t = sym("gpus"), sym("tp")

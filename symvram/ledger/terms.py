@@ -114,6 +114,9 @@ class Role(str, Enum):
     CPU_TRAFFIC = "CPU memory traffic"                 # … through host memory (the offloaded optimizer's update)
 
 
+STAGE_NAMES = {0: "DDP", 1: "ZeRO-1", 2: "ZeRO-2", 3: "ZeRO-3"}   # the names of RoleInfo.zero_stage's stages
+
+
 @dataclass(frozen=True)
 class RoleInfo:
     """What a role means for the ledger.
@@ -268,12 +271,13 @@ class Term:
 
 @dataclass(frozen=True)
 class Moment:
-    """An instant of the step: ``terms`` are the keys of the terms live then."""
+    """An instant of the step, in ``phase``: ``terms`` are the keys of the terms live then."""
 
     key: str
     label: str
     terms: tuple[str, ...]
     why: str
+    phase: Phase
 
 
 @dataclass(frozen=True)
