@@ -131,6 +131,9 @@ def parse_targets(spec: str | tuple[str, ...] | list[str], fam: Family | None = 
         else:
             raise UserError(f"unknown LoRA target {excerpt(name)} for {fam.key}; use {', '.join(fam.target_sets)} or module "
                             f"names ({', '.join(fam.target_map)})")
+    for name in fam.target_map:   # a group reaching a module PEFT refuses (all-linear on a Mamba model's out_proj)
+        if name in chosen and (why := fam.extra("untargetable", {}).get(name)):
+            raise UserError(f"{name} of {fam.key} cannot be a LoRA target (the targets {excerpt(spec)} reach it): {why}")
     if not chosen - set(HEAD_TARGETS):
         raise UserError("no LoRA target modules given" + (f" beside {', '.join(sorted(chosen))}: LoRA on the model's "
                         "embedding or lm_head alone is not modelled; add layer targets (e.g. all-linear,lm_head)"
@@ -259,7 +262,8 @@ class Scenario:
             raise UserError(f"unknown scenario setting {', '.join(unknown)}; settings are "
                             f"{', '.join(k for k in cls.__dataclass_fields__ if k not in ('model', 'given'))}")
         fam = family(spec.family)
-        targets = parse_targets(kw.get("targets", "all-linear"), fam)
+        targets = parse_targets(kw.get("targets", fam.extra("default_targets", "all-linear")), fam)   # a family whose
+        # all-linear PEFT refuses (Nemotron-H: out_proj) names the group it defaults to
         heads = set(targets) | set(kw.get("head_targets", ()))
         if unknown := sorted(heads - set(targets) - set(HEAD_TARGETS)):
             raise UserError(f"head_targets: {', '.join(unknown)} unknown; use {' or '.join(HEAD_TARGETS)}")
@@ -680,8 +684,8 @@ class Scenario:
         fam = family(self.model.family)
         embedding_trains = "embed_tokens" in self.modules_to_save or "embed_tokens" in self.head_targets
         if not self.lora or self.grad_checkpointing or embedding_trains or not fam.kinds:
-            return (), fam.first_kind(self.model.dims)
-        return fam.leading_kinds(self.model.dims, self.targets)
+            return (), fam.first_kind(self.model.dims, self.model.layer_pattern)
+        return fam.leading_kinds(self.model.dims, self.targets, self.model.layer_pattern)
 
     def values(self) -> dict[str, int | float]:
         """Numbers for every leaf symbol: registry defaults, model dims, run settings, dtypes, overrides."""

@@ -19,7 +19,7 @@ import sympy as sp
 
 from ..errors import UserError
 from ..symbols import sym
-from .architecture import E, L, V, dh, f, f_e, family, h, k_e, nh, nkv
+from .architecture import E, L, V, dh, f, f_e, h, k_e, nh, nkv
 from .functions import at_least, ceil_div, pow2_ceil
 from .structure import Structure
 from .terms import Phase, Place, Role, Term, span
@@ -56,7 +56,7 @@ def _shared_with_attention(s_: Structure, group: str) -> bool:
     fam = s_.arch
     return (group == "attn_out" and s_.attention == "sdpa" and not fam.extra("fused_qkv")
             and fam.dim("rotary_dim", 0) == 0 and not fam.latent_attention
-            and not (fam.extra("output_gate") or fam.extra("gated_deltanet")))
+            and not (fam.extra("output_gate") or fam.extra("gated_deltanet")) and fam.mixer == "attention")
 
 
 NORM_WHY = {
@@ -88,6 +88,15 @@ def norm_saved(s_: Structure, rows: sp.Expr, width: sp.Expr, b_in: sp.Expr | Non
     if s_.arch.norm == "gemma4_rms":   # modeling_gemma4.py:205-214
         return saved + b_32 * T * rows + (b_32 * width if weight else 0)
     return saved + b_32 * width if s_.arch.norm == "gemma_rms" else saved
+
+
+def norm_weight_copy(s_: Structure, width: sp.Expr) -> sp.Expr:
+    """The fp32 copy of a 16-bit norm weight that a norm multiplying ``weight.to(float32)`` keeps for its input's
+    gradient (Nemotron-H's NemotronHRMSNorm, modeling_nemotron_h.py:633; ``extras.norm_weight_fp32_copy``): none
+    for other families, nor for weights already fp32."""
+    if not s_.arch.extra("norm_weight_fp32_copy") or s_.liger:
+        return sp.Integer(0)
+    return b_32 * width * at_least(b_32, 2 * compute_weight_bytes(s_))   # 1 for 16-bit weights, 0 for fp32
 
 
 def norm_weight_input(s_: Structure) -> sp.Symbol:
@@ -183,10 +192,11 @@ def _layer_of(s_: Structure, first: bool) -> dict[str, tuple[sp.Expr, str, str, 
     saving = [n for n in fam.active_norms(s_.options) if grad[n.at] if not n.after or grad_in or n.after in targets]
     if saving:
         out["act_norms"] = (sp.Add(*(norm_saved(s_, n.rows, n.width, matmul_bytes(s_) if n.after else None, n.weight)
-                                     for n in saving)), r"A_{\mathrm{norm}}",
+                                     + norm_weight_copy(s_, n.width) for n in saving)), r"A_{\mathrm{norm}}",
                             "each Liger RMSNorm keeps its input and the fp32 1/rms" if s_.liger else
                             "each Unsloth RMSNorm keeps its input and the fp32 1/rms" if s_.unsloth_kernels else
-                            NORM_WHY[fam.norm], LIGER if s_.liger else UNSLOTH_KERNELS if s_.unsloth_kernels else TRANSFORMERS)
+                            NORM_WHY[fam.norm] + " (and the weight's fp32 copy)" * (norm_weight_copy(s_, 1) != 0),
+                            LIGER if s_.liger else UNSLOTH_KERNELS if s_.unsloth_kernels else TRANSFORMERS)
         if not s_.lora and not s_.liger and any(n.weight for n in saving):   # Liger's backward recomputes it for dW
             out["act_norm_weight_input"] = (sp.Add(*(norm_weight_input(s_) * T * n.rows * n.width for n in saving
                                                      if n.weight)),
@@ -194,7 +204,11 @@ def _layer_of(s_: Structure, first: bool) -> dict[str, tuple[sp.Expr, str, str, 
                                             "a trainable norm weight also keeps the normalized "
                                             + ("16-bit" if fam.norm == "rms" else "fp32") + " tensor", TRANSFORMERS)
 
-    if attn_grad and fam.extra("gated_deltanet"):
+    if fam.mixer == "none":   # an MLP block (Nemotron-H's "-" layers): no token mixer
+        pass
+    elif attn_grad and fam.mixer == "mamba2":
+        out.update(_mamba2(s_))
+    elif attn_grad and fam.extra("gated_deltanet"):
         out.update(_gated_deltanet(s_))
     elif attn_grad and fam.latent_attention:
         out.update(_latent_attention(s_))
@@ -212,11 +226,12 @@ def _layer_of(s_: Structure, first: bool) -> dict[str, tuple[sp.Expr, str, str, 
             kv = {None: b_mm * T * dh * 2 * (nkv + repeated),
                   "sliding": b_mm * T * dh * 2 * nkv * past_window(s_) * at_least(nkv, 2)
                   }.get(shared, b_mm * T * dh * 2 * at_least(dh, 257) * at_least(nkv, 2) * nh)
+            roped = " after RoPE" * (not fam.extra("no_rope"))
             out["act_attention"] = (b_mm * T * dh * nh + kv + b_mm * T * nh * dh + fused, r"A_{\mathrm{attn}}",
-                                    ("SDPA (flash) keeps q, k, v after RoPE and its output; a layer reading shared K/V "
+                                    ("SDPA (flash) keeps q, k, v" + roped + " and its output; a layer reading shared K/V "
                                      "keeps only q and its output (k and v are the storing layer's; past the window a "
                                      "sliding one's k, v repeated to n_h heads)" if fam.extra("kv_shared") else
-                                     "SDPA (flash) keeps q, k, v after RoPE and its output")
+                                     "SDPA (flash) keeps q, k, v" + roped + " and its output")
                                     + ("; v is a view of the fused qkv output, which it keeps whole" if fused else ""),
                                     "torch scaled_dot_product_attention")
             out["act_attention_lse"] = (b_32 * b * nh * seq, r"A_{\mathrm{lse}}",
@@ -259,7 +274,10 @@ def _layer_of(s_: Structure, first: bool) -> dict[str, tuple[sp.Expr, str, str, 
     elif s_.unsloth_kernels:   # LoRA_MLP saves them whatever needs a gradient (its adapters always do)
         out["act_mlp"] = (2 * b_c * T * f, r"A_{\mathrm{mlp}}", "Unsloth's LoRA_MLP keeps the gate and up outputs "
                           "(e, g: d_ff wide each) and recomputes the activation in backward", UNSLOTH_KERNELS)
-    elif mlp_grad:
+    elif mlp_grad and fam.mlp_kind == "plain":   # relu²: relu keeps its output, which the square reads too
+        out["act_mlp"] = (b_c * T * f, r"A_{\mathrm{mlp}}", "the ReLU output (d_ff wide), which ReLU's backward and "
+                          "the square's both read", "transformers activations.py ReLUSquaredActivation; " + fam.source)
+    elif mlp_grad and fam.mlp_kind == "gated":
         act = {"silu": "SiLU", "gelu_tanh": "GELU"}[fam.activation]
         out["act_mlp"] = ((2 if s_.liger else 3) * b_c * T * mlp_width(fam), r"A_{\mathrm{mlp}}",
                           f"Liger's fused {act}·up keeps the gate and up outputs (d_ff wide each)" if s_.liger else
@@ -455,6 +473,70 @@ def _gated_deltanet(s_: Structure) -> dict[str, tuple[sp.Expr, str, str, str]]:
     return out
 
 
+MAMBA = "transformers models/nemotron_h/modeling_nemotron_h.py"
+n_M, d_M, N_s, g_M, C_M = (sym(n) for n in ("mamba_heads", "mamba_head_dim", "ssm_state", "mamba_groups", "mamba_chunk"))
+
+
+def _mamba2(s_: Structure) -> dict[str, tuple[sp.Expr, str, str, str]]:
+    """What a Mamba-2 mixer saves on the torch path (NemotronHMamba2Mixer.forward, modeling_nemotron_h.py:468-613,
+    without mamba_ssm: mamba2_split_conv1d_scan_combined returns None, :186-208, :511-513; mamba2_chunk_scan,
+    :273-378), derived by walking one layer's autograd graph and measured under FakeTensorMode. d_i = n_M·d_M; the
+    sequence is padded to c chunks of C_M tokens (S_p = C_M·c); the scan runs in fp32 with B and C repeated from g_M
+    groups to n_M heads (:298-300).
+
+    - the causal conv1d (:163-183): its input, a transposed view of in_proj's whole output (2·d_i + 2·g_M·N + n_M
+      per token), and for SiLU the padded conv output (s + K − 1 columns);
+    - the gates: softplus's and clamp's 16-bit inputs (dt + dt_bias, softplus(dt)), dt's fp32 copy for x·dt, and
+      A = −exp(A_log) (n_M) for A·dt;
+    - the scan: x in fp32 (x·dt), per chunk the C_M × C_M decays L and the scores G (and their product M, copied for
+      its einsum), the copies each einsum's bmm makes of its operands (x twice, C twice, B, B·decay, the chunk states
+      twice), B and the decays for B·decay and the output, C·states, the inter-chunk decays ((c+1)² per head) and the
+      four triangular masks; under autocast the bmm's copies are compute-dtype casts and G, C·states 16-bit;
+    - the gated RMSNorm (:56-74, over g_M groups): silu(z)'s fp32 input and output, the scan's output (its padded
+      storage), the gated product and 1/rms per group.
+    Trainable mixer weights also keep the padded fp32 x (for D), dt's second fp32 copy (for A_log), exp(A_log) and
+    the normalized tensor (for the gated norm's weight).
+
+    mamba_ssm's fused kernels (the default GPU path) save less: not modelled (the header names the torch path)."""
+    d_i, chunks = n_M * d_M, ceil_div(seq, C_M)
+    S_p = C_M * chunks
+    proj = 2 * d_i + 2 * g_M * N_s + n_M
+    conv = b_c * T * proj + b_c * b * (d_i + 2 * g_M * N_s) * (seq + K_conv - 1)
+    gates = 2 * b_c * T * n_M + b_32 * T * n_M + b_32 * n_M
+    # each einsum's bmm keeps copies of its operands: fp32, or under autocast their compute-dtype casts (and its output
+    # is 16-bit: G, C·states); the inter-chunk decays' exp then keeps its own fp32 result beside the cast
+    a = matmul_bytes(s_) if s_.autocast else b_32
+    exp_kept = b_32 if s_.autocast else 0
+    BC = b * S_p * n_M * N_s   # B or C, repeated to n_M heads, padded
+    scan = (b_32 * T * d_i                                              # x in fp32, kept by x·dt
+            + (b_32 + 2 * a) * b * chunks * n_M * C_M**2                # L, G and M's copy for its einsum
+            + 2 * a * b * S_p * d_i                                     # x copied for two einsums
+            + 4 * a * BC + b_32 * BC                                    # C twice, B, B·decay copied; B for B·decay
+            + a * b * chunks * n_M * d_M * N_s                          # the chunk states copied for C·states
+            + b * n_M * (chunks + 1) * ((a + exp_kept) * (chunks + 1)   # the inter-chunk decays ((c+1)² per head)
+                                        + a * d_M * N_s)                # and the chunk states with h_0, copied
+            + 2 * b_32 * b * S_p * n_M + a * b * S_p * d_i              # decay of B and of the output, C·states
+            + 2 * b_mask * (C_M**2 + (chunks + 1)**2))                  # segment_sum's two masks, twice
+    norm = 2 * b_32 * T * d_i + b_32 * b * S_p * d_i + b_32 * T * d_i + b_32 * T * g_M
+    out = {"act_mamba_conv": (conv, r"A_{\mathrm{conv}}", "the causal conv1d's input (in_proj's whole output, of which "
+                              "it reads a view) and its padded output (SiLU keeps the s + K − 1 columns)",
+                              MAMBA + " causal_conv1d_fn"),
+           "act_mamba_gates": (gates, r"A_{\mathrm{dt}}", "the time step: softplus's and clamp's 16-bit inputs, its "
+                               "fp32 copy for x·dt and A = −exp(A_log)", MAMBA + " mamba2_chunk_scan"),
+           "act_mamba_scan": (scan, r"A_{\mathrm{SSD}}", "the chunked SSD scan in fp32" + " (its einsums on compute-dtype casts)" * s_.autocast + ": per chunk of C_M tokens the "
+                              "decays L and scores G (C_M² per head), the einsums' copies of x, B, C and the chunk "
+                              "states (d_M × N per head), the decays and the inter-chunk recurrence (torch path: "
+                              "mamba2_chunk_scan)", MAMBA + " mamba2_chunk_scan"),
+           "act_mamba_norm": (norm, r"A_{\mathrm{norm},g}", "the gated RMSNorm: silu(z)'s fp32 input and output, the "
+                              "scan's output, their product and 1/rms per group", MAMBA + " NemotronHRMSNormGated")}
+    if not s_.lora:
+        out["act_mamba_weights"] = (b_32 * b * S_p * d_i + b_32 * T * n_M + b_32 * n_M + b_32 * T * d_i,
+                                    r"A_{\mathrm{M},w}", "trainable mixer weights: D keeps the padded fp32 x, A_log "
+                                    "dt's second fp32 copy and its exp, the gated norm's weight the normalized tensor",
+                                    MAMBA + " mamba2_chunk_scan")
+    return out
+
+
 def lora_input_bytes(s_: Structure, n: int, width: sp.Expr, per_call_cast: bool, shared: bool,
                      input_grad: bool) -> tuple[sp.Expr, sp.Expr]:
     """(lora_A's kept inputs, dropout's masks) of ``n`` lora.Linear targets reading one tensor ``width`` wide per
@@ -533,11 +615,13 @@ def layer_working_sets(s_: Structure) -> list[Term]:
                                   + ", lora_B's output and its scaled copy"
                                   + (" and the input cast to the adapter dtype" if cast != 0 else ""),
                                   "peft tuners/lora/layer.py:1100-1102 Linear.forward; tuners/lora/bnb.py:533")
-        if group == "attn_in":
+        if group == "attn_in" and fam.mixer == "attention":
             if s_.attention == "eager":
                 out["ws_scores"] = (3 * b_c * b * nh * seq**2, r"W_{\mathrm{scores}}",
                                     "eager attention's b·n_h·s² products: q·kᵀ, scaled and masked",
                                     "transformers models/llama/modeling_llama.py:193-197 eager_attention_forward")
+            if fam.extra("no_rope"):
+                continue
             out["ws_rope"] = (3 * b_res * T * nh * dh, r"W_{\mathrm{RoPE}}",
                               "RoPE on q: q·cos, the rotated half and its concatenation",
                               "transformers models/llama/modeling_llama.py:119-147 apply_rotary_pos_emb")
@@ -733,6 +817,7 @@ def mlp_width(fam) -> sp.Expr:
     """The width of a dense layer's MLP: its output projection's input (d_ff; Gemma 4's KV-sharing layers with
     use_double_wide_mlp: twice it).
 
+    >>> from symvram.ledger.architecture import family
     >>> mlp_width(family("llama"))
     intermediate
     """
@@ -741,6 +826,13 @@ def mlp_width(fam) -> sp.Expr:
 
 def _layer_backward_temp(s_: Structure) -> tuple[sp.Expr, str, str]:
     """The temporaries of the last layer's MLP backward, net of what that backward has freed already."""
+    if s_.arch.mlp_kind == "none":   # a mixer-only block (Nemotron-H's Mamba and attention layers): no MLP backward
+        return sp.Integer(0), "a block without an MLP: no MLP backward", s_.arch.source
+    if s_.arch.mlp_kind == "plain":   # up, ReLU², down: the gradients of down's input, of the square and of ReLU
+        made, freed = _output_projection_done(s_)
+        return (3 * b_c * T * f + b_c * T * h + made - freed, "inside a layer's ReLU² MLP backward: the gradients of "
+                "the down input, the square and the ReLU (d_ff wide) and the incoming hidden gradient; the down "
+                "projection's backward has run", "autograd of " + s_.arch.source + " NemotronHMLP")
     if not s_.arch.moe:
         made, freed = _output_projection_done(s_)
         return (3 * b_c * T * mlp_width(s_.arch) + b_c * T * h + made - freed, "inside a layer's MLP backward: the gradients of the "
@@ -938,7 +1030,7 @@ def saved_terms(s_: Structure) -> list[Term]:
         terms.append(Term("act_lm_head_cast", Role.SAVED_ACTIVATION, b_cast * V * h, r"A_{\mathrm{cast},V}",
                           "autocast casts lm_head's weight to the compute dtype; backward needs the cast", "torch.autocast",
                           lifetime=span(Phase.FORWARD, head_end)))
-    head = norm_saved(s_, 1, h)
+    head = norm_saved(s_, 1, h) + norm_weight_copy(s_, h)
     why = ("Unsloth's final RMSNorm keeps its input and the fp32 1/rms" if s_.unsloth_kernels
            else NORM_WHY[fam.norm].replace("each", "the final", 1))
     if not s_.lora:
@@ -998,10 +1090,11 @@ def saved_terms(s_: Structure) -> list[Term]:
     if fam.extra("rope_widths"):   # Gemma 4: each layer type's cos and sin as wide as its heads
         bases, width = 1, rope_width_sum(fam)
     rows = b if fam.extra("rope_per_sample") else 1   # multimodal RoPE: position ids (4, b, seq), a table per sample
-    terms.append(Term("act_rope", Role.STEP_INPUT, 2 * bases * b_rope * rows * seq * width, r"A_{\mathrm{rope}}",
-                      "RoPE cos and sin, shared by all layers" + " (one pair per rotary base)" * (bases != 1)
-                      + " (one per sample: multimodal RoPE expands the position ids to the batch)" * (rows != 1),
-                      "transformers LlamaRotaryEmbedding"))
+    if not fam.extra("no_rope"):   # a model without position embeddings (Nemotron-H) has no cos/sin tables
+        terms.append(Term("act_rope", Role.STEP_INPUT, 2 * bases * b_rope * rows * seq * width, r"A_{\mathrm{rope}}",
+                          "RoPE cos and sin, shared by all layers" + " (one pair per rotary base)" * (bases != 1)
+                          + " (one per sample: multimodal RoPE expands the position ids to the batch)" * (rows != 1),
+                          "transformers LlamaRotaryEmbedding"))
     terms.append(Term("act_tokens", Role.STEP_INPUT, 2 * b_id * T, r"A_{\mathrm{ids}}",
                       "input ids and the shifted labels (int64)", "transformers ForCausalLMLoss"))
     if fam.extra("per_layer_embeddings"):
