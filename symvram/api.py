@@ -12,10 +12,26 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .analysis.diagnose import PROBE_SEQ
+from .analysis.fit import DEFAULT_HEADROOM, KNOBS
+from .analysis.sensitivity import SensitivityResult, compare as compare_knobs
 from .errors import UserError
 from .evaluate import Breakdown, evaluate
+from .ledger.architecture import shipped_model_types
+from .ledger.objectives import objectives
 from .presets import GPUSpec, ModelSpec, load_model
 from .scenario import Scenario
+from .timing import DEFAULT_MFU, check_interconnect, check_mfu, interconnects
+
+# Besides the commands as functions, the names the command line reads from the layers below pass through here, so
+# that a command crosses each layer once, downward: fit's knobs and default margin, diagnose's probe length, the
+# sensitivity comparison of two knobs, the step-time roofline's defaults and checks, the objectives, the model types
+# with a family entry.
+__all__ = ["scenario", "estimate", "estimate_report", "compare", "compare_report", "fit", "whatif", "sensitivity",
+           "step_time", "plan", "diagnose", "plot", "explain", "Breakdown", "Scenario", "GPUSpec", "ModelSpec",
+           "DEFAULT_HEADROOM", "KNOBS", "PROBE_SEQ", "SensitivityResult", "compare_knobs", "DEFAULT_MFU",
+           "check_interconnect", "check_mfu", "interconnects", "objectives", "shipped_model_types", "PLOT_KINDS",
+           "DEFAULT_PLOT_CARDS", "DEFAULT_PLOT_RANKS"]
 
 Model = str | ModelSpec | Scenario
 
@@ -223,7 +239,8 @@ def step_time(model: Model, gpu: str | GPUSpec, mfu: float | None = None, interc
 
 
 def plan(model: Model, gpu: str | int | GPUSpec, max_gpus: int = 64, headroom: int | str = "0",
-         methods: tuple[str, ...] | None = None, strategies: tuple[str, ...] | None = None, **settings):
+         methods: tuple[str, ...] | None = None, strategies: tuple[str, ...] | None = None, mfu: float | None = None,
+         interconnect: str | None = None, allocator: str | None = None, **settings):
     """``symvram plan MODEL --gpu GPU``: the fewest GPUs for each method × strategy (DDP, ZeRO, TP, offload).
 
     >>> r = plan("70b", "a100-80g", methods=("qlora",), grad_checkpointing=True)
@@ -233,12 +250,12 @@ def plan(model: Model, gpu: str | int | GPUSpec, max_gpus: int = 64, headroom: i
     from .analysis.plan import plan as _plan
 
     return _plan(scenario(model, **settings), _card(gpu), max_gpus=max_gpus, headroom=headroom,
-                 methods=methods, strategies=strategies)
+                 methods=methods, strategies=strategies, mfu=mfu, interconnect=interconnect, allocator=allocator)
 
 
 def diagnose(model: Model, gpu: str | int | GPUSpec, headroom: int | str = "0", p95_seq: int | None = None,
              measured_peak: int | str | None = None, measured_at: dict | None = None, max_gpus: int = 64,
-             allocator: str | None = None, **settings):
+             allocator: str | None = None, mfu: float | None = None, interconnect: str | None = None, **settings):
     """``symvram diagnose MODEL --gpu GPU``: OOM triage, which side is over and the remedies in order.
 
     ``measured_peak`` (bytes or a size such as ``"23.1GiB"``) fits the overhead the ledger does not hold.
@@ -253,7 +270,8 @@ def diagnose(model: Model, gpu: str | int | GPUSpec, headroom: int | str = "0", 
     if isinstance(measured_peak, str):
         measured_peak = parse_size(measured_peak)
     return _diagnose(scenario(model, **settings), _card(gpu), headroom=headroom, p95_seq=p95_seq,
-                     measured_peak=measured_peak, measured_at=measured_at, max_gpus=max_gpus, allocator=allocator)
+                     measured_peak=measured_peak, measured_at=measured_at, max_gpus=max_gpus, allocator=allocator,
+                      mfu=mfu, interconnect=interconnect)
 
 
 PLOT_KINDS = ("breakdown", "seq-curve", "tornado", "fit-map")
@@ -276,6 +294,7 @@ def plot(model: Model, kind: str = "breakdown", gpu: str | list[str] | None = No
     >>> fig.axes[0].get_xlabel()
     'sequence length s (tokens)'
     """
+    from .analysis.curves import fit_cells, seq_curves
     from .present import plots
 
     if kind not in PLOT_KINDS:
@@ -288,14 +307,14 @@ def plot(model: Model, kind: str = "breakdown", gpu: str | list[str] | None = No
     if kind == "seq-curve":
         if ranks and not sc.lora:
             raise UserError(f"--ranks does not apply to --method {sc.method}: there are no LoRA adapters")
-        return plots.seq_curve(sc, ranks=ranks or DEFAULT_PLOT_RANKS,
-                               cards=cards or [_card(c) for c in DEFAULT_PLOT_CARDS], units=units, theme=theme,
-                               seq_max=seq_max, headroom=headroom)
+        curves = seq_curves(sc, ranks=ranks or DEFAULT_PLOT_RANKS, cards=cards or [_card(c) for c in DEFAULT_PLOT_CARDS],
+                            seq_max=seq_max, headroom=headroom)
+        return plots.seq_curve(curves, units=units, theme=theme)
     if kind == "tornado":
         return plots.tornado(sensitivity(sc), top=top, units=units, theme=theme)
     if len(cards) != 1:
         raise UserError("--kind fit-map needs exactly one --gpu (a named card or a size such as 24GiB)")
-    return plots.fit_map(sc, cards[0], headroom=headroom, units=units, theme=theme, seq_max=seq_max)
+    return plots.fit_map(fit_cells(sc, cards[0], headroom=headroom, seq_max=seq_max), units=units, theme=theme)
 
 
 @dataclass(frozen=True)

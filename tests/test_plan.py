@@ -172,13 +172,24 @@ def test_tp_parameter_count_is_the_minimum_over_degrees():
     assert row(r, "lora", "tp").params_gpus == 2 < row(r, "lora", "tp").gpus
 
 
-def test_offload_host_memory_leaves_out_the_foreach_buffer():
-    """DeepSpeed's CPU Adam updates tensor by tensor in place: the host holds 70e9 · (2 grad + 8 states) bytes
-    plus the step counters, not the 4 B/param foreach buffer (so about 652 GiB, not 912)."""
+def test_offload_host_memory_holds_the_for_loop_step_not_the_foreach_buffer():
+    """Offloaded (FSDP2's CPU offload), torch's AdamW steps CPU tensors, and torch picks foreach only when every
+    parameter is on a CUDA-like device (optimizer.py:178-185): the for-loop, whose two temporaries are the largest
+    parameter's (the 32000 × 8192 embedding, fp32 states), sharded. The host holds 70e9 · (2 grad + 8 states)
+    bytes plus those 2 · 32000 · 8192 · 4 B and the step counters, not the 4 B/param foreach buffer (about 654 GiB,
+    not 912)."""
     r = plan(Scenario.create("70b"), A100, methods=("full",), strategies=("zero3_offload",))
     host = r.rows[0].host_total
     n = r.rows[0].at.scenario.gpus
-    assert 0 <= host - 70e9 * (2 + 8) <= n * (4 * STEPS_70B + 8)   # + each rank's fp32 step counters (and rounding)
+    assert 0 <= host - 70e9 * (2 + 8) - 2 * 32000 * 8192 * 4 <= n * (4 * STEPS_70B + 8)   # + counters, rounding
+
+
+def test_deepspeed_offload_host_memory_has_no_torch_step():
+    """DeepSpeed's CPU Adam (cpu_adam_impl.cpp Step_1) updates in place: no optimizer_temp on the host."""
+    from symvram.api import estimate
+
+    bd = estimate("7b", method="full", gpus=4, zero=3, offload="optimizer", stack="deepspeed")
+    assert "optimizer_temp" not in {t.key for t in bd.ledger.block_terms("host")}
 
 
 def test_plan_with_an_allocator_replays_each_rank_on_the_card():

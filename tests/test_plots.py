@@ -10,6 +10,7 @@ import pytest
 from matplotlib.colors import to_rgba
 
 from symvram.presets import load_card
+from symvram.analysis.curves import fit_cells, seq_curves
 from symvram.analysis.fit import fit
 from symvram.analysis.sensitivity import sensitivity
 from symvram.api import compare
@@ -62,7 +63,7 @@ def test_breakdown_decimal_units():
 
 def test_seq_curve_lines_match_estimates(lora_sc):
     cards = [load_card("rtx-4090"), load_card("a100-80g")]
-    ax = plots.seq_curve(lora_sc, ranks=(8, 64), cards=cards).axes[0]
+    ax = plots.seq_curve(seq_curves(lora_sc, ranks=(8, 64), cards=cards)).axes[0]
     assert ax.get_xlabel() == "sequence length s (tokens)" and ax.get_ylabel() == "peak (GiB)"
     r8, r64 = ax.lines[0], ax.lines[1]
     assert r8.get_label().startswith("r = 8") and r64.get_label().startswith("r = 64")
@@ -77,7 +78,7 @@ def test_seq_curve_lines_match_estimates(lora_sc):
 
 
 def test_seq_curve_full_has_one_line():
-    ax = plots.seq_curve(Scenario.create("7b", method="full"), seqs=[512, 1024]).axes[0]
+    ax = plots.seq_curve(seq_curves(Scenario.create("7b", method="full"), seqs=[512, 1024])).axes[0]
     assert len(ax.lines) == 1
     assert ax.lines[0].get_ydata()[1] == pytest.approx(
         evaluate(Scenario.create("7b", method="full", seq=1024)).peak / GIB, abs=1e-6)
@@ -126,7 +127,7 @@ def test_tornado_in_words_grouped_zero_rows_dropped():
 def test_fit_map_cells_match_estimates(lora_sc):
     card = load_card("a100-80g")
     batches, seqs = [1, 2, 3, 4, 6, 8], [512, 1024, 2048, 2560, 3072, 4096]
-    fig = plots.fit_map(lora_sc, card, batches=batches, seqs=seqs)
+    fig = plots.fit_map(fit_cells(lora_sc, card, batches=batches, seqs=seqs))
     ax = fig.axes[0]
     cells = np.asarray(ax.images[0].get_array())
     # the allocator's share: the card less its context; the tensors' share: that less the cuBLAS workspaces
@@ -203,7 +204,7 @@ def test_seq_axes_follow_the_question_not_the_context():
     sc = Scenario.create("llama-3.1-8b", method="lora", seq=2048)
     assert sc.model.max_position >= 131072
     cards = [load_card("rtx-4090"), load_card("a100-80g")]
-    ax = plots.seq_curve(sc, ranks=(8, 64), cards=cards).axes[0]
+    ax = plots.seq_curve(seq_curves(sc, ranks=(8, 64), cards=cards)).axes[0]
     s = ax.lines[0].get_xdata()
     assert s[-1] == 8192 and ax.get_xscale() == "log"
     assert [c.get_label() for c in ax.collections] == ["--seq 2,048"]
@@ -217,13 +218,13 @@ def test_seq_axes_follow_the_question_not_the_context():
             (match,) = [c for c in cards if c.name.endswith(card) or card in c.name]
             assert int(value.replace(",", "")) == fit(sc.with_changes(rank=int(rank)), match, solve="seq").value
     assert not [t for t in ax.texts if t.get_text().startswith("r = ")]   # nothing sits on the lines
-    ax = plots.seq_curve(sc, ranks=(8,), seq_max=32768).axes[0]
+    ax = plots.seq_curve(seq_curves(sc, ranks=(8,), seq_max=32768)).axes[0]
     assert ax.lines[0].get_xdata()[-1] == 32768
 
 
 def test_fit_map_log2_axis_marks_the_run():
     sc = Scenario.create("llama-3.1-8b", method="lora", seq=2048, batch=2)
-    fig = plots.fit_map(sc, load_card("a100-80g"))
+    fig = plots.fit_map(fit_cells(sc, load_card("a100-80g")))
     ax = fig.axes[0]
     left, right, _, _ = ax.images[0].get_extent()
     assert right - left == pytest.approx(np.log2(8192) - np.log2(256), abs=0.2)   # log2 units, up to 8192
@@ -304,8 +305,8 @@ def test_breakdown_cards_requested_method_labels_and_colours():
 
 def test_seq_curve_rank_colours_follow_the_value():
     sc = Scenario.create("7b", method="lora", seq=2048)
-    a = plots.seq_curve(sc, ranks=(8, 64), cards=[]).axes[0]
-    b = plots.seq_curve(sc, ranks=(64, 256), cards=[]).axes[0]
+    a = plots.seq_curve(seq_curves(sc, ranks=(8, 64), cards=[])).axes[0]
+    b = plots.seq_curve(seq_curves(sc, ranks=(64, 256), cards=[])).axes[0]
     colour = {line.get_label(): line.get_color() for ax in (a, b) for line in ax.lines}
     assert colour["r = 64"] == style.rank_color(64) == a.lines[1].get_color() == b.lines[0].get_color()
     assert len({colour["r = 8"], colour["r = 64"], colour["r = 256"]}) == 3
@@ -316,7 +317,7 @@ def test_flat_seq_curve_says_why():
     """qwen2.5-0.5b full at short sequences: the peak is the end of backward, where almost nothing grows
     with s, so the line is flat; the figure says so."""
     sc = Scenario.create("qwen2.5-0.5b", method="full", seq=2048)
-    ax = plots.seq_curve(sc, seq_max=512).axes[0]
+    ax = plots.seq_curve(seq_curves(sc, seq_max=512)).axes[0]
     y = ax.lines[0].get_ydata()
     assert y[len(y) // 2] <= y[0] * 1.01                   # flat over the first half at least
     (note,) = [t.get_text() for t in ax.texts if t.get_text().startswith("flat to s = ")]
@@ -324,14 +325,14 @@ def test_flat_seq_curve_says_why():
     label = next(m.label for m in moment.ledger.moments if m.key == moment.peak_moment)
     assert f"the peak is the {label} moment" in note
     # a curve that rises from the start has no such note
-    ax = plots.seq_curve(Scenario.create("llama-3.1-8b", method="lora", seq=2048), ranks=(8,)).axes[0]
+    ax = plots.seq_curve(seq_curves(Scenario.create("llama-3.1-8b", method="lora", seq=2048), ranks=(8,))).axes[0]
     assert not [t for t in ax.texts if t.get_text().startswith("flat")]
 
 
 def test_fit_map_where_nothing_fits_says_by_how_much():
     sc = Scenario.create("7b", method="full", seq=2048)
     card = load_card("a100-80g")
-    ax = plots.fit_map(sc, card).axes[0]
+    ax = plots.fit_map(fit_cells(sc, card)).axes[0]
     assert not np.asarray(ax.images[0].get_array()).any()
     low = evaluate(sc.with_changes(batch=1, seq=128)).peak   # the grid's smallest point: batch 1, 4096 / 32
     (text,) = [t.get_text() for t in ax.texts]
@@ -341,7 +342,7 @@ def test_fit_map_where_nothing_fits_says_by_how_much():
     cmap = ax.images[0].get_cmap()
     assert [cmap(0.0)[:3], cmap(0.5)[:3], cmap(1.0)[:3]] == [
         to_rgba(style.FIT_COLORS[k])[:3] for k in ("does not fit", "allocator runs out", "fits")]
-    ax = plots.fit_map(Scenario.create("7b", method="qlora"), card, batches=[1], seqs=[128]).axes[0]
+    ax = plots.fit_map(fit_cells(Scenario.create("7b", method="qlora"), card, batches=[1], seqs=[128])).axes[0]
     assert [t.get_text() for t in ax.texts][0].startswith("everything fits: maximum ")
 
 

@@ -41,14 +41,6 @@ MAX_TP = 8  # tensor parallelism needs NVLink: it stays inside one node
 TP_INTERCONNECTS = ("nvlink", "infinity-fabric")   # data/gpus.toml's `interconnect` fast enough for TP
 
 
-def host_resident(bd: Breakdown) -> int:
-    """Bytes one rank keeps in CPU memory under offload: the ledger's host terms less the foreach AdamW
-    buffer, which DeepSpeed's CPU Adam (an in-place, tensor-by-tensor C++ kernel) never allocates."""
-    led = bd.ledger
-    temp = bd.terms["optimizer_temp"] if "optimizer_temp" in led.by_key and led.by_key["optimizer_temp"].block == "host" else 0
-    return host_bytes(bd) - temp
-
-
 def interconnect(card: GPUSpec, override: str | None = None) -> str | None:
     """The kind of the card's GPU-to-GPU link (``nvlink``, ``infinity-fabric``, ``pcie``, ``network``): the
     ``kind`` in ``data/interconnects.toml`` of its ``interconnect`` in ``data/gpus.toml`` (or of ``override``,
@@ -127,7 +119,7 @@ class PlanRow:
     @property
     def host_total(self) -> int:
         """CPU memory the whole job needs for offloaded shards (each data-parallel rank's share)."""
-        return host_resident(self.at) * self.at.scenario.gpus * self.tp
+        return host_bytes(self.at) * self.at.scenario.gpus * self.tp
 
 
 def plan_budget(card: GPUSpec, headroom: int) -> int:

@@ -1,5 +1,5 @@
 """Command line: argument parsing and error reporting only; each command parses its arguments, calls the
-analysis (or the Python API) and prints what the render layer (``symvram.present``) returns.
+Python API (``symvram.api``) and prints what the render layer (``symvram.present``) returns.
 
 Each command lives in its own module with ``register(subparsers)``; add its name to COMMANDS. Only the
 named command's module is imported (``symvram --help`` imports them all), so a command pays for its

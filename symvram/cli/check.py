@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from ..analysis.diagnose import diagnose
+from ..api import diagnose
 from ..present.reports import diagnosis_json, diagnosis_text
 from ..present.tables import terminal
 from ..presets import load_card

@@ -6,10 +6,10 @@ import math
 import sys
 from pathlib import Path
 
+from ..api import objectives
 from ..errors import EXCERPT, UserError, excerpt, one_line
 from ..scenario import (ATTENTIONS, CHECKPOINT_IMPLS, DEVICES, DTYPES, HALF_DTYPES, LOSS_IMPLS, METHODS,
                         OFFLOADS, OPTIMIZER_IMPLS, OPTIMIZERS, STATE_DTYPES, Scenario)
-from ..ledger.objectives import objectives
 from ..stacks import stack_names, stacks
 from ..units import UNITS
 
@@ -170,12 +170,13 @@ def add_scenario_arguments(p: argparse.ArgumentParser) -> None:
                         "for its recompute; the host bytes are shown beside the GPU's")
     g.add_argument("--checkpoint-impl", choices=CHECKPOINT_IMPLS,
                    help="with --grad-checkpointing: torch.utils.checkpoint's non-reentrant (transformers' default) or "
-                        "reentrant implementation (default: the stack's)")
+                        "reentrant implementation, or unsloth (Unsloth's offloaded checkpointer: layer inputs in pinned "
+                        "host memory, two staging buffers on the card; modelled, not measured) (default: the stack's)")
     g.add_argument("--loss-impl", choices=LOSS_IMPLS,
                    help="cross-entropy: torch (transformers' loss: fp32 logits and vocabulary-sized gradients), "
                         "chunked (torchtune's CEWithChunkedOutputLoss, 8 chunks), liger (Liger's fused linear "
-                        "cross-entropy), cce (Cut Cross-Entropy) or trl (TRL's SFTTrainer: its own fused LM head, "
-                        "always on); liger, cce and trl are modelled from their source, not measured here (default: the "
+                        "cross-entropy), cce (Cut Cross-Entropy), trl (TRL's SFTTrainer: its own fused LM head, "
+                        "always on) or unsloth (Unsloth's fused linear cross-entropy); liger, cce, trl and unsloth are modelled from their source, not measured here (default: the "
                         "stack's)")
     g.add_argument("--attention", choices=ATTENTIONS, help="sdpa (default; flash/memory-efficient kernel) or "
                                                            "eager (materialises b·heads·seq² scores)")
@@ -254,7 +255,7 @@ def announce(args: argparse.Namespace) -> None:
 
 def time_flags(args: argparse.Namespace) -> tuple[float | None, str | None]:
     """--mfu and --interconnect, checked (also where the output shows no times: a bad value is refused)."""
-    from ..timing import check_interconnect, check_mfu
+    from ..api import check_interconnect, check_mfu
 
     return (check_mfu(args.mfu) if getattr(args, "mfu", None) is not None else None,
             check_interconnect(getattr(args, "interconnect", None)))

@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from ..analysis.diagnose import PROBE_SEQ, diagnose
+from ..api import PROBE_SEQ, diagnose
 from ..errors import UserError
 from ..present.reports import diagnosis_json, diagnosis_text
 from ..present.tables import terminal

@@ -56,7 +56,7 @@ def run(args) -> int:
     if not Path(source).exists() and is_hub_id(source):
         source = hub_config_path(source)  # a Hub id: its config.json from the cache, else downloaded
     cfg = read_config(source)
-    from ..ledger.architecture import shipped_model_types
+    from ..api import shipped_model_types
 
     if (shipped := shipped_model_types().get(cfg["model_type"])) is not None:
         raise UserError(f"model_type {cfg['model_type']!r} has a family entry already (symvram/data/families/"

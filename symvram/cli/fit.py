@@ -6,8 +6,7 @@ import argparse
 import json
 from dataclasses import replace
 
-from ..analysis.fit import DEFAULT_HEADROOM, KNOBS, fit
-
+from ..api import DEFAULT_HEADROOM, DEFAULT_MFU, KNOBS, fit, interconnects
 from ..errors import UserError
 from ..presets import GPUSpec, gpu_presets, load_card
 from ..present.tables import terminal
@@ -47,8 +46,6 @@ def add_card_arguments(p: argparse.ArgumentParser, required: bool = True, time: 
 
 def add_time_arguments(p: argparse.ArgumentParser) -> None:
     """--mfu and --interconnect: the step-time roofline's stated assumptions (symvram.timing)."""
-    from ..timing import DEFAULT_MFU, interconnects
-
     p.add_argument("--mfu", help=f"model FLOPs utilization in (0, 1] for step times (default {DEFAULT_MFU}: "
                                  "the matmul share of a tuned step)")
     p.add_argument("--interconnect", help=f"GPU-to-GPU link for step times (default: the card's; "

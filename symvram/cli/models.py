@@ -1,7 +1,7 @@
 """``symvram models``: the model presets symvram knows (data/models.toml), with their parameter counts."""
 from __future__ import annotations
 
-from ..presets import model_presets
+from ..presets import load_model, model_presets
 from .listing import add_listing_parser, write_listing
 
 HELP = """\
@@ -23,14 +23,12 @@ def model_rows() -> list[dict]:
     >>> next(r for r in model_rows() if r["key"] == "llama-2-7b")["params"]
     6738415616
     """
-    from ..evaluate import evaluate
-    from ..presets import load_model
-    from ..scenario import Scenario
+    from ..api import estimate
 
     out = []
     for key, e in model_presets().items():
         spec = load_model(key)
-        out.append({"key": key, "family": spec.family, "params": evaluate(Scenario.create(spec)).derived["P"],
+        out.append({"key": key, "family": spec.family, "params": estimate(spec).derived["P"],
                     "tower_params": spec.tower.params if spec.tower else 0,
                     "layers": spec.layers, "hidden": spec.hidden, "vocab": spec.vocab, "context": spec.max_position,
                     "aliases": list(e.get("aliases", ()))})

@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from ..analysis.plan import plan
+from ..api import plan
 from ..errors import UserError
 from ..present.tables import terminal
 from ..present.reports import plan_json, plan_text

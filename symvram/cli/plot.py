@@ -5,8 +5,7 @@ import argparse
 import io
 from pathlib import Path
 
-from ..analysis.fit import DEFAULT_HEADROOM
-from ..api import DEFAULT_PLOT_CARDS as DEFAULT_CARDS, PLOT_KINDS as KINDS, plot
+from ..api import DEFAULT_HEADROOM, DEFAULT_PLOT_CARDS as DEFAULT_CARDS, PLOT_KINDS as KINDS, plot
 from ..errors import UserError, excerpt
 from .common import (add_model_argument, add_output_arguments, add_scenario_arguments, announce, model_of,
                      positive_int, scenario_kwargs, write_output)

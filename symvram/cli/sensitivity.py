@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from ..analysis.sensitivity import SensitivityResult, compare, sensitivity
+from ..api import SensitivityResult, compare_knobs, sensitivity
 from ..errors import UserError
 from ..present.tables import terminal
 from ..present.reports import sensitivity_json, sensitivity_text
@@ -63,7 +63,7 @@ def run(args) -> int:
     sc = scenario_from_args(args)
     res = sensitivity(sc, args.knobs)
     chosen = pair(res, args.compare)
-    c = compare(res, *chosen) if chosen else None
+    c = compare_knobs(res, *chosen) if chosen else None
     text = (json.dumps({**sensitivity_json(res, c, args.units), **provenance_dict(args, sc)}, indent=2) if args.format == "json"
             else sensitivity_text(res, c, args.units, args.format))
     write_output(terminal(text) if args.format == "table" else text, args.output, args.force)

@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from ..analysis.whatif import whatif
+from ..api import whatif
 from ..present.tables import terminal
 from ..present.reports import whatif_json, whatif_text
 from .common import add_model_argument, add_output_arguments, add_scenario_arguments, provenance_dict, scenario_from_args, write_output

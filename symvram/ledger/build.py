@@ -30,6 +30,8 @@ LOSS_MOMENT_WORDS = {
     "cce": ("an fp32 dot product per token (no logits)", "the hidden states' gradient and the vocabulary sort"),
     "trl": ("one tile buffer of logits and fp32 statistics per token",
             "the tile buffer again and the hidden states' fp32 gradient"),
+    "unsloth": ("one chunk of fp32 logits and the hidden states' gradient the fused loss writes in its forward",
+                "the stored gradient, scaled (a new tensor)"),
     "score": ("one score per position (no vocabulary logits)", "the scores' gradient, one per position"),
 }
 
@@ -55,7 +57,7 @@ def _moments(terms: dict, s: Structure) -> tuple[Moment, ...]:
             continue
         alive = sorted((t for t in terms.values() if spec.holds(t)), key=_listing_order)
         moments.append(Moment(spec.key, spec.label, tuple(t.key for t in alive),
-                              spec.why.format(computing=computing, backward=backward)))
+                              spec.why.format(computing=computing, backward=backward), spec.phase))
     return tuple(moments)
 
 
@@ -80,6 +82,18 @@ def _single_gpu_ledger(s: Structure) -> Ledger:
     return Ledger(terms=terms, moments=_moments(by_key, s), definitions=tuple(definitions(s)))
 
 
+def _host_step_impl(s: Structure) -> str:
+    """The AdamW implementation that steps: offloaded, the states and the master are CPU tensors, and torch's
+    default picks foreach only when every parameter is on a foreach device such as CUDA (torch 2.13
+    torch/optim/optimizer.py:178-185 ``_default_to_fused_or_foreach``): the for-loop, one parameter's two
+    temporaries at a time, on the host. (DeepSpeed's CPU Adam has no torch step: sharding.deepspeed_terms.)
+
+    >>> _host_step_impl(Structure(zero=3, offload="optimizer")), _host_step_impl(Structure(zero=3))
+    ('forloop', 'foreach')
+    """
+    return "forloop" if s.offload != "none" and s.optimizer_impl == "foreach" else s.optimizer_impl
+
+
 @lru_cache(maxsize=4096)
 def build_ledger(s: Structure) -> Ledger:
     """The ledger for one structure, built once and cached; the single-GPU ledger is shared by every parallel
@@ -90,7 +104,8 @@ def build_ledger(s: Structure) -> Ledger:
     if divides_only(s):
         ddp = build_ledger(replace(s, zero=0))
         return replace(ddp, terms=tuple(divide_terms(ddp.terms, s.zero)))
-    single = _single_gpu_ledger(replace(s, zero=0, offload="none", tensor_parallel=False, sequence_parallel=False))
+    single = _single_gpu_ledger(replace(s, zero=0, offload="none", tensor_parallel=False, sequence_parallel=False,
+                                        optimizer_impl=_host_step_impl(s)))
     terms = shard_terms(list(single.terms), s)  # per GPU: ZeRO / FSDP, tensor parallel, offload
     by_key = {t.key: t for t in terms}
     assert len(by_key) == len(terms), "duplicate term keys"

@@ -35,7 +35,7 @@ from ..symbols import latex, sym
 from .activations import ACTIVATION_FIELDS
 from .architecture import L, V, f, f_e, h, nh, nkv
 from .structure import Structure
-from .terms import LAYER_END_NAMES, WHOLE_STEP, Phase, Place, Role, Term, span
+from .terms import LAYER_END_NAMES, STAGE_NAMES, WHOLE_STEP, Phase, Place, Role, Term, span
 from .functions import at_least
 from .weights import (compute_adapter_bytes, compute_weight_bytes, kind_adapter_params, layer_lora_params,
                       quant_constant_bits)
@@ -51,7 +51,6 @@ A_saved = sym("A_saved")
 # stretch: i = L−1 (nothing reduced yet), L−2 (a reduce-scatter input beside it), 1, and 0 (no prefetch)
 LAYER_ENDS = tuple(zip(LAYER_END_NAMES, (L - 1, L - 2, sp.Integer(1), sp.Integer(0))))
 _LAYER_END_TEX = {which: latex(i) for which, i in LAYER_ENDS}   # L - 2 …: printed once, not per structure
-STAGE_NAMES = {0: "DDP", 1: "ZeRO-1", 2: "ZeRO-2", 3: "ZeRO-3"}
 
 # FSDP2's buffers are alive in the phases of the moments its accounting covers (the DoRA weight-norm moments, in
 # the layers' forward and the recomputes, keep the single GPU's terms: FSDP2's buffers there are not modelled)

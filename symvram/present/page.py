@@ -39,9 +39,9 @@ from ..errors import UserError
 from ..evaluate import free_symbols
 from ..timing import STEP_TIME, TIME_FIELDS, TIME_PARTS, time_parts
 from ..ledger import build_ledger
-from ..ledger.sharding import STAGE_NAMES, divide_terms, divides_only
+from ..ledger.sharding import divide_terms, divides_only
 from ..presets import gpu_presets, load_gpu
-from ..ledger.terms import BLOCKS
+from ..ledger.terms import BLOCKS, STAGE_NAMES
 from ..scenario import (ATTENTIONS, DTYPES, MAX_BATCH, MAX_GPUS, MAX_RANK, MAX_SEQ, METHODS, OPTIMIZER_IMPLS,
                         STATE_DTYPES, Scenario)
 from ..symbols import SYMBOLS, LatexPrinter

@@ -5,8 +5,8 @@
 - ``tornado``: the elasticities of a sensitivity result;
 - ``fit_map``: which (batch, seq) pairs train on a card under the caching allocator's reserved line.
 
-Curves and maps are evaluated with the lambdified peak (``evaluate.grid_function``) over numpy
-arrays, never with ``subs`` in a loop. Colours come from ``style`` (the page uses the same ones);
+The numbers come gathered (``analysis.curves``: the curves and the map's cells; a Comparison's rows; a
+sensitivity result): these functions draw them and compute nothing. Colours come from ``style`` (the page uses the same ones);
 ``theme="dark"`` draws for a dark notebook. Axis labels carry the unit; every figure's subtitle is
 ``estimate``'s configuration line (``subtitle``).
 
@@ -30,17 +30,14 @@ from matplotlib.colors import ListedColormap
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
-from ..analysis.fit import DEFAULT_HEADROOM, fit, headroom_bytes, max_rank
+from ..analysis.curves import FitCells, SeqCurves
 from ..analysis.sensitivity import SensitivityResult
-from ..card_memory import card_memory, fits_on_card
-from ..errors import UserError
-from ..evaluate import Breakdown, evaluate, grid_function, peak_expr
-from ..ledger import build_ledger
-from ..ledger.sharding import STAGE_NAMES
-from ..ledger.terms import BLOCKS
+from ..evaluate import Breakdown
+from ..ledger.terms import BLOCKS, STAGE_NAMES
 from ..presets import GPUSpec
 from ..scenario import Scenario
-from ..symbols import SYMBOLS, sym
+from ..errors import UserError
+from ..symbols import SYMBOLS
 from .style import BLOCK_COLORS, FIT_COLORS, NEUTRAL, rank_color, rank_linestyle, short_card_name
 from .tables import BLOCK_TITLES, setup_line
 from ..units import fmt_bytes, in_units
@@ -156,26 +153,6 @@ def breakdown(rows: Iterable[tuple[str, Breakdown]], units: str = "GiB", theme: 
     return fig
 
 
-def default_seq_max(sc: Scenario) -> int:
-    """The longest sequence a picture spans by default: what a user trains at, not the model's context —
-    four times ``--seq``, at least 8192, never past max_position_embeddings.
-
-    >>> default_seq_max(Scenario.create("7b", seq=2048)), default_seq_max(Scenario.create("llama-3.1-8b", seq=2048))
-    (4096, 8192)
-    """
-    want = max(4 * sc.seq, 8192)
-    return min(want, sc.model.max_position) if sc.model.max_position else want
-
-
-def seq_grid(sc: Scenario, seq_max: int | None, points: int) -> np.ndarray:
-    """``points`` sequence lengths evenly spaced on a log2 axis, from 1/32 of ``seq_max`` (at least 16)."""
-    top = seq_max or default_seq_max(sc)
-    if isinstance(top, bool) or not isinstance(top, (int, np.integer)) or top < 2:
-        raise UserError(f"--seq-max must be an integer of at least 2; got {seq_max!r}")
-    low = min(max(16, top // 32), top - 1)
-    return np.unique(np.round(np.geomspace(low, top, points)).astype(np.int64))
-
-
 def _pow2_ticks(ax, low: float, high: float, log_axis: bool = True) -> None:
     """Ticks at the powers of two in [low, high], labelled in tokens."""
     ks = [k for k in range(0, 41) if low <= 2 ** k <= high]
@@ -183,63 +160,30 @@ def _pow2_ticks(ax, low: float, high: float, log_axis: bool = True) -> None:
         ax.set_xticks([2 ** k if log_axis else k for k in ks], [f"{2 ** k:,}" for k in ks])
 
 
-def _flat_note(sc: Scenario, s: np.ndarray, peak: np.ndarray) -> tuple[int, str] | None:
-    """Where a curve stays within 1 % of its start for an octave or more: the last such index and why (at
-    the fullest moment of its start, the terms that grow with s are a sliver of the peak)."""
-    rising = np.nonzero(peak > peak[0] * 1.01)[0]
-    end = (rising[0] if len(rising) else len(s)) - 1
-    if s[end] < 2 * s[0]:
-        return None
-    bd = evaluate(sc.with_changes(seq=int(s[0])))
-    led = bd.ledger
-    moment = next(m for m in led.moments if m.key == bd.peak_moment)
-    grows = sum(bd.terms[k] for k in moment.terms if sym("seq") in led.expand(led.by_key[k].expr).free_symbols)
-    return end, (f"flat to s = {int(s[end]):,}: the peak is the {moment.label} moment,\n"
-                 f"where what grows with s is {100 * grows / bd.peak:.1f} % of it (at s = {int(s[0]):,})")
-
-
-def seq_curve(sc: Scenario, ranks: Sequence[int] = (8, 16, 64, 256), seqs: Sequence[int] | None = None,
-              cards: Sequence[GPUSpec] = (), units: str = "GiB", theme: str = "light",
-              seq_max: int | None = None, headroom: int | str = DEFAULT_HEADROOM) -> Figure:
+def seq_curve(data: SeqCurves, units: str = "GiB", theme: str = "light") -> Figure:
     """Peak against sequence length on a log2 axis, one line per LoRA rank (one line for full fine-tuning);
     the cards as horizontal lines, the scenario's own ``seq`` marked, the y axis clipped a little above the
     largest card, a flat stretch explained. Each line's legend entry names its rank and, per card, the longest
-    sequence that fits: ``fit``'s answer (under the reserved line), with the same headroom — in the legend, not
-    on the plot, where labels at the crossings sat on the other ranks' lines.
-
-    ``seqs`` default: points up to ``seq_max`` (default ``default_seq_max``: what a user trains at)."""
-    led = build_ledger(sc.structure)
-    s = seq_grid(sc, seq_max, 256) if seqs is None else np.asarray(seqs, dtype=np.int64)
-    if s.size == 0 or s.min() < 1:
-        raise UserError("sequence lengths must be positive integers")
-    values = sc.values()
+    sequence that fits (``fit``'s answer) — in the legend, not on the plot, where labels at the crossings sat on
+    the other ranks' lines."""
+    sc, s = data.scenario, data.seqs
     with _theme(theme):
         fig, ax = _axes((8, 5.2))
-        if sc.lora:
-            limit = max_rank(sc)
-            for r in ranks:
-                if not 1 <= r <= limit:
-                    raise UserError(f"--ranks {r}: a LoRA rank must be between 1 and {limit} (min(d_in, d_out))")
-            fn = grid_function(led, peak_expr(led), ("seq", "rank"), values)
-            curves = [(np.broadcast_to(fn(s, r), s.shape), rank_color(r), f"r = {r}", sc.with_changes(rank=r))
-                      for r in ranks]
-        else:
-            fn = grid_function(led, peak_expr(led), ("seq",), values)
-            curves = [(np.broadcast_to(fn(s), s.shape), rcParams["text.color"], sc.method, sc)]
-        for peak, color, label, at in curves:   # each line's legend entry: fit's longest seq on each card's budget
-            longest = [f"{answer.value:,} on {short_card_name(card.name)}" for card in cards
-                       for answer in [fit(at, card, solve="seq", headroom=headroom)]
-                       if answer.status == "fits" and s.min() <= answer.value <= s.max()]
-            ax.plot(s, in_units(peak, units), color=color,
-                    label=label + (f": longest seq {', '.join(longest)}" if longest else ""),
-                    linestyle=rank_linestyle(at.rank) if sc.lora else "-")
-        _card_lines(ax, cards, units)
-        note = next(((n, peak, color) for peak, color, _, at in curves if len(s) > 1
-                     for n in [_flat_note(at, s, peak)] if n), None)
-        if note:
-            (end, text), peak, color = note
+        colors = [rank_color(c.at.rank) if sc.lora else rcParams["text.color"] for c in data.curves]
+        for curve, color in zip(data.curves, colors):
+            longest = [f"{value:,} on {short_card_name(card.name)}" for card, value in curve.longest]
+            ax.plot(s, in_units(curve.peak, units), color=color,
+                    label=(f"r = {curve.at.rank}" if sc.lora else sc.method)
+                    + (f": longest seq {', '.join(longest)}" if longest else ""),
+                    linestyle=rank_linestyle(curve.at.rank) if sc.lora else "-")
+        _card_lines(ax, data.cards, units)
+        if (flat := data.flat) is not None:
+            peak, end = data.curves[flat.curve].peak, flat.end
+            text = (f"flat to s = {int(s[end]):,}: the peak is the {flat.moment} moment,\n"
+                    f"where what grows with s is {100 * flat.growing_share:.1f} % of it (at s = {int(s[0]):,})")
             ax.annotate(text, (float(np.sqrt(s[0] * s[end])), in_units(peak[0], units)), xytext=(0, 6),
-                        textcoords="offset points", ha="center", va="bottom", fontsize="x-small", color=color)
+                        textcoords="offset points", ha="center", va="bottom", fontsize="x-small",
+                        color=colors[flat.curve])
         if s.min() <= sc.seq <= s.max():  # the scenario's own seq (a collection: ax.lines holds only curves and cards)
             ax.vlines([sc.seq], 0, 1, transform=ax.get_xaxis_transform(), colors=NEUTRAL, linestyles=":",
                       linewidth=1, label=f"--seq {sc.seq:,}")
@@ -248,9 +192,9 @@ def seq_curve(sc: Scenario, ranks: Sequence[int] = (8, 16, 64, 256), seqs: Seque
         ax.set_xlabel("sequence length s (tokens)")
         ax.set_ylabel(f"peak{_per_gpu(sc)} ({units})")
         ax.set_xlim(s.min(), s.max())
-        highest = max(float(np.max(in_units(peak, units))) for peak, _, _, _ in curves)
-        if cards:  # every card line shows; a curve far above the largest card is cut a little above it
-            largest = max(in_units(c.usable_bytes, units) for c in cards)
+        highest = max(float(np.max(in_units(c.peak, units))) for c in data.curves)
+        if data.cards:  # every card line shows; a curve far above the largest card is cut a little above it
+            largest = max(in_units(c.usable_bytes, units) for c in data.cards)
             ax.set_ylim(0, min(max(highest * 1.05, largest * 1.1), largest * 1.25))
         else:
             ax.set_ylim(0, highest * 1.15)
@@ -309,39 +253,11 @@ def tornado(res: SensitivityResult, top: int | None = None, units: str = "GiB", 
     return fig
 
 
-def fit_map(sc: Scenario, card: GPUSpec, batches: Sequence[int] | None = None, seqs: Sequence[int] | None = None,
-            headroom: int | str = DEFAULT_HEADROOM, units: str = "GiB", theme: str = "light",
-            seq_max: int | None = None, allocator: str | None = None) -> Figure:
-    """Which (batch, seq) pairs train on ``card`` over a batch × seq grid, seq on a log2 axis up to ``seq_max``
-    (default ``default_seq_max``), the scenario's own (seq, batch) marked; a map where nothing fits (or
-    everything does) says by how much. The line is the reserved one, as ``fit`` draws it: the caching allocator
-    (``allocator``, else PYTORCH_CUDA_ALLOC_CONF's) replayed over two steps may hold the card's memory less the
-    CUDA context, NCCL's buffers and the margin ``headroom`` (symvram.card_memory; modelled, not measured).
-
-    The image's cell [i, j] for batch ``batches[i]`` and seq ``seqs[j]``: 2 where it fits, 1 where the live
-    tensors and the cuBLAS workspaces fit but the allocator runs out (fragmentation), 0 where the tensors do not.
-    The tensors' line is the ledger's solved peak; along each row the replay finds the last cell that fits (the
-    peak grows with seq and batch, so a row's last cell is at most the one of the row below)."""
-    b = np.arange(1, 33, dtype=np.int64) if batches is None else np.asarray(batches, dtype=np.int64)
-    s = seq_grid(sc, seq_max, 64) if seqs is None else np.asarray(seqs, dtype=np.int64)
-    if b.size == 0 or s.size == 0 or b.min() < 1 or s.min() < 1:
-        raise UserError("batch sizes and sequence lengths must be positive integers")
-    margin = headroom_bytes(headroom, card.usable_bytes)
-    cm = card_memory(sc, card, allocator, margin, both=False)
-    budget = cm.capacity - cm.block["cublas_workspaces"]   # what the tensors may take of the allocator's share
-    led = build_ledger(sc.structure)
-    fn = grid_function(led, peak_expr(led), ("batch", "seq"), sc.values())
-    B, S = np.meshgrid(b, s, indexing="ij")
-    peaks = np.broadcast_to(fn(B, S), B.shape)
-    cells = (peaks <= budget).astype(int)
-    last = s.size   # a row's cells that fit end at most where the row below ends
-    for i in np.argsort(b):
-        tensors = int(cells[i].sum())   # the row's cells whose tensors fit: a prefix, the peak rising with seq
-        j = min(last, tensors)
-        while j > 0 and not fits_on_card(sc.with_changes(batch=int(b[i]), seq=int(s[j - 1])), card, allocator, margin):
-            j -= 1
-        cells[i, :j] = 2
-        last = j
+def fit_map(data: FitCells, units: str = "GiB", theme: str = "light") -> Figure:
+    """Which (batch, seq) pairs train on the card (``analysis.curves.fit_cells``), seq on a log2 axis, the
+    scenario's own (seq, batch) marked; a map where nothing fits (or everything does) says by how much. The line
+    is the reserved one, as ``fit`` draws it (symvram.card_memory; modelled, not measured)."""
+    sc, card, b, s, cells, peaks, budget = data.scenario, data.card, data.batches, data.seqs, data.cells, data.peaks, data.budget
     with _theme(theme):
         fig, ax = _axes((8, 5.4))
         ax.imshow(cells, origin="lower", aspect="auto", vmin=0, vmax=2, interpolation="nearest",
@@ -360,11 +276,11 @@ def fit_map(sc: Scenario, card: GPUSpec, batches: Sequence[int] | None = None, s
                     bbox={"boxstyle": "round", "facecolor": "white", "edgecolor": NEUTRAL}, color="black")
         ax.set_xlabel("sequence length s (tokens)")
         ax.set_ylabel("micro-batch size b (sequences)")
-        outside = card.memory_bytes - cm.capacity - margin
+        outside = card.memory_bytes - data.capacity - data.margin
         _titles(fig, ax, f"{sc.model.name} on {short_card_name(card.name)}: the allocator may reserve "
-                f"{fmt_bytes(cm.capacity, units)} ({fmt_bytes(card.memory_bytes, units)} − {fmt_bytes(outside, units)} "
-                f"context{' and NCCL' if cm.block['nccl_buffers'] else ''}{' − margin' if margin else ''}; "
-                f"{cm.allocator} allocator, modelled, not measured)", sc)
+                f"{fmt_bytes(data.capacity, units)} ({fmt_bytes(card.memory_bytes, units)} − {fmt_bytes(outside, units)} "
+                f"context{' and NCCL' if data.nccl else ''}{' − margin' if data.margin else ''}; "
+                f"{data.allocator} allocator, modelled, not measured)", sc)
         ax.legend(handles=[Patch(color=FIT_COLORS["fits"], label="fits (reserved)"),
                            Patch(color=FIT_COLORS["allocator runs out"], label="tensors fit, the allocator runs out"),
                            Patch(color=FIT_COLORS["does not fit"], label="does not fit"), *here],
@@ -380,4 +296,4 @@ def _extent(s: np.ndarray, b: np.ndarray) -> tuple[float, float, float, float]:
     return (s[0] - ds / 2, s[-1] + ds / 2, b[0] - db / 2, b[-1] + db / 2)
 
 
-__all__ = ["breakdown", "seq_curve", "tornado", "fit_map", "default_seq_max", "THEMES"]
+__all__ = ["breakdown", "seq_curve", "tornado", "fit_map", "THEMES"]

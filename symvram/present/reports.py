@@ -566,8 +566,8 @@ def remedy_lines(d: Diagnosis, units: str, reading=None) -> list[str]:
                      f"blocks at their end are reused): saves {fb(d.expandable_saving)} of reserved memory → "
                      f"{fb(m.reserved['expandable'])} reserved, {after}; cost: none in memory or accuracy, "
                      "slower first allocations")
-    for title, why in d.skipped:
-        lines.append(f"  - {title}: skipped — {why}")
+    for skipped, why in d.skipped:
+        lines.append(f"  - {skipped}: skipped — {why}")
     edits = iter(remedy_edits(d, reading) if reading is not None else [[] for _ in d.remedies])
     for n, r in enumerate(d.proposals, 1):
         if not r.modelled:
@@ -627,7 +627,7 @@ def diagnosis_text(d: Diagnosis, units: str, reading=None) -> str:
         c = d.cards
         lead = f"  or keep {sc.method}:" if d.fixed else "  then more cards:"
         lines.append(f"{lead} {c.strategy.name} on {c.gpus} × {d.card.name} ({fb(c.at.peak)} per GPU"
-                     + (f", {fb(c.host_total)} host" if c.host_total else "") + f") with the other fixes above"
+                     + (f", {fb(c.host_total)} host" if c.host_total else "") + ") with the other fixes above"
                      + ("" if tensor_parallel_ok(d.card) else "; no tensor parallelism: these cards have no NVLink"))
     elif d.cause != "fits" and not d.fixed:
         lines.append("  more cards: nothing fits within --max-gpus; a larger card is needed")

@@ -41,7 +41,6 @@ from ..presets import ModelSpec, spec_from_config
 from ..scenario import MODULES_TO_SAVE, Scenario, parse_targets
 from . import convert as c
 from .read import Reading, Value, read_mappings
-from .tools import OPTIMIZERS
 
 TORCH_DTYPES = {"torch.bfloat16": "bf16", "torch.float16": "fp16", "torch.float32": "fp32"}
 MAX_SCAN = 100_000   # the longest tokenized sample is looked for in a dataset of at most this many rows
