@@ -182,7 +182,8 @@ ROLES: dict[Role, RoleInfo] = {
                                    lifetime=span(_P.LOSS, _P.LOSS_BACKWARD)),
     Role.STEP_INPUT: RoleInfo("activations", tp="replicated", triage="activation", measured="inputs_other",
                               lifetime=TRAINING_STEP),
-    # allocated once and resized, never freed while training (GRPO's generation included) (unsloth_zoo's offloaded checkpointer's staging buffers)
+    # allocated once and resized, never freed while training, generation included (unsloth_zoo's offloaded
+    # checkpointer's staging buffers)
     Role.STAGING_BUFFER: RoleInfo("activations", tp=None, triage="activation", measured="activations",
                                   lifetime=WHOLE_STEP),
     Role.RECOMPUTED_ACTIVATION: RoleInfo("transient", triage="backward", measured="activations",
