@@ -27,14 +27,13 @@ methods run on a stand-in ``self`` carrying the attributes ``__init__`` sets fro
 from __future__ import annotations
 
 import contextlib
-import time
 import types
 from collections import defaultdict
 
 import torch
 
-from .measure import PeakTracker, _fakeify, _result, _untraced_packed_check, build_model, build_optimizer, replayed
-from .objectives import _gpu_fused_head
+from .measure import PeakTracker, _fakeify, _untraced_packed_check, build_model, build_optimizer
+from .objectives import _gpu_fused_head, backward_and_step, reference_model, result, traced
 from .spec import OPTIONAL, normalize_spec
 
 # GRPOConfig's defaults that _compute_loss reads (trl/trainer/grpo_config.py:681-1000)
@@ -108,6 +107,7 @@ def _generate(trainer, model, spec):
 def run_grpo(spec: dict, tracker_factory=PeakTracker):
     """Trace ``spec['steps']`` GRPO steps; returns (tracker, model, optimizer, trainable, total)."""
     from torch._subclasses.fake_tensor import FakeTensorMode
+    from trl.models.utils import disable_gradient_checkpointing
     from trl.trainer.grpo_trainer import GRPOTrainer
     from trl.trainer.utils import add_fused_lm_head, shuffle_sequence_dict, split_tensor_dict, use_adapter
 
@@ -125,10 +125,7 @@ def run_grpo(spec: dict, tracker_factory=PeakTracker):
     base.config.use_cache = base.generation_config.use_cache = True
     ref_model = None
     if float(_setting(spec, "beta")) != 0.0 and not lora:   # grpo_trainer.py:983-1003: a second model in the policy's dtype
-        ref_model = build_model({**spec, "grad_checkpointing": False}).eval()
-        ref_model.requires_grad_(False)
-        add_fused_lm_head(ref_model)
-        _fakeify(ref_model, fake_mode)
+        ref_model = reference_model(spec, fake_mode)
     params = [p for p in {id(p): p for p in model.parameters()}.values() if p.requires_grad]
     optimizer = build_optimizer(spec, params, model)
     trainer = _stand_in(model, ref_model, spec)
@@ -152,8 +149,7 @@ def run_grpo(spec: dict, tracker_factory=PeakTracker):
                 batch = {"prompt_ids": prompt_ids, "prompt_mask": prompt_mask, "completion_ids": completion_ids,
                          "completion_mask": completion_mask, "advantages": torch.zeros(ids.shape[0]),
                          "num_items_in_batch": completion_mask.sum()}
-                with torch.no_grad(), __import__("trl.models.utils", fromlist=["x"]).disable_gradient_checkpointing(
-                        model, trainer.args.gradient_checkpointing_kwargs):
+                with torch.no_grad(), disable_gradient_checkpointing(model, trainer.args.gradient_checkpointing_kwargs):
                     if old_logps:
                         batch["old_per_token_logps"] = trainer._get_per_token_logps_and_entropies(
                             model, ids, mask, completion, batch_size=b)[0]
@@ -166,26 +162,12 @@ def run_grpo(spec: dict, tracker_factory=PeakTracker):
                 del batch
             tracker.set_phase(f"{label}:forward")
             loss = GRPOTrainer._compute_loss(trainer, model, dict(buffered[step % k]))
-            tracker.set_phase(f"{label}:backward")
-            loss.backward()
+            backward_and_step(tracker, label, loss, optimizer)
             del loss
-            tracker.set_phase(f"{label}:optimizer")
-            optimizer.step()
-            tracker.set_phase(f"{label}:zero_grad")
-            optimizer.zero_grad(set_to_none=True)
-            tracker.reset_mod_stats()
-    trainable = sum(p.numel() for p in params)
-    total = sum(p.numel() for p in {id(p): p for p in model.parameters()}.values())
-    return tracker, model, optimizer, trainable, total
+    return traced(tracker, model, optimizer, params)
 
 
 def measure_grpo(spec: dict) -> dict:
     """The peak of live tensor bytes of ``spec['steps']`` GRPO steps, with each phase's peak (generation,
     scoring, forward, backward …), shaped like ``measure``'s result."""
-    spec = normalize_spec(spec)
-    t0 = time.perf_counter()
-    tracker, model, optimizer, trainable, total = run_grpo(spec)
-    result = _result(spec, model, optimizer, trainable, total, tracker.peak_bytes, tracker.peak_phase,
-                     dict(tracker.phase_peak), tracker.breakdown(), time.perf_counter() - t0)
-    result["allocator"] = replayed(tracker.schedule)
-    return result
+    return result(normalize_spec(spec), run_grpo)
