@@ -144,3 +144,18 @@ def test_a_grpo_config_is_read(tmp_path):
     vllm.write_text('{"output_dir": "o", "num_generations": 2, "use_vllm": true, "per_device_train_batch_size": 2}')
     with pytest.raises(UserError, match="vLLM"):
         Scenario.create("qwen2.5-0.5b", prompt=64, **read_files([str(vllm)]).kwargs())
+
+
+def test_axolotl_rl_grpo_is_read(tmp_path):
+    """axolotl's rl: grpo (AxolotlGRPOTrainer subclasses TRL's) with its trl: section; orpo is still refused."""
+    from symvram.cli import main
+    from symvram.readers.read import read_files
+
+    path = tmp_path / "a.yml"
+    path.write_text("base_model: Qwen/Qwen2.5-0.5B\nrl: grpo\nadapter: lora\nmicro_batch_size: 4\n"
+                    "trl:\n  num_generations: 4\n  max_completion_length: 256\n  beta: 0.0\n")
+    sc = Scenario.create("qwen2.5-0.5b", prompt=64, **read_files([str(path)]).kwargs())
+    assert (sc.objective, sc.seq, sc.num_generations, sc.batch, sc.method) == ("grpo", 320, 4, 4, "lora")
+    orpo = tmp_path / "o.yml"
+    orpo.write_text("base_model: Qwen/Qwen2.5-0.5B\nrl: orpo\n")
+    assert main(["estimate", "qwen2.5-0.5b", "--from", str(orpo)]) == 2

@@ -113,7 +113,7 @@ def objective(tool: str, names: dict[str, str], refused: dict[str, str] | None =
     >>> objective("axolotl", {"dpo": "dpo"})("grpo")
     Traceback (most recent call last):
     ...
-    symvram.readers.convert.WrongValue: 'grpo': the objectives modelled are sft, dpo, kto and reward (TRL 1.16's DPOTrainer, KTOTrainer and RewardTrainer; axolotl's dpo); ORPO, SimPO, GRPO and PPO are not yet
+    symvram.readers.convert.WrongValue: 'grpo': the objectives modelled are sft, dpo, kto, reward and grpo (TRL 1.16's DPOTrainer, KTOTrainer, RewardTrainer and GRPOTrainer; axolotl's dpo); ORPO, SimPO and PPO are not yet
     """
     refused = refused or {}
 
@@ -126,9 +126,9 @@ def objective(tool: str, names: dict[str, str], refused: dict[str, str] | None =
         if name in refused:
             raise WrongValue(f"{value!r}: {refused[name]}")
         spelled = ", ".join(k for k, v in names.items() if v != "sft")
-        raise WrongValue(f"{value!r}: the objectives modelled are sft, dpo, kto and reward (TRL 1.16's DPOTrainer, "
-                         f"KTOTrainer and RewardTrainer; {tool}'s {spelled or 'none'}); ORPO, SimPO, GRPO and PPO are "
-                         "not yet")
+        raise WrongValue(f"{value!r}: the objectives modelled are sft, dpo, kto, reward and grpo (TRL 1.16's "
+                         f"DPOTrainer, KTOTrainer, RewardTrainer and GRPOTrainer; {tool}'s {spelled or 'none'}); "
+                         "ORPO, SimPO and PPO are not yet")
 
     return convert
 

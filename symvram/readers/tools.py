@@ -129,7 +129,14 @@ AXOLOTL = Tool("axolotl", "axolotl 0.19", (
     Row("unfrozen_parameters", None, c.nonempty, why="training a subset of parameters"),
     # axolotl's AxolotlDPOTrainer subclasses TRL's DPOTrainer; ipo is DPO with loss_type ipo (the same memory)
     # (and AxolotlKTOTrainer TRL's KTOTrainer)
-    Row("rl", "objective", c.objective("axolotl", {"dpo": "dpo", "ipo": "dpo", "kto": "kto"})),   # exit 2 on orpo, grpo …
+    Row("rl", "objective", c.objective("axolotl", {"dpo": "dpo", "ipo": "dpo", "kto": "kto", "grpo": "grpo"})),
+    # axolotl's AxolotlGRPOTrainer subclasses TRL's GRPOTrainer; its `trl:` section holds GRPOConfig's keys
+    Row("trl.num_generations", "num_generations", c.integer),
+    Row("trl.max_completion_length", "max_completion_length", c.integer),
+    Row("trl.beta", "beta", c.number),
+    Row("trl.num_iterations", "num_iterations", c.integer),
+    Row("trl.loss_type", "loss_type", c.loss_type),
+    Row("trl.use_vllm", "generation", lambda v: "vllm-colocate" if BOOL(v) else "hf"),
     Row("relora", None, c.is_on, why="ReLoRA"),
 ), harmless=frozenset({
     "base_model_config", "model_type", "tokenizer_type", "tokenizer_config", "trust_remote_code", "revision_of_model",
