@@ -12,9 +12,11 @@ The order, over two training steps (the first allocates the optimizer states in 
 optimizers do lazily; the second starts with them):
 
 * the parameter side (base weights, adapters, master copies) once, before the first step;
-* forward: the activations alive for the whole step, then layer by layer each sub-block's working set made and
-  freed in turn (under checkpointing beside the tensors the layer would save, dropped before its output) and
-  the layer's saved tensors, then the model head's;
+* forward: the activations alive for the whole step, then layer by layer the layer's saved tensors and each
+  sub-block's working set made and freed in turn on top of them (an op keeps its input or output as it runs,
+  before the ops after it make their temporaries); a checkpointed forward saves nothing, and the tensors the
+  layer would save stand in sub-block by sub-block beside its working sets before its output, the next
+  checkpoint, is made; then the model head's;
 * the moments in order: a transient is allocated when a moment first lists it (before the activations that
   moment adds: an op's inputs exist before its output) and freed when the next one no longer does; a saved
   activation is freed when a moment stops listing it;
@@ -43,9 +45,12 @@ import sympy as sp
 
 from ..symbols import sym
 from .functions import ceil_div
+from .activations import MLP_OPENING_SET
+from .architecture import f, f_e
 from .terms import LAYER_BACKWARDS, ROLES, STATES, Ledger, Phase, Place, Role
 
 L = sym("layers")
+MLP_WIDTHS = {f, f_e}   # a tensor of the MLP sub-block is d_ff wide (a dense MLP's or an expert's)
 # roles that name memory other terms already hold: the gradients made so far, one recomputed layer's tensors
 # (the layer loop makes them under checkpointing), what FSDP2's layer ends add up
 ALIASES = (Role.GRADIENTS_SO_FAR, Role.RECOMPUTED_ACTIVATION, Role.LAYER_END)
@@ -188,17 +193,34 @@ def ledger_schedule(ledger: Ledger, layers: int, layer_order: tuple[str, ...] = 
     in_backward = any(k in m.terms for m in moments[:loop_at] for k in step_temps)
     loop_temps = [k for k, t in terms.items() if _per_layer_loop(t)]
     redo_keys = [k for k, t in terms.items() if t.role is Role.RECOMPUTED_ACTIVATION]
-    working_sets = [whole(k) for k, t in terms.items() if t.role is Role.LAYER_WORKING_SET and on_device[k]]
+    ws_keys = [k for k, t in terms.items() if t.role is Role.LAYER_WORKING_SET and on_device[k]]
+    working_sets = [whole(k) for k in ws_keys]
+    mlp_from = ws_keys.index(MLP_OPENING_SET) if MLP_OPENING_SET in ws_keys else len(ws_keys)
 
     def layer_forward(kept_shapes, checkpointed=False):
-        """One layer's forward: each sub-block's working set made and freed in turn, then ``kept_shapes``; a
-        checkpointed forward also makes the tensors the layer would save and drops them before its output
-        (the next checkpoint) is made."""
-        dropped = b.alloc_all([sh for k in redo_keys for sh in whole(k)]) if checkpointed else []
+        """One layer's forward: ``kept_shapes`` (the tensors it saves) made first, then each sub-block's working set
+        made and freed in turn on top of them, so that no temporary's block is later filled by a saved tensor
+        (tinyllama LoRA q/v against its traced schedule: −1.0 % → −0.3 % reserved). A checkpointed forward runs
+        without grad and saves nothing: each sub-block's outputs live only until the next sub-block has read them,
+        so the tensors the layer would save stand in sub-block by sub-block — the attention side's beside its
+        working sets, freed when the MLP's norm starts, then the MLP's (its d_ff-wide tensors) beside the MLP's —
+        and ``kept_shapes`` (the layer's output, the next checkpoint) comes last (llama-3.2-1b full b8·s4096
+        with checkpointing: +3.0 % → +0.5 % reserved)."""
+        if checkpointed:
+            layer = [sh for k in redo_keys for sh in whole(k)]
+            mlp_side = [sh for sh in layer if MLP_WIDTHS & sh[0].free_symbols]
+            dropped = b.alloc_all([sh for sh in layer if sh not in mlp_side])
+            for j, shapes in enumerate(working_sets + [[]]):
+                if j == mlp_from:   # (a layer without an MLP norm: after its last working set)
+                    b.free_all(dropped)
+                    dropped = b.alloc_all(mlp_side)
+                b.free_all(b.alloc_all(shapes))
+            b.free_all(dropped)
+            return b.alloc_all(kept_shapes)
+        kept = b.alloc_all(kept_shapes)
         for shapes in working_sets:
             b.free_all(b.alloc_all(shapes))
-        b.free_all(dropped)
-        return b.alloc_all(kept_shapes)
+        return kept
 
     def saved_by_layer():
         """Each layer's saved tensors, the corrections' missing ones taken from layer 0 up: the first layer's
