@@ -113,8 +113,8 @@ def preference_terms(s_: Structure, base: list[Term]) -> list[Term]:
     return out
 
 
-# what a causal LM's vocabulary head adds that a sequence-classification model does not run
-LM_HEAD_ONLY = ("logits_fp32", "logits_shifted", "act_logit_softcap")
+# the roles of a vocabulary head's loss: a sequence-classification model runs the score head's instead
+HEAD_LOSS_ROLES = (Role.LOSS_ACTIVATION, Role.LOSS_TEMPORARY, Role.LOSS_BACKWARD_TEMPORARY)
 SCORE_SOURCE = "transformers 5.24 modeling_layers.py:167-190 GenericForSequenceClassification.forward"
 
 
@@ -165,13 +165,13 @@ def reshape(s_: Structure, activation_terms: list[Term]) -> list[Term]:
     if s_.score_head:
         head = score_terms(s_)
         out = []
-        for t in activation_terms:
+        for t in activation_terms:   # the LM head's loss terms: the score head's where it has one, else gone
             if t.key in head:
                 out.append(head[t.key])
             elif t.key == "act_final_norm":   # the score head's input is freed by its backward, before the norm's
                 out += _split_final_norm(Term(t.key, t.role, t.expr.xreplace(twice), t.label, t.why, t.source,
                                               t.place, t.lifetime), s_, twice)
-            elif t.key not in LM_HEAD_ONLY:
+            elif t.role not in HEAD_LOSS_ROLES:
                 out.append(Term(t.key, t.role, t.expr.xreplace(twice), t.label, t.why, t.source, t.place, t.lifetime))
         return out
     fused = {t.key: t for t in trl_loss_terms(s_, scored(s_))}
