@@ -44,7 +44,7 @@ from functools import lru_cache
 import sympy as sp
 
 from ..symbols import sym
-from .functions import ceil_div
+from .functions import at_least, ceil_div
 from .activations import MLP_OPENING_SET
 from .architecture import f, f_e
 from .terms import LAYER_BACKWARDS, ROLES, STATES, Ledger, Phase, Place, Role
@@ -82,6 +82,20 @@ class Schedule:
     parameters: int
 
 
+def _conditional_widths(expr: sp.Expr, counts: tuple[sp.Symbol, ...]) -> dict[sp.Expr, sp.Dummy]:
+    """The sums inside a product that hold a condition (``at_least``) and no layer count (``counts``): one
+    tensor's width that depends on the setting, not several tensors — SDPA's k and v are n_kv heads wide, or n_h
+    where it repeats them: ``X·(n_kv + (n_h − n_kv)·[d_head ≥ 257])`` is one tensor, which expanding would split
+    into a difference. A sum of tensors, some of them conditional (RMSNorm's input, 1/rms and its weight's
+    cast), has no difference and is expanded as before, and so is a sum with a layer count (how many layers)."""
+    def difference(a):
+        return any(m.as_coeff_Mul()[0] < 0 for m in sp.Add.make_args(sp.expand(a)))
+    found = {a for m in expr.atoms(sp.Mul) for a in m.args
+             if a.is_Add and a.has(at_least) and not a.has(*counts, ceil_div) and difference(a)}
+    innermost = [a for a in found if not any(c != a and a.has(c) for c in found)]   # the width, not a sum holding it
+    return {a: sp.Dummy() for a in innermost}
+
+
 @lru_cache(maxsize=4096)
 def pieces(expr: sp.Expr, kinds: tuple[sp.Symbol, ...] = ()) -> list[tuple[sp.Expr, int, sp.Symbol | None]]:
     """The tensors of one expression: (one tensor's bytes, how many, the layer count it is per: L, one of the
@@ -93,7 +107,9 @@ def pieces(expr: sp.Expr, kinds: tuple[sp.Symbol, ...] = ()) -> list[tuple[sp.Ex
     [(bytes_act*seq, 1, None), (bytes_act*intermediate*seq, 3, layers)]
     """
     out = []
-    for mono in sp.Add.make_args(sp.expand_mul(expr)):
+    widths = _conditional_widths(expr, (L, *kinds))
+    for mono in sp.Add.make_args(sp.expand_mul(expr.xreplace(widths))):
+        mono = mono.xreplace({d: w for w, d in widths.items()})
         if mono == 0:
             continue
         coeff, rest = mono.as_coeff_Mul()
