@@ -584,6 +584,7 @@ def lora_embed_saved(s_: Structure) -> sp.Expr:
 
 
 MOE = "transformers integrations/moe.py (grouped_mm experts)"
+MLP_OPENING_SET = "ws_norm_mlp"   # the working set that opens a layer's MLP sub-block (its norm), after attention's
 
 
 def layer_working_sets(s_: Structure) -> list[Term]:
@@ -606,7 +607,7 @@ def layer_working_sets(s_: Structure) -> list[Term]:
     for group, width in fam.group_width.items():
         lora = [m for m in fam.linears if m.input_group == group and m.name in targets]
         if group == "mlp_in":
-            out["ws_norm_mlp"] = norm
+            out[MLP_OPENING_SET] = norm
         if lora:
             d = sp.Max(*(m.d_out for m in lora)) if len(lora) > 1 else lora[0].d_out
             cast = b_ad * T * width if s_.adapter_upcast and s_.grad_checkpointing else 0
