@@ -178,3 +178,18 @@ def test_fused_lora_kernels_save_one_input_per_block():
 
     assert "PEFT's eager LoRA layers" in summary(peft.scenario)
     assert "fused LoRA QKV/O/MLP" in summary(e.scenario)
+
+
+def test_llamafactory_use_unsloth_reads_as_the_stack(tmp_path):
+    """LLaMA-Factory 0.9.5's use_unsloth loads through FastLanguageModel and its get_peft_model with
+    use_gradient_checkpointing="unsloth" (model/model_utils/unsloth.py), the file's own rank and quantization kept."""
+    from symvram.readers.read import read_files
+
+    f = tmp_path / "lf.yaml"
+    f.write_text("model_name_or_path: meta-llama/Llama-3.1-8B\nstage: sft\ndo_train: true\nfinetuning_type: lora\n"
+                 "lora_target: all\nlora_rank: 32\nquantization_bit: 4\nuse_unsloth: true\ncutoff_len: 4096\n"
+                 "bf16: true\noutput_dir: out\n")
+    got = read_files([str(f)]).settings
+    assert (got["stack"].value, got["rank"].value, got["method"].value) == ("unsloth", 32, "qlora")
+    f.write_text(f.read_text().replace("use_unsloth: true", "use_unsloth: false"))
+    assert read_files([str(f)]).settings["stack"].value == "hf"
