@@ -193,3 +193,14 @@ def test_llamafactory_use_unsloth_reads_as_the_stack(tmp_path):
     assert (got["stack"].value, got["rank"].value, got["method"].value) == ("unsloth", 32, "qlora")
     f.write_text(f.read_text().replace("use_unsloth: true", "use_unsloth: false"))
     assert read_files([str(f)]).settings["stack"].value == "hf"
+
+
+def test_validate_refuses_what_it_cannot_run(capsys):
+    from symvram.cli import main
+
+    for flags, says in ((["--stack", "unsloth", "--method", "lora"], "--loss-impl unsloth runs GPU kernels only"),
+                        (["--stack", "unsloth", "--method", "lora", "--loss-impl", "torch"], "fused LoRA kernels"),
+                        (["--stack", "hf", "--method", "lora", "--grad-checkpointing", "--checkpoint-impl", "unsloth"],
+                         "benchmarks/unsloth_checkpointer.py")):
+        assert main(["validate", "tinyllama-1.1b", "--seq", "1024", *flags]) == 2
+        assert says in capsys.readouterr().err
