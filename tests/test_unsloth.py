@@ -204,3 +204,15 @@ def test_validate_refuses_what_it_cannot_run(capsys):
                          "benchmarks/unsloth_checkpointer.py")):
         assert main(["validate", "tinyllama-1.1b", "--seq", "1024", *flags]) == 2
         assert says in capsys.readouterr().err
+
+
+def test_each_buffer_is_one_tensor_in_the_schedule():
+    """The allocator schedule reads a monomial's integer coefficient as a count of tensors: the staging buffers, the
+    offloaded inputs and the loss's [R, V] buffer are written as one factor each (a 2 MiB constant as a coefficient
+    made a million 2-byte tensors). The unsloth stack's schedule is no longer than the trl stack's."""
+    from symvram.card_memory import schedule_events
+
+    kw = dict(method="lora", seq=4096)
+    unsloth = schedule_events(Scenario.create(load_model("llama-3.1-8b"), stack="unsloth", **kw))
+    trl = schedule_events(Scenario.create(load_model("llama-3.1-8b"), stack="trl", **kw))
+    assert len(unsloth) <= len(trl)

@@ -1012,6 +1012,12 @@ def unsloth_offloads(s_: Structure) -> sp.Expr:
     return at_least(T * h, UNSLOTH_MIN_OFFLOAD // 2 + 1)   # elements of the 16-bit stored copy
 
 
+def unsloth_keeps(s_: Structure) -> sp.Expr:
+    """1 when it does not (``unsloth_offloads``' complement, written as an indicator of its own so that every
+    monomial of the terms stays positive: the allocator schedule reads each as so many tensors)."""
+    return at_least(UNSLOTH_MIN_OFFLOAD // 2, T * h)
+
+
 def unsloth_checkpoint_terms(s_: Structure) -> list[Term]:
     """Unsloth's offloaded gradient checkpointing (``use_gradient_checkpointing="unsloth"``: torch's checkpoint
     patched to ``UnslothCheckpointFunction``, unsloth_zoo 2026.10.9 gradient_checkpointing.py:1337-1717, reentrant).
@@ -1028,10 +1034,12 @@ def unsloth_checkpoint_terms(s_: Structure) -> list[Term]:
     >>> [(t.key, t.place.value) for t in terms]
     [('act_checkpoints', 'device'), ('act_offloaded', 'host'), ('unsloth_staging', 'device')]
     """
-    b_res, off = residual_bytes(s_), unsloth_offloads(s_)
-    kept = sp.Min(L, 1 + int(embedding_leaf(s_)))   # the last layer's input (and the leaf first layer's)
-    grown = sp.Max(T * h, UNSLOTH_STAGING_INITIAL) * UNSLOTH_STORE   # a staging buffer grown to one input
-    on_device = L - off * (L - kept)
+    b_res, off, stay = residual_bytes(s_), unsloth_offloads(s_), unsloth_keeps(s_)
+    # on the card: every input when none is offloaded, else the last layer's and (LoRA, L ≥ 2) the leaf first layer's
+    on_device = stay * L + off + off * at_least(L, 2) * int(embedding_leaf(s_))
+    # one factor each, so that a buffer is one tensor: A grown to one input; B too once a later offload resizes it
+    staging = off * UNSLOTH_STORE * (sp.Max(T * h, UNSLOTH_STAGING_INITIAL)
+                                     + sp.Max(at_least(L, 2) * T * h, UNSLOTH_STAGING_INITIAL))
     host_slots = off * L   # the first micro-batch offloads every layer (FIRST_PASS): L slots grown, kept grown
     terms = [Term("act_checkpoints", Role.SAVED_ACTIVATION, on_device * b_res * T * h + b_id * seq, r"A_{\mathrm{ckpt}}",
                   "Unsloth's checkpointer keeps on the device the last layer's input (not offloaded from the second "
@@ -1040,12 +1048,12 @@ def unsloth_checkpoint_terms(s_: Structure) -> list[Term]:
                   + " and the position ids; every input of at most 2 MiB stays too",
                   UNSLOTH_GC + ":1387-1399, :1540 save_for_backward"),
              Term("act_offloaded", Role.SAVED_ACTIVATION, host_slots * UNSLOTH_STORE * T * h
-                  + sp.Max(0, UNSLOTH_HOST_SLOTS - host_slots) * UNSLOTH_STORE * UNSLOTH_HOST_SLOT, r"A_{\mathrm{ckpt,host}}",
+                  + sp.Max(0, (UNSLOTH_HOST_SLOTS - host_slots) * UNSLOTH_HOST_SLOT) * UNSLOTH_STORE,
+                  r"A_{\mathrm{ckpt,host}}",
                   "the other checkpointed layer inputs, each in a 16-bit pinned host slot (L slots grown to one input "
                   "by the first micro-batch, which offloads every layer) and the rest of the 200-slot pool of 256 KiB "
                   "each", UNSLOTH_GC + ":1290-1298, :1453-1506", place=Place.HOST),
-             Term("unsloth_staging", Role.STAGING_BUFFER, off * (grown + at_least(L, 2) * grown + (1 - at_least(L, 2))
-                                                                 * UNSLOTH_STAGING_INITIAL * UNSLOTH_STORE),
+             Term("unsloth_staging", Role.STAGING_BUFFER, staging,
                   r"M_{\mathrm{stage}}", "two 16-bit device staging buffers (double buffering), each the size of one "
                   "layer input, kept for the whole run; the recompute reads the input brought back in place (a card "
                   "with less than 512 MiB free at the second forward keeps one; with one layer the second stays at "
@@ -1205,7 +1213,8 @@ def unsloth_loss_terms(s_: Structure) -> list[Term]:
     buffer: for a frozen head on a card over 24.5 GiB from 4096 tokens (any token count on a smaller card) with
     V > 32768, Unsloth takes its tiled pass instead, which has no [R, V] buffer (:1324-1333): an upper bound there."""
     R = unsloth_ce_rows(s_)
-    buffer = b_32 * R * 8 * ceil_div(V, 8) + b_c * R * h + b_32 * T
+    # V rounded up to a multiple of 8 (Max: one factor, so the buffer stays one tensor in the allocator schedule)
+    buffer = b_32 * R * sp.Max(V, 8 * ceil_div(V, 8)) + b_c * R * h + b_32 * T
     return [Term("logits", Role.LOSS_TEMPORARY, buffer, r"M_{\mathrm{logits}}",
                  "Unsloth's fused linear CE: one [R, V] fp32 logits buffer (R = unsloth_ce_rows), a chunk's 16-bit "
                  "hidden gradient and an fp32 log-prob per token — modelled from source, not measured (Triton)",
@@ -1439,7 +1448,7 @@ def transient_terms(s_: Structure) -> list[Term]:
                           lifetime=RECOMPUTES[:2]))
     if s_.grad_checkpointing:   # the other layers' checkpointed inputs are freed with their backward by then
         # (Unsloth's checkpointer recomputes an offloaded first layer on its staging buffer: only a kept one counts)
-        first_kept = 1 - unsloth_offloads(s_) * int(not embedding_leaf(s_)) if s_.offload_checkpoints else 1
+        first_kept = unsloth_keeps(s_) if s_.offload_checkpoints and not embedding_leaf(s_) else 1
         terms.append(Term("first_checkpoint", Role.RECOMPUTED_ACTIVATION, first_kept * residual_bytes(s_) * T * h + b_id * seq,
                           r"A_{\mathrm{ckpt},0}", "the first layer's checkpointed input (the embedding output) and the "
                           "position ids, kept until that layer's backward ends", "torch.utils.checkpoint",
