@@ -131,6 +131,9 @@ def parse_targets(spec: str | tuple[str, ...] | list[str], fam: Family | None = 
         else:
             raise UserError(f"unknown LoRA target {excerpt(name)} for {fam.key}; use {', '.join(fam.target_sets)} or module "
                             f"names ({', '.join(fam.target_map)})")
+    for name in fam.target_map:   # a group reaching a module PEFT refuses (all-linear on a Mamba model's out_proj)
+        if name in chosen and (why := fam.extra("untargetable", {}).get(name)):
+            raise UserError(f"{name} of {fam.key} cannot be a LoRA target (the targets {excerpt(spec)} reach it): {why}")
     if not chosen - set(HEAD_TARGETS):
         raise UserError("no LoRA target modules given" + (f" beside {', '.join(sorted(chosen))}: LoRA on the model's "
                         "embedding or lm_head alone is not modelled; add layer targets (e.g. all-linear,lm_head)"
@@ -259,11 +262,15 @@ class Scenario:
             raise UserError(f"unknown scenario setting {', '.join(unknown)}; settings are "
                             f"{', '.join(k for k in cls.__dataclass_fields__ if k not in ('model', 'given'))}")
         fam = family(spec.family)
-        targets = parse_targets(kw.get("targets", "all-linear"), fam)
+        targets = parse_targets(kw.get("targets", fam.extra("default_targets", "all-linear")), fam)   # a family whose
+        # all-linear PEFT refuses (Nemotron-H: out_proj) names the group it defaults to
         heads = set(targets) | set(kw.get("head_targets", ()))
         if unknown := sorted(heads - set(targets) - set(HEAD_TARGETS)):
             raise UserError(f"head_targets: {', '.join(unknown)} unknown; use {' or '.join(HEAD_TARGETS)}")
-        kw["targets"] = tuple(t for t in targets if t not in HEAD_TARGETS)
+        # a module under a config switch that is off (Gemma 4's per-layer-input gate without per-layer embeddings)
+        # is not in the model: a group naming it leaves it out
+        kw["targets"] = tuple(t for t in targets if t not in HEAD_TARGETS
+                              and fam.target_map[t].option in (None, *spec.options))
         kw["head_targets"] = tuple(t for t in HEAD_TARGETS if t in heads)
         kw["modules_to_save"] = parse_modules_to_save(kw.get("modules_to_save", ()))
         kw.setdefault("attention", fam.default_attention)
@@ -386,13 +393,6 @@ class Scenario:
         fam = family(self.model.family)
         if self.attention not in fam.attention_kernels:
             raise UserError(f"--attention {self.attention}: {fam.attention_why or fam.key + ' runs ' + ', '.join(fam.attention_kernels)}")
-        if self.kbit_prepared and any(k.moe and not k.extra("experts_dense") for _, k in fam.layer_kinds):
-            given = "--kbit-prep peft" if "kbit_prep" in self.given else (
-                f"the {self.stack} stack's QLoRA recipe (PEFT's prepare_model_for_kbit_training, --kbit-prep peft)")
-            raise UserError(f"{given} on {fam.key}: prepare_model_for_kbit_training casts the fused experts to fp32, "
-                            "which torch's grouped_mm runs only on its per-expert CUDA fallback (its fast path and its "
-                            "meta kernel take bf16: torch _meta_registrations.py:8645; transformers "
-                            "integrations/moe.py:379), not modelled; use --kbit-prep none")
         _choice(self.device, DEVICES, "--device")
         _choice(self.offload, OFFLOADS, "--offload")
         _positive_int(self.batch, "--batch", MAX_BATCH)
@@ -449,7 +449,8 @@ class Scenario:
             raise UserError("--dora is a LoRA variant: use --method lora (or qlora)")
         if self.dora and any(family(self.model.family).target_map[t].count != 1 for t in self.targets):
             raise UserError("--dora on fused MoE experts: PEFT's target_parameters does not support DoRA")
-        if self.loss_impl != "torch" and fam.extra("final_logit_softcapping"):
+        capped = fam.extra("final_logit_softcapping") or "final_logit_softcapping" in self.model.options
+        if self.loss_impl not in ("torch", "trl") and capped:   # TRL's fused head caps inside its tiles
             raise UserError(f"--loss-impl {self.loss_impl} with {fam.key}'s final-logit soft-capping is not modelled")
         if self.loss_impl == "unsloth" and not self.lora:
             raise UserError("--loss-impl unsloth with full fine-tuning (a trainable lm_head: its fp32 head-gradient "
@@ -683,8 +684,8 @@ class Scenario:
         fam = family(self.model.family)
         embedding_trains = "embed_tokens" in self.modules_to_save or "embed_tokens" in self.head_targets
         if not self.lora or self.grad_checkpointing or embedding_trains or not fam.kinds:
-            return (), fam.first_kind(self.model.dims)
-        return fam.leading_kinds(self.model.dims, self.targets)
+            return (), fam.first_kind(self.model.dims, self.model.layer_pattern)
+        return fam.leading_kinds(self.model.dims, self.targets, self.model.layer_pattern)
 
     def values(self) -> dict[str, int | float]:
         """Numbers for every leaf symbol: registry defaults, model dims, run settings, dtypes, overrides."""

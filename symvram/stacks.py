@@ -186,9 +186,15 @@ def summary(sc) -> str:
         parts.append("Gated DeltaNet on transformers' torch path (torch_chunk_gated_delta_rule, run when "
                      "flash-linear-attention is not installed; the fla kernels' saved tensors are not modelled"
                      + "; under checkpointing its backward's temporaries are not either" * sc.grad_checkpointing + ")")
+    if any(k.mixer == "mamba2" for _, k in sc.structure.arch.layer_kinds):
+        parts.append("Mamba-2 on transformers' torch path (mamba2_chunk_scan, run when mamba_ssm and causal_conv1d are "
+                     "not installed; mamba_ssm's fused kernels' saved tensors are not modelled"
+                     + "; under checkpointing the scan's backward temporaries are not either" * sc.grad_checkpointing + ")")
     parts.append("loss on one score per sequence" if sc.score_head else f"loss {sc.loss_impl}")
     if sc.method == "qlora" and sc.kbit_prep == "peft":
-        parts.append("prepare_model_for_kbit_training")
+        parts.append("prepare_model_for_kbit_training" + (
+            " (its fp32 fused experts on torch's per-group grouped_mm fallback on CUDA: modelled, not measured on "
+            "CUDA)" if any(k.moe and not k.extra("experts_dense") for _, k in sc.structure.arch.layer_kinds) else ""))
     elif sc.method == "qlora":   # the preparation is also what turns checkpointing on in this stack: say it is gone
         turned_on = stacks()[sc.stack].get("kbit_grad_checkpointing") and not sc.grad_checkpointing
         parts.append("no kbit preparation" + (" (nor the checkpointing it turns on: add --grad-checkpointing)"

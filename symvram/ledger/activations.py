@@ -24,7 +24,7 @@ from .functions import at_least, ceil_div, pow2_ceil
 from .structure import Structure
 from .terms import Phase, Place, Role, Term, span
 from .weights import (compute_adapter_bytes, compute_weight_bytes, kind_adapter_params, layer_lora_params,
-                      per_trainable, rotary_width, saved_copy_bytes)
+                      per_trainable, rope_width_sum, rotary_width, saved_copy_bytes)
 
 b, seq, r = sym("batch"), sym("seq"), sym("rank")
 b_c, b_32, b_a, b_mask, b_id, b_w, b_g, b_i32 = (sym(n) for n in (
@@ -56,13 +56,15 @@ def _shared_with_attention(s_: Structure, group: str) -> bool:
     fam = s_.arch
     return (group == "attn_out" and s_.attention == "sdpa" and not fam.extra("fused_qkv")
             and fam.dim("rotary_dim", 0) == 0 and not fam.latent_attention
-            and not (fam.extra("output_gate") or fam.extra("gated_deltanet")))
+            and not (fam.extra("output_gate") or fam.extra("gated_deltanet")) and fam.mixer == "attention")
 
 
 NORM_WHY = {
     "rms": "each RMSNorm keeps its fp32 upcast input and 1/rms for backward",
     "rms_fp32_weight": "each RMSNorm keeps its fp32 upcast input and 1/rms for backward (the weight multiplies in fp32)",
     "gemma_rms": "each Gemma RMSNorm keeps its fp32 upcast input, 1/rms and the fp32 (1 + w) it multiplies by",
+    "gemma4_rms": "each Gemma 4 RMSNorm keeps its fp32 upcast input, mean(x²) + ε and its pow(·, −0.5), and the fp32 "
+                  "copy of its weight",
 }
 
 
@@ -74,15 +76,27 @@ UNSLOTH_KERNELS = ("unsloth 2026.10.9 kernels/rms_layernorm.py:981 Fast_RMS_Laye
                    "LoRA_MLP (X, e, g), :845 LoRA_QKV (X), :1073 LoRA_W (X); modelled, not measured (Triton)")
 
 
-def norm_saved(s_: Structure, rows: sp.Expr, width: sp.Expr, b_in: sp.Expr | None = None) -> sp.Expr:
+def norm_saved(s_: Structure, rows: sp.Expr, width: sp.Expr, b_in: sp.Expr | None = None, weight: bool = True) -> sp.Expr:
     """What one norm over ``rows`` rows of ``width`` per token saves when its input needs a gradient:
-    the fp32 upcast input and 1/rms (Gemma's norm also its fp32 (1 + w), a weight-sized vector). Liger's
+    the fp32 upcast input and 1/rms (Gemma's norm also its fp32 (1 + w), a weight-sized vector; Gemma 4's also
+    mean(x²) + ε, which its pow(·, −0.5) keeps, and its weight's fp32 copy where it has a weight). Liger's
     RMSNorm keeps its input as it comes (``b_in`` bytes per element: the residual stream's, or the compute
     dtype's for a q/k norm) and the fp32 1/rms, and recomputes the rest; so does Unsloth's Fast_RMS_Layernorm."""
     if s_.liger or s_.unsloth_kernels:
         return (residual_bytes(s_) if b_in is None else b_in) * T * rows * width + b_32 * T * rows
     saved = b_32 * T * rows * width + b_32 * T * rows
+    if s_.arch.norm == "gemma4_rms":   # modeling_gemma4.py:205-214
+        return saved + b_32 * T * rows + (b_32 * width if weight else 0)
     return saved + b_32 * width if s_.arch.norm == "gemma_rms" else saved
+
+
+def norm_weight_copy(s_: Structure, width: sp.Expr) -> sp.Expr:
+    """The fp32 copy of a 16-bit norm weight that a norm multiplying ``weight.to(float32)`` keeps for its input's
+    gradient (Nemotron-H's NemotronHRMSNorm, modeling_nemotron_h.py:633; ``extras.norm_weight_fp32_copy``): none
+    for other families, nor for weights already fp32."""
+    if not s_.arch.extra("norm_weight_fp32_copy") or s_.liger:
+        return sp.Integer(0)
+    return b_32 * width * at_least(b_32, 2 * compute_weight_bytes(s_))   # 1 for 16-bit weights, 0 for fp32
 
 
 def norm_weight_input(s_: Structure) -> sp.Symbol:
@@ -99,6 +113,14 @@ def _feeds(name: str) -> str:
         return "qkv"
     head = name.split("_")[0]
     return head if set(head) <= set("qkv") else ""
+
+
+def embedding_output_grad(s_: Structure) -> bool:
+    """Whether the embedding's output needs a gradient: always in full fine-tuning; under LoRA when the embedding is
+    a trainable modules_to_save copy or carries LoRA, or under checkpointing (transformers' enable_input_require_grads
+    makes it a leaf that requires grad)."""
+    return (not s_.lora or s_.grad_checkpointing or "embed_tokens" in s_.modules_to_save
+            or "embed_tokens" in s_.head_targets)
 
 
 def needs_grad(s_: Structure, first: bool) -> dict[str, bool]:
@@ -123,8 +145,7 @@ def needs_grad(s_: Structure, first: bool) -> dict[str, bool]:
         return any(m.input_group == group and (not s_.lora or m.name in s_.targets) and feeding in _feeds(m.name)
                    for m in fam.linears + fam.moe_weights)
 
-    layer_in = (not (first and s_.lora) or s_.grad_checkpointing or "embed_tokens" in s_.modules_to_save
-                or "embed_tokens" in s_.head_targets)
+    layer_in = not (first and s_.lora) or embedding_output_grad(s_)
     out = {"attn_in": layer_in, "q_latent": layer_in or trained_reader("attn_in", "q"),   # latent attention's a-proj
            "kv_latent": layer_in or trained_reader("attn_in", "kv")}                       # outputs
     out.update({x: out[lat] or trained_reader(lat) or trained_reader("attn_in", x)   # a latent's b-proj, or q/k/v_proj
@@ -134,6 +155,11 @@ def needs_grad(s_: Structure, first: bool) -> dict[str, bool]:
     out["mlp_in"] = layer_in or out["attn_proj"]
     out["mlp_act"] = out["mlp_in"] or trained_reader("mlp_in")
     out["mlp_out"] = out["mlp_act"] or trained_reader("mlp_act")
+    # Gemma 4's per-layer input: the gate reads the residual after the MLP; its product with the layer's slice of the
+    # per-layer embeddings (trainable under full fine-tuning) feeds the projection back to the residual
+    out["ple_in"] = out["mlp_out"]
+    out["ple_act"] = out["ple_in"] or trained_reader("ple_in") or embedding_output_grad(s_)
+    out["ple_out"] = out["ple_act"] or trained_reader("ple_act")
     return out
 
 
@@ -141,9 +167,9 @@ def _grad_sites(s_: Structure, first: bool) -> dict[str, bool]:
     """``needs_grad`` by the sites a norm sits at (a family's ``norms.at``): a q or k norm saves once attention's
     inputs need a gradient. ``first`` without checkpointing (a checkpointed layer is recomputed as a later one)."""
     g = needs_grad(s_, first)
-    return {"layer_in": g["attn_in"], "q": g["attn_out"], "k": g["attn_out"], "attn_out": g["attn_proj"],
+    return {"layer_in": g["attn_in"], "q": g["attn_out"], "k": g["attn_out"], "v": g["attn_out"], "attn_out": g["attn_proj"],
             "resid": g["mlp_in"], "mlp": g["mlp_act"], "mlp_out": g["mlp_out"], "q_latent": g["q_latent"],
-            "kv_latent": g["kv_latent"]}
+            "kv_latent": g["kv_latent"], "ple_out": g["ple_out"]}
 
 
 def _layer(s_: Structure, first: bool) -> dict[str, tuple[sp.Expr, str, str, str]]:
@@ -165,11 +191,12 @@ def _layer_of(s_: Structure, first: bool) -> dict[str, tuple[sp.Expr, str, str, 
     targets = set(s_.targets) if s_.lora else set()
     saving = [n for n in fam.active_norms(s_.options) if grad[n.at] if not n.after or grad_in or n.after in targets]
     if saving:
-        out["act_norms"] = (sp.Add(*(norm_saved(s_, n.rows, n.width, matmul_bytes(s_) if n.after else None)
-                                     for n in saving)), r"A_{\mathrm{norm}}",
+        out["act_norms"] = (sp.Add(*(norm_saved(s_, n.rows, n.width, matmul_bytes(s_) if n.after else None, n.weight)
+                                     + norm_weight_copy(s_, n.width) for n in saving)), r"A_{\mathrm{norm}}",
                             "each Liger RMSNorm keeps its input and the fp32 1/rms" if s_.liger else
                             "each Unsloth RMSNorm keeps its input and the fp32 1/rms" if s_.unsloth_kernels else
-                            NORM_WHY[fam.norm], LIGER if s_.liger else UNSLOTH_KERNELS if s_.unsloth_kernels else TRANSFORMERS)
+                            NORM_WHY[fam.norm] + " (and the weight's fp32 copy)" * (norm_weight_copy(s_, 1) != 0),
+                            LIGER if s_.liger else UNSLOTH_KERNELS if s_.unsloth_kernels else TRANSFORMERS)
         if not s_.lora and not s_.liger and any(n.weight for n in saving):   # Liger's backward recomputes it for dW
             out["act_norm_weight_input"] = (sp.Add(*(norm_weight_input(s_) * T * n.rows * n.width for n in saving
                                                      if n.weight)),
@@ -177,7 +204,11 @@ def _layer_of(s_: Structure, first: bool) -> dict[str, tuple[sp.Expr, str, str, 
                                             "a trainable norm weight also keeps the normalized "
                                             + ("16-bit" if fam.norm == "rms" else "fp32") + " tensor", TRANSFORMERS)
 
-    if attn_grad and fam.extra("gated_deltanet"):
+    if fam.mixer == "none":   # an MLP block (Nemotron-H's "-" layers): no token mixer
+        pass
+    elif attn_grad and fam.mixer == "mamba2":
+        out.update(_mamba2(s_))
+    elif attn_grad and fam.extra("gated_deltanet"):
         out.update(_gated_deltanet(s_))
     elif attn_grad and fam.latent_attention:
         out.update(_latent_attention(s_))
@@ -185,8 +216,22 @@ def _layer_of(s_: Structure, first: bool) -> dict[str, tuple[sp.Expr, str, str, 
         if s_.attention == "sdpa":
             b_mm = matmul_bytes(s_)
             fused = b_mm * T * dh * (nh + nkv) if fam.extra("fused_qkv") else 0
-            out["act_attention"] = (b_mm * T * dh * (nh + 2 * nkv) + b_mm * T * nh * dh + fused, r"A_{\mathrm{attn}}",
-                                    "SDPA (flash) keeps q, k, v after RoPE and its output"
+            # KV sharing: the storing layer's k and v, counted there — but past the window a sliding layer's SDPA gets
+            # k and v repeated to n_h heads (repeat_kv: new tensors unless n_kv = 1), the (n_h − n_kv) of them
+            # sliding_extra counts and n_kv more
+            shared = fam.extra("kv_shared")   # "sliding": a sliding layer reading shared K/V
+            # heads wider than 256 (Gemma 4's global 512): transformers passes SDPA no GQA (sdpa_attention.py:51) and
+            # repeats k, v to n_h heads (new tensors unless n_kv = 1: a stride-0 view), which SDPA keeps instead
+            repeated = at_least(dh, 257) * at_least(nkv, 2) * (nh - nkv)
+            kv = {None: b_mm * T * dh * 2 * (nkv + repeated),
+                  "sliding": b_mm * T * dh * 2 * nkv * past_window(s_) * at_least(nkv, 2)
+                  }.get(shared, b_mm * T * dh * 2 * at_least(dh, 257) * at_least(nkv, 2) * nh)
+            roped = " after RoPE" * (not fam.extra("no_rope"))
+            out["act_attention"] = (b_mm * T * dh * nh + kv + b_mm * T * nh * dh + fused, r"A_{\mathrm{attn}}",
+                                    ("SDPA (flash) keeps q, k, v" + roped + " and its output; a layer reading shared K/V "
+                                     "keeps only q and its output (k and v are the storing layer's; past the window a "
+                                     "sliding one's k, v repeated to n_h heads)" if fam.extra("kv_shared") else
+                                     "SDPA (flash) keeps q, k, v" + roped + " and its output")
                                     + ("; v is a view of the fused qkv output, which it keeps whole" if fused else ""),
                                     "torch scaled_dot_product_attention")
             out["act_attention_lse"] = (b_32 * b * nh * seq, r"A_{\mathrm{lse}}",
@@ -229,20 +274,30 @@ def _layer_of(s_: Structure, first: bool) -> dict[str, tuple[sp.Expr, str, str, 
     elif s_.unsloth_kernels:   # LoRA_MLP saves them whatever needs a gradient (its adapters always do)
         out["act_mlp"] = (2 * b_c * T * f, r"A_{\mathrm{mlp}}", "Unsloth's LoRA_MLP keeps the gate and up outputs "
                           "(e, g: d_ff wide each) and recomputes the activation in backward", UNSLOTH_KERNELS)
-    elif mlp_grad:
+    elif mlp_grad and fam.mlp_kind == "plain":   # relu²: relu keeps its output, which the square reads too
+        out["act_mlp"] = (b_c * T * f, r"A_{\mathrm{mlp}}", "the ReLU output (d_ff wide), which ReLU's backward and "
+                          "the square's both read", "transformers activations.py ReLUSquaredActivation; " + fam.source)
+    elif mlp_grad and fam.mlp_kind == "gated":
         act = {"silu": "SiLU", "gelu_tanh": "GELU"}[fam.activation]
-        out["act_mlp"] = ((2 if s_.liger else 3) * b_c * T * f, r"A_{\mathrm{mlp}}",
+        out["act_mlp"] = ((2 if s_.liger else 3) * b_c * T * mlp_width(fam), r"A_{\mathrm{mlp}}",
                           f"Liger's fused {act}·up keeps the gate and up outputs (d_ff wide each)" if s_.liger else
                           f"gate output ({act} input), {act} output and up output, d_ff wide each",
                           LIGER if s_.liger else TRANSFORMERS)
 
+    if fam.extra("per_layer_embeddings") and (lat["ple_in"] or any(t in targets for t in ("per_layer_input_gate",))):
+        out["act_per_layer_input"] = (b_c * T * d_ple + (b_c * T * d_ple if embedding_output_grad(s_) else 0),
+                                      r"A_{\mathrm{PLE}}",
+                                      "the per-layer input gate's output (its GELU's input)" + ("" if not embedding_output_grad(s_) else
+                                      " and the GELU's output, kept by the product with the layer's slice of the "
+                                      "per-layer embeddings, which needs a gradient"), GEMMA4 + ":1405-1413")
     if s_.weight_casts:
         out["act_weight_casts"] = (b_c * fam.linear_params_per_layer(), r"A_{\mathrm{cast},W}",
                                    "autocast casts each linear weight to the compute dtype per call; backward needs "
                                    "the cast, so it is saved", "torch.autocast")
     lin_targets = [t for t in s_.targets if fam.linear(t) in fam.linears]  # nn.Linear targets (PEFT's lora.Linear)
     group_grad = {"attn_in": grad_in, "attn_out": resid_grad or attn_grad, "mlp_in": resid_grad, "mlp_act": mlp_grad,
-                  "q_latent": lat["q_latent"], "kv_latent": lat["kv_latent"]}
+                  "q_latent": lat["q_latent"], "kv_latent": lat["kv_latent"], "ple_in": lat["ple_in"],
+                  "ple_act": lat["ple_act"]}
     if s_.lora and s_.autocast and s_.adapter_upcast and lin_targets and not s_.unsloth_kernels:
         # lora_A's cast weight is saved only for its input's gradient: not in the first layer's q, k, v
         casts = sp.Add(*((fam.linear(t).d_in if group_grad[fam.linear(t).input_group] else 0) + fam.linear(t).d_out
@@ -262,11 +317,11 @@ def _layer_of(s_: Structure, first: bool) -> dict[str, tuple[sp.Expr, str, str, 
                                     "each distinct linear input, saved for the weight gradient (q, k, v share one; "
                                     "SDPA's output is o_proj's input; under autocast each call saves its own cast)",
                                     "torch.nn.functional.linear backward")
-        return out
+        return _kind_dims(fam, out)
 
     if s_.unsloth_kernels:
         out.update(_unsloth_lora_inputs(s_))
-        return out
+        return _kind_dims(fam, out)
     b_ad = compute_adapter_bytes(s_)  # the adapters as they compute (cast by an FSDP2 policy)
     autocast_copy = s_.autocast and s_.adapter_upcast  # lora_A's autocast saves a compute-dtype copy per target
     inputs, masks = sp.Integer(0), sp.Integer(0)
@@ -296,7 +351,7 @@ def _layer_of(s_: Structure, first: bool) -> dict[str, tuple[sp.Expr, str, str, 
     else:
         why = "lora_A keeps its input for its weight gradient (targets reading one tensor share it)"
     if not lin_targets:
-        return out
+        return _kind_dims(fam, out)
     out["act_lora_inputs"] = (inputs, r"A_{\mathrm{LoRA,in}}", why, PEFT)
     if masks != 0:
         mask_why = ("CPU dropout multiplies by a saved noise tensor of the input's dtype" if s_.device == "cpu"
@@ -312,7 +367,17 @@ def _layer_of(s_: Structure, first: bool) -> dict[str, tuple[sp.Expr, str, str, 
                            "DoRA keeps, per target, the LoRA result (adapter dtype) and the base result for the "
                            "magnitude's gradient, the fp32 weight norm and m/‖W′‖ (and m/‖W′‖ − 1 where the "
                            "input needs a gradient)", "peft tuners/lora/dora.py DoraLinearLayer.forward")
-    return out
+    return _kind_dims(fam, out)
+
+
+def _kind_dims(fam, out: dict[str, tuple[sp.Expr, str, str, str]]) -> dict[str, tuple[sp.Expr, str, str, str]]:
+    """A layer kind whose attention has its own head width and K/V heads (Gemma 4's full-attention layers:
+    ``extras.attention_dims``, d_head → global_head_dim, n_kv → its global K/V heads): the layer's terms with those
+    symbols put in."""
+    if not (dims := fam.extra("attention_dims")):
+        return out
+    new = {sym(name): sym(value) for name, value in dims.items()}
+    return {k: (e.xreplace(new), *rest) for k, (e, *rest) in out.items()}
 
 
 def _unsloth_lora_inputs(s_: Structure) -> dict[str, tuple[sp.Expr, str, str, str]]:
@@ -336,6 +401,8 @@ def _unsloth_lora_inputs(s_: Structure) -> dict[str, tuple[sp.Expr, str, str, st
 
 
 GDN = "transformers models/qwen3_5/modeling_qwen3_5.py"
+GEMMA4 = "transformers models/gemma4/modeling_gemma4.py"
+d_ple = sym("ple_dim")
 n_k, n_v, d_k, d_v, K_conv, C_d = (sym(n) for n in ("linear_k_heads", "linear_v_heads", "linear_k_dim", "linear_v_dim",
                                                     "conv_kernel", "delta_chunk"))
 
@@ -406,6 +473,70 @@ def _gated_deltanet(s_: Structure) -> dict[str, tuple[sp.Expr, str, str, str]]:
     return out
 
 
+MAMBA = "transformers models/nemotron_h/modeling_nemotron_h.py"
+n_M, d_M, N_s, g_M, C_M = (sym(n) for n in ("mamba_heads", "mamba_head_dim", "ssm_state", "mamba_groups", "mamba_chunk"))
+
+
+def _mamba2(s_: Structure) -> dict[str, tuple[sp.Expr, str, str, str]]:
+    """What a Mamba-2 mixer saves on the torch path (NemotronHMamba2Mixer.forward, modeling_nemotron_h.py:468-613,
+    without mamba_ssm: mamba2_split_conv1d_scan_combined returns None, :186-208, :511-513; mamba2_chunk_scan,
+    :273-378), derived by walking one layer's autograd graph and measured under FakeTensorMode. d_i = n_M·d_M; the
+    sequence is padded to c chunks of C_M tokens (S_p = C_M·c); the scan runs in fp32 with B and C repeated from g_M
+    groups to n_M heads (:298-300).
+
+    - the causal conv1d (:163-183): its input, a transposed view of in_proj's whole output (2·d_i + 2·g_M·N + n_M
+      per token), and for SiLU the padded conv output (s + K − 1 columns);
+    - the gates: softplus's and clamp's 16-bit inputs (dt + dt_bias, softplus(dt)), dt's fp32 copy for x·dt, and
+      A = −exp(A_log) (n_M) for A·dt;
+    - the scan: x in fp32 (x·dt), per chunk the C_M × C_M decays L and the scores G (and their product M, copied for
+      its einsum), the copies each einsum's bmm makes of its operands (x twice, C twice, B, B·decay, the chunk states
+      twice), B and the decays for B·decay and the output, C·states, the inter-chunk decays ((c+1)² per head) and the
+      four triangular masks; under autocast the bmm's copies are compute-dtype casts and G, C·states 16-bit;
+    - the gated RMSNorm (:56-74, over g_M groups): silu(z)'s fp32 input and output, the scan's output (its padded
+      storage), the gated product and 1/rms per group.
+    Trainable mixer weights also keep the padded fp32 x (for D), dt's second fp32 copy (for A_log), exp(A_log) and
+    the normalized tensor (for the gated norm's weight).
+
+    mamba_ssm's fused kernels (the default GPU path) save less: not modelled (the header names the torch path)."""
+    d_i, chunks = n_M * d_M, ceil_div(seq, C_M)
+    S_p = C_M * chunks
+    proj = 2 * d_i + 2 * g_M * N_s + n_M
+    conv = b_c * T * proj + b_c * b * (d_i + 2 * g_M * N_s) * (seq + K_conv - 1)
+    gates = 2 * b_c * T * n_M + b_32 * T * n_M + b_32 * n_M
+    # each einsum's bmm keeps copies of its operands: fp32, or under autocast their compute-dtype casts (and its output
+    # is 16-bit: G, C·states); the inter-chunk decays' exp then keeps its own fp32 result beside the cast
+    a = matmul_bytes(s_) if s_.autocast else b_32
+    exp_kept = b_32 if s_.autocast else 0
+    BC = b * S_p * n_M * N_s   # B or C, repeated to n_M heads, padded
+    scan = (b_32 * T * d_i                                              # x in fp32, kept by x·dt
+            + (b_32 + 2 * a) * b * chunks * n_M * C_M**2                # L, G and M's copy for its einsum
+            + 2 * a * b * S_p * d_i                                     # x copied for two einsums
+            + 4 * a * BC + b_32 * BC                                    # C twice, B, B·decay copied; B for B·decay
+            + a * b * chunks * n_M * d_M * N_s                          # the chunk states copied for C·states
+            + b * n_M * (chunks + 1) * ((a + exp_kept) * (chunks + 1)   # the inter-chunk decays ((c+1)² per head)
+                                        + a * d_M * N_s)                # and the chunk states with h_0, copied
+            + 2 * b_32 * b * S_p * n_M + a * b * S_p * d_i              # decay of B and of the output, C·states
+            + 2 * b_mask * (C_M**2 + (chunks + 1)**2))                  # segment_sum's two masks, twice
+    norm = 2 * b_32 * T * d_i + b_32 * b * S_p * d_i + b_32 * T * d_i + b_32 * T * g_M
+    out = {"act_mamba_conv": (conv, r"A_{\mathrm{conv}}", "the causal conv1d's input (in_proj's whole output, of which "
+                              "it reads a view) and its padded output (SiLU keeps the s + K − 1 columns)",
+                              MAMBA + " causal_conv1d_fn"),
+           "act_mamba_gates": (gates, r"A_{\mathrm{dt}}", "the time step: softplus's and clamp's 16-bit inputs, its "
+                               "fp32 copy for x·dt and A = −exp(A_log)", MAMBA + " mamba2_chunk_scan"),
+           "act_mamba_scan": (scan, r"A_{\mathrm{SSD}}", "the chunked SSD scan in fp32" + " (its einsums on compute-dtype casts)" * s_.autocast + ": per chunk of C_M tokens the "
+                              "decays L and scores G (C_M² per head), the einsums' copies of x, B, C and the chunk "
+                              "states (d_M × N per head), the decays and the inter-chunk recurrence (torch path: "
+                              "mamba2_chunk_scan)", MAMBA + " mamba2_chunk_scan"),
+           "act_mamba_norm": (norm, r"A_{\mathrm{norm},g}", "the gated RMSNorm: silu(z)'s fp32 input and output, the "
+                              "scan's output, their product and 1/rms per group", MAMBA + " NemotronHRMSNormGated")}
+    if not s_.lora:
+        out["act_mamba_weights"] = (b_32 * b * S_p * d_i + b_32 * T * n_M + b_32 * n_M + b_32 * T * d_i,
+                                    r"A_{\mathrm{M},w}", "trainable mixer weights: D keeps the padded fp32 x, A_log "
+                                    "dt's second fp32 copy and its exp, the gated norm's weight the normalized tensor",
+                                    MAMBA + " mamba2_chunk_scan")
+    return out
+
+
 def lora_input_bytes(s_: Structure, n: int, width: sp.Expr, per_call_cast: bool, shared: bool,
                      input_grad: bool) -> tuple[sp.Expr, sp.Expr]:
     """(lora_A's kept inputs, dropout's masks) of ``n`` lora.Linear targets reading one tensor ``width`` wide per
@@ -462,7 +593,7 @@ def layer_working_sets(s_: Structure) -> list[Term]:
     them in every layer's forward and recompute, so the caching allocator's segments follow them.
 
     >>> [t.key for t in layer_working_sets(Structure(method="lora", targets=("q_proj", "v_proj")))]
-    ['ws_norm', 'ws_attn_in', 'ws_rope', 'ws_norm_mlp']
+    ['ws_norm', 'ws_attn_in', 'ws_rope', 'ws_norm_mlp', 'ws_mlp']
     """
     fam, b_res, b_ad = s_.arch, residual_bytes(s_), compute_adapter_bytes(s_)
     upcast = 0 if s_.kbit_prepared else b_32 * T * h   # a 16-bit stream is cast to fp32 first (kept under LoRA's saves)
@@ -484,14 +615,26 @@ def layer_working_sets(s_: Structure) -> list[Term]:
                                   + ", lora_B's output and its scaled copy"
                                   + (" and the input cast to the adapter dtype" if cast != 0 else ""),
                                   "peft tuners/lora/layer.py:1100-1102 Linear.forward; tuners/lora/bnb.py:533")
-        if group == "attn_in":
+        if group == "attn_in" and fam.mixer == "attention":
             if s_.attention == "eager":
                 out["ws_scores"] = (3 * b_c * b * nh * seq**2, r"W_{\mathrm{scores}}",
                                     "eager attention's b·n_h·s² products: q·kᵀ, scaled and masked",
                                     "transformers models/llama/modeling_llama.py:193-197 eager_attention_forward")
+            if fam.extra("no_rope"):
+                continue
             out["ws_rope"] = (3 * b_res * T * nh * dh, r"W_{\mathrm{RoPE}}",
                               "RoPE on q: q·cos, the rotated half and its concatenation",
                               "transformers models/llama/modeling_llama.py:119-147 apply_rotary_pos_emb")
+    down = fam.mlp_output
+    if down is not None and not fam.moe:
+        # the gated product act(gate)·up is down_proj's input: saved by a trained weight, by an older bitsandbytes'
+        # MatMul4Bit, or by lora_A itself where it takes its input as it comes; else made and freed here
+        lora_keeps_it = down.name in targets and not (s_.dropout or s_.adapter_upcast or (s_.autocast and s_.adapter_upcast))
+        product = 0 if not s_.lora or s_.bnb_input_saved or lora_keeps_it else b_c * T * down.d_in
+        out["ws_mlp"] = (product + b_c * T * down.d_out, r"W_{\mathrm{MLP}}",
+                         "the gated product fed to down_proj (where nothing keeps it) and down_proj's output before "
+                         "the residual add", "transformers models/llama/modeling_llama.py:163-165 LlamaMLP.forward, "
+                         ":311-314 LlamaDecoderLayer.forward")
     return [Term(k, Role.LAYER_WORKING_SET, e, label, why, source) for k, (e, label, why, source) in out.items()]
 
 
@@ -670,11 +813,29 @@ def _shared_expert(s_: Structure) -> dict[str, tuple[sp.Expr, str, str, str]]:
                                   fam.source)}
 
 
+def mlp_width(fam) -> sp.Expr:
+    """The width of a dense layer's MLP: its output projection's input (d_ff; Gemma 4's KV-sharing layers with
+    use_double_wide_mlp: twice it).
+
+    >>> from symvram.ledger.architecture import family
+    >>> mlp_width(family("llama"))
+    intermediate
+    """
+    return fam.mlp_output.d_in if fam.mlp_output is not None else f
+
+
 def _layer_backward_temp(s_: Structure) -> tuple[sp.Expr, str, str]:
     """The temporaries of the last layer's MLP backward, net of what that backward has freed already."""
+    if s_.arch.mlp_kind == "none":   # a mixer-only block (Nemotron-H's Mamba and attention layers): no MLP backward
+        return sp.Integer(0), "a block without an MLP: no MLP backward", s_.arch.source
+    if s_.arch.mlp_kind == "plain":   # up, ReLU², down: the gradients of down's input, of the square and of ReLU
+        made, freed = _output_projection_done(s_)
+        return (3 * b_c * T * f + b_c * T * h + made - freed, "inside a layer's ReLU² MLP backward: the gradients of "
+                "the down input, the square and the ReLU (d_ff wide) and the incoming hidden gradient; the down "
+                "projection's backward has run", "autograd of " + s_.arch.source + " NemotronHMLP")
     if not s_.arch.moe:
         made, freed = _output_projection_done(s_)
-        return (3 * b_c * T * f + b_c * T * h + made - freed, "inside a layer's MLP backward: the gradients of the "
+        return (3 * b_c * T * mlp_width(s_.arch) + b_c * T * h + made - freed, "inside a layer's MLP backward: the gradients of the "
                 "down input, the SiLU output and the up output (d_ff wide) and the incoming hidden gradient; the down "
                 "projection's backward has run: its weight gradient exists and what only it saved is freed",
                 "autograd of LlamaMLP")
@@ -824,6 +985,8 @@ def saved_terms(s_: Structure) -> list[Term]:
                           + (f" — every {s_.checkpoint_every}th layer (0, {s_.checkpoint_every}, …)"
                              if s_.checkpoint_every > 1 else ""),
                           "torch.utils.checkpoint (non-reentrant)" + EVERY_N * (s_.checkpoint_every > 1)))
+        if fam.extra("stored_kv"):
+            terms.append(stored_kv_term(s_))
         if s_.checkpoint_every > 1:   # the other layers save as without checkpointing (none is the first)
             for key, (expr, label, why, source) in _layer(s_, first=False).items():
                 terms.append(Term(key, Role.SAVED_ACTIVATION, (L - n_c) * expr, f"(L - L_c) \\cdot {label}",
@@ -867,7 +1030,7 @@ def saved_terms(s_: Structure) -> list[Term]:
         terms.append(Term("act_lm_head_cast", Role.SAVED_ACTIVATION, b_cast * V * h, r"A_{\mathrm{cast},V}",
                           "autocast casts lm_head's weight to the compute dtype; backward needs the cast", "torch.autocast",
                           lifetime=span(Phase.FORWARD, head_end)))
-    head = norm_saved(s_, 1, h)
+    head = norm_saved(s_, 1, h) + norm_weight_copy(s_, h)
     why = ("Unsloth's final RMSNorm keeps its input and the fp32 1/rms" if s_.unsloth_kernels
            else NORM_WHY[fam.norm].replace("each", "the final", 1))
     if not s_.lora:
@@ -893,47 +1056,89 @@ def saved_terms(s_: Structure) -> list[Term]:
                           "peft tuners/lora/layer.py Embedding.forward",
                           lifetime=span(Phase.FIRST_LAYER_FORWARD, Phase.FIRST_LAYER_BACKWARD)))
     if s_.loss_impl == "liger":
-        terms.append(Term("act_logsoftmax", Role.LOSS_ACTIVATION, b_c * T * h + b_32 * T, r"A_{\mathrm{FLCE}}",
-                          "Liger's fused linear cross-entropy computes the hidden states' gradient in the forward and "
-                          "keeps it (and the per-token loss) for backward; no logits survive (modelled from source, "
-                          "not measured here: Triton only)", "liger_kernel ops/fused_linear_cross_entropy.py"))
+        loss = Term("act_logsoftmax", Role.LOSS_ACTIVATION, b_c * T * h + b_32 * T, r"A_{\mathrm{FLCE}}",
+                    "Liger's fused linear cross-entropy computes the hidden states' gradient in the forward and "
+                    "keeps it (and the per-token loss) for backward; no logits survive (modelled from source, "
+                    "not measured here: Triton only)", "liger_kernel ops/fused_linear_cross_entropy.py")
     elif s_.loss_impl == "trl":
-        terms.append(trl_saved_term(s_))
+        loss = trl_saved_term(s_)
     elif s_.loss_impl == "unsloth":
-        terms.append(Term("act_logsoftmax", Role.LOSS_ACTIVATION, residual_bytes(s_) * T * h, r"A_{\mathrm{FLCE}}",
-                          "Unsloth's fused linear cross-entropy writes the hidden states' gradient in the forward and "
-                          "keeps it for backward; no logits survive (modelled from source, not measured: Triton)",
-                          UNSLOTH_CE + ":1294, :1698 save_for_backward"))
+        loss = Term("act_logsoftmax", Role.LOSS_ACTIVATION, residual_bytes(s_) * T * h, r"A_{\mathrm{FLCE}}",
+                    "Unsloth's fused linear cross-entropy writes the hidden states' gradient in the forward and "
+                    "keeps it for backward; no logits survive (modelled from source, not measured: Triton)",
+                    UNSLOTH_CE + ":1294, :1698 save_for_backward")
     elif s_.loss_impl == "cce":
-        terms.append(Term("act_logsoftmax", Role.LOSS_ACTIVATION, b_32 * T + b_32 * V, r"A_{\mathrm{CCE}}",
-                          "Cut Cross-Entropy keeps the fp32 log-sum-exp per token and the fp32 average logit per "
-                          "vocabulary entry; no logits are materialised (modelled from source, not measured here)",
-                          "cut_cross_entropy cce.py"))
+        loss = Term("act_logsoftmax", Role.LOSS_ACTIVATION, b_32 * T + b_32 * V, r"A_{\mathrm{CCE}}",
+                    "Cut Cross-Entropy keeps the fp32 log-sum-exp per token and the fp32 average logit per "
+                    "vocabulary entry; no logits are materialised (modelled from source, not measured here)",
+                    "cut_cross_entropy cce.py")
     else:
-        terms.append(Term("act_logsoftmax", Role.LOSS_ACTIVATION, b_32 * T * V, r"A_{\mathrm{lsm}}",
-                          "cross-entropy upcasts logits to fp32 and keeps log_softmax for backward"
-                          + (" (torchtune: each chunk's, all chunks together)" if s_.loss_impl == "chunked" else ""),
-                          "torchtune CEWithChunkedOutputLoss" if s_.loss_impl == "chunked"
-                          else "transformers ForCausalLMLoss; torch log_softmax"))
-    if fam.extra("final_logit_softcapping"):
+        loss = Term("act_logsoftmax", Role.LOSS_ACTIVATION, b_32 * T * V, r"A_{\mathrm{lsm}}",
+                    "cross-entropy upcasts logits to fp32 and keeps log_softmax for backward"
+                    + (" (torchtune: each chunk's, all chunks together)" if s_.loss_impl == "chunked" else ""),
+                    "torchtune CEWithChunkedOutputLoss" if s_.loss_impl == "chunked"
+                    else "transformers ForCausalLMLoss; torch log_softmax")
+    terms.append(loss)
+    # TRL's fused LM head caps each tile inside its kernel and saves what it saves uncapped (trl 1.16
+    # kernels/chunked_logprob.py:66-74 _transform, :180 the backward's tanh from the tile; :386 save_for_backward)
+    if (fam.extra("final_logit_softcapping") or "final_logit_softcapping" in s_.options) and s_.loss_impl != "trl":
         terms.append(Term("act_logit_softcap", Role.LOSS_ACTIVATION, b_c * T * V, r"A_{\mathrm{cap}}",
                           "final-logit soft-capping keeps tanh(logits / cap) for backward", fam.source))
     bases = fam.dim("rope_bases")
     b_rope = b_32 if fam.extra("rope_fp32") else b_c  # OLMo 2 keeps cos/sin in fp32
     width = dh / 2 if fam.extra("rope_half_width") else rotary_width(fam)  # gpt-oss: cos, sin of the d_head/2 frequencies
+    if fam.extra("rope_widths"):   # Gemma 4: each layer type's cos and sin as wide as its heads
+        bases, width = 1, rope_width_sum(fam)
     rows = b if fam.extra("rope_per_sample") else 1   # multimodal RoPE: position ids (4, b, seq), a table per sample
-    terms.append(Term("act_rope", Role.STEP_INPUT, 2 * bases * b_rope * rows * seq * width, r"A_{\mathrm{rope}}",
-                      "RoPE cos and sin, shared by all layers" + " (one pair per rotary base)" * (bases != 1)
-                      + " (one per sample: multimodal RoPE expands the position ids to the batch)" * (rows != 1),
-                      "transformers LlamaRotaryEmbedding"))
+    if not fam.extra("no_rope"):   # a model without position embeddings (Nemotron-H) has no cos/sin tables
+        terms.append(Term("act_rope", Role.STEP_INPUT, 2 * bases * b_rope * rows * seq * width, r"A_{\mathrm{rope}}",
+                          "RoPE cos and sin, shared by all layers" + " (one pair per rotary base)" * (bases != 1)
+                          + " (one per sample: multimodal RoPE expands the position ids to the batch)" * (rows != 1),
+                          "transformers LlamaRotaryEmbedding"))
     terms.append(Term("act_tokens", Role.STEP_INPUT, 2 * b_id * T, r"A_{\mathrm{ids}}",
                       "input ids and the shifted labels (int64)", "transformers ForCausalLMLoss"))
+    if fam.extra("per_layer_embeddings"):
+        terms += per_layer_embedding_terms(s_)
     if s_.offload_activations:
-        terms.append(offloaded_head_copies(s_, next(t for t in terms if t.key == "act_logsoftmax")))
+        terms.append(offloaded_head_copies(s_, loss))
     if s_.tower is not None and s_.tower.ids_copy and (not s_.lora or "embed_tokens" in s_.modules_to_save):
         terms.append(Term("act_ids_copy", Role.SAVED_ACTIVATION, b_id * T, r"A_{\mathrm{ids,copy}}",
                           "the copy of input_ids the multimodal forward embeds (an image token id outside the "
                           "vocabulary blanked), saved by the trainable embedding for its backward", s_.tower.source))
+    return terms
+
+
+def stored_kv_term(s_: Structure) -> Term:
+    """Gemma 4 under checkpointing: the last layer of each attention type before the KV-sharing ones stores its k
+    (after RoPE) and v (after v_norm) in shared_kv_states (configuration_gemma4.py:246-249: even with no layer reading
+    them), a dict every checkpointed layer's recompute closure holds: the two pairs live through the step, beyond
+    the checkpoints (without checkpointing SDPA keeps them anyway)."""
+    sliding, full = sym("sliding_layers"), L - sym("sliding_layers")
+    kv = 2 * b_c * T * (at_least(sliding, 1) * nkv * dh + at_least(full, 1) * sym("global_kv_heads") * sym("global_head_dim"))
+    return Term("act_stored_kv", Role.SAVED_ACTIVATION, kv, r"A_{\mathrm{KV,store}}",
+                "the k and v the last layer of each attention type stores for the KV-sharing layers (shared_kv_states), "
+                "held by every checkpointed layer's recompute", GEMMA4 + ":1214-1215 Gemma4TextAttention.forward",
+                lifetime=span(Phase.FORWARD, Phase.FIRST_LAYER_BACKWARD))
+
+
+def per_layer_embedding_terms(s_: Structure) -> list[Term]:
+    """Gemma 4's per-layer embeddings (Gemma4TextModel.get_per_layer_inputs / project_per_layer_inputs,
+    modeling_gemma4.py:1705-1784): the (b, s, L, d_PLE) sum of the table's rows and the normed projection of the token
+    embeddings, which every layer reads a slice of — kept by the layers' products (and checkpoints) for the whole
+    step. Trainable (full fine-tuning) the pipeline also saves the projection's input (the token embeddings), its
+    Gemma 4 RMSNorm over each layer's d_PLE and the normed tensor for the norm's weight. Nothing with d_PLE = 0."""
+    rows = L * at_least(d_ple, 1)   # the norm's rows per token: one per layer (none without per-layer embeddings)
+    terms = [Term("act_per_layer_inputs", Role.STEP_INPUT, b_c * T * L * d_ple, r"A_{\mathrm{PLE},L}",
+                  "the per-layer inputs (b, s, L, d_PLE), read by every layer (each keeps its slice)",
+                  GEMMA4 + ":1705-1784 get_per_layer_inputs, project_per_layer_inputs")]
+    if embedding_output_grad(s_):   # the token embeddings need a gradient: so does the projection of them
+        trains = 0 if s_.lora else at_least(d_ple, 1) * b_c * T * h + b_32 * T * L * d_ple
+        terms.append(Term("act_per_layer_embedding", Role.SAVED_ACTIVATION, norm_saved(s_, rows, d_ple) + trains,
+                          r"A_{\mathrm{PLE},0}", "the per-layer-embedding pipeline, whose input (the token embeddings) "
+                          "needs a gradient: its norm over each layer's d_PLE (fp32 input, mean(x²) + ε, its pow, the "
+                          "weight's fp32 copy)" + ("" if s_.lora else "; trainable, the projection's input and the "
+                          "normed tensor for the norm's weight"), GEMMA4 + ":1751-1784 project_per_layer_inputs",
+                          lifetime=span(Phase.FORWARD, Phase.FIRST_LAYER_BACKWARD)))   # its backward comes last
     return terms
 
 

@@ -57,7 +57,7 @@ def _moments(terms: dict, s: Structure) -> tuple[Moment, ...]:
             continue
         alive = sorted((t for t in terms.values() if spec.holds(t)), key=_listing_order)
         moments.append(Moment(spec.key, spec.label, tuple(t.key for t in alive),
-                              spec.why.format(computing=computing, backward=backward)))
+                              spec.why.format(computing=computing, backward=backward), spec.phase))
     return tuple(moments)
 
 

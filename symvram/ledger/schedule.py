@@ -154,7 +154,7 @@ def ledger_schedule(ledger: Ledger, layers: int, layer_order: tuple[str, ...] = 
     order = tuple(sym(n) for n in layer_order) or (L,) * layers
     kinds = tuple(sorted(set(order) - {L}, key=str))
     terms, moments = ledger.by_key, ledger.moments
-    loop_at = next(i for i, m in enumerate(moments) if m.key == "first_layer_backward")
+    loop_at = next(i for i, m in enumerate(moments) if m.phase is Phase.FIRST_LAYER_BACKWARD)
     shapes = {k: _term_pieces(ledger, t, kinds) for k, t in terms.items()}
 
     def per_layer(k, i=layers - 1):
@@ -176,7 +176,8 @@ def ledger_schedule(ledger: Ledger, layers: int, layer_order: tuple[str, ...] = 
     layer_act = [k for k in act_keys if any(layer is not None for _, _, layer in shapes[k])]
     whole_step = [k for k in act_keys if k not in layer_act and all(k in m.terms for m in moments)]
     missing = _corrections(ledger, kinds)
-    recompute = any(m.key == "recompute" for m in moments)   # checkpointing: each layer is recomputed in backward
+    recompute = any(t.role is Role.RECOMPUTED_ACTIVATION and t.alive(Phase.LAST_LAYER_BACKWARD)   # checkpointing:
+                    for t in terms.values())                                            # layers recomputed
     every_k = next((int(layer.args[1]) for t in terms.values() for _, _, layer in pieces(ledger.expand(t.expr), kinds)
                     if isinstance(layer, ceil_div)), 1)   # … or layers 0, k, 2k … only
     on_device = {k: t.place is Place.DEVICE for k, t in terms.items()}
@@ -243,7 +244,7 @@ def ledger_schedule(ledger: Ledger, layers: int, layer_order: tuple[str, ...] = 
             if step == 1 and in_backward and j < loop_at and not states_made and any(k in m.terms for k in step_temps):
                 kept += len(b.alloc_all([sh for k in lazy for sh in whole(k)]))
                 states_made = True
-            if m.key == "optimizer_step" and step == 1 and not in_backward:
+            if m.phase is Phase.OPTIMIZER_STEP and step == 1 and not in_backward:
                 kept += len(b.alloc_all([sh for k in lazy for sh in every(k)]))
             for k in sorted(m.terms, key=lambda k: _program_order(terms[k])):
                 t = terms[k]

@@ -275,12 +275,13 @@ class Term:
 
 @dataclass(frozen=True)
 class Moment:
-    """An instant of the step: ``terms`` are the keys of the terms live then."""
+    """An instant of the step, in ``phase``: ``terms`` are the keys of the terms live then."""
 
     key: str
     label: str
     terms: tuple[str, ...]
     why: str
+    phase: Phase
 
 
 @dataclass(frozen=True)
