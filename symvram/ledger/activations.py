@@ -833,6 +833,11 @@ def _layer_backward_temp(s_: Structure) -> tuple[sp.Expr, str, str]:
         return (3 * b_c * T * f + b_c * T * h + made - freed, "inside a layer's ReLU² MLP backward: the gradients of "
                 "the down input, the square and the ReLU (d_ff wide) and the incoming hidden gradient; the down "
                 "projection's backward has run", "autograd of " + s_.arch.source + " NemotronHMLP")
+    if s_.unsloth_kernels:   # LoRA_MLP.backward (kernels/fast_lora.py:458-600)
+        return (b_c * T * f + b_c * T * h + 3 * b_c * T * r + 3 * b_c * r * (h + f), "inside Unsloth's LoRA_MLP "
+                "backward: down's input gradient DW (d_ff wide; the SwiGLU gradient is then written into DW, e and g in "
+                "place, and dX into X), the incoming hidden gradient, r-wide products and the six adapters' 16-bit "
+                "gradients (modelled, not measured)", "unsloth 2026.10.9 kernels/fast_lora.py:458-600 LoRA_MLP.backward")
     if not s_.arch.moe:
         made, freed = _output_projection_done(s_)
         return (3 * b_c * T * mlp_width(s_.arch) + b_c * T * h + made - freed, "inside a layer's MLP backward: the gradients of the "
@@ -1583,6 +1588,8 @@ def _recompute_lora_output(s_: Structure) -> list[Term]:
         return []
     d_in, d_out = out.d_in, out.d_out
     b_res = residual_bytes(s_)
+    if s_.unsloth_kernels:   # LoRA_MLP.forward: matmul_lora(h, down …) — h, the base product, X·A; out.addmm_ in place
+        return _unsloth_lora_output(s_)
     cast = compute_adapter_bytes(s_) * T * d_in if s_.adapter_upcast else 0
     source = "peft tuners/lora/layer.py Linear.forward (_cast_input_dtype)"
     if not s_.grad_checkpointing:
@@ -1593,6 +1600,24 @@ def _recompute_lora_output(s_: Structure) -> list[Term]:
                  + (" and that input cast to the adapters' dtype" if cast != 0 else "") + ", the base result, the "
                  "MLP's input, and the incoming gradient with two hidden-sized products of the backward above",
                  source + "; torch.utils.checkpoint recompute",
+                 lifetime=(Phase.LAST_LAYER_RECOMPUTE, Phase.FIRST_LAYER_RECOMPUTE))]
+
+
+def _unsloth_lora_output(s_: Structure) -> list[Term]:
+    """Unsloth's LoRA_MLP forward at its down projection (kernels/fast_lora.py:409-412, utils.py:1855-1900
+    matmul_lora): the SwiGLU product h (d_ff wide), the base result and h·A (r wide); lora_B's product is added in
+    place, and no input is cast to the adapters' dtype. Beside them what PEFT's path holds there too: the MLP's
+    input, and under checkpointing the incoming gradient with two hidden-sized products of the backward above (the
+    decoder layer's own torch code), without it the residual sum, the layer's input and the embedding output."""
+    out, b_res = s_.arch.mlp_output, residual_bytes(s_)
+    expr = b_c * T * out.d_in + b_c * T * out.d_out + b_c * T * r + 4 * b_res * T * h
+    source = UNSLOTH_KERNELS.split(";")[0]
+    if not s_.grad_checkpointing:
+        return [_lora_output_forward(s_, expr, source)]
+    return [Term("recompute_lora_output", Role.RECOMPUTE_TEMPORARY, expr, r"M_{\mathrm{LoRA,out}}",
+                 "recomputing a layer's LoRA_MLP at its down projection (the last layer's, then the first's): the "
+                 "SwiGLU product, the base result, the r-wide product, the MLP's input, and the incoming gradient with "
+                 "two hidden-sized products of the backward above (modelled, not measured)", source,
                  lifetime=(Phase.LAST_LAYER_RECOMPUTE, Phase.FIRST_LAYER_RECOMPUTE))]
 
 
@@ -1612,6 +1637,10 @@ def transient_terms(s_: Structure) -> list[Term]:
     """Tensors alive only at one moment of the step (not part of the ledger sum)."""
     logits_bytes = b_32 if s_.compute_fp32 else b_c
     terms = loss_terms(s_, logits_bytes) + [
+        Term("norm_backward_temp", Role.BACKWARD_TEMPORARY, b_c * T * h, r"M_{\mathrm{norm}'}",
+             "Unsloth's RMSNorm backward writes the input gradient into one new 16-bit tensor (modelled, not "
+             "measured)", "unsloth 2026.10.9 kernels/rms_layernorm.py:990-1001",
+             lifetime=(Phase.FINAL_NORM_BACKWARD,)) if s_.unsloth_kernels else
         Term("norm_backward_temp", Role.BACKWARD_TEMPORARY, 5 * b_32 * T * h, r"M_{\mathrm{norm}'}",
              "the final RMSNorm's backward holds five fp32 hidden-sized gradients at once", "autograd of LlamaRMSNorm",
              lifetime=(Phase.FINAL_NORM_BACKWARD,)),
