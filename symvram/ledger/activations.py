@@ -595,6 +595,8 @@ def layer_working_sets(s_: Structure) -> list[Term]:
     >>> [t.key for t in layer_working_sets(Structure(method="lora", targets=("q_proj", "v_proj")))]
     ['ws_norm', 'ws_attn_in', 'ws_rope', 'ws_norm_mlp', 'ws_mlp']
     """
+    if s_.unsloth_kernels:
+        return _unsloth_working_sets(s_)
     fam, b_res, b_ad = s_.arch, residual_bytes(s_), compute_adapter_bytes(s_)
     upcast = 0 if s_.kbit_prepared else b_32 * T * h   # a 16-bit stream is cast to fp32 first (kept under LoRA's saves)
     norm = (b_32 * T * h * 2 + (upcast if s_.grad_checkpointing else 0), r"W_{\mathrm{norm}}",
@@ -636,6 +638,24 @@ def layer_working_sets(s_: Structure) -> list[Term]:
                          "the residual add", "transformers models/llama/modeling_llama.py:163-165 LlamaMLP.forward, "
                          ":311-314 LlamaDecoderLayer.forward")
     return [Term(k, Role.LAYER_WORKING_SET, e, label, why, source) for k, (e, label, why, source) in out.items()]
+
+
+def _unsloth_working_sets(s_: Structure) -> list[Term]:
+    """The sub-block working sets of a layer under Unsloth's kernels: its RMSNorm's 16-bit output (the 1/rms is
+    saved); matmul_lora's result and X·A per fused block (lora_B's product is added in place; the largest of q, k,
+    v's); RoPE rotates q and k in place; LoRA_MLP's SwiGLU product h, the down projection's result and h·A. Modelled,
+    not measured (Triton, CUDA only)."""
+    fam = s_.arch
+    widest_qkv = sp.Max(*(m.d_out for m in fam.linears if m.input_group == "attn_in"))
+    source = UNSLOTH_KERNELS.split(";")[0]
+    out = {"ws_norm": (b_c * T * h, r"W_{\mathrm{norm}}", "Unsloth's RMSNorm: its 16-bit output", source),
+           "ws_attn_in": (b_c * T * widest_qkv + b_c * T * r, r"W_{\mathrm{LoRA}}", "LoRA_QKV: one projection's "
+                          "result and X·A (lora_B added in place)", source),
+           "ws_attn_out": (b_c * T * h + b_c * T * r, r"W_{\mathrm{LoRA}}", "LoRA_W: o_proj's result and X·A", source),
+           "ws_norm_mlp": (b_c * T * h, r"W_{\mathrm{norm}}", "Unsloth's RMSNorm: its 16-bit output", source),
+           "ws_mlp": (b_c * T * f + b_c * T * h + b_c * T * r, r"W_{\mathrm{MLP}}", "LoRA_MLP: the SwiGLU product, "
+                      "the down projection's result and h·A", source)}
+    return [Term(k, Role.LAYER_WORKING_SET, e, label, why, src) for k, (e, label, why, src) in out.items()]
 
 
 def _latent_attention(s_: Structure) -> dict[str, tuple[sp.Expr, str, str, str]]:
