@@ -177,6 +177,12 @@ def test_fused_lora_kernels_save_one_input_per_block():
     from symvram.stacks import summary
 
     assert "PEFT's eager LoRA layers" in summary(peft.scenario)
+    # LoRA_MLP's backward (DW, the incoming gradient, r-wide products, six 16-bit adapter gradients, r = 16) and its
+    # forward working set (h, down's result, h·A); Unsloth's RMSNorm backward makes one 16-bit gradient
+    r = 16
+    assert e.terms["layer_backward_temp"] == 2 * T * f + 2 * T * h + 3 * 2 * T * r + 3 * 2 * r * (h + f)
+    assert e.terms["ws_mlp"] == 2 * T * f + 2 * T * h + 2 * T * r
+    assert e.terms["norm_backward_temp"] == 2 * T * h
     assert "fused LoRA QKV/O/MLP" in summary(e.scenario)
 
 
