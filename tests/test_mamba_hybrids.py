@@ -115,3 +115,20 @@ def test_the_mamba_terms_have_their_own_names():
     from symvram.stacks import summary
 
     assert "mamba2_chunk_scan" in summary(sc)
+
+
+@pytest.mark.parametrize("settings", [dict(method="full"), dict(method="lora", rank=8, grad_checkpointing=True),
+                                      dict(method="full", grad_checkpointing=True)], ids=["full", "lora-ckpt", "full-ckpt"])
+def test_flops_equal_the_counted_step(settings):
+    """The scan's einsums and the conv1d (its weight gradient as the counter prices it), no attention in the Mamba and
+    MLP blocks, the recompute stopping before each block's last projection: FlopCounterMode's count of the step."""
+    pytest.importorskip("peft")
+    from symvram.timing import flops
+    from symvram.validate.measure import count_flops
+    from symvram.validate.spec import from_scenario
+
+    sc = Scenario.create(spec_from_config(TINY, "tiny", "config", "test"), stack="torch", batch=2, seq=40,
+                         device="cpu", **settings)
+    counted, f = count_flops(from_scenario(sc)), flops(sc)
+    assert f.by_phase["forward"] == counted["forward"]
+    assert f.by_phase["backward"] + f.by_phase["recompute"] == counted["backward"]
