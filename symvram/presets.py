@@ -95,6 +95,8 @@ class ModelSpec:
                 value = value / self.head_dim
             elif listed := LIST_COUNT.fullmatch(default):   # the kind's layers first (the kind is layer 0's)
                 value = [listed["kind"]] * value + [listed["other"]] * (self.layers - value)
+            elif doubled := DOUBLED.fullmatch(default):
+                value = value != dims[doubled["base"]]
             cfg[keys.split("|")[0]] = value
         if flags := fam.extra("layer_flags"):   # each layer's flags, from its kind, in the model's order
             cfg.update(self._flag_lists(fam, flags))
@@ -105,7 +107,10 @@ class ModelSpec:
             cfg["layer_types"] = [counted["kind"] if k else "full_attention" for k in fam.model_kinds(dims)]
         if self.layer_pattern:
             cfg[fam.extra("layer_pattern")["key"]] = self.layer_pattern
-        cfg.update({o: o in self.options for o, _ in fam.options if o != "tie_word_embeddings"})
+        cfg.update({o: o in self.options for o, default in fam.options if o != "tie_word_embeddings" and default != GIVEN})
+        dim_keys = {k for _, keys, _ in fam.dims for k in keys.split("|")}
+        cfg.update({o: fam.extra("given_values", {}).get(o, True) if o in self.options else None   # a field whose
+                    for o, default in fam.options if default == GIVEN and o not in dim_keys})      # value is a setting
         cfg["tie_word_embeddings"] = self.tied
         if self.tower is not None:  # the multimodal config: the decoder's fields as its text_config
             return {**json.loads(self.tower.config), "text_config": cfg, "tie_word_embeddings": self.tied}
@@ -121,7 +126,16 @@ class ModelSpec:
         per_layer = [wanted[k] for k in fam.model_kinds(self.dims)]
         out = {}
         for name, how in flags.items():
-            on = [layer[name] for layer in per_layer]
+            on = [layer.get(name, False) for layer in per_layer]
+            if "types" in how:
+                out[how["types"]] = [how["kind"] if x else "full_attention" for x in on]
+                continue
+            if "last" in how:   # the flagged layers are the last ones in model_kinds' order (the kinds' order)
+                out[how["last"]] = sum(on)
+                continue
+            if "boolean" in how:
+                out[how["boolean"]] = any(on)
+                continue
             out[how.get("flags") or how["indices"]] = ([int(x) for x in on] if "flags" in how
                                                        else [i for i, x in enumerate(on) if x])
         return out
@@ -170,6 +184,15 @@ LIST_COUNT = re.compile(r"entries (?P<kind>\w+) of \w+/(?P<other>\w+), default (
 # a family's dims default "layers flagged F !G …": the layers whose flags (the family's extras.layer_flags) are F and
 # not G (Llama 4: "layers flagged rope !moe", its dense RoPE layers)
 FLAGGED = re.compile(r"layers flagged (?P<flags>!?\w+(?: !?\w+)*)")
+# "EXPR, read when OPTION": the field counts only when the boolean config field OPTION is true, else EXPR (Gemma 4's
+# num_global_key_value_heads applies with attention_k_eq_v only, configuration_gemma4.py:214)
+READ_WHEN = re.compile(r"(?P<default>\w+), read when (?P<option>\w+)")
+# "EXPR doubled when true": the field is a boolean; twice EXPR when it is true (Gemma 4's use_double_wide_mlp)
+DOUBLED = re.compile(r"(?P<base>\w+) doubled when true")
+# "N, or 0": an integer that may be 0 (a width that switches a block off: Gemma 4's hidden_size_per_layer_input)
+OR_ZERO = re.compile(r"(?P<default>\d+), or 0")
+# an [options] entry "given": on when config.json gives the field a value other than null, 0 or false
+GIVEN = "given"
 
 
 def flag_pattern(default: str) -> dict[str, bool] | None:
@@ -282,6 +305,9 @@ class ConfigFields:
         """
         out = {}
         for name, how in flags.items():
+            if "types" in how or "last" in how or "boolean" in how:
+                out[name] = self._layer_flag(how, layers)
+                continue
             key = how.get("flags") or how["indices"]
             entries = self.cfg.get(key)
             if entries is not None and not (entries == [] and "flags" in how):   # an empty no_rope_layers: the default
@@ -299,6 +325,33 @@ class ConfigFields:
             n = self.integer(how["every"], how["default_every"])
             out[name] = tuple(((i + 1) % n == 0) == how.get("on_every", False) for i in range(layers))
         return out
+
+    def _layer_flag(self, how: dict, layers: int) -> tuple[bool, ...]:
+        """One layer flag of the kinds Gemma 4 reads (configuration_gemma4.py:188-199, :225-251): ``types``, the
+        layers whose entry in that per-layer list is ``kind`` (without the list: every layer but each
+        ``default_every``-th; ``last_off``: the last layer never, as transformers forces it full); ``last``, the last
+        N layers for the integer field N (0 … L); ``boolean``, every layer or none by that switch.
+
+        >>> f = ConfigFields({"num_kv_shared_layers": 2, "attention_k_eq_v": True}, "c.json")
+        >>> f._layer_flag({"types": "layer_types", "kind": "sliding_attention", "default_every": 3, "last_off": True}, 5)
+        (True, True, False, True, False)
+        >>> f._layer_flag({"last": "num_kv_shared_layers"}, 5), f._layer_flag({"boolean": "attention_k_eq_v"}, 2)
+        ((False, False, False, True, True), (True, True))
+        """
+        if "boolean" in how:
+            return (self.boolean(how["boolean"], False),) * layers
+        if "last" in how:
+            n = self.layer_count(how["last"], 0, layers)
+            return tuple(i >= layers - n for i in range(layers))
+        kinds = self.cfg.get(how["types"])
+        if kinds is None:
+            on = [(i + 1) % how["default_every"] != 0 for i in range(layers)]
+        else:
+            self.layer_counts(layers, None)   # checks the list: one known kind per layer
+            on = [k == how["kind"] for k in kinds]
+        if how.get("last_off"):
+            on[-1] = False
+        return tuple(on)
 
     def layer_pattern(self, spelled: dict) -> str:
         """Each layer's kind as one letter (a family's extras.layer_pattern): the pattern string ``spelled["key"]``
@@ -420,6 +473,8 @@ def spec_from_config(cfg: dict, name: str, kind: str, source: str) -> ModelSpec:
     f = _text_model(ConfigFields(cfg, source))
     fam = f.family()
     tower = read_tower(cfg, source) if f.cfg is not cfg else None
+    if f.cfg is not cfg and (why := fam.extra("towers_unmodelled", {}).get(cfg.get("model_type"))):
+        raise UserError(f"{source}: a multimodal {cfg.get('model_type')} config.json: {why}")
     dims: dict[str, int] = {}
     pattern = f.layer_pattern(fam.extra("layer_pattern")) if fam.extra("layer_pattern") else ""
     for symbol, keys, default in fam.dims:
@@ -438,6 +493,16 @@ def spec_from_config(cfg: dict, name: str, kind: str, source: str) -> ModelSpec:
         key = next((k for k in keys.split("|") if f.given(k)), keys.split("|")[0])  # "a|b": either
         if default.startswith("fraction of head_dim"):   # partial RoPE: int(d_head · factor), top level or in rope_parameters
             dims[symbol] = int(dims["head_dim"] * f.fraction(key, float(default.split()[-1])))
+            continue
+        if when := READ_WHEN.fullmatch(default):
+            dims[symbol] = (f.integer(key, dims[when["default"]]) if f.boolean(when["option"], False)
+                            else dims[when["default"]])
+            continue
+        if doubled := DOUBLED.fullmatch(default):
+            dims[symbol] = dims[doubled["base"]] * (2 if f.boolean(key, False) else 1)
+            continue
+        if zero := OR_ZERO.fullmatch(default):
+            dims[symbol] = f.layer_count(key, int(zero["default"]), MAX_DIM)
             continue
         if listed := LIST_COUNT.fullmatch(default):   # a layer kind counted in a per-layer list (mlp_layer_types)
             dims[symbol] = f.listed_layers(key, listed["kind"], (listed["kind"], listed["other"]),
@@ -467,7 +532,8 @@ def spec_from_config(cfg: dict, name: str, kind: str, source: str) -> ModelSpec:
     for key, allowed in fam.extra("must_equal", {}).items():  # settings the family's ledger assumes
         if f.given(key) and f.cfg[key] != allowed:
             raise UserError(f"{f.source}: {key} = {excerpt(f.cfg[key])} is not modelled for {fam.key} (only {allowed!r})")
-    options = tuple(o for o, default in fam.options if o != "tie_word_embeddings" and f.boolean(o, default))
+    options = tuple(o for o, default in fam.options if o != "tie_word_embeddings"
+                    and (f.cfg.get(o) not in (None, 0, False) if default == GIVEN else f.boolean(o, default)))
     base = {"hidden", "intermediate", "layers", "heads", "kv_heads", "head_dim", "vocab"}
     return ModelSpec(
         name=name, kind=kind, model_type=f.cfg["model_type"], family=fam.key,

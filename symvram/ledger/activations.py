@@ -24,7 +24,7 @@ from .functions import at_least, ceil_div, pow2_ceil
 from .structure import Structure
 from .terms import Phase, Place, Role, Term, span
 from .weights import (compute_adapter_bytes, compute_weight_bytes, kind_adapter_params, layer_lora_params,
-                      per_trainable, rotary_width, saved_copy_bytes)
+                      per_trainable, rope_width_sum, rotary_width, saved_copy_bytes)
 
 b, seq, r = sym("batch"), sym("seq"), sym("rank")
 b_c, b_32, b_a, b_mask, b_id, b_w, b_g, b_i32 = (sym(n) for n in (
@@ -63,6 +63,8 @@ NORM_WHY = {
     "rms": "each RMSNorm keeps its fp32 upcast input and 1/rms for backward",
     "rms_fp32_weight": "each RMSNorm keeps its fp32 upcast input and 1/rms for backward (the weight multiplies in fp32)",
     "gemma_rms": "each Gemma RMSNorm keeps its fp32 upcast input, 1/rms and the fp32 (1 + w) it multiplies by",
+    "gemma4_rms": "each Gemma 4 RMSNorm keeps its fp32 upcast input, mean(x²) + ε and its pow(·, −0.5), and the fp32 "
+                  "copy of its weight",
 }
 
 
@@ -70,14 +72,21 @@ LIGER = ("liger_kernel 0.8.5 ops/rms_norm.py:674-676 LigerRMSNormFunction (X, RS
          "LigerSiLUMulFunction, ops/geglu.py:138 LigerGELUMulFunction (a, b); modelled, not measured (Triton)")
 
 
-def norm_saved(s_: Structure, rows: sp.Expr, width: sp.Expr, b_in: sp.Expr | None = None) -> sp.Expr:
+UNSLOTH_KERNELS = ("unsloth 2026.10.9 kernels/rms_layernorm.py:981 Fast_RMS_Layernorm (X, r); kernels/fast_lora.py:448 "
+                   "LoRA_MLP (X, e, g), :845 LoRA_QKV (X), :1073 LoRA_W (X); modelled, not measured (Triton)")
+
+
+def norm_saved(s_: Structure, rows: sp.Expr, width: sp.Expr, b_in: sp.Expr | None = None, weight: bool = True) -> sp.Expr:
     """What one norm over ``rows`` rows of ``width`` per token saves when its input needs a gradient:
-    the fp32 upcast input and 1/rms (Gemma's norm also its fp32 (1 + w), a weight-sized vector). Liger's
+    the fp32 upcast input and 1/rms (Gemma's norm also its fp32 (1 + w), a weight-sized vector; Gemma 4's also
+    mean(x²) + ε, which its pow(·, −0.5) keeps, and its weight's fp32 copy where it has a weight). Liger's
     RMSNorm keeps its input as it comes (``b_in`` bytes per element: the residual stream's, or the compute
-    dtype's for a q/k norm) and the fp32 1/rms, and recomputes the rest."""
-    if s_.liger:
+    dtype's for a q/k norm) and the fp32 1/rms, and recomputes the rest; so does Unsloth's Fast_RMS_Layernorm."""
+    if s_.liger or s_.unsloth_kernels:
         return (residual_bytes(s_) if b_in is None else b_in) * T * rows * width + b_32 * T * rows
     saved = b_32 * T * rows * width + b_32 * T * rows
+    if s_.arch.norm == "gemma4_rms":   # modeling_gemma4.py:205-214
+        return saved + b_32 * T * rows + (b_32 * width if weight else 0)
     return saved + b_32 * width if s_.arch.norm == "gemma_rms" else saved
 
 
@@ -106,6 +115,14 @@ def _feeds(name: str) -> str:
     return head if set(head) <= set("qkv") else ""
 
 
+def embedding_output_grad(s_: Structure) -> bool:
+    """Whether the embedding's output needs a gradient: always in full fine-tuning; under LoRA when the embedding is
+    a trainable modules_to_save copy or carries LoRA, or under checkpointing (transformers' enable_input_require_grads
+    makes it a leaf that requires grad)."""
+    return (not s_.lora or s_.grad_checkpointing or "embed_tokens" in s_.modules_to_save
+            or "embed_tokens" in s_.head_targets)
+
+
 def needs_grad(s_: Structure, first: bool) -> dict[str, bool]:
     """Which tensors of a decoder layer need a gradient — the one answer the saved activations (a norm saves
     for backward only then) and the FLOPs (an input gradient only then) both read. By the tensor:
@@ -128,8 +145,7 @@ def needs_grad(s_: Structure, first: bool) -> dict[str, bool]:
         return any(m.input_group == group and (not s_.lora or m.name in s_.targets) and feeding in _feeds(m.name)
                    for m in fam.linears + fam.moe_weights)
 
-    layer_in = (not (first and s_.lora) or s_.grad_checkpointing or "embed_tokens" in s_.modules_to_save
-                or "embed_tokens" in s_.head_targets)
+    layer_in = not (first and s_.lora) or embedding_output_grad(s_)
     out = {"attn_in": layer_in, "q_latent": layer_in or trained_reader("attn_in", "q"),   # latent attention's a-proj
            "kv_latent": layer_in or trained_reader("attn_in", "kv")}                       # outputs
     out.update({x: out[lat] or trained_reader(lat) or trained_reader("attn_in", x)   # a latent's b-proj, or q/k/v_proj
@@ -139,6 +155,11 @@ def needs_grad(s_: Structure, first: bool) -> dict[str, bool]:
     out["mlp_in"] = layer_in or out["attn_proj"]
     out["mlp_act"] = out["mlp_in"] or trained_reader("mlp_in")
     out["mlp_out"] = out["mlp_act"] or trained_reader("mlp_act")
+    # Gemma 4's per-layer input: the gate reads the residual after the MLP; its product with the layer's slice of the
+    # per-layer embeddings (trainable under full fine-tuning) feeds the projection back to the residual
+    out["ple_in"] = out["mlp_out"]
+    out["ple_act"] = out["ple_in"] or trained_reader("ple_in") or embedding_output_grad(s_)
+    out["ple_out"] = out["ple_act"] or trained_reader("ple_act")
     return out
 
 
@@ -146,9 +167,9 @@ def _grad_sites(s_: Structure, first: bool) -> dict[str, bool]:
     """``needs_grad`` by the sites a norm sits at (a family's ``norms.at``): a q or k norm saves once attention's
     inputs need a gradient. ``first`` without checkpointing (a checkpointed layer is recomputed as a later one)."""
     g = needs_grad(s_, first)
-    return {"layer_in": g["attn_in"], "q": g["attn_out"], "k": g["attn_out"], "attn_out": g["attn_proj"],
+    return {"layer_in": g["attn_in"], "q": g["attn_out"], "k": g["attn_out"], "v": g["attn_out"], "attn_out": g["attn_proj"],
             "resid": g["mlp_in"], "mlp": g["mlp_act"], "mlp_out": g["mlp_out"], "q_latent": g["q_latent"],
-            "kv_latent": g["kv_latent"]}
+            "kv_latent": g["kv_latent"], "ple_out": g["ple_out"]}
 
 
 def _layer(s_: Structure, first: bool) -> dict[str, tuple[sp.Expr, str, str, str]]:
@@ -170,11 +191,12 @@ def _layer_of(s_: Structure, first: bool) -> dict[str, tuple[sp.Expr, str, str, 
     targets = set(s_.targets) if s_.lora else set()
     saving = [n for n in fam.active_norms(s_.options) if grad[n.at] if not n.after or grad_in or n.after in targets]
     if saving:
-        out["act_norms"] = (sp.Add(*(norm_saved(s_, n.rows, n.width, matmul_bytes(s_) if n.after else None)
+        out["act_norms"] = (sp.Add(*(norm_saved(s_, n.rows, n.width, matmul_bytes(s_) if n.after else None, n.weight)
                                      + norm_weight_copy(s_, n.width) for n in saving)), r"A_{\mathrm{norm}}",
-                            "each Liger RMSNorm keeps its input and the fp32 1/rms" if s_.liger else NORM_WHY[fam.norm]
-                            + " (and the weight's fp32 copy)" * (norm_weight_copy(s_, 1) != 0),
-                            LIGER if s_.liger else TRANSFORMERS)
+                            "each Liger RMSNorm keeps its input and the fp32 1/rms" if s_.liger else
+                            "each Unsloth RMSNorm keeps its input and the fp32 1/rms" if s_.unsloth_kernels else
+                            NORM_WHY[fam.norm] + " (and the weight's fp32 copy)" * (norm_weight_copy(s_, 1) != 0),
+                            LIGER if s_.liger else UNSLOTH_KERNELS if s_.unsloth_kernels else TRANSFORMERS)
         if not s_.lora and not s_.liger and any(n.weight for n in saving):   # Liger's backward recomputes it for dW
             out["act_norm_weight_input"] = (sp.Add(*(norm_weight_input(s_) * T * n.rows * n.width for n in saving
                                                      if n.weight)),
@@ -194,9 +216,22 @@ def _layer_of(s_: Structure, first: bool) -> dict[str, tuple[sp.Expr, str, str, 
         if s_.attention == "sdpa":
             b_mm = matmul_bytes(s_)
             fused = b_mm * T * dh * (nh + nkv) if fam.extra("fused_qkv") else 0
-            out["act_attention"] = (b_mm * T * dh * (nh + 2 * nkv) + b_mm * T * nh * dh + fused, r"A_{\mathrm{attn}}",
-                                    "SDPA (flash) keeps q, k, v" + " after RoPE" * (not fam.extra("no_rope"))
-                                    + " and its output"
+            # KV sharing: the storing layer's k and v, counted there — but past the window a sliding layer's SDPA gets
+            # k and v repeated to n_h heads (repeat_kv: new tensors unless n_kv = 1), the (n_h − n_kv) of them
+            # sliding_extra counts and n_kv more
+            shared = fam.extra("kv_shared")   # "sliding": a sliding layer reading shared K/V
+            # heads wider than 256 (Gemma 4's global 512): transformers passes SDPA no GQA (sdpa_attention.py:51) and
+            # repeats k, v to n_h heads (new tensors unless n_kv = 1: a stride-0 view), which SDPA keeps instead
+            repeated = at_least(dh, 257) * at_least(nkv, 2) * (nh - nkv)
+            kv = {None: b_mm * T * dh * 2 * (nkv + repeated),
+                  "sliding": b_mm * T * dh * 2 * nkv * past_window(s_) * at_least(nkv, 2)
+                  }.get(shared, b_mm * T * dh * 2 * at_least(dh, 257) * at_least(nkv, 2) * nh)
+            roped = " after RoPE" * (not fam.extra("no_rope"))
+            out["act_attention"] = (b_mm * T * dh * nh + kv + b_mm * T * nh * dh + fused, r"A_{\mathrm{attn}}",
+                                    ("SDPA (flash) keeps q, k, v" + roped + " and its output; a layer reading shared K/V "
+                                     "keeps only q and its output (k and v are the storing layer's; past the window a "
+                                     "sliding one's k, v repeated to n_h heads)" if fam.extra("kv_shared") else
+                                     "SDPA (flash) keeps q, k, v" + roped + " and its output")
                                     + ("; v is a view of the fused qkv output, which it keeps whole" if fused else ""),
                                     "torch scaled_dot_product_attention")
             out["act_attention_lse"] = (b_32 * b * nh * seq, r"A_{\mathrm{lse}}",
@@ -236,24 +271,34 @@ def _layer_of(s_: Structure, first: bool) -> dict[str, tuple[sp.Expr, str, str, 
             out.update(_moe_layer(s_))
         if fam.extra("shared_expert"):
             out.update(_shared_expert(s_))
+    elif s_.unsloth_kernels:   # LoRA_MLP saves them whatever needs a gradient (its adapters always do)
+        out["act_mlp"] = (2 * b_c * T * f, r"A_{\mathrm{mlp}}", "Unsloth's LoRA_MLP keeps the gate and up outputs "
+                          "(e, g: d_ff wide each) and recomputes the activation in backward", UNSLOTH_KERNELS)
     elif mlp_grad and fam.mlp_kind == "plain":   # relu²: relu keeps its output, which the square reads too
         out["act_mlp"] = (b_c * T * f, r"A_{\mathrm{mlp}}", "the ReLU output (d_ff wide), which ReLU's backward and "
                           "the square's both read", "transformers activations.py ReLUSquaredActivation; " + fam.source)
     elif mlp_grad and fam.mlp_kind == "gated":
         act = {"silu": "SiLU", "gelu_tanh": "GELU"}[fam.activation]
-        out["act_mlp"] = ((2 if s_.liger else 3) * b_c * T * f, r"A_{\mathrm{mlp}}",
+        out["act_mlp"] = ((2 if s_.liger else 3) * b_c * T * mlp_width(fam), r"A_{\mathrm{mlp}}",
                           f"Liger's fused {act}·up keeps the gate and up outputs (d_ff wide each)" if s_.liger else
                           f"gate output ({act} input), {act} output and up output, d_ff wide each",
                           LIGER if s_.liger else TRANSFORMERS)
 
+    if fam.extra("per_layer_embeddings") and (lat["ple_in"] or any(t in targets for t in ("per_layer_input_gate",))):
+        out["act_per_layer_input"] = (b_c * T * d_ple + (b_c * T * d_ple if embedding_output_grad(s_) else 0),
+                                      r"A_{\mathrm{PLE}}",
+                                      "the per-layer input gate's output (its GELU's input)" + ("" if not embedding_output_grad(s_) else
+                                      " and the GELU's output, kept by the product with the layer's slice of the "
+                                      "per-layer embeddings, which needs a gradient"), GEMMA4 + ":1405-1413")
     if s_.weight_casts:
         out["act_weight_casts"] = (b_c * fam.linear_params_per_layer(), r"A_{\mathrm{cast},W}",
                                    "autocast casts each linear weight to the compute dtype per call; backward needs "
                                    "the cast, so it is saved", "torch.autocast")
     lin_targets = [t for t in s_.targets if fam.linear(t) in fam.linears]  # nn.Linear targets (PEFT's lora.Linear)
     group_grad = {"attn_in": grad_in, "attn_out": resid_grad or attn_grad, "mlp_in": resid_grad, "mlp_act": mlp_grad,
-                  "q_latent": lat["q_latent"], "kv_latent": lat["kv_latent"]}
-    if s_.lora and s_.autocast and s_.adapter_upcast and lin_targets:
+                  "q_latent": lat["q_latent"], "kv_latent": lat["kv_latent"], "ple_in": lat["ple_in"],
+                  "ple_act": lat["ple_act"]}
+    if s_.lora and s_.autocast and s_.adapter_upcast and lin_targets and not s_.unsloth_kernels:
         # lora_A's cast weight is saved only for its input's gradient: not in the first layer's q, k, v
         casts = sp.Add(*((fam.linear(t).d_in if group_grad[fam.linear(t).input_group] else 0) + fam.linear(t).d_out
                          for t in lin_targets))
@@ -272,8 +317,11 @@ def _layer_of(s_: Structure, first: bool) -> dict[str, tuple[sp.Expr, str, str, 
                                     "each distinct linear input, saved for the weight gradient (q, k, v share one; "
                                     "SDPA's output is o_proj's input; under autocast each call saves its own cast)",
                                     "torch.nn.functional.linear backward")
-        return out
+        return _kind_dims(fam, out)
 
+    if s_.unsloth_kernels:
+        out.update(_unsloth_lora_inputs(s_))
+        return _kind_dims(fam, out)
     b_ad = compute_adapter_bytes(s_)  # the adapters as they compute (cast by an FSDP2 policy)
     autocast_copy = s_.autocast and s_.adapter_upcast  # lora_A's autocast saves a compute-dtype copy per target
     inputs, masks = sp.Integer(0), sp.Integer(0)
@@ -303,7 +351,7 @@ def _layer_of(s_: Structure, first: bool) -> dict[str, tuple[sp.Expr, str, str, 
     else:
         why = "lora_A keeps its input for its weight gradient (targets reading one tensor share it)"
     if not lin_targets:
-        return out
+        return _kind_dims(fam, out)
     out["act_lora_inputs"] = (inputs, r"A_{\mathrm{LoRA,in}}", why, PEFT)
     if masks != 0:
         mask_why = ("CPU dropout multiplies by a saved noise tensor of the input's dtype" if s_.device == "cpu"
@@ -319,10 +367,42 @@ def _layer_of(s_: Structure, first: bool) -> dict[str, tuple[sp.Expr, str, str, 
                            "DoRA keeps, per target, the LoRA result (adapter dtype) and the base result for the "
                            "magnitude's gradient, the fp32 weight norm and m/‖W′‖ (and m/‖W′‖ − 1 where the "
                            "input needs a gradient)", "peft tuners/lora/dora.py DoraLinearLayer.forward")
-    return out
+    return _kind_dims(fam, out)
+
+
+def _kind_dims(fam, out: dict[str, tuple[sp.Expr, str, str, str]]) -> dict[str, tuple[sp.Expr, str, str, str]]:
+    """A layer kind whose attention has its own head width and K/V heads (Gemma 4's full-attention layers:
+    ``extras.attention_dims``, d_head → global_head_dim, n_kv → its global K/V heads): the layer's terms with those
+    symbols put in."""
+    if not (dims := fam.extra("attention_dims")):
+        return out
+    new = {sym(name): sym(value) for name, value in dims.items()}
+    return {k: (e.xreplace(new), *rest) for k, (e, *rest) in out.items()}
+
+
+def _unsloth_lora_inputs(s_: Structure) -> dict[str, tuple[sp.Expr, str, str, str]]:
+    """What Unsloth's fused LoRA kernels keep of their inputs: one tensor per block, in the compute dtype, whatever
+    needs a gradient (the adapters always do) — LoRA_QKV the input norm's output (kernels/fast_lora.py:845), LoRA_W
+    attention's output as o_proj reads it (under SDPA a contiguous (b, s, n_h·d) copy, utils/attention_dispatch.py
+    :1696; FlashAttention's output is read in place), LoRA_MLP the post-attention norm's output (:448). No r-wide
+    tensor (X·A is recomputed in backward) and no fp32 copy of an input; the adapters are cast inside the Function,
+    where autograd saves nothing.
+
+    >>> saved = _unsloth_lora_inputs(Structure(method="lora", unsloth_kernels=True, targets=("q_proj",)))
+    >>> saved["act_lora_inputs"][0]
+    batch*bytes_act*seq*(head_dim*heads + 2*hidden)
+    """
+    fam = s_.arch
+    attn_out = 0 if s_.attention != "sdpa" else fam.group_width["attn_out"]
+    return {"act_lora_inputs": (b_c * T * (2 * h + attn_out), r"A_{\mathrm{LoRA,in}}",
+                                "Unsloth's fused LoRA kernels keep one input per block: q, k and v's (the input norm's "
+                                "output), o_proj's (SDPA's output as a contiguous copy) and the MLP's",
+                                UNSLOTH_KERNELS)}
 
 
 GDN = "transformers models/qwen3_5/modeling_qwen3_5.py"
+GEMMA4 = "transformers models/gemma4/modeling_gemma4.py"
+d_ple = sym("ple_dim")
 n_k, n_v, d_k, d_v, K_conv, C_d = (sym(n) for n in ("linear_k_heads", "linear_v_heads", "linear_k_dim", "linear_v_dim",
                                                     "conv_kernel", "delta_chunk"))
 
@@ -513,7 +593,7 @@ def layer_working_sets(s_: Structure) -> list[Term]:
     them in every layer's forward and recompute, so the caching allocator's segments follow them.
 
     >>> [t.key for t in layer_working_sets(Structure(method="lora", targets=("q_proj", "v_proj")))]
-    ['ws_norm', 'ws_attn_in', 'ws_rope', 'ws_norm_mlp']
+    ['ws_norm', 'ws_attn_in', 'ws_rope', 'ws_norm_mlp', 'ws_mlp']
     """
     fam, b_res, b_ad = s_.arch, residual_bytes(s_), compute_adapter_bytes(s_)
     upcast = 0 if s_.kbit_prepared else b_32 * T * h   # a 16-bit stream is cast to fp32 first (kept under LoRA's saves)
@@ -545,6 +625,16 @@ def layer_working_sets(s_: Structure) -> list[Term]:
             out["ws_rope"] = (3 * b_res * T * nh * dh, r"W_{\mathrm{RoPE}}",
                               "RoPE on q: q·cos, the rotated half and its concatenation",
                               "transformers models/llama/modeling_llama.py:119-147 apply_rotary_pos_emb")
+    down = fam.mlp_output
+    if down is not None and not fam.moe:
+        # the gated product act(gate)·up is down_proj's input: saved by a trained weight, by an older bitsandbytes'
+        # MatMul4Bit, or by lora_A itself where it takes its input as it comes; else made and freed here
+        lora_keeps_it = down.name in targets and not (s_.dropout or s_.adapter_upcast or (s_.autocast and s_.adapter_upcast))
+        product = 0 if not s_.lora or s_.bnb_input_saved or lora_keeps_it else b_c * T * down.d_in
+        out["ws_mlp"] = (product + b_c * T * down.d_out, r"W_{\mathrm{MLP}}",
+                         "the gated product fed to down_proj (where nothing keeps it) and down_proj's output before "
+                         "the residual add", "transformers models/llama/modeling_llama.py:163-165 LlamaMLP.forward, "
+                         ":311-314 LlamaDecoderLayer.forward")
     return [Term(k, Role.LAYER_WORKING_SET, e, label, why, source) for k, (e, label, why, source) in out.items()]
 
 
@@ -723,6 +813,17 @@ def _shared_expert(s_: Structure) -> dict[str, tuple[sp.Expr, str, str, str]]:
                                   fam.source)}
 
 
+def mlp_width(fam) -> sp.Expr:
+    """The width of a dense layer's MLP: its output projection's input (d_ff; Gemma 4's KV-sharing layers with
+    use_double_wide_mlp: twice it).
+
+    >>> from symvram.ledger.architecture import family
+    >>> mlp_width(family("llama"))
+    intermediate
+    """
+    return fam.mlp_output.d_in if fam.mlp_output is not None else f
+
+
 def _layer_backward_temp(s_: Structure) -> tuple[sp.Expr, str, str]:
     """The temporaries of the last layer's MLP backward, net of what that backward has freed already."""
     if s_.arch.mlp_kind == "none":   # a mixer-only block (Nemotron-H's Mamba and attention layers): no MLP backward
@@ -734,7 +835,7 @@ def _layer_backward_temp(s_: Structure) -> tuple[sp.Expr, str, str]:
                 "projection's backward has run", "autograd of " + s_.arch.source + " NemotronHMLP")
     if not s_.arch.moe:
         made, freed = _output_projection_done(s_)
-        return (3 * b_c * T * f + b_c * T * h + made - freed, "inside a layer's MLP backward: the gradients of the "
+        return (3 * b_c * T * mlp_width(s_.arch) + b_c * T * h + made - freed, "inside a layer's MLP backward: the gradients of the "
                 "down input, the SiLU output and the up output (d_ff wide) and the incoming hidden gradient; the down "
                 "projection's backward has run: its weight gradient exists and what only it saved is freed",
                 "autograd of LlamaMLP")
@@ -844,7 +945,8 @@ def per_layer_bytes(s_: Structure) -> sp.Expr:
 # the only fields the activation and transient terms read (not the optimizer, master copy, quantization, sharding)
 ACTIVATION_FIELDS = ("method", "family", "first_kind", "lead_kinds", "options", "tied", "targets", "adapter_upcast", "attention", "autocast",
                      "compute_fp32", "device", "dora", "dropout", "grad_checkpointing", "head_targets",
-                     "optimizer_in_backward", "checkpoint_every", "offload_activations", "packed", "liger",
+                     "optimizer_in_backward", "checkpoint_every", "offload_activations", "offload_checkpoints", "packed", "liger",
+                     "unsloth_kernels",
                      "kbit_prepared", "loss_impl", "modules_to_save", "score_head", "weight_casts", "fsdp_mixed_precision", "bnb_input_saved",
                      "shift_logits_copy", "forward_logits_upcast", "tower", "objective")
 
@@ -874,6 +976,8 @@ def saved_terms(s_: Structure) -> list[Term]:
     terms: list[Term] = []
     if s_.offload_activations:
         terms += offloaded_terms(s_)
+    elif s_.offload_checkpoints:
+        terms += unsloth_checkpoint_terms(s_)
     elif s_.grad_checkpointing:
         b_res, n_c = residual_bytes(s_), checkpointed_layers(s_)
         terms.append(Term("act_checkpoints", Role.SAVED_ACTIVATION, n_c * b_res * T * h + b_id * seq, r"A_{\mathrm{ckpt}}",
@@ -881,6 +985,8 @@ def saved_terms(s_: Structure) -> list[Term]:
                           + (f" — every {s_.checkpoint_every}th layer (0, {s_.checkpoint_every}, …)"
                              if s_.checkpoint_every > 1 else ""),
                           "torch.utils.checkpoint (non-reentrant)" + EVERY_N * (s_.checkpoint_every > 1)))
+        if fam.extra("stored_kv"):
+            terms.append(stored_kv_term(s_))
         if s_.checkpoint_every > 1:   # the other layers save as without checkpointing (none is the first)
             for key, (expr, label, why, source) in _layer(s_, first=False).items():
                 terms.append(Term(key, Role.SAVED_ACTIVATION, (L - n_c) * expr, f"(L - L_c) \\cdot {label}",
@@ -925,7 +1031,8 @@ def saved_terms(s_: Structure) -> list[Term]:
                           "autocast casts lm_head's weight to the compute dtype; backward needs the cast", "torch.autocast",
                           lifetime=span(Phase.FORWARD, head_end)))
     head = norm_saved(s_, 1, h) + norm_weight_copy(s_, h)
-    why = NORM_WHY[fam.norm].replace("each", "the final", 1)
+    why = ("Unsloth's final RMSNorm keeps its input and the fp32 1/rms" if s_.unsloth_kernels
+           else NORM_WHY[fam.norm].replace("each", "the final", 1))
     if not s_.lora:
         head += (0 if s_.liger else norm_weight_input(s_)) * T * h + (b_c if s_.weight_casts else compute_weight_bytes(s_)) * T * h
         why += "; trainable norm and lm_head keep the normalized and the normed tensor"
@@ -955,6 +1062,11 @@ def saved_terms(s_: Structure) -> list[Term]:
                     "not measured here: Triton only)", "liger_kernel ops/fused_linear_cross_entropy.py")
     elif s_.loss_impl == "trl":
         loss = trl_saved_term(s_)
+    elif s_.loss_impl == "unsloth":
+        loss = Term("act_logsoftmax", Role.LOSS_ACTIVATION, residual_bytes(s_) * T * h, r"A_{\mathrm{FLCE}}",
+                    "Unsloth's fused linear cross-entropy writes the hidden states' gradient in the forward and "
+                    "keeps it for backward; no logits survive (modelled from source, not measured: Triton)",
+                    UNSLOTH_CE + ":1294, :1698 save_for_backward")
     elif s_.loss_impl == "cce":
         loss = Term("act_logsoftmax", Role.LOSS_ACTIVATION, b_32 * T + b_32 * V, r"A_{\mathrm{CCE}}",
                     "Cut Cross-Entropy keeps the fp32 log-sum-exp per token and the fp32 average logit per "
@@ -967,12 +1079,16 @@ def saved_terms(s_: Structure) -> list[Term]:
                     "torchtune CEWithChunkedOutputLoss" if s_.loss_impl == "chunked"
                     else "transformers ForCausalLMLoss; torch log_softmax")
     terms.append(loss)
-    if fam.extra("final_logit_softcapping"):
+    # TRL's fused LM head caps each tile inside its kernel and saves what it saves uncapped (trl 1.16
+    # kernels/chunked_logprob.py:66-74 _transform, :180 the backward's tanh from the tile; :386 save_for_backward)
+    if (fam.extra("final_logit_softcapping") or "final_logit_softcapping" in s_.options) and s_.loss_impl != "trl":
         terms.append(Term("act_logit_softcap", Role.LOSS_ACTIVATION, b_c * T * V, r"A_{\mathrm{cap}}",
                           "final-logit soft-capping keeps tanh(logits / cap) for backward", fam.source))
     bases = fam.dim("rope_bases")
     b_rope = b_32 if fam.extra("rope_fp32") else b_c  # OLMo 2 keeps cos/sin in fp32
     width = dh / 2 if fam.extra("rope_half_width") else rotary_width(fam)  # gpt-oss: cos, sin of the d_head/2 frequencies
+    if fam.extra("rope_widths"):   # Gemma 4: each layer type's cos and sin as wide as its heads
+        bases, width = 1, rope_width_sum(fam)
     rows = b if fam.extra("rope_per_sample") else 1   # multimodal RoPE: position ids (4, b, seq), a table per sample
     if not fam.extra("no_rope"):   # a model without position embeddings (Nemotron-H) has no cos/sin tables
         terms.append(Term("act_rope", Role.STEP_INPUT, 2 * bases * b_rope * rows * seq * width, r"A_{\mathrm{rope}}",
@@ -981,12 +1097,48 @@ def saved_terms(s_: Structure) -> list[Term]:
                           "transformers LlamaRotaryEmbedding"))
     terms.append(Term("act_tokens", Role.STEP_INPUT, 2 * b_id * T, r"A_{\mathrm{ids}}",
                       "input ids and the shifted labels (int64)", "transformers ForCausalLMLoss"))
+    if fam.extra("per_layer_embeddings"):
+        terms += per_layer_embedding_terms(s_)
     if s_.offload_activations:
         terms.append(offloaded_head_copies(s_, loss))
     if s_.tower is not None and s_.tower.ids_copy and (not s_.lora or "embed_tokens" in s_.modules_to_save):
         terms.append(Term("act_ids_copy", Role.SAVED_ACTIVATION, b_id * T, r"A_{\mathrm{ids,copy}}",
                           "the copy of input_ids the multimodal forward embeds (an image token id outside the "
                           "vocabulary blanked), saved by the trainable embedding for its backward", s_.tower.source))
+    return terms
+
+
+def stored_kv_term(s_: Structure) -> Term:
+    """Gemma 4 under checkpointing: the last layer of each attention type before the KV-sharing ones stores its k
+    (after RoPE) and v (after v_norm) in shared_kv_states (configuration_gemma4.py:246-249: even with no layer reading
+    them), a dict every checkpointed layer's recompute closure holds: the two pairs live through the step, beyond
+    the checkpoints (without checkpointing SDPA keeps them anyway)."""
+    sliding, full = sym("sliding_layers"), L - sym("sliding_layers")
+    kv = 2 * b_c * T * (at_least(sliding, 1) * nkv * dh + at_least(full, 1) * sym("global_kv_heads") * sym("global_head_dim"))
+    return Term("act_stored_kv", Role.SAVED_ACTIVATION, kv, r"A_{\mathrm{KV,store}}",
+                "the k and v the last layer of each attention type stores for the KV-sharing layers (shared_kv_states), "
+                "held by every checkpointed layer's recompute", GEMMA4 + ":1214-1215 Gemma4TextAttention.forward",
+                lifetime=span(Phase.FORWARD, Phase.FIRST_LAYER_BACKWARD))
+
+
+def per_layer_embedding_terms(s_: Structure) -> list[Term]:
+    """Gemma 4's per-layer embeddings (Gemma4TextModel.get_per_layer_inputs / project_per_layer_inputs,
+    modeling_gemma4.py:1705-1784): the (b, s, L, d_PLE) sum of the table's rows and the normed projection of the token
+    embeddings, which every layer reads a slice of — kept by the layers' products (and checkpoints) for the whole
+    step. Trainable (full fine-tuning) the pipeline also saves the projection's input (the token embeddings), its
+    Gemma 4 RMSNorm over each layer's d_PLE and the normed tensor for the norm's weight. Nothing with d_PLE = 0."""
+    rows = L * at_least(d_ple, 1)   # the norm's rows per token: one per layer (none without per-layer embeddings)
+    terms = [Term("act_per_layer_inputs", Role.STEP_INPUT, b_c * T * L * d_ple, r"A_{\mathrm{PLE},L}",
+                  "the per-layer inputs (b, s, L, d_PLE), read by every layer (each keeps its slice)",
+                  GEMMA4 + ":1705-1784 get_per_layer_inputs, project_per_layer_inputs")]
+    if embedding_output_grad(s_):   # the token embeddings need a gradient: so does the projection of them
+        trains = 0 if s_.lora else at_least(d_ple, 1) * b_c * T * h + b_32 * T * L * d_ple
+        terms.append(Term("act_per_layer_embedding", Role.SAVED_ACTIVATION, norm_saved(s_, rows, d_ple) + trains,
+                          r"A_{\mathrm{PLE},0}", "the per-layer-embedding pipeline, whose input (the token embeddings) "
+                          "needs a gradient: its norm over each layer's d_PLE (fp32 input, mean(x²) + ε, its pow, the "
+                          "weight's fp32 copy)" + ("" if s_.lora else "; trainable, the projection's input and the "
+                          "normed tensor for the norm's weight"), GEMMA4 + ":1751-1784 project_per_layer_inputs",
+                          lifetime=span(Phase.FORWARD, Phase.FIRST_LAYER_BACKWARD)))   # its backward comes last
     return terms
 
 
@@ -1045,6 +1197,79 @@ def offloaded_terms(s_: Structure) -> list[Term]:
                       OFFLOAD + ":434-447 unpack_tensor_with_streams", lifetime=span(Phase.LAST_LAYER_RECOMPUTE,
                                                                                       Phase.FIRST_LAYER_BACKWARD)))
     return terms
+
+
+UNSLOTH_GC = "unsloth_zoo 2026.10.9 gradient_checkpointing.py"
+UNSLOTH_MIN_OFFLOAD = 2 * 1024 * 1024      # :1308 MINIMUM_SIZE: a checkpointed input of at most 2 MiB is not offloaded
+UNSLOTH_STAGING_INITIAL = 2 * 256 * 2048   # :65 INITIAL_GPU_BUFFER_SIZE, elements of the 16-bit buffer dtype
+UNSLOTH_HOST_SLOTS, UNSLOTH_HOST_SLOT = 200, 128 * 1024   # :64-66 the pinned pool: 200 buffers of 128Ki elements
+UNSLOTH_STORE = sym("bytes_offload")   # 16-bit: bf16 where supported (:1283), an fp32 input stored as bf16 (:1395)
+
+
+def unsloth_offloads(s_: Structure) -> sp.Expr:
+    """1 when Unsloth's checkpointer offloads a layer input: its bytes as stored (16-bit: an fp32 input is stored as
+    bf16, :1395-1396) above 2 MiB (:1399 ``new_size > MINIMUM_SIZE``), else 0.
+
+    >>> s_ = Structure(method="lora", grad_checkpointing=True, offload_checkpoints=True)
+    >>> [unsloth_offloads(s_).subs({sym("batch"): 1, sym("seq"): n, h: 4096}) for n in (256, 257)]
+    [0, 1]
+    """
+    return at_least(T * h, UNSLOTH_MIN_OFFLOAD // 2 + 1)   # elements of the 16-bit stored copy
+
+
+def unsloth_checkpoint_terms(s_: Structure) -> list[Term]:
+    """Unsloth's offloaded gradient checkpointing (``use_gradient_checkpointing="unsloth"``: torch's checkpoint
+    patched to ``UnslothCheckpointFunction``, unsloth_zoo 2026.10.9 gradient_checkpointing.py:1337-1717, reentrant).
+    Each layer's input (the Function's first argument) above 2 MiB is copied on a side stream into a pinned host slot
+    (:1453-1506) and not saved; from the second micro-batch on the last layer's is saved on the device instead
+    (``LAST_GC_INDEX``, :1387-1399). Backward copies it back into a device staging buffer that lives for the whole
+    run (``GPU_BUFFERS``, resized to the largest input, :1470-1480; a second one, ``GPU_BUFFERS_B``, for double
+    buffering when more than 512 MiB are free at the second forward, :1425-1444) and recomputes the layer on that
+    buffer itself (:1656: ``buffer.detach()``; a 16-bit stream needs no cast). Under LoRA the embedding output is a
+    leaf that requires grad (unsloth_zoo training_utils.py:510-520 ``enable_input_require_grads``): its
+    AccumulateGrad node keeps the first layer's input on the device as well.
+
+    >>> terms = unsloth_checkpoint_terms(Structure(method="lora", grad_checkpointing=True, offload_checkpoints=True))
+    >>> [(t.key, t.place.value) for t in terms]
+    [('act_checkpoints', 'device'), ('act_offloaded', 'host'), ('unsloth_staging', 'device')]
+    """
+    b_res, off = residual_bytes(s_), unsloth_offloads(s_)
+    kept = sp.Min(L, 1 + int(embedding_leaf(s_)))   # the last layer's input (and the leaf first layer's)
+    grown = sp.Max(T * h, UNSLOTH_STAGING_INITIAL) * UNSLOTH_STORE   # a staging buffer grown to one input
+    on_device = L - off * (L - kept)
+    host_slots = off * L   # the first micro-batch offloads every layer (FIRST_PASS): L slots grown, kept grown
+    terms = [Term("act_checkpoints", Role.SAVED_ACTIVATION, on_device * b_res * T * h + b_id * seq, r"A_{\mathrm{ckpt}}",
+                  "Unsloth's checkpointer keeps on the device the last layer's input (not offloaded from the second "
+                  "micro-batch on)" + (", the first layer's (the embedding output is a leaf that requires grad, kept by "
+                                       "its AccumulateGrad node)" if embedding_leaf(s_) else "")
+                  + " and the position ids; every input of at most 2 MiB stays too",
+                  UNSLOTH_GC + ":1387-1399, :1540 save_for_backward"),
+             Term("act_offloaded", Role.SAVED_ACTIVATION, host_slots * UNSLOTH_STORE * T * h
+                  + sp.Max(0, UNSLOTH_HOST_SLOTS - host_slots) * UNSLOTH_STORE * UNSLOTH_HOST_SLOT, r"A_{\mathrm{ckpt,host}}",
+                  "the other checkpointed layer inputs, each in a 16-bit pinned host slot (L slots grown to one input "
+                  "by the first micro-batch, which offloads every layer) and the rest of the 200-slot pool of 256 KiB "
+                  "each", UNSLOTH_GC + ":1290-1298, :1453-1506", place=Place.HOST),
+             Term("unsloth_staging", Role.STAGING_BUFFER, off * (grown + at_least(L, 2) * grown + (1 - at_least(L, 2))
+                                                                 * UNSLOTH_STAGING_INITIAL * UNSLOTH_STORE),
+                  r"M_{\mathrm{stage}}", "two 16-bit device staging buffers (double buffering), each the size of one "
+                  "layer input, kept for the whole run; the recompute reads the input brought back in place (a card "
+                  "with less than 512 MiB free at the second forward keeps one; with one layer the second stays at "
+                  "its initial 2 MiB)",
+                  UNSLOTH_GC + ":1114-1117, :1425-1444, :1470-1490, :1578-1601")]
+    if s_.kbit_prepared or s_.compute_fp32:   # an fp32 stream is stored as bf16 and cast back for the recompute: a new fp32 tensor
+        terms.append(Term("offload_brought_back", Role.RECOMPUTED_ACTIVATION, off * b_res * T * h,
+                          r"A_{\mathrm{ckpt,back}}", "the fp32 cast of the 16-bit input brought back, for the layer "
+                          "being recomputed", UNSLOTH_GC + ":1656 buffer.to(saved_dtype)",
+                          lifetime=span(Phase.LAST_LAYER_RECOMPUTE, Phase.FIRST_LAYER_BACKWARD)))
+    return terms
+
+
+def unsloth_traffic(s_: Structure) -> Term:
+    """What Unsloth's offloaded checkpointer moves over PCIe per micro-batch: each offloaded input to the host and
+    back (priced as not hidden: it copies on a side stream that overlaps compute; modelled, not measured)."""
+    return Term("offload_activation_copies", Role.HOST_TRAFFIC, 2 * unsloth_offloads(s_) * (L - 1) * UNSLOTH_STORE * T * h,
+                r"C_{\mathrm{host,act}}", "Unsloth's offloaded checkpointing: every offloaded layer input to pinned "
+                "host memory and back", UNSLOTH_GC + ":1506, :1601")
 
 
 def offloaded_head_copies(s_: Structure, loss: Term) -> Term:
@@ -1145,6 +1370,56 @@ def trl_saved_term(s_: Structure, n: sp.Expr = T, why: str = "(every token label
                 "trl 1.16 kernels/chunked_logprob.py:386 ChunkedLogProbFunction.forward")
 
 
+UNSLOTH_CE = "unsloth_zoo 2026.10.9 fused_losses/fused_linear.py"
+UNSLOTH_CE_MAX_ROWS, UNSLOTH_CE_MIN_LOGITS = 4096, 512 * 151936   # fused_linear.py:71-73 _MAX_ROWS, _MIN_LOGITS
+UNSLOTH_CE_BUDGET = 2 * 1024**3   # :69, :119-127 _budget_bytes: min(2 GiB, half the free memory): 2 GiB on a roomy card
+
+
+def pow2_floor(n: sp.Expr, d: sp.Expr) -> sp.Expr:
+    """The largest power of two ≤ n / d for integers n ≥ d > 0: half the next power of two above ⌊n/d⌋, with
+    ⌊n/d⌋ + 1 = ⌈(n + 1)/d⌉.
+
+    >>> [pow2_floor(sp.Integer(n), 2) for n in (2, 15, 16, 18)]
+    [1, 4, 8, 8]
+    """
+    return pow2_ceil(ceil_div(n + 1, d)) / 2
+
+
+def unsloth_ce_rows(s_: Structure) -> sp.Expr:
+    """Rows per chunk of Unsloth's fused linear cross-entropy (fused_linear.py:140-154 ``fused_linear_rows``): the
+    power of two at or below T·h/V, at least that of 512·151936/V (clamped to [512, 4096]), at most 4096, at most
+    what 2 GiB of fp32 logits hold, at most T.
+
+    >>> from symvram.presets import load_model
+    >>> from symvram.scenario import Scenario
+    >>> sc = Scenario.create(load_model("llama-3.1-8b"), method="lora", stack="unsloth", seq=4096)
+    >>> unsloth_ce_rows(sc.structure).subs({sym(k): v for k, v in sc.values().items()})
+    512
+    """
+    min_rows = sp.Min(sp.Max(pow2_floor(UNSLOTH_CE_MIN_LOGITS, V), 512), UNSLOTH_CE_MAX_ROWS)
+    rows = sp.Min(sp.Max(pow2_floor(T * h, V), min_rows), UNSLOTH_CE_MAX_ROWS)
+    return sp.Min(rows, sp.Max(ceil_div(UNSLOTH_CE_BUDGET // 4 + 1, V) - 1, 2), T)
+
+
+def unsloth_loss_terms(s_: Structure) -> list[Term]:
+    """Unsloth's fused linear cross-entropy (``unsloth_fused_ce_loss`` → ``fused_linear_cross_entropy``, its default
+    path: UNSLOTH_CHUNKED_CE and UNSLOTH_FUSED_LINEAR on; fused_linear.py:1286-1378 ``_ce_impl``). The hidden states'
+    gradient is allocated (hidden-sized, :1294) and written chunk by chunk in the forward; each chunk of R rows
+    projects into one [R, V rounded up to 8] fp32 buffer (:919-927, reused for the chunk's 16-bit logits gradient, an
+    fp32 log-prob per token kept). The backward scales the stored gradient (a new tensor). Modelled with the chunked
+    buffer: for a frozen head on a card over 24.5 GiB from 4096 tokens (any token count on a smaller card) with
+    V > 32768, Unsloth takes its tiled pass instead, which has no [R, V] buffer (:1324-1333): an upper bound there."""
+    R = unsloth_ce_rows(s_)
+    buffer = b_32 * R * 8 * ceil_div(V, 8) + b_c * R * h + b_32 * T
+    return [Term("logits", Role.LOSS_TEMPORARY, buffer, r"M_{\mathrm{logits}}",
+                 "Unsloth's fused linear CE: one [R, V] fp32 logits buffer (R = unsloth_ce_rows), a chunk's 16-bit "
+                 "hidden gradient and an fp32 log-prob per token — modelled from source, not measured (Triton)",
+                 UNSLOTH_CE + ":1294-1378 _ce_impl"),
+            Term("loss_backward_temp", Role.LOSS_BACKWARD_TEMPORARY, residual_bytes(s_) * T * h, r"M_{\mathrm{CE}'}",
+                 "its backward multiplies the stored hidden states' gradient by the incoming scale: a new tensor",
+                 "unsloth_zoo 2026.10.9 fused_losses/fused_linear.py backward (grad * scale)")]
+
+
 def loss_terms(s_: Structure, logits_bytes) -> list[Term]:
     """The loss's transients: the logits (and their fp32 copy) while it is computed, and the start of its
     backward — per implementation (``--loss-impl``)."""
@@ -1161,6 +1436,8 @@ def loss_terms(s_: Structure, logits_bytes) -> list[Term]:
                      "liger_kernel fused_linear_cross_entropy_backward")]
     if s_.loss_impl == "trl":
         return trl_loss_terms(s_)
+    if s_.loss_impl == "unsloth":
+        return unsloth_loss_terms(s_)
     if s_.loss_impl == "cce":
         grad_w = b_c * V * h if lm_head_trains else sp.Integer(0)
         return [Term("logits", Role.LOSS_TEMPORARY, b_32 * T, r"M_{\mathrm{logits}}",
@@ -1366,7 +1643,9 @@ def transient_terms(s_: Structure) -> list[Term]:
                           "otherwise they are among the layers' saved tensors)", "torch.utils.checkpoint" + EVERY_N,
                           lifetime=RECOMPUTES[:2]))
     if s_.grad_checkpointing:   # the other layers' checkpointed inputs are freed with their backward by then
-        terms.append(Term("first_checkpoint", Role.RECOMPUTED_ACTIVATION, residual_bytes(s_) * T * h + b_id * seq,
+        # (Unsloth's checkpointer recomputes an offloaded first layer on its staging buffer: only a kept one counts)
+        first_kept = 1 - unsloth_offloads(s_) * int(not embedding_leaf(s_)) if s_.offload_checkpoints else 1
+        terms.append(Term("first_checkpoint", Role.RECOMPUTED_ACTIVATION, first_kept * residual_bytes(s_) * T * h + b_id * seq,
                           r"A_{\mathrm{ckpt},0}", "the first layer's checkpointed input (the embedding output) and the "
                           "position ids, kept until that layer's backward ends", "torch.utils.checkpoint",
                           lifetime=RECOMPUTES[2:]))

@@ -27,17 +27,19 @@ import sympy as sp
 
 from ..errors import UserError
 from ..symbols import SYMBOLS, sym
+from .functions import at_least
 
 h, f, L, nh, nkv, dh, V = (sym(n) for n in ("hidden", "intermediate", "layers", "heads", "kv_heads", "head_dim", "vocab"))
 E, k_e, f_e = sym("experts"), sym("experts_per_token"), sym("moe_intermediate")
 
 # the tensors a layer's linears read; q_latent and kv_latent: latent attention's normed low-rank q and kv (DeepSeek-V3)
-GROUPS = ("attn_in", "attn_out", "mlp_in", "mlp_act", "q_latent", "kv_latent")
-NORM_SITES = ("layer_in", "resid", "attn_out", "mlp_out", "q", "k", "q_latent", "kv_latent")
+# ple_in and ple_act: Gemma 4's per-layer-input gate reads the residual after the MLP, its projection the gated product
+GROUPS = ("attn_in", "attn_out", "mlp_in", "mlp_act", "q_latent", "kv_latent", "ple_in", "ple_act")
+NORM_SITES = ("layer_in", "resid", "attn_out", "mlp_out", "q", "k", "v", "q_latent", "kv_latent", "ple_out")
 MLP_KINDS = ("gated", "moe", "plain", "none")   # plain: up, activation, down (Nemotron-H); none: a block without an MLP
 ACTIVATIONS = ("silu", "gelu_tanh", "relu2")
 MIXERS = ("attention", "mamba2", "none")   # a layer's token mixer (extras.mixer): none in an MLP-only block
-NORM_KINDS = ("rms", "gemma_rms", "rms_fp32_weight")
+NORM_KINDS = ("rms", "gemma_rms", "rms_fp32_weight", "gemma4_rms")
 
 
 _PRODUCT = re.compile(r"\w+(?:[*/]\w+)*")   # names and integers joined by * and /: most shape expressions
@@ -65,7 +67,7 @@ def expr(text: str | int) -> sp.Expr:
             for op, v in zip(re.findall(r"[*/]", text), values[1:]):
                 out = out * v if op == "*" else out / v
             return out
-    return sp.sympify(text, locals={n: d.symbol for n, d in SYMBOLS.items()}, rational=True)
+    return sp.sympify(text, locals={**{n: d.symbol for n, d in SYMBOLS.items()}, "at_least": at_least}, rational=True)
 
 
 @dataclass(frozen=True)
@@ -83,6 +85,7 @@ class Linear:
     count: sp.Expr = sp.Integer(1)
     rank_factor: int = 1   # PEFT gives a merged weight (gate_up_proj from gate + up) this many times the rank
     transposed: bool = False  # stored (count, d_in, d_out) rather than (count, d_out, d_in) (gpt-oss's experts)
+    option: str | None = None  # the config switch that gives the layer this module (Gemma 4's per-layer-input gate)
 
     @property
     def params(self) -> sp.Expr:
@@ -326,20 +329,44 @@ class Family:
         return (self.linear_params_per_layer() + self.expert_params_per_layer() + self.bias_params_per_layer(options)
                 + self.norm_params_per_layer(options))
 
+    @cached_property
+    def model_linears(self) -> tuple[Linear, ...]:
+        """nn.Linear weights outside the decoder layers beside lm_head (``extras.model_weights`` entries with d_in and
+        d_out: Gemma 4's per_layer_model_projection), which bitsandbytes packs like the layers'.
+
+        >>> [m.name for m in family("gemma4_text").model_linears]
+        ['per_layer_model_projection']
+        """
+        return tuple(Linear(n, expr(w["d_in"]), expr(w["d_out"]), "attn_in")
+                     for n, w in self.extra("model_weights", {}).items() if "d_in" in w)
+
+    @cached_property
+    def model_tensor_params(self) -> sp.Expr:
+        """Elements of the other parameters outside the layers (``extras.model_weights`` entries with ``elements``:
+        Gemma 4's per-layer embedding table and its norm's weight)."""
+        return sp.Add(*(expr(w["elements"]) for w in self.extra("model_weights", {}).values() if "elements" in w))
+
+    def model_weight_tensors(self, options: tuple[str, ...]) -> int:
+        """How many of those parameter tensors the model has with ``options`` on (each entry's ``option``)."""
+        return sum(1 for w in self.extra("model_weights", {}).values() if w.get("option") in (None, *options))
+
     def embedding_params(self, tied: bool, score_head: bool = False) -> sp.Expr:
         """Token embeddings, plus the lm_head unless it is tied to them — or, for a sequence-classification model
         (transformers' GenericForSequenceClassification, modeling_layers.py:138), its one-label score head."""
         return V * h + (h if score_head else 0 if tied else V * h)
 
     def total_params(self, tied: bool, options: tuple[str, ...], score_head: bool = False) -> sp.Expr:
-        """P derived from the architecture: embeddings (+ lm_head or score head), L layers, the final norm."""
-        return self.embedding_params(tied, score_head) + self.over_layers(lambda k: k.params_per_layer(options)) + h
+        """P derived from the architecture: embeddings (+ lm_head or score head), L layers, the final norm (and the
+        weights outside the layers a family names: Gemma 4's per-layer embeddings)."""
+        return (self.embedding_params(tied, score_head) + self.over_layers(lambda k: k.params_per_layer(options)) + h
+                + self.model_tensor_params + sp.Add(*(m.params for m in self.model_linears)))
 
     def kept_16bit_params(self, tied: bool, options: tuple[str, ...], score_head: bool = False) -> sp.Expr:
         """Parameters QLoRA leaves unquantized: everything but the nn.Linear weights of the layers
         (embeddings, lm_head, norms, biases, and the MoE router and fused 3-D experts, which are not nn.Linear)."""
         return self.embedding_params(tied, score_head) + self.over_layers(
-            lambda k: k.expert_params_per_layer() + k.norm_params_per_layer(options) + k.bias_params_per_layer(options)) + h
+            lambda k: k.expert_params_per_layer() + k.norm_params_per_layer(options) + k.bias_params_per_layer(options)
+        ) + h + self.model_tensor_params
 
     def lora_params(self, targets: tuple[str, ...], rank: sp.Symbol) -> sp.Expr:
         """r (d_in + d_out) per target matrix, summed over targets and layers (an expert weight: per expert,
@@ -353,8 +380,8 @@ class Family:
 
     def tensors_per_layer(self, options: tuple[str, ...]) -> int:
         """Parameter tensors (not elements) of one layer: weights, biases, norm weights."""
-        return (len(self.linears) + len(self.moe_weights) + sum(1 for m in self.linears if m.bias in options)
-                + len(self.weighted_norms(options)))
+        return (sum(1 for m in self.linears if m.option is None or m.option in options) + len(self.moe_weights)
+                + sum(1 for m in self.linears if m.bias in options) + len(self.weighted_norms(options)))
 
     def factored_sizes_per_layer(self, options: tuple[str, ...]) -> sp.Expr:
         """Adafactor's row + column vectors of every matrix of a layer, and the norms' full vectors."""
@@ -439,7 +466,7 @@ def _linears(table: dict, where: str, count: str | int = 1) -> tuple[Linear, ...
         if m["reads"] not in GROUPS:
             raise ValueError(f"{where}: {name}.reads must be one of {GROUPS}")
         out.append(Linear(name, expr(m["d_in"]), expr(m["d_out"]), m["reads"], m.get("bias"), expr(m.get("count", count)),
-                          m.get("rank_factor", 1), m.get("transposed", False)))
+                          m.get("rank_factor", 1), m.get("transposed", False), m.get("option")))
     return tuple(out)
 
 

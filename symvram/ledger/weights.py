@@ -9,7 +9,7 @@ from __future__ import annotations
 import sympy as sp
 
 from ..symbols import sym
-from .architecture import E, L, V, h
+from .architecture import E, L, V, expr, h
 from .functions import at_least, ceil_div
 from .structure import Structure
 from .terms import Phase, Place, Role, Term
@@ -77,6 +77,8 @@ def base_terms(s: Structure) -> list[Term]:
         fam = s.arch
         packed = fam.over_layers(lambda k: sp.Add(*(nf4_bytes(m.params, s.double_quant)[0] for m in k.linears)))
         states = fam.over_layers(lambda k: sp.Add(*(nf4_bytes(m.params, s.double_quant)[1] for m in k.linears)))
+        packed += sp.Add(*(nf4_bytes(m.params, s.double_quant)[0] for m in fam.model_linears))   # outside the layers
+        states += sp.Add(*(nf4_bytes(m.params, s.double_quant)[1] for m in fam.model_linears))
         b_keep = b_32 if s.kbit_prepared else b_w
         terms = [
             Term("weights_nf4", Role.WEIGHT, packed, r"M_{\mathrm{NF4}}",
@@ -116,13 +118,18 @@ def base_terms(s: Structure) -> list[Term]:
         scale = b_w if fam.extra("embed_scale") else 0
         score_bias = fam.over_layers(lambda k: E * (b_32 if k.extra("router_kept_fp32") else b_w)
                                      if k.moe and k.extra("router_score_bias") else 0)
-        rotary = 0 if fam.extra("no_rope") else fam.dim("rope_bases") * b_w * rotary_width(fam)   # Nemotron-H: none
-        terms.append(Term("buffers", Role.BUFFER, rotary + scale + score_bias,
+        rope = 0 if fam.extra("no_rope") else (   # Nemotron-H: no position embedding
+            b_w * rope_width_sum(fam) if fam.extra("rope_widths") else fam.dim("rope_bases") * b_w * rotary_width(fam))
+        if fam.extra("per_layer_embeddings"):   # Gemma 4: each layer's layer_scalar (1,), the per-layer table's scale
+            scale += b_w * L + b_w * at_least(sym("ple_dim"), 1)
+        terms.append(Term("buffers", Role.BUFFER, rope + scale + score_bias,
                           r"M_{\mathrm{buf}}",
-                          ("no rotary buffers (no position embedding)" if rotary == 0 else
+                          ("no rotary buffers (no position embedding)" if rope == 0 else
                            "rotary inv_freq and original_inv_freq (d_head/2 each, in the weight dtype)")
                           + (" per rotary base" if fam.dim("rope_bases") != 1 else "")
                           + ("; the embedding's √h scale" if scale else "")
+                          + ("; each layer's layer_scalar and the per-layer table's scale"
+                             if fam.extra("per_layer_embeddings") else "")
                           + ("; each MoE layer's router score bias (E)" if score_bias != 0 else ""),
                           "transformers LlamaRotaryEmbedding"))
     return terms + (tower_terms(s) if s.tower is not None else [])
@@ -154,6 +161,13 @@ def tower_terms(s: Structure) -> list[Term]:
                          * sym("bytes_index"), r"M_{\mathrm{buf,tower}}",
                          "the tower's buffers: floating ones (rotary inv_freq) in the weights' dtype, int64 position ids",
                          t.source)]
+
+
+def rope_width_sum(fam) -> sp.Expr:
+    """Σ over a family's layer types of the rotary width of their heads, for the types that have layers
+    (``extras.rope_widths``: [layer count, width] pairs; Gemma 4's sliding layers rotate d_head, its full ones
+    global_head_dim: proportional RoPE's inv_freq spans the whole head, modeling_gemma4.py:1092-1101)."""
+    return sp.Add(*(at_least(expr(count), 1) * expr(width) for count, width in fam.extra("rope_widths")))
 
 
 def rotary_width(fam) -> sp.Expr:
@@ -346,7 +360,8 @@ def trainable_tensors(s: Structure) -> sp.Expr:
     if s.lora:   # A, B (and DoRA's m) per target
         return (3 if s.dora else 2) * fam.over_layers(lambda k: sum(t in k.linear_map for t in s.targets)) \
             + 2 * len(s.head_targets) + len(s.modules_to_save)
-    return (1 if s.tied and not s.score_head else 2) + fam.over_layers(lambda k: k.tensors_per_layer(s.options)) + 1
+    return ((1 if s.tied and not s.score_head else 2) + fam.over_layers(lambda k: k.tensors_per_layer(s.options)) + 1
+            + fam.model_weight_tensors(s.options))
 
 
 def largest_trainable_matrix(s: Structure) -> sp.Expr:

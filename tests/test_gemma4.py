@@ -1,0 +1,110 @@
+"""Gemma 4 (gemma4_text): the layer kinds counted from the config against the meta model transformers 5.24 builds,
+the published totals, and tiny training steps measured under FakeTensorMode (estimate = measurement)."""
+from __future__ import annotations
+
+import pytest
+
+from symvram.errors import UserError
+from symvram.evaluate import evaluate
+from symvram.ledger.architecture import family
+from symvram.presets import load_model, spec_from_config
+from symvram.scenario import Scenario
+
+# five layers, every kind once: sliding (own K/V), sliding, full (own K/V), then the two that read shared K/V
+# (num_kv_shared_layers 2: a sliding one and a full one, double-wide MLPs); per-layer embeddings of 16
+TINY = {"model_type": "gemma4_text", "hidden_size": 64, "intermediate_size": 176, "num_hidden_layers": 5,
+        "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 24, "global_head_dim": 40, "vocab_size": 1000,
+        "layer_types": ["sliding_attention", "full_attention", "sliding_attention", "sliding_attention",
+                        "full_attention"],
+        "num_kv_shared_layers": 2, "hidden_size_per_layer_input": 16, "vocab_size_per_layer_input": 1000,
+        "use_double_wide_mlp": True, "sliding_window": 16, "final_logit_softcapping": 30.0,
+        "pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 2}
+# 31B's shape of layer: full layers with K = V and their own K/V heads, no per-layer embeddings, no sharing
+KEQV = {**TINY, "attention_k_eq_v": True, "num_global_key_value_heads": 1, "hidden_size_per_layer_input": 0,
+        "num_kv_shared_layers": 0, "use_double_wide_mlp": False}
+# full layers' heads wider than 256 with 2 K/V heads: SDPA gets k, v repeated to n_h heads (31B's 512 × 4)
+WIDE = {**KEQV, "num_global_key_value_heads": 2, "global_head_dim": 264}
+
+
+def _meta_model(cfg: dict):
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    hf = transformers.AutoConfig.for_model(**cfg)
+    with torch.device("meta"):
+        return transformers.AutoModelForCausalLM.from_config(hf)
+
+
+@pytest.mark.parametrize("name", ["gemma-4-e2b", "gemma-4-e4b", "gemma-4-31b"])
+def test_parameters_equal_the_meta_model(name):
+    """The presets (the checkpoints' text_config) and the config symvram writes back for them: P as transformers
+    builds Gemma4ForCausalLM, PLE table and projection, KV-sharing layers without k/v, K = V layers without v_proj."""
+    spec = load_model(name)
+    model = _meta_model(spec.config())
+    assert evaluate(Scenario.create(spec, method="full")).derived["P"] == sum(p.numel() for p in model.parameters())
+
+
+def test_published_totals():
+    """Model card: E2B 2.3B effective parameters (without the per-layer embedding table), 31B 30.7B."""
+    e2b = evaluate(Scenario.create("gemma-4-e2b", method="full")).derived["P"]
+    table = 262144 * 35 * 256
+    assert round((e2b - table) / 1e9, 1) == 2.3
+    assert round(evaluate(Scenario.create("gemma-4-31b", method="full")).derived["P"] / 1e9, 1) == 30.7
+
+
+@pytest.mark.parametrize("cfg", [TINY, KEQV], ids=["ple-shared", "k-eq-v"])
+def test_every_kind_has_the_meta_models_shapes(cfg):
+    """Each layer's parameter shapes as its kind's entry gives them (the kind from the per-layer flags)."""
+    import sympy as sp
+
+    from symvram.symbols import sym
+
+    spec = spec_from_config(cfg, "tiny", "config", "test")
+    params = dict(_meta_model(cfg).named_parameters())
+    fam = family("gemma4_text")
+    vals = {sym(n): v for n, v in spec.dims.items()}
+    kinds = {0: "sliding", 1: "full" if cfg is TINY else "full_keqv", 3: "sliding_shared", 4: ""} if cfg is TINY \
+        else {0: "sliding", 1: "full_keqv", 4: "full_keqv"}
+    for i, kind in kinds.items():
+        k = fam.kind(kind)
+        n = lambda e: int(sp.sympify(e).xreplace(vals))  # noqa: E731
+        want = sorted([(n(m.d_out), n(m.d_in)) for m in k.linears if n(m.d_out) and n(m.d_in)]
+                      + [(n(x.width),) for x in k.weighted_norms(spec.options)])
+        got = sorted(tuple(p.shape) for name, p in params.items() if f".layers.{i}." in name)
+        assert got == want, (i, kind)
+
+
+MEASURED = [
+    (TINY, dict(method="lora", rank=8)),                               # PLE gate/projection are LoRA targets
+    (TINY, dict(method="full")),                                       # the trainable PLE table and pipeline
+    (TINY, dict(method="lora", rank=8, grad_checkpointing=True)),      # stored K/V; the PLE norm under the input hook
+    (KEQV, dict(method="lora", rank=8, targets="attention", grad_checkpointing=True)),
+    (WIDE, dict(method="full")),
+]
+
+
+@pytest.mark.parametrize("cfg, settings", MEASURED, ids=["ple-lora", "ple-full", "ple-lora-ckpt", "keqv-attn-ckpt", "wide-full"])
+def test_estimate_equals_the_measured_peak(cfg, settings):
+    pytest.importorskip("peft")
+    from symvram.validate.measure import measure
+    from symvram.validate.spec import from_scenario
+
+    trainable = "fp32" if settings["method"] == "lora" else "bf16"
+    sc = Scenario.create(spec_from_config(cfg, "tiny", "config", "test"), stack="torch", batch=2, seq=64, device="cpu",
+                         adapter_dtype=trainable if settings["method"] == "lora" else None, state_dtype=trainable,
+                         **settings)
+    measured = measure({**from_scenario(sc), "steps": 2})
+    assert 0 <= measured["peak_bytes"] - evaluate(sc).peak <= 8   # the 0-d loss and its gradient seed
+
+
+def test_without_per_layer_embeddings_their_modules_are_no_targets():
+    """31B has no per-layer-input gate: all-linear leaves it out (it is under hidden_size_per_layer_input)."""
+    sc = Scenario.create("gemma-4-31b", method="lora")
+    assert "per_layer_input_gate" not in sc.targets and "o_proj" in sc.targets
+    assert "per_layer_input_gate" in Scenario.create("gemma-4-e2b", method="lora").targets
+
+
+def test_refused_configs():
+    with pytest.raises(UserError, match="enable_moe_block"):
+        spec_from_config({**KEQV, "enable_moe_block": True}, "x", "config", "c.json")
+    with pytest.raises(UserError, match="Gemma4ForConditionalGeneration"):
+        spec_from_config({"model_type": "gemma4", "text_config": TINY}, "x", "config", "c.json")
