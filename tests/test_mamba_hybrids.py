@@ -61,6 +61,8 @@ def test_the_pattern_orders_the_layers():
     ({**TINY, "hybrid_override_pattern": "MX*"}, "field 'hybrid_override_pattern' must be a string of M, *, -"),
     ({**TINY, "hybrid_override_pattern": ""}, "field 'hybrid_override_pattern' must be a string of M, *, -"),
     ({**TINY, "use_conv_bias": False}, "use_conv_bias = False is not modelled"),
+    ({**{k: v for k, v in TINY.items() if k != "hybrid_override_pattern"}, "layers_block_type": ["mamba", 3]},
+     "field 'layers_block_type' must be a list of linear_attention, full_attention, mlp, moe"),
 ])
 def test_a_pattern_no_kind_models_is_refused_by_name(cfg, why):
     with pytest.raises(UserError, match=re.escape(why)):
