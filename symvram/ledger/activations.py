@@ -714,11 +714,17 @@ def _moe_layer(s_: Structure) -> dict[str, tuple[sp.Expr, str, str, str]]:
                                         "the gathered tokens and the SiLU·up product, kept for the expert weights' "
                                         "gradients" + " (and the sorted expert ids, for the biases')" * bool(ids), MOE)
     if targeted:
-        out["act_moe_merged"] = (b_c * sp.Add(*(m.count * m.d_in * m.d_out + m.count * m.rank_factor * r * (m.d_in + m.d_out)
-                                               for m in targeted)), r"A_{\mathrm{exp,W'}}",
+        # get_delta_factors casts lora_A and lora_B to the expert weight's dtype (layer.py:2542): a copy, kept by the
+        # baddbmm, only where the adapters' dtype differs (fp32 adapters on a 16-bit model; none on the fp32 experts
+        # of k-bit preparation)
+        b_e = b_32 if s_.kbit_prepared else b_w
+        casts = at_least(b_a, 2 * b_e) + at_least(b_e, 2 * b_a)   # 1 when they differ (powers of two)
+        out["act_moe_merged"] = (b_c * sp.Add(*(m.count * m.d_in * m.d_out + casts * m.count * m.rank_factor * r
+                                                * (m.d_in + m.d_out) for m in targeted)), r"A_{\mathrm{exp,W'}}",
                                  "PEFT's target_parameters builds W + (α/r)·B·A of every targeted expert weight each "
-                                 "forward, in the compute dtype, and keeps it (and the cast factors) for backward",
-                                 "peft tuners/lora/layer.py ParamWrapper")
+                                 "forward (one baddbmm, layer.py:2319-2323), in the weight's dtype, and keeps it for "
+                                 "backward, with the low-rank factors cast to that dtype where the adapters' differs",
+                                 "peft tuners/lora/layer.py ParamWrapper, :2525-2542 get_delta_factors")
     if fam.extra("router_fp32"):   # F.linear(x.float(), W.float()): W's fp32 copy for x's gradient, x's for W's
         # under autocast the linear keeps its 16-bit casts instead; an fp32 W (from_pretrained) needs no copy
         weight_copy = (b_c * E * h if s_.autocast else
