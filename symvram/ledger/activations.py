@@ -195,7 +195,7 @@ def _layer_of(s_: Structure, first: bool) -> dict[str, tuple[sp.Expr, str, str, 
                                      + norm_weight_copy(s_, n.width) for n in saving)), r"A_{\mathrm{norm}}",
                             "each Liger RMSNorm keeps its input and the fp32 1/rms" if s_.liger else
                             "each Unsloth RMSNorm keeps its input and the fp32 1/rms" if s_.unsloth_kernels else
-                            NORM_WHY[fam.norm] + " (and the weight's fp32 copy)" * (norm_weight_copy(s_, 1) != 0),
+                            NORM_WHY[fam.norm] + " (and a 16-bit weight's fp32 copy)" * (norm_weight_copy(s_, 1) != 0),
                             LIGER if s_.liger else UNSLOTH_KERNELS if s_.unsloth_kernels else TRANSFORMERS)
         if not s_.lora and not s_.liger and any(n.weight for n in saving):   # Liger's backward recomputes it for dW
             out["act_norm_weight_input"] = (sp.Add(*(norm_weight_input(s_) * T * n.rows * n.width for n in saving
