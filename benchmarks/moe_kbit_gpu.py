@@ -2,11 +2,12 @@
 
     python benchmarks/moe_kbit_gpu.py --out results.jsonl
 
-symvram refuses `--method qlora --kbit-prep peft` on the grouped_mm MoE families (symvram/scenario.py):
+symvram estimates `--method qlora --kbit-prep peft` on the grouped_mm MoE families from source:
 prepare_model_for_kbit_training casts the fused experts, which bitsandbytes leaves unquantized, to fp32, and torch's
-grouped_mm fast path and meta kernel take bf16 only (torch _meta_registrations.py:8645), so FakeTensorMode cannot
-trace the step; on CUDA an fp32 per-expert fallback may run it. This builds a small random Qwen3-MoE (real module
-classes, small widths), loads it in 4 bits, prepares it, adds LoRA and runs one training step. One JSON line: whether
+CUDA grouped_mm takes its per-group fallback for fp32 (symvram/validate/grouped_mm.py: the CPU trace allocates what
+that fallback allocates; modelled, not measured on CUDA). This is the CUDA check of that assumption: it builds a
+small random Qwen3-MoE (real module classes, small widths), loads it in 4 bits, prepares it, adds LoRA and runs one
+training step. One JSON line: whether
 it ran, the experts' dtype, the error if any, and max_memory_allocated. Needs CUDA, transformers, peft, bitsandbytes.
 """
 from __future__ import annotations

@@ -63,6 +63,7 @@ class ModelSpec:
     published_params: int | None = None
     description: str = ""
     tower: "Tower | None" = None
+    layer_pattern: str = ""   # each layer's kind as its letter, in order, where the family spells them (Nemotron-H)
 
     @property
     def dims(self) -> dict[str, int]:
@@ -87,7 +88,7 @@ class ModelSpec:
         fam, dims = family(self.family), self.dims
         cfg = {"model_type": self.model_type}
         for symbol, keys, default in fam.dims:
-            if keys == "layer_types" or flag_pattern(default) is not None:
+            if keys == "layer_types" or flag_pattern(default) is not None or default.startswith("pattern"):
                 continue
             value = dims[symbol]
             if default.startswith("fraction of"):
@@ -104,6 +105,8 @@ class ModelSpec:
                                   + ["full_attention"] * (self.layers - dims["sliding_layers"]))
         if counted := fam.extra("counted_layers") if fam.kinds else None:  # a hybrid: its layers in the model's order
             cfg["layer_types"] = [counted["kind"] if k else "full_attention" for k in fam.model_kinds(dims)]
+        if self.layer_pattern:
+            cfg[fam.extra("layer_pattern")["key"]] = self.layer_pattern
         cfg.update({o: o in self.options for o, default in fam.options if o != "tie_word_embeddings" and default != GIVEN})
         dim_keys = {k for _, keys, _ in fam.dims for k in keys.split("|")}
         cfg.update({o: fam.extra("given_values", {}).get(o, True) if o in self.options else None   # a field whose
@@ -350,6 +353,34 @@ class ConfigFields:
             on[-1] = False
         return tuple(on)
 
+    def layer_pattern(self, spelled: dict) -> str:
+        """Each layer's kind as one letter (a family's extras.layer_pattern): the pattern string ``spelled["key"]``
+        names, else the per-layer list ``spelled["list_key"]`` in transformers' names (NemotronHConfig keeps both,
+        configuration_nemotron_h.py:168-176, :271-281). A letter no kind models is refused by what it is.
+
+        >>> spec = {"key": "p", "list_key": "l", "kinds": {"M": "m", "-": ""}, "names": {"mlp": "-", "mamba": "M"},
+        ...         "unmodelled": {"E": "an MoE block"}}
+        >>> ConfigFields({"l": ["mamba", "mlp"]}, "c.json").layer_pattern(spec)
+        'M-'
+        >>> ConfigFields({"p": "M-E"}, "c.json").layer_pattern(spec)
+        Traceback (most recent call last):
+        ...
+        symvram.errors.UserError: c.json: field 'p' has E layers (an MoE block): not modelled yet
+        """
+        key, letters = spelled["key"], "".join(spelled["kinds"])
+        value = self.cfg.get(key)
+        if value is None and isinstance(listed := self.cfg.get(spelled["list_key"]), list):
+            key, value = spelled["list_key"], "".join(spelled["names"].get(x, "?") if isinstance(x, str) else "?"
+                                                       for x in listed)
+        if not isinstance(value, str) or not value:
+            raise self._refuse(key, f"a string of {', '.join(letters)}, one letter per layer", value)
+        for letter, what in spelled.get("unmodelled", {}).items():
+            if letter in value:
+                raise UserError(f"{self.source}: field {key!r} has {letter} layers ({what}): not modelled yet")
+        if bad := sorted(set(value) - set(letters)):
+            raise self._refuse(key, f"a string of {', '.join(letters)}, one letter per layer (not {bad[0]!r})", value)
+        return value
+
     def boolean(self, key: str, default: bool) -> bool:
         value = self.cfg[key] if self.given(key) else default
         if not isinstance(value, bool):  # "false" is a non-empty string: bool("false") would be True
@@ -443,7 +474,11 @@ def spec_from_config(cfg: dict, name: str, kind: str, source: str) -> ModelSpec:
     fam = f.family()
     tower = read_tower(cfg, source) if f.cfg is not cfg else None
     dims: dict[str, int] = {}
+    pattern = f.layer_pattern(fam.extra("layer_pattern")) if fam.extra("layer_pattern") else ""
     for symbol, keys, default in fam.dims:
+        if default.startswith("pattern"):   # counted from the per-layer letters: all of them, or one letter's
+            dims[symbol] = len(pattern) if default == "pattern length" else pattern.count(default.split()[-1])
+            continue
         if keys == "layer_types":  # counted from the per-layer attention kinds
             counted = fam.extra("counted_layers", {"kind": "sliding_attention", "pattern_key": "sliding_window_pattern"})
             present, of_kind = f.layer_counts(dims["layers"], fam.extra("sliding_pattern"), **counted)
@@ -506,7 +541,7 @@ def spec_from_config(cfg: dict, name: str, kind: str, source: str) -> ModelSpec:
         max_position=f.optional_integer("max_position_embeddings", 1 << 40),
         params=f.optional_integer("params", 10**15),
         published_params=f.optional_integer("published_params", 10**15),
-        description=f.text("description", ""), tower=tower,
+        description=f.text("description", ""), tower=tower, layer_pattern=pattern,
     )
 
 

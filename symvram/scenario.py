@@ -31,9 +31,12 @@ OPTIMIZERS = ("adamw", "sgd", "sgd-momentum", "lion", "adafactor", *BNB_OPTIMIZE
 OPTIMIZER_IMPLS = ("foreach", "fused", "forloop")
 ATTENTIONS = ("sdpa", "eager")
 DEVICES = ("cuda", "cpu")
-CHECKPOINT_IMPLS = ("non-reentrant", "reentrant")
+CHECKPOINT_IMPLS = ("non-reentrant", "reentrant", "unsloth")
 KBIT_PREPS = ("peft", "none")
-LOSS_IMPLS = ("torch", "chunked", "liger", "cce", "trl")
+# the families and targets Unsloth's fused LoRA kernels are modelled for (Scenario.unsloth_kernels)
+UNSLOTH_FAMILIES = ("llama", "mistral", "qwen2", "qwen3")
+UNSLOTH_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+LOSS_IMPLS = ("torch", "chunked", "liger", "cce", "trl", "unsloth")
 OFFLOADS = ("none", "optimizer", "optimizer+params")
 HALF_DTYPES = ("none", "bf16", "fp16")   # --autocast and --mp-policy: none or a 16-bit dtype
 MAX_SEQ = 10_000_000
@@ -128,6 +131,9 @@ def parse_targets(spec: str | tuple[str, ...] | list[str], fam: Family | None = 
         else:
             raise UserError(f"unknown LoRA target {excerpt(name)} for {fam.key}; use {', '.join(fam.target_sets)} or module "
                             f"names ({', '.join(fam.target_map)})")
+    for name in fam.target_map:   # a group reaching a module PEFT refuses (all-linear on a Mamba model's out_proj)
+        if name in chosen and (why := fam.extra("untargetable", {}).get(name)):
+            raise UserError(f"{name} of {fam.key} cannot be a LoRA target (the targets {excerpt(spec)} reach it): {why}")
     if not chosen - set(HEAD_TARGETS):
         raise UserError("no LoRA target modules given" + (f" beside {', '.join(sorted(chosen))}: LoRA on the model's "
                         "embedding or lm_head alone is not modelled; add layer targets (e.g. all-linear,lm_head)"
@@ -256,7 +262,8 @@ class Scenario:
             raise UserError(f"unknown scenario setting {', '.join(unknown)}; settings are "
                             f"{', '.join(k for k in cls.__dataclass_fields__ if k not in ('model', 'given'))}")
         fam = family(spec.family)
-        targets = parse_targets(kw.get("targets", "all-linear"), fam)
+        targets = parse_targets(kw.get("targets", fam.extra("default_targets", "all-linear")), fam)   # a family whose
+        # all-linear PEFT refuses (Nemotron-H: out_proj) names the group it defaults to
         heads = set(targets) | set(kw.get("head_targets", ()))
         if unknown := sorted(heads - set(targets) - set(HEAD_TARGETS)):
             raise UserError(f"head_targets: {', '.join(unknown)} unknown; use {' or '.join(HEAD_TARGETS)}")
@@ -391,13 +398,6 @@ class Scenario:
         fam = family(self.model.family)
         if self.attention not in fam.attention_kernels:
             raise UserError(f"--attention {self.attention}: {fam.attention_why or fam.key + ' runs ' + ', '.join(fam.attention_kernels)}")
-        if self.kbit_prepared and any(k.moe and not k.extra("experts_dense") for _, k in fam.layer_kinds):
-            given = "--kbit-prep peft" if "kbit_prep" in self.given else (
-                f"the {self.stack} stack's QLoRA recipe (PEFT's prepare_model_for_kbit_training, --kbit-prep peft)")
-            raise UserError(f"{given} on {fam.key}: prepare_model_for_kbit_training casts the fused experts to fp32, "
-                            "which torch's grouped_mm runs only on its per-expert CUDA fallback (its fast path and its "
-                            "meta kernel take bf16: torch _meta_registrations.py:8645; transformers "
-                            "integrations/moe.py:379), not modelled; use --kbit-prep none")
         _choice(self.device, DEVICES, "--device")
         _choice(self.offload, OFFLOADS, "--offload")
         _positive_int(self.batch, "--batch", MAX_BATCH)
@@ -448,12 +448,18 @@ class Scenario:
             self._check_offloading()
         if self.liger:
             self._check_liger()
+        if self.checkpoint_impl == "unsloth" and self.grad_checkpointing:
+            self._check_unsloth_checkpointing()
         if self.dora and not self.lora:
             raise UserError("--dora is a LoRA variant: use --method lora (or qlora)")
         if self.dora and any(family(self.model.family).target_map[t].count != 1 for t in self.targets):
             raise UserError("--dora on fused MoE experts: PEFT's target_parameters does not support DoRA")
-        if self.loss_impl != "torch" and fam.extra("final_logit_softcapping"):
+        capped = fam.extra("final_logit_softcapping") or "final_logit_softcapping" in self.model.options
+        if self.loss_impl not in ("torch", "trl") and capped:   # TRL's fused head caps inside its tiles
             raise UserError(f"--loss-impl {self.loss_impl} with {fam.key}'s final-logit soft-capping is not modelled")
+        if self.loss_impl == "unsloth" and not self.lora:
+            raise UserError("--loss-impl unsloth with full fine-tuning (a trainable lm_head: its fp32 head-gradient "
+                            "accumulation) is not modelled; Unsloth's fused loss is modelled for a frozen head (pass --loss-impl torch or liger)")
         if self.loss_impl == "cce" and self.compute_dtype == "fp32":
             raise UserError("--loss-impl cce: Cut Cross-Entropy asserts 16-bit hidden states (bf16/fp16); these are "
                             "fp32" + (" (prepare_model_for_kbit_training casts them)" if self.kbit_prepared else ""))
@@ -548,6 +554,16 @@ class Scenario:
                             "checkpointing of every layer on one GPU (TRL's activation_offloading with "
                             "gradient_checkpointing)")
 
+    def _check_unsloth_checkpointing(self) -> None:
+        """Unsloth's offloaded checkpointer is modelled on one GPU for every layer, without TRL's offloading on top."""
+        why = ("--offload-activations (TRL's hooks over Unsloth's offloaded checkpoints)" if self.offload_activations else
+               "--selective-checkpointing (Unsloth checkpoints every layer)" if self.checkpoint_every > 1 else
+               "several GPUs" if self.zero or self.gpus > 1 or self.tp > 1 else
+               f"--objective {self.objective}" if self.objective != "sft" else None)
+        if why:
+            raise UserError(f"--checkpoint-impl unsloth with {why} is not modelled; Unsloth's offloaded gradient "
+                            "checkpointing is modelled for every layer on one GPU")
+
     def _check_in_backward(self) -> None:
         """Optimizer in backward is modelled for torch's own optimizers on one GPU, one gradient at a time."""
         why = None
@@ -621,6 +637,15 @@ class Scenario:
                 raise UserError(f"--tp {self.tp} does not divide {name} = {dims[name]}: tensor parallelism "
                                 f"gives every rank the same share of the heads and of d_ff")
 
+    @property
+    def unsloth_kernels(self) -> bool:
+        """Whether Unsloth's fused LoRA kernels run: FastLlamaModel.patch_peft_model (unsloth 2026.10.9
+        models/llama.py:5252-5273, 5333-5410) patches the Llama, Mistral, Qwen2 and Qwen3 layers whose q, k, v, o,
+        gate, up and down projections all carry LoRA, without dropout (the other families load through
+        transformers' modules, not modelled apart; a partial target set falls back to PEFT's eager path)."""
+        return (self.stack == "unsloth" and self.lora and self.lora_dropout == 0 and not self.dora
+                and self.model.family in UNSLOTH_FAMILIES and set(UNSLOTH_TARGETS) <= set(self.targets))
+
     @cached_property
     def structure(self) -> Structure:
         """The discrete choices of the ledger (built once per Scenario: the Scenario is frozen)."""
@@ -644,11 +669,13 @@ class Scenario:
             loss_impl=self.loss_impl, dora=self.lora and self.dora, modules_to_save=self.saved_modules, zero=self.zero, offload=self.offload,
             sequence_parallel=self.sequence_parallel, tensor_parallel=self.tp > 1,
             fsdp_mixed_precision=self.mp_policy != "none", zero_impl=stacks()[self.stack].get("zero_impl", "fsdp2"),
-            bnb_input_saved=self.method == "qlora" and applies("bnb_input_saved", self.versions),
+            bnb_input_saved=self.method == "qlora" and applies("bnb_input_saved", self.versions)
+            and not self.unsloth_kernels,
             optimizer_in_backward=self.optimizer_in_backward,
             checkpoint_every=self.checkpoint_every if self.grad_checkpointing else 1,
             offload_activations=self.offload_activations,
-            packed=self.packing > 0, liger=self.liger,
+            offload_checkpoints=self.grad_checkpointing and self.checkpoint_impl == "unsloth",
+            packed=self.packing > 0, liger=self.liger, unsloth_kernels=self.unsloth_kernels,
             shift_logits_copy=self.loss_impl == "torch" and applies("hf_shift_logits_copy", self.versions),
             forward_logits_upcast=self.loss_impl == "torch" and applies("hf_forward_logits_upcast", self.versions),
             tower=self.model.tower,
@@ -662,8 +689,8 @@ class Scenario:
         fam = family(self.model.family)
         embedding_trains = "embed_tokens" in self.modules_to_save or "embed_tokens" in self.head_targets
         if not self.lora or self.grad_checkpointing or embedding_trains or not fam.kinds:
-            return (), fam.first_kind(self.model.dims)
-        return fam.leading_kinds(self.model.dims, self.targets)
+            return (), fam.first_kind(self.model.dims, self.model.layer_pattern)
+        return fam.leading_kinds(self.model.dims, self.targets, self.model.layer_pattern)
 
     def values(self) -> dict[str, int | float]:
         """Numbers for every leaf symbol: registry defaults, model dims, run settings, dtypes, overrides."""

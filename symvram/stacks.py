@@ -27,8 +27,8 @@ STACK_SETTINGS = ("adapter_dtype", "autocast", "optimizer", "optimizer_impl", "s
                   "loss_impl", "kbit_prep")
 
 # settings only some stacks decide (the storage dtype, DeepSpeed's fp32 master, the ZeRO stage, FSDP2's
-# mixed-precision policy, TRL's checkpointing default); the Scenario's own default otherwise
-STACK_EXTRAS = ("dtype", "master", "zero", "mp_policy", "grad_checkpointing")
+# mixed-precision policy, TRL's checkpointing default, Unsloth's LoRA rank); the Scenario's own default otherwise
+STACK_EXTRAS = ("dtype", "master", "zero", "mp_policy", "grad_checkpointing", "rank")
 
 # what DeepSpeed ZeRO-Offload runs: its bf16 engine (the model cast to bf16, no autocast), its CPU Adam on the fp32
 # master partition (fp32 moments: DeepSpeedCPUAdam(fp32_optimizer_states=True)), stepped after the backward;
@@ -75,11 +75,14 @@ def resolve(model, kw: dict) -> dict:
     name = check_stack(kw.get("stack") or default_stack(model))
     kw["stack"] = name
     entry = stacks()[name]
+    if kw.get("method") is None and "method" in entry:   # Unsloth loads in 4 bits unless told otherwise
+        kw["method"] = entry["method"]
     if kw.get("method") == "qlora" and (kw.get("kbit_prep") or entry["kbit_prep"]) == "peft":
         for key in ("grad_checkpointing", "checkpoint_impl"):  # what prepare_model_for_kbit_training turns on
             if kw.get(key) is None and f"kbit_{key}" in entry:
                 kw[key] = entry[f"kbit_{key}"]
-    adapter_given = kw.get("adapter_dtype") is not None
+    given = {key for key in STACK_SETTINGS if kw.get(key) is not None}
+    adapter_given = "adapter_dtype" in given
     for key in STACK_SETTINGS:
         if kw.get(key) is None:
             kw[key] = entry[key]
@@ -95,6 +98,8 @@ def resolve(model, kw: dict) -> dict:
         kw["mp_policy"] = "none"   # FSDP2 with 16-bit storage (or no ZeRO-3 asked for): no policy
     if not master_given and kw.get("dtype") == "fp32":
         kw["master"] = "none"      # DeepSpeed in fp32: the weights are their own master
+    if name == "unsloth" and "checkpoint_impl" not in given and (kw.get("seq") or DEFAULT_SEQ) < UNSLOTH_OFFLOAD_FROM:
+        kw["checkpoint_impl"] = "reentrant"   # unsloth models/_utils.py:502-511: plain (reentrant) checkpointing
     if kw["autocast"] == "weights16":
         kw["autocast"] = kw.get("dtype") if kw.get("dtype") in ("bf16", "fp16") else "bf16"
     return kw
@@ -114,6 +119,10 @@ def concrete(kw: dict, lora: bool) -> dict:
         kw["state_dtype"] = kw["adapter_dtype"] if lora else dtype
     return kw
 
+
+# Unsloth offloads its checkpoints from max_seq_length 512 on (below, plain checkpointing is faster)
+UNSLOTH_OFFLOAD_FROM = 512
+DEFAULT_SEQ = 2048   # Scenario's (and Unsloth's max_seq_length's) default
 
 IMPL_WORDS = {"foreach": "torch foreach", "fused": "torch fused", "forloop": "torch for-loop"}
 
@@ -158,6 +167,18 @@ def summary(sc) -> str:
     if sc.packing:
         parts.append("packed samples under SDPA's block-diagonal mask (FlashAttention's varlen path, which keeps no "
                      "mask, is not modelled)")
+    if sc.structure.offload_checkpoints:
+        parts.append("Unsloth's offloaded checkpointing (unsloth_zoo 2026.10.9: layer inputs in pinned host memory, "
+                     "two device staging buffers, measured by running its checkpointer on the CPU; the copy streams "
+                     "modelled, not measured)")
+    if sc.loss_impl == "unsloth":
+        parts.append("Unsloth's fused linear cross-entropy (Triton: modelled, not measured)")
+    if sc.unsloth_kernels:
+        parts.append("Unsloth's fused LoRA QKV/O/MLP and RMSNorm kernels (what they save; their backward's "
+                     "temporaries as PEFT's eager layer; Triton: modelled, not measured)")
+    elif sc.stack == "unsloth" and sc.lora:
+        parts.append("PEFT's eager LoRA layers (Unsloth's fused kernels are modelled for Llama, Mistral, Qwen2 and "
+                     "Qwen3 with LoRA on all seven projections and no dropout)")
     if sc.offload_activations:
         parts.append("TRL's activation offloading (its rules traced on the CPU; the copy streams' overlap and pinned "
                      "host memory modelled, not measured)")
@@ -165,9 +186,15 @@ def summary(sc) -> str:
         parts.append("Gated DeltaNet on transformers' torch path (torch_chunk_gated_delta_rule, run when "
                      "flash-linear-attention is not installed; the fla kernels' saved tensors are not modelled"
                      + "; under checkpointing its backward's temporaries are not either" * sc.grad_checkpointing + ")")
+    if any(k.mixer == "mamba2" for _, k in sc.structure.arch.layer_kinds):
+        parts.append("Mamba-2 on transformers' torch path (mamba2_chunk_scan, run when mamba_ssm and causal_conv1d are "
+                     "not installed; mamba_ssm's fused kernels' saved tensors are not modelled"
+                     + "; under checkpointing the scan's backward temporaries are not either" * sc.grad_checkpointing + ")")
     parts.append("loss on one score per sequence" if sc.score_head else f"loss {sc.loss_impl}")
     if sc.method == "qlora" and sc.kbit_prep == "peft":
-        parts.append("prepare_model_for_kbit_training")
+        parts.append("prepare_model_for_kbit_training" + (
+            " (its fp32 fused experts on torch's per-group grouped_mm fallback on CUDA: modelled, not measured on "
+            "CUDA)" if any(k.moe and not k.extra("experts_dense") for _, k in sc.structure.arch.layer_kinds) else ""))
     elif sc.method == "qlora":   # the preparation is also what turns checkpointing on in this stack: say it is gone
         turned_on = stacks()[sc.stack].get("kbit_grad_checkpointing") and not sc.grad_checkpointing
         parts.append("no kbit preparation" + (" (nor the checkpointing it turns on: add --grad-checkpointing)"

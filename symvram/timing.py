@@ -233,8 +233,9 @@ class StepTime:
                        + ("no overlap with compute (an upper bound)" if not overlap else f"{overlap:g} of it hidden"))
         if self.comm["host"]:
             out.append(f"{self.host_link.name} at {self.host_link.bytes_per_s / 1e9:g} GB/s to the CPU, not hidden"
-                       + ("; activation copies not hidden behind compute (an upper bound: TRL overlaps them on "
-                          "a second stream)" if sc.offload_activations else ""))
+                       + ("; activation copies not hidden behind compute (an upper bound: "
+                          + ("TRL" if sc.offload_activations else "Unsloth") + " overlaps them on a second stream)"
+                          if sc.offload_activations or sc.structure.offload_checkpoints else ""))
         if self.comm["cpu"]:
             out.append(f"the CPU optimizer's update memory-bound at {self.host.bytes_per_s / 1e9:.3g} GB/s of host memory "
                        f"per GPU{'' if self.host.key == 'set' else ', nominal'} ({self.host.name}); modelled, not "

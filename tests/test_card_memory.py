@@ -134,8 +134,9 @@ def test_ledger_schedule_against_traced_schedules_on_stored_cases():
     ``allocator``: symvram validate's trace of every alloc and free, through the same replay): the ledger's own
     schedule, with each layer's working sets, replayed with both allocators. On the step the working sets model
     (``_modelled_step``) the allocated peaks agree within 0.5 % and the reserved peaks, with expandable
-    segments, to a median within 1 % and every case within 3.5 %, with the default allocator within 3.5 % (issue
-    24 asks for 1 % on every case: not met yet). The other stored cases are named in docs/accuracy.md (LoRA on
+    segments, to a median within 1 % and every case within 3.5 %, with the default allocator within 3.1 % (issue
+    24 asks for 1 % on every case: not met yet; the MLP's working set, the gated product and down_proj's output,
+    took tinyllama LoRA q/v from −3.5 % to −1.0 %). The other stored cases are named in docs/accuracy.md (LoRA on
     lm_head up to 13.5 %; DPO/KTO, optimizer-in-backward, partial checkpointing, MLA and Gated DeltaNet families,
     a multimodal checkpoint's vision tower (gemma-3-4b-it: 2.3 %): their schedules are their own)."""
     import statistics
@@ -159,7 +160,7 @@ def test_ledger_schedule_against_traced_schedules_on_stored_cases():
     assert len(errors) >= 2 * 17, sorted(errors)
     expandable = [abs(e) for (_, name), e in errors.items() if name == "expandable"]
     assert statistics.median(expandable) < 0.01 and max(expandable) < 0.035, errors
-    assert max(abs(e) for (_, name), e in errors.items() if name == "default") < 0.035, errors
+    assert max(abs(e) for (_, name), e in errors.items() if name == "default") < 0.031, errors
 
 
 def test_transformers_loss_of_older_releases():

@@ -66,6 +66,9 @@ TINY = {
                    "linear_key_head_dim": 12, "linear_value_head_dim": 20, "linear_conv_kernel_dim": 3,
                    "num_experts": 6, "num_experts_per_tok": 3, "moe_intermediate_size": 40,
                    "shared_expert_intermediate_size": 56, "pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 2},
+    "nemotron_h": {"hybrid_override_pattern": "M*-", "mamba_num_heads": 8, "mamba_head_dim": 12,   # each block kind
+                   "n_groups": 2, "ssm_state_size": 10, "chunk_size": 16, "pad_token_id": 0, "bos_token_id": 1,
+                   "eos_token_id": 2},
 }
 BASE = {"hidden_size": 64, "intermediate_size": 176, "num_hidden_layers": 3, "num_attention_heads": 4,
         "num_key_value_heads": 2, "head_dim": 24, "vocab_size": 1000}
@@ -360,7 +363,7 @@ ONE_PER_FAMILY = ["gemma-4-e2b", "llama-3.2-1b", "mistral-7b", "qwen2.5-0.5b", "
                   "olmo-2-7b", "mixtral-8x7b", "qwen3-30b-a3b", "smollm3-3b", "olmo-3-7b", "qwen1.5-moe-a2.7b",
                   "ministral-3-3b", "gpt-oss-20b", "glm-4.5-air", "deepseek-v3",
                   "glm-4.7-flash", "mistral-small-4", "qwen3.5-27b", "llama-4-maverick-17b-128e", "qwen3.5-35b-a3b",
-                  "qwen3-next-80b-a3b"]
+                  "qwen3-next-80b-a3b", "nemotron-nano-9b-v2", "gemma-4-e2b"]
 
 
 def test_one_preset_per_family():
@@ -391,18 +394,6 @@ def test_a_multimodal_config_is_read_through_its_text_config():
                             "g", "config", "test")
     assert spec.family == "gemma3_text"
     assert evaluate(Scenario.create(spec, method="full")).derived["P"] == 3_880_263_168
-
-
-def test_kbit_prep_on_grouped_mm_experts_is_refused():
-    """prepare_model_for_kbit_training casts the fused experts to fp32; transformers runs them through torch's
-    grouped_mm (integrations/moe.py:379), whose fast path and meta kernel take bf16 only
-    (torch/_meta_registrations.py:8645): fp32 runs on the CUDA per-expert fallback, which FakeTensorMode cannot trace,
-    so the estimate is refused with the reason. Llama 4's dense-bmm experts run in fp32 (measured: the Scout QLoRA
-    benchmark case) and are estimated."""
-    with pytest.raises(UserError, match="grouped_mm runs only on its per-expert CUDA fallback"):
-        Scenario.create("qwen3-30b-a3b", method="qlora", kbit_prep="peft")
-    Scenario.create("qwen3-30b-a3b", method="qlora", kbit_prep="none")
-    Scenario.create("llama-4-scout-17b-16e", method="qlora", kbit_prep="peft")
 
 
 @pytest.mark.parametrize("settings, limit", [

@@ -85,3 +85,19 @@ def test_trl_full_fine_tuning_accumulates_lm_head_in_fp32():
     assert bf16.terms["loss_backward_temp"] == 2 * 1024 * 32768 + 4 * T * h + 2 * T * h + (4 + 2) * V * h
     assert fp32.terms["loss_backward_temp"] == (2 * 1024 * 32768 + 4 * T * h  # bf16 tiles; the fp32 hidden gradient
                                                 + 2 * 32768 * h + 2 * T * h)     # a weight chunk's and the rows' casts
+
+
+def test_trl_fused_lm_head_caps_gemma2_logits_inside_its_tiles():
+    """Gemma 2's final-logit soft-capping under TRL's fused LM head: the kernel applies cap·tanh(z/cap) to each tile
+    (trl 1.16 kernels/chunked_logprob.py:66-74; the backward recomputes tanh from the tile, :180) and saves what it
+    saves without a cap (:386): the same hidden copy, labels, log_z and entropy, and no vocabulary-sized
+    tanh(logits/cap) — which transformers' own loss keeps (b·s·V in bf16). Other fused losses stay refused."""
+    kw = dict(method="lora", rank=16, seq=2048, batch=1, dtype="bf16")
+    T, h, V = 2048, 3584, 256000
+    trl = evaluate(Scenario.create("gemma-2-9b", stack="trl", **kw))
+    assert "act_logit_softcap" not in trl.terms
+    assert trl.terms["act_logsoftmax"] == 2 * T * h + 8 * T + 2 * 4 * T
+    hf = evaluate(Scenario.create("gemma-2-9b", stack="hf", **kw))
+    assert hf.terms["act_logit_softcap"] == 2 * T * V
+    with pytest.raises(UserError, match="soft-capping is not modelled"):
+        Scenario.create("gemma-2-9b", loss_impl="chunked", **kw)

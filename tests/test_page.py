@@ -21,7 +21,6 @@ from symvram.present.page import _mathml, page_data, render_page
 from symvram.symbols import latex
 from symvram.present.tables import term_latex
 from symvram.scenario import Scenario
-from test_symbols import sweep_scenario
 
 HOSTILE = '</script><script>alert(1)</script><img src=x onerror="alert(2)">&amp; \u2028'
 
@@ -66,7 +65,7 @@ def test_mathml_pieces_make_latex2mathmls_whole(model):
     formulas = set()
     for method, kw in itertools.product(("full", "lora", "qlora"), ({}, {"zero": 3, "gpus": 2},
                                                                     {"grad_checkpointing": True, "attention": "eager"})):
-        for t in build_ledger(sweep_scenario(model, method=method, **kw).structure).terms:
+        for t in build_ledger(Scenario.create(model, method=method, **kw).structure).terms:
             formulas.add(f"{t.label} = {latex(t.expr)}")
     assert sum(r"\left(" in f for f in formulas) > 10
     for f in formulas:

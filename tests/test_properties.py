@@ -15,7 +15,6 @@ from symvram.ledger.terms import BLOCKS
 from symvram.present.tables import to_json
 from symvram.presets import load_model, model_presets
 from symvram.scenario import BNB_OPTIMIZERS, OPTIMIZER_IMPLS, OPTIMIZERS, STATE_DTYPES, Scenario
-from test_symbols import sweep_scenario
 
 PROPS = settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 # the invariants below that name Llama's modules (targets, hand-derived LoRA shapes) run over the Llama-layer
@@ -73,7 +72,7 @@ def test_every_family_is_monotone_in_batch_seq_and_rank(model, method, knob, val
 
 
 def peak(model, **kw):
-    return evaluate(sweep_scenario(model, **kw)).peak
+    return evaluate(Scenario.create(model, **kw)).peak
 
 
 def _pair(draw_ints):

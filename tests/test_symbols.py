@@ -7,8 +7,6 @@ import pytest
 import sympy as sp
 
 from symvram.ledger import build_ledger
-from symvram.ledger.architecture import family
-from symvram.presets import load_model
 from symvram.scenario import Scenario
 from symvram.symbols import LATEX_NAMES, latex, lex_terms
 
@@ -20,16 +18,10 @@ def test_latex_is_sympys_term_for_term(model):
     exprs = set()
     for method, kw in itertools.product(("full", "lora", "qlora"), ({}, {"zero": 3, "gpus": 2},
                                                                     {"grad_checkpointing": True, "attention": "eager"})):
-        exprs.update(t.expr for t in build_ledger(sweep_scenario(model, method=method, **kw).structure).terms)
+        exprs.update(t.expr for t in build_ledger(Scenario.create(model, method=method, **kw).structure).terms)
     sums = {e for expr in exprs for e in sp.preorder_traversal(expr) if isinstance(e, sp.Add)}
     assert len(sums) > 30
     assert all(lex_terms(e) == e.as_ordered_terms() for e in sums)
     assert all(latex(e) == sp.latex(e, symbol_names=LATEX_NAMES, mul_symbol="dot") for e in exprs)
 
 
-def sweep_scenario(model, **kw):
-    """``Scenario.create(model, **kw)`` for tests that sweep every family: QLoRA on fused-expert MoE without k-bit
-    preparation (refused with it)."""
-    if kw.get("method") == "qlora" and family(load_model(model).family).moe:
-        kw = {"kbit_prep": "none", **kw}
-    return Scenario.create(model, **kw)

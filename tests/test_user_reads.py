@@ -510,18 +510,6 @@ def test_the_settings_table_shows_the_objective_a_file_sets(tmp_path, capsys):
     assert "\nobjective " not in capsys.readouterr().out    # SFT files keep the table as it was
 
 
-def test_moe_qlora_refusal_says_where_the_kbit_preparation_came_from(capsys):
-    """`--method qlora` on an MoE model with fused experts: PEFT's k-bit preparation (the hf stack's QLoRA recipe)
-    casts the experts to fp32, which grouped_mm refuses. The user never typed --kbit-prep peft: the one-line error
-    names the stack that implied it and the way out."""
-    assert main(["estimate", "glm-4.7-flash", "--method", "qlora"]) == 2
-    err = capsys.readouterr().err
-    assert err.startswith("symvram: error: the hf stack's QLoRA recipe (PEFT's prepare_model_for_kbit_training, "
-                          "--kbit-prep peft) on glm4_moe_lite") and "use --kbit-prep none" in err
-    assert main(["estimate", "glm-4.7-flash", "--method", "qlora", "--kbit-prep", "peft"]) == 2
-    assert capsys.readouterr().err.startswith("symvram: error: --kbit-prep peft on glm4_moe_lite")
-
-
 def test_header_says_the_optimizer_steps_in_backward(capsys):
     """--optimizer-in-backward changes what is held (one gradient at a time) but no header said so, and the hf
     stack's sentence still summed "weights + gradients + states = 8 B/param". By hand: bf16 weights 2 + two bf16

@@ -297,6 +297,13 @@ def _candidates(sc: Scenario, p95_seq: int | None) -> list[_Candidate]:
                               "each layer's checkpointed input crosses PCIe twice per step (to pinned host memory in "
                               "the forward, back for its recompute), overlapped with compute on a second stream; "
                               "the host needs those bytes pinned (modelled, not measured: the copies' overlap)"))
+    if (sc.stack == "unsloth" and sc.grad_checkpointing and sc.checkpoint_impl != "unsloth"
+            and not sc.offload_activations and sc.checkpoint_every == 1 and sc.gpus == 1 and sc.objective == "sft"):
+        out.append(_Candidate("unsloth_checkpointing", "Unsloth's offloaded gradient checkpointing",
+                              "throughput", ("activation",), {"checkpoint_impl": "unsloth"},
+                              "every layer input but the last (and the leaf embedding output) crosses PCIe twice per "
+                              "micro-batch on a side stream; two staging buffers of one input stay on the card, the "
+                              "inputs in pinned host memory (modelled, not measured)"))
     if sc.batch > 1:
         out.append(_Candidate("batch1", f"batch 1, with {sc.batch}× the gradient accumulation steps", "throughput",
                               ("activation", "loss", "backward"), {"batch": 1},

@@ -19,6 +19,7 @@ import sympy as sp
 from ..errors import UserError
 from ..evaluate import Breakdown, evaluate, substitution
 from ..ledger.activations import per_layer_bytes
+from ..ledger.architecture import family
 from ..ledger.terms import BLOCKS, Role
 from ..ledger.sharding import shard_definitions
 from ..presets import load_card, load_model
@@ -116,7 +117,11 @@ def same_settings(sc: Scenario, model: str) -> Scenario:
     kw = {k: getattr(sc, k) for k in sc.__dataclass_fields__ if k != "model"}
     groups = sc.structure.arch.target_sets  # another family names its modules otherwise: pass the group
     kw["targets"] = next((g for g, members in groups.items() if set(members) == set(sc.targets)), sc.targets)
-    return Scenario.create(load_model(model), **kw)
+    spec = load_model(model)
+    other = family(spec.family)
+    if isinstance(kw["targets"], str) and kw["targets"] not in other.target_sets:   # a group only this family has
+        kw["targets"] = other.extra("default_targets", "all-linear")   # (Nemotron-H's "linear"): the other's default
+    return Scenario.create(spec, **kw)
 
 
 def per_param(bd: Breakdown) -> dict:

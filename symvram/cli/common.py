@@ -152,12 +152,13 @@ def add_scenario_arguments(p: argparse.ArgumentParser) -> None:
                         "for its recompute; the host bytes are shown beside the GPU's")
     g.add_argument("--checkpoint-impl", choices=CHECKPOINT_IMPLS,
                    help="with --grad-checkpointing: torch.utils.checkpoint's non-reentrant (transformers' default) or "
-                        "reentrant implementation (default: the stack's)")
+                        "reentrant implementation, or unsloth (Unsloth's offloaded checkpointer: layer inputs in pinned "
+                        "host memory, two staging buffers on the card; modelled, not measured) (default: the stack's)")
     g.add_argument("--loss-impl", choices=LOSS_IMPLS,
                    help="cross-entropy: torch (transformers' loss: fp32 logits and vocabulary-sized gradients), "
                         "chunked (torchtune's CEWithChunkedOutputLoss, 8 chunks), liger (Liger's fused linear "
-                        "cross-entropy), cce (Cut Cross-Entropy) or trl (TRL's SFTTrainer: its own fused LM head, "
-                        "always on); liger, cce and trl are modelled from their source, not measured here (default: the "
+                        "cross-entropy), cce (Cut Cross-Entropy), trl (TRL's SFTTrainer: its own fused LM head, "
+                        "always on) or unsloth (Unsloth's fused linear cross-entropy); liger, cce, trl and unsloth are modelled from their source, not measured here (default: the "
                         "stack's)")
     g.add_argument("--attention", choices=ATTENTIONS, help="sdpa (default; flash/memory-efficient kernel) or "
                                                            "eager (materialises b·heads·seq² scores)")

@@ -85,7 +85,7 @@ def _check_supported(sc, fsdp: bool = False) -> None:
         raise UserError("--loss-impl trl: off a GPU, TRL's fused LM head takes its torch fallback (every position "
                         "scored, fp32 tile temporaries the Triton path lacks): the estimate models the GPU path from "
                         "its source, a fake-tensor run cannot measure it")
-    if sc.loss_impl in ("liger", "cce"):
+    if sc.loss_impl in ("liger", "cce", "unsloth"):
         raise UserError(f"--loss-impl {sc.loss_impl} runs GPU kernels only (Triton): the estimate models it from its "
                         "source, a fake-tensor run cannot measure it")
     bnb = sc.structure.bnb

@@ -19,7 +19,7 @@ import sympy as sp
 
 from ..errors import UserError
 from ..symbols import sym
-from .architecture import E, L, V, dh, f, f_e, family, h, k_e, nh, nkv
+from .architecture import E, L, V, dh, f, f_e, h, k_e, nh, nkv
 from .functions import at_least, ceil_div, pow2_ceil
 from .structure import Structure
 from .terms import Phase, Place, Role, Term, span
@@ -56,7 +56,7 @@ def _shared_with_attention(s_: Structure, group: str) -> bool:
     fam = s_.arch
     return (group == "attn_out" and s_.attention == "sdpa" and not fam.extra("fused_qkv")
             and fam.dim("rotary_dim", 0) == 0 and not fam.latent_attention
-            and not (fam.extra("output_gate") or fam.extra("gated_deltanet")))
+            and not (fam.extra("output_gate") or fam.extra("gated_deltanet")) and fam.mixer == "attention")
 
 
 NORM_WHY = {
@@ -72,18 +72,31 @@ LIGER = ("liger_kernel 0.8.5 ops/rms_norm.py:674-676 LigerRMSNormFunction (X, RS
          "LigerSiLUMulFunction, ops/geglu.py:138 LigerGELUMulFunction (a, b); modelled, not measured (Triton)")
 
 
+UNSLOTH_KERNELS = ("unsloth 2026.10.9 kernels/rms_layernorm.py:981 Fast_RMS_Layernorm (X, r); kernels/fast_lora.py:448 "
+                   "LoRA_MLP (X, e, g), :845 LoRA_QKV (X), :1073 LoRA_W (X); modelled, not measured (Triton)")
+
+
 def norm_saved(s_: Structure, rows: sp.Expr, width: sp.Expr, b_in: sp.Expr | None = None, weight: bool = True) -> sp.Expr:
     """What one norm over ``rows`` rows of ``width`` per token saves when its input needs a gradient:
     the fp32 upcast input and 1/rms (Gemma's norm also its fp32 (1 + w), a weight-sized vector; Gemma 4's also
     mean(x²) + ε, which its pow(·, −0.5) keeps, and its weight's fp32 copy where it has a weight). Liger's
     RMSNorm keeps its input as it comes (``b_in`` bytes per element: the residual stream's, or the compute
-    dtype's for a q/k norm) and the fp32 1/rms, and recomputes the rest."""
-    if s_.liger:
+    dtype's for a q/k norm) and the fp32 1/rms, and recomputes the rest; so does Unsloth's Fast_RMS_Layernorm."""
+    if s_.liger or s_.unsloth_kernels:
         return (residual_bytes(s_) if b_in is None else b_in) * T * rows * width + b_32 * T * rows
     saved = b_32 * T * rows * width + b_32 * T * rows
     if s_.arch.norm == "gemma4_rms":   # modeling_gemma4.py:205-214
         return saved + b_32 * T * rows + (b_32 * width if weight else 0)
     return saved + b_32 * width if s_.arch.norm == "gemma_rms" else saved
+
+
+def norm_weight_copy(s_: Structure, width: sp.Expr) -> sp.Expr:
+    """The fp32 copy of a 16-bit norm weight that a norm multiplying ``weight.to(float32)`` keeps for its input's
+    gradient (Nemotron-H's NemotronHRMSNorm, modeling_nemotron_h.py:633; ``extras.norm_weight_fp32_copy``): none
+    for other families, nor for weights already fp32."""
+    if not s_.arch.extra("norm_weight_fp32_copy") or s_.liger:
+        return sp.Integer(0)
+    return b_32 * width * at_least(b_32, 2 * compute_weight_bytes(s_))   # 1 for 16-bit weights, 0 for fp32
 
 
 def norm_weight_input(s_: Structure) -> sp.Symbol:
@@ -179,9 +192,11 @@ def _layer_of(s_: Structure, first: bool) -> dict[str, tuple[sp.Expr, str, str, 
     saving = [n for n in fam.active_norms(s_.options) if grad[n.at] if not n.after or grad_in or n.after in targets]
     if saving:
         out["act_norms"] = (sp.Add(*(norm_saved(s_, n.rows, n.width, matmul_bytes(s_) if n.after else None, n.weight)
-                                     for n in saving)), r"A_{\mathrm{norm}}",
-                            "each Liger RMSNorm keeps its input and the fp32 1/rms" if s_.liger else NORM_WHY[fam.norm],
-                            LIGER if s_.liger else TRANSFORMERS)
+                                     + norm_weight_copy(s_, n.width) for n in saving)), r"A_{\mathrm{norm}}",
+                            "each Liger RMSNorm keeps its input and the fp32 1/rms" if s_.liger else
+                            "each Unsloth RMSNorm keeps its input and the fp32 1/rms" if s_.unsloth_kernels else
+                            NORM_WHY[fam.norm] + " (and the weight's fp32 copy)" * (norm_weight_copy(s_, 1) != 0),
+                            LIGER if s_.liger else UNSLOTH_KERNELS if s_.unsloth_kernels else TRANSFORMERS)
         if not s_.lora and not s_.liger and any(n.weight for n in saving):   # Liger's backward recomputes it for dW
             out["act_norm_weight_input"] = (sp.Add(*(norm_weight_input(s_) * T * n.rows * n.width for n in saving
                                                      if n.weight)),
@@ -189,7 +204,11 @@ def _layer_of(s_: Structure, first: bool) -> dict[str, tuple[sp.Expr, str, str, 
                                             "a trainable norm weight also keeps the normalized "
                                             + ("16-bit" if fam.norm == "rms" else "fp32") + " tensor", TRANSFORMERS)
 
-    if attn_grad and fam.extra("gated_deltanet"):
+    if fam.mixer == "none":   # an MLP block (Nemotron-H's "-" layers): no token mixer
+        pass
+    elif attn_grad and fam.mixer == "mamba2":
+        out.update(_mamba2(s_))
+    elif attn_grad and fam.extra("gated_deltanet"):
         out.update(_gated_deltanet(s_))
     elif attn_grad and fam.latent_attention:
         out.update(_latent_attention(s_))
@@ -207,11 +226,12 @@ def _layer_of(s_: Structure, first: bool) -> dict[str, tuple[sp.Expr, str, str, 
             kv = {None: b_mm * T * dh * 2 * (nkv + repeated),
                   "sliding": b_mm * T * dh * 2 * nkv * past_window(s_) * at_least(nkv, 2)
                   }.get(shared, b_mm * T * dh * 2 * at_least(dh, 257) * at_least(nkv, 2) * nh)
+            roped = " after RoPE" * (not fam.extra("no_rope"))
             out["act_attention"] = (b_mm * T * dh * nh + kv + b_mm * T * nh * dh + fused, r"A_{\mathrm{attn}}",
-                                    ("SDPA (flash) keeps q, k, v after RoPE and its output; a layer reading shared K/V "
+                                    ("SDPA (flash) keeps q, k, v" + roped + " and its output; a layer reading shared K/V "
                                      "keeps only q and its output (k and v are the storing layer's; past the window a "
                                      "sliding one's k, v repeated to n_h heads)" if fam.extra("kv_shared") else
-                                     "SDPA (flash) keeps q, k, v after RoPE and its output")
+                                     "SDPA (flash) keeps q, k, v" + roped + " and its output")
                                     + ("; v is a view of the fused qkv output, which it keeps whole" if fused else ""),
                                     "torch scaled_dot_product_attention")
             out["act_attention_lse"] = (b_32 * b * nh * seq, r"A_{\mathrm{lse}}",
@@ -251,7 +271,13 @@ def _layer_of(s_: Structure, first: bool) -> dict[str, tuple[sp.Expr, str, str, 
             out.update(_moe_layer(s_))
         if fam.extra("shared_expert"):
             out.update(_shared_expert(s_))
-    elif mlp_grad:
+    elif s_.unsloth_kernels:   # LoRA_MLP saves them whatever needs a gradient (its adapters always do)
+        out["act_mlp"] = (2 * b_c * T * f, r"A_{\mathrm{mlp}}", "Unsloth's LoRA_MLP keeps the gate and up outputs "
+                          "(e, g: d_ff wide each) and recomputes the activation in backward", UNSLOTH_KERNELS)
+    elif mlp_grad and fam.mlp_kind == "plain":   # relu²: relu keeps its output, which the square reads too
+        out["act_mlp"] = (b_c * T * f, r"A_{\mathrm{mlp}}", "the ReLU output (d_ff wide), which ReLU's backward and "
+                          "the square's both read", "transformers activations.py ReLUSquaredActivation; " + fam.source)
+    elif mlp_grad and fam.mlp_kind == "gated":
         act = {"silu": "SiLU", "gelu_tanh": "GELU"}[fam.activation]
         out["act_mlp"] = ((2 if s_.liger else 3) * b_c * T * mlp_width(fam), r"A_{\mathrm{mlp}}",
                           f"Liger's fused {act}·up keeps the gate and up outputs (d_ff wide each)" if s_.liger else
@@ -272,7 +298,7 @@ def _layer_of(s_: Structure, first: bool) -> dict[str, tuple[sp.Expr, str, str, 
     group_grad = {"attn_in": grad_in, "attn_out": resid_grad or attn_grad, "mlp_in": resid_grad, "mlp_act": mlp_grad,
                   "q_latent": lat["q_latent"], "kv_latent": lat["kv_latent"], "ple_in": lat["ple_in"],
                   "ple_act": lat["ple_act"]}
-    if s_.lora and s_.autocast and s_.adapter_upcast and lin_targets:
+    if s_.lora and s_.autocast and s_.adapter_upcast and lin_targets and not s_.unsloth_kernels:
         # lora_A's cast weight is saved only for its input's gradient: not in the first layer's q, k, v
         casts = sp.Add(*((fam.linear(t).d_in if group_grad[fam.linear(t).input_group] else 0) + fam.linear(t).d_out
                          for t in lin_targets))
@@ -293,6 +319,9 @@ def _layer_of(s_: Structure, first: bool) -> dict[str, tuple[sp.Expr, str, str, 
                                     "torch.nn.functional.linear backward")
         return _kind_dims(fam, out)
 
+    if s_.unsloth_kernels:
+        out.update(_unsloth_lora_inputs(s_))
+        return _kind_dims(fam, out)
     b_ad = compute_adapter_bytes(s_)  # the adapters as they compute (cast by an FSDP2 policy)
     autocast_copy = s_.autocast and s_.adapter_upcast  # lora_A's autocast saves a compute-dtype copy per target
     inputs, masks = sp.Integer(0), sp.Integer(0)
@@ -349,6 +378,26 @@ def _kind_dims(fam, out: dict[str, tuple[sp.Expr, str, str, str]]) -> dict[str, 
         return out
     new = {sym(name): sym(value) for name, value in dims.items()}
     return {k: (e.xreplace(new), *rest) for k, (e, *rest) in out.items()}
+
+
+def _unsloth_lora_inputs(s_: Structure) -> dict[str, tuple[sp.Expr, str, str, str]]:
+    """What Unsloth's fused LoRA kernels keep of their inputs: one tensor per block, in the compute dtype, whatever
+    needs a gradient (the adapters always do) — LoRA_QKV the input norm's output (kernels/fast_lora.py:845), LoRA_W
+    attention's output as o_proj reads it (under SDPA a contiguous (b, s, n_h·d) copy, utils/attention_dispatch.py
+    :1696; FlashAttention's output is read in place), LoRA_MLP the post-attention norm's output (:448). No r-wide
+    tensor (X·A is recomputed in backward) and no fp32 copy of an input; the adapters are cast inside the Function,
+    where autograd saves nothing.
+
+    >>> saved = _unsloth_lora_inputs(Structure(method="lora", unsloth_kernels=True, targets=("q_proj",)))
+    >>> saved["act_lora_inputs"][0]
+    batch*bytes_act*seq*(head_dim*heads + 2*hidden)
+    """
+    fam = s_.arch
+    attn_out = 0 if s_.attention != "sdpa" else fam.group_width["attn_out"]
+    return {"act_lora_inputs": (b_c * T * (2 * h + attn_out), r"A_{\mathrm{LoRA,in}}",
+                                "Unsloth's fused LoRA kernels keep one input per block: q, k and v's (the input norm's "
+                                "output), o_proj's (SDPA's output as a contiguous copy) and the MLP's",
+                                UNSLOTH_KERNELS)}
 
 
 GDN = "transformers models/qwen3_5/modeling_qwen3_5.py"
@@ -424,6 +473,70 @@ def _gated_deltanet(s_: Structure) -> dict[str, tuple[sp.Expr, str, str, str]]:
     return out
 
 
+MAMBA = "transformers models/nemotron_h/modeling_nemotron_h.py"
+n_M, d_M, N_s, g_M, C_M = (sym(n) for n in ("mamba_heads", "mamba_head_dim", "ssm_state", "mamba_groups", "mamba_chunk"))
+
+
+def _mamba2(s_: Structure) -> dict[str, tuple[sp.Expr, str, str, str]]:
+    """What a Mamba-2 mixer saves on the torch path (NemotronHMamba2Mixer.forward, modeling_nemotron_h.py:468-613,
+    without mamba_ssm: mamba2_split_conv1d_scan_combined returns None, :186-208, :511-513; mamba2_chunk_scan,
+    :273-378), derived by walking one layer's autograd graph and measured under FakeTensorMode. d_i = n_M·d_M; the
+    sequence is padded to c chunks of C_M tokens (S_p = C_M·c); the scan runs in fp32 with B and C repeated from g_M
+    groups to n_M heads (:298-300).
+
+    - the causal conv1d (:163-183): its input, a transposed view of in_proj's whole output (2·d_i + 2·g_M·N + n_M
+      per token), and for SiLU the padded conv output (s + K − 1 columns);
+    - the gates: softplus's and clamp's 16-bit inputs (dt + dt_bias, softplus(dt)), dt's fp32 copy for x·dt, and
+      A = −exp(A_log) (n_M) for A·dt;
+    - the scan: x in fp32 (x·dt), per chunk the C_M × C_M decays L and the scores G (and their product M, copied for
+      its einsum), the copies each einsum's bmm makes of its operands (x twice, C twice, B, B·decay, the chunk states
+      twice), B and the decays for B·decay and the output, C·states, the inter-chunk decays ((c+1)² per head) and the
+      four triangular masks; under autocast the bmm's copies are compute-dtype casts and G, C·states 16-bit;
+    - the gated RMSNorm (:56-74, over g_M groups): silu(z)'s fp32 input and output, the scan's output (its padded
+      storage), the gated product and 1/rms per group.
+    Trainable mixer weights also keep the padded fp32 x (for D), dt's second fp32 copy (for A_log), exp(A_log) and
+    the normalized tensor (for the gated norm's weight).
+
+    mamba_ssm's fused kernels (the default GPU path) save less: not modelled (the header names the torch path)."""
+    d_i, chunks = n_M * d_M, ceil_div(seq, C_M)
+    S_p = C_M * chunks
+    proj = 2 * d_i + 2 * g_M * N_s + n_M
+    conv = b_c * T * proj + b_c * b * (d_i + 2 * g_M * N_s) * (seq + K_conv - 1)
+    gates = 2 * b_c * T * n_M + b_32 * T * n_M + b_32 * n_M
+    # each einsum's bmm keeps copies of its operands: fp32, or under autocast their compute-dtype casts (and its output
+    # is 16-bit: G, C·states); the inter-chunk decays' exp then keeps its own fp32 result beside the cast
+    a = matmul_bytes(s_) if s_.autocast else b_32
+    exp_kept = b_32 if s_.autocast else 0
+    BC = b * S_p * n_M * N_s   # B or C, repeated to n_M heads, padded
+    scan = (b_32 * T * d_i                                              # x in fp32, kept by x·dt
+            + (b_32 + 2 * a) * b * chunks * n_M * C_M**2                # L, G and M's copy for its einsum
+            + 2 * a * b * S_p * d_i                                     # x copied for two einsums
+            + 4 * a * BC + b_32 * BC                                    # C twice, B, B·decay copied; B for B·decay
+            + a * b * chunks * n_M * d_M * N_s                          # the chunk states copied for C·states
+            + b * n_M * (chunks + 1) * ((a + exp_kept) * (chunks + 1)   # the inter-chunk decays ((c+1)² per head)
+                                        + a * d_M * N_s)                # and the chunk states with h_0, copied
+            + 2 * b_32 * b * S_p * n_M + a * b * S_p * d_i              # decay of B and of the output, C·states
+            + 2 * b_mask * (C_M**2 + (chunks + 1)**2))                  # segment_sum's two masks, twice
+    norm = 2 * b_32 * T * d_i + b_32 * b * S_p * d_i + b_32 * T * d_i + b_32 * T * g_M
+    out = {"act_mamba_conv": (conv, r"A_{\mathrm{conv}}", "the causal conv1d's input (in_proj's whole output, of which "
+                              "it reads a view) and its padded output (SiLU keeps the s + K − 1 columns)",
+                              MAMBA + " causal_conv1d_fn"),
+           "act_mamba_gates": (gates, r"A_{\mathrm{dt}}", "the time step: softplus's and clamp's 16-bit inputs, its "
+                               "fp32 copy for x·dt and A = −exp(A_log)", MAMBA + " mamba2_chunk_scan"),
+           "act_mamba_scan": (scan, r"A_{\mathrm{SSD}}", "the chunked SSD scan in fp32" + " (its einsums on compute-dtype casts)" * s_.autocast + ": per chunk of C_M tokens the "
+                              "decays L and scores G (C_M² per head), the einsums' copies of x, B, C and the chunk "
+                              "states (d_M × N per head), the decays and the inter-chunk recurrence (torch path: "
+                              "mamba2_chunk_scan)", MAMBA + " mamba2_chunk_scan"),
+           "act_mamba_norm": (norm, r"A_{\mathrm{norm},g}", "the gated RMSNorm: silu(z)'s fp32 input and output, the "
+                              "scan's output, their product and 1/rms per group", MAMBA + " NemotronHRMSNormGated")}
+    if not s_.lora:
+        out["act_mamba_weights"] = (b_32 * b * S_p * d_i + b_32 * T * n_M + b_32 * n_M + b_32 * T * d_i,
+                                    r"A_{\mathrm{M},w}", "trainable mixer weights: D keeps the padded fp32 x, A_log "
+                                    "dt's second fp32 copy and its exp, the gated norm's weight the normalized tensor",
+                                    MAMBA + " mamba2_chunk_scan")
+    return out
+
+
 def lora_input_bytes(s_: Structure, n: int, width: sp.Expr, per_call_cast: bool, shared: bool,
                      input_grad: bool) -> tuple[sp.Expr, sp.Expr]:
     """(lora_A's kept inputs, dropout's masks) of ``n`` lora.Linear targets reading one tensor ``width`` wide per
@@ -480,7 +593,7 @@ def layer_working_sets(s_: Structure) -> list[Term]:
     them in every layer's forward and recompute, so the caching allocator's segments follow them.
 
     >>> [t.key for t in layer_working_sets(Structure(method="lora", targets=("q_proj", "v_proj")))]
-    ['ws_norm', 'ws_attn_in', 'ws_rope', 'ws_norm_mlp']
+    ['ws_norm', 'ws_attn_in', 'ws_rope', 'ws_norm_mlp', 'ws_mlp']
     """
     fam, b_res, b_ad = s_.arch, residual_bytes(s_), compute_adapter_bytes(s_)
     upcast = 0 if s_.kbit_prepared else b_32 * T * h   # a 16-bit stream is cast to fp32 first (kept under LoRA's saves)
@@ -502,14 +615,26 @@ def layer_working_sets(s_: Structure) -> list[Term]:
                                   + ", lora_B's output and its scaled copy"
                                   + (" and the input cast to the adapter dtype" if cast != 0 else ""),
                                   "peft tuners/lora/layer.py:1100-1102 Linear.forward; tuners/lora/bnb.py:533")
-        if group == "attn_in":
+        if group == "attn_in" and fam.mixer == "attention":
             if s_.attention == "eager":
                 out["ws_scores"] = (3 * b_c * b * nh * seq**2, r"W_{\mathrm{scores}}",
                                     "eager attention's b·n_h·s² products: q·kᵀ, scaled and masked",
                                     "transformers models/llama/modeling_llama.py:193-197 eager_attention_forward")
+            if fam.extra("no_rope"):
+                continue
             out["ws_rope"] = (3 * b_res * T * nh * dh, r"W_{\mathrm{RoPE}}",
                               "RoPE on q: q·cos, the rotated half and its concatenation",
                               "transformers models/llama/modeling_llama.py:119-147 apply_rotary_pos_emb")
+    down = fam.mlp_output
+    if down is not None and not fam.moe:
+        # the gated product act(gate)·up is down_proj's input: saved by a trained weight, by an older bitsandbytes'
+        # MatMul4Bit, or by lora_A itself where it takes its input as it comes; else made and freed here
+        lora_keeps_it = down.name in targets and not (s_.dropout or s_.adapter_upcast or (s_.autocast and s_.adapter_upcast))
+        product = 0 if not s_.lora or s_.bnb_input_saved or lora_keeps_it else b_c * T * down.d_in
+        out["ws_mlp"] = (product + b_c * T * down.d_out, r"W_{\mathrm{MLP}}",
+                         "the gated product fed to down_proj (where nothing keeps it) and down_proj's output before "
+                         "the residual add", "transformers models/llama/modeling_llama.py:163-165 LlamaMLP.forward, "
+                         ":311-314 LlamaDecoderLayer.forward")
     return [Term(k, Role.LAYER_WORKING_SET, e, label, why, source) for k, (e, label, why, source) in out.items()]
 
 
@@ -692,6 +817,7 @@ def mlp_width(fam) -> sp.Expr:
     """The width of a dense layer's MLP: its output projection's input (d_ff; Gemma 4's KV-sharing layers with
     use_double_wide_mlp: twice it).
 
+    >>> from symvram.ledger.architecture import family
     >>> mlp_width(family("llama"))
     intermediate
     """
@@ -700,6 +826,13 @@ def mlp_width(fam) -> sp.Expr:
 
 def _layer_backward_temp(s_: Structure) -> tuple[sp.Expr, str, str]:
     """The temporaries of the last layer's MLP backward, net of what that backward has freed already."""
+    if s_.arch.mlp_kind == "none":   # a mixer-only block (Nemotron-H's Mamba and attention layers): no MLP backward
+        return sp.Integer(0), "a block without an MLP: no MLP backward", s_.arch.source
+    if s_.arch.mlp_kind == "plain":   # up, ReLU², down: the gradients of down's input, of the square and of ReLU
+        made, freed = _output_projection_done(s_)
+        return (3 * b_c * T * f + b_c * T * h + made - freed, "inside a layer's ReLU² MLP backward: the gradients of "
+                "the down input, the square and the ReLU (d_ff wide) and the incoming hidden gradient; the down "
+                "projection's backward has run", "autograd of " + s_.arch.source + " NemotronHMLP")
     if not s_.arch.moe:
         made, freed = _output_projection_done(s_)
         return (3 * b_c * T * mlp_width(s_.arch) + b_c * T * h + made - freed, "inside a layer's MLP backward: the gradients of the "
@@ -812,7 +945,8 @@ def per_layer_bytes(s_: Structure) -> sp.Expr:
 # the only fields the activation and transient terms read (not the optimizer, master copy, quantization, sharding)
 ACTIVATION_FIELDS = ("method", "family", "first_kind", "lead_kinds", "options", "tied", "targets", "adapter_upcast", "attention", "autocast",
                      "compute_fp32", "device", "dora", "dropout", "grad_checkpointing", "head_targets",
-                     "optimizer_in_backward", "checkpoint_every", "offload_activations", "packed", "liger",
+                     "optimizer_in_backward", "checkpoint_every", "offload_activations", "offload_checkpoints", "packed", "liger",
+                     "unsloth_kernels",
                      "kbit_prepared", "loss_impl", "modules_to_save", "score_head", "weight_casts", "fsdp_mixed_precision", "bnb_input_saved",
                      "shift_logits_copy", "forward_logits_upcast", "tower", "objective")
 
@@ -842,6 +976,8 @@ def saved_terms(s_: Structure) -> list[Term]:
     terms: list[Term] = []
     if s_.offload_activations:
         terms += offloaded_terms(s_)
+    elif s_.offload_checkpoints:
+        terms += unsloth_checkpoint_terms(s_)
     elif s_.grad_checkpointing:
         b_res, n_c = residual_bytes(s_), checkpointed_layers(s_)
         terms.append(Term("act_checkpoints", Role.SAVED_ACTIVATION, n_c * b_res * T * h + b_id * seq, r"A_{\mathrm{ckpt}}",
@@ -894,8 +1030,9 @@ def saved_terms(s_: Structure) -> list[Term]:
         terms.append(Term("act_lm_head_cast", Role.SAVED_ACTIVATION, b_cast * V * h, r"A_{\mathrm{cast},V}",
                           "autocast casts lm_head's weight to the compute dtype; backward needs the cast", "torch.autocast",
                           lifetime=span(Phase.FORWARD, head_end)))
-    head = norm_saved(s_, 1, h)
-    why = NORM_WHY[fam.norm].replace("each", "the final", 1)
+    head = norm_saved(s_, 1, h) + norm_weight_copy(s_, h)
+    why = ("Unsloth's final RMSNorm keeps its input and the fp32 1/rms" if s_.unsloth_kernels
+           else NORM_WHY[fam.norm].replace("each", "the final", 1))
     if not s_.lora:
         head += (0 if s_.liger else norm_weight_input(s_)) * T * h + (b_c if s_.weight_casts else compute_weight_bytes(s_)) * T * h
         why += "; trainable norm and lm_head keep the normalized and the normed tensor"
@@ -925,6 +1062,11 @@ def saved_terms(s_: Structure) -> list[Term]:
                     "not measured here: Triton only)", "liger_kernel ops/fused_linear_cross_entropy.py")
     elif s_.loss_impl == "trl":
         loss = trl_saved_term(s_)
+    elif s_.loss_impl == "unsloth":
+        loss = Term("act_logsoftmax", Role.LOSS_ACTIVATION, residual_bytes(s_) * T * h, r"A_{\mathrm{FLCE}}",
+                    "Unsloth's fused linear cross-entropy writes the hidden states' gradient in the forward and "
+                    "keeps it for backward; no logits survive (modelled from source, not measured: Triton)",
+                    UNSLOTH_CE + ":1294, :1698 save_for_backward")
     elif s_.loss_impl == "cce":
         loss = Term("act_logsoftmax", Role.LOSS_ACTIVATION, b_32 * T + b_32 * V, r"A_{\mathrm{CCE}}",
                     "Cut Cross-Entropy keeps the fp32 log-sum-exp per token and the fp32 average logit per "
@@ -937,7 +1079,9 @@ def saved_terms(s_: Structure) -> list[Term]:
                     "torchtune CEWithChunkedOutputLoss" if s_.loss_impl == "chunked"
                     else "transformers ForCausalLMLoss; torch log_softmax")
     terms.append(loss)
-    if fam.extra("final_logit_softcapping") or "final_logit_softcapping" in s_.options:
+    # TRL's fused LM head caps each tile inside its kernel and saves what it saves uncapped (trl 1.16
+    # kernels/chunked_logprob.py:66-74 _transform, :180 the backward's tanh from the tile; :386 save_for_backward)
+    if (fam.extra("final_logit_softcapping") or "final_logit_softcapping" in s_.options) and s_.loss_impl != "trl":
         terms.append(Term("act_logit_softcap", Role.LOSS_ACTIVATION, b_c * T * V, r"A_{\mathrm{cap}}",
                           "final-logit soft-capping keeps tanh(logits / cap) for backward", fam.source))
     bases = fam.dim("rope_bases")
@@ -946,10 +1090,11 @@ def saved_terms(s_: Structure) -> list[Term]:
     if fam.extra("rope_widths"):   # Gemma 4: each layer type's cos and sin as wide as its heads
         bases, width = 1, rope_width_sum(fam)
     rows = b if fam.extra("rope_per_sample") else 1   # multimodal RoPE: position ids (4, b, seq), a table per sample
-    terms.append(Term("act_rope", Role.STEP_INPUT, 2 * bases * b_rope * rows * seq * width, r"A_{\mathrm{rope}}",
-                      "RoPE cos and sin, shared by all layers" + " (one pair per rotary base)" * (bases != 1)
-                      + " (one per sample: multimodal RoPE expands the position ids to the batch)" * (rows != 1),
-                      "transformers LlamaRotaryEmbedding"))
+    if not fam.extra("no_rope"):   # a model without position embeddings (Nemotron-H) has no cos/sin tables
+        terms.append(Term("act_rope", Role.STEP_INPUT, 2 * bases * b_rope * rows * seq * width, r"A_{\mathrm{rope}}",
+                          "RoPE cos and sin, shared by all layers" + " (one pair per rotary base)" * (bases != 1)
+                          + " (one per sample: multimodal RoPE expands the position ids to the batch)" * (rows != 1),
+                          "transformers LlamaRotaryEmbedding"))
     terms.append(Term("act_tokens", Role.STEP_INPUT, 2 * b_id * T, r"A_{\mathrm{ids}}",
                       "input ids and the shifted labels (int64)", "transformers ForCausalLMLoss"))
     if fam.extra("per_layer_embeddings"):
@@ -1054,6 +1199,79 @@ def offloaded_terms(s_: Structure) -> list[Term]:
     return terms
 
 
+UNSLOTH_GC = "unsloth_zoo 2026.10.9 gradient_checkpointing.py"
+UNSLOTH_MIN_OFFLOAD = 2 * 1024 * 1024      # :1308 MINIMUM_SIZE: a checkpointed input of at most 2 MiB is not offloaded
+UNSLOTH_STAGING_INITIAL = 2 * 256 * 2048   # :65 INITIAL_GPU_BUFFER_SIZE, elements of the 16-bit buffer dtype
+UNSLOTH_HOST_SLOTS, UNSLOTH_HOST_SLOT = 200, 128 * 1024   # :64-66 the pinned pool: 200 buffers of 128Ki elements
+UNSLOTH_STORE = sym("bytes_offload")   # 16-bit: bf16 where supported (:1283), an fp32 input stored as bf16 (:1395)
+
+
+def unsloth_offloads(s_: Structure) -> sp.Expr:
+    """1 when Unsloth's checkpointer offloads a layer input: its bytes as stored (16-bit: an fp32 input is stored as
+    bf16, :1395-1396) above 2 MiB (:1399 ``new_size > MINIMUM_SIZE``), else 0.
+
+    >>> s_ = Structure(method="lora", grad_checkpointing=True, offload_checkpoints=True)
+    >>> [unsloth_offloads(s_).subs({sym("batch"): 1, sym("seq"): n, h: 4096}) for n in (256, 257)]
+    [0, 1]
+    """
+    return at_least(T * h, UNSLOTH_MIN_OFFLOAD // 2 + 1)   # elements of the 16-bit stored copy
+
+
+def unsloth_checkpoint_terms(s_: Structure) -> list[Term]:
+    """Unsloth's offloaded gradient checkpointing (``use_gradient_checkpointing="unsloth"``: torch's checkpoint
+    patched to ``UnslothCheckpointFunction``, unsloth_zoo 2026.10.9 gradient_checkpointing.py:1337-1717, reentrant).
+    Each layer's input (the Function's first argument) above 2 MiB is copied on a side stream into a pinned host slot
+    (:1453-1506) and not saved; from the second micro-batch on the last layer's is saved on the device instead
+    (``LAST_GC_INDEX``, :1387-1399). Backward copies it back into a device staging buffer that lives for the whole
+    run (``GPU_BUFFERS``, resized to the largest input, :1470-1480; a second one, ``GPU_BUFFERS_B``, for double
+    buffering when more than 512 MiB are free at the second forward, :1425-1444) and recomputes the layer on that
+    buffer itself (:1656: ``buffer.detach()``; a 16-bit stream needs no cast). Under LoRA the embedding output is a
+    leaf that requires grad (unsloth_zoo training_utils.py:510-520 ``enable_input_require_grads``): its
+    AccumulateGrad node keeps the first layer's input on the device as well.
+
+    >>> terms = unsloth_checkpoint_terms(Structure(method="lora", grad_checkpointing=True, offload_checkpoints=True))
+    >>> [(t.key, t.place.value) for t in terms]
+    [('act_checkpoints', 'device'), ('act_offloaded', 'host'), ('unsloth_staging', 'device')]
+    """
+    b_res, off = residual_bytes(s_), unsloth_offloads(s_)
+    kept = sp.Min(L, 1 + int(embedding_leaf(s_)))   # the last layer's input (and the leaf first layer's)
+    grown = sp.Max(T * h, UNSLOTH_STAGING_INITIAL) * UNSLOTH_STORE   # a staging buffer grown to one input
+    on_device = L - off * (L - kept)
+    host_slots = off * L   # the first micro-batch offloads every layer (FIRST_PASS): L slots grown, kept grown
+    terms = [Term("act_checkpoints", Role.SAVED_ACTIVATION, on_device * b_res * T * h + b_id * seq, r"A_{\mathrm{ckpt}}",
+                  "Unsloth's checkpointer keeps on the device the last layer's input (not offloaded from the second "
+                  "micro-batch on)" + (", the first layer's (the embedding output is a leaf that requires grad, kept by "
+                                       "its AccumulateGrad node)" if embedding_leaf(s_) else "")
+                  + " and the position ids; every input of at most 2 MiB stays too",
+                  UNSLOTH_GC + ":1387-1399, :1540 save_for_backward"),
+             Term("act_offloaded", Role.SAVED_ACTIVATION, host_slots * UNSLOTH_STORE * T * h
+                  + sp.Max(0, UNSLOTH_HOST_SLOTS - host_slots) * UNSLOTH_STORE * UNSLOTH_HOST_SLOT, r"A_{\mathrm{ckpt,host}}",
+                  "the other checkpointed layer inputs, each in a 16-bit pinned host slot (L slots grown to one input "
+                  "by the first micro-batch, which offloads every layer) and the rest of the 200-slot pool of 256 KiB "
+                  "each", UNSLOTH_GC + ":1290-1298, :1453-1506", place=Place.HOST),
+             Term("unsloth_staging", Role.STAGING_BUFFER, off * (grown + at_least(L, 2) * grown + (1 - at_least(L, 2))
+                                                                 * UNSLOTH_STAGING_INITIAL * UNSLOTH_STORE),
+                  r"M_{\mathrm{stage}}", "two 16-bit device staging buffers (double buffering), each the size of one "
+                  "layer input, kept for the whole run; the recompute reads the input brought back in place (a card "
+                  "with less than 512 MiB free at the second forward keeps one; with one layer the second stays at "
+                  "its initial 2 MiB)",
+                  UNSLOTH_GC + ":1114-1117, :1425-1444, :1470-1490, :1578-1601")]
+    if s_.kbit_prepared or s_.compute_fp32:   # an fp32 stream is stored as bf16 and cast back for the recompute: a new fp32 tensor
+        terms.append(Term("offload_brought_back", Role.RECOMPUTED_ACTIVATION, off * b_res * T * h,
+                          r"A_{\mathrm{ckpt,back}}", "the fp32 cast of the 16-bit input brought back, for the layer "
+                          "being recomputed", UNSLOTH_GC + ":1656 buffer.to(saved_dtype)",
+                          lifetime=span(Phase.LAST_LAYER_RECOMPUTE, Phase.FIRST_LAYER_BACKWARD)))
+    return terms
+
+
+def unsloth_traffic(s_: Structure) -> Term:
+    """What Unsloth's offloaded checkpointer moves over PCIe per micro-batch: each offloaded input to the host and
+    back (priced as not hidden: it copies on a side stream that overlaps compute; modelled, not measured)."""
+    return Term("offload_activation_copies", Role.HOST_TRAFFIC, 2 * unsloth_offloads(s_) * (L - 1) * UNSLOTH_STORE * T * h,
+                r"C_{\mathrm{host,act}}", "Unsloth's offloaded checkpointing: every offloaded layer input to pinned "
+                "host memory and back", UNSLOTH_GC + ":1506, :1601")
+
+
 def offloaded_head_copies(s_: Structure, loss: Term) -> Term:
     """The host copies of what the final norm, the loss (and in full fine-tuning the embedding) save under TRL's
     activation offloading: the last tensors the forward packs, copied to the host and kept on the device too (in the
@@ -1152,6 +1370,56 @@ def trl_saved_term(s_: Structure, n: sp.Expr = T, why: str = "(every token label
                 "trl 1.16 kernels/chunked_logprob.py:386 ChunkedLogProbFunction.forward")
 
 
+UNSLOTH_CE = "unsloth_zoo 2026.10.9 fused_losses/fused_linear.py"
+UNSLOTH_CE_MAX_ROWS, UNSLOTH_CE_MIN_LOGITS = 4096, 512 * 151936   # fused_linear.py:71-73 _MAX_ROWS, _MIN_LOGITS
+UNSLOTH_CE_BUDGET = 2 * 1024**3   # :69, :119-127 _budget_bytes: min(2 GiB, half the free memory): 2 GiB on a roomy card
+
+
+def pow2_floor(n: sp.Expr, d: sp.Expr) -> sp.Expr:
+    """The largest power of two ≤ n / d for integers n ≥ d > 0: half the next power of two above ⌊n/d⌋, with
+    ⌊n/d⌋ + 1 = ⌈(n + 1)/d⌉.
+
+    >>> [pow2_floor(sp.Integer(n), 2) for n in (2, 15, 16, 18)]
+    [1, 4, 8, 8]
+    """
+    return pow2_ceil(ceil_div(n + 1, d)) / 2
+
+
+def unsloth_ce_rows(s_: Structure) -> sp.Expr:
+    """Rows per chunk of Unsloth's fused linear cross-entropy (fused_linear.py:140-154 ``fused_linear_rows``): the
+    power of two at or below T·h/V, at least that of 512·151936/V (clamped to [512, 4096]), at most 4096, at most
+    what 2 GiB of fp32 logits hold, at most T.
+
+    >>> from symvram.presets import load_model
+    >>> from symvram.scenario import Scenario
+    >>> sc = Scenario.create(load_model("llama-3.1-8b"), method="lora", stack="unsloth", seq=4096)
+    >>> unsloth_ce_rows(sc.structure).subs({sym(k): v for k, v in sc.values().items()})
+    512
+    """
+    min_rows = sp.Min(sp.Max(pow2_floor(UNSLOTH_CE_MIN_LOGITS, V), 512), UNSLOTH_CE_MAX_ROWS)
+    rows = sp.Min(sp.Max(pow2_floor(T * h, V), min_rows), UNSLOTH_CE_MAX_ROWS)
+    return sp.Min(rows, sp.Max(ceil_div(UNSLOTH_CE_BUDGET // 4 + 1, V) - 1, 2), T)
+
+
+def unsloth_loss_terms(s_: Structure) -> list[Term]:
+    """Unsloth's fused linear cross-entropy (``unsloth_fused_ce_loss`` → ``fused_linear_cross_entropy``, its default
+    path: UNSLOTH_CHUNKED_CE and UNSLOTH_FUSED_LINEAR on; fused_linear.py:1286-1378 ``_ce_impl``). The hidden states'
+    gradient is allocated (hidden-sized, :1294) and written chunk by chunk in the forward; each chunk of R rows
+    projects into one [R, V rounded up to 8] fp32 buffer (:919-927, reused for the chunk's 16-bit logits gradient, an
+    fp32 log-prob per token kept). The backward scales the stored gradient (a new tensor). Modelled with the chunked
+    buffer: for a frozen head on a card over 24.5 GiB from 4096 tokens (any token count on a smaller card) with
+    V > 32768, Unsloth takes its tiled pass instead, which has no [R, V] buffer (:1324-1333): an upper bound there."""
+    R = unsloth_ce_rows(s_)
+    buffer = b_32 * R * 8 * ceil_div(V, 8) + b_c * R * h + b_32 * T
+    return [Term("logits", Role.LOSS_TEMPORARY, buffer, r"M_{\mathrm{logits}}",
+                 "Unsloth's fused linear CE: one [R, V] fp32 logits buffer (R = unsloth_ce_rows), a chunk's 16-bit "
+                 "hidden gradient and an fp32 log-prob per token — modelled from source, not measured (Triton)",
+                 UNSLOTH_CE + ":1294-1378 _ce_impl"),
+            Term("loss_backward_temp", Role.LOSS_BACKWARD_TEMPORARY, residual_bytes(s_) * T * h, r"M_{\mathrm{CE}'}",
+                 "its backward multiplies the stored hidden states' gradient by the incoming scale: a new tensor",
+                 "unsloth_zoo 2026.10.9 fused_losses/fused_linear.py backward (grad * scale)")]
+
+
 def loss_terms(s_: Structure, logits_bytes) -> list[Term]:
     """The loss's transients: the logits (and their fp32 copy) while it is computed, and the start of its
     backward — per implementation (``--loss-impl``)."""
@@ -1168,6 +1436,8 @@ def loss_terms(s_: Structure, logits_bytes) -> list[Term]:
                      "liger_kernel fused_linear_cross_entropy_backward")]
     if s_.loss_impl == "trl":
         return trl_loss_terms(s_)
+    if s_.loss_impl == "unsloth":
+        return unsloth_loss_terms(s_)
     if s_.loss_impl == "cce":
         grad_w = b_c * V * h if lm_head_trains else sp.Integer(0)
         return [Term("logits", Role.LOSS_TEMPORARY, b_32 * T, r"M_{\mathrm{logits}}",
@@ -1373,7 +1643,9 @@ def transient_terms(s_: Structure) -> list[Term]:
                           "otherwise they are among the layers' saved tensors)", "torch.utils.checkpoint" + EVERY_N,
                           lifetime=RECOMPUTES[:2]))
     if s_.grad_checkpointing:   # the other layers' checkpointed inputs are freed with their backward by then
-        terms.append(Term("first_checkpoint", Role.RECOMPUTED_ACTIVATION, residual_bytes(s_) * T * h + b_id * seq,
+        # (Unsloth's checkpointer recomputes an offloaded first layer on its staging buffer: only a kept one counts)
+        first_kept = 1 - unsloth_offloads(s_) * int(not embedding_leaf(s_)) if s_.offload_checkpoints else 1
+        terms.append(Term("first_checkpoint", Role.RECOMPUTED_ACTIVATION, first_kept * residual_bytes(s_) * T * h + b_id * seq,
                           r"A_{\mathrm{ckpt},0}", "the first layer's checkpointed input (the embedding output) and the "
                           "position ids, kept until that layer's backward ends", "torch.utils.checkpoint",
                           lifetime=RECOMPUTES[2:]))

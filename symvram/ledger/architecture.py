@@ -36,8 +36,9 @@ E, k_e, f_e = sym("experts"), sym("experts_per_token"), sym("moe_intermediate")
 # ple_in and ple_act: Gemma 4's per-layer-input gate reads the residual after the MLP, its projection the gated product
 GROUPS = ("attn_in", "attn_out", "mlp_in", "mlp_act", "q_latent", "kv_latent", "ple_in", "ple_act")
 NORM_SITES = ("layer_in", "resid", "attn_out", "mlp_out", "q", "k", "v", "q_latent", "kv_latent", "ple_out")
-MLP_KINDS = ("gated", "moe")
-ACTIVATIONS = ("silu", "gelu_tanh")
+MLP_KINDS = ("gated", "moe", "plain", "none")   # plain: up, activation, down (Nemotron-H); none: a block without an MLP
+ACTIVATIONS = ("silu", "gelu_tanh", "relu2")
+MIXERS = ("attention", "mamba2", "none")   # a layer's token mixer (extras.mixer): none in an MLP-only block
 NORM_KINDS = ("rms", "gemma_rms", "rms_fp32_weight", "gemma4_rms")
 
 
@@ -209,6 +210,15 @@ class Family:
     def moe(self) -> bool:
         return self.mlp_kind == "moe"
 
+    @property
+    def mixer(self) -> str:
+        """The layer's token mixer: attention (every family's), a Mamba-2 mixer, or none (Nemotron-H's MLP blocks).
+
+        >>> family("llama").mixer, family("nemotron_h:mamba").mixer, family("nemotron_h").mixer
+        ('attention', 'mamba2', 'none')
+        """
+        return self.extra("mixer", "attention")
+
     # --- layer kinds -----------------------------------------------------------------------------
     # A family's own tables describe its default layer (the last layer's kind). ``[layer_kinds.NAME]`` entries
     # describe layers that differ (DeepSeek-V3's dense first layers, Llama 4's dense layers between MoE ones,
@@ -231,19 +241,29 @@ class Family:
             return L * per_layer(self)
         return sp.Add(*(n * per_layer(k) for n, k in self.layer_kinds))
 
-    def first_kind(self, dims: dict[str, int]) -> str:
+    def first_kind(self, dims: dict[str, int], pattern: str = "") -> str:
         """The kind of layer 0 for a model of ``dims``: the first kind marked ``first`` that has layers, else the
-        default ("")."""
+        default ("") — or the kind ``pattern``'s first letter names."""
+        if pattern:
+            return self.model_kinds(dims, pattern)[0]
         return next((name for name, count, first in self.kinds if first and dims.get(count, 0) > 0), "")
 
-    def model_kinds(self, dims: dict[str, int]) -> tuple[str, ...]:
+    def model_kinds(self, dims: dict[str, int], pattern: str = "") -> tuple[str, ...]:
         """Each layer's kind name ("" the default), layer 0 up, in the model's own order: a hybrid counted from
         ``layer_types`` (``extras.counted_layers``) interleaves its default layers every L / (L − L_kind)-th
         (transformers' full_attention_interval pattern), else ``layer_order``'s.
 
         >>> family("qwen3_5_text").model_kinds({"layers": 8, "linear_layers": 6})
         ('linear', 'linear', 'linear', '', 'linear', 'linear', 'linear', '')
+
+        A family whose config spells every layer's kind as a letter (``extras.layer_pattern``: Nemotron-H's
+        hybrid_override_pattern) takes that order from ``pattern``, the model's own string:
+
+        >>> family("nemotron_h").model_kinds({"layers": 4}, "M-M*")
+        ('mamba', '', 'mamba', 'attention')
         """
+        if pattern and (spelled := self.extra("layer_pattern")):
+            return tuple(spelled["kinds"][c] for c in pattern)
         n = dims["layers"]
         if self.kinds and self.extra("counted_layers"):
             name, count, _ = self.kinds[0]
@@ -253,7 +273,7 @@ class Family:
         names = {count: name for name, count, _ in self.kinds}
         return tuple(names.get(c, "") for c in self.layer_order(dims)) or ("",) * n
 
-    def leading_kinds(self, dims: dict[str, int], targets: tuple[str, ...]) -> tuple[tuple[str, ...], str]:
+    def leading_kinds(self, dims: dict[str, int], targets: tuple[str, ...], pattern: str = "") -> tuple[tuple[str, ...], str]:
         """Under LoRA with a frozen embedding: (the kinds of the layers before the first one holding a target, the
         kind of that one). Those layers' inputs need no gradient and nothing in them trains: they save nothing
         (Qwen3.5 with q_proj, v_proj only: the three DeltaNet layers before the first full-attention one).
@@ -261,7 +281,7 @@ class Family:
         >>> family("qwen3_5_text").leading_kinds({"layers": 8, "linear_layers": 6}, ("q_proj", "v_proj"))
         (('linear', 'linear', 'linear'), '')
         """
-        kinds = self.model_kinds(dims)
+        kinds = self.model_kinds(dims, pattern)
         for i, name in enumerate(kinds):
             if any(t in self.kind(name).linear_map for t in targets):
                 return kinds[:i], name
@@ -475,8 +495,9 @@ def family(name: str) -> Family:
         kinds = {}
     where = f"families/{parent}.toml"
     mlp = e["mlp"]
-    if mlp["kind"] not in MLP_KINDS or mlp.get("activation", "silu") not in ACTIVATIONS or e["norm"] not in NORM_KINDS:
-        raise ValueError(f"{where}: mlp kind/activation or norm kind unknown")
+    if (mlp["kind"] not in MLP_KINDS or mlp.get("activation", "silu") not in ACTIVATIONS or e["norm"] not in NORM_KINDS
+            or e.get("extras", {}).get("mixer", "attention") not in MIXERS):
+        raise ValueError(f"{where}: mlp kind/activation, norm kind or mixer unknown")
     norms = tuple(Norm(n, v["at"], expr(v["width"]), expr(v.get("rows", 1)), v.get("after"), v.get("option"),
                        v.get("weight", True))
                   for n, v in e["norms"].items())

@@ -30,6 +30,8 @@ LOSS_MOMENT_WORDS = {
     "cce": ("an fp32 dot product per token (no logits)", "the hidden states' gradient and the vocabulary sort"),
     "trl": ("one tile buffer of logits and fp32 statistics per token",
             "the tile buffer again and the hidden states' fp32 gradient"),
+    "unsloth": ("one chunk of fp32 logits and the hidden states' gradient the fused loss writes in its forward",
+                "the stored gradient, scaled (a new tensor)"),
     "score": ("one score per position (no vocabulary logits)", "the scores' gradient, one per position"),
 }
 

@@ -82,11 +82,11 @@ def build_comm(s_: Structure) -> CommLedger:
     the memory-bound work, for one structure (built once per ``COMM_FIELDS`` and cached); with activation
     offloading also what the saved tensors' copies move over PCIe."""
     comm = _build_comm(s_.keep(COMM_FIELDS))
-    if not s_.offload_activations:
+    if not (s_.offload_activations or s_.offload_checkpoints):
         return comm
-    from .activations import offload_traffic
+    from .activations import offload_traffic, unsloth_traffic
 
-    return CommLedger((*comm.terms, offload_traffic(s_)))
+    return CommLedger((*comm.terms, offload_traffic(s_) if s_.offload_activations else unsloth_traffic(s_)))
 
 
 @lru_cache(maxsize=256)

@@ -53,6 +53,8 @@ class Structure:
     zero_impl: str = "fsdp2"          # fsdp2 (torch fully_shard) | deepspeed: who implements the ZeRO stage
     checkpoint_every: int = 1         # checkpointing: layers 0, k, 2k … only (transformers' every_n_layers)
     offload_activations: bool = False  # TRL's activation offloading: the checkpointed inputs in pinned host memory
+    offload_checkpoints: bool = False  # Unsloth's offloaded checkpointer (use_gradient_checkpointing="unsloth")
+    unsloth_kernels: bool = False     # Unsloth's fused LoRA QKV / O / MLP and RMSNorm kernels (modelled, not measured)
     liger: bool = False               # Liger's RMSNorm and SwiGLU / GeGLU kernels (Triton: modelled, not measured)
     packed: bool = False              # position ids restart within a row (packing): SDPA gets a block-diagonal mask
     optimizer_in_backward: bool = False  # each parameter stepped (and its gradient freed) as soon as its gradient exists

@@ -90,6 +90,7 @@ class Role(str, Enum):
     SAVED_ACTIVATION = "saved activation"              # what the forward saves for backward
     LOSS_ACTIVATION = "loss activation"                # what the loss saves for its backward (freed after it)
     STEP_INPUT = "step input"                          # the batch's ids and the shared RoPE tables: the whole step
+    STAGING_BUFFER = "staging buffer"                  # a device buffer a library keeps between steps (Unsloth's)
     RECOMPUTED_ACTIVATION = "recomputed activation"    # one layer's saved tensors, rebuilt (or still saved)
     FORWARD_TEMPORARY = "forward temporary"            # what one forward op holds and frees (DoRA's weight norm)
     EXPERTS_TEMPORARY = "experts temporary"            # what the last layer's dense experts hold in forward (Llama 4)
@@ -176,6 +177,9 @@ ROLES: dict[Role, RoleInfo] = {
                                    lifetime=span(_P.LOSS, _P.LOSS_BACKWARD)),
     Role.STEP_INPUT: RoleInfo("activations", tp="replicated", triage="activation", measured="inputs_other",
                               lifetime=WHOLE_STEP),
+    # allocated once and resized, never freed while training (unsloth_zoo's offloaded checkpointer's staging buffers)
+    Role.STAGING_BUFFER: RoleInfo("activations", tp=None, triage="activation", measured="activations",
+                                  lifetime=WHOLE_STEP),
     Role.RECOMPUTED_ACTIVATION: RoleInfo("transient", triage="backward", measured="activations",
                                          lifetime=(_P.FIRST_LAYER_BACKWARD,)),
     Role.FORWARD_TEMPORARY: RoleInfo("transient", triage="backward", measured="activations",

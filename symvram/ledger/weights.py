@@ -118,12 +118,14 @@ def base_terms(s: Structure) -> list[Term]:
         scale = b_w if fam.extra("embed_scale") else 0
         score_bias = fam.over_layers(lambda k: E * (b_32 if k.extra("router_kept_fp32") else b_w)
                                      if k.moe and k.extra("router_score_bias") else 0)
-        rope = b_w * rope_width_sum(fam) if fam.extra("rope_widths") else fam.dim("rope_bases") * b_w * rotary_width(fam)
+        rope = 0 if fam.extra("no_rope") else (   # Nemotron-H: no position embedding
+            b_w * rope_width_sum(fam) if fam.extra("rope_widths") else fam.dim("rope_bases") * b_w * rotary_width(fam))
         if fam.extra("per_layer_embeddings"):   # Gemma 4: each layer's layer_scalar (1,), the per-layer table's scale
             scale += b_w * L + b_w * at_least(sym("ple_dim"), 1)
         terms.append(Term("buffers", Role.BUFFER, rope + scale + score_bias,
                           r"M_{\mathrm{buf}}",
-                          "rotary inv_freq and original_inv_freq (d_head/2 each, in the weight dtype)"
+                          ("no rotary buffers (no position embedding)" if rope == 0 else
+                           "rotary inv_freq and original_inv_freq (d_head/2 each, in the weight dtype)")
                           + (" per rotary base" if fam.dim("rope_bases") != 1 else "")
                           + ("; the embedding's √h scale" if scale else "")
                           + ("; each layer's layer_scalar and the per-layer table's scale"

@@ -31,8 +31,11 @@ from torch.distributed._tools.mod_tracker import ModTracker
 
 from ..ledger.objectives import objectives
 from ..ledger.structure import BNB_OPTIM_BITS
+from . import grouped_mm
 from .flops import PhaseFlops, flop_counter
 from .spec import normalize_spec  # the one definition of a spec (torch-free)
+
+grouped_mm.register()   # k-bit-prepared fp32 MoE experts: CUDA's per-group fallback (validate/grouped_mm.py)
 
 _DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 

@@ -1,0 +1,117 @@
+"""Mamba-2 hybrids: Nemotron-H (symvram/data/families/nemotron_h.toml), one block per layer by hybrid_override_pattern
+— a Mamba-2 mixer, attention without RoPE, or a ReLU² MLP — against the meta model transformers builds, the published
+totals, and steps measured under FakeTensorMode on the torch path (mamba2_chunk_scan, the fallback transformers runs
+without mamba_ssm and causal_conv1d)."""
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from symvram.errors import UserError
+from symvram.evaluate import evaluate
+from symvram.presets import load_model, spec_from_config
+from symvram.scenario import Scenario
+
+TINY = {"model_type": "nemotron_h", "hidden_size": 64, "intermediate_size": 96, "num_attention_heads": 4,
+        "num_key_value_heads": 2, "head_dim": 16, "vocab_size": 1000, "hybrid_override_pattern": "M-M*",
+        "mamba_num_heads": 8, "mamba_head_dim": 12, "n_groups": 2, "ssm_state_size": 10, "conv_kernel": 4,
+        "chunk_size": 16, "pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 2}
+ONE_GROUP = {**TINY, "hybrid_override_pattern": "M-*M", "mamba_num_heads": 4, "n_groups": 1, "chunk_size": 8}
+
+
+@pytest.mark.parametrize("preset, published_billions", [
+    ("nemotron-nano-9b-v2", 9),     # "NVIDIA-Nemotron-Nano-9B-v2"
+    ("nemotron-nano-12b-v2", 12),   # "Nemotron-Nano-12B-v2-Base"
+    ("nemotron-h-8b", 8),           # "Nemotron-H-8B-Base-8K"
+])
+def test_the_presets_count_as_transformers_builds_them(preset, published_billions):
+    """Each preset at full size on the meta device, from the config it writes back (the pattern in its own order): P
+    per layer kind (a Mamba layer 0, an MLP layer 1, the first attention layer) and in all, and the published size."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    from symvram.ledger.architecture import family
+    from symvram.symbols import sym
+
+    spec = load_model(preset)
+    with torch.device("meta"):
+        model = transformers.AutoModelForCausalLM.from_config(transformers.AutoConfig.for_model(**spec.config()))
+    assert model.config.hybrid_override_pattern == spec.layer_pattern
+    P = evaluate(Scenario.create(spec, method="full")).derived["P"]
+    assert P == sum(p.numel() for p in model.parameters()) and round(P / 1e9) == published_billions
+    fam, vals = family(spec.family), {sym(n): v for n, v in spec.dims.items()}
+    for i, kind in ((0, "mamba"), (1, ""), (spec.layer_pattern.index("*"), "attention")):
+        layer = sum(p.numel() for n, p in model.named_parameters() if f".layers.{i}." in n)
+        assert int(fam.kind(kind).params_per_layer(spec.options).xreplace(vals)) == layer, (i, kind)
+
+
+def test_the_pattern_orders_the_layers():
+    """LoRA on q_proj, v_proj only: the layers before the first attention layer (M, -, M in M-M*) hold no adapter and
+    read the frozen embedding's output: they save nothing (the measured case below checks the bytes). The order is
+    the config's own, not the counts'."""
+    sc = Scenario.create(spec_from_config(TINY, "t", "config", "test"), method="lora", rank=8, targets="qv")
+    assert sc.structure.lead_kinds == ("mamba", "", "mamba") and sc.structure.first_kind == "attention"
+    listed = {**{k: v for k, v in TINY.items() if k != "hybrid_override_pattern"},
+              "layers_block_type": ["linear_attention", "mlp", "linear_attention", "full_attention"]}
+    assert spec_from_config(listed, "t", "config", "test").layer_pattern == "M-M*"
+
+
+@pytest.mark.parametrize("cfg, why", [
+    ({**TINY, "hybrid_override_pattern": "ME*"}, "field 'hybrid_override_pattern' has E layers (the routed-expert block"),
+    ({**TINY, "hybrid_override_pattern": "MX*"}, "field 'hybrid_override_pattern' must be a string of M, *, -"),
+    ({**TINY, "hybrid_override_pattern": ""}, "field 'hybrid_override_pattern' must be a string of M, *, -"),
+    ({**TINY, "use_conv_bias": False}, "use_conv_bias = False is not modelled"),
+])
+def test_a_pattern_no_kind_models_is_refused_by_name(cfg, why):
+    with pytest.raises(UserError, match=re.escape(why)):
+        spec_from_config(cfg, "t", "config", "c.json")
+
+
+def test_peft_refuses_out_proj_so_symvram_does():
+    """PEFT 0.21 raises on LoRA over a Mamba model's out_proj (tuners_utils.py:145-163), and its all-linear reaches it:
+    both are refused by name; without --targets the family's every-accepted-linear group is the default."""
+    spec = spec_from_config(TINY, "t", "config", "test")
+    for targets in ("all-linear", "out_proj", "in_proj,out_proj"):
+        with pytest.raises(UserError, match="out_proj of nemotron_h cannot be a LoRA target"):
+            Scenario.create(spec, method="lora", targets=targets)
+    assert "out_proj" not in Scenario.create(spec, method="lora", rank=8).targets
+
+
+MEASURED = [  # (config, settings, seq): padded chunks and not, the leading layers, autocast, full fine-tuning
+    (TINY, dict(method="lora", targets="linear"), 40),
+    (TINY, dict(method="full"), 32),
+    (TINY, dict(method="lora", targets="qv"), 40),
+    (ONE_GROUP, dict(method="lora", targets="mamba"), 40),
+    (TINY, dict(method="lora", targets="linear", autocast="bf16"), 50),   # the scan's products on 16-bit casts
+    (ONE_GROUP, dict(method="full", autocast="bf16"), 40),
+]
+
+
+@pytest.mark.parametrize("cfg, settings, seq", MEASURED,
+                         ids=[f"{c['hybrid_override_pattern']}-{s['method']}-{n}" for n, (c, s, _) in enumerate(MEASURED)])
+def test_estimate_equals_the_measured_peak(cfg, settings, seq):
+    pytest.importorskip("peft")
+    from symvram.validate.measure import measure
+    from symvram.validate.spec import from_scenario
+
+    lora = settings["method"] == "lora"
+    trainable = "fp32" if lora else "bf16"
+    sc = Scenario.create(spec_from_config(cfg, "tiny", "config", "test"), stack="torch", batch=2, seq=seq, device="cpu",
+                         rank=8 if lora else None, adapter_dtype=trainable if lora else None, state_dtype=trainable,
+                         **settings)
+    measured = measure({**from_scenario(sc), "steps": 2})
+    # within 8 bytes: the 0-d fp32 loss and its gradient seed are not ledger terms (as tests/test_families.py)
+    assert 0 <= measured["peak_bytes"] - evaluate(sc).peak <= 8
+
+
+def test_the_mamba_terms_have_their_own_names():
+    """The Mamba mixer's saved tensors are their own terms (not attention's), and the header says the torch path."""
+    from symvram.ledger.build import build_ledger
+
+    sc = Scenario.create(load_model("nemotron-nano-9b-v2"), method="lora")
+    keys = {t.key for t in build_ledger(sc.structure).terms}
+    assert {"act_mamba_conv", "act_mamba_gates", "act_mamba_scan", "act_mamba_norm"} <= keys
+    assert "act_rope" not in keys
+    from symvram.stacks import summary
+
+    assert "mamba2_chunk_scan" in summary(sc)
