@@ -49,6 +49,13 @@ def test_published_totals():
     table = 262144 * 35 * 256
     assert round((e2b - table) / 1e9, 1) == 2.3
     assert round(evaluate(Scenario.create("gemma-4-31b", method="full")).derived["P"] / 1e9, 1) == 30.7
+    # "5.1B with embeddings" (E2B) and "8B" (E4B): the decoder and the default vision and audio towers
+    for name, total, digits in (("gemma-4-e2b", 5.1, 1), ("gemma-4-e4b", 8, 0)):
+        text = load_model(name).config()
+        spec = spec_from_config({"model_type": "gemma4", "text_config": text, "vision_config": {}, "audio_config": {}},
+                                name, "config", "c.json")
+        p = evaluate(Scenario.create(spec, method="full")).derived["P"] + spec.tower.params
+        assert round(p / 1e9, digits) == total, name
 
 
 @pytest.mark.parametrize("cfg", [TINY, KEQV], ids=["ple-shared", "k-eq-v"])
