@@ -78,6 +78,32 @@ def _defaults() -> dict[str, int | float]:
     return {n: d.default for n, d in SYMBOLS.items() if d.default is not None}
 
 
+# the GRPOConfig settings a Scenario holds (grpo_config.py); generation backends (grpo_trainer.py:1763-1877)
+GRPO_SETTINGS = ("num_generations", "steps_per_generation", "gradient_accumulation_steps", "num_iterations", "beta",
+                 "loss_type", "generation")
+GENERATIONS = ("hf", "vllm-colocate", "vllm-server")
+# settings Scenario.create reads that no field holds (it derives a field from them)
+CREATE_SETTINGS = ("max_completion_length",)   # GRPO: seq = prompt + max_completion_length
+
+
+def _grpo_seq(kw: dict) -> int:
+    """GRPO's sequence from ``max_completion_length`` (removed from ``kw``): the prompt plus the completion.
+
+    >>> _grpo_seq({"objective": "grpo", "prompt": 256, "max_completion_length": 768})
+    1024
+    """
+    completion = kw.pop("max_completion_length")
+    if kw.get("objective") != "grpo":
+        raise UserError("--max-completion-length is a GRPO setting: use --objective grpo")
+    if isinstance(completion, bool) or not isinstance(completion, int) or completion < 1:
+        raise UserError(f"--max-completion-length must be a whole number of tokens >= 1; got {excerpt(completion)}")
+    seq = int(kw.get("prompt") or 0) + completion
+    if kw.get("seq") not in (None, seq):
+        raise UserError(f"--seq {kw['seq']} contradicts --prompt {kw.get('prompt') or 0} + --max-completion-length "
+                        f"{completion} = {seq}; give one of them")
+    return seq
+
+
 def _objective_defaults(kw: dict) -> dict:
     """What a preference objective decides before the stack fills the rest: TRL's stack (its config's bf16 and
     gradient checkpointing) unless one is given, and TRL's fused LM head, which its trainers always install.
@@ -246,6 +272,14 @@ class Scenario:
     objective: str = "sft"          # sft | dpo (data/objectives.toml)
     prompt: int = 0                 # DPO: prompt tokens per sequence (not scored by TRL's fused LM head)
     precompute_ref: bool = False    # DPO: DPOConfig(precompute_ref_log_probs=True): no reference during training
+    # GRPO (GRPOConfig, trl 1.16 grpo_config.py; seq = prompt + max_completion_length, prompt = the longest prompt)
+    num_generations: int = 8        # completions per prompt
+    steps_per_generation: int = 1   # micro-steps one generation batch is split over (GRPOConfig: = accumulation)
+    gradient_accumulation_steps: int = 1  # micro-steps per optimizer step (decides whether old log-probs exist)
+    num_iterations: int = 1         # optimization passes over each generation batch
+    beta: float = 0.0               # the KL coefficient: 0 (TRL's default) loads no reference
+    loss_type: str = "dapo"         # GRPOConfig.loss_type
+    generation: str = "hf"          # hf (transformers' generate) | vllm-colocate | vllm-server
     overrides: tuple[tuple[str, float], ...] = field(default=())
     versions: tuple[tuple[str, str], ...] = ()   # --versions: library versions asked for (symvram.versions)
     # the settings given (not filled by the stack): with_changes keeps them and lets the stack fill the rest again
@@ -257,6 +291,8 @@ class Scenario:
         (``stack``, else the model's default stack: see symvram.stacks)."""
         spec = model if isinstance(model, ModelSpec) else load_model(model)
         kw = {k: v for k, v in kw.items() if v is not None and k != "given"}
+        if "max_completion_length" in kw:   # GRPO: the sequence is the prompt and the longest completion
+            kw["seq"] = _grpo_seq(kw)
         unknown = sorted(set(kw) - set(cls.__dataclass_fields__))
         if unknown:
             raise UserError(f"unknown scenario setting {', '.join(unknown)}; settings are "
@@ -305,7 +341,7 @@ class Scenario:
     def reference(self) -> str:
         """Where a preference objective's reference log-probs come from: ``copy`` (a second model, full
         fine-tuning), ``adapters`` (the PEFT policy with its adapters disabled), ``precomputed``, or ``none`` (SFT)."""
-        if self.objective == "sft" or self.score_head:
+        if self.objective == "sft" or self.score_head or (self.objective == "grpo" and self.beta == 0):
             return "none"
         return "precomputed" if self.precompute_ref else ("adapters" if self.lora else "copy")
 
@@ -341,8 +377,30 @@ class Scenario:
                 merged["packing"] = int(asked.get("seq", self.seq)) if rows == 1 else 0
         seq = merged["seq"]
         if "prompt" not in kw and isinstance(seq, int) and not isinstance(seq, bool) and 0 < seq <= self.prompt:
-            merged["prompt"] = self.prompt * seq // self.seq
+            merged["prompt"] = max(self.prompt * seq // self.seq, 1 if self.objective == "grpo" else 0)
+        if self.objective == "grpo" and "steps_per_generation" not in kw and merged["batch"] != self.batch:
+            merged["steps_per_generation"] = self._steps_for(merged["batch"])
         return Scenario.create(self.model, **merged)
+
+    def _steps_for(self, batch) -> int:
+        """GRPO at another per-device batch: the same steps per generation while the generation batch still holds
+        whole prompt groups (TRL's divisibility by num_generations), else those that keep the generation batch when
+        ``batch`` divides it, else the fewest that hold whole groups — what GRPO's docs advise: fewer completions
+        per device, more steps per generation.
+
+        >>> sc = Scenario.create("7b", objective="grpo", method="lora", prompt=64, seq=512, batch=8)
+        >>> sc.with_changes(batch=2).steps_per_generation, sc.with_changes(batch=3).steps_per_generation
+        (4, 8)
+        """
+        if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
+            return self.steps_per_generation   # refused by the check
+        world = max(self.gpus // self.tp, 1)
+        if (batch * world * self.steps_per_generation) % self.num_generations == 0:
+            return self.steps_per_generation
+        rows = self.batch * self.steps_per_generation
+        if rows % batch == 0:
+            return rows // batch
+        return self.num_generations // math.gcd(batch * world, self.num_generations)
 
     @property
     def kbit_prepared(self) -> bool:
@@ -586,8 +644,60 @@ class Scenario:
                             "SGD on one GPU (torch's register_post_accumulate_grad_hook recipe, torchtune's "
                             "optimizer_in_bwd)")
 
+    def _check_grpo(self) -> None:
+        """GRPO's settings only with --objective grpo, checked as GRPOConfig.__post_init__ checks them
+        (trl 1.16 grpo_config.py:1099-1146), and what is not modelled refused by name."""
+        defaults = {n: f.default for n, f in self.__dataclass_fields__.items() if n in GRPO_SETTINGS}
+        if self.objective != "grpo":
+            if given := [n for n in GRPO_SETTINGS if getattr(self, n) != defaults[n]]:
+                raise UserError(f"--{given[0].replace('_', '-')} is a GRPO setting: use --objective grpo")
+            return
+        for name in ("num_generations", "steps_per_generation", "gradient_accumulation_steps", "num_iterations"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise UserError(f"--{name.replace('_', '-')} must be a whole number >= 1; got {excerpt(value)}")
+        if isinstance(self.beta, bool) or not isinstance(self.beta, (int, float)) or not self.beta >= 0:
+            raise UserError(f"--beta must be a number >= 0 (the KL coefficient); got {excerpt(self.beta)}")
+        entry = objectives()["grpo"]
+        if self.loss_type not in entry["loss_types"]:
+            raise UserError(f"--loss-type {excerpt(self.loss_type)} is not a TRL 1.16 GRPO loss type; use one of "
+                            f"{', '.join(entry['loss_types'])}")
+        if self.loss_type not in entry["modelled_loss_types"]:
+            raise UserError(f"--loss-type {self.loss_type} is not modelled (its loss keeps other tensors); modelled: "
+                            f"{', '.join(entry['modelled_loss_types'])}")
+        _choice(self.generation, GENERATIONS, "--generation")
+        if self.generation != "hf":
+            raise UserError(f"--generation {self.generation} is not modelled: vLLM's engine (its weights copy, KV "
+                            "cache and CUDA graphs in vllm_gpu_memory_utilization of the card) cannot be traced "
+                            "here; use --generation hf (transformers' generate)")
+        if self.prompt < 1:
+            raise UserError("--objective grpo generates from a prompt: give --prompt P (the longest prompt, tokens; "
+                            "--seq is P + max_completion_length)")
+        world = self.gpus // self.tp
+        generation_batch = self.batch * world * self.steps_per_generation
+        if generation_batch % self.num_generations:   # grpo_config.py:1135-1140
+            raise UserError(f"generation_batch_size ({generation_batch} = batch {self.batch} x {world} GPUs x "
+                            f"steps_per_generation {self.steps_per_generation}) must be divisible by num_generations "
+                            f"({self.num_generations}), as TRL's GRPOConfig requires; change --num-generations, --batch or "
+                            "--steps-per-generation")
+        if self.num_generations < 2:   # grpo_config.py:1142-1146
+            raise UserError(f"GRPO requires at least 2 generations per prompt to calculate the advantages; got "
+                            f"--num-generations {self.num_generations}")
+        if (self.steps_per_generation * self.num_iterations) % self.gradient_accumulation_steps:
+            raise UserError("generation in the middle of gradient accumulation (steps_per_generation x "
+                            "num_iterations not a multiple of gradient_accumulation_steps) keeps the gradients "
+                            "alive through generate: not modelled")
+        if self.method == "qlora" or self.zero or self.tp > 1 or self.precompute_ref:
+            what = ("--method qlora" if self.method == "qlora" else "--precompute-ref" if self.precompute_ref
+                    else "--zero" if self.zero else "--tp")
+            raise UserError(f"--objective grpo with {what} is not modelled (generation is modelled for a 16-bit "
+                            "policy on each data-parallel GPU)")
+
     def _check_objective(self) -> None:
         """A known objective; DPO's prompt inside the sequence, its reference settings only with it."""
+        if self.objective == "ppo":
+            raise UserError("--objective ppo is not modelled: PPO trains a value model beside the policy and scores "
+                            "with a reward model, which symvram does not build (TRL 1.16 ships no PPOTrainer)")
         _choice(self.objective, tuple(objectives()), "--objective")
         if not isinstance(self.precompute_ref, bool):
             raise UserError(f"precompute_ref must be True or False; got {excerpt(self.precompute_ref)}")
@@ -603,6 +713,7 @@ class Scenario:
         if self.score_head and (self.method == "qlora" or "lm_head" in self.modules_to_save + self.head_targets):
             raise UserError(f"--objective reward with {'--method qlora' if self.method == 'qlora' else 'lm_head'} "
                             "is not modelled: a reward model has a score head and no lm_head (full and lora are)")
+        self._check_grpo()
         if self.objective != "sft" and family(self.model.family).moe:
             raise UserError(f"--objective {self.objective} on a mixture-of-experts model is not modelled: the "
                             "reference forward's working set is derived for dense MLPs")
@@ -664,6 +775,8 @@ class Scenario:
             autocast=self.autocast != "none", weight_casts=self.autocast != "none" and self.dtype == "fp32",
             dropout=self.lora and self.lora_dropout > 0 and not objectives()[self.objective].get("disable_dropout"),
             device=self.device, objective=self.objective, reference=self.reference, score_head=self.score_head,
+            old_logps=self.objective == "grpo"
+            and self.gradient_accumulation_steps % (self.steps_per_generation * self.num_iterations) != 0,
             attention=self.attention, grad_checkpointing=self.grad_checkpointing,
             double_quant=self.double_quant, kbit_prepared=self.kbit_prepared,
             loss_impl=self.loss_impl, dora=self.lora and self.dora, modules_to_save=self.saved_modules, zero=self.zero, offload=self.offload,
@@ -700,6 +813,7 @@ class Scenario:
         trainable_dtype = self.adapter_dtype if self.lora else self.dtype
         vals.update(
             batch=self.batch, seq=self.seq, rank=self.rank, gpus=self.gpus, tp=self.tp, prompt=self.prompt,
+            steps_per_generation=self.steps_per_generation,
             bytes_weight=sizes[self.dtype], bytes_act=sizes[self.compute_dtype],
             bytes_grad=sizes[trainable_dtype], bytes_adapter=sizes[self.adapter_dtype],
             bytes_state=sizes[self.state_dtype], bytes_autocast=sizes[self.autocast] if self.autocast != "none" else 2,

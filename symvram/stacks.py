@@ -136,6 +136,7 @@ def summary(sc) -> str:
                      "precomputed": "precomputed log-probs, no reference model", "none": "none"}[sc.reference]
         parts.append(f"objective {sc.objective} ({objectives()[sc.objective]['title']}; reference: {reference}; "
                      + ("the time ledger counts the SFT step with its lm_head)" if sc.score_head else
+                        "the time ledger counts the training step, not generation)" if sc.objective == "grpo" else
                         "the time ledger counts the SFT step, not the reference forward)"))
     if sc.lora:
         parts.append(f"adapters {sc.adapter_dtype}")
@@ -174,8 +175,8 @@ def summary(sc) -> str:
     if sc.loss_impl == "unsloth":
         parts.append("Unsloth's fused linear cross-entropy (Triton: modelled, not measured)")
     if sc.unsloth_kernels:
-        parts.append("Unsloth's fused LoRA QKV/O/MLP and RMSNorm kernels (what they save; their backward's "
-                     "temporaries as PEFT's eager layer; Triton: modelled, not measured)")
+        parts.append("Unsloth's fused LoRA QKV/O/MLP and RMSNorm kernels (what they save, their working sets and "
+                     "LoRA_MLP's backward; Triton: modelled, not measured)")
     elif sc.stack == "unsloth" and sc.lora:
         parts.append("PEFT's eager LoRA layers (Unsloth's fused kernels are modelled for Llama, Mistral, Qwen2 and "
                      "Qwen3 with LoRA on all seven projections and no dropout)")

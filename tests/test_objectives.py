@@ -119,7 +119,8 @@ def test_kto_by_hand():
 
 @pytest.mark.parametrize("text, words", [
     ('{"output_dir": "o", "loss_type": "sigmod", "precompute_ref_log_probs": false}', "not a TRL 1.16 loss type"),
-    ('{"output_dir": "o", "num_generations": 8, "max_completion_length": 256}', "GRPOTrainer is not modelled yet"),
+    ('{"output_dir": "o", "num_generations": 8, "max_completion_length": 256}', "give --prompt"),
+    ('{"output_dir": "o", "num_generations": 8, "loss_type": "dapoo"}', "not a TRL 1.16 loss type"),
 ])
 def test_bad_or_unmodelled_trl_configs_exit_2(tmp_path, capsys, text, words):
     from symvram.cli import main

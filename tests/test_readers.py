@@ -155,7 +155,9 @@ def test_every_row_names_a_known_target():
     from symvram.readers.tools import FACTS, INFO, SYMBOL
     from symvram.symbols import SYMBOLS
 
-    fields = set(Scenario.__dataclass_fields__) - {"model"}
+    from symvram.scenario import CREATE_SETTINGS
+
+    fields = set(Scenario.__dataclass_fields__) - {"model"} | set(CREATE_SETTINGS)
     for tool in TOOLS.values():
         for row in tool.rows:
             if row.setting is None:

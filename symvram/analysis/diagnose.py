@@ -46,10 +46,11 @@ from .fit import DEFAULT_HEADROOM, headroom_bytes
 from .plan import PlanRow, plan, tensor_parallel_ok
 
 PROBE_SEQ = 512
-PARTS = ("parameter", "optimizer", "loss", "activation", "backward")
+PARTS = ("parameter", "optimizer", "loss", "activation", "backward", "generation")
 PART_NAMES = {"parameter": "parameter side (weights, gradients, optimizer states, master)",
               "optimizer": "optimizer-step temporaries", "loss": "loss (vocabulary-sized logits and gradients)",
-              "activation": "saved activations", "backward": "backward temporaries (one layer, MLP gradients)"}
+              "activation": "saved activations", "backward": "backward temporaries (one layer, MLP gradients)",
+              "generation": "generation (GRPO: the KV cache and one decoding step)"}
 TIERS = ("free", "recompute", "throughput", "precision", "method", "more cards")
 
 

@@ -72,11 +72,12 @@ def add_scenario_arguments(p: argparse.ArgumentParser) -> None:
                         + "; ".join(f"{k} = {v['title']} ({v['about']})" for k, v in stacks().items())
                         + ". Default: interview for the nominal presets 7b/13b/70b, hf for real models")
     g = p.add_argument_group("objective")
-    g.add_argument("--objective", choices=tuple(objectives()),
+    g.add_argument("--objective", choices=(*objectives(), "ppo"),
                    help="what one step optimizes: sft (default: next-token cross-entropy), dpo (TRL 1.16's "
                         "DPOTrainer: chosen and rejected run as one forward of 2 x --batch rows, the reference's "
                         "forward under no_grad — a second weight copy for full fine-tuning, the adapters disabled "
-                        "for LoRA —, TRL's fused LM head) or kto (TRL 1.16's KTOTrainer: --batch unpaired "
+                        "for LoRA —, TRL's fused LM head), grpo (TRL 1.16's GRPOTrainer with transformers' generation: --prompt P "
+                        "and --max-completion-length C; the step's peak is the larger of generation and training), kto (TRL 1.16's KTOTrainer: --batch unpaired "
                         "completions, and no-grad forwards of the mismatched KL completions by the policy and the "
                         "reference); dpo and kto take the trl stack unless --stack is given")
     g.add_argument("--prompt", type=int, help="dpo, kto: prompt tokens per sequence, which the fused LM head does not "
@@ -84,6 +85,23 @@ def add_scenario_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--precompute-ref", action="store_true", default=None,
                    help="dpo, kto: precompute_ref_log_probs=True: the reference log-probs come with the "
                         "batch, so no reference model and no reference forward during training")
+    g.add_argument("--max-completion-length", type=positive_int, metavar="C",
+                   help="grpo: GRPOConfig.max_completion_length, the tokens generated per completion; --seq is then "
+                        "--prompt + C (every completion at full length: the longest generation batch)")
+    g.add_argument("--num-generations", type=int, help="grpo: completions per prompt (GRPOConfig default 8); must "
+                                                      "divide batch x GPUs x --steps-per-generation, as TRL checks")
+    g.add_argument("--steps-per-generation", type=int,
+                   help="grpo: micro-steps one generation batch is split over (default 1): generate runs on batch x "
+                        "this many completions at once")
+    g.add_argument("--gradient-accumulation-steps", type=int,
+                   help="grpo: micro-steps per optimizer step (default 1); when it is not a multiple of "
+                        "--steps-per-generation x --num-iterations the old policy's log-probs are computed and kept")
+    g.add_argument("--num-iterations", type=int, help="grpo: passes over each generation batch (default 1)")
+    g.add_argument("--beta", type=float, help="grpo: the KL coefficient (default 0: no reference model; > 0: a "
+                                              "reference copy for full fine-tuning, the adapters disabled for LoRA)")
+    g.add_argument("--loss-type", help="grpo: GRPOConfig.loss_type (default dapo; grpo, dr_grpo, bnpo modelled)")
+    g.add_argument("--generation", help="grpo: who generates: hf (default, transformers' generate); vllm-colocate "
+                                        "and vllm-server are refused (not modelled)")
     g = p.add_argument_group("method")
     g.add_argument("--method", choices=METHODS,
                    help="full fine-tuning, LoRA (frozen 16-bit base) or QLoRA (frozen NF4 base)")
@@ -197,7 +215,9 @@ def add_output_arguments(p: argparse.ArgumentParser, required: bool = False,
 SCENARIO_FLAGS = ("stack", "checkpoint_every", "offload_activations", "packing", "liger", "checkpoint_impl", "loss_impl", "kbit_prep", "dora", "modules_to_save", "optimizer_in_backward", "method", "rank", "targets", "lora_dropout", "double_quant", "dtype", "master", "state_dtype",
                   "optimizer", "optimizer_impl", "adapter_dtype", "autocast", "batch", "seq", "grad_checkpointing",
                   "attention", "device", "gpus", "zero", "offload", "mp_policy", "tp", "sequence_parallel", "versions",
-                  "objective", "prompt", "precompute_ref")
+                  "objective", "prompt", "precompute_ref", "max_completion_length", "num_generations",
+                  "steps_per_generation", "gradient_accumulation_steps", "num_iterations", "beta", "loss_type",
+                  "generation")
 
 
 def cli_settings(args: argparse.Namespace) -> dict:

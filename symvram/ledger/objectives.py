@@ -26,11 +26,12 @@ import sympy as sp
 from ..symbols import sym
 from .activations import (TRL_TOKEN_CHUNK, TRL_VOCAB_CHUNK, _trl_dtypes, norm_saved, residual_bytes, trl_loss_terms,
                           trl_saved_term)
-from .architecture import L, dh, f, h
+from .architecture import V, L, dh, f, h, nh, nkv
 from .structure import Structure
 from .terms import Phase, Role, Term, span
+from .weights import b_w, compute_weight_bytes
 
-b, seq, p = sym("batch"), sym("seq"), sym("prompt")
+b, seq, p, k_g = sym("batch"), sym("seq"), sym("prompt"), sym("steps_per_generation")
 b_c, b_32, b_id, b_mask, b_i32 = (sym(n) for n in ("bytes_act", "bytes_fp32", "bytes_index", "bytes_mask", "bytes_int32"))
 
 
@@ -78,13 +79,67 @@ def _reference_forward(s_: Structure) -> sp.Expr:
     mlp = 3 * b_c * R * f + 2 * residual_bytes(s_) * R * h + 2 * b_c * seq * dh
     head = (residual_bytes(s_) * R * h + tile * sp.Min(n, TRL_TOKEN_CHUNK, evaluate=False) * TRL_VOCAB_CHUNK
             + 7 * b_32 * n + _head_outputs(s_) + hidden * n * h + b_id * n + b_mask * _row_positions(s_))
-    casts = 0
-    if s_.lora and s_.autocast and s_.adapter_upcast and s_.grad_checkpointing:
-        # autocast caches each adapter's cast for its whole region (which holds the policy's and the reference's
-        # forwards); without checkpointing they are saved activations already
-        casts = b_c * L * sym("rank") * sp.Add(*(s_.arch.target_map[t].d_in + s_.arch.target_map[t].d_out
-                                                 for t in s_.targets if s_.arch.target_map[t] in s_.arch.linears))
-    return casts + sp.Max(mlp, head, evaluate=False)
+    return _adapter_casts(s_) + sp.Max(mlp, head, evaluate=False)
+
+
+def _adapter_casts(s_: Structure) -> sp.Expr:
+    """Under checkpointing, autocast's cache of every adapter cast to the compute dtype, alive for the whole
+    autocast region (the policy's forward and its fused head; DPO's and KTO's reference forwards too); without
+    checkpointing they are saved activations already (``act_adapter_casts``)."""
+    if not (s_.lora and s_.autocast and s_.adapter_upcast and s_.grad_checkpointing):
+        return sp.Integer(0)
+    return b_c * L * sym("rank") * sp.Add(*(s_.arch.target_map[t].d_in + s_.arch.target_map[t].d_out
+                                            for t in s_.targets if s_.arch.target_map[t] in s_.arch.linears))
+
+
+def _generation_rows() -> sp.Expr:
+    """GRPO's generation batch on one GPU: batch × steps_per_generation completions (grpo_config.py:1099-1116)."""
+    return b * k_g
+
+
+def _kv_per_position() -> sp.Expr:
+    """One row's keys and values of one position in every layer, in the weights' dtype: transformers'
+    ``DynamicCache`` (cache_utils.py:136-137); generate runs outside autocast (grpo_trainer.py:1861-1875)."""
+    return 2 * L * nkv * dh * b_w
+
+
+def _generation_batch(s_: Structure) -> sp.Expr:
+    """The buffered generation batch: prompt and completion ids and masks (int64), the advantages and
+    ``num_items_in_batch``; the old policy's and the reference's per-token log-probs (fp32) when computed."""
+    n, completion = _generation_rows(), seq - p
+    logps = (1 if s_.old_logps else 0) + (1 if s_.reference != "none" else 0)
+    return 2 * b_id * n * seq + b_32 * n + b_id + logps * b_32 * n * completion
+
+
+def _prefill_forward(s_: Structure) -> sp.Expr:
+    """generate's first forward over the n·p prompt tokens (no grad, the weights' dtype) at the last layer's up
+    projection: the MLP's activation and the up projection's base result (d_ff wide); a LoRA up projection with
+    fp32 adapters adds lora_B's fp32 output and its scaled copy and the input cast to fp32 (peft 0.21.2
+    tuners/lora/layer.py Linear.forward: the result is cast back only after the sum); beside them the embedding
+    output, the layer's input, its residual after attention and the normed input, and the RoPE tables."""
+    R = _generation_rows() * p
+    mlp = 2 * b_w * R * f
+    up = s_.arch.linear_map.get("up_proj")
+    if s_.lora and up is not None and "up_proj" in s_.targets and s_.adapter_upcast:
+        mlp += 2 * b_32 * R * f + b_32 * R * h + b_32 * R * sym("rank")
+    else:
+        mlp += b_w * R * f   # the activation times the up projection
+    return mlp + 4 * b_w * R * h + 2 * b_w * R * dh + b_id * R   # + generate's copy of the prompt ids
+
+
+def _decode_step(s_: Structure) -> sp.Expr:
+    """The last decoding step beside the full cache, at the larger of its two instants (transformers 5.24
+    generation/utils.py ``_sample``; cache_utils.py:136-137): the last layer's value concatenation — its values
+    one position shorter, the previous step's fp32 next-token logits and softmax ([n, V] each), one token's hidden
+    states, queries and keys, the sequences and attention mask (int64, s - 1 wide) — or the step's end — the
+    logits ([n, 1, V] in the weights' dtype) and their fp32 copy beside the previous step's copy and softmax, the
+    sequences before and after the new token (int64, s - 1 and s wide). Both hold three int64 [n] vectors (the
+    unfinished flags and their arithmetic)."""
+    n = _generation_rows()
+    attention = (n * nkv * dh * (seq - 2) * b_w + 2 * b_32 * n * V + 3 * b_w * n * h + b_w * n * (nh + nkv) * dh
+                 + 2 * b_id * n * (seq - 1))
+    end = n * V * (b_w + 3 * b_32) + b_id * n * (2 * seq - 1)
+    return sp.Max(attention, end, evaluate=False) + 3 * b_id * n
 
 
 EXPRESSIONS = {
@@ -93,6 +148,17 @@ EXPRESSIONS = {
     "labels": lambda s_, base: b_id * rows(s_.objective) * b * seq,
     "kl_logps": lambda s_, base: 2 * b_32 * b,
     "ref_forward": lambda s_, base: _reference_forward(s_),
+    # GRPO (trl 1.16 GRPOTrainer, transformers' generation)
+    "adapter_casts": lambda s_, base: _adapter_casts(s_),
+    "head_input": lambda s_, base: residual_bytes(s_) * b * seq * h,
+    "head_outputs": lambda s_, base: _output_bytes(s_) * scored(s_),
+    "attention_mask": lambda s_, base: b_id * b * seq,
+    "generation_batch": lambda s_, base: _generation_batch(s_),
+    "kv_cache": lambda s_, base: _generation_rows() * p * _kv_per_position(),
+    "kv_cache_completion": lambda s_, base: _generation_rows() * (seq - p - 1) * _kv_per_position(),
+    "generation_inputs": lambda s_, base: 3 * b_id * _generation_rows() * p,
+    "prefill_forward": lambda s_, base: _prefill_forward(s_),
+    "decode_step": lambda s_, base: _decode_step(s_),
 }
 # made once the policy's head returns, freed when the DPO loss is computed (before its backward)
 LIFETIMES = {"outputs": (Phase.REFERENCE_FORWARD,), "labels": (Phase.LOSS, Phase.REFERENCE_FORWARD),
@@ -107,9 +173,11 @@ def preference_terms(s_: Structure, base: list[Term]) -> list[Term]:
         if s_.reference not in row["reference"]:
             continue
         name = key if key.startswith("ref_") else f"{s_.objective}_{key}"   # dpo_outputs, kto_labels …
-        out.append(Term(name, Role(row["role"]), EXPRESSIONS[key](s_, [t for t in base if t.role in
-                                                                      (Role.WEIGHT, Role.BUFFER)]),
-                        row["label"], row["why"], row["source"], lifetime=LIFETIMES.get(key)))
+        lifetime = span(*(Phase[name] for name in row["lifetime"])) if "lifetime" in row else LIFETIMES.get(key)
+        expr = EXPRESSIONS[key](s_, [t for t in base if t.role in (Role.WEIGHT, Role.BUFFER)])
+        if expr == 0:   # a term of settings this run does not have
+            continue
+        out.append(Term(name, Role(row["role"]), expr, row["label"], row["why"], row["source"], lifetime=lifetime))
     return out
 
 
@@ -185,6 +253,12 @@ def reshape(s_: Structure, activation_terms: list[Term]) -> list[Term]:
     entry = objectives()[s_.objective]
     fused["act_tokens"] = Term("act_tokens", Role.STEP_INPUT, entry["inputs"] * b_id * rows(s_.objective) * b * seq,
                                r"A_{\mathrm{ids}}", entry["inputs_why"], entry["inputs_source"])
+    norm = next((t for t in activation_terms if t.key == "act_final_norm"), None)
+    if norm is not None and not s_.lora:   # the compact head indexes the scored rows' copy: the norm's output goes
+        normed = (b_c if s_.weight_casts else compute_weight_bytes(s_)) * b * seq * h
+        fused[norm.key] = Term(norm.key, norm.role, sp.expand(norm.expr - normed).xreplace(twice), norm.label,
+                               norm.why.replace(" and the normed tensor", "") + " (the fused head keeps its own copy "
+                               "of the scored positions' normed states)", norm.source, norm.place, norm.lifetime)
     return [fused[t.key] if t.key in fused else
             Term(t.key, t.role, t.expr.xreplace(twice), t.label, t.why, t.source, t.place, t.lifetime)
             for t in activation_terms]

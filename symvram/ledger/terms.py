@@ -36,6 +36,8 @@ class Phase(IntEnum):
     moment is an instant of one phase. The recompute phases exist under activation checkpointing; a layer's
     backward temporaries are made anew in every layer's backward (alive in both layer phases, not between)."""
 
+    PREFILL = -2                # GRPO: generation's first forward over the prompts (no grad), before the step
+    DECODE = -1                 # GRPO: generation's last decoding step, its KV cache at full length
     FIRST_LAYER_FORWARD = 0     # FSDP2: the first layer's all-gather in forward
     FORWARD = 1                 # the decoder layers' forward (the last layer's, at its DoRA weight norm)
     LOSS = 2                    # the lm_head and the loss
@@ -61,7 +63,8 @@ def span(first: Phase, last: Phase) -> tuple[Phase, ...]:
     return tuple(p for p in Phase if first <= p <= last)
 
 
-WHOLE_STEP = span(Phase.FIRST_LAYER_FORWARD, Phase.OPTIMIZER_STEP)
+WHOLE_STEP = span(Phase.PREFILL, Phase.OPTIMIZER_STEP)            # GRPO's generation included
+TRAINING_STEP = span(Phase.FIRST_LAYER_FORWARD, Phase.OPTIMIZER_STEP)   # forward, backward, optimizer step
 
 
 class Place(str, Enum):
@@ -100,6 +103,8 @@ class Role(str, Enum):
     LOSS_TEMPORARY = "loss temporary"                  # the logits while the loss is computed
     REFERENCE_TEMPORARY = "reference temporary"        # what a reference model's no-grad forward holds (DPO)
     LOSS_BACKWARD_TEMPORARY = "loss backward temporary"  # the loss backward's gradients
+    GENERATION_CACHE = "generation cache"              # GRPO: the KV cache transformers' generate builds (no grad)
+    GENERATION_TEMPORARY = "generation temporary"      # GRPO: what one generation forward or decoding step holds
     BACKWARD_TEMPORARY = "backward temporary"          # a backward op's gradients and scratch
     EMBEDDING_GRADIENT = "embedding gradient"          # the gradient reaching the embedding, whole on every rank
     GATHERED_WEIGHT = "gathered weight"                # ZeRO-3: a unit's parameters all-gathered
@@ -176,8 +181,9 @@ ROLES: dict[Role, RoleInfo] = {
     Role.LOSS_ACTIVATION: RoleInfo("activations", triage="loss", measured="activations",
                                    lifetime=span(_P.LOSS, _P.LOSS_BACKWARD)),
     Role.STEP_INPUT: RoleInfo("activations", tp="replicated", triage="activation", measured="inputs_other",
-                              lifetime=WHOLE_STEP),
-    # allocated once and resized, never freed while training (unsloth_zoo's offloaded checkpointer's staging buffers)
+                              lifetime=TRAINING_STEP),
+    # allocated once and resized, never freed while training, generation included (unsloth_zoo's offloaded
+    # checkpointer's staging buffers)
     Role.STAGING_BUFFER: RoleInfo("activations", tp=None, triage="activation", measured="activations",
                                   lifetime=WHOLE_STEP),
     Role.RECOMPUTED_ACTIVATION: RoleInfo("transient", triage="backward", measured="activations",
@@ -199,6 +205,10 @@ ROLES: dict[Role, RoleInfo] = {
                                        lifetime=(_P.REFERENCE_FORWARD,)),
     Role.LOSS_BACKWARD_TEMPORARY: RoleInfo("transient", triage="loss", measured="backward_temp",
                                            lifetime=(_P.LOSS_BACKWARD,)),
+    Role.GENERATION_CACHE: RoleInfo("transient", triage="generation", measured="activations",
+                                    lifetime=(_P.PREFILL, _P.DECODE)),
+    Role.GENERATION_TEMPORARY: RoleInfo("transient", triage="generation", measured="activations",
+                                        lifetime=(_P.DECODE,)),
     Role.BACKWARD_TEMPORARY: RoleInfo("transient", triage="backward", measured="backward_temp",
                                       lifetime=LAYER_BACKWARDS),
     Role.EMBEDDING_GRADIENT: RoleInfo("transient", tp="replicated", triage="backward", measured="backward_temp",
@@ -311,6 +321,14 @@ LAYER_END_NAMES = ("last", "next", "second", "first")
 # the moments in the order they are reported (the DoRA ones after the layers' backward they compete with); the
 # ones that need ZeRO-3's gathered weights or FSDP2's layer ends exist only under those layouts
 MOMENTS = (
+    MomentSpec("generation_prefill", "generation, the prompts' forward (no grad)", Phase.PREFILL,
+               "GRPO: the parameters, optimizer states and the buffered generation batch while generate's first "
+               "forward runs the prompts through the last layer's MLP beside their KV cache",
+               Role.GENERATION_CACHE),
+    MomentSpec("generation_decode", "generation, the last decoding step (no grad)", Phase.DECODE,
+               "GRPO: the parameters, optimizer states and the buffered generation batch beside the KV cache of "
+               "every prompt and completion at full length, while the last layer concatenates its keys and values",
+               Role.GENERATION_CACHE),
     MomentSpec("first_layer_forward", "forward, the first layer's all-gather", Phase.FIRST_LAYER_FORWARD,
                "the root gathered, its all-gather output not yet freed beside the first layer's", Role.GATHERED_WEIGHT),
     MomentSpec("forward_loss", "forward, computing the loss", Phase.LOSS,

@@ -140,13 +140,13 @@ def continuous_symbols(sc: Scenario) -> dict[str, list[str]]:
     >>> continuous_symbols(Scenario.create("7b", method="lora"))
     {'batch': ['batch'], 'seq': ['seq'], 'rank': ['rank'], 'gpus': ['gpus']}
     """
-    base = sc.with_changes(**{name: 1 for name in CONTINUOUS})
+    base = sc.with_changes(**{name: 2 for name in CONTINUOUS})   # 2 tokens: a GRPO prompt and its completion
     before = base.values()
     out = {}
     for name in CONTINUOUS:
-        after = base.with_changes(**{name: 2}).values()
+        after = base.with_changes(**{name: 3}).values()
         moved = sorted(k for k in after if after[k] != before[k])
-        if any(after[k] != 2 for k in moved):
+        if any(after[k] != 3 for k in moved):
             raise AssertionError(f"{name} does not map to its symbols one to one")
         out[name] = moved
     return out

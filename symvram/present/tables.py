@@ -238,8 +238,25 @@ def detail(bd: Breakdown, units: str = "GiB", fmt: str = "table") -> str:
     lines.append("")
     lines.append(f"peak{per}: {fmt_bytes(bd.peak, units)} ({bd.peak:,} bytes) at {bd.ledger.moments[[m.key for m in bd.ledger.moments].index(bd.peak_moment)].label}"
                  f" — the figure torch.cuda.max_memory_allocated() reports; add the CUDA context and allocator slack on top")
+    if (binds := generation_binds(bd, units)) is not None:
+        lines.append(binds)
     lines += [f"note: {n}" for n in notes(bd.scenario.structure, bd.scenario.gpus) + moe_notes(bd, units)]
     return "\n".join(lines)
+
+
+def generation_binds(bd, units: str = "GiB") -> str | None:
+    """GRPO: which phase sets the peak — generation (its fullest moment before the step) or the training step."""
+    from ..ledger.terms import MOMENTS, Phase
+
+    before = {m.key for m in MOMENTS if m.phase < Phase.FIRST_LAYER_FORWARD}
+    gen = [m for m in bd.ledger.moments if m.key in before]
+    if not gen:
+        return None
+    g = max(gen, key=lambda m: bd.moments[m.key])
+    t = max((m for m in bd.ledger.moments if m.key not in before), key=lambda m: bd.moments[m.key])
+    which = "generation" if bd.moments[g.key] > bd.moments[t.key] else "training"
+    return (f"{which} binds: generation peaks at {fmt_bytes(bd.moments[g.key], units)} ({g.label}), the "
+            f"training step at {fmt_bytes(bd.moments[t.key], units)} ({t.label})")
 
 
 def comparison(rows: list[tuple[str, Breakdown]], units: str = "GiB", fmt: str = "table") -> str:

@@ -113,7 +113,7 @@ def objective(tool: str, names: dict[str, str], refused: dict[str, str] | None =
     >>> objective("axolotl", {"dpo": "dpo"})("grpo")
     Traceback (most recent call last):
     ...
-    symvram.readers.convert.WrongValue: 'grpo': the objectives modelled are sft, dpo, kto and reward (TRL 1.16's DPOTrainer, KTOTrainer and RewardTrainer; axolotl's dpo); ORPO, SimPO, GRPO and PPO are not yet
+    symvram.readers.convert.WrongValue: 'grpo': the objectives modelled are sft, dpo, kto, reward and grpo (TRL 1.16's DPOTrainer, KTOTrainer, RewardTrainer and GRPOTrainer; axolotl's dpo); ORPO, SimPO and PPO are not yet
     """
     refused = refused or {}
 
@@ -126,9 +126,9 @@ def objective(tool: str, names: dict[str, str], refused: dict[str, str] | None =
         if name in refused:
             raise WrongValue(f"{value!r}: {refused[name]}")
         spelled = ", ".join(k for k, v in names.items() if v != "sft")
-        raise WrongValue(f"{value!r}: the objectives modelled are sft, dpo, kto and reward (TRL 1.16's DPOTrainer, "
-                         f"KTOTrainer and RewardTrainer; {tool}'s {spelled or 'none'}); ORPO, SimPO, GRPO and PPO are "
-                         "not yet")
+        raise WrongValue(f"{value!r}: the objectives modelled are sft, dpo, kto, reward and grpo (TRL 1.16's "
+                         f"DPOTrainer, KTOTrainer, RewardTrainer and GRPOTrainer; {tool}'s {spelled or 'none'}); "
+                         "ORPO, SimPO and PPO are not yet")
 
     return convert
 
@@ -142,20 +142,24 @@ SFT_LOSS_TYPES = ("nll", "dft")
 
 
 def loss_type(value):
-    """TRL's ``loss_type`` (one name or a list for DPO's combined losses), checked as TRL checks it.
+    """TRL's ``loss_type`` (one name or a list for DPO's combined losses), checked as TRL checks it (GRPO's names
+    from ``data/objectives.toml``).
 
     >>> loss_type(["sigmoid", "sft"])
     'sigmoid, sft'
     >>> loss_type("sigmod")
     Traceback (most recent call last):
     ...
-    symvram.readers.convert.WrongValue: 'sigmod' is not a TRL 1.16 loss type; DPO: sigmoid, hinge, ipo, exo_pair, nca_pair, robust, bco_pair, sppo_hard, aot, aot_unpaired, apo_zero, apo_down, discopop, sft, sigmoid_norm; SFT: nll, dft
+    symvram.readers.convert.WrongValue: 'sigmod' is not a TRL 1.16 loss type; DPO: sigmoid, hinge, ipo, exo_pair, nca_pair, robust, bco_pair, sppo_hard, aot, aot_unpaired, apo_zero, apo_down, discopop, sft, sigmoid_norm; SFT: nll, dft; GRPO: grpo, dr_grpo, dapo, bnpo, cispo, sapo, luspo, vespo
     """
+    from ..ledger.objectives import objectives
+
+    grpo = tuple(objectives()["grpo"]["loss_types"])
     names = value if isinstance(value, list) else [value]
     for name in names:
-        if name not in DPO_LOSS_TYPES + SFT_LOSS_TYPES:
+        if name not in DPO_LOSS_TYPES + SFT_LOSS_TYPES + grpo:
             raise WrongValue(f"{name!r} is not a TRL 1.16 loss type; DPO: {', '.join(DPO_LOSS_TYPES)}; "
-                             f"SFT: {', '.join(SFT_LOSS_TYPES)}")
+                             f"SFT: {', '.join(SFT_LOSS_TYPES)}; GRPO: {', '.join(grpo)}")
     return ", ".join(map(str, names))
 
 

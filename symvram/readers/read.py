@@ -23,6 +23,7 @@ from pathlib import Path
 
 from ..errors import EXCERPT, UserError, excerpt
 from ..userfiles import expanded_size, read_user_file, unreadable
+from ..scenario import CREATE_SETTINGS, GRPO_SETTINGS
 from . import convert as c
 from .convert import WrongValue
 from .tools import DETECT, FACTS, INFO, NO_DEFAULT, OPTIMIZERS, PENDING, SYMBOL, TOOLS, Tool
@@ -63,6 +64,10 @@ class Reading:
     def kwargs(self) -> dict:
         """Scenario keywords; the ledger symbols a file sets (``=ds_reduce_bucket``) as ``overrides``."""
         out = {k: v.value for k, v in self.settings.items() if not k.startswith(SYMBOL)}
+        if out.get("objective") != "grpo":   # DPO's beta and loss_type change no memory; GRPO's settings are its own
+            out = {k: v for k, v in out.items() if k not in GRPO_SETTINGS + CREATE_SETTINGS}
+        elif "max_completion_length" in out and "seq" in out and self.settings["seq"].priority == 0:
+            del out["seq"]   # a GRPOConfig has no max_length: the sequence is the prompt and the completion
         symbols = {k[len(SYMBOL):]: v.value for k, v in self.settings.items() if k.startswith(SYMBOL)}
         return {**out, "overrides": symbols} if symbols else out
 
@@ -399,7 +404,8 @@ BNB_ADAMW = {"adamw_bnb_8bit": "adamw8bit", "adamw_8bit": "adamw8bit", "paged_ad
 
 # Scenario settings a table may set directly
 _SETTINGS = ("stack", "kbit_prep", "rank", "lora_dropout", "targets", "seq", "batch", "grad_checkpointing", "attention", "gpus",
-             "double_quant", "tp", "checkpoint_impl", "checkpoint_every", "offload_activations", "packing", "liger", "loss_impl", "dora", "modules_to_save", "objective", "precompute_ref")
+             "double_quant", "tp", "checkpoint_impl", "checkpoint_every", "offload_activations", "packing", "liger", "loss_impl", "dora", "modules_to_save", "objective", "precompute_ref",
+             *GRPO_SETTINGS, *CREATE_SETTINGS)
 
 
 def _join(*values: Value | None) -> str:
@@ -463,6 +469,13 @@ def _resolve(f: dict[str, Value], reading: Reading, cli: dict) -> dict[str, Valu
             out["offload"] = Value("optimizer+params", off.source)
     if reading.files:
         out["stack"] = _stack(reading, "deepspeed" if ds else "fsdp" if fsdp_on else None)
+        unsloth = f.get("use_unsloth")
+        if training == "llamafactory" and unsloth is not None and unsloth.value and not (ds or fsdp_on):
+            # LLaMA-Factory 0.9.5 model/model_utils/unsloth.py: FastLanguageModel.from_pretrained and get_peft_model
+            # with use_gradient_checkpointing="unsloth" (the file's own rank, targets, dropout and quantization)
+            from ..stacks import stacks
+
+            out["stack"] = Value("unsloth", f"{_join(unsloth)}: {stacks()['unsloth']['title']}")
         if training == "trl" and out["stack"].value != "trl":  # under DeepSpeed or FSDP too
             from ..stacks import stacks
 

@@ -52,7 +52,7 @@ INFO = "info"
 SYMBOL = "="   # a Row setting "=name": the value of the ledger's symbol ``name`` (as --set name=VALUE)
 # Facts a rule combines into Scenario settings (see readers.read)
 FACTS = ("model", "adapter", "quant", "bf16", "fp16", "pure_bf16", "model_dtype", "optim", "target_linear",
-         "packing_on", "padding_free", "packing_strategy",
+         "packing_on", "padding_free", "packing_strategy", "use_unsloth",
          "ds_stage", "ds_offload_optimizer", "ds_offload_param", "fsdp", "fsdp_offload", "distributed")
 # Memory-relevant settings the ledger does not hold yet: the default it assumes, and what a change does
 PENDING = {
@@ -129,7 +129,14 @@ AXOLOTL = Tool("axolotl", "axolotl 0.19", (
     Row("unfrozen_parameters", None, c.nonempty, why="training a subset of parameters"),
     # axolotl's AxolotlDPOTrainer subclasses TRL's DPOTrainer; ipo is DPO with loss_type ipo (the same memory)
     # (and AxolotlKTOTrainer TRL's KTOTrainer)
-    Row("rl", "objective", c.objective("axolotl", {"dpo": "dpo", "ipo": "dpo", "kto": "kto"})),   # exit 2 on orpo, grpo …
+    Row("rl", "objective", c.objective("axolotl", {"dpo": "dpo", "ipo": "dpo", "kto": "kto", "grpo": "grpo"})),
+    # axolotl's AxolotlGRPOTrainer subclasses TRL's GRPOTrainer; its `trl:` section holds GRPOConfig's keys
+    Row("trl.num_generations", "num_generations", c.integer),
+    Row("trl.max_completion_length", "max_completion_length", c.integer),
+    Row("trl.beta", "beta", c.number),
+    Row("trl.num_iterations", "num_iterations", c.integer),
+    Row("trl.loss_type", "loss_type", c.loss_type),
+    Row("trl.use_vllm", "generation", lambda v: "vllm-colocate" if BOOL(v) else "hf"),
     Row("relora", None, c.is_on, why="ReLoRA"),
 ), harmless=frozenset({
     "base_model_config", "model_type", "tokenizer_type", "tokenizer_config", "trust_remote_code", "revision_of_model",
@@ -180,7 +187,7 @@ LLAMAFACTORY = Tool("llamafactory", "LLaMA-Factory 0.9.5", (
     Row("enable_liger_kernel", "liger", c.is_on),
     Row("enable_liger_kernel", "loss_impl", lambda v: "liger" if BOOL(v) else "torch"),
     Row("deepspeed", "@deepspeed"),
-    Row("use_unsloth", None, c.is_on, why="Unsloth's kernels and its offloaded checkpointing"),
+    Row("use_unsloth", "use_unsloth", BOOL),   # model_utils/unsloth.py: FastLanguageModel, "unsloth" checkpointing
     Row("use_unsloth_gc", None, c.is_on, why="Unsloth's offloaded checkpointing"),
     Row("use_galore", None, c.is_on, why="GaLore's projected optimizer states"),
     Row("use_apollo", None, c.is_on, why="APOLLO's optimizer states"),
@@ -310,18 +317,26 @@ TRL = Tool("trl", "TRL 1.16 SFTConfig", (
     # TRL 1.16 DPOConfig (trl/trainer/dpo_config.py): keys SFTConfig does not have make the file a DPO run
     *[Row(k, "objective", lambda v: "dpo") for k in ("precompute_ref_log_probs", "f_divergence_type")],
     Row("precompute_ref_log_probs", "precompute_ref", BOOL),
-    Row("loss_type", INFO, c.loss_type),
     Row("use_weighting", None, c.is_on, why="WPO weighting: the fused LM head also computes log(sum p^2) per token"),
     # GRPOConfig and KTOConfig: not modelled yet, refused rather than estimated as SFT
     # TRL 1.16 KTOConfig (kto_config.py:212-220): its weights name a KTO run, over DPOConfig's shared keys
     *[Row(k, "objective", lambda v: "kto", priority=3) for k in ("desirable_weight", "undesirable_weight")],
     # TRL 1.16 RewardConfig (reward_config.py:160): the one key of its own names a reward-model run
     Row("center_rewards_coefficient", "objective", lambda v: "reward", priority=3),
-    # GRPOConfig: not modelled yet, refused rather than estimated as SFT
-    *[Row(k, None, c.refuse(NOT_YET.format("TRL", "GRPOTrainer")), why=NOT_YET.format("TRL", "GRPOTrainer"))
-      for k in ("num_generations", "max_completion_length")],
-), harmless=_TRAINER_HARMLESS - {"loss_type"} | {
-    "beta", "label_smoothing", "loss_weights", "ld_alpha", "f_alpha_divergence_coef", "discopop_tau", "sync_ref_model",
+    # TRL 1.16 GRPOConfig (grpo_config.py): its generation keys name a GRPO run (the prompt length is the data's:
+    # --prompt); beta and loss_type reach the scenario only for GRPO (DPO's change no memory)
+    *[Row(k, "objective", lambda v: "grpo", priority=3) for k in ("num_generations", "max_completion_length",
+                                                                    "steps_per_generation")],
+    Row("num_generations", "num_generations", c.integer),
+    Row("max_completion_length", "max_completion_length", c.integer),
+    Row("steps_per_generation", "steps_per_generation", c.integer),
+    Row("num_iterations", "num_iterations", c.integer),
+    Row("beta", "beta", c.number),
+    Row("loss_type", "loss_type", c.loss_type),
+    Row("use_vllm", "generation", lambda v: "vllm-colocate" if BOOL(v) else "hf"),
+    Row("generation_batch_size", None, c.is_on, why="the generation batch given directly (give "
+        "--steps-per-generation: generation_batch_size / (batch x GPUs))"),
+), harmless=_TRAINER_HARMLESS - {"loss_type"} | { "label_smoothing", "loss_weights", "ld_alpha", "f_alpha_divergence_coef", "discopop_tau", "sync_ref_model",
     "ref_model_mixup_alpha", "ref_model_sync_steps", "precompute_ref_batch_size", "disable_dropout",
     "dataset_name", "dataset_config", "dataset_train_split", "dataset_test_split", "dataset_streaming", "datasets",
     "model_revision", "lora_alpha", "lora_task_type", "use_rslora", "bnb_4bit_quant_type", "bnb_4bit_quant_storage",

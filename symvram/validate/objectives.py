@@ -199,10 +199,7 @@ def run_preference(spec: dict, tracker_factory=PeakTracker):
     _fakeify(model, fake_mode)
     ref_model = None
     if not lora and not score and not spec.get("precompute_ref", False):  # dpo_trainer.py:908-927 (kto :918-940): model.dtype
-        ref_model = build_model({**spec, "grad_checkpointing": False}).eval()
-        ref_model.requires_grad_(False)
-        add_fused_lm_head(ref_model)
-        _fakeify(ref_model, fake_mode)
+        ref_model = reference_model(spec, fake_mode)
     params = [p for p in {id(p): p for p in model.parameters()}.values() if p.requires_grad]
     optimizer = build_optimizer(spec, params, model)
     V = int(model.config.vocab_size)
@@ -221,26 +218,56 @@ def run_preference(spec: dict, tracker_factory=PeakTracker):
                     else contextlib.nullcontext():
                 loss = (trainer_class.compute_loss if score else trainer_class._compute_loss)(trainer, model,
                                                                                              dict(inputs), False)
-            tracker.set_phase(f"step{step}:backward")
-            loss.backward()
+            backward_and_step(tracker, f"step{step}", loss, optimizer)
             del loss
-            tracker.set_phase(f"step{step}:optimizer")
-            optimizer.step()
-            tracker.set_phase(f"step{step}:zero_grad")
-            optimizer.zero_grad(set_to_none=True)
-            tracker.reset_mod_stats()
-    trainable = sum(p.numel() for p in params)
+    return traced(tracker, model, optimizer, params)
+
+
+def reference_model(spec: dict, fake_mode):
+    """A trainer's reference as TRL builds it for full fine-tuning: a second model in the policy's dtype, in eval
+    mode, frozen, without checkpointing, with its own fused LM head (log-probs only), on fake tensors."""
+    from trl.trainer.utils import add_fused_lm_head
+
+    ref_model = build_model({**spec, "grad_checkpointing": False}).eval()
+    ref_model.requires_grad_(False)
+    add_fused_lm_head(ref_model)
+    _fakeify(ref_model, fake_mode)
+    return ref_model
+
+
+def backward_and_step(tracker, label: str, loss, optimizer) -> None:
+    """The rest of a training step as transformers' Trainer runs it, each part a phase: ``loss.backward()``,
+    ``optimizer.step()``, ``zero_grad(set_to_none=True)``."""
+    tracker.set_phase(f"{label}:backward")
+    loss.backward()
+    tracker.set_phase(f"{label}:optimizer")
+    optimizer.step()
+    tracker.set_phase(f"{label}:zero_grad")
+    optimizer.zero_grad(set_to_none=True)
+    tracker.reset_mod_stats()
+
+
+def traced(tracker, model, optimizer, params) -> tuple:
+    """(tracker, model, optimizer, trainable, total): what a trace returns for ``result``."""
     total = sum(p.numel() for p in {id(p): p for p in model.parameters()}.values())
-    return tracker, model, optimizer, trainable, total
+    return tracker, model, optimizer, sum(p.numel() for p in params), total
+
+
+def result(spec: dict, run) -> dict:
+    """``run(spec)``'s trace as a dict shaped like ``measure``'s, with the allocator replay."""
+    t0 = time.perf_counter()
+    tracker, model, optimizer, trainable, total = run(spec)
+    out = _result(spec, model, optimizer, trainable, total, tracker.peak_bytes, tracker.peak_phase,
+                  dict(tracker.phase_peak), tracker.breakdown(), time.perf_counter() - t0)
+    out["allocator"] = replayed(tracker.schedule)
+    return out
 
 
 def measure_preference(spec: dict) -> dict:
     """The peak of live tensor bytes of ``spec['steps']`` DPO or KTO steps (a dict shaped like ``measure``'s; no FLOPs:
     FlopCounterMode cannot count the ``addmm`` overload with ``out_dtype`` the fused head's backward runs)."""
     spec = normalize_spec(spec)
-    t0 = time.perf_counter()
-    tracker, model, optimizer, trainable, total = run_preference(spec)
-    result = _result(spec, model, optimizer, trainable, total, tracker.peak_bytes, tracker.peak_phase,
-                     dict(tracker.phase_peak), tracker.breakdown(), time.perf_counter() - t0)
-    result["allocator"] = replayed(tracker.schedule)
-    return result
+    if spec["objective"] == "grpo":   # generation before the step (validate.grpo)
+        from .grpo import measure_grpo
+        return measure_grpo(spec)
+    return result(spec, run_preference)

@@ -29,7 +29,9 @@ ALIASES = {"gradient_checkpointing": "grad_checkpointing", "attn_impl": "attenti
 # the keys (hashes) of earlier measurements stay the same.
 OPTIONAL: dict[str, Any] = {"stack": "torch", "checkpoint_impl": "non-reentrant", "loss_impl": "torch",
                             "kbit_prep": "peft", "dora": False, "modules_to_save": [], "mp_policy": "none",
-                            "optimizer_in_backward": False, "checkpoint_every": 1, "offload_activations": False, "packing": 0, "objective": "sft", "prompt": 0, "precompute_ref": False}
+                            "optimizer_in_backward": False, "checkpoint_every": 1, "offload_activations": False, "packing": 0, "objective": "sft", "prompt": 0, "precompute_ref": False,
+                            "num_generations": 8, "steps_per_generation": 1, "gradient_accumulation_steps": 1,
+                            "num_iterations": 1, "beta": 0.0, "loss_type": "dapo", "generation": "hf"}
 
 
 def _stack_values(name: str, dtype: str) -> dict[str, Any]:
@@ -154,6 +156,13 @@ def from_scenario(sc: Scenario) -> dict:
     if sc.liger:
         raise UserError("--liger: validate does not apply Liger's kernels (Triton, GPU only); the estimate models "
                         "them from liger-kernel's source (modelled, not measured)")
+    if sc.unsloth_kernels:
+        raise UserError("--stack unsloth: validate does not run Unsloth's fused LoRA kernels (Triton, GPU only); the "
+                        "estimate models them from Unsloth's source (modelled, not measured)")
+    if sc.grad_checkpointing and sc.checkpoint_impl == "unsloth":
+        raise UserError("--checkpoint-impl unsloth: validate runs torch's checkpointing; Unsloth's offloaded "
+                        "checkpointer is run on its own by benchmarks/unsloth_checkpointer.py (its CUDA streams "
+                        "stubbed), whose figures the estimate equals")
     spec = {"arch": sc.model.config(), "method": sc.method, "batch": sc.batch, "seq": sc.seq,
             "dtype": sc.dtype, "autocast": None if sc.autocast == "none" else sc.autocast,
             "optimizer": sc.optimizer, "optimizer_impl": sc.optimizer_impl,
