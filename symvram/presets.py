@@ -475,8 +475,6 @@ def spec_from_config(cfg: dict, name: str, kind: str, source: str) -> ModelSpec:
     f = _text_model(ConfigFields(cfg, source))
     fam = f.family()
     tower = read_tower(cfg, source) if f.cfg is not cfg else None
-    if f.cfg is not cfg and (why := fam.extra("towers_unmodelled", {}).get(cfg.get("model_type"))):
-        raise UserError(f"{source}: a multimodal {cfg.get('model_type')} config.json: {why}")
     dims: dict[str, int] = {}
     pattern = f.layer_pattern(fam.extra("layer_pattern")) if fam.extra("layer_pattern") else ""
     for symbol, keys, default in fam.dims:

@@ -220,14 +220,19 @@ def _layer_of(s_: Structure, first: bool) -> dict[str, tuple[sp.Expr, str, str, 
             # k and v repeated to n_h heads (repeat_kv: new tensors unless n_kv = 1), the (n_h − n_kv) of them
             # sliding_extra counts and n_kv more
             shared = fam.extra("kv_shared")   # "sliding": a sliding layer reading shared K/V
-            # heads wider than 256 (Gemma 4's global 512): transformers passes SDPA no GQA (sdpa_attention.py:51) and
-            # repeats k, v to n_h heads (new tensors unless n_kv = 1: a stride-0 view), which SDPA keeps instead
-            repeated = at_least(dh, 257) * at_least(nkv, 2) * (nh - nkv)
-            kv = {None: b_mm * T * dh * 2 * (nkv + repeated),
-                  "sliding": b_mm * T * dh * 2 * nkv * past_window(s_) * at_least(nkv, 2)
-                  }.get(shared, b_mm * T * dh * 2 * at_least(dh, 257) * at_least(nkv, 2) * nh)
+            qkv = {None: b_mm * T * dh * (nh + 2 * nkv),
+                   "sliding": b_mm * T * dh * nh + b_mm * T * dh * 2 * nkv * past_window(s_) * at_least(nkv, 2)
+                   }.get(shared, b_mm * T * dh * nh)
+            if fam.extra("attention_dims"):
+                # heads that may be wider than 256 (Gemma 4's global 512): transformers passes SDPA no GQA then
+                # (sdpa_attention.py:51) and repeats k, v to n_h heads (new tensors unless n_kv = 1: a stride-0
+                # view), which SDPA keeps instead — sums of indicator products, each tensor a positive monomial
+                wide, narrow = at_least(dh, 257), at_least(256, dh)
+                repeated = b_mm * T * dh * 2 * nh * wide * at_least(nkv, 2)
+                qkv = b_mm * T * dh * nh + (repeated if shared else
+                                            b_mm * T * dh * 2 * nkv * (narrow + wide * at_least(1, nkv)) + repeated)
             roped = " after RoPE" * (not fam.extra("no_rope"))
-            out["act_attention"] = (b_mm * T * dh * nh + kv + b_mm * T * nh * dh + fused, r"A_{\mathrm{attn}}",
+            out["act_attention"] = (qkv + b_mm * T * nh * dh + fused, r"A_{\mathrm{attn}}",
                                     ("SDPA (flash) keeps q, k, v" + roped + " and its output; a layer reading shared K/V "
                                      "keeps only q and its output (k and v are the storing layer's; past the window a "
                                      "sliding one's k, v repeated to n_h heads)" if fam.extra("kv_shared") else
