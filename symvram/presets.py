@@ -370,8 +370,10 @@ class ConfigFields:
         key, letters = spelled["key"], "".join(spelled["kinds"])
         value = self.cfg.get(key)
         if value is None and isinstance(listed := self.cfg.get(spelled["list_key"]), list):
-            key, value = spelled["list_key"], "".join(spelled["names"].get(x, "?") if isinstance(x, str) else "?"
-                                                       for x in listed)
+            key = spelled["list_key"]
+            if any(not isinstance(x, str) or x not in spelled["names"] for x in listed):
+                raise self._refuse(key, f"a list of {', '.join(spelled['names'])}, one per layer", listed)
+            value = "".join(spelled["names"][x] for x in listed)
         if not isinstance(value, str) or not value:
             raise self._refuse(key, f"a string of {', '.join(letters)}, one letter per layer", value)
         for letter, what in spelled.get("unmodelled", {}).items():
@@ -473,8 +475,6 @@ def spec_from_config(cfg: dict, name: str, kind: str, source: str) -> ModelSpec:
     f = _text_model(ConfigFields(cfg, source))
     fam = f.family()
     tower = read_tower(cfg, source) if f.cfg is not cfg else None
-    if f.cfg is not cfg and (why := fam.extra("towers_unmodelled", {}).get(cfg.get("model_type"))):
-        raise UserError(f"{source}: a multimodal {cfg.get('model_type')} config.json: {why}")
     dims: dict[str, int] = {}
     pattern = f.layer_pattern(fam.extra("layer_pattern")) if fam.extra("layer_pattern") else ""
     for symbol, keys, default in fam.dims:

@@ -448,6 +448,11 @@ class Scenario:
         _choice(self.autocast, HALF_DTYPES, "--autocast")
         _choice(self.mp_policy, HALF_DTYPES, "--mp-policy")
         _choice(self.attention, ATTENTIONS, "--attention")
+        tower = self.model.tower
+        if self.lora and tower is not None and not family(self.model.family).is_all_linear(self.targets, self.model.options) \
+                and (hit := [t for t in self.targets if t in tower.unsupported_targets]):
+            raise UserError(f"LoRA targets {', '.join(hit)} on a multimodal {tower.model_type} checkpoint: "
+                            f"{tower.unsupported_why}")
         fam = family(self.model.family)
         if self.attention not in fam.attention_kernels:
             raise UserError(f"--attention {self.attention}: {fam.attention_why or fam.key + ' runs ' + ', '.join(fam.attention_kernels)}")

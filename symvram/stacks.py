@@ -175,8 +175,8 @@ def summary(sc) -> str:
     if sc.loss_impl == "unsloth":
         parts.append("Unsloth's fused linear cross-entropy (Triton: modelled, not measured)")
     if sc.unsloth_kernels:
-        parts.append("Unsloth's fused LoRA QKV/O/MLP and RMSNorm kernels (what they save; their backward's "
-                     "temporaries as PEFT's eager layer; Triton: modelled, not measured)")
+        parts.append("Unsloth's fused LoRA QKV/O/MLP and RMSNorm kernels (what they save, their working sets and "
+                     "LoRA_MLP's backward; Triton: modelled, not measured)")
     elif sc.stack == "unsloth" and sc.lora:
         parts.append("PEFT's eager LoRA layers (Unsloth's fused kernels are modelled for Llama, Mistral, Qwen2 and "
                      "Qwen3 with LoRA on all seven projections and no dropout)")

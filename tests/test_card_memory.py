@@ -122,11 +122,12 @@ def test_headers_say_which_versions_they_follow(capsys):
 def _modelled_step(sc) -> bool:
     """The step whose working sets the schedule models (issue 24): one SFT step of a decoder with standard
     attention in layers all alike, every layer checkpointed or none, the optimizer after backward, no LoRA on
-    lm_head, no vision tower beside the decoder, no activation offloading, no packed rows."""
+    lm_head, no vision tower beside the decoder, no activation offloading, no packed rows, no fused experts made
+    fp32 by k-bit preparation (their grouped_mm runs per group: a schedule of its own)."""
     st, fam = sc.structure, sc.structure.arch
     return (st.objective == "sft" and not st.optimizer_in_backward and st.checkpoint_every == 1
             and "lm_head" not in st.head_targets and not fam.latent_attention and not fam.kinds and st.tower is None
-            and not st.offload_activations and not st.packed)
+            and not st.offload_activations and not st.packed and not (fam.mlp_kind == "moe" and st.kbit_prepared))
 
 
 def test_ledger_schedule_against_traced_schedules_on_stored_cases():
@@ -134,9 +135,10 @@ def test_ledger_schedule_against_traced_schedules_on_stored_cases():
     ``allocator``: symvram validate's trace of every alloc and free, through the same replay): the ledger's own
     schedule, with each layer's working sets, replayed with both allocators. On the step the working sets model
     (``_modelled_step``) the allocated peaks agree within 0.5 % and the reserved peaks, with expandable
-    segments, to a median within 1 % and every case within 3.5 %, with the default allocator within 3.1 % (issue
-    24 asks for 1 % on every case: not met yet; the MLP's working set, the gated product and down_proj's output,
-    took tinyllama LoRA q/v from −3.5 % to −1.0 %). The other stored cases are named in docs/accuracy.md (LoRA on
+    segments, to a median within 1 % and every case within 3.5 %, with the default allocator to a median within
+    1 % and every case within 2.5 % (issue 24 asks for 1 % on every case: 11 of 17 are, max 1.9 %; was 3.5 %,
+    6 of 17, before the MLP's working set, a layer's saved tensors made before its temporaries, and a
+    checkpointed forward's would-be-saved tensors standing in per sub-block). The other stored cases are named in docs/accuracy.md (LoRA on
     lm_head up to 13.5 %; DPO/KTO, optimizer-in-backward, partial checkpointing, MLA and Gated DeltaNet families,
     a multimodal checkpoint's vision tower (gemma-3-4b-it: 2.3 %): their schedules are their own)."""
     import statistics
@@ -160,7 +162,8 @@ def test_ledger_schedule_against_traced_schedules_on_stored_cases():
     assert len(errors) >= 2 * 17, sorted(errors)
     expandable = [abs(e) for (_, name), e in errors.items() if name == "expandable"]
     assert statistics.median(expandable) < 0.01 and max(expandable) < 0.035, errors
-    assert max(abs(e) for (_, name), e in errors.items() if name == "default") < 0.031, errors
+    default = [abs(e) for (_, name), e in errors.items() if name == "default"]
+    assert statistics.median(default) < 0.01 and max(default) < 0.025, errors
 
 
 def test_transformers_loss_of_older_releases():

@@ -359,7 +359,7 @@ def test_the_docs_show_the_whole_qwen3_entry():
     assert "\n".join(lines) in "\n".join(ln for ln in guide.splitlines() if ln.strip())
 
 
-ONE_PER_FAMILY = ["llama-3.2-1b", "mistral-7b", "qwen2.5-0.5b", "qwen3-0.6b", "gemma-2-2b", "gemma-3-1b", "phi-3-mini",
+ONE_PER_FAMILY = ["gemma-4-e2b", "llama-3.2-1b", "mistral-7b", "qwen2.5-0.5b", "qwen3-0.6b", "gemma-2-2b", "gemma-3-1b", "phi-3-mini",
                   "olmo-2-7b", "mixtral-8x7b", "qwen3-30b-a3b", "smollm3-3b", "olmo-3-7b", "qwen1.5-moe-a2.7b",
                   "ministral-3-3b", "gpt-oss-20b", "glm-4.5-air", "deepseek-v3",
                   "glm-4.7-flash", "mistral-small-4", "qwen3.5-27b", "llama-4-maverick-17b-128e", "qwen3.5-35b-a3b",

@@ -49,6 +49,13 @@ def test_published_totals():
     table = 262144 * 35 * 256
     assert round((e2b - table) / 1e9, 1) == 2.3
     assert round(evaluate(Scenario.create("gemma-4-31b", method="full")).derived["P"] / 1e9, 1) == 30.7
+    # "5.1B with embeddings" (E2B) and "8B" (E4B): the decoder and the default vision and audio towers
+    for name, total, digits in (("gemma-4-e2b", 5.1, 1), ("gemma-4-e4b", 8, 0)):
+        text = load_model(name).config()
+        spec = spec_from_config({"model_type": "gemma4", "text_config": text, "vision_config": {}, "audio_config": {}},
+                                name, "config", "c.json")
+        p = evaluate(Scenario.create(spec, method="full")).derived["P"] + spec.tower.params
+        assert round(p / 1e9, digits) == total, name
 
 
 @pytest.mark.parametrize("cfg", [TINY, KEQV], ids=["ple-shared", "k-eq-v"])
@@ -103,8 +110,54 @@ def test_without_per_layer_embeddings_their_modules_are_no_targets():
     assert "per_layer_input_gate" in Scenario.create("gemma-4-e2b", method="lora").targets
 
 
-def test_refused_configs():
+def test_the_moe_block_is_refused():
     with pytest.raises(UserError, match="enable_moe_block"):
         spec_from_config({**KEQV, "enable_moe_block": True}, "x", "config", "c.json")
-    with pytest.raises(UserError, match="Gemma4ForConditionalGeneration"):
-        spec_from_config({"model_type": "gemma4", "text_config": TINY}, "x", "config", "c.json")
+
+
+# a multimodal gemma4 config.json (as every published checkpoint ships): small vision and audio towers
+VISION = {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 1, "num_attention_heads": 2,
+          "num_key_value_heads": 2, "head_dim": 16, "patch_size": 4, "position_embedding_size": 64}
+AUDIO = {"hidden_size": 32, "num_hidden_layers": 1, "num_attention_heads": 2, "output_proj_dims": 48,
+         "subsampling_conv_channels": [16, 8]}
+
+
+@pytest.mark.parametrize("vision, audio", [({}, {}), ({**VISION, "use_clipped_linears": True, "standardize": True}, None)],
+                         ids=["default-towers", "vision-only"])
+def test_multimodal_towers_equal_the_meta_model(vision, audio):
+    """AutoModelForCausalLM builds Gemma4ForConditionalGeneration (auto/modeling_auto.py:844): the towers' parameters
+    and buffers (clip bounds, rotary tables, softcaps) as transformers builds them, E2B's default towers and a
+    vision-only one (26B, 31B have no audio_config)."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    text = {k: v for k, v in TINY.items() if k != "model_type"}
+    outer = {"vision_config": vision, **({"audio_config": audio} if audio is not None else {})}
+    spec = spec_from_config({"model_type": "gemma4", "text_config": {"model_type": "gemma4_text", **text}, **outer},
+                            "x", "config", "c.json")
+    with torch.device("meta"):
+        model = transformers.AutoModelForCausalLM.from_config(transformers.AutoConfig.for_model("gemma4", text_config=text,
+                                                                                               **outer))
+    assert type(model).__name__ == spec.tower.loader == "Gemma4ForConditionalGeneration"
+    outside = {k: p for k, p in model.named_parameters() if ".language_model." not in k and "lm_head" not in k}
+    assert spec.tower.params == sum(p.numel() for p in outside.values())
+    assert spec.tower.float_buffers == sum(b.numel() for k, b in model.named_buffers() if ".language_model." not in k)
+
+
+def test_multimodal_lora_by_module_name_is_refused_as_peft_does():
+    """PEFT 0.21 cannot wrap the towers' Gemma4ClippableLinear that q_proj etc. match; all-linear adapts the nn.Linear
+    inside each."""
+    spec = spec_from_config({"model_type": "gemma4", "text_config": TINY, "vision_config": VISION}, "x", "config", "c")
+    with pytest.raises(UserError, match="Gemma4ClippableLinear"):
+        Scenario.create(spec, method="lora", targets="q_proj,v_proj")
+    assert Scenario.create(spec, method="lora", rank=8, targets="all-linear").structure.tower_lora
+
+
+def test_multimodal_full_fine_tuning_measured():
+    pytest.importorskip("peft")
+    from symvram.validate.measure import measure
+    from symvram.validate.spec import from_scenario
+
+    spec = spec_from_config({"model_type": "gemma4", "text_config": TINY, "vision_config": VISION, "audio_config": AUDIO},
+                            "x", "config", "c")
+    sc = Scenario.create(spec, stack="torch", batch=2, seq=64, device="cpu", method="full", state_dtype="bf16")
+    assert 0 <= measure({**from_scenario(sc), "steps": 2})["peak_bytes"] - evaluate(sc).peak <= 8

@@ -61,6 +61,8 @@ def test_the_pattern_orders_the_layers():
     ({**TINY, "hybrid_override_pattern": "MX*"}, "field 'hybrid_override_pattern' must be a string of M, *, -"),
     ({**TINY, "hybrid_override_pattern": ""}, "field 'hybrid_override_pattern' must be a string of M, *, -"),
     ({**TINY, "use_conv_bias": False}, "use_conv_bias = False is not modelled"),
+    ({**{k: v for k, v in TINY.items() if k != "hybrid_override_pattern"}, "layers_block_type": ["mamba", 3]},
+     "field 'layers_block_type' must be a list of linear_attention, full_attention, mlp, moe"),
 ])
 def test_a_pattern_no_kind_models_is_refused_by_name(cfg, why):
     with pytest.raises(UserError, match=re.escape(why)):
@@ -115,3 +117,20 @@ def test_the_mamba_terms_have_their_own_names():
     from symvram.stacks import summary
 
     assert "mamba2_chunk_scan" in summary(sc)
+
+
+@pytest.mark.parametrize("settings", [dict(method="full"), dict(method="lora", rank=8, grad_checkpointing=True),
+                                      dict(method="full", grad_checkpointing=True)], ids=["full", "lora-ckpt", "full-ckpt"])
+def test_flops_equal_the_counted_step(settings):
+    """The scan's einsums and the conv1d (its weight gradient as the counter prices it), no attention in the Mamba and
+    MLP blocks, the recompute stopping before each block's last projection: FlopCounterMode's count of the step."""
+    pytest.importorskip("peft")
+    from symvram.timing import flops
+    from symvram.validate.measure import count_flops
+    from symvram.validate.spec import from_scenario
+
+    sc = Scenario.create(spec_from_config(TINY, "tiny", "config", "test"), stack="torch", batch=2, seq=40,
+                         device="cpu", **settings)
+    counted, f = count_flops(from_scenario(sc)), flops(sc)
+    assert f.by_phase["forward"] == counted["forward"]
+    assert f.by_phase["backward"] + f.by_phase["recompute"] == counted["backward"]

@@ -177,4 +177,48 @@ def test_fused_lora_kernels_save_one_input_per_block():
     from symvram.stacks import summary
 
     assert "PEFT's eager LoRA layers" in summary(peft.scenario)
+    # LoRA_MLP's backward (DW, the incoming gradient, r-wide products, six 16-bit adapter gradients, r = 16) and its
+    # forward working set (h, down's result, h·A); Unsloth's RMSNorm backward makes one 16-bit gradient
+    r = 16
+    assert e.terms["layer_backward_temp"] == 2 * T * f + 2 * T * h + 3 * 2 * T * r + 3 * 2 * r * (h + f)
+    assert e.terms["ws_mlp"] == 2 * T * f + 2 * T * h + 2 * T * r
+    assert e.terms["norm_backward_temp"] == 2 * T * h
     assert "fused LoRA QKV/O/MLP" in summary(e.scenario)
+
+
+def test_llamafactory_use_unsloth_reads_as_the_stack(tmp_path):
+    """LLaMA-Factory 0.9.5's use_unsloth loads through FastLanguageModel and its get_peft_model with
+    use_gradient_checkpointing="unsloth" (model/model_utils/unsloth.py), the file's own rank and quantization kept."""
+    from symvram.readers.read import read_files
+
+    f = tmp_path / "lf.yaml"
+    f.write_text("model_name_or_path: meta-llama/Llama-3.1-8B\nstage: sft\ndo_train: true\nfinetuning_type: lora\n"
+                 "lora_target: all\nlora_rank: 32\nquantization_bit: 4\nuse_unsloth: true\ncutoff_len: 4096\n"
+                 "bf16: true\noutput_dir: out\n")
+    got = read_files([str(f)]).settings
+    assert (got["stack"].value, got["rank"].value, got["method"].value) == ("unsloth", 32, "qlora")
+    f.write_text(f.read_text().replace("use_unsloth: true", "use_unsloth: false"))
+    assert read_files([str(f)]).settings["stack"].value == "hf"
+
+
+def test_validate_refuses_what_it_cannot_run(capsys):
+    from symvram.cli import main
+
+    for flags, says in ((["--stack", "unsloth", "--method", "lora"], "--loss-impl unsloth runs GPU kernels only"),
+                        (["--stack", "unsloth", "--method", "lora", "--loss-impl", "torch"], "fused LoRA kernels"),
+                        (["--stack", "hf", "--method", "lora", "--grad-checkpointing", "--checkpoint-impl", "unsloth"],
+                         "benchmarks/unsloth_checkpointer.py")):
+        assert main(["validate", "tinyllama-1.1b", "--seq", "1024", *flags]) == 2
+        assert says in capsys.readouterr().err
+
+
+def test_each_buffer_is_one_tensor_in_the_schedule():
+    """The allocator schedule reads a monomial's integer coefficient as a count of tensors: the staging buffers, the
+    offloaded inputs and the loss's [R, V] buffer are written as one factor each (a 2 MiB constant as a coefficient
+    made a million 2-byte tensors). The unsloth stack's schedule is no longer than the trl stack's."""
+    from symvram.card_memory import schedule_events
+
+    kw = dict(method="lora", seq=4096)
+    unsloth = schedule_events(Scenario.create(load_model("llama-3.1-8b"), stack="unsloth", **kw))
+    trl = schedule_events(Scenario.create(load_model("llama-3.1-8b"), stack="trl", **kw))
+    assert len(unsloth) <= len(trl)

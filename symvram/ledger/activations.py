@@ -195,7 +195,7 @@ def _layer_of(s_: Structure, first: bool) -> dict[str, tuple[sp.Expr, str, str, 
                                      + norm_weight_copy(s_, n.width) for n in saving)), r"A_{\mathrm{norm}}",
                             "each Liger RMSNorm keeps its input and the fp32 1/rms" if s_.liger else
                             "each Unsloth RMSNorm keeps its input and the fp32 1/rms" if s_.unsloth_kernels else
-                            NORM_WHY[fam.norm] + " (and the weight's fp32 copy)" * (norm_weight_copy(s_, 1) != 0),
+                            NORM_WHY[fam.norm] + " (and a 16-bit weight's fp32 copy)" * (norm_weight_copy(s_, 1) != 0),
                             LIGER if s_.liger else UNSLOTH_KERNELS if s_.unsloth_kernels else TRANSFORMERS)
         if not s_.lora and not s_.liger and any(n.weight for n in saving):   # Liger's backward recomputes it for dW
             out["act_norm_weight_input"] = (sp.Add(*(norm_weight_input(s_) * T * n.rows * n.width for n in saving
@@ -220,14 +220,19 @@ def _layer_of(s_: Structure, first: bool) -> dict[str, tuple[sp.Expr, str, str, 
             # k and v repeated to n_h heads (repeat_kv: new tensors unless n_kv = 1), the (n_h − n_kv) of them
             # sliding_extra counts and n_kv more
             shared = fam.extra("kv_shared")   # "sliding": a sliding layer reading shared K/V
-            # heads wider than 256 (Gemma 4's global 512): transformers passes SDPA no GQA (sdpa_attention.py:51) and
-            # repeats k, v to n_h heads (new tensors unless n_kv = 1: a stride-0 view), which SDPA keeps instead
-            repeated = at_least(dh, 257) * at_least(nkv, 2) * (nh - nkv)
-            kv = {None: b_mm * T * dh * 2 * (nkv + repeated),
-                  "sliding": b_mm * T * dh * 2 * nkv * past_window(s_) * at_least(nkv, 2)
-                  }.get(shared, b_mm * T * dh * 2 * at_least(dh, 257) * at_least(nkv, 2) * nh)
+            qkv = {None: b_mm * T * dh * (nh + 2 * nkv),
+                   "sliding": b_mm * T * dh * nh + b_mm * T * dh * 2 * nkv * past_window(s_) * at_least(nkv, 2)
+                   }.get(shared, b_mm * T * dh * nh)
+            if fam.extra("attention_dims"):
+                # heads that may be wider than 256 (Gemma 4's global 512): transformers passes SDPA no GQA then
+                # (sdpa_attention.py:51) and repeats k, v to n_h heads (new tensors unless n_kv = 1: a stride-0
+                # view), which SDPA keeps instead — sums of indicator products, each tensor a positive monomial
+                wide, narrow = at_least(dh, 257), at_least(256, dh)
+                repeated = b_mm * T * dh * 2 * nh * wide * at_least(nkv, 2)
+                qkv = b_mm * T * dh * nh + (repeated if shared else
+                                            b_mm * T * dh * 2 * nkv * (narrow + wide * at_least(1, nkv)) + repeated)
             roped = " after RoPE" * (not fam.extra("no_rope"))
-            out["act_attention"] = (b_mm * T * dh * nh + kv + b_mm * T * nh * dh + fused, r"A_{\mathrm{attn}}",
+            out["act_attention"] = (qkv + b_mm * T * nh * dh + fused, r"A_{\mathrm{attn}}",
                                     ("SDPA (flash) keeps q, k, v" + roped + " and its output; a layer reading shared K/V "
                                      "keeps only q and its output (k and v are the storing layer's; past the window a "
                                      "sliding one's k, v repeated to n_h heads)" if fam.extra("kv_shared") else
@@ -584,6 +589,7 @@ def lora_embed_saved(s_: Structure) -> sp.Expr:
 
 
 MOE = "transformers integrations/moe.py (grouped_mm experts)"
+MLP_OPENING_SET = "ws_norm_mlp"   # the working set that opens a layer's MLP sub-block (its norm), after attention's
 
 
 def layer_working_sets(s_: Structure) -> list[Term]:
@@ -595,6 +601,8 @@ def layer_working_sets(s_: Structure) -> list[Term]:
     >>> [t.key for t in layer_working_sets(Structure(method="lora", targets=("q_proj", "v_proj")))]
     ['ws_norm', 'ws_attn_in', 'ws_rope', 'ws_norm_mlp', 'ws_mlp']
     """
+    if s_.unsloth_kernels:
+        return _unsloth_working_sets(s_)
     fam, b_res, b_ad = s_.arch, residual_bytes(s_), compute_adapter_bytes(s_)
     upcast = 0 if s_.kbit_prepared else b_32 * T * h   # a 16-bit stream is cast to fp32 first (kept under LoRA's saves)
     norm = (b_32 * T * h * 2 + (upcast if s_.grad_checkpointing else 0), r"W_{\mathrm{norm}}",
@@ -606,7 +614,7 @@ def layer_working_sets(s_: Structure) -> list[Term]:
     for group, width in fam.group_width.items():
         lora = [m for m in fam.linears if m.input_group == group and m.name in targets]
         if group == "mlp_in":
-            out["ws_norm_mlp"] = norm
+            out[MLP_OPENING_SET] = norm
         if lora:
             d = sp.Max(*(m.d_out for m in lora)) if len(lora) > 1 else lora[0].d_out
             cast = b_ad * T * width if s_.adapter_upcast and s_.grad_checkpointing else 0
@@ -636,6 +644,24 @@ def layer_working_sets(s_: Structure) -> list[Term]:
                          "the residual add", "transformers models/llama/modeling_llama.py:163-165 LlamaMLP.forward, "
                          ":311-314 LlamaDecoderLayer.forward")
     return [Term(k, Role.LAYER_WORKING_SET, e, label, why, source) for k, (e, label, why, source) in out.items()]
+
+
+def _unsloth_working_sets(s_: Structure) -> list[Term]:
+    """The sub-block working sets of a layer under Unsloth's kernels: its RMSNorm's 16-bit output (the 1/rms is
+    saved); matmul_lora's result and X·A per fused block (lora_B's product is added in place; the largest of q, k,
+    v's); RoPE rotates q and k in place; LoRA_MLP's SwiGLU product h, the down projection's result and h·A. Modelled,
+    not measured (Triton, CUDA only)."""
+    fam = s_.arch
+    widest_qkv = sp.Max(*(m.d_out for m in fam.linears if m.input_group == "attn_in"))
+    source = UNSLOTH_KERNELS.split(";")[0]
+    out = {"ws_norm": (b_c * T * h, r"W_{\mathrm{norm}}", "Unsloth's RMSNorm: its 16-bit output", source),
+           "ws_attn_in": (b_c * T * widest_qkv + b_c * T * r, r"W_{\mathrm{LoRA}}", "LoRA_QKV: one projection's "
+                          "result and X·A (lora_B added in place)", source),
+           "ws_attn_out": (b_c * T * h + b_c * T * r, r"W_{\mathrm{LoRA}}", "LoRA_W: o_proj's result and X·A", source),
+           "ws_norm_mlp": (b_c * T * h, r"W_{\mathrm{norm}}", "Unsloth's RMSNorm: its 16-bit output", source),
+           "ws_mlp": (b_c * T * f + b_c * T * h + b_c * T * r, r"W_{\mathrm{MLP}}", "LoRA_MLP: the SwiGLU product, "
+                      "the down projection's result and h·A", source)}
+    return [Term(k, Role.LAYER_WORKING_SET, e, label, why, src) for k, (e, label, why, src) in out.items()]
 
 
 def _latent_attention(s_: Structure) -> dict[str, tuple[sp.Expr, str, str, str]]:
@@ -714,11 +740,17 @@ def _moe_layer(s_: Structure) -> dict[str, tuple[sp.Expr, str, str, str]]:
                                         "the gathered tokens and the SiLU·up product, kept for the expert weights' "
                                         "gradients" + " (and the sorted expert ids, for the biases')" * bool(ids), MOE)
     if targeted:
-        out["act_moe_merged"] = (b_c * sp.Add(*(m.count * m.d_in * m.d_out + m.count * m.rank_factor * r * (m.d_in + m.d_out)
-                                               for m in targeted)), r"A_{\mathrm{exp,W'}}",
+        # get_delta_factors casts lora_A and lora_B to the expert weight's dtype (layer.py:2542): a copy, kept by the
+        # baddbmm, only where the adapters' dtype differs (fp32 adapters on a 16-bit model; none on the fp32 experts
+        # of k-bit preparation)
+        b_e = b_32 if s_.kbit_prepared else b_w
+        casts = at_least(b_a, 2 * b_e) + at_least(b_e, 2 * b_a)   # 1 when they differ (powers of two)
+        out["act_moe_merged"] = (b_c * sp.Add(*(m.count * m.d_in * m.d_out + casts * m.count * m.rank_factor * r
+                                                * (m.d_in + m.d_out) for m in targeted)), r"A_{\mathrm{exp,W'}}",
                                  "PEFT's target_parameters builds W + (α/r)·B·A of every targeted expert weight each "
-                                 "forward, in the compute dtype, and keeps it (and the cast factors) for backward",
-                                 "peft tuners/lora/layer.py ParamWrapper")
+                                 "forward (one baddbmm, layer.py:2319-2323), in the weight's dtype, and keeps it for "
+                                 "backward, with the low-rank factors cast to that dtype where the adapters' differs",
+                                 "peft tuners/lora/layer.py ParamWrapper, :2525-2542 get_delta_factors")
     if fam.extra("router_fp32"):   # F.linear(x.float(), W.float()): W's fp32 copy for x's gradient, x's for W's
         # under autocast the linear keeps its 16-bit casts instead; an fp32 W (from_pretrained) needs no copy
         weight_copy = (b_c * E * h if s_.autocast else
@@ -833,6 +865,11 @@ def _layer_backward_temp(s_: Structure) -> tuple[sp.Expr, str, str]:
         return (3 * b_c * T * f + b_c * T * h + made - freed, "inside a layer's ReLU² MLP backward: the gradients of "
                 "the down input, the square and the ReLU (d_ff wide) and the incoming hidden gradient; the down "
                 "projection's backward has run", "autograd of " + s_.arch.source + " NemotronHMLP")
+    if s_.unsloth_kernels:   # LoRA_MLP.backward (kernels/fast_lora.py:458-600)
+        return (b_c * T * f + b_c * T * h + 3 * b_c * T * r + 3 * b_c * r * (h + f), "inside Unsloth's LoRA_MLP "
+                "backward: down's input gradient DW (d_ff wide; the SwiGLU gradient is then written into DW, e and g in "
+                "place, and dX into X), the incoming hidden gradient, r-wide products and the six adapters' 16-bit "
+                "gradients (modelled, not measured)", "unsloth 2026.10.9 kernels/fast_lora.py:458-600 LoRA_MLP.backward")
     if not s_.arch.moe:
         made, freed = _output_projection_done(s_)
         return (3 * b_c * T * mlp_width(s_.arch) + b_c * T * h + made - freed, "inside a layer's MLP backward: the gradients of the "
@@ -1217,6 +1254,12 @@ def unsloth_offloads(s_: Structure) -> sp.Expr:
     return at_least(T * h, UNSLOTH_MIN_OFFLOAD // 2 + 1)   # elements of the 16-bit stored copy
 
 
+def unsloth_keeps(s_: Structure) -> sp.Expr:
+    """1 when it does not (``unsloth_offloads``' complement, written as an indicator of its own so that every
+    monomial of the terms stays positive: the allocator schedule reads each as so many tensors)."""
+    return at_least(UNSLOTH_MIN_OFFLOAD // 2, T * h)
+
+
 def unsloth_checkpoint_terms(s_: Structure) -> list[Term]:
     """Unsloth's offloaded gradient checkpointing (``use_gradient_checkpointing="unsloth"``: torch's checkpoint
     patched to ``UnslothCheckpointFunction``, unsloth_zoo 2026.10.9 gradient_checkpointing.py:1337-1717, reentrant).
@@ -1233,10 +1276,12 @@ def unsloth_checkpoint_terms(s_: Structure) -> list[Term]:
     >>> [(t.key, t.place.value) for t in terms]
     [('act_checkpoints', 'device'), ('act_offloaded', 'host'), ('unsloth_staging', 'device')]
     """
-    b_res, off = residual_bytes(s_), unsloth_offloads(s_)
-    kept = sp.Min(L, 1 + int(embedding_leaf(s_)))   # the last layer's input (and the leaf first layer's)
-    grown = sp.Max(T * h, UNSLOTH_STAGING_INITIAL) * UNSLOTH_STORE   # a staging buffer grown to one input
-    on_device = L - off * (L - kept)
+    b_res, off, stay = residual_bytes(s_), unsloth_offloads(s_), unsloth_keeps(s_)
+    # on the card: every input when none is offloaded, else the last layer's and (LoRA, L ≥ 2) the leaf first layer's
+    on_device = stay * L + off + off * at_least(L, 2) * int(embedding_leaf(s_))
+    # one factor each, so that a buffer is one tensor: A grown to one input; B too once a later offload resizes it
+    staging = off * UNSLOTH_STORE * (sp.Max(T * h, UNSLOTH_STAGING_INITIAL)
+                                     + sp.Max(at_least(L, 2) * T * h, UNSLOTH_STAGING_INITIAL))
     host_slots = off * L   # the first micro-batch offloads every layer (FIRST_PASS): L slots grown, kept grown
     terms = [Term("act_checkpoints", Role.SAVED_ACTIVATION, on_device * b_res * T * h + b_id * seq, r"A_{\mathrm{ckpt}}",
                   "Unsloth's checkpointer keeps on the device the last layer's input (not offloaded from the second "
@@ -1245,12 +1290,12 @@ def unsloth_checkpoint_terms(s_: Structure) -> list[Term]:
                   + " and the position ids; every input of at most 2 MiB stays too",
                   UNSLOTH_GC + ":1387-1399, :1540 save_for_backward"),
              Term("act_offloaded", Role.SAVED_ACTIVATION, host_slots * UNSLOTH_STORE * T * h
-                  + sp.Max(0, UNSLOTH_HOST_SLOTS - host_slots) * UNSLOTH_STORE * UNSLOTH_HOST_SLOT, r"A_{\mathrm{ckpt,host}}",
+                  + sp.Max(0, (UNSLOTH_HOST_SLOTS - host_slots) * UNSLOTH_HOST_SLOT) * UNSLOTH_STORE,
+                  r"A_{\mathrm{ckpt,host}}",
                   "the other checkpointed layer inputs, each in a 16-bit pinned host slot (L slots grown to one input "
                   "by the first micro-batch, which offloads every layer) and the rest of the 200-slot pool of 256 KiB "
                   "each", UNSLOTH_GC + ":1290-1298, :1453-1506", place=Place.HOST),
-             Term("unsloth_staging", Role.STAGING_BUFFER, off * (grown + at_least(L, 2) * grown + (1 - at_least(L, 2))
-                                                                 * UNSLOTH_STAGING_INITIAL * UNSLOTH_STORE),
+             Term("unsloth_staging", Role.STAGING_BUFFER, staging,
                   r"M_{\mathrm{stage}}", "two 16-bit device staging buffers (double buffering), each the size of one "
                   "layer input, kept for the whole run; the recompute reads the input brought back in place (a card "
                   "with less than 512 MiB free at the second forward keeps one; with one layer the second stays at "
@@ -1410,7 +1455,8 @@ def unsloth_loss_terms(s_: Structure) -> list[Term]:
     buffer: for a frozen head on a card over 24.5 GiB from 4096 tokens (any token count on a smaller card) with
     V > 32768, Unsloth takes its tiled pass instead, which has no [R, V] buffer (:1324-1333): an upper bound there."""
     R = unsloth_ce_rows(s_)
-    buffer = b_32 * R * 8 * ceil_div(V, 8) + b_c * R * h + b_32 * T
+    # V rounded up to a multiple of 8 (Max: one factor, so the buffer stays one tensor in the allocator schedule)
+    buffer = b_32 * R * sp.Max(V, 8 * ceil_div(V, 8)) + b_c * R * h + b_32 * T
     return [Term("logits", Role.LOSS_TEMPORARY, buffer, r"M_{\mathrm{logits}}",
                  "Unsloth's fused linear CE: one [R, V] fp32 logits buffer (R = unsloth_ce_rows), a chunk's 16-bit "
                  "hidden gradient and an fp32 log-prob per token — modelled from source, not measured (Triton)",
@@ -1574,6 +1620,8 @@ def _recompute_lora_output(s_: Structure) -> list[Term]:
         return []
     d_in, d_out = out.d_in, out.d_out
     b_res = residual_bytes(s_)
+    if s_.unsloth_kernels:   # LoRA_MLP.forward: matmul_lora(h, down …) — h, the base product, X·A; out.addmm_ in place
+        return _unsloth_lora_output(s_)
     cast = compute_adapter_bytes(s_) * T * d_in if s_.adapter_upcast else 0
     source = "peft tuners/lora/layer.py Linear.forward (_cast_input_dtype)"
     if not s_.grad_checkpointing:
@@ -1584,6 +1632,24 @@ def _recompute_lora_output(s_: Structure) -> list[Term]:
                  + (" and that input cast to the adapters' dtype" if cast != 0 else "") + ", the base result, the "
                  "MLP's input, and the incoming gradient with two hidden-sized products of the backward above",
                  source + "; torch.utils.checkpoint recompute",
+                 lifetime=(Phase.LAST_LAYER_RECOMPUTE, Phase.FIRST_LAYER_RECOMPUTE))]
+
+
+def _unsloth_lora_output(s_: Structure) -> list[Term]:
+    """Unsloth's LoRA_MLP forward at its down projection (kernels/fast_lora.py:409-412, utils.py:1855-1900
+    matmul_lora): the SwiGLU product h (d_ff wide), the base result and h·A (r wide); lora_B's product is added in
+    place, and no input is cast to the adapters' dtype. Beside them what PEFT's path holds there too: the MLP's
+    input, and under checkpointing the incoming gradient with two hidden-sized products of the backward above (the
+    decoder layer's own torch code), without it the residual sum, the layer's input and the embedding output."""
+    out, b_res = s_.arch.mlp_output, residual_bytes(s_)
+    expr = b_c * T * out.d_in + b_c * T * out.d_out + b_c * T * r + 4 * b_res * T * h
+    source = UNSLOTH_KERNELS.split(";")[0]
+    if not s_.grad_checkpointing:
+        return [_lora_output_forward(s_, expr, source)]
+    return [Term("recompute_lora_output", Role.RECOMPUTE_TEMPORARY, expr, r"M_{\mathrm{LoRA,out}}",
+                 "recomputing a layer's LoRA_MLP at its down projection (the last layer's, then the first's): the "
+                 "SwiGLU product, the base result, the r-wide product, the MLP's input, and the incoming gradient with "
+                 "two hidden-sized products of the backward above (modelled, not measured)", source,
                  lifetime=(Phase.LAST_LAYER_RECOMPUTE, Phase.FIRST_LAYER_RECOMPUTE))]
 
 
@@ -1603,6 +1669,10 @@ def transient_terms(s_: Structure) -> list[Term]:
     """Tensors alive only at one moment of the step (not part of the ledger sum)."""
     logits_bytes = b_32 if s_.compute_fp32 else b_c
     terms = loss_terms(s_, logits_bytes) + [
+        Term("norm_backward_temp", Role.BACKWARD_TEMPORARY, b_c * T * h, r"M_{\mathrm{norm}'}",
+             "Unsloth's RMSNorm backward writes the input gradient into one new 16-bit tensor (modelled, not "
+             "measured)", "unsloth 2026.10.9 kernels/rms_layernorm.py:990-1001",
+             lifetime=(Phase.FINAL_NORM_BACKWARD,)) if s_.unsloth_kernels else
         Term("norm_backward_temp", Role.BACKWARD_TEMPORARY, 5 * b_32 * T * h, r"M_{\mathrm{norm}'}",
              "the final RMSNorm's backward holds five fp32 hidden-sized gradients at once", "autograd of LlamaRMSNorm",
              lifetime=(Phase.FINAL_NORM_BACKWARD,)),
@@ -1644,7 +1714,7 @@ def transient_terms(s_: Structure) -> list[Term]:
                           lifetime=RECOMPUTES[:2]))
     if s_.grad_checkpointing:   # the other layers' checkpointed inputs are freed with their backward by then
         # (Unsloth's checkpointer recomputes an offloaded first layer on its staging buffer: only a kept one counts)
-        first_kept = 1 - unsloth_offloads(s_) * int(not embedding_leaf(s_)) if s_.offload_checkpoints else 1
+        first_kept = unsloth_keeps(s_) if s_.offload_checkpoints and not embedding_leaf(s_) else 1
         terms.append(Term("first_checkpoint", Role.RECOMPUTED_ACTIVATION, first_kept * residual_bytes(s_) * T * h + b_id * seq,
                           r"A_{\mathrm{ckpt},0}", "the first layer's checkpointed input (the embedding output) and the "
                           "position ids, kept until that layer's backward ends", "torch.utils.checkpoint",

@@ -164,6 +164,16 @@ class Family:
     def target_sets(self) -> dict[str, tuple[str, ...]]:
         return dict(self.targets)
 
+    def is_all_linear(self, targets, options: tuple[str, ...]) -> bool:
+        """Whether ``targets`` are the family's all-linear group as the model has it (the modules under a switch
+        that is off left out), in any order: what PEFT's ``all-linear`` adapts in the decoder.
+
+        >>> family("llama").is_all_linear(("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"), ())
+        True
+        """
+        group = {t for t in self.target_sets["all-linear"] if self.target_map[t].option in (None, *options)}
+        return set(targets) == group
+
     @cached_property
     def group_width(self) -> dict[str, sp.Expr]:
         """Width of each tensor a linear reads (every reader of a group has the same d_in)."""

@@ -18,7 +18,7 @@ from .objectives import preference_terms, reshape
 from .sharding import divide_terms, divides_only, shard_definitions, shard_terms
 from .structure import Structure
 from .terms import GRADIENTS, MOMENTS, PARAMETERS, STATES, Ledger, Moment, Role, Term
-from .weights import base_terms, definitions, optimizer_temp_terms, trainable_terms
+from .weights import base_terms, definitions, optimizer_temp_terms, stepping_impl, trainable_terms
 
 
 # what the loss holds at its two moments, per --loss-impl: (computing it, the start of its backward)
@@ -82,18 +82,6 @@ def _single_gpu_ledger(s: Structure) -> Ledger:
     return Ledger(terms=terms, moments=_moments(by_key, s), definitions=tuple(definitions(s)))
 
 
-def _host_step_impl(s: Structure) -> str:
-    """The AdamW implementation that steps: offloaded, the states and the master are CPU tensors, and torch's
-    default picks foreach only when every parameter is on a foreach device such as CUDA (torch 2.13
-    torch/optim/optimizer.py:178-185 ``_default_to_fused_or_foreach``): the for-loop, one parameter's two
-    temporaries at a time, on the host. (DeepSpeed's CPU Adam has no torch step: sharding.deepspeed_terms.)
-
-    >>> _host_step_impl(Structure(zero=3, offload="optimizer")), _host_step_impl(Structure(zero=3))
-    ('forloop', 'foreach')
-    """
-    return "forloop" if s.offload != "none" and s.optimizer_impl == "foreach" else s.optimizer_impl
-
-
 @lru_cache(maxsize=4096)
 def build_ledger(s: Structure) -> Ledger:
     """The ledger for one structure, built once and cached; the single-GPU ledger is shared by every parallel
@@ -105,7 +93,7 @@ def build_ledger(s: Structure) -> Ledger:
         ddp = build_ledger(replace(s, zero=0))
         return replace(ddp, terms=tuple(divide_terms(ddp.terms, s.zero)))
     single = _single_gpu_ledger(replace(s, zero=0, offload="none", tensor_parallel=False, sequence_parallel=False,
-                                        optimizer_impl=_host_step_impl(s)))
+                                        optimizer_impl=stepping_impl(s)))
     terms = shard_terms(list(single.terms), s)  # per GPU: ZeRO / FSDP, tensor parallel, offload
     by_key = {t.key: t for t in terms}
     assert len(by_key) == len(terms), "duplicate term keys"

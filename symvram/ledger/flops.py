@@ -33,6 +33,7 @@ from ..symbols import sym
 from .architecture import L, V, h, k_e, nh
 from .structure import Structure
 from .activations import checkpointed_layers, needs_grad
+from .functions import ceil_div
 from .terms import Role, Term
 
 b, seq, r, t = sym("batch"), sym("seq"), sym("rank"), sym("tp")
@@ -72,7 +73,9 @@ def _layer(s_: Structure, first: bool) -> dict[str, sp.Expr]:
     """FLOPs of one decoder layer by kind (forward, input grads, weight grads, adapters, attention)."""
     fam = s_.arch
     g = needs_grad(s_, first)
-    weights = fam.linears + fam.moe_weights
+    # a Mamba-2 mixer's bare parameters (conv1d, dt_bias, A_log, D, the gated norm) multiply no matrix: the scan's
+    # own term counts the conv
+    weights = fam.linears + (() if fam.mixer == "mamba2" else fam.moe_weights)
     fwd = {m.name: 2 * _tokens(s_, m) * m.d_in * m.d_out for m in weights}
     out = {"forward": sp.Add(*fwd.values())}
     out["input_grad"] = sp.Add(*(fwd[m.name] for m in weights if g[m.input_group]))
@@ -98,8 +101,11 @@ def _layer(s_: Structure, first: bool) -> dict[str, sp.Expr]:
             lora_fwd += delta * (2 if m.count != 1 else 1)
             lora_bwd += 2 * delta
     out["lora_forward"], out["lora_backward"], out["dora_forward"] = lora_fwd, lora_bwd, dora
+    out["scan_forward"], out["scan_backward"] = _mamba2_scan(s_, g["attn_out"])
     d_qk, d_v = fam.attention_widths   # d_head both, but under latent attention
     qk, av = 2 * T * seq * nh * d_qk, 2 * T * seq * nh * d_v   # the two attention matmuls, full scores
+    if fam.mixer != "attention":   # a Mamba-2 or MLP block: no attention
+        qk = av = sp.Integer(0)
     out["attention_forward"] = qk + av
     if s_.attention == "sdpa":   # the fused kernel: one backward recomputing the scores (QKᵀ, dV, dP, dQ, dK)
         out["attention_backward"] = 3 * qk + 2 * av if g["attn_out"] else sp.Integer(0)
@@ -108,13 +114,38 @@ def _layer(s_: Structure, first: bool) -> dict[str, sp.Expr]:
         out["attention_backward"] = qk * (g["q"] + g["k"]) + av * (scores + g["v"])
     # what checkpointing's early stop leaves out of the recompute: the down projection's product (or,
     # under LoRA on it, the B matmul after it) when no post-norm and no routing weight reads it
-    m = fam.mlp_output
+    # a block without an MLP (Nemotron-H's Mamba and attention blocks) ends with its mixer's output projection
+    m = fam.mlp_output if fam.mlp_kind != "none" else next((x for x in fam.linears if x.input_group == "attn_out"), None)
     skipped = sp.Integer(0)
     if m is not None and not fam.moe and not any(n.at == "mlp_out" for n in fam.norms):
         # under DoRA the magnitude's gradient saves the LoRA result: nothing after the B matmul is skipped
         skipped = (0 if s_.dora else 2 * T * r * m.d_out) if m.name in s_.targets else fwd[m.name]
     out["recompute_skipped"] = skipped
     return out
+
+
+def _mamba2_scan(s_: Structure, input_grad: bool) -> tuple[sp.Expr, sp.Expr]:
+    """(forward, backward) FLOPs of a Mamba-2 mixer beyond its linears, on the torch path (mamba2_chunk_scan,
+    modeling_nemotron_h.py:273-378): the five einsums' bmm per chunk and head — the scores C·Bᵀ (C_M² × N), their
+    product with x (C_M² × d_M), the chunk states (d_M × N × C_M), the inter-chunk recurrence ((c+1)² × d_M·N) and C
+    against the states (C_M × N × d_M) — and the depthwise conv1d (2·K per output element, s + K − 1 columns of
+    d_i + 2·g·N channels, as the counter prices convolutions). Backward: every einsum operand and the conv's input need
+    a gradient once the mixer's input does (both bmm, 2× forward); the conv's weight gradient only when it trains, priced
+    as the counter prices it."""
+    if s_.arch.mixer != "mamba2":
+        return sp.Integer(0), sp.Integer(0)
+    n_M, d_M, N, g, C_M, K = (sym(n) for n in ("mamba_heads", "mamba_head_dim", "ssm_state", "mamba_groups",
+                                               "mamba_chunk", "conv_kernel"))
+    chunks = ceil_div(seq, C_M)
+    heads = b * n_M
+    einsums = 2 * heads * (chunks * C_M**2 * (N + d_M) + 2 * chunks * C_M * d_M * N + (chunks + 1)**2 * d_M * N)
+    conv = 2 * b * (n_M * d_M + 2 * g * N) * (seq + K - 1) * K
+    if not input_grad:
+        return einsums + conv, sp.Integer(0)
+    # the weight's gradient as the counter prices it: conv(input, grad_out) with the groups left out
+    # (torch/utils/flop_counter.py:273-280), d_conv times the forward's
+    weight_grad = conv * (n_M * d_M + 2 * g * N) if s_.method == "full" else 0
+    return einsums + conv, 2 * einsums + conv + weight_grad
 
 
 def _head_lora(s_: Structure) -> tuple[sp.Expr, sp.Expr]:
@@ -174,6 +205,10 @@ def _build_flops(s_: Structure) -> FlopsLedger:
              "QKᵀ and AV per head over the full s×s scores (causal masking not discounted)", COUNTER),
         Term("fwd_lm_head", Role.FORWARD_FLOPS, lm_head, r"F_{\mathrm{head}}", "the lm_head: 2·T·h·V", COUNTER),
     ]
+    scan = (_per_layer(layers, "scan_forward"), _per_layer(layers, "scan_backward"))
+    if scan[0] != 0:
+        terms.append(Term("fwd_mamba_scan", Role.FORWARD_FLOPS, scan[0], r"F_{\mathrm{SSD}}", "the Mamba-2 mixers' "
+                          "chunked scan (five einsums per chunk and head) and causal conv1d (torch path)", COUNTER))
     if s_.lora:
         terms.append(Term("fwd_lora", Role.FORWARD_FLOPS, _per_layer(layers, "lora_forward") + head_fwd,
                           r"F_{\mathrm{LoRA}}", "the adapters: 2·T·r·(d_in + d_out) per target (a parameter target: "
@@ -192,6 +227,10 @@ def _build_flops(s_: Structure) -> FlopsLedger:
              "SDPA's backward recomputes the scores (5 matmuls); eager: one per operand needing a gradient",
              COUNTER),
     ]
+    if scan[1] != 0:
+        terms.append(Term("bwd_mamba_scan", Role.BACKWARD_FLOPS, scan[1], r"F_{\nabla\mathrm{SSD}}", "the scan's "
+                          "einsums backward (both operands) and the conv1d's input (and, trainable, weight) gradient",
+                          COUNTER))
     lm_head_trains = s_.method == "full" or "lm_head" in s_.modules_to_save   # its own weight, or PEFT's copy
     weight_grads = _per_layer(layers, "weight_grad") + (lm_head if lm_head_trains else 0)
     if weight_grads != 0:
@@ -202,12 +241,13 @@ def _build_flops(s_: Structure) -> FlopsLedger:
                           r"F_{\nabla\mathrm{LoRA}}",
                           "the adapters' weight gradients and the gradient through them", PEFT))
     if s_.grad_checkpointing:
-        recompute = (_per_layer(layers, "forward") + _per_layer(layers, "attention_forward")
+        recompute = (_per_layer(layers, "forward") + _per_layer(layers, "attention_forward") + scan[0]
                      + (_per_layer(layers, "lora_forward") if s_.lora else 0) + _every_layer(layers, "dora_forward")
                      - _every_layer(layers, "recompute_skipped"))
         if s_.checkpoint_every > 1:   # layers 0, k, 2k …: the first one's and ⌈L/k⌉ − 1 later ones
             def rerun(layer: dict) -> sp.Expr:
-                return (layer["forward"] + layer["attention_forward"] + (layer["lora_forward"] if s_.lora else 0)
+                return (layer["forward"] + layer["attention_forward"] + layer["scan_forward"]
+                        + (layer["lora_forward"] if s_.lora else 0)
                         - layer["recompute_skipped"])
             recompute = (checkpointed_layers(s_) - 1) * rerun(layers[0]) + rerun(layers[1])
         terms.append(Term("recompute_layers", Role.RECOMPUTE_FLOPS, recompute, r"F_{\mathrm{rec}}",

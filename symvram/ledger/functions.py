@@ -43,9 +43,16 @@ class ceil_div(sp.Function):  # noqa: N801 - reads like the math
         n, B = self.args
         return 1 / B if argindex == 1 else -n / B**2
 
-    def _latex(self, printer):
+    def _latex(self, printer, exp=None):
+        r"""⌈n/B⌉, or ⌈n/B⌉^exp where a power of it prints (a Mamba scan's (c + 1)² expands to ⌈s/C⌉²).
+
+        >>> from sympy import latex, symbols
+        >>> print(latex(ceil_div(*symbols("s C")) ** 2))
+        \left\lceil \frac{s}{C} \right\rceil^{2}
+        """
         n, B = (printer._print(a) for a in self.args)
-        return rf"\left\lceil \frac{{{n}}}{{{B}}} \right\rceil"
+        out = rf"\left\lceil \frac{{{n}}}{{{B}}} \right\rceil"
+        return out if exp is None else rf"{out}^{{{exp}}}"
 
     def _numpycode(self, printer):
         n, B = (printer._print(a) for a in self.args)

@@ -12,9 +12,11 @@ The order, over two training steps (the first allocates the optimizer states in 
 optimizers do lazily; the second starts with them):
 
 * the parameter side (base weights, adapters, master copies) once, before the first step;
-* forward: the activations alive for the whole step, then layer by layer each sub-block's working set made and
-  freed in turn (under checkpointing beside the tensors the layer would save, dropped before its output) and
-  the layer's saved tensors, then the model head's;
+* forward: the activations alive for the whole step, then layer by layer the layer's saved tensors and each
+  sub-block's working set made and freed in turn on top of them (an op keeps its input or output as it runs,
+  before the ops after it make their temporaries); a checkpointed forward saves nothing, and the tensors the
+  layer would save stand in sub-block by sub-block beside its working sets before its output, the next
+  checkpoint, is made; then the model head's;
 * the moments in order: a transient is allocated when a moment first lists it (before the activations that
   moment adds: an op's inputs exist before its output) and freed when the next one no longer does; a saved
   activation is freed when a moment stops listing it;
@@ -42,10 +44,13 @@ from functools import lru_cache
 import sympy as sp
 
 from ..symbols import sym
-from .functions import ceil_div
+from .functions import at_least, ceil_div
+from .activations import MLP_OPENING_SET
+from .architecture import f, f_e
 from .terms import LAYER_BACKWARDS, ROLES, STATES, Ledger, Phase, Place, Role
 
 L = sym("layers")
+MLP_WIDTHS = {f, f_e}   # a tensor of the MLP sub-block is d_ff wide (a dense MLP's or an expert's)
 # roles that name memory other terms already hold: the gradients made so far, one recomputed layer's tensors
 # (the layer loop makes them under checkpointing), what FSDP2's layer ends add up
 ALIASES = (Role.GRADIENTS_SO_FAR, Role.RECOMPUTED_ACTIVATION, Role.LAYER_END)
@@ -77,6 +82,20 @@ class Schedule:
     parameters: int
 
 
+def _conditional_widths(expr: sp.Expr, counts: tuple[sp.Symbol, ...]) -> dict[sp.Expr, sp.Dummy]:
+    """The sums inside a product that hold a condition (``at_least``) and no layer count (``counts``): one
+    tensor's width that depends on the setting, not several tensors — SDPA's k and v are n_kv heads wide, or n_h
+    where it repeats them: ``X·(n_kv + (n_h − n_kv)·[d_head ≥ 257])`` is one tensor, which expanding would split
+    into a difference. A sum of tensors, some of them conditional (RMSNorm's input, 1/rms and its weight's
+    cast), has no difference and is expanded as before, and so is a sum with a layer count (how many layers)."""
+    def difference(a):
+        return any(m.as_coeff_Mul()[0] < 0 for m in sp.Add.make_args(sp.expand(a)))
+    found = {a for m in expr.atoms(sp.Mul) for a in m.args
+             if a.is_Add and a.has(at_least) and not a.has(*counts, ceil_div) and difference(a)}
+    innermost = [a for a in found if not any(c != a and a.has(c) for c in found)]   # the width, not a sum holding it
+    return {a: sp.Dummy() for a in innermost}
+
+
 @lru_cache(maxsize=4096)
 def pieces(expr: sp.Expr, kinds: tuple[sp.Symbol, ...] = ()) -> list[tuple[sp.Expr, int, sp.Symbol | None]]:
     """The tensors of one expression: (one tensor's bytes, how many, the layer count it is per: L, one of the
@@ -88,7 +107,9 @@ def pieces(expr: sp.Expr, kinds: tuple[sp.Symbol, ...] = ()) -> list[tuple[sp.Ex
     [(bytes_act*seq, 1, None), (bytes_act*intermediate*seq, 3, layers)]
     """
     out = []
-    for mono in sp.Add.make_args(sp.expand_mul(expr)):
+    widths = _conditional_widths(expr, (L, *kinds))
+    for mono in sp.Add.make_args(sp.expand_mul(expr.xreplace(widths))):
+        mono = mono.xreplace({d: w for w, d in widths.items()})
         if mono == 0:
             continue
         coeff, rest = mono.as_coeff_Mul()
@@ -189,17 +210,34 @@ def ledger_schedule(ledger: Ledger, layers: int, layer_order: tuple[str, ...] = 
     in_backward = any(k in m.terms for m in moments[:loop_at] for k in step_temps)
     loop_temps = [k for k, t in terms.items() if _per_layer_loop(t)]
     redo_keys = [k for k, t in terms.items() if t.role is Role.RECOMPUTED_ACTIVATION]
-    working_sets = [whole(k) for k, t in terms.items() if t.role is Role.LAYER_WORKING_SET and on_device[k]]
+    ws_keys = [k for k, t in terms.items() if t.role is Role.LAYER_WORKING_SET and on_device[k]]
+    working_sets = [whole(k) for k in ws_keys]
+    mlp_from = ws_keys.index(MLP_OPENING_SET) if MLP_OPENING_SET in ws_keys else len(ws_keys)
 
     def layer_forward(kept_shapes, checkpointed=False):
-        """One layer's forward: each sub-block's working set made and freed in turn, then ``kept_shapes``; a
-        checkpointed forward also makes the tensors the layer would save and drops them before its output
-        (the next checkpoint) is made."""
-        dropped = b.alloc_all([sh for k in redo_keys for sh in whole(k)]) if checkpointed else []
+        """One layer's forward: ``kept_shapes`` (the tensors it saves) made first, then each sub-block's working set
+        made and freed in turn on top of them, so that no temporary's block is later filled by a saved tensor
+        (tinyllama LoRA q/v against its traced schedule: −1.0 % → −0.3 % reserved). A checkpointed forward runs
+        without grad and saves nothing: each sub-block's outputs live only until the next sub-block has read them,
+        so the tensors the layer would save stand in sub-block by sub-block — the attention side's beside its
+        working sets, freed when the MLP's norm starts, then the MLP's (its d_ff-wide tensors) beside the MLP's —
+        and ``kept_shapes`` (the layer's output, the next checkpoint) comes last (llama-3.2-1b full b8·s4096
+        with checkpointing: +3.0 % → +0.5 % reserved)."""
+        if checkpointed:
+            layer = [sh for k in redo_keys for sh in whole(k)]
+            mlp_side = [sh for sh in layer if MLP_WIDTHS & sh[0].free_symbols]
+            dropped = b.alloc_all([sh for sh in layer if sh not in mlp_side])
+            for j, shapes in enumerate(working_sets + [[]]):
+                if j == mlp_from:   # (a layer without an MLP norm: after its last working set)
+                    b.free_all(dropped)
+                    dropped = b.alloc_all(mlp_side)
+                b.free_all(b.alloc_all(shapes))
+            b.free_all(dropped)
+            return b.alloc_all(kept_shapes)
+        kept = b.alloc_all(kept_shapes)
         for shapes in working_sets:
             b.free_all(b.alloc_all(shapes))
-        b.free_all(dropped)
-        return b.alloc_all(kept_shapes)
+        return kept
 
     def saved_by_layer():
         """Each layer's saved tensors, the corrections' missing ones taken from layer 0 up: the first layer's

@@ -110,7 +110,7 @@ class Structure:
         every nn.Linear); 0 without a tower or LoRA."""
         if not self.lora or self.tower is None:
             return 0
-        return self.tower.lora_width(self.targets, self.targets == self.arch.target_sets["all-linear"])
+        return self.tower.lora_width(self.targets, self.arch.is_all_linear(self.targets, self.options))
 
     @property
     def tower_lora(self) -> bool:

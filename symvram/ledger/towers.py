@@ -46,6 +46,8 @@ class Tower:
     float_buffers: int = 0
     index_buffers: int = 0
     ids_copy: bool = False   # the forward embeds a copy of input_ids (a trainable embedding saves it)
+    unsupported_targets: tuple[str, ...] = ()   # target names PEFT matches to tower modules it cannot wrap
+    unsupported_why: str = ""
     config: str = "{}"
 
     def lora_width(self, targets: tuple[str, ...], all_linear: bool) -> int:
@@ -81,12 +83,17 @@ def tied_by_default(model_type) -> bool | None:
 def _field(cfg: dict, key: str, default, source: str) -> int:
     """A field as an integer: a boolean as 0/1, a list as its length (Mistral 3's vision_feature_layer)."""
     where, _, names = key.rpartition(".")
-    table = cfg.get({"vision": "vision_config", "text": "text_config", "": None}[where]) if where else cfg
+    table = cfg.get({"vision": "vision_config", "text": "text_config", "audio": "audio_config"}[where]) if where else cfg
     table = table if isinstance(table, dict) else {}
+    names, _, index = names.partition("[")   # "name[i]": item i of a list field (Gemma 4's subsampling channels)
     name = next((n for n in names.split("|") if table.get(n) is not None), names)   # "a|b": either spelling
     value = table.get(name)
+    if index and isinstance(value, list):
+        value = value[int(index.rstrip("]"))] if len(value) > int(index.rstrip("]")) else None
     if value is None:
         return int(default)
+    if isinstance(value, dict):   # a sub-config that is there (Gemma 4's audio_config): 1
+        return 1
     if isinstance(value, bool):
         return int(value)
     if isinstance(value, list):
@@ -123,5 +130,7 @@ def read_tower(cfg: dict, source: str, loader: str = "causal-lm") -> Tower | Non
     return Tower(model_type=cfg["model_type"], description=entry["description"], source=entry["source"], loader=cls,
                  params=params, linears=linears, float_buffers=count(buffers.get("float", "0")),
                  index_buffers=count(buffers.get("index", "0")), config=json.dumps(outer, sort_keys=True),
+                 unsupported_targets=tuple(entry.get("unsupported_targets", {}).get("names", ())),
+                 unsupported_why=entry.get("unsupported_targets", {}).get("why", ""),
                  ids_copy=bool(sp.sympify(entry.get("conditions", {}).get("ids_copy", "0"), locals=local)
                                .xreplace({local[k]: v for k, v in values.items()})))

@@ -388,6 +388,18 @@ def in_backward_phases(s: Structure) -> tuple[Phase, ...]:
     return (Phase.HEAD_BACKWARD, Phase.BACKWARD_END)
 
 
+def stepping_impl(s: Structure) -> str:
+    """The AdamW implementation that steps: offloaded, the states and the master are CPU tensors, and torch's
+    default picks foreach only when every parameter is on a foreach device such as CUDA (torch 2.13
+    torch/optim/optimizer.py:178-185 ``_default_to_fused_or_foreach``): the for-loop, one parameter's two
+    temporaries at a time, on the host. (DeepSpeed's CPU Adam has no torch step: sharding.deepspeed_terms.)
+
+    >>> stepping_impl(Structure(zero=3, offload="optimizer")), stepping_impl(Structure(zero=3))
+    ('forloop', 'foreach')
+    """
+    return "forloop" if s.offload != "none" and s.optimizer_impl == "foreach" else s.optimizer_impl
+
+
 def optimizer_temp_terms(s: Structure) -> list[Term]:
     """Temporaries inside optimizer.step(): torch's foreach AdamW materialises sqrt(v) for every
     parameter at once; the for-loop version one parameter at a time (two buffers); fused none. Optimizer in
@@ -400,7 +412,7 @@ def optimizer_temp_terms(s: Structure) -> list[Term]:
                      r"M_{\mathrm{step},1}", f"{s.optimizer_impl} AdamW stepping one parameter in its hook: "
                      + ("sqrt(v)" if per == 1 else "sqrt(v) and its scaled copy") + ", the largest parameter's",
                      IN_BACKWARD, lifetime=in_backward_phases(s))]
-    if s.optimizer_impl == "foreach":
+    if stepping_impl(s) == "foreach":
         return [Term("optimizer_temp", Role.OPTIMIZER_STEP_TEMPORARY, per_trainable(s, b_o, saved_state_bytes(s)), r"M_{\mathrm{step}}",
                      "foreach AdamW: _foreach_sqrt(exp_avg_sq) allocates one state-sized buffer for all parameters",
                      "torch/optim/adamw.py _multi_tensor_adamw")]

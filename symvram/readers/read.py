@@ -469,6 +469,13 @@ def _resolve(f: dict[str, Value], reading: Reading, cli: dict) -> dict[str, Valu
             out["offload"] = Value("optimizer+params", off.source)
     if reading.files:
         out["stack"] = _stack(reading, "deepspeed" if ds else "fsdp" if fsdp_on else None)
+        unsloth = f.get("use_unsloth")
+        if training == "llamafactory" and unsloth is not None and unsloth.value and not (ds or fsdp_on):
+            # LLaMA-Factory 0.9.5 model/model_utils/unsloth.py: FastLanguageModel.from_pretrained and get_peft_model
+            # with use_gradient_checkpointing="unsloth" (the file's own rank, targets, dropout and quantization)
+            from ..stacks import stacks
+
+            out["stack"] = Value("unsloth", f"{_join(unsloth)}: {stacks()['unsloth']['title']}")
         if training == "trl" and out["stack"].value != "trl":  # under DeepSpeed or FSDP too
             from ..stacks import stacks
 

@@ -52,7 +52,7 @@ INFO = "info"
 SYMBOL = "="   # a Row setting "=name": the value of the ledger's symbol ``name`` (as --set name=VALUE)
 # Facts a rule combines into Scenario settings (see readers.read)
 FACTS = ("model", "adapter", "quant", "bf16", "fp16", "pure_bf16", "model_dtype", "optim", "target_linear",
-         "packing_on", "padding_free", "packing_strategy",
+         "packing_on", "padding_free", "packing_strategy", "use_unsloth",
          "ds_stage", "ds_offload_optimizer", "ds_offload_param", "fsdp", "fsdp_offload", "distributed")
 # Memory-relevant settings the ledger does not hold yet: the default it assumes, and what a change does
 PENDING = {
@@ -187,7 +187,7 @@ LLAMAFACTORY = Tool("llamafactory", "LLaMA-Factory 0.9.5", (
     Row("enable_liger_kernel", "liger", c.is_on),
     Row("enable_liger_kernel", "loss_impl", lambda v: "liger" if BOOL(v) else "torch"),
     Row("deepspeed", "@deepspeed"),
-    Row("use_unsloth", None, c.is_on, why="Unsloth's kernels and its offloaded checkpointing"),
+    Row("use_unsloth", "use_unsloth", BOOL),   # model_utils/unsloth.py: FastLanguageModel, "unsloth" checkpointing
     Row("use_unsloth_gc", None, c.is_on, why="Unsloth's offloaded checkpointing"),
     Row("use_galore", None, c.is_on, why="GaLore's projected optimizer states"),
     Row("use_apollo", None, c.is_on, why="APOLLO's optimizer states"),

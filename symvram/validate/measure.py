@@ -88,7 +88,10 @@ def _config(arch: dict, attention: str):
         for key in ("pad_token_id", "bos_token_id", "eos_token_id"):  # a small test vocabulary lacks the defaults' ids
             if isinstance(getattr(c, key, None), int) and getattr(c, key) >= cfg.get_text_config().vocab_size:
                 setattr(c, key, None)
-    cfg._attn_implementation = attention
+    if cfg.get_text_config() is cfg:
+        cfg._attn_implementation = attention
+    else:   # a multimodal config: the language model's kernel; each tower keeps its own default (Gemma 4's audio
+        cfg.get_text_config()._attn_implementation = attention   # conformer has no SDPA path and refuses one)
     return cfg
 
 
@@ -96,10 +99,12 @@ def peft_target_modules(spec: dict) -> list[str] | str:
     """The target_modules a user writes for these targets: a fused MoE expert weight is asked for by the
     names PEFT maps onto it (Mixtral w1 + w3 → gate_up_proj at rank 2r), as the family entry lists them."""
     from ..ledger.architecture import families_by_model_type, family
+    from ..presets import spec_from_config
 
     arch = spec["arch"].get("text_config", spec["arch"])
     known = families_by_model_type().get(arch.get("model_type", "llama"))
-    if "text_config" in spec["arch"] and known and tuple(spec["targets"]) == family(known).target_sets["all-linear"]:
+    if "text_config" in spec["arch"] and known and family(known).is_all_linear(
+            spec["targets"], spec_from_config(spec["arch"], "spec", "config", "spec").options):
         return "all-linear"  # a multimodal model: PEFT's all-linear also takes the tower's linears (ledger.towers)
     names = family(known).extra("peft_target_modules", {}) if known else {}
     return list(dict.fromkeys(n for t in spec["targets"] for n in names.get(t, [t])))
@@ -123,8 +128,10 @@ def build_model(spec: dict):
         auto, cfg.num_labels = transformers.AutoModelForSequenceClassification, 1
         cfg.get_text_config().pad_token_id = 0
     with torch.device("meta"):
+        # a multimodal model: the kernel for its language model, each tower its own default (Gemma 4's audio
+        # conformer has no SDPA path and refuses one)
         model = auto.from_config(
-            cfg, dtype=dtype, attn_implementation=spec["attention"]
+            cfg, dtype=dtype, attn_implementation={"text_config": spec["attention"]} if tower else spec["attention"]
         )
         # as loaded weights are: floating buffers (rotary inv_freq) in the weights' dtype too
         model.to(dtype)

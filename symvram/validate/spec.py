@@ -156,6 +156,13 @@ def from_scenario(sc: Scenario) -> dict:
     if sc.liger:
         raise UserError("--liger: validate does not apply Liger's kernels (Triton, GPU only); the estimate models "
                         "them from liger-kernel's source (modelled, not measured)")
+    if sc.unsloth_kernels:
+        raise UserError("--stack unsloth: validate does not run Unsloth's fused LoRA kernels (Triton, GPU only); the "
+                        "estimate models them from Unsloth's source (modelled, not measured)")
+    if sc.grad_checkpointing and sc.checkpoint_impl == "unsloth":
+        raise UserError("--checkpoint-impl unsloth: validate runs torch's checkpointing; Unsloth's offloaded "
+                        "checkpointer is run on its own by benchmarks/unsloth_checkpointer.py (its CUDA streams "
+                        "stubbed), whose figures the estimate equals")
     spec = {"arch": sc.model.config(), "method": sc.method, "batch": sc.batch, "seq": sc.seq,
             "dtype": sc.dtype, "autocast": None if sc.autocast == "none" else sc.autocast,
             "optimizer": sc.optimizer, "optimizer_impl": sc.optimizer_impl,
