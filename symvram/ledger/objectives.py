@@ -149,7 +149,7 @@ EXPRESSIONS = {
     "kl_logps": lambda s_, base: 2 * b_32 * b,
     "ref_forward": lambda s_, base: _reference_forward(s_),
     # GRPO (trl 1.16 GRPOTrainer, transformers' generation)
-    "adapter_casts": lambda s_, base: _adapter_casts(s_),
+    "adapter_casts": lambda s_, base: _adapter_casts(s_) or None,   # None: no such tensors in this run
     "head_input": lambda s_, base: residual_bytes(s_) * b * seq * h,
     "head_outputs": lambda s_, base: _output_bytes(s_) * scored(s_),
     "attention_mask": lambda s_, base: b_id * b * seq,
@@ -175,7 +175,7 @@ def preference_terms(s_: Structure, base: list[Term]) -> list[Term]:
         name = key if key.startswith("ref_") else f"{s_.objective}_{key}"   # dpo_outputs, kto_labels …
         lifetime = span(*(Phase[name] for name in row["lifetime"])) if "lifetime" in row else LIFETIMES.get(key)
         expr = EXPRESSIONS[key](s_, [t for t in base if t.role in (Role.WEIGHT, Role.BUFFER)])
-        if expr == 0:   # a term of settings this run does not have
+        if expr is None:   # a term of settings this run does not have
             continue
         out.append(Term(name, Role(row["role"]), expr, row["label"], row["why"], row["source"], lifetime=lifetime))
     return out
