@@ -98,11 +98,15 @@ def test_provenance_comes_first_and_fits_100_columns(capsys):
     # axolotl runs prepare_model_for_kbit_training, then casts the norms and embeddings back to bf16 (its
     # loaders/model.py): no fp32 residual stream, so its 24 GB recipe fits at seq 4096
     assert rows["kbit_prep"].split()[1] == "none"
-    # the tensors fit the card; the default allocator's replay (modelled, not measured) fragments past it, and
-    # the verdict says so in one sentence with the remedy that fits — never "over by" a negative amount
+    # the tensors fit the card, and so do two steps of the default allocator's replay on it (modelled, not
+    # measured: unbounded it would cache more than the card, on the card it frees cached blocks and retries, as
+    # CUDACachingAllocator does before an OOM): the verdict says fits, as axolotl's 24 GB recipe does
+    rc, js, _ = _run(["estimate", "--from", str(CONFIGS / "axolotl-qlora.yml"), "--gpu", "rtx-4090", "--format",
+                      "json"], capsys)
+    memory = json.loads(js)["bytes"]
+    assert memory["reserved_peaks"]["default"] > 24 * 10**9 > memory["reserved_peak"] >= memory["peak"]
     verdict = " ".join(out[out.index("verdict on NVIDIA GeForce RTX 4090 24GB"):].split())
-    assert "does not fit — the tensors do" in verdict and "fragmentation" in verdict
-    assert "expandable_segments:True" in verdict and "reserved, fits" in verdict
+    assert verdict.startswith("verdict on NVIDIA GeForce RTX 4090 24GB: fits")
     assert "over by -" not in verdict and "none of these is enough" not in verdict
 
 
