@@ -82,6 +82,13 @@ MEASURED = [  # (config, settings, seq): one chunk of 64 and several (padded), t
 
 @pytest.mark.parametrize("cfg, settings, seq", MEASURED, ids=[f"{c['model_type']}-{s['method']}-{n}" for n, (c, s, _) in enumerate(MEASURED)])
 def test_estimate_equals_the_measured_peak(cfg, settings, seq):
+    assert_tiny_step_measured(cfg, settings, seq)
+
+
+def assert_tiny_step_measured(cfg: dict, settings: dict, seq: int) -> None:
+    """Two steps of a tiny config on the torch stack (fp32 adapters under LoRA, bf16 states under full), measured
+    under FakeTensorMode: the estimate within 8 bytes (the 0-d fp32 loss and its gradient seed are not ledger
+    terms, as tests/test_families.py)."""
     pytest.importorskip("peft")
     from symvram.validate.measure import measure
     from symvram.validate.spec import from_scenario
@@ -92,7 +99,6 @@ def test_estimate_equals_the_measured_peak(cfg, settings, seq):
                          rank=8 if lora else None, adapter_dtype=trainable if lora else None, state_dtype=trainable,
                          **settings)
     measured = measure({**from_scenario(sc), "steps": 2})
-    # within 8 bytes: the 0-d fp32 loss and its gradient seed are not ledger terms (as tests/test_families.py)
     assert 0 <= measured["peak_bytes"] - evaluate(sc).peak <= 8
 
 

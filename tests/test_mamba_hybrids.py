@@ -12,6 +12,7 @@ from symvram.errors import UserError
 from symvram.evaluate import evaluate
 from symvram.presets import load_model, spec_from_config
 from symvram.scenario import Scenario
+from test_hybrids import assert_tiny_step_measured  # two tiny steps measured, the estimate within 8 B
 
 TINY = {"model_type": "nemotron_h", "hidden_size": 64, "intermediate_size": 96, "num_attention_heads": 4,
         "num_key_value_heads": 2, "head_dim": 16, "vocab_size": 1000, "hybrid_override_pattern": "M-M*",
@@ -92,18 +93,7 @@ MEASURED = [  # (config, settings, seq): padded chunks and not, the leading laye
 @pytest.mark.parametrize("cfg, settings, seq", MEASURED,
                          ids=[f"{c['hybrid_override_pattern']}-{s['method']}-{n}" for n, (c, s, _) in enumerate(MEASURED)])
 def test_estimate_equals_the_measured_peak(cfg, settings, seq):
-    pytest.importorskip("peft")
-    from symvram.validate.measure import measure
-    from symvram.validate.spec import from_scenario
-
-    lora = settings["method"] == "lora"
-    trainable = "fp32" if lora else "bf16"
-    sc = Scenario.create(spec_from_config(cfg, "tiny", "config", "test"), stack="torch", batch=2, seq=seq, device="cpu",
-                         rank=8 if lora else None, adapter_dtype=trainable if lora else None, state_dtype=trainable,
-                         **settings)
-    measured = measure({**from_scenario(sc), "steps": 2})
-    # within 8 bytes: the 0-d fp32 loss and its gradient seed are not ledger terms (as tests/test_families.py)
-    assert 0 <= measured["peak_bytes"] - evaluate(sc).peak <= 8
+    assert_tiny_step_measured(cfg, settings, seq)
 
 
 def test_the_mamba_terms_have_their_own_names():

@@ -66,6 +66,11 @@ NOT_YET = ("{}'s {} is not modelled yet (symvram models SFT and TRL 1.16's DPOTr
            "--objective dpo, kto, reward); its memory differs, so it is refused rather than estimated as SFT")
 SAVE_OTHERS = "modules_to_save beyond embed_tokens and lm_head (their trainable copies)"
 BOOL = c.boolean
+# TRL 1.16 GRPOConfig's keys that change memory, as TRL reads them and as axolotl passes them (its `trl:` section)
+GRPO_KEYS = (("num_generations", "num_generations", c.integer), ("max_completion_length", "max_completion_length", c.integer),
+             ("beta", "beta", c.number), ("num_iterations", "num_iterations", c.integer),
+             ("loss_type", "loss_type", c.loss_type),
+             ("use_vllm", "generation", lambda v: "vllm-colocate" if BOOL(v) else "hf"))
 ATTN = c.attention
 
 # ---------------------------------------------------------------- axolotl 0.19.0 (utils/schemas/*.py)
@@ -131,12 +136,7 @@ AXOLOTL = Tool("axolotl", "axolotl 0.19", (
     # (and AxolotlKTOTrainer TRL's KTOTrainer)
     Row("rl", "objective", c.objective("axolotl", {"dpo": "dpo", "ipo": "dpo", "kto": "kto", "grpo": "grpo"})),
     # axolotl's AxolotlGRPOTrainer subclasses TRL's GRPOTrainer; its `trl:` section holds GRPOConfig's keys
-    Row("trl.num_generations", "num_generations", c.integer),
-    Row("trl.max_completion_length", "max_completion_length", c.integer),
-    Row("trl.beta", "beta", c.number),
-    Row("trl.num_iterations", "num_iterations", c.integer),
-    Row("trl.loss_type", "loss_type", c.loss_type),
-    Row("trl.use_vllm", "generation", lambda v: "vllm-colocate" if BOOL(v) else "hf"),
+    *[Row(f"trl.{key}", setting, read) for key, setting, read in GRPO_KEYS],
     Row("relora", None, c.is_on, why="ReLoRA"),
 ), harmless=frozenset({
     "base_model_config", "model_type", "tokenizer_type", "tokenizer_config", "trust_remote_code", "revision_of_model",
@@ -327,13 +327,8 @@ TRL = Tool("trl", "TRL 1.16 SFTConfig", (
     # --prompt); beta and loss_type reach the scenario only for GRPO (DPO's change no memory)
     *[Row(k, "objective", lambda v: "grpo", priority=3) for k in ("num_generations", "max_completion_length",
                                                                     "steps_per_generation")],
-    Row("num_generations", "num_generations", c.integer),
-    Row("max_completion_length", "max_completion_length", c.integer),
+    *[Row(key, setting, read) for key, setting, read in GRPO_KEYS],
     Row("steps_per_generation", "steps_per_generation", c.integer),
-    Row("num_iterations", "num_iterations", c.integer),
-    Row("beta", "beta", c.number),
-    Row("loss_type", "loss_type", c.loss_type),
-    Row("use_vllm", "generation", lambda v: "vllm-colocate" if BOOL(v) else "hf"),
     Row("generation_batch_size", None, c.is_on, why="the generation batch given directly (give "
         "--steps-per-generation: generation_batch_size / (batch x GPUs))"),
 ), harmless=_TRAINER_HARMLESS - {"loss_type"} | { "label_smoothing", "loss_weights", "ld_alpha", "f_alpha_divergence_coef", "discopop_tau", "sync_ref_model",
