@@ -394,13 +394,21 @@ class Scenario:
         """
         if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
             return self.steps_per_generation   # refused by the check
-        world = max(self.gpus // self.tp, 1)
-        if (batch * world * self.steps_per_generation) % self.num_generations == 0:
+        if self.generation_batch(batch) % self.num_generations == 0:
             return self.steps_per_generation
         rows = self.batch * self.steps_per_generation
         if rows % batch == 0:
             return rows // batch
-        return self.num_generations // math.gcd(batch * world, self.num_generations)
+        return self.num_generations // math.gcd(batch * self.gpus, self.num_generations)
+
+    def generation_batch(self, batch: int | None = None) -> int:
+        """GRPO's generation batch (GRPOConfig.generation_batch_size): the per-device batch (``batch``, else this
+        scenario's) on each of the data-parallel ranks (``gpus``) for ``steps_per_generation`` micro-steps.
+
+        >>> Scenario.create("7b", objective="grpo", method="lora", prompt=64, seq=512, batch=8).generation_batch(2)
+        2
+        """
+        return (self.batch if batch is None else batch) * self.gpus * self.steps_per_generation
 
     @property
     def kbit_prepared(self) -> bool:
@@ -673,10 +681,8 @@ class Scenario:
         if self.prompt < 1:
             raise UserError("--objective grpo generates from a prompt: give --prompt P (the longest prompt, tokens; "
                             "--seq is P + max_completion_length)")
-        world = self.gpus // self.tp
-        generation_batch = self.batch * world * self.steps_per_generation
-        if generation_batch % self.num_generations:   # grpo_config.py:1135-1140
-            raise UserError(f"generation_batch_size ({generation_batch} = batch {self.batch} x {world} GPUs x "
+        if (generation_batch := self.generation_batch()) % self.num_generations:   # grpo_config.py:1135-1140
+            raise UserError(f"generation_batch_size ({generation_batch} = batch {self.batch} x {self.gpus} GPUs x "
                             f"steps_per_generation {self.steps_per_generation}) must be divisible by num_generations "
                             f"({self.num_generations}), as TRL's GRPOConfig requires; change --num-generations, --batch or "
                             "--steps-per-generation")
