@@ -18,7 +18,7 @@ from .ledger.architecture import Family, family
 from .ledger.objectives import objectives
 from .ledger.structure import BNB_OPTIM_BITS, Structure
 from .presets import MAX_DIM, ModelSpec, load_model
-from .stacks import STACK_EXTRAS, STACK_SETTINGS, check_stack, concrete, resolve, runs_trainer, stacks
+from .stacks import DEFAULT_SEQ, STACK_EXTRAS, STACK_SETTINGS, check_stack, concrete, resolve, runs_trainer, stacks
 from .symbols import SYMBOLS
 from .versions import applies, parse_versions
 
@@ -247,7 +247,7 @@ class Scenario:
     adapter_dtype: str = "bf16"
     autocast: str = "none"
     batch: int = 1
-    seq: int = 2048
+    seq: int = DEFAULT_SEQ
     grad_checkpointing: bool = False
     attention: str = "sdpa"
     lora_dropout: float = 0.0

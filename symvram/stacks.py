@@ -122,7 +122,7 @@ def concrete(kw: dict, lora: bool) -> dict:
 
 # Unsloth offloads its checkpoints from max_seq_length 512 on (below, plain checkpointing is faster)
 UNSLOTH_OFFLOAD_FROM = 512
-DEFAULT_SEQ = 2048   # Scenario's (and Unsloth's max_seq_length's) default
+DEFAULT_SEQ = 2048   # the Scenario's seq default (Scenario.seq reads it), as Unsloth's max_seq_length's
 
 IMPL_WORDS = {"foreach": "torch foreach", "fused": "torch fused", "forloop": "torch for-loop"}
 
