@@ -125,8 +125,11 @@ def objective(tool: str, names: dict[str, str], refused: dict[str, str] | None =
             return None if names[name] == "sft" else names[name]
         if name in refused:
             raise WrongValue(f"{value!r}: {refused[name]}")
+        from ..ledger.objectives import objectives
+
+        *first, last = objectives()
         spelled = ", ".join(k for k, v in names.items() if v != "sft")
-        raise WrongValue(f"{value!r}: the objectives modelled are sft, dpo, kto, reward and grpo (TRL 1.16's "
+        raise WrongValue(f"{value!r}: the objectives modelled are {', '.join(first)} and {last} (TRL 1.16's "
                          f"DPOTrainer, KTOTrainer, RewardTrainer and GRPOTrainer; {tool}'s {spelled or 'none'}); "
                          "ORPO, SimPO and PPO are not yet")
 
