@@ -105,13 +105,19 @@ class ModelSpec:
                                   + ["full_attention"] * (self.layers - dims["sliding_layers"]))
         if counted := fam.extra("counted_layers") if fam.kinds else None:  # a hybrid: its layers in the model's order
             cfg["layer_types"] = [counted["kind"] if k else "full_attention" for k in fam.model_kinds(dims)]
-        if self.layer_pattern:
-            cfg[fam.extra("layer_pattern")["key"]] = self.layer_pattern
+        if self.layer_pattern:   # the pattern string, or (a family without one: Granite 4) the per-layer list
+            spelled = fam.extra("layer_pattern")
+            names = {letter: name for name, letter in reversed(spelled["names"].items())}   # each letter's first name
+            cfg.update({spelled["key"]: self.layer_pattern} if "key" in spelled else
+                       {spelled["list_key"]: [names[c] for c in self.layer_pattern]})
+            if "count_key" in spelled:   # the config's own layer count beside its list (num_hidden_layers)
+                cfg[spelled["count_key"]] = len(self.layer_pattern)
         cfg.update({o: o in self.options for o, default in fam.options if o != "tie_word_embeddings" and default != GIVEN})
         dim_keys = {k for _, keys, _ in fam.dims for k in keys.split("|")}
         cfg.update({o: fam.extra("given_values", {}).get(o, True) if o in self.options else None   # a field whose
                     for o, default in fam.options if default == GIVEN and o not in dim_keys})      # value is a setting
         cfg["tie_word_embeddings"] = self.tied
+        cfg.update({k: v for k, v in fam.extra("must_equal", {}).items() if k not in cfg})   # the settings assumed
         if self.tower is not None:  # the multimodal config: the decoder's fields as its text_config
             return {**json.loads(self.tower.config), "text_config": cfg, "tie_word_embeddings": self.tied}
         return cfg
@@ -367,8 +373,8 @@ class ConfigFields:
         ...
         symvram.errors.UserError: c.json: field 'p' has E layers (an MoE block): not modelled yet
         """
-        key, letters = spelled["key"], "".join(spelled["kinds"])
-        value = self.cfg.get(key)
+        key, letters = spelled.get("key", spelled["list_key"]), "".join(spelled["kinds"])
+        value = self.cfg.get(key) if "key" in spelled else None
         if value is None and isinstance(listed := self.cfg.get(spelled["list_key"]), list):
             key = spelled["list_key"]
             if any(not isinstance(x, str) or x not in spelled["names"] for x in listed):
