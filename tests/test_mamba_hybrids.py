@@ -124,3 +124,55 @@ def test_flops_equal_the_counted_step(settings):
     counted, f = count_flops(from_scenario(sc)), flops(sc)
     assert f.by_phase["forward"] == counted["forward"]
     assert f.by_phase["backward"] + f.by_phase["recompute"] == counted["backward"]
+
+
+# ------------------------------------------------------------------ Granite 4.0 H (granitemoehybrid), dense sizes
+GRANITE = {"model_type": "granitemoehybrid", "hidden_size": 64, "shared_intermediate_size": 96, "num_attention_heads": 4,
+           "num_key_value_heads": 2, "vocab_size": 1000, "layer_types": ["mamba", "attention", "mamba", "mamba"],
+           "mamba_n_heads": 8, "mamba_d_head": 16, "mamba_n_groups": 2, "mamba_d_state": 10, "mamba_d_conv": 4,
+           "mamba_chunk_size": 16, "num_local_experts": 0, "position_embedding_type": "nope",
+           "embedding_multiplier": 12.0, "residual_multiplier": 0.22, "attention_multiplier": 0.0156,
+           "logits_scaling": 4.0, "tie_word_embeddings": True, "pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 2}
+
+
+def test_granite_h_micro_counts_as_transformers_builds_it():
+    """granite-4.0-h-micro on the meta device from the config its preset writes back (the list layer_types, its
+    length as num_hidden_layers, no experts): P per kind and in all, and the published 3B."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    from symvram.ledger.architecture import family
+    from symvram.symbols import sym
+
+    spec = load_model("granite-4.0-h-micro")
+    with torch.device("meta"):
+        model = transformers.AutoModelForCausalLM.from_config(transformers.AutoConfig.for_model(**spec.config()))
+    assert [layer.mamba is not None for layer in model.model.layers] == [c == "M" for c in spec.layer_pattern]
+    P = evaluate(Scenario.create(spec, method="full")).derived["P"]
+    assert P == sum(p.numel() for p in model.parameters()) == 3_191_396_096 and round(P / 1e9) == 3
+    fam, vals = family(spec.family), {sym(n): v for n, v in spec.dims.items()}
+    for i, kind in ((0, "mamba"), (spec.layer_pattern.index("*"), "")):
+        layer = sum(p.numel() for n, p in model.named_parameters() if f".layers.{i}." in n)
+        assert int(fam.kind(kind).params_per_layer(spec.options).xreplace(vals)) == layer, (i, kind)
+
+
+@pytest.mark.parametrize("cfg, why", [
+    ({**GRANITE, "num_local_experts": 8}, "num_local_experts = 8 is not modelled"),
+    ({**GRANITE, "position_embedding_type": "rope"}, "position_embedding_type = 'rope' is not modelled"),
+    ({**GRANITE, "layer_types": ["mamba", "moe"]}, "field 'layer_types' must be a list of mamba, attention"),
+])
+def test_granite_settings_not_modelled_are_refused_by_name(cfg, why):
+    with pytest.raises(UserError, match=re.escape(why)):
+        spec_from_config(cfg, "t", "config", "c.json")
+
+
+GRANITE_MEASURED = [  # the multipliers are Python floats: the scaled embedding, residuals and logits save nothing
+    (dict(method="lora", targets="all-linear"), 40),
+    (dict(method="full"), 32),
+    (dict(method="lora", targets="qv"), 40),     # the Mamba layer before the first attention one saves nothing
+    (dict(method="lora", targets="all-linear", autocast="bf16"), 50),
+]
+
+
+@pytest.mark.parametrize("settings, seq", GRANITE_MEASURED, ids=[f"{s['method']}-{n}" for n, (s, _) in enumerate(GRANITE_MEASURED)])
+def test_granite_estimate_equals_the_measured_peak(settings, seq):
+    assert_tiny_step_measured(GRANITE, settings, seq)
