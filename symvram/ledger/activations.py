@@ -1136,6 +1136,12 @@ def saved_terms(s_: Structure) -> list[Term]:
                       "input ids and the shifted labels (int64)", "transformers ForCausalLMLoss"))
     if fam.extra("per_layer_embeddings"):
         terms += per_layer_embedding_terms(s_)
+    if fam.extra("embedding_multiplier") and embedding_leaf(s_) and not s_.offload_activations:
+        terms.append(Term("act_embed_leaf", Role.SAVED_ACTIVATION, residual_bytes(s_) * T * h, r"A_{\mathrm{emb,leaf}}",
+                          "the embedding's output, a leaf that requires grad under checkpointing (its AccumulateGrad "
+                          "node keeps it), beside its multiplier-scaled copy the first layer reads", fam.source
+                          + " (inputs_embeds · embedding_multiplier); transformers modeling_utils.py:2153",
+                          lifetime=span(Phase.FORWARD, Phase.FIRST_LAYER_BACKWARD)))
     if s_.offload_activations:
         terms.append(offloaded_head_copies(s_, loss))
     if s_.tower is not None and s_.tower.ids_copy and (not s_.lora or "embed_tokens" in s_.modules_to_save):
