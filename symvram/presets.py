@@ -83,7 +83,7 @@ class ModelSpec:
         >>> load_model("qwen2.5-0.5b").config()["attention_bias"], load_model("mixtral-8x7b").config()["num_local_experts"]
         (True, 8)
         """
-        from .ledger.architecture import family
+        from .ledger.architecture import expr, family
 
         fam, dims = family(self.family), self.dims
         cfg = {"model_type": self.model_type}
@@ -118,6 +118,8 @@ class ModelSpec:
                     for o, default in fam.options if default == GIVEN and o not in dim_keys})      # value is a setting
         cfg["tie_word_embeddings"] = self.tied
         cfg.update({k: v for k, v in fam.extra("must_equal", {}).items() if k not in cfg})   # the settings assumed
+        cfg.update({k: int(expr(e).xreplace({sym(n): v for n, v in dims.items()}))   # fields that follow from dims
+                    for k, e in fam.extra("derived_fields", {}).items()})
         if self.tower is not None:  # the multimodal config: the decoder's fields as its text_config
             return {**json.loads(self.tower.config), "text_config": cfg, "tie_word_embeddings": self.tied}
         return cfg
@@ -535,6 +537,9 @@ def spec_from_config(cfg: dict, name: str, kind: str, source: str) -> ModelSpec:
     if fam.moe and dims["experts_per_token"] > dims["experts"]:
         raise UserError(f"{f.source}: each token is routed to {dims['experts_per_token']} experts but the model has "
                         f"only {dims['experts']}")
+    for key, text in fam.extra("derived_fields", {}).items():   # a field the dims imply (Falcon-H1's mamba_d_ssm)
+        if f.given(key) and f.cfg[key] != (implied := int(expr(text).xreplace({sym(n): v for n, v in dims.items()}))):
+            raise UserError(f"{f.source}: {key} = {excerpt(f.cfg[key])} must equal {text} = {implied}")
     for key, allowed in fam.extra("must_equal", {}).items():  # settings the family's ledger assumes
         if f.given(key) and f.cfg[key] != allowed:
             raise UserError(f"{f.source}: {key} = {excerpt(f.cfg[key])} is not modelled for {fam.key} (only {allowed!r})")
