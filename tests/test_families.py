@@ -73,6 +73,8 @@ TINY = {
                          "mamba_n_heads": 8, "mamba_d_head": 16, "mamba_n_groups": 2, "mamba_d_state": 10,
                          "mamba_chunk_size": 16, "num_local_experts": 0, "position_embedding_type": "nope",
                          "pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 2},
+    "falcon_h1": {"mamba_n_heads": 6, "mamba_d_head": 16, "mamba_d_ssm": 96, "mamba_n_groups": 2, "mamba_d_state": 10,
+                  "mamba_chunk_size": 16, "pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 2},
 }
 BASE = {"hidden_size": 64, "intermediate_size": 176, "num_hidden_layers": 3, "num_attention_heads": 4,
         "num_key_value_heads": 2, "head_dim": 24, "vocab_size": 1000}

@@ -176,3 +176,81 @@ GRANITE_MEASURED = [  # the multipliers are Python floats: the scaled embedding,
 @pytest.mark.parametrize("settings, seq", GRANITE_MEASURED, ids=[f"{s['method']}-{n}" for n, (s, _) in enumerate(GRANITE_MEASURED)])
 def test_granite_estimate_equals_the_measured_peak(settings, seq):
     assert_tiny_step_measured(GRANITE, settings, seq)
+
+
+# ------------------------------------------------------------- Falcon-H1 (falcon_h1): attention and Mamba-2 in parallel
+FALCON = {"model_type": "falcon_h1", "hidden_size": 64, "intermediate_size": 96, "num_hidden_layers": 3,
+          "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 24, "vocab_size": 1000, "mamba_n_heads": 6,
+          "mamba_d_head": 16, "mamba_d_ssm": 96, "mamba_n_groups": 2, "mamba_d_state": 10, "mamba_d_conv": 4,
+          "mamba_chunk_size": 16, "mamba_rms_norm": False, "mamba_norm_before_gate": False,
+          "embedding_multiplier": 0.11, "lm_head_multiplier": 0.078, "key_multiplier": 0.5,
+          "attention_in_multiplier": 1.5, "attention_out_multiplier": 0.7, "ssm_in_multiplier": 1.2,
+          "ssm_out_multiplier": 0.8, "mlp_multipliers": [0.9, 1.1], "ssm_multipliers": [1.1, 1.2, 1.3, 1.4, 1.5],
+          "tie_word_embeddings": True, "pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 2}
+
+
+@pytest.mark.parametrize("preset, published", [
+    ("falcon-h1-7b", 7_585_513_568),      # "Falcon-H1-7B": 7.59B
+    ("falcon-h1-tiny-90m", 91_131_072),   # "Falcon-H1-Tiny-90M"
+])
+def test_falcon_h1_presets_count_as_transformers_builds_them(preset, published):
+    """Each preset on the meta device from the config it writes back (mamba_d_ssm = n_M·d_M written): P per layer and
+    in all (the mup_vector is a buffer, not a parameter), and the published size."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    from symvram.ledger.architecture import family
+    from symvram.symbols import sym
+
+    spec = load_model(preset)
+    with torch.device("meta"):
+        model = transformers.AutoModelForCausalLM.from_config(transformers.AutoConfig.for_model(**spec.config()))
+    P = evaluate(Scenario.create(spec, method="full")).derived["P"]
+    assert P == sum(p.numel() for p in model.parameters()) == published
+    vals = {sym(n): v for n, v in spec.dims.items()}
+    layer = sum(p.numel() for n, p in model.named_parameters() if ".layers.0." in n)
+    assert int(family("falcon_h1").params_per_layer(spec.options).xreplace(vals)) == layer
+
+
+@pytest.mark.parametrize("cfg, why", [
+    ({**FALCON, "mamba_rms_norm": True}, "mamba_rms_norm = True is not modelled"),
+    ({**FALCON, "mamba_d_ssm": 128}, "mamba_d_ssm = 128 must equal mamba_heads*mamba_head_dim = 96"),
+])
+def test_falcon_h1_settings_not_modelled_are_refused_by_name(cfg, why):
+    with pytest.raises(UserError, match=re.escape(why)):
+        spec_from_config(cfg, "t", "config", "c.json")
+
+
+def test_peft_refuses_falcon_h1_out_proj_so_symvram_does():
+    spec = spec_from_config(FALCON, "t", "config", "test")
+    with pytest.raises(UserError, match="out_proj of falcon_h1 cannot be a LoRA target"):
+        Scenario.create(spec, method="lora", targets="all-linear")
+    assert "out_proj" not in Scenario.create(spec, method="lora", rank=8).targets
+
+
+FALCON_MEASURED = [  # the two scaled copies of the norm's output (attention's, the mixer's), the gate without a norm
+    (dict(method="lora", targets="linear"), 40),
+    (dict(method="full"), 32),
+    (dict(method="lora", targets="qv"), 40),      # the mixer's branch saves nothing in the first layer
+    (dict(method="lora", targets="mamba"), 40),   # nor attention's
+    (dict(method="lora", targets="linear", autocast="bf16"), 50),
+    (dict(method="full", autocast="bf16"), 40),
+]
+
+
+@pytest.mark.parametrize("settings, seq", FALCON_MEASURED, ids=[f"{s['method']}-{n}" for n, (s, _) in enumerate(FALCON_MEASURED)])
+def test_falcon_h1_estimate_equals_the_measured_peak(settings, seq):
+    assert_tiny_step_measured(FALCON, settings, seq)
+
+
+@pytest.mark.parametrize("preset", ["falcon-h1-7b", "granite-4.0-h-micro"])
+def test_the_new_blocks_have_their_own_names(preset):
+    """Falcon-H1's layer keeps attention's terms and the Mamba mixer's (its gate without a norm its own label);
+    Granite's Mamba layers the mixer's; each header says the torch path."""
+    from symvram.ledger.build import build_ledger
+    from symvram.stacks import summary
+
+    sc = Scenario.create(load_model(preset), method="lora")
+    terms = {t.key: t for t in build_ledger(sc.structure).terms}
+    assert {"act_mamba_conv", "act_mamba_gates", "act_mamba_scan", "act_mamba_norm", "act_attention"} <= set(terms)
+    assert ("without a norm" in terms["act_mamba_norm"].why) == (preset == "falcon-h1-7b")
+    assert "mamba2_chunk_scan" in summary(sc)
