@@ -450,7 +450,10 @@ class ConfigFields:
             raise UserError(f"{self.source}: model_type {excerpt(model_type)} is not supported; supported: "
                             f"{', '.join(sorted(known))} (symvram family-draft CONFIG drafts its family entry from transformers' "
                             "model: docs/adding-a-family.md)")
-        return family(known[model_type])
+        fam = family(known[model_type])
+        # a setting that makes the model another family's entry (Granite 4.0 with RoPE: granitemoehybrid_rope)
+        chosen = next((v["family"] for v in fam.extra("variants", ()) if self.cfg.get(v["key"]) == v["value"]), None)
+        return family(chosen) if chosen else fam
 
 
 def _text_model(fields: ConfigFields) -> ConfigFields:

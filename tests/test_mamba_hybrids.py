@@ -157,7 +157,7 @@ def test_granite_h_micro_counts_as_transformers_builds_it():
 
 @pytest.mark.parametrize("cfg, why", [
     ({**GRANITE, "num_local_experts": 8}, "num_local_experts = 8 is not modelled"),
-    ({**GRANITE, "position_embedding_type": "rope"}, "position_embedding_type = 'rope' is not modelled"),
+    ({**GRANITE, "position_embedding_type": "alibi"}, "position_embedding_type = 'alibi' is not modelled"),
     ({**GRANITE, "layer_types": ["mamba", "moe"]}, "field 'layer_types' must be a list of mamba, attention"),
 ])
 def test_granite_settings_not_modelled_are_refused_by_name(cfg, why):
@@ -176,6 +176,31 @@ GRANITE_MEASURED = [  # the multipliers are Python floats: the scaled embedding,
 @pytest.mark.parametrize("settings, seq", GRANITE_MEASURED, ids=[f"{s['method']}-{n}" for n, (s, _) in enumerate(GRANITE_MEASURED)])
 def test_granite_estimate_equals_the_measured_peak(settings, seq):
     assert_tiny_step_measured(GRANITE, settings, seq)
+
+
+GRANITE_ROPE = {**GRANITE, "position_embedding_type": "rope", "layer_types": ["attention", "mamba", "attention"]}
+
+
+def test_granite_with_rope_is_its_variant_entry():
+    """position_embedding_type "rope" (granite-4.0-micro) selects granitemoehybrid_rope: RoPE's cos/sin and buffers;
+    granite-4.0-micro's P is the meta model's (3.4B, published "3B")."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    from symvram.ledger.build import build_ledger
+
+    sc = Scenario.create(spec_from_config(GRANITE_ROPE, "t", "config", "test"), method="lora", rank=8)
+    assert sc.model.family == "granitemoehybrid_rope" and "act_rope" in {t.key for t in build_ledger(sc.structure).terms}
+    spec = load_model("granite-4.0-micro")
+    with torch.device("meta"):
+        model = transformers.AutoModelForCausalLM.from_config(transformers.AutoConfig.for_model(**spec.config()))
+    assert model.model.rotary_emb is not None
+    P = evaluate(Scenario.create(spec, method="full")).derived["P"]
+    assert P == sum(p.numel() for p in model.parameters()) == 3_402_836_480 and round(P / 1e9) == 3
+
+
+@pytest.mark.parametrize("settings, seq", GRANITE_MEASURED[:3], ids=["lora", "full", "qv"])
+def test_granite_with_rope_estimate_equals_the_measured_peak(settings, seq):
+    assert_tiny_step_measured(GRANITE_ROPE, settings, seq)
 
 
 # ------------------------------------------------------------- Falcon-H1 (falcon_h1): attention and Mamba-2 in parallel
