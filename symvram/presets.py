@@ -452,7 +452,8 @@ class ConfigFields:
                             "model: docs/adding-a-family.md)")
         fam = family(known[model_type])
         # a setting that makes the model another family's entry (Granite 4.0 with RoPE: granitemoehybrid_rope)
-        chosen = next((v["family"] for v in fam.extra("variants", ()) if self.cfg.get(v["key"]) == v["value"]), None)
+        chosen = next((v["family"] for v in fam.extra("variants", ()) if self.cfg.get(v["key"]) == v["value"]
+                       or ("above" in v and isinstance(x := self.cfg.get(v["key"]), int) and x > v["above"])), None)
         return family(chosen) if chosen else fam
 
 

@@ -722,7 +722,7 @@ def _moe_parts(s_: Structure) -> tuple:
     """(router module, the fused expert weights, those LoRA targets, whether the experts' weights train)."""
     fam = s_.arch
     router = fam.linear(fam.extra("router"))
-    experts = [m for m in fam.moe_weights if m is not router]
+    experts = [m for m in fam.moe_weights if m is not router and m.input_group in ("mlp_in", "mlp_act")]
     targeted = [m for m in experts if s_.lora and m.name in s_.targets]
     return router, experts, targeted, (not s_.lora) or bool(targeted)
 
@@ -735,8 +735,9 @@ def _moe_layer(s_: Structure) -> dict[str, tuple[sp.Expr, str, str, str]]:
     S = T * k_e
     renorm = fam.extra("topk_renormalized") or "norm_topk_prob" in s_.options
     b_sw = b_32 if fam.extra("routing_weights_fp32") else b_c
-    if fam.extra("router_topk_softmax"):  # gpt-oss: top-k of the logits, then a softmax over those k
-        router_saved, router_why = b_id * T * k_e + b_c * T * k_e, "the int64 top-k indices and the softmax of the k logits"
+    if fam.extra("router_topk_softmax"):  # gpt-oss: top-k of the logits, then a softmax over those k (Granite: fp32)
+        b_p = b_32 if fam.extra("router_topk_softmax") == "fp32" else b_c
+        router_saved, router_why = b_id * T * k_e + b_p * T * k_e, "the int64 top-k indices and the softmax of the k logits"
     else:
         b_p = b_c if fam.extra("router_compute_dtype") else b_32   # Mistral 4: the softmax of the 16-bit logits
         router_saved = b_p * T * E + b_id * T * k_e + (b_p * T + b_p * T * k_e if renorm else 0)

@@ -69,13 +69,16 @@ def _tokens(s_: Structure, m) -> sp.Expr:
     return T * k_e if s_.arch.moe and m.count != 1 and m in s_.arch.moe_weights else T
 
 
+MIXER_GROUPS = ("attn_in", "attn_out", "ssm_in")   # what a Mamba-2 mixer's bare parameters read (not an expert's)
+
+
 def _layer(s_: Structure, first: bool) -> dict[str, sp.Expr]:
     """FLOPs of one decoder layer by kind (forward, input grads, weight grads, adapters, attention)."""
     fam = s_.arch
     g = needs_grad(s_, first)
     # a Mamba-2 mixer's bare parameters (conv1d, dt_bias, A_log, D, the gated norm) multiply no matrix: the scan's
     # own term counts the conv
-    weights = fam.linears + (() if fam.mamba else fam.moe_weights)
+    weights = fam.linears + tuple(m for m in fam.moe_weights if not (fam.mamba and m.input_group in MIXER_GROUPS))
     fwd = {m.name: 2 * _tokens(s_, m) * m.d_in * m.d_out for m in weights}
     out = {"forward": sp.Add(*fwd.values())}
     out["input_grad"] = sp.Add(*(fwd[m.name] for m in weights if g[m.input_group]))
