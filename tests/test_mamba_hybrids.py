@@ -156,7 +156,6 @@ def test_granite_h_micro_counts_as_transformers_builds_it():
 
 
 @pytest.mark.parametrize("cfg, why", [
-    ({**GRANITE, "num_local_experts": 8}, "num_local_experts = 8 is not modelled"),
     ({**GRANITE, "position_embedding_type": "alibi"}, "position_embedding_type = 'alibi' is not modelled"),
     ({**GRANITE, "layer_types": ["mamba", "moe"]}, "field 'layer_types' must be a list of mamba, attention"),
 ])
@@ -201,6 +200,30 @@ def test_granite_with_rope_is_its_variant_entry():
 @pytest.mark.parametrize("settings, seq", GRANITE_MEASURED[:3], ids=["lora", "full", "qv"])
 def test_granite_with_rope_estimate_equals_the_measured_peak(settings, seq):
     assert_tiny_step_measured(GRANITE_ROPE, settings, seq)
+
+
+GRANITE_MOE = {**GRANITE, "num_local_experts": 6, "num_experts_per_tok": 2, "intermediate_size": 40}
+
+
+def test_granite_h_small_counts_as_transformers_builds_it():
+    """num_local_experts > 0 selects granitemoehybrid_moe; granite-4.0-h-small's P is the meta model's and the
+    published 32.2B."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+
+    assert spec_from_config(GRANITE_MOE, "t", "config", "test").family == "granitemoehybrid_moe"
+    spec = load_model("granite-4.0-h-small")
+    with torch.device("meta"):
+        model = transformers.AutoModelForCausalLM.from_config(transformers.AutoConfig.for_model(**spec.config()))
+    assert all(layer.block_sparse_moe is not None for layer in model.model.layers)
+    P = evaluate(Scenario.create(spec, method="full")).derived["P"]
+    assert P == sum(p.numel() for p in model.parameters()) == 32_207_337_984 and round(P / 1e8) == 322
+
+
+@pytest.mark.parametrize("settings, seq", GRANITE_MEASURED, ids=[f"{s['method']}-{n}" for n, (s, _) in enumerate(GRANITE_MEASURED)])
+def test_granite_moe_estimate_equals_the_measured_peak(settings, seq):
+    """The router's fp32 top-k softmax and indices, the grouped_mm experts, the shared MLP beside them."""
+    assert_tiny_step_measured(GRANITE_MOE, settings, seq)
 
 
 # ------------------------------------------------------------- Falcon-H1 (falcon_h1): attention and Mamba-2 in parallel
