@@ -302,3 +302,21 @@ def test_the_new_blocks_have_their_own_names(preset):
     assert {"act_mamba_conv", "act_mamba_gates", "act_mamba_scan", "act_mamba_norm", "act_attention"} <= set(terms)
     assert ("without a norm" in terms["act_mamba_norm"].why) == (preset == "falcon-h1-7b")
     assert "mamba2_chunk_scan" in summary(sc)
+
+
+@pytest.mark.parametrize("cfg", [FALCON, GRANITE, GRANITE_ROPE, GRANITE_MOE], ids=["falcon_h1", "granite", "granite-rope", "granite-moe"])
+@pytest.mark.parametrize("settings", [dict(method="full"), dict(method="lora", rank=8, grad_checkpointing=True),
+                                      dict(method="full", grad_checkpointing=True)], ids=["full", "lora-ckpt", "full-ckpt"])
+def test_the_new_families_flops_equal_the_counted_step(cfg, settings):
+    """Falcon-H1's two mixers per layer, Granite's mixer then MLP (the MoE variant's shared MLP last: the recompute
+    stops before its output_linear): FlopCounterMode's count of the step."""
+    pytest.importorskip("peft")
+    from symvram.timing import flops
+    from symvram.validate.measure import count_flops
+    from symvram.validate.spec import from_scenario
+
+    sc = Scenario.create(spec_from_config(cfg, "tiny", "config", "test"), stack="torch", batch=2, seq=40,
+                         device="cpu", **settings)
+    counted, f = count_flops(from_scenario(sc)), flops(sc)
+    assert f.by_phase["forward"] == counted["forward"]
+    assert f.by_phase["backward"] + f.by_phase["recompute"] == counted["backward"]

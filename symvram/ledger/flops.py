@@ -120,7 +120,9 @@ def _layer(s_: Structure, first: bool) -> dict[str, sp.Expr]:
     # a block without an MLP (Nemotron-H's Mamba and attention blocks) ends with its mixer's output projection
     m = fam.mlp_output if fam.mlp_kind != "none" else next((x for x in fam.linears if x.input_group == "attn_out"), None)
     skipped = sp.Integer(0)
-    if m is not None and not fam.moe and not any(n.at == "mlp_out" for n in fam.norms):
+    # (an MoE layer whose ungated shared MLP runs after the routed experts ends with that MLP's down projection)
+    last = not fam.moe or fam.extra("shared_expert_last")
+    if m is not None and last and not any(n.at == "mlp_out" for n in fam.norms):
         # under DoRA the magnitude's gradient saves the LoRA result: nothing after the B matmul is skipped
         skipped = (0 if s_.dora else 2 * T * r * m.d_out) if m.name in s_.targets else fwd[m.name]
     out["recompute_skipped"] = skipped
