@@ -425,7 +425,7 @@ def register_family(name: str, text: str) -> Family:
 
 def shipped_model_types() -> dict[str, str]:
     """model_type → the shipped family (symvram/data/families/) that describes it."""
-    return {mt: p.name[:-5] for p in _shipped_files() for mt in _resolved(p.name[:-5])["model_types"]}
+    return {mt: p.name[:-5] for p in _shipped_files() for mt in _declared_model_types(p.name[:-5])}
 
 
 def _shipped_files():
@@ -531,5 +531,23 @@ def family_names() -> tuple[str, ...]:
 @cache
 def families_by_model_type() -> dict[str, str]:
     """config.json ``model_type`` → family name, from the entries' text alone (parsing every family's
-    expressions would cost a cold start a second)."""
-    return {mt: name for name in family_names() for mt in _resolved(name)["model_types"]}
+    expressions would cost a cold start a second; parsing every file's TOML, a tenth of one).
+
+    >>> families_by_model_type()["qwen3_moe"]
+    'qwen3_moe'
+    """
+    return {mt: name for name in family_names() for mt in _declared_model_types(name)}
+
+
+_MODEL_TYPES_LINE = re.compile(r"^model_types\s*=\s*(\[[^\]]*\])", re.M)
+
+
+def _declared_model_types(name: str) -> list[str]:
+    """An entry's ``model_types``: read from its top-level line where the file has one (the keys above its first
+    table), else from the parsed entry with its ``extends`` chain."""
+    path = resources.files("symvram.data").joinpath("families", f"{name}.toml")
+    if name not in _REGISTERED and path.is_file():
+        head = path.read_text(encoding="utf-8").split("\n[", 1)[0]
+        if line := _MODEL_TYPES_LINE.search(head):
+            return tomllib.loads(f"v = {line.group(1)}")["v"]
+    return _resolved(name)["model_types"]
