@@ -33,6 +33,7 @@ ATTENTIONS = ("sdpa", "eager")
 DEVICES = ("cuda", "cpu")
 CHECKPOINT_IMPLS = ("non-reentrant", "reentrant", "unsloth")
 KBIT_PREPS = ("peft", "none")
+ROUTINGS = ("balanced", "worst")   # MoE: the routing priced (worst: every token on the same k experts)
 # the families and targets Unsloth's fused LoRA kernels are modelled for (Scenario.unsloth_kernels)
 UNSLOTH_FAMILIES = ("llama", "mistral", "qwen2", "qwen3")
 UNSLOTH_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
@@ -263,6 +264,7 @@ class Scenario:
     dora: bool = False              # PEFT LoraConfig(use_dora=True)
     modules_to_save: tuple[str, ...] = ()  # PEFT LoraConfig(modules_to_save=...): embed_tokens, lm_head
     kbit_prep: str = "none"         # QLoRA: peft's prepare_model_for_kbit_training (fp32 non-quantized weights)
+    routing: str = "balanced"       # MoE: balanced, or worst (every token of the micro-batch on the same k experts)
     mp_policy: str = "none"         # FSDP2 MixedPrecisionPolicy(param_dtype=this, reduce_dtype=fp32) on fp32 storage
     optimizer_in_backward: bool = False  # one optimizer per parameter, stepped by its post-accumulate-grad hook
     checkpoint_every: int = 1       # checkpointing of layers 0, k, 2k … only (transformers' every_n_layers = k)
@@ -462,6 +464,9 @@ class Scenario:
             raise UserError(f"LoRA targets {', '.join(hit)} on a multimodal {tower.model_type} checkpoint: "
                             f"{tower.unsupported_why}")
         fam = family(self.model.family)
+        _choice(self.routing, ROUTINGS, "--routing")
+        if self.routing != "balanced" and not any(k.moe for _, k in fam.layer_kinds):
+            raise UserError(f"--routing {self.routing}: {self.model.name} ({fam.key}) has no routed experts")
         if self.attention not in fam.attention_kernels:
             raise UserError(f"--attention {self.attention}: {fam.attention_why or fam.key + ' runs ' + ', '.join(fam.attention_kernels)}")
         _choice(self.device, DEVICES, "--device")

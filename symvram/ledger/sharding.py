@@ -366,9 +366,6 @@ def notes(s: Structure, gpus: int) -> list[str]:
                    "so it costs the gathered working set on top of plain training; it only pays with --offload")
     elif s.zero and gpus == 1:
         out.append(f"ZeRO-{s.zero} on one GPU divides by N = 1: the same memory as plain training")
-    if s.arch.moe:
-        out.append("MoE: transformers' grouped_mm experts hold every token-expert pair (T·k_E rows), so the memory "
-                   "does not depend on how evenly the router spreads tokens (measured: identical for any routing)")
     return out
 
 
