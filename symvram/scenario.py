@@ -33,6 +33,7 @@ ATTENTIONS = ("sdpa", "eager")
 DEVICES = ("cuda", "cpu")
 CHECKPOINT_IMPLS = ("non-reentrant", "reentrant", "unsloth")
 KBIT_PREPS = ("peft", "none")
+ROUTINGS = ("balanced", "worst")   # MoE: the routing priced (worst: every token on the same k experts)
 # the families and targets Unsloth's fused LoRA kernels are modelled for (Scenario.unsloth_kernels)
 UNSLOTH_FAMILIES = ("llama", "mistral", "qwen2", "qwen3")
 UNSLOTH_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
@@ -263,6 +264,7 @@ class Scenario:
     dora: bool = False              # PEFT LoraConfig(use_dora=True)
     modules_to_save: tuple[str, ...] = ()  # PEFT LoraConfig(modules_to_save=...): embed_tokens, lm_head
     kbit_prep: str = "none"         # QLoRA: peft's prepare_model_for_kbit_training (fp32 non-quantized weights)
+    routing: str = "balanced"       # MoE: balanced, or worst (every token of the micro-batch on the same k experts)
     mp_policy: str = "none"         # FSDP2 MixedPrecisionPolicy(param_dtype=this, reduce_dtype=fp32) on fp32 storage
     optimizer_in_backward: bool = False  # one optimizer per parameter, stepped by its post-accumulate-grad hook
     checkpoint_every: int = 1       # checkpointing of layers 0, k, 2k … only (transformers' every_n_layers = k)
@@ -462,6 +464,17 @@ class Scenario:
             raise UserError(f"LoRA targets {', '.join(hit)} on a multimodal {tower.model_type} checkpoint: "
                             f"{tower.unsupported_why}")
         fam = family(self.model.family)
+        if (self.zero == 3 and stacks()[self.stack].get("zero_impl", "fsdp2") == "fsdp2" and not self.lora
+                and self.dtype != "fp32" and any(k.moe and k.extra("router_kept_fp32") for _, k in fam.layer_kinds)):
+            raise UserError(f"--zero 3 full fine-tuning of {self.model.name} in {self.dtype}: from_pretrained keeps "
+                            "the routers' gate.weight in fp32 (_keep_in_fp32_modules_strict) and FSDP2 refuses a layer "
+                            "whose trainable parameters mix dtypes (torch _fsdp_param_group.py:279-285, 'FSDP expects "
+                            "uniform original parameter dtype'); store it in fp32 with --mp-policy bf16 (--stack "
+                            "fsdp; accelerate's FSDP2 upcasts the trainable parameters so, fsdp_utils.py:813-820), or "
+                            "train LoRA adapters")
+        _choice(self.routing, ROUTINGS, "--routing")
+        if self.routing != "balanced" and not any(k.moe for _, k in fam.layer_kinds):
+            raise UserError(f"--routing {self.routing}: {self.model.name} ({fam.key}) has no routed experts")
         if self.attention not in fam.attention_kernels:
             raise UserError(f"--attention {self.attention}: {fam.attention_why or fam.key + ' runs ' + ', '.join(fam.attention_kernels)}")
         _choice(self.device, DEVICES, "--device")
@@ -788,6 +801,7 @@ class Scenario:
             loss_impl=self.loss_impl, dora=self.lora and self.dora, modules_to_save=self.saved_modules, zero=self.zero, offload=self.offload,
             sequence_parallel=self.sequence_parallel, tensor_parallel=self.tp > 1,
             fsdp_mixed_precision=self.mp_policy != "none", zero_impl=stacks()[self.stack].get("zero_impl", "fsdp2"),
+            params_cast=bool(self.zero) and stacks()[self.stack].get("zero_impl") == "deepspeed" and self.dtype != "fp32",
             bnb_input_saved=self.method == "qlora" and applies("bnb_input_saved", self.versions)
             and not self.unsloth_kernels,
             optimizer_in_backward=self.optimizer_in_backward,

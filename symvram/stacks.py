@@ -127,6 +127,31 @@ DEFAULT_SEQ = 2048   # the Scenario's seq default (Scenario.seq reads it), as Un
 IMPL_WORDS = {"foreach": "torch foreach", "fused": "torch fused", "forloop": "torch for-loop"}
 
 
+def routing_words(sc) -> str | None:
+    """What the routing a step sees changes, for an MoE model (``--routing``); None for a dense one. Every path the
+    ledger models holds the same tensors under any routing, so the worst (every token of the micro-batch on the same
+    k experts: the busiest expert T rows, not T·k/E) prices as balanced — ``symvram validate --routing worst``
+    measures it with the router forced so.
+
+    >>> from symvram.scenario import Scenario
+    >>> routing_words(Scenario.create("qwen3-30b-a3b", routing="worst"))[:60]
+    'routing worst (every token on the same k experts) = balanced'
+    """
+    routed = [k for _, k in sc.structure.arch.layer_kinds if k.moe]
+    if not routed:
+        return None
+    why = []
+    if any(not k.extra("experts_dense") for k in routed):   # the sorted pairs, gathered, grouped, scattered back
+        why.append("grouped_mm runs the T·k token-expert pairs as tensors of T·k rows however they fall on the "
+                   "experts (transformers integrations/moe.py:436-537)")
+    if any(k.extra("experts_dense") for k in routed):        # Llama 4: every token through every expert
+        why.append("Llama 4's experts run every token through all E experts (E·T rows, "
+                   "models/llama4/modeling_llama4.py:159-169)")
+    head = ("routing worst (every token on the same k experts) = balanced" if sc.routing == "worst" else
+            "routing balanced (= worst, every token on the same k experts)")
+    return f"{head}: {'; '.join(why)}"
+
+
 def summary(sc) -> str:
     """One line naming the stack and what it implies for this scenario (every header prints it)."""
     parts = []
@@ -191,6 +216,8 @@ def summary(sc) -> str:
         parts.append("Mamba-2 on transformers' torch path (mamba2_chunk_scan, run when mamba_ssm and causal_conv1d are "
                      "not installed; mamba_ssm's fused kernels' saved tensors are not modelled"
                      + "; under checkpointing the scan's backward temporaries are not either" * sc.grad_checkpointing + ")")
+    if (routed := routing_words(sc)) is not None:
+        parts.append(routed)
     parts.append("loss on one score per sequence" if sc.score_head else f"loss {sc.loss_impl}")
     if sc.method == "qlora" and sc.kbit_prep == "peft":
         parts.append("prepare_model_for_kbit_training" + (

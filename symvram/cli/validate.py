@@ -207,7 +207,8 @@ def run(args) -> int:
             rows.append([name, fmt_bytes(row["estimate"], args.units), fmt_bytes(row["measured"], args.units), err])
         text = (render_rows(rows, "lrrr", "table") +
                 f"\n\npeak moment: estimate '{result['estimate_moment']}', measured '{result['measured_phase']}'"
-                f"\n{line} ({'real CUDA tensors' if spec['device'] == 'cuda' else 'FakeTensorMode, CPU code paths'})")
+                f"\n{line} ({'real CUDA tensors' if spec['device'] == 'cuda' else 'real CPU tensors' if sc.routing == 'worst' else 'FakeTensorMode, CPU code paths'}"
+                + ", every token routed to experts 0 … k−1" * (sc.routing == "worst") + ")")
         if result["flops"]:
             frows = [["matmul FLOPs per step", "estimate", "counted", "error"]]
             for name, row in result["flops"].items():

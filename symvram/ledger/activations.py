@@ -752,9 +752,10 @@ def _moe_layer(s_: Structure) -> dict[str, tuple[sp.Expr, str, str, str]]:
                                  "backward, with the low-rank factors cast to that dtype where the adapters' differs",
                                  "peft tuners/lora/layer.py ParamWrapper, :2525-2542 get_delta_factors")
     if fam.extra("router_fp32"):   # F.linear(x.float(), W.float()): W's fp32 copy for x's gradient, x's for W's
-        # under autocast the linear keeps its 16-bit casts instead; an fp32 W (from_pretrained) needs no copy
+        # under autocast the linear keeps its 16-bit casts instead; an fp32 W (from_pretrained, unless DeepSpeed's
+        # engine cast it) needs no copy
         weight_copy = (b_c * E * h if s_.autocast else
-                       0 if s_.compute_fp32 or fam.extra("router_kept_fp32") else b_32 * E * h)
+                       0 if s_.compute_fp32 or (fam.extra("router_kept_fp32") and not s_.params_cast) else b_32 * E * h)
         b_in = b_c if s_.autocast else b_32
         out["act_moe_router_input"] = (weight_copy + (0 if s_.lora else b_in * T * h), r"A_{\mathrm{route,in}}",
                                        "the router runs in fp32: the weight's fp32 copy, kept for the input's gradient"
@@ -983,7 +984,7 @@ def per_layer_bytes(s_: Structure) -> sp.Expr:
 ACTIVATION_FIELDS = ("method", "family", "first_kind", "lead_kinds", "options", "tied", "targets", "adapter_upcast", "attention", "autocast",
                      "compute_fp32", "device", "dora", "dropout", "grad_checkpointing", "head_targets",
                      "optimizer_in_backward", "checkpoint_every", "offload_activations", "offload_checkpoints", "packed", "liger",
-                     "unsloth_kernels",
+                     "unsloth_kernels", "params_cast",
                      "kbit_prepared", "loss_impl", "modules_to_save", "score_head", "weight_casts", "fsdp_mixed_precision", "bnb_input_saved",
                      "shift_logits_copy", "forward_logits_upcast", "tower", "objective")
 

@@ -51,6 +51,7 @@ class Structure:
     tensor_parallel: bool = False     # tensor parallelism t > 1 (Megatron): weights and activations split
     fsdp_mixed_precision: bool = False  # FSDP2 MixedPrecisionPolicy: fp32 storage gathered in the compute dtype, fp32 reduce
     zero_impl: str = "fsdp2"          # fsdp2 (torch fully_shard) | deepspeed: who implements the ZeRO stage
+    params_cast: bool = False         # DeepSpeed's 16-bit engine casts every parameter: from_pretrained's fp32 routers too
     checkpoint_every: int = 1         # checkpointing: layers 0, k, 2k … only (transformers' every_n_layers)
     offload_activations: bool = False  # TRL's activation offloading: the checkpointed inputs in pinned host memory
     offload_checkpoints: bool = False  # Unsloth's offloaded checkpointer (use_gradient_checkpointing="unsloth")

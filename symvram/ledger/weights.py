@@ -67,9 +67,24 @@ KEEP_FP32 = ("transformers modeling_utils.py:3854-3856 _get_dtype_plan (_keep_in
 def kept_fp32_params(s: Structure) -> sp.Expr:
     """Router weights a 16-bit from_pretrained keeps in fp32 (``extras.router_kept_fp32``: GLM-4.5's and
     DeepSeek-V3's gate.weight, E·h per MoE layer; their e_score_correction_bias buffers too, counted with the
-    buffers)."""
-    return s.arch.over_layers(lambda k: k.linear(k.extra("router")).params if k.moe and k.extra("router_kept_fp32")
-                              else 0)
+    buffers) — none under DeepSpeed's 16-bit engine, which casts every parameter to its dtype (engine.py
+    ``_configure_distributed_model``: ``_cast_module_mixed_precision`` from 0.19.2, ``module.bfloat16()`` before; its
+    buffers keep their dtype) and, at stage 3, creates them in it (zero.Init).
+
+    >>> kept_fp32_params(Structure(family="glm4_moe")), kept_fp32_params(Structure(family="glm4_moe", params_cast=True))
+    (experts*hidden*(-dense_layers + layers), 0)
+    """
+    return 0 if s.params_cast else s.arch.over_layers(kind_kept_fp32_params)
+
+
+def kind_kept_fp32_params(kind) -> sp.Expr:
+    """One layer of ``kind``'s router weights kept in fp32 (0 in a dense layer, or where the router is not kept).
+
+    >>> from symvram.ledger.architecture import family
+    >>> kind_kept_fp32_params(family("glm4_moe")), kind_kept_fp32_params(family("glm4_moe").kind("dense"))
+    (experts*hidden, 0)
+    """
+    return kind.linear(kind.extra("router")).params if kind.moe and kind.extra("router_kept_fp32") else 0
 
 
 def base_terms(s: Structure) -> list[Term]:

@@ -31,7 +31,8 @@ OPTIONAL: dict[str, Any] = {"stack": "torch", "checkpoint_impl": "non-reentrant"
                             "kbit_prep": "peft", "dora": False, "modules_to_save": [], "mp_policy": "none",
                             "optimizer_in_backward": False, "checkpoint_every": 1, "offload_activations": False, "packing": 0, "objective": "sft", "prompt": 0, "precompute_ref": False,
                             "num_generations": 8, "steps_per_generation": 1, "gradient_accumulation_steps": 1,
-                            "num_iterations": 1, "beta": 0.0, "loss_type": "dapo", "generation": "hf"}
+                            "num_iterations": 1, "beta": 0.0, "loss_type": "dapo", "generation": "hf",
+                            "routing": "balanced"}
 
 
 def _stack_values(name: str, dtype: str) -> dict[str, Any]:
