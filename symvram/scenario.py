@@ -172,12 +172,12 @@ def parse_targets(spec: str | tuple[str, ...] | list[str], fam: Family | None = 
 def smallest_target_side(family_name: str, targets: tuple[str, ...], dims: tuple[tuple[str, int], ...]) -> int:
     """min(d_in, d_out) over the targeted matrices: the largest rank LoRA can have (computed once per shape)."""
     fam, values = family(family_name), {SYMBOLS[n].symbol: v for n, v in dims}
-    # not the E-wide router, nor a gate of one output or one per head (Qwen2-MoE's shared_expert_gate, a Gated
-    # DeltaNet's in_proj_b and in_proj_a: PEFT adapts them at any rank)
+    # not the E-wide router (a bare parameter, or Gemma 4's nn.Linear), nor a gate of one output or one per head
+    # (Qwen2-MoE's shared_expert_gate, a Gated DeltaNet's in_proj_b and in_proj_a: PEFT adapts them at any rank)
     weights = fam.target_map
 
     def gate(m) -> bool:
-        return m.d_out == 1 or (m.d_out.is_Symbol and SYMBOLS[m.d_out.name].unit == "heads")
+        return m.d_out == 1 or (m.d_out.is_Symbol and SYMBOLS[m.d_out.name].unit in ("heads", "experts"))
 
     linear = [t for t in targets if not weights[t].count.free_symbols and weights[t] not in fam.moe_weights
               and not gate(weights[t])] or targets

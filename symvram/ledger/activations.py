@@ -302,7 +302,7 @@ def _layer_of(s_: Structure, first: bool) -> dict[str, tuple[sp.Expr, str, str, 
     lin_targets = [t for t in s_.targets if fam.linear(t) in fam.linears]  # nn.Linear targets (PEFT's lora.Linear)
     group_grad = {"attn_in": grad_in, "attn_out": resid_grad or attn_grad, "mlp_in": resid_grad, "mlp_act": mlp_grad,
                   "q_latent": lat["q_latent"], "kv_latent": lat["kv_latent"], "ple_in": lat["ple_in"],
-                  "ple_act": lat["ple_act"]}
+                  "ple_act": lat["ple_act"], "router_in": resid_grad}
     if s_.lora and s_.autocast and s_.adapter_upcast and lin_targets and not s_.unsloth_kernels:
         # lora_A's cast weight is saved only for its input's gradient: not in the first layer's q, k, v
         casts = sp.Add(*((fam.linear(t).d_in if group_grad[fam.linear(t).input_group] else 0) + fam.linear(t).d_out
@@ -751,6 +751,8 @@ def _moe_layer(s_: Structure) -> dict[str, tuple[sp.Expr, str, str, str]]:
                                  "forward (one baddbmm, layer.py:2319-2323), in the weight's dtype, and keeps it for "
                                  "backward, with the low-rank factors cast to that dtype where the adapters' differs",
                                  "peft tuners/lora/layer.py ParamWrapper, :2525-2542 get_delta_factors")
+    if fam.extra("router_scaled"):
+        out.update(_scaled_router(s_))
     if fam.extra("router_fp32"):   # F.linear(x.float(), W.float()): W's fp32 copy for x's gradient, x's for W's
         # under autocast the linear keeps its 16-bit casts instead; an fp32 W (from_pretrained) needs no copy
         weight_copy = (b_c * E * h if s_.autocast else
@@ -761,11 +763,27 @@ def _moe_layer(s_: Structure) -> dict[str, tuple[sp.Expr, str, str, str]]:
                                        + ("" if s_.lora else ", and the fp32 input, for the weight's"), fam.source)
         return out
     reads_input = any(m.input_group == "mlp_in" for m in fam.linears)  # a shared expert: its input is the router's
+    if router in fam.linears:   # an nn.Linear router (Gemma 4's proj): its input is a linear input like any other
+        return out
     if (not s_.lora and not reads_input) or router.name in s_.targets:
         out["act_moe_router_input"] = (b_c * T * h + (b_c * E * h if s_.lora else 0), r"A_{\mathrm{route,in}}",
                                        "the router's input, kept for its weight gradient"
                                        + " (and the merged router weight)" * s_.lora, fam.source)
     return out
+
+
+def _scaled_router(s_: Structure) -> dict[str, tuple[sp.Expr, str, str, str]]:
+    """Gemma 4's router beyond the softmax and top-k (Gemma4TextRouter.forward, modeling_gemma4.py:1309-1328): the
+    renormalized top-k weights times per_expert_scale[top_k_index] keep the gathered (T, k_E) scales for the weights'
+    gradient (in the parameters' dtype: fp32 after k-bit preparation); where the scales train, also the fp32 weights
+    themselves (the in-place renormalization kept a clone of the top-k values, counted with the softmax), and the
+    weightless norm's 16-bit output, which its product with the trainable ``scale`` keeps (T·h)."""
+    b_p = b_32 if s_.kbit_prepared else compute_weight_bytes(s_)
+    trained = 0 if s_.lora else b_32 * T * k_e + b_c * T * h
+    return {"act_moe_router_scale": (b_p * T * k_e + trained, r"A_{\mathrm{route,scale}}",
+                                     "the gathered per-expert scales of each token's k experts"
+                                     + (", and for the trainable scales' gradients the renormalized fp32 weights and "
+                                        "the router norm's output") * (not s_.lora), s_.arch.source)}
 
 
 LLAMA4 = "transformers models/llama4/modeling_llama4.py"
