@@ -153,6 +153,7 @@ def needs_grad(s_: Structure, first: bool) -> dict[str, bool]:
     out["attn_out"] = out["q"] or out["k"] or out["v"]
     out["attn_proj"] = out["attn_out"] or trained_reader("attn_out")
     out["mlp_in"] = layer_in or out["attn_proj"]
+    out["router_in"] = out["mlp_in"]   # Gemma 4's router reads its own normed, scaled copy of the MLP's residual
     out["mlp_act"] = out["mlp_in"] or trained_reader("mlp_in")
     out["mlp_out"] = out["mlp_act"] or trained_reader("mlp_act")
     # Gemma 4's per-layer input: the gate reads the residual after the MLP; its product with the layer's slice of the
@@ -302,7 +303,7 @@ def _layer_of(s_: Structure, first: bool) -> dict[str, tuple[sp.Expr, str, str, 
     lin_targets = [t for t in s_.targets if fam.linear(t) in fam.linears]  # nn.Linear targets (PEFT's lora.Linear)
     group_grad = {"attn_in": grad_in, "attn_out": resid_grad or attn_grad, "mlp_in": resid_grad, "mlp_act": mlp_grad,
                   "q_latent": lat["q_latent"], "kv_latent": lat["kv_latent"], "ple_in": lat["ple_in"],
-                  "ple_act": lat["ple_act"], "router_in": resid_grad}
+                  "ple_act": lat["ple_act"], "router_in": lat["router_in"]}
     if s_.lora and s_.autocast and s_.adapter_upcast and lin_targets and not s_.unsloth_kernels:
         # lora_A's cast weight is saved only for its input's gradient: not in the first layer's q, k, v
         casts = sp.Add(*((fam.linear(t).d_in if group_grad[fam.linear(t).input_group] else 0) + fam.linear(t).d_out
