@@ -987,9 +987,12 @@ def _layer_bytes(s_: Structure) -> sp.Expr:
 
 def largest_kind(s_: Structure, per_layer) -> sp.Expr:
     """``per_layer`` of one layer's structure: the same for every layer, or the largest over the family's layer
-    kinds (left unevaluated, as the numbers decide which)."""
+    kinds the model has (each times at_least(its count, 1): Gemma 4's MoE kinds in a dense model count nothing;
+    left unevaluated, as the numbers decide which)."""
     values = list(dict.fromkeys(per_layer(k) for _, k in s_.layer_kinds))
-    return values[0] if len(values) == 1 else sp.Max(*values, evaluate=False)
+    if len(values) == 1:
+        return values[0]
+    return sp.Max(*dict.fromkeys(per_layer(k) * at_least(n, 1) for n, k in s_.layer_kinds), evaluate=False)
 
 
 def per_layer_bytes(s_: Structure) -> sp.Expr:
