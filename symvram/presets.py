@@ -528,7 +528,7 @@ def spec_from_config(cfg: dict, name: str, kind: str, source: str) -> ModelSpec:
     if fam.latent_attention and dims["kv_heads"] != dims["heads"]:   # expand_kv makes n_h key heads, which SDPA's
         raise UserError(f"{f.source}: num_key_value_heads {dims['kv_heads']} must equal num_attention_heads "   # GQA
                         f"{dims['heads']} for latent attention (every head has its own k and v)")    # would repeat
-    if fam.moe and dims["experts_per_token"] > dims["experts"]:
+    if fam.has_moe and dims["experts_per_token"] > dims["experts"]:
         raise UserError(f"{f.source}: each token is routed to {dims['experts_per_token']} experts but the model has "
                         f"only {dims['experts']}")
     for key, allowed in fam.extra("must_equal", {}).items():  # settings the family's ledger assumes

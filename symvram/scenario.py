@@ -19,7 +19,7 @@ from .ledger.objectives import objectives
 from .ledger.structure import BNB_OPTIM_BITS, Structure
 from .presets import MAX_DIM, ModelSpec, load_model
 from .stacks import DEFAULT_SEQ, STACK_EXTRAS, STACK_SETTINGS, check_stack, concrete, resolve, runs_trainer, stacks
-from .symbols import SYMBOLS
+from .symbols import SYMBOLS, sym
 from .versions import applies, parse_versions
 
 METHODS = ("full", "lora", "qlora")
@@ -720,9 +720,15 @@ class Scenario:
             raise UserError(f"--objective reward with {'--method qlora' if self.method == 'qlora' else 'lm_head'} "
                             "is not modelled: a reward model has a score head and no lm_head (full and lora are)")
         self._check_grpo()
-        if self.objective != "sft" and family(self.model.family).moe:
+        if self.objective != "sft" and self._moe_layers():
             raise UserError(f"--objective {self.objective} on a mixture-of-experts model is not modelled: the "
                             "reference forward's working set is derived for dense MLPs")
+
+    def _moe_layers(self) -> bool:
+        """Whether the model has MoE layers: a layer kind of the family that is an MoE block and has layers here
+        (Gemma 4's only under enable_moe_block)."""
+        fam, dims = family(self.model.family), {sym(k): v for k, v in self.model.dims.items()}
+        return any(k.moe and n.xreplace(dims) > 0 for n, k in fam.layer_kinds)
 
     def _check_overrides(self) -> None:
         """``--set`` names a registered leaf symbol and a positive, finite, plausible number."""

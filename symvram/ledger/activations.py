@@ -33,6 +33,7 @@ T = b * seq  # tokens in the micro-batch
 
 TRANSFORMERS = "transformers LlamaDecoderLayer / LlamaRMSNorm"
 PEFT = "peft tuners/lora/layer.py Linear.forward"
+ACTIVATION_NAMES = {"silu": "SiLU", "gelu_tanh": "GELU", "relu2": "ReLU²"}   # a family's mlp.activation, as the texts name it
 
 
 def matmul_bytes(s_: Structure) -> sp.Expr:
@@ -284,7 +285,7 @@ def _layer_of(s_: Structure, first: bool) -> dict[str, tuple[sp.Expr, str, str, 
         out["act_mlp"] = (b_c * T * f, r"A_{\mathrm{mlp}}", "the ReLU output (d_ff wide), which ReLU's backward and "
                           "the square's both read", "transformers activations.py ReLUSquaredActivation; " + fam.source)
     elif mlp_grad and fam.mlp_kind == "gated":
-        act = {"silu": "SiLU", "gelu_tanh": "GELU"}[fam.activation]
+        act = ACTIVATION_NAMES[fam.activation]
         out["act_mlp"] = ((2 if s_.liger else 3) * b_c * T * mlp_width(fam), r"A_{\mathrm{mlp}}",
                           f"Liger's fused {act}·up keeps the gate and up outputs (d_ff wide each)" if s_.liger else
                           f"gate output ({act} input), {act} output and up output, d_ff wide each",
@@ -730,7 +731,7 @@ def _moe_layer(s_: Structure) -> dict[str, tuple[sp.Expr, str, str, str]]:
     if fam.extra("clamped_swiglu"):  # the gate_up output (2·d_E; the clamps keep views of it) and four d_E-wide
         gated, gated_why = 6 * b_c * S * f_e, "the gate_up output (2·d_E), the clamped gate, its sigmoid, their product and up + 1"
     else:
-        gated, gated_why = 3 * b_c * S * f_e, "the gate_up output (2·d_E) and its SiLU (d_E)"
+        gated, gated_why = 3 * b_c * S * f_e, f"the gate_up output (2·d_E) and its {ACTIVATION_NAMES[fam.activation]} (d_E)"
     out = {"act_moe_router": (router_saved, r"A_{\mathrm{route}}", router_why, fam.source),
            "act_moe_experts": (3 * b_id * S + b_i32 * E + gated + b_c * S * h + b_sw * S,
                                r"A_{\mathrm{exp}}", "per token-expert pair: three int64 sort/gather indices, "
@@ -852,12 +853,15 @@ def _experts_forward_temp(s_: Structure) -> sp.Expr:
 def _shared_expert(s_: Structure) -> dict[str, tuple[sp.Expr, str, str, str]]:
     """What a shared expert saves beside the routed ones (Qwen2-MoE): its SwiGLU MLP's three d_S-wide tensors, and
     for sigmoid(shared_expert_gate(x)) · shared output the gate's sigmoid and the MLP's output; an ungated one
-    (``shared_expert = "plain"``, GLM-4.5's, added to the routed output) the three tensors alone."""
+    (``shared_expert = "plain"``, GLM-4.5's, added to the routed output; ``"dense"``, Gemma 4's dense GeGLU MLP beside
+    the experts, its output normed before the sum) the three tensors alone."""
     fam = s_.arch
     d_s = next(m.d_in for m in fam.linears if m.input_group == "mlp_act")   # its down projection's input
-    if fam.extra("shared_expert") == "plain":
-        return {"act_shared_expert": (3 * b_c * T * d_s, r"A_{\mathrm{shared}}", "the shared experts' gate output "
-                                      "(SiLU input), SiLU output and up output (d_S wide each)", fam.source)}
+    act = ACTIVATION_NAMES[fam.activation]
+    if fam.extra("shared_expert") in ("plain", "dense"):
+        who = "the dense MLP's" if fam.extra("shared_expert") == "dense" else "the shared experts'"
+        return {"act_shared_expert": (3 * b_c * T * d_s, r"A_{\mathrm{shared}}", f"{who} gate output "
+                                      f"({act} input), {act} output and up output (d_S wide each)", fam.source)}
     return {"act_shared_expert": (3 * b_c * T * d_s + b_c * T * h + b_c * T, r"A_{\mathrm{shared}}",
                                   "the shared expert's gate output (SiLU input), SiLU output and up output (d_S wide "
                                   "each), its output and the sigmoid of its gate, kept by the gating product",

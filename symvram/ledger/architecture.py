@@ -211,6 +211,15 @@ class Family:
     def moe(self) -> bool:
         return self.mlp_kind == "moe"
 
+    @cached_property
+    def has_moe(self) -> bool:
+        """Whether any of the family's layer kinds is an MoE block (Gemma 4's only under enable_moe_block).
+
+        >>> family("gemma4_text").moe, family("gemma4_text").has_moe
+        (False, True)
+        """
+        return any(k.moe for _, k in self.layer_kinds)
+
     @property
     def mixer(self) -> str:
         """The layer's token mixer: attention (every family's), a Mamba-2 mixer, or none (Nemotron-H's MLP blocks).
