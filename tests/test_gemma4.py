@@ -1,5 +1,6 @@
-"""Gemma 4 (gemma4_text): the layer kinds counted from the config against the meta model transformers 5.24 builds,
-the published totals, and tiny training steps measured under FakeTensorMode (estimate = measurement)."""
+"""Gemma 4 (gemma4_text): the layer kinds counted from the config against the meta model transformers 5.24 builds
+(26B-A4B's MoE block beside the dense MLP included), the published totals, and tiny training steps measured under
+FakeTensorMode (estimate = measurement)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -143,6 +144,17 @@ def test_the_26b_a4b_config_json_equals_the_meta_model_and_the_published_totals(
     inactive = d["layers"] * (d["experts"] - d["experts_per_token"]) * 3 * d["hidden"] * d["moe_intermediate"]
     assert (round(p / 1e9, 1), round((p - inactive) / 1e9, 1)) == (25.2, 3.8)
     assert p == evaluate(Scenario.create("gemma-4-26b-a4b", method="full")).derived["P"]
+
+
+def test_explain_names_the_moe_blocks_terms():
+    """The router's softmax and top-k, its per-expert scales, the routed pairs and the dense MLP beside them, each
+    with its own formula and words."""
+    from symvram import api
+
+    text = api.explain("gemma-4-26b-a4b", method="lora", rank=8).text
+    for label in (r"A_{\mathrm{route}}", r"A_{\mathrm{route,scale}}", r"A_{\mathrm{exp}}", r"A_{\mathrm{shared}}"):
+        assert label in text
+    assert "the gathered per-expert scales" in text and "the dense MLP's gate output (GELU input)" in text
 
 
 def test_the_moe_block_in_a_kv_sharing_layer_is_refused():
