@@ -19,7 +19,7 @@ from .ledger.objectives import objectives
 from .ledger.structure import BNB_OPTIM_BITS, Structure
 from .presets import MAX_DIM, ModelSpec, load_model
 from .stacks import DEFAULT_SEQ, STACK_EXTRAS, STACK_SETTINGS, check_stack, concrete, resolve, runs_trainer, stacks
-from .symbols import SYMBOLS
+from .symbols import SYMBOLS, sym
 from .versions import applies, parse_versions
 
 METHODS = ("full", "lora", "qlora")
@@ -173,12 +173,12 @@ def parse_targets(spec: str | tuple[str, ...] | list[str], fam: Family | None = 
 def smallest_target_side(family_name: str, targets: tuple[str, ...], dims: tuple[tuple[str, int], ...]) -> int:
     """min(d_in, d_out) over the targeted matrices: the largest rank LoRA can have (computed once per shape)."""
     fam, values = family(family_name), {SYMBOLS[n].symbol: v for n, v in dims}
-    # not the E-wide router, nor a gate of one output or one per head (Qwen2-MoE's shared_expert_gate, a Gated
-    # DeltaNet's in_proj_b and in_proj_a: PEFT adapts them at any rank)
+    # not the E-wide router (a bare parameter, or Gemma 4's nn.Linear), nor a gate of one output or one per head
+    # (Qwen2-MoE's shared_expert_gate, a Gated DeltaNet's in_proj_b and in_proj_a: PEFT adapts them at any rank)
     weights = fam.target_map
 
     def gate(m) -> bool:
-        return m.d_out == 1 or (m.d_out.is_Symbol and SYMBOLS[m.d_out.name].unit == "heads")
+        return m.d_out == 1 or (m.d_out.is_Symbol and SYMBOLS[m.d_out.name].unit in ("heads", "experts"))
 
     linear = [t for t in targets if not weights[t].count.free_symbols and weights[t] not in fam.moe_weights
               and not gate(weights[t])] or targets
@@ -733,9 +733,15 @@ class Scenario:
             raise UserError(f"--objective reward with {'--method qlora' if self.method == 'qlora' else 'lm_head'} "
                             "is not modelled: a reward model has a score head and no lm_head (full and lora are)")
         self._check_grpo()
-        if self.objective != "sft" and family(self.model.family).moe:
+        if self.objective != "sft" and self._moe_layers():
             raise UserError(f"--objective {self.objective} on a mixture-of-experts model is not modelled: the "
                             "reference forward's working set is derived for dense MLPs")
+
+    def _moe_layers(self) -> bool:
+        """Whether the model has MoE layers: a layer kind of the family that is an MoE block and has layers here
+        (Gemma 4's only under enable_moe_block)."""
+        fam, dims = family(self.model.family), {sym(k): v for k, v in self.model.dims.items()}
+        return any(k.moe and n.xreplace(dims) > 0 for n, k in fam.layer_kinds)
 
     def _check_overrides(self) -> None:
         """``--set`` names a registered leaf symbol and a positive, finite, plausible number."""

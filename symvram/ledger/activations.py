@@ -33,6 +33,7 @@ T = b * seq  # tokens in the micro-batch
 
 TRANSFORMERS = "transformers LlamaDecoderLayer / LlamaRMSNorm"
 PEFT = "peft tuners/lora/layer.py Linear.forward"
+ACTIVATION_NAMES = {"silu": "SiLU", "gelu_tanh": "GELU", "relu2": "ReLU²"}   # a family's mlp.activation, as the texts name it
 
 
 def matmul_bytes(s_: Structure) -> sp.Expr:
@@ -153,6 +154,7 @@ def needs_grad(s_: Structure, first: bool) -> dict[str, bool]:
     out["attn_out"] = out["q"] or out["k"] or out["v"]
     out["attn_proj"] = out["attn_out"] or trained_reader("attn_out")
     out["mlp_in"] = layer_in or out["attn_proj"]
+    out["router_in"] = out["mlp_in"]   # Gemma 4's router reads its own normed, scaled copy of the MLP's residual
     out["mlp_act"] = out["mlp_in"] or trained_reader("mlp_in")
     out["mlp_out"] = out["mlp_act"] or trained_reader("mlp_act")
     # Gemma 4's per-layer input: the gate reads the residual after the MLP; its product with the layer's slice of the
@@ -283,7 +285,7 @@ def _layer_of(s_: Structure, first: bool) -> dict[str, tuple[sp.Expr, str, str, 
         out["act_mlp"] = (b_c * T * f, r"A_{\mathrm{mlp}}", "the ReLU output (d_ff wide), which ReLU's backward and "
                           "the square's both read", "transformers activations.py ReLUSquaredActivation; " + fam.source)
     elif mlp_grad and fam.mlp_kind == "gated":
-        act = {"silu": "SiLU", "gelu_tanh": "GELU"}[fam.activation]
+        act = ACTIVATION_NAMES[fam.activation]
         out["act_mlp"] = ((2 if s_.liger else 3) * b_c * T * mlp_width(fam), r"A_{\mathrm{mlp}}",
                           f"Liger's fused {act}·up keeps the gate and up outputs (d_ff wide each)" if s_.liger else
                           f"gate output ({act} input), {act} output and up output, d_ff wide each",
@@ -302,7 +304,7 @@ def _layer_of(s_: Structure, first: bool) -> dict[str, tuple[sp.Expr, str, str, 
     lin_targets = [t for t in s_.targets if fam.linear(t) in fam.linears]  # nn.Linear targets (PEFT's lora.Linear)
     group_grad = {"attn_in": grad_in, "attn_out": resid_grad or attn_grad, "mlp_in": resid_grad, "mlp_act": mlp_grad,
                   "q_latent": lat["q_latent"], "kv_latent": lat["kv_latent"], "ple_in": lat["ple_in"],
-                  "ple_act": lat["ple_act"]}
+                  "ple_act": lat["ple_act"], "router_in": lat["router_in"]}
     if s_.lora and s_.autocast and s_.adapter_upcast and lin_targets and not s_.unsloth_kernels:
         # lora_A's cast weight is saved only for its input's gradient: not in the first layer's q, k, v
         casts = sp.Add(*((fam.linear(t).d_in if group_grad[fam.linear(t).input_group] else 0) + fam.linear(t).d_out
@@ -729,7 +731,7 @@ def _moe_layer(s_: Structure) -> dict[str, tuple[sp.Expr, str, str, str]]:
     if fam.extra("clamped_swiglu"):  # the gate_up output (2·d_E; the clamps keep views of it) and four d_E-wide
         gated, gated_why = 6 * b_c * S * f_e, "the gate_up output (2·d_E), the clamped gate, its sigmoid, their product and up + 1"
     else:
-        gated, gated_why = 3 * b_c * S * f_e, "the gate_up output (2·d_E) and its SiLU (d_E)"
+        gated, gated_why = 3 * b_c * S * f_e, f"the gate_up output (2·d_E) and its {ACTIVATION_NAMES[fam.activation]} (d_E)"
     out = {"act_moe_router": (router_saved, r"A_{\mathrm{route}}", router_why, fam.source),
            "act_moe_experts": (3 * b_id * S + b_i32 * E + gated + b_c * S * h + b_sw * S,
                                r"A_{\mathrm{exp}}", "per token-expert pair: three int64 sort/gather indices, "
@@ -751,6 +753,8 @@ def _moe_layer(s_: Structure) -> dict[str, tuple[sp.Expr, str, str, str]]:
                                  "forward (one baddbmm, layer.py:2319-2323), in the weight's dtype, and keeps it for "
                                  "backward, with the low-rank factors cast to that dtype where the adapters' differs",
                                  "peft tuners/lora/layer.py ParamWrapper, :2525-2542 get_delta_factors")
+    if fam.extra("router_scaled"):
+        out.update(_scaled_router(s_))
     if fam.extra("router_fp32"):   # F.linear(x.float(), W.float()): W's fp32 copy for x's gradient, x's for W's
         # under autocast the linear keeps its 16-bit casts instead; an fp32 W (from_pretrained, unless DeepSpeed's
         # engine cast it) needs no copy
@@ -762,11 +766,27 @@ def _moe_layer(s_: Structure) -> dict[str, tuple[sp.Expr, str, str, str]]:
                                        + ("" if s_.lora else ", and the fp32 input, for the weight's"), fam.source)
         return out
     reads_input = any(m.input_group == "mlp_in" for m in fam.linears)  # a shared expert: its input is the router's
+    if router in fam.linears:   # an nn.Linear router (Gemma 4's proj): its input is a linear input like any other
+        return out
     if (not s_.lora and not reads_input) or router.name in s_.targets:
         out["act_moe_router_input"] = (b_c * T * h + (b_c * E * h if s_.lora else 0), r"A_{\mathrm{route,in}}",
                                        "the router's input, kept for its weight gradient"
                                        + " (and the merged router weight)" * s_.lora, fam.source)
     return out
+
+
+def _scaled_router(s_: Structure) -> dict[str, tuple[sp.Expr, str, str, str]]:
+    """Gemma 4's router beyond the softmax and top-k (Gemma4TextRouter.forward, modeling_gemma4.py:1309-1328): the
+    renormalized top-k weights times per_expert_scale[top_k_index] keep the gathered (T, k_E) scales for the weights'
+    gradient (in the parameters' dtype: fp32 after k-bit preparation); where the scales train, also the fp32 weights
+    themselves (the in-place renormalization kept a clone of the top-k values, counted with the softmax), and the
+    weightless norm's 16-bit output, which its product with the trainable ``scale`` keeps (T·h)."""
+    b_p = b_32 if s_.kbit_prepared else compute_weight_bytes(s_)
+    trained = 0 if s_.lora else b_32 * T * k_e + b_c * T * h
+    return {"act_moe_router_scale": (b_p * T * k_e + trained, r"A_{\mathrm{route,scale}}",
+                                     "the gathered per-expert scales of each token's k experts"
+                                     + (", and for the trainable scales' gradients the renormalized fp32 weights and "
+                                        "the router norm's output") * (not s_.lora), s_.arch.source)}
 
 
 LLAMA4 = "transformers models/llama4/modeling_llama4.py"
@@ -834,12 +854,15 @@ def _experts_forward_temp(s_: Structure) -> sp.Expr:
 def _shared_expert(s_: Structure) -> dict[str, tuple[sp.Expr, str, str, str]]:
     """What a shared expert saves beside the routed ones (Qwen2-MoE): its SwiGLU MLP's three d_S-wide tensors, and
     for sigmoid(shared_expert_gate(x)) · shared output the gate's sigmoid and the MLP's output; an ungated one
-    (``shared_expert = "plain"``, GLM-4.5's, added to the routed output) the three tensors alone."""
+    (``shared_expert = "plain"``, GLM-4.5's, added to the routed output; ``"dense"``, Gemma 4's dense GeGLU MLP beside
+    the experts, its output normed before the sum) the three tensors alone."""
     fam = s_.arch
     d_s = next(m.d_in for m in fam.linears if m.input_group == "mlp_act")   # its down projection's input
-    if fam.extra("shared_expert") == "plain":
-        return {"act_shared_expert": (3 * b_c * T * d_s, r"A_{\mathrm{shared}}", "the shared experts' gate output "
-                                      "(SiLU input), SiLU output and up output (d_S wide each)", fam.source)}
+    act = ACTIVATION_NAMES[fam.activation]
+    if fam.extra("shared_expert") in ("plain", "dense"):
+        who = "the dense MLP's" if fam.extra("shared_expert") == "dense" else "the shared experts'"
+        return {"act_shared_expert": (3 * b_c * T * d_s, r"A_{\mathrm{shared}}", f"{who} gate output "
+                                      f"({act} input), {act} output and up output (d_S wide each)", fam.source)}
     return {"act_shared_expert": (3 * b_c * T * d_s + b_c * T * h + b_c * T, r"A_{\mathrm{shared}}",
                                   "the shared expert's gate output (SiLU input), SiLU output and up output (d_S wide "
                                   "each), its output and the sigmoid of its gate, kept by the gating product",
@@ -969,9 +992,12 @@ def _layer_bytes(s_: Structure) -> sp.Expr:
 
 def largest_kind(s_: Structure, per_layer) -> sp.Expr:
     """``per_layer`` of one layer's structure: the same for every layer, or the largest over the family's layer
-    kinds (left unevaluated, as the numbers decide which)."""
+    kinds the model has (each times at_least(its count, 1): Gemma 4's MoE kinds in a dense model count nothing;
+    left unevaluated, as the numbers decide which)."""
     values = list(dict.fromkeys(per_layer(k) for _, k in s_.layer_kinds))
-    return values[0] if len(values) == 1 else sp.Max(*values, evaluate=False)
+    if len(values) == 1:
+        return values[0]
+    return sp.Max(*dict.fromkeys(per_layer(k) * at_least(n, 1) for n, k in s_.layer_kinds), evaluate=False)
 
 
 def per_layer_bytes(s_: Structure) -> sp.Expr:

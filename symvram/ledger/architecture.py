@@ -33,8 +33,9 @@ h, f, L, nh, nkv, dh, V = (sym(n) for n in ("hidden", "intermediate", "layers", 
 E, k_e, f_e = sym("experts"), sym("experts_per_token"), sym("moe_intermediate")
 
 # the tensors a layer's linears read; q_latent and kv_latent: latent attention's normed low-rank q and kv (DeepSeek-V3)
-# ple_in and ple_act: Gemma 4's per-layer-input gate reads the residual after the MLP, its projection the gated product
-GROUPS = ("attn_in", "attn_out", "mlp_in", "mlp_act", "q_latent", "kv_latent", "ple_in", "ple_act")
+# ple_in and ple_act: Gemma 4's per-layer-input gate reads the residual after the MLP, its projection the gated product;
+# router_in: Gemma 4's router reads its own scaled, normed copy of the residual
+GROUPS = ("attn_in", "attn_out", "mlp_in", "mlp_act", "q_latent", "kv_latent", "ple_in", "ple_act", "router_in")
 NORM_SITES = ("layer_in", "resid", "attn_out", "mlp_out", "q", "k", "v", "q_latent", "kv_latent", "ple_out")
 MLP_KINDS = ("gated", "moe", "plain", "none")   # plain: up, activation, down (Nemotron-H); none: a block without an MLP
 ACTIVATIONS = ("silu", "gelu_tanh", "relu2")
@@ -209,6 +210,15 @@ class Family:
     @property
     def moe(self) -> bool:
         return self.mlp_kind == "moe"
+
+    @cached_property
+    def has_moe(self) -> bool:
+        """Whether any of the family's layer kinds is an MoE block (Gemma 4's only under enable_moe_block).
+
+        >>> family("gemma4_text").moe, family("gemma4_text").has_moe
+        (False, True)
+        """
+        return any(k.moe for _, k in self.layer_kinds)
 
     @property
     def mixer(self) -> str:
