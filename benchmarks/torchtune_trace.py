@@ -5,6 +5,8 @@ torchtune is not a dependency of symvram: run this in a venv that has it (torcht
 
     PYTHONPATH=$PWD /work/venv-tt/bin/python benchmarks/torchtune_trace.py   # → benchmarks/results/torchtune_trace.json
 
+(or name cases to print their rows only). tests/test_torchtune.py checks today's estimate against the stored rows.
+
 Each case builds what ``recipes/lora_finetune_single_device.py`` (and the full recipe) builds, on the meta device then
 as FakeTensors: the model under ``training.set_default_dtype(bf16)`` (:431, so LoRA's adapters are bf16 too),
 ``set_trainable_params(model, get_adapter_params(model))`` (:440-441), ``set_activation_checkpointing`` per
@@ -108,6 +110,35 @@ def trace(arch: dict, run: dict, steps: int = 2) -> dict:
             "peak_phase": tracker.peak_phase}
 
 
+def config(arch: dict) -> dict:
+    """The builder's arguments as the config.json symvram reads (the same model: torchtune's Llama 3.2 builders tie
+    the embeddings, and its RoPE cache spans max_seq_len = max_position_embeddings)."""
+    return {"model_type": "llama", "hidden_size": arch["embed_dim"], "intermediate_size": arch["intermediate_dim"],
+            "num_hidden_layers": arch["num_layers"], "num_attention_heads": arch["num_heads"],
+            "num_key_value_heads": arch["num_kv_heads"], "head_dim": arch["embed_dim"] // arch["num_heads"],
+            "vocab_size": arch["vocab_size"], "tie_word_embeddings": True, "max_position_embeddings": arch["max_seq_len"]}
+
+
+def scenario(run: dict) -> dict:
+    """The run as ``Scenario.create`` keywords under ``--stack torchtune`` (the recipes' LoRA targets in
+    transformers' names: output_proj is o_proj, w1/w3/w2 are gate/up/down)."""
+    kw = {"stack": "torchtune", "method": run["method"], "batch": run["batch"], "seq": run["seq"],
+          "grad_checkpointing": run["checkpointing"]}
+    if run["method"] == "lora":
+        kw.update(rank=run["rank"], targets="q_proj,v_proj,o_proj,gate_proj,up_proj,down_proj")
+    return kw
+
+
+def estimate(row: dict) -> int:
+    """``symvram estimate --stack torchtune``'s peak for a stored row."""
+    from symvram.evaluate import evaluate
+    from symvram.presets import spec_from_config
+    from symvram.scenario import Scenario
+
+    return evaluate(Scenario.create(spec_from_config(row["config"], row["case"], "config", "torchtune_trace"),
+                                    **row["scenario"])).peak
+
+
 def versions() -> dict:
     import torchao
     import torchtune
@@ -120,7 +151,9 @@ def main(argv: list[str]) -> None:
     rows = []
     for name, arch, run in CASES:
         if name in names:
-            row = {"case": name, "arch": arch, "run": run, **trace(arch, run), "versions": versions()}
+            row = {"case": name, "arch": arch, "run": run, "config": config(arch), "scenario": scenario(run),
+                   **trace(arch, run), "versions": versions()}
+            row["estimate"] = estimate(row)
             print(json.dumps(row), flush=True)
             rows.append(row)
     out = Path(__file__).parent / "results" / "torchtune_trace.json"
