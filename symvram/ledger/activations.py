@@ -963,7 +963,7 @@ def torchtune_tokens_term(s_: Structure) -> Term:
 
     >>> from symvram.ledger.structure import Structure
     >>> torchtune_tokens_term(Structure(model_code="torchtune")).expr
-    bytes_index*(batch*seq*(Max(0, Min(1, batch - 1)) + 3) + batch)
+    bytes_index*(batch*seq*(at_least(batch, 2) + 3) + batch)
     """
     return Term("act_tokens", Role.STEP_INPUT, b_id * (T * (3 + at_least(b, 2)) + b), r"A_{\mathrm{ids}}",
                 "tokens, labels, the labels shifted by hstack with the [b, 1] ignore column, and (b > 1) the loss's "
