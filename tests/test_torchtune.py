@@ -144,3 +144,13 @@ def test_recipe_reader_warns_and_refuses(tmp_path):
     path.write_text(RECIPE.replace("llama3_2.lora_llama3_2_1b", "qwen2_5.lora_qwen2_5_0_5b"))
     with pytest.raises(UserError, match="qwen2_5_0_5b builder is not modelled"):
         read_files([str(path)])
+
+
+def test_remedies_are_edits_of_the_recipe(tmp_path):
+    from symvram.readers.edits import edits
+
+    path = tmp_path / "r.yaml"
+    path.write_text(RECIPE)
+    r = read_files([str(path)])
+    lines = [e.split(": ", 1)[1] for e in edits(r, {"grad_checkpointing": True, "batch": 1}, batch_before=4)]
+    assert lines == ["enable_activation_checkpointing: true", "batch_size: 1", "gradient_accumulation_steps: 32"]

@@ -487,7 +487,7 @@ def _resolve(f: dict[str, Value], reading: Reading, cli: dict) -> dict[str, Valu
         out["kbit_prep"] = Value("none", f"{TOOLS['axolotl'].title}: norms and embeddings cast back to 16 bits after "
                                          "prepare_model_for_kbit_training", 0)
     if training == "torchtune":
-        out.update(_torchtune(f, reading, method))
+        out.update(_torchtune(f, reading, method, cli))
         return out
     _packing(f, out, cli)
     policy = fsdp_on and out.get("stack") is not None and out["stack"].value == "fsdp" and out["zero"].value == 3
@@ -537,7 +537,7 @@ def _stack(reading: Reading, parallel: str | None) -> Value:
     return Value("hf", f"{tool}: runs transformers' Trainer{how.get(parallel, '')}", 0)
 
 
-def _torchtune(f: dict[str, Value], reading: Reading, method: str) -> dict[str, Value]:
+def _torchtune(f: dict[str, Value], reading: Reading, method: str, cli: dict) -> dict[str, Value]:
     """A torchtune recipe's LoRA targets, dtype and optimizer. Its LoRA modules are ``lora_attn_modules`` plus
     w1, w2, w3 with ``apply_lora_to_mlp``; ``dtype`` is the whole model's (adapters and, through torch's optimizers,
     their states too: recipes/lora_finetune_single_device.py:431, :479-481), fp32 when the file is silent
@@ -545,11 +545,11 @@ def _torchtune(f: dict[str, Value], reading: Reading, method: str) -> dict[str, 
 
     >>> f = {"lora_attn_modules": Value(("q_proj", "v_proj"), "r.yml:model.lora_attn_modules", 2, "r.yml",
     ...                                 "model.lora_attn_modules"), "lora_mlp": Value(True, "r.yml:x", 2, "r.yml", "x")}
-    >>> _torchtune(f, Reading(files=[("r.yml", "torchtune")]), "lora")["targets"].value
+    >>> _torchtune(f, Reading(files=[("r.yml", "torchtune")]), "lora", {"seq": 1024})["targets"].value
     ('q_proj', 'v_proj', 'gate_proj', 'up_proj', 'down_proj')
     """
     out: dict[str, Value] = {}
-    if "seq" not in f:   # max_seq_len: null (the recipes' own): no truncation, each batch padded to its longest sample
+    if "seq" not in f and not cli.get("seq"):   # max_seq_len: null (the recipes' own): no truncation, each batch padded to its longest sample
         reading.warnings.append(f"{reading.primary[0]}: tokenizer.max_seq_len is not set: torchtune pads each batch to "
                                 "its longest sample; estimated at symvram's default length (pass --seq)")
     attn, mlp = f.get("lora_attn_modules"), f.get("lora_mlp")
