@@ -154,3 +154,10 @@ def test_remedies_are_edits_of_the_recipe(tmp_path):
     r = read_files([str(path)])
     lines = [e.split(": ", 1)[1] for e in edits(r, {"grad_checkpointing": True, "batch": 1}, batch_before=4)]
     assert lines == ["enable_activation_checkpointing: true", "batch_size: 1", "gradient_accumulation_steps: 32"]
+
+
+def test_validate_refuses_it_and_names_the_trace():
+    from symvram.cli.validate import _check_supported
+
+    with pytest.raises(UserError, match="benchmarks/torchtune_trace.py"):
+        _check_supported(Scenario.create("llama-3.2-1b", stack="torchtune", method="lora"))
