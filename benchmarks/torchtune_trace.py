@@ -13,7 +13,9 @@ as FakeTensors: the model under ``training.set_default_dtype(bf16)`` (:431, so L
 ``TransformerSelfAttentionLayer`` (:446-449), ``model.set_num_output_chunks(8)`` (:302); each step is ``_loss_step``
 (:640-661: the labels shifted by ``hstack`` with an ignore column, ``CEWithChunkedOutputLoss``, ``del logits``), the loss
 scaled by the token count, ``backward()``, ``training.scale_grads``, ``optimizer.step()``, ``zero_grad(set_to_none=True)``
-(the recipe's default ``optimizer: torch.optim.AdamW, fused: True``). The peak is measured by symvram's own tracker
+(the recipe's default ``optimizer: torch.optim.AdamW, fused: True``); with ``optimizer_in_bwd`` (the full recipe,
+full_finetune_single_device.py:468-477) one AdamW per parameter stepped by ``training.register_optim_in_bwd_hooks``
+and no step after the backward. The peak is measured by symvram's own tracker
 (``symvram.validate.measure.PeakTracker``: MemTracker without module hooks, what ``max_memory_allocated`` reports).
 """
 from __future__ import annotations
@@ -39,6 +41,15 @@ CASES = (  # name, torchtune builder arguments, run settings
     ("llama3.2-1b-lora-ckpt", dict(vocab_size=128_256, num_layers=16, num_heads=32, num_kv_heads=8, embed_dim=2048,
                                    intermediate_dim=8192, max_seq_len=131072),
      dict(method="lora", rank=64, alpha=128, batch=4, seq=1024, checkpointing=True)),
+    # recipes/full_finetune_single_device.py with optimizer_in_bwd: True (:468-477), on an untied model (the ledger
+    # refuses tied embeddings in backward) and torch's fused AdamW; Llama-3.1-8B as a 4-layer slice at real width
+    ("tiny-full-inbwd", dict(vocab_size=1000, num_layers=2, num_heads=4, num_kv_heads=2, embed_dim=64,
+                             intermediate_dim=176, max_seq_len=256, tie_word_embeddings=False),
+     dict(method="full", batch=2, seq=64, checkpointing=False, in_bwd=True)),
+    ("llama3.1-8b-4layers-full-inbwd", dict(vocab_size=128_256, num_layers=4, num_heads=32, num_kv_heads=8,
+                                            embed_dim=4096, intermediate_dim=14336, max_seq_len=131072,
+                                            tie_word_embeddings=False),
+     dict(method="full", batch=1, seq=1024, checkpointing=True, in_bwd=True)),
     ("llama3.2-1b-full", dict(vocab_size=128_256, num_layers=16, num_heads=32, num_kv_heads=8, embed_dim=2048,
                               intermediate_dim=8192, max_seq_len=131072),
      dict(method="full", batch=2, seq=1024, checkpointing=True)),
@@ -80,15 +91,19 @@ def trace(arch: dict, run: dict, steps: int = 2) -> dict:
             module.rope_init()
     _fakeify_plain(model, fake_mode)
     trainable, total, params = _counts(model)
-    optimizer = torch.optim.AdamW(params, lr=3e-4, weight_decay=0.01, fused=True)
+    in_bwd = run.get("in_bwd", False)
+    optimizers = {p: torch.optim.AdamW([p], lr=3e-4, weight_decay=0.01, fused=True) for p in params} if in_bwd else \
+        {None: torch.optim.AdamW(params, lr=3e-4, weight_decay=0.01, fused=True)}
     loss_fn = CEWithChunkedOutputLoss()
     b, s = run["batch"], run["seq"]
     with fake_mode:
         tokens = torch.randint(0, arch["vocab_size"], (b, s))
         labels_in = tokens.clone()
         ignore = torch.full((b, 1), loss_fn.ignore_index)
-    tracker = PeakTracker(optimizer)
-    tracker.track_external(model, optimizer, tokens, labels_in, ignore)
+    tracker = PeakTracker()
+    tracker.track_external(model, *optimizers.values(), tokens, labels_in, ignore)
+    if in_bwd:   # after the tracker's own gradient hooks, so that it sees each gradient before the step frees it
+        training.register_optim_in_bwd_hooks(model, optimizers)
     with fake_mode, tracker:
         for step in range(1, steps + 1):
             tracker.set_phase(f"step{step}:forward")
@@ -101,11 +116,13 @@ def trace(arch: dict, run: dict, steps: int = 2) -> dict:
             tracker.set_phase(f"step{step}:backward")
             loss.backward()
             del loss, labels
+            if in_bwd:   # every parameter was stepped by its hook (full_finetune_single_device.py:704-713)
+                continue
             training.scale_grads(model, 1 / num_tokens)
             tracker.set_phase(f"step{step}:optimizer")
-            optimizer.step()
+            optimizers[None].step()
             tracker.set_phase(f"step{step}:zero_grad")
-            optimizer.zero_grad(set_to_none=True)
+            optimizers[None].zero_grad(set_to_none=True)
     return {"trainable_params": trainable, "total_params": total, "peak_bytes": tracker.peak_bytes,
             "peak_phase": tracker.peak_phase}
 
@@ -116,14 +133,15 @@ def config(arch: dict) -> dict:
     return {"model_type": "llama", "hidden_size": arch["embed_dim"], "intermediate_size": arch["intermediate_dim"],
             "num_hidden_layers": arch["num_layers"], "num_attention_heads": arch["num_heads"],
             "num_key_value_heads": arch["num_kv_heads"], "head_dim": arch["embed_dim"] // arch["num_heads"],
-            "vocab_size": arch["vocab_size"], "tie_word_embeddings": True, "max_position_embeddings": arch["max_seq_len"]}
+            "vocab_size": arch["vocab_size"], "tie_word_embeddings": arch.get("tie_word_embeddings", True),
+            "max_position_embeddings": arch["max_seq_len"]}
 
 
 def scenario(run: dict) -> dict:
     """The run as ``Scenario.create`` keywords under ``--stack torchtune`` (the recipes' LoRA targets in
     transformers' names: output_proj is o_proj, w1/w3/w2 are gate/up/down)."""
     kw = {"stack": "torchtune", "method": run["method"], "batch": run["batch"], "seq": run["seq"],
-          "grad_checkpointing": run["checkpointing"]}
+          "grad_checkpointing": run["checkpointing"], "optimizer_in_backward": run.get("in_bwd", False)}
     if run["method"] == "lora":
         kw.update(rank=run["rank"], targets="q_proj,v_proj,o_proj,gate_proj,up_proj,down_proj")
     return kw
