@@ -47,7 +47,7 @@ def test_defaults_follow_the_recipes():
     """recipes/configs/llama3_2/1B_lora_single_device.yaml: dtype bf16 (the adapters too), torch.optim.AdamW
     fused, CEWithChunkedOutputLoss, no autocast."""
     sc = Scenario.create("llama-3.2-1b", stack="torchtune", method="lora")
-    assert (sc.dtype, sc.adapter_dtype, sc.state_dtype, sc.autocast) == ("bf16", "bf16", "bf16", "none")
+    assert (sc.dtype, sc.adapter_dtype, sc.state_dtype, sc.autocast, sc.rank) == ("bf16", "bf16", "bf16", "none", 8)
     assert (sc.optimizer, sc.optimizer_impl, sc.loss_impl, sc.checkpoint_impl) == ("adamw", "fused", "chunked",
                                                                                    "non-reentrant")
     from symvram.stacks import summary
