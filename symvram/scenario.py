@@ -527,6 +527,8 @@ class Scenario:
             self._check_offloading()
         if self.liger:
             self._check_liger()
+        if stacks()[self.stack].get("model_code") == "torchtune":
+            self._check_torchtune()
         if self.checkpoint_impl == "unsloth" and self.grad_checkpointing:
             self._check_unsloth_checkpointing()
         if self.dora and not self.lora:
@@ -604,6 +606,27 @@ class Scenario:
         if why:
             raise UserError(f"--liger on {fam.key} ({why}) is not modelled; Liger's RMSNorm and SwiGLU/GeGLU kernels "
                             "are modelled for dense RMSNorm families")
+
+    def _check_torchtune(self) -> None:
+        """torchtune's own model code is modelled for its Llama builders (torchtune 0.6.1 models/llama2, llama3,
+        llama3_1, llama3_2) on one GPU, SFT, LoRA or full fine-tuning: not its QLoRA (torchao NF4), DoRA, packed
+        samples, activation offloading, LoRA on the output projection, nor another program's kernels on top."""
+        fam = family(self.model.family)
+        why = (f"the {fam.key} family (its Llama builders are modelled)" if fam.key != "llama" else
+               "no max_position_embeddings (its RoPE cache spans the builder's max_seq_len)"
+               if not self.model.max_position or self.model.max_position >= 1 << 40 else
+               next((what for what, on in (
+                   ("QLoRA (torchao's NF4)", self.method == "qlora"), ("DoRA", self.dora),
+                   ("LoRA on the output projection or embeddings", bool(self.head_targets or self.modules_to_save)),
+                   ("packed samples", bool(self.packing)), ("activation offloading", self.offload_activations),
+                   ("Liger's kernels", self.liger), ("several GPUs", self.gpus > 1 or self.zero > 0),
+                   (f"--objective {self.objective}", self.objective != "sft"),
+                   (f"--attention {self.attention}", self.attention != "sdpa"),
+                   (f"--checkpoint-impl {self.checkpoint_impl}", self.grad_checkpointing
+                    and self.checkpoint_impl != "non-reentrant")) if on), None))
+        if why:
+            raise UserError(f"--stack torchtune with {why} is not modelled; torchtune 0.6.1's single-device LoRA and "
+                            "full recipes on its Llama builders are")
 
     def _check_packing(self) -> None:
         """Packing is modelled on SDPA, where transformers turns restarting position ids into a block-diagonal mask."""
@@ -808,6 +831,7 @@ class Scenario:
             sequence_parallel=self.sequence_parallel, tensor_parallel=self.tp > 1,
             fsdp_mixed_precision=self.mp_policy != "none", zero_impl=stacks()[self.stack].get("zero_impl", "fsdp2"),
             params_cast=bool(self.zero) and stacks()[self.stack].get("zero_impl") == "deepspeed" and self.dtype != "fp32",
+            model_code=stacks()[self.stack].get("model_code", "transformers"),
             bnb_input_saved=self.method == "qlora" and applies("bnb_input_saved", self.versions)
             and not self.unsloth_kernels,
             optimizer_in_backward=self.optimizer_in_backward,
@@ -845,6 +869,8 @@ class Scenario:
             bytes_state=sizes[self.state_dtype], bytes_autocast=sizes[self.autocast] if self.autocast != "none" else 2,
             states_per_param=recipes()["optimizers"][self.optimizer]["states"],
         )
+        if self.structure.model_code == "torchtune":   # its RoPE cache spans the builder's max_seq_len
+            vals["rope_cache_len"] = self.model.max_position
         vals.update(dict(self.overrides))
         return vals
 

@@ -205,6 +205,10 @@ def summary(sc) -> str:
     elif sc.stack == "unsloth" and sc.lora:
         parts.append("PEFT's eager LoRA layers (Unsloth's fused kernels are modelled for Llama, Mistral, Qwen2 and "
                      "Qwen3 with LoRA on all seven projections and no dropout)")
+    if sc.structure.model_code == "torchtune":
+        parts.append("torchtune 0.6.1's own Llama modules (LoRALinear, its fp32 RMSNorm, a RoPE cache of "
+                     "max_position_embeddings positions, k and v expanded to every head; traced under FakeTensorMode "
+                     "by benchmarks/torchtune_trace.py), compile: False (torch.compile is not modelled)")
     if sc.offload_activations:
         parts.append("TRL's activation offloading (its rules traced on the CPU; the copy streams' overlap and pinned "
                      "host memory modelled, not measured)")

@@ -57,6 +57,10 @@ def _check_supported(sc, fsdp: bool = False) -> None:
                         "buffers, collectives and FusedAdam are CUDA/NCCL code with no fake-tensor or CPU path), so "
                         "its terms are modelled from its source, not measured; validate --stack fsdp --gpus N measures "
                         "ZeRO-3 through torch FSDP2")
+    if sc.structure.model_code == "torchtune":
+        raise UserError("--stack torchtune runs torchtune's own modules, which validate (it traces transformers' "
+                        "models) does not build; torchtune itself is traced by benchmarks/torchtune_trace.py in a venv "
+                        "with torchtune, and tests/test_torchtune.py checks the estimate against its stored rows")
     if sc.method == "qlora":
         import importlib.util
 

@@ -102,8 +102,10 @@ def norm_weight_copy(s_: Structure, width: sp.Expr) -> sp.Expr:
 
 def norm_weight_input(s_: Structure) -> sp.Symbol:
     """Bytes per element of the normalized tensor a trainable norm weight keeps for its gradient
-    (Gemma and OLMo 2 scale in fp32; Llama casts back to the weight dtype first)."""
-    return compute_weight_bytes(s_) if s_.arch.norm == "rms" else b_32
+    (Gemma and OLMo 2 scale in fp32; Llama casts back to the weight dtype first; torchtune's RMSNorm calls
+    ``F.rms_norm(x.float(), weight=scale)``, modules/rms_norm.py:41-46, whose composite path — the dtypes differ —
+    multiplies the fp32 normalized tensor by the scale)."""
+    return compute_weight_bytes(s_) if s_.arch.norm == "rms" and s_.model_code != "torchtune" else b_32
 
 
 def _feeds(name: str) -> str:
@@ -233,6 +235,10 @@ def _layer_of(s_: Structure, first: bool) -> dict[str, tuple[sp.Expr, str, str, 
                 repeated = b_mm * T * dh * 2 * nh * wide * at_least(nkv, 2)
                 qkv = b_mm * T * dh * nh + (repeated if shared else
                                             b_mm * T * dh * 2 * nkv * (narrow + wide * at_least(1, nkv)) + repeated)
+            if s_.model_code == "torchtune" and not fam.extra("kv_shared"):
+                # torchtune 0.6.1 modules/attention.py:288-291: k, v expanded to n_h heads and flattened (a copy
+                # unless n_kv = 1), which SDPA keeps instead of GQA's n_kv heads
+                qkv += at_least(nkv, 2) * 2 * b_mm * T * dh * (nh - nkv)
             roped = " after RoPE" * (not fam.extra("no_rope"))
             out["act_attention"] = (qkv + b_mm * T * nh * dh + fused, r"A_{\mathrm{attn}}",
                                     ("SDPA (flash) keeps q, k, v" + roped + " and its output; a layer reading shared K/V "
@@ -974,6 +980,21 @@ def sliding_extra(s_: Structure) -> sp.Expr:
     return past_window(s_) * (b_c * b * seq**2 + repeated * 2 * b_c * T * dh * (nh - nkv))
 
 
+def torchtune_tokens_term(s_: Structure) -> Term:
+    """torchtune's tokens and labels: the batch's tokens and labels, the labels shifted by ``hstack`` with the
+    recipe's [b, 1] ignore column (recipes/lora_finetune_single_device.py:650-652), and CEWithChunkedOutputLoss's
+    ``reshape(-1)`` of each sequence chunk (modules/loss/ce_chunked_output_loss.py:70-73), a copy once b > 1.
+
+    >>> from symvram.ledger.structure import Structure
+    >>> torchtune_tokens_term(Structure(model_code="torchtune")).expr
+    bytes_index*(batch*seq*(at_least(batch, 2) + 3) + batch)
+    """
+    return Term("act_tokens", Role.STEP_INPUT, b_id * (T * (3 + at_least(b, 2)) + b), r"A_{\mathrm{ids}}",
+                "tokens, labels, the labels shifted by hstack with the [b, 1] ignore column, and (b > 1) the loss's "
+                "copy of each chunk of them (int64)", "torchtune 0.6.1 recipes/lora_finetune_single_device.py:650-652, "
+                "modules/loss/ce_chunked_output_loss.py:70-73")
+
+
 def residual_bytes(s_: Structure) -> sp.Symbol:
     """The residual stream's dtype, which a checkpoint keeps: fp32 after kbit preparation, else the weights' as
     they compute."""
@@ -1011,6 +1032,7 @@ ACTIVATION_FIELDS = ("method", "family", "first_kind", "lead_kinds", "options", 
                      "compute_fp32", "device", "dora", "dropout", "grad_checkpointing", "head_targets",
                      "optimizer_in_backward", "checkpoint_every", "offload_activations", "offload_checkpoints", "packed", "liger",
                      "unsloth_kernels", "params_cast",
+                     "model_code",
                      "kbit_prepared", "loss_impl", "modules_to_save", "score_head", "weight_casts", "fsdp_mixed_precision", "bnb_input_saved",
                      "shift_logits_copy", "forward_logits_upcast", "tower", "objective")
 
@@ -1154,13 +1176,17 @@ def saved_terms(s_: Structure) -> list[Term]:
     if fam.extra("rope_widths"):   # Gemma 4: each layer type's cos and sin as wide as its heads
         bases, width = 1, rope_width_sum(fam)
     rows = b if fam.extra("rope_per_sample") else 1   # multimodal RoPE: position ids (4, b, seq), a table per sample
-    if not fam.extra("no_rope"):   # a model without position embeddings (Nemotron-H) has no cos/sin tables
+    # torchtune's RoPE multiplies by views of its cached cos/sin buffer (rope_cache, a weight-side buffer): no tables
+    if not fam.extra("no_rope") and s_.model_code != "torchtune":   # Nemotron-H: no position embeddings, no tables
         terms.append(Term("act_rope", Role.STEP_INPUT, 2 * bases * b_rope * rows * seq * width, r"A_{\mathrm{rope}}",
                           "RoPE cos and sin, shared by all layers" + " (one pair per rotary base)" * (bases != 1)
                           + " (one per sample: multimodal RoPE expands the position ids to the batch)" * (rows != 1),
                           "transformers LlamaRotaryEmbedding"))
-    terms.append(Term("act_tokens", Role.STEP_INPUT, 2 * b_id * T, r"A_{\mathrm{ids}}",
-                      "input ids and the shifted labels (int64)", "transformers ForCausalLMLoss"))
+    if s_.model_code == "torchtune":
+        terms.append(torchtune_tokens_term(s_))
+    else:
+        terms.append(Term("act_tokens", Role.STEP_INPUT, 2 * b_id * T, r"A_{\mathrm{ids}}",
+                          "input ids and the shifted labels (int64)", "transformers ForCausalLMLoss"))
     if fam.extra("per_layer_embeddings"):
         terms += per_layer_embedding_terms(s_)
     if s_.offload_activations:

@@ -137,6 +137,14 @@ def base_terms(s: Structure) -> list[Term]:
             b_w * rope_width_sum(fam) if fam.extra("rope_widths") else fam.dim("rope_bases") * b_w * rotary_width(fam))
         if fam.extra("per_layer_embeddings"):   # Gemma 4: each layer's layer_scalar (1,), the per-layer table's scale
             scale += b_w * L + b_w * at_least(sym("ple_dim"), 1)
+        if s.model_code == "torchtune":   # its own RoPE module, one shared by every layer, in place of transformers'
+            terms.append(Term("rope_cache", Role.BUFFER, b_32 * dh / 2 + b_32 * sym("rope_cache_len") * dh,
+                              r"M_{\mathrm{rope}}",
+                              "torchtune's RoPE buffers: theta (d_head/2) and the cos/sin cache [max_seq_len, "
+                              "d_head/2, 2], both fp32 whatever the model's dtype (one module shared by every layer)",
+                              "torchtune 0.6.1 models/llama3_1/_position_embeddings.py:66-101 rope_init, "
+                              "build_rope_cache"))
+            return terms + (tower_terms(s) if s.tower is not None else [])
         terms.append(Term("buffers", Role.BUFFER, rope + scale + score_bias,
                           r"M_{\mathrm{buf}}",
                           ("no rotary buffers (no position embedding)" if rope == 0 else

@@ -303,3 +303,75 @@ def trainer_fsdp_offload(value) -> bool | None:
 def offload_device(value) -> bool:
     """DeepSpeed offload device: cpu or nvme moves it off the GPU; none keeps it."""
     return choice({"none": False, "cpu": True, "nvme": True, None: False})(value)
+
+
+# torchtune 0.6.1's Llama builders (torchtune/models/llama2, llama3, llama3_1, llama3_2 _model_builders.py) → presets
+TORCHTUNE_MODELS = {"llama2_7b": "llama-2-7b", "llama2_13b": "llama-2-13b", "llama2_70b": "llama-2-70b",
+                    "llama3_8b": "llama-3-8b", "llama3_70b": "llama-3-70b", "llama3_1_8b": "llama-3.1-8b",
+                    "llama3_1_70b": "llama-3.1-70b", "llama3_1_405b": "llama-3.1-405b",
+                    "llama3_2_1b": "llama-3.2-1b", "llama3_2_3b": "llama-3.2-3b"}
+
+
+def _torchtune_builder(value) -> tuple[str, str]:
+    """A torchtune model ``_component_`` → (the method its prefix says, the base builder's name).
+
+    >>> _torchtune_builder("torchtune.models.llama3_2.lora_llama3_2_1b")
+    ('lora', 'llama3_2_1b')
+    """
+    name = text(value).rsplit(".", 1)[-1]
+    for prefix, method in (("qlora_", "qlora"), ("lora_", "lora")):
+        if name.startswith(prefix):
+            return method, name[len(prefix):]
+    return "full", name
+
+
+def torchtune_model(value) -> str:
+    """The preset of a torchtune model builder (its Llama builders; another is refused, naming them).
+
+    >>> torchtune_model("torchtune.models.llama3_1.lora_llama3_1_8b")
+    'llama-3.1-8b'
+    """
+    builder = _torchtune_builder(value)[1]
+    if builder not in TORCHTUNE_MODELS:
+        raise WrongValue(f"torchtune's {builder} builder is not modelled (its Llama builders are: "
+                         f"{', '.join(TORCHTUNE_MODELS)})")
+    return TORCHTUNE_MODELS[builder]
+
+
+def torchtune_method(value) -> str:
+    return _torchtune_builder(value)[0]
+
+
+# torchtune's LoRA module names (lora_attn_modules; apply_lora_to_mlp's w1, w2, w3) → transformers' names
+TORCHTUNE_ATTN = {"q_proj": "q_proj", "k_proj": "k_proj", "v_proj": "v_proj", "output_proj": "o_proj"}
+TORCHTUNE_MLP = ("gate_proj", "up_proj", "down_proj")   # w1, w3, w2 (models/llama3/_component_builders.py:240-248)
+
+
+def torchtune_attn_modules(value) -> tuple[str, ...]:
+    """lora_attn_modules → the ledger's names.
+
+    >>> torchtune_attn_modules(["q_proj", "v_proj", "output_proj"])
+    ('q_proj', 'v_proj', 'o_proj')
+    """
+    if not isinstance(value, list) or not all(isinstance(v, str) and v in TORCHTUNE_ATTN for v in value):
+        raise WrongValue(f"expected a list of {', '.join(TORCHTUNE_ATTN)}, got {excerpt(value)}")
+    return tuple(TORCHTUNE_ATTN[v] for v in value)
+
+
+# optimizer._component_ → the Trainer's optim name the readers already map (OPTIMIZERS); a torch optimizer's
+# implementation comes from its fused / foreach keys
+TORCHTUNE_OPTIMIZERS = {"torch.optim.AdamW": "adamw_torch", "torch.optim.Adam": "adamw_torch",
+                        "torch.optim.SGD": "sgd", "bitsandbytes.optim.AdamW8bit": "adamw_bnb_8bit",
+                        "bitsandbytes.optim.PagedAdamW8bit": "paged_adamw_8bit",
+                        "bitsandbytes.optim.PagedAdamW": "paged_adamw_32bit",
+                        "bitsandbytes.optim.PagedAdamW32bit": "paged_adamw_32bit"}
+
+
+def torchtune_optimizer(value) -> str:
+    return choice(TORCHTUNE_OPTIMIZERS)(value)
+
+
+def torchtune_loss(value) -> str:
+    """loss._component_: CEWithChunkedOutputLoss is the chunked loss; another is refused (a plain
+    torch.nn.CrossEntropyLoss takes the bf16 logits whole, without transformers' fp32 upcast: not modelled)."""
+    return choice({"torchtune.modules.loss.CEWithChunkedOutputLoss": "chunked"})(value)

@@ -53,7 +53,8 @@ SYMBOL = "="   # a Row setting "=name": the value of the ledger's symbol ``name`
 # Facts a rule combines into Scenario settings (see readers.read)
 FACTS = ("model", "adapter", "quant", "bf16", "fp16", "pure_bf16", "model_dtype", "optim", "target_linear",
          "packing_on", "padding_free", "packing_strategy", "use_unsloth",
-         "ds_stage", "ds_offload_optimizer", "ds_offload_param", "fsdp", "fsdp_offload", "distributed")
+         "ds_stage", "ds_offload_optimizer", "ds_offload_param", "fsdp", "fsdp_offload", "distributed",
+         "lora_attn_modules", "lora_mlp", "optim_fused", "optim_foreach")
 # Memory-relevant settings the ledger does not hold yet: the default it assumes, and what a change does
 PENDING = {
     "offloaded_checkpointing": (False, "axolotl's offloaded gradient checkpointing (Unsloth's recipe) keeps the "
@@ -422,9 +423,51 @@ ACCELERATE = Tool("accelerate", "accelerate 1.15 config", (
     "deepspeed_config.zero3_save_16bit_model", "deepspeed_config.gradient_clipping", "deepspeed_config.deepspeed_multinode_launcher",
 }), markers=frozenset({"distributed_type", "compute_environment", "num_processes", "mixed_precision", "machine_rank"}))
 
-TOOLS = {t.name: t for t in (AXOLOTL, LLAMAFACTORY, TRL, TRAINER, DEEPSPEED, FSDP, ACCELERATE)}
+# ---------------------------------------------------------------- torchtune 0.6.1 recipes/configs (single device)
+# the defaults are recipes/lora_finetune_single_device.py's and full_finetune_single_device.py's cfg.get(...) and
+# the builders' (models/llama3_2/_model_builders.py:71-81: lora_rank 8, lora_dropout 0.0)
+TORCHTUNE = Tool("torchtune", "torchtune 0.6.1", (
+    Row("model._component_", "model", c.torchtune_model),
+    Row("model._component_", "adapter", c.torchtune_method),
+    Row("model.lora_rank", "rank", c.integer, default=8),
+    Row("model.lora_alpha", INFO, c.number, default=16),
+    Row("model.lora_dropout", "lora_dropout", c.number, default=0.0),
+    Row("model.lora_attn_modules", "lora_attn_modules", c.torchtune_attn_modules),
+    Row("model.apply_lora_to_mlp", "lora_mlp", BOOL, default=False),
+    Row("model.apply_lora_to_output", None, c.is_on, why="LoRA on the output projection"),
+    Row("model.use_dora", "dora", BOOL),
+    Row("model.quantize_base", None, c.is_on, why="torchao's NF4 base weights"),
+    Row("model.tie_word_embeddings", None, lambda v: v is False, why="untied embeddings on a tied builder"),
+    Row("batch_size", "batch", c.integer),
+    Row("tokenizer.max_seq_len", "seq", c.integer),
+    Row("dtype", "model_dtype", c.choice({"bf16": "bf16", "fp32": "fp32"})),
+    Row("optimizer._component_", "optim", c.torchtune_optimizer),
+    Row("optimizer.fused", "optim_fused", BOOL),
+    Row("optimizer.foreach", "optim_foreach", BOOL),
+    Row("optimizer_in_bwd", "optimizer_in_backward", BOOL, default=False),
+    Row("enable_activation_checkpointing", "grad_checkpointing", BOOL, default=False),
+    Row("enable_activation_offloading", None, c.is_on, why="torchtune's activation offloading"),
+    Row("ac_mode", None, c.is_on, why="torchtune's selective activation checkpointing"),
+    Row("ac_option", None, c.is_on, why="torchtune's selective activation checkpointing"),
+    Row("loss._component_", "loss_impl", c.torchtune_loss),
+    Row("loss.num_output_chunks", "=loss_chunks", c.integer),
+    Row("compile", None, c.is_on, why="torch.compile fuses kernels and changes what is saved"),
+    Row("dataset.packed", None, c.is_on, why="torchtune's packed samples (PackedDataset, a block-causal mask)"),
+    Row("gradient_accumulation_steps", INFO, c.integer, default=1),
+    Row("clip_grad_norm", INFO),
+), harmless=frozenset({
+    "output_dir", "tokenizer._component_", "tokenizer.path", "tokenizer.merges_file", "tokenizer.prompt_template",
+    "checkpointer", "resume_from_checkpoint", "save_adapter_weights_only", "dataset._component_", "dataset.source",
+    "dataset.split", "dataset.data_files", "dataset.column_map", "dataset.train_on_input", "seed", "shuffle",
+    "optimizer.lr", "optimizer.weight_decay", "optimizer.betas", "optimizer.eps", "lr_scheduler", "epochs",
+    "max_steps_per_epoch", "metric_logger", "log_every_n_steps", "log_peak_memory_stats", "log_level", "device",
+    "profiler", "run_val_every_n_steps", "dataset_val",
+}), markers=frozenset({"enable_activation_checkpointing", "enable_activation_offloading", "optimizer_in_bwd",
+                       "log_peak_memory_stats", "checkpointer", "metric_logger", "max_steps_per_epoch"}))
+
+TOOLS = {t.name: t for t in (AXOLOTL, LLAMAFACTORY, TRL, TRAINER, DEEPSPEED, FSDP, ACCELERATE, TORCHTUNE)}
 # The order in which a file's format is recognised (the first whose markers it holds)
-DETECT = ("deepspeed", "accelerate", "llamafactory", "axolotl", "trl", "trainer")
+DETECT = ("deepspeed", "accelerate", "llamafactory", "axolotl", "torchtune", "trl", "trainer")
 
 # torch / bitsandbytes optimizer names (TrainingArguments.optim, axolotl's optimizer) and DeepSpeed's
 # optimizer.type → (optimizer, implementation, 8-bit states, paged). Absent names are not modelled.
