@@ -19,7 +19,8 @@ optimizers do lazily; the second starts with them):
   checkpoint, is made; then the model head's;
 * the moments in order: a transient is allocated when a moment first lists it (before the activations that
   moment adds: an op's inputs exist before its output) and freed when the next one no longer does; a saved
-  activation is freed when a moment stops listing it;
+  activation is freed when a moment stops listing it; the head's working set (LoRA on lm_head's products) is
+  made and freed before the first loss temporary, the logits it sums to (the sum takes lora_B's freed block);
 * between the moment before ``first_layer_backward`` and it, the layer loop from the last layer down: (under
   checkpointing, the layer's forward again: its working sets and recomputed tensors,) the layer's backward temporaries, freed, its saved tensors
   freed, its gradients allocated;
@@ -149,11 +150,27 @@ def _term_pieces(ledger: Ledger, term, kinds: tuple[sp.Symbol, ...]) -> list[tup
     """A term's tensors. An activation's negative monomials are layer 0's corrections (``_corrections``), a
     negative one per layer of a kind what that kind lacks of a default layer; any other term with a negative
     monomial (a difference: bitsandbytes' 8-bit states less their fp32 small tensors) is one tensor of its whole
-    expression."""
+    expression. A term that declares its tensors (``Term.tensors``) is those: each one tensor, per layer where its
+    size has the factor L."""
+    if term.tensors:
+        return [_declared(ledger.expand(size), n) for n, size in term.tensors]
     out = pieces(ledger.expand(term.expr), kinds)
     if term.block != "activations" and any(n < 0 and p not in kinds for _, n, p in out):
         return [(ledger.expand(term.expr), 1, None)]
     return [p for p in out if p[1] > 0 or p[2] in kinds or isinstance(p[2], ceil_div)]
+
+
+def _declared(size: sp.Expr, n: int) -> tuple[sp.Expr, int, sp.Symbol | None]:
+    """A declared tensor as a piece: ``n`` of ``size``, per layer where L is a factor of it.
+
+    >>> from symvram.symbols import sym
+    >>> _declared(32768 * sym("bytes_act") * sym("seq"), 1), _declared(sym("bytes_act") * sym("rank") * L, 2)
+    ((32768*bytes_act*seq, 1, None), (bytes_act*rank, 2, layers))
+    """
+    factors = sp.Mul.make_args(size)
+    if L in factors:
+        return sp.Mul(*(x for x in factors if x != L)), n, L
+    return size, n, None
 
 
 def _corrections(ledger: Ledger, kinds: tuple[sp.Symbol, ...]) -> dict[sp.Expr, int]:
@@ -212,6 +229,7 @@ def ledger_schedule(ledger: Ledger, layers: int, layer_order: tuple[str, ...] = 
     redo_keys = [k for k, t in terms.items() if t.role is Role.RECOMPUTED_ACTIVATION]
     ws_keys = [k for k, t in terms.items() if t.role is Role.LAYER_WORKING_SET and on_device[k]]
     working_sets = [whole(k) for k in ws_keys]
+    head_sets = [sh for k, t in terms.items() if t.role is Role.HEAD_WORKING_SET and on_device[k] for sh in whole(k)]
     mlp_from = ws_keys.index(MLP_OPENING_SET) if MLP_OPENING_SET in ws_keys else len(ws_keys)
 
     def layer_forward(kept_shapes, checkpointed=False):
@@ -264,7 +282,7 @@ def ledger_schedule(ledger: Ledger, layers: int, layer_order: tuple[str, ...] = 
         held = {k: b.alloc_all(every(k)) for k in whole_step}
         saved = [layer_forward(shapes, recompute and i % every_k == 0) for i, shapes in enumerate(saved_shapes)]
         grads: list[int] = []
-        grads_outside_layers = states_made = False
+        grads_outside_layers = states_made = head_made = False
         previous: tuple[str, ...] = ()
         for j, m in enumerate(moments):
             for k in previous:
@@ -293,6 +311,9 @@ def ledger_schedule(ledger: Ledger, layers: int, layer_order: tuple[str, ...] = 
                         grads += b.alloc_all(whole(k))
                         grads_outside_layers = True
                 elif t.block in ("transient", "activations") and k not in layer_act:
+                    if t.role is Role.LOSS_TEMPORARY and not head_made:   # the head's working set before its
+                        b.free_all(b.alloc_all(head_sets))                 # output, the first loss temporary
+                        head_made = True
                     held[k] = b.alloc_all(every(k))
             previous = m.terms
         for ids in held.values():
