@@ -184,13 +184,16 @@ def _corrections(ledger: Ledger, kinds: tuple[sp.Symbol, ...]) -> dict[sp.Expr, 
 
 
 @lru_cache(maxsize=256)
-def ledger_schedule(ledger: Ledger, layers: int, layer_order: tuple[str, ...] = ()) -> Schedule:
+def ledger_schedule(ledger: Ledger, layers: int, layer_order: tuple[str, ...] = (),
+                    kinds: tuple[str, ...] = ()) -> Schedule:
     """The schedule of two training steps of ``ledger`` with its L decoder layers unrolled (``layers``); for a
     family whose layers differ, ``layer_order`` names each layer's count symbol from layer 0 up ("layers" for the
-    default kind)."""
+    default kind) and ``kinds`` every kind's count symbol, those this model has no layer of too (Gemma 4 E2B has
+    no full-attention K = V layer: its count still appears in the parameter side's expressions, where
+    (L − L_kv − …)·X is the default layer's tensor X, not a difference to make one tensor of)."""
     b = _Builder()
     order = tuple(sym(n) for n in layer_order) or (L,) * layers
-    kinds = tuple(sorted(set(order) - {L}, key=str))
+    kinds = tuple(sorted((set(order) | {sym(k) for k in kinds}) - {L}, key=str))
     terms, moments = ledger.by_key, ledger.moments
     loop_at = next(i for i, m in enumerate(moments) if m.phase is Phase.FIRST_LAYER_BACKWARD)
     shapes = {k: _term_pieces(ledger, t, kinds) for k, t in terms.items()}
