@@ -235,7 +235,7 @@ def ledger_schedule(ledger: Ledger, layers: int, layer_order: tuple[str, ...] = 
     head_sets = [sh for k, t in terms.items() if t.role is Role.HEAD_WORKING_SET and on_device[k] for sh in whole(k)]
     mlp_from = ws_keys.index(MLP_OPENING_SET) if MLP_OPENING_SET in ws_keys else len(ws_keys)
 
-    def layer_forward(kept_shapes, checkpointed=False):
+    def layer_forward(kept_shapes, checkpointed=False, unsaved=()):
         """One layer's forward: ``kept_shapes`` (the tensors it saves) made first, then each sub-block's working set
         made and freed in turn on top of them, so that no temporary's block is later filled by a saved tensor
         (tinyllama LoRA q/v against its traced schedule: −1.0 % → −0.3 % reserved). A checkpointed forward runs
@@ -243,7 +243,10 @@ def ledger_schedule(ledger: Ledger, layers: int, layer_order: tuple[str, ...] = 
         so the tensors the layer would save stand in sub-block by sub-block — the attention side's beside its
         working sets, freed when the MLP's norm starts, then the MLP's (its d_ff-wide tensors) beside the MLP's —
         and ``kept_shapes`` (the layer's output, the next checkpoint) comes last (llama-3.2-1b full b8·s4096
-        with checkpointing: +3.0 % → +0.5 % reserved)."""
+        with checkpointing: +3.0 % → +0.5 % reserved). A layer that saves less than a layer of its kind (``unsaved``:
+        the first layer's inputs no gradient reaches, a frozen layer before the first trainable one) still makes
+        those tensors: each term's made and freed in turn, as a working set of its own (Nemotron-H LoRA on q/v: its
+        frozen Mamba layer 0's scan tensors)."""
         if checkpointed:
             layer = [sh for k in redo_keys for sh in whole(k)]
             mlp_side = [sh for sh in layer if MLP_WIDTHS & sh[0].free_symbols]
@@ -256,25 +259,28 @@ def ledger_schedule(ledger: Ledger, layers: int, layer_order: tuple[str, ...] = 
             b.free_all(dropped)
             return b.alloc_all(kept_shapes)
         kept = b.alloc_all(kept_shapes)
-        for shapes in working_sets:
+        for shapes in [*unsaved, *working_sets]:
             b.free_all(b.alloc_all(shapes))
         return kept
 
     def saved_by_layer():
         """Each layer's saved tensors, the corrections' missing ones taken from layer 0 up: the first layer's
-        own, and every layer before the first with a trainable weight (a lead kind's) saves nothing."""
+        own, and every layer before the first with a trainable weight (a lead kind's) saves nothing: (saved,
+        made but not saved, term by term) per layer."""
         out, left = [], dict(missing)
         for i in range(layers):
-            layer = []
+            layer, unsaved = [], []
             for k in layer_act:
+                unsaved.append([])
                 for size, n in per_layer(k, i):
                     take = min(n, left.get(size, 0))
                     left[size] = left.get(size, 0) - take
                     layer.append((size, n - take))
-            out.append(layer)
+                    unsaved[-1].append((size, take))
+            out.append((layer, unsaved))
         return out
 
-    saved_shapes = saved_by_layer()
+    saved_shapes, unsaved_shapes = zip(*saved_by_layer()) if layers else ((), ())
     kept = 0
     for k, t in terms.items():     # the parameter side, before the first step
         if t.block in ("base", "trainable") and t.role is not Role.GRADIENT and t.role not in STATES \
@@ -283,7 +289,8 @@ def ledger_schedule(ledger: Ledger, layers: int, layer_order: tuple[str, ...] = 
     parameters = len(b.events)
     for step in (1, 2):
         held = {k: b.alloc_all(every(k)) for k in whole_step}
-        saved = [layer_forward(shapes, recompute and i % every_k == 0) for i, shapes in enumerate(saved_shapes)]
+        saved = [layer_forward(shapes, recompute and i % every_k == 0, unsaved_shapes[i])
+                 for i, shapes in enumerate(saved_shapes)]
         grads: list[int] = []
         grads_outside_layers = states_made = head_made = False
         previous: tuple[str, ...] = ()
