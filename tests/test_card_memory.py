@@ -192,6 +192,10 @@ def _stored_rows() -> dict[str, dict]:
     ("nemotron-h-8b-4layers_lora_r64_qv_b2_s2048_bf16_foreach", 0.025),
     ("qwen3.5-27b-4layers_lora_r64_qv_b2_s4096_bf16_foreach", 0.025),
     ("qwen3-next-80b-a3b-4layers_lora_r64_qv_b2_s4096_bf16_foreach", 0.035),
+    # the larger of several sets of tensors (a hybrid's recomputed layer: its largest kind's) is that set's tensors,
+    # not one block of the Max (−22.8 / −16.0 % before)
+    ("nemotron-nano-9b-v2-4layers_lora_r16_linear_b2_s4096_autocast_ckpt_foreach", 0.035),
+    ("llama-4-scout-4layers_hf_lora_r16_attn_b1_s8192_gc", 0.035),
 ])
 def test_reserved_against_the_traced_schedule_per_case(name, bound):
     """The ledger's schedule against one stored traced schedule (``symvram validate``'s every alloc and free, through

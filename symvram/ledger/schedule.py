@@ -154,9 +154,34 @@ def _term_pieces(ledger: Ledger, term, kinds: tuple[sp.Symbol, ...]) -> list[tup
     size has the factor L."""
     if term.tensors:
         return [_declared(ledger.expand(size), n) for n, size in term.tensors]
-    out = pieces(ledger.expand(term.expr), kinds)
+    expr = ledger.expand(term.expr)
+    larger = [a for a in sp.Add.make_args(expr) if isinstance(a, sp.Max)]
+    if larger and term.block != "activations":
+        return [p for a in larger for p in _branches(a, kinds)] + _term_pieces_of(expr - sp.Add(*larger), term, kinds)
+    return _term_pieces_of(expr, term, kinds)
+
+
+def _branches(larger: sp.Max, kinds: tuple[sp.Symbol, ...]) -> list[tuple[sp.Expr, int, sp.Symbol | None]]:
+    """The larger of several sets of tensors (a hybrid's recomputed layer: the largest kind's): each set's tensors,
+    each one's size times the indicator that its set is the larger (the first of equal ones), so that the replay
+    makes only that set's (an empty tensor allocates nothing) and not one block of the Max.
+
+    >>> a, c = sym("hidden"), sym("intermediate")
+    >>> sorted((str(size), n) for size, n, _ in _branches(sp.Max(2 * a, c), ()))
+    [('hidden*(1 - at_least(intermediate, 2*hidden))', 2), ('intermediate*at_least(intermediate, 2*hidden)', 1)]
+    """
+    args = larger.args
+    out = []
+    for j, a in enumerate(args):
+        wins = sp.Mul(*(1 - at_least(b, a) for b in args[:j]), *(at_least(a, b) for b in args[j + 1:]))
+        out += [(size * wins, n, per_layer) for size, n, per_layer in pieces(a, kinds) if n > 0]
+    return out
+
+
+def _term_pieces_of(expr: sp.Expr, term, kinds: tuple[sp.Symbol, ...]) -> list[tuple[sp.Expr, int, sp.Symbol | None]]:
+    out = pieces(expr, kinds)
     if term.block != "activations" and any(n < 0 and p not in kinds for _, n, p in out):
-        return [(ledger.expand(term.expr), 1, None)]
+        return [(expr, 1, None)]
     return [p for p in out if p[1] > 0 or p[2] in kinds or isinstance(p[2], ceil_div)]
 
 
