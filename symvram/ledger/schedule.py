@@ -288,6 +288,19 @@ def ledger_schedule(ledger: Ledger, layers: int, layer_order: tuple[str, ...] = 
             b.free_all(b.alloc_all(shapes))
         return kept
 
+    def recomputed_layer():
+        """A checkpointed layer's recompute before its backward: its saved tensors made sub-block by sub-block — the
+        attention side's, its working sets, then (from the MLP's norm) the MLP side's and the MLP's working sets —
+        and all kept for the backward; the ids."""
+        layer = [sh for k in redo_keys for sh in whole(k)]
+        mlp_side = [sh for sh in layer if MLP_WIDTHS & sh[0].free_symbols]
+        ids = b.alloc_all([sh for sh in layer if sh not in mlp_side])
+        for j, shapes in enumerate(working_sets + [[]]):
+            if j == mlp_from:
+                ids += b.alloc_all(mlp_side)
+            b.free_all(b.alloc_all(shapes))
+        return ids
+
     def saved_by_layer():
         """Each layer's saved tensors, the corrections' missing ones taken from layer 0 up: the first layer's
         own, and every layer before the first with a trainable weight (a lead kind's) saves nothing: (saved,
@@ -325,7 +338,7 @@ def ledger_schedule(ledger: Ledger, layers: int, layer_order: tuple[str, ...] = 
                     b.free_all(held.pop(k))
             if j == loop_at:   # what the moments before it hold and it does not is gone before the layers' backward
                 for i in reversed(range(layers)):
-                    redo = layer_forward([sh for k in redo_keys for sh in whole(k)]) if recompute and i % every_k == 0 else []
+                    redo = recomputed_layer() if recompute and i % every_k == 0 else []
                     b.free_all(b.alloc_all([sh for k in loop_temps for sh in whole(k)]))
                     b.free_all(redo)
                     b.free_all(saved[i])
