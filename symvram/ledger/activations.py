@@ -1435,37 +1435,43 @@ def trl_loss_terms(s_: Structure, n: sp.Expr = T) -> list[Term]:
     hidden, tile = _trl_dtypes(s_)
     T = n  # noqa: N806 - the scored tokens, as the SFT formulas below name them
     buffer = tile * sp.Min(T, TRL_TOKEN_CHUNK, evaluate=False) * TRL_VOCAB_CHUNK
-    casts = 0
+    cast_tensors = []
     if s_.autocast and s_.weight_casts:  # weight[start:end].to(compute dtype): one vocabulary chunk at a time
-        casts += b_c * TRL_VOCAB_CHUNK * h
+        cast_tensors.append((1, b_c * TRL_VOCAB_CHUNK * h))
     if s_.autocast and (s_.weight_casts or s_.kbit_prepared):  # hidden[chunk].to(compute dtype)
-        casts += b_c * sp.Min(T, TRL_TOKEN_CHUNK, evaluate=False) * h
+        cast_tensors.append((1, b_c * sp.Min(T, TRL_TOKEN_CHUNK, evaluate=False) * h))
+    casts = sp.Add(*(k * size for k, size in cast_tensors))
     # the gradients accumulate in fp32 and are cast to their tensor's dtype at the end: a copy unless that is fp32
     # (full fine-tuning: lm_head's [V, h] buffer too; its cast is the gradient the ledger counts already)
     wide = s_.kbit_prepared or s_.weight_casts or s_.compute_fp32  # fp32 hidden states (and weights, but in QLoRA)
     hidden_cast = 0 if wide else hidden * T * h
     # lm_head's fp32 accumulator and its cast to the weight's dtype, both alive as the backward returns (:457)
-    accumulator = (b_32 + b_g) * V * h if s_.method == "full" and not (s_.weight_casts or s_.compute_fp32) else 0
+    accumulator = [(1, b_32 * V * h), (1, b_g * V * h)] if s_.method == "full" and not (
+        s_.weight_casts or s_.compute_fp32) else []
+    forward = ((1, buffer), (7, b_32 * T), *cast_tensors)
+    backward = ((1, buffer), (1, b_32 * T * h), *([(1, hidden * T * h)] if hidden_cast else []), *cast_tensors,
+                *accumulator)
     source = "trl 1.16 kernels/chunked_logprob.py ChunkedLogProbFunction"
-    return [Term("logits", Role.LOSS_TEMPORARY, buffer + 7 * b_32 * T + casts, r"M_{\mathrm{logits}}",
+    return [Term("logits", Role.LOSS_TEMPORARY, sp.Add(*(k * size for k, size in forward)), r"M_{\mathrm{logits}}",
                  "TRL's fused LM head: one [min(T, 4096), 32768] tile buffer in the compute dtype (not clipped to the "
                  "vocabulary) and seven fp32 statistics per token; no logits (modelled from source, not measured here)",
-                 source),
-            Term("loss_backward_temp", Role.LOSS_BACKWARD_TEMPORARY, buffer + b_32 * T * h + hidden_cast + casts + accumulator,
+                 source, tensors=forward),
+            Term("loss_backward_temp", Role.LOSS_BACKWARD_TEMPORARY, sp.Add(*(k * size for k, size in backward)),
                  r"M_{\mathrm{CE}'}", "its backward: the tile buffer again, the hidden states' gradient accumulated in "
                  "fp32" + (" and cast back" if hidden_cast else "")
                  + (", lm_head's gradient accumulated in fp32 and cast back" if accumulator else "")
                  + " (modelled from source)",
-                 source)]
+                 source, tensors=backward)]
 
 
 def trl_saved_term(s_: Structure, n: sp.Expr = T, why: str = "(every token labelled; modelled from source, not "
                    "measured here)") -> Term:
     """What TRL's fused LM head saves for ``n`` scored positions: their hidden states' copy, labels, log_z, entropy."""
-    return Term("act_logsoftmax", Role.LOSS_ACTIVATION, _trl_dtypes(s_)[0] * n * h + b_id * n + 2 * b_32 * n,
+    tensors = ((1, _trl_dtypes(s_)[0] * n * h), (1, b_id * n), (2, b_32 * n))
+    return Term("act_logsoftmax", Role.LOSS_ACTIVATION, sp.Add(*(k * size for k, size in tensors)),
                 r"A_{\mathrm{TRL}}", "TRL's fused LM head keeps a copy of the labelled positions' hidden states, their "
                 "labels and the fp32 log-sum-exp and entropy per token; no logits survive " + why,
-                "trl 1.16 kernels/chunked_logprob.py:386 ChunkedLogProbFunction.forward")
+                "trl 1.16 kernels/chunked_logprob.py:386 ChunkedLogProbFunction.forward", tensors=tensors)
 
 
 UNSLOTH_CE = "unsloth_zoo 2026.10.9 fused_losses/fused_linear.py"
@@ -1567,7 +1573,22 @@ def loss_terms(s_: Structure, logits_bytes) -> list[Term]:
         terms.insert(1, Term("logits_fp32", Role.LOSS_TEMPORARY, b_32 * T * V / chunks, r"M_{\mathrm{logits},32}",
                              "logits.float(): the fp32 copy cross-entropy reads" + (" (one chunk)" if chunks != 1 else ""),
                              "transformers ForCausalLMLoss" if chunks == 1 else "torchtune CEWithChunkedOutputLoss"))
+    if "lm_head" in s_.head_targets:
+        terms.append(lora_head_working_set(s_, logits_bytes))
     return terms
+
+
+def lora_head_working_set(s_: Structure, logits_bytes) -> Term:
+    """LoRA on lm_head's forward (peft 0.21.2 tuners/lora/layer.py:1100-1113 Linear.forward): the base layer's
+    logits, lora_B's vocabulary-wide output and its scaled copy (in the compute dtype under autocast, else the
+    adapters'), alive together before the sum, the logits the loss reads, takes lora_B's freed block. No moment lists
+    them (the loss's fp32 tensors are larger); the allocation schedule makes and frees them before the logits, so the
+    caching allocator keeps their segments (qwen2.5-0.5b LoRA on every linear, embed_tokens and lm_head: its traced
+    schedule holds three b·s·V bf16 tensors there, reserved −12.7 % → see tests/test_card_memory.py)."""
+    lora = matmul_bytes(s_) if s_.autocast else compute_adapter_bytes(s_)
+    return Term("ws_lm_head", Role.HEAD_WORKING_SET, logits_bytes * T * V + 2 * lora * T * V, r"W_{\mathrm{head}}",
+                "LoRA on lm_head: the base logits, lora_B's output and its scaled copy as the sum is made",
+                "peft 0.21.2 tuners/lora/layer.py:1100-1113 Linear.forward")
 
 
 def dora_weight_norm(s_: Structure, target: str) -> sp.Expr:

@@ -18,6 +18,7 @@ the data table, each with its role, so the moments follow from their lifetimes.
 from __future__ import annotations
 
 import tomllib
+from dataclasses import replace
 from functools import cache
 from importlib import resources
 
@@ -60,36 +61,59 @@ def _output_bytes(s_: Structure) -> sp.Expr:
     return sp.Add(*(b_mask if name == "is_top1" else b_32 for name in objectives()[s_.objective]["outputs"]))
 
 
-def _head_outputs(s_: Structure) -> sp.Expr:
+def _head_outputs(s_: Structure) -> tuple[tuple[int, sp.Expr], ...]:
     """What TRL's fused head computes per scored position after its fold, while the tile buffer is still alive
-    (kernels/chunked_logprob.py:378-383): log_z and the log-probabilities, and for the policy's outputs (a PEFT
-    reference is the policy) the entropy and mean logit (fp32) and the top-1 test's three bool tensors."""
+    (kernels/chunked_logprob.py:378-383), tensor by tensor: log_z and the log-probabilities, and for the policy's
+    outputs (a PEFT reference is the policy) the entropy and mean logit (fp32) and the top-1 test's three bool
+    tensors."""
     extra = [n for n in objectives()[s_.objective]["outputs"] if n != "log_probs"] if s_.reference == "adapters" else []
-    return (2 * b_32 + sp.Add(*(3 * b_mask if n == "is_top1" else b_32 for n in extra))) * scored(s_)
+    n = scored(s_)
+    return ((2, b_32 * n), *((3, b_mask * n) if name == "is_top1" else (1, b_32 * n) for name in extra))
+
+
+def _reference_head(s_: Structure) -> tuple[tuple[int, sp.Expr], ...]:
+    """The reference's fused LM head as it returns, tensor by tensor: its final hidden states, the tile buffer,
+    seven fp32 statistics per scored position and what it computes from them, the scored hidden states' copy,
+    labels and mask."""
+    R, n = rows(s_.objective) * b * seq, scored(s_)
+    hidden, tile = _trl_dtypes(s_)
+    return ((1, residual_bytes(s_) * R * h), (1, tile * sp.Min(n, TRL_TOKEN_CHUNK, evaluate=False) * TRL_VOCAB_CHUNK),
+            (7, b_32 * n), *_head_outputs(s_), (1, hidden * n * h), (1, b_id * n), (1, b_mask * _row_positions(s_)))
 
 
 def _reference_forward(s_: Structure) -> sp.Expr:
     """The reference forward's working set beyond what the policy holds: the larger of one decoder layer's MLP
     at its product (SiLU output, up output and their product, d_ff wide, beside the normed input, the residual
-    and the RoPE tables) and its fused LM head as it returns (its final hidden states, the tile buffer, seven fp32
-    statistics per scored position and what it computes from them, the scored hidden states' copy, labels and
-    mask)."""
-    R, n = rows(s_.objective) * b * seq, scored(s_)
-    hidden, tile = _trl_dtypes(s_)
+    and the RoPE tables) and its fused LM head as it returns (``_reference_head``)."""
+    R = rows(s_.objective) * b * seq
     mlp = 3 * b_c * R * f + 2 * residual_bytes(s_) * R * h + 2 * b_c * seq * dh
-    head = (residual_bytes(s_) * R * h + tile * sp.Min(n, TRL_TOKEN_CHUNK, evaluate=False) * TRL_VOCAB_CHUNK
-            + 7 * b_32 * n + _head_outputs(s_) + hidden * n * h + b_id * n + b_mask * _row_positions(s_))
+    head = sp.Add(*(k * size for k, size in _reference_head(s_)))
     return _adapter_casts(s_) + sp.Max(mlp, head, evaluate=False)
+
+
+def _reference_tensors(s_: Structure) -> tuple[tuple[int, sp.Expr], ...]:
+    """The tensors of the reference forward's term (``Term.tensors``): the adapter casts, each one tensor per
+    layer, and its fused head's (``_reference_head``); the layers' working sets before the head are the
+    schedule's no-grad layer loop (ledger.schedule), which the Max's MLP side stands for in the moment."""
+    return (*_adapter_cast_tensors(s_), *_reference_head(s_))
 
 
 def _adapter_casts(s_: Structure) -> sp.Expr:
     """Under checkpointing, autocast's cache of every adapter cast to the compute dtype, alive for the whole
     autocast region (the policy's forward and its fused head; DPO's and KTO's reference forwards too); without
     checkpointing they are saved activations already (``act_adapter_casts``)."""
-    if not (s_.lora and s_.autocast and s_.adapter_upcast and s_.grad_checkpointing):
+    if not _adapter_cast_tensors(s_):
         return sp.Integer(0)
     return b_c * L * sym("rank") * sp.Add(*(s_.arch.target_map[t].d_in + s_.arch.target_map[t].d_out
                                             for t in s_.targets if s_.arch.target_map[t] in s_.arch.linears))
+
+
+def _adapter_cast_tensors(s_: Structure) -> tuple[tuple[int, sp.Expr], ...]:
+    """``_adapter_casts`` tensor by tensor: lora_A's and lora_B's casts of each target, one each per layer."""
+    if not (s_.lora and s_.autocast and s_.adapter_upcast and s_.grad_checkpointing):
+        return ()
+    return tuple((1, b_c * L * sym("rank") * d) for t in s_.targets if s_.arch.target_map[t] in s_.arch.linears
+                 for d in (s_.arch.target_map[t].d_in, s_.arch.target_map[t].d_out))
 
 
 def _generation_rows() -> sp.Expr:
@@ -160,6 +184,8 @@ EXPRESSIONS = {
     "prefill_forward": lambda s_, base: _prefill_forward(s_),
     "decode_step": lambda s_, base: _decode_step(s_),
 }
+# the terms whose expression's monomials are not their tensors (Term.tensors)
+TENSORS = {"ref_forward": _reference_tensors, "adapter_casts": _adapter_cast_tensors}
 # made once the policy's head returns, freed when the DPO loss is computed (before its backward)
 LIFETIMES = {"outputs": (Phase.REFERENCE_FORWARD,), "labels": (Phase.LOSS, Phase.REFERENCE_FORWARD),
              "kl_logps": (Phase.REFERENCE_FORWARD,)}
@@ -177,7 +203,8 @@ def preference_terms(s_: Structure, base: list[Term]) -> list[Term]:
         expr = EXPRESSIONS[key](s_, [t for t in base if t.role in (Role.WEIGHT, Role.BUFFER)])
         if expr is None:   # a term of settings this run does not have
             continue
-        out.append(Term(name, Role(row["role"]), expr, row["label"], row["why"], row["source"], lifetime=lifetime))
+        out.append(Term(name, Role(row["role"]), expr, row["label"], row["why"], row["source"], lifetime=lifetime,
+                        tensors=TENSORS[key](s_) if key in TENSORS else ()))
     return out
 
 
@@ -237,19 +264,20 @@ def reshape(s_: Structure, activation_terms: list[Term]) -> list[Term]:
             if t.key in head:
                 out.append(head[t.key])
             elif t.key == "act_final_norm":   # the score head's input is freed by its backward, before the norm's
-                out += _split_final_norm(Term(t.key, t.role, t.expr.xreplace(twice), t.label, t.why, t.source,
-                                              t.place, t.lifetime), s_, twice)
+                out += _split_final_norm(_rows(t, twice), s_, twice)
             elif t.role not in HEAD_LOSS_ROLES:
-                out.append(Term(t.key, t.role, t.expr.xreplace(twice), t.label, t.why, t.source, t.place, t.lifetime))
+                out.append(_rows(t, twice))
         return out
     fused = {t.key: t for t in trl_loss_terms(s_, scored(s_))}
     mask = b_mask * _row_positions(s_)   # labels != -100, kept by the index and the scatter for backward
     saved = trl_saved_term(s_, scored(s_), "(the completion's positions)")
     fused["act_logsoftmax"] = Term(saved.key, saved.role, saved.expr + mask, saved.label,
-                                   saved.why + " and the positions' mask", saved.source)
+                                   saved.why + " and the positions' mask", saved.source,
+                                   tensors=(*saved.tensors, (1, mask)))
     back = fused["loss_backward_temp"]   # and the log-probs' gradient, gathered from the scatter (masked_select)
     fused["loss_backward_temp"] = Term(back.key, back.role, back.expr + b_32 * scored(s_), back.label,
-                                       back.why + "; the scored positions' log-prob gradient", back.source)
+                                       back.why + "; the scored positions' log-prob gradient", back.source,
+                                       tensors=(*back.tensors, (1, b_32 * scored(s_))))
     entry = objectives()[s_.objective]
     fused["act_tokens"] = Term("act_tokens", Role.STEP_INPUT, entry["inputs"] * b_id * rows(s_.objective) * b * seq,
                                r"A_{\mathrm{ids}}", entry["inputs_why"], entry["inputs_source"])
@@ -259,8 +287,11 @@ def reshape(s_: Structure, activation_terms: list[Term]) -> list[Term]:
         fused[norm.key] = Term(norm.key, norm.role, sp.expand(norm.expr - normed).xreplace(twice), norm.label,
                                norm.why.replace(" and the normed tensor", "") + " (the fused head keeps its own copy "
                                "of the scored positions' normed states)", norm.source, norm.place, norm.lifetime)
-    return [fused[t.key] if t.key in fused else
-            Term(t.key, t.role, t.expr.xreplace(twice), t.label, t.why, t.source, t.place, t.lifetime)
-            for t in activation_terms]
+    return [fused[t.key] if t.key in fused else _rows(t, twice) for t in activation_terms]
+
+
+def _rows(t: Term, twice: dict) -> Term:
+    """An SFT term for the objective's rows (``twice``: batch → rows·batch), its declared tensors too."""
+    return replace(t, expr=t.expr.xreplace(twice), tensors=tuple((n, size.xreplace(twice)) for n, size in t.tensors))
 
 

@@ -82,15 +82,19 @@ TP_WIDTHS = {nh: nh / t, nkv: nkv / t, f: f / t, V: V / t, f_e: f_e / t}  # expe
 def _tensor_parallel(term: Term, s: Structure) -> Term:
     """``term`` on one tensor-parallel rank, as its role's ``tp`` says."""
     if term.info.tp == "parameters":
-        expr = term.expr.xreplace({**_tp_params(s), **TP_WIDTHS})
+        def per_rank(e):
+            return e.xreplace({**_tp_params(s), **TP_WIDTHS})
     elif term.info.tp == "replicated":
         return term
     elif s.sequence_parallel and V not in term.expr.free_symbols:
-        expr = term.expr / t
+        def per_rank(e):
+            return e / t
     else:
-        expr = term.expr.xreplace(TP_WIDTHS)
-    return replace(term, expr=expr, label=f"{term.label}^{{(t)}}",
-                   why=term.why + " — per tensor-parallel rank")
+        def per_rank(e):
+            return e.xreplace(TP_WIDTHS)
+    return replace(term, expr=per_rank(term.expr), label=f"{term.label}^{{(t)}}",
+                   why=term.why + " — per tensor-parallel rank",
+                   tensors=tuple((n, per_rank(size)) for n, size in term.tensors))
 
 
 def layer_bytes(s: Structure) -> sp.Expr:
@@ -321,7 +325,8 @@ def divides_only(s: Structure) -> bool:
 def divide(term: Term, stage: int) -> Term:   # cached: structures share most of their single-GPU terms
     """``term`` sharded over the N GPUs by ZeRO stage ``stage``."""
     return replace(term, expr=term.expr / N, label=f"{term.label}/N",
-                   why=f"{term.why} — sharded over N GPUs ({STAGE_NAMES[stage]})")
+                   why=f"{term.why} — sharded over N GPUs ({STAGE_NAMES[stage]})",
+                   tensors=tuple((n, size / N) for n, size in term.tensors))
 
 
 def divide_terms(terms, stage: int) -> list[Term]:
