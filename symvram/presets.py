@@ -83,7 +83,7 @@ class ModelSpec:
         >>> load_model("qwen2.5-0.5b").config()["attention_bias"], load_model("mixtral-8x7b").config()["num_local_experts"]
         (True, 8)
         """
-        from .ledger.architecture import family
+        from .ledger.architecture import expr, family
 
         fam, dims = family(self.family), self.dims
         cfg = {"model_type": self.model_type}
@@ -105,13 +105,21 @@ class ModelSpec:
                                   + ["full_attention"] * (self.layers - dims["sliding_layers"]))
         if counted := fam.extra("counted_layers") if fam.kinds else None:  # a hybrid: its layers in the model's order
             cfg["layer_types"] = [counted["kind"] if k else "full_attention" for k in fam.model_kinds(dims)]
-        if self.layer_pattern:
-            cfg[fam.extra("layer_pattern")["key"]] = self.layer_pattern
+        if self.layer_pattern:   # the pattern string, or (a family without one: Granite 4) the per-layer list
+            spelled = fam.extra("layer_pattern")
+            names = {letter: name for name, letter in reversed(spelled["names"].items())}   # each letter's first name
+            cfg.update({spelled["key"]: self.layer_pattern} if "key" in spelled else
+                       {spelled["list_key"]: [names[c] for c in self.layer_pattern]})
+            if "count_key" in spelled:   # the config's own layer count beside its list (num_hidden_layers)
+                cfg[spelled["count_key"]] = len(self.layer_pattern)
         cfg.update({o: o in self.options for o, default in fam.options if o != "tie_word_embeddings" and default != GIVEN})
         dim_keys = {k for _, keys, _ in fam.dims for k in keys.split("|")}
         cfg.update({o: fam.extra("given_values", {}).get(o, True) if o in self.options else None   # a field whose
                     for o, default in fam.options if default == GIVEN and o not in dim_keys})      # value is a setting
         cfg["tie_word_embeddings"] = self.tied
+        cfg.update({k: v for k, v in fam.extra("must_equal", {}).items() if k not in cfg})   # the settings assumed
+        cfg.update({k: int(expr(e).xreplace({sym(n): v for n, v in dims.items()}))   # fields that follow from dims
+                    for k, e in fam.extra("derived_fields", {}).items()})
         if self.tower is not None:  # the multimodal config: the decoder's fields as its text_config
             return {**json.loads(self.tower.config), "text_config": cfg, "tie_word_embeddings": self.tied}
         return cfg
@@ -367,8 +375,8 @@ class ConfigFields:
         ...
         symvram.errors.UserError: c.json: field 'p' has E layers (an MoE block): not modelled yet
         """
-        key, letters = spelled["key"], "".join(spelled["kinds"])
-        value = self.cfg.get(key)
+        key, letters = spelled.get("key", spelled["list_key"]), "".join(spelled["kinds"])
+        value = self.cfg.get(key) if "key" in spelled else None
         if value is None and isinstance(listed := self.cfg.get(spelled["list_key"]), list):
             key = spelled["list_key"]
             if any(not isinstance(x, str) or x not in spelled["names"] for x in listed):
@@ -442,7 +450,10 @@ class ConfigFields:
             raise UserError(f"{self.source}: model_type {excerpt(model_type)} is not supported; supported: "
                             f"{', '.join(sorted(known))} (symvram family-draft CONFIG drafts its family entry from transformers' "
                             "model: docs/adding-a-family.md)")
-        return family(known[model_type])
+        fam = family(known[model_type])
+        # a setting that makes the model another family's entry (Granite 4.0 with RoPE: granitemoehybrid_rope)
+        chosen = next((v["family"] for v in fam.extra("variants", ()) if self.cfg.get(v["key"]) == v["value"]), None)
+        return family(chosen) if chosen else fam
 
 
 def _text_model(fields: ConfigFields) -> ConfigFields:
@@ -531,6 +542,9 @@ def spec_from_config(cfg: dict, name: str, kind: str, source: str) -> ModelSpec:
     if fam.has_moe and dims["experts_per_token"] > dims["experts"]:
         raise UserError(f"{f.source}: each token is routed to {dims['experts_per_token']} experts but the model has "
                         f"only {dims['experts']}")
+    for key, text in fam.extra("derived_fields", {}).items():   # a field the dims imply (Falcon-H1's mamba_d_ssm)
+        if f.given(key) and f.cfg[key] != (implied := int(expr(text).xreplace({sym(n): v for n, v in dims.items()}))):
+            raise UserError(f"{f.source}: {key} = {excerpt(f.cfg[key])} must equal {text} = {implied}")
     for key, allowed in fam.extra("must_equal", {}).items():  # settings the family's ledger assumes
         if f.given(key) and f.cfg[key] != allowed:
             raise UserError(f"{f.source}: {key} = {excerpt(f.cfg[key])} is not modelled for {fam.key} (only {allowed!r})")

@@ -216,7 +216,7 @@ def summary(sc) -> str:
         parts.append("Gated DeltaNet on transformers' torch path (torch_chunk_gated_delta_rule, run when "
                      "flash-linear-attention is not installed; the fla kernels' saved tensors are not modelled"
                      + "; under checkpointing its backward's temporaries are not either" * sc.grad_checkpointing + ")")
-    if any(k.mixer == "mamba2" for _, k in sc.structure.arch.layer_kinds):
+    if any(k.mamba for _, k in sc.structure.arch.layer_kinds):
         parts.append("Mamba-2 on transformers' torch path (mamba2_chunk_scan, run when mamba_ssm and causal_conv1d are "
                      "not installed; mamba_ssm's fused kernels' saved tensors are not modelled"
                      + "; under checkpointing the scan's backward temporaries are not either" * sc.grad_checkpointing + ")")

@@ -69,6 +69,12 @@ TINY = {
     "nemotron_h": {"hybrid_override_pattern": "M*-", "mamba_num_heads": 8, "mamba_head_dim": 12,   # each block kind
                    "n_groups": 2, "ssm_state_size": 10, "chunk_size": 16, "pad_token_id": 0, "bos_token_id": 1,
                    "eos_token_id": 2},
+    "granitemoehybrid": {"layer_types": ["mamba", "attention", "attention"], "shared_intermediate_size": 56,
+                         "mamba_n_heads": 8, "mamba_d_head": 16, "mamba_n_groups": 2, "mamba_d_state": 10,
+                         "mamba_chunk_size": 16, "num_local_experts": 0, "position_embedding_type": "nope",
+                         "pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 2},
+    "falcon_h1": {"mamba_n_heads": 6, "mamba_d_head": 16, "mamba_d_ssm": 96, "mamba_n_groups": 2, "mamba_d_state": 10,
+                  "mamba_chunk_size": 16, "pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 2},
 }
 BASE = {"hidden_size": 64, "intermediate_size": 176, "num_hidden_layers": 3, "num_attention_heads": 4,
         "num_key_value_heads": 2, "head_dim": 24, "vocab_size": 1000}
@@ -368,7 +374,7 @@ ONE_PER_FAMILY = ["gemma-4-e2b", "llama-3.2-1b", "mistral-7b", "qwen2.5-0.5b", "
                   "olmo-2-7b", "mixtral-8x7b", "qwen3-30b-a3b", "smollm3-3b", "olmo-3-7b", "qwen1.5-moe-a2.7b",
                   "ministral-3-3b", "gpt-oss-20b", "glm-4.5-air", "deepseek-v3",
                   "glm-4.7-flash", "mistral-small-4", "qwen3.5-27b", "llama-4-maverick-17b-128e", "qwen3.5-35b-a3b",
-                  "qwen3-next-80b-a3b", "nemotron-nano-9b-v2", "gemma-4-e2b"]
+                  "qwen3-next-80b-a3b", "nemotron-nano-9b-v2", "gemma-4-e2b", "granite-4.0-h-micro", "granite-4.0-micro", "falcon-h1-7b"]
 
 
 def test_one_preset_per_family():

@@ -45,7 +45,7 @@ def matmul_bytes(s_: Structure) -> sp.Expr:
 
 def _per_call_cast(s_: Structure, group: str) -> bool:
     """Under autocast, a linear reading the (wider) residual-stream norm output casts it per call."""
-    return s_.weight_casts and group in ("attn_in", "mlp_in")
+    return s_.weight_casts and group in ("attn_in", "mlp_in", "ssm_in")
 
 
 def _shared_with_attention(s_: Structure, group: str) -> bool:
@@ -57,7 +57,7 @@ def _shared_with_attention(s_: Structure, group: str) -> bool:
     fam = s_.arch
     return (group == "attn_out" and s_.attention == "sdpa" and not fam.extra("fused_qkv")
             and fam.dim("rotary_dim", 0) == 0 and not fam.latent_attention
-            and not (fam.extra("output_gate") or fam.extra("gated_deltanet")) and fam.mixer == "attention")
+            and not (fam.extra("output_gate") or fam.extra("gated_deltanet")) and fam.attends)
 
 
 NORM_WHY = {
@@ -154,7 +154,11 @@ def needs_grad(s_: Structure, first: bool) -> dict[str, bool]:
     out.update({x: out[lat] or trained_reader(lat) or trained_reader("attn_in", x)   # a latent's b-proj, or q/k/v_proj
                 for x, lat in (("q", "q_latent"), ("k", "kv_latent"), ("v", "kv_latent"))})
     out["attn_out"] = out["q"] or out["k"] or out["v"]
-    out["attn_proj"] = out["attn_out"] or trained_reader("attn_out")
+    # a parallel Mamba-2 mixer (Falcon-H1): its input is its own scaled copy of the norm's output; its gated output
+    # needs a gradient once that input does or in_proj trains, and the mixers' sum does once either output does
+    out["ssm_in"] = layer_in
+    out["ssm_out"] = fam.mixer == "parallel" and (layer_in or trained_reader("ssm_in"))
+    out["attn_proj"] = out["attn_out"] or trained_reader("attn_out") or out["ssm_out"] or trained_reader("ssm_out")
     out["mlp_in"] = layer_in or out["attn_proj"]
     out["router_in"] = out["mlp_in"]   # Gemma 4's router reads its own normed, scaled copy of the MLP's residual
     out["mlp_act"] = out["mlp_in"] or trained_reader("mlp_in")
@@ -208,6 +212,8 @@ def _layer_of(s_: Structure, first: bool) -> dict[str, tuple[sp.Expr, str, str, 
                                             "a trainable norm weight also keeps the normalized "
                                             + ("16-bit" if fam.norm == "rms" else "fp32") + " tensor", TRANSFORMERS)
 
+    if fam.mixer == "parallel" and lat["ssm_out"]:   # Falcon-H1: the Mamba-2 mixer beside attention (below)
+        out.update(_mamba2(s_))
     if fam.mixer == "none":   # an MLP block (Nemotron-H's "-" layers): no token mixer
         pass
     elif attn_grad and fam.mixer == "mamba2":
@@ -310,7 +316,7 @@ def _layer_of(s_: Structure, first: bool) -> dict[str, tuple[sp.Expr, str, str, 
     lin_targets = [t for t in s_.targets if fam.linear(t) in fam.linears]  # nn.Linear targets (PEFT's lora.Linear)
     group_grad = {"attn_in": grad_in, "attn_out": resid_grad or attn_grad, "mlp_in": resid_grad, "mlp_act": mlp_grad,
                   "q_latent": lat["q_latent"], "kv_latent": lat["kv_latent"], "ple_in": lat["ple_in"],
-                  "ple_act": lat["ple_act"], "router_in": lat["router_in"]}
+                  "ple_act": lat["ple_act"], "router_in": lat["router_in"], "ssm_in": grad_in, "ssm_out": lat["ssm_out"]}
     if s_.lora and s_.autocast and s_.adapter_upcast and lin_targets and not s_.unsloth_kernels:
         # lora_A's cast weight is saved only for its input's gradient: not in the first layer's q, k, v
         casts = sp.Add(*((fam.linear(t).d_in if group_grad[fam.linear(t).input_group] else 0) + fam.linear(t).d_out
@@ -510,6 +516,12 @@ def _mamba2(s_: Structure) -> dict[str, tuple[sp.Expr, str, str, str]]:
     Trainable mixer weights also keep the padded fp32 x (for D), dt's second fp32 copy (for A_log), exp(A_log) and
     the normalized tensor (for the gated norm's weight).
 
+    Falcon-H1 without its gated norm (``extras.mamba_gate = "silu"``, mamba_rms_norm false: FalconH1Mixer.forward,
+    modeling_falcon_h1.py:815-820; its mamba2_chunk_scan, :473-575, is this one line for line) multiplies the scan's
+    fp32 output by silu(z) instead: the product keeps the scan's output (its padded storage) and silu's 16-bit output
+    (silu's input z is a view of the projection the conv keeps); there is no norm weight. Its in_proj output is
+    scaled by the mup_vector buffer first (:690): a product with a tensor that needs no gradient keeps only that.
+
     mamba_ssm's fused kernels (the default GPU path) save less: not modelled (the header names the torch path)."""
     d_i, chunks = n_M * d_M, ceil_div(seq, C_M)
     S_p = C_M * chunks
@@ -530,7 +542,10 @@ def _mamba2(s_: Structure) -> dict[str, tuple[sp.Expr, str, str, str]]:
                                         + a * d_M * N_s)                # and the chunk states with h_0, copied
             + 2 * b_32 * b * S_p * n_M + a * b * S_p * d_i              # decay of B and of the output, C·states
             + 2 * b_mask * (C_M**2 + (chunks + 1)**2))                  # segment_sum's two masks, twice
-    norm = 2 * b_32 * T * d_i + b_32 * b * S_p * d_i + b_32 * T * d_i + b_32 * T * g_M
+    silu_gate = s_.arch.extra("mamba_gate") == "silu"
+    norm = (b_c * T * d_i + b_32 * b * S_p * d_i if silu_gate else
+            2 * b_32 * T * d_i + b_32 * b * S_p * d_i + b_32 * T * d_i + b_32 * T * g_M)
+    source = s_.arch.source if silu_gate else MAMBA
     out = {"act_mamba_conv": (conv, r"A_{\mathrm{conv}}", "the causal conv1d's input (in_proj's whole output, of which "
                               "it reads a view) and its padded output (SiLU keeps the s + K − 1 columns)",
                               MAMBA + " causal_conv1d_fn"),
@@ -541,9 +556,12 @@ def _mamba2(s_: Structure) -> dict[str, tuple[sp.Expr, str, str, str]]:
                               "states (d_M × N per head), the decays and the inter-chunk recurrence (torch path: "
                               "mamba2_chunk_scan)", MAMBA + " mamba2_chunk_scan"),
            "act_mamba_norm": (norm, r"A_{\mathrm{norm},g}", "the gated RMSNorm: silu(z)'s fp32 input and output, the "
-                              "scan's output, their product and 1/rms per group", MAMBA + " NemotronHRMSNormGated")}
+                              "scan's output, their product and 1/rms per group", MAMBA + " NemotronHRMSNormGated")
+           if not silu_gate else
+           (norm, r"A_{\mathrm{gate},z}", "the output gate without a norm: the scan's fp32 output and silu(z)'s "
+            "16-bit output, kept by their product", source + " FalconH1Mixer.forward")}
     if not s_.lora:
-        out["act_mamba_weights"] = (b_32 * b * S_p * d_i + b_32 * T * n_M + b_32 * n_M + b_32 * T * d_i,
+        out["act_mamba_weights"] = (b_32 * b * S_p * d_i + b_32 * T * n_M + b_32 * n_M + (0 if silu_gate else b_32 * T * d_i),
                                     r"A_{\mathrm{M},w}", "trainable mixer weights: D keeps the padded fp32 x, A_log "
                                     "dt's second fp32 copy and its exp, the gated norm's weight the normalized tensor",
                                     MAMBA + " mamba2_chunk_scan")
@@ -631,7 +649,7 @@ def layer_working_sets(s_: Structure) -> list[Term]:
                                   + ", lora_B's output and its scaled copy"
                                   + (" and the input cast to the adapter dtype" if cast != 0 else ""),
                                   "peft tuners/lora/layer.py:1100-1102 Linear.forward; tuners/lora/bnb.py:533")
-        if group == "attn_in" and fam.mixer == "attention":
+        if group == "attn_in" and fam.attends:
             if s_.attention == "eager":
                 out["ws_scores"] = (3 * b_c * b * nh * seq**2, r"W_{\mathrm{scores}}",
                                     "eager attention's b·n_h·s² products: q·kᵀ, scaled and masked",
@@ -1189,6 +1207,12 @@ def saved_terms(s_: Structure) -> list[Term]:
                           "input ids and the shifted labels (int64)", "transformers ForCausalLMLoss"))
     if fam.extra("per_layer_embeddings"):
         terms += per_layer_embedding_terms(s_)
+    if fam.extra("embedding_multiplier") and embedding_leaf(s_) and not s_.offload_activations:
+        terms.append(Term("act_embed_leaf", Role.SAVED_ACTIVATION, residual_bytes(s_) * T * h, r"A_{\mathrm{emb,leaf}}",
+                          "the embedding's output, a leaf that requires grad under checkpointing (its AccumulateGrad "
+                          "node keeps it), beside its multiplier-scaled copy the first layer reads", fam.source
+                          + " (inputs_embeds · embedding_multiplier); transformers modeling_utils.py:2153",
+                          lifetime=span(Phase.FORWARD, Phase.FIRST_LAYER_BACKWARD)))
     if s_.offload_activations:
         terms.append(offloaded_head_copies(s_, loss))
     if s_.tower is not None and s_.tower.ids_copy and (not s_.lora or "embed_tokens" in s_.modules_to_save):

@@ -35,11 +35,15 @@ E, k_e, f_e = sym("experts"), sym("experts_per_token"), sym("moe_intermediate")
 # the tensors a layer's linears read; q_latent and kv_latent: latent attention's normed low-rank q and kv (DeepSeek-V3)
 # ple_in and ple_act: Gemma 4's per-layer-input gate reads the residual after the MLP, its projection the gated product;
 # router_in: Gemma 4's router reads its own scaled, normed copy of the residual
-GROUPS = ("attn_in", "attn_out", "mlp_in", "mlp_act", "q_latent", "kv_latent", "ple_in", "ple_act", "router_in")
+# ssm_in and ssm_out: a parallel Mamba-2 mixer's own input (Falcon-H1 scales the norm's output for it apart from
+# attention's) and its gated output (out_proj's input, beside o_proj's)
+GROUPS = ("attn_in", "attn_out", "mlp_in", "mlp_act", "q_latent", "kv_latent", "ple_in", "ple_act", "router_in", "ssm_in",
+          "ssm_out")
 NORM_SITES = ("layer_in", "resid", "attn_out", "mlp_out", "q", "k", "v", "q_latent", "kv_latent", "ple_out")
 MLP_KINDS = ("gated", "moe", "plain", "none")   # plain: up, activation, down (Nemotron-H); none: a block without an MLP
 ACTIVATIONS = ("silu", "gelu_tanh", "relu2")
-MIXERS = ("attention", "mamba2", "none")   # a layer's token mixer (extras.mixer): none in an MLP-only block
+MIXERS = ("attention", "mamba2", "parallel", "none")   # a layer's token mixer (extras.mixer): none in an MLP-only
+# block; parallel: attention and a Mamba-2 mixer side by side on the same normed input (Falcon-H1)
 NORM_KINDS = ("rms", "gemma_rms", "rms_fp32_weight", "gemma4_rms")
 
 
@@ -222,12 +226,31 @@ class Family:
 
     @property
     def mixer(self) -> str:
-        """The layer's token mixer: attention (every family's), a Mamba-2 mixer, or none (Nemotron-H's MLP blocks).
+        """The layer's token mixer: attention (every family's), a Mamba-2 mixer, both side by side (Falcon-H1's
+        parallel), or none (Nemotron-H's MLP blocks).
 
         >>> family("llama").mixer, family("nemotron_h:mamba").mixer, family("nemotron_h").mixer
         ('attention', 'mamba2', 'none')
         """
         return self.extra("mixer", "attention")
+
+    @property
+    def mamba(self) -> bool:
+        """Whether the layer runs a Mamba-2 mixer (alone or beside attention).
+
+        >>> family("nemotron_h:mamba").mamba, family("falcon_h1").mamba, family("llama").mamba
+        (True, True, False)
+        """
+        return self.mixer in ("mamba2", "parallel")
+
+    @property
+    def attends(self) -> bool:
+        """Whether the layer runs attention (alone or beside a Mamba-2 mixer).
+
+        >>> family("falcon_h1").attends, family("nemotron_h:mamba").attends
+        (True, False)
+        """
+        return self.mixer in ("attention", "parallel")
 
     # --- layer kinds -----------------------------------------------------------------------------
     # A family's own tables describe its default layer (the last layer's kind). ``[layer_kinds.NAME]`` entries

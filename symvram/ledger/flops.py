@@ -75,7 +75,7 @@ def _layer(s_: Structure, first: bool) -> dict[str, sp.Expr]:
     g = needs_grad(s_, first)
     # a Mamba-2 mixer's bare parameters (conv1d, dt_bias, A_log, D, the gated norm) multiply no matrix: the scan's
     # own term counts the conv
-    weights = fam.linears + (() if fam.mixer == "mamba2" else fam.moe_weights)
+    weights = fam.linears + (() if fam.mamba else fam.moe_weights)
     fwd = {m.name: 2 * _tokens(s_, m) * m.d_in * m.d_out for m in weights}
     out = {"forward": sp.Add(*fwd.values())}
     out["input_grad"] = sp.Add(*(fwd[m.name] for m in weights if g[m.input_group]))
@@ -101,10 +101,10 @@ def _layer(s_: Structure, first: bool) -> dict[str, sp.Expr]:
             lora_fwd += delta * (2 if m.count != 1 else 1)
             lora_bwd += 2 * delta
     out["lora_forward"], out["lora_backward"], out["dora_forward"] = lora_fwd, lora_bwd, dora
-    out["scan_forward"], out["scan_backward"] = _mamba2_scan(s_, g["attn_out"])
+    out["scan_forward"], out["scan_backward"] = _mamba2_scan(s_, g["ssm_out" if fam.mixer == "parallel" else "attn_out"])
     d_qk, d_v = fam.attention_widths   # d_head both, but under latent attention
     qk, av = 2 * T * seq * nh * d_qk, 2 * T * seq * nh * d_v   # the two attention matmuls, full scores
-    if fam.mixer != "attention":   # a Mamba-2 or MLP block: no attention
+    if not fam.attends:   # a Mamba-2 or MLP block: no attention
         qk = av = sp.Integer(0)
     out["attention_forward"] = qk + av
     if s_.attention == "sdpa":   # the fused kernel: one backward recomputing the scores (QKᵀ, dV, dP, dQ, dK)
@@ -132,7 +132,7 @@ def _mamba2_scan(s_: Structure, input_grad: bool) -> tuple[sp.Expr, sp.Expr]:
     d_i + 2·g·N channels, as the counter prices convolutions). Backward: every einsum operand and the conv's input need
     a gradient once the mixer's input does (both bmm, 2× forward); the conv's weight gradient only when it trains, priced
     as the counter prices it."""
-    if s_.arch.mixer != "mamba2":
+    if not s_.arch.mamba:
         return sp.Integer(0), sp.Integer(0)
     n_M, d_M, N, g, C_M, K = (sym(n) for n in ("mamba_heads", "mamba_head_dim", "ssm_state", "mamba_groups",
                                                "mamba_chunk", "conv_kernel"))

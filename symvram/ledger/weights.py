@@ -145,7 +145,10 @@ def base_terms(s: Structure) -> list[Term]:
                               "torchtune 0.6.1 models/llama3_1/_position_embeddings.py:66-101 rope_init, "
                               "build_rope_cache"))
             return terms + (tower_terms(s) if s.tower is not None else [])
-        terms.append(Term("buffers", Role.BUFFER, rope + scale + score_bias,
+        # Falcon-H1: each layer's mup_vector (1, 1, in_proj's width), the SSM multipliers per channel
+        # (modeling_falcon_h1.py:1039-1041: a buffer that is not saved with the weights)
+        mup = fam.over_layers(lambda k: b_w * k.linear("in_proj").d_out) if fam.extra("mup_vector") else 0
+        terms.append(Term("buffers", Role.BUFFER, rope + scale + score_bias + mup,
                           r"M_{\mathrm{buf}}",
                           ("no rotary buffers (no position embedding)" if rope == 0 else
                            "rotary inv_freq and original_inv_freq (d_head/2 each, in the weight dtype)")
@@ -153,7 +156,8 @@ def base_terms(s: Structure) -> list[Term]:
                           + ("; the embedding's √h scale" if scale else "")
                           + ("; each layer's layer_scalar and the per-layer table's scale"
                              if fam.extra("per_layer_embeddings") else "")
-                          + ("; each MoE layer's router score bias (E)" if score_bias != 0 else ""),
+                          + ("; each MoE layer's router score bias (E)" if score_bias != 0 else "")
+                          + ("; each layer's mup_vector (in_proj's width)" if mup != 0 else ""),
                           "transformers LlamaRotaryEmbedding"))
     return terms + (tower_terms(s) if s.tower is not None else [])
 
