@@ -95,9 +95,11 @@ def _moe_reference(s_: Structure, R: sp.Expr) -> sp.Expr:
     gather (the down output, its weighted copy and the gathered one, h each, and the inverse permutation).
 
     >>> from symvram.ledger.structure import Structure
-    >>> e = _moe_reference(Structure(method="lora", family="mixtral", objective="dpo"), sym("tokens"))
-    >>> sorted(map(str, e.free_symbols))[:3]
-    ['bytes_act', 'bytes_fp32', 'bytes_index']
+    >>> e = _moe_reference(Structure(method="lora", family="mixtral", objective="dpo"), sym("batch") * sym("seq"))
+    >>> e.subs({sym("batch"): 1, sym("seq"): 1024, sym("experts"): 8, sym("experts_per_token"): 2, sym("hidden"): 4096,
+    ...         sym("moe_intermediate"): 14336, sym("bytes_act"): 2, sym("bytes_fp32"): 4, sym("bytes_index"): 8,
+    ...         sym("bytes_int32"): 4})   # Mixtral-8x7B, 1024 tokens: the gated product binds
+    251748416
     """
     fam, S = s_.arch, R * k_e
     b_sw = b_32 if fam.extra("routing_weights_fp32") else b_c   # Mixtral's fp32 weights; Qwen3-MoE casts them
