@@ -230,6 +230,11 @@ def _set_value(name: str, value):
     return value
 
 
+# MoE block features whose no-grad working set is not derived for --objective dpo, kto, reward (families' extras)
+MOE_UNMODELLED = ("shared_expert", "router_fp32", "router_topk_softmax", "expert_biases", "experts_dense",
+                  "router_compute_dtype")
+
+
 @dataclass(frozen=True)
 class Scenario:
     """Every input of one estimate. Build it with ``Scenario.create`` (which checks and resolves)."""
@@ -756,9 +761,23 @@ class Scenario:
             raise UserError(f"--objective reward with {'--method qlora' if self.method == 'qlora' else 'lm_head'} "
                             "is not modelled: a reward model has a score head and no lm_head (full and lora are)")
         self._check_grpo()
-        if self.objective != "sft" and self._moe_layers():
-            raise UserError(f"--objective {self.objective} on a mixture-of-experts model is not modelled: the "
-                            "reference forward's working set is derived for dense MLPs")
+        self._check_moe_objective()
+
+    def _check_moe_objective(self) -> None:
+        """A preference objective or a reward model on a MoE model: the routed experts' block (top-k router,
+        transformers' grouped_mm experts) is modelled for the reference forward and the load-balancing loss; shared
+        experts, fp32 or top-k-softmax routers, biased or dense experts and hybrid layer kinds are not yet."""
+        fam = family(self.model.family)
+        if self.objective == "sft" or not self._moe_layers():
+            return
+        if self.objective == "grpo":
+            raise UserError("--objective grpo on a mixture-of-experts model is not modelled: generation's forward is "
+                            "derived for dense MLPs")
+        unmodelled = [name for name in MOE_UNMODELLED if fam.extra(name)] + ["layer kinds"] * bool(fam.kinds)
+        if unmodelled:
+            raise UserError(f"--objective {self.objective} on {fam.key} is not modelled: the reference forward's and "
+                            f"the load-balancing loss's working sets are derived for routed experts without "
+                            f"{', '.join(unmodelled)} (Mixtral's and Qwen3-MoE's blocks)")
 
     def _moe_layers(self) -> bool:
         """Whether the model has MoE layers: a layer kind of the family that is an MoE block and has layers here

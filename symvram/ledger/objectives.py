@@ -27,7 +27,7 @@ import sympy as sp
 from ..symbols import sym
 from .activations import (TRL_TOKEN_CHUNK, TRL_VOCAB_CHUNK, _trl_dtypes, norm_saved, residual_bytes, trl_loss_terms,
                           trl_saved_term)
-from .architecture import V, L, dh, f, h, nh, nkv
+from .architecture import E, V, L, dh, f, f_e, h, k_e, nh, nkv
 from .structure import Structure
 from .terms import Phase, Role, Term, span
 from .weights import b_w, compute_weight_bytes
@@ -84,9 +84,13 @@ def _reference_head(s_: Structure) -> tuple[tuple[int, sp.Expr], ...]:
 def _reference_forward(s_: Structure) -> sp.Expr:
     """The reference forward's working set beyond what the policy holds: the larger of one decoder layer's MLP
     at its product (SiLU output, up output and their product, d_ff wide, beside the normed input, the residual
-    and the RoPE tables) and its fused LM head as it returns (``_reference_head``)."""
+    and the RoPE tables) and its fused LM head as it returns (``_reference_head``). A mixture-of-experts layer's
+    block is its routed experts' (``_moe_reference``)."""
     R = rows(s_.objective) * b * seq
-    mlp = 3 * b_c * R * f + 2 * residual_bytes(s_) * R * h + 2 * b_c * seq * dh
+    block = _moe_reference(s_, R) if s_.arch.moe else 3 * b_c * R * f
+    # beside the block: the layer's input and normed input (a MoE block's: also the residual after attention and the
+    # model's inputs_embeds, alive in the decoder loop, modeling_mixtral.py MixtralModel.forward) and the RoPE tables
+    mlp = block + (4 if s_.arch.moe else 2) * residual_bytes(s_) * R * h + 2 * b_c * seq * dh
     head = sp.Add(*(k * size for k, size in _reference_head(s_)))
     return _adapter_casts(s_) + sp.Max(mlp, head, evaluate=False)
 
@@ -96,6 +100,43 @@ def _reference_tensors(s_: Structure) -> tuple[tuple[int, sp.Expr], ...]:
     layer, and its fused head's (``_reference_head``); the layers' working sets before the head are the
     schedule's no-grad layer loop (ledger.schedule), which the Max's MLP side stands for in the moment."""
     return (*_adapter_cast_tensors(s_), *_reference_head(s_))
+
+
+def _moe_reference(s_: Structure, R: sp.Expr) -> sp.Expr:
+    """One routed-experts block under no_grad on R tokens, S = R·k_E token-expert pairs (transformers 5.24
+    integrations/moe.py:424-520 grouped_mm_experts_forward; the router, e.g. modeling_mixtral.py:104-111): the
+    router's logits (the block keeps them as ``_`` until it returns), the top-k weights and int64 indices; the
+    sorted expert ids and their permutation (int64), the gathered tokens, the sorted weights, histc's 4-byte input
+    (fp32 on the CPU, int32 on CUDA: moe.py:450-451) and the E counts and int32 offsets; then the larger of the
+    gated product being made (the gate_up output, 2·d_E, its SiLU and the product, d_E each) and the un-permuting
+    gather (the down output, its weighted copy and the gathered one, h each, and the inverse permutation).
+
+    >>> from symvram.ledger.structure import Structure
+    >>> e = _moe_reference(Structure(method="lora", family="mixtral", objective="dpo"), sym("batch") * sym("seq"))
+    >>> e.subs({sym("batch"): 1, sym("seq"): 1024, sym("experts"): 8, sym("experts_per_token"): 2, sym("hidden"): 4096,
+    ...         sym("moe_intermediate"): 14336, sym("bytes_act"): 2, sym("bytes_fp32"): 4, sym("bytes_index"): 8,
+    ...         sym("bytes_int32"): 4})   # Mixtral-8x7B, 1024 tokens: the gated product binds
+    251748416
+    """
+    fam, S = s_.arch, R * k_e
+    b_sw = b_32 if fam.extra("routing_weights_fp32") else b_c   # Mixtral's fp32 weights; Qwen3-MoE casts them
+    router = b_c * R * E + (b_sw + b_id) * R * k_e
+    sorted_ = 2 * b_id * S + b_c * S * h + b_sw * S + b_32 * S + (b_32 + b_i32) * E
+    gated, unpermute = 4 * b_c * S * f_e, 3 * b_c * S * h + b_id * S
+    return router + sorted_ + sp.Max(gated, unpermute, evaluate=False)
+
+
+def _router_aux(s_: Structure) -> sp.Expr:
+    """What the policy's MoE load-balancing loss keeps for its backward (TRL's fused forward calls Mixtral's
+    load_balancing_loss_func, trainer/utils.py:1664-1685, when the trainer asks for router logits,
+    dpo_trainer.py:1294-1295): each MoE layer's softmax of its [R, E] router logits (softmax saves its output: fp32
+    under CUDA autocast, the logits' dtype under the CPU's) and the attention mask cast to fp32, which each
+    layer's masked product keeps (modeling_mixtral.py load_balancing_loss_func). Their backward runs first and leaves
+    each layer's router-logit gradient ([R, E], the logits' dtype) waiting for that layer's backward
+    (``router_aux_grads``; traced: all of them alive at the first layer's backward)."""
+    R = rows(s_.objective) * b * seq
+    probs = b_32 if s_.autocast and s_.device == "cuda" else b_c
+    return L * probs * R * E + b_32 * R
 
 
 def _adapter_casts(s_: Structure) -> sp.Expr:
@@ -172,6 +213,8 @@ EXPRESSIONS = {
     "labels": lambda s_, base: b_id * rows(s_.objective) * b * seq,
     "kl_logps": lambda s_, base: 2 * b_32 * b,
     "ref_forward": lambda s_, base: _reference_forward(s_),
+    "router_aux": lambda s_, base: _router_aux(s_) if s_.arch.moe else None,
+    "router_aux_grads": lambda s_, base: b_c * L * rows(s_.objective) * b * seq * E if s_.arch.moe else None,
     # GRPO (trl 1.16 GRPOTrainer, transformers' generation)
     "adapter_casts": lambda s_, base: _adapter_casts(s_) or None,   # None: no such tensors in this run
     "head_input": lambda s_, base: residual_bytes(s_) * b * seq * h,
