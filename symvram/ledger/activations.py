@@ -985,7 +985,7 @@ ACTIVATION_FIELDS = ("method", "family", "first_kind", "lead_kinds", "options", 
                      "optimizer_in_backward", "checkpoint_every", "offload_activations", "offload_checkpoints", "packed", "liger",
                      "unsloth_kernels",
                      "kbit_prepared", "loss_impl", "modules_to_save", "score_head", "weight_casts", "fsdp_mixed_precision", "bnb_input_saved",
-                     "shift_logits_copy", "forward_logits_upcast", "tower", "objective")
+                     "shift_logits_copy", "forward_logits_upcast", "tower", "objective", "nll")
 
 
 def refuse_unmodelled(fam) -> None:
