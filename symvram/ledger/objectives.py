@@ -280,7 +280,7 @@ def logits_terms(s_: Structure, activation_terms: list[Term]) -> list[Term]:
     logits (``.contiguous()``) and keeps cross-entropy's fp32 log-softmax (b·(s−1) × V each); the average log-probs
     come from TRL's Triton log-prob kernel (kernels/logprob_entropy.py:146-246), which saves the logits. In the
     backward the two branches' gradients are scattered back into [R, s, V] fp32 tensors and summed: three at once
-    (with the NLL), else the kernel's [R, s−1, V] gradient beside one. Beside them the concatenated ids, mask and
+    (with the NLL), else the kernel's [R, s−1, V] gradient beside the logits it saved. Beside them the concatenated ids, mask and
     labels (int64 [R, s]) and, with the NLL, the labels it masks and shifts. No saved loss activation outlives the
     loss's backward."""
     R, entry = rows(s_.objective) * b, objectives()[s_.objective]
@@ -294,9 +294,11 @@ def logits_terms(s_: Structure, activation_terms: list[Term]) -> list[Term]:
         back_why = "the NLL's and the log-prob kernel's logits gradients, each scattered into [2b, s, V] fp32, and their sum"
     else:        # as accelerate converts them: the lm_head's 16-bit logits and their fp32 copy
         loss = logits + b_c * R * seq * V + ids
-        back = logits + b_32 * R * (seq - 1) * V
+        back = logits + b_32 * R * (seq - 1) * V + (b_id + 3 * b_32) * R * (seq - 1)   # + its saved labels,
+        # log_z and expected logit, and the log-probs' gradient
         why = "the lm_head's 16-bit logits and their fp32 copy (accelerate's convert_outputs_to_fp32), the int64 concatenated batch"
-        back_why = "the log-prob kernel's fp32 logits gradient [2b, s-1, V] and its scatter into [2b, s, V]"
+        back_why = ("the log-prob kernel's backward: the fp32 logits it saved, their gradient [2b, s-1, V], its saved "
+                    "labels and statistics")
     own = {"logits": Term("logits", Role.LOSS_TEMPORARY, loss, r"M_{\mathrm{logits}}", why, LOGITS_SOURCE),
            "loss_backward_temp": Term("loss_backward_temp", Role.LOSS_BACKWARD_TEMPORARY, back + 2 * b_32,
                                       r"M_{\mathrm{CE}'}", back_why + ", beside the loss and its gradient (fp32)",
