@@ -77,3 +77,32 @@ def test_estimate_is_trls_step(objective, method, checkpointing, cpo_alpha):
     if method == "lora":
         assert estimate == measured
     assert abs(estimate - measured) / measured < 0.0005, (estimate, measured)
+
+
+def _file(tmp_path, name, text):
+    path = tmp_path / name
+    path.write_text(text)
+    return str(path)
+
+
+def test_readers_name_the_objective(tmp_path, capsys):
+    """axolotl's rl: orpo / simpo (with its cpo_alpha), a TRL CPOConfig (cpo_alpha; loss_type simpo, alphapo: SimPO
+    with cpo_alpha 0); an unknown loss type and LLaMA-Factory's pref_loss orpo (its own CustomDPOTrainer) exit 2."""
+    from symvram.cli import main
+    from symvram.readers.read import read_files
+
+    ax = read_files([_file(tmp_path, "a.yml", "base_model: llama-2-7b\nrl: simpo\ncpo_alpha: 0\nadapter: lora\n")])
+    assert ax.settings["objective"].value == "simpo" and ax.settings["cpo_alpha"].value == 0
+    assert read_files([_file(tmp_path, "o.yml", "base_model: x\nrl: orpo\n")]).settings["objective"].value == "orpo"
+    cpo = read_files([_file(tmp_path, "c.json", '{"output_dir": "o", "max_length": 512, "cpo_alpha": 0.5, '
+                                                '"loss_type": "hinge"}')])
+    sc = Scenario.create("llama-2-7b", **{"method": "lora", **cpo.kwargs()})
+    assert sc.objective == "cpo" and sc.cpo_alpha == 0.5 and sc.seq == 512 and sc.loss_impl == "torch"
+    alpha = read_files([_file(tmp_path, "s.json", '{"output_dir": "o", "cpo_alpha": 1.0, "loss_type": "alphapo"}')])
+    sc = Scenario.create("llama-2-7b", **{"method": "lora", **alpha.kwargs()})
+    assert sc.objective == "simpo" and sc.cpo_alpha == 0 and not sc.structure.nll
+    for text, words in (('{"output_dir": "o", "cpo_alpha": 1.0, "loss_type": "simpoo"}', "not a TRL 1.16 loss type"),
+                        ("model_name_or_path: m\nstage: dpo\npref_loss: orpo\n", "CustomDPOTrainer")):
+        assert main(["estimate", "llama-2-7b", "--from", _file(tmp_path, "t.yaml", text)]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and words in err[0], err
