@@ -710,11 +710,7 @@ class Scenario:
                             "policy on each data-parallel GPU)")
 
     def _check_cpo(self) -> None:
-        """cpo_alpha only where the objective's NLL follows it (CPO, SimPO), a finite number; the logits
-        objectives under mixed precision, as TRL runs them (accelerate's fp32 copy of the logits)."""
-        if objectives()[self.objective].get("logits") and self.autocast == "none":
-            raise UserError(f"--objective {self.objective} without mixed precision (--autocast none) is not modelled: "
-                            "the loss is modelled on the fp32 logits accelerate's bf16/fp16 forward returns")
+        """cpo_alpha only where the objective's NLL follows it (CPO, SimPO), a finite number."""
         if objectives()[self.objective].get("nll") != "cpo_alpha":
             if self.cpo_alpha != 1.0:
                 raise UserError("--cpo-alpha is a CPOTrainer setting: use --objective cpo or simpo")

@@ -284,17 +284,18 @@ def logits_terms(s_: Structure, activation_terms: list[Term]) -> list[Term]:
     labels (int64 [R, s]) and, with the NLL, the labels it masks and shifts. No saved loss activation outlives the
     loss's backward."""
     R, entry = rows(s_.objective) * b, objectives()[s_.objective]
-    logits = b_32 * R * seq * V
+    b_l = b_32 if s_.autocast else compute_weight_bytes(s_)   # without mixed precision: the lm_head's own dtype
+    logits = b_l * R * seq * V
     ids = b_id * 3 * R * seq   # concatenated_inputs: input ids, attention mask, labels
     if s_.nll:   # at cross_entropy: its contiguous copy and log-softmax, the labels torch.where masks, shifted
-        loss = logits + 2 * b_32 * b * (seq - 1) * V + ids + b_id * (R * seq + b * (seq - 1)) + 2 * b_32
+        loss = logits + 2 * b_l * b * (seq - 1) * V + ids + b_id * (R * seq + b * (seq - 1)) + 2 * b_l
         back = 3 * logits
         why = ("the fp32 logits, the chosen rows' shifted copy and cross-entropy's fp32 log-softmax, the int64 "
                "concatenated batch and labels")
         back_why = "the NLL's and the log-prob kernel's logits gradients, each scattered into [2b, s, V] fp32, and their sum"
     else:        # as accelerate converts them: the lm_head's 16-bit logits and their fp32 copy
-        loss = logits + b_c * R * seq * V + ids
-        back = logits + b_32 * R * (seq - 1) * V + (b_id + 3 * b_32) * R * (seq - 1)   # + its saved labels,
+        loss = logits + (b_c * R * seq * V if s_.autocast else 0) + ids
+        back = logits + b_l * R * (seq - 1) * V + (b_id + 3 * b_32) * R * (seq - 1)   # + its saved labels,
         # log_z and expected logit, and the log-probs' gradient
         why = "the lm_head's 16-bit logits and their fp32 copy (accelerate's convert_outputs_to_fp32), the int64 concatenated batch"
         back_why = ("the log-prob kernel's backward: the fp32 logits it saved, their gradient [2b, s-1, V], its saved "
