@@ -113,7 +113,7 @@ def objective(tool: str, names: dict[str, str], refused: dict[str, str] | None =
     >>> objective("axolotl", {"dpo": "dpo"})("grpo")
     Traceback (most recent call last):
     ...
-    symvram.readers.convert.WrongValue: 'grpo': the objectives modelled are sft, dpo, kto, reward, grpo, orpo, cpo and simpo (TRL 1.16's DPOTrainer, KTOTrainer, RewardTrainer, GRPOTrainer, ORPOTrainer and CPOTrainer; axolotl's dpo); PPO is not
+    symvram.readers.convert.WrongValue: 'grpo': the objectives modelled are sft, dpo, kto, reward, grpo, orpo, cpo and simpo (TRL 1.16's DPOTrainer, KTOTrainer, RewardTrainer, GRPOTrainer, ORPOTrainer and CPOTrainer; axolotl's dpo); PPO is not yet
     """
     refused = refused or {}
 
@@ -130,7 +130,7 @@ def objective(tool: str, names: dict[str, str], refused: dict[str, str] | None =
         *first, last = objectives()
         spelled = ", ".join(k for k, v in names.items() if v != "sft")
         raise WrongValue(f"{value!r}: the objectives modelled are {', '.join(first)} and {last} ({trainers()}; "
-                         f"{tool}'s {spelled or 'none'}); PPO is not")
+                         f"{tool}'s {spelled or 'none'}); PPO is not yet")
 
     return convert
 
