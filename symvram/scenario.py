@@ -121,7 +121,8 @@ def _objective_defaults(kw: dict) -> dict:
     if "loss_impl" not in entry:   # a reward model's loss reads one score per sequence: no LM head to implement
         return kw
     if kw.get("loss_impl", entry["loss_impl"]) != entry["loss_impl"]:
-        raise UserError(f"--objective {name} runs TRL's own fused LM head (--loss-impl {entry['loss_impl']}); "
+        head = "TRL's own fused LM head" if entry["loss_impl"] == "trl" else "its loss on the model's logits"
+        raise UserError(f"--objective {name} runs {head} (--loss-impl {entry['loss_impl']}); "
                         f"--loss-impl {kw['loss_impl']} contradicts it")
     kw["loss_impl"] = entry["loss_impl"]
     return kw
@@ -287,6 +288,7 @@ class Scenario:
     beta: float = 0.0               # the KL coefficient: 0 (TRL's default) loads no reference
     loss_type: str = "dapo"         # GRPOConfig.loss_type
     generation: str = "hf"          # hf (transformers' generate) | vllm-colocate | vllm-server
+    cpo_alpha: float = 1.0          # CPO/SimPO: CPOConfig.cpo_alpha, the weight of the chosen rows' NLL (0: not computed)
     overrides: tuple[tuple[str, float], ...] = field(default=())
     versions: tuple[tuple[str, str], ...] = ()   # --versions: library versions asked for (symvram.versions)
     # the settings given (not filled by the stack): with_changes keeps them and lets the stack fill the rest again
@@ -348,7 +350,8 @@ class Scenario:
     def reference(self) -> str:
         """Where a preference objective's reference log-probs come from: ``copy`` (a second model, full
         fine-tuning), ``adapters`` (the PEFT policy with its adapters disabled), ``precomputed``, or ``none`` (SFT)."""
-        if self.objective == "sft" or self.score_head or (self.objective == "grpo" and self.beta == 0):
+        if (self.objective == "sft" or self.score_head or (self.objective == "grpo" and self.beta == 0)
+                or objectives()[self.objective].get("reference") == "none"):
             return "none"
         return "precomputed" if self.precompute_ref else ("adapters" if self.lora else "copy")
 
@@ -356,6 +359,13 @@ class Scenario:
     def score_head(self) -> bool:
         """The objective trains a sequence-classification model (reward modelling: a score head, no lm_head)."""
         return objectives()[self.objective].get("head") == "score"
+
+    @property
+    def nll(self) -> bool:
+        """The trainer computes the chosen rows' NLL on the logits: ORPO always, CPO/SimPO unless cpo_alpha = 0
+        (trl 1.16 experimental/cpo/cpo_trainer.py:842-845)."""
+        rule = objectives()[self.objective].get("nll", False)
+        return self.cpo_alpha != 0 if rule == "cpo_alpha" else bool(rule)
 
     @property
     def saved_modules(self) -> tuple[str, ...]:
@@ -740,6 +750,16 @@ class Scenario:
             raise UserError(f"--objective grpo with {what} is not modelled (generation is modelled for a 16-bit "
                             "policy on each data-parallel GPU)")
 
+    def _check_cpo(self) -> None:
+        """cpo_alpha only where the objective's NLL follows it (CPO, SimPO), a finite number."""
+        if objectives()[self.objective].get("nll") != "cpo_alpha":
+            if self.cpo_alpha != 1.0:
+                raise UserError("--cpo-alpha is a CPOTrainer setting: use --objective cpo or simpo")
+            return
+        if isinstance(self.cpo_alpha, bool) or not isinstance(self.cpo_alpha, (int, float)) or not math.isfinite(
+                self.cpo_alpha):
+            raise UserError(f"--cpo-alpha must be a number (the NLL's weight); got {excerpt(self.cpo_alpha)}")
+
     def _check_objective(self) -> None:
         """A known objective; DPO's prompt inside the sequence, its reference settings only with it."""
         if self.objective == "ppo":
@@ -754,6 +774,8 @@ class Scenario:
         if isinstance(self.prompt, bool) or not isinstance(self.prompt, int) or not 0 <= self.prompt < self.seq:
             raise UserError(f"--prompt must be a whole number of tokens from 0 to seq - 1 = {self.seq - 1} (the "
                             f"completion needs at least one); got {excerpt(self.prompt)}")
+        if self.precompute_ref and objectives()[self.objective].get("reference") == "none":
+            raise UserError(f"--objective {self.objective} has no reference model: --precompute-ref does not apply")
         if self.score_head and (self.prompt or self.precompute_ref):
             raise UserError("--objective reward scores whole sequences with no reference model: --prompt and "
                             "--precompute-ref do not apply")
@@ -761,6 +783,7 @@ class Scenario:
             raise UserError(f"--objective reward with {'--method qlora' if self.method == 'qlora' else 'lm_head'} "
                             "is not modelled: a reward model has a score head and no lm_head (full and lora are)")
         self._check_grpo()
+        self._check_cpo()
         self._check_moe_objective()
 
     def _check_moe_objective(self) -> None:
@@ -773,6 +796,10 @@ class Scenario:
         if self.objective == "grpo":
             raise UserError("--objective grpo on a mixture-of-experts model is not modelled: generation's forward is "
                             "derived for dense MLPs")
+        if not objectives()[self.objective].get("moe"):
+            modelled = ", ".join(name for name, entry in objectives().items() if entry.get("moe"))
+            raise UserError(f"--objective {self.objective} on a mixture-of-experts model is not modelled (the MoE "
+                            f"blocks are modelled for {modelled})")
         unmodelled = [name for name in MOE_UNMODELLED if fam.extra(name)] + ["layer kinds"] * bool(fam.kinds)
         if unmodelled:
             raise UserError(f"--objective {self.objective} on {fam.key} is not modelled: the reference forward's and "
@@ -842,6 +869,7 @@ class Scenario:
             autocast=self.autocast != "none", weight_casts=self.autocast != "none" and self.dtype == "fp32",
             dropout=self.lora and self.lora_dropout > 0 and not objectives()[self.objective].get("disable_dropout"),
             device=self.device, objective=self.objective, reference=self.reference, score_head=self.score_head,
+            nll=self.nll,
             old_logps=self.objective == "grpo"
             and self.gradient_accumulation_steps % (self.steps_per_generation * self.num_iterations) != 0,
             attention=self.attention, grad_checkpointing=self.grad_checkpointing,

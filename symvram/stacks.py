@@ -162,6 +162,7 @@ def summary(sc) -> str:
         parts.append(f"objective {sc.objective} ({objectives()[sc.objective]['title']}; reference: {reference}; "
                      + ("the time ledger counts the SFT step with its lm_head)" if sc.score_head else
                         "the time ledger counts the training step, not generation)" if sc.objective == "grpo" else
+                        "the time ledger counts the SFT step)" if sc.reference == "none" else
                         "the time ledger counts the SFT step, not the reference forward)"))
     if sc.lora:
         parts.append(f"adapters {sc.adapter_dtype}")

@@ -79,8 +79,13 @@ def add_scenario_arguments(p: argparse.ArgumentParser) -> None:
                         "for LoRA —, TRL's fused LM head), grpo (TRL 1.16's GRPOTrainer with transformers' generation: --prompt P "
                         "and --max-completion-length C; the step's peak is the larger of generation and training), kto (TRL 1.16's KTOTrainer: --batch unpaired "
                         "completions, and no-grad forwards of the mismatched KL completions by the policy and the "
-                        "reference); dpo and kto take the trl stack unless --stack is given")
-    g.add_argument("--prompt", type=int, help="dpo, kto: prompt tokens per sequence, which the fused LM head does not "
+                        "reference), orpo (TRL 1.16's ORPOTrainer), cpo and simpo (its CPOTrainer, loss_type sigmoid "
+                        "/ hinge / ipo and simpo): chosen and rejected in one forward of 2 x --batch rows, no "
+                        "reference, the model's logits in fp32 and the chosen rows' NLL; the preference objectives "
+                        "take the trl stack unless --stack is given")
+    g.add_argument("--cpo-alpha", type=float, help="cpo, simpo: CPOConfig.cpo_alpha, the chosen rows' NLL weight "
+                                                   "(default 1.0; 0: the NLL is not computed)")
+    g.add_argument("--prompt", type=int, help="dpo, kto, orpo, cpo, simpo: prompt tokens per sequence, which the fused LM head does not "
                                               "score (default 0: every position after the first)")
     g.add_argument("--precompute-ref", action="store_true", default=None,
                    help="dpo, kto: precompute_ref_log_probs=True: the reference log-probs come with the "
@@ -221,7 +226,7 @@ SCENARIO_FLAGS = ("stack", "checkpoint_every", "offload_activations", "packing",
                   "attention", "device", "gpus", "zero", "offload", "mp_policy", "tp", "sequence_parallel", "versions",
                   "objective", "prompt", "precompute_ref", "max_completion_length", "num_generations",
                   "steps_per_generation", "gradient_accumulation_steps", "num_iterations", "beta", "loss_type",
-                  "generation")
+                  "generation", "cpo_alpha")
 
 
 def cli_settings(args: argparse.Namespace) -> dict:

@@ -1052,7 +1052,7 @@ ACTIVATION_FIELDS = ("method", "family", "first_kind", "lead_kinds", "options", 
                      "unsloth_kernels", "params_cast",
                      "model_code",
                      "kbit_prepared", "loss_impl", "modules_to_save", "score_head", "weight_casts", "fsdp_mixed_precision", "bnb_input_saved",
-                     "shift_logits_copy", "forward_logits_upcast", "tower", "objective")
+                     "shift_logits_copy", "forward_logits_upcast", "tower", "objective", "nll")
 
 
 def refuse_unmodelled(fam) -> None:

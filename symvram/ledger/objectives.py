@@ -311,6 +311,9 @@ def reshape(s_: Structure, activation_terms: list[Term]) -> list[Term]:
             elif t.role not in HEAD_LOSS_ROLES:
                 out.append(_rows(t, twice))
         return out
+    if objectives()[s_.objective].get("logits"):
+        return logits_terms(s_, [Term(t.key, t.role, t.expr.xreplace(twice), t.label, t.why, t.source, t.place,
+                                      t.lifetime) for t in activation_terms])
     fused = {t.key: t for t in trl_loss_terms(s_, scored(s_))}
     mask = b_mask * _row_positions(s_)   # labels != -100, kept by the index and the scatter for backward
     saved = trl_saved_term(s_, scored(s_), "(the completion's positions)")
@@ -338,3 +341,44 @@ def _rows(t: Term, twice: dict) -> Term:
     return replace(t, expr=t.expr.xreplace(twice), tensors=tuple((n, size.xreplace(twice)) for n, size in t.tensors))
 
 
+
+
+
+LOGITS_SOURCE = "trl 1.16 experimental/orpo/orpo_trainer.py:745-822 (cpo/cpo_trainer.py:792-863) concatenated_forward"
+
+
+def logits_terms(s_: Structure, activation_terms: list[Term]) -> list[Term]:
+    """ORPO's and CPO's loss on the model's logits (TRL 1.16 ``concatenated_forward``), for R = 2b rows of s
+    positions. accelerate's mixed-precision forward returns the lm_head's 16-bit logits as an fp32 copy
+    (accelerate operations.py:889-948); the chosen rows' NLL (ORPO; CPO unless cpo_alpha = 0) copies their shifted
+    logits (``.contiguous()``) and keeps cross-entropy's fp32 log-softmax (b·(s−1) × V each); the average log-probs
+    come from TRL's Triton log-prob kernel (kernels/logprob_entropy.py:146-246), which saves the logits. In the
+    backward the two branches' gradients are scattered back into [R, s, V] fp32 tensors and summed: three at once
+    (with the NLL), else the kernel's [R, s−1, V] gradient beside the logits it saved. Beside them the concatenated ids, mask and
+    labels (int64 [R, s]) and, with the NLL, the labels it masks and shifts. No saved loss activation outlives the
+    loss's backward."""
+    R, entry = rows(s_.objective) * b, objectives()[s_.objective]
+    b_l = b_32 if s_.autocast else compute_weight_bytes(s_)   # without mixed precision: the lm_head's own dtype
+    logits = b_l * R * seq * V
+    ids = b_id * 3 * R * seq   # concatenated_inputs: input ids, attention mask, labels
+    if s_.nll:   # at cross_entropy: its contiguous copy and log-softmax, the labels torch.where masks, shifted
+        loss = logits + 2 * b_l * b * (seq - 1) * V + ids + b_id * (R * seq + b * (seq - 1)) + 2 * b_l
+        back = 3 * logits
+        why = ("the fp32 logits, the chosen rows' shifted copy and cross-entropy's fp32 log-softmax, the int64 "
+               "concatenated batch and labels")
+        back_why = "the NLL's and the log-prob kernel's logits gradients, each scattered into [2b, s, V] fp32, and their sum"
+    else:        # as accelerate converts them: the lm_head's 16-bit logits and their fp32 copy
+        loss = logits + (b_c * R * seq * V if s_.autocast else 0) + ids
+        back = logits + b_l * R * (seq - 1) * V + (b_id + 3 * b_32) * R * (seq - 1)   # + its saved labels,
+        # log_z and expected logit, and the log-probs' gradient
+        why = "the lm_head's 16-bit logits and their fp32 copy (accelerate's convert_outputs_to_fp32), the int64 concatenated batch"
+        back_why = ("the log-prob kernel's backward: the fp32 logits it saved, their gradient [2b, s-1, V], its saved "
+                    "labels and statistics")
+    own = {"logits": Term("logits", Role.LOSS_TEMPORARY, loss, r"M_{\mathrm{logits}}", why, LOGITS_SOURCE),
+           "loss_backward_temp": Term("loss_backward_temp", Role.LOSS_BACKWARD_TEMPORARY, back + 2 * b_32,
+                                      r"M_{\mathrm{CE}'}", back_why + ", beside the loss and its gradient (fp32)",
+                                      "torch slice_backward; trl 1.16 kernels/logprob_entropy.py:211"),
+           "act_tokens": Term("act_tokens", Role.STEP_INPUT, entry["inputs"] * b_id * R * seq
+                              + entry["prompt_inputs"] * b_id * b * p, r"A_{\mathrm{ids}}", entry["inputs_why"],
+                              entry["inputs_source"])}
+    return [own.get(t.key, t) for t in activation_terms if t.key not in ("logits_fp32", "act_logsoftmax")]

@@ -63,6 +63,7 @@ class Structure:
     objective: str = "sft"            # sft | dpo (data/objectives.toml): what one optimizer step runs
     reference: str = "none"           # DPO's reference: copy (a second model) | adapters (PEFT, disabled) | precomputed
     old_logps: bool = False           # GRPO: the old policy's log-probs are computed (accumulation not a multiple of k·iterations)
+    nll: bool = False                 # ORPO, CPO/SimPO (cpo_alpha > 0): the chosen rows' cross-entropy over the logits
     score_head: bool = False          # a sequence-classification model (reward modelling): an h-wide score head, no lm_head
     bnb_input_saved: bool = False     # QLoRA on bitsandbytes < 0.43.3: each 4-bit linear saves its input (symvram.versions)
     shift_logits_copy: bool = False   # transformers < 4.49: the loss copies the shifted fp32 logits (symvram.versions)

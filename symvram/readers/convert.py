@@ -113,7 +113,7 @@ def objective(tool: str, names: dict[str, str], refused: dict[str, str] | None =
     >>> objective("axolotl", {"dpo": "dpo"})("grpo")
     Traceback (most recent call last):
     ...
-    symvram.readers.convert.WrongValue: 'grpo': the objectives modelled are sft, dpo, kto, reward and grpo (TRL 1.16's DPOTrainer, KTOTrainer, RewardTrainer and GRPOTrainer; axolotl's dpo); ORPO, SimPO and PPO are not yet
+    symvram.readers.convert.WrongValue: 'grpo': the objectives modelled are sft, dpo, kto, reward, grpo, orpo, cpo and simpo (TRL 1.16's DPOTrainer, KTOTrainer, RewardTrainer, GRPOTrainer, ORPOTrainer and CPOTrainer; axolotl's dpo); PPO is not yet
     """
     refused = refused or {}
 
@@ -129,11 +129,25 @@ def objective(tool: str, names: dict[str, str], refused: dict[str, str] | None =
 
         *first, last = objectives()
         spelled = ", ".join(k for k, v in names.items() if v != "sft")
-        raise WrongValue(f"{value!r}: the objectives modelled are {', '.join(first)} and {last} (TRL 1.16's "
-                         f"DPOTrainer, KTOTrainer, RewardTrainer and GRPOTrainer; {tool}'s {spelled or 'none'}); "
-                         "ORPO, SimPO and PPO are not yet")
+        raise WrongValue(f"{value!r}: the objectives modelled are {', '.join(first)} and {last} ({trainers()}; "
+                         f"{tool}'s {spelled or 'none'}); PPO is not yet")
 
     return convert
+
+
+def trainers() -> str:
+    """The TRL trainers the objectives of ``data/objectives.toml`` model, named by their titles, in order.
+
+    >>> trainers().split(", ")[0]
+    "TRL 1.16's DPOTrainer"
+    """
+    import re
+
+    from ..ledger.objectives import objectives
+
+    names = list(dict.fromkeys(m.group(1) for e in objectives().values() if (m := re.search(r"(\w+Trainer)", e["title"]))))
+    *first, last = names
+    return f"TRL 1.16's {', '.join(first)} and {last}"
 
 
 # TRL 1.16 DPOConfig.loss_type (trl/trainer/dpo_config.py:245-253; an unknown one raises at the first step,
@@ -153,17 +167,30 @@ def loss_type(value):
     >>> loss_type("sigmod")
     Traceback (most recent call last):
     ...
-    symvram.readers.convert.WrongValue: 'sigmod' is not a TRL 1.16 loss type; DPO: sigmoid, hinge, ipo, exo_pair, nca_pair, robust, bco_pair, sppo_hard, aot, aot_unpaired, apo_zero, apo_down, discopop, sft, sigmoid_norm; SFT: nll, dft; GRPO: grpo, dr_grpo, dapo, bnpo, cispo, sapo, luspo, vespo
+    symvram.readers.convert.WrongValue: 'sigmod' is not a TRL 1.16 loss type; DPO: sigmoid, hinge, ipo, exo_pair, nca_pair, robust, bco_pair, sppo_hard, aot, aot_unpaired, apo_zero, apo_down, discopop, sft, sigmoid_norm; SFT: nll, dft; GRPO: grpo, dr_grpo, dapo, bnpo, cispo, sapo, luspo, vespo; CPO: sigmoid, hinge, ipo, simpo, alphapo
     """
     from ..ledger.objectives import objectives
 
     grpo = tuple(objectives()["grpo"]["loss_types"])
+    cpo = (*objectives()["cpo"]["loss_types"], *objectives()["simpo"]["loss_types"])   # CPOConfig (cpo_config.py:121-127)
     names = value if isinstance(value, list) else [value]
     for name in names:
-        if name not in DPO_LOSS_TYPES + SFT_LOSS_TYPES + grpo:
+        if name not in DPO_LOSS_TYPES + SFT_LOSS_TYPES + grpo + cpo:
             raise WrongValue(f"{name!r} is not a TRL 1.16 loss type; DPO: {', '.join(DPO_LOSS_TYPES)}; "
-                             f"SFT: {', '.join(SFT_LOSS_TYPES)}; GRPO: {', '.join(grpo)}")
+                             f"SFT: {', '.join(SFT_LOSS_TYPES)}; GRPO: {', '.join(grpo)}; CPO: {', '.join(cpo)}")
     return ", ".join(map(str, names))
+
+
+def simpo_loss(value):
+    """CPOConfig's ``loss_type`` simpo or alphapo names a SimPO run (cpo_config.py:175-179: alphapo is simpo with
+    cpo_alpha = 0); any other names none.
+
+    >>> simpo_loss("alphapo"), simpo_loss("sigmoid")
+    ('simpo', None)
+    """
+    from ..ledger.objectives import objectives
+
+    return "simpo" if value in objectives()["simpo"]["loss_types"] else None
 
 
 def refuse(why: str):

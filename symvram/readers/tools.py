@@ -135,7 +135,11 @@ AXOLOTL = Tool("axolotl", "axolotl 0.19", (
     Row("unfrozen_parameters", None, c.nonempty, why="training a subset of parameters"),
     # axolotl's AxolotlDPOTrainer subclasses TRL's DPOTrainer; ipo is DPO with loss_type ipo (the same memory)
     # (and AxolotlKTOTrainer TRL's KTOTrainer)
-    Row("rl", "objective", c.objective("axolotl", {"dpo": "dpo", "ipo": "dpo", "kto": "kto", "grpo": "grpo"})),
+    # rl: orpo runs AxolotlORPOTrainer (TRL's ORPOTrainer), rl: simpo AxolotlCPOTrainer with loss_type simpo and
+    # the config's cpo_alpha (TRL's CPOTrainer)
+    Row("rl", "objective", c.objective("axolotl", {"dpo": "dpo", "ipo": "dpo", "kto": "kto", "grpo": "grpo",
+                                                   "orpo": "orpo", "simpo": "simpo"})),
+    Row("cpo_alpha", "cpo_alpha", c.number),
     # axolotl's AxolotlGRPOTrainer subclasses TRL's GRPOTrainer; its `trl:` section holds GRPOConfig's keys
     *[Row(f"trl.{key}", setting, read) for key, setting, read in GRPO_KEYS],
     Row("relora", None, c.is_on, why="ReLoRA"),
@@ -202,8 +206,9 @@ LLAMAFACTORY = Tool("llamafactory", "LLaMA-Factory 0.9.5", (
     # exit 2 on dpo, kto, ppo, rm: LLaMA-Factory's CustomDPOTrainer computes the full logits in fp32 in its own
     # concatenated_forward, not TRL 1.16's fused LM head, which is what --objective dpo models
     Row("stage", "objective", c.objective("LLaMA-Factory", {"sft": "sft", "pt": "sft"}, {
-        "dpo": "LLaMA-Factory's DPO (CustomDPOTrainer) keeps the full fp32 logits of its own concatenated_forward; "
-               "symvram's --objective dpo models TRL 1.16's DPOTrainer (a fused LM head, no logits): not the same "
+        "dpo": "LLaMA-Factory's DPO (CustomDPOTrainer, pref_loss orpo and simpo too) keeps the full fp32 logits of "
+               "its own concatenated_forward and log-probs; symvram's --objective dpo models TRL 1.16's DPOTrainer (a "
+               "fused LM head, no logits) and --objective orpo / simpo TRL's ORPOTrainer / CPOTrainer: not the same "
                "memory, so it is refused",
         "rm": "LLaMA-Factory's reward modelling loads the causal LM with a value head (train/rm/workflow.py: "
               "load_model(..., add_valuehead=True)), whose forward still computes the vocabulary logits; symvram's "
@@ -322,6 +327,12 @@ TRL = Tool("trl", "TRL 1.16 SFTConfig", (
     # GRPOConfig and KTOConfig: not modelled yet, refused rather than estimated as SFT
     # TRL 1.16 KTOConfig (kto_config.py:212-220): its weights name a KTO run, over DPOConfig's shared keys
     *[Row(k, "objective", lambda v: "kto", priority=3) for k in ("desirable_weight", "undesirable_weight")],
+    # TRL 1.16 CPOConfig (cpo_config.py:132-139): cpo_alpha names a CPO run, loss_type simpo / alphapo a SimPO one
+    # (alphapo: cpo_alpha = 0, cpo_config.py:175-179); an ORPOConfig has no key of its own (give --objective orpo)
+    Row("cpo_alpha", "objective", lambda v: "cpo", priority=3),
+    Row("cpo_alpha", "cpo_alpha", c.number),
+    Row("loss_type", "objective", c.simpo_loss, priority=4),
+    Row("loss_type", "cpo_alpha", lambda v: 0.0 if v == "alphapo" else None, priority=4),
     # TRL 1.16 RewardConfig (reward_config.py:160): the one key of its own names a reward-model run
     Row("center_rewards_coefficient", "objective", lambda v: "reward", priority=3),
     # TRL 1.16 GRPOConfig (grpo_config.py): its generation keys name a GRPO run (the prompt length is the data's:
@@ -333,13 +344,14 @@ TRL = Tool("trl", "TRL 1.16 SFTConfig", (
     Row("generation_batch_size", None, c.is_on, why="the generation batch given directly (give "
         "--steps-per-generation: generation_batch_size / (batch x GPUs))"),
 ), harmless=_TRAINER_HARMLESS - {"loss_type"} | { "label_smoothing", "loss_weights", "ld_alpha", "f_alpha_divergence_coef", "discopop_tau", "sync_ref_model",
-    "ref_model_mixup_alpha", "ref_model_sync_steps", "precompute_ref_batch_size", "disable_dropout",
+    "ref_model_mixup_alpha", "ref_model_sync_steps", "precompute_ref_batch_size", "disable_dropout", "simpo_gamma",
+    "padding_value", "generate_during_eval", "is_encoder_decoder",
     "dataset_name", "dataset_config", "dataset_train_split", "dataset_test_split", "dataset_streaming", "datasets",
     "model_revision", "lora_alpha", "lora_task_type", "use_rslora", "bnb_4bit_quant_type", "bnb_4bit_quant_storage",
     "lora_target_parameters", "ignore_bias_buffers"},
     markers=frozenset({"dataset_text_field", "max_length", "packing", "completion_only_loss", "assistant_only_loss",
                        "dataset_name", "use_peft", "precompute_ref_log_probs", "f_divergence_type", "num_generations",
-                       "desirable_weight", "center_rewards_coefficient"}))
+                       "desirable_weight", "center_rewards_coefficient", "cpo_alpha", "simpo_gamma"}))
 
 # ------------------------------------------------------- DeepSpeed 0.19 config JSON (runtime/zero/config.py)
 # the ZeRO sizes the ledger holds as symbols (ledger/sharding.py): the file's value is that symbol's value

@@ -286,4 +286,8 @@ def measure_preference(spec: dict) -> dict:
     if spec["objective"] == "grpo":   # generation before the step (validate.grpo)
         from .grpo import measure_grpo
         return measure_grpo(spec)
+    from ..ledger.objectives import objectives
+    if objectives()[spec["objective"]].get("logits"):   # ORPO, CPO, SimPO: the model's logits (validate.paired)
+        from .paired import run_paired
+        return result(spec, run_paired)
     return result(spec, run_preference)
