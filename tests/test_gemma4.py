@@ -127,7 +127,9 @@ def test_without_per_layer_embeddings_their_modules_are_no_targets():
 def test_the_26b_a4b_config_json_equals_the_meta_model_and_the_published_totals():
     """google/gemma-4-26B-A4B's config.json (multimodal, no audio tower): the language model and the vision tower as
     transformers builds Gemma4ForConditionalGeneration; the model card's 25.2B total and 3.8B active parameters
-    (each token runs k_E = 8 of the E = 128 experts: the other 120 are inactive, 3·h·d_E each per layer)."""
+    (each token runs k_E = 8 of the E = 128 experts: the other 120 are inactive, 3·h·d_E each per layer). The file's
+    values are the published config.json's as public repositories' test fixtures copy it (the Hub is not reachable
+    here); the vision tower's 572.8M match the card's ~550M."""
     torch = pytest.importorskip("torch")
     transformers = pytest.importorskip("transformers")
     import json
