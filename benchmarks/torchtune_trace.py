@@ -54,6 +54,13 @@ CASES = (  # name, torchtune builder arguments, run settings
                               intermediate_dim=8192, max_seq_len=131072),
      dict(method="full", batch=2, seq=1024, checkpointing=True)),
 )
+# cases the ledger does not match yet, and why (stored with the row, never dropped)
+OPEN = {"llama3.1-8b-4layers-full-inbwd": (
+    "the ledger is 15 % under this trace, and not because of torchtune: symvram's own validate shows the same gap "
+    "for --loss-impl chunked with --optimizer-in-backward on transformers' Llama (tiny, V 8000, T 16: 2,240,520 B "
+    "under, any AdamW implementation). Presumably the c chunk projections each make a V·h partial gradient of "
+    "lm_head, summed before its one post-accumulate-grad step; the ledger's head_step moment holds one (not "
+    "verified). Not resolved")}
 # every LoRA case is the recipes' targets: lora_attn_modules [q_proj, v_proj, output_proj], apply_lora_to_mlp True
 LORA_ATTN = ["q_proj", "v_proj", "output_proj"]
 
@@ -172,6 +179,8 @@ def main(argv: list[str]) -> None:
             row = {"case": name, "arch": arch, "run": run, "config": config(arch), "scenario": scenario(run),
                    **trace(arch, run), "versions": versions()}
             row["estimate"] = estimate(row)
+            if name in OPEN:
+                row["open"] = OPEN[name]
             print(json.dumps(row), flush=True)
             rows.append(row)
     out = Path(__file__).parent / "results" / "torchtune_trace.json"
