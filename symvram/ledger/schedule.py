@@ -87,12 +87,13 @@ def _conditional_widths(expr: sp.Expr, counts: tuple[sp.Symbol, ...]) -> dict[sp
     """The sums inside a product that hold a condition (``at_least``) and no layer count (``counts``): one
     tensor's width that depends on the setting, not several tensors — SDPA's k and v are n_kv heads wide, or n_h
     where it repeats them: ``X·(n_kv + (n_h − n_kv)·[d_head ≥ 257])`` is one tensor, which expanding would split
-    into a difference. A sum of tensors, some of them conditional (RMSNorm's input, 1/rms and its weight's
+    into a difference, and so is a difference beside a condition, ``X·(n_h − n_kv)·[n_kv ≥ 2]`` (the heads a
+    packed batch's attention repeats). A sum of tensors, some of them conditional (RMSNorm's input, 1/rms and its weight's
     cast), has no difference and is expanded as before, and so is a sum with a layer count (how many layers)."""
     def difference(a):
         return any(m.as_coeff_Mul()[0] < 0 for m in sp.Add.make_args(sp.expand(a)))
     found = {a for m in expr.atoms(sp.Mul) for a in m.args
-             if a.is_Add and a.has(at_least) and not a.has(*counts, ceil_div) and difference(a)}
+             if a.is_Add and m.has(at_least) and not a.has(*counts, ceil_div) and difference(a)}
     innermost = [a for a in found if not any(c != a and a.has(c) for c in found)]   # the width, not a sum holding it
     return {a: sp.Dummy() for a in innermost}
 
