@@ -142,9 +142,10 @@ def main(argv=None) -> int:
     preference = [r for r in bench if (r.get("spec") or r).get("objective", "sft") != "sft"]
     sets = [("benchmark cases (benchmarks/cases.jsonl, measured with `symvram validate`'s method)",
              [r for r in bench if r not in preference]),
-            ("preference and RL objectives (DPO, KTO, reward modelling, GRPO with transformers' generation: TRL "
-             "1.16's own trainer step traced by symvram.validate.objectives and validate.grpo, the fused LM head on "
-             "its GPU path; GRPO's peak over its generation and training phases)", preference),
+            ("preference and RL objectives (DPO, KTO, ORPO, CPO/SimPO, reward modelling, GRPO with transformers' "
+             "generation: TRL 1.16's own trainer step traced by symvram.validate.objectives, validate.paired and "
+             "validate.grpo, the fused LM head on its GPU path; GRPO's peak over its generation and training phases)",
+             preference),
             ("calibration set (shared/measurements/calibration.jsonl)", load_rows(Path(args.calibration)))]
     out = ["# Accuracy: estimated vs measured peak of live tensor memory", "",
            "Regenerate: `python benchmarks/accuracy.py` (add `--measure` to measure new cases). "

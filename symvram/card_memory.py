@@ -127,7 +127,7 @@ def _config(allocator: str) -> AllocatorConfig:
 @lru_cache(maxsize=256)
 def _sized_schedule(structure, layers: int, layer_order: tuple[str, ...] = ()):
     ledger = build_ledger(structure)
-    schedule = ledger_schedule(ledger, layers, layer_order)
+    schedule = ledger_schedule(ledger, layers, layer_order, tuple(count for _, count, _ in structure.arch.kinds))
     return schedule, exact_function(ledger.definitions, schedule.sizes)
 
 

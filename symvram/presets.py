@@ -532,13 +532,15 @@ def spec_from_config(cfg: dict, name: str, kind: str, source: str) -> ModelSpec:
             dims[symbol] = f.integer(key, int(value))
         else:
             dims[symbol] = f.integer(key)
+    if fam.extra("layer_flags"):
+        _refuse_unkinded_layers(fam, f.layer_flags(fam.extra("layer_flags"), dims["layers"]), f.source)
     if dims["heads"] % dims["kv_heads"]:
         raise UserError(f"{f.source}: num_attention_heads {dims['heads']} is not a multiple of num_key_value_heads "
                         f"{dims['kv_heads']}")
     if fam.latent_attention and dims["kv_heads"] != dims["heads"]:   # expand_kv makes n_h key heads, which SDPA's
         raise UserError(f"{f.source}: num_key_value_heads {dims['kv_heads']} must equal num_attention_heads "   # GQA
                         f"{dims['heads']} for latent attention (every head has its own k and v)")    # would repeat
-    if fam.moe and dims["experts_per_token"] > dims["experts"]:
+    if fam.has_moe and dims["experts_per_token"] > dims["experts"]:
         raise UserError(f"{f.source}: each token is routed to {dims['experts_per_token']} experts but the model has "
                         f"only {dims['experts']}")
     for key, text in fam.extra("derived_fields", {}).items():   # a field the dims imply (Falcon-H1's mamba_d_ssm)
@@ -560,6 +562,18 @@ def spec_from_config(cfg: dict, name: str, kind: str, source: str) -> ModelSpec:
         published_params=f.optional_integer("published_params", 10**15),
         description=f.text("description", ""), tower=tower, layer_pattern=pattern,
     )
+
+
+def _refuse_unkinded_layers(fam, flags: dict[str, tuple[bool, ...]], source: str) -> None:
+    """A layer whose flags no layer kind has (the default kind's are ``extras.default_flags``) is refused by them:
+    Gemma 4's MoE block in a layer reading shared K/V, of which no config is published."""
+    defaults = {symbol: default for symbol, _, default in fam.dims}
+    kinds = [flag_pattern(defaults[count]) for _, count, _ in fam.kinds]
+    kinds.append(flag_pattern("layers flagged " + fam.extra("default_flags")))
+    for i in range(len(next(iter(flags.values()), ()))):
+        if not any(all(flags[k][i] == v for k, v in kind.items()) for kind in kinds):
+            on = ", ".join(("" if flags[k][i] else "not ") + k for k in flags)
+            raise UserError(f"{source}: layer {i} ({on}) is of no layer kind {fam.key} models")
 
 
 def load_config_json(path: Path) -> ModelSpec:

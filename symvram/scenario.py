@@ -19,7 +19,7 @@ from .ledger.objectives import objectives
 from .ledger.structure import BNB_OPTIM_BITS, Structure
 from .presets import MAX_DIM, ModelSpec, load_model
 from .stacks import DEFAULT_SEQ, STACK_EXTRAS, STACK_SETTINGS, check_stack, concrete, resolve, runs_trainer, stacks
-from .symbols import SYMBOLS
+from .symbols import SYMBOLS, sym
 from .versions import applies, parse_versions
 
 METHODS = ("full", "lora", "qlora")
@@ -33,6 +33,7 @@ ATTENTIONS = ("sdpa", "eager")
 DEVICES = ("cuda", "cpu")
 CHECKPOINT_IMPLS = ("non-reentrant", "reentrant", "unsloth")
 KBIT_PREPS = ("peft", "none")
+ROUTINGS = ("balanced", "worst")   # MoE: the routing priced (worst: every token on the same k experts)
 # the families and targets Unsloth's fused LoRA kernels are modelled for (Scenario.unsloth_kernels)
 UNSLOTH_FAMILIES = ("llama", "mistral", "qwen2", "qwen3")
 UNSLOTH_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
@@ -120,7 +121,8 @@ def _objective_defaults(kw: dict) -> dict:
     if "loss_impl" not in entry:   # a reward model's loss reads one score per sequence: no LM head to implement
         return kw
     if kw.get("loss_impl", entry["loss_impl"]) != entry["loss_impl"]:
-        raise UserError(f"--objective {name} runs TRL's own fused LM head (--loss-impl {entry['loss_impl']}); "
+        head = "TRL's own fused LM head" if entry["loss_impl"] == "trl" else "its loss on the model's logits"
+        raise UserError(f"--objective {name} runs {head} (--loss-impl {entry['loss_impl']}); "
                         f"--loss-impl {kw['loss_impl']} contradicts it")
     kw["loss_impl"] = entry["loss_impl"]
     return kw
@@ -172,12 +174,12 @@ def parse_targets(spec: str | tuple[str, ...] | list[str], fam: Family | None = 
 def smallest_target_side(family_name: str, targets: tuple[str, ...], dims: tuple[tuple[str, int], ...]) -> int:
     """min(d_in, d_out) over the targeted matrices: the largest rank LoRA can have (computed once per shape)."""
     fam, values = family(family_name), {SYMBOLS[n].symbol: v for n, v in dims}
-    # not the E-wide router, nor a gate of one output or one per head (Qwen2-MoE's shared_expert_gate, a Gated
-    # DeltaNet's in_proj_b and in_proj_a: PEFT adapts them at any rank)
+    # not the E-wide router (a bare parameter, or Gemma 4's nn.Linear), nor a gate of one output or one per head
+    # (Qwen2-MoE's shared_expert_gate, a Gated DeltaNet's in_proj_b and in_proj_a: PEFT adapts them at any rank)
     weights = fam.target_map
 
     def gate(m) -> bool:
-        return m.d_out == 1 or (m.d_out.is_Symbol and SYMBOLS[m.d_out.name].unit == "heads")
+        return m.d_out == 1 or (m.d_out.is_Symbol and SYMBOLS[m.d_out.name].unit in ("heads", "experts"))
 
     linear = [t for t in targets if not weights[t].count.free_symbols and weights[t] not in fam.moe_weights
               and not gate(weights[t])] or targets
@@ -229,6 +231,11 @@ def _set_value(name: str, value):
     return value
 
 
+# MoE block features whose no-grad working set is not derived for --objective dpo, kto, reward (families' extras)
+MOE_UNMODELLED = ("shared_expert", "router_fp32", "router_topk_softmax", "expert_biases", "experts_dense",
+                  "router_compute_dtype")
+
+
 @dataclass(frozen=True)
 class Scenario:
     """Every input of one estimate. Build it with ``Scenario.create`` (which checks and resolves)."""
@@ -263,6 +270,7 @@ class Scenario:
     dora: bool = False              # PEFT LoraConfig(use_dora=True)
     modules_to_save: tuple[str, ...] = ()  # PEFT LoraConfig(modules_to_save=...): embed_tokens, lm_head
     kbit_prep: str = "none"         # QLoRA: peft's prepare_model_for_kbit_training (fp32 non-quantized weights)
+    routing: str = "balanced"       # MoE: balanced, or worst (every token of the micro-batch on the same k experts)
     mp_policy: str = "none"         # FSDP2 MixedPrecisionPolicy(param_dtype=this, reduce_dtype=fp32) on fp32 storage
     optimizer_in_backward: bool = False  # one optimizer per parameter, stepped by its post-accumulate-grad hook
     checkpoint_every: int = 1       # checkpointing of layers 0, k, 2k … only (transformers' every_n_layers = k)
@@ -280,6 +288,7 @@ class Scenario:
     beta: float = 0.0               # the KL coefficient: 0 (TRL's default) loads no reference
     loss_type: str = "dapo"         # GRPOConfig.loss_type
     generation: str = "hf"          # hf (transformers' generate) | vllm-colocate | vllm-server
+    cpo_alpha: float = 1.0          # CPO/SimPO: CPOConfig.cpo_alpha, the weight of the chosen rows' NLL (0: not computed)
     overrides: tuple[tuple[str, float], ...] = field(default=())
     versions: tuple[tuple[str, str], ...] = ()   # --versions: library versions asked for (symvram.versions)
     # the settings given (not filled by the stack): with_changes keeps them and lets the stack fill the rest again
@@ -341,7 +350,8 @@ class Scenario:
     def reference(self) -> str:
         """Where a preference objective's reference log-probs come from: ``copy`` (a second model, full
         fine-tuning), ``adapters`` (the PEFT policy with its adapters disabled), ``precomputed``, or ``none`` (SFT)."""
-        if self.objective == "sft" or self.score_head or (self.objective == "grpo" and self.beta == 0):
+        if (self.objective == "sft" or self.score_head or (self.objective == "grpo" and self.beta == 0)
+                or objectives()[self.objective].get("reference") == "none"):
             return "none"
         return "precomputed" if self.precompute_ref else ("adapters" if self.lora else "copy")
 
@@ -349,6 +359,13 @@ class Scenario:
     def score_head(self) -> bool:
         """The objective trains a sequence-classification model (reward modelling: a score head, no lm_head)."""
         return objectives()[self.objective].get("head") == "score"
+
+    @property
+    def nll(self) -> bool:
+        """The trainer computes the chosen rows' NLL on the logits: ORPO always, CPO/SimPO unless cpo_alpha = 0
+        (trl 1.16 experimental/cpo/cpo_trainer.py:842-845)."""
+        rule = objectives()[self.objective].get("nll", False)
+        return self.cpo_alpha != 0 if rule == "cpo_alpha" else bool(rule)
 
     @property
     def saved_modules(self) -> tuple[str, ...]:
@@ -462,6 +479,17 @@ class Scenario:
             raise UserError(f"LoRA targets {', '.join(hit)} on a multimodal {tower.model_type} checkpoint: "
                             f"{tower.unsupported_why}")
         fam = family(self.model.family)
+        if (self.zero == 3 and stacks()[self.stack].get("zero_impl", "fsdp2") == "fsdp2" and not self.lora
+                and self.dtype != "fp32" and any(k.moe and k.extra("router_kept_fp32") for _, k in fam.layer_kinds)):
+            raise UserError(f"--zero 3 full fine-tuning of {self.model.name} in {self.dtype}: from_pretrained keeps "
+                            "the routers' gate.weight in fp32 (_keep_in_fp32_modules_strict) and FSDP2 refuses a layer "
+                            "whose trainable parameters mix dtypes (torch _fsdp_param_group.py:279-285, 'FSDP expects "
+                            "uniform original parameter dtype'); store it in fp32 with --mp-policy bf16 (--stack "
+                            "fsdp; accelerate's FSDP2 upcasts the trainable parameters so, fsdp_utils.py:813-820), or "
+                            "train LoRA adapters")
+        _choice(self.routing, ROUTINGS, "--routing")
+        if self.routing != "balanced" and not any(k.moe for _, k in fam.layer_kinds):
+            raise UserError(f"--routing {self.routing}: {self.model.name} ({fam.key}) has no routed experts")
         if self.attention not in fam.attention_kernels:
             raise UserError(f"--attention {self.attention}: {fam.attention_why or fam.key + ' runs ' + ', '.join(fam.attention_kernels)}")
         _choice(self.device, DEVICES, "--device")
@@ -514,6 +542,8 @@ class Scenario:
             self._check_offloading()
         if self.liger:
             self._check_liger()
+        if stacks()[self.stack].get("model_code") == "torchtune":
+            self._check_torchtune()
         if self.checkpoint_impl == "unsloth" and self.grad_checkpointing:
             self._check_unsloth_checkpointing()
         if self.dora and not self.lora:
@@ -591,6 +621,27 @@ class Scenario:
         if why:
             raise UserError(f"--liger on {fam.key} ({why}) is not modelled; Liger's RMSNorm and SwiGLU/GeGLU kernels "
                             "are modelled for dense RMSNorm families")
+
+    def _check_torchtune(self) -> None:
+        """torchtune's own model code is modelled for its Llama builders (torchtune 0.6.1 models/llama2, llama3,
+        llama3_1, llama3_2) on one GPU, SFT, LoRA or full fine-tuning: not its QLoRA (torchao NF4), DoRA, packed
+        samples, activation offloading, LoRA on the output projection, nor another program's kernels on top."""
+        fam = family(self.model.family)
+        why = (f"the {fam.key} family (its Llama builders are modelled)" if fam.key != "llama" else
+               "no max_position_embeddings (its RoPE cache spans the builder's max_seq_len)"
+               if not self.model.max_position or self.model.max_position >= 1 << 40 else
+               next((what for what, on in (
+                   ("QLoRA (torchao's NF4)", self.method == "qlora"), ("DoRA", self.dora),
+                   ("LoRA on the output projection or embeddings", bool(self.head_targets or self.modules_to_save)),
+                   ("packed samples", bool(self.packing)), ("activation offloading", self.offload_activations),
+                   ("Liger's kernels", self.liger), ("several GPUs", self.gpus > 1 or self.zero > 0),
+                   (f"--objective {self.objective}", self.objective != "sft"),
+                   (f"--attention {self.attention}", self.attention != "sdpa"),
+                   (f"--checkpoint-impl {self.checkpoint_impl}", self.grad_checkpointing
+                    and self.checkpoint_impl != "non-reentrant")) if on), None))
+        if why:
+            raise UserError(f"--stack torchtune with {why} is not modelled; torchtune 0.6.1's single-device LoRA and "
+                            "full recipes on its Llama builders are")
 
     def _check_packing(self) -> None:
         """Packing is modelled on SDPA, where transformers turns restarting position ids into a block-diagonal mask."""
@@ -699,6 +750,16 @@ class Scenario:
             raise UserError(f"--objective grpo with {what} is not modelled (generation is modelled for a 16-bit "
                             "policy on each data-parallel GPU)")
 
+    def _check_cpo(self) -> None:
+        """cpo_alpha only where the objective's NLL follows it (CPO, SimPO), a finite number."""
+        if objectives()[self.objective].get("nll") != "cpo_alpha":
+            if self.cpo_alpha != 1.0:
+                raise UserError("--cpo-alpha is a CPOTrainer setting: use --objective cpo or simpo")
+            return
+        if isinstance(self.cpo_alpha, bool) or not isinstance(self.cpo_alpha, (int, float)) or not math.isfinite(
+                self.cpo_alpha):
+            raise UserError(f"--cpo-alpha must be a number (the NLL's weight); got {excerpt(self.cpo_alpha)}")
+
     def _check_objective(self) -> None:
         """A known objective; DPO's prompt inside the sequence, its reference settings only with it."""
         if self.objective == "ppo":
@@ -713,6 +774,8 @@ class Scenario:
         if isinstance(self.prompt, bool) or not isinstance(self.prompt, int) or not 0 <= self.prompt < self.seq:
             raise UserError(f"--prompt must be a whole number of tokens from 0 to seq - 1 = {self.seq - 1} (the "
                             f"completion needs at least one); got {excerpt(self.prompt)}")
+        if self.precompute_ref and objectives()[self.objective].get("reference") == "none":
+            raise UserError(f"--objective {self.objective} has no reference model: --precompute-ref does not apply")
         if self.score_head and (self.prompt or self.precompute_ref):
             raise UserError("--objective reward scores whole sequences with no reference model: --prompt and "
                             "--precompute-ref do not apply")
@@ -720,9 +783,34 @@ class Scenario:
             raise UserError(f"--objective reward with {'--method qlora' if self.method == 'qlora' else 'lm_head'} "
                             "is not modelled: a reward model has a score head and no lm_head (full and lora are)")
         self._check_grpo()
-        if self.objective != "sft" and family(self.model.family).moe:
-            raise UserError(f"--objective {self.objective} on a mixture-of-experts model is not modelled: the "
-                            "reference forward's working set is derived for dense MLPs")
+        self._check_cpo()
+        self._check_moe_objective()
+
+    def _check_moe_objective(self) -> None:
+        """A preference objective or a reward model on a MoE model: the routed experts' block (top-k router,
+        transformers' grouped_mm experts) is modelled for the reference forward and the load-balancing loss; shared
+        experts, fp32 or top-k-softmax routers, biased or dense experts and hybrid layer kinds are not yet."""
+        fam = family(self.model.family)
+        if self.objective == "sft" or not self._moe_layers():
+            return
+        if self.objective == "grpo":
+            raise UserError("--objective grpo on a mixture-of-experts model is not modelled: generation's forward is "
+                            "derived for dense MLPs")
+        if not objectives()[self.objective].get("moe"):
+            modelled = ", ".join(name for name, entry in objectives().items() if entry.get("moe"))
+            raise UserError(f"--objective {self.objective} on a mixture-of-experts model is not modelled (the MoE "
+                            f"blocks are modelled for {modelled})")
+        unmodelled = [name for name in MOE_UNMODELLED if fam.extra(name)] + ["layer kinds"] * bool(fam.kinds)
+        if unmodelled:
+            raise UserError(f"--objective {self.objective} on {fam.key} is not modelled: the reference forward's and "
+                            f"the load-balancing loss's working sets are derived for routed experts without "
+                            f"{', '.join(unmodelled)} (Mixtral's and Qwen3-MoE's blocks)")
+
+    def _moe_layers(self) -> bool:
+        """Whether the model has MoE layers: a layer kind of the family that is an MoE block and has layers here
+        (Gemma 4's only under enable_moe_block)."""
+        fam, dims = family(self.model.family), {sym(k): v for k, v in self.model.dims.items()}
+        return any(k.moe and n.xreplace(dims) > 0 for n, k in fam.layer_kinds)
 
     def _check_overrides(self) -> None:
         """``--set`` names a registered leaf symbol and a positive, finite, plausible number."""
@@ -781,6 +869,7 @@ class Scenario:
             autocast=self.autocast != "none", weight_casts=self.autocast != "none" and self.dtype == "fp32",
             dropout=self.lora and self.lora_dropout > 0 and not objectives()[self.objective].get("disable_dropout"),
             device=self.device, objective=self.objective, reference=self.reference, score_head=self.score_head,
+            nll=self.nll,
             old_logps=self.objective == "grpo"
             and self.gradient_accumulation_steps % (self.steps_per_generation * self.num_iterations) != 0,
             attention=self.attention, grad_checkpointing=self.grad_checkpointing,
@@ -788,6 +877,8 @@ class Scenario:
             loss_impl=self.loss_impl, dora=self.lora and self.dora, modules_to_save=self.saved_modules, zero=self.zero, offload=self.offload,
             sequence_parallel=self.sequence_parallel, tensor_parallel=self.tp > 1,
             fsdp_mixed_precision=self.mp_policy != "none", zero_impl=stacks()[self.stack].get("zero_impl", "fsdp2"),
+            params_cast=bool(self.zero) and stacks()[self.stack].get("zero_impl") == "deepspeed" and self.dtype != "fp32",
+            model_code=stacks()[self.stack].get("model_code", "transformers"),
             bnb_input_saved=self.method == "qlora" and applies("bnb_input_saved", self.versions)
             and not self.unsloth_kernels,
             optimizer_in_backward=self.optimizer_in_backward,
@@ -825,6 +916,8 @@ class Scenario:
             bytes_state=sizes[self.state_dtype], bytes_autocast=sizes[self.autocast] if self.autocast != "none" else 2,
             states_per_param=recipes()["optimizers"][self.optimizer]["states"],
         )
+        if self.structure.model_code == "torchtune":   # its RoPE cache spans the builder's max_seq_len
+            vals["rope_cache_len"] = self.model.max_position
         vals.update(dict(self.overrides))
         return vals
 

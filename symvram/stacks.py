@@ -127,6 +127,31 @@ DEFAULT_SEQ = 2048   # the Scenario's seq default (Scenario.seq reads it), as Un
 IMPL_WORDS = {"foreach": "torch foreach", "fused": "torch fused", "forloop": "torch for-loop"}
 
 
+def routing_words(sc) -> str | None:
+    """What the routing a step sees changes, for an MoE model (``--routing``); None for a dense one. Every path the
+    ledger models holds the same tensors under any routing, so the worst (every token of the micro-batch on the same
+    k experts: the busiest expert T rows, not T·k/E) prices as balanced — ``symvram validate --routing worst``
+    measures it with the router forced so.
+
+    >>> from symvram.scenario import Scenario
+    >>> routing_words(Scenario.create("qwen3-30b-a3b", routing="worst"))[:60]
+    'routing worst (every token on the same k experts) = balanced'
+    """
+    routed = [k for _, k in sc.structure.arch.layer_kinds if k.moe]
+    if not routed:
+        return None
+    why = []
+    if any(not k.extra("experts_dense") for k in routed):   # the sorted pairs, gathered, grouped, scattered back
+        why.append("grouped_mm runs the T·k token-expert pairs as tensors of T·k rows however they fall on the "
+                   "experts (transformers integrations/moe.py:436-537)")
+    if any(k.extra("experts_dense") for k in routed):        # Llama 4: every token through every expert
+        why.append("Llama 4's experts run every token through all E experts (E·T rows, "
+                   "models/llama4/modeling_llama4.py:159-169)")
+    head = ("routing worst (every token on the same k experts) = balanced" if sc.routing == "worst" else
+            "routing balanced (= worst, every token on the same k experts)")
+    return f"{head}: {'; '.join(why)}"
+
+
 def summary(sc) -> str:
     """One line naming the stack and what it implies for this scenario (every header prints it)."""
     parts = []
@@ -137,6 +162,7 @@ def summary(sc) -> str:
         parts.append(f"objective {sc.objective} ({objectives()[sc.objective]['title']}; reference: {reference}; "
                      + ("the time ledger counts the SFT step with its lm_head)" if sc.score_head else
                         "the time ledger counts the training step, not generation)" if sc.objective == "grpo" else
+                        "the time ledger counts the SFT step)" if sc.reference == "none" else
                         "the time ledger counts the SFT step, not the reference forward)"))
     if sc.lora:
         parts.append(f"adapters {sc.adapter_dtype}")
@@ -180,6 +206,10 @@ def summary(sc) -> str:
     elif sc.stack == "unsloth" and sc.lora:
         parts.append("PEFT's eager LoRA layers (Unsloth's fused kernels are modelled for Llama, Mistral, Qwen2 and "
                      "Qwen3 with LoRA on all seven projections and no dropout)")
+    if sc.structure.model_code == "torchtune":
+        parts.append("torchtune 0.6.1's own Llama modules (LoRALinear, its fp32 RMSNorm, a RoPE cache of "
+                     "max_position_embeddings positions, k and v expanded to every head; traced under FakeTensorMode "
+                     "by benchmarks/torchtune_trace.py), compile: False (torch.compile is not modelled)")
     if sc.offload_activations:
         parts.append("TRL's activation offloading (its rules traced on the CPU; the copy streams' overlap and pinned "
                      "host memory modelled, not measured)")
@@ -191,6 +221,8 @@ def summary(sc) -> str:
         parts.append("Mamba-2 on transformers' torch path (mamba2_chunk_scan, run when mamba_ssm and causal_conv1d are "
                      "not installed; mamba_ssm's fused kernels' saved tensors are not modelled"
                      + "; under checkpointing the scan's backward temporaries are not either" * sc.grad_checkpointing + ")")
+    if (routed := routing_words(sc)) is not None:
+        parts.append(routed)
     parts.append("loss on one score per sequence" if sc.score_head else f"loss {sc.loss_impl}")
     if sc.method == "qlora" and sc.kbit_prep == "peft":
         parts.append("prepare_model_for_kbit_training" + (

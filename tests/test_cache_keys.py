@@ -33,6 +33,7 @@ BASES = [
     Structure(method="full", objective="dpo", reference="copy", loss_impl="trl", grad_checkpointing=True),
     Structure(method="lora", family="gemma3_text", targets=("q_proj",), loss_impl="liger", compute_fp32=True,
               modules_to_save=("embed_tokens",), zero=3, offload="optimizer+params", double_quant=False),
+    Structure(method="lora", family="glm4_moe", targets=("q_proj", "experts.down_proj"), zero=3),   # layer kinds
 ]
 
 
@@ -44,7 +45,7 @@ def _reads(builder, kept: Structure, key: tuple[str, ...]) -> set[str]:
 
     def recording_get(self, name):
         if name in FIELD_NAMES and id(self) in kept_fields and name not in kept_fields[id(self)]:
-            if sys._getframe(1).f_code.co_name not in ("__eq__", "__hash__", "__repr__"):
+            if sys._getframe(1).f_code.co_name not in ("__eq__", "__hash__", "__repr__", "replace"):
                 out.add(name)
         return get(self, name)
 
@@ -53,11 +54,18 @@ def _reads(builder, kept: Structure, key: tuple[str, ...]) -> set[str]:
         kept_fields[id(child)] = frozenset(names)
         return child
 
-    Structure.__getattribute__, Structure.keep = recording_get, recording_keep
+    def recording_layer(self, kind):   # a layer kind's structure (dataclasses.replace) keeps what its parent kept
+        child = layer(self, kind)
+        if id(self) in kept_fields:
+            kept_fields[id(child)] = kept_fields[id(self)]
+        return child
+
+    layer = Structure.layer
+    Structure.__getattribute__, Structure.keep, Structure.layer = recording_get, recording_keep, recording_layer
     try:
         builder(kept)
     finally:
-        Structure.__getattribute__, Structure.keep = get, keep
+        Structure.__getattribute__, Structure.keep, Structure.layer = get, keep, layer
     return out
 
 

@@ -227,6 +227,11 @@ def test_every_family_parses():
         assert fam.target_sets["all-linear"], name
 
 
+def test_the_model_type_index_read_from_text_equals_the_parsed_entries():
+    """The cold start reads each entry's model_types line, not the whole TOML: the same map as the parsed entries'."""
+    assert families_by_model_type() == {mt: name for name in family_names() for mt in family(name).model_types}
+
+
 @pytest.mark.parametrize("cfg, message", [
     ({"model_type": "gpt2"}, "not supported; supported: .*gemma2, gemma3_text, .*gpt_oss, .*llama"),
     ({**PUBLISHED[6][0], "num_experts_per_tok": 9}, "routed to 9 experts but the model has only 8"),

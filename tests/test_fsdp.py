@@ -100,3 +100,30 @@ def test_cli_stack_fsdp_measures_over_gpus(tmp_path, capsys):
     r = json.loads(capsys.readouterr().out)
     assert r["world_size"] == 2 and r["spec"]["mp_policy"] == "bf16"
     assert r["rows"]["sharded_params"]["measured"] == 4 * P // 2 == r["rows"]["sharded_params"]["estimate"]
+
+
+def test_fp32_routers_are_gathered_in_fp32():
+    """GLM-4.5 keeps gate.weight fp32 under a bf16 from_pretrained (_keep_in_fp32_modules_strict): FSDP2 all-gathers
+    the layer's mixed dtypes as bytes (_fsdp_collectives.py:791-808), the router at 4 B. By hand for a tiny GLM-4.5 (a
+    dense layer 0, an MoE layer 1 of 6 experts, LoRA r=8 on attention, bf16): the root, the MoE layer with its
+    adapters, and 2 more bytes per router weight. Its full fine-tuning is refused, as FSDP2 refuses it."""
+    from symvram.errors import UserError
+    from symvram.validate.fsdp import measure_fsdp
+    from symvram.validate.spec import from_scenario
+    from test_families import tiny_config
+
+    glm = spec_from_config({**tiny_config("glm4_moe"), "num_hidden_layers": 2}, "tiny-glm", "config", "test")
+    sc = Scenario.create(glm, stack="torch", method="lora", rank=8, targets="attention", seq=32, adapter_dtype="bf16",
+                         state_dtype="bf16")
+    r = compare_fsdp(sc, 2)
+    for row in [*r["rows"].values(), *r["comm"].values()]:
+        assert row["estimate"] == row["measured"]
+    q, kv, E = 4 * 24, 2 * 24, 6
+    moe_layer = (H * q + q + 2 * (H * kv + kv) + q * H + 2 * 24 + E * H   # attention with biases, q/k norms, router
+                 + E * 3 * H * 40 + 3 * H * 2 * 40 + 2 * H)                # experts, two shared experts, two norms
+    lora = 8 * ((H + q) + 2 * (H + kv) + (q + H))
+    assert r["measured"]["unsharded_params"] == 2 * (ROOT + moe_layer + lora) + 2 * E * H
+    with pytest.raises(UserError, match="uniform original parameter dtype"):
+        sc.with_changes(method="full", zero=3, gpus=2)
+    with pytest.raises(AssertionError, match="uniform original parameter dtype"):
+        measure_fsdp({**from_scenario(sc), "method": "full", "steps": 1}, 2)

@@ -1,13 +1,16 @@
-"""Gemma 4 (gemma4_text): the layer kinds counted from the config against the meta model transformers 5.24 builds,
-the published totals, and tiny training steps measured under FakeTensorMode (estimate = measurement)."""
+"""Gemma 4 (gemma4_text): the layer kinds counted from the config against the meta model transformers 5.24 builds
+(26B-A4B's MoE block beside the dense MLP included), the published totals, and tiny training steps measured under
+FakeTensorMode (estimate = measurement)."""
 from __future__ import annotations
+
+from pathlib import Path
 
 import pytest
 
 from symvram.errors import UserError
 from symvram.evaluate import evaluate
 from symvram.ledger.architecture import family
-from symvram.presets import load_model, spec_from_config
+from symvram.presets import load_config_json, load_model, spec_from_config
 from symvram.scenario import Scenario
 
 # five layers, every kind once: sliding (own K/V), sliding, full (own K/V), then the two that read shared K/V
@@ -24,6 +27,9 @@ KEQV = {**TINY, "attention_k_eq_v": True, "num_global_key_value_heads": 1, "hidd
         "num_kv_shared_layers": 0, "use_double_wide_mlp": False}
 # full layers' heads wider than 256 with 2 K/V heads: SDPA gets k, v repeated to n_h heads (31B's 512 × 4)
 WIDE = {**KEQV, "num_global_key_value_heads": 2, "global_head_dim": 264}
+# 26B-A4B's shape of layer: K = V full layers and the MoE block (router, 4 experts top-2) beside the dense MLP
+MOE = {**KEQV, "enable_moe_block": True, "num_experts": 4, "top_k_experts": 2, "moe_intermediate_size": 32}
+CONFIGS = Path(__file__).parent / "configs"
 
 
 def _meta_model(cfg: dict):
@@ -34,7 +40,7 @@ def _meta_model(cfg: dict):
         return transformers.AutoModelForCausalLM.from_config(hf)
 
 
-@pytest.mark.parametrize("name", ["gemma-4-e2b", "gemma-4-e4b", "gemma-4-31b"])
+@pytest.mark.parametrize("name", ["gemma-4-e2b", "gemma-4-e4b", "gemma-4-31b", "gemma-4-26b-a4b"])
 def test_parameters_equal_the_meta_model(name):
     """The presets (the checkpoints' text_config) and the config symvram writes back for them: P as transformers
     builds Gemma4ForCausalLM, PLE table and projection, KV-sharing layers without k/v, K = V layers without v_proj."""
@@ -58,7 +64,7 @@ def test_published_totals():
         assert round(p / 1e9, digits) == total, name
 
 
-@pytest.mark.parametrize("cfg", [TINY, KEQV], ids=["ple-shared", "k-eq-v"])
+@pytest.mark.parametrize("cfg", [TINY, KEQV, MOE], ids=["ple-shared", "k-eq-v", "moe"])
 def test_every_kind_has_the_meta_models_shapes(cfg):
     """Each layer's parameter shapes as its kind's entry gives them (the kind from the per-layer flags)."""
     import sympy as sp
@@ -69,13 +75,16 @@ def test_every_kind_has_the_meta_models_shapes(cfg):
     params = dict(_meta_model(cfg).named_parameters())
     fam = family("gemma4_text")
     vals = {sym(n): v for n, v in spec.dims.items()}
-    kinds = {0: "sliding", 1: "full" if cfg is TINY else "full_keqv", 3: "sliding_shared", 4: ""} if cfg is TINY \
-        else {0: "sliding", 1: "full_keqv", 4: "full_keqv"}
+    kinds = ({0: "sliding", 1: "full", 3: "sliding_shared", 4: ""} if cfg is TINY
+             else {0: "sliding_moe", 1: "full_keqv_moe", 4: "full_keqv_moe"} if cfg is MOE
+             else {0: "sliding", 1: "full_keqv", 4: "full_keqv"})
     for i, kind in kinds.items():
         k = fam.kind(kind)
         n = lambda e: int(sp.sympify(e).xreplace(vals))  # noqa: E731
         want = sorted([(n(m.d_out), n(m.d_in)) for m in k.linears if n(m.d_out) and n(m.d_in)]
-                      + [(n(x.width),) for x in k.weighted_norms(spec.options)])
+                      + [(n(x.width),) for x in k.weighted_norms(spec.options)]
+                      # the router's scale vectors (d_in 1) and the fused experts (E, d_out, d_in)
+                      + [(n(m.d_out),) if m.d_in == 1 else (n(m.count), n(m.d_out), n(m.d_in)) for m in k.moe_weights])
         got = sorted(tuple(p.shape) for name, p in params.items() if f".layers.{i}." in name)
         assert got == want, (i, kind)
 
@@ -86,10 +95,15 @@ MEASURED = [
     (TINY, dict(method="lora", rank=8, grad_checkpointing=True)),      # stored K/V; the PLE norm under the input hook
     (KEQV, dict(method="lora", rank=8, targets="attention", grad_checkpointing=True)),
     (WIDE, dict(method="full")),
+    (MOE, dict(method="lora", rank=8)),                                # all-linear takes the router's nn.Linear
+    (MOE, dict(method="lora", rank=8, targets="attention")),
+    (MOE, dict(method="lora", rank=8, grad_checkpointing=True)),
+    (MOE, dict(method="full")),                                        # the router's scales train
 ]
 
 
-@pytest.mark.parametrize("cfg, settings", MEASURED, ids=["ple-lora", "ple-full", "ple-lora-ckpt", "keqv-attn-ckpt", "wide-full"])
+@pytest.mark.parametrize("cfg, settings", MEASURED, ids=["ple-lora", "ple-full", "ple-lora-ckpt", "keqv-attn-ckpt",
+                                                         "wide-full", "moe-lora", "moe-attn", "moe-lora-ckpt", "moe-full"])
 def test_estimate_equals_the_measured_peak(cfg, settings):
     pytest.importorskip("peft")
     from symvram.validate.measure import measure
@@ -110,9 +124,46 @@ def test_without_per_layer_embeddings_their_modules_are_no_targets():
     assert "per_layer_input_gate" in Scenario.create("gemma-4-e2b", method="lora").targets
 
 
-def test_the_moe_block_is_refused():
-    with pytest.raises(UserError, match="enable_moe_block"):
-        spec_from_config({**KEQV, "enable_moe_block": True}, "x", "config", "c.json")
+def test_the_26b_a4b_config_json_equals_the_meta_model_and_the_published_totals():
+    """google/gemma-4-26B-A4B's config.json (multimodal, no audio tower): the language model and the vision tower as
+    transformers builds Gemma4ForConditionalGeneration; the model card's 25.2B total and 3.8B active parameters
+    (each token runs k_E = 8 of the E = 128 experts: the other 120 are inactive, 3·h·d_E each per layer). The file's
+    values are the published config.json's as public repositories' test fixtures copy it (the Hub is not reachable
+    here); the vision tower's 572.8M match the card's ~550M."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    import json
+
+    path = CONFIGS / "gemma-4-26b-a4b.json"
+    spec = load_config_json(path)
+    p = evaluate(Scenario.create(spec, method="full")).derived["P"]
+    with torch.device("meta"):
+        model = transformers.AutoModelForCausalLM.from_config(transformers.AutoConfig.for_model(**json.loads(
+            path.read_text())))
+    language = sum(w.numel() for k, w in model.named_parameters() if ".language_model." in k)
+    assert p == language and spec.tower.params == sum(w.numel() for w in model.parameters()) - language
+    d = spec.dims
+    inactive = d["layers"] * (d["experts"] - d["experts_per_token"]) * 3 * d["hidden"] * d["moe_intermediate"]
+    assert (round(p / 1e9, 1), round((p - inactive) / 1e9, 1)) == (25.2, 3.8)
+    assert p == evaluate(Scenario.create("gemma-4-26b-a4b", method="full")).derived["P"]
+
+
+def test_explain_names_the_moe_blocks_terms():
+    """The router's softmax and top-k, its per-expert scales, the routed pairs and the dense MLP beside them, each
+    with its own formula and words."""
+    from symvram import api
+
+    text = api.explain("gemma-4-26b-a4b", method="lora", rank=8).text
+    for label in (r"A_{\mathrm{route}}", r"A_{\mathrm{route,scale}}", r"A_{\mathrm{exp}}", r"A_{\mathrm{shared}}"):
+        assert label in text
+    assert "the gathered per-expert scales" in text and "the dense MLP's gate output (GELU input)" in text
+
+
+def test_the_moe_block_in_a_kv_sharing_layer_is_refused():
+    """No published config has both; no layer kind models them together."""
+    with pytest.raises(UserError, match="layer 3 .* is of no layer kind"):
+        spec_from_config({**TINY, "enable_moe_block": True, "num_experts": 4, "top_k_experts": 2,
+                          "moe_intermediate_size": 32, "attention_k_eq_v": True}, "x", "config", "c.json")
 
 
 # a multimodal gemma4 config.json (as every published checkpoint ships): small vision and audio towers

@@ -53,9 +53,19 @@ def test_bad_settings(kw, message):
         Scenario.create("llama-2-7b", **kw)
 
 
-def test_moe_refused():
+@pytest.mark.parametrize("model, words", [
+    ("qwen1.5-moe-a2.7b", "shared_expert"), ("gpt-oss-20b", "router_topk_softmax"), ("deepseek-v3", "router_fp32"),
+    ("llama-4-scout", "experts_dense")])
+def test_unmodelled_moe_blocks_refused(model, words):
+    """Routed experts are modelled (Mixtral's and Qwen3-MoE's blocks); other MoE blocks are refused by name."""
+    with pytest.raises(UserError, match=words):
+        Scenario.create(model, objective="dpo", method="lora")
+
+
+def test_moe_grpo_refused():
     with pytest.raises(UserError, match="mixture-of-experts"):
-        Scenario.create("mixtral-8x7b", objective="dpo", method="lora")
+        Scenario.create("mixtral-8x7b", objective="grpo", method="lora", prompt=32, max_completion_length=32,
+                        num_generations=2, batch=2)
 
 
 def test_cli_exit_2(capsys):
@@ -196,3 +206,55 @@ def test_explain_answers_a_reward_model(capsys):
     assert main(["explain", "llama-3.2-1b", "--objective", "reward", "--gpu", "24GiB"]) == 0
     out = capsys.readouterr().out
     assert "The short answer" in out and "QLoRA's" not in out
+
+
+MOE_ARCHS = {
+    "mixtral": {"model_type": "mixtral", "hidden_size": 64, "intermediate_size": 176, "num_hidden_layers": 2,
+                "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 1000, "num_local_experts": 4,
+                "num_experts_per_tok": 2},
+    "qwen3_moe": {"model_type": "qwen3_moe", "hidden_size": 64, "intermediate_size": 176, "moe_intermediate_size": 40,
+                  "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16,
+                  "vocab_size": 1000, "num_experts": 6, "num_experts_per_tok": 3},
+    # the reference's experts block outweighs the fused head's tile: wide experts, few scored positions (60 of 64)
+    "mixtral_wide": {"model_type": "mixtral", "hidden_size": 64, "intermediate_size": 512, "num_hidden_layers": 3,
+                     "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 1000, "num_local_experts": 4,
+                     "num_experts_per_tok": 2},
+}
+
+
+@pytest.mark.parametrize("family, objective, method, checkpointing", [
+    ("mixtral", "dpo", "full", True), ("mixtral", "dpo", "full", False), ("mixtral", "kto", "lora", True),
+    ("mixtral", "reward", "full", True),
+    ("qwen3_moe", "dpo", "lora", True), ("qwen3_moe", "dpo", "lora", False), ("qwen3_moe", "dpo", "full", True),
+    ("qwen3_moe", "kto", "full", False),
+    ("mixtral_wide", "dpo", "lora", True), ("mixtral_wide", "dpo", "lora", False), ("mixtral_wide", "kto", "lora", True)])
+def test_moe_estimate_is_trls_step(family, objective, method, checkpointing):
+    """MoE models under TRL's trainers, traced: the reference's no-grad forward through the routed experts
+    (grouped_mm), the policy's load-balancing loss that TRL enables from the config (router_aux_loss_coef 0.001),
+    its saved softmaxes and the router-logit gradients its backward leaves for every layer."""
+    pytest.importorskip("trl", reason="TRL not installed (pip install 'symvram[trl]')")
+    from symvram.validate.objectives import measure_preference
+
+    wide = family.endswith("_wide")
+    spec = {"arch": MOE_ARCHS[family], "method": method, "rank": 8, "targets": ["q_proj", "k_proj", "v_proj", "o_proj"],
+            "batch": 2, "seq": 64 if wide else 32, "prompt": 0 if objective == "reward" else 60 if wide else 8,
+            "objective": objective,
+            "stack": "trl", "autocast": "bf16", "grad_checkpointing": checkpointing}
+    estimate, measured = evaluate(to_scenario(spec)).peak, measure_preference(spec)["peak_bytes"]
+    assert abs(estimate - measured) / measured < 0.0025, (estimate, measured)
+
+
+def test_moe_reference_forward_by_hand():
+    """Mixtral-8x7B DPO with LoRA, 1 pair of 1024 tokens: the reference's last MoE block holds, beside the layer's
+    four hidden-sized tensors and the RoPE tables, the router's logits, fp32 top-k weights and int64 indices, the
+    sorted ids and permutation, the gathered tokens, the fp32 sorted weights and histc input, and the larger of the
+    gated product (4·d_E per pair) and the un-permuting gather (3·h per pair and the inverse permutation)."""
+    sc = Scenario.create("mixtral-8x7b", objective="dpo", method="lora", batch=1, seq=1024, prompt=256,
+                         grad_checkpointing=False)
+    R, S, h, f, E = 2 * 1024, 2 * 2 * 1024, 4096, 14336, 8
+    block = 2 * R * E + (4 + 8) * R * 2 + 2 * 8 * S + 2 * S * h + 4 * S + 4 * S + 8 * E + max(8 * S * f, 6 * S * h + 8 * S)
+    mlp = block + 4 * 2 * R * h + 2 * 2 * 1024 * 128
+    n = 2 * (1024 - 256)
+    head = (2 * R * h + 2 * n * 32768 + 7 * 4 * n + (2 * 4 + 2 * 4 + 3 * 1) * n + 2 * n * h + 8 * n + 2 * 1023)
+    assert evaluate(sc).terms["ref_forward"] == max(mlp, head)
+    assert evaluate(sc).terms["dpo_router_aux"] == 32 * 4 * R * E + 4 * R   # fp32 softmaxes under CUDA autocast

@@ -147,7 +147,7 @@ def test_a_grpo_config_is_read(tmp_path):
 
 
 def test_axolotl_rl_grpo_is_read(tmp_path):
-    """axolotl's rl: grpo (AxolotlGRPOTrainer subclasses TRL's) with its trl: section; orpo is still refused."""
+    """axolotl's rl: grpo (AxolotlGRPOTrainer subclasses TRL's) with its trl: section; ppo is still refused."""
     from symvram.cli import main
     from symvram.readers.read import read_files
 
@@ -156,6 +156,6 @@ def test_axolotl_rl_grpo_is_read(tmp_path):
                     "trl:\n  num_generations: 4\n  max_completion_length: 256\n  beta: 0.0\n")
     sc = Scenario.create("qwen2.5-0.5b", prompt=64, **read_files([str(path)]).kwargs())
     assert (sc.objective, sc.seq, sc.num_generations, sc.batch, sc.method) == ("grpo", 320, 4, 4, "lora")
-    orpo = tmp_path / "o.yml"
-    orpo.write_text("base_model: Qwen/Qwen2.5-0.5B\nrl: orpo\n")
-    assert main(["estimate", "qwen2.5-0.5b", "--from", str(orpo)]) == 2
+    ppo = tmp_path / "o.yml"
+    ppo.write_text("base_model: Qwen/Qwen2.5-0.5B\nrl: ppo\n")
+    assert main(["estimate", "qwen2.5-0.5b", "--from", str(ppo)]) == 2

@@ -10,7 +10,9 @@ import pytest
 
 from symvram import estimate
 from symvram.errors import UserError
+from symvram.evaluate import evaluate
 from symvram.present.tables import host_bytes, to_json
+from symvram.scenario import Scenario
 
 P7 = 7_000_000_000
 H, F, V, L = 4096, 11008, 32000, 32          # the 7b preset's shape
@@ -246,3 +248,14 @@ def test_deepspeed_bf16_by_hand(zero):
     assert e.moments["optimizer_step"] == step
     assert {"ds_reduce_bucket", "ds_step_grad"} <= set(next(m for m in e.ledger.moments
                                                             if m.key == "optimizer_step").terms)
+
+
+def test_deepspeed_casts_from_pretrained_fp32_routers():
+    """DeepSpeed's bf16 engine casts every parameter (engine.py _configure_distributed_model), so GLM-4.5-Air's 45
+    fp32 routers (128 × 4096, _keep_in_fp32_modules_strict) are bf16 there: no fp32 weights, gradients or states
+    beyond the bf16 ones, and each MoE layer's router, F.linear(x.float(), W.float()), keeps a 4-byte copy of W."""
+    ds = evaluate(Scenario.create("glm-4.5-air", method="full", stack="deepspeed", gpus=8)).terms
+    assert not {"weights_fp32", "grads_fp32", "optimizer_states_fp32"} & set(ds)
+    plain = evaluate(Scenario.create("glm-4.5-air", method="full", stack="torch", dtype="bf16", state_dtype="bf16")).terms
+    assert plain["weights_fp32"] == 2 * 45 * 128 * 4096
+    assert ds["act_moe_router_input"] - plain["act_moe_router_input"] == 45 * 4 * 128 * 4096

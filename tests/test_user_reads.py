@@ -104,11 +104,11 @@ def test_liger_is_read_as_its_loss_and_its_layer_kernels(tmp_path, capsys):
 
 @pytest.mark.parametrize("name,text,key,value", [
     ("lf.yml", "model_name_or_path: qwen3-8b\nstage: dpo\nfinetuning_type: lora\ncutoff_len: 1024\n", "stage", "dpo"),
-    ("ax.yml", "base_model: qwen3-8b\nadapter: lora\nrl: orpo\nsequence_len: 1024\n", "rl", "orpo"),
+    ("ax.yml", "base_model: qwen3-8b\nadapter: lora\nrl: ppo\nsequence_len: 1024\n", "rl", "ppo"),
 ])
 def test_objectives_other_than_sft_are_refused(tmp_path, capsys, name, text, key, value):
-    """An ORPO file, or LLaMA-Factory's own DPO (full fp32 logits), is not estimated as SFT: exit 2, one line naming
-    the key and the objective (TRL's and axolotl's DPO and GRPO are read: tests/test_objectives*.py)."""
+    """A PPO file, or LLaMA-Factory's own DPO (full fp32 logits), is not estimated as SFT: exit 2, one line naming
+    the key and the objective (TRL's and axolotl's DPO, ORPO, SimPO and GRPO are read: tests/test_objectives*.py)."""
     assert main(["estimate", "--from", _write(tmp_path, name, text)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and f"{key}: '{value}'" in err[0] and ("not yet" in err[0] or "refused" in err[0])

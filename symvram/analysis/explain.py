@@ -115,8 +115,10 @@ def _try(sc: Scenario, **changes) -> Scenario | str:
 def same_settings(sc: Scenario, model: str) -> Scenario:
     """The same method, recipe and activation settings on another model."""
     kw = {k: getattr(sc, k) for k in sc.__dataclass_fields__ if k != "model"}
-    groups = sc.structure.arch.target_sets  # another family names its modules otherwise: pass the group
-    kw["targets"] = next((g for g, members in groups.items() if set(members) == set(sc.targets)), sc.targets)
+    arch = sc.structure.arch   # another family names its modules otherwise: pass the group (all-linear as the
+    kw["targets"] = next((g for g, members in arch.target_sets.items()   # model has it: modules under a switch left out)
+                          if set(members) == set(sc.targets)
+                          or (g == "all-linear" and arch.is_all_linear(sc.targets, sc.structure.options))), sc.targets)
     spec = load_model(model)
     other = family(spec.family)
     if isinstance(kw["targets"], str) and kw["targets"] not in other.target_sets:   # a group only this family has

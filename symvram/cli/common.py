@@ -9,7 +9,7 @@ from pathlib import Path
 from ..api import objectives
 from ..errors import EXCERPT, UserError, excerpt, one_line
 from ..scenario import (ATTENTIONS, CHECKPOINT_IMPLS, DEVICES, DTYPES, HALF_DTYPES, LOSS_IMPLS, METHODS,
-                        OFFLOADS, OPTIMIZER_IMPLS, OPTIMIZERS, STATE_DTYPES, Scenario)
+                        OFFLOADS, OPTIMIZER_IMPLS, OPTIMIZERS, ROUTINGS, STATE_DTYPES, Scenario)
 from ..stacks import stack_names, stacks
 from ..units import UNITS
 
@@ -79,8 +79,13 @@ def add_scenario_arguments(p: argparse.ArgumentParser) -> None:
                         "for LoRA —, TRL's fused LM head), grpo (TRL 1.16's GRPOTrainer with transformers' generation: --prompt P "
                         "and --max-completion-length C; the step's peak is the larger of generation and training), kto (TRL 1.16's KTOTrainer: --batch unpaired "
                         "completions, and no-grad forwards of the mismatched KL completions by the policy and the "
-                        "reference); dpo and kto take the trl stack unless --stack is given")
-    g.add_argument("--prompt", type=int, help="dpo, kto: prompt tokens per sequence, which the fused LM head does not "
+                        "reference), orpo (TRL 1.16's ORPOTrainer), cpo and simpo (its CPOTrainer, loss_type sigmoid "
+                        "/ hinge / ipo and simpo): chosen and rejected in one forward of 2 x --batch rows, no "
+                        "reference, the model's logits in fp32 and the chosen rows' NLL; the preference objectives "
+                        "take the trl stack unless --stack is given")
+    g.add_argument("--cpo-alpha", type=float, help="cpo, simpo: CPOConfig.cpo_alpha, the chosen rows' NLL weight "
+                                                   "(default 1.0; 0: the NLL is not computed)")
+    g.add_argument("--prompt", type=int, help="dpo, kto, orpo, cpo, simpo: prompt tokens per sequence, which the fused LM head does not "
                                               "score (default 0: every position after the first)")
     g.add_argument("--precompute-ref", action="store_true", default=None,
                    help="dpo, kto: precompute_ref_log_probs=True: the reference log-probs come with the "
@@ -180,6 +185,10 @@ def add_scenario_arguments(p: argparse.ArgumentParser) -> None:
                         "stack's)")
     g.add_argument("--attention", choices=ATTENTIONS, help="sdpa (default; flash/memory-efficient kernel) or "
                                                            "eager (materialises b·heads·seq² scores)")
+    g.add_argument("--routing", choices=ROUTINGS,
+                   help="MoE: the routing priced — balanced (default) or worst (every token of the micro-batch on the "
+                        "same k experts); transformers' grouped_mm experts hold the T·k token-expert pairs in buffers "
+                        "of T·k rows however they fall, so both price the same there and the header says so")
     g.add_argument("--device", choices=DEVICES, help="cuda (default) or cpu: which tensors dropout keeps")
     g = p.add_argument_group("several GPUs (per-GPU bytes; offloaded bytes reported as host memory)")
     g.add_argument("--gpus", type=positive_int, help="data-parallel GPUs N, the ZeRO/FSDP shard degree (default 1)")
@@ -212,12 +221,12 @@ def add_output_arguments(p: argparse.ArgumentParser, required: bool = False,
     p.add_argument("--force", action="store_true", help="overwrite --output if it exists")
 
 
-SCENARIO_FLAGS = ("stack", "checkpoint_every", "offload_activations", "packing", "liger", "checkpoint_impl", "loss_impl", "kbit_prep", "dora", "modules_to_save", "optimizer_in_backward", "method", "rank", "targets", "lora_dropout", "double_quant", "dtype", "master", "state_dtype",
+SCENARIO_FLAGS = ("stack", "checkpoint_every", "offload_activations", "packing", "liger", "checkpoint_impl", "loss_impl", "kbit_prep", "routing", "dora", "modules_to_save", "optimizer_in_backward", "method", "rank", "targets", "lora_dropout", "double_quant", "dtype", "master", "state_dtype",
                   "optimizer", "optimizer_impl", "adapter_dtype", "autocast", "batch", "seq", "grad_checkpointing",
                   "attention", "device", "gpus", "zero", "offload", "mp_policy", "tp", "sequence_parallel", "versions",
                   "objective", "prompt", "precompute_ref", "max_completion_length", "num_generations",
                   "steps_per_generation", "gradient_accumulation_steps", "num_iterations", "beta", "loss_type",
-                  "generation")
+                  "generation", "cpo_alpha")
 
 
 def cli_settings(args: argparse.Namespace) -> dict:

@@ -57,6 +57,10 @@ def _check_supported(sc, fsdp: bool = False) -> None:
                         "buffers, collectives and FusedAdam are CUDA/NCCL code with no fake-tensor or CPU path), so "
                         "its terms are modelled from its source, not measured; validate --stack fsdp --gpus N measures "
                         "ZeRO-3 through torch FSDP2")
+    if sc.structure.model_code == "torchtune":
+        raise UserError("--stack torchtune runs torchtune's own modules, which validate (it traces transformers' "
+                        "models) does not build; torchtune itself is traced by benchmarks/torchtune_trace.py in a venv "
+                        "with torchtune, and tests/test_torchtune.py checks the estimate against its stored rows")
     if sc.method == "qlora":
         import importlib.util
 
@@ -207,7 +211,8 @@ def run(args) -> int:
             rows.append([name, fmt_bytes(row["estimate"], args.units), fmt_bytes(row["measured"], args.units), err])
         text = (render_rows(rows, "lrrr", "table") +
                 f"\n\npeak moment: estimate '{result['estimate_moment']}', measured '{result['measured_phase']}'"
-                f"\n{line} ({'real CUDA tensors' if spec['device'] == 'cuda' else 'FakeTensorMode, CPU code paths'})")
+                f"\n{line} ({'real CUDA tensors' if spec['device'] == 'cuda' else 'real CPU tensors' if sc.routing == 'worst' else 'FakeTensorMode, CPU code paths'}"
+                + ", every token routed to experts 0 … k−1" * (sc.routing == "worst") + ")")
         if result["flops"]:
             frows = [["matmul FLOPs per step", "estimate", "counted", "error"]]
             for name, row in result["flops"].items():

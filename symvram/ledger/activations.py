@@ -33,6 +33,7 @@ T = b * seq  # tokens in the micro-batch
 
 TRANSFORMERS = "transformers LlamaDecoderLayer / LlamaRMSNorm"
 PEFT = "peft tuners/lora/layer.py Linear.forward"
+ACTIVATION_NAMES = {"silu": "SiLU", "gelu_tanh": "GELU", "relu2": "ReLU²"}   # a family's mlp.activation, as the texts name it
 
 
 def matmul_bytes(s_: Structure) -> sp.Expr:
@@ -101,8 +102,10 @@ def norm_weight_copy(s_: Structure, width: sp.Expr) -> sp.Expr:
 
 def norm_weight_input(s_: Structure) -> sp.Symbol:
     """Bytes per element of the normalized tensor a trainable norm weight keeps for its gradient
-    (Gemma and OLMo 2 scale in fp32; Llama casts back to the weight dtype first)."""
-    return compute_weight_bytes(s_) if s_.arch.norm == "rms" else b_32
+    (Gemma and OLMo 2 scale in fp32; Llama casts back to the weight dtype first; torchtune's RMSNorm calls
+    ``F.rms_norm(x.float(), weight=scale)``, modules/rms_norm.py:41-46, whose composite path — the dtypes differ —
+    multiplies the fp32 normalized tensor by the scale)."""
+    return compute_weight_bytes(s_) if s_.arch.norm == "rms" and s_.model_code != "torchtune" else b_32
 
 
 def _feeds(name: str) -> str:
@@ -157,6 +160,7 @@ def needs_grad(s_: Structure, first: bool) -> dict[str, bool]:
     out["ssm_out"] = fam.mixer == "parallel" and (layer_in or trained_reader("ssm_in"))
     out["attn_proj"] = out["attn_out"] or trained_reader("attn_out") or out["ssm_out"] or trained_reader("ssm_out")
     out["mlp_in"] = layer_in or out["attn_proj"]
+    out["router_in"] = out["mlp_in"]   # Gemma 4's router reads its own normed, scaled copy of the MLP's residual
     out["mlp_act"] = out["mlp_in"] or trained_reader("mlp_in")
     out["mlp_out"] = out["mlp_act"] or trained_reader("mlp_act")
     # Gemma 4's per-layer input: the gate reads the residual after the MLP; its product with the layer's slice of the
@@ -237,6 +241,10 @@ def _layer_of(s_: Structure, first: bool) -> dict[str, tuple[sp.Expr, str, str, 
                 repeated = b_mm * T * dh * 2 * nh * wide * at_least(nkv, 2)
                 qkv = b_mm * T * dh * nh + (repeated if shared else
                                             b_mm * T * dh * 2 * nkv * (narrow + wide * at_least(1, nkv)) + repeated)
+            if s_.model_code == "torchtune" and not fam.extra("kv_shared"):
+                # torchtune 0.6.1 modules/attention.py:288-291: k, v expanded to n_h heads and flattened (a copy
+                # unless n_kv = 1), which SDPA keeps instead of GQA's n_kv heads
+                qkv += at_least(nkv, 2) * 2 * b_mm * T * dh * (nh - nkv)
             roped = " after RoPE" * (not fam.extra("no_rope"))
             out["act_attention"] = (qkv + b_mm * T * nh * dh + fused, r"A_{\mathrm{attn}}",
                                     ("SDPA (flash) keeps q, k, v" + roped + " and its output; a layer reading shared K/V "
@@ -289,7 +297,7 @@ def _layer_of(s_: Structure, first: bool) -> dict[str, tuple[sp.Expr, str, str, 
         out["act_mlp"] = (b_c * T * f, r"A_{\mathrm{mlp}}", "the ReLU output (d_ff wide), which ReLU's backward and "
                           "the square's both read", "transformers activations.py ReLUSquaredActivation; " + fam.source)
     elif mlp_grad and fam.mlp_kind == "gated":
-        act = {"silu": "SiLU", "gelu_tanh": "GELU"}[fam.activation]
+        act = ACTIVATION_NAMES[fam.activation]
         out["act_mlp"] = ((2 if s_.liger else 3) * b_c * T * mlp_width(fam), r"A_{\mathrm{mlp}}",
                           f"Liger's fused {act}·up keeps the gate and up outputs (d_ff wide each)" if s_.liger else
                           f"gate output ({act} input), {act} output and up output, d_ff wide each",
@@ -308,7 +316,7 @@ def _layer_of(s_: Structure, first: bool) -> dict[str, tuple[sp.Expr, str, str, 
     lin_targets = [t for t in s_.targets if fam.linear(t) in fam.linears]  # nn.Linear targets (PEFT's lora.Linear)
     group_grad = {"attn_in": grad_in, "attn_out": resid_grad or attn_grad, "mlp_in": resid_grad, "mlp_act": mlp_grad,
                   "q_latent": lat["q_latent"], "kv_latent": lat["kv_latent"], "ple_in": lat["ple_in"],
-                  "ple_act": lat["ple_act"], "ssm_in": grad_in, "ssm_out": lat["ssm_out"]}
+                  "ple_act": lat["ple_act"], "router_in": lat["router_in"], "ssm_in": grad_in, "ssm_out": lat["ssm_out"]}
     if s_.lora and s_.autocast and s_.adapter_upcast and lin_targets and not s_.unsloth_kernels:
         # lora_A's cast weight is saved only for its input's gradient: not in the first layer's q, k, v
         casts = sp.Add(*((fam.linear(t).d_in if group_grad[fam.linear(t).input_group] else 0) + fam.linear(t).d_out
@@ -748,7 +756,7 @@ def _moe_layer(s_: Structure) -> dict[str, tuple[sp.Expr, str, str, str]]:
     if fam.extra("clamped_swiglu"):  # the gate_up output (2·d_E; the clamps keep views of it) and four d_E-wide
         gated, gated_why = 6 * b_c * S * f_e, "the gate_up output (2·d_E), the clamped gate, its sigmoid, their product and up + 1"
     else:
-        gated, gated_why = 3 * b_c * S * f_e, "the gate_up output (2·d_E) and its SiLU (d_E)"
+        gated, gated_why = 3 * b_c * S * f_e, f"the gate_up output (2·d_E) and its {ACTIVATION_NAMES[fam.activation]} (d_E)"
     out = {"act_moe_router": (router_saved, r"A_{\mathrm{route}}", router_why, fam.source),
            "act_moe_experts": (3 * b_id * S + b_i32 * E + gated + b_c * S * h + b_sw * S,
                                r"A_{\mathrm{exp}}", "per token-expert pair: three int64 sort/gather indices, "
@@ -770,21 +778,40 @@ def _moe_layer(s_: Structure) -> dict[str, tuple[sp.Expr, str, str, str]]:
                                  "forward (one baddbmm, layer.py:2319-2323), in the weight's dtype, and keeps it for "
                                  "backward, with the low-rank factors cast to that dtype where the adapters' differs",
                                  "peft tuners/lora/layer.py ParamWrapper, :2525-2542 get_delta_factors")
+    if fam.extra("router_scaled"):
+        out.update(_scaled_router(s_))
     if fam.extra("router_fp32"):   # F.linear(x.float(), W.float()): W's fp32 copy for x's gradient, x's for W's
-        # under autocast the linear keeps its 16-bit casts instead; an fp32 W (from_pretrained) needs no copy
+        # under autocast the linear keeps its 16-bit casts instead; an fp32 W (from_pretrained, unless DeepSpeed's
+        # engine cast it) needs no copy
         weight_copy = (b_c * E * h if s_.autocast else
-                       0 if s_.compute_fp32 or fam.extra("router_kept_fp32") else b_32 * E * h)
+                       0 if s_.compute_fp32 or (fam.extra("router_kept_fp32") and not s_.params_cast) else b_32 * E * h)
         b_in = b_c if s_.autocast else b_32
         out["act_moe_router_input"] = (weight_copy + (0 if s_.lora else b_in * T * h), r"A_{\mathrm{route,in}}",
                                        "the router runs in fp32: the weight's fp32 copy, kept for the input's gradient"
                                        + ("" if s_.lora else ", and the fp32 input, for the weight's"), fam.source)
         return out
     reads_input = any(m.input_group == "mlp_in" for m in fam.linears)  # a shared expert: its input is the router's
+    if router in fam.linears:   # an nn.Linear router (Gemma 4's proj): its input is a linear input like any other
+        return out
     if (not s_.lora and not reads_input) or router.name in s_.targets:
         out["act_moe_router_input"] = (b_c * T * h + (b_c * E * h if s_.lora else 0), r"A_{\mathrm{route,in}}",
                                        "the router's input, kept for its weight gradient"
                                        + " (and the merged router weight)" * s_.lora, fam.source)
     return out
+
+
+def _scaled_router(s_: Structure) -> dict[str, tuple[sp.Expr, str, str, str]]:
+    """Gemma 4's router beyond the softmax and top-k (Gemma4TextRouter.forward, modeling_gemma4.py:1309-1328): the
+    renormalized top-k weights times per_expert_scale[top_k_index] keep the gathered (T, k_E) scales for the weights'
+    gradient (in the parameters' dtype: fp32 after k-bit preparation); where the scales train, also the fp32 weights
+    themselves (the in-place renormalization kept a clone of the top-k values, counted with the softmax), and the
+    weightless norm's 16-bit output, which its product with the trainable ``scale`` keeps (T·h)."""
+    b_p = b_32 if s_.kbit_prepared else compute_weight_bytes(s_)
+    trained = 0 if s_.lora else b_32 * T * k_e + b_c * T * h
+    return {"act_moe_router_scale": (b_p * T * k_e + trained, r"A_{\mathrm{route,scale}}",
+                                     "the gathered per-expert scales of each token's k experts"
+                                     + (", and for the trainable scales' gradients the renormalized fp32 weights and "
+                                        "the router norm's output") * (not s_.lora), s_.arch.source)}
 
 
 LLAMA4 = "transformers models/llama4/modeling_llama4.py"
@@ -852,12 +879,15 @@ def _experts_forward_temp(s_: Structure) -> sp.Expr:
 def _shared_expert(s_: Structure) -> dict[str, tuple[sp.Expr, str, str, str]]:
     """What a shared expert saves beside the routed ones (Qwen2-MoE): its SwiGLU MLP's three d_S-wide tensors, and
     for sigmoid(shared_expert_gate(x)) · shared output the gate's sigmoid and the MLP's output; an ungated one
-    (``shared_expert = "plain"``, GLM-4.5's, added to the routed output) the three tensors alone."""
+    (``shared_expert = "plain"``, GLM-4.5's, added to the routed output; ``"dense"``, Gemma 4's dense GeGLU MLP beside
+    the experts, its output normed before the sum) the three tensors alone."""
     fam = s_.arch
     d_s = next(m.d_in for m in fam.linears if m.input_group == "mlp_act")   # its down projection's input
-    if fam.extra("shared_expert") == "plain":
-        return {"act_shared_expert": (3 * b_c * T * d_s, r"A_{\mathrm{shared}}", "the shared experts' gate output "
-                                      "(SiLU input), SiLU output and up output (d_S wide each)", fam.source)}
+    act = ACTIVATION_NAMES[fam.activation]
+    if fam.extra("shared_expert") in ("plain", "dense"):
+        who = "the dense MLP's" if fam.extra("shared_expert") == "dense" else "the shared experts'"
+        return {"act_shared_expert": (3 * b_c * T * d_s, r"A_{\mathrm{shared}}", f"{who} gate output "
+                                      f"({act} input), {act} output and up output (d_S wide each)", fam.source)}
     return {"act_shared_expert": (3 * b_c * T * d_s + b_c * T * h + b_c * T, r"A_{\mathrm{shared}}",
                                   "the shared expert's gate output (SiLU input), SiLU output and up output (d_S wide "
                                   "each), its output and the sigmoid of its gate, kept by the gating product",
@@ -969,6 +999,21 @@ def sliding_extra(s_: Structure) -> sp.Expr:
     return past_window(s_) * (b_c * b * seq**2 + repeated * 2 * b_c * T * dh * (nh - nkv))
 
 
+def torchtune_tokens_term(s_: Structure) -> Term:
+    """torchtune's tokens and labels: the batch's tokens and labels, the labels shifted by ``hstack`` with the
+    recipe's [b, 1] ignore column (recipes/lora_finetune_single_device.py:650-652), and CEWithChunkedOutputLoss's
+    ``reshape(-1)`` of each sequence chunk (modules/loss/ce_chunked_output_loss.py:70-73), a copy once b > 1.
+
+    >>> from symvram.ledger.structure import Structure
+    >>> torchtune_tokens_term(Structure(model_code="torchtune")).expr
+    bytes_index*(batch*seq*(at_least(batch, 2) + 3) + batch)
+    """
+    return Term("act_tokens", Role.STEP_INPUT, b_id * (T * (3 + at_least(b, 2)) + b), r"A_{\mathrm{ids}}",
+                "tokens, labels, the labels shifted by hstack with the [b, 1] ignore column, and (b > 1) the loss's "
+                "copy of each chunk of them (int64)", "torchtune 0.6.1 recipes/lora_finetune_single_device.py:650-652, "
+                "modules/loss/ce_chunked_output_loss.py:70-73")
+
+
 def residual_bytes(s_: Structure) -> sp.Symbol:
     """The residual stream's dtype, which a checkpoint keeps: fp32 after kbit preparation, else the weights' as
     they compute."""
@@ -987,9 +1032,12 @@ def _layer_bytes(s_: Structure) -> sp.Expr:
 
 def largest_kind(s_: Structure, per_layer) -> sp.Expr:
     """``per_layer`` of one layer's structure: the same for every layer, or the largest over the family's layer
-    kinds (left unevaluated, as the numbers decide which)."""
+    kinds the model has (each times at_least(its count, 1): Gemma 4's MoE kinds in a dense model count nothing;
+    left unevaluated, as the numbers decide which)."""
     values = list(dict.fromkeys(per_layer(k) for _, k in s_.layer_kinds))
-    return values[0] if len(values) == 1 else sp.Max(*values, evaluate=False)
+    if len(values) == 1:
+        return values[0]
+    return sp.Max(*dict.fromkeys(per_layer(k) * at_least(n, 1) for n, k in s_.layer_kinds), evaluate=False)
 
 
 def per_layer_bytes(s_: Structure) -> sp.Expr:
@@ -1002,9 +1050,10 @@ def per_layer_bytes(s_: Structure) -> sp.Expr:
 ACTIVATION_FIELDS = ("method", "family", "first_kind", "lead_kinds", "options", "tied", "targets", "adapter_upcast", "attention", "autocast",
                      "compute_fp32", "device", "dora", "dropout", "grad_checkpointing", "head_targets",
                      "optimizer_in_backward", "checkpoint_every", "offload_activations", "offload_checkpoints", "packed", "liger",
-                     "unsloth_kernels",
+                     "unsloth_kernels", "params_cast",
+                     "model_code",
                      "kbit_prepared", "loss_impl", "modules_to_save", "score_head", "weight_casts", "fsdp_mixed_precision", "bnb_input_saved",
-                     "shift_logits_copy", "forward_logits_upcast", "tower", "objective")
+                     "shift_logits_copy", "forward_logits_upcast", "tower", "objective", "nll")
 
 
 def refuse_unmodelled(fam) -> None:
@@ -1146,13 +1195,17 @@ def saved_terms(s_: Structure) -> list[Term]:
     if fam.extra("rope_widths"):   # Gemma 4: each layer type's cos and sin as wide as its heads
         bases, width = 1, rope_width_sum(fam)
     rows = b if fam.extra("rope_per_sample") else 1   # multimodal RoPE: position ids (4, b, seq), a table per sample
-    if not fam.extra("no_rope"):   # a model without position embeddings (Nemotron-H) has no cos/sin tables
+    # torchtune's RoPE multiplies by views of its cached cos/sin buffer (rope_cache, a weight-side buffer): no tables
+    if not fam.extra("no_rope") and s_.model_code != "torchtune":   # Nemotron-H: no position embeddings, no tables
         terms.append(Term("act_rope", Role.STEP_INPUT, 2 * bases * b_rope * rows * seq * width, r"A_{\mathrm{rope}}",
                           "RoPE cos and sin, shared by all layers" + " (one pair per rotary base)" * (bases != 1)
                           + " (one per sample: multimodal RoPE expands the position ids to the batch)" * (rows != 1),
                           "transformers LlamaRotaryEmbedding"))
-    terms.append(Term("act_tokens", Role.STEP_INPUT, 2 * b_id * T, r"A_{\mathrm{ids}}",
-                      "input ids and the shifted labels (int64)", "transformers ForCausalLMLoss"))
+    if s_.model_code == "torchtune":
+        terms.append(torchtune_tokens_term(s_))
+    else:
+        terms.append(Term("act_tokens", Role.STEP_INPUT, 2 * b_id * T, r"A_{\mathrm{ids}}",
+                          "input ids and the shifted labels (int64)", "transformers ForCausalLMLoss"))
     if fam.extra("per_layer_embeddings"):
         terms += per_layer_embedding_terms(s_)
     if fam.extra("embedding_multiplier") and embedding_leaf(s_) and not s_.offload_activations:
@@ -1407,37 +1460,43 @@ def trl_loss_terms(s_: Structure, n: sp.Expr = T) -> list[Term]:
     hidden, tile = _trl_dtypes(s_)
     T = n  # noqa: N806 - the scored tokens, as the SFT formulas below name them
     buffer = tile * sp.Min(T, TRL_TOKEN_CHUNK, evaluate=False) * TRL_VOCAB_CHUNK
-    casts = 0
+    cast_tensors = []
     if s_.autocast and s_.weight_casts:  # weight[start:end].to(compute dtype): one vocabulary chunk at a time
-        casts += b_c * TRL_VOCAB_CHUNK * h
+        cast_tensors.append((1, b_c * TRL_VOCAB_CHUNK * h))
     if s_.autocast and (s_.weight_casts or s_.kbit_prepared):  # hidden[chunk].to(compute dtype)
-        casts += b_c * sp.Min(T, TRL_TOKEN_CHUNK, evaluate=False) * h
+        cast_tensors.append((1, b_c * sp.Min(T, TRL_TOKEN_CHUNK, evaluate=False) * h))
+    casts = sp.Add(*(k * size for k, size in cast_tensors))
     # the gradients accumulate in fp32 and are cast to their tensor's dtype at the end: a copy unless that is fp32
     # (full fine-tuning: lm_head's [V, h] buffer too; its cast is the gradient the ledger counts already)
     wide = s_.kbit_prepared or s_.weight_casts or s_.compute_fp32  # fp32 hidden states (and weights, but in QLoRA)
     hidden_cast = 0 if wide else hidden * T * h
     # lm_head's fp32 accumulator and its cast to the weight's dtype, both alive as the backward returns (:457)
-    accumulator = (b_32 + b_g) * V * h if s_.method == "full" and not (s_.weight_casts or s_.compute_fp32) else 0
+    accumulator = [(1, b_32 * V * h), (1, b_g * V * h)] if s_.method == "full" and not (
+        s_.weight_casts or s_.compute_fp32) else []
+    forward = ((1, buffer), (7, b_32 * T), *cast_tensors)
+    backward = ((1, buffer), (1, b_32 * T * h), *([(1, hidden * T * h)] if hidden_cast else []), *cast_tensors,
+                *accumulator)
     source = "trl 1.16 kernels/chunked_logprob.py ChunkedLogProbFunction"
-    return [Term("logits", Role.LOSS_TEMPORARY, buffer + 7 * b_32 * T + casts, r"M_{\mathrm{logits}}",
+    return [Term("logits", Role.LOSS_TEMPORARY, sp.Add(*(k * size for k, size in forward)), r"M_{\mathrm{logits}}",
                  "TRL's fused LM head: one [min(T, 4096), 32768] tile buffer in the compute dtype (not clipped to the "
                  "vocabulary) and seven fp32 statistics per token; no logits (modelled from source, not measured here)",
-                 source),
-            Term("loss_backward_temp", Role.LOSS_BACKWARD_TEMPORARY, buffer + b_32 * T * h + hidden_cast + casts + accumulator,
+                 source, tensors=forward),
+            Term("loss_backward_temp", Role.LOSS_BACKWARD_TEMPORARY, sp.Add(*(k * size for k, size in backward)),
                  r"M_{\mathrm{CE}'}", "its backward: the tile buffer again, the hidden states' gradient accumulated in "
                  "fp32" + (" and cast back" if hidden_cast else "")
                  + (", lm_head's gradient accumulated in fp32 and cast back" if accumulator else "")
                  + " (modelled from source)",
-                 source)]
+                 source, tensors=backward)]
 
 
 def trl_saved_term(s_: Structure, n: sp.Expr = T, why: str = "(every token labelled; modelled from source, not "
                    "measured here)") -> Term:
     """What TRL's fused LM head saves for ``n`` scored positions: their hidden states' copy, labels, log_z, entropy."""
-    return Term("act_logsoftmax", Role.LOSS_ACTIVATION, _trl_dtypes(s_)[0] * n * h + b_id * n + 2 * b_32 * n,
+    tensors = ((1, _trl_dtypes(s_)[0] * n * h), (1, b_id * n), (2, b_32 * n))
+    return Term("act_logsoftmax", Role.LOSS_ACTIVATION, sp.Add(*(k * size for k, size in tensors)),
                 r"A_{\mathrm{TRL}}", "TRL's fused LM head keeps a copy of the labelled positions' hidden states, their "
                 "labels and the fp32 log-sum-exp and entropy per token; no logits survive " + why,
-                "trl 1.16 kernels/chunked_logprob.py:386 ChunkedLogProbFunction.forward")
+                "trl 1.16 kernels/chunked_logprob.py:386 ChunkedLogProbFunction.forward", tensors=tensors)
 
 
 UNSLOTH_CE = "unsloth_zoo 2026.10.9 fused_losses/fused_linear.py"
@@ -1539,7 +1598,22 @@ def loss_terms(s_: Structure, logits_bytes) -> list[Term]:
         terms.insert(1, Term("logits_fp32", Role.LOSS_TEMPORARY, b_32 * T * V / chunks, r"M_{\mathrm{logits},32}",
                              "logits.float(): the fp32 copy cross-entropy reads" + (" (one chunk)" if chunks != 1 else ""),
                              "transformers ForCausalLMLoss" if chunks == 1 else "torchtune CEWithChunkedOutputLoss"))
+    if "lm_head" in s_.head_targets:
+        terms.append(lora_head_working_set(s_, logits_bytes))
     return terms
+
+
+def lora_head_working_set(s_: Structure, logits_bytes) -> Term:
+    """LoRA on lm_head's forward (peft 0.21.2 tuners/lora/layer.py:1100-1113 Linear.forward): the base layer's
+    logits, lora_B's vocabulary-wide output and its scaled copy (in the compute dtype under autocast, else the
+    adapters'), alive together before the sum, the logits the loss reads, takes lora_B's freed block. No moment lists
+    them (the loss's fp32 tensors are larger); the allocation schedule makes and frees them before the logits, so the
+    caching allocator keeps their segments (qwen2.5-0.5b LoRA on every linear, embed_tokens and lm_head: its traced
+    schedule holds three b·s·V bf16 tensors there, reserved −12.7 % → see tests/test_card_memory.py)."""
+    lora = matmul_bytes(s_) if s_.autocast else compute_adapter_bytes(s_)
+    return Term("ws_lm_head", Role.HEAD_WORKING_SET, logits_bytes * T * V + 2 * lora * T * V, r"W_{\mathrm{head}}",
+                "LoRA on lm_head: the base logits, lora_B's output and its scaled copy as the sum is made",
+                "peft 0.21.2 tuners/lora/layer.py:1100-1113 Linear.forward")
 
 
 def dora_weight_norm(s_: Structure, target: str) -> sp.Expr:

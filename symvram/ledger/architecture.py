@@ -33,10 +33,12 @@ h, f, L, nh, nkv, dh, V = (sym(n) for n in ("hidden", "intermediate", "layers", 
 E, k_e, f_e = sym("experts"), sym("experts_per_token"), sym("moe_intermediate")
 
 # the tensors a layer's linears read; q_latent and kv_latent: latent attention's normed low-rank q and kv (DeepSeek-V3)
-# ple_in and ple_act: Gemma 4's per-layer-input gate reads the residual after the MLP, its projection the gated product
+# ple_in and ple_act: Gemma 4's per-layer-input gate reads the residual after the MLP, its projection the gated product;
+# router_in: Gemma 4's router reads its own scaled, normed copy of the residual
 # ssm_in and ssm_out: a parallel Mamba-2 mixer's own input (Falcon-H1 scales the norm's output for it apart from
 # attention's) and its gated output (out_proj's input, beside o_proj's)
-GROUPS = ("attn_in", "attn_out", "mlp_in", "mlp_act", "q_latent", "kv_latent", "ple_in", "ple_act", "ssm_in", "ssm_out")
+GROUPS = ("attn_in", "attn_out", "mlp_in", "mlp_act", "q_latent", "kv_latent", "ple_in", "ple_act", "router_in", "ssm_in",
+          "ssm_out")
 NORM_SITES = ("layer_in", "resid", "attn_out", "mlp_out", "q", "k", "v", "q_latent", "kv_latent", "ple_out")
 MLP_KINDS = ("gated", "moe", "plain", "none")   # plain: up, activation, down (Nemotron-H); none: a block without an MLP
 ACTIVATIONS = ("silu", "gelu_tanh", "relu2")
@@ -212,6 +214,15 @@ class Family:
     @property
     def moe(self) -> bool:
         return self.mlp_kind == "moe"
+
+    @cached_property
+    def has_moe(self) -> bool:
+        """Whether any of the family's layer kinds is an MoE block (Gemma 4's only under enable_moe_block).
+
+        >>> family("gemma4_text").moe, family("gemma4_text").has_moe
+        (False, True)
+        """
+        return any(k.moe for _, k in self.layer_kinds)
 
     @property
     def mixer(self) -> str:
@@ -447,7 +458,7 @@ def register_family(name: str, text: str) -> Family:
 
 def shipped_model_types() -> dict[str, str]:
     """model_type → the shipped family (symvram/data/families/) that describes it."""
-    return {mt: p.name[:-5] for p in _shipped_files() for mt in _resolved(p.name[:-5])["model_types"]}
+    return {mt: p.name[:-5] for p in _shipped_files() for mt in _declared_model_types(p.name[:-5])}
 
 
 def _shipped_files():
@@ -553,5 +564,23 @@ def family_names() -> tuple[str, ...]:
 @cache
 def families_by_model_type() -> dict[str, str]:
     """config.json ``model_type`` → family name, from the entries' text alone (parsing every family's
-    expressions would cost a cold start a second)."""
-    return {mt: name for name in family_names() for mt in _resolved(name)["model_types"]}
+    expressions would cost a cold start a second; parsing every file's TOML, a tenth of one).
+
+    >>> families_by_model_type()["qwen3_moe"]
+    'qwen3_moe'
+    """
+    return {mt: name for name in family_names() for mt in _declared_model_types(name)}
+
+
+_MODEL_TYPES_LINE = re.compile(r"^model_types\s*=\s*(\[[^\]]*\])", re.M)
+
+
+def _declared_model_types(name: str) -> list[str]:
+    """An entry's ``model_types``: read from its top-level line where the file has one (the keys above its first
+    table), else from the parsed entry with its ``extends`` chain."""
+    path = resources.files("symvram.data").joinpath("families", f"{name}.toml")
+    if name not in _REGISTERED and path.is_file():
+        head = path.read_text(encoding="utf-8").split("\n[", 1)[0]
+        if line := _MODEL_TYPES_LINE.search(head):
+            return tomllib.loads(f"v = {line.group(1)}")["v"]
+    return _resolved(name)["model_types"]

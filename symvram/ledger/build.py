@@ -14,7 +14,7 @@ from dataclasses import replace
 from functools import lru_cache
 
 from .activations import ACTIVATION_FIELDS, saved_terms, transient_terms
-from .objectives import preference_terms, reshape
+from .objectives import objectives, preference_terms, reshape
 from .sharding import divide_terms, divides_only, shard_definitions, shard_terms
 from .structure import Structure
 from .terms import GRADIENTS, MOMENTS, PARAMETERS, STATES, Ledger, Moment, Role, Term
@@ -33,6 +33,10 @@ LOSS_MOMENT_WORDS = {
     "unsloth": ("one chunk of fp32 logits and the hidden states' gradient the fused loss writes in its forward",
                 "the stored gradient, scaled (a new tensor)"),
     "score": ("one score per position (no vocabulary logits)", "the scores' gradient, one per position"),
+    # ORPO, CPO/SimPO (ledger.objectives.logits_terms): the model's logits, with and without the chosen rows' NLL
+    "logits, nll": ("the logits (fp32 under mixed precision), the chosen rows' shifted copy and log-softmax",
+                    "three vocabulary-sized logits gradients"),
+    "logits": ("the logits (and their fp32 copy under mixed precision)", "the logits the log-prob kernel saved and their gradient"),
 }
 
 
@@ -50,7 +54,9 @@ def _listing_order(term: Term) -> int:
 def _moments(terms: dict, s: Structure) -> tuple[Moment, ...]:
     """The moments of ``MOMENTS`` that exist for these terms (one GPU's: host and paged terms are in none), each
     with the terms alive in its phase."""
-    computing, backward = LOSS_MOMENT_WORDS["score" if s.score_head else s.loss_impl]
+    paired = objectives()[s.objective].get("logits")
+    computing, backward = LOSS_MOMENT_WORDS["score" if s.score_head else ("logits, nll" if s.nll else "logits")
+                                            if paired else s.loss_impl]
     moments = []
     for spec in MOMENTS:
         if spec.needs and any(t.role is spec.needs and t.alive(spec.phase) for t in terms.values()) != spec.present:

@@ -74,7 +74,8 @@ def stored_weight_bytes(s_: Structure) -> sp.Expr:
 
 # the only fields the communication ledger reads (the stored weights' among them)
 COMM_FIELDS = ("method", "family", "options", "tied", "double_quant", "master", "zero", "offload",
-               "grad_checkpointing", "tensor_parallel", "fsdp_mixed_precision", "head_targets", "score_head")   # its all-gathers in the compute dtype
+               "grad_checkpointing", "tensor_parallel", "fsdp_mixed_precision", "head_targets", "score_head",   # its all-gathers in the compute dtype
+               "targets", "dora")   # a layer kind's adapters, gathered with it
 
 
 def build_comm(s_: Structure) -> CommLedger:

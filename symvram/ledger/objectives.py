@@ -18,6 +18,7 @@ the data table, each with its role, so the moments follow from their lifetimes.
 from __future__ import annotations
 
 import tomllib
+from dataclasses import replace
 from functools import cache
 from importlib import resources
 
@@ -26,7 +27,7 @@ import sympy as sp
 from ..symbols import sym
 from .activations import (TRL_TOKEN_CHUNK, TRL_VOCAB_CHUNK, _trl_dtypes, norm_saved, residual_bytes, trl_loss_terms,
                           trl_saved_term)
-from .architecture import V, L, dh, f, h, nh, nkv
+from .architecture import E, V, L, dh, f, f_e, h, k_e, nh, nkv
 from .structure import Structure
 from .terms import Phase, Role, Term, span
 from .weights import b_w, compute_weight_bytes
@@ -60,36 +61,100 @@ def _output_bytes(s_: Structure) -> sp.Expr:
     return sp.Add(*(b_mask if name == "is_top1" else b_32 for name in objectives()[s_.objective]["outputs"]))
 
 
-def _head_outputs(s_: Structure) -> sp.Expr:
+def _head_outputs(s_: Structure) -> tuple[tuple[int, sp.Expr], ...]:
     """What TRL's fused head computes per scored position after its fold, while the tile buffer is still alive
-    (kernels/chunked_logprob.py:378-383): log_z and the log-probabilities, and for the policy's outputs (a PEFT
-    reference is the policy) the entropy and mean logit (fp32) and the top-1 test's three bool tensors."""
+    (kernels/chunked_logprob.py:378-383), tensor by tensor: log_z and the log-probabilities, and for the policy's
+    outputs (a PEFT reference is the policy) the entropy and mean logit (fp32) and the top-1 test's three bool
+    tensors."""
     extra = [n for n in objectives()[s_.objective]["outputs"] if n != "log_probs"] if s_.reference == "adapters" else []
-    return (2 * b_32 + sp.Add(*(3 * b_mask if n == "is_top1" else b_32 for n in extra))) * scored(s_)
+    n = scored(s_)
+    return ((2, b_32 * n), *((3, b_mask * n) if name == "is_top1" else (1, b_32 * n) for name in extra))
+
+
+def _reference_head(s_: Structure) -> tuple[tuple[int, sp.Expr], ...]:
+    """The reference's fused LM head as it returns, tensor by tensor: its final hidden states, the tile buffer,
+    seven fp32 statistics per scored position and what it computes from them, the scored hidden states' copy,
+    labels and mask."""
+    R, n = rows(s_.objective) * b * seq, scored(s_)
+    hidden, tile = _trl_dtypes(s_)
+    return ((1, residual_bytes(s_) * R * h), (1, tile * sp.Min(n, TRL_TOKEN_CHUNK, evaluate=False) * TRL_VOCAB_CHUNK),
+            (7, b_32 * n), *_head_outputs(s_), (1, hidden * n * h), (1, b_id * n), (1, b_mask * _row_positions(s_)))
 
 
 def _reference_forward(s_: Structure) -> sp.Expr:
     """The reference forward's working set beyond what the policy holds: the larger of one decoder layer's MLP
     at its product (SiLU output, up output and their product, d_ff wide, beside the normed input, the residual
-    and the RoPE tables) and its fused LM head as it returns (its final hidden states, the tile buffer, seven fp32
-    statistics per scored position and what it computes from them, the scored hidden states' copy, labels and
-    mask)."""
-    R, n = rows(s_.objective) * b * seq, scored(s_)
-    hidden, tile = _trl_dtypes(s_)
-    mlp = 3 * b_c * R * f + 2 * residual_bytes(s_) * R * h + 2 * b_c * seq * dh
-    head = (residual_bytes(s_) * R * h + tile * sp.Min(n, TRL_TOKEN_CHUNK, evaluate=False) * TRL_VOCAB_CHUNK
-            + 7 * b_32 * n + _head_outputs(s_) + hidden * n * h + b_id * n + b_mask * _row_positions(s_))
+    and the RoPE tables) and its fused LM head as it returns (``_reference_head``). A mixture-of-experts layer's
+    block is its routed experts' (``_moe_reference``)."""
+    R = rows(s_.objective) * b * seq
+    block = _moe_reference(s_, R) if s_.arch.moe else 3 * b_c * R * f
+    # beside the block: the layer's input and normed input (a MoE block's: also the residual after attention and the
+    # model's inputs_embeds, alive in the decoder loop, modeling_mixtral.py MixtralModel.forward) and the RoPE tables
+    mlp = block + (4 if s_.arch.moe else 2) * residual_bytes(s_) * R * h + 2 * b_c * seq * dh
+    head = sp.Add(*(k * size for k, size in _reference_head(s_)))
     return _adapter_casts(s_) + sp.Max(mlp, head, evaluate=False)
+
+
+def _reference_tensors(s_: Structure) -> tuple[tuple[int, sp.Expr], ...]:
+    """The tensors of the reference forward's term (``Term.tensors``): the adapter casts, each one tensor per
+    layer, and its fused head's (``_reference_head``); the layers' working sets before the head are the
+    schedule's no-grad layer loop (ledger.schedule), which the Max's MLP side stands for in the moment."""
+    return (*_adapter_cast_tensors(s_), *_reference_head(s_))
+
+
+def _moe_reference(s_: Structure, R: sp.Expr) -> sp.Expr:
+    """One routed-experts block under no_grad on R tokens, S = R·k_E token-expert pairs (transformers 5.24
+    integrations/moe.py:424-520 grouped_mm_experts_forward; the router, e.g. modeling_mixtral.py:104-111): the
+    router's logits (the block keeps them as ``_`` until it returns), the top-k weights and int64 indices; the
+    sorted expert ids and their permutation (int64), the gathered tokens, the sorted weights, histc's 4-byte input
+    (fp32 on the CPU, int32 on CUDA: moe.py:450-451) and the E counts and int32 offsets; then the larger of the
+    gated product being made (the gate_up output, 2·d_E, its SiLU and the product, d_E each) and the un-permuting
+    gather (the down output, its weighted copy and the gathered one, h each, and the inverse permutation).
+
+    >>> from symvram.ledger.structure import Structure
+    >>> e = _moe_reference(Structure(method="lora", family="mixtral", objective="dpo"), sym("batch") * sym("seq"))
+    >>> e.subs({sym("batch"): 1, sym("seq"): 1024, sym("experts"): 8, sym("experts_per_token"): 2, sym("hidden"): 4096,
+    ...         sym("moe_intermediate"): 14336, sym("bytes_act"): 2, sym("bytes_fp32"): 4, sym("bytes_index"): 8,
+    ...         sym("bytes_int32"): 4})   # Mixtral-8x7B, 1024 tokens: the gated product binds
+    251748416
+    """
+    fam, S = s_.arch, R * k_e
+    b_sw = b_32 if fam.extra("routing_weights_fp32") else b_c   # Mixtral's fp32 weights; Qwen3-MoE casts them
+    router = b_c * R * E + (b_sw + b_id) * R * k_e
+    sorted_ = 2 * b_id * S + b_c * S * h + b_sw * S + b_32 * S + (b_32 + b_i32) * E
+    gated, unpermute = 4 * b_c * S * f_e, 3 * b_c * S * h + b_id * S
+    return router + sorted_ + sp.Max(gated, unpermute, evaluate=False)
+
+
+def _router_aux(s_: Structure) -> sp.Expr:
+    """What the policy's MoE load-balancing loss keeps for its backward (TRL's fused forward calls Mixtral's
+    load_balancing_loss_func, trainer/utils.py:1664-1685, when the trainer asks for router logits,
+    dpo_trainer.py:1294-1295): each MoE layer's softmax of its [R, E] router logits (softmax saves its output: fp32
+    under CUDA autocast, the logits' dtype under the CPU's) and the attention mask cast to fp32, which each
+    layer's masked product keeps (modeling_mixtral.py load_balancing_loss_func). Their backward runs first and leaves
+    each layer's router-logit gradient ([R, E], the logits' dtype) waiting for that layer's backward
+    (``router_aux_grads``; traced: all of them alive at the first layer's backward)."""
+    R = rows(s_.objective) * b * seq
+    probs = b_32 if s_.autocast and s_.device == "cuda" else b_c
+    return L * probs * R * E + b_32 * R
 
 
 def _adapter_casts(s_: Structure) -> sp.Expr:
     """Under checkpointing, autocast's cache of every adapter cast to the compute dtype, alive for the whole
     autocast region (the policy's forward and its fused head; DPO's and KTO's reference forwards too); without
     checkpointing they are saved activations already (``act_adapter_casts``)."""
-    if not (s_.lora and s_.autocast and s_.adapter_upcast and s_.grad_checkpointing):
+    if not _adapter_cast_tensors(s_):
         return sp.Integer(0)
     return b_c * L * sym("rank") * sp.Add(*(s_.arch.target_map[t].d_in + s_.arch.target_map[t].d_out
                                             for t in s_.targets if s_.arch.target_map[t] in s_.arch.linears))
+
+
+def _adapter_cast_tensors(s_: Structure) -> tuple[tuple[int, sp.Expr], ...]:
+    """``_adapter_casts`` tensor by tensor: lora_A's and lora_B's casts of each target, one each per layer."""
+    if not (s_.lora and s_.autocast and s_.adapter_upcast and s_.grad_checkpointing):
+        return ()
+    return tuple((1, b_c * L * sym("rank") * d) for t in s_.targets if s_.arch.target_map[t] in s_.arch.linears
+                 for d in (s_.arch.target_map[t].d_in, s_.arch.target_map[t].d_out))
 
 
 def _generation_rows() -> sp.Expr:
@@ -148,6 +213,8 @@ EXPRESSIONS = {
     "labels": lambda s_, base: b_id * rows(s_.objective) * b * seq,
     "kl_logps": lambda s_, base: 2 * b_32 * b,
     "ref_forward": lambda s_, base: _reference_forward(s_),
+    "router_aux": lambda s_, base: _router_aux(s_) if s_.arch.moe else None,
+    "router_aux_grads": lambda s_, base: b_c * L * rows(s_.objective) * b * seq * E if s_.arch.moe else None,
     # GRPO (trl 1.16 GRPOTrainer, transformers' generation)
     "adapter_casts": lambda s_, base: _adapter_casts(s_) or None,   # None: no such tensors in this run
     "head_input": lambda s_, base: residual_bytes(s_) * b * seq * h,
@@ -160,6 +227,8 @@ EXPRESSIONS = {
     "prefill_forward": lambda s_, base: _prefill_forward(s_),
     "decode_step": lambda s_, base: _decode_step(s_),
 }
+# the terms whose expression's monomials are not their tensors (Term.tensors)
+TENSORS = {"ref_forward": _reference_tensors, "adapter_casts": _adapter_cast_tensors}
 # made once the policy's head returns, freed when the DPO loss is computed (before its backward)
 LIFETIMES = {"outputs": (Phase.REFERENCE_FORWARD,), "labels": (Phase.LOSS, Phase.REFERENCE_FORWARD),
              "kl_logps": (Phase.REFERENCE_FORWARD,)}
@@ -177,7 +246,8 @@ def preference_terms(s_: Structure, base: list[Term]) -> list[Term]:
         expr = EXPRESSIONS[key](s_, [t for t in base if t.role in (Role.WEIGHT, Role.BUFFER)])
         if expr is None:   # a term of settings this run does not have
             continue
-        out.append(Term(name, Role(row["role"]), expr, row["label"], row["why"], row["source"], lifetime=lifetime))
+        out.append(Term(name, Role(row["role"]), expr, row["label"], row["why"], row["source"], lifetime=lifetime,
+                        tensors=TENSORS[key](s_) if key in TENSORS else ()))
     return out
 
 
@@ -237,19 +307,23 @@ def reshape(s_: Structure, activation_terms: list[Term]) -> list[Term]:
             if t.key in head:
                 out.append(head[t.key])
             elif t.key == "act_final_norm":   # the score head's input is freed by its backward, before the norm's
-                out += _split_final_norm(Term(t.key, t.role, t.expr.xreplace(twice), t.label, t.why, t.source,
-                                              t.place, t.lifetime), s_, twice)
+                out += _split_final_norm(_rows(t, twice), s_, twice)
             elif t.role not in HEAD_LOSS_ROLES:
-                out.append(Term(t.key, t.role, t.expr.xreplace(twice), t.label, t.why, t.source, t.place, t.lifetime))
+                out.append(_rows(t, twice))
         return out
+    if objectives()[s_.objective].get("logits"):
+        return logits_terms(s_, [Term(t.key, t.role, t.expr.xreplace(twice), t.label, t.why, t.source, t.place,
+                                      t.lifetime) for t in activation_terms])
     fused = {t.key: t for t in trl_loss_terms(s_, scored(s_))}
     mask = b_mask * _row_positions(s_)   # labels != -100, kept by the index and the scatter for backward
     saved = trl_saved_term(s_, scored(s_), "(the completion's positions)")
     fused["act_logsoftmax"] = Term(saved.key, saved.role, saved.expr + mask, saved.label,
-                                   saved.why + " and the positions' mask", saved.source)
+                                   saved.why + " and the positions' mask", saved.source,
+                                   tensors=(*saved.tensors, (1, mask)))
     back = fused["loss_backward_temp"]   # and the log-probs' gradient, gathered from the scatter (masked_select)
     fused["loss_backward_temp"] = Term(back.key, back.role, back.expr + b_32 * scored(s_), back.label,
-                                       back.why + "; the scored positions' log-prob gradient", back.source)
+                                       back.why + "; the scored positions' log-prob gradient", back.source,
+                                       tensors=(*back.tensors, (1, b_32 * scored(s_))))
     entry = objectives()[s_.objective]
     fused["act_tokens"] = Term("act_tokens", Role.STEP_INPUT, entry["inputs"] * b_id * rows(s_.objective) * b * seq,
                                r"A_{\mathrm{ids}}", entry["inputs_why"], entry["inputs_source"])
@@ -259,8 +333,52 @@ def reshape(s_: Structure, activation_terms: list[Term]) -> list[Term]:
         fused[norm.key] = Term(norm.key, norm.role, sp.expand(norm.expr - normed).xreplace(twice), norm.label,
                                norm.why.replace(" and the normed tensor", "") + " (the fused head keeps its own copy "
                                "of the scored positions' normed states)", norm.source, norm.place, norm.lifetime)
-    return [fused[t.key] if t.key in fused else
-            Term(t.key, t.role, t.expr.xreplace(twice), t.label, t.why, t.source, t.place, t.lifetime)
-            for t in activation_terms]
+    return [fused[t.key] if t.key in fused else _rows(t, twice) for t in activation_terms]
 
 
+def _rows(t: Term, twice: dict) -> Term:
+    """An SFT term for the objective's rows (``twice``: batch → rows·batch), its declared tensors too."""
+    return replace(t, expr=t.expr.xreplace(twice), tensors=tuple((n, size.xreplace(twice)) for n, size in t.tensors))
+
+
+
+
+
+LOGITS_SOURCE = "trl 1.16 experimental/orpo/orpo_trainer.py:745-822 (cpo/cpo_trainer.py:792-863) concatenated_forward"
+
+
+def logits_terms(s_: Structure, activation_terms: list[Term]) -> list[Term]:
+    """ORPO's and CPO's loss on the model's logits (TRL 1.16 ``concatenated_forward``), for R = 2b rows of s
+    positions. accelerate's mixed-precision forward returns the lm_head's 16-bit logits as an fp32 copy
+    (accelerate operations.py:889-948); the chosen rows' NLL (ORPO; CPO unless cpo_alpha = 0) copies their shifted
+    logits (``.contiguous()``) and keeps cross-entropy's fp32 log-softmax (b·(s−1) × V each); the average log-probs
+    come from TRL's Triton log-prob kernel (kernels/logprob_entropy.py:146-246), which saves the logits. In the
+    backward the two branches' gradients are scattered back into [R, s, V] fp32 tensors and summed: three at once
+    (with the NLL), else the kernel's [R, s−1, V] gradient beside the logits it saved. Beside them the concatenated ids, mask and
+    labels (int64 [R, s]) and, with the NLL, the labels it masks and shifts. No saved loss activation outlives the
+    loss's backward."""
+    R, entry = rows(s_.objective) * b, objectives()[s_.objective]
+    b_l = b_32 if s_.autocast else compute_weight_bytes(s_)   # without mixed precision: the lm_head's own dtype
+    logits = b_l * R * seq * V
+    ids = b_id * 3 * R * seq   # concatenated_inputs: input ids, attention mask, labels
+    if s_.nll:   # at cross_entropy: its contiguous copy and log-softmax, the labels torch.where masks, shifted
+        loss = logits + 2 * b_l * b * (seq - 1) * V + ids + b_id * (R * seq + b * (seq - 1)) + 2 * b_l
+        back = 3 * logits
+        why = ("the fp32 logits, the chosen rows' shifted copy and cross-entropy's fp32 log-softmax, the int64 "
+               "concatenated batch and labels")
+        back_why = "the NLL's and the log-prob kernel's logits gradients, each scattered into [2b, s, V] fp32, and their sum"
+    else:        # as accelerate converts them: the lm_head's 16-bit logits and their fp32 copy
+        loss = logits + (b_c * R * seq * V if s_.autocast else 0) + ids
+        back = logits + b_l * R * (seq - 1) * V + (b_id + 3 * b_32) * R * (seq - 1)   # + its saved labels,
+        # log_z and expected logit, and the log-probs' gradient
+        why = "the lm_head's 16-bit logits and their fp32 copy (accelerate's convert_outputs_to_fp32), the int64 concatenated batch"
+        back_why = ("the log-prob kernel's backward: the fp32 logits it saved, their gradient [2b, s-1, V], its saved "
+                    "labels and statistics")
+    own = {"logits": Term("logits", Role.LOSS_TEMPORARY, loss, r"M_{\mathrm{logits}}", why, LOGITS_SOURCE),
+           "loss_backward_temp": Term("loss_backward_temp", Role.LOSS_BACKWARD_TEMPORARY, back + 2 * b_32,
+                                      r"M_{\mathrm{CE}'}", back_why + ", beside the loss and its gradient (fp32)",
+                                      "torch slice_backward; trl 1.16 kernels/logprob_entropy.py:211"),
+           "act_tokens": Term("act_tokens", Role.STEP_INPUT, entry["inputs"] * b_id * R * seq
+                              + entry["prompt_inputs"] * b_id * b * p, r"A_{\mathrm{ids}}", entry["inputs_why"],
+                              entry["inputs_source"])}
+    return [own.get(t.key, t) for t in activation_terms if t.key not in ("logits_fp32", "act_logsoftmax")]

@@ -19,7 +19,8 @@ optimizers do lazily; the second starts with them):
   checkpoint, is made; then the model head's;
 * the moments in order: a transient is allocated when a moment first lists it (before the activations that
   moment adds: an op's inputs exist before its output) and freed when the next one no longer does; a saved
-  activation is freed when a moment stops listing it;
+  activation is freed when a moment stops listing it; the head's working set (LoRA on lm_head's products) is
+  made and freed before the first loss temporary, the logits it sums to (the sum takes lora_B's freed block);
 * between the moment before ``first_layer_backward`` and it, the layer loop from the last layer down: (under
   checkpointing, the layer's forward again: its working sets and recomputed tensors,) the layer's backward temporaries, freed, its saved tensors
   freed, its gradients allocated;
@@ -86,12 +87,13 @@ def _conditional_widths(expr: sp.Expr, counts: tuple[sp.Symbol, ...]) -> dict[sp
     """The sums inside a product that hold a condition (``at_least``) and no layer count (``counts``): one
     tensor's width that depends on the setting, not several tensors — SDPA's k and v are n_kv heads wide, or n_h
     where it repeats them: ``X·(n_kv + (n_h − n_kv)·[d_head ≥ 257])`` is one tensor, which expanding would split
-    into a difference. A sum of tensors, some of them conditional (RMSNorm's input, 1/rms and its weight's
+    into a difference, and so is a difference beside a condition, ``X·(n_h − n_kv)·[n_kv ≥ 2]`` (the heads a
+    packed batch's attention repeats). A sum of tensors, some of them conditional (RMSNorm's input, 1/rms and its weight's
     cast), has no difference and is expanded as before, and so is a sum with a layer count (how many layers)."""
     def difference(a):
         return any(m.as_coeff_Mul()[0] < 0 for m in sp.Add.make_args(sp.expand(a)))
     found = {a for m in expr.atoms(sp.Mul) for a in m.args
-             if a.is_Add and a.has(at_least) and not a.has(*counts, ceil_div) and difference(a)}
+             if a.is_Add and m.has(at_least) and not a.has(*counts, ceil_div) and difference(a)}
     innermost = [a for a in found if not any(c != a and a.has(c) for c in found)]   # the width, not a sum holding it
     return {a: sp.Dummy() for a in innermost}
 
@@ -149,11 +151,52 @@ def _term_pieces(ledger: Ledger, term, kinds: tuple[sp.Symbol, ...]) -> list[tup
     """A term's tensors. An activation's negative monomials are layer 0's corrections (``_corrections``), a
     negative one per layer of a kind what that kind lacks of a default layer; any other term with a negative
     monomial (a difference: bitsandbytes' 8-bit states less their fp32 small tensors) is one tensor of its whole
-    expression."""
-    out = pieces(ledger.expand(term.expr), kinds)
+    expression. A term that declares its tensors (``Term.tensors``) is those: each one tensor, per layer where its
+    size has the factor L."""
+    if term.tensors:
+        return [_declared(ledger.expand(size), n) for n, size in term.tensors]
+    expr = ledger.expand(term.expr)
+    larger = [a for a in sp.Add.make_args(expr) if isinstance(a, sp.Max)]
+    if larger and term.block != "activations":
+        return [p for a in larger for p in _branches(a, kinds)] + _term_pieces_of(expr - sp.Add(*larger), term, kinds)
+    return _term_pieces_of(expr, term, kinds)
+
+
+def _branches(larger: sp.Max, kinds: tuple[sp.Symbol, ...]) -> list[tuple[sp.Expr, int, sp.Symbol | None]]:
+    """The larger of several sets of tensors (a hybrid's recomputed layer: the largest kind's): each set's tensors,
+    each one's size times the indicator that its set is the larger (the first of equal ones), so that the replay
+    makes only that set's (an empty tensor allocates nothing) and not one block of the Max.
+
+    >>> a, c = sym("hidden"), sym("intermediate")
+    >>> sorted((str(size), n) for size, n, _ in _branches(sp.Max(2 * a, c), ()))
+    [('hidden*(1 - at_least(intermediate, 2*hidden))', 2), ('intermediate*at_least(intermediate, 2*hidden)', 1)]
+    """
+    args = larger.args
+    out = []
+    for j, a in enumerate(args):
+        wins = sp.Mul(*(1 - at_least(b, a) for b in args[:j]), *(at_least(a, b) for b in args[j + 1:]))
+        out += [(size * wins, n, per_layer) for size, n, per_layer in pieces(a, kinds) if n > 0]
+    return out
+
+
+def _term_pieces_of(expr: sp.Expr, term, kinds: tuple[sp.Symbol, ...]) -> list[tuple[sp.Expr, int, sp.Symbol | None]]:
+    out = pieces(expr, kinds)
     if term.block != "activations" and any(n < 0 and p not in kinds for _, n, p in out):
-        return [(ledger.expand(term.expr), 1, None)]
+        return [(expr, 1, None)]
     return [p for p in out if p[1] > 0 or p[2] in kinds or isinstance(p[2], ceil_div)]
+
+
+def _declared(size: sp.Expr, n: int) -> tuple[sp.Expr, int, sp.Symbol | None]:
+    """A declared tensor as a piece: ``n`` of ``size``, per layer where L is a factor of it.
+
+    >>> from symvram.symbols import sym
+    >>> _declared(32768 * sym("bytes_act") * sym("seq"), 1), _declared(sym("bytes_act") * sym("rank") * L, 2)
+    ((32768*bytes_act*seq, 1, None), (bytes_act*rank, 2, layers))
+    """
+    factors = sp.Mul.make_args(size)
+    if L in factors:
+        return sp.Mul(*(x for x in factors if x != L)), n, L
+    return size, n, None
 
 
 def _corrections(ledger: Ledger, kinds: tuple[sp.Symbol, ...]) -> dict[sp.Expr, int]:
@@ -167,13 +210,16 @@ def _corrections(ledger: Ledger, kinds: tuple[sp.Symbol, ...]) -> dict[sp.Expr, 
 
 
 @lru_cache(maxsize=256)
-def ledger_schedule(ledger: Ledger, layers: int, layer_order: tuple[str, ...] = ()) -> Schedule:
+def ledger_schedule(ledger: Ledger, layers: int, layer_order: tuple[str, ...] = (),
+                    kinds: tuple[str, ...] = ()) -> Schedule:
     """The schedule of two training steps of ``ledger`` with its L decoder layers unrolled (``layers``); for a
     family whose layers differ, ``layer_order`` names each layer's count symbol from layer 0 up ("layers" for the
-    default kind)."""
+    default kind) and ``kinds`` every kind's count symbol, those this model has no layer of too (Gemma 4 E2B has
+    no full-attention K = V layer: its count still appears in the parameter side's expressions, where
+    (L − L_kv − …)·X is the default layer's tensor X, not a difference to make one tensor of)."""
     b = _Builder()
     order = tuple(sym(n) for n in layer_order) or (L,) * layers
-    kinds = tuple(sorted(set(order) - {L}, key=str))
+    kinds = tuple(sorted((set(order) | {sym(k) for k in kinds}) - {L}, key=str))
     terms, moments = ledger.by_key, ledger.moments
     loop_at = next(i for i, m in enumerate(moments) if m.phase is Phase.FIRST_LAYER_BACKWARD)
     shapes = {k: _term_pieces(ledger, t, kinds) for k, t in terms.items()}
@@ -212,9 +258,10 @@ def ledger_schedule(ledger: Ledger, layers: int, layer_order: tuple[str, ...] = 
     redo_keys = [k for k, t in terms.items() if t.role is Role.RECOMPUTED_ACTIVATION]
     ws_keys = [k for k, t in terms.items() if t.role is Role.LAYER_WORKING_SET and on_device[k]]
     working_sets = [whole(k) for k in ws_keys]
+    head_sets = [sh for k, t in terms.items() if t.role is Role.HEAD_WORKING_SET and on_device[k] for sh in whole(k)]
     mlp_from = ws_keys.index(MLP_OPENING_SET) if MLP_OPENING_SET in ws_keys else len(ws_keys)
 
-    def layer_forward(kept_shapes, checkpointed=False):
+    def layer_forward(kept_shapes, checkpointed=False, unsaved=()):
         """One layer's forward: ``kept_shapes`` (the tensors it saves) made first, then each sub-block's working set
         made and freed in turn on top of them, so that no temporary's block is later filled by a saved tensor
         (tinyllama LoRA q/v against its traced schedule: −1.0 % → −0.3 % reserved). A checkpointed forward runs
@@ -222,7 +269,10 @@ def ledger_schedule(ledger: Ledger, layers: int, layer_order: tuple[str, ...] = 
         so the tensors the layer would save stand in sub-block by sub-block — the attention side's beside its
         working sets, freed when the MLP's norm starts, then the MLP's (its d_ff-wide tensors) beside the MLP's —
         and ``kept_shapes`` (the layer's output, the next checkpoint) comes last (llama-3.2-1b full b8·s4096
-        with checkpointing: +3.0 % → +0.5 % reserved)."""
+        with checkpointing: +3.0 % → +0.5 % reserved). A layer that saves less than a layer of its kind (``unsaved``:
+        the first layer's inputs no gradient reaches, a frozen layer before the first trainable one) still makes
+        those tensors: each term's made and freed in turn, as a working set of its own (Nemotron-H LoRA on q/v: its
+        frozen Mamba layer 0's scan tensors)."""
         if checkpointed:
             layer = [sh for k in redo_keys for sh in whole(k)]
             mlp_side = [sh for sh in layer if MLP_WIDTHS & sh[0].free_symbols]
@@ -235,25 +285,41 @@ def ledger_schedule(ledger: Ledger, layers: int, layer_order: tuple[str, ...] = 
             b.free_all(dropped)
             return b.alloc_all(kept_shapes)
         kept = b.alloc_all(kept_shapes)
-        for shapes in working_sets:
+        for shapes in [*unsaved, *working_sets]:
             b.free_all(b.alloc_all(shapes))
         return kept
 
+    def recomputed_layer():
+        """A checkpointed layer's recompute before its backward: its saved tensors made sub-block by sub-block — the
+        attention side's, its working sets, then (from the MLP's norm) the MLP side's and the MLP's working sets —
+        and all kept for the backward; the ids."""
+        layer = [sh for k in redo_keys for sh in whole(k)]
+        mlp_side = [sh for sh in layer if MLP_WIDTHS & sh[0].free_symbols]
+        ids = b.alloc_all([sh for sh in layer if sh not in mlp_side])
+        for j, shapes in enumerate(working_sets + [[]]):
+            if j == mlp_from:
+                ids += b.alloc_all(mlp_side)
+            b.free_all(b.alloc_all(shapes))
+        return ids
+
     def saved_by_layer():
         """Each layer's saved tensors, the corrections' missing ones taken from layer 0 up: the first layer's
-        own, and every layer before the first with a trainable weight (a lead kind's) saves nothing."""
+        own, and every layer before the first with a trainable weight (a lead kind's) saves nothing: (saved,
+        made but not saved, term by term) per layer."""
         out, left = [], dict(missing)
         for i in range(layers):
-            layer = []
+            layer, unsaved = [], []
             for k in layer_act:
+                unsaved.append([])
                 for size, n in per_layer(k, i):
                     take = min(n, left.get(size, 0))
                     left[size] = left.get(size, 0) - take
                     layer.append((size, n - take))
-            out.append(layer)
+                    unsaved[-1].append((size, take))
+            out.append((layer, unsaved))
         return out
 
-    saved_shapes = saved_by_layer()
+    saved_shapes, unsaved_shapes = zip(*saved_by_layer()) if layers else ((), ())
     kept = 0
     for k, t in terms.items():     # the parameter side, before the first step
         if t.block in ("base", "trainable") and t.role is not Role.GRADIENT and t.role not in STATES \
@@ -262,9 +328,10 @@ def ledger_schedule(ledger: Ledger, layers: int, layer_order: tuple[str, ...] = 
     parameters = len(b.events)
     for step in (1, 2):
         held = {k: b.alloc_all(every(k)) for k in whole_step}
-        saved = [layer_forward(shapes, recompute and i % every_k == 0) for i, shapes in enumerate(saved_shapes)]
+        saved = [layer_forward(shapes, recompute and i % every_k == 0, unsaved_shapes[i])
+                 for i, shapes in enumerate(saved_shapes)]
         grads: list[int] = []
-        grads_outside_layers = states_made = False
+        grads_outside_layers = states_made = head_made = False
         previous: tuple[str, ...] = ()
         for j, m in enumerate(moments):
             for k in previous:
@@ -272,7 +339,7 @@ def ledger_schedule(ledger: Ledger, layers: int, layer_order: tuple[str, ...] = 
                     b.free_all(held.pop(k))
             if j == loop_at:   # what the moments before it hold and it does not is gone before the layers' backward
                 for i in reversed(range(layers)):
-                    redo = layer_forward([sh for k in redo_keys for sh in whole(k)]) if recompute and i % every_k == 0 else []
+                    redo = recomputed_layer() if recompute and i % every_k == 0 else []
                     b.free_all(b.alloc_all([sh for k in loop_temps for sh in whole(k)]))
                     b.free_all(redo)
                     b.free_all(saved[i])
@@ -293,6 +360,9 @@ def ledger_schedule(ledger: Ledger, layers: int, layer_order: tuple[str, ...] = 
                         grads += b.alloc_all(whole(k))
                         grads_outside_layers = True
                 elif t.block in ("transient", "activations") and k not in layer_act:
+                    if t.role is Role.LOSS_TEMPORARY and not head_made:   # the head's working set before its
+                        b.free_all(b.alloc_all(head_sets))                 # output, the first loss temporary
+                        head_made = True
                     held[k] = b.alloc_all(every(k))
             previous = m.terms
         for ids in held.values():

@@ -37,8 +37,8 @@ from .architecture import L, V, f, f_e, h, nh, nkv
 from .structure import Structure
 from .terms import LAYER_END_NAMES, STAGE_NAMES, WHOLE_STEP, Phase, Place, Role, Term, span
 from .functions import at_least
-from .weights import (compute_adapter_bytes, compute_weight_bytes, kind_adapter_params, layer_lora_params,
-                      quant_constant_bits)
+from .weights import (compute_adapter_bytes, compute_weight_bytes, kind_adapter_params, kind_kept_fp32_params,
+                      layer_lora_params, quant_constant_bits)
 
 N, t = sym("gpus"), sym("tp")
 P, P_train, P_lora, P_quant, P_keep = (sym(n) for n in ("P", "P_train", "P_lora", "P_quant", "P_keep"))
@@ -82,15 +82,19 @@ TP_WIDTHS = {nh: nh / t, nkv: nkv / t, f: f / t, V: V / t, f_e: f_e / t}  # expe
 def _tensor_parallel(term: Term, s: Structure) -> Term:
     """``term`` on one tensor-parallel rank, as its role's ``tp`` says."""
     if term.info.tp == "parameters":
-        expr = term.expr.xreplace({**_tp_params(s), **TP_WIDTHS})
+        def per_rank(e):
+            return e.xreplace({**_tp_params(s), **TP_WIDTHS})
     elif term.info.tp == "replicated":
         return term
     elif s.sequence_parallel and V not in term.expr.free_symbols:
-        expr = term.expr / t
+        def per_rank(e):
+            return e / t
     else:
-        expr = term.expr.xreplace(TP_WIDTHS)
-    return replace(term, expr=expr, label=f"{term.label}^{{(t)}}",
-                   why=term.why + " — per tensor-parallel rank")
+        def per_rank(e):
+            return e.xreplace(TP_WIDTHS)
+    return replace(term, expr=per_rank(term.expr), label=f"{term.label}^{{(t)}}",
+                   why=term.why + " — per tensor-parallel rank",
+                   tensors=tuple((n, per_rank(size)) for n, size in term.tensors))
 
 
 def layer_bytes(s: Structure) -> sp.Expr:
@@ -117,6 +121,11 @@ def _kind_layer_bytes(s: Structure) -> sp.Expr:
             fam.params_per_layer(s.options) - fam.linear_params_per_layer()) * b
     else:
         layer = fam.params_per_layer(s.options) * b
+    if not s.fsdp_mixed_precision:
+        # from_pretrained's fp32 routers are gathered as stored: a group of mixed dtypes is all-gathered as bytes
+        # (torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py:791-808, uint8), each at its own width; a
+        # MixedPrecisionPolicy casts them with the rest to param_dtype (_fsdp_param.py:586-600)
+        layer += (b_32 - b) * kind_kept_fp32_params(fam)
     if s.lora:
         layer += _layer_lora(s) * compute_adapter_bytes(s)
     return layer
@@ -227,7 +236,7 @@ def fsdp_terms(s: Structure) -> list[Term]:
 # every field fsdp_terms reads (the layer's and the root's weights, the residual stream's dtype): its cache key,
 # guarded by tests/test_cache_keys.py
 FSDP_FIELDS = ("method", "family", "options", "tied", "double_quant", "kbit_prepared", "fsdp_mixed_precision", "offload",
-               "tensor_parallel", "head_targets", "score_head")
+               "tensor_parallel", "head_targets", "score_head", "targets", "dora")   # a layer kind's adapters: its targets
 
 
 def shard_definitions(s: Structure) -> tuple[tuple[sp.Symbol, sp.Expr], ...]:
@@ -316,7 +325,8 @@ def divides_only(s: Structure) -> bool:
 def divide(term: Term, stage: int) -> Term:   # cached: structures share most of their single-GPU terms
     """``term`` sharded over the N GPUs by ZeRO stage ``stage``."""
     return replace(term, expr=term.expr / N, label=f"{term.label}/N",
-                   why=f"{term.why} — sharded over N GPUs ({STAGE_NAMES[stage]})")
+                   why=f"{term.why} — sharded over N GPUs ({STAGE_NAMES[stage]})",
+                   tensors=tuple((n, size / N) for n, size in term.tensors))
 
 
 def divide_terms(terms, stage: int) -> list[Term]:
@@ -366,9 +376,6 @@ def notes(s: Structure, gpus: int) -> list[str]:
                    "so it costs the gathered working set on top of plain training; it only pays with --offload")
     elif s.zero and gpus == 1:
         out.append(f"ZeRO-{s.zero} on one GPU divides by N = 1: the same memory as plain training")
-    if s.arch.moe:
-        out.append("MoE: transformers' grouped_mm experts hold every token-expert pair (T·k_E rows), so the memory "
-                   "does not depend on how evenly the router spreads tokens (measured: identical for any routing)")
     return out
 
 

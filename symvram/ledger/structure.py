@@ -51,16 +51,19 @@ class Structure:
     tensor_parallel: bool = False     # tensor parallelism t > 1 (Megatron): weights and activations split
     fsdp_mixed_precision: bool = False  # FSDP2 MixedPrecisionPolicy: fp32 storage gathered in the compute dtype, fp32 reduce
     zero_impl: str = "fsdp2"          # fsdp2 (torch fully_shard) | deepspeed: who implements the ZeRO stage
+    params_cast: bool = False         # DeepSpeed's 16-bit engine casts every parameter: from_pretrained's fp32 routers too
     checkpoint_every: int = 1         # checkpointing: layers 0, k, 2k … only (transformers' every_n_layers)
     offload_activations: bool = False  # TRL's activation offloading: the checkpointed inputs in pinned host memory
     offload_checkpoints: bool = False  # Unsloth's offloaded checkpointer (use_gradient_checkpointing="unsloth")
     unsloth_kernels: bool = False     # Unsloth's fused LoRA QKV / O / MLP and RMSNorm kernels (modelled, not measured)
     liger: bool = False               # Liger's RMSNorm and SwiGLU / GeGLU kernels (Triton: modelled, not measured)
     packed: bool = False              # position ids restart within a row (packing): SDPA gets a block-diagonal mask
+    model_code: str = "transformers"  # transformers | torchtune (its own RMSNorm, RoPE cache, attention, label shift)
     optimizer_in_backward: bool = False  # each parameter stepped (and its gradient freed) as soon as its gradient exists
     objective: str = "sft"            # sft | dpo (data/objectives.toml): what one optimizer step runs
     reference: str = "none"           # DPO's reference: copy (a second model) | adapters (PEFT, disabled) | precomputed
     old_logps: bool = False           # GRPO: the old policy's log-probs are computed (accumulation not a multiple of k·iterations)
+    nll: bool = False                 # ORPO, CPO/SimPO (cpo_alpha > 0): the chosen rows' cross-entropy over the logits
     score_head: bool = False          # a sequence-classification model (reward modelling): an h-wide score head, no lm_head
     bnb_input_saved: bool = False     # QLoRA on bitsandbytes < 0.43.3: each 4-bit linear saves its input (symvram.versions)
     shift_logits_copy: bool = False   # transformers < 4.49: the loss copies the shifted fp32 logits (symvram.versions)

@@ -99,6 +99,7 @@ class Role(str, Enum):
     EXPERTS_TEMPORARY = "experts temporary"            # what the last layer's dense experts hold in forward (Llama 4)
     LORA_FORWARD_TEMPORARY = "LoRA forward temporary"  # the last layer's LoRA down projection's forward locals
     LAYER_WORKING_SET = "layer working set"            # what one sub-block of a layer's forward makes and frees
+    HEAD_WORKING_SET = "head working set"              # what the model head's forward makes and frees (LoRA on lm_head)
     RECOMPUTE_TEMPORARY = "recompute temporary"        # what one op of a checkpointed layer's recompute holds
     LOSS_TEMPORARY = "loss temporary"                  # the logits while the loss is computed
     REFERENCE_TEMPORARY = "reference temporary"        # what a reference model's no-grad forward holds (DPO)
@@ -197,6 +198,7 @@ ROLES: dict[Role, RoleInfo] = {
     # below every moment (the ledger's peaks do not change); the caching allocator's segments follow them:
     # the schedule makes and frees each sub-block's set in every layer's forward and recompute
     Role.LAYER_WORKING_SET: RoleInfo("transient", triage="activation", measured="activations"),
+    Role.HEAD_WORKING_SET: RoleInfo("transient", triage="loss", measured="activations"),
     # made in backward (torch's MemTracker counts what a recompute makes as backward temporaries)
     Role.RECOMPUTE_TEMPORARY: RoleInfo("transient", triage="backward", measured="backward_temp",
                                        lifetime=(_P.LAST_LAYER_RECOMPUTE,)),
@@ -251,7 +253,11 @@ class Term:
     source: str = ""
     place: Place = Place.DEVICE
     lifetime: tuple[Phase, ...] | None = None   # None: the role's (ROLES); (): alive in no moment
-
+    # the tensors it is made of, (how many, one tensor's bytes), where its expression's monomials are not: a
+    # constant times a shape (TRL's [min(T, 4096), 32768] tile is one tensor, not 32768), a length that is a
+    # difference (s − p positions), the larger of two working sets (Max); () : each monomial a tensor
+    # (ledger.schedule.pieces). A size with the factor L is that many tensors in every layer.
+    tensors: tuple[tuple[int, sp.Expr], ...] = ()
 
     def __post_init__(self) -> None:
         check(self.expr, ROLES[self.role].unit, self.key)   # bytes for memory and traffic, FLOP for FLOPs

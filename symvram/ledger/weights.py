@@ -67,9 +67,24 @@ KEEP_FP32 = ("transformers modeling_utils.py:3854-3856 _get_dtype_plan (_keep_in
 def kept_fp32_params(s: Structure) -> sp.Expr:
     """Router weights a 16-bit from_pretrained keeps in fp32 (``extras.router_kept_fp32``: GLM-4.5's and
     DeepSeek-V3's gate.weight, E·h per MoE layer; their e_score_correction_bias buffers too, counted with the
-    buffers)."""
-    return s.arch.over_layers(lambda k: k.linear(k.extra("router")).params if k.moe and k.extra("router_kept_fp32")
-                              else 0)
+    buffers) — none under DeepSpeed's 16-bit engine, which casts every parameter to its dtype (engine.py
+    ``_configure_distributed_model``: ``_cast_module_mixed_precision`` from 0.19.2, ``module.bfloat16()`` before; its
+    buffers keep their dtype) and, at stage 3, creates them in it (zero.Init).
+
+    >>> kept_fp32_params(Structure(family="glm4_moe")), kept_fp32_params(Structure(family="glm4_moe", params_cast=True))
+    (experts*hidden*(-dense_layers + layers), 0)
+    """
+    return 0 if s.params_cast else s.arch.over_layers(kind_kept_fp32_params)
+
+
+def kind_kept_fp32_params(kind) -> sp.Expr:
+    """One layer of ``kind``'s router weights kept in fp32 (0 in a dense layer, or where the router is not kept).
+
+    >>> from symvram.ledger.architecture import family
+    >>> kind_kept_fp32_params(family("glm4_moe")), kind_kept_fp32_params(family("glm4_moe").kind("dense"))
+    (experts*hidden, 0)
+    """
+    return kind.linear(kind.extra("router")).params if kind.moe and kind.extra("router_kept_fp32") else 0
 
 
 def base_terms(s: Structure) -> list[Term]:
@@ -122,6 +137,14 @@ def base_terms(s: Structure) -> list[Term]:
             b_w * rope_width_sum(fam) if fam.extra("rope_widths") else fam.dim("rope_bases") * b_w * rotary_width(fam))
         if fam.extra("per_layer_embeddings"):   # Gemma 4: each layer's layer_scalar (1,), the per-layer table's scale
             scale += b_w * L + b_w * at_least(sym("ple_dim"), 1)
+        if s.model_code == "torchtune":   # its own RoPE module, one shared by every layer, in place of transformers'
+            terms.append(Term("rope_cache", Role.BUFFER, b_32 * dh / 2 + b_32 * sym("rope_cache_len") * dh,
+                              r"M_{\mathrm{rope}}",
+                              "torchtune's RoPE buffers: theta (d_head/2) and the cos/sin cache [max_seq_len, "
+                              "d_head/2, 2], both fp32 whatever the model's dtype (one module shared by every layer)",
+                              "torchtune 0.6.1 models/llama3_1/_position_embeddings.py:66-101 rope_init, "
+                              "build_rope_cache"))
+            return terms + (tower_terms(s) if s.tower is not None else [])
         # Falcon-H1: each layer's mup_vector (1, 1, in_proj's width), the SSM multipliers per channel
         # (modeling_falcon_h1.py:1039-1041: a buffer that is not saved with the weights)
         mup = fam.over_layers(lambda k: b_w * k.linear("in_proj").d_out) if fam.extra("mup_vector") else 0

@@ -113,7 +113,7 @@ def objective(tool: str, names: dict[str, str], refused: dict[str, str] | None =
     >>> objective("axolotl", {"dpo": "dpo"})("grpo")
     Traceback (most recent call last):
     ...
-    symvram.readers.convert.WrongValue: 'grpo': the objectives modelled are sft, dpo, kto, reward and grpo (TRL 1.16's DPOTrainer, KTOTrainer, RewardTrainer and GRPOTrainer; axolotl's dpo); ORPO, SimPO and PPO are not yet
+    symvram.readers.convert.WrongValue: 'grpo': the objectives modelled are sft, dpo, kto, reward, grpo, orpo, cpo and simpo (TRL 1.16's DPOTrainer, KTOTrainer, RewardTrainer, GRPOTrainer, ORPOTrainer and CPOTrainer; axolotl's dpo); PPO is not yet
     """
     refused = refused or {}
 
@@ -129,11 +129,25 @@ def objective(tool: str, names: dict[str, str], refused: dict[str, str] | None =
 
         *first, last = objectives()
         spelled = ", ".join(k for k, v in names.items() if v != "sft")
-        raise WrongValue(f"{value!r}: the objectives modelled are {', '.join(first)} and {last} (TRL 1.16's "
-                         f"DPOTrainer, KTOTrainer, RewardTrainer and GRPOTrainer; {tool}'s {spelled or 'none'}); "
-                         "ORPO, SimPO and PPO are not yet")
+        raise WrongValue(f"{value!r}: the objectives modelled are {', '.join(first)} and {last} ({trainers()}; "
+                         f"{tool}'s {spelled or 'none'}); PPO is not yet")
 
     return convert
+
+
+def trainers() -> str:
+    """The TRL trainers the objectives of ``data/objectives.toml`` model, named by their titles, in order.
+
+    >>> trainers().split(", ")[0]
+    "TRL 1.16's DPOTrainer"
+    """
+    import re
+
+    from ..ledger.objectives import objectives
+
+    names = list(dict.fromkeys(m.group(1) for e in objectives().values() if (m := re.search(r"(\w+Trainer)", e["title"]))))
+    *first, last = names
+    return f"TRL 1.16's {', '.join(first)} and {last}"
 
 
 # TRL 1.16 DPOConfig.loss_type (trl/trainer/dpo_config.py:245-253; an unknown one raises at the first step,
@@ -153,17 +167,30 @@ def loss_type(value):
     >>> loss_type("sigmod")
     Traceback (most recent call last):
     ...
-    symvram.readers.convert.WrongValue: 'sigmod' is not a TRL 1.16 loss type; DPO: sigmoid, hinge, ipo, exo_pair, nca_pair, robust, bco_pair, sppo_hard, aot, aot_unpaired, apo_zero, apo_down, discopop, sft, sigmoid_norm; SFT: nll, dft; GRPO: grpo, dr_grpo, dapo, bnpo, cispo, sapo, luspo, vespo
+    symvram.readers.convert.WrongValue: 'sigmod' is not a TRL 1.16 loss type; DPO: sigmoid, hinge, ipo, exo_pair, nca_pair, robust, bco_pair, sppo_hard, aot, aot_unpaired, apo_zero, apo_down, discopop, sft, sigmoid_norm; SFT: nll, dft; GRPO: grpo, dr_grpo, dapo, bnpo, cispo, sapo, luspo, vespo; CPO: sigmoid, hinge, ipo, simpo, alphapo
     """
     from ..ledger.objectives import objectives
 
     grpo = tuple(objectives()["grpo"]["loss_types"])
+    cpo = (*objectives()["cpo"]["loss_types"], *objectives()["simpo"]["loss_types"])   # CPOConfig (cpo_config.py:121-127)
     names = value if isinstance(value, list) else [value]
     for name in names:
-        if name not in DPO_LOSS_TYPES + SFT_LOSS_TYPES + grpo:
+        if name not in DPO_LOSS_TYPES + SFT_LOSS_TYPES + grpo + cpo:
             raise WrongValue(f"{name!r} is not a TRL 1.16 loss type; DPO: {', '.join(DPO_LOSS_TYPES)}; "
-                             f"SFT: {', '.join(SFT_LOSS_TYPES)}; GRPO: {', '.join(grpo)}")
+                             f"SFT: {', '.join(SFT_LOSS_TYPES)}; GRPO: {', '.join(grpo)}; CPO: {', '.join(cpo)}")
     return ", ".join(map(str, names))
+
+
+def simpo_loss(value):
+    """CPOConfig's ``loss_type`` simpo or alphapo names a SimPO run (cpo_config.py:175-179: alphapo is simpo with
+    cpo_alpha = 0); any other names none.
+
+    >>> simpo_loss("alphapo"), simpo_loss("sigmoid")
+    ('simpo', None)
+    """
+    from ..ledger.objectives import objectives
+
+    return "simpo" if value in objectives()["simpo"]["loss_types"] else None
 
 
 def refuse(why: str):
@@ -303,3 +330,75 @@ def trainer_fsdp_offload(value) -> bool | None:
 def offload_device(value) -> bool:
     """DeepSpeed offload device: cpu or nvme moves it off the GPU; none keeps it."""
     return choice({"none": False, "cpu": True, "nvme": True, None: False})(value)
+
+
+# torchtune 0.6.1's Llama builders (torchtune/models/llama2, llama3, llama3_1, llama3_2 _model_builders.py) → presets
+TORCHTUNE_MODELS = {"llama2_7b": "llama-2-7b", "llama2_13b": "llama-2-13b", "llama2_70b": "llama-2-70b",
+                    "llama3_8b": "llama-3-8b", "llama3_70b": "llama-3-70b", "llama3_1_8b": "llama-3.1-8b",
+                    "llama3_1_70b": "llama-3.1-70b", "llama3_1_405b": "llama-3.1-405b",
+                    "llama3_2_1b": "llama-3.2-1b", "llama3_2_3b": "llama-3.2-3b"}
+
+
+def _torchtune_builder(value) -> tuple[str, str]:
+    """A torchtune model ``_component_`` → (the method its prefix says, the base builder's name).
+
+    >>> _torchtune_builder("torchtune.models.llama3_2.lora_llama3_2_1b")
+    ('lora', 'llama3_2_1b')
+    """
+    name = text(value).rsplit(".", 1)[-1]
+    for prefix, method in (("qlora_", "qlora"), ("lora_", "lora")):
+        if name.startswith(prefix):
+            return method, name[len(prefix):]
+    return "full", name
+
+
+def torchtune_model(value) -> str:
+    """The preset of a torchtune model builder (its Llama builders; another is refused, naming them).
+
+    >>> torchtune_model("torchtune.models.llama3_1.lora_llama3_1_8b")
+    'llama-3.1-8b'
+    """
+    builder = _torchtune_builder(value)[1]
+    if builder not in TORCHTUNE_MODELS:
+        raise WrongValue(f"torchtune's {builder} builder is not modelled (its Llama builders are: "
+                         f"{', '.join(TORCHTUNE_MODELS)})")
+    return TORCHTUNE_MODELS[builder]
+
+
+def torchtune_method(value) -> str:
+    return _torchtune_builder(value)[0]
+
+
+# torchtune's LoRA module names (lora_attn_modules; apply_lora_to_mlp's w1, w2, w3) → transformers' names
+TORCHTUNE_ATTN = {"q_proj": "q_proj", "k_proj": "k_proj", "v_proj": "v_proj", "output_proj": "o_proj"}
+TORCHTUNE_MLP = ("gate_proj", "up_proj", "down_proj")   # w1, w3, w2 (models/llama3/_component_builders.py:240-248)
+
+
+def torchtune_attn_modules(value) -> tuple[str, ...]:
+    """lora_attn_modules → the ledger's names.
+
+    >>> torchtune_attn_modules(["q_proj", "v_proj", "output_proj"])
+    ('q_proj', 'v_proj', 'o_proj')
+    """
+    if not isinstance(value, list) or not all(isinstance(v, str) and v in TORCHTUNE_ATTN for v in value):
+        raise WrongValue(f"expected a list of {', '.join(TORCHTUNE_ATTN)}, got {excerpt(value)}")
+    return tuple(TORCHTUNE_ATTN[v] for v in value)
+
+
+# optimizer._component_ → the Trainer's optim name the readers already map (OPTIMIZERS); a torch optimizer's
+# implementation comes from its fused / foreach keys
+TORCHTUNE_OPTIMIZERS = {"torch.optim.AdamW": "adamw_torch", "torch.optim.Adam": "adamw_torch",
+                        "torch.optim.SGD": "sgd", "bitsandbytes.optim.AdamW8bit": "adamw_bnb_8bit",
+                        "bitsandbytes.optim.PagedAdamW8bit": "paged_adamw_8bit",
+                        "bitsandbytes.optim.PagedAdamW": "paged_adamw_32bit",
+                        "bitsandbytes.optim.PagedAdamW32bit": "paged_adamw_32bit"}
+
+
+def torchtune_optimizer(value) -> str:
+    return choice(TORCHTUNE_OPTIMIZERS)(value)
+
+
+def torchtune_loss(value) -> str:
+    """loss._component_: CEWithChunkedOutputLoss is the chunked loss; another is refused (a plain
+    torch.nn.CrossEntropyLoss takes the bf16 logits whole, without transformers' fp32 upcast: not modelled)."""
+    return choice({"torchtune.modules.loss.CEWithChunkedOutputLoss": "chunked"})(value)

@@ -38,6 +38,9 @@ KEYS = {
                 "optim": "optim", "accum": "gradient_accumulation_steps",
                 "checkpoint_every": "gradient_checkpointing_kwargs.every_n_layers"},
     "deepspeed": {"batch": "train_micro_batch_size_per_gpu", "accum": "gradient_accumulation_steps"},
+    "torchtune": {"seq": "tokenizer.max_seq_len", "batch": "batch_size",
+                  "grad_checkpointing": "enable_activation_checkpointing", "accum": "gradient_accumulation_steps",
+                  "optimizer_in_backward": "optimizer_in_bwd"},
 }
 NEGATED = {("llamafactory", "grad_checkpointing")}   # disable_gradient_checkpointing: false turns it on
 QLORA = {"axolotl": {"adapter": "qlora", "load_in_4bit": True},

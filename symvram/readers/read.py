@@ -30,8 +30,9 @@ from .tools import DETECT, FACTS, INFO, NO_DEFAULT, OPTIMIZERS, PENDING, SYMBOL,
 
 MAX_BYTES = 1 << 20  # a training config is a few kB
 MAX_VALUES = 100_000  # values (mappings, lists, scalars) a file may hold, its aliases expanded
-TRAINING_TOOLS = ("axolotl", "llamafactory", "trl", "trainer")
-FORMATS = "axolotl YAML, LLaMA-Factory YAML, TRL/Trainer arguments JSON, DeepSpeed JSON, accelerate config YAML"
+TRAINING_TOOLS = ("axolotl", "llamafactory", "trl", "trainer", "torchtune")
+FORMATS = ("axolotl YAML, LLaMA-Factory YAML, TRL/Trainer arguments JSON, DeepSpeed JSON, accelerate config YAML, "
+           "torchtune recipe YAML")
 
 
 @dataclass(frozen=True)
@@ -404,8 +405,8 @@ BNB_ADAMW = {"adamw_bnb_8bit": "adamw8bit", "adamw_8bit": "adamw8bit", "paged_ad
 
 # Scenario settings a table may set directly
 _SETTINGS = ("stack", "kbit_prep", "rank", "lora_dropout", "targets", "seq", "batch", "grad_checkpointing", "attention", "gpus",
-             "double_quant", "tp", "checkpoint_impl", "checkpoint_every", "offload_activations", "packing", "liger", "loss_impl", "dora", "modules_to_save", "objective", "precompute_ref",
-             *GRPO_SETTINGS, *CREATE_SETTINGS)
+             "double_quant", "tp", "checkpoint_impl", "checkpoint_every", "offload_activations", "packing", "liger", "loss_impl", "dora", "optimizer_in_backward", "modules_to_save", "objective", "precompute_ref",
+             *GRPO_SETTINGS, *CREATE_SETTINGS, "cpo_alpha")
 
 
 def _join(*values: Value | None) -> str:
@@ -485,6 +486,9 @@ def _resolve(f: dict[str, Value], reading: Reading, cli: dict) -> dict[str, Valu
         # (loaders/model.py ModelLoader: needs_fa2_dtype is set for every adapter, should_convert unless QLoRA + FSDP)
         out["kbit_prep"] = Value("none", f"{TOOLS['axolotl'].title}: norms and embeddings cast back to 16 bits after "
                                          "prepare_model_for_kbit_training", 0)
+    if training == "torchtune":
+        out.update(_torchtune(f, reading, method, cli))
+        return out
     _packing(f, out, cli)
     policy = fsdp_on and out.get("stack") is not None and out["stack"].value == "fsdp" and out["zero"].value == 3
     out.update(_precision(f, training, method, ds, reading, policy, cli))
@@ -526,9 +530,47 @@ def _stack(reading: Reading, parallel: str | None) -> Value:
     if parallel in stacks():
         return Value(parallel, f"{tool}: {stacks()[parallel]['title']}", 0)
     how = {"deepspeed": " with DeepSpeed (ZeRO from its config)", "fsdp": " with FSDP (ZeRO-3 from its config)"}
+    if name == "torchtune":
+        return Value("torchtune", f"{tool}: {stacks()['torchtune']['title']}", 0)
     if name == "trl":
         return Value("trl", f"{tool}: {stacks()['trl']['title']}{how.get(parallel, '')}", 0)
     return Value("hf", f"{tool}: runs transformers' Trainer{how.get(parallel, '')}", 0)
+
+
+def _torchtune(f: dict[str, Value], reading: Reading, method: str, cli: dict) -> dict[str, Value]:
+    """A torchtune recipe's LoRA targets, dtype and optimizer. Its LoRA modules are ``lora_attn_modules`` plus
+    w1, w2, w3 with ``apply_lora_to_mlp``; ``dtype`` is the whole model's (adapters and, through torch's optimizers,
+    their states too: recipes/lora_finetune_single_device.py:431, :479-481), fp32 when the file is silent
+    (``training.get_dtype(None)``); the optimizer is its ``_component_`` with ``fused`` / ``foreach``.
+
+    >>> f = {"lora_attn_modules": Value(("q_proj", "v_proj"), "r.yml:model.lora_attn_modules", 2, "r.yml",
+    ...                                 "model.lora_attn_modules"), "lora_mlp": Value(True, "r.yml:x", 2, "r.yml", "x")}
+    >>> _torchtune(f, Reading(files=[("r.yml", "torchtune")]), "lora", {"seq": 1024})["targets"].value
+    ('q_proj', 'v_proj', 'gate_proj', 'up_proj', 'down_proj')
+    """
+    out: dict[str, Value] = {}
+    if "seq" not in f and not cli.get("seq"):   # max_seq_len: null (the recipes' own): no truncation, each batch padded to its longest sample
+        reading.warnings.append(f"{reading.primary[0]}: tokenizer.max_seq_len is not set: torchtune pads each batch to "
+                                "its longest sample; estimated at symvram's default length (pass --seq)")
+    attn, mlp = f.get("lora_attn_modules"), f.get("lora_mlp")
+    if method != "full" and attn is not None:
+        out["targets"] = Value(attn.value + (c.TORCHTUNE_MLP if mlp is not None and mlp.value else ()), _join(attn, mlp))
+    dtype = f.get("model_dtype")
+    out["dtype"] = dtype if dtype is not None else Value("fp32", f"{TOOLS['torchtune'].title}: no dtype key "
+                                                                 "(training.get_dtype(None) is fp32)", 0)
+    optim = f.get("optim")
+    if optim is not None:
+        optimizer, impl, eight_bit, paged = OPTIMIZERS[optim.value]
+        if optim.value in BNB_ADAMW:
+            optimizer = BNB_ADAMW[optim.value]
+        fused, foreach = f.get("optim_fused"), f.get("optim_foreach")
+        if not (eight_bit or optim.value in BNB_ADAMW):   # torch: fused or foreach as given, foreach on CUDA by default
+            impl = "fused" if fused and fused.value else "forloop" if foreach and foreach.value is False else "foreach"
+        out["optimizer"] = Value(optimizer, optim.source, optim.priority)
+        out["optimizer_impl"] = Value(impl, _join(optim, fused, foreach), optim.priority)
+        if eight_bit:
+            out["state_dtype"] = Value("int8", optim.source, optim.priority)
+    return out
 
 
 def _precision(f: dict[str, Value], training: str, method: str, ds: bool, reading: Reading,

@@ -53,7 +53,8 @@ SYMBOL = "="   # a Row setting "=name": the value of the ledger's symbol ``name`
 # Facts a rule combines into Scenario settings (see readers.read)
 FACTS = ("model", "adapter", "quant", "bf16", "fp16", "pure_bf16", "model_dtype", "optim", "target_linear",
          "packing_on", "padding_free", "packing_strategy", "use_unsloth",
-         "ds_stage", "ds_offload_optimizer", "ds_offload_param", "fsdp", "fsdp_offload", "distributed")
+         "ds_stage", "ds_offload_optimizer", "ds_offload_param", "fsdp", "fsdp_offload", "distributed",
+         "lora_attn_modules", "lora_mlp", "optim_fused", "optim_foreach")
 # Memory-relevant settings the ledger does not hold yet: the default it assumes, and what a change does
 PENDING = {
     "offloaded_checkpointing": (False, "axolotl's offloaded gradient checkpointing (Unsloth's recipe) keeps the "
@@ -134,7 +135,11 @@ AXOLOTL = Tool("axolotl", "axolotl 0.19", (
     Row("unfrozen_parameters", None, c.nonempty, why="training a subset of parameters"),
     # axolotl's AxolotlDPOTrainer subclasses TRL's DPOTrainer; ipo is DPO with loss_type ipo (the same memory)
     # (and AxolotlKTOTrainer TRL's KTOTrainer)
-    Row("rl", "objective", c.objective("axolotl", {"dpo": "dpo", "ipo": "dpo", "kto": "kto", "grpo": "grpo"})),
+    # rl: orpo runs AxolotlORPOTrainer (TRL's ORPOTrainer), rl: simpo AxolotlCPOTrainer with loss_type simpo and
+    # the config's cpo_alpha (TRL's CPOTrainer)
+    Row("rl", "objective", c.objective("axolotl", {"dpo": "dpo", "ipo": "dpo", "kto": "kto", "grpo": "grpo",
+                                                   "orpo": "orpo", "simpo": "simpo"})),
+    Row("cpo_alpha", "cpo_alpha", c.number),
     # axolotl's AxolotlGRPOTrainer subclasses TRL's GRPOTrainer; its `trl:` section holds GRPOConfig's keys
     *[Row(f"trl.{key}", setting, read) for key, setting, read in GRPO_KEYS],
     Row("relora", None, c.is_on, why="ReLoRA"),
@@ -201,8 +206,9 @@ LLAMAFACTORY = Tool("llamafactory", "LLaMA-Factory 0.9.5", (
     # exit 2 on dpo, kto, ppo, rm: LLaMA-Factory's CustomDPOTrainer computes the full logits in fp32 in its own
     # concatenated_forward, not TRL 1.16's fused LM head, which is what --objective dpo models
     Row("stage", "objective", c.objective("LLaMA-Factory", {"sft": "sft", "pt": "sft"}, {
-        "dpo": "LLaMA-Factory's DPO (CustomDPOTrainer) keeps the full fp32 logits of its own concatenated_forward; "
-               "symvram's --objective dpo models TRL 1.16's DPOTrainer (a fused LM head, no logits): not the same "
+        "dpo": "LLaMA-Factory's DPO (CustomDPOTrainer, pref_loss orpo and simpo too) keeps the full fp32 logits of "
+               "its own concatenated_forward and log-probs; symvram's --objective dpo models TRL 1.16's DPOTrainer (a "
+               "fused LM head, no logits) and --objective orpo / simpo TRL's ORPOTrainer / CPOTrainer: not the same "
                "memory, so it is refused",
         "rm": "LLaMA-Factory's reward modelling loads the causal LM with a value head (train/rm/workflow.py: "
               "load_model(..., add_valuehead=True)), whose forward still computes the vocabulary logits; symvram's "
@@ -321,6 +327,12 @@ TRL = Tool("trl", "TRL 1.16 SFTConfig", (
     # GRPOConfig and KTOConfig: not modelled yet, refused rather than estimated as SFT
     # TRL 1.16 KTOConfig (kto_config.py:212-220): its weights name a KTO run, over DPOConfig's shared keys
     *[Row(k, "objective", lambda v: "kto", priority=3) for k in ("desirable_weight", "undesirable_weight")],
+    # TRL 1.16 CPOConfig (cpo_config.py:132-139): cpo_alpha names a CPO run, loss_type simpo / alphapo a SimPO one
+    # (alphapo: cpo_alpha = 0, cpo_config.py:175-179); an ORPOConfig has no key of its own (give --objective orpo)
+    Row("cpo_alpha", "objective", lambda v: "cpo", priority=3),
+    Row("cpo_alpha", "cpo_alpha", c.number),
+    Row("loss_type", "objective", c.simpo_loss, priority=4),
+    Row("loss_type", "cpo_alpha", lambda v: 0.0 if v == "alphapo" else None, priority=4),
     # TRL 1.16 RewardConfig (reward_config.py:160): the one key of its own names a reward-model run
     Row("center_rewards_coefficient", "objective", lambda v: "reward", priority=3),
     # TRL 1.16 GRPOConfig (grpo_config.py): its generation keys name a GRPO run (the prompt length is the data's:
@@ -332,13 +344,14 @@ TRL = Tool("trl", "TRL 1.16 SFTConfig", (
     Row("generation_batch_size", None, c.is_on, why="the generation batch given directly (give "
         "--steps-per-generation: generation_batch_size / (batch x GPUs))"),
 ), harmless=_TRAINER_HARMLESS - {"loss_type"} | { "label_smoothing", "loss_weights", "ld_alpha", "f_alpha_divergence_coef", "discopop_tau", "sync_ref_model",
-    "ref_model_mixup_alpha", "ref_model_sync_steps", "precompute_ref_batch_size", "disable_dropout",
+    "ref_model_mixup_alpha", "ref_model_sync_steps", "precompute_ref_batch_size", "disable_dropout", "simpo_gamma",
+    "padding_value", "generate_during_eval", "is_encoder_decoder",
     "dataset_name", "dataset_config", "dataset_train_split", "dataset_test_split", "dataset_streaming", "datasets",
     "model_revision", "lora_alpha", "lora_task_type", "use_rslora", "bnb_4bit_quant_type", "bnb_4bit_quant_storage",
     "lora_target_parameters", "ignore_bias_buffers"},
     markers=frozenset({"dataset_text_field", "max_length", "packing", "completion_only_loss", "assistant_only_loss",
                        "dataset_name", "use_peft", "precompute_ref_log_probs", "f_divergence_type", "num_generations",
-                       "desirable_weight", "center_rewards_coefficient"}))
+                       "desirable_weight", "center_rewards_coefficient", "cpo_alpha", "simpo_gamma"}))
 
 # ------------------------------------------------------- DeepSpeed 0.19 config JSON (runtime/zero/config.py)
 # the ZeRO sizes the ledger holds as symbols (ledger/sharding.py): the file's value is that symbol's value
@@ -422,9 +435,51 @@ ACCELERATE = Tool("accelerate", "accelerate 1.15 config", (
     "deepspeed_config.zero3_save_16bit_model", "deepspeed_config.gradient_clipping", "deepspeed_config.deepspeed_multinode_launcher",
 }), markers=frozenset({"distributed_type", "compute_environment", "num_processes", "mixed_precision", "machine_rank"}))
 
-TOOLS = {t.name: t for t in (AXOLOTL, LLAMAFACTORY, TRL, TRAINER, DEEPSPEED, FSDP, ACCELERATE)}
+# ---------------------------------------------------------------- torchtune 0.6.1 recipes/configs (single device)
+# the defaults are recipes/lora_finetune_single_device.py's and full_finetune_single_device.py's cfg.get(...) and
+# the builders' (models/llama3_2/_model_builders.py:71-81: lora_rank 8, lora_dropout 0.0)
+TORCHTUNE = Tool("torchtune", "torchtune 0.6.1", (
+    Row("model._component_", "model", c.torchtune_model),
+    Row("model._component_", "adapter", c.torchtune_method),
+    Row("model.lora_rank", "rank", c.integer, default=8),
+    Row("model.lora_alpha", INFO, c.number, default=16),
+    Row("model.lora_dropout", "lora_dropout", c.number, default=0.0),
+    Row("model.lora_attn_modules", "lora_attn_modules", c.torchtune_attn_modules),
+    Row("model.apply_lora_to_mlp", "lora_mlp", BOOL, default=False),
+    Row("model.apply_lora_to_output", None, c.is_on, why="LoRA on the output projection"),
+    Row("model.use_dora", "dora", BOOL),
+    Row("model.quantize_base", None, c.is_on, why="torchao's NF4 base weights"),
+    Row("model.tie_word_embeddings", None, lambda v: v is False, why="untied embeddings on a tied builder"),
+    Row("batch_size", "batch", c.integer),
+    Row("tokenizer.max_seq_len", "seq", c.integer),
+    Row("dtype", "model_dtype", c.choice({"bf16": "bf16", "fp32": "fp32"})),
+    Row("optimizer._component_", "optim", c.torchtune_optimizer),
+    Row("optimizer.fused", "optim_fused", BOOL),
+    Row("optimizer.foreach", "optim_foreach", BOOL),
+    Row("optimizer_in_bwd", "optimizer_in_backward", BOOL, default=False),
+    Row("enable_activation_checkpointing", "grad_checkpointing", BOOL, default=False),
+    Row("enable_activation_offloading", None, c.is_on, why="torchtune's activation offloading"),
+    Row("ac_mode", None, c.is_on, why="torchtune's selective activation checkpointing"),
+    Row("ac_option", None, c.is_on, why="torchtune's selective activation checkpointing"),
+    Row("loss._component_", "loss_impl", c.torchtune_loss),
+    Row("loss.num_output_chunks", "=loss_chunks", c.integer),
+    Row("compile", None, c.is_on, why="torch.compile fuses kernels and changes what is saved"),
+    Row("dataset.packed", None, c.is_on, why="torchtune's packed samples (PackedDataset, a block-causal mask)"),
+    Row("gradient_accumulation_steps", INFO, c.integer, default=1),
+    Row("clip_grad_norm", INFO),
+), harmless=frozenset({
+    "output_dir", "tokenizer._component_", "tokenizer.path", "tokenizer.merges_file", "tokenizer.prompt_template",
+    "checkpointer", "resume_from_checkpoint", "save_adapter_weights_only", "dataset._component_", "dataset.source",
+    "dataset.split", "dataset.data_files", "dataset.column_map", "dataset.train_on_input", "seed", "shuffle",
+    "optimizer.lr", "optimizer.weight_decay", "optimizer.betas", "optimizer.eps", "lr_scheduler", "epochs",
+    "max_steps_per_epoch", "metric_logger", "log_every_n_steps", "log_peak_memory_stats", "log_level", "device",
+    "profiler", "run_val_every_n_steps", "dataset_val",
+}), markers=frozenset({"enable_activation_checkpointing", "enable_activation_offloading", "optimizer_in_bwd",
+                       "log_peak_memory_stats", "checkpointer", "metric_logger", "max_steps_per_epoch"}))
+
+TOOLS = {t.name: t for t in (AXOLOTL, LLAMAFACTORY, TRL, TRAINER, DEEPSPEED, FSDP, ACCELERATE, TORCHTUNE)}
 # The order in which a file's format is recognised (the first whose markers it holds)
-DETECT = ("deepspeed", "accelerate", "llamafactory", "axolotl", "trl", "trainer")
+DETECT = ("deepspeed", "accelerate", "llamafactory", "axolotl", "torchtune", "trl", "trainer")
 
 # torch / bitsandbytes optimizer names (TrainingArguments.optim, axolotl's optimizer) and DeepSpeed's
 # optimizer.type → (optimizer, implementation, 8-bit states, paged). Absent names are not modelled.

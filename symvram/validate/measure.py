@@ -731,6 +731,44 @@ def _materialize(model, device: str) -> None:
                                          quant_type="nf4", quant_storage=torch.uint8, module=m)._quantize(device)
 
 
+def force_worst_routing(model) -> int:
+    """Route every token of the step to experts 0 … k−1 (``--routing worst``): each experts module of transformers'
+    experts interface (``use_experts_implementation``, integrations/moe.py:582-641, the grouped_mm path's and the
+    per-expert loop's) gets its ``top_k_index`` overwritten in place with 0 … k−1 in every row (fill, cumsum, minus
+    one: in-place ops, no tensor of their own, so the step allocates nothing more; through ``.data``, so that
+    autograd's saved copies of it see no version change). The router, its softmax and its top-k run as they do; only
+    where the pairs go changes. Needs real tensors (a FakeTensor has no values to route by). Returns the number of
+    experts modules.
+
+    >>> import transformers
+    >>> cfg = transformers.Qwen3MoeConfig(hidden_size=16, intermediate_size=32, moe_intermediate_size=8,
+    ...     num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1, num_experts=4, num_experts_per_tok=2,
+    ...     vocab_size=32)
+    >>> m = transformers.AutoModelForCausalLM.from_config(cfg)
+    >>> force_worst_routing(m)
+    1
+    >>> seen = []
+    >>> h = m.model.layers[0].mlp.experts.register_forward_pre_hook(lambda mod, a: seen.append(a[1]))
+    >>> _ = m(torch.randint(0, 32, (1, 5)))
+    >>> seen[0].tolist() == [[0, 1]] * 5
+    True
+    """
+    from ..errors import UserError
+
+    experts = [m for m in model.modules() if hasattr(m, "_is_expert_parallel") and hasattr(m, "has_gate")]
+    if not experts:
+        raise UserError("--routing worst: no experts module of transformers' experts interface to route (Llama 4's "
+                        "experts run every token through all E experts: nothing depends on the routing)")
+
+    def forced(mod, args):
+        index = args[1].data   # (T, k): experts(hidden_states, top_k_index, top_k_weights)
+        index.fill_(1).cumsum_(-1).sub_(1)
+
+    for m in experts:
+        m.register_forward_pre_hook(forced)
+    return len(experts)
+
+
 def prepare(spec: dict, fake_mode=None, device: str = "cpu"):
     """Build the model, optimizer and inputs (fake unless fake_mode is None)."""
     model = build_model(spec)
@@ -760,15 +798,18 @@ def measure(spec: dict, flops: bool = False) -> dict:
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     t0 = time.perf_counter()
-    fake_mode = FakeTensorMode(allow_non_fake_inputs=False)
+    forced = spec.get("routing") == "worst"   # a router forced to experts 0..k-1 needs real values: real CPU tensors
+    fake_mode = None if forced else FakeTensorMode(allow_non_fake_inputs=False)
     model, optimizer, input_ids, labels, trainable, total = prepare(spec, fake_mode)
+    if forced:
+        force_worst_routing(model)
     tracker = PeakTracker(optimizer)
     tracker.track_external(model, *getattr(optimizer, "per_parameter", {None: optimizer}).values(), input_ids, labels)
-    packed_check = contextlib.nullcontext() if spec.get("packing") else _untraced_packed_check()
-    with packed_check, fake_mode, tracker:
+    packed_check = contextlib.nullcontext() if spec.get("packing") or forced else _untraced_packed_check()
+    with packed_check, fake_mode or contextlib.nullcontext(), tracker:
         _train_steps(spec, model, optimizer, input_ids, labels, tracker, tracker.set_phase)
     # the 4-bit quantization states live on the GPU for the whole run; MemTracker does not see them
-    untracked = int(getattr(model, "_symvram_untracked", 0))
+    untracked = quant_state_bytes(model) if forced else int(getattr(model, "_symvram_untracked", 0))
     breakdown = tracker.breakdown()
     if untracked:
         breakdown["params"] += untracked
@@ -897,6 +938,8 @@ def _measure_cuda(spec: dict) -> dict:
     torch.cuda.empty_cache()
     baseline = torch.cuda.memory_allocated(dev)
     model, optimizer, input_ids, labels, trainable, total = prepare(spec, None, "cuda")
+    if spec.get("routing") == "worst":
+        force_worst_routing(model)
     torch.cuda.synchronize()
     by_phase: dict[str, int] = {}
     requested: dict[str, int] = {}  # the same peak without the allocator's rounding

@@ -34,12 +34,12 @@ from .measure import (PeakTracker, _fakeify, _result, _untraced_packed_check, bu
 from .spec import normalize_spec
 
 # the trainers' settings _compute_loss reads, at their configs' defaults: DPOConfig (trl/trainer/dpo_config.py:245-311),
-# KTOConfig (kto_config.py:198-220; loss_type kto estimates the KL term, kto_trainer.py:815)
+# KTOConfig (kto_config.py:198-220; loss_type kto estimates the KL term, kto_trainer.py:815); the MoE aux loss's two
+# from the model's config (aux_settings)
 TRAINER_DEFAULTS = {
     "dpo": dict(beta=0.1, loss_types=["sigmoid"], loss_weights=[1.0], ld_alpha=None, f_divergence_type="reverse_kl",
-                f_alpha_divergence_coef=0.5, label_smoothing=0.0, use_weighting=False, aux_loss_enabled=False),
-    "kto": dict(beta=0.1, loss_type="kto", calculate_KL=True, desirable_weight=1.0, undesirable_weight=1.0,
-                aux_loss_enabled=False, router_aux_loss_coef=0.0),
+                f_alpha_divergence_coef=0.5, label_smoothing=0.0, use_weighting=False),
+    "kto": dict(beta=0.1, loss_type="kto", calculate_KL=True, desirable_weight=1.0, undesirable_weight=1.0),
     "reward": {},   # RewardTrainer.compute_loss reads only args.center_rewards_coefficient (reward_config.py:160: None)
 }
 
@@ -122,6 +122,21 @@ def _gpu_fused_head(labelled_per_row: int):
             setattr(mod, name, value)
 
 
+def aux_settings(model) -> dict:
+    """The MoE load-balancing loss as DPOTrainer and KTOTrainer set it up (dpo_trainer.py:895-905,
+    kto_trainer.py:906-916; DPOConfig.router_aux_loss_coef defaults to None): the config's own coefficient, and the
+    loss enabled when the config has ``output_router_logits`` (a MoE model) and a non-zero coefficient.
+
+    >>> from types import SimpleNamespace as NS
+    >>> cfg = NS(output_router_logits=False, router_aux_loss_coef=0.001)
+    >>> aux_settings(NS(config=NS(get_text_config=lambda: cfg)))
+    {'router_aux_loss_coef': 0.001, 'aux_loss_enabled': True}
+    """
+    text_config = model.config.get_text_config()
+    coef = getattr(text_config, "router_aux_loss_coef", 0.0)
+    return {"router_aux_loss_coef": coef, "aux_loss_enabled": hasattr(text_config, "output_router_logits") and coef != 0.0}
+
+
 def _stand_in(model, ref_model, spec):
     """The ``self`` the trainer's _compute_loss reads: its model, reference, accelerator and its config's settings."""
     accelerator = types.SimpleNamespace(device=torch.device("cpu"), unwrap_model=lambda m: m,
@@ -132,7 +147,8 @@ def _stand_in(model, ref_model, spec):
     trainer = types.SimpleNamespace(model=model, ref_model=ref_model, accelerator=accelerator, args=args,
                                     precompute_ref_logps=bool(spec.get("precompute_ref", False)),
                                     _metrics={"train": defaultdict(list), "eval": defaultdict(list)},
-                                    _total_train_tokens=0, _tp_size=1, **TRAINER_DEFAULTS[spec["objective"]])
+                                    _total_train_tokens=0, _tp_size=1, **TRAINER_DEFAULTS[spec["objective"]],
+                                    **aux_settings(model))
     if spec["objective"] == "kto":   # the KL forwards (kto_trainer.py:1337) are a method of the trainer too
         trainer._compute_kl_logps = types.MethodType(_trainer("kto")._compute_kl_logps, trainer)
     return trainer
@@ -270,4 +286,8 @@ def measure_preference(spec: dict) -> dict:
     if spec["objective"] == "grpo":   # generation before the step (validate.grpo)
         from .grpo import measure_grpo
         return measure_grpo(spec)
+    from ..ledger.objectives import objectives
+    if objectives()[spec["objective"]].get("logits"):   # ORPO, CPO, SimPO: the model's logits (validate.paired)
+        from .paired import run_paired
+        return result(spec, run_paired)
     return result(spec, run_preference)

@@ -31,7 +31,8 @@ OPTIONAL: dict[str, Any] = {"stack": "torch", "checkpoint_impl": "non-reentrant"
                             "kbit_prep": "peft", "dora": False, "modules_to_save": [], "mp_policy": "none",
                             "optimizer_in_backward": False, "checkpoint_every": 1, "offload_activations": False, "packing": 0, "objective": "sft", "prompt": 0, "precompute_ref": False,
                             "num_generations": 8, "steps_per_generation": 1, "gradient_accumulation_steps": 1,
-                            "num_iterations": 1, "beta": 0.0, "loss_type": "dapo", "generation": "hf"}
+                            "num_iterations": 1, "beta": 0.0, "loss_type": "dapo", "generation": "hf",
+                            "routing": "balanced", "cpo_alpha": 1.0}
 
 
 def _stack_values(name: str, dtype: str) -> dict[str, Any]:
@@ -79,6 +80,9 @@ def normalize_spec(spec: dict) -> dict:
     s.update({**OPTIONAL, **_stack_values(stack, spec.get("dtype") or DEFAULTS["dtype"]), "stack": stack})
     s.update({k: spec[k] for k in (*DEFAULTS, *OPTIONAL) if k in spec and (spec[k] is not None or k == "autocast")})
     s["arch"] = dict(spec["arch"])
+    if "loss_impl" not in spec:   # an objective's trainer decides its LM head (ORPO, CPO: the model's logits)
+        from ..ledger.objectives import objectives
+        s["loss_impl"] = objectives().get(s["objective"], {}).get("loss_impl", s["loss_impl"])
     setup = spec.get("dtype_setup")
     if setup:
         s["dtype"], s["autocast"] = {

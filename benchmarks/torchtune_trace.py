@@ -1,0 +1,192 @@
+"""torchtune's own model, chunked loss and optimizer step traced under FakeTensorMode (``--stack torchtune``).
+
+torchtune is not a dependency of symvram: run this in a venv that has it (torchtune 0.6.1 needs torchao's
+``dtypes.nf4tensor``, gone from torchao 0.18; torchao 0.10.0 has it), with this checkout on PYTHONPATH:
+
+    PYTHONPATH=$PWD /work/venv-tt/bin/python benchmarks/torchtune_trace.py   # → benchmarks/results/torchtune_trace.json
+
+(or name cases to print their rows only). tests/test_torchtune.py checks today's estimate against the stored rows.
+
+Each case builds what ``recipes/lora_finetune_single_device.py`` (and the full recipe) builds, on the meta device then
+as FakeTensors: the model under ``training.set_default_dtype(bf16)`` (:431, so LoRA's adapters are bf16 too),
+``set_trainable_params(model, get_adapter_params(model))`` (:440-441), ``set_activation_checkpointing`` per
+``TransformerSelfAttentionLayer`` (:446-449), ``model.set_num_output_chunks(8)`` (:302); each step is ``_loss_step``
+(:640-661: the labels shifted by ``hstack`` with an ignore column, ``CEWithChunkedOutputLoss``, ``del logits``), the loss
+scaled by the token count, ``backward()``, ``training.scale_grads``, ``optimizer.step()``, ``zero_grad(set_to_none=True)``
+(the recipe's default ``optimizer: torch.optim.AdamW, fused: True``); with ``optimizer_in_bwd`` (the full recipe,
+full_finetune_single_device.py:468-477) one AdamW per parameter stepped by ``training.register_optim_in_bwd_hooks``
+and no step after the backward. The peak is measured by symvram's own tracker
+(``symvram.validate.measure.PeakTracker``: MemTracker without module hooks, what ``max_memory_allocated`` reports).
+"""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import torch
+
+CASES = (  # name, torchtune builder arguments, run settings
+    ("tiny-lora", dict(vocab_size=1000, num_layers=2, num_heads=4, num_kv_heads=2, embed_dim=64, intermediate_dim=176,
+                       max_seq_len=256), dict(method="lora", rank=8, batch=2, seq=64, checkpointing=False)),
+    ("tiny-lora-ckpt", dict(vocab_size=1000, num_layers=2, num_heads=4, num_kv_heads=2, embed_dim=64,
+                            intermediate_dim=176, max_seq_len=256),
+     dict(method="lora", rank=8, batch=2, seq=64, checkpointing=True)),
+    ("tiny-full", dict(vocab_size=1000, num_layers=2, num_heads=4, num_kv_heads=2, embed_dim=64, intermediate_dim=176,
+                       max_seq_len=256), dict(method="full", batch=2, seq=64, checkpointing=False)),
+    # Llama 3.2 1B at real size (llama3_2/_model_builders.py:32-43), as recipes/configs/llama3_2/1B_lora_single_device.yaml
+    ("llama3.2-1b-lora", dict(vocab_size=128_256, num_layers=16, num_heads=32, num_kv_heads=8, embed_dim=2048,
+                              intermediate_dim=8192, max_seq_len=131072),
+     dict(method="lora", rank=64, alpha=128, batch=4, seq=1024, checkpointing=False)),
+    ("llama3.2-1b-lora-ckpt", dict(vocab_size=128_256, num_layers=16, num_heads=32, num_kv_heads=8, embed_dim=2048,
+                                   intermediate_dim=8192, max_seq_len=131072),
+     dict(method="lora", rank=64, alpha=128, batch=4, seq=1024, checkpointing=True)),
+    # recipes/full_finetune_single_device.py with optimizer_in_bwd: True (:468-477), on an untied model (the ledger
+    # refuses tied embeddings in backward) and torch's fused AdamW; Llama-3.1-8B as a 4-layer slice at real width
+    ("tiny-full-inbwd", dict(vocab_size=1000, num_layers=2, num_heads=4, num_kv_heads=2, embed_dim=64,
+                             intermediate_dim=176, max_seq_len=256, tie_word_embeddings=False),
+     dict(method="full", batch=2, seq=64, checkpointing=False, in_bwd=True)),
+    ("llama3.1-8b-4layers-full-inbwd", dict(vocab_size=128_256, num_layers=4, num_heads=32, num_kv_heads=8,
+                                            embed_dim=4096, intermediate_dim=14336, max_seq_len=131072,
+                                            tie_word_embeddings=False),
+     dict(method="full", batch=1, seq=1024, checkpointing=True, in_bwd=True)),
+    ("llama3.2-1b-full", dict(vocab_size=128_256, num_layers=16, num_heads=32, num_kv_heads=8, embed_dim=2048,
+                              intermediate_dim=8192, max_seq_len=131072),
+     dict(method="full", batch=2, seq=1024, checkpointing=True)),
+)
+# cases the ledger does not match yet, and why (stored with the row, never dropped)
+OPEN = {"llama3.1-8b-4layers-full-inbwd": (
+    "the ledger is 15 % under this trace, and not because of torchtune: symvram's own validate shows the same gap "
+    "for --loss-impl chunked with --optimizer-in-backward on transformers' Llama (tiny, V 8000, T 16: 2,240,520 B "
+    "under, any AdamW implementation). Presumably the c chunk projections each make a V·h partial gradient of "
+    "lm_head, summed before its one post-accumulate-grad step; the ledger's head_step moment holds one (not "
+    "verified). Not resolved")}
+# every LoRA case is the recipes' targets: lora_attn_modules [q_proj, v_proj, output_proj], apply_lora_to_mlp True
+LORA_ATTN = ["q_proj", "v_proj", "output_proj"]
+
+
+def build(arch: dict, run: dict):
+    from torchtune import modules, training
+    from torchtune.models.llama3_2 import llama3_2, lora_llama3_2
+    from torchtune.modules.peft import get_adapter_params, set_trainable_params
+
+    with training.set_default_dtype(torch.bfloat16), torch.device("meta"):
+        if run["method"] == "lora":
+            model = lora_llama3_2(LORA_ATTN, apply_lora_to_mlp=True, lora_rank=run["rank"],
+                                  lora_alpha=run.get("alpha", 2 * run["rank"]), **arch)
+        else:
+            model = llama3_2(**arch)
+    if run["method"] == "lora":
+        set_trainable_params(model, get_adapter_params(model))
+    if run["checkpointing"]:
+        training.set_activation_checkpointing(model, auto_wrap_policy={modules.TransformerSelfAttentionLayer})
+    model.set_num_output_chunks(8)
+    return model
+
+
+def trace(arch: dict, run: dict, steps: int = 2) -> dict:
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torchtune import training
+    from torchtune.modules.loss import CEWithChunkedOutputLoss
+
+    from symvram.validate.measure import PeakTracker, _counts, _fakeify_plain
+
+    fake_mode = FakeTensorMode(allow_non_fake_inputs=False)
+    model = build(arch, run)
+    for module in model.modules():   # RoPE skips its cache on the meta device (_position_embeddings.py:73-74)
+        if hasattr(module, "rope_init") and not module.is_cache_built:
+            module.rope_init()
+    _fakeify_plain(model, fake_mode)
+    trainable, total, params = _counts(model)
+    in_bwd = run.get("in_bwd", False)
+    optimizers = {p: torch.optim.AdamW([p], lr=3e-4, weight_decay=0.01, fused=True) for p in params} if in_bwd else \
+        {None: torch.optim.AdamW(params, lr=3e-4, weight_decay=0.01, fused=True)}
+    loss_fn = CEWithChunkedOutputLoss()
+    b, s = run["batch"], run["seq"]
+    with fake_mode:
+        tokens = torch.randint(0, arch["vocab_size"], (b, s))
+        labels_in = tokens.clone()
+        ignore = torch.full((b, 1), loss_fn.ignore_index)
+    tracker = PeakTracker()
+    tracker.track_external(model, *optimizers.values(), tokens, labels_in, ignore)
+    if in_bwd:   # after the tracker's own gradient hooks, so that it sees each gradient before the step frees it
+        training.register_optim_in_bwd_hooks(model, optimizers)
+    with fake_mode, tracker:
+        for step in range(1, steps + 1):
+            tracker.set_phase(f"step{step}:forward")
+            labels = torch.hstack((labels_in[..., 1:], ignore))
+            logits = model(tokens)
+            loss = loss_fn(logits, labels)
+            del logits
+            num_tokens = (labels != loss_fn.ignore_index).sum()
+            loss = loss * num_tokens
+            tracker.set_phase(f"step{step}:backward")
+            loss.backward()
+            del loss, labels
+            if in_bwd:   # every parameter was stepped by its hook (full_finetune_single_device.py:704-713)
+                continue
+            training.scale_grads(model, 1 / num_tokens)
+            tracker.set_phase(f"step{step}:optimizer")
+            optimizers[None].step()
+            tracker.set_phase(f"step{step}:zero_grad")
+            optimizers[None].zero_grad(set_to_none=True)
+    return {"trainable_params": trainable, "total_params": total, "peak_bytes": tracker.peak_bytes,
+            "peak_phase": tracker.peak_phase}
+
+
+def config(arch: dict) -> dict:
+    """The builder's arguments as the config.json symvram reads (the same model: torchtune's Llama 3.2 builders tie
+    the embeddings, and its RoPE cache spans max_seq_len = max_position_embeddings)."""
+    return {"model_type": "llama", "hidden_size": arch["embed_dim"], "intermediate_size": arch["intermediate_dim"],
+            "num_hidden_layers": arch["num_layers"], "num_attention_heads": arch["num_heads"],
+            "num_key_value_heads": arch["num_kv_heads"], "head_dim": arch["embed_dim"] // arch["num_heads"],
+            "vocab_size": arch["vocab_size"], "tie_word_embeddings": arch.get("tie_word_embeddings", True),
+            "max_position_embeddings": arch["max_seq_len"]}
+
+
+def scenario(run: dict) -> dict:
+    """The run as ``Scenario.create`` keywords under ``--stack torchtune`` (the recipes' LoRA targets in
+    transformers' names: output_proj is o_proj, w1/w3/w2 are gate/up/down)."""
+    kw = {"stack": "torchtune", "method": run["method"], "batch": run["batch"], "seq": run["seq"],
+          "grad_checkpointing": run["checkpointing"], "optimizer_in_backward": run.get("in_bwd", False)}
+    if run["method"] == "lora":
+        kw.update(rank=run["rank"], targets="q_proj,v_proj,o_proj,gate_proj,up_proj,down_proj")
+    return kw
+
+
+def estimate(row: dict) -> int:
+    """``symvram estimate --stack torchtune``'s peak for a stored row."""
+    from symvram.evaluate import evaluate
+    from symvram.presets import spec_from_config
+    from symvram.scenario import Scenario
+
+    return evaluate(Scenario.create(spec_from_config(row["config"], row["case"], "config", "torchtune_trace"),
+                                    **row["scenario"])).peak
+
+
+def versions() -> dict:
+    import torchao
+    import torchtune
+
+    return {"torch": torch.__version__, "torchtune": torchtune.__version__, "torchao": torchao.__version__}
+
+
+def main(argv: list[str]) -> None:
+    names = set(argv) or {name for name, _, _ in CASES}
+    rows = []
+    for name, arch, run in CASES:
+        if name in names:
+            row = {"case": name, "arch": arch, "run": run, "config": config(arch), "scenario": scenario(run),
+                   **trace(arch, run), "versions": versions()}
+            row["estimate"] = estimate(row)
+            if name in OPEN:
+                row["open"] = OPEN[name]
+            print(json.dumps(row), flush=True)
+            rows.append(row)
+    out = Path(__file__).parent / "results" / "torchtune_trace.json"
+    if not argv:
+        out.write_text(json.dumps(rows, indent=1) + "\n", encoding="utf-8")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
