@@ -868,12 +868,17 @@ def _experts_forward_temp(s_: Structure, recompute: bool = False) -> sp.Expr:
     _, _, _, experts_train = _moe_parts(s_)
     rows = E * T
     mask = b_mask * b * past_window(s_) * seq**2 * at_least(fam.dim("sliding_layers"), 1)
+    shared = [m for m in fam.linears if m.input_group in ("mlp_in", "mlp_act")]
+    down = next(m for m in shared if m.input_group == "mlp_act")
+    d_s = down.d_in
     grad = residual_bytes(s_) * T * h + b_c * rows * h if recompute else mask
+    if recompute and s_.lora and down.name in s_.targets:   # the shared expert's backward runs first (its nodes are
+        # later ones): at its LoRA down projection, the scaled gradient and, adapters wider, its cast to the base's
+        grad += ((matmul_bytes(s_) if s_.autocast else compute_adapter_bytes(s_)) * T * h
+                 + (b_c * T * h if s_.adapter_upcast and not s_.autocast else 0))
     held = (b_c * rows * h + 2 * b_c * T * E + (0 if experts_train else b_c * rows * h + b_c * rows * f_e)
             + 2 * residual_bytes(s_) * T * h + (b_c * T * h if s_.lora else 0)   # the layer's input and residual;
             + grad)                                                                # the MoE input
-    shared = [m for m in fam.linears if m.input_group in ("mlp_in", "mlp_act")]
-    d_s = next(m.d_in for m in shared if m.input_group == "mlp_act")
     after = 3 * b_c * T * d_s
     if not s_.lora:
         return held - after - b_c * T * d_s
