@@ -856,8 +856,10 @@ def _experts_forward_temp(s_: Structure, recompute: bool = False) -> sp.Expr:
     ``recompute``: the same bmm when checkpointing reruns the layer inside its backward (the first saved tensor the
     layer's backward unpacks is the down bmm's, torch.utils.checkpoint then reruns the layer): beside it the
     gradient reaching the layer and the (E·T, h) copy autograd made of it (the backward of ``.reshape(E, T,
-    h).sum(0)`` at :168, an expand that reshape copies); the mask is the saved one then. Traced on a tiny Llama 4
-    with E = 64 whose last layer peaks (LoRA on attention: to the byte).
+    h).sum(0)`` at :168, an expand that reshape copies); the mask is the saved one then. Trainable experts (full
+    fine-tuning) free nothing after the bmm, so the block's end peaks, the shared expert's tensors made. Traced on
+    tiny Llama 4s with E = 64 (LoRA on attention, all linears: to the byte where the last layer peaks; full
+    fine-tuning with every layer MoE at the first layer: 8 KiB under).
 
     >>> from symvram.ledger.structure import Structure
     >>> s = Structure(family="llama4_text", method="lora", targets=("q_proj",), grad_checkpointing=True)
@@ -880,8 +882,8 @@ def _experts_forward_temp(s_: Structure, recompute: bool = False) -> sp.Expr:
             + 2 * residual_bytes(s_) * T * h + (b_c * T * h if s_.lora else 0)   # the layer's input and residual;
             + grad)                                                                # the MoE input
     after = 3 * b_c * T * d_s
-    if not s_.lora:
-        return held - after - b_c * T * d_s
+    if not s_.lora:   # recomputed, the trainable experts free nothing after the bmm: the block's end peaks, its
+        return held if recompute else held - after - b_c * T * d_s   # shared expert's tensors made
     targets = [m for m in shared if m.name in s_.targets]
     for group, width in (("mlp_in", h), ("mlp_act", d_s)):
         n = sum(1 for m in targets if m.input_group == group)
