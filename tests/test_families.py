@@ -427,6 +427,41 @@ def test_llama4_dense_experts_with_many_experts(settings, limit):
     assert abs(measured - evaluate(sc).peak) <= limit * measured
 
 
+LORA_ATTN = dict(method="lora", rank=8, targets="attention", adapter_dtype="fp32", state_dtype="fp32")
+LORA_ALL = dict(method="lora", rank=8, targets="all-linear", adapter_dtype="fp32", state_dtype="fp32")
+
+
+FULL_BF16 = dict(method="full", state_dtype="bf16")
+EVERY_LAYER_CHUNKED = dict(no_rope_layers=[1, 1, 1, 1])
+
+
+@pytest.mark.parametrize("settings, extra, under, over, moment", [
+    (LORA_ATTN, dict(EVERY_LAYER_CHUNKED, batch=4), 8, 0, "experts_recompute"),   # the last layer peaks
+    (LORA_ALL, dict(EVERY_LAYER_CHUNKED, batch=4), 8, 0, "experts_recompute"),    # + the shared LoRA down's backward
+    (FULL_BF16, dict(EVERY_LAYER_CHUNKED, interleave_moe_layer_step=1), 8_200, 0, "first_experts_recompute"),
+    (LORA_ATTN, {}, 2_100, 0, "experts_recompute"),  # the peak is layer 1's recompute (chunked, the larger kind),
+    (LORA_ALL, {}, 40_000, 0, "experts_recompute"),  # the layers above with their gradients, without their inputs
+    (FULL_BF16, {}, 0, 0.06, "first_layer_backward"),  # the first layer's moment: the MoE kind beside every
+], ids=["attention-last", "all-linear-last", "full-all-moe", "attention", "all-linear", "full"])  # gradient but 0's
+def test_llama4_dense_experts_recomputed(settings, extra, under, over, moment):
+    """Checkpointing reruns a layer's experts inside its backward: the forward's working set at the down bmm (E·T
+    rows) beside the gradient reaching the layer and its E·T-row copy (issue 25: 18 % under before). E = 64,
+    T = 2·64 (4·64 where the last layer must peak); the estimate is at most ``under`` bytes below the measurement
+    and at most ``over`` of it above (full fine-tuning with every layer MoE: a hidden-sized local not modelled)."""
+    pytest.importorskip("peft")
+    from symvram.validate.measure import measure
+    from symvram.validate.spec import from_scenario
+
+    extra = dict(extra)
+    batch = extra.pop("batch", 2)
+    cfg = {**tiny_config("llama4_text"), "num_local_experts": 64, **extra}
+    sc = Scenario.create(spec_from_config(cfg, "tiny", "config", "test"), stack="torch", batch=batch, seq=64,
+                         device="cpu", grad_checkpointing=True, **settings)
+    measured, estimate = measure({**from_scenario(sc), "steps": 2})["peak_bytes"], evaluate(sc)
+    assert -over * measured <= measured - estimate.peak <= under
+    assert estimate.peak_moment == moment
+
+
 def test_routers_kept_in_fp32_as_from_pretrained_loads_them():
     """GLM-4.5 and DeepSeek-V3 keep gate.weight and e_score_correction_bias in fp32 under a 16-bit from_pretrained
     (_keep_in_fp32_modules_strict): by hand for GLM-4.5-Air in bf16, 45 MoE layers of a 128 × 4096 router, 2 bytes

@@ -846,24 +846,45 @@ def _dense_experts(s_: Structure, input_grad: bool) -> dict[str, tuple[sp.Expr, 
     return out
 
 
-def _experts_forward_temp(s_: Structure) -> sp.Expr:
+def _experts_forward_temp(s_: Structure, recompute: bool = False) -> sp.Expr:
     """The last layer's dense experts at their down bmm (Llama4TextExperts.forward, modeling_llama4.py:76; Llama4TextMoe,
     :160-168), beyond what the layer has saved by then: its output (E·T rows of h), the router's (T, E) logits (a
     local of the block until it returns) and, where the experts are frozen and save neither, the scaled tokens
     (``routed_in``, a local too) and the SiLU·up product — net of what the shared expert saves after them (its
     three d_S-wide tensors, the down projection's input, its LoRA targets' copies of their inputs, r-wide outputs and
-    autocast casts). Traced on tiny configs (E up to 64 with T = 128)."""
+    autocast casts). Traced on tiny configs (E up to 64 with T = 128).
+
+    ``recompute``: the same bmm when checkpointing reruns the layer inside its backward (the first saved tensor the
+    layer's backward unpacks is the down bmm's, torch.utils.checkpoint then reruns the layer): beside it the
+    gradient reaching the layer and the (E·T, h) copy autograd made of it (the backward of ``.reshape(E, T,
+    h).sum(0)`` at :168, an expand that reshape copies); the mask is the saved one then. Trainable experts (full
+    fine-tuning) free nothing after the bmm, so the block's end peaks, the shared expert's tensors made. Traced on
+    tiny Llama 4s with E = 64 (LoRA on attention, all linears: to the byte where the last layer peaks; full
+    fine-tuning with every layer MoE at the first layer: 8 KiB under).
+
+    >>> from symvram.ledger.structure import Structure
+    >>> s = Structure(family="llama4_text", method="lora", targets=("q_proj",), grad_checkpointing=True)
+    >>> sp.expand(_experts_forward_temp(s, True) - _experts_forward_temp(s))
+    batch*bytes_act*experts*hidden*seq - batch*bytes_mask*seq**2*at_least(seq, window)*at_least(sliding_layers, 1) + batch*bytes_weight*hidden*seq
+    """
     fam = s_.arch
     _, _, _, experts_train = _moe_parts(s_)
     rows = E * T
+    mask = b_mask * b * past_window(s_) * seq**2 * at_least(fam.dim("sliding_layers"), 1)
+    shared = [m for m in fam.linears if m.input_group in ("mlp_in", "mlp_act")]
+    down = next(m for m in shared if m.input_group == "mlp_act")
+    d_s = down.d_in
+    grad = residual_bytes(s_) * T * h + b_c * rows * h if recompute else mask
+    if recompute and s_.lora and down.name in s_.targets:   # the shared expert's backward runs first (its nodes are
+        # later ones): at its LoRA down projection, the scaled gradient and, adapters wider, its cast to the base's
+        grad += ((matmul_bytes(s_) if s_.autocast else compute_adapter_bytes(s_)) * T * h
+                 + (b_c * T * h if s_.adapter_upcast and not s_.autocast else 0))
     held = (b_c * rows * h + 2 * b_c * T * E + (0 if experts_train else b_c * rows * h + b_c * rows * f_e)
             + 2 * residual_bytes(s_) * T * h + (b_c * T * h if s_.lora else 0)   # the layer's input and residual;
-            + b_mask * b * past_window(s_) * seq**2 * at_least(fam.dim("sliding_layers"), 1))   # the MoE input, the mask
-    shared = [m for m in fam.linears if m.input_group in ("mlp_in", "mlp_act")]
-    d_s = next(m.d_in for m in shared if m.input_group == "mlp_act")
+            + grad)                                                                # the MoE input
     after = 3 * b_c * T * d_s
-    if not s_.lora:
-        return held - after - b_c * T * d_s
+    if not s_.lora:   # recomputed, the trainable experts free nothing after the bmm: the block's end peaks, its
+        return held if recompute else held - after - b_c * T * d_s   # shared expert's tensors made
     targets = [m for m in shared if m.name in s_.targets]
     for group, width in (("mlp_in", h), ("mlp_act", d_s)):
         n = sum(1 for m in targets if m.input_group == group)
@@ -1803,6 +1824,15 @@ def transient_terms(s_: Structure) -> list[Term]:
                           r"M_{\mathrm{exp,fwd}}", "the last layer's dense experts at their down bmm: its E·T-row output, "
                           "the router logits and (frozen experts) the scaled tokens and the SiLU·up product, net of "
                           "the shared expert's saved tensors made after them", LLAMA4))
+    if s_.arch.extra("experts_dense") and s_.grad_checkpointing:
+        # the last layer is an MoE one (Llama4TextConfig: layer i is when (i + 1) % interleave_moe_layer_step == 0);
+        # the first only when every layer is
+        terms.append(Term("experts_recompute", Role.EXPERTS_TEMPORARY, _experts_forward_temp(s_, recompute=True),
+                          r"M_{\mathrm{exp,re}}", "recomputing a layer's dense experts, at their down bmm: the forward's "
+                          "working set there, beside the gradient reaching the layer and its E·T-row copy",
+                          LLAMA4 + "; torch.utils.checkpoint recompute",
+                          lifetime=(Phase.LAST_LAYER_RECOMPUTE, Phase.FIRST_LAYER_RECOMPUTE) if s_.first_layer.arch.moe
+                          else (Phase.LAST_LAYER_RECOMPUTE,)))
     terms += layer_working_sets(s_) + _recompute_lora_output(s_)
     one_layer = per_layer_bytes(s_) if s_.grad_checkpointing else _layer_bytes(s_.first_layer)
     if s_.checkpoint_every > 1:   # the last layer is recomputed only when it is one of 0, k, 2k …

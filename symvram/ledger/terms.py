@@ -361,6 +361,12 @@ MOMENTS = (
     MomentSpec("experts_forward", "forward, the last layer's experts", Phase.FORWARD,
                "every layer's activations are saved while the last layer's experts run every token through all E "
                "of them (E·T-row temporaries)", Role.EXPERTS_TEMPORARY),
+    MomentSpec("experts_recompute", "backward, recomputing the last layer's experts", Phase.LAST_LAYER_RECOMPUTE,
+               "the checkpointed inputs and the last layer's saved tensors rebuilt while its experts run every token "
+               "through all E of them again, beside the incoming gradient", Role.EXPERTS_TEMPORARY),
+    MomentSpec("first_experts_recompute", "backward, recomputing the first layer's experts",
+               Phase.FIRST_LAYER_RECOMPUTE, "nearly every gradient made while the first layer's experts run again "
+               "beside the incoming gradient", Role.EXPERTS_TEMPORARY),
     MomentSpec("lora_output_forward", "forward, the last layer's LoRA down projection", Phase.FORWARD,
                "every layer's activations are saved while the last layer's down projection runs its LoRA forward "
                "(no checkpointing, no loss yet)", Role.LORA_FORWARD_TEMPORARY),
