@@ -1486,7 +1486,6 @@ def trl_loss_terms(s_: Structure, n: sp.Expr = T) -> list[Term]:
         cast_tensors.append((1, b_c * TRL_VOCAB_CHUNK * h))
     if s_.autocast and (s_.weight_casts or s_.kbit_prepared):  # hidden[chunk].to(compute dtype)
         cast_tensors.append((1, b_c * sp.Min(T, TRL_TOKEN_CHUNK, evaluate=False) * h))
-    casts = sp.Add(*(k * size for k, size in cast_tensors))
     # the gradients accumulate in fp32 and are cast to their tensor's dtype at the end: a copy unless that is fp32
     # (full fine-tuning: lm_head's [V, h] buffer too; its cast is the gradient the ledger counts already)
     wide = s_.kbit_prepared or s_.weight_casts or s_.compute_fp32  # fp32 hidden states (and weights, but in QLoRA)
