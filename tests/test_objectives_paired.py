@@ -104,7 +104,9 @@ def test_readers_name_the_objective(tmp_path, capsys):
     sc = Scenario.create("llama-2-7b", **{"method": "lora", **alpha.kwargs()})
     assert sc.objective == "simpo" and sc.cpo_alpha == 0 and not sc.structure.nll
     for text, words in (('{"output_dir": "o", "cpo_alpha": 1.0, "loss_type": "simpoo"}', "not a TRL 1.16 loss type"),
-                        ("model_name_or_path: m\nstage: dpo\npref_loss: orpo\n", "CustomDPOTrainer")):
+                        ("model_name_or_path: m\nstage: dpo\npref_loss: orpo\n", "CustomDPOTrainer"),
+                        ("model_name_or_path: m\nstage: kto\n", "CustomKTOTrainer"),
+                        ("model_name_or_path: m\nstage: ppo\n", "CustomPPOTrainer")):
         assert main(["estimate", "llama-2-7b", "--from", _file(tmp_path, "t.yaml", text)]) == 2
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and words in err[0], err

@@ -213,7 +213,12 @@ LLAMAFACTORY = Tool("llamafactory", "LLaMA-Factory 0.9.5", (
         "rm": "LLaMA-Factory's reward modelling loads the causal LM with a value head (train/rm/workflow.py: "
               "load_model(..., add_valuehead=True)), whose forward still computes the vocabulary logits; symvram's "
               "--objective reward models TRL 1.16's RewardTrainer (a sequence-classification model, no logits): not "
-              "the same memory, so it is refused"})),
+              "the same memory, so it is refused",
+        "kto": "LLaMA-Factory's KTO (CustomKTOTrainer, train/kto/trainer.py) subclasses TRL's KTOTrainer with its own "
+               "forward over the full logits (get_batch_logps); symvram's --objective kto models TRL 1.16's KTOTrainer "
+               "(a fused LM head, no logits): not the same memory, so it is refused",
+        "ppo": "LLaMA-Factory's PPO (CustomPPOTrainer: the policy with a value head, a reward model and generation on "
+               "the card) is not modelled"})),
     Row("torch_compile", None, c.is_on, why="torch.compile fuses kernels and changes what is saved"),
 ), harmless=frozenset({
     "template", "dataset", "dataset_dir", "eval_dataset", "output_dir", "overwrite_output_dir", "overwrite_cache",
