@@ -448,8 +448,8 @@ class ConfigFields:
             raise self._refuse("model_type", "a string naming the architecture (llama, qwen2 …)", model_type)
         if model_type not in known:
             raise UserError(f"{self.source}: model_type {excerpt(model_type)} is not supported; supported: "
-                            f"{', '.join(sorted(known))} (symvram family-draft CONFIG drafts its family entry from transformers' "
-                            "model: docs/adding-a-family.md)")
+                            f"{', '.join(sorted(known))} (an entry for another: symvram family-draft CONFIG, "
+                            "docs/adding-a-family.md)")
         fam = family(known[model_type])
         # a setting that makes the model another family's entry (Granite 4.0 with RoPE: granitemoehybrid_rope)
         chosen = next((v["family"] for v in fam.extra("variants", ()) if self.cfg.get(v["key"]) == v["value"]

@@ -27,6 +27,8 @@ FORCED = [
 
 def _tiny(model_type: str, **settings) -> Scenario:
     cfg = {**tiny_config(model_type), "num_hidden_layers": 2}
+    if "no_rope_layers" in cfg:   # Llama 4's per-layer flags follow the layer count
+        cfg["no_rope_layers"] = cfg["no_rope_layers"][:2]
     trainable = "fp32" if settings.get("method") == "lora" else "bf16"
     return Scenario.create(spec_from_config(cfg, "tiny", "config", "test"), stack="torch", batch=2, seq=64,
                            device="cpu", adapter_dtype=trainable if settings["method"] == "lora" else None,

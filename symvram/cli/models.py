@@ -51,7 +51,11 @@ def run(args) -> int:
         from ..present.tables import render_rows
 
         lines = render_rows([row[:-1] for row in table], "llrrrrrr", "table").split("\n")
-        text = "\n".join(lines[:2] + [line + (f"\n    also: {row[-1]}" if row[-1] else "")
-                                       for line, row in zip(lines[2:], table[1:])])
+        out, also = lines[:2], iter(row[-1] for row in table[1:])
+        for i, line in enumerate(lines[2:], 2):   # a row whose long cell wraps goes on on lines opening blank
+            out.append(line)
+            if (i + 1 == len(lines) or not lines[i + 1].startswith(" ")) and (names := next(also)):
+                out.append(f"    also: {names}")
+        text = "\n".join(out)
         return write_listing(args, rows, [], "", note, text=text)
     return write_listing(args, rows, table, "llrrrrrrl", note)
