@@ -1,0 +1,116 @@
+"""LitGPT's own model, chunked loss and AdamW step traced under FakeTensorMode (``--stack litgpt``).
+
+LitGPT is not a dependency of symvram: run this in a venv that has it (litgpt 0.5.13 and lightning, installed with
+``--no-deps`` beside this project's torch), with this checkout on PYTHONPATH:
+
+    PYTHONPATH=$PWD /work/venv-lg/bin/python benchmarks/litgpt_trace.py   # → benchmarks/results/litgpt_trace.json
+
+(or name cases to print their rows only). tests/test_litgpt.py reads the stored rows.
+
+Each case builds what ``litgpt finetune lora`` / ``finetune full`` build (litgpt 0.5.13): ``litgpt.lora.GPT`` (or
+``litgpt.model.GPT``) from a ``Config``, the LoRA defaults of finetune/lora.py:56-64 (r 8, alpha 16, dropout 0.05,
+q and v only), ``mark_only_lora_as_trainable`` (finetune/lora.py:212), the whole module in bf16 as
+``precision="bf16-true"`` converts it (buffers too), then ``model.max_seq_length = longest_seq_length``
+(finetune/lora.py:304, which rebuilds the RoPE cache ``cos``/``sin`` at that length, model.py:43-62). Each step is
+finetune/lora.py:355-359 (``model(input_ids, lm_head_chunk_size=128)``, the last chunk sliced by one position,
+``chunked_cross_entropy``, ``backward``) or finetune/full.py:283-285 (whole logits, ``logits[..., :-1, :]``,
+``chunked_cross_entropy`` in 128-row chunks), then ``optimizer.step()`` and ``zero_grad()`` with torch's AdamW
+(finetune/*.py ``optimizer="AdamW"``, foreach as on a CUDA device). The ``logits`` list stays referenced by the loop
+through the backward, as in fit(). The peak is symvram's own tracker (``symvram.validate.measure.PeakTracker``).
+"""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import torch
+
+TINY = dict(name="tiny-llama", block_size=256, vocab_size=1000, padded_vocab_size=1000, n_layer=2, n_head=4,
+            n_query_groups=2, n_embd=64, intermediate_size=176, bias=False, rotary_percentage=1.0,
+            parallel_residual=False, norm_class_name="RMSNorm", mlp_class_name="LLaMAMLP", norm_eps=1e-5)
+CASES = (  # name, litgpt Config arguments, run settings
+    ("tiny-lora", TINY, dict(method="lora", rank=8, alpha=16, dropout=0.05, batch=2, seq=64)),
+    ("tiny-lora-mha", {**TINY, "n_query_groups": 4}, dict(method="lora", rank=8, alpha=16, dropout=0.05, batch=2,
+                                                         seq=64)),
+    ("tiny-full", TINY, dict(method="full", batch=2, seq=64)),
+    ("tiny-full-long", TINY, dict(method="full", batch=1, seq=200)),
+)
+
+
+def build(arch: dict, run: dict):
+    from litgpt import lora, model as lmodel
+
+    with torch.device("meta"):
+        if run["method"] == "lora":
+            model = lora.GPT(lora.Config(**arch, lora_r=run["rank"], lora_alpha=run["alpha"],
+                                         lora_dropout=run["dropout"], lora_query=True, lora_key=False,
+                                         lora_value=True, lora_projection=False, lora_mlp=False, lora_head=False))
+            lora.mark_only_lora_as_trainable(model)
+        else:
+            model = lmodel.GPT(lmodel.Config(**arch))
+    return model.to(torch.bfloat16)
+
+
+def trace(arch: dict, run: dict, steps: int = 2) -> dict:
+    from litgpt.utils import chunked_cross_entropy
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from symvram.validate.measure import PeakTracker, _counts, _fakeify_plain
+
+    fake_mode = FakeTensorMode(allow_non_fake_inputs=False)
+    model = build(arch, run)
+    _fakeify_plain(model, fake_mode)
+    b, s = run["batch"], run["seq"]
+    with fake_mode:
+        model.max_seq_length = s   # finetune/lora.py:304: the longest training sample; rebuilds cos, sin (fp32)
+    trainable, total, params = _counts(model)
+    optimizer = torch.optim.AdamW(params, lr=3e-4, weight_decay=0.02, foreach=True)
+    with fake_mode:
+        input_ids = torch.randint(0, arch["vocab_size"], (b, s))
+        targets = input_ids.clone()
+    tracker = PeakTracker()
+    tracker.track_external(model, optimizer, input_ids, targets)
+    with fake_mode, tracker:
+        for step in range(1, steps + 1):
+            tracker.set_phase(f"step{step}:forward")
+            if run["method"] == "lora":
+                logits = model(input_ids, lm_head_chunk_size=128)
+                logits[-1] = logits[-1][..., :-1, :]
+                loss = chunked_cross_entropy(logits, targets[..., 1:])
+            else:
+                logits = model(input_ids)
+                loss = chunked_cross_entropy(logits[..., :-1, :], targets[..., 1:])
+            tracker.set_phase(f"step{step}:backward")
+            loss.backward()
+            del loss, logits
+            tracker.set_phase(f"step{step}:optimizer")
+            optimizer.step()
+            tracker.set_phase(f"step{step}:zero_grad")
+            optimizer.zero_grad()
+    return {"trainable_params": trainable, "total_params": total, "peak_bytes": tracker.peak_bytes,
+            "peak_phase": tracker.peak_phase,
+            "buffers": {n: [list(t.shape), str(t.dtype)] for n, t in model.named_buffers()}}
+
+
+def versions() -> dict:
+    from importlib.metadata import version
+
+    return {"torch": torch.__version__, "litgpt": version("litgpt"), "lightning": version("lightning")}
+
+
+def main(argv: list[str]) -> None:
+    names = set(argv) or {name for name, _, _ in CASES}
+    rows = []
+    for name, arch, run in CASES:
+        if name in names:
+            row = {"case": name, "arch": arch, "run": run, **trace(arch, run), "versions": versions()}
+            print(json.dumps(row), flush=True)
+            rows.append(row)
+    out = Path(__file__).parent / "results" / "litgpt_trace.json"
+    if not argv:
+        out.write_text(json.dumps(rows, indent=1) + "\n", encoding="utf-8")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
