@@ -544,6 +544,8 @@ class Scenario:
             self._check_liger()
         if stacks()[self.stack].get("model_code") == "torchtune":
             self._check_torchtune()
+        if stacks()[self.stack].get("model_code") == "litgpt":
+            self._check_litgpt()
         if self.checkpoint_impl == "unsloth" and self.grad_checkpointing:
             self._check_unsloth_checkpointing()
         if self.dora and not self.lora:
@@ -642,6 +644,15 @@ class Scenario:
         if why:
             raise UserError(f"--stack torchtune with {why} is not modelled; torchtune 0.6.1's single-device LoRA and "
                             "full recipes on its Llama builders are")
+
+    @staticmethod
+    def _check_litgpt() -> None:
+        """LitGPT's own model code is traced (benchmarks/litgpt_trace.py, rows in benchmarks/results/litgpt_trace.json)
+        but not modelled: its fused qkv LoRA (LoRAQKVLinear's conv1d and zero_pad, litgpt/lora.py:381-406), its fp32
+        RMSNorm (model.py:1315-1322), k and v repeated to every head (model.py:535-539) and its un-upcast chunked loss
+        (utils.py:302-331) have no ledger terms yet, so every estimate under it is refused."""
+        raise UserError("--stack litgpt is measured, not modelled: LitGPT 0.5.13's fused qkv LoRA, fp32 RMSNorm, repeated "
+                        "k/v and chunked loss have no ledger terms yet (its traces: benchmarks/results/litgpt_trace.json)")
 
     def _check_packing(self) -> None:
         """Packing is modelled on SDPA, where transformers turns restarting position ids into a block-diagonal mask."""
