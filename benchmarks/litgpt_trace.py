@@ -29,12 +29,22 @@ import torch
 TINY = dict(name="tiny-llama", block_size=256, vocab_size=1000, padded_vocab_size=1000, n_layer=2, n_head=4,
             n_query_groups=2, n_embd=64, intermediate_size=176, bias=False, rotary_percentage=1.0,
             parallel_residual=False, norm_class_name="RMSNorm", mlp_class_name="LLaMAMLP", norm_eps=1e-5)
+# litgpt/config.py:854-870 "Llama-3.2-1B" as a 4-layer slice at real width; no tie: GPT has its own lm_head, which
+# scripts/convert_hf_checkpoint.py:273-274 fills with a copy of the tied checkpoint's embedding
+LLAMA32_1B_4L = dict(name="Llama-3.2-1B", block_size=131072, vocab_size=128000, padded_vocab_size=128256, n_layer=4,
+                     n_embd=2048, n_head=32, n_query_groups=8, rotary_percentage=1.0, parallel_residual=False,
+                     bias=False, norm_class_name="RMSNorm", mlp_class_name="LLaMAMLP", intermediate_size=8192,
+                     rope_base=500000, rope_adjustments=dict(factor=32.0, low_freq_factor=1.0, high_freq_factor=4.0,
+                                                             original_max_seq_len=8192))
 CASES = (  # name, litgpt Config arguments, run settings
     ("tiny-lora", TINY, dict(method="lora", rank=8, alpha=16, dropout=0.05, batch=2, seq=64)),
     ("tiny-lora-mha", {**TINY, "n_query_groups": 4}, dict(method="lora", rank=8, alpha=16, dropout=0.05, batch=2,
                                                          seq=64)),
     ("tiny-full", TINY, dict(method="full", batch=2, seq=64)),
     ("tiny-full-long", TINY, dict(method="full", batch=1, seq=200)),
+    ("llama3.2-1b-4layers-lora", LLAMA32_1B_4L, dict(method="lora", rank=8, alpha=16, dropout=0.05, batch=4,
+                                                      seq=512)),
+    ("llama3.2-1b-4layers-full", LLAMA32_1B_4L, dict(method="full", batch=2, seq=512)),
 )
 
 
