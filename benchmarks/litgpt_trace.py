@@ -15,8 +15,8 @@ q and v only), ``mark_only_lora_as_trainable`` (finetune/lora.py:212), the whole
 finetune/lora.py:355-359 (``model(input_ids, lm_head_chunk_size=128)``, the last chunk sliced by one position,
 ``chunked_cross_entropy``, ``backward``) or finetune/full.py:283-285 (whole logits, ``logits[..., :-1, :]``,
 ``chunked_cross_entropy`` in 128-row chunks), then ``optimizer.step()`` and ``zero_grad()`` with torch's AdamW
-(finetune/*.py ``optimizer="AdamW"``, foreach as on a CUDA device). The ``logits`` list stays referenced by the loop
-through the backward, as in fit(). The peak is symvram's own tracker (``symvram.validate.measure.PeakTracker``).
+(finetune/*.py ``optimizer="AdamW"``, foreach as on a CUDA device). ``logits`` stays referenced by fit()'s loop
+through the backward, the optimizer step and the next step's forward (finetune/full.py:282-291, lora.py:355-366). The peak is symvram's own tracker (``symvram.validate.measure.PeakTracker``).
 """
 from __future__ import annotations
 
@@ -92,8 +92,7 @@ def trace(arch: dict, run: dict, steps: int = 2) -> dict:
                 logits = model(input_ids)
                 loss = chunked_cross_entropy(logits[..., :-1, :], targets[..., 1:])
             tracker.set_phase(f"step{step}:backward")
-            loss.backward()
-            del loss, logits
+            loss.backward()   # no del: fit() keeps ``logits`` until the next step's forward returns
             tracker.set_phase(f"step{step}:optimizer")
             optimizer.step()
             tracker.set_phase(f"step{step}:zero_grad")
