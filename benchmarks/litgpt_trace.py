@@ -5,7 +5,8 @@ LitGPT is not a dependency of symvram: run this in a venv that has it (litgpt 0.
 
     PYTHONPATH=$PWD /work/venv-lg/bin/python benchmarks/litgpt_trace.py   # → benchmarks/results/litgpt_trace.json
 
-(or name cases to print their rows only). tests/test_litgpt.py reads the stored rows.
+(or name cases to print their rows only). tests/test_litgpt.py checks today's estimate against the stored rows
+(full fine-tuning; LitGPT's LoRA is traced and refused, not modelled).
 
 Each case builds what ``litgpt finetune lora`` / ``finetune full`` build (litgpt 0.5.13): ``litgpt.lora.GPT`` (or
 ``litgpt.model.GPT``) from a ``Config``, the LoRA defaults of finetune/lora.py:56-64 (r 8, alpha 16, dropout 0.05,
@@ -42,6 +43,7 @@ CASES = (  # name, litgpt Config arguments, run settings
                                                          seq=64)),
     ("tiny-full", TINY, dict(method="full", batch=2, seq=64)),
     ("tiny-full-long", TINY, dict(method="full", batch=1, seq=200)),
+    ("tiny-full-mha", {**TINY, "n_query_groups": 4}, dict(method="full", batch=2, seq=64)),
     ("llama3.2-1b-4layers-lora", LLAMA32_1B_4L, dict(method="lora", rank=8, alpha=16, dropout=0.05, batch=4,
                                                       seq=512)),
     ("llama3.2-1b-4layers-full", LLAMA32_1B_4L, dict(method="full", batch=2, seq=512)),
@@ -102,6 +104,37 @@ def trace(arch: dict, run: dict, steps: int = 2) -> dict:
             "buffers": {n: [list(t.shape), str(t.dtype)] for n, t in model.named_buffers()}}
 
 
+def config(arch: dict) -> dict:
+    """The Config as the config.json symvram reads (the same model: LitGPT's GPT has its own lm_head, untied)."""
+    return {"model_type": "llama", "hidden_size": arch["n_embd"], "intermediate_size": arch["intermediate_size"],
+            "num_hidden_layers": arch["n_layer"], "num_attention_heads": arch["n_head"],
+            "num_key_value_heads": arch["n_query_groups"], "head_dim": arch["n_embd"] // arch["n_head"],
+            "vocab_size": arch["padded_vocab_size"], "tie_word_embeddings": False,
+            "max_position_embeddings": arch["block_size"]}
+
+
+def scenario(run: dict) -> dict:
+    """The run as ``Scenario.create`` keywords under ``--stack litgpt`` (finetune/lora.py's q and v targets)."""
+    kw = {"stack": "litgpt", "method": run["method"], "batch": run["batch"], "seq": run["seq"]}
+    if run["method"] == "lora":
+        kw.update(rank=run["rank"], targets="q_proj,v_proj")
+    return kw
+
+
+def estimate(row: dict) -> int | None:
+    """``symvram estimate --stack litgpt``'s peak for a stored row (None where the stack refuses it: LoRA)."""
+    from symvram.errors import UserError
+    from symvram.evaluate import evaluate
+    from symvram.presets import spec_from_config
+    from symvram.scenario import Scenario
+
+    try:
+        return evaluate(Scenario.create(spec_from_config(row["config"], row["case"], "config", "litgpt_trace"),
+                                        **row["scenario"])).peak
+    except UserError:
+        return None
+
+
 def versions() -> dict:
     from importlib.metadata import version
 
@@ -113,7 +146,9 @@ def main(argv: list[str]) -> None:
     rows = []
     for name, arch, run in CASES:
         if name in names:
-            row = {"case": name, "arch": arch, "run": run, **trace(arch, run), "versions": versions()}
+            row = {"case": name, "arch": arch, "run": run, "config": config(arch), "scenario": scenario(run),
+                   **trace(arch, run), "versions": versions()}
+            row["estimate"] = estimate(row)
             print(json.dumps(row), flush=True)
             rows.append(row)
     out = Path(__file__).parent / "results" / "litgpt_trace.json"

@@ -645,14 +645,23 @@ class Scenario:
             raise UserError(f"--stack torchtune with {why} is not modelled; torchtune 0.6.1's single-device LoRA and "
                             "full recipes on its Llama builders are")
 
-    @staticmethod
-    def _check_litgpt() -> None:
-        """LitGPT's own model code is traced (benchmarks/litgpt_trace.py, rows in benchmarks/results/litgpt_trace.json)
-        but not modelled: its fused qkv LoRA (LoRAQKVLinear's conv1d and zero_pad, litgpt/lora.py:381-406), its fp32
-        RMSNorm (model.py:1315-1322), k and v repeated to every head (model.py:535-539) and its un-upcast chunked loss
-        (utils.py:302-331) have no ledger terms yet, so every estimate under it is refused."""
-        raise UserError("--stack litgpt is measured, not modelled: LitGPT 0.5.13's fused qkv LoRA, fp32 RMSNorm, repeated "
-                        "k/v and chunked loss have no ledger terms yet (its traces: benchmarks/results/litgpt_trace.json)")
+    def _check_litgpt(self) -> None:
+        """LitGPT's own model code is modelled for ``litgpt finetune full`` on its Llama configs on one device
+        (traced: benchmarks/litgpt_trace.py). Its LoRA is not: LoRAQKVLinear's conv1d and zero_pad over the fused qkv
+        (litgpt 0.5.13 lora.py:381-406) and the 128-position lm_head chunks have no ledger terms yet."""
+        fam = family(self.model.family)
+        why = next((what for what, on in (
+            (f"the {fam.key} family (its Llama configs are modelled)", fam.key != "llama"),
+            (f"--method {self.method} (its fused qkv LoRA is traced, not modelled; full fine-tuning is)",
+             self.method != "full"),
+            ("gradient checkpointing", self.grad_checkpointing), ("packed samples", bool(self.packing)),
+            ("activation offloading", self.offload_activations), ("Liger's kernels", self.liger),
+            ("several GPUs", self.gpus > 1 or self.zero > 0), (f"--objective {self.objective}", self.objective != "sft"),
+            (f"--attention {self.attention}", self.attention != "sdpa"), ("--optimizer-in-backward", self.optimizer_in_backward),
+            (f"--dtype {self.dtype} (bf16-true is modelled)", self.dtype != "bf16")) if on), None)
+        if why:
+            raise UserError(f"--stack litgpt with {why} is not modelled; LitGPT 0.5.13's finetune full on its Llama "
+                            "configs is (its traces: benchmarks/results/litgpt_trace.json)")
 
     def _check_packing(self) -> None:
         """Packing is modelled on SDPA, where transformers turns restarting position ids into a block-diagonal mask."""

@@ -1,8 +1,9 @@
-"""--stack litgpt: LitGPT 0.5.13's finetune lora / finetune full on its own model code.
+"""--stack litgpt: LitGPT 0.5.13's finetune full on its own model code (its LoRA is traced, refused).
 
 The independent source is LitGPT itself: benchmarks/litgpt_trace.py builds its GPT (its LoRA, fused qkv), its
 chunked_cross_entropy and torch's AdamW and traces two steps under FakeTensorMode (symvram's PeakTracker); the rows
-(benchmarks/results/litgpt_trace.json, with the versions) are read here. Needs no litgpt."""
+(benchmarks/results/litgpt_trace.json, with the versions) are checked here against today's estimate. Needs no
+litgpt."""
 from __future__ import annotations
 
 import json
@@ -13,6 +14,8 @@ from pathlib import Path
 import pytest
 
 from symvram.errors import UserError
+from symvram.evaluate import evaluate
+from symvram.presets import spec_from_config
 from symvram.scenario import Scenario
 
 STORED = json.loads((Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "litgpt_trace.json").read_text())
@@ -42,12 +45,45 @@ def test_stored_rows_are_litgpt_by_hand(row):
     assert row["buffers"]["cos"] == row["buffers"]["sin"] == rope
 
 
-def test_stack_is_refused_until_modelled():
-    with pytest.raises(UserError, match="--stack litgpt is measured, not modelled"):
-        Scenario.create("llama-3.2-1b", stack="litgpt", method="lora")
+@pytest.mark.parametrize("row", [r for r in STORED if r["run"]["method"] == "full"], ids=lambda r: r["case"])
+def test_full_fine_tuning_matches_the_trace(row):
+    """Tiny GQA and MHA Llamas and the Llama-3.2-1B slice: at most the loss's scalars over the trace (12–30 B)."""
+    est = evaluate(Scenario.create(spec_from_config(row["config"], row["case"], "config", "test"), **row["scenario"]))
+    assert 0 <= est.peak - row["peak_bytes"] <= 64
 
 
-def test_cli_refuses_in_one_line():
-    out = subprocess.run([sys.executable, "-m", "symvram", "estimate", "llama-3.2-1b", "--stack", "litgpt"],
-                         capture_output=True, text=True)
+def test_its_own_terms_by_hand():
+    """Llama-3.2-1B (untied here, as LitGPT is) at 2 × 512: cos and sin fp32 [512, 64]; k and v repeated to 32 heads
+    (model.py:535-539), 2·2·T·64·(32 − 8) bytes a layer more than GQA's; o_proj's input a copy of SDPA's
+    (b, n_h, s, d) output (2·T·h a layer); the RMSNorm's fp32 normalized tensor; the loss's bf16 log-softmax of
+    b·(s − 1) rows; the logits alive at the optimizer step."""
+    kw = dict(method="full", batch=2, seq=512, dtype="bf16")
+    lg = evaluate(Scenario.create("llama-3.2-1b", stack="litgpt", **kw))
+    torch_ = evaluate(Scenario.create("llama-3.2-1b", stack="torch", **kw))
+    T, L, V, h = 2 * 512, 16, 128256, 2048
+    assert lg.terms["rope_cache"] == 2 * 4 * 512 * 64 and "act_rope" not in lg.terms
+    assert lg.terms["act_attention"] - torch_.terms["act_attention"] == L * 2 * 2 * T * 64 * (32 - 8)
+    assert lg.terms["act_linear_inputs"] - torch_.terms["act_linear_inputs"] == L * 2 * T * h
+    assert lg.terms["act_norm_weight_input"] == 2 * torch_.terms["act_norm_weight_input"]
+    assert lg.terms["act_logsoftmax"] == 2 * 2 * 511 * V
+    assert lg.moments["optimizer_step"] - lg.terms["logits"] > 0 and lg.terms["logits"] == 2 * T * V
+
+
+@pytest.mark.parametrize("kw, why", [
+    (dict(method="lora"), "--method lora"), (dict(method="full", grad_checkpointing=True), "gradient checkpointing"),
+    (dict(method="full", gpus=2), "several GPUs"), (dict(method="full", dtype="fp32"), "--dtype fp32"),
+])
+def test_refused_where_not_modelled(kw, why):
+    with pytest.raises(UserError, match=f"--stack litgpt with {why}"):
+        Scenario.create("llama-3.2-1b", stack="litgpt", **kw)
+
+
+def test_other_families_are_refused():
+    with pytest.raises(UserError, match="the qwen2 family"):
+        Scenario.create("qwen2.5-0.5b", stack="litgpt", method="full")
+
+
+def test_cli_refuses_lora_in_one_line():
+    out = subprocess.run([sys.executable, "-m", "symvram", "estimate", "llama-3.2-1b", "--stack", "litgpt",
+                          "--method", "lora"], capture_output=True, text=True)
     assert out.returncode == 2 and out.stderr.count("\n") == 1 and "litgpt_trace.json" in out.stderr
