@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 import tomllib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cache, cached_property
 from importlib import resources
 
@@ -335,6 +335,10 @@ class Scenario:
         given = frozenset(kw) - {"targets", "head_targets"}
         kw = _objective_defaults(kw)
         kw = resolve(spec, kw)
+        if stacks()[kw["stack"]].get("model_code") == "litgpt" and spec.params is None:
+            # LitGPT's GPT has its own lm_head: a tied checkpoint's embedding is copied into it
+            # (litgpt 0.5.13 scripts/convert_hf_checkpoint.py:273-274), so the model it trains is untied
+            spec = replace(spec, tied=False)
         kw = concrete(kw, kw.get("method", "full") in ("lora", "qlora"))
         if (bnb_states := BNB_STATE_DTYPES.get(kw.get("optimizer"))) is not None:
             if state_given not in (None, bnb_states):
@@ -652,6 +656,7 @@ class Scenario:
         fam = family(self.model.family)
         why = next((what for what, on in (
             (f"the {fam.key} family (its Llama configs are modelled)", fam.key != "llama"),
+            ("a nominal preset (its parameter count given, not its dimensions)", self.model.params is not None),
             (f"--method {self.method} (its fused qkv LoRA is traced, not modelled; full fine-tuning is)",
              self.method != "full"),
             ("gradient checkpointing", self.grad_checkpointing), ("packed samples", bool(self.packing)),

@@ -78,6 +78,19 @@ def test_refused_where_not_modelled(kw, why):
         Scenario.create("llama-3.2-1b", stack="litgpt", **kw)
 
 
+def test_the_model_is_untied():
+    """LitGPT copies a tied checkpoint's embedding into its own lm_head (scripts/convert_hf_checkpoint.py:273-274):
+    its Llama-3.2-1B has 1,498,482,688 parameters, V·h = 128256 · 2048 more than transformers' tied model."""
+    lg = evaluate(Scenario.create("llama-3.2-1b", stack="litgpt", method="full"))
+    hf = evaluate(Scenario.create("llama-3.2-1b", stack="torch", method="full"))
+    assert lg.derived["P"] - hf.derived["P"] == 128256 * 2048 and lg.derived["P"] == 1_498_482_688
+
+
+def test_nominal_presets_are_refused():
+    with pytest.raises(UserError, match="a nominal preset"):
+        Scenario.create("7b", stack="litgpt", method="full")
+
+
 def test_other_families_are_refused():
     with pytest.raises(UserError, match="the qwen2 family"):
         Scenario.create("qwen2.5-0.5b", stack="litgpt", method="full")
