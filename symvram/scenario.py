@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 import tomllib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cache, cached_property
 from importlib import resources
 
@@ -335,6 +335,10 @@ class Scenario:
         given = frozenset(kw) - {"targets", "head_targets"}
         kw = _objective_defaults(kw)
         kw = resolve(spec, kw)
+        if stacks()[kw["stack"]].get("model_code") == "litgpt" and spec.params is None:
+            # LitGPT's GPT has its own lm_head: a tied checkpoint's embedding is copied into it
+            # (litgpt 0.5.13 scripts/convert_hf_checkpoint.py:273-274), so the model it trains is untied
+            spec = replace(spec, tied=False)
         kw = concrete(kw, kw.get("method", "full") in ("lora", "qlora"))
         if (bnb_states := BNB_STATE_DTYPES.get(kw.get("optimizer"))) is not None:
             if state_given not in (None, bnb_states):
@@ -544,6 +548,8 @@ class Scenario:
             self._check_liger()
         if stacks()[self.stack].get("model_code") == "torchtune":
             self._check_torchtune()
+        if stacks()[self.stack].get("model_code") == "litgpt":
+            self._check_litgpt()
         if self.checkpoint_impl == "unsloth" and self.grad_checkpointing:
             self._check_unsloth_checkpointing()
         if self.dora and not self.lora:
@@ -642,6 +648,25 @@ class Scenario:
         if why:
             raise UserError(f"--stack torchtune with {why} is not modelled; torchtune 0.6.1's single-device LoRA and "
                             "full recipes on its Llama builders are")
+
+    def _check_litgpt(self) -> None:
+        """LitGPT's own model code is modelled for ``litgpt finetune full`` on its Llama configs on one device
+        (traced: benchmarks/litgpt_trace.py). Its LoRA is not: LoRAQKVLinear's conv1d and zero_pad over the fused qkv
+        (litgpt 0.5.13 lora.py:381-406) and the 128-position lm_head chunks have no ledger terms yet."""
+        fam = family(self.model.family)
+        why = next((what for what, on in (
+            (f"the {fam.key} family (its Llama configs are modelled)", fam.key != "llama"),
+            ("a nominal preset (its parameter count given, not its dimensions)", self.model.params is not None),
+            (f"--method {self.method} (its fused qkv LoRA is traced, not modelled; full fine-tuning is)",
+             self.method != "full"),
+            ("gradient checkpointing", self.grad_checkpointing), ("packed samples", bool(self.packing)),
+            ("activation offloading", self.offload_activations), ("Liger's kernels", self.liger),
+            ("several GPUs", self.gpus > 1 or self.zero > 0), (f"--objective {self.objective}", self.objective != "sft"),
+            (f"--attention {self.attention}", self.attention != "sdpa"), ("--optimizer-in-backward", self.optimizer_in_backward),
+            (f"--dtype {self.dtype} (bf16-true is modelled)", self.dtype != "bf16")) if on), None)
+        if why:
+            raise UserError(f"--stack litgpt with {why} is not modelled; LitGPT 0.5.13's finetune full on its Llama "
+                            "configs is (its traces: benchmarks/results/litgpt_trace.json)")
 
     def _check_packing(self) -> None:
         """Packing is modelled on SDPA, where transformers turns restarting position ids into a block-diagonal mask."""

@@ -210,6 +210,11 @@ def summary(sc) -> str:
         parts.append("torchtune 0.6.1's own Llama modules (LoRALinear, its fp32 RMSNorm, a RoPE cache of "
                      "max_position_embeddings positions, k and v expanded to every head; traced under FakeTensorMode "
                      "by benchmarks/torchtune_trace.py), compile: False (torch.compile is not modelled)")
+    if sc.structure.model_code == "litgpt":
+        parts.append("LitGPT 0.5.13's own GPT (its own lm_head, untied: a tied checkpoint's embedding is copied into it; "
+                     "fused qkv, k and v repeated to every head, its fp32 RMSNorm, RoPE cos/sin "
+                     "at the longest sample, chunked_cross_entropy on bf16 logits that fit() keeps through the step; "
+                     "traced under FakeTensorMode by benchmarks/litgpt_trace.py)")
     if sc.offload_activations:
         parts.append("TRL's activation offloading (its rules traced on the CPU; the copy streams' overlap and pinned "
                      "host memory modelled, not measured)")

@@ -61,6 +61,10 @@ def _check_supported(sc, fsdp: bool = False) -> None:
         raise UserError("--stack torchtune runs torchtune's own modules, which validate (it traces transformers' "
                         "models) does not build; torchtune itself is traced by benchmarks/torchtune_trace.py in a venv "
                         "with torchtune, and tests/test_torchtune.py checks the estimate against its stored rows")
+    if sc.structure.model_code == "litgpt":
+        raise UserError("--stack litgpt runs LitGPT's own GPT, which validate (it traces transformers' models) does not "
+                        "build; LitGPT itself is traced by benchmarks/litgpt_trace.py in a venv with litgpt, and "
+                        "tests/test_litgpt.py checks the estimate against its stored rows")
     if sc.method == "qlora":
         import importlib.util
 

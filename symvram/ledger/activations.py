@@ -22,7 +22,7 @@ from ..symbols import sym
 from .architecture import E, L, V, dh, f, f_e, h, k_e, nh, nkv
 from .functions import at_least, ceil_div, pow2_ceil
 from .structure import Structure
-from .terms import Phase, Place, Role, Term, span
+from .terms import TRAINING_STEP, Phase, Place, Role, Term, span
 from .weights import (compute_adapter_bytes, compute_weight_bytes, kind_adapter_params, layer_lora_params,
                       per_trainable, rope_width_sum, rotary_width, saved_copy_bytes)
 
@@ -53,9 +53,10 @@ def _shared_with_attention(s_: Structure, group: str) -> bool:
     Phi-3's q comes from a slice of the fused qkv, and a partial RoPE concatenates the rotated part and the rest
     (GLM-4.5, modeling_glm4_moe.py:150-151) into a new (b, n_h, s, d) tensor, so SDPA's output is laid out
     (b, n_h, s, d) and o_proj reads a contiguous copy instead; an output gate (Qwen3.5) or a Gated DeltaNet mixer
-    gives o_proj a tensor of its own."""
+    gives o_proj a tensor of its own; so does LitGPT's fused qkv, whose q is a slice concatenated after RoPE
+    (litgpt 0.5.13 model.py:512, :571 ``y.reshape``)."""
     fam = s_.arch
-    return (group == "attn_out" and s_.attention == "sdpa" and not fam.extra("fused_qkv")
+    return (group == "attn_out" and s_.attention == "sdpa" and not fam.extra("fused_qkv") and s_.model_code != "litgpt"
             and fam.dim("rotary_dim", 0) == 0 and not fam.latent_attention
             and not (fam.extra("output_gate") or fam.extra("gated_deltanet")) and fam.attends)
 
@@ -95,8 +96,8 @@ def norm_weight_copy(s_: Structure, width: sp.Expr) -> sp.Expr:
     """The fp32 copy of a 16-bit norm weight that a norm multiplying ``weight.to(float32)`` keeps for its input's
     gradient (Nemotron-H's NemotronHRMSNorm, modeling_nemotron_h.py:633; ``extras.norm_weight_fp32_copy``): none
     for other families, nor for weights already fp32."""
-    if not s_.arch.extra("norm_weight_fp32_copy") or s_.liger:
-        return sp.Integer(0)
+    if not (s_.arch.extra("norm_weight_fp32_copy") or s_.model_code == "litgpt") or s_.liger:
+        return sp.Integer(0)   # LitGPT's RMSNorm: x_normed * weight.float() (litgpt 0.5.13 model.py:1322)
     return b_32 * width * at_least(b_32, 2 * compute_weight_bytes(s_))   # 1 for 16-bit weights, 0 for fp32
 
 
@@ -105,7 +106,7 @@ def norm_weight_input(s_: Structure) -> sp.Symbol:
     (Gemma and OLMo 2 scale in fp32; Llama casts back to the weight dtype first; torchtune's RMSNorm calls
     ``F.rms_norm(x.float(), weight=scale)``, modules/rms_norm.py:41-46, whose composite path — the dtypes differ —
     multiplies the fp32 normalized tensor by the scale)."""
-    return compute_weight_bytes(s_) if s_.arch.norm == "rms" and s_.model_code != "torchtune" else b_32
+    return compute_weight_bytes(s_) if s_.arch.norm == "rms" and s_.model_code == "transformers" else b_32
 
 
 def _feeds(name: str) -> str:
@@ -245,6 +246,11 @@ def _layer_of(s_: Structure, first: bool) -> dict[str, tuple[sp.Expr, str, str, 
                 # torchtune 0.6.1 modules/attention.py:288-291: k, v expanded to n_h heads and flattened (a copy
                 # unless n_kv = 1), which SDPA keeps instead of GQA's n_kv heads
                 qkv += at_least(nkv, 2) * 2 * b_mm * T * dh * (nh - nkv)
+            if s_.model_code == "litgpt":
+                # litgpt 0.5.13 model.py:535-539: k, v repeat_interleave'd to n_h heads (a copy whenever n_kv < n_h);
+                # without GQA, v is a view of the fused qkv output (:466-482), which SDPA then keeps whole: its q and k
+                # parts too, beside the concatenated q and k
+                qkv += 2 * b_mm * T * dh * (nh - nkv) + at_least(nkv, nh) * b_mm * T * dh * (nh + nkv)
             roped = " after RoPE" * (not fam.extra("no_rope"))
             out["act_attention"] = (qkv + b_mm * T * nh * dh + fused, r"A_{\mathrm{attn}}",
                                     ("SDPA (flash) keeps q, k, v" + roped + " and its output; a layer reading shared K/V "
@@ -1198,6 +1204,10 @@ def saved_terms(s_: Structure) -> list[Term]:
                     "Cut Cross-Entropy keeps the fp32 log-sum-exp per token and the fp32 average logit per "
                     "vocabulary entry; no logits are materialised (modelled from source, not measured here)",
                     "cut_cross_entropy cce.py")
+    elif s_.model_code == "litgpt":
+        loss = Term("act_logsoftmax", Role.LOSS_ACTIVATION, b_c * b * (seq - 1) * V, r"A_{\mathrm{lsm}}",
+                    "chunked_cross_entropy: each 128-row chunk's log_softmax of the 16-bit logits (no upcast), all "
+                    "chunks together", "litgpt 0.5.13 utils.py:339-345")
     else:
         loss = Term("act_logsoftmax", Role.LOSS_ACTIVATION, b_32 * T * V, r"A_{\mathrm{lsm}}",
                     "cross-entropy upcasts logits to fp32 and keeps log_softmax for backward"
@@ -1217,13 +1227,17 @@ def saved_terms(s_: Structure) -> list[Term]:
         bases, width = 1, rope_width_sum(fam)
     rows = b if fam.extra("rope_per_sample") else 1   # multimodal RoPE: position ids (4, b, seq), a table per sample
     # torchtune's RoPE multiplies by views of its cached cos/sin buffer (rope_cache, a weight-side buffer): no tables
-    if not fam.extra("no_rope") and s_.model_code != "torchtune":   # Nemotron-H: no position embeddings, no tables
+    if not fam.extra("no_rope") and s_.model_code == "transformers":   # Nemotron-H: no position embeddings, no tables
         terms.append(Term("act_rope", Role.STEP_INPUT, 2 * bases * b_rope * rows * seq * width, r"A_{\mathrm{rope}}",
                           "RoPE cos and sin, shared by all layers" + " (one pair per rotary base)" * (bases != 1)
                           + " (one per sample: multimodal RoPE expands the position ids to the batch)" * (rows != 1),
                           "transformers LlamaRotaryEmbedding"))
     if s_.model_code == "torchtune":
         terms.append(torchtune_tokens_term(s_))
+    elif s_.model_code == "litgpt":
+        terms.append(Term("act_tokens", Role.STEP_INPUT, 2 * b_id * T, r"A_{\mathrm{ids}}",
+                          "input ids and targets (int64; the loss's shifted copy is a loss temporary)",
+                          "litgpt 0.5.13 finetune/full.py:278"))
     else:
         terms.append(Term("act_tokens", Role.STEP_INPUT, 2 * b_id * T, r"A_{\mathrm{ids}}",
                           "input ids and the shifted labels (int64)", "transformers ForCausalLMLoss"))
@@ -1570,6 +1584,31 @@ def unsloth_loss_terms(s_: Structure) -> list[Term]:
                  "unsloth_zoo 2026.10.9 fused_losses/fused_linear.py backward (grad * scale)")]
 
 
+def litgpt_loss_terms(s_: Structure, logits_bytes) -> list[Term]:
+    """LitGPT's full fine-tuning loss (litgpt 0.5.13 finetune/full.py:282-291, utils.py:334-345): fit() keeps the 16-bit
+    ``logits`` referenced through the backward, the optimizer step and the next step's forward; ``logits[..., :-1, :]``
+    is reshaped (a copy) and cross-entropy runs on 128-row chunks of it. The backward holds, beyond the chunks' saved
+    log-softmax (or their gradients), the first chunk's nll and log-softmax gradients at once, or the slice's
+    zero-filled gradient of all the logits, whichever is larger.
+
+    >>> from symvram.ledger.structure import Structure
+    >>> litgpt_loss_terms(Structure(model_code="litgpt"), sym("bytes_act"))[2].expr
+    bytes_act*vocab*Max(batch*seq, 2*Min(128, batch*(seq - 1)))
+    """
+    return [Term("logits", Role.LOSS_TEMPORARY, logits_bytes * T * V, r"M_{\mathrm{logits}}",
+                 "the lm_head output, which fit()'s loop keeps until the next step's forward returns",
+                 "litgpt 0.5.13 finetune/full.py:282", lifetime=TRAINING_STEP),
+            Term("logits_shifted", Role.LOSS_TEMPORARY, (logits_bytes * V + at_least(b, 2) * b_id) * b * (seq - 1),
+                 r"M_{\mathrm{logits},\ll}", "logits[..., :-1, :].reshape(-1, V): the copy chunked_cross_entropy splits, "
+                 "and (b > 1) targets[..., 1:]'s int64 copy, freed by the first chunk's nll_loss backward",
+                 "litgpt 0.5.13 utils.py:334-335"),
+            Term("loss_backward_temp", Role.LOSS_BACKWARD_TEMPORARY,
+                 logits_bytes * V * sp.Max(T, 2 * sp.Min(128, b * (seq - 1))), r"M_{\mathrm{CE}'}",
+                 "the first chunk's nll_loss and log_softmax gradients at once, or the slice's zero-filled gradient "
+                 "of all the logits beside the chunks' joined gradient", "torch nll_loss_backward, "
+                 "_log_softmax_backward_data, SliceBackward")]
+
+
 def loss_terms(s_: Structure, logits_bytes) -> list[Term]:
     """The loss's transients: the logits (and their fp32 copy) while it is computed, and the start of its
     backward — per implementation (``--loss-impl``)."""
@@ -1597,6 +1636,8 @@ def loss_terms(s_: Structure, logits_bytes) -> list[Term]:
                      "its backward: the hidden states' gradient, the vocabulary sort (int64 then int32)"
                      + (" and lm_head's gradient" if lm_head_trains else "") + " (modelled from source)",
                      "cut_cross_entropy cce_backward.py")]
+    if s_.model_code == "litgpt":
+        return litgpt_loss_terms(s_, logits_bytes)
     chunks = sym("loss_chunks") if s_.loss_impl == "chunked" else 1
     upcast = s_.forward_logits_upcast   # transformers < 4.45: the forward returns fp32 logits (symvram.versions)
     terms = [

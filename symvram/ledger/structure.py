@@ -58,7 +58,7 @@ class Structure:
     unsloth_kernels: bool = False     # Unsloth's fused LoRA QKV / O / MLP and RMSNorm kernels (modelled, not measured)
     liger: bool = False               # Liger's RMSNorm and SwiGLU / GeGLU kernels (Triton: modelled, not measured)
     packed: bool = False              # position ids restart within a row (packing): SDPA gets a block-diagonal mask
-    model_code: str = "transformers"  # transformers | torchtune (its own RMSNorm, RoPE cache, attention, label shift)
+    model_code: str = "transformers"  # transformers | torchtune (its own RMSNorm, RoPE cache, attention, label shift) | litgpt (its fused qkv, RoPE buffers, fp32 RMSNorm, chunked loss)
     optimizer_in_backward: bool = False  # each parameter stepped (and its gradient freed) as soon as its gradient exists
     objective: str = "sft"            # sft | dpo (data/objectives.toml): what one optimizer step runs
     reference: str = "none"           # DPO's reference: copy (a second model) | adapters (PEFT, disabled) | precomputed

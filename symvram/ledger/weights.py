@@ -137,6 +137,12 @@ def base_terms(s: Structure) -> list[Term]:
             b_w * rope_width_sum(fam) if fam.extra("rope_widths") else fam.dim("rope_bases") * b_w * rotary_width(fam))
         if fam.extra("per_layer_embeddings"):   # Gemma 4: each layer's layer_scalar (1,), the per-layer table's scale
             scale += b_w * L + b_w * at_least(sym("ple_dim"), 1)
+        if s.model_code == "litgpt":   # GPT's cos and sin buffers, rebuilt at the longest sample (fp32)
+            terms.append(Term("rope_cache", Role.BUFFER, 2 * b_32 * sym("seq") * rotary_width(fam),
+                              r"M_{\mathrm{rope}}", "LitGPT's RoPE cache: cos and sin [max_seq_length, rope_n_elem] in "
+                              "fp32, max_seq_length set to the longest training sample", "litgpt 0.5.13 model.py:43-62, "
+                              "finetune/full.py:230"))
+            return terms + (tower_terms(s) if s.tower is not None else [])
         if s.model_code == "torchtune":   # its own RoPE module, one shared by every layer, in place of transformers'
             terms.append(Term("rope_cache", Role.BUFFER, b_32 * dh / 2 + b_32 * sym("rope_cache_len") * dh,
                               r"M_{\mathrm{rope}}",

@@ -1,0 +1,102 @@
+"""--stack litgpt: LitGPT 0.5.13's finetune full on its own model code (its LoRA is traced, refused).
+
+The independent source is LitGPT itself: benchmarks/litgpt_trace.py builds its GPT (its LoRA, fused qkv), its
+chunked_cross_entropy and torch's AdamW and traces two steps under FakeTensorMode (symvram's PeakTracker); the rows
+(benchmarks/results/litgpt_trace.json, with the versions) are checked here against today's estimate. Needs no
+litgpt."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from symvram.errors import UserError
+from symvram.evaluate import evaluate
+from symvram.presets import spec_from_config
+from symvram.scenario import Scenario
+
+STORED = json.loads((Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "litgpt_trace.json").read_text())
+
+
+def _params_by_hand(a: dict, lora: dict | None) -> int:
+    """LitGPT's Llama (untied, no biases): wte and lm_head V·h, per layer the fused qkv h·(n_h + 2·n_kv)·d_h, proj h²,
+    LLaMAMLP's three h·I, two RMSNorm weights, ln_f; LoRAQKVLinear (lora.py:175-260) keeps one lora_A of
+    (r·enabled, h) for q and v together and one lora_B of (q_size + v_size, r)."""
+    h, dh, V = a["n_embd"], a["n_embd"] // a["n_head"], a["padded_vocab_size"]
+    layer = h * (a["n_head"] + 2 * a["n_query_groups"]) * dh + h * h + 3 * h * a["intermediate_size"] + 2 * h
+    adapters = 0 if lora is None else (2 * lora["rank"] * h + (a["n_head"] + a["n_query_groups"]) * dh * lora["rank"])
+    return 2 * V * h + a["n_layer"] * (layer + adapters) + h
+
+
+@pytest.mark.parametrize("row", STORED, ids=lambda r: r["case"])
+def test_stored_rows_are_litgpt_by_hand(row):
+    """Each row names its versions; its parameters count by hand; the RoPE cache is cos and sin of
+    [max_seq_length, d_head] rebuilt in fp32 when finetune sets max_seq_length after the bf16 conversion
+    (model.py:43-62, finetune/lora.py:304)."""
+    assert row["versions"]["litgpt"] == "0.5.13"
+    a, run = row["arch"], row["run"]
+    lora = run if run["method"] == "lora" else None
+    assert row["total_params"] == _params_by_hand(a, lora)
+    assert row["trainable_params"] == (row["total_params"] - _params_by_hand(a, None) if lora else row["total_params"])
+    rope = [[run["seq"], a["n_embd"] // a["n_head"]], "torch.float32"]
+    assert row["buffers"]["cos"] == row["buffers"]["sin"] == rope
+
+
+@pytest.mark.parametrize("row", [r for r in STORED if r["run"]["method"] == "full"], ids=lambda r: r["case"])
+def test_full_fine_tuning_matches_the_trace(row):
+    """Tiny GQA and MHA Llamas and the Llama-3.2-1B slice: at most the loss's scalars over the trace (12–30 B)."""
+    est = evaluate(Scenario.create(spec_from_config(row["config"], row["case"], "config", "test"), **row["scenario"]))
+    assert 0 <= est.peak - row["peak_bytes"] <= 64
+
+
+def test_its_own_terms_by_hand():
+    """Llama-3.2-1B (untied here, as LitGPT is) at 2 × 512: cos and sin fp32 [512, 64]; k and v repeated to 32 heads
+    (model.py:535-539), 2·2·T·64·(32 − 8) bytes a layer more than GQA's; o_proj's input a copy of SDPA's
+    (b, n_h, s, d) output (2·T·h a layer); the RMSNorm's fp32 normalized tensor; the loss's bf16 log-softmax of
+    b·(s − 1) rows; the logits alive at the optimizer step."""
+    kw = dict(method="full", batch=2, seq=512, dtype="bf16")
+    lg = evaluate(Scenario.create("llama-3.2-1b", stack="litgpt", **kw))
+    torch_ = evaluate(Scenario.create("llama-3.2-1b", stack="torch", **kw))
+    T, L, V, h = 2 * 512, 16, 128256, 2048
+    assert lg.terms["rope_cache"] == 2 * 4 * 512 * 64 and "act_rope" not in lg.terms
+    assert lg.terms["act_attention"] - torch_.terms["act_attention"] == L * 2 * 2 * T * 64 * (32 - 8)
+    assert lg.terms["act_linear_inputs"] - torch_.terms["act_linear_inputs"] == L * 2 * T * h
+    assert lg.terms["act_norm_weight_input"] == 2 * torch_.terms["act_norm_weight_input"]
+    assert lg.terms["act_logsoftmax"] == 2 * 2 * 511 * V
+    assert lg.moments["optimizer_step"] - lg.terms["logits"] > 0 and lg.terms["logits"] == 2 * T * V
+
+
+@pytest.mark.parametrize("kw, why", [
+    (dict(method="lora"), "--method lora"), (dict(method="full", grad_checkpointing=True), "gradient checkpointing"),
+    (dict(method="full", gpus=2), "several GPUs"), (dict(method="full", dtype="fp32"), "--dtype fp32"),
+])
+def test_refused_where_not_modelled(kw, why):
+    with pytest.raises(UserError, match=f"--stack litgpt with {why}"):
+        Scenario.create("llama-3.2-1b", stack="litgpt", **kw)
+
+
+def test_the_model_is_untied():
+    """LitGPT copies a tied checkpoint's embedding into its own lm_head (scripts/convert_hf_checkpoint.py:273-274):
+    its Llama-3.2-1B has 1,498,482,688 parameters, V·h = 128256 · 2048 more than transformers' tied model."""
+    lg = evaluate(Scenario.create("llama-3.2-1b", stack="litgpt", method="full"))
+    hf = evaluate(Scenario.create("llama-3.2-1b", stack="torch", method="full"))
+    assert lg.derived["P"] - hf.derived["P"] == 128256 * 2048 and lg.derived["P"] == 1_498_482_688
+
+
+def test_nominal_presets_are_refused():
+    with pytest.raises(UserError, match="a nominal preset"):
+        Scenario.create("7b", stack="litgpt", method="full")
+
+
+def test_other_families_are_refused():
+    with pytest.raises(UserError, match="the qwen2 family"):
+        Scenario.create("qwen2.5-0.5b", stack="litgpt", method="full")
+
+
+def test_cli_refuses_lora_in_one_line():
+    out = subprocess.run([sys.executable, "-m", "symvram", "estimate", "llama-3.2-1b", "--stack", "litgpt",
+                          "--method", "lora"], capture_output=True, text=True)
+    assert out.returncode == 2 and out.stderr.count("\n") == 1 and "litgpt_trace.json" in out.stderr
