@@ -21,11 +21,11 @@ through the backward, the optimizer step and the next step's forward (finetune/f
 """
 from __future__ import annotations
 
-import json
 import sys
-from pathlib import Path
 
 import torch
+
+from program_trace import run_cases
 
 TINY = dict(name="tiny-llama", block_size=256, vocab_size=1000, padded_vocab_size=1000, n_layer=2, n_head=4,
             n_query_groups=2, n_embd=64, intermediate_size=176, bias=False, rotary_percentage=1.0,
@@ -121,20 +121,6 @@ def scenario(run: dict) -> dict:
     return kw
 
 
-def estimate(row: dict) -> int | None:
-    """``symvram estimate --stack litgpt``'s peak for a stored row (None where the stack refuses it: LoRA)."""
-    from symvram.errors import UserError
-    from symvram.evaluate import evaluate
-    from symvram.presets import spec_from_config
-    from symvram.scenario import Scenario
-
-    try:
-        return evaluate(Scenario.create(spec_from_config(row["config"], row["case"], "config", "litgpt_trace"),
-                                        **row["scenario"])).peak
-    except UserError:
-        return None
-
-
 def versions() -> dict:
     from importlib.metadata import version
 
@@ -142,18 +128,7 @@ def versions() -> dict:
 
 
 def main(argv: list[str]) -> None:
-    names = set(argv) or {name for name, _, _ in CASES}
-    rows = []
-    for name, arch, run in CASES:
-        if name in names:
-            row = {"case": name, "arch": arch, "run": run, "config": config(arch), "scenario": scenario(run),
-                   **trace(arch, run), "versions": versions()}
-            row["estimate"] = estimate(row)
-            print(json.dumps(row), flush=True)
-            rows.append(row)
-    out = Path(__file__).parent / "results" / "litgpt_trace.json"
-    if not argv:
-        out.write_text(json.dumps(rows, indent=1) + "\n", encoding="utf-8")
+    run_cases("litgpt_trace", CASES, argv, config=config, scenario=scenario, trace=trace, versions=versions)
 
 
 if __name__ == "__main__":

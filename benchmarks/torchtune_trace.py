@@ -20,11 +20,11 @@ and no step after the backward. The peak is measured by symvram's own tracker
 """
 from __future__ import annotations
 
-import json
 import sys
-from pathlib import Path
 
 import torch
+
+from program_trace import run_cases
 
 CASES = (  # name, torchtune builder arguments, run settings
     ("tiny-lora", dict(vocab_size=1000, num_layers=2, num_heads=4, num_kv_heads=2, embed_dim=64, intermediate_dim=176,
@@ -154,16 +154,6 @@ def scenario(run: dict) -> dict:
     return kw
 
 
-def estimate(row: dict) -> int:
-    """``symvram estimate --stack torchtune``'s peak for a stored row."""
-    from symvram.evaluate import evaluate
-    from symvram.presets import spec_from_config
-    from symvram.scenario import Scenario
-
-    return evaluate(Scenario.create(spec_from_config(row["config"], row["case"], "config", "torchtune_trace"),
-                                    **row["scenario"])).peak
-
-
 def versions() -> dict:
     import torchao
     import torchtune
@@ -172,20 +162,7 @@ def versions() -> dict:
 
 
 def main(argv: list[str]) -> None:
-    names = set(argv) or {name for name, _, _ in CASES}
-    rows = []
-    for name, arch, run in CASES:
-        if name in names:
-            row = {"case": name, "arch": arch, "run": run, "config": config(arch), "scenario": scenario(run),
-                   **trace(arch, run), "versions": versions()}
-            row["estimate"] = estimate(row)
-            if name in OPEN:
-                row["open"] = OPEN[name]
-            print(json.dumps(row), flush=True)
-            rows.append(row)
-    out = Path(__file__).parent / "results" / "torchtune_trace.json"
-    if not argv:
-        out.write_text(json.dumps(rows, indent=1) + "\n", encoding="utf-8")
+    run_cases("torchtune_trace", CASES, argv, config=config, scenario=scenario, trace=trace, versions=versions, notes=OPEN)
 
 
 if __name__ == "__main__":
