@@ -260,6 +260,10 @@ def ledger_schedule(ledger: Ledger, layers: int, layer_order: tuple[str, ...] = 
     working_sets = [whole(k) for k in ws_keys]
     head_sets = [sh for k, t in terms.items() if t.role is Role.HEAD_WORKING_SET and on_device[k] for sh in whole(k)]
     mlp_from = ws_keys.index(MLP_OPENING_SET) if MLP_OPENING_SET in ws_keys else len(ws_keys)
+    # the tensors a checkpointed layer recomputes, by sub-block: the attention side's, then the MLP's (d_ff wide)
+    redo_layer = [sh for k in redo_keys for sh in whole(k)]
+    redo_mlp = [sh for sh in redo_layer if MLP_WIDTHS & sh[0].free_symbols]
+    redo_attention = [sh for sh in redo_layer if sh not in redo_mlp]
 
     def layer_forward(kept_shapes, checkpointed=False, unsaved=()):
         """One layer's forward: ``kept_shapes`` (the tensors it saves) made first, then each sub-block's working set
@@ -274,13 +278,11 @@ def ledger_schedule(ledger: Ledger, layers: int, layer_order: tuple[str, ...] = 
         those tensors: each term's made and freed in turn, as a working set of its own (Nemotron-H LoRA on q/v: its
         frozen Mamba layer 0's scan tensors)."""
         if checkpointed:
-            layer = [sh for k in redo_keys for sh in whole(k)]
-            mlp_side = [sh for sh in layer if MLP_WIDTHS & sh[0].free_symbols]
-            dropped = b.alloc_all([sh for sh in layer if sh not in mlp_side])
+            dropped = b.alloc_all(redo_attention)
             for j, shapes in enumerate(working_sets + [[]]):
                 if j == mlp_from:   # (a layer without an MLP norm: after its last working set)
                     b.free_all(dropped)
-                    dropped = b.alloc_all(mlp_side)
+                    dropped = b.alloc_all(redo_mlp)
                 b.free_all(b.alloc_all(shapes))
             b.free_all(dropped)
             return b.alloc_all(kept_shapes)
@@ -293,12 +295,10 @@ def ledger_schedule(ledger: Ledger, layers: int, layer_order: tuple[str, ...] = 
         """A checkpointed layer's recompute before its backward: its saved tensors made sub-block by sub-block — the
         attention side's, its working sets, then (from the MLP's norm) the MLP side's and the MLP's working sets —
         and all kept for the backward; the ids."""
-        layer = [sh for k in redo_keys for sh in whole(k)]
-        mlp_side = [sh for sh in layer if MLP_WIDTHS & sh[0].free_symbols]
-        ids = b.alloc_all([sh for sh in layer if sh not in mlp_side])
+        ids = b.alloc_all(redo_attention)
         for j, shapes in enumerate(working_sets + [[]]):
             if j == mlp_from:
-                ids += b.alloc_all(mlp_side)
+                ids += b.alloc_all(redo_mlp)
             b.free_all(b.alloc_all(shapes))
         return ids
 
