@@ -365,6 +365,11 @@ class Scenario:
         return objectives()[self.objective].get("head") == "score"
 
     @property
+    def model_code(self) -> str:
+        """Whose model code the stack trains: transformers' modules, or torchtune's or LitGPT's own."""
+        return stacks()[self.stack].get("model_code", "transformers")
+
+    @property
     def nll(self) -> bool:
         """The trainer computes the chosen rows' NLL on the logits: ORPO always, CPO/SimPO unless cpo_alpha = 0
         (trl 1.16 experimental/cpo/cpo_trainer.py:842-845)."""
@@ -492,7 +497,7 @@ class Scenario:
                             "fsdp; accelerate's FSDP2 upcasts the trainable parameters so, fsdp_utils.py:813-820), or "
                             "train LoRA adapters")
         _choice(self.routing, ROUTINGS, "--routing")
-        if self.routing != "balanced" and not any(k.moe for _, k in fam.layer_kinds):
+        if self.routing != "balanced" and not self._moe_layers():
             raise UserError(f"--routing {self.routing}: {self.model.name} ({fam.key}) has no routed experts")
         if self.attention not in fam.attention_kernels:
             raise UserError(f"--attention {self.attention}: {fam.attention_why or fam.key + ' runs ' + ', '.join(fam.attention_kernels)}")
@@ -546,9 +551,9 @@ class Scenario:
             self._check_offloading()
         if self.liger:
             self._check_liger()
-        if stacks()[self.stack].get("model_code") == "torchtune":
+        if self.model_code == "torchtune":
             self._check_torchtune()
-        if stacks()[self.stack].get("model_code") == "litgpt":
+        if self.model_code == "litgpt":
             self._check_litgpt()
         if self.checkpoint_impl == "unsloth" and self.grad_checkpointing:
             self._check_unsloth_checkpointing()
@@ -628,6 +633,14 @@ class Scenario:
             raise UserError(f"--liger on {fam.key} ({why}) is not modelled; Liger's RMSNorm and SwiGLU/GeGLU kernels "
                             "are modelled for dense RMSNorm families")
 
+    def _own_code_unmodelled(self) -> tuple[tuple[str, bool], ...]:
+        """What neither torchtune's nor LitGPT's model code is modelled with, as (what, whether set) pairs: packed
+        samples, activation offloading, Liger's kernels, several GPUs, an objective but SFT, an attention but SDPA."""
+        return (("packed samples", bool(self.packing)), ("activation offloading", self.offload_activations),
+                ("Liger's kernels", self.liger), ("several GPUs", self.gpus > 1 or self.zero > 0),
+                (f"--objective {self.objective}", self.objective != "sft"),
+                (f"--attention {self.attention}", self.attention != "sdpa"))
+
     def _check_torchtune(self) -> None:
         """torchtune's own model code is modelled for its Llama builders (torchtune 0.6.1 models/llama2, llama3,
         llama3_1, llama3_2) on one GPU, SFT, LoRA or full fine-tuning: not its QLoRA (torchao NF4), DoRA, packed
@@ -639,10 +652,7 @@ class Scenario:
                next((what for what, on in (
                    ("QLoRA (torchao's NF4)", self.method == "qlora"), ("DoRA", self.dora),
                    ("LoRA on the output projection or embeddings", bool(self.head_targets or self.modules_to_save)),
-                   ("packed samples", bool(self.packing)), ("activation offloading", self.offload_activations),
-                   ("Liger's kernels", self.liger), ("several GPUs", self.gpus > 1 or self.zero > 0),
-                   (f"--objective {self.objective}", self.objective != "sft"),
-                   (f"--attention {self.attention}", self.attention != "sdpa"),
+                   *self._own_code_unmodelled(),
                    (f"--checkpoint-impl {self.checkpoint_impl}", self.grad_checkpointing
                     and self.checkpoint_impl != "non-reentrant")) if on), None))
         if why:
@@ -659,10 +669,8 @@ class Scenario:
             ("a nominal preset (its parameter count given, not its dimensions)", self.model.params is not None),
             (f"--method {self.method} (its fused qkv LoRA is traced, not modelled; full fine-tuning is)",
              self.method != "full"),
-            ("gradient checkpointing", self.grad_checkpointing), ("packed samples", bool(self.packing)),
-            ("activation offloading", self.offload_activations), ("Liger's kernels", self.liger),
-            ("several GPUs", self.gpus > 1 or self.zero > 0), (f"--objective {self.objective}", self.objective != "sft"),
-            (f"--attention {self.attention}", self.attention != "sdpa"), ("--optimizer-in-backward", self.optimizer_in_backward),
+            ("gradient checkpointing", self.grad_checkpointing), *self._own_code_unmodelled(),
+            ("--optimizer-in-backward", self.optimizer_in_backward),
             (f"--dtype {self.dtype} (bf16-true is modelled)", self.dtype != "bf16")) if on), None)
         if why:
             raise UserError(f"--stack litgpt with {why} is not modelled; LitGPT 0.5.13's finetune full on its Llama "
@@ -903,7 +911,7 @@ class Scenario:
             sequence_parallel=self.sequence_parallel, tensor_parallel=self.tp > 1,
             fsdp_mixed_precision=self.mp_policy != "none", zero_impl=stacks()[self.stack].get("zero_impl", "fsdp2"),
             params_cast=bool(self.zero) and stacks()[self.stack].get("zero_impl") == "deepspeed" and self.dtype != "fp32",
-            model_code=stacks()[self.stack].get("model_code", "transformers"),
+            model_code=self.model_code,
             bnb_input_saved=self.method == "qlora" and applies("bnb_input_saved", self.versions)
             and not self.unsloth_kernels,
             optimizer_in_backward=self.optimizer_in_backward,
