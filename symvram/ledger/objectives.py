@@ -312,8 +312,7 @@ def reshape(s_: Structure, activation_terms: list[Term]) -> list[Term]:
                 out.append(_rows(t, twice))
         return out
     if objectives()[s_.objective].get("logits"):
-        return logits_terms(s_, [Term(t.key, t.role, t.expr.xreplace(twice), t.label, t.why, t.source, t.place,
-                                      t.lifetime) for t in activation_terms])
+        return logits_terms(s_, [_rows(t, twice) for t in activation_terms])
     fused = {t.key: t for t in trl_loss_terms(s_, scored(s_))}
     mask = b_mask * _row_positions(s_)   # labels != -100, kept by the index and the scatter for backward
     saved = trl_saved_term(s_, scored(s_), "(the completion's positions)")
@@ -339,9 +338,6 @@ def reshape(s_: Structure, activation_terms: list[Term]) -> list[Term]:
 def _rows(t: Term, twice: dict) -> Term:
     """An SFT term for the objective's rows (``twice``: batch → rows·batch), its declared tensors too."""
     return replace(t, expr=t.expr.xreplace(twice), tensors=tuple((n, size.xreplace(twice)) for n, size in t.tensors))
-
-
-
 
 
 LOGITS_SOURCE = "trl 1.16 experimental/orpo/orpo_trainer.py:745-822 (cpo/cpo_trainer.py:792-863) concatenated_forward"
