@@ -20,7 +20,7 @@ from functools import cache
 from importlib import resources
 
 from .errors import UserError
-from .versions import applies, header
+from .versions import PACKAGES, applies, header
 
 # the settings a stack decides (in the order the header names them)
 STACK_SETTINGS = ("adapter_dtype", "autocast", "optimizer", "optimizer_impl", "state_dtype", "checkpoint_impl",
@@ -250,4 +250,7 @@ def summary(sc) -> str:
                         if sc.mp_policy != "none" else f"and gathered in {sc.dtype}") + offload)
     elif sc.zero:
         parts.append(f"ZeRO-{sc.zero} over {gpus}{offload}")
-    return f"stack {sc.stack} ({stacks()[sc.stack]['title']}): " + ", ".join(parts) + "; " + header(sc.versions)
+    # a stack on its own model code (torchtune, LitGPT) runs neither transformers' modules nor PEFT nor TRL
+    packages = PACKAGES if sc.model_code == "transformers" else ("torch", "bitsandbytes")
+    return (f"stack {sc.stack} ({stacks()[sc.stack]['title']}): " + ", ".join(parts) + "; "
+            + header(sc.versions, packages))

@@ -106,16 +106,21 @@ def applies(mechanism: str, asked: tuple[tuple[str, str], ...] = ()) -> bool:
     return older(followed(asked)[package], fixed_in)
 
 
-def header(asked: tuple[tuple[str, str], ...] = ()) -> str:
-    """What every answer's header says of the versions it follows: each release (asked for, installed, or,
-    where not installed, the one modelled).
+def header(asked: tuple[tuple[str, str], ...] = (), packages: tuple[str, ...] = PACKAGES) -> str:
+    """What every answer's header says of the versions it follows: each release of ``packages`` (asked for,
+    installed, or, where not installed, the one modelled). A stack that runs its own model code (torchtune,
+    LitGPT) follows torch and bitsandbytes only, and its title names its own release.
 
     >>> header((("bitsandbytes", "0.42.0"),)).startswith("follows torch")
     True
+    >>> header(packages=("torch",)).count(",")
+    0
     """
     chosen = dict(asked)
     parts = []
     for name, version in followed(asked).items():
+        if name not in packages:
+            continue
         release = ".".join(map(str, _release(version)))
         note = " asked" if name in chosen else "" if installed()[name] else " modelled, not installed"
         parts.append(f"{name} {release}" + (f" ({note.strip()})" if note else ""))
