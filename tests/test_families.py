@@ -266,6 +266,8 @@ MEASURED = [
     ("qwen3", dict(method="full", attention="eager")),
     ("gemma2", dict(method="lora", rank=8)),
     ("gemma2", dict(method="full")),
+    ("gemma2", dict(method="lora", rank=8, grad_checkpointing=True)),   # its two float masks, checkpoint inputs
+    ("qwen3", dict(method="full", attention="eager", grad_checkpointing=True)),   # one eager mask
     ("gemma3_text", dict(method="lora", rank=8, grad_checkpointing=True)),
     ("gemma3_text", dict(method="full")),
     ("phi3", dict(method="lora", rank=8, adapter_dtype="bf16")),
@@ -284,6 +286,7 @@ MEASURED = [
     ("qwen2_moe", dict(method="lora", rank=8, targets="mlp")),   # layer 0's routed block saves nothing (was +3.5 %)
     ("gpt_oss", dict(method="full", attention="eager")),
     ("gpt_oss", dict(method="lora", rank=8, attention="eager")),
+    ("gpt_oss", dict(method="lora", rank=8, attention="eager", grad_checkpointing=True)),  # a sliding and a full mask
     ("olmo3", dict(method="lora", rank=8)),
     ("olmo3", dict(method="full")),
     ("smollm3", dict(method="lora", rank=8)),
