@@ -475,3 +475,17 @@ def test_routers_kept_in_fp32_as_from_pretrained_loads_them():
         assert terms[key] == per_weight * kept, key
     lora = evaluate(Scenario.create("glm-4.5-air", method="lora")).terms
     assert lora["weights_fp32"] == 2 * kept and "grads_fp32" not in lora
+
+
+def test_soft_capped_logits_of_a_prepared_qlora_model_under_autocast():
+    """Gemma 2 QLoRA under the hf stack: k-bit preparation makes lm_head fp32, but autocast runs it in bf16, so
+    the cap's saved tanh is 16-bit (was counted at the fp32 stream's 4 B: +T·V·2 over the trace)."""
+    pytest.importorskip("peft")
+    from symvram.validate.measure import measure
+    from symvram.validate.spec import from_scenario
+
+    cfg = {**tiny_config("gemma2"), "num_hidden_layers": 2}
+    sc = Scenario.create(spec_from_config(cfg, "tiny", "config", "test"), stack="hf", batch=2, seq=64, device="cpu",
+                         method="qlora", rank=8)
+    measured = measure({**from_scenario(sc), "steps": 2})
+    assert 0 <= measured["peak_bytes"] - evaluate(sc).peak <= 8

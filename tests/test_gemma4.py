@@ -212,3 +212,18 @@ def test_multimodal_full_fine_tuning_measured():
                             "x", "config", "c")
     sc = Scenario.create(spec, stack="torch", batch=2, seq=64, device="cpu", method="full", state_dtype="bf16")
     assert 0 <= measure({**from_scenario(sc), "steps": 2})["peak_bytes"] - evaluate(sc).peak <= 8
+
+
+def test_qlora_builds_no_quantization_state_for_switched_off_modules():
+    """Without per-layer embeddings (hidden_size_per_layer_input = 0) transformers builds no per-layer-input gate or
+    projection, so bitsandbytes quantizes none: no 1 KiB code per absent module (was +12 kB, 11 modules, on this
+    config). The rest is within 0.1 % of the trace (1.3 kB, not located)."""
+    pytest.importorskip("peft")
+    from symvram.validate.measure import measure
+    from symvram.validate.spec import from_scenario
+
+    sc = Scenario.create(spec_from_config(KEQV, "tiny", "config", "test"), stack="torch", batch=2, seq=64, device="cpu",
+                         method="qlora", rank=8)
+    measured = measure({**from_scenario(sc), "steps": 2})["breakdown_at_peak"]["quant_state"]
+    assert evaluate(sc).terms["quant_constants"] - measured < 2048   # was 12,012 B over
+    assert abs(evaluate(sc).peak / measure({**from_scenario(sc), "steps": 2})["peak_bytes"] - 1) < 0.001

@@ -1242,8 +1242,11 @@ def saved_terms(s_: Structure) -> list[Term]:
     # TRL's fused LM head caps each tile inside its kernel and saves what it saves uncapped (trl 1.16
     # kernels/chunked_logprob.py:66-74 _transform, :180 the backward's tanh from the tile; :386 save_for_backward)
     if (fam.extra("final_logit_softcapping") or "final_logit_softcapping" in s_.options) and s_.loss_impl != "trl":
-        terms.append(Term("act_logit_softcap", Role.LOSS_ACTIVATION, b_c * T * V, r"A_{\mathrm{cap}}",
-                          "final-logit soft-capping keeps tanh(logits / cap) for backward", fam.source))
+        # the cap runs on lm_head's output as the matmul made it: 16-bit under autocast, also from a prepared
+        # QLoRA model's fp32 lm_head (measured: Gemma 2 and Gemma 4 QLoRA under the hf stack, was +T·V·2 B)
+        terms.append(Term("act_logit_softcap", Role.LOSS_ACTIVATION, matmul_bytes(s_) * T * V, r"A_{\mathrm{cap}}",
+                          "final-logit soft-capping keeps tanh(logits / cap) for backward, in lm_head's output dtype",
+                          fam.source))
     bases = fam.dim("rope_bases")
     b_rope = b_32 if fam.extra("rope_fp32") else b_c  # OLMo 2 keeps cos/sin in fp32
     width = dh / 2 if fam.extra("rope_half_width") else rotary_width(fam)  # gpt-oss: cos, sin of the d_head/2 frequencies

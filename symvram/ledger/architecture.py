@@ -356,6 +356,11 @@ class Family:
     def expert_params_per_layer(self) -> sp.Expr:
         return sp.Add(*(m.params for m in self.moe_weights))
 
+    def active_linears(self, options: tuple[str, ...]) -> tuple[Linear, ...]:
+        """The projections a layer has with ``options`` on (a module under a switch only when it is on: Gemma 4's
+        per-layer-input gate without hidden_size_per_layer_input is not built)."""
+        return tuple(m for m in self.linears if m.option is None or m.option in options)
+
     def active_norms(self, options: tuple[str, ...]) -> tuple[Norm, ...]:
         """The norms a layer has with ``options`` on (a norm under a switch only when it is on)."""
         return tuple(n for n in self.norms if n.option is None or n.option in options)
@@ -423,7 +428,7 @@ class Family:
 
     def tensors_per_layer(self, options: tuple[str, ...]) -> int:
         """Parameter tensors (not elements) of one layer: weights, biases, norm weights."""
-        return (sum(1 for m in self.linears if m.option is None or m.option in options) + len(self.moe_weights)
+        return (len(self.active_linears(options)) + len(self.moe_weights)
                 + sum(1 for m in self.linears if m.bias in options) + len(self.weighted_norms(options)))
 
     def factored_sizes_per_layer(self, options: tuple[str, ...]) -> sp.Expr:

@@ -90,10 +90,15 @@ def kind_kept_fp32_params(kind) -> sp.Expr:
 def base_terms(s: Structure) -> list[Term]:
     if s.method == "qlora" and not s.params_given:
         fam = s.arch
-        packed = fam.over_layers(lambda k: sp.Add(*(nf4_bytes(m.params, s.double_quant)[0] for m in k.linears)))
-        states = fam.over_layers(lambda k: sp.Add(*(nf4_bytes(m.params, s.double_quant)[1] for m in k.linears)))
-        packed += sp.Add(*(nf4_bytes(m.params, s.double_quant)[0] for m in fam.model_linears))   # outside the layers
-        states += sp.Add(*(nf4_bytes(m.params, s.double_quant)[1] for m in fam.model_linears))
+        # only the Linear4bit modules the model builds: a switched-off module has no weight and no quantization
+        # state (its fixed part, the 256-entry code and offset, is 1 KiB per module)
+        model_linears = tuple(m for m in fam.model_linears if m.option is None or m.option in s.options)
+        packed = fam.over_layers(lambda k: sp.Add(*(nf4_bytes(m.params, s.double_quant)[0]
+                                                   for m in k.active_linears(s.options))))
+        states = fam.over_layers(lambda k: sp.Add(*(nf4_bytes(m.params, s.double_quant)[1]
+                                                   for m in k.active_linears(s.options))))
+        packed += sp.Add(*(nf4_bytes(m.params, s.double_quant)[0] for m in model_linears))   # outside the layers
+        states += sp.Add(*(nf4_bytes(m.params, s.double_quant)[1] for m in model_linears))
         b_keep = b_32 if s.kbit_prepared else b_w
         terms = [
             Term("weights_nf4", Role.WEIGHT, packed, r"M_{\mathrm{NF4}}",
