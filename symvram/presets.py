@@ -549,6 +549,9 @@ def spec_from_config(cfg: dict, name: str, kind: str, source: str) -> ModelSpec:
     for key, allowed in fam.extra("must_equal", {}).items():  # settings the family's ledger assumes
         if f.given(key) and f.cfg[key] != allowed:
             raise UserError(f"{f.source}: {key} = {excerpt(f.cfg[key])} is not modelled for {fam.key} (only {allowed!r})")
+    for key, why in fam.extra("null_refused", {}).items():   # a field set to null, top level or in rope_parameters
+        if any(isinstance(c, dict) and key in c and c[key] is None for c in (f.cfg, f.cfg.get("rope_parameters"))):
+            raise UserError(f"{f.source}: {key} null: {why}")   # (OLMo Hybrid's NoPE)
     options = tuple(o for o, default in fam.options if o != "tie_word_embeddings"
                     and (f.cfg.get(o) not in (None, 0, False) if default == GIVEN else f.boolean(o, default)))
     base = {"hidden", "intermediate", "layers", "heads", "kv_heads", "head_dim", "vocab"}

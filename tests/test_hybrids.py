@@ -20,6 +20,7 @@ MOE = {**{k: v for k, v in TINY.items() if k != "intermediate_size"}, "model_typ
        "num_experts_per_tok": 2, "moe_intermediate_size": 32, "shared_expert_intermediate_size": 48}
 WIDE_MOE = {**MOE, **{k: WIDE[k] for k in ("num_hidden_layers", "linear_num_key_heads", "linear_conv_kernel_dim")}}
 NEXT = {**MOE, "model_type": "qwen3_next", "intermediate_size": 176}   # fused in_proj_qkvz, in_proj_ba
+OLMO = {**{k: v for k, v in TINY.items() if k != "head_dim"}, "model_type": "olmo_hybrid"}   # separate q, k, v, g, a, b
 
 
 def test_the_preset_counts_as_transformers_builds_it():
@@ -37,6 +38,7 @@ def test_the_preset_counts_as_transformers_builds_it():
 @pytest.mark.parametrize("preset, published_billions", [
     ("qwen3.5-35b-a3b", 35),      # "35B in total and 3B activated" (with the vision tower and the MTP layer)
     ("qwen3-next-80b-a3b", 80),   # "80B in total and 3B activated"
+    ("olmo-hybrid-7b", 7),        # OlmoHybridConfig's defaults (configuration_olmo_hybrid.py:29): no MoE block
 ])
 def test_the_moe_presets_count_as_transformers_builds_them(preset, published_billions):
     """Qwen3.5-35B-A3B's language model and Qwen3-Next-80B-A3B at full size on the meta device: P per layer kind (a
@@ -77,6 +79,10 @@ MEASURED = [  # (config, settings, seq): one chunk of 64 and several (padded), t
     (NEXT, dict(method="lora", targets="all-linear"), 96),    # the router and the experts through target_parameters
     (NEXT, dict(method="full"), 64),
     (NEXT, dict(method="lora", targets="linear-attention", autocast="bf16"), 130),   # the fused projections' LoRA
+    (OLMO, dict(method="lora", targets="all-linear"), 96),    # OLMo's post-norm attention beside the DeltaNet
+    (OLMO, dict(method="full"), 64),
+    (OLMO, dict(method="lora", targets="mlp"), 130),          # layer 0 (a DeltaNet) reads the frozen embedding
+    (OLMO, dict(method="lora", targets="all-linear", autocast="bf16"), 200),
 ]
 
 
