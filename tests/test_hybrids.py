@@ -59,6 +59,16 @@ def test_the_moe_presets_count_as_transformers_builds_them(preset, published_bil
         assert int(fam.kind(kind).params_per_layer(spec.options).xreplace(vals)) == layer, (i, kind)
 
 
+def test_olmo_hybrid_without_rope_is_refused():
+    """OLMo Hybrid with rope_theta null (top level, as OLMo-core's converter writes it, or in rope_parameters) builds
+    no rotary embedding (modeling_olmo_hybrid.py:895-901): NoPE attention is not modelled, so the config is refused."""
+    from symvram.errors import UserError
+
+    for cfg in ({**OLMO, "rope_theta": None}, {**OLMO, "rope_parameters": {"rope_type": "default", "rope_theta": None}}):
+        with pytest.raises(UserError, match="NoPE"):
+            spec_from_config(cfg, "t", "config", "test")
+
+
 def test_layers_before_the_first_target_save_nothing():
     """LoRA on q_proj, v_proj only: the three DeltaNet layers before the first full-attention layer hold no adapter
     and read the frozen embedding's output, so they save nothing (the measured case below checks the bytes)."""
