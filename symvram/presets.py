@@ -411,11 +411,12 @@ class ConfigFields:
         return None if value is None else ConfigFields(value, f"{self.source} {key}")
 
     def layer_counts(self, layers: int, pattern: int | None, kind: str = "sliding_attention",
-                     pattern_key: str = "sliding_window_pattern") -> tuple[int, int]:
+                     pattern_key: str = "sliding_window_pattern", min_full: int = 0) -> tuple[int, int]:
         """(kinds present, layers of ``kind``) from ``layer_types``, one of LAYER_KINDS per layer; without it,
         every ``pattern_key``-th layer (else the family's ``pattern``-th) is full attention and the others are of
         ``kind`` (transformers' Gemma3TextConfig: sliding unless (i + 1) % pattern == 0; Qwen3.5's
-        full_attention_interval the same way, configuration_qwen3_5.py:111-116).
+        full_attention_interval the same way, configuration_qwen3_5.py:111-116); ``min_full`` full layers at least
+        (OLMo Hybrid makes its last layer full when no fourth one is, configuration_olmo_hybrid.py:127-129).
 
         >>> ConfigFields({"sliding_window_pattern": 3}, "c.json").layer_counts(12, 6)
         (2, 8)
@@ -424,11 +425,13 @@ class ConfigFields:
         >>> ConfigFields({"layer_types": ["linear_attention"] * 3 + ["full_attention"]}, "c.json").layer_counts(
         ...     4, 4, "linear_attention")
         (2, 3)
+        >>> ConfigFields({}, "c.json").layer_counts(2, 4, "linear_attention", "full_attention_interval", min_full=1)
+        (2, 1)
         """
         kinds = self.cfg.get("layer_types")
         if kinds is None:
             n = self.integer(pattern_key, pattern)
-            full = layers // n
+            full = max(layers // n, min_full)
             return (full > 0) + (full < layers), layers - full
         if not isinstance(kinds, list) or len(kinds) != layers:
             raise self._refuse("layer_types", f"a list of one attention kind per layer ({layers})", kinds)
@@ -549,6 +552,9 @@ def spec_from_config(cfg: dict, name: str, kind: str, source: str) -> ModelSpec:
     for key, allowed in fam.extra("must_equal", {}).items():  # settings the family's ledger assumes
         if f.given(key) and f.cfg[key] != allowed:
             raise UserError(f"{f.source}: {key} = {excerpt(f.cfg[key])} is not modelled for {fam.key} (only {allowed!r})")
+    for key, why in fam.extra("null_refused", {}).items():   # a field set to null, top level or in rope_parameters
+        if any(isinstance(c, dict) and key in c and c[key] is None for c in (f.cfg, f.cfg.get("rope_parameters"))):
+            raise UserError(f"{f.source}: {key} null: {why}")   # (OLMo Hybrid's NoPE)
     options = tuple(o for o, default in fam.options if o != "tie_word_embeddings"
                     and (f.cfg.get(o) not in (None, 0, False) if default == GIVEN else f.boolean(o, default)))
     base = {"hidden", "intermediate", "layers", "heads", "kv_heads", "head_dim", "vocab"}

@@ -66,6 +66,9 @@ TINY = {
                    "linear_key_head_dim": 12, "linear_value_head_dim": 20, "linear_conv_kernel_dim": 3,
                    "num_experts": 6, "num_experts_per_tok": 3, "moe_intermediate_size": 40,
                    "shared_expert_intermediate_size": 56, "pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 2},
+    "olmo_hybrid": {"num_hidden_layers": 4, "linear_num_key_heads": 2, "linear_num_value_heads": 4,   # 3 DeltaNet
+                    "linear_key_head_dim": 12, "linear_value_head_dim": 20, "linear_conv_kernel_dim": 3,  # + 1 full
+                    "pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 2},
     "nemotron_h": {"hybrid_override_pattern": "M*-", "mamba_num_heads": 8, "mamba_head_dim": 12,   # each block kind
                    "n_groups": 2, "ssm_state_size": 10, "chunk_size": 16, "pad_token_id": 0, "bos_token_id": 1,
                    "eos_token_id": 2},

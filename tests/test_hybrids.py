@@ -20,6 +20,7 @@ MOE = {**{k: v for k, v in TINY.items() if k != "intermediate_size"}, "model_typ
        "num_experts_per_tok": 2, "moe_intermediate_size": 32, "shared_expert_intermediate_size": 48}
 WIDE_MOE = {**MOE, **{k: WIDE[k] for k in ("num_hidden_layers", "linear_num_key_heads", "linear_conv_kernel_dim")}}
 NEXT = {**MOE, "model_type": "qwen3_next", "intermediate_size": 176}   # fused in_proj_qkvz, in_proj_ba
+OLMO = {**{k: v for k, v in TINY.items() if k != "head_dim"}, "model_type": "olmo_hybrid"}   # separate q, k, v, g, a, b
 
 
 def test_the_preset_counts_as_transformers_builds_it():
@@ -37,6 +38,7 @@ def test_the_preset_counts_as_transformers_builds_it():
 @pytest.mark.parametrize("preset, published_billions", [
     ("qwen3.5-35b-a3b", 35),      # "35B in total and 3B activated" (with the vision tower and the MTP layer)
     ("qwen3-next-80b-a3b", 80),   # "80B in total and 3B activated"
+    ("olmo-hybrid-7b", 7),        # OlmoHybridConfig's defaults (configuration_olmo_hybrid.py:29): no MoE block
 ])
 def test_the_moe_presets_count_as_transformers_builds_them(preset, published_billions):
     """Qwen3.5-35B-A3B's language model and Qwen3-Next-80B-A3B at full size on the meta device: P per layer kind (a
@@ -55,6 +57,16 @@ def test_the_moe_presets_count_as_transformers_builds_them(preset, published_bil
     for i, kind in ((0, "linear"), (spec.layers - 1, "")):
         layer = sum(p.numel() for n, p in model.named_parameters() if f".layers.{i}." in n)
         assert int(fam.kind(kind).params_per_layer(spec.options).xreplace(vals)) == layer, (i, kind)
+
+
+def test_olmo_hybrid_without_rope_is_refused():
+    """OLMo Hybrid with rope_theta null (top level, as OLMo-core's converter writes it, or in rope_parameters) builds
+    no rotary embedding (modeling_olmo_hybrid.py:895-901): NoPE attention is not modelled, so the config is refused."""
+    from symvram.errors import UserError
+
+    for cfg in ({**OLMO, "rope_theta": None}, {**OLMO, "rope_parameters": {"rope_type": "default", "rope_theta": None}}):
+        with pytest.raises(UserError, match="NoPE"):
+            spec_from_config(cfg, "t", "config", "test")
 
 
 def test_layers_before_the_first_target_save_nothing():
@@ -77,6 +89,10 @@ MEASURED = [  # (config, settings, seq): one chunk of 64 and several (padded), t
     (NEXT, dict(method="lora", targets="all-linear"), 96),    # the router and the experts through target_parameters
     (NEXT, dict(method="full"), 64),
     (NEXT, dict(method="lora", targets="linear-attention", autocast="bf16"), 130),   # the fused projections' LoRA
+    (OLMO, dict(method="lora", targets="all-linear"), 96),    # OLMo's post-norm attention beside the DeltaNet
+    (OLMO, dict(method="full"), 64),
+    (OLMO, dict(method="lora", targets="mlp"), 130),          # layer 0 (a DeltaNet) reads the frozen embedding
+    (OLMO, dict(method="lora", targets="all-linear", autocast="bf16"), 200),
 ]
 
 
@@ -100,6 +116,21 @@ def assert_tiny_step_measured(cfg: dict, settings: dict, seq: int) -> None:
                          **settings)
     measured = measure({**from_scenario(sc), "steps": 2})
     assert 0 <= measured["peak_bytes"] - evaluate(sc).peak <= 8
+
+
+@pytest.mark.parametrize("targets", ["qv", "a_proj,b_proj,g_proj"])
+def test_olmo_hybrid_layer_0_with_some_mixer_inputs_frozen_is_an_upper_bound(targets):
+    """OLMo Hybrid's layer 0 (a DeltaNet reading the frozen embedding) with LoRA on q_proj, v_proj only (β and g need
+    no gradient there) or on a_proj, b_proj, g_proj only (q, k, v need none) saves less than the mixer's whole set,
+    which the estimate counts: above the measured peak, never below (olmo_hybrid.toml's header)."""
+    pytest.importorskip("peft")
+    from symvram.validate.measure import measure
+    from symvram.validate.spec import from_scenario
+
+    sc = Scenario.create(spec_from_config(OLMO, "tiny", "config", "test"), stack="torch", batch=2, seq=96, device="cpu",
+                         method="lora", rank=8, targets=targets, adapter_dtype="fp32", state_dtype="fp32")
+    measured = measure({**from_scenario(sc), "steps": 2})["peak_bytes"]
+    assert measured <= evaluate(sc).peak <= 1.1 * measured
 
 
 def test_a_multimodal_qwen3_5_moe_config_is_read_through_its_text_config():

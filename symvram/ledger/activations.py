@@ -109,10 +109,13 @@ def norm_weight_input(s_: Structure) -> sp.Symbol:
     return compute_weight_bytes(s_) if s_.arch.norm == "rms" and s_.model_code == "transformers" else b_32
 
 
-def _feeds(name: str) -> str:
+def _feeds(name: str, fam=None) -> str:
     """Which of q, k, v an attention-input projection produces: the letters its name starts with (``qkv`` for a fused
     one, ``kv`` for latent attention's kv_a_proj_with_mqa; a Gated DeltaNet's in_proj_*: every one of them feeds
-    the delta rule)."""
+    the delta rule), or the family's ``extras.feeds`` for the name (OLMo Hybrid's a_proj, b_proj, g_proj: the
+    delta rule's gates and the gated norm's z, which make the whole mixer save as a q, k or v projection does)."""
+    if fam is not None and name in (feeds := fam.extra("feeds", {})):
+        return feeds[name]
     if name.startswith("in_proj"):
         return "qkv"
     head = name.split("_")[0]
@@ -146,7 +149,7 @@ def needs_grad(s_: Structure, first: bool) -> dict[str, bool]:
     fam = s_.arch
 
     def trained_reader(group: str, feeding: str = "") -> bool:   # a projection reading ``group`` trains
-        return any(m.input_group == group and (not s_.lora or m.name in s_.targets) and feeding in _feeds(m.name)
+        return any(m.input_group == group and (not s_.lora or m.name in s_.targets) and feeding in _feeds(m.name, fam)
                    for m in fam.linears + fam.moe_weights)
 
     layer_in = not (first and s_.lora) or embedding_output_grad(s_)
