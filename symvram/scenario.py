@@ -274,6 +274,7 @@ class Scenario:
     mp_policy: str = "none"         # FSDP2 MixedPrecisionPolicy(param_dtype=this, reduce_dtype=fp32) on fp32 storage
     optimizer_in_backward: bool = False  # one optimizer per parameter, stepped by its post-accumulate-grad hook
     checkpoint_every: int = 1       # checkpointing of layers 0, k, 2k … only (transformers' every_n_layers = k)
+    checkpoint_ops: bool = False    # torchtitan's op-level selective checkpointing of every layer (validate.sac)
     offload_activations: bool = False  # TRL's activation_offloading: saved tensors to pinned host memory
     liger: bool = False             # Liger's layer kernels (RMSNorm, SwiGLU / GeGLU, RoPE): apply_liger_kernel_to_*
     packing: int = 0                # padding-free packing: one row of this many tokens, position ids restarting per sample
@@ -329,6 +330,8 @@ class Scenario:
             kw["overrides"] = tuple(sorted(overrides.items()))
         if isinstance(kw.get("checkpoint_every"), int) and kw["checkpoint_every"] > 1:
             kw.setdefault("grad_checkpointing", True)   # every_n_layers is a setting of checkpointing
+        if kw.get("checkpoint_ops"):
+            kw.setdefault("grad_checkpointing", True)   # so is the op-level policy
         if kw.get("packing"):
             _packed_row(kw)
         state_given = kw.get("state_dtype")
@@ -916,6 +919,7 @@ class Scenario:
             and not self.unsloth_kernels,
             optimizer_in_backward=self.optimizer_in_backward,
             checkpoint_every=self.checkpoint_every if self.grad_checkpointing else 1,
+            checkpoint_ops=self.grad_checkpointing and self.checkpoint_ops,
             offload_activations=self.offload_activations,
             offload_checkpoints=self.grad_checkpointing and self.checkpoint_impl == "unsloth",
             packed=self.packing > 0, liger=self.liger, unsloth_kernels=self.unsloth_kernels,
