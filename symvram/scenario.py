@@ -550,6 +550,8 @@ class Scenario:
         _positive_int(self.checkpoint_every, "--selective-checkpointing every:K", 1 << 20)
         if self.checkpoint_every > 1:
             self._check_every_n_layers()
+        if self.checkpoint_ops:
+            self._check_checkpoint_ops()
         if self.offload_activations:
             self._check_offloading()
         if self.liger:
@@ -623,6 +625,36 @@ class Scenario:
                f"--objective {self.objective}" if self.objective != "sft" else None)
         if why:
             raise UserError(f"--selective-checkpointing every:{self.checkpoint_every} with {why} is not modelled")
+
+    def _check_checkpoint_ops(self) -> None:
+        """torchtitan's op-level policy (ledger.activations.sac_matmuls) is modelled, and traced, with non-reentrant
+        checkpointing of every plain attention + MLP layer of transformers' model code on one GPU, under SDPA, each
+        linear one bias-free ``aten.mm`` (a bias makes it ``aten.addmm``, which the policy saves without counting)."""
+        fam = family(self.model.family)
+        why = ("without gradient checkpointing" if not self.grad_checkpointing else
+               f"--checkpoint-impl {self.checkpoint_impl}" if self.checkpoint_impl != "non-reentrant" else
+               "every:K (one policy at a time)" if self.checkpoint_every > 1 else
+               "--method qlora (bitsandbytes' 4-bit matmuls)" if self.method == "qlora" else
+               "--dora" if self.dora else
+               "several GPUs (FSDP2's and DeepSpeed's collectives)" if self.zero or self.gpus > 1 or self.tp > 1 else
+               f"--stack {self.stack} (its own model code)" if self.model_code != "transformers" else
+               "--stack unsloth's kernels" if self.unsloth_kernels else
+               f"--attention {self.attention}" if self.attention != "sdpa" else
+               f"{fam.key}'s layers of several kinds" if fam.kinds else
+               f"{fam.key}'s sliding-window layers" if fam.dim("window", 0) != 0 else
+               f"{fam.key}'s MoE layers" if fam.has_moe else
+               f"{fam.key}'s {fam.mixer} mixer" if fam.mixer != "attention" else
+               f"{fam.key}'s latent attention" if fam.latent_attention else
+               f"{fam.key}'s attention sinks" if fam.extra("attention_sinks") else
+               f"{fam.key}'s shared K/V" if fam.extra("kv_shared") or fam.extra("stored_kv") else
+               f"{fam.key}'s linear biases" if any(m.bias in self.model.options for m in fam.linears) else
+               f"{fam.key}'s fused linears" if any(m.count != 1 for m in fam.linears) else
+               "--offload-activations" if self.offload_activations else "--liger" if self.liger else
+               "--packing" if self.packing else
+               f"--objective {self.objective}" if self.objective != "sft" else None)
+        if why:
+            raise UserError(f"--selective-checkpointing op with {why} is not modelled; torchtitan's op-level policy "
+                            "is modelled with non-reentrant checkpointing of every layer on one GPU")
 
     def _check_liger(self) -> None:
         """Liger's layer kernels are modelled for dense decoders with RMSNorm and a gated MLP (the families
