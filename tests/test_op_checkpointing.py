@@ -30,17 +30,31 @@ def test_by_hand():
     T, L = 128, 2
     full = evaluate(Scenario.create(tiny(), method="full", checkpoint_ops=True, **kw))
     attention = T * 64 * 2 + 2 * 4 * 64 * 4
-    assert full.terms["act_sac_matmuls"] == L * (64 + 32 + 176 + 64) * T * 2
-    assert full.terms["act_sac_attention"] == L * attention
+    assert full.terms["act_sac_matmuls"] == (L - 1) * (64 + 32 + 176 + 64) * T * 2   # the last layer's apart
+    assert full.terms["act_sac_attention"] == (L - 1) * attention
+    assert full.terms["act_sac_last_layer"] == (64 + 32 + 176 + 64) * T * 2 + attention
     assert flops(full.scenario).by_phase["recompute"] == L * 2 * T * 64 * (32 + 64 + 176)
     targets = "q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj"
     lora = evaluate(Scenario.create(tiny(), method="lora", rank=8, targets=targets, checkpoint_ops=True, **kw))
     base, adapters = 64 + 32 + 176 + 64, 64 + 8 + 32 + 8 + 176 + 8 + 64
-    assert lora.terms["act_sac_matmuls"] == L * T * (2 * base + 4 * adapters)
+    assert lora.terms["act_sac_matmuls"] == (L - 1) * T * (2 * base + 4 * adapters)
     recomputed = 64 * 8 + 64 * 32 + 8 * 32 + 64 * 8 + 64 * 64 + 8 * 64 + 64 * 8 + 64 * 176 + 8 * 176 + 176 * 8
     assert flops(lora.scenario).by_phase["recompute"] == L * 2 * T * recomputed
     plain = evaluate(Scenario.create(tiny(), method="full", grad_checkpointing=True, **kw))
     assert full.terms["act_checkpoints"] == plain.terms["act_checkpoints"]   # the layer inputs, as before
+
+
+def test_last_layer_handed_to_its_recompute():
+    """The last layer's saved outputs live until its recompute replays them into its recomputed tensors (one_layer),
+    so the recompute moments count L − 1 layers' of them; the loss moments all L."""
+    from symvram.ledger.activations import sac_terms
+    from symvram.ledger.terms import Phase
+
+    sc = Scenario.create(tiny(num_hidden_layers=3), method="full", stack="torch", batch=2, seq=64, checkpoint_ops=True)
+    terms = {t.key: t for t in sac_terms(sc.structure)}
+    assert Phase.LOSS_BACKWARD in terms["act_sac_last_layer"].phases
+    assert Phase.LAST_LAYER_RECOMPUTE not in terms["act_sac_last_layer"].phases
+    assert Phase.LAST_LAYER_RECOMPUTE in terms["act_sac_matmuls"].phases
 
 
 def test_cli_and_refusals():

@@ -1131,11 +1131,16 @@ def sac_terms(s_: Structure) -> list[Term]:
     left out: modelled, not measured)."""
     mms = sp.Add(*(T * d_out * width for _, d_out, width, saved in sac_matmuls(s_) if saved))
     attention = matmul_bytes(s_) * T * nh * dh + b_32 * b * nh * seq
-    return [Term("act_sac_matmuls", Role.SAVED_ACTIVATION, L * mms, r"L \cdot A_{\mathrm{SAC,mm}}",
+    return [Term("act_sac_matmuls", Role.SAVED_ACTIVATION, (L - 1) * mms, r"(L - 1) \cdot A_{\mathrm{SAC,mm}}",
                  "torchtitan's op-level checkpointing keeps the output of every second matmul (the 1st, 3rd … of "
                  "each layer, LoRA's r-wide ones among them)", SAC),
-            Term("act_sac_attention", Role.SAVED_ACTIVATION, L * attention, r"L \cdot A_{\mathrm{SAC,attn}}",
-                 "and SDPA's output and fp32 log-sum-exp of each layer (the flash op is in its save set)", SAC)]
+            Term("act_sac_attention", Role.SAVED_ACTIVATION, (L - 1) * attention, r"(L - 1) \cdot A_{\mathrm{SAC,attn}}",
+                 "and SDPA's output and fp32 log-sum-exp of each layer (the flash op is in its save set)", SAC),
+            Term("act_sac_last_layer", Role.SAVED_ACTIVATION, mms + attention,
+                 r"A_{\mathrm{SAC,mm}} + A_{\mathrm{SAC,attn}}",
+                 "the last layer's, until its recompute replays them (its recomputed tensors, one_layer, hold them "
+                 "then: the policy's cache pops each as it is replayed)", SAC,
+                 lifetime=span(Phase.FORWARD, Phase.FINAL_NORM_BACKWARD))]
 
 
 def saved_terms(s_: Structure) -> list[Term]:
