@@ -397,8 +397,10 @@ class Scenario:
         merged = {k: getattr(self, k) for k in self.__dataclass_fields__ if k not in ("model", "given")
                   and (k not in implied or k in self.given)}
         merged.update({k: v for k, v in kw.items() if v is not None})
-        if merged.get("grad_checkpointing") is False and "offload_activations" not in kw:
-            merged["offload_activations"] = False   # offloading is modelled as a setting of checkpointing
+        if merged.get("grad_checkpointing") is False:   # offloading and the selective policies are its settings
+            for name, off in (("offload_activations", False), ("checkpoint_ops", False), ("checkpoint_every", 1)):
+                if name not in kw:
+                    merged[name] = off
         if self.packing and "packing" not in kw:   # a new length or batch (a probe, a curve, --set seq=…)
             asked = {**dict(kw.get("overrides") or ()), **{k: v for k, v in kw.items() if v is not None}}
             if "seq" in asked or "batch" in asked:
@@ -631,7 +633,7 @@ class Scenario:
         checkpointing of every plain attention + MLP layer of transformers' model code on one GPU, under SDPA, each
         linear one bias-free ``aten.mm`` (a bias makes it ``aten.addmm``, which the policy saves without counting)."""
         fam = family(self.model.family)
-        why = ("without gradient checkpointing" if not self.grad_checkpointing else
+        why = ("without gradient checkpointing (--no-grad-checkpointing)" if not self.grad_checkpointing else
                f"--checkpoint-impl {self.checkpoint_impl}" if self.checkpoint_impl != "non-reentrant" else
                "every:K (one policy at a time)" if self.checkpoint_every > 1 else
                "--method qlora (bitsandbytes' 4-bit matmuls)" if self.method == "qlora" else
@@ -653,7 +655,8 @@ class Scenario:
                "--packing" if self.packing else
                f"--objective {self.objective}" if self.objective != "sft" else None)
         if why:
-            raise UserError(f"--selective-checkpointing op with {why} is not modelled; torchtitan's op-level policy "
+            raise UserError(f"--selective-checkpointing op {why if why.startswith('without') else 'with ' + why} is "
+                            "not modelled; torchtitan's op-level policy "
                             "is modelled with non-reentrant checkpointing of every layer on one GPU")
 
     def _check_liger(self) -> None:
