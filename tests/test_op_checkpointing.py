@@ -102,3 +102,12 @@ def test_estimate_equals_the_traced_step(settings):
     est = evaluate(sc)
     assert est.peak_moment == "loss_backward"
     assert abs(measured["peak_bytes"] - est.peak) <= 8
+
+
+def test_the_schedule_reaches_the_ledgers_peak():
+    """The allocation schedule replays the new terms as tensors (L − 1 per layer, one for the last layer)."""
+    from symvram.card_memory import schedule_peaks
+
+    sc = Scenario.create("llama-3.1-8b", method="lora", seq=4096, checkpoint_ops=True)
+    peak = evaluate(sc).peak
+    assert peak * 0.99 <= schedule_peaks(sc)["default"]["allocated_peak"] <= peak * 1.02

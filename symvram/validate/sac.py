@@ -1,14 +1,15 @@
 """torchtitan's op-level selective activation checkpointing (``SelectiveAC``), as the validate tracer runs it on the
 decoder layers that transformers checkpoints (non-reentrant, ``context_fn``).
 
-Copied from torchtitan ``torchtitan/distributed/activation_checkpoint.py`` at b5bcd76 (2026-08-21): the save set
+As in torchtitan ``torchtitan/distributed/activation_checkpoint.py`` at b5bcd76 (2026-08-21): the save set
 ``_get_default_save_ops`` (:31-94: torch's ``get_default_op_list().compute_intensive_ops``, torch 2.13
 ``_functorch/partitioners.py:2971-2983`` — mm, addmm, bmm, the CUDA SDPA flash/efficient ops … — plus cudnn/math
 SDPA, ``aten.max``, ``aten.linear``, topk, reduce_scatter, all_to_all) and the policy of ``SelectiveAC._wrap_block``
 (:245-270): each ``aten.mm`` (or ``aten.linear``) counts, the even-numbered ones are recomputed, every other op of the
 save set is saved (``MUST_SAVE``), all else recomputed; ``early_stop=False`` (:277). The counter restarts for every
 checkpointed call (one ``meta`` per ``context_fn`` call). The MoE router's forced recompute
-(``force_recompute_mm_shapes_by_fqns``) matches no dense layer's linear and is left out (MoE is refused).
+(``force_recompute_mm_shapes_by_fqns``) matches no dense layer's linear and its rule that saves CUDA → CPU copies
+(:249-256) meets none in a dense layer: both are left out (MoE is refused).
 
 On a CPU, SDPA runs ``aten._scaled_dot_product_flash_attention_for_cpu`` (not in the save set); the tracer saves it
 in place of the CUDA ``_scaled_dot_product_flash_attention`` it stands for (both return the output and the fp32
