@@ -274,6 +274,7 @@ class Scenario:
     mp_policy: str = "none"         # FSDP2 MixedPrecisionPolicy(param_dtype=this, reduce_dtype=fp32) on fp32 storage
     optimizer_in_backward: bool = False  # one optimizer per parameter, stepped by its post-accumulate-grad hook
     checkpoint_every: int = 1       # checkpointing of layers 0, k, 2k … only (transformers' every_n_layers = k)
+    checkpoint_ops: bool = False    # torchtitan's op-level selective checkpointing of every layer (validate.sac)
     offload_activations: bool = False  # TRL's activation_offloading: saved tensors to pinned host memory
     liger: bool = False             # Liger's layer kernels (RMSNorm, SwiGLU / GeGLU, RoPE): apply_liger_kernel_to_*
     packing: int = 0                # padding-free packing: one row of this many tokens, position ids restarting per sample
@@ -329,6 +330,8 @@ class Scenario:
             kw["overrides"] = tuple(sorted(overrides.items()))
         if isinstance(kw.get("checkpoint_every"), int) and kw["checkpoint_every"] > 1:
             kw.setdefault("grad_checkpointing", True)   # every_n_layers is a setting of checkpointing
+        if kw.get("checkpoint_ops"):
+            kw.setdefault("grad_checkpointing", True)   # so is the op-level policy
         if kw.get("packing"):
             _packed_row(kw)
         state_given = kw.get("state_dtype")
@@ -394,8 +397,10 @@ class Scenario:
         merged = {k: getattr(self, k) for k in self.__dataclass_fields__ if k not in ("model", "given")
                   and (k not in implied or k in self.given)}
         merged.update({k: v for k, v in kw.items() if v is not None})
-        if merged.get("grad_checkpointing") is False and "offload_activations" not in kw:
-            merged["offload_activations"] = False   # offloading is modelled as a setting of checkpointing
+        if merged.get("grad_checkpointing") is False:   # offloading and the selective policies are its settings
+            for name, off in (("offload_activations", False), ("checkpoint_ops", False), ("checkpoint_every", 1)):
+                if name not in kw:
+                    merged[name] = off
         if self.packing and "packing" not in kw:   # a new length or batch (a probe, a curve, --set seq=…)
             asked = {**dict(kw.get("overrides") or ()), **{k: v for k, v in kw.items() if v is not None}}
             if "seq" in asked or "batch" in asked:
@@ -547,6 +552,8 @@ class Scenario:
         _positive_int(self.checkpoint_every, "--selective-checkpointing every:K", 1 << 20)
         if self.checkpoint_every > 1:
             self._check_every_n_layers()
+        if self.checkpoint_ops:
+            self._check_checkpoint_ops()
         if self.offload_activations:
             self._check_offloading()
         if self.liger:
@@ -620,6 +627,37 @@ class Scenario:
                f"--objective {self.objective}" if self.objective != "sft" else None)
         if why:
             raise UserError(f"--selective-checkpointing every:{self.checkpoint_every} with {why} is not modelled")
+
+    def _check_checkpoint_ops(self) -> None:
+        """torchtitan's op-level policy (ledger.activations.sac_matmuls) is modelled, and traced, with non-reentrant
+        checkpointing of every plain attention + MLP layer of transformers' model code on one GPU, under SDPA, each
+        linear one bias-free ``aten.mm`` (a bias makes it ``aten.addmm``, which the policy saves without counting)."""
+        fam = family(self.model.family)
+        why = ("without gradient checkpointing (--no-grad-checkpointing)" if not self.grad_checkpointing else
+               f"--checkpoint-impl {self.checkpoint_impl}" if self.checkpoint_impl != "non-reentrant" else
+               "every:K (one policy at a time)" if self.checkpoint_every > 1 else
+               "--method qlora (bitsandbytes' 4-bit matmuls)" if self.method == "qlora" else
+               "--dora" if self.dora else
+               "several GPUs (FSDP2's and DeepSpeed's collectives)" if self.zero or self.gpus > 1 or self.tp > 1 else
+               f"--stack {self.stack} (its own model code)" if self.model_code != "transformers" else
+               "--stack unsloth's kernels" if self.unsloth_kernels else
+               f"--attention {self.attention}" if self.attention != "sdpa" else
+               f"{fam.key}'s layers of several kinds" if fam.kinds else
+               f"{fam.key}'s sliding-window layers" if fam.dim("window", 0) != 0 else
+               f"{fam.key}'s MoE layers" if fam.has_moe else
+               f"{fam.key}'s {fam.mixer} mixer" if fam.mixer != "attention" else
+               f"{fam.key}'s latent attention" if fam.latent_attention else
+               f"{fam.key}'s attention sinks" if fam.extra("attention_sinks") else
+               f"{fam.key}'s shared K/V" if fam.extra("kv_shared") or fam.extra("stored_kv") else
+               f"{fam.key}'s linear biases" if any(m.bias in self.model.options for m in fam.linears) else
+               f"{fam.key}'s fused linears" if any(m.count != 1 for m in fam.linears) else
+               "--offload-activations" if self.offload_activations else "--liger" if self.liger else
+               "--packing" if self.packing else
+               f"--objective {self.objective}" if self.objective != "sft" else None)
+        if why:
+            raise UserError(f"--selective-checkpointing op {why if why.startswith('without') else 'with ' + why} is "
+                            "not modelled; torchtitan's op-level policy "
+                            "is modelled with non-reentrant checkpointing of every layer on one GPU")
 
     def _check_liger(self) -> None:
         """Liger's layer kernels are modelled for dense decoders with RMSNorm and a gated MLP (the families
@@ -916,6 +954,7 @@ class Scenario:
             and not self.unsloth_kernels,
             optimizer_in_backward=self.optimizer_in_backward,
             checkpoint_every=self.checkpoint_every if self.grad_checkpointing else 1,
+            checkpoint_ops=self.grad_checkpointing and self.checkpoint_ops,
             offload_activations=self.offload_activations,
             offload_checkpoints=self.grad_checkpointing and self.checkpoint_impl == "unsloth",
             packed=self.packing > 0, liger=self.liger, unsloth_kernels=self.unsloth_kernels,

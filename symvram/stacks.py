@@ -188,6 +188,7 @@ def summary(sc) -> str:
         parts.append("fp32 master")
     parts.append(f"checkpointing {sc.checkpoint_impl}" + (f" of layers 0, {sc.checkpoint_every}, {2 * sc.checkpoint_every} …"
                                                            if sc.checkpoint_every > 1 else "")
+                 + (" with torchtitan's op-level policy" if sc.checkpoint_ops else "")
                  if sc.grad_checkpointing else "no checkpointing")
     if sc.liger:
         parts.append("Liger's RMSNorm and SwiGLU/GeGLU kernels (liger-kernel 0.8.5; Triton: modelled, not measured)")

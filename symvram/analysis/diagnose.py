@@ -289,8 +289,16 @@ def _candidates(sc: Scenario, p95_seq: int | None) -> list[_Candidate]:
                               f"{sc.checkpoint_every})", "recompute", ("activation",), {"checkpoint_every": 1},
                               f"the other layers' forwards are recomputed in backward too: +{100 * share:.0f} % matmul "
                               f"FLOPs for {sc.method}"))
+    elif sc.checkpoint_ops:   # op-level: each layer keeps every second matmul's output and SDPA's
+        from ..timing import flops
+
+        share = flops(sc.with_changes(checkpoint_ops=False)).per_step / flops(sc).per_step - 1
+        out.append(_Candidate("checkpointing", "gradient checkpointing of whole layers (instead of torchtitan's "
+                              "op-level policy)", "recompute", ("activation",), {"checkpoint_ops": False},
+                              f"each layer's whole forward is recomputed in backward: +{100 * share:.0f} % matmul "
+                              f"FLOPs for {sc.method}"))
     if (sc.stack != "interview" and sc.grad_checkpointing and not sc.offload_activations
-            and sc.checkpoint_impl == "non-reentrant"
+            and sc.checkpoint_impl == "non-reentrant" and not sc.checkpoint_ops
             and sc.checkpoint_every == 1 and sc.gpus == 1 and sc.objective == "sft" and not sc.dora
             and not (sc.modules_to_save or sc.head_targets)):
         out.append(_Candidate("offload_activations", "activation offloading (TRL's activation_offloading)",
@@ -299,7 +307,8 @@ def _candidates(sc: Scenario, p95_seq: int | None) -> list[_Candidate]:
                               "the forward, back for its recompute), overlapped with compute on a second stream; "
                               "the host needs those bytes pinned (modelled, not measured: the copies' overlap)"))
     if (sc.stack == "unsloth" and sc.grad_checkpointing and sc.checkpoint_impl != "unsloth"
-            and not sc.offload_activations and sc.checkpoint_every == 1 and sc.gpus == 1 and sc.objective == "sft"):
+            and not sc.offload_activations and sc.checkpoint_every == 1 and not sc.checkpoint_ops and sc.gpus == 1
+            and sc.objective == "sft"):
         out.append(_Candidate("unsloth_checkpointing", "Unsloth's offloaded gradient checkpointing",
                               "throughput", ("activation",), {"checkpoint_impl": "unsloth"},
                               "every layer input but the last (and the leaf embedding output) crosses PCIe twice per "

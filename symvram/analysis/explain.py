@@ -244,7 +244,7 @@ def recompute_price(ckpt: Breakdown) -> dict:
     from ..timing import flops
 
     sc = ckpt.scenario
-    term = build_flops(sc.structure).by_key["recompute_layers"]
+    term, = build_flops(sc.structure).phase_terms("recompute")   # full, every k-th layer, or op-level
     out = {"derivation": derive(term.label, term.expr, _subs(ckpt), "FLOP"),
            "percent": 100 * flops(sc).recompute_share_if_checkpointed}
     for method in ("full", "lora"):

@@ -24,12 +24,14 @@ def positive_int(text: str) -> int:
     return value
 
 
-def every_k(text: str) -> int:
-    """``--selective-checkpointing every:K`` → K (torchtitan's op-level "save the matmuls" policy is not modelled)."""
+def every_k(text: str) -> int | str:
+    """``--selective-checkpointing every:K`` → K; ``op`` → "op" (torchtitan's op-level policy, ``cli_settings``)."""
+    if text == "op":
+        return text
     kind, _, k = text.partition(":")
     if kind != "every" or not k.isdigit() or int(k) < 1:
-        raise argparse.ArgumentTypeError(f"expected every:K (checkpoint layers 0, K, 2K …, K ≥ 1), got "
-                                         f"{excerpt(text)}; op-level policies are not modelled")
+        raise argparse.ArgumentTypeError(f"expected every:K (checkpoint layers 0, K, 2K …, K ≥ 1) or op (torchtitan's "
+                                         f"op-level policy), got {excerpt(text)}")
     return int(k)
 
 
@@ -156,10 +158,12 @@ def add_scenario_arguments(p: argparse.ArgumentParser) -> None:
                    help="activation checkpointing of each decoder layer (far less memory; one more forward per step: "
                         "its price is in estimate's time line); "
                         "default off, but on for QLoRA under torch and hf (prepare_model_for_kbit_training turns it on)")
-    g.add_argument("--selective-checkpointing", metavar="every:K", dest="checkpoint_every", type=every_k,
-                   help="checkpoint only layers 0, K, 2K … (transformers' every_n_layers: TrainingArguments("
+    g.add_argument("--selective-checkpointing", metavar="every:K|op", dest="checkpoint_every", type=every_k,
+                   help="every:K checkpoints only layers 0, K, 2K … (transformers' every_n_layers: TrainingArguments("
                         "gradient_checkpointing_kwargs={'every_n_layers': K})); the other layers keep their "
-                        "activations; implies --grad-checkpointing")
+                        "activations. op: torchtitan's op-level policy on every layer (selective_ac_option 'op'): "
+                        "each layer keeps every second matmul's output and SDPA's, and recomputes the rest. Both "
+                        "imply --grad-checkpointing")
     g.add_argument("--liger", action="store_true", default=None,
                    help="Liger's layer kernels (liger_kernel.transformers.apply_liger_kernel_to_<family>: RMSNorm, "
                         "SwiGLU/GeGLU, RoPE): each norm keeps its 16-bit input and fp32 1/rms, the MLP its two "
@@ -232,6 +236,9 @@ SCENARIO_FLAGS = ("stack", "checkpoint_every", "offload_activations", "packing",
 def cli_settings(args: argparse.Namespace) -> dict:
     """The scenario settings given on the command line (every flag's default is None)."""
     kw = {k: getattr(args, k) for k in SCENARIO_FLAGS if getattr(args, k, None) is not None}
+    if kw.get("checkpoint_every") == "op":   # --selective-checkpointing op
+        del kw["checkpoint_every"]
+        kw["checkpoint_ops"] = True
     if getattr(args, "set", None):
         kw["overrides"] = dict(args.set)
     return kw

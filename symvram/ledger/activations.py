@@ -1101,7 +1101,7 @@ def per_layer_bytes(s_: Structure) -> sp.Expr:
 # the only fields the activation and transient terms read (not the optimizer, master copy, quantization, sharding)
 ACTIVATION_FIELDS = ("method", "family", "first_kind", "lead_kinds", "options", "tied", "targets", "adapter_upcast", "attention", "autocast",
                      "compute_fp32", "device", "dora", "dropout", "grad_checkpointing", "head_targets",
-                     "optimizer_in_backward", "checkpoint_every", "offload_activations", "offload_checkpoints", "packed", "liger",
+                     "optimizer_in_backward", "checkpoint_every", "checkpoint_ops", "offload_activations", "offload_checkpoints", "packed", "liger",
                      "unsloth_kernels", "params_cast",
                      "model_code",
                      "kbit_prepared", "loss_impl", "modules_to_save", "score_head", "weight_casts", "fsdp_mixed_precision", "bnb_input_saved",
@@ -1126,6 +1126,48 @@ def checkpointed_layers(s_: Structure) -> sp.Expr:
     return L if s_.checkpoint_every == 1 else ceil_div(L, s_.checkpoint_every)
 
 
+SAC = ("torchtitan torchtitan/distributed/activation_checkpoint.py (b5bcd76) :31-94 _get_default_save_ops, :245-270 "
+       "SelectiveAC's policy; torch utils/checkpoint.py create_selective_checkpoint_contexts")
+
+
+def sac_matmuls(s_: Structure) -> list[tuple[sp.Expr, sp.Expr, sp.Expr, bool]]:
+    """A decoder layer's ``aten.mm`` calls in their order, each (d_in, d_out, bytes per output element, saved) under
+    torchtitan's op-level policy: its counter restarts per layer and every even-numbered mm is recomputed
+    (activation_checkpoint.py:254-266, ``meta[mm_count_key] % 2 == 0``). Each nn.Linear is one mm in the layer's
+    call order (the family entry's order: q, k, v, o, gate, up, down in Llama's decoder layer, traced); a LoRA target
+    is three: the base layer's, then lora_A's (r wide), then lora_B's (peft tuners/lora/layer.py Linear.forward:
+    ``result = self.base_layer(x)`` before ``lora_B(lora_A(dropout(x)))``), whose outputs have the adapters' dtype,
+    the compute dtype under autocast (as ``act_lora_hidden``)."""
+    fam, targets = s_.arch, set(s_.targets) if s_.lora else set()
+    b_base, b_lora = matmul_bytes(s_), (matmul_bytes(s_) if s_.autocast else compute_adapter_bytes(s_))
+    calls: list[tuple[sp.Expr, sp.Expr, sp.Expr]] = []
+    for m in fam.linears:
+        calls.append((m.d_in, m.d_out, b_base))
+        if m.name in targets:
+            calls += [(m.d_in, r * m.rank_factor, b_lora), (r * m.rank_factor, m.d_out, b_lora)]
+    return [(d_in, d_out, width, i % 2 == 0) for i, (d_in, d_out, width) in enumerate(calls)]   # i = count − 1
+
+
+def sac_terms(s_: Structure) -> list[Term]:
+    """What torchtitan's op-level policy saves in each of the L checkpointed layers beside its input: the outputs of
+    the odd-numbered mms (``sac_matmuls``) and SDPA's output and fp32 log-sum-exp (the CUDA flash op is in the save
+    set; the CPU's own flash op is not, and the tracer saves it in its place: validate.sac). The saved outputs are
+    held by the policy's cache from the forward to the layer's recompute (the CUDA op's two 8-byte philox scalars are
+    left out: modelled, not measured)."""
+    mms = sp.Add(*(T * d_out * width for _, d_out, width, saved in sac_matmuls(s_) if saved))
+    attention = matmul_bytes(s_) * T * nh * dh + b_32 * b * nh * seq
+    return [Term("act_sac_matmuls", Role.SAVED_ACTIVATION, (L - 1) * mms, r"(L - 1) \cdot A_{\mathrm{SAC,mm}}",
+                 "torchtitan's op-level checkpointing keeps the output of every second matmul (the 1st, 3rd … of "
+                 "each layer, LoRA's r-wide ones among them)", SAC),
+            Term("act_sac_attention", Role.SAVED_ACTIVATION, (L - 1) * attention, r"(L - 1) \cdot A_{\mathrm{SAC,attn}}",
+                 "and SDPA's output and fp32 log-sum-exp of each layer (the flash op is in its save set)", SAC),
+            Term("act_sac_last_layer", Role.SAVED_ACTIVATION, mms + attention,
+                 r"A_{\mathrm{SAC,mm}} + A_{\mathrm{SAC,attn}}",
+                 "the last layer's, until its recompute replays them (its recomputed tensors, one_layer, hold them "
+                 "then: the policy's cache pops each as it is replayed)", SAC,
+                 lifetime=span(Phase.FORWARD, Phase.FINAL_NORM_BACKWARD))]
+
+
 def saved_terms(s_: Structure) -> list[Term]:
     """Block 3 terms: per-layer saved tensors × L (or checkpointed inputs), then the model's head."""
     fam = s_.arch
@@ -1144,6 +1186,8 @@ def saved_terms(s_: Structure) -> list[Term]:
                           "torch.utils.checkpoint (non-reentrant)" + EVERY_N * (s_.checkpoint_every > 1)))
         if fam.extra("stored_kv"):
             terms.append(stored_kv_term(s_))
+        if s_.checkpoint_ops:
+            terms += sac_terms(s_)
         if s_.checkpoint_every > 1:   # the other layers save as without checkpointing (none is the first)
             for key, (expr, label, why, source) in _layer(s_, first=False).items():
                 terms.append(Term(key, Role.SAVED_ACTIVATION, (L - n_c) * expr, f"(L - L_c) \\cdot {label}",

@@ -32,7 +32,7 @@ import sympy as sp
 from ..symbols import sym
 from .architecture import L, V, h, k_e, nh
 from .structure import Structure
-from .activations import checkpointed_layers, needs_grad
+from .activations import checkpointed_layers, needs_grad, sac_matmuls
 from .functions import ceil_div
 from .terms import Role, Term
 
@@ -188,7 +188,7 @@ def _layers(s_: Structure) -> tuple:
 
 # the only fields the FLOPs ledger reads: structures that differ elsewhere (dtypes, optimizer, ZeRO) share it
 FLOPS_FIELDS = ("method", "family", "first_kind", "targets", "head_targets", "attention", "grad_checkpointing",
-                "checkpoint_every", "tensor_parallel", "dora",
+                "checkpoint_every", "checkpoint_ops", "tensor_parallel", "dora",
                 "dropout", "modules_to_save")
 
 
@@ -245,7 +245,13 @@ def _build_flops(s_: Structure) -> FlopsLedger:
         terms.append(Term("bwd_lora", Role.BACKWARD_FLOPS, _per_layer(layers, "lora_backward") + head_bwd,
                           r"F_{\nabla\mathrm{LoRA}}",
                           "the adapters' weight gradients and the gradient through them", PEFT))
-    if s_.grad_checkpointing:
+    if s_.grad_checkpointing and s_.checkpoint_ops:   # torchtitan's op-level policy: the mms it does not save
+        recompute = L * sp.Add(*(2 * T * d_in * d_out for d_in, d_out, _, saved in sac_matmuls(s_) if not saved))
+        terms.append(Term("recompute_sac", Role.RECOMPUTE_FLOPS, recompute, r"F_{\mathrm{rec,SAC}}",
+                          "torchtitan's op-level checkpointing reruns, per layer, only the matmuls it did not save "
+                          "(every second one, 2·T·d_in·d_out each; SDPA's output is saved) and, without early stop, "
+                          "all of them", "torchtitan activation_checkpoint.py (b5bcd76) :254-277 (early_stop=False)"))
+    elif s_.grad_checkpointing:
         recompute = (_per_layer(layers, "forward") + _per_layer(layers, "attention_forward") + scan[0]
                      + (_per_layer(layers, "lora_forward") if s_.lora else 0) + _every_layer(layers, "dora_forward")
                      - _every_layer(layers, "recompute_skipped"))

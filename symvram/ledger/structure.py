@@ -53,6 +53,7 @@ class Structure:
     zero_impl: str = "fsdp2"          # fsdp2 (torch fully_shard) | deepspeed: who implements the ZeRO stage
     params_cast: bool = False         # DeepSpeed's 16-bit engine casts every parameter: from_pretrained's fp32 routers too
     checkpoint_every: int = 1         # checkpointing: layers 0, k, 2k … only (transformers' every_n_layers)
+    checkpoint_ops: bool = False      # checkpointing with torchtitan's op-level policy (saves matmul/SDPA outputs)
     offload_activations: bool = False  # TRL's activation offloading: the checkpointed inputs in pinned host memory
     offload_checkpoints: bool = False  # Unsloth's offloaded checkpointer (use_gradient_checkpointing="unsloth")
     unsloth_kernels: bool = False     # Unsloth's fused LoRA QKV / O / MLP and RMSNorm kernels (modelled, not measured)

@@ -189,6 +189,7 @@ def setup_line(sc) -> str:
             f" · {sc.optimizer} ({sc.optimizer_impl}), states {sc.state_dtype}" +
             (", fp32 master" if sc.master == "fp32" else "") + (", checkpointing" if sc.grad_checkpointing else "") +
             (f" every {sc.checkpoint_every}th layer" if sc.grad_checkpointing and sc.checkpoint_every > 1 else "") +
+            (" (torchtitan's op-level policy)" if sc.grad_checkpointing and sc.checkpoint_ops else "") +
             (", activations offloaded to the host" if sc.offload_activations else "") +
             f" · {sc.attention}")
 
@@ -339,6 +340,7 @@ def title(bd: Breakdown) -> str:
              f"{sc.optimizer} ({sc.optimizer_impl}), states {sc.state_dtype}"]
     if sc.grad_checkpointing:
         parts.append("checkpointing" + (f" every {sc.checkpoint_every}th layer" if sc.checkpoint_every > 1 else "")
+                     + (" (op-level)" if sc.checkpoint_ops else "")
                      + (", inputs offloaded to the host" if sc.offload_activations else ""))
     if sc.gpus > 1:
         parts.append(f"{sc.gpus} GPUs")

@@ -100,6 +100,8 @@ def _target(reading: Reading, setting: str, name: str) -> tuple[str, str] | None
 def _flag(setting: str, value) -> str:
     if setting == "checkpoint_every":
         return f"--selective-checkpointing every:{value}"
+    if setting == "checkpoint_ops":
+        return "--selective-checkpointing op" if value else "--grad-checkpointing (without --selective-checkpointing op)"
     flag = "--" + setting.replace("_", "-")
     return flag if value is True else f"{flag} {value}"
 

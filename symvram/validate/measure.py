@@ -170,7 +170,13 @@ def build_model(spec: dict):
         with warnings.catch_warnings():  # deprecated alias of activation_checkpointing_enable
             warnings.simplefilter("ignore", FutureWarning)
             reentrant = spec.get("checkpoint_impl", "non-reentrant") == "reentrant"
-            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": reentrant},
+            if spec.get("checkpoint_ops"):   # torchtitan's op-level policy (validate.sac) on every layer
+                from .sac import checkpoint_kwargs
+
+                kwargs = checkpoint_kwargs()
+            else:
+                kwargs = {"use_reentrant": reentrant}
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs,
                                                 every_n_layers=int(spec.get("checkpoint_every", 1)))
     model.train()
     return model

@@ -29,7 +29,7 @@ ALIASES = {"gradient_checkpointing": "grad_checkpointing", "attn_impl": "attenti
 # the keys (hashes) of earlier measurements stay the same.
 OPTIONAL: dict[str, Any] = {"stack": "torch", "checkpoint_impl": "non-reentrant", "loss_impl": "torch",
                             "kbit_prep": "peft", "dora": False, "modules_to_save": [], "mp_policy": "none",
-                            "optimizer_in_backward": False, "checkpoint_every": 1, "offload_activations": False, "packing": 0, "objective": "sft", "prompt": 0, "precompute_ref": False,
+                            "optimizer_in_backward": False, "checkpoint_every": 1, "checkpoint_ops": False, "offload_activations": False, "packing": 0, "objective": "sft", "prompt": 0, "precompute_ref": False,
                             "num_generations": 8, "steps_per_generation": 1, "gradient_accumulation_steps": 1,
                             "num_iterations": 1, "beta": 0.0, "loss_type": "dapo", "generation": "hf",
                             "routing": "balanced", "cpo_alpha": 1.0}
