@@ -1032,23 +1032,23 @@ def sliding_extra(s_: Structure) -> sp.Expr:
 def eager_mask_term(s_: Structure) -> Term:
     """Eager attention's float masks: ``eager_mask`` casts sdpa_mask's boolean (b, 1, s, s) — an expand over the
     batch — to 0 / finfo.min in inputs_embeds' dtype with ``torch.where``, a full b·s² tensor (transformers 5.24
-    masking_utils.py:597-618, :539), one per attention kind the decoder builds a mask for (full, sliding). Without
-    checkpointing they die when the decoder's forward returns; under non-reentrant checkpointing each is an input of
-    the checkpointed layers that read it, kept until their backward (measured: Llama, Qwen3, gpt-oss, Gemma 2).
+    masking_utils.py:597-618, :539), one per attention kind the decoder builds a mask for (full, sliding). Under
+    non-reentrant checkpointing each is an input of the checkpointed layers that read it, kept until their backward
+    (measured: Llama, Qwen3, gpt-oss, Gemma 2); without checkpointing they die when the decoder's forward returns, a
+    forward transient like the others the ledger leaves out.
 
     >>> from symvram.ledger.structure import Structure
-    >>> eager_mask_term(Structure(attention="eager")).expr
+    >>> eager_mask_term(Structure(attention="eager", grad_checkpointing=True)).expr
     batch*bytes_weight*seq**2
     """
     sliding = s_.arch.dim("sliding_layers", 0)
     kinds = sp.Integer(1) if sliding == 0 else at_least(sliding, 1) + at_least(L - sliding, 1)
-    last = Phase.FIRST_LAYER_BACKWARD if s_.grad_checkpointing else Phase.FORWARD
     return Term("act_eager_mask", Role.SAVED_ACTIVATION, kinds * residual_bytes(s_) * b * seq**2,
                 r"A_{\mathrm{mask}}", "eager attention's float causal mask" + (
                     "s, one per attention kind (full, sliding)" if sliding != 0 else "") + " (b·s² in the residual "
-                "stream's dtype)" + (", a checkpoint input until the layers' backward" if s_.grad_checkpointing
-                                     else ", alive through the decoder's forward"),
-                "transformers masking_utils.py:597-618 eager_mask", lifetime=span(Phase.FIRST_LAYER_FORWARD, last))
+                "stream's dtype), a checkpoint input until the layers' backward",
+                "transformers masking_utils.py:597-618 eager_mask",
+                lifetime=span(Phase.FIRST_LAYER_FORWARD, Phase.FIRST_LAYER_BACKWARD))
 
 
 def torchtune_tokens_term(s_: Structure) -> Term:
@@ -1224,7 +1224,7 @@ def saved_terms(s_: Structure) -> list[Term]:
                               + ": a 16-bit mask and k, v repeated to n_h heads, per " + ("layer of the packed row"
                                                                                           if s_.packed else "sliding layer"),
                               PACKED if s_.packed else fam.source))
-    if s_.attention == "eager":
+    if s_.attention == "eager" and s_.grad_checkpointing:
         terms.append(eager_mask_term(s_))
     # the head's saved tensors, counted until the last layer's backward (under checkpointing: the final norm's)
     head_end = Phase.FINAL_NORM_BACKWARD if s_.grad_checkpointing else Phase.LAST_LAYER_BACKWARD
