@@ -67,7 +67,18 @@ class Tower:
 
 @cache
 def _entries() -> dict:
-    return tomllib.loads(resources.files("symvram.data").joinpath("towers.toml").read_text(encoding="utf-8"))
+    """The entries, each ``extends`` resolved: the base entry's tables with this entry's keys over them."""
+    raw = tomllib.loads(resources.files("symvram.data").joinpath("towers.toml").read_text(encoding="utf-8"))
+
+    def resolved(name: str) -> dict:
+        entry = raw[name]
+        if "extends" not in entry:
+            return entry
+        base = resolved(entry["extends"])
+        return {**base, **{k: {**base[k], **v} if isinstance(v, dict) and isinstance(base.get(k), dict) else v
+                           for k, v in entry.items() if k != "extends"}}
+
+    return {name: resolved(name) for name in raw}
 
 
 def tower_model_types() -> tuple[str, ...]:
@@ -78,6 +89,17 @@ def tower_model_types() -> tuple[str, ...]:
 def tied_by_default(model_type) -> bool | None:
     """The outer config class's tie_word_embeddings default for a described tower's model_type (else None)."""
     return _entries().get(model_type, {}).get("tie_word_embeddings")
+
+
+def text_decoder(model_type) -> tuple[str, str] | None:
+    """(the text_config's model_type, the family its layers are) where a described tower's entry names one: the
+    decoder whose model_type has no family of its own (Qwen3-VL's qwen3_vl_text is Qwen3's), else None.
+
+    >>> text_decoder("qwen3_vl"), text_decoder("gemma3")
+    (('qwen3_vl_text', 'qwen3'), None)
+    """
+    decoder = _entries().get(model_type, {}).get("decoder") if isinstance(model_type, str) else None
+    return None if decoder is None else (decoder["model_type"], decoder["family"])
 
 
 def _field(cfg: dict, key: str, default, source: str) -> int:
