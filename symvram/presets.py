@@ -468,14 +468,15 @@ def _text_model(fields: ConfigFields) -> ConfigFields:
     outer = fields.cfg.get("model_type")
     inner = text.cfg.get("model_type") if text is not None else None
     # a decoder whose model_type has no family of its own, read as the family its layers are (Qwen3-VL's: Qwen3's)
-    decoders = dict([decoder]) if (decoder := text_decoder(outer)) and decoder[0] == inner else {}
+    decoder = text_decoder(outer)
+    decoders, fixed = ({inner: decoder[1]}, decoder[2]) if decoder and decoder[0] == inner else ({}, {})
     if not isinstance(inner, str) or inner not in known | decoders or (isinstance(outer, str) and outer in known):
         return fields
     # transformers ties by the outer config (modeling_utils.py:2492): its field, else its class's default
     outer_default = tied_by_default(outer)
     tied = fields.cfg.get("tie_word_embeddings",
                           text.cfg.get("tie_word_embeddings") if outer_default is None else outer_default)
-    return ConfigFields({**text.cfg, "tie_word_embeddings": tied}, fields.source + " (its text_config: the language model)",
+    return ConfigFields({**text.cfg, **fixed, "tie_word_embeddings": tied}, fields.source + " (its text_config: the language model)",
                         decoders)
 
 

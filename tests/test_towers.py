@@ -27,6 +27,8 @@ TINY = {  # distinct widths; Gemma 3's image token id (262144) lies outside the 
                                    "patch_size": 14}, "multimodal_projector_bias": True},
     "qwen3_vl": {"model_type": "qwen3_vl", "text_config": {"model_type": "qwen3_vl_text", **TEXT},   # two DeepStack
                  "vision_config": {**QWEN_VISION, "deepstack_visual_indexes": [0, 1]}},                # mergers
+    "qwen3_vl_moe": {"model_type": "qwen3_vl_moe", "vision_config": QWEN_VISION, "text_config": {
+        "model_type": "qwen3_vl_moe_text", **TEXT, "num_experts": 6, "num_experts_per_tok": 3, "moe_intermediate_size": 40}},
     "qwen3_5": {"model_type": "qwen3_5", "vision_config": QWEN_VISION, "text_config": {   # 3 DeltaNet + 1 full
         "model_type": "qwen3_5_text", **TEXT, **DELTANET}},
     "qwen3_5_moe": {"model_type": "qwen3_5_moe", "vision_config": QWEN_VISION, "text_config": {
@@ -104,7 +106,8 @@ def test_tower_and_decoder_match_the_meta_model(model_type):
         assert type(built).__name__ == spec.tower.loader
 
 
-@pytest.mark.parametrize("model_type", ["gemma3", "mistral3", "qwen3_vl", "qwen3_5", "qwen3_5_moe", "llama4"])
+@pytest.mark.parametrize("model_type", ["gemma3", "mistral3", "qwen3_vl", "qwen3_vl_moe", "qwen3_5", "qwen3_5_moe",
+                                        "llama4"])
 def test_the_default_towers_equal_the_config_classes(model_type):
     """A config.json that leaves the vision_config's fields out gets its config class's defaults: the published size
     each class documents (Qwen3-VL-4B's encoder, Qwen3.5-27B's, Llama-4-Scout's, SigLIP-base, Pixtral-12B's).

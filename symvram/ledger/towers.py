@@ -91,15 +91,16 @@ def tied_by_default(model_type) -> bool | None:
     return _entries().get(model_type, {}).get("tie_word_embeddings")
 
 
-def text_decoder(model_type) -> tuple[str, str] | None:
-    """(the text_config's model_type, the family its layers are) where a described tower's entry names one: the
-    decoder whose model_type has no family of its own (Qwen3-VL's qwen3_vl_text is Qwen3's), else None.
+def text_decoder(model_type) -> tuple[str, str, dict] | None:
+    """(the text_config's model_type, the family its layers are, the family's fields it always behaves as having)
+    where a described tower's entry names one: the decoder whose model_type has no family of its own (Qwen3-VL's
+    qwen3_vl_text is Qwen3's), else None.
 
-    >>> text_decoder("qwen3_vl"), text_decoder("gemma3")
-    (('qwen3_vl_text', 'qwen3'), None)
+    >>> text_decoder("qwen3_vl"), text_decoder("qwen3_vl_moe")[2], text_decoder("gemma3")
+    (('qwen3_vl_text', 'qwen3', {}), {'norm_topk_prob': True}, None)
     """
     decoder = _entries().get(model_type, {}).get("decoder") if isinstance(model_type, str) else None
-    return None if decoder is None else (decoder["model_type"], decoder["family"])
+    return None if decoder is None else (decoder["model_type"], decoder["family"], decoder.get("fields", {}))
 
 
 def _field(cfg: dict, key: str, default, source: str) -> int:
