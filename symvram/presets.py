@@ -480,6 +480,19 @@ def _text_model(fields: ConfigFields) -> ConfigFields:
                         decoders)
 
 
+def decoder_family(cfg: dict) -> str | None:
+    """The family name a config.json's decoder is read as (a multimodal config's text_config by its model_type, or
+    as its tower entry's decoder), else None; a missing model_type is llama's, as transformers' default.
+
+    >>> decoder_family({"model_type": "qwen3_vl", "text_config": {"model_type": "qwen3_vl_text"}})
+    'qwen3'
+    """
+    from .ledger.architecture import families_by_model_type
+
+    f = _text_model(ConfigFields(cfg, "config"))
+    return (families_by_model_type() | f.decoders).get(f.cfg.get("model_type", "llama"))
+
+
 def spec_from_config(cfg: dict, name: str, kind: str, source: str) -> ModelSpec:
     """Build a ModelSpec from config.json-style fields (also used for presets): the family's data
     entry names the fields it reads and their defaults; ``ConfigFields`` checks each."""

@@ -46,6 +46,7 @@ class Tower:
     float_buffers: int = 0
     index_buffers: int = 0
     ids_copy: bool = False   # the forward embeds a copy of input_ids (a trainable embedding saves it)
+    rope_per_sample: bool = False   # the decoder's RoPE tables are per sample (its position ids expanded to the batch)
     unsupported_targets: tuple[str, ...] = ()   # target names PEFT matches to tower modules it cannot wrap
     unsupported_why: str = ""
     config: str = "{}"
@@ -155,5 +156,6 @@ def read_tower(cfg: dict, source: str, loader: str = "causal-lm") -> Tower | Non
                  index_buffers=count(buffers.get("index", "0")), config=json.dumps(outer, sort_keys=True),
                  unsupported_targets=tuple(entry.get("unsupported_targets", {}).get("names", ())),
                  unsupported_why=entry.get("unsupported_targets", {}).get("why", ""),
-                 ids_copy=bool(sp.sympify(entry.get("conditions", {}).get("ids_copy", "0"), locals=local)
-                               .xreplace({local[k]: v for k, v in values.items()})))
+                 **{name: bool(sp.sympify(entry.get("conditions", {}).get(name, "0"), locals=local)
+                                   .xreplace({local[k]: v for k, v in values.items()}))
+                    for name in ("ids_copy", "rope_per_sample")})
