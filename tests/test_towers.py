@@ -142,7 +142,7 @@ def test_lora_adapts_the_tower_linears_its_names_match():
 MEASURED = [("gemma3", dict(method="full")), ("gemma3", dict(method="lora", targets="q_proj,v_proj")),
             ("mistral3", dict(method="lora", targets="all-linear")), ("mistral3", dict(method="qlora")),
             ("qwen3_vl", dict(method="full")), ("qwen3_vl", dict(method="lora", targets="all-linear")),
-            ("qwen3_vl_moe", dict(method="lora", targets="all-linear"))]
+            ("qwen3_vl_moe", dict(method="full")), ("qwen3_vl_moe", dict(method="lora", targets="attention"))]
 
 
 @pytest.mark.parametrize("model_type, settings", MEASURED, ids=[f"{m}-{s['method']}" for m, s in MEASURED])
