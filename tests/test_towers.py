@@ -139,6 +139,27 @@ def test_lora_adapts_the_tower_linears_its_names_match():
     assert every.derived["P_train"] == every.derived["P_lora"]
 
 
+@pytest.mark.parametrize("model_type", sorted(TINY))
+def test_all_linear_adapts_the_tower_linears_peft_finds(model_type):
+    """PEFT's all-linear on AutoModelForImageTextToText's meta model: its adapters outside the language model are the
+    tower's linears (r·Σ copies·(d_in + d_out)), each named by the module PEFT wraps; where AutoModelForCausalLM
+    loads the tower too, the estimate's tower adapters are those."""
+    peft = pytest.importorskip("peft")
+    from symvram.ledger.towers import read_tower
+
+    cfg, r = TINY[model_type], 4
+    tower = read_tower(cfg, "tiny", "image-text-to-text")
+    model = peft.get_peft_model(_meta_model(cfg, "AutoModelForImageTextToText"),
+                                peft.LoraConfig(r=r, target_modules="all-linear"))
+    adapted = {n: p.numel() for n, p in model.named_parameters() if "lora_" in n and "language_model." not in n}
+    assert sum(adapted.values()) == r * tower.lora_width((), all_linear=True)
+    assert {n.split(".lora_")[0].rsplit(".", 1)[-1] for n in adapted} == {name for name, *_ in tower.linears}
+    spec = spec_from_config(cfg, "tiny", "config", "test")
+    if spec.tower is not None:   # loaded as AutoModelForCausalLM builds it: the tower's adapters are a term
+        every = evaluate(Scenario.create(spec, method="lora", rank=r, targets="all-linear"))
+        assert every.derived["P_lora_tower"] == sum(adapted.values()) and every.terms["adapters_tower"] > 0
+
+
 MEASURED = [("gemma3", dict(method="full")), ("gemma3", dict(method="lora", targets="q_proj,v_proj")),
             ("mistral3", dict(method="lora", targets="all-linear")), ("mistral3", dict(method="qlora")),
             ("qwen3_vl", dict(method="full")), ("qwen3_vl", dict(method="lora", targets="all-linear")),
