@@ -109,9 +109,9 @@ def test_tower_and_decoder_match_the_meta_model(model_type):
 @pytest.mark.parametrize("model_type", ["gemma3", "mistral3", "qwen3_vl", "qwen3_vl_moe", "qwen3_5", "qwen3_5_moe",
                                         "llama4"])
 def test_the_default_towers_equal_the_config_classes(model_type):
-    """A config.json that leaves the vision_config's fields out gets its config class's defaults: the published size
-    each class documents (Qwen3-VL-4B's encoder, Qwen3.5-27B's, Llama-4-Scout's, SigLIP-base, Pixtral-12B's).
-    The decoder is cut to one layer (the tower reads none of its depth)."""
+    """A config.json that leaves the vision_config's fields out gets its config class's defaults (the sizes
+    transformers' docstrings name: Qwen3-VL-4B's encoder for Qwen3-VL; not every published checkpoint's), and
+    towers.toml's defaults are the same. The decoder is cut to one layer (the tower reads none of its depth)."""
     pytest.importorskip("transformers")
     from symvram.ledger.towers import read_tower
 
