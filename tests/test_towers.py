@@ -126,6 +126,34 @@ def test_published_totals_count_the_tower(cfg, published):
     assert evaluate(Scenario.create(spec, method="full")).derived["P"] + spec.tower.params == published
 
 
+QWEN3_VL_VISION = {"depth": 27, "hidden_size": 1152, "intermediate_size": 4304, "num_heads": 16, "patch_size": 16,
+                   "deepstack_visual_indexes": [8, 16, 24], "num_position_embeddings": 2304}
+REAL_SIZES = {   # real-size config.json fields (Qwen3-VL-8B-Instruct's, Qwen3-VL-30B-A3B-Instruct's, as transcribed)
+    "qwen3-vl-8b": {"model_type": "qwen3_vl", "vision_config": {**QWEN3_VL_VISION, "out_hidden_size": 4096},
+                    "text_config": {"model_type": "qwen3_vl_text", "hidden_size": 4096, "intermediate_size": 12288,
+                                    "num_hidden_layers": 36, "num_attention_heads": 32, "num_key_value_heads": 8,
+                                    "head_dim": 128, "vocab_size": 151936}},
+    "qwen3-vl-30b-a3b": {"model_type": "qwen3_vl_moe", "vision_config": {**QWEN3_VL_VISION, "out_hidden_size": 2048},
+                         "text_config": {"model_type": "qwen3_vl_moe_text", "hidden_size": 2048,
+                                         "intermediate_size": 6144, "num_hidden_layers": 48, "num_attention_heads": 32,
+                                         "num_key_value_heads": 4, "head_dim": 128, "vocab_size": 151936,
+                                         "num_experts": 128, "num_experts_per_tok": 8, "moe_intermediate_size": 768,
+                                         "decoder_sparse_step": 1, "mlp_only_layers": []}},
+}
+
+
+@pytest.mark.parametrize("name", sorted(REAL_SIZES))
+def test_real_sizes_equal_the_meta_model(name):
+    """A real-size Qwen3-VL config: the decoder read as its family (qwen3, qwen3_moe) and the tower, each equal to
+    the meta model's parameters."""
+    pytest.importorskip("transformers")
+    cfg = REAL_SIZES[name]
+    spec, model = spec_from_config(cfg, name, "config", "test"), _meta_model(cfg, "AutoModelForImageTextToText")
+    language = _language_params(model)
+    assert (evaluate(Scenario.create(spec, method="full")).derived["P"], spec.tower.params) == (
+        language, sum(p.numel() for p in model.parameters()) - language)
+
+
 def test_lora_adapts_the_tower_linears_its_names_match():
     """PEFT matches target names by their last part: q_proj, v_proj also adapt SigLIP's; all-linear takes every
     nn.Linear of the tower (out_proj, fc1, fc2 too). The tower's adapters train nothing on text-only steps."""
