@@ -61,6 +61,22 @@ PUBLISHED = [  # (config.json, the checkpoint's safetensors total: decoder + tow
 ]
 
 
+QWEN3_VL_VISION = {"depth": 27, "hidden_size": 1152, "intermediate_size": 4304, "num_heads": 16, "patch_size": 16,
+                   "deepstack_visual_indexes": [8, 16, 24], "num_position_embeddings": 2304}
+REAL_SIZES = {   # real-size config.json fields (Qwen3-VL-8B-Instruct's, Qwen3-VL-30B-A3B-Instruct's, as transcribed)
+    "qwen3-vl-8b": {"model_type": "qwen3_vl", "vision_config": {**QWEN3_VL_VISION, "out_hidden_size": 4096},
+                    "text_config": {"model_type": "qwen3_vl_text", "hidden_size": 4096, "intermediate_size": 12288,
+                                    "num_hidden_layers": 36, "num_attention_heads": 32, "num_key_value_heads": 8,
+                                    "head_dim": 128, "vocab_size": 151936}},
+    "qwen3-vl-30b-a3b": {"model_type": "qwen3_vl_moe", "vision_config": {**QWEN3_VL_VISION, "out_hidden_size": 2048},
+                         "text_config": {"model_type": "qwen3_vl_moe_text", "hidden_size": 2048,
+                                         "intermediate_size": 6144, "num_hidden_layers": 48, "num_attention_heads": 32,
+                                         "num_key_value_heads": 4, "head_dim": 128, "vocab_size": 151936,
+                                         "num_experts": 128, "num_experts_per_tok": 8, "moe_intermediate_size": 768,
+                                         "decoder_sparse_step": 1, "mlp_only_layers": []}},
+}
+
+
 def _meta_model(cfg: dict, auto: str):
     import torch
     import transformers
@@ -120,26 +136,11 @@ def test_the_default_towers_equal_the_config_classes(model_type):
     assert tower.params == sum(p.numel() for p in model.parameters()) - _language_params(model)
 
 
-@pytest.mark.parametrize("cfg, published", PUBLISHED, ids=["gemma-3-4b", "gemma-3-27b", "mistral-small-3.1-24b"])
+@pytest.mark.parametrize("cfg, published", PUBLISHED + [(REAL_SIZES["qwen3-vl-8b"], 8_767_123_696)],
+                         ids=["gemma-3-4b", "gemma-3-27b", "mistral-small-3.1-24b", "qwen3-vl-8b"])
 def test_published_totals_count_the_tower(cfg, published):
     spec = spec_from_config(cfg, "m", "config", "test")
     assert evaluate(Scenario.create(spec, method="full")).derived["P"] + spec.tower.params == published
-
-
-QWEN3_VL_VISION = {"depth": 27, "hidden_size": 1152, "intermediate_size": 4304, "num_heads": 16, "patch_size": 16,
-                   "deepstack_visual_indexes": [8, 16, 24], "num_position_embeddings": 2304}
-REAL_SIZES = {   # real-size config.json fields (Qwen3-VL-8B-Instruct's, Qwen3-VL-30B-A3B-Instruct's, as transcribed)
-    "qwen3-vl-8b": {"model_type": "qwen3_vl", "vision_config": {**QWEN3_VL_VISION, "out_hidden_size": 4096},
-                    "text_config": {"model_type": "qwen3_vl_text", "hidden_size": 4096, "intermediate_size": 12288,
-                                    "num_hidden_layers": 36, "num_attention_heads": 32, "num_key_value_heads": 8,
-                                    "head_dim": 128, "vocab_size": 151936}},
-    "qwen3-vl-30b-a3b": {"model_type": "qwen3_vl_moe", "vision_config": {**QWEN3_VL_VISION, "out_hidden_size": 2048},
-                         "text_config": {"model_type": "qwen3_vl_moe_text", "hidden_size": 2048,
-                                         "intermediate_size": 6144, "num_hidden_layers": 48, "num_attention_heads": 32,
-                                         "num_key_value_heads": 4, "head_dim": 128, "vocab_size": 151936,
-                                         "num_experts": 128, "num_experts_per_tok": 8, "moe_intermediate_size": 768,
-                                         "decoder_sparse_step": 1, "mlp_only_layers": []}},
-}
 
 
 @pytest.mark.parametrize("name", sorted(REAL_SIZES))
