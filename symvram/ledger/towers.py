@@ -88,8 +88,15 @@ def tower_model_types() -> tuple[str, ...]:
 
 
 def tied_by_default(model_type) -> bool | None:
-    """The outer config class's tie_word_embeddings default for a described tower's model_type (else None)."""
-    return _entries().get(model_type, {}).get("tie_word_embeddings")
+    """The outer config class's tie_word_embeddings default for a described tower's model_type, where
+    AutoModelForCausalLM builds the outer class (else None: Qwen3.5's and Llama 4's causal LM is built from the
+    text_config, auto_factory.py:236-242, and ties as the text_config says).
+
+    >>> tied_by_default("gemma3"), tied_by_default("qwen3_5"), tied_by_default("qwen3_vl")
+    (True, None, False)
+    """
+    entry = _entries().get(model_type, {})
+    return None if "causal-lm" in entry.get("text_only", ()) else entry.get("tie_word_embeddings")
 
 
 def text_decoder(model_type) -> tuple[str, str, dict] | None:
