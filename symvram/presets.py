@@ -229,10 +229,11 @@ class ConfigFields:
     symvram.errors.UserError: c.json: field 'layer_types' item 1 must be full_attention, sliding_attention or linear_attention, got ['x']
     """
 
-    def __init__(self, cfg, source: str):
+    def __init__(self, cfg, source: str, decoders: dict[str, str] | None = None):
         if not isinstance(cfg, dict):
             raise UserError(f"{source}: expected a JSON object")
-        self.cfg, self.source = cfg, source
+        # decoders: model_type → family for a text_config whose model_type has no family of its own (towers.toml)
+        self.cfg, self.source, self.decoders = cfg, source, decoders or {}
 
     def given(self, key: str) -> bool:
         return self.cfg.get(key) is not None
@@ -446,7 +447,7 @@ class ConfigFields:
         """The family ``model_type`` names."""
         from .ledger.architecture import families_by_model_type, family
 
-        model_type, known = self.cfg.get("model_type"), families_by_model_type()
+        model_type, known = self.cfg.get("model_type"), families_by_model_type() | self.decoders
         if model_type is not None and not isinstance(model_type, str):
             raise self._refuse("model_type", "a string naming the architecture (llama, qwen2 …)", model_type)
         if model_type not in known:
@@ -463,19 +464,36 @@ class ConfigFields:
 def _text_model(fields: ConfigFields) -> ConfigFields:
     """A multimodal config's language model: its ``text_config`` when only that names a family (Gemma 3 4B–27B)."""
     from .ledger.architecture import families_by_model_type
-    from .ledger.towers import tied_by_default
+    from .ledger.towers import text_decoder, tied_by_default
 
     known = families_by_model_type()
     text = fields.mapping("text_config")
     outer = fields.cfg.get("model_type")
     inner = text.cfg.get("model_type") if text is not None else None
-    if not isinstance(inner, str) or inner not in known or (isinstance(outer, str) and outer in known):
+    # a decoder whose model_type has no family of its own, read as the family its layers are (Qwen3-VL's: Qwen3's)
+    decoder = text_decoder(outer)
+    decoders, fixed = ({inner: decoder[1]}, decoder[2]) if decoder and decoder[0] == inner else ({}, {})
+    if not isinstance(inner, str) or inner not in known | decoders or (isinstance(outer, str) and outer in known):
         return fields
     # transformers ties by the outer config (modeling_utils.py:2492): its field, else its class's default
     outer_default = tied_by_default(outer)
     tied = fields.cfg.get("tie_word_embeddings",
                           text.cfg.get("tie_word_embeddings") if outer_default is None else outer_default)
-    return ConfigFields({**text.cfg, "tie_word_embeddings": tied}, fields.source + " (its text_config: the language model)")
+    return ConfigFields({**text.cfg, **fixed, "tie_word_embeddings": tied}, fields.source + " (its text_config: the language model)",
+                        decoders)
+
+
+def decoder_family(cfg: dict) -> str | None:
+    """The family name a config.json's decoder is read as (a multimodal config's text_config by its model_type, or
+    as its tower entry's decoder), else None; a missing model_type is llama's, as transformers' default.
+
+    >>> decoder_family({"model_type": "qwen3_vl", "text_config": {"model_type": "qwen3_vl_text"}})
+    'qwen3'
+    """
+    from .ledger.architecture import families_by_model_type
+
+    f = _text_model(ConfigFields(cfg, "config"))
+    return (families_by_model_type() | f.decoders).get(f.cfg.get("model_type", "llama"))
 
 
 def spec_from_config(cfg: dict, name: str, kind: str, source: str) -> ModelSpec:

@@ -1299,7 +1299,8 @@ def saved_terms(s_: Structure) -> list[Term]:
     width = dh / 2 if fam.extra("rope_half_width") else rotary_width(fam)  # gpt-oss: cos, sin of the d_head/2 frequencies
     if fam.extra("rope_widths"):   # Gemma 4: each layer type's cos and sin as wide as its heads
         bases, width = 1, rope_width_sum(fam)
-    rows = b if fam.extra("rope_per_sample") else 1   # multimodal RoPE: position ids (4, b, seq), a table per sample
+    # multimodal RoPE: position ids (4, b, seq), a table per sample (the family's, or the tower's decoder: Qwen3-VL)
+    rows = b if fam.extra("rope_per_sample") or (s_.tower is not None and s_.tower.rope_per_sample) else 1
     # torchtune's RoPE multiplies by views of its cached cos/sin buffer (rope_cache, a weight-side buffer): no tables
     if not fam.extra("no_rope") and s_.model_code == "transformers":   # Nemotron-H: no position embeddings, no tables
         terms.append(Term("act_rope", Role.STEP_INPUT, 2 * bases * b_rope * rows * seq * width, r"A_{\mathrm{rope}}",

@@ -46,6 +46,7 @@ class Tower:
     float_buffers: int = 0
     index_buffers: int = 0
     ids_copy: bool = False   # the forward embeds a copy of input_ids (a trainable embedding saves it)
+    rope_per_sample: bool = False   # the decoder's RoPE tables are per sample (its position ids expanded to the batch)
     unsupported_targets: tuple[str, ...] = ()   # target names PEFT matches to tower modules it cannot wrap
     unsupported_why: str = ""
     config: str = "{}"
@@ -67,7 +68,18 @@ class Tower:
 
 @cache
 def _entries() -> dict:
-    return tomllib.loads(resources.files("symvram.data").joinpath("towers.toml").read_text(encoding="utf-8"))
+    """The entries, each ``extends`` resolved: the base entry's tables with this entry's keys over them."""
+    raw = tomllib.loads(resources.files("symvram.data").joinpath("towers.toml").read_text(encoding="utf-8"))
+
+    def resolved(name: str) -> dict:
+        entry = raw[name]
+        if "extends" not in entry:
+            return entry
+        base = resolved(entry["extends"])
+        return {**base, **{k: {**base[k], **v} if isinstance(v, dict) and isinstance(base.get(k), dict) else v
+                           for k, v in entry.items() if k != "extends"}}
+
+    return {name: resolved(name) for name in raw}
 
 
 def tower_model_types() -> tuple[str, ...]:
@@ -76,8 +88,27 @@ def tower_model_types() -> tuple[str, ...]:
 
 
 def tied_by_default(model_type) -> bool | None:
-    """The outer config class's tie_word_embeddings default for a described tower's model_type (else None)."""
-    return _entries().get(model_type, {}).get("tie_word_embeddings")
+    """The outer config class's tie_word_embeddings default for a described tower's model_type, where
+    AutoModelForCausalLM builds the outer class (else None: Qwen3.5's and Llama 4's causal LM is built from the
+    text_config, auto_factory.py:236-242, and ties as the text_config says).
+
+    >>> tied_by_default("gemma3"), tied_by_default("qwen3_5"), tied_by_default("qwen3_vl")
+    (True, None, False)
+    """
+    entry = _entries().get(model_type, {})
+    return None if "causal-lm" in entry.get("text_only", ()) else entry.get("tie_word_embeddings")
+
+
+def text_decoder(model_type) -> tuple[str, str, dict] | None:
+    """(the text_config's model_type, the family its layers are, the family's fields it always behaves as having)
+    where a described tower's entry names one: the decoder whose model_type has no family of its own (Qwen3-VL's
+    qwen3_vl_text is Qwen3's), else None.
+
+    >>> text_decoder("qwen3_vl"), text_decoder("qwen3_vl_moe")[2], text_decoder("gemma3")
+    (('qwen3_vl_text', 'qwen3', {}), {'norm_topk_prob': True}, None)
+    """
+    decoder = _entries().get(model_type, {}).get("decoder") if isinstance(model_type, str) else None
+    return None if decoder is None else (decoder["model_type"], decoder["family"], decoder.get("fields", {}))
 
 
 def _field(cfg: dict, key: str, default, source: str) -> int:
@@ -132,5 +163,6 @@ def read_tower(cfg: dict, source: str, loader: str = "causal-lm") -> Tower | Non
                  index_buffers=count(buffers.get("index", "0")), config=json.dumps(outer, sort_keys=True),
                  unsupported_targets=tuple(entry.get("unsupported_targets", {}).get("names", ())),
                  unsupported_why=entry.get("unsupported_targets", {}).get("why", ""),
-                 ids_copy=bool(sp.sympify(entry.get("conditions", {}).get("ids_copy", "0"), locals=local)
-                               .xreplace({local[k]: v for k, v in values.items()})))
+                 **{name: bool(sp.sympify(entry.get("conditions", {}).get(name, "0"), locals=local)
+                                   .xreplace({local[k]: v for k, v in values.items()}))
+                    for name in ("ids_copy", "rope_per_sample")})

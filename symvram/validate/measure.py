@@ -98,11 +98,10 @@ def _config(arch: dict, attention: str):
 def peft_target_modules(spec: dict) -> list[str] | str:
     """The target_modules a user writes for these targets: a fused MoE expert weight is asked for by the
     names PEFT maps onto it (Mixtral w1 + w3 → gate_up_proj at rank 2r), as the family entry lists them."""
-    from ..ledger.architecture import families_by_model_type, family
-    from ..presets import spec_from_config
+    from ..ledger.architecture import family
+    from ..presets import decoder_family, spec_from_config
 
-    arch = spec["arch"].get("text_config", spec["arch"])
-    known = families_by_model_type().get(arch.get("model_type", "llama"))
+    known = decoder_family(spec["arch"])
     if "text_config" in spec["arch"] and known and family(known).is_all_linear(
             spec["targets"], spec_from_config(spec["arch"], "spec", "config", "spec").options):
         return "all-linear"  # a multimodal model: PEFT's all-linear also takes the tower's linears (ledger.towers)

@@ -101,9 +101,10 @@ def normalize_spec(spec: dict) -> dict:
     if s["dtype"] not in _DTYPES or (s["autocast"] is not None and s["autocast"] not in _DTYPES):
         raise UserError(f"dtype/autocast must be one of {sorted(_DTYPES)}")
     if s["attention"] is None:
-        from ..ledger.architecture import families_by_model_type, family
+        from ..ledger.architecture import family
+        from ..presets import decoder_family
 
-        known = families_by_model_type().get(s["arch"].get("text_config", s["arch"]).get("model_type", "llama"))
+        known = decoder_family(s["arch"])
         s["attention"] = family(known).default_attention if known else "sdpa"
     if s["attention"] not in ("sdpa", "eager"):
         raise UserError("attention must be 'sdpa' or 'eager'")
