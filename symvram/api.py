@@ -31,7 +31,7 @@ __all__ = ["scenario", "estimate", "estimate_report", "compare", "compare_report
            "step_time", "plan", "diagnose", "plot", "explain", "Breakdown", "Scenario", "GPUSpec", "ModelSpec",
            "DEFAULT_HEADROOM", "KNOBS", "PROBE_SEQ", "SensitivityResult", "compare_knobs", "DEFAULT_MFU",
            "check_interconnect", "check_mfu", "interconnects", "objectives", "shipped_model_types", "PLOT_KINDS",
-           "DEFAULT_PLOT_CARDS", "DEFAULT_PLOT_RANKS"]
+           "DEFAULT_PLOT_CARDS", "DEFAULT_PLOT_RANKS", "check_allocator"]
 
 Model = str | ModelSpec | Scenario
 
@@ -153,6 +153,18 @@ def compare(model: Model, **settings) -> Comparison:
         raise UserError(next(iter(reasons)) if len(reasons) == 1 else
                         "; ".join(f"{name}: {reason}" for name, reason in skipped))
     return Comparison(tuple(rows), tuple(skipped))
+
+
+def check_allocator(choice: str | None) -> str:
+    """``--allocator`` checked (default | expandable; None: what PYTORCH_CUDA_ALLOC_CONF says), also where the
+    answer does not replay the allocator (the reference table), so that a typo is never silently ignored.
+
+    >>> check_allocator("expandable")
+    'expandable'
+    """
+    from .card_memory import allocator_from_env
+
+    return allocator_from_env(choice)
 
 
 def compare_report(table: Comparison, gpu: str | int | GPUSpec | None = None, headroom: int | str = "0"):

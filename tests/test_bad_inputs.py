@@ -162,6 +162,10 @@ SCENARIO_CASES = [
 ESTIMATE_ONLY = [
     ("no-model", [], "the following arguments are required: model"),
     ("format-unknown", ["7b", "--format", "xml"], "invalid choice: 'xml'"),
+    # the reference table replays no allocator, but an unknown one is refused as everywhere
+    ("allocator-unknown-table", ["7b", "--allocator", "cudaMallocAsync"], "expected one of default, expandable"),
+    ("allocator-unknown", ["7b", "--method", "lora", "--allocator", "foo"], "expected one of default, expandable"),
+    ("versions-malformed", ["7b", "--versions", "torch"], "expected a version such as"),
 ]
 
 TOP_LEVEL = [

@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from ..api import compare, compare_report, estimate_report
+from ..api import check_allocator, compare, compare_report, estimate_report
 from ..errors import UserError
 from ..present.reports import compare_json, compare_text, estimate_json, estimate_text
 from ..present.tables import terminal
@@ -50,6 +50,7 @@ def run(args) -> int:
     kw = scenario_kwargs(args)
     if "method" not in kw:
         time_flags(args)
+        check_allocator(args.allocator)   # the reference table replays no allocator, but a typo is still an error
         try:
             table = compare(model_of(args), **kw)
         except UserError as e:
