@@ -625,6 +625,7 @@ def lora_embed_saved(s_: Structure) -> sp.Expr:
 
 MOE = "transformers integrations/moe.py (grouped_mm experts)"
 MLP_OPENING_SET = "ws_norm_mlp"   # the working set that opens a layer's MLP sub-block (its norm), after attention's
+MLP_INPUT_SET = "ws_mlp_in"   # the MLP's input projections' working set (gate/up with LoRA): their outputs made there
 
 
 def layer_working_sets(s_: Structure) -> list[Term]:
