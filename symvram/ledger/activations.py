@@ -1920,10 +1920,14 @@ def transient_terms(s_: Structure) -> list[Term]:
     if s_.grad_checkpointing:   # the other layers' checkpointed inputs are freed with their backward by then
         # (Unsloth's checkpointer recomputes an offloaded first layer on its staging buffer: only a kept one counts)
         first_kept = unsloth_keeps(s_) if s_.offload_checkpoints and not embedding_leaf(s_) else 1
-        terms.append(Term("first_checkpoint", Role.RECOMPUTED_ACTIVATION, first_kept * residual_bytes(s_) * T * h + b_id * seq,
+        # and, where the moment is a higher layer's (_reached_kind), the checkpointed inputs of the layers below it
+        below = sp.Add(*(wins * len(kinds) for (_, kinds), wins in zip(s_.kind_depths, _reached_kind(s_))))
+        terms.append(Term("first_checkpoint", Role.RECOMPUTED_ACTIVATION,
+                          (first_kept + below) * residual_bytes(s_) * T * h + b_id * seq,
                           r"A_{\mathrm{ckpt},0}", "the first layer's checkpointed input (the embedding output) and the "
-                          "position ids, kept until that layer's backward ends", "torch.utils.checkpoint",
-                          lifetime=RECOMPUTES[2:]))
+                          "position ids, kept until that layer's backward ends" + (", and the checkpointed inputs of "
+                          "the layers below the lowest of the kind the first-layer moments recompute" if below != 0
+                          else ""), "torch.utils.checkpoint", lifetime=RECOMPUTES[2:]))
     terms.append(Term("one_layer", Role.RECOMPUTED_ACTIVATION, one_layer + sliding_extra(s_), r"M_{\mathrm{layer}}",
                       "one layer's saved tensors (recomputed under checkpointing), alive until its backward ends",
                       "torch.utils.checkpoint / autograd",   # without checkpointing: the first layer's, still saved
