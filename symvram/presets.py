@@ -112,7 +112,10 @@ class ModelSpec:
                        {spelled["list_key"]: [names[c] for c in self.layer_pattern]})
             if "count_key" in spelled:   # the config's own layer count beside its list (num_hidden_layers)
                 cfg[spelled["count_key"]] = len(self.layer_pattern)
-        cfg.update({o: o in self.options for o, default in fam.options if o != "tie_word_embeddings" and default != GIVEN})
+        cfg.update({o: o in self.options for o, default in fam.options
+                    if o != "tie_word_embeddings" and default != GIVEN and not NONZERO.fullmatch(str(default))})
+        cfg.update({o: float(m["default"]) if o in self.options else 0.0 for o, default in fam.options
+                    if (m := NONZERO.fullmatch(str(default)))})
         dim_keys = {k for _, keys, _ in fam.dims for k in keys.split("|")}
         cfg.update({o: fam.extra("given_values", {}).get(o, True) if o in self.options else None   # a field whose
                     for o, default in fam.options if default == GIVEN and o not in dim_keys})      # value is a setting
@@ -201,6 +204,9 @@ DOUBLED = re.compile(r"(?P<base>\w+) doubled when true")
 OR_ZERO = re.compile(r"(?P<default>\d+), or 0")
 # an [options] entry "given": on when config.json gives the field a value other than null, 0 or false
 GIVEN = "given"
+# an [options] entry "non-zero, default X": on when the field's number (X, the config class's default, where
+# config.json has none) is not 0 (router_aux_loss_coef: TRL enables the load-balancing loss on it)
+NONZERO = re.compile(r"non-zero, default (?P<default>[0-9.e+-]+)")
 
 
 def flag_pattern(default: str) -> dict[str, bool] | None:
@@ -496,6 +502,19 @@ def decoder_family(cfg: dict) -> str | None:
     return (families_by_model_type() | f.decoders).get(f.cfg.get("model_type", "llama"))
 
 
+def _option_on(f: "ConfigFields", key: str, default) -> bool:
+    """Whether the family's [options] switch ``key`` is on in the config: a boolean field (``default`` where
+    absent), a "given" one, or a "non-zero, default X" number."""
+    if default == GIVEN:
+        return f.cfg.get(key) not in (None, 0, False)
+    if nonzero := NONZERO.fullmatch(str(default)):
+        value = f.cfg[key] if f.given(key) else float(nonzero["default"])
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise f._refuse(key, "a number", value)
+        return value != 0
+    return f.boolean(key, default)
+
+
 def spec_from_config(cfg: dict, name: str, kind: str, source: str) -> ModelSpec:
     """Build a ModelSpec from config.json-style fields (also used for presets): the family's data
     entry names the fields it reads and their defaults; ``ConfigFields`` checks each."""
@@ -573,8 +592,7 @@ def spec_from_config(cfg: dict, name: str, kind: str, source: str) -> ModelSpec:
     for key, why in fam.extra("null_refused", {}).items():   # a field set to null, top level or in rope_parameters
         if any(isinstance(c, dict) and key in c and c[key] is None for c in (f.cfg, f.cfg.get("rope_parameters"))):
             raise UserError(f"{f.source}: {key} null: {why}")   # (OLMo Hybrid's NoPE)
-    options = tuple(o for o, default in fam.options if o != "tie_word_embeddings"
-                    and (f.cfg.get(o) not in (None, 0, False) if default == GIVEN else f.boolean(o, default)))
+    options = tuple(o for o, default in fam.options if o != "tie_word_embeddings" and _option_on(f, o, default))
     base = {"hidden", "intermediate", "layers", "heads", "kv_heads", "head_dim", "vocab"}
     return ModelSpec(
         name=name, kind=kind, model_type=f.cfg["model_type"], family=fam.key,

@@ -927,7 +927,7 @@ class Scenario:
         """The discrete choices of the ledger (built once per Scenario: the Scenario is frozen)."""
         return Structure(
             method=self.method, params_given=self.model.params is not None, family=self.model.family,
-            first_kind=self._layer_zero[1], lead_kinds=self._layer_zero[0],
+            first_kind=self._layer_zero[1], lead_kinds=self._layer_zero[0], kind_depths=self._kind_depths,
             tied=self.model.tied, options=self.model.options, targets=self.targets if self.lora else (),
             head_targets=self.head_targets if self.lora else (),
             master=self.master == "fp32", optimizer=self.optimizer, optimizer_impl=self.optimizer_impl,
@@ -973,6 +973,18 @@ class Scenario:
         if not self.lora or self.grad_checkpointing or embedding_trains or not fam.kinds:
             return (), fam.first_kind(self.model.dims, self.model.layer_pattern)
         return fam.leading_kinds(self.model.dims, self.targets, self.model.layer_pattern)
+
+    @cached_property
+    def _kind_depths(self) -> tuple[tuple[str, tuple[str, ...]], ...]:
+        """Under checkpointing, for a family whose layers differ: each layer kind the model has, with the kinds of
+        the layers below its lowest one (Family.model_kinds, layer 0 up), in the order the backward reaches them
+        last: the gradients made when the backward reaches a kind's lowest layer are all but those layers' and its
+        own (Llama 4: a dense layer 0 below the first MoE layer)."""
+        fam = family(self.model.family)
+        if not self.grad_checkpointing or not fam.kinds:
+            return ()
+        kinds = fam.model_kinds(self.model.dims, self.model.layer_pattern)
+        return tuple((name, kinds[:kinds.index(name)]) for name in dict.fromkeys(kinds))
 
     def values(self) -> dict[str, int | float]:
         """Numbers for every leaf symbol: registry defaults, model dims, run settings, dtypes, overrides."""

@@ -244,6 +244,40 @@ def test_moe_estimate_is_trls_step(family, objective, method, checkpointing):
     assert abs(estimate - measured) / measured < 0.0025, (estimate, measured)
 
 
+AUX_SPEC = {"method": "lora", "rank": 8, "targets": ["q_proj", "k_proj", "v_proj", "o_proj"], "batch": 2, "seq": 32,
+            "prompt": 8, "objective": "dpo", "stack": "trl", "autocast": "bf16", "grad_checkpointing": True}
+
+
+@pytest.mark.parametrize("family, fields, aux", [
+    ("mixtral", {"router_aux_loss_coef": 0.0}, False), ("qwen3_moe", {"router_aux_loss_coef": 0}, False),
+    ("mixtral", {"output_router_logits": False}, True),   # TRL passes output_router_logits=True itself
+    ("qwen3_moe", {"router_aux_loss_coef": 0.01, "output_router_logits": True}, True)])
+def test_the_load_balancing_loss_follows_the_configs_coefficient(family, fields, aux):
+    """TRL's DPOTrainer computes the MoE load-balancing loss only when the config's router_aux_loss_coef is not 0
+    (trl 1.16 dpo_trainer.py:895-905; the class default 0.001 where config.json has none): its saved softmaxes and
+    router-logit gradients are terms then, and not otherwise."""
+    sc = to_scenario({**AUX_SPEC, "arch": {**MOE_ARCHS[family], **fields}})
+    assert {"dpo_router_aux", "dpo_router_aux_grads"} <= set(evaluate(sc).terms) if aux else \
+        not any("aux" in k for k in evaluate(sc).terms)
+
+
+def test_a_coefficient_that_is_not_a_number_is_refused():
+    with pytest.raises(UserError, match="router_aux_loss_coef"):
+        to_scenario({**AUX_SPEC, "arch": {**MOE_ARCHS["mixtral"], "router_aux_loss_coef": "0"}})
+
+
+@pytest.mark.parametrize("family", ["mixtral", "qwen3_moe"])
+def test_no_load_balancing_loss_is_trls_step(family):
+    """router_aux_loss_coef = 0: TRL leaves the loss out, and the estimate is the traced step (it counted the
+    loss's tensors before: +0.03 % on Mixtral's tiny config, +0.05 % on Qwen3-MoE's)."""
+    pytest.importorskip("trl", reason="TRL not installed (pip install 'symvram[trl]')")
+    from symvram.validate.objectives import measure_preference
+
+    spec = {**AUX_SPEC, "arch": {**MOE_ARCHS[family], "router_aux_loss_coef": 0.0}}
+    estimate, measured = evaluate(to_scenario(spec)).peak, measure_preference(spec)["peak_bytes"]
+    assert 0 <= measured - estimate <= 32, (estimate, measured)   # the 0-d losses are not terms
+
+
 def test_moe_reference_forward_by_hand():
     """Mixtral-8x7B DPO with LoRA, 1 pair of 1024 tokens: the reference's last MoE block holds, beside the layer's
     four hidden-sized tensors and the RoPE tables, the router's logits, fp32 top-k weights and int64 indices, the

@@ -1100,7 +1100,7 @@ def per_layer_bytes(s_: Structure) -> sp.Expr:
 
 
 # the only fields the activation and transient terms read (not the optimizer, master copy, quantization, sharding)
-ACTIVATION_FIELDS = ("method", "family", "first_kind", "lead_kinds", "options", "tied", "targets", "adapter_upcast", "attention", "autocast",
+ACTIVATION_FIELDS = ("method", "family", "first_kind", "lead_kinds", "kind_depths", "options", "tied", "targets", "adapter_upcast", "attention", "autocast",
                      "compute_fp32", "device", "dora", "dropout", "grad_checkpointing", "head_targets",
                      "optimizer_in_backward", "checkpoint_every", "checkpoint_ops", "offload_activations", "offload_checkpoints", "packed", "liger",
                      "unsloth_kernels", "params_cast",
@@ -1536,14 +1536,49 @@ def _largest_linear(s_: Structure) -> sp.Expr:
 
 
 def _first_layer_params(s_: Structure) -> sp.Expr:
-    """Trainable parameters whose gradients come last: the first layer's (and an untied embedding's)."""
-    first = s_.first_layer
+    """Trainable parameters whose gradients come last: the first layer's (and an untied embedding's); under
+    checkpointing with layers of several kinds, those of every layer up to the lowest of the kind the first-layer
+    moment recomputes (``_reached_kind``)."""
     embed = r * (V + h) if "embed_tokens" in s_.head_targets else 0   # LoRA on the embedding: its gradients come last too
     if s_.lora and not s_.arch.kinds:
         return layer_lora_params(s_) + embed
+    if not s_.lora:
+        embed = 0 if s_.tied and not s_.score_head else V * h
+    if not s_.kind_depths:
+        return _kind_params(s_, s_.first_layer) + embed
+    return embed + sp.Add(*(wins * sp.Add(*(_kind_params(s_, s_.layer(k)) for k in (*below, name)))
+                            for (name, below), wins in zip(s_.kind_depths, _reached_kind(s_))))
+
+
+def _kind_params(s_: Structure, layer: Structure) -> sp.Expr:
+    """The trainable parameters of one layer of ``layer``'s kind: its adapters under LoRA, else all its weights."""
     if s_.lora:
-        return kind_adapter_params(first.arch, first.targets, s_.dora) + embed
-    return first.arch.params_per_layer(s_.options) + (0 if s_.tied and not s_.score_head else V * h)
+        return kind_adapter_params(layer.arch, layer.targets, s_.dora)
+    return layer.arch.params_per_layer(s_.options)
+
+
+def _experts_rerun(layer: Structure) -> bool:
+    """A layer whose dense experts checkpointing reruns inside its backward (Llama 4's MoE layers)."""
+    return layer.grad_checkpointing and layer.arch.moe and bool(layer.arch.extra("experts_dense"))
+
+
+def _reached_kind(s_: Structure) -> list[sp.Expr]:
+    """Per kind of ``s_.kind_depths``: 1 when the first-layer moment is that kind's lowest layer, else 0. Its
+    recompute and backward (``one_layer``, ``layer_backward_temp``: the largest kind's) run there with the
+    gradients of the layers above it made, those of the layers below and its own not yet (Llama 4 with a dense
+    layer 0: at layer 1, the first MoE one, its expert weights' gradients do not exist yet; was +5.3 % on a tiny
+    config under full fine-tuning). The kind whose layer, net of those gradients, is the largest; of equal ones
+    the lowest (the indicators of ``schedule._branches``)."""
+    values = []
+    for name, below in s_.kind_depths:
+        layer = s_.layer(name)
+        grads = b_g * sp.Add(*(_kind_params(s_, s_.layer(k)) for k in (*below, name)))
+        working = _layer_backward_temp(layer)[0]
+        if _experts_rerun(layer):   # its experts recomputed: the larger of that and its backward
+            working = sp.Max(working, _experts_forward_temp(layer, recompute=True), evaluate=False)
+        values.append(_layer_bytes(layer) + working - grads)
+    return [sp.Mul(*(1 - at_least(b, a) for b in values[:j]), *(at_least(a, b) for b in values[j + 1:]))
+            for j, a in enumerate(values)]
 
 
 def liger_chunk(s_: Structure) -> sp.Expr:
@@ -1942,12 +1977,13 @@ def transient_terms(s_: Structure) -> list[Term]:
                           "the shared expert's saved tensors made after them", LLAMA4))
     if s_.arch.extra("experts_dense") and s_.grad_checkpointing:
         # the last layer is an MoE one (Llama4TextConfig: layer i is when (i + 1) % interleave_moe_layer_step == 0);
-        # the first only when every layer is
+        # the first-layer moments' layer one when it is the lowest MoE layer (_reached_kind) or layer 0 is
         terms.append(Term("experts_recompute", Role.EXPERTS_TEMPORARY, _experts_forward_temp(s_, recompute=True),
                           r"M_{\mathrm{exp,re}}", "recomputing a layer's dense experts, at their down bmm: the forward's "
                           "working set there, beside the gradient reaching the layer and its E·T-row copy",
                           LLAMA4 + "; torch.utils.checkpoint recompute",
-                          lifetime=(Phase.LAST_LAYER_RECOMPUTE, Phase.FIRST_LAYER_RECOMPUTE) if s_.first_layer.arch.moe
+                          lifetime=(Phase.LAST_LAYER_RECOMPUTE, Phase.FIRST_LAYER_RECOMPUTE)
+                          if any(_experts_rerun(s_.layer(k)) for k, _ in s_.kind_depths) or s_.first_layer.arch.moe
                           else (Phase.LAST_LAYER_RECOMPUTE,)))
     terms += layer_working_sets(s_) + _recompute_lora_output(s_)
     one_layer = per_layer_bytes(s_) if s_.grad_checkpointing else _layer_bytes(s_.first_layer)
@@ -1960,10 +1996,14 @@ def transient_terms(s_: Structure) -> list[Term]:
     if s_.grad_checkpointing:   # the other layers' checkpointed inputs are freed with their backward by then
         # (Unsloth's checkpointer recomputes an offloaded first layer on its staging buffer: only a kept one counts)
         first_kept = unsloth_keeps(s_) if s_.offload_checkpoints and not embedding_leaf(s_) else 1
-        terms.append(Term("first_checkpoint", Role.RECOMPUTED_ACTIVATION, first_kept * residual_bytes(s_) * T * h + b_id * seq,
+        # and, where the moment is a higher layer's (_reached_kind), the checkpointed inputs of the layers below it
+        below = sp.Add(*(wins * len(kinds) for (_, kinds), wins in zip(s_.kind_depths, _reached_kind(s_))))
+        terms.append(Term("first_checkpoint", Role.RECOMPUTED_ACTIVATION,
+                          (first_kept + below) * residual_bytes(s_) * T * h + b_id * seq,
                           r"A_{\mathrm{ckpt},0}", "the first layer's checkpointed input (the embedding output) and the "
-                          "position ids, kept until that layer's backward ends", "torch.utils.checkpoint",
-                          lifetime=RECOMPUTES[2:]))
+                          "position ids, kept until that layer's backward ends" + (", and the checkpointed inputs of "
+                          "the layers below the lowest of the kind the first-layer moments recompute" if below != 0
+                          else ""), "torch.utils.checkpoint", lifetime=RECOMPUTES[2:]))
     terms.append(Term("one_layer", Role.RECOMPUTED_ACTIVATION, one_layer + sliding_extra(s_), r"M_{\mathrm{layer}}",
                       "one layer's saved tensors (recomputed under checkpointing), alive until its backward ends",
                       "torch.utils.checkpoint / autograd",   # without checkpointing: the first layer's, still saved

@@ -126,6 +126,14 @@ def _moe_reference(s_: Structure, R: sp.Expr) -> sp.Expr:
     return router + sorted_ + sp.Max(gated, unpermute, evaluate=False)
 
 
+def _aux_loss(s_: Structure) -> bool:
+    """Whether TRL computes the MoE load-balancing loss: a MoE config (it has ``output_router_logits``, whatever
+    its value: the trainer passes output_router_logits=True itself) whose router_aux_loss_coef is not 0 (trl 1.16
+    dpo_trainer.py:895-905, kto_trainer.py:906-916: the config's coefficient, the trainer's
+    router_aux_loss_coef defaulting to None; the family's ``router_aux_loss_coef`` option)."""
+    return s_.arch.moe and "router_aux_loss_coef" in s_.options
+
+
 def _router_aux(s_: Structure) -> sp.Expr:
     """What the policy's MoE load-balancing loss keeps for its backward (TRL's fused forward calls Mixtral's
     load_balancing_loss_func, trainer/utils.py:1664-1685, when the trainer asks for router logits,
@@ -213,8 +221,8 @@ EXPRESSIONS = {
     "labels": lambda s_, base: b_id * rows(s_.objective) * b * seq,
     "kl_logps": lambda s_, base: 2 * b_32 * b,
     "ref_forward": lambda s_, base: _reference_forward(s_),
-    "router_aux": lambda s_, base: _router_aux(s_) if s_.arch.moe else None,
-    "router_aux_grads": lambda s_, base: b_c * L * rows(s_.objective) * b * seq * E if s_.arch.moe else None,
+    "router_aux": lambda s_, base: _router_aux(s_) if _aux_loss(s_) else None,
+    "router_aux_grads": lambda s_, base: b_c * L * rows(s_.objective) * b * seq * E if _aux_loss(s_) else None,
     # GRPO (trl 1.16 GRPOTrainer, transformers' generation)
     "adapter_casts": lambda s_, base: _adapter_casts(s_) or None,   # None: no such tensors in this run
     "head_input": lambda s_, base: residual_bytes(s_) * b * seq * h,

@@ -23,6 +23,8 @@ class Structure:
     family: str = "llama"             # the decoder family (data/families/<family>.toml)
     first_kind: str = ""              # the layer kind of layer 0 (Family.first_kind; "" the default kind)
     lead_kinds: tuple[str, ...] = ()  # LoRA: the kinds of the layers before the first with a target (they save nothing)
+    kind_depths: tuple[tuple[str, tuple[str, ...]], ...] = ()  # checkpointing, layers of several kinds: each kind the
+    # model has, with the kinds of the layers below its lowest one (Scenario._kind_depths), layer 0's kind first
     tied: bool = False                # lm_head shares the embedding matrix
     options: tuple[str, ...] = ()     # the family's boolean switches that are on (attention_bias …)
     targets: tuple[str, ...] = ()     # LoRA target modules, canonical order
@@ -94,7 +96,7 @@ class Structure:
         fam = self.arch.kind(kind)
         if fam.key == self.family and not self.first_kind:   # layers all alike: the structure itself
             return self
-        return replace(self, family=fam.key, first_kind="", lead_kinds=(),
+        return replace(self, family=fam.key, first_kind="", lead_kinds=(), kind_depths=(),
                        targets=tuple(t for t in self.targets if t in fam.linear_map))
 
     @property
