@@ -59,19 +59,25 @@ MEASURED = [
 ]
 
 
+def traced_step(model, **settings):
+    """A step of ``model`` (batch 2, seq 64, CPU) traced with FLOPs and estimated; the FLOPs of the forward and of
+    the backward with its recompute must agree. Returns (the trace, the Breakdown)."""
+    from symvram.validate.measure import measure
+
+    sc = Scenario.create(model, **{"batch": 2, "seq": 64, "device": "cpu", **settings})
+    measured = measure({**from_scenario(sc), "steps": 2}, flops=True)
+    f = flops(sc)
+    assert (f.by_phase["forward"], f.by_phase["backward"] + f.by_phase["recompute"]) == (
+        measured["flops"]["forward"], measured["flops"]["backward"])
+    return measured, evaluate(sc)
+
+
 @pytest.mark.parametrize("settings", MEASURED, ids=[str(i) for i in range(len(MEASURED))])
 def test_estimate_equals_the_measured_step(settings):
     """Bytes (where the loss backward is the peak; the recompute moments' own gap is full checkpointing's too) and
     the FLOPs of forward, backward and the recompute of ⌈L/k⌉ layers."""
     pytest.importorskip("peft")
-    from symvram.validate.measure import measure
-
-    kw = dict(batch=2, seq=64, device="cpu", **settings)
-    sc = Scenario.create(tiny(**kw.pop("arch", {})), **kw)
-    measured = measure({**from_scenario(sc), "steps": 2}, flops=True)
-    f = flops(sc)
-    assert (f.by_phase["forward"], f.by_phase["backward"] + f.by_phase["recompute"]) == (
-        measured["flops"]["forward"], measured["flops"]["backward"])
-    est = evaluate(sc)
+    measured, est = traced_step(tiny(**settings.get("arch", {})),
+                                **{k: v for k, v in settings.items() if k != "arch"})
     if est.peak_moment == "loss_backward":
         assert abs(measured["peak_bytes"] - est.peak) <= 8

@@ -12,7 +12,7 @@ from symvram.errors import UserError
 from symvram.evaluate import evaluate
 from symvram.scenario import Scenario
 from symvram.timing import flops
-from symvram.validate.spec import from_scenario
+from test_every_n_layers import traced_step
 from test_modules_to_save import tiny as tiny_llama  # the tiny Llama of the LoRA tests (h 64, d_ff 176, 4 × 16 q, 2 kv)
 
 
@@ -91,15 +91,8 @@ def test_estimate_equals_the_traced_step(settings):
     backward and the recompute exactly, and the bytes where the loss backward is the peak (to the 8 B full
     checkpointing's estimate misses there too)."""
     pytest.importorskip("peft")
-    from symvram.validate.measure import measure
-
-    kw = dict(batch=2, seq=64, device="cpu", checkpoint_ops=True, **settings)
-    sc = Scenario.create(tiny(**kw.pop("arch", {})), **kw)
-    measured = measure({**from_scenario(sc), "steps": 2}, flops=True)
-    f = flops(sc)
-    assert (f.by_phase["forward"], f.by_phase["backward"] + f.by_phase["recompute"]) == (
-        measured["flops"]["forward"], measured["flops"]["backward"])
-    est = evaluate(sc)
+    measured, est = traced_step(tiny(**settings.get("arch", {})), checkpoint_ops=True,
+                                **{k: v for k, v in settings.items() if k != "arch"})
     assert est.peak_moment == "loss_backward"
     assert abs(measured["peak_bytes"] - est.peak) <= 8
 
