@@ -380,7 +380,8 @@ ONE_PER_FAMILY = ["gemma-4-e2b", "llama-3.2-1b", "mistral-7b", "qwen2.5-0.5b", "
                   "olmo-2-7b", "mixtral-8x7b", "qwen3-30b-a3b", "smollm3-3b", "olmo-3-7b", "qwen1.5-moe-a2.7b",
                   "ministral-3-3b", "gpt-oss-20b", "glm-4.5-air", "deepseek-v3",
                   "glm-4.7-flash", "mistral-small-4", "qwen3.5-27b", "llama-4-maverick-17b-128e", "qwen3.5-35b-a3b",
-                  "qwen3-next-80b-a3b", "nemotron-nano-9b-v2", "gemma-4-e2b", "granite-4.0-h-micro", "granite-4.0-micro", "granite-4.0-h-small", "falcon-h1-7b"]
+                  "qwen3-next-80b-a3b", "nemotron-nano-9b-v2", "gemma-4-e2b", "granite-4.0-h-micro", "granite-4.0-micro", "granite-4.0-h-small", "falcon-h1-7b",
+                  "olmo-hybrid-7b"]
 
 
 def test_one_preset_per_family():

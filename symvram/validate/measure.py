@@ -247,23 +247,35 @@ def _fakeify_4bit(model, fake_mode, device) -> int:
 
     F = bnb.functional
     q4 = [m for m in model.modules() if isinstance(m, bnb.nn.Linear4bit)]
-    if q4 and getattr(F.name2qmap.get("dynamic"), "fake_mode", None) is not fake_mode:
-        F.name2qmap["dynamic"] = fake_mode.from_tensor(F.create_dynamic_map())
-    total = 0
-    for m in q4:
-        shape, dt = tuple(m.weight.shape), m.weight.dtype
-        with fake_mode:
-            w = torch.empty(shape, dtype=dt, device=device)
-            packed, qs = F.quantize_4bit(w, blocksize=64, compress_statistics=True, quant_type="nf4",
-                                         quant_storage=torch.uint8)
-        p = torch.nn.Parameter(packed, requires_grad=False)
-        for k, v in dict(quant_state=qs, blocksize=64, compress_statistics=True, quant_type="nf4",
-                         quant_storage=torch.uint8, module=m, bnb_quantized=True).items():
-            setattr(p, k, v)
-        m._parameters["weight"] = p
-        m.quant_state = qs
-        total += _state_bytes(qs)
-    return total
+    if not q4:
+        return 0
+    # double quantization reads bitsandbytes' process-wide map (functional.py name2qmap): a fake one for these
+    # weights only, the real one put back after them (a later real 4-bit load would quantize with a FakeTensor)
+    real = F.name2qmap.get("dynamic")
+    F.name2qmap["dynamic"] = fake_mode.from_tensor(F.create_dynamic_map())
+    try:
+        return sum(_quantize_fake(m, fake_mode, device, F) for m in q4)
+    finally:
+        if real is None:
+            F.name2qmap.pop("dynamic", None)
+        else:
+            F.name2qmap["dynamic"] = real
+
+
+def _quantize_fake(m, fake_mode, device, F) -> int:
+    """One Linear4bit's weight quantized under the fake mode; the bytes of its quantization state."""
+    shape, dt = tuple(m.weight.shape), m.weight.dtype
+    with fake_mode:
+        w = torch.empty(shape, dtype=dt, device=device)
+        packed, qs = F.quantize_4bit(w, blocksize=64, compress_statistics=True, quant_type="nf4",
+                                     quant_storage=torch.uint8)
+    p = torch.nn.Parameter(packed, requires_grad=False)
+    for k, v in dict(quant_state=qs, blocksize=64, compress_statistics=True, quant_type="nf4",
+                     quant_storage=torch.uint8, module=m, bnb_quantized=True).items():
+        setattr(p, k, v)
+    m._parameters["weight"] = p
+    m.quant_state = qs
+    return _state_bytes(qs)
 
 
 def _state_bytes(qs) -> int:
