@@ -532,12 +532,46 @@ def test_all_linear_is_what_peft_all_linear_adapts(model_type):
         with pytest.raises(UserError, match="cannot be a LoRA target"):
             Scenario.create(spec, method="lora", rank=8, targets="all-linear")
         return
-    tuner = peft.get_peft_model(model, config).base_model
-    matched = set()
-    for name in [*tuner.targeted_module_names, *tuner.targeted_parameter_names]:
-        name = name.removesuffix(".weight")   # the router's weight, a target parameter
-        ends = [t for t in fam.target_map if f".{name}".endswith(f".{t}")]   # the longest: experts.down_proj
-        assert ends, f"PEFT's all-linear adapts {name}, no module of {fam.key}"
-        matched.add(max(ends, key=len))
+    matched = _adapted(peft.get_peft_model(model, config).base_model, fam)
     assert fam.is_all_linear(matched, spec.options), (sorted(matched), sorted(fam.target_sets["all-linear"]))
     assert set(Scenario.create(spec, method="lora", rank=8, targets="all-linear").targets) == matched
+
+
+def _adapted(tuner, fam) -> set[str]:
+    """The entry's modules a PEFT tuner adapted: the module each targeted name ends with (the longest:
+    experts.down_proj over down_proj; the router's weight, a target parameter, as its module)."""
+    out = set()
+    for name in [*tuner.targeted_module_names, *tuner.targeted_parameter_names]:
+        ends = [t for t in fam.target_map if f".{name.removesuffix('.weight')}".endswith(f".{t}")]
+        assert ends, f"PEFT adapts {name}, no module of {fam.key}"
+        out.add(max(ends, key=len))
+    return out
+
+
+@pytest.mark.parametrize("model_type", [pytest.param(m, marks=pytest.mark.xfail(reason=ALL_LINEAR_GAPS[m], strict=True))
+                                        if m in ("gemma4_text", "llama4_text") else m for m in sorted(TINY)])
+def test_the_tools_linear_names_are_what_peft_adapts(model_type):
+    """axolotl's lora_target_linear and LLaMA-Factory's lora_target "all" pass PEFT the leaf names of the nn.Linear
+    modules (find_all_linear_names / find_all_linear_modules), which PEFT 0.21.2 remaps by name onto the converted
+    experts (transformers_weight_conversion.py:426-482): the readers' linear-names group is what it adapts."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    peft = pytest.importorskip("peft")
+    from symvram.readers.convert import targets
+    from symvram.validate.layout import causal_lm_auto
+
+    cfg = tiny_config(model_type)
+    spec = spec_from_config(cfg, "tiny", "config", "test")
+    fam = family(spec.family)
+    hf_cfg = transformers.AutoConfig.for_model(**cfg)
+    with torch.device("meta"):
+        model = causal_lm_auto(hf_cfg).from_config(hf_cfg)
+    leaves = sorted({n.rsplit(".", 1)[-1] for n, m in model.named_modules() if isinstance(m, torch.nn.Linear)} - {"lm_head"})
+    config = peft.LoraConfig(r=4, target_modules=leaves)
+    try:
+        resolved = Scenario.create(spec, method="lora", rank=8, targets=targets("all")).targets
+    except UserError:   # a Mamba out_proj: PEFT refuses it too
+        with pytest.raises(ValueError, match="incompatible"):
+            peft.get_peft_model(model, config)
+        return
+    assert set(resolved) == _adapted(peft.get_peft_model(model, config).base_model, fam)
