@@ -150,6 +150,8 @@ def parse_targets(spec: str | tuple[str, ...] | list[str], fam: Family | None = 
             raise UserError(f"{name} of {fam.key} cannot be a LoRA target: {why}")
         if name in fam.target_sets:
             chosen.update(fam.target_sets[name])
+        elif name == "linear-names":   # the tools' nn.Linear leaf names (mixtral.toml): all-linear where no group differs
+            chosen.update(fam.target_sets["all-linear"])
         elif name in fam.target_map:
             chosen.add(name)
         elif f"{name}_proj" in fam.target_map:

@@ -494,3 +494,86 @@ def test_soft_capped_logits_of_a_prepared_qlora_model_under_autocast():
                          method="qlora", rank=8)
     measured = measure({**from_scenario(sc), "steps": 2})
     assert 0 <= measured["peak_bytes"] - evaluate(sc).peak <= 8
+
+
+
+# Where the entry's all-linear is not what get_peft_model(target_modules="all-linear") adapts (strict: a fix shows)
+ALL_LINEAR_GAPS = {
+    "gemma4_text": "PEFT also adapts the model-level per_layer_model_projection (outside the layers; not modelled)",
+    "llama4_text": "PEFT also wraps the router (an nn.Linear subclass returning a tuple: untargetable, the step fails)",
+    **dict.fromkeys(("deepseek_v3", "glm4_moe", "glm4_moe_lite"), "PEFT's all-linear also adds the router weight "
+                    "gate.weight as a target parameter (transformers_weight_conversion.py:369-373); the entry's router "
+                    "gate is untargetable"),
+}
+
+
+@pytest.mark.parametrize("model_type", [pytest.param(m, marks=pytest.mark.xfail(reason=ALL_LINEAR_GAPS[m], strict=True))
+                                        if m in ALL_LINEAR_GAPS else m for m in sorted(TINY)])
+def test_all_linear_is_what_peft_all_linear_adapts(model_type):
+    """Each family's all-linear group is what PEFT 0.21.2's get_peft_model(target_modules="all-linear") adapts on the
+    meta model transformers 5.24 builds: every torch.nn.Linear / Conv1D but the output embedding
+    (tuners_utils.py:2430-2490) and, on a model transformers converts from v4 (Mixtral, Qwen3-MoE, DeepSeek-V3,
+    GLM-4.5, Qwen3-Next), the v4 names of the router and the experts too (transformers_weight_conversion.py:355-373,
+    called first, tuners_utils.py:833-849), so the fused experts become target parameters. PEFT refuses all-linear
+    where the entry's group reaches an untargetable module (a Mamba out_proj), and so does symvram."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    peft = pytest.importorskip("peft")
+    from symvram.validate.layout import causal_lm_auto
+
+    cfg = tiny_config(model_type)
+    spec = spec_from_config(cfg, "tiny", "config", "test")
+    fam = family(spec.family)
+    hf_cfg = transformers.AutoConfig.for_model(**cfg)
+    with torch.device("meta"):
+        model = causal_lm_auto(hf_cfg).from_config(hf_cfg)
+    config = peft.LoraConfig(r=4, target_modules="all-linear")
+    if set(fam.target_sets["all-linear"]) & set(fam.extra("untargetable", {})):
+        with pytest.raises(ValueError, match="incompatible"):
+            peft.get_peft_model(model, config)
+        with pytest.raises(UserError, match="cannot be a LoRA target"):
+            Scenario.create(spec, method="lora", rank=8, targets="all-linear")
+        return
+    matched = _adapted(peft.get_peft_model(model, config).base_model, fam)
+    assert fam.is_all_linear(matched, spec.options), (sorted(matched), sorted(fam.target_sets["all-linear"]))
+    assert set(Scenario.create(spec, method="lora", rank=8, targets="all-linear").targets) == matched
+
+
+def _adapted(tuner, fam) -> set[str]:
+    """The entry's modules a PEFT tuner adapted: the module each targeted name ends with (the longest:
+    experts.down_proj over down_proj; the router's weight, a target parameter, as its module)."""
+    out = set()
+    for name in [*tuner.targeted_module_names, *tuner.targeted_parameter_names]:
+        ends = [t for t in fam.target_map if f".{name.removesuffix('.weight')}".endswith(f".{t}")]
+        assert ends, f"PEFT adapts {name}, no module of {fam.key}"
+        out.add(max(ends, key=len))
+    return out
+
+
+@pytest.mark.parametrize("model_type", [pytest.param(m, marks=pytest.mark.xfail(reason=ALL_LINEAR_GAPS[m], strict=True))
+                                        if m in ("gemma4_text", "llama4_text") else m for m in sorted(TINY)])
+def test_the_tools_linear_names_are_what_peft_adapts(model_type):
+    """axolotl's lora_target_linear and LLaMA-Factory's lora_target "all" pass PEFT the leaf names of the nn.Linear
+    modules (find_all_linear_names / find_all_linear_modules), which PEFT 0.21.2 remaps by name onto the converted
+    experts (transformers_weight_conversion.py:426-482): the readers' linear-names group is what it adapts."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    peft = pytest.importorskip("peft")
+    from symvram.readers.convert import targets
+    from symvram.validate.layout import causal_lm_auto
+
+    cfg = tiny_config(model_type)
+    spec = spec_from_config(cfg, "tiny", "config", "test")
+    fam = family(spec.family)
+    hf_cfg = transformers.AutoConfig.for_model(**cfg)
+    with torch.device("meta"):
+        model = causal_lm_auto(hf_cfg).from_config(hf_cfg)
+    leaves = sorted({n.rsplit(".", 1)[-1] for n, m in model.named_modules() if isinstance(m, torch.nn.Linear)} - {"lm_head"})
+    config = peft.LoraConfig(r=4, target_modules=leaves)
+    try:
+        resolved = Scenario.create(spec, method="lora", rank=8, targets=targets("all")).targets
+    except UserError:   # a Mamba out_proj: PEFT refuses it too
+        with pytest.raises(ValueError, match="incompatible"):
+            peft.get_peft_model(model, config)
+        return
+    assert set(resolved) == _adapted(peft.get_peft_model(model, config).base_model, fam)

@@ -18,7 +18,7 @@ from symvram.readers.tools import PENDING, TOOLS
 from symvram.scenario import Scenario
 
 CONFIGS = Path(__file__).resolve().parent.parent / "examples" / "configs"
-ALL_LINEAR = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+ALL_LINEAR = ("linear-names",)   # the tools' nn.Linear leaf names: a family group resolved with the model (Llama: all-linear)
 
 # sample files → (model given on the command line or None, the settings stated by hand)
 SAMPLES = {

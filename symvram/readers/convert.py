@@ -235,9 +235,15 @@ def choice(mapping: dict):
 
 
 def targets(value) -> tuple[str, ...]:
-    """LoRA target modules: a list, a comma string, or "all-linear"/"all" (PEFT's and LLaMA-Factory's)."""
+    """LoRA target modules: a list, a comma string, PEFT's "all-linear" (the family's group, resolved with the model) or
+    LLaMA-Factory's "all": the nn.Linear leaf names its find_all_linear_modules collects (the family's linear-names
+    group, which on a fused-expert MoE leaves out what PEFT's literal all-linear adds: the router, Mixtral's experts).
+
+    >>> targets("all"), targets("all-linear")
+    (('linear-names',), ('all-linear',))
+    """
     if isinstance(value, str) and value.strip().lower() in ("all", "all-linear"):
-        return parse_targets("all-linear")
+        return ("linear-names" if value.strip().lower() == "all" else "all-linear",)
     if not isinstance(value, (str, list)) or (isinstance(value, list) and not all(isinstance(v, str) for v in value)):
         raise WrongValue(f"expected a list of module names or all-linear, got {excerpt(value)}")
     try:

@@ -446,7 +446,7 @@ def _resolve(f: dict[str, Value], reading: Reading, cli: dict) -> dict[str, Valu
     # LoRA targets: a flag for every linear layer wins over a list
     linear = f.get("target_linear")
     if linear is not None and linear.value:
-        out["targets"] = Value(c.targets("all-linear"), linear.source, linear.priority)
+        out["targets"] = Value(c.targets("all"), linear.source, linear.priority)   # find_all_linear_names' leaf names
     # parallelism: DeepSpeed ZeRO or FSDP, their offload
     ds = any(t == "deepspeed" for _, t in reading.files) or ("ds_stage" in f and f["ds_stage"].priority > 0) \
         or ("distributed" in f and f["distributed"].value == "DEEPSPEED")
