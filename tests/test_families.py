@@ -516,17 +516,8 @@ def test_all_linear_is_what_peft_all_linear_adapts(model_type):
     GLM-4.5, Qwen3-Next), the v4 names of the router and the experts too (transformers_weight_conversion.py:355-373,
     called first, tuners_utils.py:833-849), so the fused experts become target parameters. PEFT refuses all-linear
     where the entry's group reaches an untargetable module (a Mamba out_proj), and so does symvram."""
-    torch = pytest.importorskip("torch")
-    transformers = pytest.importorskip("transformers")
     peft = pytest.importorskip("peft")
-    from symvram.validate.layout import causal_lm_auto
-
-    cfg = tiny_config(model_type)
-    spec = spec_from_config(cfg, "tiny", "config", "test")
-    fam = family(spec.family)
-    hf_cfg = transformers.AutoConfig.for_model(**cfg)
-    with torch.device("meta"):
-        model = causal_lm_auto(hf_cfg).from_config(hf_cfg)
+    spec, fam, model = _meta_model(model_type)
     config = peft.LoraConfig(r=4, target_modules="all-linear")
     if set(fam.target_sets["all-linear"]) & set(fam.extra("untargetable", {})):
         with pytest.raises(ValueError, match="incompatible"):
@@ -537,6 +528,20 @@ def test_all_linear_is_what_peft_all_linear_adapts(model_type):
     matched = _adapted(peft.get_peft_model(model, config).base_model, fam)
     assert fam.is_all_linear(matched, spec.options), (sorted(matched), sorted(fam.target_sets["all-linear"]))
     assert set(Scenario.create(spec, method="lora", rank=8, targets="all-linear").targets) == matched
+
+
+def _meta_model(model_type: str):
+    """(the spec, its family, transformers' causal-LM model on the meta device) of the family's tiny config."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    from symvram.validate.layout import causal_lm_auto
+
+    cfg = tiny_config(model_type)
+    spec = spec_from_config(cfg, "tiny", "config", "test")
+    hf_cfg = transformers.AutoConfig.for_model(**cfg)
+    with torch.device("meta"):
+        model = causal_lm_auto(hf_cfg).from_config(hf_cfg)
+    return spec, family(spec.family), model
 
 
 def _adapted(tuner, fam) -> set[str]:
@@ -557,17 +562,10 @@ def test_the_tools_linear_names_are_what_peft_adapts(model_type):
     modules (find_all_linear_names / find_all_linear_modules), which PEFT 0.21.2 remaps by name onto the converted
     experts (transformers_weight_conversion.py:426-482): the readers' linear-names group is what it adapts."""
     torch = pytest.importorskip("torch")
-    transformers = pytest.importorskip("transformers")
     peft = pytest.importorskip("peft")
     from symvram.readers.convert import targets
-    from symvram.validate.layout import causal_lm_auto
 
-    cfg = tiny_config(model_type)
-    spec = spec_from_config(cfg, "tiny", "config", "test")
-    fam = family(spec.family)
-    hf_cfg = transformers.AutoConfig.for_model(**cfg)
-    with torch.device("meta"):
-        model = causal_lm_auto(hf_cfg).from_config(hf_cfg)
+    spec, fam, model = _meta_model(model_type)
     leaves = sorted({n.rsplit(".", 1)[-1] for n, m in model.named_modules() if isinstance(m, torch.nn.Linear)} - {"lm_head"})
     config = peft.LoraConfig(r=4, target_modules=leaves)
     try:
