@@ -74,14 +74,20 @@ def estimate_bytes(spec: dict, normalize) -> float:
     return evaluate(to_scenario(normalize(spec))).peak
 
 
-def load_done(out: Path) -> set[str]:
+def load_done(out: Path, normalize=None) -> set[str]:
+    """Keys of the cases already in ``out``: each row's stored key and, with ``normalize``, its stored spec keyed
+    again by today's normalization (a setting added since, whose default is the old behaviour, changes the key of
+    the case it was stored for; that case is still measured)."""
     done = set()
     if out.exists():
         for line in out.read_text().splitlines():
             try:
-                done.add(json.loads(line)["key"])
+                row = json.loads(line)
+                done.add(row["key"])
             except (ValueError, KeyError):
                 continue  # a torn last line from a killed run
+            if normalize is not None and "spec" in row:
+                done.add(spec_key(row["spec"], normalize))
     return done
 
 
@@ -134,7 +140,7 @@ def main(argv=None) -> int:
         cases = [c for _, _, c in (sized if a.smallest_first else sorted(sized, key=lambda t: t[1]))]
     out = Path(a.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    done = load_done(out)
+    done = load_done(out, mm.normalize_spec)
     todo = []
     for c in cases:
         k = spec_key(c, mm.normalize_spec)

@@ -14,7 +14,7 @@ from functools import cache, cached_property
 from importlib import resources
 
 from .errors import UserError, did_you_mean, excerpt
-from .ledger.architecture import Family, family
+from .ledger.architecture import Family, built, family
 from .ledger.objectives import objectives
 from .ledger.structure import BNB_OPTIM_BITS, Structure
 from .presets import MAX_DIM, ModelSpec, load_model
@@ -318,7 +318,7 @@ class Scenario:
         # a module under a config switch that is off (Gemma 4's per-layer-input gate without per-layer embeddings)
         # is not in the model: a group naming it leaves it out
         kw["targets"] = tuple(t for t in targets if t not in HEAD_TARGETS
-                              and fam.target_map[t].option in (None, *spec.options))
+                              and built(fam.target_map[t], spec.options))
         kw["head_targets"] = tuple(t for t in HEAD_TARGETS if t in heads)
         kw["modules_to_save"] = parse_modules_to_save(kw.get("modules_to_save", ()))
         kw.setdefault("attention", fam.default_attention)

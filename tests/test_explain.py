@@ -498,7 +498,7 @@ def test_qlora_base_against_the_back_of_envelope_figure():
     the double-quantized absmax (8 bits per 64 weights + 32 bits per 64 · 256), and the embeddings, lm_head and
     norms in bf16 (P_keep · 2): by hand from the 7B preset's shapes."""
     text = render(Scenario.create("7b"), fmt="markdown", lang="en")
-    h, f, L, V = 4096, 11008, 32, 32000
+    h, L, V = 4096, 32, 32000
     p_keep = 2 * V * h + (2 * L + 1) * h
     p_quant = 7_000_000_000 - p_keep
     nf4, constants = p_quant // 2, p_quant * (8 / 64 + 32 / (64 * 256)) / 8

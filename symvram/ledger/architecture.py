@@ -75,6 +75,16 @@ def expr(text: str | int) -> sp.Expr:
     return sp.sympify(text, locals={**{n: d.symbol for n, d in SYMBOLS.items()}, "at_least": at_least}, rational=True)
 
 
+def built(part: "Linear | Norm", options: tuple[str, ...]) -> bool:
+    """Whether the model has ``part`` with the config switches ``options`` on: a module or norm under a switch
+    (``option``) exists only when it is on (Gemma 4's per-layer-input gate needs hidden_size_per_layer_input).
+
+    >>> built(Norm("q_norm", "attention", h, option="use_qk_norm"), ())
+    False
+    """
+    return part.option is None or part.option in options
+
+
 @dataclass(frozen=True)
 class Linear:
     """One projection: y = x Wᵀ with W of shape (d_out, d_in). ``input_group`` names the tensor it
@@ -176,7 +186,7 @@ class Family:
         >>> family("llama").is_all_linear(("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"), ())
         True
         """
-        group = {t for t in self.target_sets["all-linear"] if self.target_map[t].option in (None, *options)}
+        group = {t for t in self.target_sets["all-linear"] if built(self.target_map[t], options)}
         return set(targets) == group
 
     @cached_property
@@ -359,11 +369,11 @@ class Family:
     def active_linears(self, options: tuple[str, ...]) -> tuple[Linear, ...]:
         """The projections a layer has with ``options`` on (a module under a switch only when it is on: Gemma 4's
         per-layer-input gate without hidden_size_per_layer_input is not built)."""
-        return tuple(m for m in self.linears if m.option is None or m.option in options)
+        return tuple(m for m in self.linears if built(m, options))
 
     def active_norms(self, options: tuple[str, ...]) -> tuple[Norm, ...]:
         """The norms a layer has with ``options`` on (a norm under a switch only when it is on)."""
-        return tuple(n for n in self.norms if n.option is None or n.option in options)
+        return tuple(n for n in self.norms if built(n, options))
 
     def weighted_norms(self, options: tuple[str, ...]) -> tuple[Norm, ...]:
         """The active norms that carry a weight (parameters)."""

@@ -9,7 +9,7 @@ from __future__ import annotations
 import sympy as sp
 
 from ..symbols import sym
-from .architecture import E, L, V, expr, h
+from .architecture import E, L, V, built, expr, h
 from .functions import at_least, ceil_div
 from .structure import Structure
 from .terms import Phase, Place, Role, Term
@@ -92,7 +92,7 @@ def base_terms(s: Structure) -> list[Term]:
         fam = s.arch
         # only the Linear4bit modules the model builds: a switched-off module has no weight and no quantization
         # state (its fixed part, the 256-entry code and offset, is 1 KiB per module)
-        model_linears = tuple(m for m in fam.model_linears if m.option is None or m.option in s.options)
+        model_linears = tuple(m for m in fam.model_linears if built(m, s.options))
         packed = fam.over_layers(lambda k: sp.Add(*(nf4_bytes(m.params, s.double_quant)[0]
                                                    for m in k.active_linears(s.options))))
         states = fam.over_layers(lambda k: sp.Add(*(nf4_bytes(m.params, s.double_quant)[1]
