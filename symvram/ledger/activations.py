@@ -20,7 +20,7 @@ import sympy as sp
 from ..errors import UserError
 from ..symbols import sym
 from .architecture import E, L, V, dh, f, f_e, h, k_e, nh, nkv
-from .functions import at_least, ceil_div, pow2_ceil
+from .functions import at_least, ceil_div, largest_indicators, pow2_ceil
 from .structure import Structure
 from .terms import TRAINING_STEP, Phase, Place, Role, Term, span
 from .weights import (compute_adapter_bytes, compute_weight_bytes, kind_adapter_params, layer_lora_params,
@@ -1568,7 +1568,7 @@ def _reached_kind(s_: Structure) -> list[sp.Expr]:
     gradients of the layers above it made, those of the layers below and its own not yet (Llama 4 with a dense
     layer 0: at layer 1, the first MoE one, its expert weights' gradients do not exist yet; was +5.3 % on a tiny
     config under full fine-tuning). The kind whose layer, net of those gradients, is the largest; of equal ones
-    the lowest (the indicators of ``schedule._branches``)."""
+    the lowest."""
     values = []
     for name, below in s_.kind_depths:
         layer = s_.layer(name)
@@ -1577,8 +1577,7 @@ def _reached_kind(s_: Structure) -> list[sp.Expr]:
         if _experts_rerun(layer):   # its experts recomputed: the larger of that and its backward
             working = sp.Max(working, _experts_forward_temp(layer, recompute=True), evaluate=False)
         values.append(_layer_bytes(layer) + working - grads)
-    return [sp.Mul(*(1 - at_least(b, a) for b in values[:j]), *(at_least(a, b) for b in values[j + 1:]))
-            for j, a in enumerate(values)]
+    return largest_indicators(values)
 
 
 def liger_chunk(s_: Structure) -> sp.Expr:

@@ -110,3 +110,17 @@ class pow2_ceil(sp.Function):  # noqa: N801
     def _javascript(self, printer):
         x = printer._print(self.args[0])
         return f"Math.pow(2, Math.ceil(Math.log2(Math.max({x}, 1))))"
+
+
+def largest_indicators(values) -> list[sp.Expr]:
+    """Per value, 1 when it is the largest of ``values`` (the first of equal ones), else 0: products of ``at_least``,
+    so that a term can keep the winning branch of a Max symbolically.
+
+    >>> a, b = sp.symbols("a b")
+    >>> largest_indicators([a, b])
+    [at_least(a, b), 1 - at_least(a, b)]
+    >>> [i.subs({a: 3, b: 3}) for i in largest_indicators([a, b])]
+    [1, 0]
+    """
+    return [sp.Mul(*(1 - at_least(v, a) for v in values[:j]), *(at_least(a, v) for v in values[j + 1:]))
+            for j, a in enumerate(values)]

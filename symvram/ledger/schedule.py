@@ -46,7 +46,7 @@ from functools import lru_cache
 import sympy as sp
 
 from ..symbols import sym
-from .functions import at_least, ceil_div
+from .functions import at_least, ceil_div, largest_indicators
 from .activations import MLP_INPUT_SET, MLP_OPENING_SET
 from .architecture import f, f_e
 from .terms import LAYER_BACKWARDS, ROLES, STATES, Ledger, Phase, Place, Role
@@ -172,10 +172,8 @@ def _branches(larger: sp.Max, kinds: tuple[sp.Symbol, ...]) -> list[tuple[sp.Exp
     >>> sorted((str(size), n) for size, n, _ in _branches(sp.Max(2 * a, c), ()))
     [('hidden*(1 - at_least(intermediate, 2*hidden))', 2), ('intermediate*at_least(intermediate, 2*hidden)', 1)]
     """
-    args = larger.args
     out = []
-    for j, a in enumerate(args):
-        wins = sp.Mul(*(1 - at_least(b, a) for b in args[:j]), *(at_least(a, b) for b in args[j + 1:]))
+    for a, wins in zip(larger.args, largest_indicators(larger.args)):
         out += [(size * wins, n, per_layer) for size, n, per_layer in pieces(a, kinds) if n > 0]
     return out
 
