@@ -463,7 +463,8 @@ TORCHTUNE = Tool("torchtune", "torchtune 0.6.1", (
     Row("optimizer.foreach", "optim_foreach", BOOL),
     Row("optimizer_in_bwd", "optimizer_in_backward", BOOL, default=False),
     Row("enable_activation_checkpointing", "grad_checkpointing", BOOL, default=False),
-    Row("enable_activation_offloading", None, c.is_on, why="torchtune's activation offloading"),
+    # the recipes refuse it without activation checkpointing (lora_finetune_single_device.py:167-175)
+    Row("enable_activation_offloading", "offload_activations", BOOL, default=False),
     Row("ac_mode", None, c.is_on, why="torchtune's selective activation checkpointing"),
     Row("ac_option", None, c.is_on, why="torchtune's selective activation checkpointing"),
     Row("loss._component_", "loss_impl", c.torchtune_loss),
