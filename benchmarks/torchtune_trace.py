@@ -5,6 +5,11 @@ torchtune is not a dependency of symvram: run this in a venv that has it (torcht
 
     PYTHONPATH=$PWD /work/venv-tt/bin/python benchmarks/torchtune_trace.py   # → benchmarks/results/torchtune_trace.json
 
+(a venv made with ``python3 -m venv`` and ``pip install --no-deps torchtune==0.6.1 torchao==0.10.0 datasets
+multiprocess pandas pyarrow dill xxhash omegaconf torchdata sentencepiece tiktoken blobfile kagglehub`` — what
+``import torchtune`` imports — runs it with this project's venv's site-packages, torch among them, after ``$PWD`` on
+PYTHONPATH)
+
 (or name cases to print their rows only). tests/test_torchtune.py checks today's estimate against the stored rows.
 
 Each case builds what ``recipes/lora_finetune_single_device.py`` (and the full recipe) builds, on the meta device then
@@ -15,7 +20,10 @@ as FakeTensors: the model under ``training.set_default_dtype(bf16)`` (:431, so L
 scaled by the token count, ``backward()``, ``training.scale_grads``, ``optimizer.step()``, ``zero_grad(set_to_none=True)``
 (the recipe's default ``optimizer: torch.optim.AdamW, fused: True``); with ``optimizer_in_bwd`` (the full recipe,
 full_finetune_single_device.py:468-477) one AdamW per parameter stepped by ``training.register_optim_in_bwd_hooks``
-and no step after the backward. The peak is measured by symvram's own tracker
+and no step after the backward. With ``enable_activation_offloading: True`` (the recipes' ``training.
+get_act_offloading_ctx_manager(model, True)``, :484-486, entered around the model's forward only, :643-644) torchtune's
+own ``OffloadActivations`` runs on the CPU (``offloading``: only its CUDA streams and pinned host copies replaced; the
+row adds ``host_peak_bytes``, the most bytes its host copies held at once). The peak is measured by symvram's own tracker
 (``symvram.validate.measure.PeakTracker``: MemTracker without module hooks, what ``max_memory_allocated`` reports).
 """
 from __future__ import annotations
