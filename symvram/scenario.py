@@ -692,6 +692,11 @@ class Scenario:
                    ("QLoRA (torchao's NF4)", self.method == "qlora"), ("DoRA", self.dora),
                    ("LoRA on the output projection or embeddings", bool(self.head_targets or self.modules_to_save)),
                    *self._own_code_unmodelled(),
+                   # the forward stash at the loss counts the final norm's packs: bf16's fp32 upcast beside the bf16
+                   # scale takes torch's composite rms_norm (four saved tensors, on CUDA too: mismatched dtypes cannot
+                   # dispatch to the fused kernel); an fp32 model's matching dtypes may take CUDA's fused one (not traced)
+                   (f"activation offloading with --dtype {self.dtype} (traced with bf16)",
+                    self.offload_activations and self.dtype != "bf16"),
                    (f"--checkpoint-impl {self.checkpoint_impl}", self.grad_checkpointing
                     and self.checkpoint_impl != "non-reentrant")) if on), None))
         if why:

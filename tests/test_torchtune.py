@@ -134,6 +134,7 @@ def test_full_fine_tuning_keeps_the_fp32_normalized_tensor():
 @pytest.mark.parametrize("kw, why", [
     (dict(method="qlora"), "QLoRA"), (dict(method="lora", dora=True), "DoRA"),
     (dict(method="lora", packing=4096), "packed"), (dict(model="qwen2.5-0.5b", method="lora"), "family"),
+    (dict(method="lora", dtype="fp32", grad_checkpointing=True, offload_activations=True), "offloading with --dtype fp32"),
     (dict(method="lora", gpus=2), "several GPUs")])
 def test_refused_outside_what_was_traced(kw, why):
     model = kw.pop("model", "llama-3.2-1b")
