@@ -20,11 +20,12 @@ as FakeTensors: the model under ``training.set_default_dtype(bf16)`` (:431, so L
 scaled by the token count, ``backward()``, ``training.scale_grads``, ``optimizer.step()``, ``zero_grad(set_to_none=True)``
 (the recipe's default ``optimizer: torch.optim.AdamW, fused: True``); with ``optimizer_in_bwd`` (the full recipe,
 full_finetune_single_device.py:468-477) one AdamW per parameter stepped by ``training.register_optim_in_bwd_hooks``
-and no step after the backward. With ``enable_activation_offloading: True`` (the recipes' ``training.
-get_act_offloading_ctx_manager(model, True)``, :484-486, entered around the model's forward only, :643-644) torchtune's
-own ``OffloadActivations`` runs on the CPU (``offloading``: only its CUDA streams and pinned host copies replaced; the
-row adds ``host_peak_bytes``, the most bytes its host copies held at once). The peak is measured by symvram's own tracker
-(``symvram.validate.measure.PeakTracker``: MemTracker without module hooks, what ``max_memory_allocated`` reports).
+and no step after the backward. With ``enable_activation_offloading: True`` (the recipes'
+``training.get_act_offloading_ctx_manager(model, True)``, :484-486, entered around the model's forward only,
+:643-644) torchtune's own ``OffloadActivations`` runs on the CPU (``offloading``: only its CUDA streams and pinned host
+copies replaced; the row adds ``host_peak_bytes``, the most bytes its host copies held at once). The peak is measured
+by symvram's own tracker (``symvram.validate.measure.PeakTracker``: MemTracker without module hooks, what
+``max_memory_allocated`` reports).
 """
 from __future__ import annotations
 
@@ -124,7 +125,8 @@ class _HostCopy:
         from torch._prims_common import is_non_overlapping_and_dense_or_false, make_contiguous_strides_for
 
         self.shape, self.dtype, self.device = tuple(t.shape), t.dtype, t.device
-        self.stride = tuple(t.stride()) if is_non_overlapping_and_dense_or_false(t) else make_contiguous_strides_for(t.shape)
+        dense = is_non_overlapping_and_dense_or_false(t)
+        self.stride = tuple(t.stride()) if dense else make_contiguous_strides_for(t.shape)
         nbytes = t.numel() * t.element_size()
         host["now"] += nbytes
         host["peak"] = max(host["peak"], host["now"])

@@ -676,7 +676,8 @@ class Scenario:
     def _own_code_unmodelled(self) -> tuple[tuple[str, bool], ...]:
         """What neither torchtune's nor LitGPT's model code is modelled with, as (what, whether set) pairs: packed
         samples, Liger's kernels, several GPUs, an objective but SFT, an attention but SDPA."""
-        return (("packed samples", bool(self.packing)), ("Liger's kernels", self.liger), ("several GPUs", self.gpus > 1 or self.zero > 0),
+        return (("packed samples", bool(self.packing)), ("Liger's kernels", self.liger),
+                ("several GPUs", self.gpus > 1 or self.zero > 0),
                 (f"--objective {self.objective}", self.objective != "sft"),
                 (f"--attention {self.attention}", self.attention != "sdpa"))
 

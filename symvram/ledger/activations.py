@@ -1379,7 +1379,8 @@ FORWARD_STASH = 5    # OffloadActivations(max_fwd_stash_size=5): an offload free
 def position_ids(s_: Structure) -> sp.Expr:
     """The position ids (int64, [1, seq]) that checkpointing keeps beside the layer inputs: transformers' decoder
     passes them to every layer; torchtune's takes none (TransformerDecoder.forward's input_pos is None, torchtune 0.6.1
-    modules/transformer.py:552-560, :635-641: its RoPE slices its cache, models/llama3_1/_position_embeddings.py:165)."""
+    modules/transformer.py:552-560, :635-641: its RoPE slices its cache,
+    models/llama3_1/_position_embeddings.py:165)."""
     return 0 if s_.model_code == "torchtune" else b_id * seq
 
 
@@ -1387,7 +1388,8 @@ def embedding_leaf(s_: Structure) -> bool:
     """Under LoRA with checkpointing the frozen embedding's output is made a leaf that requires grad
     (transformers' enable_input_require_grads, modeling_utils.py:2153): its AccumulateGrad node keeps it on the
     device until backward ends, whatever saved-tensor hooks do with the checkpoint's copy. torchtune's recipes make
-    no input require grad (their non-reentrant checkpointing needs none, recipes/lora_finetune_single_device.py:446-449)."""
+    no input require grad (their non-reentrant checkpointing needs none,
+    recipes/lora_finetune_single_device.py:446-449)."""
     return s_.lora and s_.grad_checkpointing and s_.model_code != "torchtune"
 
 
@@ -1400,10 +1402,11 @@ def stashed_inputs(s_: Structure) -> tuple[sp.Expr, tuple[Phase, ...], str]:
 
     torchtune's hooks span the model's forward only (the recipes' ``with self.activations_handling_ctx: logits =
     self._model(**batch)``, lora_finetune_single_device.py:643-644, full_finetune_single_device.py:636-637), and
-    without TRL's storage deduplication every pack of a tensor of at least 1024 B is offloaded (_activation_offloading.py
-    :150-153): the final norm packs x.float(), 1/rms twice and x.float() again (then its scale, a Parameter, kept),
-    so its last offload is the 4th pack after the last layer input, which stays (the stash frees ids 5 behind,
-    :157-163); full fine-tuning's normalized tensor for the scale's gradient is the 6th: none stays. The stash is
+    without TRL's storage deduplication every pack of a tensor of at least 1024 B is offloaded
+    (_activation_offloading.py:150-153): the final norm packs x.float(), 1/rms twice and x.float() again (then its
+    scale, a Parameter, kept), so its last offload is the 4th pack after the last layer input, which stays (the
+    stash frees ids 5 behind, :157-163); full fine-tuning's normalized tensor for the scale's gradient is the 6th:
+    none stays. The stash is
     cleared by the first backward node that unpacks an offloaded tensor (:328-332): the final norm's, since the output
     projection saves under a NoOpManager (:396-418) and the loss outside the hooks — it outlives the loss backward."""
     if s_.model_code == "torchtune":
@@ -1446,8 +1449,10 @@ def offloaded_terms(s_: Structure) -> list[Term]:
     leaf = int(embedding_leaf(s_))
     tt = s_.model_code == "torchtune"
     source = TT_OFFLOAD if tt else OFFLOAD
-    terms = [Term("act_checkpoints", Role.SAVED_ACTIVATION, leaf * b_res * T * h + position_ids(s_), r"A_{\mathrm{ckpt}}",
-                  "offloading leaves the position ids on the device"
+    terms = [Term("act_checkpoints", Role.SAVED_ACTIVATION, leaf * b_res * T * h + position_ids(s_),
+                  r"A_{\mathrm{ckpt}}",
+                  ("offloading leaves nothing of the checkpoints on the device (torchtune's decoder takes no position "
+                   "ids)" if tt else "offloading leaves the position ids on the device")
                   + (" and the first layer's input: the embedding output is a leaf that requires grad, kept by its "
                      "AccumulateGrad node" if leaf else ""), "torch.utils.checkpoint (non-reentrant); " + source),
              Term("act_offloaded", Role.SAVED_ACTIVATION, L * b_res * T * h, r"A_{\mathrm{ckpt,host}}",
@@ -1462,12 +1467,12 @@ def offloaded_terms(s_: Structure) -> list[Term]:
     terms.append(Term("offload_previous_input", Role.RECOMPUTED_ACTIVATION, at_least(L, 2) * b_res * T * h,
                       r"A_{\mathrm{ckpt,prev}}", "the layer above's input, brought back for its recompute, kept in "
                       "the backward stash until the node that brought this layer's back ends",
-                      source + (":264-266, :334-338" if tt else ":424-427, :515-522"), lifetime=span(Phase.FIRST_LAYER_RECOMPUTE,
-                                                                   Phase.FIRST_LAYER_BACKWARD)))
+                      source + (":264-266, :334-338" if tt else ":424-427, :515-522"),
+                      lifetime=span(Phase.FIRST_LAYER_RECOMPUTE, Phase.FIRST_LAYER_BACKWARD)))
     terms.append(Term("offload_brought_back", Role.RECOMPUTED_ACTIVATION, b_res * T * h, r"A_{\mathrm{ckpt,back}}",
                       "the layer input brought back from the host for the layer being recomputed",
-                      source + (":268-282" if tt else ":434-447") + " unpack_tensor_with_streams", lifetime=span(Phase.LAST_LAYER_RECOMPUTE,
-                                                                                      Phase.FIRST_LAYER_BACKWARD)))
+                      source + (":268-282" if tt else ":434-447") + " unpack_tensor_with_streams",
+                      lifetime=span(Phase.LAST_LAYER_RECOMPUTE, Phase.FIRST_LAYER_BACKWARD)))
     return terms
 
 
@@ -1568,8 +1573,9 @@ def offloaded_head_copies(s_: Structure, loss: Term) -> Term:
     if not s_.lora:
         copies += norm_weight_input(s_) * T * h + per_token[1]
     return Term("act_offloaded_head", Role.LOSS_ACTIVATION, copies, r"A_{\mathrm{head,host}}",
-                "the host copies of the final norm's" + ("" if tt else " and the loss's") + " saved tensors (which stay "
-                "on the device too)", TT_OFFLOAD + ":148-193" if tt else OFFLOAD + ":217-225, :282-291, :318-319",
+                "the host copies of the final norm's" + ("" if tt else " and the loss's")
+                + " saved tensors (which stay on the device too)",
+                TT_OFFLOAD + ":148-193" if tt else OFFLOAD + ":217-225, :282-291, :318-319",
                 place=Place.HOST)
 
 
