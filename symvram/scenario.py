@@ -675,9 +675,9 @@ class Scenario:
 
     def _own_code_unmodelled(self) -> tuple[tuple[str, bool], ...]:
         """What neither torchtune's nor LitGPT's model code is modelled with, as (what, whether set) pairs: packed
-        samples, activation offloading, Liger's kernels, several GPUs, an objective but SFT, an attention but SDPA."""
-        return (("packed samples", bool(self.packing)), ("activation offloading", self.offload_activations),
-                ("Liger's kernels", self.liger), ("several GPUs", self.gpus > 1 or self.zero > 0),
+        samples, Liger's kernels, several GPUs, an objective but SFT, an attention but SDPA."""
+        return (("packed samples", bool(self.packing)), ("Liger's kernels", self.liger),
+                ("several GPUs", self.gpus > 1 or self.zero > 0),
                 (f"--objective {self.objective}", self.objective != "sft"),
                 (f"--attention {self.attention}", self.attention != "sdpa"))
 
@@ -693,6 +693,11 @@ class Scenario:
                    ("QLoRA (torchao's NF4)", self.method == "qlora"), ("DoRA", self.dora),
                    ("LoRA on the output projection or embeddings", bool(self.head_targets or self.modules_to_save)),
                    *self._own_code_unmodelled(),
+                   # the forward stash at the loss counts the final norm's packs: bf16's fp32 upcast beside the bf16
+                   # scale takes torch's composite rms_norm (four saved tensors, on CUDA too: mismatched dtypes cannot
+                   # dispatch to the fused kernel); an fp32 model's matching dtypes may take CUDA's fused one (not traced)
+                   (f"activation offloading with --dtype {self.dtype} (traced with bf16)",
+                    self.offload_activations and self.dtype != "bf16"),
                    (f"--checkpoint-impl {self.checkpoint_impl}", self.grad_checkpointing
                     and self.checkpoint_impl != "non-reentrant")) if on), None))
         if why:
@@ -709,7 +714,8 @@ class Scenario:
             ("a nominal preset (its parameter count given, not its dimensions)", self.model.params is not None),
             (f"--method {self.method} (its fused qkv LoRA is traced, not modelled; full fine-tuning is)",
              self.method != "full"),
-            ("gradient checkpointing", self.grad_checkpointing), *self._own_code_unmodelled(),
+            ("gradient checkpointing", self.grad_checkpointing), ("activation offloading", self.offload_activations),
+            *self._own_code_unmodelled(),
             ("--optimizer-in-backward", self.optimizer_in_backward),
             (f"--dtype {self.dtype} (bf16-true is modelled)", self.dtype != "bf16")) if on), None)
         if why:
@@ -725,8 +731,10 @@ class Scenario:
             raise UserError(f"--packing with --objective {self.objective} is not modelled (packing is modelled for SFT)")
 
     def _check_offloading(self) -> None:
-        """TRL's activation offloading is modelled with non-reentrant checkpointing of every layer on one GPU, where
-        the saved tensors outside the checkpointed layers are each layer's input (torch/utils/checkpoint.py:842-847)."""
+        """TRL's activation offloading (and torchtune's, which it is copied from: torchtune 0.6.1's recipes refuse it
+        without activation checkpointing, recipes/lora_finetune_single_device.py:167-175) is modelled with
+        non-reentrant checkpointing of every layer on one GPU, where the saved tensors outside the checkpointed layers
+        are each layer's input (torch/utils/checkpoint.py:842-847)."""
         fam = family(self.model.family)
         why = ("without gradient checkpointing (add --grad-checkpointing; without it every saved tensor would move)"
                if not self.grad_checkpointing else
@@ -742,7 +750,8 @@ class Scenario:
         if why:
             raise UserError(f"--offload-activations {why} is not modelled; it is modelled with non-reentrant "
                             "checkpointing of every layer on one GPU (TRL's activation_offloading with "
-                            "gradient_checkpointing)")
+                            "gradient_checkpointing, torchtune's enable_activation_offloading with "
+                            "enable_activation_checkpointing)")
 
     def _check_unsloth_checkpointing(self) -> None:
         """Unsloth's offloaded checkpointer is modelled on one GPU for every layer, without TRL's offloading on top."""

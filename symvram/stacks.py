@@ -216,7 +216,11 @@ def summary(sc) -> str:
                      "fused qkv, k and v repeated to every head, its fp32 RMSNorm, RoPE cos/sin "
                      "at the longest sample, chunked_cross_entropy on bf16 logits that fit() keeps through the step; "
                      "traced under FakeTensorMode by benchmarks/litgpt_trace.py)")
-    if sc.offload_activations:
+    if sc.offload_activations and sc.structure.model_code == "torchtune":
+        parts.append("torchtune's activation offloading (enable_activation_offloading: its own OffloadActivations traced "
+                     "on the CPU over its model's forward; the copy streams' overlap and pinned host memory modelled, "
+                     "not measured)")
+    elif sc.offload_activations:
         parts.append("TRL's activation offloading (its rules traced on the CPU; the copy streams' overlap and pinned "
                      "host memory modelled, not measured)")
     if any(k.extra("gated_deltanet") for _, k in sc.structure.arch.layer_kinds):

@@ -301,7 +301,9 @@ def _candidates(sc: Scenario, p95_seq: int | None) -> list[_Candidate]:
             and sc.checkpoint_impl == "non-reentrant" and not sc.checkpoint_ops
             and sc.checkpoint_every == 1 and sc.gpus == 1 and sc.objective == "sft" and not sc.dora
             and not (sc.modules_to_save or sc.head_targets)):
-        out.append(_Candidate("offload_activations", "activation offloading (TRL's activation_offloading)",
+        out.append(_Candidate("offload_activations", "activation offloading (" + (
+                                  "torchtune's enable_activation_offloading" if sc.structure.model_code == "torchtune"
+                                  else "TRL's activation_offloading") + ")",
                               "throughput", ("activation",), {"offload_activations": True},
                               "each layer's checkpointed input crosses PCIe twice per step (to pinned host memory in "
                               "the forward, back for its recompute), overlapped with compute on a second stream; "

@@ -1180,8 +1180,10 @@ def saved_terms(s_: Structure) -> list[Term]:
         terms += unsloth_checkpoint_terms(s_)
     elif s_.grad_checkpointing:
         b_res, n_c = residual_bytes(s_), checkpointed_layers(s_)
-        terms.append(Term("act_checkpoints", Role.SAVED_ACTIVATION, n_c * b_res * T * h + b_id * seq, r"A_{\mathrm{ckpt}}",
-                          "checkpointing keeps each layer's input (and the position ids); layers are recomputed in backward"
+        terms.append(Term("act_checkpoints", Role.SAVED_ACTIVATION, n_c * b_res * T * h + position_ids(s_),
+                          r"A_{\mathrm{ckpt}}", "checkpointing keeps each layer's input"
+                          + (" (and the position ids)" if s_.model_code != "torchtune" else "")
+                          + "; layers are recomputed in backward"
                           + (f" — every {s_.checkpoint_every}th layer (0, {s_.checkpoint_every}, …)"
                              if s_.checkpoint_every > 1 else ""),
                           "torch.utils.checkpoint (non-reentrant)" + EVERY_N * (s_.checkpoint_every > 1)))
@@ -1369,14 +1371,52 @@ def per_layer_embedding_terms(s_: Structure) -> list[Term]:
 
 
 OFFLOAD = "trl 1.16 models/activation_offloading.py"
+TT_OFFLOAD = "torchtune 0.6.1 training/_activation_offloading.py"
 MIN_OFFLOAD = 1024   # OffloadActivations(min_offload_size=1024): smaller saved tensors stay where they are
+FORWARD_STASH = 5    # OffloadActivations(max_fwd_stash_size=5): an offload frees the stashed ones 5 packs behind it
+
+
+def position_ids(s_: Structure) -> sp.Expr:
+    """The position ids (int64, [1, seq]) that checkpointing keeps beside the layer inputs: transformers' decoder
+    passes them to every layer; torchtune's takes none (TransformerDecoder.forward's input_pos is None, torchtune 0.6.1
+    modules/transformer.py:552-560, :635-641: its RoPE slices its cache,
+    models/llama3_1/_position_embeddings.py:165)."""
+    return 0 if s_.model_code == "torchtune" else b_id * seq
 
 
 def embedding_leaf(s_: Structure) -> bool:
     """Under LoRA with checkpointing the frozen embedding's output is made a leaf that requires grad
     (transformers' enable_input_require_grads, modeling_utils.py:2153): its AccumulateGrad node keeps it on the
-    device until backward ends, whatever saved-tensor hooks do with the checkpoint's copy."""
-    return s_.lora and s_.grad_checkpointing
+    device until backward ends, whatever saved-tensor hooks do with the checkpoint's copy. torchtune's recipes make
+    no input require grad (their non-reentrant checkpointing needs none,
+    recipes/lora_finetune_single_device.py:446-449)."""
+    return s_.lora and s_.grad_checkpointing and s_.model_code != "torchtune"
+
+
+def stashed_inputs(s_: Structure) -> tuple[sp.Expr, tuple[Phase, ...], str]:
+    """How many layer inputs the forward stash still holds at the loss, how long it holds them, and the source.
+
+    TRL's hooks span the loss too: the last inputs stay until 5 later offloads are issued — the final norm's fp32
+    upcast (and its 1/rms from T ≥ 256) after the last layer's —, and the loss's backward, the first to unpack an
+    offloaded tensor, ends the stash. Full fine-tuning's trainable norm weight saves one offload more: none is left.
+
+    torchtune's hooks span the model's forward only (the recipes' ``with self.activations_handling_ctx: logits =
+    self._model(**batch)``, lora_finetune_single_device.py:643-644, full_finetune_single_device.py:636-637), and
+    without TRL's storage deduplication every pack of a tensor of at least 1024 B is offloaded
+    (_activation_offloading.py:150-153): the final norm packs x.float(), 1/rms twice and x.float() again (then its
+    scale, a Parameter, kept), so its last offload is the 4th pack after the last layer input, which stays (the
+    stash frees ids 5 behind, :157-163); full fine-tuning's normalized tensor for the scale's gradient is the 6th:
+    none stays. The stash is
+    cleared by the first backward node that unpacks an offloaded tensor (:328-332): the final norm's, since the output
+    projection saves under a NoOpManager (:396-418) and the loss outside the hooks — it outlives the loss backward."""
+    if s_.model_code == "torchtune":
+        last_offload = 4 if s_.lora else 6
+        return (sp.Min(L, max(0, FORWARD_STASH - last_offload)), span(Phase.LOSS, Phase.HEAD_BACKWARD),
+                TT_OFFLOAD + ":150-163, :328-332")
+    # TRL (full fine-tuning: the trainable norm weight's input is one offload more, and none is left); the leaf
+    # first layer's input is counted with the checkpoints
+    stashed = sp.Min(L - int(embedding_leaf(s_)), 4 - at_least(T, MIN_OFFLOAD // 4)) if s_.lora else 0
+    return stashed, (Phase.LOSS,), OFFLOAD + ":282-291"
 
 
 def offloaded_terms(s_: Structure) -> list[Term]:
@@ -1391,37 +1431,48 @@ def offloaded_terms(s_: Structure) -> list[Term]:
     lm_head saves under a no-op hook (:717-720). In backward each layer's input is brought back as a new device
     tensor for its recompute (:434-447).
 
+    torchtune's ``enable_activation_offloading`` (torchtune 0.6.1 training/_activation_offloading.py, the class TRL's
+    is copied from) is the same mechanism over the same checkpointed layer inputs (its recipes require activation
+    checkpointing with it, recipes/lora_finetune_single_device.py:167-175), with what differs in ``stashed_inputs``
+    and ``offloaded_head_copies``: its hooks span the model's forward only, offload every pack without TRL's storage
+    deduplication, parameter-storage check or device check (:148-153), and no embedding output is a leaf.
+
     >>> terms = offloaded_terms(Structure(method="lora", grad_checkpointing=True, offload_activations=True))
     >>> [(t.key, t.place.value) for t in terms][:3]
     [('act_checkpoints', 'device'), ('act_offloaded', 'host'), ('offload_forward_stash', 'device')]
+    >>> tt = offloaded_terms(Structure(method="full", grad_checkpointing=True, offload_activations=True,
+    ...                                model_code="torchtune"))
+    >>> [t.key for t in tt], tt[0].expr
+    (['act_checkpoints', 'act_offloaded', 'offload_previous_input', 'offload_brought_back'], 0)
     """
     b_res = residual_bytes(s_)
     leaf = int(embedding_leaf(s_))
-    terms = [Term("act_checkpoints", Role.SAVED_ACTIVATION, leaf * b_res * T * h + b_id * seq, r"A_{\mathrm{ckpt}}",
-                  "offloading leaves the position ids on the device"
+    tt = s_.model_code == "torchtune"
+    source = TT_OFFLOAD if tt else OFFLOAD
+    terms = [Term("act_checkpoints", Role.SAVED_ACTIVATION, leaf * b_res * T * h + position_ids(s_),
+                  r"A_{\mathrm{ckpt}}",
+                  ("offloading leaves nothing of the checkpoints on the device (torchtune's decoder takes no position "
+                   "ids)" if tt else "offloading leaves the position ids on the device")
                   + (" and the first layer's input: the embedding output is a leaf that requires grad, kept by its "
-                     "AccumulateGrad node" if leaf else ""), "torch.utils.checkpoint (non-reentrant); " + OFFLOAD),
+                     "AccumulateGrad node" if leaf else ""), "torch.utils.checkpoint (non-reentrant); " + source),
              Term("act_offloaded", Role.SAVED_ACTIVATION, L * b_res * T * h, r"A_{\mathrm{ckpt,host}}",
-                  "every checkpointed layer input, copied to pinned host memory in the forward (TRL's activation "
-                  "offloading) and brought back for its layer's recompute", OFFLOAD + ":318-319 pack_tensor",
-                  place=Place.HOST)]
-    # at the loss the forward stash still holds the last inputs: 5 offloads back from the last one issued, the final
-    # norm's fp32 upcast (and its 1/rms from T ≥ 256, a trainable weight's input) issued after the last layer's
-    if s_.lora:   # (full fine-tuning: the trainable norm weight's input is one offload more, and none is left)
-        stashed = sp.Min(L - leaf, 4 - at_least(T, MIN_OFFLOAD // 4))   # the leaf is counted above
+                  "every checkpointed layer input, copied to pinned host memory in the forward ("
+                  + ("torchtune's" if tt else "TRL's") + " activation offloading) and brought back for its layer's "
+                  "recompute", source + (":171-187 pack_tensor" if tt else ":318-319 pack_tensor"), place=Place.HOST)]
+    stashed, lifetime, stash_source = stashed_inputs(s_)
+    if stashed != 0:
         terms.append(Term("offload_forward_stash", Role.SAVED_ACTIVATION, stashed * b_res * T * h,
                           r"A_{\mathrm{ckpt,stash}}", "the last layer inputs still in the forward stash while the loss "
-                          "is computed (each freed when 5 later offloads are issued)", OFFLOAD + ":282-291",
-                          lifetime=(Phase.LOSS,)))
+                          "is computed (each freed when 5 later offloads are issued)", stash_source, lifetime=lifetime))
     terms.append(Term("offload_previous_input", Role.RECOMPUTED_ACTIVATION, at_least(L, 2) * b_res * T * h,
                       r"A_{\mathrm{ckpt,prev}}", "the layer above's input, brought back for its recompute, kept in "
                       "the backward stash until the node that brought this layer's back ends",
-                      OFFLOAD + ":424-427, :515-522", lifetime=span(Phase.FIRST_LAYER_RECOMPUTE,
-                                                                   Phase.FIRST_LAYER_BACKWARD)))
+                      source + (":264-266, :334-338" if tt else ":424-427, :515-522"),
+                      lifetime=span(Phase.FIRST_LAYER_RECOMPUTE, Phase.FIRST_LAYER_BACKWARD)))
     terms.append(Term("offload_brought_back", Role.RECOMPUTED_ACTIVATION, b_res * T * h, r"A_{\mathrm{ckpt,back}}",
                       "the layer input brought back from the host for the layer being recomputed",
-                      OFFLOAD + ":434-447 unpack_tensor_with_streams", lifetime=span(Phase.LAST_LAYER_RECOMPUTE,
-                                                                                      Phase.FIRST_LAYER_BACKWARD)))
+                      source + (":268-282" if tt else ":434-447") + " unpack_tensor_with_streams",
+                      lifetime=span(Phase.LAST_LAYER_RECOMPUTE, Phase.FIRST_LAYER_BACKWARD)))
     return terms
 
 
@@ -1472,7 +1523,8 @@ def unsloth_checkpoint_terms(s_: Structure) -> list[Term]:
     staging = off * UNSLOTH_STORE * (sp.Max(T * h, UNSLOTH_STAGING_INITIAL)
                                      + sp.Max(at_least(L, 2) * T * h, UNSLOTH_STAGING_INITIAL))
     host_slots = off * L   # the first micro-batch offloads every layer (FIRST_PASS): L slots grown, kept grown
-    terms = [Term("act_checkpoints", Role.SAVED_ACTIVATION, on_device * b_res * T * h + b_id * seq, r"A_{\mathrm{ckpt}}",
+    terms = [Term("act_checkpoints", Role.SAVED_ACTIVATION, on_device * b_res * T * h + position_ids(s_),
+                  r"A_{\mathrm{ckpt}}",
                   "Unsloth's checkpointer keeps on the device the last layer's input (not offloaded from the second "
                   "micro-batch on)" + (", the first layer's (the embedding output is a leaf that requires grad, kept by "
                                        "its AccumulateGrad node)" if embedding_leaf(s_) else "")
@@ -1510,14 +1562,21 @@ def offloaded_head_copies(s_: Structure, loss: Term) -> Term:
     """The host copies of what the final norm, the loss (and in full fine-tuning the embedding) save under TRL's
     activation offloading: the last tensors the forward packs, copied to the host and kept on the device too (in the
     forward stash, or saved twice while stashed). Each tensor of at least 1024 B: the norm's fp32 upcast and 1/rms
-    (a trainable weight's normalized input too), the loss's saved tensors and the shifted labels."""
+    (a trainable weight's normalized input too), the loss's saved tensors and the shifted labels.
+
+    Under torchtune's the loss is outside the hooks (``stashed_inputs``) and a tensor saved twice is copied twice
+    (no storage deduplication, training/_activation_offloading.py:148-187): the final norm's fp32 upcast and 1/rms,
+    each twice (and full fine-tuning's normalized tensor and the embedding's token ids)."""
     per_token = at_least(T, MIN_OFFLOAD // 4) * b_32 * T, at_least(T, MIN_OFFLOAD // 8) * b_id * T   # fp32, int64
-    copies = b_32 * T * h + per_token[0] + loss.expr + per_token[1]
+    tt = s_.model_code == "torchtune"
+    copies = 2 * (b_32 * T * h + per_token[0]) if tt else b_32 * T * h + per_token[0] + loss.expr + per_token[1]
     if not s_.lora:
         copies += norm_weight_input(s_) * T * h + per_token[1]
     return Term("act_offloaded_head", Role.LOSS_ACTIVATION, copies, r"A_{\mathrm{head,host}}",
-                "the host copies of the final norm's and the loss's saved tensors (which stay on the device too)",
-                OFFLOAD + ":217-225, :282-291, :318-319", place=Place.HOST)
+                "the host copies of the final norm's" + ("" if tt else " and the loss's")
+                + " saved tensors (which stay on the device too)",
+                TT_OFFLOAD + ":148-193" if tt else OFFLOAD + ":217-225, :282-291, :318-319",
+                place=Place.HOST)
 
 
 def offload_traffic(s_: Structure) -> Term:

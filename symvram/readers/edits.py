@@ -40,7 +40,7 @@ KEYS = {
     "deepspeed": {"batch": "train_micro_batch_size_per_gpu", "accum": "gradient_accumulation_steps"},
     "torchtune": {"seq": "tokenizer.max_seq_len", "batch": "batch_size",
                   "grad_checkpointing": "enable_activation_checkpointing", "accum": "gradient_accumulation_steps",
-                  "optimizer_in_backward": "optimizer_in_bwd"},
+                  "optimizer_in_backward": "optimizer_in_bwd", "offload_activations": "enable_activation_offloading"},
 }
 NEGATED = {("llamafactory", "grad_checkpointing")}   # disable_gradient_checkpointing: false turns it on
 QLORA = {"axolotl": {"adapter": "qlora", "load_in_4bit": True},

@@ -463,13 +463,19 @@ TORCHTUNE = Tool("torchtune", "torchtune 0.6.1", (
     Row("optimizer.foreach", "optim_foreach", BOOL),
     Row("optimizer_in_bwd", "optimizer_in_backward", BOOL, default=False),
     Row("enable_activation_checkpointing", "grad_checkpointing", BOOL, default=False),
-    Row("enable_activation_offloading", None, c.is_on, why="torchtune's activation offloading"),
+    # the recipes refuse it without activation checkpointing (lora_finetune_single_device.py:167-175)
+    Row("enable_activation_offloading", "offload_activations", BOOL, default=False),
     Row("ac_mode", None, c.is_on, why="torchtune's selective activation checkpointing"),
     Row("ac_option", None, c.is_on, why="torchtune's selective activation checkpointing"),
     Row("loss._component_", "loss_impl", c.torchtune_loss),
     Row("loss.num_output_chunks", "=loss_chunks", c.integer),
     Row("compile", None, c.is_on, why="torch.compile fuses kernels and changes what is saved"),
-    Row("dataset.packed", None, c.is_on, why="torchtune's packed samples (PackedDataset, a block-causal mask)"),
+    # datasets/_packed.py PackedDataset: rows of max_seq_len tokens with input_pos; on a CUDA card of capability >= 7.5
+    # a BlockMask and torch.compile'd flex_attention (modules/attention_utils.py:151-179, :195-225), elsewhere SDPA
+    # with a dense [b, s, s] block-causal mask (:95-130, :245-260); RoPE gathers cache[input_pos]
+    # (models/llama3_1/_position_embeddings.py:164-166), a new fp32 tensor for q and for k in every layer
+    Row("dataset.packed", None, c.is_on, why="torchtune's packed samples (PackedDataset: its compiled flex_attention "
+                                             "with a BlockMask on CUDA, and RoPE gathered at input_pos)"),
     Row("gradient_accumulation_steps", INFO, c.integer, default=1),
     Row("clip_grad_norm", INFO),
 ), harmless=frozenset({
