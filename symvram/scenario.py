@@ -52,6 +52,12 @@ SET_LIMITS = {"P": 10**15, "model": MAX_DIM, "bytes": 64, "quant": 1 << 20, "zer
 
 MODULES_TO_SAVE = ("embed_tokens", "lm_head")  # the modules PEFT's modules_to_save is modelled for
 HEAD_TARGETS = ("embed_tokens", "lm_head")     # LoRA targets outside the layers: PEFT's lora.Embedding, lora.Linear
+# LitGPT's LoRA switches (litgpt 0.5.13 lora.py:467-474 Config.lora_*) → the Llama modules each puts adapters on: q, k, v
+# are the three parts of one fused LoRAQKVLinear (lora.py:524-535), lora_mlp all three LLaMAMLP linears
+# (lora.py:620-627 create_lora_linear's use_r default), lora_head the lm_head (lora.py:487-493)
+LITGPT_LORA = {"lora_query": ("q_proj",), "lora_key": ("k_proj",), "lora_value": ("v_proj",),
+               "lora_projection": ("o_proj",), "lora_mlp": ("gate_proj", "up_proj", "down_proj"),
+               "lora_head": ("lm_head",)}
 
 
 def parse_modules_to_save(spec: str | tuple[str, ...] | list[str]) -> tuple[str, ...]:
@@ -310,8 +316,10 @@ class Scenario:
             raise UserError(f"unknown scenario setting {', '.join(unknown)}; settings are "
                             f"{', '.join(k for k in cls.__dataclass_fields__ if k not in ('model', 'given'))}")
         fam = family(spec.family)
-        targets = parse_targets(kw.get("targets", fam.extra("default_targets", "all-linear")), fam)   # a family whose
-        # all-linear PEFT refuses (Nemotron-H: out_proj) names the group it defaults to
+        # a stack's own default targets (LitGPT's q and v), else a family whose all-linear PEFT refuses (Nemotron-H:
+        # out_proj) names the group it defaults to
+        targets = parse_targets(kw.get("targets", stacks().get(kw.get("stack"), {}).get(
+            "targets", fam.extra("default_targets", "all-linear"))), fam)
         heads = set(targets) | set(kw.get("head_targets", ()))
         if unknown := sorted(heads - set(targets) - set(HEAD_TARGETS)):
             raise UserError(f"head_targets: {', '.join(unknown)} unknown; use {' or '.join(HEAD_TARGETS)}")
@@ -700,21 +708,30 @@ class Scenario:
                             "full recipes on its Llama builders are")
 
     def _check_litgpt(self) -> None:
-        """LitGPT's own model code is modelled for ``litgpt finetune full`` on its Llama configs on one device
-        (traced: benchmarks/litgpt_trace.py). Its LoRA is not: LoRAQKVLinear's conv1d and zero_pad over the fused qkv
-        (litgpt 0.5.13 lora.py:381-406) and the 128-position lm_head chunks have no ledger terms yet."""
+        """LitGPT's own model code is modelled for ``litgpt finetune full`` and ``finetune lora`` on its Llama configs
+        on one device, bf16-true (traced: benchmarks/litgpt_trace.py): LoRA's targets are what its switches put
+        adapters on (``LITGPT_LORA``), not its quantized bases (``--quantize bnb.*``), DoRA, modules_to_save, nor LoRA
+        on lm_head (each 128-position chunk's LoRA branch and its backward have no ledger terms yet)."""
         fam = family(self.model.family)
+        switched = {t for group in LITGPT_LORA.values() for t in group}
+        partial = next((", ".join(g) for g in LITGPT_LORA.values() if 0 < len(set(g) & set(self.targets)) < len(g)),
+                       None)
         why = next((what for what, on in (
             (f"the {fam.key} family (its Llama configs are modelled)", fam.key != "llama"),
             ("a nominal preset (its parameter count given, not its dimensions)", self.model.params is not None),
-            (f"--method {self.method} (its fused qkv LoRA is traced, not modelled; full fine-tuning is)",
-             self.method != "full"),
+            ("--method qlora (its --quantize bnb.nf4 base: bitsandbytes' Linear4bit under Fabric's "
+             "BitsandbytesPrecision)", self.method == "qlora"),
+            ("DoRA", self.lora and self.dora), ("modules_to_save", self.lora and bool(self.modules_to_save)),
+            ("LoRA on lm_head (lora_head: the chunked head's LoRA branch)", self.lora and bool(self.head_targets)),
+            (f"LoRA targets {', '.join(sorted(set(self.targets) - switched))} (its switches are lora_query, lora_key, "
+             "lora_value, lora_projection and lora_mlp)", self.lora and bool(set(self.targets) - switched)),
+            (f"LoRA on part of {partial} (lora_mlp adapts all three)", self.lora and partial is not None),
             ("gradient checkpointing", self.grad_checkpointing), *self._own_code_unmodelled(),
             ("--optimizer-in-backward", self.optimizer_in_backward),
             (f"--dtype {self.dtype} (bf16-true is modelled)", self.dtype != "bf16")) if on), None)
         if why:
-            raise UserError(f"--stack litgpt with {why} is not modelled; LitGPT 0.5.13's finetune full on its Llama "
-                            "configs is (its traces: benchmarks/results/litgpt_trace.json)")
+            raise UserError(f"--stack litgpt with {why} is not modelled; LitGPT 0.5.13's finetune full and finetune "
+                            "lora on its Llama configs are (its traces: benchmarks/results/litgpt_trace.json)")
 
     def _check_packing(self) -> None:
         """Packing is modelled on SDPA, where transformers turns restarting position ids into a block-diagonal mask."""

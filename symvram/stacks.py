@@ -27,8 +27,9 @@ STACK_SETTINGS = ("adapter_dtype", "autocast", "optimizer", "optimizer_impl", "s
                   "loss_impl", "kbit_prep")
 
 # settings only some stacks decide (the storage dtype, DeepSpeed's fp32 master, the ZeRO stage, FSDP2's
-# mixed-precision policy, TRL's checkpointing default, Unsloth's LoRA rank); the Scenario's own default otherwise
-STACK_EXTRAS = ("dtype", "master", "zero", "mp_policy", "grad_checkpointing", "rank")
+# mixed-precision policy, TRL's checkpointing default, Unsloth's and LitGPT's LoRA rank and dropout); the Scenario's
+# own default otherwise (a stack's LoRA ``targets`` are read where Scenario.create parses them)
+STACK_EXTRAS = ("dtype", "master", "zero", "mp_policy", "grad_checkpointing", "rank", "lora_dropout")
 
 # what DeepSpeed ZeRO-Offload runs: its bf16 engine (the model cast to bf16, no autocast), its CPU Adam on the fp32
 # master partition (fp32 moments: DeepSpeedCPUAdam(fp32_optimizer_states=True)), stepped after the backward;

@@ -24,7 +24,7 @@ from .functions import at_least, ceil_div, pow2_ceil
 from .structure import Structure
 from .terms import TRAINING_STEP, Phase, Place, Role, Term, span
 from .weights import (compute_adapter_bytes, compute_weight_bytes, kind_adapter_params, layer_lora_params,
-                      per_trainable, rope_width_sum, rotary_width, saved_copy_bytes)
+                      litgpt_zero_pad_width, per_trainable, rope_width_sum, rotary_width, saved_copy_bytes)
 
 b, seq, r = sym("batch"), sym("seq"), sym("rank")
 b_c, b_32, b_a, b_mask, b_id, b_w, b_g, b_i32 = (sym(n) for n in (
@@ -355,6 +355,8 @@ def _layer_of(s_: Structure, first: bool) -> dict[str, tuple[sp.Expr, str, str, 
     inputs, masks = sp.Integer(0), sp.Integer(0)
     for group, width in fam.group_width.items():
         n = sum(1 for t in lin_targets if fam.linear(t).input_group == group)
+        if s_.model_code == "litgpt" and group == "attn_in":
+            n = min(n, 1)   # q, k, v: one LoRAQKVLinear, one dropout and one lora_A (litgpt 0.5.13 lora.py:395)
         if n:
             kept, mask = lora_input_bytes(s_, n, width, _per_call_cast(s_, group), _shared_with_attention(s_, group),
                                           group_grad[group])
@@ -387,6 +389,11 @@ def _layer_of(s_: Structure, first: bool) -> dict[str, tuple[sp.Expr, str, str, 
         out["act_lora_dropout"] = (masks, r"A_{\mathrm{drop}}", mask_why, "torch dropout")
     out["act_lora_hidden"] = (len(lin_targets) * (matmul_bytes(s_) if s_.autocast else b_ad) * T * r, r"A_{\mathrm{LoRA},r}",
                               "lora_B keeps lora_A's r-wide output, one per target", PEFT)
+    if s_.model_code == "litgpt" and (zero_pad := litgpt_zero_pad_width(s_)) != 0:
+        out["act_lora_zero_pad"] = ((b_ad * T + b_id) * zero_pad, r"A_{\mathrm{LoRA,pad}}",
+                                    "zero_pad's index_copy_ keeps its source, the grouped conv1d's output over the "
+                                    "adapted parts of the fused qkv, and the clone of _lora_ind it scatters by (int64)",
+                                    "litgpt 0.5.13 lora.py:361-371, :385-406, :430-435; torch IndexCopyBackward0")
     if s_.dora:
         d_out = [fam.linear(t).d_out for t in lin_targets]
         scale = sp.Add(*(fam.linear(t).d_out for t in lin_targets if group_grad[fam.linear(t).input_group]))
@@ -1696,19 +1703,44 @@ def unsloth_loss_terms(s_: Structure) -> list[Term]:
 
 
 def litgpt_loss_terms(s_: Structure, logits_bytes) -> list[Term]:
-    """LitGPT's full fine-tuning loss (litgpt 0.5.13 finetune/full.py:282-291, utils.py:334-345): fit() keeps the 16-bit
+    """LitGPT's loss. Full fine-tuning (litgpt 0.5.13 finetune/full.py:282-291, utils.py:334-345): fit() keeps the 16-bit
     ``logits`` referenced through the backward, the optimizer step and the next step's forward; ``logits[..., :-1, :]``
     is reshaped (a copy) and cross-entropy runs on 128-row chunks of it. The backward holds, beyond the chunks' saved
     log-softmax (or their gradients), the first chunk's nll and log-softmax gradients at once, or the slice's
     zero-filled gradient of all the logits, whichever is larger.
 
+    Under LoRA (finetune/lora.py:355-359) the model returns the logits as a list of 128-position chunks
+    (model.py:177-179, ``lm_head_chunk_size=128``), the last sliced by one position: each chunk is reshaped (the last a
+    copy when b > 1), its targets too (int64 copies when b > 1), and cross-entropy runs per chunk (utils.py:315-325).
+    Its backward runs every chunk's nll_loss and log_softmax backward before any chunk's reshape backward (these
+    were made first, so their sequence numbers are lower): each chunk's log-softmax gradient replaces its saved
+    log-softmax, and the peak is one chunk's nll and log-softmax gradients at once, b·min(128, s − 1) rows each.
+
     >>> from symvram.ledger.structure import Structure
     >>> litgpt_loss_terms(Structure(model_code="litgpt"), sym("bytes_act"))[2].expr
     bytes_act*vocab*Max(batch*seq, 2*Min(128, batch*(seq - 1)))
+    >>> litgpt_loss_terms(Structure(model_code="litgpt", method="lora"), sym("bytes_act"))[2].expr
+    2*batch*bytes_act*vocab*Min(128, seq - 1)
     """
-    return [Term("logits", Role.LOSS_TEMPORARY, logits_bytes * T * V, r"M_{\mathrm{logits}}",
-                 "the lm_head output, which fit()'s loop keeps until the next step's forward returns",
-                 "litgpt 0.5.13 finetune/full.py:282", lifetime=TRAINING_STEP),
+    logits = Term("logits", Role.LOSS_TEMPORARY, logits_bytes * T * V, r"M_{\mathrm{logits}}",
+                  "the lm_head output" + " (its 128-position chunks)" * s_.lora + ", which fit()'s loop keeps until "
+                  "the next step's forward returns", "litgpt 0.5.13 finetune/" + ("lora.py:355" if s_.lora else
+                                                                                   "full.py:282"),
+                  lifetime=TRAINING_STEP)
+    if s_.lora:
+        last = seq - 128 * (ceil_div(seq, 128) - 1)   # the last chunk's positions, one sliced off
+        return [logits,
+                Term("logits_shifted", Role.LOSS_TEMPORARY, at_least(b, 2) * b * (
+                    logits_bytes * V * (last - 1) + b_id * (seq - 1)), r"M_{\mathrm{logits},\ll}",
+                     "(b > 1) the reshaped copy of the last chunk, sliced by one position, and each chunk's int64 "
+                     "targets, reshaped copies of targets[..., 1:]", "litgpt 0.5.13 finetune/lora.py:357, "
+                     "utils.py:316-317"),
+                Term("loss_backward_temp", Role.LOSS_BACKWARD_TEMPORARY,
+                     2 * logits_bytes * V * b * sp.Min(128, seq - 1), r"M_{\mathrm{CE}'}",
+                     "one chunk's nll_loss and log_softmax gradients at once (the chunks done before have traded "
+                     "their saved log-softmax for its gradient)", "torch nll_loss_backward, "
+                     "_log_softmax_backward_data; litgpt 0.5.13 utils.py:318-321")]
+    return [logits,
             Term("logits_shifted", Role.LOSS_TEMPORARY, (logits_bytes * V + at_least(b, 2) * b_id) * b * (seq - 1),
                  r"M_{\mathrm{logits},\ll}", "logits[..., :-1, :].reshape(-1, V): the copy chunked_cross_entropy splits, "
                  "and (b > 1) targets[..., 1:]'s int64 copy, freed by the first chunk's nll_loss backward",
