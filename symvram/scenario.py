@@ -555,7 +555,7 @@ class Scenario:
         if self.modules_to_save and not self.lora:
             raise UserError("--modules-to-save trains full copies of modules beside LoRA adapters: use --method lora "
                             "(or qlora); full fine-tuning trains them anyway")
-        if self.lora and self.head_targets:
+        if self.lora and self.head_targets and self.model_code == "transformers":   # the own-code stacks' checks say theirs
             self._check_head_targets()
         if self.optimizer_in_backward:
             self._check_in_backward()

@@ -215,8 +215,10 @@ def summary(sc) -> str:
     if sc.structure.model_code == "litgpt":
         parts.append("LitGPT 0.5.13's own GPT (its own lm_head, untied: a tied checkpoint's embedding is copied into it; "
                      "fused qkv, k and v repeated to every head, its fp32 RMSNorm, RoPE cos/sin "
-                     "at the longest sample, chunked_cross_entropy on bf16 logits that fit() keeps through the step; "
-                     "traced under FakeTensorMode by benchmarks/litgpt_trace.py)")
+                     "at the longest sample, chunked_cross_entropy on bf16 logits that fit() keeps through the step"
+                     + ("; LoRAQKVLinear: one dropout and lora_A for q, k and v, zero_pad's saved source, the lm_head "
+                        "in 128-position chunks" if sc.lora else "")
+                     + "; traced under FakeTensorMode by benchmarks/litgpt_trace.py)")
     if sc.offload_activations:
         parts.append("TRL's activation offloading (its rules traced on the CPU; the copy streams' overlap and pinned "
                      "host memory modelled, not measured)")
