@@ -30,7 +30,7 @@ def litgpt_zero_pad_width(s: Structure) -> sp.Expr:
     all are, litgpt 0.5.13 lora.py:382-384), else 0.
 
     >>> litgpt_zero_pad_width(Structure(method="lora", model_code="litgpt", targets=("q_proj", "v_proj")))
-    head_dim*(heads + kv_heads)
+    head_dim*heads + head_dim*kv_heads
     """
     widths = {"q_proj": nh * dh, "k_proj": nkv * dh, "v_proj": nkv * dh}
     on = [t for t in widths if t in s.targets]

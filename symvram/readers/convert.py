@@ -434,13 +434,6 @@ LITGPT_PRECISION = choice({"bf16-true": ("bf16", "none"), "bf16-mixed": ("fp32",
                            "16-true": ("fp16", "none"), "16-mixed": ("fp32", "fp16")})
 
 
-def litgpt_quantize(value):
-    """quantize: LitGPT's bitsandbytes base (finetune/lora.py:146-156, Fabric's BitsandbytesPrecision replacing each
-    linear with bitsandbytes' Linear4bit or Linear8bitLt) is not modelled under its own model code: refused."""
-    raise WrongValue(f"{excerpt(value)}: LitGPT's quantized base (Fabric's BitsandbytesPrecision, finetune/lora.py:146-156) "
-                     "is not modelled under --stack litgpt; remove quantize (or estimate QLoRA on another stack)")
-
-
 def litgpt_devices(value) -> int:
     """devices: a count (parse_devices, utils.py); "auto" and -1 mean every GPU of the machine, which a file cannot say."""
     if value in ("auto", -1):

@@ -497,7 +497,11 @@ LITGPT = Tool("litgpt", "LitGPT 0.5.13 finetune", (
     *[Row(f"lora_{k}", f"lora_{k}", BOOL, default=on) for k, on in (
         ("query", True), ("key", False), ("value", True), ("projection", False), ("mlp", False), ("head", False))],
     Row("precision", "precision", c.LITGPT_PRECISION, default=("fp32", "bf16")),  # None: bf16-mixed (utils.py:363-380)
-    Row("quantize", None, c.litgpt_quantize),
+    # quantize: bnb.nf4 and the rest (finetune/lora.py:146-156) replace each linear with bitsandbytes' Linear4bit or
+    # Linear8bitLt under Fabric's BitsandbytesPrecision: not modelled on LitGPT's own model code, so refused
+    Row("quantize", "quant", c.refuse("LitGPT's quantized base (Fabric's BitsandbytesPrecision, finetune/lora.py:146-156) "
+                                      "is not modelled under --stack litgpt; remove quantize (or estimate QLoRA on "
+                                      "another stack)")),
     Row("devices", "gpus", c.litgpt_devices, default=1),
     Row("num_nodes", None, lambda v: c.integer(v) > 1, why="several nodes (ModelParallelStrategy's data parallelism)"),
     Row("train.micro_batch_size", "batch", c.integer, default=1),
