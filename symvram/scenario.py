@@ -710,8 +710,8 @@ class Scenario:
     def _check_litgpt(self) -> None:
         """LitGPT's own model code is modelled for ``litgpt finetune full`` and ``finetune lora`` on its Llama configs
         on one device, bf16-true (traced: benchmarks/litgpt_trace.py): LoRA's targets are what its switches put
-        adapters on (``LITGPT_LORA``), not its quantized bases (``--quantize bnb.*``), DoRA, modules_to_save, nor LoRA
-        on lm_head (each 128-position chunk's LoRA branch and its backward have no ledger terms yet)."""
+        adapters on (``LITGPT_LORA``, lm_head included), not its quantized bases (``--quantize bnb.*``), DoRA nor
+        modules_to_save."""
         fam = family(self.model.family)
         switched = {t for group in LITGPT_LORA.values() for t in group}
         partial = next((", ".join(g) for g in LITGPT_LORA.values() if 0 < len(set(g) & set(self.targets)) < len(g)),
@@ -722,7 +722,7 @@ class Scenario:
             ("--method qlora (its --quantize bnb.nf4 base: bitsandbytes' Linear4bit under Fabric's "
              "BitsandbytesPrecision)", self.method == "qlora"),
             ("DoRA", self.lora and self.dora), ("modules_to_save", self.lora and bool(self.modules_to_save)),
-            ("LoRA on lm_head (lora_head: the chunked head's LoRA branch)", self.lora and bool(self.head_targets)),
+            ("LoRA on embed_tokens (no lora_* switch adapts it)", self.lora and "embed_tokens" in self.head_targets),
             (f"LoRA targets {', '.join(sorted(set(self.targets) - switched))} (its switches are lora_query, lora_key, "
              "lora_value, lora_projection and lora_mlp)", self.lora and bool(set(self.targets) - switched)),
             (f"LoRA on part of {partial} (lora_mlp adapts all three)", self.lora and partial is not None),

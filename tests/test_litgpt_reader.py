@@ -114,7 +114,6 @@ def test_an_unknown_key_is_listed_not_read(tmp_path):
 
 @pytest.mark.parametrize("text, fragment", [
     ("quantize: bnb.nf4\n", "quantize: 'bnb.nf4': LitGPT's quantized base"),
-    ("lora_head: true\n", "--stack litgpt with LoRA on lm_head"),
     ("precision: bf16-mixed\n", "--stack litgpt with --dtype fp32 (bf16-true is modelled)"),
     ("devices: auto\n", "devices: 'auto' is every GPU of the machine"),
     ("lora_query: false\nlora_value: false\n", "every lora_* switch is off"),

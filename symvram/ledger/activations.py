@@ -382,11 +382,15 @@ def _layer_of(s_: Structure, first: bool) -> dict[str, tuple[sp.Expr, str, str, 
         why = "lora_A keeps its input for its weight gradient (targets reading one tensor share it)"
     if not lin_targets:
         return _kind_dims(fam, out)
-    out["act_lora_inputs"] = (inputs, r"A_{\mathrm{LoRA,in}}", why, PEFT)
+    litgpt = s_.model_code == "litgpt"
+    if litgpt:
+        why += " (LitGPT's fused qkv: one for q, k and v)"
+    out["act_lora_inputs"] = (inputs, r"A_{\mathrm{LoRA,in}}", why, "litgpt 0.5.13 lora.py:163, :422" if litgpt else PEFT)
     if masks != 0:
         mask_why = ("CPU dropout multiplies by a saved noise tensor of the input's dtype" if s_.device == "cpu"
                     else "CUDA native_dropout keeps a bool mask per target")
-        out["act_lora_dropout"] = (masks, r"A_{\mathrm{drop}}", mask_why, "torch dropout")
+        out["act_lora_dropout"] = (masks, r"A_{\mathrm{drop}}", mask_why + " (LitGPT's fused qkv: one)" * litgpt,
+                                   "torch dropout")
     out["act_lora_hidden"] = (len(lin_targets) * (matmul_bytes(s_) if s_.autocast else b_ad) * T * r, r"A_{\mathrm{LoRA},r}",
                               "lora_B keeps lora_A's r-wide output, one per target", PEFT)
     if s_.model_code == "litgpt" and (zero_pad := litgpt_zero_pad_width(s_)) != 0:
@@ -1714,12 +1718,14 @@ def litgpt_loss_terms(s_: Structure, logits_bytes) -> list[Term]:
     copy when b > 1), its targets too (int64 copies when b > 1), and cross-entropy runs per chunk (utils.py:315-325).
     Its backward runs every chunk's nll_loss and log_softmax backward before any chunk's reshape backward (these
     were made first, so their sequence numbers are lower): each chunk's log-softmax gradient replaces its saved
-    log-softmax, and the peak is one chunk's nll and log-softmax gradients at once, b·min(128, s − 1) rows each.
+    log-softmax, and the peak is one chunk's nll and log-softmax gradients at once, b·min(128, s − 1) rows each. The
+    chunks are made while fit() still holds the previous step's logits: where that instant is larger than the loss's
+    (one sample; LoRA on lm_head), ``head_chunks`` is the difference.
 
     >>> from symvram.ledger.structure import Structure
     >>> litgpt_loss_terms(Structure(model_code="litgpt"), sym("bytes_act"))[2].expr
     bytes_act*vocab*Max(batch*seq, 2*Min(128, batch*(seq - 1)))
-    >>> litgpt_loss_terms(Structure(model_code="litgpt", method="lora"), sym("bytes_act"))[2].expr
+    >>> litgpt_loss_terms(Structure(model_code="litgpt", method="lora"), sym("bytes_act"))[3].expr
     2*batch*bytes_act*vocab*Min(128, seq - 1)
     """
     logits = Term("logits", Role.LOSS_TEMPORARY, logits_bytes * T * V, r"M_{\mathrm{logits}}",
@@ -1729,12 +1735,27 @@ def litgpt_loss_terms(s_: Structure, logits_bytes) -> list[Term]:
                   lifetime=TRAINING_STEP)
     if s_.lora:
         last = seq - 128 * (ceil_div(seq, 128) - 1)   # the last chunk's positions, one sliced off
+        shifted = at_least(b, 2) * b * (logits_bytes * V * (last - 1) + b_id * (seq - 1))
+        lsm = logits_bytes * b * (seq - 1) * V        # act_logsoftmax (saved_terms)
+        # the head's own instant: the previous step's logits (fit() still holds them) beside this step's chunks so
+        # far and, under LoRA on lm_head, the chunk's base output and scaled lora_B output beside the sum
+        # (lora.py:165-172): the last chunk's, or the one before when the last is short; and the final norm's output,
+        # which forward() holds while it splits it (model.py:170-179; no frozen lm_head saves it)
+        extra = 2 if "lm_head" in s_.head_targets else 0
+        ahead = logits_bytes * b * V * (seq + sp.Max(extra * last, at_least(ceil_div(seq, 128), 2) * (extra * 128 - last))) \
+            + b_c * T * h
+        over = sp.Max(0, ahead - lsm - shifted)
         return [logits,
-                Term("logits_shifted", Role.LOSS_TEMPORARY, at_least(b, 2) * b * (
-                    logits_bytes * V * (last - 1) + b_id * (seq - 1)), r"M_{\mathrm{logits},\ll}",
+                Term("logits_shifted", Role.LOSS_TEMPORARY, shifted, r"M_{\mathrm{logits},\ll}",
                      "(b > 1) the reshaped copy of the last chunk, sliced by one position, and each chunk's int64 "
                      "targets, reshaped copies of targets[..., 1:]", "litgpt 0.5.13 finetune/lora.py:357, "
                      "utils.py:316-317"),
+                Term("head_chunks", Role.LOSS_TEMPORARY, over, r"M_{\mathrm{head}}",
+                     "while the lm_head chunks are made (the previous step's logits still held): this step's chunks so "
+                     "far" + " and the chunk's base and scaled LoRA outputs" * bool(extra) + " and the final norm's "
+                     "output, beyond what the loss "
+                     "then holds (its log-softmax and copies)", "litgpt 0.5.13 model.py:177-179"
+                     + ", lora.py:165-172" * bool(extra), tensors=((1, over),)),
                 Term("loss_backward_temp", Role.LOSS_BACKWARD_TEMPORARY,
                      2 * logits_bytes * V * b * sp.Min(128, seq - 1), r"M_{\mathrm{CE}'}",
                      "one chunk's nll_loss and log_softmax gradients at once (the chunks done before have traded "
@@ -1780,7 +1801,8 @@ def loss_terms(s_: Structure, logits_bytes) -> list[Term]:
                      + (" and lm_head's gradient" if lm_head_trains else "") + " (modelled from source)",
                      "cut_cross_entropy cce_backward.py")]
     if s_.model_code == "litgpt":
-        return litgpt_loss_terms(s_, logits_bytes)
+        terms = litgpt_loss_terms(s_, logits_bytes)
+        return terms + [lora_head_working_set(s_, logits_bytes)] if "lm_head" in s_.head_targets else terms
     chunks = sym("loss_chunks") if s_.loss_impl == "chunked" else 1
     upcast = s_.forward_logits_upcast   # transformers < 4.45: the forward returns fp32 logits (symvram.versions)
     terms = [
@@ -1813,10 +1835,15 @@ def lora_head_working_set(s_: Structure, logits_bytes) -> Term:
     adapters'), alive together before the sum, the logits the loss reads, takes lora_B's freed block. No moment lists
     them (the loss's fp32 tensors are larger); the allocation schedule makes and frees them before the logits, so the
     caching allocator keeps their segments (qwen2.5-0.5b LoRA on every linear, embed_tokens and lm_head: its traced
-    schedule holds three b·s·V bf16 tensors there, reserved −12.7 % → see tests/test_card_memory.py)."""
+    schedule holds three b·s·V bf16 tensors there, reserved −12.7 % → see tests/test_card_memory.py).
+    LitGPT's LoRALinear (litgpt 0.5.13 lora.py:165-172) makes the same three per 128-position chunk of the head
+    (model.py:177-179)."""
     lora = matmul_bytes(s_) if s_.autocast else compute_adapter_bytes(s_)
-    return Term("ws_lm_head", Role.HEAD_WORKING_SET, logits_bytes * T * V + 2 * lora * T * V, r"W_{\mathrm{head}}",
-                "LoRA on lm_head: the base logits, lora_B's output and its scaled copy as the sum is made",
+    rows = b * sp.Min(128, seq) if s_.model_code == "litgpt" else T
+    return Term("ws_lm_head", Role.HEAD_WORKING_SET, (logits_bytes + 2 * lora) * rows * V, r"W_{\mathrm{head}}",
+                "LoRA on lm_head: the base logits, lora_B's output and its scaled copy as the sum is made"
+                + " (one 128-position chunk)" * (s_.model_code == "litgpt"),
+                "litgpt 0.5.13 lora.py:165-172" if s_.model_code == "litgpt" else
                 "peft 0.21.2 tuners/lora/layer.py:1100-1113 Linear.forward")
 
 
