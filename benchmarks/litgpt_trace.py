@@ -41,7 +41,7 @@ LLAMA32_1B_4L = dict(name="Llama-3.2-1B", block_size=131072, vocab_size=128000, 
                      bias=False, norm_class_name="RMSNorm", mlp_class_name="LLaMAMLP", intermediate_size=8192,
                      rope_base=500000, rope_adjustments=dict(factor=32.0, low_freq_factor=1.0, high_freq_factor=4.0,
                                                              original_max_seq_len=8192))
-SWITCHES = ("query", "key", "value", "projection", "mlp", "head")   # lora.py:467-474 Config.lora_*
+SWITCHES = ("query", "key", "value", "projection", "mlp", "head")   # lora.py:467-475 Config.lora_*
 QV = dict(method="lora", rank=8, alpha=16, dropout=0.05, lora=("query", "value"))   # finetune/lora.py:56-64
 CASES = (  # name, litgpt Config arguments, run settings (``lora``: the lora_* switches that are on)
     ("tiny-lora", TINY, dict(**QV, batch=2, seq=64)),
@@ -69,6 +69,8 @@ CASES = (  # name, litgpt Config arguments, run settings (``lora``: the lora_* s
     ("tiny-lora-head", TINY, dict(**QV | dict(lora=("query", "value", "head")), batch=2, seq=200)),
     ("tiny-lora-every", TINY, dict(**QV | dict(rank=32, lora=SWITCHES), batch=2, seq=160)),
     ("tiny-lora-head-b1", TINY, dict(**QV | dict(lora=("query", "value", "head")), batch=1, seq=250)),
+    # the full context: max_seq_length = block_size rebuilds nothing, the cos/sin of init stay bf16 (model.py:59-60)
+    ("tiny-lora-full-context", TINY, dict(**QV, batch=1, seq=256)),
     ("llama3.2-1b-4layers-lora-every", LLAMA32_1B_4L, dict(**QV | dict(rank=32, lora=SWITCHES), batch=1, seq=512)),
 )
 

@@ -52,9 +52,9 @@ SET_LIMITS = {"P": 10**15, "model": MAX_DIM, "bytes": 64, "quant": 1 << 20, "zer
 
 MODULES_TO_SAVE = ("embed_tokens", "lm_head")  # the modules PEFT's modules_to_save is modelled for
 HEAD_TARGETS = ("embed_tokens", "lm_head")     # LoRA targets outside the layers: PEFT's lora.Embedding, lora.Linear
-# LitGPT's LoRA switches (litgpt 0.5.13 lora.py:467-474 Config.lora_*) → the Llama modules each puts adapters on: q, k, v
-# are the three parts of one fused LoRAQKVLinear (lora.py:524-535), lora_mlp all three LLaMAMLP linears
-# (lora.py:620-627 create_lora_linear's use_r default), lora_head the lm_head (lora.py:487-493)
+# LitGPT's LoRA switches (litgpt 0.5.13 lora.py:467-475 Config.lora_*) → the Llama modules each puts adapters on: q, k, v
+# are the three parts of one fused LoRAQKVLinear (lora.py:535-546), lora_mlp all three LLaMAMLP linears
+# (lora.py:619-621, create_lora_linear's use_r default :585), lora_head the lm_head (lora.py:489-495)
 LITGPT_LORA = {"lora_query": ("q_proj",), "lora_key": ("k_proj",), "lora_value": ("v_proj",),
                "lora_projection": ("o_proj",), "lora_mlp": ("gate_proj", "up_proj", "down_proj"),
                "lora_head": ("lm_head",)}
@@ -1019,8 +1019,8 @@ class Scenario:
             bytes_state=sizes[self.state_dtype], bytes_autocast=sizes[self.autocast] if self.autocast != "none" else 2,
             states_per_param=recipes()["optimizers"][self.optimizer]["states"],
         )
-        if self.structure.model_code == "torchtune":   # its RoPE cache spans the builder's max_seq_len
-            vals["rope_cache_len"] = self.model.max_position
+        if self.structure.model_code in ("torchtune", "litgpt"):   # torchtune's RoPE cache spans the builder's
+            vals["rope_cache_len"] = self.model.max_position          # max_seq_len; LitGPT's its block_size at init
         vals.update(dict(self.overrides))
         return vals
 

@@ -44,13 +44,13 @@ def _params_by_hand(a: dict, lora: dict | None) -> int:
 def test_stored_rows_are_litgpt_by_hand(row):
     """Each row names its versions; its parameters count by hand; the RoPE cache is cos and sin of
     [max_seq_length, d_head] rebuilt in fp32 when finetune sets max_seq_length after the bf16 conversion
-    (model.py:43-62, finetune/lora.py:304)."""
+    (model.py:43-62, finetune/lora.py:304), left as converted (bf16) at the full context, where nothing is rebuilt."""
     assert row["versions"]["litgpt"] == "0.5.13"
     a, run = row["arch"], row["run"]
     lora = run if run["method"] == "lora" else None
     assert row["total_params"] == _params_by_hand(a, lora)
     assert row["trainable_params"] == (row["total_params"] - _params_by_hand(a, None) if lora else row["total_params"])
-    rope = [[run["seq"], a["n_embd"] // a["n_head"]], "torch.float32"]
+    rope = [[run["seq"], a["n_embd"] // a["n_head"]], "torch.bfloat16" if run["seq"] == a["block_size"] else "torch.float32"]
     assert row["buffers"]["cos"] == row["buffers"]["sin"] == rope
 
 
@@ -82,8 +82,8 @@ def test_lora_defaults_are_finetune_loras():
 
 def test_its_lora_terms_by_hand():
     """Llama-3.2-1B at 2 × 512, LoRA on q and v with dropout, against PEFT's (--stack torch, bf16 adapters): one
-    dropout and one lora_A input for the fused qkv, not one per target (lora.py:422); zero_pad keeps the conv1d output
-    over q and v, (n_h + n_kv)·d_h wide, and its int64 index (lora.py:405, IndexCopyBackward0), and the model the
+    dropout and one lora_A input for the fused qkv, not one per target (lora.py:405); zero_pad keeps the conv1d output
+    over q and v, (n_h + n_kv)·d_h wide, and its int64 index (lora.py:326, IndexCopyBackward0), and the model the
     _lora_ind buffer; the loss backward holds one 128-position chunk's nll and log-softmax gradients at once."""
     kw = dict(method="lora", batch=2, seq=512, dtype="bf16", lora_dropout=0.05, targets="q_proj,v_proj")
     lg = evaluate(Scenario.create("llama-3.2-1b", stack="litgpt", **kw))

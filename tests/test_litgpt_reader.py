@@ -1,5 +1,5 @@
 """--from a LitGPT 0.5.13 finetune YAML (``litgpt finetune lora|full --config FILE``): its setup() keys
-(finetune/lora.py:49-80) read into the --stack litgpt scenario, the defaults its own, the quantized base refused."""
+(finetune/lora.py:49-82) read into the --stack litgpt scenario, the defaults its own, the quantized base refused."""
 from __future__ import annotations
 
 import pytest
@@ -79,7 +79,7 @@ def test_a_file_without_lora_keys_is_finetune_full(tmp_path):
 
 
 def test_finetune_loras_defaults_where_the_file_is_silent(tmp_path):
-    """finetune/lora.py:49-80: r 8, dropout 0.05, q and v, micro_batch_size 1, devices 1; no precision is
+    """finetune/lora.py:49-82: r 8, dropout 0.05, q and v, micro_batch_size 1, devices 1; no precision is
     get_default_supported_precision(training=True)'s bf16-mixed (utils.py:363-380): fp32 weights under autocast; no
     max_seq_length is the data's longest sample (a warning)."""
     r = read_files([_write(tmp_path, "checkpoint_dir: checkpoints/meta-llama/Llama-3.2-1B\nlora_alpha: 32\n")])

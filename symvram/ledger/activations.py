@@ -356,7 +356,7 @@ def _layer_of(s_: Structure, first: bool) -> dict[str, tuple[sp.Expr, str, str, 
     for group, width in fam.group_width.items():
         n = sum(1 for t in lin_targets if fam.linear(t).input_group == group)
         if s_.model_code == "litgpt" and group == "attn_in":
-            n = min(n, 1)   # q, k, v: one LoRAQKVLinear, one dropout and one lora_A (litgpt 0.5.13 lora.py:395)
+            n = min(n, 1)   # q, k, v: one LoRAQKVLinear, one dropout and one lora_A (litgpt 0.5.13 lora.py:405)
         if n:
             kept, mask = lora_input_bytes(s_, n, width, _per_call_cast(s_, group), _shared_with_attention(s_, group),
                                           group_grad[group])
@@ -385,7 +385,7 @@ def _layer_of(s_: Structure, first: bool) -> dict[str, tuple[sp.Expr, str, str, 
     litgpt = s_.model_code == "litgpt"
     if litgpt:
         why += " (LitGPT's fused qkv: one for q, k and v)"
-    out["act_lora_inputs"] = (inputs, r"A_{\mathrm{LoRA,in}}", why, "litgpt 0.5.13 lora.py:163, :422" if litgpt else PEFT)
+    out["act_lora_inputs"] = (inputs, r"A_{\mathrm{LoRA,in}}", why, "litgpt 0.5.13 lora.py:171, :405" if litgpt else PEFT)
     if masks != 0:
         mask_why = ("CPU dropout multiplies by a saved noise tensor of the input's dtype" if s_.device == "cpu"
                     else "CUDA native_dropout keeps a bool mask per target")
@@ -397,7 +397,7 @@ def _layer_of(s_: Structure, first: bool) -> dict[str, tuple[sp.Expr, str, str, 
         out["act_lora_zero_pad"] = ((b_ad * T + b_id) * zero_pad, r"A_{\mathrm{LoRA,pad}}",
                                     "zero_pad's index_copy_ keeps its source, the grouped conv1d's output over the "
                                     "adapted parts of the fused qkv, and the clone of _lora_ind it scatters by (int64)",
-                                    "litgpt 0.5.13 lora.py:361-371, :385-406, :430-435; torch IndexCopyBackward0")
+                                    "litgpt 0.5.13 lora.py:288-326, :328-360, :413; torch IndexCopyBackward0")
     if s_.dora:
         d_out = [fam.linear(t).d_out for t in lin_targets]
         scale = sp.Add(*(fam.linear(t).d_out for t in lin_targets if group_grad[fam.linear(t).input_group]))

@@ -27,7 +27,7 @@ BNB = "bitsandbytes optim/optimizer.py Optimizer2State.init_state"
 def litgpt_zero_pad_width(s: Structure) -> sp.Expr:
     """The width of LitGPT's LoRAQKVLinear update where it is scattered into the fused qkv: the adapted parts of q
     (n_h·d_h), k and v (n_kv·d_h each) when some but not all three are adapted (zero_pad returns the update itself when
-    all are, litgpt 0.5.13 lora.py:382-384), else 0.
+    all are, litgpt 0.5.13 lora.py:309-310), else 0.
 
     >>> litgpt_zero_pad_width(Structure(method="lora", model_code="litgpt", targets=("q_proj", "v_proj")))
     head_dim*heads + head_dim*kv_heads
@@ -156,14 +156,18 @@ def base_terms(s: Structure) -> list[Term]:
         if fam.extra("per_layer_embeddings"):   # Gemma 4: each layer's layer_scalar (1,), the per-layer table's scale
             scale += b_w * L + b_w * at_least(sym("ple_dim"), 1)
         if s.model_code == "litgpt":   # GPT's cos and sin buffers, rebuilt at the longest sample (fp32)
-            terms.append(Term("rope_cache", Role.BUFFER, 2 * b_32 * sym("seq") * rotary_width(fam),
+            # at the full context (max_seq_length = block_size) nothing is rebuilt: the cache built at init stays as
+            # bf16-true's setup_module converted it, in the weights' dtype (model.py:59-60)
+            b_rope = b_32 + (b_w - b_32) * at_least(sym("seq"), sym("rope_cache_len"))
+            terms.append(Term("rope_cache", Role.BUFFER, 2 * b_rope * sym("seq") * rotary_width(fam),
                               r"M_{\mathrm{rope}}", "LitGPT's RoPE cache: cos and sin [max_seq_length, rope_n_elem] in "
-                              "fp32, max_seq_length set to the longest training sample", "litgpt 0.5.13 model.py:43-62, "
+                              "fp32, max_seq_length set to the longest training sample (at the full context the "
+                              "cache built at init, in the weights' dtype)", "litgpt 0.5.13 model.py:43-62, "
                               "finetune/full.py:230"))
             if s.method == "lora" and (zero_pad := litgpt_zero_pad_width(s)) != 0:
                 terms.append(Term("lora_index", Role.BUFFER, sym("bytes_index") * L * zero_pad, r"M_{\mathrm{LoRA,ind}}",
                                   "each LoRAQKVLinear's _lora_ind, the int64 positions of its adapted q, k, v parts, "
-                                  "registered as a buffer at the first forward", "litgpt 0.5.13 lora.py:341-359"))
+                                  "registered as a buffer at the first forward", "litgpt 0.5.13 lora.py:264-286"))
             return terms + (tower_terms(s) if s.tower is not None else [])
         if s.model_code == "torchtune":   # its own RoPE module, one shared by every layer, in place of transformers'
             terms.append(Term("rope_cache", Role.BUFFER, b_32 * dh / 2 + b_32 * sym("rope_cache_len") * dh,

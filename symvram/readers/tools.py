@@ -484,7 +484,7 @@ TORCHTUNE = Tool("torchtune", "torchtune 0.6.1", (
                        "log_peak_memory_stats", "checkpointer", "metric_logger", "max_steps_per_epoch"}))
 
 # ------------------------------------- LitGPT 0.5.13 finetune YAML (litgpt finetune lora|full --config FILE)
-# the keys are finetune/lora.py:49-80 setup()'s (finetune/full.py's the same but the LoRA ones), the defaults its own;
+# the keys are finetune/lora.py:49-82 setup()'s (finetune/full.py's the same but the LoRA ones), the defaults its own;
 # train.* is args.py TrainArgs. A file with any lora_* key is a LoRA run (the config hub's lora.yaml files write them
 # all), without one finetune full's; the switches become the targets (scenario.LITGPT_LORA) in readers.read._litgpt
 LITGPT = Tool("litgpt", "LitGPT 0.5.13 finetune", (
@@ -497,9 +497,9 @@ LITGPT = Tool("litgpt", "LitGPT 0.5.13 finetune", (
     *[Row(f"lora_{k}", f"lora_{k}", BOOL, default=on) for k, on in (
         ("query", True), ("key", False), ("value", True), ("projection", False), ("mlp", False), ("head", False))],
     Row("precision", "precision", c.LITGPT_PRECISION, default=("fp32", "bf16")),  # None: bf16-mixed (utils.py:363-380)
-    # quantize: bnb.nf4 and the rest (finetune/lora.py:146-156) replace each linear with bitsandbytes' Linear4bit or
+    # quantize: bnb.nf4 and the rest (finetune/lora.py:141-150) replace each linear with bitsandbytes' Linear4bit or
     # Linear8bitLt under Fabric's BitsandbytesPrecision: not modelled on LitGPT's own model code, so refused
-    Row("quantize", "quant", c.refuse("LitGPT's quantized base (Fabric's BitsandbytesPrecision, finetune/lora.py:146-156) "
+    Row("quantize", "quant", c.refuse("LitGPT's quantized base (Fabric's BitsandbytesPrecision, finetune/lora.py:141-150) "
                                       "is not modelled under --stack litgpt; remove quantize (or estimate QLoRA on "
                                       "another stack)")),
     Row("devices", "gpus", c.litgpt_devices, default=1),
