@@ -1725,8 +1725,8 @@ def litgpt_loss_terms(s_: Structure, logits_bytes) -> list[Term]:
     >>> from symvram.ledger.structure import Structure
     >>> litgpt_loss_terms(Structure(model_code="litgpt"), sym("bytes_act"))[2].expr
     bytes_act*vocab*Max(batch*seq, 2*Min(128, batch*(seq - 1)))
-    >>> litgpt_loss_terms(Structure(model_code="litgpt", method="lora"), sym("bytes_act"))[3].expr
-    2*batch*bytes_act*vocab*Min(128, seq - 1)
+    >>> litgpt_loss_terms(Structure(model_code="litgpt", method="lora"), sym("bytes_act"))[3].expr.subs(sym("batch"), 1)
+    2*bytes_act*vocab*Min(128, seq - 1)
     """
     logits = Term("logits", Role.LOSS_TEMPORARY, logits_bytes * T * V, r"M_{\mathrm{logits}}",
                   "the lm_head output" + " (its 128-position chunks)" * s_.lora + ", which fit()'s loop keeps until "
@@ -1745,6 +1745,10 @@ def litgpt_loss_terms(s_: Structure, logits_bytes) -> list[Term]:
         ahead = logits_bytes * b * V * (seq + sp.Max(extra * last, at_least(ceil_div(seq, 128), 2) * (extra * 128 - last))) \
             + b_c * T * h
         over = sp.Max(0, ahead - lsm - shifted)
+        # the backward first reaches its peak at the second chunk it runs (the one before the short last), when the
+        # n − 2 chunks before that still keep their targets' int64 copies (b > 1)
+        n = ceil_div(seq, 128)
+        waiting = at_least(b, 2) * at_least(n, 2) * (n - 2) * b * 128 * b_id
         return [logits,
                 Term("logits_shifted", Role.LOSS_TEMPORARY, shifted, r"M_{\mathrm{logits},\ll}",
                      "(b > 1) the reshaped copy of the last chunk, sliced by one position, and each chunk's int64 "
@@ -1757,10 +1761,10 @@ def litgpt_loss_terms(s_: Structure, logits_bytes) -> list[Term]:
                      "then holds (its log-softmax and copies)", "litgpt 0.5.13 model.py:177-179"
                      + ", lora.py:165-172" * bool(extra), tensors=((1, over),)),
                 Term("loss_backward_temp", Role.LOSS_BACKWARD_TEMPORARY,
-                     2 * logits_bytes * V * b * sp.Min(128, seq - 1), r"M_{\mathrm{CE}'}",
+                     2 * logits_bytes * V * b * sp.Min(128, seq - 1) + waiting, r"M_{\mathrm{CE}'}",
                      "one chunk's nll_loss and log_softmax gradients at once (the chunks done before have traded "
-                     "their saved log-softmax for its gradient)", "torch nll_loss_backward, "
-                     "_log_softmax_backward_data; litgpt 0.5.13 utils.py:318-321")]
+                     "their saved log-softmax for its gradient), and the int64 targets the chunks not reached yet "
+                     "keep", "torch nll_loss_backward, _log_softmax_backward_data; litgpt 0.5.13 utils.py:318-325")]
     return [logits,
             Term("logits_shifted", Role.LOSS_TEMPORARY, (logits_bytes * V + at_least(b, 2) * b_id) * b * (seq - 1),
                  r"M_{\mathrm{logits},\ll}", "logits[..., :-1, :].reshape(-1, V): the copy chunked_cross_entropy splits, "
