@@ -10,12 +10,13 @@ environment (its torch) on PYTHONPATH:
     # → benchmarks/results/litgpt_trace.json
 
 (or name cases to print their rows only). tests/test_litgpt.py checks today's estimate against the stored rows
-(full fine-tuning and LoRA with its switches but lora_head).
+(full fine-tuning, and LoRA with each of its lora_* switches; the rows' scenarios say ``device="cpu"``: the trace runs
+CPU code paths, where dropout keeps a noise tensor of the input's dtype).
 
 Each case builds what ``litgpt finetune lora`` / ``finetune full`` build (litgpt 0.5.13): ``litgpt.lora.GPT`` (or
 ``litgpt.model.GPT``) from a ``Config``, the LoRA defaults of finetune/lora.py:56-64 (r 8, alpha 16, dropout 0.05,
-q and v only) or the case's lora_* switches, ``mark_only_lora_as_trainable`` (finetune/lora.py:212), the whole module in bf16 as
-``precision="bf16-true"`` converts it (buffers too), then ``model.max_seq_length = longest_seq_length``
+q and v only) or the case's lora_* switches, ``mark_only_lora_as_trainable`` (finetune/lora.py:212), the whole
+module in bf16 as ``precision="bf16-true"`` converts it (buffers too), then ``model.max_seq_length = longest_seq_length``
 (finetune/lora.py:304, which rebuilds the RoPE cache ``cos``/``sin`` at that length, model.py:43-62). Each step is
 finetune/lora.py:355-359 (``model(input_ids, lm_head_chunk_size=128)``, the last chunk sliced by one position,
 ``chunked_cross_entropy``, ``backward``) or finetune/full.py:283-285 (whole logits, ``logits[..., :-1, :]``,
