@@ -1,17 +1,22 @@
 """LitGPT's own model, chunked loss and AdamW step traced under FakeTensorMode (``--stack litgpt``).
 
-LitGPT is not a dependency of symvram: run this in a venv that has it (litgpt 0.5.13 and lightning, installed with
-``--no-deps`` beside this project's torch), with this checkout on PYTHONPATH:
+LitGPT is not a dependency of symvram: run this in a venv that has it (litgpt 0.5.13, lightning 2.6.6,
+lightning-utilities and torchmetrics, each installed with ``--no-deps``), with this checkout and then this project's
+environment (its torch) on PYTHONPATH:
 
-    PYTHONPATH=$PWD /work/venv-lg/bin/python benchmarks/litgpt_trace.py   # → benchmarks/results/litgpt_trace.json
+    python3 -m venv /tmp/venv-lg && /tmp/venv-lg/bin/pip install --no-deps litgpt==0.5.13 lightning==2.6.6 \
+        lightning-utilities torchmetrics
+    PYTHONPATH=$PWD:$PWD/.venv/lib/python3.11/site-packages /tmp/venv-lg/bin/python benchmarks/litgpt_trace.py
+    # → benchmarks/results/litgpt_trace.json
 
 (or name cases to print their rows only). tests/test_litgpt.py checks today's estimate against the stored rows
-(full fine-tuning; LitGPT's LoRA is traced and refused, not modelled).
+(full fine-tuning, and LoRA with each of its lora_* switches; the rows' scenarios say ``device="cpu"``: the trace runs
+CPU code paths, where dropout keeps a noise tensor of the input's dtype).
 
 Each case builds what ``litgpt finetune lora`` / ``finetune full`` build (litgpt 0.5.13): ``litgpt.lora.GPT`` (or
 ``litgpt.model.GPT``) from a ``Config``, the LoRA defaults of finetune/lora.py:56-64 (r 8, alpha 16, dropout 0.05,
-q and v only), ``mark_only_lora_as_trainable`` (finetune/lora.py:212), the whole module in bf16 as
-``precision="bf16-true"`` converts it (buffers too), then ``model.max_seq_length = longest_seq_length``
+q and v only) or the case's lora_* switches, ``mark_only_lora_as_trainable`` (finetune/lora.py:212), the whole
+module in bf16 as ``precision="bf16-true"`` converts it (buffers too), then ``model.max_seq_length = longest_seq_length``
 (finetune/lora.py:304, which rebuilds the RoPE cache ``cos``/``sin`` at that length, model.py:43-62). Each step is
 finetune/lora.py:355-359 (``model(input_ids, lm_head_chunk_size=128)``, the last chunk sliced by one position,
 ``chunked_cross_entropy``, ``backward``) or finetune/full.py:283-285 (whole logits, ``logits[..., :-1, :]``,
@@ -37,16 +42,37 @@ LLAMA32_1B_4L = dict(name="Llama-3.2-1B", block_size=131072, vocab_size=128000, 
                      bias=False, norm_class_name="RMSNorm", mlp_class_name="LLaMAMLP", intermediate_size=8192,
                      rope_base=500000, rope_adjustments=dict(factor=32.0, low_freq_factor=1.0, high_freq_factor=4.0,
                                                              original_max_seq_len=8192))
-CASES = (  # name, litgpt Config arguments, run settings
-    ("tiny-lora", TINY, dict(method="lora", rank=8, alpha=16, dropout=0.05, batch=2, seq=64)),
-    ("tiny-lora-mha", {**TINY, "n_query_groups": 4}, dict(method="lora", rank=8, alpha=16, dropout=0.05, batch=2,
-                                                         seq=64)),
+SWITCHES = ("query", "key", "value", "projection", "mlp", "head")   # lora.py:467-475 Config.lora_*
+QV = dict(method="lora", rank=8, alpha=16, dropout=0.05, lora=("query", "value"))   # finetune/lora.py:56-64
+CASES = (  # name, litgpt Config arguments, run settings (``lora``: the lora_* switches that are on)
+    ("tiny-lora", TINY, dict(**QV, batch=2, seq=64)),
+    ("tiny-lora-mha", {**TINY, "n_query_groups": 4}, dict(**QV, batch=2, seq=64)),
     ("tiny-full", TINY, dict(method="full", batch=2, seq=64)),
     ("tiny-full-long", TINY, dict(method="full", batch=1, seq=200)),
     ("tiny-full-mha", {**TINY, "n_query_groups": 4}, dict(method="full", batch=2, seq=64)),
-    ("llama3.2-1b-4layers-lora", LLAMA32_1B_4L, dict(method="lora", rank=8, alpha=16, dropout=0.05, batch=4,
-                                                      seq=512)),
+    ("llama3.2-1b-4layers-lora", LLAMA32_1B_4L, dict(**QV, batch=4, seq=512)),
     ("llama3.2-1b-4layers-full", LLAMA32_1B_4L, dict(method="full", batch=2, seq=512)),
+    # two lm_head chunks, the last of 72 positions; one sample (the last chunk's reshape a view); every switch but
+    # the head (no zero_pad: q, k, v all adapted), under GQA and MHA (conv1d's groups); k alone; no dropout
+    ("tiny-lora-long", TINY, dict(**QV, batch=2, seq=200)),
+    ("tiny-lora-b1", TINY, dict(**QV, batch=1, seq=250)),
+    ("tiny-lora-all", TINY, dict(**QV | dict(lora=("query", "key", "value", "projection", "mlp")), batch=2, seq=64)),
+    ("tiny-lora-all-mha", {**TINY, "n_query_groups": 4},
+     dict(**QV | dict(lora=("query", "key", "value", "projection", "mlp")), batch=2, seq=64)),
+    ("tiny-lora-key-proj", TINY, dict(**QV | dict(lora=("key", "projection")), batch=2, seq=64)),
+    ("tiny-lora-nodropout", TINY, dict(**QV | dict(dropout=0.0), batch=2, seq=160)),
+    # config_hub/finetune/llama-3.2-1B/lora.yaml: lora_r 32, alpha 16, q and v, micro_batch_size 1, max_seq_length 512
+    ("llama3.2-1b-4layers-lora-hub", LLAMA32_1B_4L, dict(**QV | dict(rank=32), batch=1, seq=512)),
+    ("llama3.2-1b-4layers-lora-all", LLAMA32_1B_4L,
+     dict(**QV | dict(lora=("query", "key", "value", "projection", "mlp")), batch=2, seq=384)),
+    # lora_head: each 128-position lm_head chunk with its own LoRA branch; every switch, as
+    # config_hub/finetune/tiny-llama/lora.yaml (r 32), at the tiny size and the 1B slice
+    ("tiny-lora-head", TINY, dict(**QV | dict(lora=("query", "value", "head")), batch=2, seq=200)),
+    ("tiny-lora-every", TINY, dict(**QV | dict(rank=32, lora=SWITCHES), batch=2, seq=160)),
+    ("tiny-lora-head-b1", TINY, dict(**QV | dict(lora=("query", "value", "head")), batch=1, seq=250)),
+    # the full context: max_seq_length = block_size rebuilds nothing, the cos/sin of init stay bf16 (model.py:59-60)
+    ("tiny-lora-full-context", TINY, dict(**QV, batch=1, seq=256)),
+    ("llama3.2-1b-4layers-lora-every", LLAMA32_1B_4L, dict(**QV | dict(rank=32, lora=SWITCHES), batch=1, seq=512)),
 )
 
 
@@ -56,8 +82,8 @@ def build(arch: dict, run: dict):
     with torch.device("meta"):
         if run["method"] == "lora":
             model = lora.GPT(lora.Config(**arch, lora_r=run["rank"], lora_alpha=run["alpha"],
-                                         lora_dropout=run["dropout"], lora_query=True, lora_key=False,
-                                         lora_value=True, lora_projection=False, lora_mlp=False, lora_head=False))
+                                         lora_dropout=run["dropout"],
+                                         **{f"lora_{k}": k in run["lora"] for k in SWITCHES}))
             lora.mark_only_lora_as_trainable(model)
         else:
             model = lmodel.GPT(lmodel.Config(**arch))
@@ -114,10 +140,14 @@ def config(arch: dict) -> dict:
 
 
 def scenario(run: dict) -> dict:
-    """The run as ``Scenario.create`` keywords under ``--stack litgpt`` (finetune/lora.py's q and v targets)."""
-    kw = {"stack": "litgpt", "method": run["method"], "batch": run["batch"], "seq": run["seq"]}
+    """The run as ``Scenario.create`` keywords under ``--stack litgpt``: the switches' targets
+    (symvram.scenario.LITGPT_LORA), on the CPU code paths this trace runs (dropout's saved noise)."""
+    from symvram.scenario import LITGPT_LORA
+
+    kw = {"stack": "litgpt", "method": run["method"], "batch": run["batch"], "seq": run["seq"], "device": "cpu"}
     if run["method"] == "lora":
-        kw.update(rank=run["rank"], targets="q_proj,v_proj")
+        kw.update(rank=run["rank"], lora_dropout=run["dropout"],
+                  targets=",".join(t for k in run["lora"] for t in LITGPT_LORA[f"lora_{k}"]))
     return kw
 
 

@@ -52,6 +52,12 @@ SET_LIMITS = {"P": 10**15, "model": MAX_DIM, "bytes": 64, "quant": 1 << 20, "zer
 
 MODULES_TO_SAVE = ("embed_tokens", "lm_head")  # the modules PEFT's modules_to_save is modelled for
 HEAD_TARGETS = ("embed_tokens", "lm_head")     # LoRA targets outside the layers: PEFT's lora.Embedding, lora.Linear
+# LitGPT's LoRA switches (litgpt 0.5.13 lora.py:467-475 Config.lora_*) → the Llama modules each puts adapters on: q, k, v
+# are the three parts of one fused LoRAQKVLinear (lora.py:535-546), lora_mlp all three LLaMAMLP linears
+# (lora.py:619-621, create_lora_linear's use_r default :585), lora_head the lm_head (lora.py:489-495)
+LITGPT_LORA = {"lora_query": ("q_proj",), "lora_key": ("k_proj",), "lora_value": ("v_proj",),
+               "lora_projection": ("o_proj",), "lora_mlp": ("gate_proj", "up_proj", "down_proj"),
+               "lora_head": ("lm_head",)}
 
 
 def parse_modules_to_save(spec: str | tuple[str, ...] | list[str]) -> tuple[str, ...]:
@@ -310,8 +316,10 @@ class Scenario:
             raise UserError(f"unknown scenario setting {', '.join(unknown)}; settings are "
                             f"{', '.join(k for k in cls.__dataclass_fields__ if k not in ('model', 'given'))}")
         fam = family(spec.family)
-        targets = parse_targets(kw.get("targets", fam.extra("default_targets", "all-linear")), fam)   # a family whose
-        # all-linear PEFT refuses (Nemotron-H: out_proj) names the group it defaults to
+        # a stack's own default targets (LitGPT's q and v), else a family whose all-linear PEFT refuses (Nemotron-H:
+        # out_proj) names the group it defaults to
+        targets = parse_targets(kw.get("targets", stacks().get(kw.get("stack"), {}).get(
+            "targets", fam.extra("default_targets", "all-linear"))), fam)
         heads = set(targets) | set(kw.get("head_targets", ()))
         if unknown := sorted(heads - set(targets) - set(HEAD_TARGETS)):
             raise UserError(f"head_targets: {', '.join(unknown)} unknown; use {' or '.join(HEAD_TARGETS)}")
@@ -547,7 +555,7 @@ class Scenario:
         if self.modules_to_save and not self.lora:
             raise UserError("--modules-to-save trains full copies of modules beside LoRA adapters: use --method lora "
                             "(or qlora); full fine-tuning trains them anyway")
-        if self.lora and self.head_targets:
+        if self.lora and self.head_targets and self.model_code == "transformers":   # the own-code stacks' checks say theirs
             self._check_head_targets()
         if self.optimizer_in_backward:
             self._check_in_backward()
@@ -705,22 +713,31 @@ class Scenario:
                             "full recipes on its Llama builders are")
 
     def _check_litgpt(self) -> None:
-        """LitGPT's own model code is modelled for ``litgpt finetune full`` on its Llama configs on one device
-        (traced: benchmarks/litgpt_trace.py). Its LoRA is not: LoRAQKVLinear's conv1d and zero_pad over the fused qkv
-        (litgpt 0.5.13 lora.py:381-406) and the 128-position lm_head chunks have no ledger terms yet."""
+        """LitGPT's own model code is modelled for ``litgpt finetune full`` and ``finetune lora`` on its Llama configs
+        on one device, bf16-true (traced: benchmarks/litgpt_trace.py): LoRA's targets are what its switches put
+        adapters on (``LITGPT_LORA``, lm_head included), not its quantized bases (``--quantize bnb.*``), DoRA nor
+        modules_to_save."""
         fam = family(self.model.family)
+        switched = {t for group in LITGPT_LORA.values() for t in group}
+        partial = next((", ".join(g) for g in LITGPT_LORA.values() if 0 < len(set(g) & set(self.targets)) < len(g)),
+                       None)
         why = next((what for what, on in (
             (f"the {fam.key} family (its Llama configs are modelled)", fam.key != "llama"),
             ("a nominal preset (its parameter count given, not its dimensions)", self.model.params is not None),
-            (f"--method {self.method} (its fused qkv LoRA is traced, not modelled; full fine-tuning is)",
-             self.method != "full"),
+            ("--method qlora (its --quantize bnb.nf4 base: bitsandbytes' Linear4bit under Fabric's "
+             "BitsandbytesPrecision)", self.method == "qlora"),
+            ("DoRA", self.lora and self.dora), ("modules_to_save", self.lora and bool(self.modules_to_save)),
+            ("LoRA on embed_tokens (no lora_* switch adapts it)", self.lora and "embed_tokens" in self.head_targets),
+            (f"LoRA targets {', '.join(sorted(set(self.targets) - switched))} (its switches are lora_query, lora_key, "
+             "lora_value, lora_projection and lora_mlp)", self.lora and bool(set(self.targets) - switched)),
+            (f"LoRA on part of {partial} (lora_mlp adapts all three)", self.lora and partial is not None),
             ("gradient checkpointing", self.grad_checkpointing), ("activation offloading", self.offload_activations),
             *self._own_code_unmodelled(),
             ("--optimizer-in-backward", self.optimizer_in_backward),
             (f"--dtype {self.dtype} (bf16-true is modelled)", self.dtype != "bf16")) if on), None)
         if why:
-            raise UserError(f"--stack litgpt with {why} is not modelled; LitGPT 0.5.13's finetune full on its Llama "
-                            "configs is (its traces: benchmarks/results/litgpt_trace.json)")
+            raise UserError(f"--stack litgpt with {why} is not modelled; LitGPT 0.5.13's finetune full and finetune "
+                            "lora on its Llama configs are (its traces: benchmarks/results/litgpt_trace.json)")
 
     def _check_packing(self) -> None:
         """Packing is modelled on SDPA, where transformers turns restarting position ids into a block-diagonal mask."""
@@ -1011,8 +1028,8 @@ class Scenario:
             bytes_state=sizes[self.state_dtype], bytes_autocast=sizes[self.autocast] if self.autocast != "none" else 2,
             states_per_param=recipes()["optimizers"][self.optimizer]["states"],
         )
-        if self.structure.model_code == "torchtune":   # its RoPE cache spans the builder's max_seq_len
-            vals["rope_cache_len"] = self.model.max_position
+        if self.structure.model_code in ("torchtune", "litgpt"):   # torchtune's RoPE cache spans the builder's
+            vals["rope_cache_len"] = self.model.max_position          # max_seq_len; LitGPT's its block_size at init
         vals.update(dict(self.overrides))
         return vals
 

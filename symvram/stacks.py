@@ -27,8 +27,9 @@ STACK_SETTINGS = ("adapter_dtype", "autocast", "optimizer", "optimizer_impl", "s
                   "loss_impl", "kbit_prep")
 
 # settings only some stacks decide (the storage dtype, DeepSpeed's fp32 master, the ZeRO stage, FSDP2's
-# mixed-precision policy, TRL's checkpointing default, Unsloth's LoRA rank); the Scenario's own default otherwise
-STACK_EXTRAS = ("dtype", "master", "zero", "mp_policy", "grad_checkpointing", "rank")
+# mixed-precision policy, TRL's checkpointing default, Unsloth's and LitGPT's LoRA rank and dropout); the Scenario's
+# own default otherwise (a stack's LoRA ``targets`` are read where Scenario.create parses them)
+STACK_EXTRAS = ("dtype", "master", "zero", "mp_policy", "grad_checkpointing", "rank", "lora_dropout")
 
 # what DeepSpeed ZeRO-Offload runs: its bf16 engine (the model cast to bf16, no autocast), its CPU Adam on the fp32
 # master partition (fp32 moments: DeepSpeedCPUAdam(fp32_optimizer_states=True)), stepped after the backward;
@@ -214,8 +215,10 @@ def summary(sc) -> str:
     if sc.structure.model_code == "litgpt":
         parts.append("LitGPT 0.5.13's own GPT (its own lm_head, untied: a tied checkpoint's embedding is copied into it; "
                      "fused qkv, k and v repeated to every head, its fp32 RMSNorm, RoPE cos/sin "
-                     "at the longest sample, chunked_cross_entropy on bf16 logits that fit() keeps through the step; "
-                     "traced under FakeTensorMode by benchmarks/litgpt_trace.py)")
+                     "at the longest sample, chunked_cross_entropy on bf16 logits that fit() keeps through the step"
+                     + ("; LoRAQKVLinear: one dropout and lora_A for q, k and v, zero_pad's saved source, the lm_head "
+                        "in 128-position chunks" if sc.lora else "")
+                     + "; traced under FakeTensorMode by benchmarks/litgpt_trace.py)")
     if sc.offload_activations and sc.structure.model_code == "torchtune":
         parts.append("torchtune's activation offloading (enable_activation_offloading: its own OffloadActivations traced "
                      "on the CPU over its model's forward; the copy streams' overlap and pinned host memory modelled, "

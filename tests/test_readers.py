@@ -172,7 +172,8 @@ def test_every_row_names_a_known_target():
                 assert row.setting[len(SYMBOL):] in SYMBOLS, (tool.name, row.key)
             else:
                 assert row.setting in fields | set(FACTS) | set(PENDING) | {INFO}, (tool.name, row.key)
-                assert row.setting != "model" or row.key in ("base_model", "model_name_or_path", "model._component_")
+                assert row.setting != "model" or row.key in ("base_model", "model_name_or_path", "model._component_",
+                                                                 "checkpoint_dir")
                 # a Scenario field is set from the files, unless its values there are still pending (loss_impl)
                 assert row.setting not in fields or row.setting in _SETTINGS or row.setting in PENDING, \
                     (tool.name, row.key)

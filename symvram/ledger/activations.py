@@ -24,7 +24,7 @@ from .functions import at_least, ceil_div, largest_indicators, pow2_ceil
 from .structure import Structure
 from .terms import TRAINING_STEP, Phase, Place, Role, Term, span
 from .weights import (compute_adapter_bytes, compute_weight_bytes, kind_adapter_params, layer_lora_params,
-                      per_trainable, rope_width_sum, rotary_width, saved_copy_bytes)
+                      litgpt_zero_pad_width, per_trainable, rope_width_sum, rotary_width, saved_copy_bytes)
 
 b, seq, r = sym("batch"), sym("seq"), sym("rank")
 b_c, b_32, b_a, b_mask, b_id, b_w, b_g, b_i32 = (sym(n) for n in (
@@ -355,6 +355,8 @@ def _layer_of(s_: Structure, first: bool) -> dict[str, tuple[sp.Expr, str, str, 
     inputs, masks = sp.Integer(0), sp.Integer(0)
     for group, width in fam.group_width.items():
         n = sum(1 for t in lin_targets if fam.linear(t).input_group == group)
+        if s_.model_code == "litgpt" and group == "attn_in":
+            n = min(n, 1)   # q, k, v: one LoRAQKVLinear, one dropout and one lora_A (litgpt 0.5.13 lora.py:405)
         if n:
             kept, mask = lora_input_bytes(s_, n, width, _per_call_cast(s_, group), _shared_with_attention(s_, group),
                                           group_grad[group])
@@ -380,13 +382,22 @@ def _layer_of(s_: Structure, first: bool) -> dict[str, tuple[sp.Expr, str, str, 
         why = "lora_A keeps its input for its weight gradient (targets reading one tensor share it)"
     if not lin_targets:
         return _kind_dims(fam, out)
-    out["act_lora_inputs"] = (inputs, r"A_{\mathrm{LoRA,in}}", why, PEFT)
+    litgpt = s_.model_code == "litgpt"
+    if litgpt:
+        why += " (LitGPT's fused qkv: one for q, k and v)"
+    out["act_lora_inputs"] = (inputs, r"A_{\mathrm{LoRA,in}}", why, "litgpt 0.5.13 lora.py:171, :405" if litgpt else PEFT)
     if masks != 0:
         mask_why = ("CPU dropout multiplies by a saved noise tensor of the input's dtype" if s_.device == "cpu"
                     else "CUDA native_dropout keeps a bool mask per target")
-        out["act_lora_dropout"] = (masks, r"A_{\mathrm{drop}}", mask_why, "torch dropout")
+        out["act_lora_dropout"] = (masks, r"A_{\mathrm{drop}}", mask_why + " (LitGPT's fused qkv: one)" * litgpt,
+                                   "torch dropout")
     out["act_lora_hidden"] = (len(lin_targets) * (matmul_bytes(s_) if s_.autocast else b_ad) * T * r, r"A_{\mathrm{LoRA},r}",
                               "lora_B keeps lora_A's r-wide output, one per target", PEFT)
+    if s_.model_code == "litgpt" and (zero_pad := litgpt_zero_pad_width(s_)) != 0:
+        out["act_lora_zero_pad"] = ((b_ad * T + b_id) * zero_pad, r"A_{\mathrm{LoRA,pad}}",
+                                    "zero_pad's index_copy_ keeps its source, the grouped conv1d's output over the "
+                                    "adapted parts of the fused qkv, and the clone of _lora_ind it scatters by (int64)",
+                                    "litgpt 0.5.13 lora.py:288-326, :328-360, :413; torch IndexCopyBackward0")
     if s_.dora:
         d_out = [fam.linear(t).d_out for t in lin_targets]
         scale = sp.Add(*(fam.linear(t).d_out for t in lin_targets if group_grad[fam.linear(t).input_group]))
@@ -1754,19 +1765,65 @@ def unsloth_loss_terms(s_: Structure) -> list[Term]:
 
 
 def litgpt_loss_terms(s_: Structure, logits_bytes) -> list[Term]:
-    """LitGPT's full fine-tuning loss (litgpt 0.5.13 finetune/full.py:282-291, utils.py:334-345): fit() keeps the 16-bit
+    """LitGPT's loss. Full fine-tuning (litgpt 0.5.13 finetune/full.py:282-291, utils.py:334-345): fit() keeps the 16-bit
     ``logits`` referenced through the backward, the optimizer step and the next step's forward; ``logits[..., :-1, :]``
     is reshaped (a copy) and cross-entropy runs on 128-row chunks of it. The backward holds, beyond the chunks' saved
     log-softmax (or their gradients), the first chunk's nll and log-softmax gradients at once, or the slice's
     zero-filled gradient of all the logits, whichever is larger.
 
+    Under LoRA (finetune/lora.py:355-359) the model returns the logits as a list of 128-position chunks
+    (model.py:177-179, ``lm_head_chunk_size=128``), the last sliced by one position: each chunk is reshaped (the last a
+    copy when b > 1), its targets too (int64 copies when b > 1), and cross-entropy runs per chunk (utils.py:315-325).
+    Its backward runs every chunk's nll_loss and log_softmax backward before any chunk's reshape backward (these
+    were made first, so their sequence numbers are lower): each chunk's log-softmax gradient replaces its saved
+    log-softmax, and the peak is one chunk's nll and log-softmax gradients at once, b·min(128, s − 1) rows each. The
+    chunks are made while fit() still holds the previous step's logits: where that instant is larger than the loss's
+    (one sample; LoRA on lm_head), ``head_chunks`` is the difference.
+
     >>> from symvram.ledger.structure import Structure
     >>> litgpt_loss_terms(Structure(model_code="litgpt"), sym("bytes_act"))[2].expr
     bytes_act*vocab*Max(batch*seq, 2*Min(128, batch*(seq - 1)))
+    >>> litgpt_loss_terms(Structure(model_code="litgpt", method="lora"), sym("bytes_act"))[3].expr.subs(sym("batch"), 1)
+    2*bytes_act*vocab*Min(128, seq - 1)
     """
-    return [Term("logits", Role.LOSS_TEMPORARY, logits_bytes * T * V, r"M_{\mathrm{logits}}",
-                 "the lm_head output, which fit()'s loop keeps until the next step's forward returns",
-                 "litgpt 0.5.13 finetune/full.py:282", lifetime=TRAINING_STEP),
+    logits = Term("logits", Role.LOSS_TEMPORARY, logits_bytes * T * V, r"M_{\mathrm{logits}}",
+                  "the lm_head output" + " (its 128-position chunks)" * s_.lora + ", which fit()'s loop keeps until "
+                  "the next step's forward returns", "litgpt 0.5.13 finetune/" + ("lora.py:355" if s_.lora else
+                                                                                   "full.py:282"),
+                  lifetime=TRAINING_STEP)
+    if s_.lora:
+        last = seq - 128 * (ceil_div(seq, 128) - 1)   # the last chunk's positions, one sliced off
+        shifted = at_least(b, 2) * b * (logits_bytes * V * (last - 1) + b_id * (seq - 1))
+        lsm = logits_bytes * b * (seq - 1) * V        # act_logsoftmax (saved_terms)
+        # the head's own instant: the previous step's logits (fit() still holds them) beside this step's chunks so
+        # far and, under LoRA on lm_head, the chunk's base output and scaled lora_B output beside the sum
+        # (lora.py:165-172): the last chunk's, or the one before when the last is short; and the final norm's output,
+        # which forward() holds while it splits it (model.py:170-179; no frozen lm_head saves it)
+        extra = 2 if "lm_head" in s_.head_targets else 0
+        ahead = logits_bytes * b * V * (seq + sp.Max(extra * last, at_least(ceil_div(seq, 128), 2) * (extra * 128 - last))) \
+            + b_c * T * h
+        over = sp.Max(0, ahead - lsm - shifted)
+        # the backward first reaches its peak at the second chunk it runs (the one before the short last), when the
+        # n − 2 chunks before that still keep their targets' int64 copies (b > 1)
+        n = ceil_div(seq, 128)
+        waiting = at_least(b, 2) * at_least(n, 2) * (n - 2) * b * 128 * b_id
+        return [logits,
+                Term("logits_shifted", Role.LOSS_TEMPORARY, shifted, r"M_{\mathrm{logits},\ll}",
+                     "(b > 1) the reshaped copy of the last chunk, sliced by one position, and each chunk's int64 "
+                     "targets, reshaped copies of targets[..., 1:]", "litgpt 0.5.13 finetune/lora.py:357, "
+                     "utils.py:316-317"),
+                Term("head_chunks", Role.LOSS_TEMPORARY, over, r"M_{\mathrm{head}}",
+                     "while the lm_head chunks are made (the previous step's logits still held): this step's chunks so "
+                     "far" + " and the chunk's base and scaled LoRA outputs" * bool(extra) + " and the final norm's "
+                     "output, beyond what the loss "
+                     "then holds (its log-softmax and copies)", "litgpt 0.5.13 model.py:177-179"
+                     + ", lora.py:165-172" * bool(extra), tensors=((1, over),)),
+                Term("loss_backward_temp", Role.LOSS_BACKWARD_TEMPORARY,
+                     2 * logits_bytes * V * b * sp.Min(128, seq - 1) + waiting, r"M_{\mathrm{CE}'}",
+                     "one chunk's nll_loss and log_softmax gradients at once (the chunks done before have traded "
+                     "their saved log-softmax for its gradient), and the int64 targets the chunks not reached yet "
+                     "keep", "torch nll_loss_backward, _log_softmax_backward_data; litgpt 0.5.13 utils.py:318-325")]
+    return [logits,
             Term("logits_shifted", Role.LOSS_TEMPORARY, (logits_bytes * V + at_least(b, 2) * b_id) * b * (seq - 1),
                  r"M_{\mathrm{logits},\ll}", "logits[..., :-1, :].reshape(-1, V): the copy chunked_cross_entropy splits, "
                  "and (b > 1) targets[..., 1:]'s int64 copy, freed by the first chunk's nll_loss backward",
@@ -1806,7 +1863,8 @@ def loss_terms(s_: Structure, logits_bytes) -> list[Term]:
                      + (" and lm_head's gradient" if lm_head_trains else "") + " (modelled from source)",
                      "cut_cross_entropy cce_backward.py")]
     if s_.model_code == "litgpt":
-        return litgpt_loss_terms(s_, logits_bytes)
+        terms = litgpt_loss_terms(s_, logits_bytes)
+        return terms + [lora_head_working_set(s_, logits_bytes)] if "lm_head" in s_.head_targets else terms
     chunks = sym("loss_chunks") if s_.loss_impl == "chunked" else 1
     upcast = s_.forward_logits_upcast   # transformers < 4.45: the forward returns fp32 logits (symvram.versions)
     terms = [
@@ -1839,10 +1897,15 @@ def lora_head_working_set(s_: Structure, logits_bytes) -> Term:
     adapters'), alive together before the sum, the logits the loss reads, takes lora_B's freed block. No moment lists
     them (the loss's fp32 tensors are larger); the allocation schedule makes and frees them before the logits, so the
     caching allocator keeps their segments (qwen2.5-0.5b LoRA on every linear, embed_tokens and lm_head: its traced
-    schedule holds three b·s·V bf16 tensors there, reserved −12.7 % → see tests/test_card_memory.py)."""
+    schedule holds three b·s·V bf16 tensors there, reserved −12.7 % → see tests/test_card_memory.py).
+    LitGPT's LoRALinear (litgpt 0.5.13 lora.py:165-172) makes the same three per 128-position chunk of the head
+    (model.py:177-179)."""
     lora = matmul_bytes(s_) if s_.autocast else compute_adapter_bytes(s_)
-    return Term("ws_lm_head", Role.HEAD_WORKING_SET, logits_bytes * T * V + 2 * lora * T * V, r"W_{\mathrm{head}}",
-                "LoRA on lm_head: the base logits, lora_B's output and its scaled copy as the sum is made",
+    rows = b * sp.Min(128, seq) if s_.model_code == "litgpt" else T
+    return Term("ws_lm_head", Role.HEAD_WORKING_SET, (logits_bytes + 2 * lora) * rows * V, r"W_{\mathrm{head}}",
+                "LoRA on lm_head: the base logits, lora_B's output and its scaled copy as the sum is made"
+                + " (one 128-position chunk)" * (s_.model_code == "litgpt"),
+                "litgpt 0.5.13 lora.py:165-172" if s_.model_code == "litgpt" else
                 "peft 0.21.2 tuners/lora/layer.py:1100-1113 Linear.forward")
 
 

@@ -37,6 +37,9 @@ LOSS_MOMENT_WORDS = {
     "logits, nll": ("the logits (fp32 under mixed precision), the chosen rows' shifted copy and log-softmax",
                     "three vocabulary-sized logits gradients"),
     "logits": ("the logits (and their fp32 copy under mixed precision)", "the logits the log-prob kernel saved and their gradient"),
+    # LitGPT's chunked_cross_entropy (litgpt 0.5.13 utils.py:302-347): the 16-bit logits, no upcast
+    "litgpt": ("the 16-bit logits (the previous step's too, while this step's are made) and their log-softmax",
+               "one chunk's two 16-bit vocabulary-sized gradients"),
 }
 
 
@@ -56,7 +59,7 @@ def _moments(terms: dict, s: Structure) -> tuple[Moment, ...]:
     with the terms alive in its phase."""
     paired = objectives()[s.objective].get("logits")
     computing, backward = LOSS_MOMENT_WORDS["score" if s.score_head else ("logits, nll" if s.nll else "logits")
-                                            if paired else s.loss_impl]
+                                            if paired else "litgpt" if s.model_code == "litgpt" else s.loss_impl]
     moments = []
     for spec in MOMENTS:
         if spec.needs and any(t.role is spec.needs and t.alive(spec.phase) for t in terms.values()) != spec.present:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import sympy as sp
 
 from ..symbols import sym
-from .architecture import E, L, V, built, expr, h
+from .architecture import E, L, V, built, expr, h, nh, nkv
 from .functions import at_least, ceil_div
 from .structure import Structure
 from .terms import Phase, Place, Role, Term
@@ -22,6 +22,19 @@ q, B_q, c_abs, c_abs2, B_q2 = (sym(n) for n in ("quant_bits", "quant_block", "ab
 dh = sym("head_dim")
 n_8, B_o, n_qmap, n_page = (sym(n) for n in ("bnb_min_8bit", "bnb_state_block", "bnb_qmap", "bnb_paged_min"))
 BNB = "bitsandbytes optim/optimizer.py Optimizer2State.init_state"
+
+
+def litgpt_zero_pad_width(s: Structure) -> sp.Expr:
+    """The width of LitGPT's LoRAQKVLinear update where it is scattered into the fused qkv: the adapted parts of q
+    (n_h·d_h), k and v (n_kv·d_h each) when some but not all three are adapted (zero_pad returns the update itself when
+    all are, litgpt 0.5.13 lora.py:309-310), else 0.
+
+    >>> litgpt_zero_pad_width(Structure(method="lora", model_code="litgpt", targets=("q_proj", "v_proj")))
+    head_dim*heads + head_dim*kv_heads
+    """
+    widths = {"q_proj": nh * dh, "k_proj": nkv * dh, "v_proj": nkv * dh}
+    on = [t for t in widths if t in s.targets]
+    return sp.Add(*(widths[t] for t in on)) if 0 < len(on) < 3 else sp.Integer(0)
 
 
 def compute_weight_bytes(s: Structure) -> sp.Symbol:
@@ -143,10 +156,18 @@ def base_terms(s: Structure) -> list[Term]:
         if fam.extra("per_layer_embeddings"):   # Gemma 4: each layer's layer_scalar (1,), the per-layer table's scale
             scale += b_w * L + b_w * at_least(sym("ple_dim"), 1)
         if s.model_code == "litgpt":   # GPT's cos and sin buffers, rebuilt at the longest sample (fp32)
-            terms.append(Term("rope_cache", Role.BUFFER, 2 * b_32 * sym("seq") * rotary_width(fam),
+            # at the full context (max_seq_length = block_size) nothing is rebuilt: the cache built at init stays as
+            # bf16-true's setup_module converted it, in the weights' dtype (model.py:59-60)
+            b_rope = b_32 + (b_w - b_32) * at_least(sym("seq"), sym("rope_cache_len"))
+            terms.append(Term("rope_cache", Role.BUFFER, 2 * b_rope * sym("seq") * rotary_width(fam),
                               r"M_{\mathrm{rope}}", "LitGPT's RoPE cache: cos and sin [max_seq_length, rope_n_elem] in "
-                              "fp32, max_seq_length set to the longest training sample", "litgpt 0.5.13 model.py:43-62, "
+                              "fp32, max_seq_length set to the longest training sample (at the full context the "
+                              "cache built at init, in the weights' dtype)", "litgpt 0.5.13 model.py:43-62, "
                               "finetune/full.py:230"))
+            if s.method == "lora" and (zero_pad := litgpt_zero_pad_width(s)) != 0:
+                terms.append(Term("lora_index", Role.BUFFER, sym("bytes_index") * L * zero_pad, r"M_{\mathrm{LoRA,ind}}",
+                                  "each LoRAQKVLinear's _lora_ind, the int64 positions of its adapted q, k, v parts, "
+                                  "registered as a buffer at the first forward", "litgpt 0.5.13 lora.py:264-286"))
             return terms + (tower_terms(s) if s.tower is not None else [])
         if s.model_code == "torchtune":   # its own RoPE module, one shared by every layer, in place of transformers'
             terms.append(Term("rope_cache", Role.BUFFER, b_32 * dh / 2 + b_32 * sym("rope_cache_len") * dh,

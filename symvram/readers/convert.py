@@ -391,8 +391,8 @@ def torchtune_attn_modules(value) -> tuple[str, ...]:
     return tuple(TORCHTUNE_ATTN[v] for v in value)
 
 
-# optimizer._component_ → the Trainer's optim name the readers already map (OPTIMIZERS); a torch optimizer's
-# implementation comes from its fused / foreach keys
+# torchtune's optimizer._component_ and LitGPT's optimizer class path → the Trainer's optim name the readers already
+# map (OPTIMIZERS); a torch optimizer's implementation comes from its fused / foreach keys
 TORCHTUNE_OPTIMIZERS = {"torch.optim.AdamW": "adamw_torch", "torch.optim.Adam": "adamw_torch",
                         "torch.optim.SGD": "sgd", "bitsandbytes.optim.AdamW8bit": "adamw_bnb_8bit",
                         "bitsandbytes.optim.PagedAdamW8bit": "paged_adamw_8bit",
@@ -408,3 +408,46 @@ def torchtune_loss(value) -> str:
     """loss._component_: CEWithChunkedOutputLoss is the chunked loss; another is refused (a plain
     torch.nn.CrossEntropyLoss takes the bf16 logits whole, without transformers' fp32 upcast: not modelled)."""
     return choice({"torchtune.modules.loss.CEWithChunkedOutputLoss": "chunked"})(value)
+
+
+# ------------------------------------------------- LitGPT 0.5.13 (finetune/lora.py, finetune/full.py setup arguments)
+def litgpt_checkpoint(value) -> str:
+    """checkpoint_dir: a folder that exists as it is, else litgpt download's layout ``checkpoints/<org>/<name>``
+    (scripts/download.py: ``checkpoint_dir / repo_id``) names the Hub id.
+
+    >>> litgpt_checkpoint("checkpoints/meta-llama/Llama-3.2-1B")
+    'meta-llama/Llama-3.2-1B'
+    """
+    from pathlib import Path
+
+    path = text(value)
+    parts = path.strip("/").split("/")
+    try:
+        here = Path(path).exists()
+    except (OSError, ValueError):
+        here = False
+    return "/".join(parts[1:]) if not here and len(parts) == 3 and parts[0] == "checkpoints" else path
+
+
+# precision → (storage dtype, autocast): Fabric's "-true" precisions convert the module, "-mixed" autocast fp32 weights
+LITGPT_PRECISION = choice({"bf16-true": ("bf16", "none"), "bf16-mixed": ("fp32", "bf16"), "32-true": ("fp32", "none"),
+                           "16-true": ("fp16", "none"), "16-mixed": ("fp32", "fp16")})
+
+
+def litgpt_devices(value) -> int:
+    """devices: a count (parse_devices, utils.py); "auto" and -1 mean every GPU of the machine, which a file cannot say."""
+    if value in ("auto", -1):
+        raise WrongValue(f"{excerpt(value)} is every GPU of the machine that runs it; give a count (devices: 1)")
+    return integer(value)
+
+
+def litgpt_optimizer(value) -> str:
+    """optimizer: a name ("AdamW": torch.optim's) or a class path, or a mapping with ``class_path``
+    (utils.py:636-664 instantiate_torch_optimizer) → the Trainer's optim name the readers map.
+
+    >>> litgpt_optimizer("AdamW"), litgpt_optimizer({"class_path": "torch.optim.AdamW", "init_args": {"lr": 2e-4}})
+    ('adamw_torch', 'adamw_torch')
+    """
+    path = value.get("class_path") if isinstance(value, dict) else value
+    path = text(path)
+    return torchtune_optimizer(path if "." in path else f"torch.optim.{path}")

@@ -41,6 +41,7 @@ KEYS = {
     "torchtune": {"seq": "tokenizer.max_seq_len", "batch": "batch_size",
                   "grad_checkpointing": "enable_activation_checkpointing", "accum": "gradient_accumulation_steps",
                   "optimizer_in_backward": "optimizer_in_bwd", "offload_activations": "enable_activation_offloading"},
+    "litgpt": {"seq": "train.max_seq_length", "batch": "train.micro_batch_size"},   # args.py TrainArgs
 }
 NEGATED = {("llamafactory", "grad_checkpointing")}   # disable_gradient_checkpointing: false turns it on
 QLORA = {"axolotl": {"adapter": "qlora", "load_in_4bit": True},

@@ -30,9 +30,9 @@ from .tools import DETECT, FACTS, INFO, NO_DEFAULT, OPTIMIZERS, PENDING, SYMBOL,
 
 MAX_BYTES = 1 << 20  # a training config is a few kB
 MAX_VALUES = 100_000  # values (mappings, lists, scalars) a file may hold, its aliases expanded
-TRAINING_TOOLS = ("axolotl", "llamafactory", "trl", "trainer", "torchtune")
+TRAINING_TOOLS = ("axolotl", "llamafactory", "trl", "trainer", "torchtune", "litgpt")
 FORMATS = ("axolotl YAML, LLaMA-Factory YAML, TRL/Trainer arguments JSON, DeepSpeed JSON, accelerate config YAML, "
-           "torchtune recipe YAML")
+           "torchtune recipe YAML, LitGPT finetune YAML")
 
 
 @dataclass(frozen=True)
@@ -436,6 +436,8 @@ def _resolve(f: dict[str, Value], reading: Reading, cli: dict) -> dict[str, Valu
         out["method"] = Value(method, _join(adapter, quant), max(v.priority for v in (adapter, quant) if v))
     elif training in ("trl", "trainer") and reading.primary:
         out["method"] = Value("full", f"{TOOLS[training].title} default (no adapter in it)", 0)
+    elif training == "litgpt":
+        out["method"] = Value("full", f"{TOOLS[training].title}: no lora_* key (litgpt finetune full)", 0)
     method = cli.get("method") or (out["method"].value if "method" in out else "full")
     save = out.get("modules_to_save")
     if save is not None and (not save.value or method == "full"):
@@ -489,6 +491,9 @@ def _resolve(f: dict[str, Value], reading: Reading, cli: dict) -> dict[str, Valu
     if training == "torchtune":
         out.update(_torchtune(f, reading, method, cli))
         return out
+    if training == "litgpt":
+        out.update(_litgpt(f, reading, method, cli))
+        return out
     _packing(f, out, cli)
     policy = fsdp_on and out.get("stack") is not None and out["stack"].value == "fsdp" and out["zero"].value == 3
     out.update(_precision(f, training, method, ds, reading, policy, cli))
@@ -530,8 +535,8 @@ def _stack(reading: Reading, parallel: str | None) -> Value:
     if parallel in stacks():
         return Value(parallel, f"{tool}: {stacks()[parallel]['title']}", 0)
     how = {"deepspeed": " with DeepSpeed (ZeRO from its config)", "fsdp": " with FSDP (ZeRO-3 from its config)"}
-    if name == "torchtune":
-        return Value("torchtune", f"{tool}: {stacks()['torchtune']['title']}", 0)
+    if name in ("torchtune", "litgpt"):
+        return Value(name, f"{tool}: {stacks()[name]['title']}", 0)
     if name == "trl":
         return Value("trl", f"{tool}: {stacks()['trl']['title']}{how.get(parallel, '')}", 0)
     return Value("hf", f"{tool}: runs transformers' Trainer{how.get(parallel, '')}", 0)
@@ -558,18 +563,61 @@ def _torchtune(f: dict[str, Value], reading: Reading, method: str, cli: dict) ->
     dtype = f.get("model_dtype")
     out["dtype"] = dtype if dtype is not None else Value("fp32", f"{TOOLS['torchtune'].title}: no dtype key "
                                                                  "(training.get_dtype(None) is fp32)", 0)
+    out.update(_torch_optimizer(f))
+    return out
+
+
+def _torch_optimizer(f: dict[str, Value]) -> dict[str, Value]:
+    """The optimizer a recipe names by class (torchtune's ``_component_``, LitGPT's ``class_path``) with its ``fused``
+    / ``foreach`` keys: torch's fused or foreach as given, foreach on CUDA by default; bitsandbytes' its own."""
+    out: dict[str, Value] = {}
     optim = f.get("optim")
     if optim is not None:
         optimizer, impl, eight_bit, paged = OPTIMIZERS[optim.value]
         if optim.value in BNB_ADAMW:
             optimizer = BNB_ADAMW[optim.value]
         fused, foreach = f.get("optim_fused"), f.get("optim_foreach")
-        if not (eight_bit or optim.value in BNB_ADAMW):   # torch: fused or foreach as given, foreach on CUDA by default
+        if not (eight_bit or optim.value in BNB_ADAMW):
             impl = "fused" if fused and fused.value else "forloop" if foreach and foreach.value is False else "foreach"
         out["optimizer"] = Value(optimizer, optim.source, optim.priority)
         out["optimizer_impl"] = Value(impl, _join(optim, fused, foreach), optim.priority)
         if eight_bit:
             out["state_dtype"] = Value("int8", optim.source, optim.priority)
+    return out
+
+
+def _litgpt(f: dict[str, Value], reading: Reading, method: str, cli: dict) -> dict[str, Value]:
+    """A LitGPT finetune file's LoRA targets, dtype and optimizer: the lora_* switches on (their defaults
+    finetune/lora.py:59-64) name the targets (``scenario.LITGPT_LORA``); ``precision`` is Fabric's (bf16-true converts
+    the whole module, adapters and their AdamW states too; a silent file gets get_default_supported_precision's
+    bf16-mixed, utils.py:363-380); the optimizer is torch's class (instantiate_torch_optimizer, utils.py:636-664).
+
+    >>> v = lambda x: Value(x, "f.yml:k", 2, "f.yml", "k")
+    >>> out = _litgpt({"lora_query": v(True), "lora_mlp": v(True), "precision": v(("bf16", "none"))},
+    ...               Reading(files=[("f.yml", "litgpt")]), "lora", {"seq": 512})
+    >>> out["targets"].value, out["dtype"].value, out["autocast"].value
+    (('q_proj', 'gate_proj', 'up_proj', 'down_proj'), 'bf16', 'none')
+    """
+    from ..scenario import LITGPT_LORA
+
+    out: dict[str, Value] = {}
+    if "seq" not in f and not cli.get("seq"):
+        reading.warnings.append(f"{reading.primary[0]}: train.max_seq_length is not set: LitGPT trains at the longest "
+                                "sample of the data (finetune/lora.py:304); estimated at symvram's default length "
+                                "(pass --seq)")
+    if method != "full":
+        on = [f[k] for k in LITGPT_LORA if k in f and f[k].value]
+        if not on:
+            raise UserError(f"{reading.primary[0]}: every lora_* switch is off: LitGPT's LoRA would train no adapter")
+        out["targets"] = Value(tuple(t for k in LITGPT_LORA if k in f and f[k].value for t in LITGPT_LORA[k]),
+                               _join(*on))
+    precision = f.get("precision")
+    if precision is not None:
+        shown = f"{precision.source} (LitGPT's default bf16-mixed)" if precision.priority == 0 else precision.source
+        dtype, autocast = precision.value
+        out["dtype"] = Value(dtype, shown, precision.priority)
+        out["autocast"] = Value(autocast, shown, precision.priority)
+    out.update(_torch_optimizer(f))
     return out
 
 

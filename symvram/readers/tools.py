@@ -54,7 +54,8 @@ SYMBOL = "="   # a Row setting "=name": the value of the ledger's symbol ``name`
 FACTS = ("model", "adapter", "quant", "bf16", "fp16", "pure_bf16", "model_dtype", "optim", "target_linear",
          "packing_on", "padding_free", "packing_strategy", "use_unsloth",
          "ds_stage", "ds_offload_optimizer", "ds_offload_param", "fsdp", "fsdp_offload", "distributed",
-         "lora_attn_modules", "lora_mlp", "optim_fused", "optim_foreach")
+         "lora_attn_modules", "lora_mlp", "optim_fused", "optim_foreach", "precision",
+         "lora_query", "lora_key", "lora_value", "lora_projection", "lora_head")
 # Memory-relevant settings the ledger does not hold yet: the default it assumes, and what a change does
 PENDING = {
     "offloaded_checkpointing": (False, "axolotl's offloaded gradient checkpointing (Unsloth's recipe) keeps the "
@@ -488,9 +489,43 @@ TORCHTUNE = Tool("torchtune", "torchtune 0.6.1", (
 }), markers=frozenset({"enable_activation_checkpointing", "enable_activation_offloading", "optimizer_in_bwd",
                        "log_peak_memory_stats", "checkpointer", "metric_logger", "max_steps_per_epoch"}))
 
-TOOLS = {t.name: t for t in (AXOLOTL, LLAMAFACTORY, TRL, TRAINER, DEEPSPEED, FSDP, ACCELERATE, TORCHTUNE)}
+# ------------------------------------- LitGPT 0.5.13 finetune YAML (litgpt finetune lora|full --config FILE)
+# the keys are finetune/lora.py:49-82 setup()'s (finetune/full.py's the same but the LoRA ones), the defaults its own;
+# train.* is args.py TrainArgs. A file with any lora_* key is a LoRA run (the config hub's lora.yaml files write them
+# all), without one finetune full's; the switches become the targets (scenario.LITGPT_LORA) in readers.read._litgpt
+LITGPT = Tool("litgpt", "LitGPT 0.5.13 finetune", (
+    Row("checkpoint_dir", "model", c.litgpt_checkpoint),
+    *[Row(k, "adapter", lambda v: "lora") for k in ("lora_query", "lora_key", "lora_value", "lora_projection",
+                                                    "lora_mlp", "lora_head", "lora_alpha", "lora_dropout", "lora_r")],
+    Row("lora_r", "rank", c.integer, default=8),
+    Row("lora_alpha", INFO, c.number, default=16),
+    Row("lora_dropout", "lora_dropout", c.number, default=0.05),
+    *[Row(f"lora_{k}", f"lora_{k}", BOOL, default=on) for k, on in (
+        ("query", True), ("key", False), ("value", True), ("projection", False), ("mlp", False), ("head", False))],
+    Row("precision", "precision", c.LITGPT_PRECISION, default=("fp32", "bf16")),  # None: bf16-mixed (utils.py:363-380)
+    # quantize: bnb.nf4 and the rest (finetune/lora.py:141-150) replace each linear with bitsandbytes' Linear4bit or
+    # Linear8bitLt under Fabric's BitsandbytesPrecision: not modelled on LitGPT's own model code, so refused
+    Row("quantize", "quant", c.refuse("LitGPT's quantized base (Fabric's BitsandbytesPrecision, finetune/lora.py:141-150) "
+                                      "is not modelled under --stack litgpt; remove quantize (or estimate QLoRA on "
+                                      "another stack)")),
+    Row("devices", "gpus", c.litgpt_devices, default=1),
+    Row("num_nodes", None, lambda v: c.integer(v) > 1, why="several nodes (ModelParallelStrategy's data parallelism)"),
+    Row("train.micro_batch_size", "batch", c.integer, default=1),
+    Row("train.max_seq_length", "seq", c.integer),
+    Row("train.global_batch_size", INFO, c.integer, default=16),
+    Row("optimizer", "optim", c.litgpt_optimizer, default="adamw_torch"),   # "AdamW": torch.optim.AdamW
+    Row("optimizer.init_args.fused", "optim_fused", BOOL),
+    Row("optimizer.init_args.foreach", "optim_foreach", BOOL),
+), harmless=frozenset({
+    "out_dir", "data", "eval", "log", "logger_name", "seed", "access_token", "resume", "train.save_interval",
+    "train.log_interval", "train.lr_warmup_steps", "train.lr_warmup_fraction", "train.epochs", "train.max_tokens",
+    "train.max_steps", "train.max_time", "train.tie_embeddings", "train.max_norm", "train.min_lr",
+}), markers=frozenset({"checkpoint_dir", "lora_query", "lora_key", "lora_value", "lora_projection", "lora_head",
+                       "quantize", "precision"}))
+
+TOOLS = {t.name: t for t in (AXOLOTL, LLAMAFACTORY, TRL, TRAINER, DEEPSPEED, FSDP, ACCELERATE, TORCHTUNE, LITGPT)}
 # The order in which a file's format is recognised (the first whose markers it holds)
-DETECT = ("deepspeed", "accelerate", "llamafactory", "axolotl", "torchtune", "trl", "trainer")
+DETECT = ("deepspeed", "accelerate", "llamafactory", "axolotl", "torchtune", "litgpt", "trl", "trainer")
 
 # torch / bitsandbytes optimizer names (TrainingArguments.optim, axolotl's optimizer) and DeepSpeed's
 # optimizer.type → (optimizer, implementation, 8-bit states, paged). Absent names are not modelled.
