@@ -633,7 +633,7 @@ class Scenario:
     def _check_checkpoint_ops(self) -> None:
         """torchtitan's op-level policy (ledger.activations.sac_matmuls) is modelled, and traced, with non-reentrant
         checkpointing of every plain attention + MLP layer of transformers' model code on one GPU, under SDPA, each
-        linear one bias-free ``aten.mm`` (a bias makes it ``aten.addmm``, which the policy saves without counting)."""
+        linear one ``aten.mm`` (or, with a bias, ``aten.addmm``, which the policy saves without counting)."""
         fam = family(self.model.family)
         why = ("without gradient checkpointing (--no-grad-checkpointing)" if not self.grad_checkpointing else
                f"--checkpoint-impl {self.checkpoint_impl}" if self.checkpoint_impl != "non-reentrant" else
@@ -651,7 +651,6 @@ class Scenario:
                f"{fam.key}'s latent attention" if fam.latent_attention else
                f"{fam.key}'s attention sinks" if fam.extra("attention_sinks") else
                f"{fam.key}'s shared K/V" if fam.extra("kv_shared") or fam.extra("stored_kv") else
-               f"{fam.key}'s linear biases" if any(m.bias in self.model.options for m in fam.linears) else
                f"{fam.key}'s fused linears" if any(m.count != 1 for m in fam.linears) else
                "--offload-activations" if self.offload_activations else "--liger" if self.liger else
                "--packing" if self.packing else

@@ -1,7 +1,7 @@
 """--selective-checkpointing op: torchtitan's op-level selective activation checkpointing (``SelectiveAC``,
 torchtitan/distributed/activation_checkpoint.py at b5bcd76, :245-277) on every decoder layer. Each layer keeps its
 input, the outputs of its odd-numbered ``aten.mm`` calls (LoRA's base, lora_A and lora_B matmuls counted in their
-call order) and SDPA's output and fp32 log-sum-exp; the recompute reruns only the even-numbered mms. By hand, and
+call order; a biased linear's ``aten.addmm`` is saved and not counted) and SDPA's output and fp32 log-sum-exp; the recompute reruns only the even-numbered mms. By hand, and
 traced with the real policy (validate.sac) through the validate tracer, bytes and FLOPs."""
 from __future__ import annotations
 
@@ -44,6 +44,22 @@ def test_by_hand():
     assert full.terms["act_checkpoints"] == plain.terms["act_checkpoints"]   # the layer inputs, as before
 
 
+def test_biased_linears_by_hand():
+    """Qwen2's q, k and v have a bias: each is an ``aten.addmm``, in the save set but not counted, so all three are
+    saved and the count starts at o_proj: o (1st) and up (3rd) saved, gate and down recomputed. LoRA on q and v:
+    the base addmms saved uncounted, then qA 1st (saved), qB 2nd, vA 3rd (saved), vB 4th, o 5th
+    (saved), gate 6th, up 7th (saved), down 8th."""
+    kw = dict(stack="torch", batch=2, seq=64)
+    T, L = 128, 2
+    qwen2 = tiny(model_type="qwen2", tie_word_embeddings=True)
+    full = evaluate(Scenario.create(qwen2, method="full", checkpoint_ops=True, **kw))
+    assert full.terms["act_sac_matmuls"] == (L - 1) * (64 + 32 + 32 + 64 + 176) * T * 2
+    assert flops(full.scenario).by_phase["recompute"] == L * 2 * T * (64 * 176 + 176 * 64)
+    lora = evaluate(Scenario.create(qwen2, method="lora", rank=8, targets="q_proj,v_proj", checkpoint_ops=True, **kw))
+    assert lora.terms["act_sac_matmuls"] == (L - 1) * T * ((64 + 32 + 32 + 64 + 176) * 2 + (8 + 8) * 4)
+    assert flops(lora.scenario).by_phase["recompute"] == L * 2 * T * (8 * 64 + 8 * 32 + 64 * 176 + 176 * 64)
+
+
 def test_last_layer_handed_to_its_recompute():
     """The last layer's saved outputs live until its recompute replays them into its recomputed tensors (one_layer),
     so the recompute moments count L − 1 layers' of them; the loss moments all L."""
@@ -70,10 +86,9 @@ def test_cli_and_refusals():
                     (dict(grad_checkpointing=False), "without gradient checkpointing")]:
         with pytest.raises(UserError, match=why):
             Scenario.create(tiny(), **{"method": "lora", "rank": 8, "checkpoint_ops": True, **kw})
-    with pytest.raises(UserError, match="biases"):
-        Scenario.create(tiny(attention_bias=True), method="full", checkpoint_ops=True)
 
 
+QWEN2 = dict(model_type="qwen2", tie_word_embeddings=True)   # q/k/v biases
 MEASURED = [
     dict(stack="torch", method="lora", rank=8),
     dict(stack="torch", method="lora", rank=8, targets="q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj",
@@ -82,6 +97,12 @@ MEASURED = [
     dict(stack="hf", method="lora", rank=16, lora_dropout=0.1, arch=dict(num_hidden_layers=3)),
     dict(stack="torch", method="full"),
     dict(stack="hf", method="full", arch=dict(num_hidden_layers=3)),
+    dict(stack="torch", method="lora", rank=8, arch=QWEN2),   # the default targets, all seven
+    dict(stack="torch", method="lora", rank=8, targets="q_proj,v_proj", arch=QWEN2),   # the addmms between adapters
+    dict(stack="hf", method="lora", rank=8, targets="all-linear", lora_dropout=0.1,
+         arch=dict(QWEN2, num_hidden_layers=3)),
+    dict(stack="torch", method="full", arch=QWEN2),
+    dict(stack="hf", method="full", arch=dict(QWEN2, num_hidden_layers=3)),
 ]
 
 

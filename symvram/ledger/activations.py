@@ -14,6 +14,7 @@ base. The first layer's input needs no gradient under LoRA, so its first RMSNorm
 from __future__ import annotations
 
 from functools import lru_cache
+from itertools import accumulate
 
 import sympy as sp
 
@@ -1132,21 +1133,26 @@ SAC = ("torchtitan torchtitan/distributed/activation_checkpoint.py (b5bcd76) :31
 
 
 def sac_matmuls(s_: Structure) -> list[tuple[sp.Expr, sp.Expr, sp.Expr, bool]]:
-    """A decoder layer's ``aten.mm`` calls in their order, each (d_in, d_out, bytes per output element, saved) under
-    torchtitan's op-level policy: its counter restarts per layer and every even-numbered mm is recomputed
-    (activation_checkpoint.py:254-266, ``meta[mm_count_key] % 2 == 0``). Each nn.Linear is one mm in the layer's
-    call order (the family entry's order: q, k, v, o, gate, up, down in Llama's decoder layer, traced); a LoRA target
-    is three: the base layer's, then lora_A's (r wide), then lora_B's (peft tuners/lora/layer.py Linear.forward:
-    ``result = self.base_layer(x)`` before ``lora_B(lora_A(dropout(x)))``), whose outputs have the adapters' dtype,
-    the compute dtype under autocast (as ``act_lora_hidden``)."""
+    """A decoder layer's matmuls in their order, each (d_in, d_out, bytes per output element, saved) under
+    torchtitan's op-level policy: its counter of ``aten.mm`` calls restarts per layer and every even-numbered mm is
+    recomputed (activation_checkpoint.py:257-273, ``meta[mm_count_key] % 2 == 0``). Each nn.Linear is one matmul in
+    the layer's call order (the family entry's order: q, k, v, o, gate, up, down in Llama's decoder layer, traced); a
+    LoRA target is three: the base layer's, then lora_A's (r wide), then lora_B's (peft tuners/lora/layer.py
+    Linear.forward: ``result = self.base_layer(x)`` before ``lora_B(lora_A(dropout(x)))``), whose outputs have the
+    adapters' dtype, the compute dtype under autocast (as ``act_lora_hidden``). A linear with a bias (Qwen2's q, k, v)
+    on its contiguous input is ``aten.addmm`` on the input's 2-D view (torch aten/src/ATen/native/Linear.cpp
+    ``linear``: the fused path for a contiguous input with a bias; traced): in the save set (torch 2.13
+    _functorch/partitioners.py:2976) but not one of the policy's ``mm_ops`` (activation_checkpoint.py:241), so it is
+    saved and not counted; LoRA's adapters have no bias (lora_A, lora_B: ``bias=False``)."""
     fam, targets = s_.arch, set(s_.targets) if s_.lora else set()
     b_base, b_lora = matmul_bytes(s_), (matmul_bytes(s_) if s_.autocast else compute_adapter_bytes(s_))
-    calls: list[tuple[sp.Expr, sp.Expr, sp.Expr]] = []
+    calls: list[tuple[sp.Expr, sp.Expr, sp.Expr, bool]] = []   # (d_in, d_out, bytes, counted by the policy)
     for m in fam.linears:
-        calls.append((m.d_in, m.d_out, b_base))
+        calls.append((m.d_in, m.d_out, b_base, m.bias not in s_.options))
         if m.name in targets:
-            calls += [(m.d_in, r * m.rank_factor, b_lora), (r * m.rank_factor, m.d_out, b_lora)]
-    return [(d_in, d_out, width, i % 2 == 0) for i, (d_in, d_out, width) in enumerate(calls)]   # i = count − 1
+            calls += [(m.d_in, r * m.rank_factor, b_lora, True), (r * m.rank_factor, m.d_out, b_lora, True)]
+    counts = accumulate(counted for *_, counted in calls)   # the policy's counter after each call
+    return [(d_in, d_out, width, not counted or n % 2 == 1) for (d_in, d_out, width, counted), n in zip(calls, counts)]
 
 
 def sac_terms(s_: Structure) -> list[Term]:
