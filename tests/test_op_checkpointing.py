@@ -1,8 +1,9 @@
 """--selective-checkpointing op: torchtitan's op-level selective activation checkpointing (``SelectiveAC``,
 torchtitan/distributed/activation_checkpoint.py at b5bcd76, :245-277) on every decoder layer. Each layer keeps its
 input, the outputs of its odd-numbered ``aten.mm`` calls (LoRA's base, lora_A and lora_B matmuls counted in their
-call order; a biased linear's ``aten.addmm`` is saved and not counted) and SDPA's output and fp32 log-sum-exp; the recompute reruns only the even-numbered mms. By hand, and
-traced with the real policy (validate.sac) through the validate tracer, bytes and FLOPs."""
+call order; a biased linear's ``aten.addmm`` is saved and not counted) and SDPA's output and fp32 log-sum-exp; the
+recompute reruns only the even-numbered mms. By hand, and traced with the real policy (validate.sac) through the
+validate tracer, bytes and FLOPs (tiny Llama and Qwen2 models)."""
 from __future__ import annotations
 
 import pytest
