@@ -633,7 +633,8 @@ class Scenario:
     def _check_checkpoint_ops(self) -> None:
         """torchtitan's op-level policy (ledger.activations.sac_matmuls) is modelled, and traced, with non-reentrant
         checkpointing of every plain attention + MLP layer of transformers' model code on one GPU, under SDPA, each
-        linear one ``aten.mm`` (or, with a bias, ``aten.addmm``, which the policy saves without counting)."""
+        linear one ``aten.mm`` (or, with a bias, ``aten.addmm``, which the policy saves without counting); a sliding
+        layer's mask is a checkpoint input, and what SDPA makes of it is recomputed (traced: Gemma 3, OLMo 3)."""
         fam = family(self.model.family)
         why = ("without gradient checkpointing (--no-grad-checkpointing)" if not self.grad_checkpointing else
                f"--checkpoint-impl {self.checkpoint_impl}" if self.checkpoint_impl != "non-reentrant" else
@@ -645,7 +646,6 @@ class Scenario:
                "--stack unsloth's kernels" if self.unsloth_kernels else
                f"--attention {self.attention}" if self.attention != "sdpa" else
                f"{fam.key}'s layers of several kinds" if fam.kinds else
-               f"{fam.key}'s sliding-window layers" if fam.dim("window", 0) != 0 else
                f"{fam.key}'s MoE layers" if fam.has_moe else
                f"{fam.key}'s {fam.mixer} mixer" if fam.mixer != "attention" else
                f"{fam.key}'s latent attention" if fam.latent_attention else

@@ -61,6 +61,19 @@ def test_biased_linears_by_hand():
     assert flops(lora.scenario).by_phase["recompute"] == L * 2 * T * (8 * 64 + 8 * 32 + 64 * 176 + 176 * 64)
 
 
+def test_sliding_window_by_hand():
+    """A sliding layer past its window gets transformers' boolean (s, s) mask, one block broadcast over the batch
+    and a checkpoint input; SDPA's converted mask and repeat_kv's copies are recomputed (not in the save set), so
+    the saved outputs are a full layer's: the mask is the only difference (s² B; traced, the 4,096 B between the
+    window-16 and window-128 traces at s = 64)."""
+    kw = dict(stack="torch", method="lora", rank=8, batch=2, seq=64, checkpoint_ops=True)
+    masked, unmasked = (evaluate(Scenario.create(tiny(**sliding("gemma3_text", w)), **kw)) for w in (16, 128))
+    assert (masked.terms["act_sliding_mask"], unmasked.terms["act_sliding_mask"]) == (64 * 64, 0)
+    assert masked.peak - unmasked.peak == 64 * 64
+    for key in ("act_sac_matmuls", "act_sac_attention", "act_sac_last_layer"):
+        assert masked.terms[key] == unmasked.terms[key]
+
+
 def test_last_layer_handed_to_its_recompute():
     """The last layer's saved outputs live until its recompute replays them into its recomputed tensors (one_layer),
     so the recompute moments count L − 1 layers' of them; the loss moments all L."""
@@ -81,6 +94,9 @@ def test_cli_and_refusals():
 
     assert cli_settings(argparse.Namespace(checkpoint_every="op")) == {"checkpoint_ops": True}
     assert Scenario.create(tiny(), method="lora", rank=8, checkpoint_ops=True).grad_checkpointing   # implied
+    with pytest.raises(UserError, match="MoE"):
+        Scenario.create(tiny(model_type="mixtral", num_local_experts=4, num_experts_per_tok=2), method="full",
+                        checkpoint_ops=True)
     for kw, why in [(dict(method="lora", dora=True), "--dora"), (dict(checkpoint_impl="reentrant"), "reentrant"),
                     (dict(method="qlora"), "qlora"), (dict(checkpoint_every=2), "every:K"),
                     (dict(zero=3, gpus=2), "several GPUs"), (dict(attention="eager"), "eager"),
@@ -90,6 +106,14 @@ def test_cli_and_refusals():
 
 
 QWEN2 = dict(model_type="qwen2", tie_word_embeddings=True)   # q/k/v biases
+
+
+def sliding(model_type, window, **extra):
+    """One sliding-window layer, then one full-attention layer (Gemma 3, OLMo 3)."""
+    return dict(model_type=model_type, layer_types=["sliding_attention", "full_attention"], sliding_window=window,
+                **extra)
+
+
 MEASURED = [
     dict(stack="torch", method="lora", rank=8),
     dict(stack="torch", method="lora", rank=8, targets="q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj",
@@ -104,6 +128,10 @@ MEASURED = [
          arch=dict(QWEN2, num_hidden_layers=3)),
     dict(stack="torch", method="full", arch=QWEN2),
     dict(stack="hf", method="full", arch=dict(QWEN2, num_hidden_layers=3)),
+    dict(stack="torch", method="lora", rank=8, arch=sliding("gemma3_text", 16)),   # masked: the mask a checkpoint input
+    dict(stack="hf", method="full", arch=sliding("gemma3_text", 16)),
+    dict(stack="torch", method="lora", rank=8, arch=sliding("gemma3_text", 128)),  # seq < window: no mask
+    dict(stack="torch", method="full", arch=sliding("olmo3", 16, pad_token_id=0, bos_token_id=1, eos_token_id=2)),
 ]
 
 
