@@ -653,7 +653,6 @@ class Scenario:
                f"{fam.key}'s shared K/V" if fam.extra("kv_shared") or fam.extra("stored_kv") else
                f"{fam.key}'s fused linears" if any(m.count != 1 for m in fam.linears) else
                "--offload-activations" if self.offload_activations else "--liger" if self.liger else
-               "--packing" if self.packing else
                f"--objective {self.objective}" if self.objective != "sft" else None)
         if why:
             raise UserError(f"--selective-checkpointing op {why if why.startswith('without') else 'with ' + why} is "

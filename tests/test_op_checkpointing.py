@@ -108,6 +108,9 @@ def test_cli_and_refusals():
 QWEN2 = dict(model_type="qwen2", tie_word_embeddings=True)   # q/k/v biases
 
 
+PACKED = dict(packing=256, batch=1, seq=256)   # one padding-free row whose position ids restart
+
+
 def sliding(model_type, window, **extra):
     """One sliding-window layer, then one full-attention layer (Gemma 3, OLMo 3)."""
     return dict(model_type=model_type, layer_types=["sliding_attention", "full_attention"], sliding_window=window,
@@ -132,6 +135,8 @@ MEASURED = [
     dict(stack="hf", method="full", arch=sliding("gemma3_text", 16)),
     dict(stack="torch", method="lora", rank=8, arch=sliding("gemma3_text", 128)),  # seq < window: no mask
     dict(stack="torch", method="full", arch=sliding("olmo3", 16, pad_token_id=0, bos_token_id=1, eos_token_id=2)),
+    dict(stack="torch", method="lora", rank=8, **PACKED),   # the block-diagonal mask, a checkpoint input
+    dict(stack="hf", method="lora", rank=8, arch=sliding("gemma3_text", 16), **PACKED),   # one per attention kind
 ]
 
 

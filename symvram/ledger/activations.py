@@ -1031,6 +1031,14 @@ def sliding_extra(s_: Structure) -> sp.Expr:
     return past_window(s_) * (b_c * b * seq**2 + repeated * 2 * b_c * T * dh * (nh - nkv))
 
 
+def mask_kinds(s_: Structure) -> sp.Expr:
+    """How many attention masks the decoder builds when every layer gets one (eager attention, a packed row): one
+    per attention kind its layers have, full and sliding (the decoder's ``causal_mask_mapping``, transformers 5.24
+    modeling_gemma3.py:525-527, modeling_olmo3.py:420; a kind no layer has reads none and dies at once)."""
+    sliding = s_.arch.dim("sliding_layers", 0)
+    return sp.Integer(1) if sliding == 0 else at_least(sliding, 1) + at_least(L - sliding, 1)
+
+
 def eager_mask_term(s_: Structure) -> Term:
     """Eager attention's float masks: ``eager_mask`` casts sdpa_mask's boolean (b, 1, s, s) — an expand over the
     batch — to 0 / finfo.min in inputs_embeds' dtype with ``torch.where``, a full b·s² tensor (transformers 5.24
@@ -1043,11 +1051,9 @@ def eager_mask_term(s_: Structure) -> Term:
     >>> eager_mask_term(Structure(attention="eager", grad_checkpointing=True)).expr
     batch*bytes_weight*seq**2
     """
-    sliding = s_.arch.dim("sliding_layers", 0)
-    kinds = sp.Integer(1) if sliding == 0 else at_least(sliding, 1) + at_least(L - sliding, 1)
-    return Term("act_eager_mask", Role.SAVED_ACTIVATION, kinds * residual_bytes(s_) * b * seq**2,
+    return Term("act_eager_mask", Role.SAVED_ACTIVATION, mask_kinds(s_) * residual_bytes(s_) * b * seq**2,
                 r"A_{\mathrm{mask}}", "eager attention's float causal mask" + (
-                    "s, one per attention kind (full, sliding)" if sliding != 0 else "") + " (b·s² in the residual "
+                    "s, one per attention kind (full, sliding)" if mask_kinds(s_) != 1 else "") + " (b·s² in the residual "
                 "stream's dtype), a checkpoint input until the layers' backward",
                 "transformers masking_utils.py:597-618 eager_mask",
                 lifetime=span(Phase.FIRST_LAYER_FORWARD, Phase.FIRST_LAYER_BACKWARD))
@@ -1219,10 +1225,14 @@ def saved_terms(s_: Structure) -> list[Term]:
     if sliding_extra(s_) != 0:
         if s_.grad_checkpointing:
             # a sliding-window mask is one (s, s) block broadcast over the batch; Llama 4's chunked mask is built per
-            # sample (its left-padding offsets, masking_utils.py:102-109): b blocks
+            # sample (its left-padding offsets, masking_utils.py:102-109): b blocks; a packed row's block-diagonal
+            # mask is built for every attention kind (full and sliding: one each)
             rows = b if fam.extra("chunked_attention") else 1
-            terms.append(Term("act_sliding_mask", Role.SAVED_ACTIVATION, b_mask * past_window(s_) * rows * seq**2,
+            masks = mask_kinds(s_) if s_.packed else past_window(s_)
+            terms.append(Term("act_sliding_mask", Role.SAVED_ACTIVATION, b_mask * masks * rows * seq**2,
                               r"A_{\mathrm{win}}", "the shared boolean " + ("block-diagonal mask of the packed samples"
+                                                                            + ", one per attention kind" * (
+                                                                                mask_kinds(s_) != 1)
                                                                             if s_.packed else "sliding-window mask")
                               + ", a checkpoint input", PACKED if s_.packed else fam.source))
         else:
