@@ -634,7 +634,8 @@ class Scenario:
         """torchtitan's op-level policy (ledger.activations.sac_matmuls) is modelled, and traced, with non-reentrant
         checkpointing of every plain attention + MLP layer of transformers' model code on one GPU, under SDPA, each
         linear one ``aten.mm`` (or, with a bias, ``aten.addmm``, which the policy saves without counting); a sliding
-        layer's mask is a checkpoint input, and what SDPA makes of it is recomputed (traced: Gemma 3, OLMo 3)."""
+        layer's mask, or a packed row's, is a checkpoint input, and what SDPA makes of it is recomputed (traced: Gemma 3,
+        OLMo 3, packed Llama and Gemma 3 rows)."""
         fam = family(self.model.family)
         why = ("without gradient checkpointing (--no-grad-checkpointing)" if not self.grad_checkpointing else
                f"--checkpoint-impl {self.checkpoint_impl}" if self.checkpoint_impl != "non-reentrant" else
