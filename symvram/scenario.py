@@ -635,7 +635,8 @@ class Scenario:
         checkpointing of every plain attention + MLP layer of transformers' model code on one GPU, under SDPA, each
         linear one ``aten.mm`` (or, with a bias, ``aten.addmm``, which the policy saves without counting); a sliding
         layer's mask, or a packed row's, is a checkpoint input, and what SDPA makes of it is recomputed (traced: Gemma 3,
-        OLMo 3, packed Llama and Gemma 3 rows)."""
+        OLMo 3, packed Llama and Gemma 3 rows); under TRL's activation offloading the policy's cache stays on the
+        device (ledger.activations.sac_terms)."""
         fam = family(self.model.family)
         why = ("without gradient checkpointing (--no-grad-checkpointing)" if not self.grad_checkpointing else
                f"--checkpoint-impl {self.checkpoint_impl}" if self.checkpoint_impl != "non-reentrant" else
@@ -653,7 +654,7 @@ class Scenario:
                f"{fam.key}'s attention sinks" if fam.extra("attention_sinks") else
                f"{fam.key}'s shared K/V" if fam.extra("kv_shared") or fam.extra("stored_kv") else
                f"{fam.key}'s fused linears" if any(m.count != 1 for m in fam.linears) else
-               "--offload-activations" if self.offload_activations else "--liger" if self.liger else
+               "--liger" if self.liger else
                f"--objective {self.objective}" if self.objective != "sft" else None)
         if why:
             raise UserError(f"--selective-checkpointing op {why if why.startswith('without') else 'with ' + why} is "

@@ -97,7 +97,7 @@ def test_cli_and_refusals():
     with pytest.raises(UserError, match="MoE"):
         Scenario.create(tiny(model_type="mixtral", num_local_experts=4, num_experts_per_tok=2), method="full",
                         checkpoint_ops=True)
-    for kw, why in [(dict(method="lora", dora=True), "--dora"), (dict(checkpoint_impl="reentrant"), "reentrant"),
+    for kw, why in [(dict(method="lora", dora=True), "--dora"), (dict(liger=True), "--liger"), (dict(checkpoint_impl="reentrant"), "reentrant"),
                     (dict(method="qlora"), "qlora"), (dict(checkpoint_every=2), "every:K"),
                     (dict(zero=3, gpus=2), "several GPUs"), (dict(attention="eager"), "eager"),
                     (dict(grad_checkpointing=False), "without gradient checkpointing")]:
@@ -148,6 +148,24 @@ def test_estimate_equals_the_traced_step(settings):
     pytest.importorskip("peft")
     measured, est = traced_step(tiny(**settings.get("arch", {})), checkpoint_ops=True,
                                 **{k: v for k, v in settings.items() if k != "arch"})
+    assert est.peak_moment == "loss_backward"
+    assert abs(measured["peak_bytes"] - est.peak) <= 8
+
+
+@pytest.mark.parametrize("settings", [dict(stack="torch", method="lora", rank=8, arch=dict(num_hidden_layers=4)),
+                                      dict(stack="hf", method="lora", rank=8, arch=QWEN2)], ids=["llama", "qwen2"])
+def test_under_activation_offloading(settings):
+    """TRL's offloading hooks see only what autograd saves outside the checkpointed layers (their inputs); the
+    policy's cache of saved outputs is the caching mode's own (torch utils/checkpoint.py:1355
+    _CachingTorchDispatchMode), not a saved tensor, and stays on the device: the offloaded terms plus the
+    policy's, the host bytes exactly and the device peak to the loss scalar."""
+    pytest.importorskip("peft")
+    from symvram.analysis.host import host_bytes
+
+    measured, est = traced_step(tiny(**settings.get("arch", {})), checkpoint_ops=True, offload_activations=True,
+                                **{k: v for k, v in settings.items() if k != "arch"})
+    assert "act_offloaded" in est.terms and est.terms["act_sac_matmuls"] > 0
+    assert measured["host_peak_bytes"] == host_bytes(est)
     assert est.peak_moment == "loss_backward"
     assert abs(measured["peak_bytes"] - est.peak) <= 8
 

@@ -1166,7 +1166,8 @@ def sac_terms(s_: Structure) -> list[Term]:
     the odd-numbered mms (``sac_matmuls``) and SDPA's output and fp32 log-sum-exp (the CUDA flash op is in the save
     set; the CPU's own flash op is not, and the tracer saves it in its place: validate.sac). The saved outputs are
     held by the policy's cache from the forward to the layer's recompute (the CUDA op's two 8-byte philox scalars are
-    left out: modelled, not measured)."""
+    left out: modelled, not measured); the cache is the caching mode's own storage (torch utils/checkpoint.py:1355
+    _CachingTorchDispatchMode), not autograd's saved tensors, so TRL's activation offloading leaves it on the device."""
     mms = sp.Add(*(T * d_out * width for _, d_out, width, saved in sac_matmuls(s_) if saved))
     attention = matmul_bytes(s_) * T * nh * dh + b_32 * b * nh * seq
     return [Term("act_sac_matmuls", Role.SAVED_ACTIVATION, (L - 1) * mms, r"(L - 1) \cdot A_{\mathrm{SAC,mm}}",
@@ -1187,7 +1188,7 @@ def saved_terms(s_: Structure) -> list[Term]:
     refuse_unmodelled(fam)
     terms: list[Term] = []
     if s_.offload_activations:
-        terms += offloaded_terms(s_)
+        terms += offloaded_terms(s_) + (sac_terms(s_) if s_.checkpoint_ops else [])
     elif s_.offload_checkpoints:
         terms += unsloth_checkpoint_terms(s_)
     elif s_.grad_checkpointing:
