@@ -130,6 +130,7 @@ MEASURED = [
     dict(stack="hf", method="lora", rank=8, targets="all-linear", lora_dropout=0.1,
          arch=dict(QWEN2, num_hidden_layers=3)),
     dict(stack="torch", method="full", arch=QWEN2),
+    dict(stack="torch", method="lora", rank=8, arch=dict(attention_bias=True)),   # Llama's: o_proj's too
     dict(stack="hf", method="full", arch=dict(QWEN2, num_hidden_layers=3)),
     dict(stack="torch", method="lora", rank=8, arch=sliding("gemma3_text", 16)),   # masked: the mask a checkpoint input
     dict(stack="hf", method="full", arch=sliding("gemma3_text", 16)),
