@@ -641,7 +641,10 @@ class Scenario:
     def _check_checkpoint_ops(self) -> None:
         """torchtitan's op-level policy (ledger.activations.sac_matmuls) is modelled, and traced, with non-reentrant
         checkpointing of every plain attention + MLP layer of transformers' model code on one GPU, under SDPA, each
-        linear one bias-free ``aten.mm`` (a bias makes it ``aten.addmm``, which the policy saves without counting)."""
+        linear one ``aten.mm`` (or, with a bias, ``aten.addmm``, which the policy saves without counting); a sliding
+        layer's mask, or a packed row's, is a checkpoint input, and what SDPA makes of it is recomputed (traced: Gemma 3,
+        OLMo 3, packed Llama and Gemma 3 rows); under TRL's activation offloading the policy's cache stays on the
+        device (ledger.activations.sac_terms)."""
         fam = family(self.model.family)
         why = ("without gradient checkpointing (--no-grad-checkpointing)" if not self.grad_checkpointing else
                f"--checkpoint-impl {self.checkpoint_impl}" if self.checkpoint_impl != "non-reentrant" else
@@ -653,16 +656,13 @@ class Scenario:
                "--stack unsloth's kernels" if self.unsloth_kernels else
                f"--attention {self.attention}" if self.attention != "sdpa" else
                f"{fam.key}'s layers of several kinds" if fam.kinds else
-               f"{fam.key}'s sliding-window layers" if fam.dim("window", 0) != 0 else
                f"{fam.key}'s MoE layers" if fam.has_moe else
                f"{fam.key}'s {fam.mixer} mixer" if fam.mixer != "attention" else
                f"{fam.key}'s latent attention" if fam.latent_attention else
                f"{fam.key}'s attention sinks" if fam.extra("attention_sinks") else
                f"{fam.key}'s shared K/V" if fam.extra("kv_shared") or fam.extra("stored_kv") else
-               f"{fam.key}'s linear biases" if any(m.bias in self.model.options for m in fam.linears) else
                f"{fam.key}'s fused linears" if any(m.count != 1 for m in fam.linears) else
-               "--offload-activations" if self.offload_activations else "--liger" if self.liger else
-               "--packing" if self.packing else
+               "--liger" if self.liger else
                f"--objective {self.objective}" if self.objective != "sft" else None)
         if why:
             raise UserError(f"--selective-checkpointing op {why if why.startswith('without') else 'with ' + why} is "

@@ -12,6 +12,7 @@ from symvram.scenario import Scenario
 from test_modules_to_save import tiny
 
 KW = dict(stack="torch", method="lora", rank=8)
+GEMMA3 = dict(model_type="gemma3_text", layer_types=["sliding_attention", "full_attention"], sliding_window=16)
 
 
 def test_by_hand():
@@ -24,6 +25,8 @@ def test_by_hand():
     assert packed.peak - row.peak == 327_680   # measured: 6,360,856 − 6,033,176 (tests/test_packing below)
     ckpt = evaluate(Scenario.create(tiny(), packing=256, grad_checkpointing=True, **KW))
     assert ckpt.terms["act_sliding_mask"] == 256**2   # the shared boolean mask, a checkpoint input
+    both = evaluate(Scenario.create(tiny(**GEMMA3), packing=256, grad_checkpointing=True, **KW))
+    assert both.terms["act_sliding_mask"] == 2 * 256**2   # a sliding and a full layer: one boolean mask for each kind
 
 
 def test_refusals_and_reading(tmp_path):
@@ -46,7 +49,7 @@ def test_refusals_and_reading(tmp_path):
 
 
 MEASURED = [dict(), dict(arch=dict(num_hidden_layers=4)), dict(stack="hf", grad_checkpointing=True),
-            dict(method="full")]
+            dict(method="full"), dict(arch=GEMMA3), dict(arch=GEMMA3, grad_checkpointing=True)]   # a mask per kind
 
 
 @pytest.mark.parametrize("settings", MEASURED, ids=[str(i) for i in range(len(MEASURED))])

@@ -14,6 +14,7 @@ base. The first layer's input needs no gradient under LoRA, so its first RMSNorm
 from __future__ import annotations
 
 from functools import lru_cache
+from itertools import accumulate
 
 import sympy as sp
 
@@ -1041,6 +1042,14 @@ def sliding_extra(s_: Structure) -> sp.Expr:
     return past_window(s_) * (b_c * b * seq**2 + repeated * 2 * b_c * T * dh * (nh - nkv))
 
 
+def mask_kinds(s_: Structure) -> sp.Expr:
+    """How many attention masks the decoder builds when every layer gets one (eager attention, a packed row): one
+    per attention kind its layers have, full and sliding (the decoder's ``causal_mask_mapping``, transformers 5.24
+    modeling_gemma3.py:525-527, modeling_olmo3.py:420; a kind no layer has reads none and dies at once)."""
+    sliding = s_.arch.dim("sliding_layers", 0)
+    return sp.Integer(1) if sliding == 0 else at_least(sliding, 1) + at_least(L - sliding, 1)
+
+
 def eager_mask_term(s_: Structure) -> Term:
     """Eager attention's float masks: ``eager_mask`` casts sdpa_mask's boolean (b, 1, s, s) — an expand over the
     batch — to 0 / finfo.min in inputs_embeds' dtype with ``torch.where``, a full b·s² tensor (transformers 5.24
@@ -1053,11 +1062,9 @@ def eager_mask_term(s_: Structure) -> Term:
     >>> eager_mask_term(Structure(attention="eager", grad_checkpointing=True)).expr
     batch*bytes_weight*seq**2
     """
-    sliding = s_.arch.dim("sliding_layers", 0)
-    kinds = sp.Integer(1) if sliding == 0 else at_least(sliding, 1) + at_least(L - sliding, 1)
-    return Term("act_eager_mask", Role.SAVED_ACTIVATION, kinds * residual_bytes(s_) * b * seq**2,
+    return Term("act_eager_mask", Role.SAVED_ACTIVATION, mask_kinds(s_) * residual_bytes(s_) * b * seq**2,
                 r"A_{\mathrm{mask}}", "eager attention's float causal mask" + (
-                    "s, one per attention kind (full, sliding)" if sliding != 0 else "") + " (b·s² in the residual "
+                    "s, one per attention kind (full, sliding)" if mask_kinds(s_) != 1 else "") + " (b·s² in the residual "
                 "stream's dtype), a checkpoint input until the layers' backward",
                 "transformers masking_utils.py:597-618 eager_mask",
                 lifetime=span(Phase.FIRST_LAYER_FORWARD, Phase.FIRST_LAYER_BACKWARD))
@@ -1143,21 +1150,26 @@ SAC = ("torchtitan torchtitan/distributed/activation_checkpoint.py (b5bcd76) :31
 
 
 def sac_matmuls(s_: Structure) -> list[tuple[sp.Expr, sp.Expr, sp.Expr, bool]]:
-    """A decoder layer's ``aten.mm`` calls in their order, each (d_in, d_out, bytes per output element, saved) under
-    torchtitan's op-level policy: its counter restarts per layer and every even-numbered mm is recomputed
-    (activation_checkpoint.py:254-266, ``meta[mm_count_key] % 2 == 0``). Each nn.Linear is one mm in the layer's
-    call order (the family entry's order: q, k, v, o, gate, up, down in Llama's decoder layer, traced); a LoRA target
-    is three: the base layer's, then lora_A's (r wide), then lora_B's (peft tuners/lora/layer.py Linear.forward:
-    ``result = self.base_layer(x)`` before ``lora_B(lora_A(dropout(x)))``), whose outputs have the adapters' dtype,
-    the compute dtype under autocast (as ``act_lora_hidden``)."""
+    """A decoder layer's matmuls in their order, each (d_in, d_out, bytes per output element, saved) under
+    torchtitan's op-level policy: its counter of ``aten.mm`` calls restarts per layer and every even-numbered mm is
+    recomputed (activation_checkpoint.py:257-273, ``meta[mm_count_key] % 2 == 0``). Each nn.Linear is one matmul in
+    the layer's call order (the family entry's order: q, k, v, o, gate, up, down in Llama's decoder layer, traced); a
+    LoRA target is three: the base layer's, then lora_A's (r wide), then lora_B's (peft tuners/lora/layer.py
+    Linear.forward: ``result = self.base_layer(x)`` before ``lora_B(lora_A(dropout(x)))``), whose outputs have the
+    adapters' dtype, the compute dtype under autocast (as ``act_lora_hidden``). A linear with a bias (Qwen2's q, k, v)
+    on its contiguous input is ``aten.addmm`` on the input's 2-D view (torch aten/src/ATen/native/Linear.cpp
+    ``linear``: the fused path for a contiguous input with a bias; traced): in the save set (torch 2.13
+    _functorch/partitioners.py:2976) but not one of the policy's ``mm_ops`` (activation_checkpoint.py:241), so it is
+    saved and not counted; LoRA's adapters have no bias (lora_A, lora_B: ``bias=False``)."""
     fam, targets = s_.arch, set(s_.targets) if s_.lora else set()
     b_base, b_lora = matmul_bytes(s_), (matmul_bytes(s_) if s_.autocast else compute_adapter_bytes(s_))
-    calls: list[tuple[sp.Expr, sp.Expr, sp.Expr]] = []
+    calls: list[tuple[sp.Expr, sp.Expr, sp.Expr, bool]] = []   # (d_in, d_out, bytes, counted by the policy)
     for m in fam.linears:
-        calls.append((m.d_in, m.d_out, b_base))
+        calls.append((m.d_in, m.d_out, b_base, m.bias not in s_.options))
         if m.name in targets:
-            calls += [(m.d_in, r * m.rank_factor, b_lora), (r * m.rank_factor, m.d_out, b_lora)]
-    return [(d_in, d_out, width, i % 2 == 0) for i, (d_in, d_out, width) in enumerate(calls)]   # i = count − 1
+            calls += [(m.d_in, r * m.rank_factor, b_lora, True), (r * m.rank_factor, m.d_out, b_lora, True)]
+    counts = accumulate(counted for *_, counted in calls)   # the policy's counter after each call
+    return [(d_in, d_out, width, not counted or n % 2 == 1) for (d_in, d_out, width, counted), n in zip(calls, counts)]
 
 
 def sac_terms(s_: Structure) -> list[Term]:
@@ -1165,7 +1177,8 @@ def sac_terms(s_: Structure) -> list[Term]:
     the odd-numbered mms (``sac_matmuls``) and SDPA's output and fp32 log-sum-exp (the CUDA flash op is in the save
     set; the CPU's own flash op is not, and the tracer saves it in its place: validate.sac). The saved outputs are
     held by the policy's cache from the forward to the layer's recompute (the CUDA op's two 8-byte philox scalars are
-    left out: modelled, not measured)."""
+    left out: modelled, not measured); the cache is the caching mode's own storage (torch utils/checkpoint.py:1355
+    _CachingTorchDispatchMode), not autograd's saved tensors, so TRL's activation offloading leaves it on the device."""
     mms = sp.Add(*(T * d_out * width for _, d_out, width, saved in sac_matmuls(s_) if saved))
     attention = matmul_bytes(s_) * T * nh * dh + b_32 * b * nh * seq
     return [Term("act_sac_matmuls", Role.SAVED_ACTIVATION, (L - 1) * mms, r"(L - 1) \cdot A_{\mathrm{SAC,mm}}",
@@ -1186,7 +1199,7 @@ def saved_terms(s_: Structure) -> list[Term]:
     refuse_unmodelled(fam)
     terms: list[Term] = []
     if s_.offload_activations:
-        terms += offloaded_terms(s_)
+        terms += offloaded_terms(s_) + (sac_terms(s_) if s_.checkpoint_ops else [])
     elif s_.offload_checkpoints:
         terms += unsloth_checkpoint_terms(s_)
     elif s_.grad_checkpointing:
@@ -1226,10 +1239,14 @@ def saved_terms(s_: Structure) -> list[Term]:
     if sliding_extra(s_) != 0:
         if s_.grad_checkpointing:
             # a sliding-window mask is one (s, s) block broadcast over the batch; Llama 4's chunked mask is built per
-            # sample (its left-padding offsets, masking_utils.py:102-109): b blocks
+            # sample (its left-padding offsets, masking_utils.py:102-109): b blocks; a packed row's block-diagonal
+            # mask is built for every attention kind (full and sliding: one each)
             rows = b if fam.extra("chunked_attention") else 1
-            terms.append(Term("act_sliding_mask", Role.SAVED_ACTIVATION, b_mask * past_window(s_) * rows * seq**2,
+            masks = mask_kinds(s_) if s_.packed else past_window(s_)
+            terms.append(Term("act_sliding_mask", Role.SAVED_ACTIVATION, b_mask * masks * rows * seq**2,
                               r"A_{\mathrm{win}}", "the shared boolean " + ("block-diagonal mask of the packed samples"
+                                                                            + ", one per attention kind" * (
+                                                                                mask_kinds(s_) != 1)
                                                                             if s_.packed else "sliding-window mask")
                               + ", a checkpoint input", PACKED if s_.packed else fam.source))
         else:

@@ -186,10 +186,11 @@ def _layers(s_: Structure) -> tuple:
     return _layer(s_.first_layer, False), _layer(s_.first_layer, True), kinds
 
 
-# the only fields the FLOPs ledger reads: structures that differ elsewhere (dtypes, optimizer, ZeRO) share it
+# the only fields the FLOPs ledger reads: structures that differ elsewhere (dtypes, optimizer, ZeRO) share it (options:
+# a biased linear is an addmm, which op-level checkpointing saves uncounted: activations.sac_matmuls)
 FLOPS_FIELDS = ("method", "family", "first_kind", "targets", "head_targets", "attention", "grad_checkpointing",
                 "checkpoint_every", "checkpoint_ops", "tensor_parallel", "dora",
-                "dropout", "modules_to_save")
+                "dropout", "modules_to_save", "options")
 
 
 def build_flops(s_: Structure) -> FlopsLedger:
