@@ -185,12 +185,16 @@ def _stored_rows() -> dict[str, dict]:
     ("dpo_qwen3-0.6b_lora_r16_b2_s1024_p256_ckpt", 0.035),
     ("kto_qwen2.5-0.5b_lora_r16_b4_s2048_p512_ckpt", 0.035),
     ("kto_llama3.2-1b_lora_r16_b4_s1024_p256_ckpt", 0.035),
-    ("dpo_qwen2.5-0.5b_lora_r16_b2_s2048_p512_ckpt", 0.07),   # reserved: open (allocated now +0.7 %, below)
+    # each activation one tensor of the forward's 2b rows (Term.rows: DPO concatenates chosen and rejected), not
+    # two of b (+5.9 % before); open: the checkpointed forward's attention side, every would-be-saved tensor at once
+    ("dpo_qwen2.5-0.5b_lora_r16_b2_s2048_p512_ckpt", 0.035),
     # a LoRA recompute: the MLP's saved tensors made after its input projections' working set, and the recompute's
-    # down-projection temporary in each layer's recompute (reward LoRA +9.6 / +7.5 % before)
-    ("reward_llama3.2-1b_lora_r16_b4_s1024_ckpt", 0.06),
-    ("reward_qwen3-0.6b_lora_r16_b4_s1024_ckpt", 0.045),
-    ("dpo_llama3.2-1b_lora_r16_b2_s1024_p256", 0.015),
+    # down-projection temporary in each layer's recompute (reward LoRA +9.6 / +7.5 % before); the 2b rows' tensors,
+    # and the MLP backward's gradients as tensors once the r-wide down input it frees is freed, not one block of
+    # their net bytes (+5.4 / +3.9 % before)
+    ("reward_llama3.2-1b_lora_r16_b4_s1024_ckpt", 0.01),
+    ("reward_qwen3-0.6b_lora_r16_b4_s1024_ckpt", 0.025),
+    ("dpo_llama3.2-1b_lora_r16_b2_s1024_p256", 0.01),
     # LoRA on lm_head: the base logits, lora_B's output and its scaled copy before the sum (−12.7 % before)
     ("qwen2.5-0.5b_hf_lora_r16_all-embed-head_b2_s1024", 0.01),
     # every layer kind's count known to the schedule: Gemma 4 E2B's states per parameter (+6.8 / +9.9 % before)

@@ -344,8 +344,11 @@ def reshape(s_: Structure, activation_terms: list[Term]) -> list[Term]:
 
 
 def _rows(t: Term, twice: dict) -> Term:
-    """An SFT term for the objective's rows (``twice``: batch → rows·batch), its declared tensors too."""
-    return replace(t, expr=t.expr.xreplace(twice), tensors=tuple((n, size.xreplace(twice)) for n, size in t.tensors))
+    """An SFT term for the objective's rows (``twice``: batch → rows·batch), its declared tensors too; each of its
+    tensors holds the forward's rows·batch rows (``Term.rows``: trl 1.16 dpo_trainer.py concatenated_forward
+    concatenates the chosen and rejected ids into one batch, so every activation is one tensor of 2·batch rows)."""
+    return replace(t, expr=t.expr.xreplace(twice), tensors=tuple((n, size.xreplace(twice)) for n, size in t.tensors),
+                   rows=t.rows * int(twice[b] / b))
 
 
 LOGITS_SOURCE = "trl 1.16 experimental/orpo/orpo_trainer.py:745-822 (cpo/cpo_trainer.py:792-863) concatenated_forward"
