@@ -295,11 +295,11 @@ def _split_final_norm(head: Term, s_: Structure, twice: dict) -> list[Term]:
     norm's backward — which SFT never sees as a peak, beside the vocabulary's gradients."""
     kept = norm_saved(s_, 1, h).xreplace(twice)
     return [Term(head.key, head.role, kept, r"A_{\mathrm{norm}}", "the final norm's fp32 input and 1/rms, kept for "
-                 "its backward", head.source, head.place, head.lifetime),
+                 "its backward", head.source, head.place, head.lifetime, rows=head.rows),
             Term("act_score_input", head.role, sp.expand(head.expr - kept), r"A_{\mathrm{score,in}}",
                  "the score head's input (the final norm's output), kept for its weight gradient"
                  + (", and the normalized tensor the norm weight's product keeps" if not s_.lora else ""),
-                 head.source, head.place, span(Phase.LOSS, Phase.HEAD_BACKWARD))]
+                 head.source, head.place, span(Phase.LOSS, Phase.HEAD_BACKWARD), rows=head.rows)]
 
 
 def reshape(s_: Structure, activation_terms: list[Term]) -> list[Term]:
@@ -339,13 +339,17 @@ def reshape(s_: Structure, activation_terms: list[Term]) -> list[Term]:
         normed = (b_c if s_.weight_casts else compute_weight_bytes(s_)) * b * seq * h
         fused[norm.key] = Term(norm.key, norm.role, sp.expand(norm.expr - normed).xreplace(twice), norm.label,
                                norm.why.replace(" and the normed tensor", "") + " (the fused head keeps its own copy "
-                               "of the scored positions' normed states)", norm.source, norm.place, norm.lifetime)
+                               "of the scored positions' normed states)", norm.source, norm.place, norm.lifetime,
+                               rows=rows(s_.objective))
     return [fused[t.key] if t.key in fused else _rows(t, twice) for t in activation_terms]
 
 
 def _rows(t: Term, twice: dict) -> Term:
-    """An SFT term for the objective's rows (``twice``: batch → rows·batch), its declared tensors too."""
-    return replace(t, expr=t.expr.xreplace(twice), tensors=tuple((n, size.xreplace(twice)) for n, size in t.tensors))
+    """An SFT term for the objective's rows (``twice``: batch → rows·batch), its declared tensors too; each of its
+    tensors holds the forward's rows·batch rows (``Term.rows``: trl 1.16 dpo_trainer.py concatenated_forward
+    concatenates the chosen and rejected ids into one batch, so every activation is one tensor of 2·batch rows)."""
+    return replace(t, expr=t.expr.xreplace(twice), tensors=tuple((n, size.xreplace(twice)) for n, size in t.tensors),
+                   rows=t.rows * int(twice[b] / b))
 
 
 LOGITS_SOURCE = "trl 1.16 experimental/orpo/orpo_trainer.py:745-822 (cpo/cpo_trainer.py:792-863) concatenated_forward"

@@ -258,6 +258,10 @@ class Term:
     # difference (s − p positions), the larger of two working sets (Max); () : each monomial a tensor
     # (ledger.schedule.pieces). A size with the factor L is that many tensors in every layer.
     tensors: tuple[tuple[int, sp.Expr], ...] = ()
+    # the rows each of its tensors holds per example (ledger.objectives.reshape: DPO's chosen and rejected sequences
+    # run as one forward of 2·batch rows): a monomial with the factor batch and coefficient c is c/rows tensors of
+    # rows·batch rows — one [2b, s, h] tensor, not two [b, s, h] (ledger.schedule.pieces)
+    rows: int = 1
 
     def __post_init__(self) -> None:
         check(self.expr, ROLES[self.role].unit, self.key)   # bytes for memory and traffic, FLOP for FLOPs
