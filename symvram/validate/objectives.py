@@ -306,7 +306,8 @@ def result(spec: dict, run) -> dict:
 
 
 def measure_preference(spec: dict) -> dict:
-    """The peak of live tensor bytes of ``spec['steps']`` DPO or KTO steps (a dict shaped like ``measure``'s; no FLOPs:
+    """The peak of live tensor bytes of ``spec['steps']`` DPO, KTO, reward or (TRL's SFTTrainer) SFT steps (a dict
+    shaped like ``measure``'s; no FLOPs:
     FlopCounterMode cannot count the ``addmm`` overload with ``out_dtype`` the fused head's backward runs)."""
     spec = {"objective": "sft", **normalize_spec(spec)}   # (normalize_spec drops a default's key)
     if spec["objective"] == "grpo":   # generation before the step (validate.grpo)
