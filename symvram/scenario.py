@@ -298,6 +298,8 @@ class Scenario:
     loss_type: str = "dapo"         # GRPOConfig.loss_type
     generation: str = "hf"          # hf (transformers' generate) | vllm-colocate | vllm-server
     cpo_alpha: float = 1.0          # CPO/SimPO: CPOConfig.cpo_alpha, the weight of the chosen rows' NLL (0: not computed)
+    router_aux_loss_coef: float | None = None  # the MoE load-balancing loss's weight: TRL's SFT/DPO/KTO configs' (None:
+    # the model config's), LLaMA-Factory's moe_aux_loss_coef (non-zero: the model's forward computes the loss)
     overrides: tuple[tuple[str, float], ...] = field(default=())
     versions: tuple[tuple[str, str], ...] = ()   # --versions: library versions asked for (symvram.versions)
     # the settings given (not filled by the stack): with_changes keeps them and lets the stack fill the rest again
@@ -859,6 +861,59 @@ class Scenario:
                 self.cpo_alpha):
             raise UserError(f"--cpo-alpha must be a number (the NLL's weight); got {excerpt(self.cpo_alpha)}")
 
+    def _check_aux_coef(self) -> None:
+        """The load-balancing loss's weight, where given: a number; a non-zero one on a model that returns no router
+        logits is TRL's ValueError (sft_trainer.py:1200-1204, dpo_trainer.py:900-904, kto_trainer.py:911-915), and
+        the loss it turns on is modelled where the family's config has the coefficient (its
+        ``router_aux_loss_coef`` option: Mixtral, Qwen3-MoE)."""
+        coef = self.router_aux_loss_coef
+        if coef is None:
+            return
+        if isinstance(coef, bool) or not isinstance(coef, (int, float)) or not math.isfinite(coef):
+            raise UserError(f"--router-aux-loss-coef must be a number (the load-balancing loss's weight); got "
+                            f"{excerpt(coef)}")
+        if coef == 0:
+            return
+        if not self._moe_layers():
+            raise UserError(f"--router-aux-loss-coef {coef}: {self.model.name} is not a Mixture-of-Experts model that "
+                            "returns its router logits, so there is no auxiliary loss to weight (TRL's trainers raise "
+                            "ValueError)")
+        if "router_aux_loss_coef" not in dict(family(self.model.family).options):
+            raise UserError(f"--router-aux-loss-coef {coef} on {self.model.family} is not modelled: the load-balancing "
+                            "loss's tensors are derived for the families whose config has router_aux_loss_coef "
+                            "(mixtral, qwen3_moe)")
+
+    def _check_aux_loss(self) -> None:
+        """The load-balancing loss computed (``_options``) on a MoE block it is not derived for: refused, as the
+        preference objectives refuse those blocks (``_check_moe_objective``); a weight of 0 estimates without it."""
+        fam = family(self.model.family)
+        if "router_aux_loss_coef" not in self._options or not self._moe_layers():
+            return
+        unmodelled = [name for name in MOE_UNMODELLED if fam.extra(name)] + ["layer kinds"] * bool(fam.kinds)
+        if unmodelled:
+            raise UserError(f"{'TRL' if self.trl_trainer else 'the model'} computes the MoE load-balancing loss on "
+                            f"{fam.key} (its config's router_aux_loss_coef), whose tensors are derived for routed "
+                            f"experts without {', '.join(unmodelled)} (Mixtral's and Qwen3-MoE's blocks): not modelled; "
+                            "--router-aux-loss-coef 0 (SFTConfig(router_aux_loss_coef=0.0)) estimates the run without it")
+
+    @property
+    def trl_trainer(self) -> bool:
+        """A TRL trainer runs the step: SFT under its SFTTrainer (TRL's fused LM head), every other objective."""
+        return self.objective != "sft" or self.loss_impl == "trl"
+
+    @property
+    def _options(self) -> tuple[str, ...]:
+        """The family's switches that are on, ``router_aux_loss_coef`` meaning that the load-balancing loss is
+        computed: TRL's trainers (SFT under its SFTTrainer, the preference objectives) weigh it by their own
+        router_aux_loss_coef, else the config's (trl 1.16 sft_trainer.py:1197-1205); transformers' forward computes
+        it only when the config's output_router_logits is on (modeling_mixtral.py:600-632; False by default,
+        configuration_mixtral.py:86), which LLaMA-Factory's non-zero moe_aux_loss_coef sets (0.9.5
+        model/model_utils/moe.py:160-199) — the coefficient given here."""
+        coef = self.router_aux_loss_coef
+        aux = (self.trl_trainer and "router_aux_loss_coef" in self.model.options) if coef is None else coef != 0
+        on = {o for o in self.model.options if o != "router_aux_loss_coef"} | ({"router_aux_loss_coef"} if aux else set())
+        return tuple(o for o, _ in family(self.model.family).options if o in on)
+
     def _check_objective(self) -> None:
         """A known objective; DPO's prompt inside the sequence, its reference settings only with it."""
         if self.objective == "ppo":
@@ -883,7 +938,9 @@ class Scenario:
                             "is not modelled: a reward model has a score head and no lm_head (full and lora are)")
         self._check_grpo()
         self._check_cpo()
+        self._check_aux_coef()
         self._check_moe_objective()
+        self._check_aux_loss()
 
     def _check_moe_objective(self) -> None:
         """A preference objective or a reward model on a MoE model: the routed experts' block (top-k router,
@@ -956,7 +1013,7 @@ class Scenario:
         return Structure(
             method=self.method, params_given=self.model.params is not None, family=self.model.family,
             first_kind=self._layer_zero[1], lead_kinds=self._layer_zero[0], kind_depths=self._kind_depths,
-            tied=self.model.tied, options=self.model.options, targets=self.targets if self.lora else (),
+            tied=self.model.tied, options=self._options, targets=self.targets if self.lora else (),
             head_targets=self.head_targets if self.lora else (),
             master=self.master == "fp32", optimizer=self.optimizer, optimizer_impl=self.optimizer_impl,
             embed_states_fp32=self.optimizer in BNB_OPTIMIZERS and runs_trainer(self.stack)

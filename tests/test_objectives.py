@@ -278,6 +278,70 @@ def test_no_load_balancing_loss_is_trls_step(family):
     assert 0 <= measured - estimate <= 32, (estimate, measured)   # the 0-d losses are not terms
 
 
+SFT_AUX_SPEC = {"rank": 8, "targets": ["q_proj", "k_proj", "v_proj", "o_proj"], "batch": 2, "seq": 32,
+                "autocast": "bf16"}
+
+
+@pytest.mark.parametrize("family, method, checkpointing", [
+    ("mixtral", "lora", True), ("mixtral", "full", False), ("qwen3_moe", "lora", True), ("qwen3_moe", "full", False)])
+def test_sft_load_balancing_loss_is_trls_step(family, method, checkpointing):
+    """TRL's SFTTrainer adds the MoE load-balancing loss from the config's coefficient (trl 1.16
+    sft_trainer.py:1195-1211, 1566-1629) and SFTConfig(router_aux_loss_coef=0.0) leaves it out, traced: what the loss
+    adds to the peak of TRL's own compute_loss is what its terms add to the estimate's (at the backward, every
+    layer's router-logit gradient; at the fused head's forward the trace holds the router logits, as many bytes)."""
+    pytest.importorskip("trl", reason="TRL not installed (pip install 'symvram[trl]')")
+    from symvram.validate.objectives import measure_preference
+
+    spec = {**SFT_AUX_SPEC, "arch": MOE_ARCHS[family], "method": method, "stack": "trl",
+            "grad_checkpointing": checkpointing}
+    off = {**spec, "router_aux_loss_coef": 0.0}
+    on_, off_ = evaluate(to_scenario(spec)), evaluate(to_scenario(off))
+    assert {"sft_router_aux", "sft_router_aux_grads"} <= set(on_.terms) and not any("aux" in k for k in off_.terms)
+    measured = measure_preference(spec)["peak_bytes"] - measure_preference(off)["peak_bytes"]
+    assert on_.peak - off_.peak == measured > 0, (on_.peak - off_.peak, measured)
+
+
+@pytest.mark.parametrize("family", ["mixtral", "qwen3_moe"])
+def test_sft_outside_trl_computes_the_loss_when_asked(family):
+    """transformers' forward computes the load-balancing loss only under the config's output_router_logits
+    (modeling_mixtral.py:600-632), which LLaMA-Factory's non-zero moe_aux_loss_coef sets (model_utils/moe.py:160-199):
+    none by default under the Trainer; given a weight, traced (validate.measure), the loss adds to the peak (the
+    loss backward's: every layer's router-logit gradient) what its terms add to the estimate's."""
+    from symvram.validate.measure import measure
+    from symvram.validate.spec import from_scenario
+
+    spec = {**SFT_AUX_SPEC, "arch": MOE_ARCHS[family], "method": "lora", "stack": "hf", "grad_checkpointing": True}
+    off = to_scenario(spec)
+    on_ = to_scenario({**spec, "router_aux_loss_coef": 0.01})
+    assert not any("aux" in k for k in evaluate(off).terms)
+    traced = from_scenario(on_)
+    assert traced["arch"]["output_router_logits"] is True
+    measured = measure(traced)["peak_bytes"] - measure(from_scenario(off))["peak_bytes"]
+    assert evaluate(on_).peak - evaluate(off).peak == measured > 0, (evaluate(on_).peak - evaluate(off).peak, measured)
+
+
+@pytest.mark.parametrize("model", ["gpt-oss-20b", "qwen1.5-moe-a2.7b", "qwen3-next-80b-a3b"])
+def test_trl_sft_refuses_a_load_balancing_loss_it_does_not_model(model):
+    """TRL's SFTTrainer computes the load-balancing loss on every MoE config with a non-zero router_aux_loss_coef
+    (sft_trainer.py:1195-1211; these configs' default 0.001): on blocks its tensors are not derived for it is
+    refused, and a weight of 0 estimates the run without it; under transformers' Trainer (no output_router_logits)
+    nothing changes."""
+    with pytest.raises(UserError, match="load-balancing loss on .* --router-aux-loss-coef 0"):
+        Scenario.create(model, method="lora", stack="trl")
+    assert not any("aux" in k for k in evaluate(Scenario.create(model, method="lora", stack="trl",
+                                                                router_aux_loss_coef=0)).terms)
+    assert not any("aux" in k for k in evaluate(Scenario.create(model, method="lora", stack="hf")).terms)
+
+
+def test_the_weight_on_the_command_line(capsys):
+    from symvram.cli import main
+
+    argv = ["estimate", "qwen3-30b-a3b", "--method", "lora", "--stack", "trl", "--seq", "1024", "--batch", "1"]
+    assert main(argv + ["--router-aux-loss-coef", "0"]) == 0 and main(argv) == 0
+    assert main(["estimate", "llama-3-8b", "--stack", "trl", "--router-aux-loss-coef", "0.01"]) == 2
+    assert "not a Mixture-of-Experts model" in capsys.readouterr().err
+
+
 def test_moe_reference_forward_by_hand():
     """Mixtral-8x7B DPO with LoRA, 1 pair of 1024 tokens: the reference's last MoE block holds, beside the layer's
     four hidden-sized tensors and the RoPE tables, the router's logits, fp32 top-k weights and int64 indices, the

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from symvram.cli import main
+from symvram.errors import UserError
 from symvram.evaluate import evaluate
 from symvram.readers.edits import edits
 from symvram.readers.read import read_files
@@ -503,3 +504,25 @@ def test_deepspeed_allgather_bucket_is_not_called_a_prefetch_buffer(tmp_path):
     r = read_files([_write(tmp_path, "ds.json", json.dumps(doc))])
     assert len(r.warnings) == 1 and "prefetch" not in r.warnings[0]
     assert "ZeRO-1/2's chunks of the updated weights' all-gather" in r.warnings[0]
+
+
+def test_the_load_balancing_weight_from_trl_and_llamafactory(tmp_path):
+    """TRL's SFTConfig.router_aux_loss_coef (sft_config.py:161-168: None, the config's) and LLaMA-Factory's
+    moe_aux_loss_coef (model/model_utils/moe.py:160-199) are read: 0 leaves the MoE load-balancing loss out, a
+    non-zero weight puts it in (under LLaMA-Factory's Trainer too, whose model then returns its router logits)."""
+    def aux_terms(path):
+        sc = Scenario.create("qwen3-30b-a3b", **read_files([path]).kwargs())
+        return sorted(k for k in evaluate(sc).terms if "aux" in k)
+
+    trl = {"output_dir": "o", "max_length": 512, "per_device_train_batch_size": 1, "use_peft": True}
+    assert aux_terms(_write(tmp_path, "t.json", json.dumps(trl))) == ["sft_router_aux", "sft_router_aux_grads"]
+    off = read_files([_write(tmp_path, "t0.json", json.dumps({**trl, "router_aux_loss_coef": 0.0}))])
+    assert off.settings["router_aux_loss_coef"].value == 0.0
+    assert aux_terms(_write(tmp_path, "t0.json", json.dumps({**trl, "router_aux_loss_coef": 0.0}))) == []
+    lf = "model_name_or_path: qwen3-30b-a3b\nstage: sft\ncutoff_len: 512\nper_device_train_batch_size: 1\n"
+    assert aux_terms(_write(tmp_path, "l.yaml", lf)) == []   # output_router_logits stays False
+    assert aux_terms(_write(tmp_path, "l1.yaml", lf + "moe_aux_loss_coef: 0.001\n")) == \
+        ["sft_router_aux", "sft_router_aux_grads"]
+    with pytest.raises(UserError, match="not a Mixture-of-Experts"):
+        Scenario.create("llama-3-8b", **read_files([_write(tmp_path, "d.json", json.dumps(
+            {"output_dir": "o", "max_length": 512, "router_aux_loss_coef": 0.01}))]).kwargs())

@@ -87,6 +87,11 @@ def add_scenario_arguments(p: argparse.ArgumentParser) -> None:
                         "take the trl stack unless --stack is given")
     g.add_argument("--cpo-alpha", type=float, help="cpo, simpo: CPOConfig.cpo_alpha, the chosen rows' NLL weight "
                                                    "(default 1.0; 0: the NLL is not computed)")
+    g.add_argument("--router-aux-loss-coef", type=float, metavar="W",
+                   help="MoE models: the load-balancing loss's weight; TRL's SFTConfig / DPOConfig / KTOConfig "
+                        "router_aux_loss_coef (default: the model config's, which TRL's trainers compute the loss "
+                        "with; 0 turns it off), or LLaMA-Factory's moe_aux_loss_coef (non-zero: transformers' "
+                        "forward computes it)")
     g.add_argument("--prompt", type=int, help="dpo, kto, orpo, cpo, simpo: prompt tokens per sequence, which the fused LM head does not "
                                               "score (default 0: every position after the first)")
     g.add_argument("--precompute-ref", action="store_true", default=None,
@@ -230,7 +235,7 @@ SCENARIO_FLAGS = ("stack", "checkpoint_every", "offload_activations", "packing",
                   "attention", "device", "gpus", "zero", "offload", "mp_policy", "tp", "sequence_parallel", "versions",
                   "objective", "prompt", "precompute_ref", "max_completion_length", "num_generations",
                   "steps_per_generation", "gradient_accumulation_steps", "num_iterations", "beta", "loss_type",
-                  "generation", "cpo_alpha")
+                  "generation", "cpo_alpha", "router_aux_loss_coef")
 
 
 def cli_settings(args: argparse.Namespace) -> dict:

@@ -127,24 +127,26 @@ def _moe_reference(s_: Structure, R: sp.Expr) -> sp.Expr:
 
 
 def _aux_loss(s_: Structure) -> bool:
-    """Whether TRL computes the MoE load-balancing loss: a MoE config (it has ``output_router_logits``, whatever
-    its value: the trainer passes output_router_logits=True itself) whose router_aux_loss_coef is not 0 (trl 1.16
-    dpo_trainer.py:895-905, kto_trainer.py:906-916: the config's coefficient, the trainer's
-    router_aux_loss_coef defaulting to None; the family's ``router_aux_loss_coef`` option)."""
+    """Whether the MoE load-balancing loss is computed: a MoE config (it has ``output_router_logits``, whatever
+    its value: TRL's trainers pass output_router_logits=True themselves) whose router_aux_loss_coef is not 0 (trl
+    1.16 dpo_trainer.py:895-905, kto_trainer.py:906-916, sft_trainer.py:1195-1211: the trainer's coefficient, else
+    the config's). The family's ``router_aux_loss_coef`` option says it (``Scenario._options`` decides it from the
+    trainer: SFT outside TRL only when the config asks for router logits)."""
     return s_.arch.moe and "router_aux_loss_coef" in s_.options
 
 
 def _router_aux(s_: Structure) -> sp.Expr:
     """What the policy's MoE load-balancing loss keeps for its backward (TRL's fused forward calls Mixtral's
     load_balancing_loss_func, trainer/utils.py:1664-1685, when the trainer asks for router logits,
-    dpo_trainer.py:1294-1295): each MoE layer's softmax of its [R, E] router logits (softmax saves its output: fp32
-    under CUDA autocast, the logits' dtype under the CPU's) and the attention mask cast to fp32, which each
-    layer's masked product keeps (modeling_mixtral.py load_balancing_loss_func). Their backward runs first and leaves
-    each layer's router-logit gradient ([R, E], the logits' dtype) waiting for that layer's backward
+    dpo_trainer.py:1294-1295, sft_trainer.py:1568-1569): each MoE layer's softmax of its [R, E] router logits
+    (softmax saves its output: fp32 under CUDA autocast, the logits' dtype under the CPU's) and the attention mask
+    cast to fp32, which each layer's masked product keeps (modeling_mixtral.py:517-537 load_balancing_loss_func;
+    a padding-free row has no mask: its histc branch, :524-531, keeps nothing more). Their backward runs first and
+    leaves each layer's router-logit gradient ([R, E], the logits' dtype) waiting for that layer's backward
     (``router_aux_grads``; traced: all of them alive at the first layer's backward)."""
     R = rows(s_.objective) * b * seq
     probs = b_32 if s_.autocast and s_.device == "cuda" else b_c
-    return L * probs * R * E + b_32 * R
+    return L * probs * R * E + (0 if s_.packed else b_32 * R)
 
 
 def _adapter_casts(s_: Structure) -> sp.Expr:

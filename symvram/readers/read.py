@@ -406,7 +406,7 @@ BNB_ADAMW = {"adamw_bnb_8bit": "adamw8bit", "adamw_8bit": "adamw8bit", "paged_ad
 # Scenario settings a table may set directly
 _SETTINGS = ("stack", "kbit_prep", "rank", "lora_dropout", "targets", "seq", "batch", "grad_checkpointing", "attention", "gpus",
              "double_quant", "tp", "checkpoint_impl", "checkpoint_every", "offload_activations", "packing", "liger", "loss_impl", "dora", "optimizer_in_backward", "modules_to_save", "objective", "precompute_ref",
-             *GRPO_SETTINGS, *CREATE_SETTINGS, "cpo_alpha")
+             *GRPO_SETTINGS, *CREATE_SETTINGS, "cpo_alpha", "router_aux_loss_coef")
 
 
 def _join(*values: Value | None) -> str:

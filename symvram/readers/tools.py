@@ -191,6 +191,9 @@ LLAMAFACTORY = Tool("llamafactory", "LLaMA-Factory 0.9.5", (
     Row("packing", INFO, BOOL, default=False),
     Row("neat_packing", INFO, BOOL),
     Row("enable_liger_kernel", "liger", c.is_on),
+    # model_args.py:141-144; model/model_utils/moe.py:160-199: non-zero on a Mixtral or Qwen3-MoE config sets its
+    # output_router_logits and router_aux_loss_coef, so transformers' forward adds the load-balancing loss
+    Row("moe_aux_loss_coef", "router_aux_loss_coef", lambda v: None if v is None else c.number(v)),
     Row("enable_liger_kernel", "loss_impl", lambda v: "liger" if BOOL(v) else "torch"),
     Row("deepspeed", "@deepspeed"),
     Row("use_unsloth", "use_unsloth", BOOL),   # model_utils/unsloth.py: FastLanguageModel, "unsloth" checkpointing
@@ -276,7 +279,7 @@ _TRAINER_HARMLESS = frozenset({
     "chat_template_path", "trust_remote_code", "restore_callback_states_from_checkpoint", "accelerator_config",
     "batch_eval_metrics", "eval_on_start", "use_liger_kernel_kwargs", "ignore_data_skip", "skip_memory_metrics",
     "past_index", "jit_mode_eval", "bf16_full_eval", "fp16_full_eval", "half_precision_backend", "tf32",
-    "dataloader_prefetch_count", "dataloader_persistent_workers", "debug", "disable_tqdm", "router_aux_loss_coef",
+    "dataloader_prefetch_count", "dataloader_persistent_workers", "debug", "disable_tqdm",
     "model_init_kwargs.revision", "model_init_kwargs.trust_remote_code", "model_init_kwargs.device_map",
     "optim_target_modules", "label_smoothing_factor", "torch_compile_backend", "torch_compile_mode",
     "liger_kernel_config", "include_num_input_tokens_seen", "trackio_bucket_id", "trackio_static_space_id",
@@ -325,6 +328,9 @@ TRL = Tool("trl", "TRL 1.16 SFTConfig", (
     Row("lora_modules_to_save", None, c.other_modules, why=SAVE_OTHERS),
     Row("use_dora", "dora", BOOL),
     Row("activation_offloading", "offload_activations", BOOL),   # sft_config.py:291, sft_trainer.py:1190-1193
+    # SFTConfig / DPOConfig / KTOConfig (sft_config.py:161-168): the MoE load-balancing loss's weight, None: the model
+    # config's (sft_trainer.py:1197-1211); 0 turns the loss off
+    Row("router_aux_loss_coef", "router_aux_loss_coef", lambda v: None if v is None else c.number(v)),
     *[Row(k, None, c.is_on, why=_LABELLED_ONLY) for k in ("completion_only_loss", "assistant_only_loss")],
     # TRL 1.16 DPOConfig (trl/trainer/dpo_config.py): keys SFTConfig does not have make the file a DPO run
     *[Row(k, "objective", lambda v: "dpo") for k in ("precompute_ref_log_probs", "f_divergence_type")],

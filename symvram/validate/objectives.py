@@ -1,7 +1,8 @@
 """Measure a preference-optimization step as TRL runs it (optional; needs torch and trl).
 
 ``measure_preference(spec)`` traces TRL 1.16's own ``DPOTrainer._compute_loss`` (trl/trainer/dpo_trainer.py:1285)
-or ``KTOTrainer._compute_loss`` (kto_trainer.py:1370) on the fake-tensor model of ``validate.measure``, then
+or ``KTOTrainer._compute_loss`` (kto_trainer.py:1370) — or, for ``objective: sft``, ``SFTTrainer.compute_loss``
+(sft_trainer.py:1560) — on the fake-tensor model of ``validate.measure``, then
 ``loss.backward()``, ``optimizer.step()`` and ``zero_grad`` as transformers' Trainer runs them, for
 ``spec['steps']`` steps. The whole trainer cannot run under
 FakeTensorMode (its ``__init__`` tokenizes a dataset and loads the reference from the Hub), so the trainer method is
@@ -41,6 +42,9 @@ TRAINER_DEFAULTS = {
                 f_alpha_divergence_coef=0.5, label_smoothing=0.0, use_weighting=False),
     "kto": dict(beta=0.1, loss_type="kto", calculate_KL=True, desirable_weight=1.0, undesirable_weight=1.0),
     "reward": {},   # RewardTrainer.compute_loss reads only args.center_rewards_coefficient (reward_config.py:160: None)
+    # SFTTrainer.compute_loss (sft_trainer.py:1560-1629): no compute_loss_func, no label smoothing (SFTConfig's
+    # defaults); the Trainer's num_items_in_batch is left None (a 0-d count)
+    "sft": dict(compute_loss_func=None, label_smoother=None, current_gradient_accumulation_steps=1),
 }
 
 
@@ -52,14 +56,21 @@ def _trainer(objective: str):
     if objective == "reward":
         from trl.trainer.reward_trainer import RewardTrainer
         return RewardTrainer
+    if objective == "sft":
+        from trl.trainer.sft_trainer import SFTTrainer
+        return SFTTrainer
     from trl.trainer.dpo_trainer import DPOTrainer
     return DPOTrainer
 
 
 def _inputs(objective: str, b: int, s: int, prompt: int, V: int, precompute: bool) -> dict:
     """The batch the objective's collator builds (under the fake mode): DPO's 2b rows, chosen first; KTO's b
-    completions (one desirable in two) and their b mismatched KL completions, of the same length."""
+    completions (one desirable in two) and their b mismatched KL completions, of the same length; SFT's b rows of
+    ids, labels and attention mask (DataCollatorForLanguageModeling, sft_trainer.py:168-229, no padding)."""
     rows = 2 * b if objective in ("dpo", "reward") else b
+    if objective == "sft":
+        ids = torch.randint(0, V, (rows, s))
+        return {"input_ids": ids, "labels": ids.clone(), "attention_mask": torch.ones(rows, s, dtype=torch.long)}
     if objective == "reward":   # reward_trainer.py:203-229: input ids and attention mask, chosen rows first
         return {"input_ids": torch.randint(1, V, (rows, s)), "attention_mask": torch.ones(rows, s, dtype=torch.long)}
     completion_mask = torch.ones(rows, s, dtype=torch.long)
@@ -122,33 +133,47 @@ def _gpu_fused_head(labelled_per_row: int):
             setattr(mod, name, value)
 
 
-def aux_settings(model) -> dict:
-    """The MoE load-balancing loss as DPOTrainer and KTOTrainer set it up (dpo_trainer.py:895-905,
-    kto_trainer.py:906-916; DPOConfig.router_aux_loss_coef defaults to None): the config's own coefficient, and the
-    loss enabled when the config has ``output_router_logits`` (a MoE model) and a non-zero coefficient.
+def aux_settings(model, coef=None) -> dict:
+    """The MoE load-balancing loss as DPOTrainer, KTOTrainer and SFTTrainer set it up (dpo_trainer.py:895-905,
+    kto_trainer.py:906-916, sft_trainer.py:1195-1205): the trainer's router_aux_loss_coef (``coef``; the configs'
+    default None), else the config's own, and the loss enabled when the config has ``output_router_logits`` (a MoE
+    model) and a non-zero coefficient.
 
     >>> from types import SimpleNamespace as NS
     >>> cfg = NS(output_router_logits=False, router_aux_loss_coef=0.001)
     >>> aux_settings(NS(config=NS(get_text_config=lambda: cfg)))
     {'router_aux_loss_coef': 0.001, 'aux_loss_enabled': True}
+    >>> aux_settings(NS(config=NS(get_text_config=lambda: cfg)), coef=0.0)
+    {'router_aux_loss_coef': 0.0, 'aux_loss_enabled': False}
     """
     text_config = model.config.get_text_config()
-    coef = getattr(text_config, "router_aux_loss_coef", 0.0)
+    coef = getattr(text_config, "router_aux_loss_coef", 0.0) if coef is None else coef
     return {"router_aux_loss_coef": coef, "aux_loss_enabled": hasattr(text_config, "output_router_logits") and coef != 0.0}
+
+
+def _sync_aux_config(model, aux: dict) -> None:
+    """SFTTrainer writes its decision into the config the fused forward reads (sft_trainer.py:1206-1211)."""
+    text_config = model.config.get_text_config()
+    if hasattr(text_config, "router_aux_loss_coef"):
+        text_config.output_router_logits = aux["aux_loss_enabled"]
+        text_config.router_aux_loss_coef = aux["router_aux_loss_coef"]
 
 
 def _stand_in(model, ref_model, spec):
     """The ``self`` the trainer's _compute_loss reads: its model, reference, accelerator and its config's settings."""
     accelerator = types.SimpleNamespace(device=torch.device("cpu"), unwrap_model=lambda m: m,
-                                        gather_for_metrics=lambda x: x, gather=lambda x: x)
+                                        gather_for_metrics=lambda x: x, gather=lambda x: x, parallelism_config=None)
     args = types.SimpleNamespace(gradient_checkpointing_kwargs={"use_reentrant": False}, discopop_tau=0.05,
-                                 center_rewards_coefficient=None)
+                                 center_rewards_coefficient=None, loss_type="nll", average_tokens_across_devices=True)
+    aux = aux_settings(model, spec.get("router_aux_loss_coef"))
+    if spec["objective"] == "sft":
+        _sync_aux_config(model, aux)
     from collections import defaultdict
     trainer = types.SimpleNamespace(model=model, ref_model=ref_model, accelerator=accelerator, args=args,
                                     precompute_ref_logps=bool(spec.get("precompute_ref", False)),
                                     _metrics={"train": defaultdict(list), "eval": defaultdict(list)},
                                     _total_train_tokens=0, _tp_size=1, **TRAINER_DEFAULTS[spec["objective"]],
-                                    **aux_settings(model))
+                                    **aux)
     if spec["objective"] == "kto":   # the KL forwards (kto_trainer.py:1337) are a method of the trainer too
         trainer._compute_kl_logps = types.MethodType(_trainer("kto")._compute_kl_logps, trainer)
     return trainer
@@ -214,7 +239,8 @@ def run_preference(spec: dict, tracker_factory=PeakTracker):
         add_fused_lm_head(model.get_base_model() if lora else model, outputs=tuple(objectives()[objective]["outputs"]))
     _fakeify(model, fake_mode)
     ref_model = None
-    if not lora and not score and not spec.get("precompute_ref", False):  # dpo_trainer.py:908-927 (kto :918-940): model.dtype
+    if objective != "sft" and not lora and not score and not spec.get("precompute_ref", False):
+        # dpo_trainer.py:908-927 (kto :918-940): model.dtype
         ref_model = reference_model(spec, fake_mode)
     params = [p for p in {id(p): p for p in model.parameters()}.values() if p.requires_grad]
     optimizer = build_optimizer(spec, params, model)
@@ -232,8 +258,8 @@ def run_preference(spec: dict, tracker_factory=PeakTracker):
             tracker.set_phase(f"step{step}:forward")
             with torch.autocast("cpu", dtype={"bf16": torch.bfloat16, "fp16": torch.float16}[ac]) if ac \
                     else contextlib.nullcontext():
-                loss = (trainer_class.compute_loss if score else trainer_class._compute_loss)(trainer, model,
-                                                                                             dict(inputs), False)
+                compute = trainer_class.compute_loss if score or objective == "sft" else trainer_class._compute_loss
+                loss = compute(trainer, model, dict(inputs), False)
             backward_and_step(tracker, f"step{step}", loss, optimizer)
             del loss
     return traced(tracker, model, optimizer, params)
@@ -280,9 +306,10 @@ def result(spec: dict, run) -> dict:
 
 
 def measure_preference(spec: dict) -> dict:
-    """The peak of live tensor bytes of ``spec['steps']`` DPO or KTO steps (a dict shaped like ``measure``'s; no FLOPs:
+    """The peak of live tensor bytes of ``spec['steps']`` DPO, KTO, reward or (TRL's SFTTrainer) SFT steps (a dict
+    shaped like ``measure``'s; no FLOPs:
     FlopCounterMode cannot count the ``addmm`` overload with ``out_dtype`` the fused head's backward runs)."""
-    spec = normalize_spec(spec)
+    spec = {"objective": "sft", **normalize_spec(spec)}   # (normalize_spec drops a default's key)
     if spec["objective"] == "grpo":   # generation before the step (validate.grpo)
         from .grpo import measure_grpo
         return measure_grpo(spec)

@@ -32,7 +32,7 @@ OPTIONAL: dict[str, Any] = {"stack": "torch", "checkpoint_impl": "non-reentrant"
                             "optimizer_in_backward": False, "checkpoint_every": 1, "checkpoint_ops": False, "offload_activations": False, "packing": 0, "objective": "sft", "prompt": 0, "precompute_ref": False,
                             "num_generations": 8, "steps_per_generation": 1, "gradient_accumulation_steps": 1,
                             "num_iterations": 1, "beta": 0.0, "loss_type": "dapo", "generation": "hf",
-                            "routing": "balanced", "cpo_alpha": 1.0}
+                            "routing": "balanced", "cpo_alpha": 1.0, "router_aux_loss_coef": None}
 
 
 def _stack_values(name: str, dtype: str) -> dict[str, Any]:
@@ -173,6 +173,8 @@ def from_scenario(sc: Scenario) -> dict:
             "optimizer": sc.optimizer, "optimizer_impl": sc.optimizer_impl,
             "grad_checkpointing": sc.grad_checkpointing, "attention": sc.attention,
             **{k: getattr(sc, k) for k, v in OPTIONAL.items() if k != "modules_to_save" and getattr(sc, k) != v}}
+    if sc.router_aux_loss_coef and not sc.trl_trainer:   # LLaMA-Factory's configure_moe (model_utils/moe.py:160-199)
+        spec["arch"].update(output_router_logits=True, router_aux_loss_coef=sc.router_aux_loss_coef)
     if sc.lora:
         spec.update(rank=sc.rank, targets=[*sc.targets, *sc.head_targets], lora_dropout=sc.lora_dropout,
                     adapter_dtype="fp32" if sc.adapter_dtype == "fp32" else "base")
