@@ -883,19 +883,6 @@ class Scenario:
                             "loss's tensors are derived for the families whose config has router_aux_loss_coef "
                             "(mixtral, qwen3_moe)")
 
-    def _check_aux_loss(self) -> None:
-        """The load-balancing loss computed (``_options``) on a MoE block it is not derived for: refused, as the
-        preference objectives refuse those blocks (``_check_moe_objective``); a weight of 0 estimates without it."""
-        fam = family(self.model.family)
-        if "router_aux_loss_coef" not in self._options or not self._moe_layers():
-            return
-        unmodelled = [name for name in MOE_UNMODELLED if fam.extra(name)] + ["layer kinds"] * bool(fam.kinds)
-        if unmodelled:
-            raise UserError(f"{'TRL' if self.trl_trainer else 'the model'} computes the MoE load-balancing loss on "
-                            f"{fam.key} (its config's router_aux_loss_coef), whose tensors are derived for routed "
-                            f"experts without {', '.join(unmodelled)} (Mixtral's and Qwen3-MoE's blocks): not modelled; "
-                            "--router-aux-loss-coef 0 (SFTConfig(router_aux_loss_coef=0.0)) estimates the run without it")
-
     @property
     def trl_trainer(self) -> bool:
         """A TRL trainer runs the step: SFT under its SFTTrainer (TRL's fused LM head), every other objective."""
@@ -940,7 +927,6 @@ class Scenario:
         self._check_cpo()
         self._check_aux_coef()
         self._check_moe_objective()
-        self._check_aux_loss()
 
     def _check_moe_objective(self) -> None:
         """A preference objective or a reward model on a MoE model: the routed experts' block (top-k router,

@@ -320,28 +320,6 @@ def test_sft_outside_trl_computes_the_loss_when_asked(family):
     assert evaluate(on_).peak - evaluate(off).peak == measured > 0, (evaluate(on_).peak - evaluate(off).peak, measured)
 
 
-@pytest.mark.parametrize("model", ["gpt-oss-20b", "qwen1.5-moe-a2.7b", "qwen3-next-80b-a3b"])
-def test_trl_sft_refuses_a_load_balancing_loss_it_does_not_model(model):
-    """TRL's SFTTrainer computes the load-balancing loss on every MoE config with a non-zero router_aux_loss_coef
-    (sft_trainer.py:1195-1211; these configs' default 0.001): on blocks its tensors are not derived for it is
-    refused, and a weight of 0 estimates the run without it; under transformers' Trainer (no output_router_logits)
-    nothing changes."""
-    with pytest.raises(UserError, match="load-balancing loss on .* --router-aux-loss-coef 0"):
-        Scenario.create(model, method="lora", stack="trl")
-    assert not any("aux" in k for k in evaluate(Scenario.create(model, method="lora", stack="trl",
-                                                                router_aux_loss_coef=0)).terms)
-    assert not any("aux" in k for k in evaluate(Scenario.create(model, method="lora", stack="hf")).terms)
-
-
-def test_the_weight_on_the_command_line(capsys):
-    from symvram.cli import main
-
-    argv = ["estimate", "qwen3-30b-a3b", "--method", "lora", "--stack", "trl", "--seq", "1024", "--batch", "1"]
-    assert main(argv + ["--router-aux-loss-coef", "0"]) == 0 and main(argv) == 0
-    assert main(["estimate", "llama-3-8b", "--stack", "trl", "--router-aux-loss-coef", "0.01"]) == 2
-    assert "not a Mixture-of-Experts model" in capsys.readouterr().err
-
-
 def test_moe_reference_forward_by_hand():
     """Mixtral-8x7B DPO with LoRA, 1 pair of 1024 tokens: the reference's last MoE block holds, beside the layer's
     four hidden-sized tensors and the RoPE tables, the router's logits, fp32 top-k weights and int64 indices, the
