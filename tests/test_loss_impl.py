@@ -60,9 +60,10 @@ def test_trl_fused_lm_head_against_its_source():
     """TRL 1.16's SFTTrainer (the trl stack): chunked_logprob.py by hand. LoRA on bf16 weights under autocast: the
     hidden copy (bf16) + int64 labels + fp32 log_z and entropy are saved; the forward holds one [min(T, 4096), 32768]
     bf16 tile buffer and 7 fp32 per-token statistics; the backward the buffer again, the fp32 hidden gradient and its
-    bf16 cast. No vocabulary-sized logits, so the 8k-token peak falls far below transformers' loss."""
+    bf16 cast, each for the N = b·(s − 1) positions it scores (hidden[:, :-1] against labels[:, 1:], trainer/utils.py:1618-1619).
+    No vocabulary-sized logits, so the 8k-token peak falls far below transformers' loss."""
     kw = dict(method="lora", rank=16, seq=8192, grad_checkpointing=True, dtype="bf16")
-    T, h = 8192, 4096
+    T, h = 8192 - 1, 4096   # the scored positions of one row
     trl = evaluate(Scenario.create("llama-3.1-8b", stack="trl", **kw))
     assert trl.scenario.loss_impl == "trl"
     assert trl.terms["act_logsoftmax"] == 2 * T * h + 8 * T + 2 * 4 * T
@@ -77,13 +78,13 @@ def test_trl_full_fine_tuning_accumulates_lm_head_in_fp32():
     """Full fine-tuning on bf16 weights: lm_head's gradient accumulates in an fp32 [V, h] buffer before its bf16 cast
     (the cast is the gradient the ledger counts already); on fp32 weights (bf16 autocast) the buffers are the
     gradients themselves, while each vocabulary chunk of the weight and each token chunk of the hidden states is cast
-    to bf16 for its tile."""
-    T, V, h = 1024, 151936, 896
+    to bf16 for its tile (the 1023 positions scored of one row of 1024)."""
+    T, V, h = 1023, 151936, 896
     bf16 = evaluate(Scenario.create("qwen2.5-0.5b", stack="trl", method="full", seq=1024, dtype="bf16", autocast="none"))
     fp32 = evaluate(Scenario.create("qwen2.5-0.5b", stack="trl", method="full", seq=1024, dtype="fp32"))
     # the fp32 accumulator and its bf16 cast are both alive as the backward returns (measured by the DPO traces)
-    assert bf16.terms["loss_backward_temp"] == 2 * 1024 * 32768 + 4 * T * h + 2 * T * h + (4 + 2) * V * h
-    assert fp32.terms["loss_backward_temp"] == (2 * 1024 * 32768 + 4 * T * h  # bf16 tiles; the fp32 hidden gradient
+    assert bf16.terms["loss_backward_temp"] == 2 * T * 32768 + 4 * T * h + 2 * T * h + (4 + 2) * V * h
+    assert fp32.terms["loss_backward_temp"] == (2 * T * 32768 + 4 * T * h  # bf16 tiles; the fp32 hidden gradient
                                                 + 2 * 32768 * h + 2 * T * h)     # a weight chunk's and the rows' casts
 
 
@@ -93,10 +94,10 @@ def test_trl_fused_lm_head_caps_gemma2_logits_inside_its_tiles():
     saves without a cap (:386): the same hidden copy, labels, log_z and entropy, and no vocabulary-sized
     tanh(logits/cap) — which transformers' own loss keeps (b·s·V in bf16). Other fused losses stay refused."""
     kw = dict(method="lora", rank=16, seq=2048, batch=1, dtype="bf16")
-    T, h, V = 2048, 3584, 256000
+    T, h, V = 2048, 3584, 256000   # T tokens, T − 1 of them scored by TRL's head
     trl = evaluate(Scenario.create("gemma-2-9b", stack="trl", **kw))
     assert "act_logit_softcap" not in trl.terms
-    assert trl.terms["act_logsoftmax"] == 2 * T * h + 8 * T + 2 * 4 * T
+    assert trl.terms["act_logsoftmax"] == 2 * (T - 1) * h + 8 * (T - 1) + 2 * 4 * (T - 1)
     hf = evaluate(Scenario.create("gemma-2-9b", stack="hf", **kw))
     assert hf.terms["act_logit_softcap"] == 2 * T * V
     with pytest.raises(UserError, match="soft-capping is not modelled"):
