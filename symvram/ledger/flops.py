@@ -87,8 +87,7 @@ def _layer(s_: Structure, first: bool) -> dict[str, sp.Expr]:
     out["weight_grad"] = sp.Add(*(fwd[m.name] for m in weights
                                   if s_.method == "full" or (m.name in s_.targets and m in fam.moe_weights)))
     lora_fwd = lora_bwd = dora = sp.Integer(0)
-    for name in s_.targets:
-        m = fam.linear(name)
+    for m in (fam.linear(n) for n in s_.targets if n in fam.linear_map):   # (not a target outside the layers)
         if m in fam.linears:   # nn.Linear: x·A (d_in → r), then ·B (r → d_out), per token
             lora_fwd += 2 * T * r * (m.d_in + m.d_out)
             if s_.dora:   # the weight norm: ΔW = lora_B(lora_A(eye(d_in))) every forward, detached (no backward)
