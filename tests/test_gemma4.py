@@ -139,10 +139,12 @@ def test_all_linear_lora_on_the_per_layer_model_projection_measured(settings):
 
 
 def test_without_per_layer_embeddings_their_modules_are_no_targets():
-    """31B has no per-layer-input gate: all-linear leaves it out (it is under hidden_size_per_layer_input)."""
+    """31B has no per-layer-input gate nor per_layer_model_projection: all-linear leaves them out (they are under
+    hidden_size_per_layer_input)."""
     sc = Scenario.create("gemma-4-31b", method="lora")
-    assert "per_layer_input_gate" not in sc.targets and "o_proj" in sc.targets
-    assert "per_layer_input_gate" in Scenario.create("gemma-4-e2b", method="lora").targets
+    ple = {"per_layer_input_gate", "per_layer_model_projection"}
+    assert not ple & set(sc.targets) and "o_proj" in sc.targets
+    assert ple <= set(Scenario.create("gemma-4-e2b", method="lora").targets)
 
 
 def test_the_26b_a4b_config_json_equals_the_meta_model_and_the_published_totals():
