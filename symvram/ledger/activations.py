@@ -1362,7 +1362,7 @@ def saved_terms(s_: Structure) -> list[Term]:
     for m in model_lora_linears(s_):   # LoRA on an nn.Linear outside the layers: it runs before the first layer,
         # reading the token embeddings, and its backward comes last
         terms.append(Term(f"act_lora_{m.name}", Role.SAVED_ACTIVATION,
-                          lora_linear_saved(s_, m.d_in, m.d_out, False, embedding_output_grad(s_)),
+                          lora_linear_saved(s_, m.d_in, m.d_out, s_.weight_casts, embedding_output_grad(s_)),
                           r"A_{\mathrm{LoRA,model}}", f"LoRA on {m.name}: lora_A keeps its input (the token embeddings, "
                           "as lora_input_bytes keeps a linear's input) and lora_B lora_A's r-wide output"
                           + (", with the adapters' compute-dtype casts" if s_.autocast and s_.adapter_upcast else ""),

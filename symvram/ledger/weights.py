@@ -94,7 +94,6 @@ def kept_fp32_trainable(s: Structure) -> sp.Expr:
     ParamWrapper moves to the parameter's dtype (peft tuners/lora/layer.py:2492, 2499-2519
     _move_adapter_to_device_of_base_layer): their gradients and torch's zeros_like optimizer states are fp32 too.
 
-    >>> from symvram.ledger.architecture import family
     >>> kept_fp32_trainable(Structure(family="glm4_moe", method="lora", targets=("q_proj", "gate")))
     rank*(-dense_layers + layers)*(experts + hidden)
     """
