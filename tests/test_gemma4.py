@@ -90,7 +90,8 @@ def test_every_kind_has_the_meta_models_shapes(cfg):
 
 
 MEASURED = [
-    (TINY, dict(method="lora", rank=8)),                               # PLE gate/projection are LoRA targets
+    (TINY, dict(method="lora", rank=8)),                               # PLE gate/projection are LoRA targets, and
+    # the model-level per_layer_model_projection: its LoRA's input and r-wide output, the PLE norm it now trains through
     (TINY, dict(method="full")),                                       # the trainable PLE table and pipeline
     (TINY, dict(method="lora", rank=8, grad_checkpointing=True)),      # stored K/V; the PLE norm under the input hook
     (KEQV, dict(method="lora", rank=8, targets="attention", grad_checkpointing=True)),
@@ -117,11 +118,33 @@ def test_estimate_equals_the_measured_peak(cfg, settings):
     assert 0 <= measured["peak_bytes"] - evaluate(sc).peak <= 8   # the 0-d loss and its gradient seed
 
 
+@pytest.mark.parametrize("settings", [dict(stack="hf"), dict(stack="torch", adapter_dtype="bf16", state_dtype="bf16"),
+                                      dict(stack="torch", lora_dropout=0.1, adapter_dtype="fp32", state_dtype="fp32")],
+                         ids=["hf-autocast", "bf16-adapters", "dropout"])
+def test_all_linear_lora_on_the_per_layer_model_projection_measured(settings):
+    """all-linear adapts per_layer_model_projection as PEFT does (outside the layers, once): LoRA's kept input of the
+    token embeddings (an fp32 or autocast copy, a dropped-out one), lora_A's r-wide output, under autocast B's cast
+    (A's only where the embeddings need a gradient), and, its output now needing a gradient, the PLE norm's saved
+    tensors and each layer's GELU output kept by the product with its slice. Estimate = measurement."""
+    pytest.importorskip("peft")
+    from symvram.validate.measure import measure
+    from symvram.validate.spec import from_scenario
+
+    sc = Scenario.create(spec_from_config(TINY, "tiny", "config", "test"), batch=2, seq=64, device="cpu", method="lora",
+                         rank=8, targets="all-linear", **settings)
+    assert "per_layer_model_projection" in sc.targets
+    measured = measure({**from_scenario(sc), "steps": 2})
+    assert measured["trainable_params"] == evaluate(sc).derived["P_train"]
+    assert 0 <= measured["peak_bytes"] - evaluate(sc).peak <= 8
+
+
 def test_without_per_layer_embeddings_their_modules_are_no_targets():
-    """31B has no per-layer-input gate: all-linear leaves it out (it is under hidden_size_per_layer_input)."""
+    """31B has no per-layer-input gate nor per_layer_model_projection: all-linear leaves them out (they are under
+    hidden_size_per_layer_input)."""
     sc = Scenario.create("gemma-4-31b", method="lora")
-    assert "per_layer_input_gate" not in sc.targets and "o_proj" in sc.targets
-    assert "per_layer_input_gate" in Scenario.create("gemma-4-e2b", method="lora").targets
+    ple = {"per_layer_input_gate", "per_layer_model_projection"}
+    assert not ple & set(sc.targets) and "o_proj" in sc.targets
+    assert ple <= set(Scenario.create("gemma-4-e2b", method="lora").targets)
 
 
 def test_the_26b_a4b_config_json_equals_the_meta_model_and_the_published_totals():

@@ -25,7 +25,8 @@ from .functions import at_least, ceil_div, largest_indicators, pow2_ceil
 from .structure import Structure
 from .terms import TRAINING_STEP, Phase, Place, Role, Term, span
 from .weights import (compute_adapter_bytes, compute_weight_bytes, kind_adapter_params, layer_lora_params,
-                      litgpt_zero_pad_width, per_trainable, rope_width_sum, rotary_width, saved_copy_bytes)
+                      litgpt_zero_pad_width, model_lora_linears, per_trainable, rope_width_sum, rotary_width,
+                      saved_copy_bytes)
 
 b, seq, r = sym("batch"), sym("seq"), sym("rank")
 b_c, b_32, b_a, b_mask, b_id, b_w, b_g, b_i32 = (sym(n) for n in (
@@ -131,6 +132,12 @@ def embedding_output_grad(s_: Structure) -> bool:
             or "embed_tokens" in s_.head_targets)
 
 
+def per_layer_inputs_grad(s_: Structure) -> bool:
+    """Whether Gemma 4's per-layer inputs need a gradient: where the token embeddings do, or where LoRA adapts
+    per_layer_model_projection, which projects them (modeling_gemma4.py:1773)."""
+    return embedding_output_grad(s_) or "per_layer_model_projection" in s_.targets
+
+
 def needs_grad(s_: Structure, first: bool) -> dict[str, bool]:
     """Which tensors of a decoder layer need a gradient — the one answer the saved activations (a norm saves
     for backward only then) and the FLOPs (an input gradient only then) both read. By the tensor:
@@ -171,7 +178,7 @@ def needs_grad(s_: Structure, first: bool) -> dict[str, bool]:
     # Gemma 4's per-layer input: the gate reads the residual after the MLP; its product with the layer's slice of the
     # per-layer embeddings (trainable under full fine-tuning) feeds the projection back to the residual
     out["ple_in"] = out["mlp_out"]
-    out["ple_act"] = out["ple_in"] or trained_reader("ple_in") or embedding_output_grad(s_)
+    out["ple_act"] = out["ple_in"] or trained_reader("ple_in") or per_layer_inputs_grad(s_)
     out["ple_out"] = out["ple_act"] or trained_reader("ple_act")
     return out
 
@@ -314,16 +321,17 @@ def _layer_of(s_: Structure, first: bool) -> dict[str, tuple[sp.Expr, str, str, 
                           LIGER if s_.liger else TRANSFORMERS)
 
     if fam.extra("per_layer_embeddings") and (lat["ple_in"] or any(t in targets for t in ("per_layer_input_gate",))):
-        out["act_per_layer_input"] = (b_c * T * d_ple + (b_c * T * d_ple if embedding_output_grad(s_) else 0),
+        out["act_per_layer_input"] = (b_c * T * d_ple + (b_c * T * d_ple if per_layer_inputs_grad(s_) else 0),
                                       r"A_{\mathrm{PLE}}",
-                                      "the per-layer input gate's output (its GELU's input)" + ("" if not embedding_output_grad(s_) else
+                                      "the per-layer input gate's output (its GELU's input)" + ("" if not per_layer_inputs_grad(s_) else
                                       " and the GELU's output, kept by the product with the layer's slice of the "
                                       "per-layer embeddings, which needs a gradient"), GEMMA4 + ":1405-1413")
     if s_.weight_casts:
         out["act_weight_casts"] = (b_c * fam.linear_params_per_layer(), r"A_{\mathrm{cast},W}",
                                    "autocast casts each linear weight to the compute dtype per call; backward needs "
                                    "the cast, so it is saved", "torch.autocast")
-    lin_targets = [t for t in s_.targets if fam.linear(t) in fam.linears]  # nn.Linear targets (PEFT's lora.Linear)
+    lin_targets = [t for t in s_.targets if fam.linear_map.get(t) in fam.linears]  # the layer's nn.Linear targets
+    # (PEFT's lora.Linear; not one outside the layers)
     group_grad = {"attn_in": grad_in, "attn_out": resid_grad or attn_grad, "mlp_in": resid_grad, "mlp_act": mlp_grad,
                   "q_latent": lat["q_latent"], "kv_latent": lat["kv_latent"], "ple_in": lat["ple_in"],
                   "ple_act": lat["ple_act"], "router_in": lat["router_in"], "ssm_in": grad_in, "ssm_out": lat["ssm_out"]}
@@ -617,9 +625,17 @@ def lora_head_saved(s_: Structure) -> sp.Expr:
     the loss: in the compute dtype, or with fp32 adapters and no autocast fp32 (with the base output at most
     3·4 B per logit), no more than the loss backward holds then (the fp32 log-softmax and its two fp32 gradients),
     so no moment of their own."""
-    kept, mask = lora_input_bytes(s_, 1, h, s_.weight_casts, False, True)
+    return lora_linear_saved(s_, h, V, s_.weight_casts, True)
+
+
+def lora_linear_saved(s_: Structure, d_in: sp.Expr, d_out: sp.Expr, per_call_cast: bool, input_grad: bool) -> sp.Expr:
+    """What one lora.Linear outside the layers saves (lm_head's, Gemma 4's per_layer_model_projection's): lora_A's
+    kept input and dropout's mask (``lora_input_bytes``, not shared with another reader), lora_A's r-wide output for
+    lora_B and, under autocast with wider adapters, the adapters' compute-dtype casts (A's only where its input needs
+    a gradient, for which the linear keeps it)."""
+    kept, mask = lora_input_bytes(s_, 1, d_in, per_call_cast, False, input_grad)
     hidden = (matmul_bytes(s_) if s_.autocast else compute_adapter_bytes(s_)) * T * r
-    casts = matmul_bytes(s_) * r * (h + V) if s_.autocast and s_.adapter_upcast else 0
+    casts = matmul_bytes(s_) * r * ((d_in if input_grad else 0) + d_out) if s_.autocast and s_.adapter_upcast else 0
     return kept + mask + hidden + casts
 
 
@@ -808,22 +824,47 @@ def _moe_layer(s_: Structure) -> dict[str, tuple[sp.Expr, str, str, str]]:
         out.update(_scaled_router(s_))
     if fam.extra("router_fp32"):   # F.linear(x.float(), W.float()): W's fp32 copy for x's gradient, x's for W's
         # under autocast the linear keeps its 16-bit casts instead; an fp32 W (from_pretrained, unless DeepSpeed's
-        # engine cast it) needs no copy
-        weight_copy = (b_c * E * h if s_.autocast else
+        # engine cast it) needs no copy. A LoRA target (PEFT's all-linear adds gate.weight as a target parameter,
+        # peft utils/transformers_weight_conversion.py:338-343, 369-373): the ParamWrapper's parametrization makes
+        # W + (α/r)·B·A, a new tensor in W's dtype (peft tuners/lora/layer.py:2299-2302, 2590-2606), whose fp32 form
+        # the linear keeps, and the weight's gradient needs the fp32 input as full fine-tuning's does
+        router_trains = not s_.lora or router.name in s_.targets
+        weight_copy = (b_c * E * h if s_.autocast else b_32 * E * h if s_.lora and router_trains else
                        0 if s_.compute_fp32 or (fam.extra("router_kept_fp32") and not s_.params_cast) else b_32 * E * h)
         b_in = b_c if s_.autocast else b_32
-        out["act_moe_router_input"] = (weight_copy + (0 if s_.lora else b_in * T * h), r"A_{\mathrm{route,in}}",
-                                       "the router runs in fp32: the weight's fp32 copy, kept for the input's gradient"
-                                       + ("" if s_.lora else ", and the fp32 input, for the weight's"), fam.source)
+        merged = s_.lora and router_trains
+        out["act_moe_router_input"] = (weight_copy + (b_in * T * h if router_trains else 0)
+                                       + (_router_delta_casts(s_, router) if merged else 0), r"A_{\mathrm{route,in}}",
+                                       "the router runs in fp32: the " + ("merged W + (α/r)·B·A" if merged else
+                                                                          "weight's fp32 copy")
+                                       + ", kept for the input's gradient"
+                                       + (", and the fp32 input, for the weight's" if router_trains else "")
+                                       + (" (under autocast, B·A's 16-bit casts of B and A)" if merged and s_.autocast
+                                          else ""), fam.source)
         return out
     reads_input = any(m.input_group == "mlp_in" for m in fam.linears)  # a shared expert: its input is the router's
     if router in fam.linears:   # an nn.Linear router (Gemma 4's proj): its input is a linear input like any other
         return out
     if (not s_.lora and not reads_input) or router.name in s_.targets:
-        out["act_moe_router_input"] = (b_c * T * h + (b_c * E * h if s_.lora else 0), r"A_{\mathrm{route,in}}",
-                                       "the router's input, kept for its weight gradient"
-                                       + " (and the merged router weight)" * s_.lora, fam.source)
+        out["act_moe_router_input"] = (b_c * T * h + (b_c * E * h + _router_delta_casts(s_, router) if s_.lora else 0),
+                                       r"A_{\mathrm{route,in}}", "the router's input, kept for its weight gradient"
+                                       + " (and the merged router weight; under autocast, B·A's 16-bit casts of B and "
+                                       "A)" * s_.lora, fam.source)
     return out
+
+
+def _router_delta_casts(s_: Structure, router) -> sp.Expr:
+    """What the LoRA delta of a targeted router weight keeps: ParamWrapper computes (α/r)·B·A once per forward
+    before the parametrization adds it (peft tuners/lora/layer.py:2590-2606 _activate_lora; Linear.get_delta_weight,
+    :1044-1072), a matmul that saves its operands, the adapters themselves, but under autocast its casts of B and A
+    to the autocast dtype where the adapters are wider (fp32 adapters; an fp32 router's always are: they take the
+    weight's dtype, :2499-2519)."""
+    if not s_.autocast:
+        return 0
+    b_ad = b_32 if s_.arch.extra("router_kept_fp32") and not s_.params_cast else compute_adapter_bytes(s_)
+    b_mm = matmul_bytes(s_)
+    differ = at_least(b_ad, 2 * b_mm) + at_least(b_mm, 2 * b_ad)   # 1 when they differ (powers of two)
+    return differ * b_mm * router.count * r * (router.d_in + router.d_out)
 
 
 def _scaled_router(s_: Structure) -> dict[str, tuple[sp.Expr, str, str, str]]:
@@ -1353,6 +1394,15 @@ def saved_terms(s_: Structure) -> list[Term]:
                           "input ids and the shifted labels (int64)", "transformers ForCausalLMLoss"))
     if fam.extra("per_layer_embeddings"):
         terms += per_layer_embedding_terms(s_)
+    for m in model_lora_linears(s_):   # LoRA on an nn.Linear outside the layers: it runs before the first layer,
+        # reading the token embeddings, and its backward comes last
+        terms.append(Term(f"act_lora_{m.name}", Role.SAVED_ACTIVATION,
+                          lora_linear_saved(s_, m.d_in, m.d_out, s_.weight_casts, embedding_output_grad(s_)),
+                          r"A_{\mathrm{LoRA,model}}", f"LoRA on {m.name}: lora_A keeps its input (the token embeddings, "
+                          "as lora_input_bytes keeps a linear's input) and lora_B lora_A's r-wide output"
+                          + (", with the adapters' compute-dtype casts" if s_.autocast and s_.adapter_upcast else ""),
+                          PEFT + ", :1088-1113; " + fam.source + ":1773",
+                          lifetime=span(Phase.FORWARD, Phase.FIRST_LAYER_BACKWARD)))
     if fam.extra("embedding_multiplier") and embedding_leaf(s_) and not s_.offload_activations:
         terms.append(Term("act_embed_leaf", Role.SAVED_ACTIVATION, residual_bytes(s_) * T * h, r"A_{\mathrm{emb,leaf}}",
                           "the embedding's output, a leaf that requires grad under checkpointing (its AccumulateGrad "
@@ -1391,7 +1441,7 @@ def per_layer_embedding_terms(s_: Structure) -> list[Term]:
     terms = [Term("act_per_layer_inputs", Role.STEP_INPUT, b_c * T * L * d_ple, r"A_{\mathrm{PLE},L}",
                   "the per-layer inputs (b, s, L, d_PLE), read by every layer (each keeps its slice)",
                   GEMMA4 + ":1705-1784 get_per_layer_inputs, project_per_layer_inputs")]
-    if embedding_output_grad(s_):   # the token embeddings need a gradient: so does the projection of them
+    if per_layer_inputs_grad(s_):   # the token embeddings or the projection's LoRA need a gradient through the norm
         trains = 0 if s_.lora else at_least(d_ple, 1) * b_c * T * h + b_32 * T * L * d_ple
         terms.append(Term("act_per_layer_embedding", Role.SAVED_ACTIVATION, norm_saved(s_, rows, d_ple) + trains,
                           r"A_{\mathrm{PLE},0}", "the per-layer-embedding pipeline, whose input (the token embeddings) "
@@ -1972,7 +2022,7 @@ def dora_forward_temp(s_: Structure) -> sp.Expr:
     their sum) and the ops of its last target that need no saved tensor (the output gradient cast to the adapter
     dtype, scaled, and its 16-bit copy)."""
     fam = s_.arch
-    last = fam.target_map[[t for t in s_.targets if fam.target_map[t] in fam.linears][-1]]
+    last = fam.target_map[[t for t in s_.targets if fam.target_map.get(t) in fam.linears][-1]]
     b_a = compute_adapter_bytes(s_)   # as in dora_weight_norm
     b_lr = matmul_bytes(s_) if s_.autocast else b_a
     own = last.d_out * (b_lr * T + 3 * b_32) + b_lr * T * r

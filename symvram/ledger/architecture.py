@@ -157,12 +157,13 @@ class Family:
     @cached_property
     def target_map(self) -> dict[str, Linear]:
         """Every weight LoRA can target in any of the family's layer kinds (a hybrid's attention and linear-attention
-        projections), the default kind's first."""
+        projections), the default kind's first, then the nn.Linear modules outside the layers (``model_linears``:
+        PEFT's all-linear wraps Gemma 4's per_layer_model_projection too, peft 0.21.2 tuners_utils.py:2430-2490)."""
         out: dict[str, Linear] = {}
         for _, k in self.layer_kinds:
             for name, m in k.linear_map.items():
                 out.setdefault(name, m)
-        return out
+        return out | {m.name: m for m in self.model_linears}
 
     @cached_property
     def mlp_output(self) -> Linear | None:
@@ -395,7 +396,7 @@ class Family:
         >>> [m.name for m in family("gemma4_text").model_linears]
         ['per_layer_model_projection']
         """
-        return tuple(Linear(n, expr(w["d_in"]), expr(w["d_out"]), "attn_in")
+        return tuple(Linear(n, expr(w["d_in"]), expr(w["d_out"]), "attn_in", option=w.get("option"))
                      for n, w in self.extra("model_weights", {}).items() if "d_in" in w)
 
     @cached_property

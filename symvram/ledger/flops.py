@@ -32,9 +32,10 @@ import sympy as sp
 from ..symbols import sym
 from .architecture import L, V, h, k_e, nh
 from .structure import Structure
-from .activations import checkpointed_layers, needs_grad, sac_matmuls
+from .activations import checkpointed_layers, embedding_output_grad, needs_grad, sac_matmuls
 from .functions import ceil_div
 from .terms import Role, Term
+from .weights import model_lora_linears
 
 b, seq, r, t = sym("batch"), sym("seq"), sym("rank"), sym("tp")
 T = b * seq
@@ -87,8 +88,7 @@ def _layer(s_: Structure, first: bool) -> dict[str, sp.Expr]:
     out["weight_grad"] = sp.Add(*(fwd[m.name] for m in weights
                                   if s_.method == "full" or (m.name in s_.targets and m in fam.moe_weights)))
     lora_fwd = lora_bwd = dora = sp.Integer(0)
-    for name in s_.targets:
-        m = fam.linear(name)
+    for m in (fam.linear(n) for n in s_.targets if n in fam.linear_map):   # (not a target outside the layers)
         if m in fam.linears:   # nn.Linear: x·A (d_in → r), then ·B (r → d_out), per token
             lora_fwd += 2 * T * r * (m.d_in + m.d_out)
             if s_.dora:   # the weight norm: ΔW = lora_B(lora_A(eye(d_in))) every forward, detached (no backward)
@@ -154,15 +154,19 @@ def _mamba2_scan(s_: Structure, input_grad: bool) -> tuple[sp.Expr, sp.Expr]:
 
 
 def _head_lora(s_: Structure) -> tuple[sp.Expr, sp.Expr]:
-    """(forward, backward) FLOPs of LoRA on the head modules. lm_head's lora.Linear: x·A (h → r), ·B (r → V) per
+    """(forward, backward) FLOPs of LoRA outside the layers. lm_head's lora.Linear: x·A (h → r), ·B (r → V) per
     token; backward B's weight and input gradients, A's weight and input gradients (its input, the final norm's
     output, needs one). The embedding's lora.Embedding: the lookup of A is no matmul; after_A·B (r → h) per token,
-    backward B's weight gradient and after_A's (peft tuners/lora/layer.py:1517)."""
+    backward B's weight gradient and after_A's (peft tuners/lora/layer.py:1517). A model-level nn.Linear's (Gemma 4's
+    per_layer_model_projection) as lm_head's, A's input gradient only where the token embeddings need one."""
     fwd = bwd = sp.Integer(0)
     if "lm_head" in s_.head_targets:
         fwd, bwd = 2 * T * r * (h + V), 4 * T * r * (h + V)
     if "embed_tokens" in s_.head_targets:
         fwd, bwd = fwd + 2 * T * r * h, bwd + 4 * T * r * h
+    for m in model_lora_linears(s_):
+        fwd += 2 * T * r * (m.d_in + m.d_out)
+        bwd += 2 * T * r * (2 * m.d_out + m.d_in + (m.d_in if embedding_output_grad(s_) else 0))
     return fwd, bwd
 
 

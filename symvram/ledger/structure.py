@@ -88,7 +88,8 @@ class Structure:
 
     def layer(self, kind: str) -> "Structure":
         """The structure of one layer of the family's kind ``kind`` ("" the default): its family, and the LoRA
-        targets that kind has (a dense layer has no experts to target).
+        targets that kind has (a dense layer has no experts to target) and those outside the layers (Gemma 4's
+        per_layer_model_projection: a layer's per-layer input needs a gradient where it trains).
 
         >>> Structure(family="llama", targets=("q_proj",)).layer("") == Structure(family="llama", targets=("q_proj",))
         True
@@ -97,7 +98,8 @@ class Structure:
         if fam.key == self.family and not self.first_kind:   # layers all alike: the structure itself
             return self
         return replace(self, family=fam.key, first_kind="", lead_kinds=(), kind_depths=(),
-                       targets=tuple(t for t in self.targets if t in fam.linear_map))
+                       targets=tuple(t for t in self.targets if t in fam.linear_map
+                                     or t in {m.name for m in self.arch.model_linears}))
 
     @property
     def layer_kinds(self) -> tuple[tuple, ...]:

@@ -100,6 +100,27 @@ def kind_kept_fp32_params(kind) -> sp.Expr:
     return kind.linear(kind.extra("router")).params if kind.moe and kind.extra("router_kept_fp32") else 0
 
 
+def kept_fp32_trainable(s: Structure) -> sp.Expr:
+    """Trainable elements kept in fp32 whatever the trainable dtype: under full fine-tuning the fp32 routers
+    themselves (``kept_fp32_params``); under LoRA the A and B on a targeted fp32 router's weight (PEFT's all-linear
+    adds gate.weight as a target parameter, peft utils/transformers_weight_conversion.py:338-343, 369-373), which
+    ParamWrapper moves to the parameter's dtype (peft tuners/lora/layer.py:2492, 2499-2519
+    _move_adapter_to_device_of_base_layer): their gradients and torch's zeros_like optimizer states are fp32 too.
+
+    >>> kept_fp32_trainable(Structure(family="glm4_moe", method="lora", targets=("q_proj", "gate")))
+    rank*(-dense_layers + layers)*(experts + hidden)
+    """
+    if s.params_given:
+        return 0
+    if not s.lora:
+        return kept_fp32_params(s)
+    if s.params_cast:
+        return 0
+    r = sym("rank")
+    return s.arch.over_layers(lambda k: k.lora_params_per_layer((k.extra("router"),), r)
+                              if kind_kept_fp32_params(k) != 0 and k.extra("router") in s.targets else 0)
+
+
 def base_terms(s: Structure) -> list[Term]:
     if s.method == "qlora" and not s.params_given:
         fam = s.arch
@@ -238,23 +259,37 @@ def adafactor_factored(s: Structure) -> sp.Expr:
     """Adafactor keeps a row and a column second-moment vector per matrix (no first moment)."""
     fam = s.arch
     if s.lora:
-        heads = len(s.head_targets) * (2 * sym("rank") + V + h)
+        heads = len(s.head_targets) * (2 * sym("rank") + V + h) + sp.Add(*(2 * sym("rank") + m.d_in + m.d_out
+                                                                          for m in model_lora_linears(s)))
         return fam.over_layers(lambda k: sp.Add(*(2 * sym("rank") + k.linear(t).d_in + k.linear(t).d_out
                                                   for t in s.targets if t in k.linear_map))) + heads
     head = (h + 1) if s.score_head else 0 if s.tied else V + h   # a score head's [1, h] matrix: a row and a column
     return V + h + head + fam.over_layers(lambda k: k.factored_sizes_per_layer(s.options)) + h
 
 
-def head_adapter_sizes(s: Structure) -> list[sp.Expr]:
-    """Elements of each LoRA matrix on the model's head modules: lm_head's A (r × h) and B (V × r) (peft
-    tuners/lora/layer.py Linear.update_layer), the embedding's lora_embedding_A (r × V) and lora_embedding_B (h × r)
-    (Embedding.update_layer, layer.py:1241-1244) — r·(V + h) either way.
+def outer_adapter_sizes(s: Structure) -> list[sp.Expr]:
+    """Elements of each LoRA matrix outside the decoder layers: on the model's head modules lm_head's A (r × h) and
+    B (V × r) (peft tuners/lora/layer.py Linear.update_layer), the embedding's lora_embedding_A (r × V) and
+    lora_embedding_B (h × r) (Embedding.update_layer, layer.py:1241-1244) — r·(V + h) either way —, and on a targeted
+    nn.Linear outside the layers (``model_lora_linears``) A (r × d_in) and B (d_out × r).
 
-    >>> head_adapter_sizes(Structure(method="lora", head_targets=("embed_tokens", "lm_head")))
+    >>> outer_adapter_sizes(Structure(method="lora", head_targets=("embed_tokens", "lm_head")))
     [hidden*rank, rank*vocab, hidden*rank, rank*vocab]
     """
     r = sym("rank")
-    return [size for _ in s.head_targets for size in (r * h, r * V)]
+    return [size for _ in s.head_targets for size in (r * h, r * V)] + [
+        size for m in model_lora_linears(s) for size in (r * m.d_in, r * m.d_out)]
+
+
+def model_lora_linears(s: Structure) -> tuple:
+    """The LoRA targets that are nn.Linear modules outside the decoder layers (the family's ``model_linears``: Gemma
+    4's per_layer_model_projection, which PEFT's all-linear wraps, peft 0.21.2 tuners_utils.py:2430-2490), once each.
+
+    >>> [m.name for m in model_lora_linears(Structure(family="gemma4_text", method="lora",
+    ...                                                targets=("q_proj", "per_layer_model_projection")))]
+    ['per_layer_model_projection']
+    """
+    return tuple(m for m in s.arch.model_linears if s.lora and m.name in s.targets)
 
 
 def layer_lora_params(s: Structure) -> sp.Expr:
@@ -263,7 +298,7 @@ def layer_lora_params(s: Structure) -> sp.Expr:
     >>> layer_lora_params(Structure(method="lora", head_targets=("lm_head",)))
     (P_lora - hidden*rank - rank*vocab)/layers
     """
-    return (P_lora - sp.Add(*head_adapter_sizes(s))) / L
+    return (P_lora - sp.Add(*outer_adapter_sizes(s))) / L
 
 
 def trainable_tensor_sizes(s: Structure) -> list[tuple[sp.Expr, sp.Expr, bool]]:
@@ -275,7 +310,7 @@ def trainable_tensor_sizes(s: Structure) -> list[tuple[sp.Expr, sp.Expr, bool]]:
             for m in (kind.linear(t) for t in s.targets if t in kind.linear_map):
                 k = m.count * m.rank_factor
                 out += [(k * r * m.d_in, n, False), (k * r * m.d_out, n, False)]
-        out += [(n, sp.Integer(1), False) for n in head_adapter_sizes(s)]   # lora_embedding_A is no nn.Embedding weight
+        out += [(n, sp.Integer(1), False) for n in outer_adapter_sizes(s)]   # lora_embedding_A is no nn.Embedding weight
         return out + [(saved_module_params(name), sp.Integer(1), name == "embed_tokens") for name in s.modules_to_save]
     out = [(V * h, sp.Integer(1), True)] + ([(h, sp.Integer(1), False)] if s.score_head else
                                             [] if s.tied else [(V * h, sp.Integer(1), False)])
@@ -379,10 +414,15 @@ def trainable_terms(s: Structure) -> list[Term]:
     else:
         terms.append(Term("grads", Role.GRADIENT, per_trainable(s, b_g, saved_copy_bytes(s)), r"M_{\mathrm{grad}}",
                           "one gradient per trainable weight, in the trainable weight's dtype"))
-    kept = 0 if s.lora or s.params_given else kept_fp32_params(s)   # the fp32 routers train under full fine-tuning
+    kept = kept_fp32_trainable(s)   # the fp32 routers train under full fine-tuning, their LoRA pairs under LoRA
+    whose = "the LoRA pairs on the fp32 routers'" if s.lora else "the fp32 routers'"
+    if kept != 0 and s.lora:
+        terms.append(Term("adapters_fp32", Role.ADAPTER, (b_32 - b_a) * kept, r"M_{\mathrm{LoRA},32}",
+                          f"{whose} weights are fp32, as the weight they adapt (beyond the adapter dtype counted above)",
+                          "peft tuners/lora/layer.py:2499-2519 ParamWrapper._move_adapter_to_device_of_base_layer"))
     if kept != 0 and not s.optimizer_in_backward:
         terms.append(Term("grads_fp32", Role.GRADIENT, (b_32 - b_g) * kept, r"M_{\mathrm{grad},32}",
-                          "the fp32 routers' gradients are fp32 (beyond the gradient dtype counted above)", KEEP_FP32))
+                          f"{whose} gradients are fp32 (beyond the gradient dtype counted above)", KEEP_FP32))
     if s.master:
         terms.append(Term("master", Role.MASTER, P_train * b_m, r"M_{\mathrm{master}}",
                           "fp32 master copy the optimizer updates; needed for fp16, optional for bf16",
@@ -397,7 +437,7 @@ def trainable_terms(s: Structure) -> list[Term]:
     terms.append(Term("optimizer_states", Role.OPTIMIZER_STATE, expr, r"M_{\mathrm{opt}}", why))
     if kept != 0 and s.optimizer != "adafactor":   # torch's states are zeros_like(p): fp32 for the fp32 routers
         terms.append(Term("optimizer_states_fp32", Role.OPTIMIZER_STATE, n_o * (b_32 - b_o) * kept,
-                          r"M_{\mathrm{opt},32}", "the fp32 routers' optimizer states are fp32 (beyond the state dtype "
+                          r"M_{\mathrm{opt},32}", f"{whose} optimizer states are fp32 (beyond the state dtype "
                           "counted above)", KEEP_FP32))
     if s.optimizer == "adamw" and not s.params_given:
         terms.append(Term("optimizer_steps", Role.STEP_COUNT, b_32 * trainable_tensors(s), r"M_{\mathrm{steps}}",
@@ -418,7 +458,7 @@ def trainable_tensors(s: Structure) -> sp.Expr:
     fam = s.arch
     if s.lora:   # A, B (and DoRA's m) per target
         return (3 if s.dora else 2) * fam.over_layers(lambda k: sum(t in k.linear_map for t in s.targets)) \
-            + 2 * len(s.head_targets) + len(s.modules_to_save)
+            + len(outer_adapter_sizes(s)) + len(s.modules_to_save)
     return ((1 if s.tied and not s.score_head else 2) + fam.over_layers(lambda k: k.tensors_per_layer(s.options)) + 1
             + fam.model_weight_tensors(s.options))
 
@@ -429,7 +469,7 @@ def largest_trainable_matrix(s: Structure) -> sp.Expr:
     if s.lora:
         r = sym("rank")
         mats = [k.linear(t) for k in kinds for t in s.targets if t in k.linear_map]
-        return sp.Max(*{r * m.d_out for m in mats} | {r * m.d_in for m in mats} | set(head_adapter_sizes(s)),
+        return sp.Max(*{r * m.d_out for m in mats} | {r * m.d_in for m in mats} | set(outer_adapter_sizes(s)),
                       evaluate=False)  # SymPy's pairwise comparison of symbolic sizes is slow and decides nothing here
     return sp.Max(V * h, *{m.params for k in kinds for m in k.linears + k.moe_weights}, evaluate=False)
 
@@ -507,7 +547,7 @@ def definitions(s: Structure) -> list[tuple[sp.Symbol, sp.Expr]]:
         defs.append((P_quant, P - P_keep))
     if s.lora:
         magnitude = fam.over_layers(lambda k: dora_magnitude(k, s.targets)) if s.dora else 0
-        defs.append((P_lora, fam.lora_params(s.targets, sym("rank")) + magnitude + sp.Add(*head_adapter_sizes(s))))
+        defs.append((P_lora, fam.lora_params(s.targets, sym("rank")) + magnitude + sp.Add(*outer_adapter_sizes(s))))
         if s.modules_to_save:
             defs.append((P_save, sp.Add(*(saved_module_params(name) for name in s.modules_to_save))))
         defs.append((P_train, P_lora + (P_save if s.modules_to_save else 0)))
