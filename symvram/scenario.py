@@ -292,6 +292,8 @@ class Scenario:
     loss_type: str = "dapo"         # GRPOConfig.loss_type
     generation: str = "hf"          # hf (transformers' generate) | vllm-colocate | vllm-server
     cpo_alpha: float = 1.0          # CPO/SimPO: CPOConfig.cpo_alpha, the weight of the chosen rows' NLL (0: not computed)
+    image_tokens: int = 0           # a multimodal checkpoint: image tokens per sample, within seq (one image each)
+    train_vision: bool = False      # the vision tower takes gradients (its weights under full, its adapters under LoRA)
     overrides: tuple[tuple[str, float], ...] = field(default=())
     versions: tuple[tuple[str, str], ...] = ()   # --versions: library versions asked for (symvram.versions)
     # the settings given (not filled by the stack): with_changes keeps them and lets the stack fill the rest again
@@ -514,6 +516,7 @@ class Scenario:
         _positive_int(self.seq, "--seq", MAX_SEQ)
         if self.packing:
             self._check_packing()
+        self._check_images()
         _positive_int(self.gpus, "--gpus", MAX_GPUS)
         _positive_int(self.tp, "--tp", 1024)
         if isinstance(self.zero, bool) or self.zero not in (0, 1, 2, 3):
@@ -715,6 +718,48 @@ class Scenario:
         if why:
             raise UserError(f"--stack litgpt with {why} is not modelled; LitGPT 0.5.13's finetune full on its Llama "
                             "configs is (its traces: benchmarks/results/litgpt_trace.json)")
+
+    def _check_images(self) -> None:
+        """--image-tokens N and --train-vision: modelled for a tower whose image forward towers.toml describes
+        (Qwen3-VL's), one image per sample, its N tokens within --seq, on one GPU under the plain recipe."""
+        if not isinstance(self.train_vision, bool):
+            raise UserError(f"train_vision must be True or False; got {excerpt(self.train_vision)}")
+        if self.image_tokens == 0 and not self.train_vision:
+            return
+        if self.image_tokens != 0:
+            _positive_int(self.image_tokens, "--image-tokens", MAX_SEQ)
+        tower = self.model.tower
+        if self.train_vision and not self.image_tokens:
+            raise UserError("--train-vision: the tower takes gradients only from images; give --image-tokens N "
+                            "(on a text-only batch it never runs and its memory is the frozen tower's)")
+        if tower is not None and tower.images_refused:
+            raise UserError(f"--image-tokens: {self.model.name}'s {tower.model_type} config is not modelled: "
+                            f"{tower.images_refused}")
+        if tower is None or tower.images is None:
+            what = (f"{tower.model_type}'s tower ({tower.description})" if tower is not None else
+                    f"{self.model.name} loads no vision tower")
+            raise UserError(f"--image-tokens/--train-vision: {what}: only Qwen3-VL's image forward is modelled "
+                            "(qwen3_vl, qwen3_vl_moe)")
+        if self.image_tokens > self.seq:
+            raise UserError(f"--image-tokens {self.image_tokens} exceeds --seq {self.seq}: the image tokens are "
+                            "counted within the sequence the decoder sees (the processor expands each image's "
+                            "placeholder in input_ids)")
+        unmodelled = [name for name, on in (
+            ("--gpus/--zero/--tp", self.gpus > 1 or self.zero or self.tp > 1), ("--packing", self.packing),
+            (f"--objective {self.objective}", self.objective != "sft"), ("--method qlora", self.method == "qlora"),
+            ("--dora", self.dora), ("--offload-activations", self.offload_activations), ("--liger", self.liger),
+            ("--stack unsloth", self.unsloth_kernels), (f"--loss-impl {self.loss_impl}", self.loss_impl != "torch"),
+            (f"--stack {self.stack}", self.model_code != "transformers"), ("--offload", self.offload != "none"),
+            ("--modules-to-save", bool(self.modules_to_save))) if on]
+        if unmodelled:
+            raise UserError(f"--image-tokens with {', '.join(unmodelled)} is not modelled (images are modelled on "
+                            "one GPU for SFT, full fine-tuning or LoRA, transformers' loss)")
+        unmodelled = [name for name, on in (
+            ("LoRA", self.lora), ("--grad-checkpointing", self.grad_checkpointing),
+            (f"--autocast {self.autocast}", self.autocast != "none")) if on]
+        if self.train_vision and unmodelled:
+            raise UserError(f"--train-vision with {', '.join(unmodelled)} is not modelled (a trainable tower is "
+                            "modelled for full fine-tuning without checkpointing or autocast: --stack torch)")
 
     def _check_packing(self) -> None:
         """Packing is modelled on SDPA, where transformers turns restarting position ids into a block-diagonal mask."""
@@ -962,7 +1007,8 @@ class Scenario:
             packed=self.packing > 0, liger=self.liger, unsloth_kernels=self.unsloth_kernels,
             shift_logits_copy=self.loss_impl == "torch" and applies("hf_shift_logits_copy", self.versions),
             forward_logits_upcast=self.loss_impl == "torch" and applies("hf_forward_logits_upcast", self.versions),
-            tower=self.model.tower,
+            tower=self.model.tower, images=self.image_tokens > 0, train_vision=self.train_vision,
+            pixel_cast=self.image_tokens > 0 and self.dtype != "fp32",
         )
 
     @cached_property
@@ -996,6 +1042,7 @@ class Scenario:
         trainable_dtype = self.adapter_dtype if self.lora else self.dtype
         vals.update(
             batch=self.batch, seq=self.seq, rank=self.rank, gpus=self.gpus, tp=self.tp, prompt=self.prompt,
+            image_tokens=self.image_tokens,
             steps_per_generation=self.steps_per_generation,
             bytes_weight=sizes[self.dtype], bytes_act=sizes[self.compute_dtype],
             bytes_grad=sizes[trainable_dtype], bytes_adapter=sizes[self.adapter_dtype],

@@ -173,6 +173,15 @@ def add_scenario_arguments(p: argparse.ArgumentParser) -> None:
                         "at each sample (TRL's packing / padding_free collator: per_device_train_batch_size × "
                         "max_length); under SDPA transformers builds a block-diagonal mask from them: each layer "
                         "saves a 16-bit s² mask and k, v repeated to every head; sets --batch 1 --seq TOKENS")
+    g.add_argument("--image-tokens", metavar="N", type=positive_int,
+                   help="a multimodal checkpoint (Qwen3-VL): N image tokens per sample, one image of N·merge² "
+                        "patches, counted within --seq (the processor expands the image placeholder in input_ids, as "
+                        "the tools' max_length counts it); the batch carries the fp32 pixel_values and the tower runs: "
+                        "frozen, it saves nothing (a transient in the forward)")
+    g.add_argument("--train-vision", action="store_true", default=None,
+                   help="with --image-tokens, full fine-tuning: the vision tower trains too (its weights' gradients, "
+                        "optimizer states and master copies; the activations its blocks and mergers save); "
+                        "LLaMA-Factory's freeze_vision_tower: false. Default: the tower frozen")
     g.add_argument("--offload-activations", action="store_true", default=None,
                    help="TRL's activation_offloading (SFTConfig(activation_offloading=True)) with checkpointing: each "
                         "layer's checkpointed input is copied to pinned host memory in the forward and brought back "
@@ -225,7 +234,7 @@ def add_output_arguments(p: argparse.ArgumentParser, required: bool = False,
     p.add_argument("--force", action="store_true", help="overwrite --output if it exists")
 
 
-SCENARIO_FLAGS = ("stack", "checkpoint_every", "offload_activations", "packing", "liger", "checkpoint_impl", "loss_impl", "kbit_prep", "routing", "dora", "modules_to_save", "optimizer_in_backward", "method", "rank", "targets", "lora_dropout", "double_quant", "dtype", "master", "state_dtype",
+SCENARIO_FLAGS = ("stack", "checkpoint_every", "offload_activations", "packing", "image_tokens", "train_vision", "liger", "checkpoint_impl", "loss_impl", "kbit_prep", "routing", "dora", "modules_to_save", "optimizer_in_backward", "method", "rank", "targets", "lora_dropout", "double_quant", "dtype", "master", "state_dtype",
                   "optimizer", "optimizer_impl", "adapter_dtype", "autocast", "batch", "seq", "grad_checkpointing",
                   "attention", "device", "gpus", "zero", "offload", "mp_policy", "tp", "sequence_parallel", "versions",
                   "objective", "prompt", "precompute_ref", "max_completion_length", "num_generations",

@@ -50,6 +50,12 @@ class Tower:
     unsupported_targets: tuple[str, ...] = ()   # target names PEFT matches to tower modules it cannot wrap
     unsupported_why: str = ""
     config: str = "{}"
+    modules: tuple[str, ...] = ()   # the tower's top modules by name (what a user freezes: requires_grad_(False))
+    # images modelled (towers.toml [images]): per image token, pixel_values elements and what a trainable tower saves
+    # (compute dtype, fp32, int64, LayerNorm statistics), and its parameter tensors; None where the tower's image
+    # forward is not modelled
+    images: tuple[int, int, int, int, int, int] | None = None
+    images_refused: str = ""   # why this config's image forward is not modelled, where its tower's could be
 
     def lora_width(self, targets: tuple[str, ...], all_linear: bool) -> int:
         """Σ copies·(d_in + d_out) over the linears LoRA adapts: all of them under ``all-linear``, else those whose
@@ -157,12 +163,17 @@ def read_tower(cfg: dict, source: str, loader: str = "causal-lm") -> Tower | Non
     params = (sum(n * (i * o + bias) for _, i, o, n, bias in linears)
               + sum(count(e) for e in entry.get("tensors", {}).values()))
     buffers = entry.get("buffers", {})
+    images, when = entry.get("images", {}), entry.get("images", {}).get("when")   # when: a condition on the fields
+    images_modelled = bool(images) and (when is None or count(f"Piecewise((1, {when['condition']}), (0, True))") == 1)
     outer = {k: v for k, v in cfg.items() if k != "text_config"}
     return Tower(model_type=cfg["model_type"], description=entry["description"], source=entry["source"], loader=cls,
                  params=params, linears=linears, float_buffers=count(buffers.get("float", "0")),
                  index_buffers=count(buffers.get("index", "0")), config=json.dumps(outer, sort_keys=True),
                  unsupported_targets=tuple(entry.get("unsupported_targets", {}).get("names", ())),
                  unsupported_why=entry.get("unsupported_targets", {}).get("why", ""),
+                 modules=tuple(entry.get("modules", ())),
+                 images=tuple(count(entry["images"][k]) for k in ("pixels", "act", "fp32", "index", "stat", "tensors"))
+                 if images_modelled else None, images_refused=when["why"] if images and not images_modelled else "",
                  **{name: bool(sp.sympify(entry.get("conditions", {}).get(name, "0"), locals=local)
                                    .xreplace({local[k]: v for k, v in values.items()}))
                     for name in ("ids_copy", "rope_per_sample")})

@@ -399,7 +399,7 @@ def trainable_tensors(s: Structure) -> sp.Expr:
         return (3 if s.dora else 2) * fam.over_layers(lambda k: sum(t in k.linear_map for t in s.targets)) \
             + 2 * len(s.head_targets) + len(s.modules_to_save)
     return ((1 if s.tied and not s.score_head else 2) + fam.over_layers(lambda k: k.tensors_per_layer(s.options)) + 1
-            + fam.model_weight_tensors(s.options))
+            + fam.model_weight_tensors(s.options) + (sym("tower_tensors") if s.train_vision else 0))
 
 
 def largest_trainable_matrix(s: Structure) -> sp.Expr:
@@ -492,8 +492,8 @@ def definitions(s: Structure) -> list[tuple[sp.Symbol, sp.Expr]]:
         defs.append((P_train, P_lora + (P_save if s.modules_to_save else 0)))
         if s.tower_lora:
             defs.append((P_lora_tower, sym("rank") * s.tower_lora_width))
-    else:
-        defs.append((P_train, P))
+    else:   # --train-vision: the tower's weights train beside the decoder's
+        defs.append((P_train, P + P_tower if s.train_vision else P))
     return defs
 
 

@@ -1,0 +1,109 @@
+"""--image-tokens N and --train-vision on a Qwen3-VL config: the images' inputs, the frozen tower (nothing saved) and
+the trainable one (its blocks' saved tensors, its weights trained), against steps measured on real CPU tensors
+(Qwen3-VL reads its image grids as Python ints, which fake tensors cannot give) and a hand count of the tower's
+saved tensors."""
+from __future__ import annotations
+
+import pytest
+
+from symvram.errors import UserError
+from symvram.evaluate import evaluate
+from symvram.presets import spec_from_config
+from symvram.scenario import Scenario
+
+from test_towers import QWEN_VISION, TEXT, TINY
+
+# a tiny vocabulary: the image and video token ids inside it (the defaults, 151655 and 151656, are not)
+IDS = {"image_token_id": 900, "video_token_id": 901}
+QWEN3_VL = {**TINY["qwen3_vl"], **IDS}
+QWEN3_VL_MOE = {**TINY["qwen3_vl_moe"], **IDS, "vision_config": {**QWEN_VISION, "deepstack_visual_indexes": [1]}}
+LORA = dict(method="lora", rank=8, adapter_dtype="fp32", state_dtype="fp32")
+
+
+def _scenario(cfg=QWEN3_VL, **kw):
+    kw = {"stack": "torch", "batch": 4, "seq": 128, "device": "cpu", "image_tokens": 64, **kw}
+    return Scenario.create(spec_from_config(cfg, "tiny", "config", "test"), **kw)
+
+
+MEASURED = [  # (id, config, settings); b4 s128, 64 image tokens per sample (256 patches) unless given
+    ("frozen-full", QWEN3_VL, dict(method="full")),
+    ("frozen-full-b2s32", QWEN3_VL, dict(method="full", batch=2, seq=32, image_tokens=8)),
+    ("frozen-lora-all-linear", QWEN3_VL, dict(**LORA, targets="all-linear")),
+    ("frozen-lora-autocast", QWEN3_VL, dict(**LORA, targets="q_proj,v_proj", autocast="bf16")),
+    ("frozen-full-checkpointing", QWEN3_VL, dict(method="full", grad_checkpointing=True)),
+    ("frozen-lora-checkpointing", QWEN3_VL, dict(**LORA, targets="all-linear", grad_checkpointing=True)),
+    ("frozen-full-eager", QWEN3_VL, dict(method="full", attention="eager")),
+    ("train-vision-full", QWEN3_VL, dict(method="full", train_vision=True)),
+    ("train-vision-full-fp32", QWEN3_VL, dict(method="full", dtype="fp32", train_vision=True)),
+    ("moe-frozen-full", QWEN3_VL_MOE, dict(method="full")),
+    ("moe-train-vision-full", QWEN3_VL_MOE, dict(method="full", train_vision=True)),
+]
+
+
+@pytest.mark.parametrize("cfg, settings", [m[1:] for m in MEASURED], ids=[m[0] for m in MEASURED])
+def test_estimate_equals_the_measured_peak(cfg, settings):
+    pytest.importorskip("peft")
+    from symvram.validate.measure import measure
+    from symvram.validate.spec import from_scenario
+
+    sc = _scenario(cfg, **settings)
+    measured = measure({**from_scenario(sc), "steps": 2})
+    # within 8 bytes: the 0-d fp32 loss and its gradient seed are not ledger terms (as tests/test_families.py)
+    assert 0 <= measured["peak_bytes"] - evaluate(sc).peak <= 8
+
+
+def test_the_trainable_tower_saves_what_its_blocks_keep():
+    """The tiny Qwen3-VL tower's saved tensors for 2 × 8 image tokens (64 patches, 16 merged tokens), counted by
+    hand from modeling_qwen3_vl.py (and listed by symvram.validate.explain_peak at the backward's peak, CPU: the
+    LayerNorm statistics in bf16), and the pixel_values the patch embedding casts to bf16."""
+    sc = _scenario(method="full", batch=2, seq=32, image_tokens=8, train_vision=True)
+    P, Q, hv, fv, lv, heads, dh, m2, D, b = 64, 16, 48, 80, 2, 4, 12, 4, 2, 2
+    block = b * (2 * P * hv + 2 * P * hv + P * 3 * hv + 2 * P * hv + P * hv + P * hv + 2 * P * fv)  # sums, norms,
+    block += 4 * heads * P + b * 2 * 2 * P                     # qkv, q k, SDPA out, cat, MLP; logsumexp; LN stats
+    once = (b * 2 * P * hv + b * 2 * P + 4 * 2 * P * dh + 8 * 4 * P + 4 * 4 * P   # embedded patches, merger norm;
+            + b * (1 + D) * 2 * Q * hv * m2 + b * D * Q * hv * m2 + b * D * 2 * Q)   # rotary; interpolation; mergers
+    pixels = b * P * 3 * 2 * 14 * 14
+    assert evaluate(sc).terms["act_tower"] == lv * block + once + pixels
+
+
+def test_train_vision_trains_the_tower_weights():
+    frozen, trained = evaluate(_scenario(method="full")), evaluate(_scenario(method="full", train_vision=True))
+    tower = spec_from_config(QWEN3_VL, "tiny", "config", "test").tower.params
+    assert trained.derived["P_train"] == frozen.derived["P_train"] + tower
+    assert trained.terms["grads"] - frozen.terms["grads"] == 2 * tower
+
+
+def test_image_tokens_are_counted_within_seq():
+    """The decoder's sequence stays --seq: the image tokens replace placeholders in it."""
+    text, images = evaluate(_scenario(method="full", image_tokens=0)), evaluate(_scenario(method="full"))
+    assert text.terms["act_mlp"] == images.terms["act_mlp"]
+
+
+@pytest.mark.parametrize("cfg, settings, message", [
+    (QWEN3_VL, dict(method="full", image_tokens=0, train_vision=True), "takes gradients only from images"),
+    (QWEN3_VL, dict(method="full", image_tokens=200), "exceeds --seq 128"),
+    (QWEN3_VL, dict(**LORA, train_vision=True), "--train-vision with LoRA is not modelled"),
+    (QWEN3_VL, dict(method="full", train_vision=True, grad_checkpointing=True), "--grad-checkpointing is not"),
+    (QWEN3_VL, dict(method="full", gpus=2, zero=3), "--gpus/--zero/--tp is not modelled"),
+    (QWEN3_VL, dict(method="qlora", rank=8), "--method qlora is not modelled"),
+    (TINY["gemma3"], dict(method="full"), "only Qwen3-VL's image forward is modelled"),
+    (TINY["qwen3_vl_moe"], dict(method="full"), "that merger never runs"),
+    ({"model_type": "qwen3", **TEXT}, dict(method="full"), "loads no vision tower"),
+    (TINY["qwen3_5"], dict(method="full"), "loads no vision tower"),   # Qwen3_5ForCausalLM: text only
+])
+def test_what_is_not_modelled_is_refused(cfg, settings, message):
+    with pytest.raises(UserError, match=message):
+        _scenario(cfg, **settings)
+
+
+def test_the_flags_reach_the_scenario(tmp_path, capsys):
+    import json
+
+    from symvram.cli import main
+
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(QWEN3_VL))
+    assert main(["estimate", str(path), "--method", "full", "--stack", "torch", "--seq", "128", "--image-tokens", "64",
+                 "--train-vision", "--format", "json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["inputs"]["image_tokens"] == 64 and out["inputs"]["train_vision"] is True
