@@ -107,3 +107,27 @@ def test_the_flags_reach_the_scenario(tmp_path, capsys):
                  "--train-vision", "--format", "json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["inputs"]["image_tokens"] == 64 and out["inputs"]["train_vision"] is True
+
+
+@pytest.mark.parametrize("lines, expected", [
+    ("freeze_vision_tower: false\nfreeze_multi_modal_projector: false\n", True),
+    ("", None),   # LLaMA-Factory's defaults: both frozen
+    ("freeze_vision_tower: false\n", "trained apart are not modelled"),   # the projector frozen by default
+    ("freeze_multi_modal_projector: false\n", "trained apart are not modelled"),
+    ("freeze_language_model: true\n", None),   # warned of: not modelled, left out
+])
+def test_llamafactory_freeze_vision_tower_is_train_vision(tmp_path, lines, expected):
+    """LLaMA-Factory 0.9.5 (hparams/finetuning_args.py:527-538): freeze_vision_tower and freeze_multi_modal_projector
+    both false train Qwen3-VL's whole tower (model_utils/visual.py:392-406), which --train-vision models."""
+    from symvram.readers.read import read_files
+
+    path = tmp_path / "lf.yaml"
+    path.write_text("model_name_or_path: llama-3-8b\nstage: sft\nfinetuning_type: full\n" + lines)
+    if isinstance(expected, str):
+        with pytest.raises(UserError, match=expected):
+            read_files([str(path)])
+        return
+    reading = read_files([str(path)])
+    assert reading.kwargs().get("train_vision") == expected
+    if "freeze_language_model" in lines:
+        assert any("a frozen language model" in w for w in reading.warnings)
