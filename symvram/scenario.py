@@ -17,6 +17,7 @@ from .errors import UserError, did_you_mean, excerpt
 from .ledger.architecture import Family, family
 from .ledger.objectives import objectives
 from .ledger.structure import BNB_OPTIM_BITS, Structure
+from .ledger.towers import LOADERS
 from .presets import MAX_DIM, ModelSpec, load_model
 from .stacks import DEFAULT_SEQ, STACK_EXTRAS, STACK_SETTINGS, check_stack, concrete, resolve, runs_trainer, stacks
 from .symbols import SYMBOLS, sym
@@ -292,6 +293,7 @@ class Scenario:
     loss_type: str = "dapo"         # GRPOConfig.loss_type
     generation: str = "hf"          # hf (transformers' generate) | vllm-colocate | vllm-server
     cpo_alpha: float = 1.0          # CPO/SimPO: CPOConfig.cpo_alpha, the weight of the chosen rows' NLL (0: not computed)
+    loader: str = "causal-lm"       # a multimodal checkpoint: the Auto class it is loaded by (ModelSpec.loaded_as)
     image_tokens: int = 0           # a multimodal checkpoint: image tokens per sample, within seq (one image each)
     train_vision: bool = False      # the vision tower takes gradients (its weights under full, its adapters under LoRA)
     overrides: tuple[tuple[str, float], ...] = field(default=())
@@ -305,6 +307,9 @@ class Scenario:
         (``stack``, else the model's default stack: see symvram.stacks)."""
         spec = model if isinstance(model, ModelSpec) else load_model(model)
         kw = {k: v for k, v in kw.items() if v is not None and k != "given"}
+        if "loader" in kw:   # AutoModelForImageTextToText: Qwen3.5's and Llama 4's class with their vision tower
+            spec = spec.loaded_as(kw["loader"])
+        kw["loader"] = spec.loader
         if "max_completion_length" in kw:   # GRPO: the sequence is the prompt and the longest completion
             kw["seq"] = _grpo_seq(kw)
         unknown = sorted(set(kw) - set(cls.__dataclass_fields__))
@@ -491,7 +496,10 @@ class Scenario:
         _choice(self.autocast, HALF_DTYPES, "--autocast")
         _choice(self.mp_policy, HALF_DTYPES, "--mp-policy")
         _choice(self.attention, ATTENTIONS, "--attention")
+        _choice(self.loader, LOADERS, "--loader")
         tower = self.model.tower
+        if tower is not None and tower.forward_refused:
+            raise UserError(f"{self.model.name} loaded as {tower.loader}: {tower.forward_refused}")
         if self.lora and tower is not None and not family(self.model.family).is_all_linear(self.targets, self.model.options) \
                 and (hit := [t for t in self.targets if t in tower.unsupported_targets]):
             raise UserError(f"LoRA targets {', '.join(hit)} on a multimodal {tower.model_type} checkpoint: "

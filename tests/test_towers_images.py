@@ -131,3 +131,37 @@ def test_llamafactory_freeze_vision_tower_is_train_vision(tmp_path, lines, expec
     assert reading.kwargs().get("train_vision") == expected
     if "freeze_language_model" in lines:
         assert any("a frozen language model" in w for w in reading.warnings)
+
+
+LOADED = [("qwen3_5", dict(method="full")), ("qwen3_5", dict(**LORA, targets="all-linear")),
+          ("qwen3_5_moe", dict(method="full"))]
+
+
+@pytest.mark.parametrize("model_type, settings", LOADED, ids=[f"{m}-{s['method']}" for m, s in LOADED])
+def test_image_text_to_text_loads_the_tower_too(model_type, settings):
+    """--loader image-text-to-text: Qwen3.5's ForConditionalGeneration (modeling_auto.py), the tower on the card beside
+    the decoder (AutoModelForCausalLM builds the text-only Qwen3_5ForCausalLM); a text-only step measured under
+    FakeTensorMode on the class the spec names. (Llama 4's cannot train in transformers 5.24: refused.)"""
+    pytest.importorskip("peft")
+    from symvram.validate.measure import build_model, measure
+    from symvram.validate.spec import from_scenario, normalize_spec
+
+    spec = spec_from_config(TINY[model_type], "tiny", "config", "test")
+    kw = dict(stack="torch", batch=2, seq=32, device="cpu", **settings)
+    text_only, loaded = Scenario.create(spec, **kw), Scenario.create(spec, loader="image-text-to-text", **kw)
+    assert text_only.model.tower is None and loaded.model.tower.params > 0
+    model = build_model(normalize_spec(from_scenario(loaded)))
+    assert type(getattr(model, "get_base_model", lambda: model)()).__name__ == loaded.model.tower.loader
+    measured = measure({**from_scenario(loaded), "steps": 2})
+    assert 0 <= measured["peak_bytes"] - evaluate(loaded).peak <= 8
+    assert evaluate(loaded).terms["weights_tower"] == 2 * loaded.model.tower.params
+
+
+def test_a_loader_a_text_model_has_not_is_refused():
+    with pytest.raises(UserError, match="cannot train; load it as causal-lm"):
+        Scenario.create(spec_from_config(TINY["llama4"], "t", "config", "test"), loader="image-text-to-text")
+    with pytest.raises(UserError, match="is not a multimodal config"):
+        Scenario.create(spec_from_config({"model_type": "qwen3", **TEXT}, "t", "config", "test"),
+                        loader="image-text-to-text")
+    with pytest.raises(UserError, match="--loader must be one of"):
+        Scenario.create(spec_from_config(TINY["qwen3_5"], "t", "config", "test"), loader="seq2seq")

@@ -56,6 +56,7 @@ class Tower:
     # forward is not modelled
     images: tuple[int, int, int, int, int, int] | None = None
     images_refused: str = ""   # why this config's image forward is not modelled, where its tower's could be
+    forward_refused: str = ""   # why the class that carries this tower cannot run a training step
 
     def lora_width(self, targets: tuple[str, ...], all_linear: bool) -> int:
         """Σ copies·(d_in + d_out) over the linears LoRA adapts: all of them under ``all-linear``, else those whose
@@ -93,16 +94,28 @@ def tower_model_types() -> tuple[str, ...]:
     return tuple(_entries())
 
 
-def tied_by_default(model_type) -> bool | None:
-    """The outer config class's tie_word_embeddings default for a described tower's model_type, where
-    AutoModelForCausalLM builds the outer class (else None: Qwen3.5's and Llama 4's causal LM is built from the
-    text_config, auto_factory.py:236-242, and ties as the text_config says).
+def tied_by_default(model_type, loader: str = "causal-lm") -> bool | None:
+    """The outer config class's tie_word_embeddings default for a described tower's model_type, where ``loader``
+    builds the outer class (else None: Qwen3.5's and Llama 4's causal LM is built from the text_config,
+    auto_factory.py:236-242, and ties as the text_config says).
 
     >>> tied_by_default("gemma3"), tied_by_default("qwen3_5"), tied_by_default("qwen3_vl")
     (True, None, False)
+    >>> tied_by_default("qwen3_5", "image-text-to-text")
+    False
     """
     entry = _entries().get(model_type, {})
-    return None if "causal-lm" in entry.get("text_only", ()) else entry.get("tie_word_embeddings")
+    return None if loader in entry.get("text_only", ()) else entry.get("tie_word_embeddings")
+
+
+def text_only_loaders(model_type) -> tuple[str, ...]:
+    """The loaders whose class for a described tower's model_type has no tower (Qwen3.5's and Llama 4's
+    ForCausalLM); () for any other model_type.
+
+    >>> text_only_loaders("qwen3_5"), text_only_loaders("gemma3")
+    (('causal-lm',), ())
+    """
+    return tuple(_entries().get(model_type, {}).get("text_only", ())) if isinstance(model_type, str) else ()
 
 
 def text_decoder(model_type) -> tuple[str, str, dict] | None:
@@ -171,7 +184,7 @@ def read_tower(cfg: dict, source: str, loader: str = "causal-lm") -> Tower | Non
                  index_buffers=count(buffers.get("index", "0")), config=json.dumps(outer, sort_keys=True),
                  unsupported_targets=tuple(entry.get("unsupported_targets", {}).get("names", ())),
                  unsupported_why=entry.get("unsupported_targets", {}).get("why", ""),
-                 modules=tuple(entry.get("modules", ())),
+                 modules=tuple(entry.get("modules", ())), forward_refused=entry.get("forward_refused", ""),
                  images=tuple(count(entry["images"][k]) for k in ("pixels", "act", "fp32", "index", "stat", "tensors"))
                  if images_modelled else None, images_refused=when["why"] if images and not images_modelled else "",
                  **{name: bool(sp.sympify(entry.get("conditions", {}).get(name, "0"), locals=local)

@@ -197,7 +197,9 @@ def setup_line(sc) -> str:
 def tower_note(sc) -> str:
     """The vision tower a multimodal checkpoint loads beside the decoder, for a header ("" without one)."""
     t = sc.model.tower
-    return "" if t is None else f" + {t.params:,} of its vision tower (frozen; loaded as {t.loader})"
+    return "" if t is None else (f" + {t.params:,} of its vision tower ({'trained' if sc.train_vision else 'frozen'}; "
+                                 f"loaded as {t.loader}" + f"; {sc.image_tokens} image tokens per sample" * bool(sc.image_tokens)
+                                 + ")")
 
 
 def detail(bd: Breakdown, units: str = "GiB", fmt: str = "table") -> str:

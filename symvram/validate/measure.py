@@ -118,7 +118,7 @@ def build_model(spec: dict):
 
     cfg = _config(spec["arch"], spec["attention"])
     dtype = _DTYPES[spec["dtype"]]
-    tower = read_tower(spec["arch"], "measurement spec")
+    tower = read_tower(spec["arch"], "measurement spec", spec.get("loader", "causal-lm"))
     auto = (transformers.AutoModelForImageTextToText if tower and tower.loader not in
             transformers.models.auto.modeling_auto.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.values()
             else causal_lm_auto(cfg))   # the class a user loads the model as (ledger.towers, validate.layout)

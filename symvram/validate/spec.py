@@ -33,7 +33,7 @@ OPTIONAL: dict[str, Any] = {"stack": "torch", "checkpoint_impl": "non-reentrant"
                             "num_generations": 8, "steps_per_generation": 1, "gradient_accumulation_steps": 1,
                             "num_iterations": 1, "beta": 0.0, "loss_type": "dapo", "generation": "hf",
                             "routing": "balanced", "cpo_alpha": 1.0,
-                            "image_tokens": 0, "train_vision": False}
+                            "image_tokens": 0, "train_vision": False, "loader": "causal-lm"}
 
 
 def _stack_values(name: str, dtype: str) -> dict[str, Any]:
