@@ -102,9 +102,7 @@ class ModelSpec:
         if self.tower is not None:
             d.update(tower_params=self.tower.params, tower_float_buffers=self.tower.float_buffers,
                      tower_index_buffers=self.tower.index_buffers)
-            if self.tower.images is not None:
-                d.update(zip(("tower_pixels", "tower_act_elems", "tower_fp32_elems", "tower_index_elems",
-                              "tower_stat_elems", "tower_tensors"), self.tower.images))
+            d.update(self.tower.images or ())
         if self.params is not None:
             d["P"] = self.params
         return d

@@ -295,7 +295,7 @@ class Scenario:
     cpo_alpha: float = 1.0          # CPO/SimPO: CPOConfig.cpo_alpha, the weight of the chosen rows' NLL (0: not computed)
     loader: str = "causal-lm"       # a multimodal checkpoint: the Auto class it is loaded by (ModelSpec.loaded_as)
     image_tokens: int = 0           # a multimodal checkpoint: image tokens per sample, within seq (one image each)
-    train_vision: bool = False      # the vision tower takes gradients (its weights under full, its adapters under LoRA)
+    train_vision: bool = False      # the vision tower takes gradients (its weights under full, its adapters under LoRA all-linear)
     overrides: tuple[tuple[str, float], ...] = field(default=())
     versions: tuple[tuple[str, str], ...] = ()   # --versions: library versions asked for (symvram.versions)
     # the settings given (not filled by the stack): with_changes keeps them and lets the stack fill the rest again
@@ -763,11 +763,14 @@ class Scenario:
             raise UserError(f"--image-tokens with {', '.join(unmodelled)} is not modelled (images are modelled on "
                             "one GPU for SFT, full fine-tuning or LoRA, transformers' loss)")
         unmodelled = [name for name, on in (
-            ("LoRA", self.lora), ("--grad-checkpointing", self.grad_checkpointing),
-            (f"--autocast {self.autocast}", self.autocast != "none")) if on]
+            ("--grad-checkpointing", self.grad_checkpointing), (f"--autocast {self.autocast}", self.autocast != "none"),
+            ("--lora-dropout", self.lora and self.lora_dropout > 0)) if on]
         if self.train_vision and unmodelled:
             raise UserError(f"--train-vision with {', '.join(unmodelled)} is not modelled (a trainable tower is "
-                            "modelled for full fine-tuning without checkpointing or autocast: --stack torch)")
+                            "modelled without checkpointing, autocast or LoRA dropout: --stack torch)")
+        if self.train_vision and self.lora and not family(self.model.family).is_all_linear(self.targets, self.model.options):
+            raise UserError(f"--train-vision with LoRA targets {', '.join(self.targets)}: modelled for all-linear, which "
+                            f"adapts every linear of {tower.model_type}'s tower (PEFT matches no other target name in it)")
 
     def _check_packing(self) -> None:
         """Packing is modelled on SDPA, where transformers turns restarting position ids into a block-diagonal mask."""

@@ -35,6 +35,9 @@ MEASURED = [  # (id, config, settings); b4 s128, 64 image tokens per sample (256
     ("frozen-full-eager", QWEN3_VL, dict(method="full", attention="eager")),
     ("train-vision-full", QWEN3_VL, dict(method="full", train_vision=True)),
     ("train-vision-full-fp32", QWEN3_VL, dict(method="full", dtype="fp32", train_vision=True)),
+    ("train-vision-lora-all-linear", QWEN3_VL, dict(**LORA, targets="all-linear", train_vision=True)),
+    ("train-vision-lora-bf16-adapters", QWEN3_VL, dict(method="lora", rank=8, adapter_dtype="bf16", state_dtype="bf16",
+                                                       targets="all-linear", train_vision=True)),
     ("moe-frozen-full", QWEN3_VL_MOE, dict(method="full")),
     ("moe-train-vision-full", QWEN3_VL_MOE, dict(method="full", train_vision=True)),
 ]
@@ -82,7 +85,8 @@ def test_image_tokens_are_counted_within_seq():
 @pytest.mark.parametrize("cfg, settings, message", [
     (QWEN3_VL, dict(method="full", image_tokens=0, train_vision=True), "takes gradients only from images"),
     (QWEN3_VL, dict(method="full", image_tokens=200), "exceeds --seq 128"),
-    (QWEN3_VL, dict(**LORA, train_vision=True), "--train-vision with LoRA is not modelled"),
+    (QWEN3_VL, dict(**LORA, targets="attention", train_vision=True), "modelled for all-linear"),
+    (QWEN3_VL, dict(**LORA, lora_dropout=0.1, train_vision=True), "--lora-dropout is not modelled"),
     (QWEN3_VL, dict(method="full", train_vision=True, grad_checkpointing=True), "--grad-checkpointing is not"),
     (QWEN3_VL, dict(method="full", gpus=2, zero=3), "--gpus/--zero/--tp is not modelled"),
     (QWEN3_VL, dict(method="qlora", rank=8), "--method qlora is not modelled"),
@@ -165,3 +169,21 @@ def test_a_loader_a_text_model_has_not_is_refused():
                         loader="image-text-to-text")
     with pytest.raises(UserError, match="--loader must be one of"):
         Scenario.create(spec_from_config(TINY["qwen3_5"], "t", "config", "test"), loader="seq2seq")
+
+
+def test_peft_adapts_the_tower_linears_under_all_linear_only():
+    """PEFT 0.21.2 on the meta model of the tiny Qwen3-VL: the decoder's target names (q_proj … down_proj) match no
+    module of the tower (qkv, proj, linear_fc1, linear_fc2), so --train-vision under LoRA asks for all-linear; all-linear
+    adapts every tower linear, r·Σ copies·(d_in + d_out), which a trained tower's adapters count in P_train."""
+    peft = pytest.importorskip("peft")
+    from test_towers import _meta_model
+
+    r, names = 4, ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+    tower = spec_from_config(QWEN3_VL, "tiny", "config", "test").tower
+    for targets, width in ((names, 0), ("all-linear", tower.lora_width((), all_linear=True))):
+        model = peft.get_peft_model(_meta_model(QWEN3_VL, "AutoModelForImageTextToText"),
+                                    peft.LoraConfig(r=r, target_modules=targets))
+        assert sum(p.numel() for n, p in model.named_parameters() if "lora_" in n and ".visual." in n) == r * width
+    assert tower.lora_width(tuple(names), all_linear=False) == 0
+    lora = evaluate(_scenario(**{**LORA, "rank": r}, targets="all-linear", train_vision=True))
+    assert lora.derived["P_train"] == lora.derived["P_lora"] + r * tower.lora_width((), all_linear=True)

@@ -184,9 +184,11 @@ def add_scenario_arguments(p: argparse.ArgumentParser) -> None:
                         "the tools' max_length counts it); the batch carries the fp32 pixel_values and the tower runs: "
                         "frozen, it saves nothing (a transient in the forward)")
     g.add_argument("--train-vision", action="store_true", default=None,
-                   help="with --image-tokens, full fine-tuning: the vision tower trains too (its weights' gradients, "
-                        "optimizer states and master copies; the activations its blocks and mergers save); "
-                        "LLaMA-Factory's freeze_vision_tower: false. Default: the tower frozen")
+                   help="with --image-tokens: the vision tower trains too — under full fine-tuning its weights "
+                        "(gradients, optimizer states, master copies), under LoRA all-linear the adapters PEFT puts on "
+                        "its linears — and saves its blocks' and mergers' activations; LLaMA-Factory's "
+                        "freeze_vision_tower and freeze_multi_modal_projector: false. Default: the tower frozen "
+                        "(requires_grad off: it runs and saves nothing)")
     g.add_argument("--offload-activations", action="store_true", default=None,
                    help="TRL's activation_offloading (SFTConfig(activation_offloading=True)) with checkpointing: each "
                         "layer's checkpointed input is copied to pinned host memory in the forward and brought back "

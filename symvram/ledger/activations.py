@@ -152,7 +152,8 @@ def needs_grad(s_: Structure, first: bool) -> dict[str, bool]:
         return any(m.input_group == group and (not s_.lora or m.name in s_.targets) and feeding in _feeds(m.name, fam)
                    for m in fam.linears + fam.moe_weights)
 
-    layer_in = not (first and s_.lora) or embedding_output_grad(s_)
+    # images from a trained tower (--train-vision): masked_scatter puts features that need a gradient into layer 0's input
+    layer_in = not (first and s_.lora) or embedding_output_grad(s_) or (s_.images and s_.train_vision)
     out = {"attn_in": layer_in, "q_latent": layer_in or trained_reader("attn_in", "q"),   # latent attention's a-proj
            "kv_latent": layer_in or trained_reader("attn_in", "kv")}                       # outputs
     out.update({x: out[lat] or trained_reader(lat) or trained_reader("attn_in", x)   # a latent's b-proj, or q/k/v_proj
@@ -1373,13 +1374,20 @@ def image_terms(s_: Structure) -> list[Term]:
     if s_.train_vision:
         # LayerNorm's mean and rstd: fp32 on CUDA (layer_norm_kernel.cu: the accumulate type), the input's dtype on CPU
         b_stat = b_32 if s_.device == "cuda" else b_c
-        saved = (b_c * sym("tower_act_elems") + b_32 * sym("tower_fp32_elems") + b_id * sym("tower_index_elems")
-                 + b_stat * sym("tower_stat_elems") + (b_w * sym("tower_pixels") if s_.pixel_cast else 0))
-        terms.append(Term("act_tower", Role.SAVED_ACTIVATION, n * saved, r"A_{\mathrm{tower}}",
-                          "what the trainable vision tower saves for backward: its ViT blocks' norms, attention and "
-                          "MLP, the patch merger and DeepStack mergers, the position interpolation"
-                          + ", and the pixel_values cast to the weights' dtype the patch embedding's Conv3d reads"
-                          * s_.pixel_cast, QWEN3_VL + ":78-355, :670-729",
+        if s_.lora:   # its adapters train (all-linear): the frozen linears save nothing, lora_A its cast input
+            saved = (b_c * sym("tower_lora_act_elems") + b_a * sym("tower_lora_adapter_elems")
+                     + b_a * r * sym("tower_lora_rank_elems") + b_32 * sym("tower_lora_fp32_elems")
+                     + b_stat * sym("tower_lora_stat_elems"))
+            why = ("what the vision tower saves for its trained LoRA adapters: its ViT blocks' residual sums, attention "
+                   "and MLP tensors, each adapted linear's input in the adapters' dtype and lora_A's rank-wide output")
+        else:
+            saved = (b_c * sym("tower_act_elems") + b_32 * sym("tower_fp32_elems") + b_id * sym("tower_index_elems")
+                     + b_stat * sym("tower_stat_elems") + (b_w * sym("tower_pixels") if s_.pixel_cast else 0))
+            why = ("what the trainable vision tower saves for backward: its ViT blocks' norms, attention and MLP, the "
+                   "patch merger and DeepStack mergers, the position interpolation"
+                   + ", and the pixel_values cast to the weights' dtype the patch embedding's Conv3d reads" * s_.pixel_cast)
+        terms.append(Term("act_tower", Role.SAVED_ACTIVATION, n * saved, r"A_{\mathrm{tower}}", why,
+                          QWEN3_VL + ":78-355, :670-729" + "; peft tuners/lora/layer.py Linear.forward" * s_.lora,
                           lifetime=span(Phase.FORWARD, Phase.FIRST_LAYER_BACKWARD)))
     return terms
 

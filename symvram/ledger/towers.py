@@ -51,10 +51,9 @@ class Tower:
     unsupported_why: str = ""
     config: str = "{}"
     modules: tuple[str, ...] = ()   # the tower's top modules by name (what a user freezes: requires_grad_(False))
-    # images modelled (towers.toml [images]): per image token, pixel_values elements and what a trainable tower saves
-    # (compute dtype, fp32, int64, LayerNorm statistics), and its parameter tensors; None where the tower's image
-    # forward is not modelled
-    images: tuple[int, int, int, int, int, int] | None = None
+    # images modelled (towers.toml [images]): the ledger's symbols per image token (pixel_values elements, what a
+    # trainable tower saves by dtype, its parameter tensors) and their values; None where its image forward is not
+    images: tuple[tuple[str, int], ...] | None = None
     images_refused: str = ""   # why this config's image forward is not modelled, where its tower's could be
     forward_refused: str = ""   # why the class that carries this tower cannot run a training step
 
@@ -185,8 +184,7 @@ def read_tower(cfg: dict, source: str, loader: str = "causal-lm") -> Tower | Non
                  unsupported_targets=tuple(entry.get("unsupported_targets", {}).get("names", ())),
                  unsupported_why=entry.get("unsupported_targets", {}).get("why", ""),
                  modules=tuple(entry.get("modules", ())), forward_refused=entry.get("forward_refused", ""),
-                 images=tuple(count(entry["images"][k]) for k in ("pixels", "act", "fp32", "index", "stat", "tensors"))
-                 if images_modelled else None, images_refused=when["why"] if images and not images_modelled else "",
+                 images=tuple((k, count(v)) for k, v in images.items() if k != "when") if images_modelled else None, images_refused=when["why"] if images and not images_modelled else "",
                  **{name: bool(sp.sympify(entry.get("conditions", {}).get(name, "0"), locals=local)
                                    .xreplace({local[k]: v for k, v in values.items()}))
                     for name in ("ids_copy", "rope_per_sample")})
