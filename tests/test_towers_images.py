@@ -187,3 +187,25 @@ def test_peft_adapts_the_tower_linears_under_all_linear_only():
     assert tower.lora_width(tuple(names), all_linear=False) == 0
     lora = evaluate(_scenario(**{**LORA, "rank": r}, targets="all-linear", train_vision=True))
     assert lora.derived["P_train"] == lora.derived["P_lora"] + r * tower.lora_width((), all_linear=True)
+
+
+FLOPS = [dict(method="full"), dict(method="full", train_vision=True), dict(**LORA, targets="all-linear"),
+         dict(**LORA, targets="all-linear", train_vision=True)]
+
+
+@pytest.mark.parametrize("settings", FLOPS, ids=["frozen-full", "train-full", "frozen-lora", "train-lora"])
+def test_the_step_flops_equal_the_counter(settings):
+    """The tower's matmuls (towers.toml [images]: forward always, backward when it trains) beside the decoder's,
+    against torch.utils.flop_counter on the step (real CPU tensors)."""
+    pytest.importorskip("peft")
+    from symvram.ledger.flops import build_flops
+    from symvram.symbols import SYMBOLS, sym
+    from symvram.validate.measure import count_flops
+    from symvram.validate.spec import from_scenario
+
+    sc = _scenario(batch=2, seq=32, image_tokens=8, **settings)
+    counted = count_flops(from_scenario(sc))
+    values = {sym(k): v for k, v in sc.values().items() if k in SYMBOLS}
+    fl = build_flops(sc.structure)
+    assert {p: fl.phase_expr(p).xreplace(values) for p in ("forward", "backward")} == \
+        {p: counted[p] for p in ("forward", "backward")}

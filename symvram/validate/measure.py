@@ -890,11 +890,12 @@ def count_flops(spec: dict) -> dict[str, int]:
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     spec = {**normalize_spec(spec), "steps": 1}
-    fake_mode = FakeTensorMode(allow_non_fake_inputs=False)
+    real = bool(spec.get("image_tokens"))   # images: real CPU tensors, as measure runs them
+    fake_mode = None if real else FakeTensorMode(allow_non_fake_inputs=False)
     model, optimizer, input_ids, labels, *_ = prepare(spec, fake_mode)
     counter = flop_counter()
     phases = PhaseFlops(counter)
-    with _untraced_packed_check(), fake_mode, counter:
+    with (contextlib.nullcontext() if real else _untraced_packed_check()), fake_mode or contextlib.nullcontext(), counter:
         _train_steps(spec, model, optimizer, input_ids, labels, on_phase=phases)
     return phases.last_step()
 
