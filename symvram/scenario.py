@@ -418,6 +418,9 @@ class Scenario:
         seq = merged["seq"]
         if "prompt" not in kw and isinstance(seq, int) and not isinstance(seq, bool) and 0 < seq <= self.prompt:
             merged["prompt"] = max(self.prompt * seq // self.seq, 1 if self.objective == "grpo" else 0)
+        # so do the image tokens (counted within seq): a sequence shorter than them keeps their share of it
+        if "image_tokens" not in kw and isinstance(seq, int) and not isinstance(seq, bool) and 0 < seq < self.image_tokens:
+            merged["image_tokens"] = max(self.image_tokens * seq // self.seq, 1)
         if self.objective == "grpo" and "steps_per_generation" not in kw and merged["batch"] != self.batch:
             merged["steps_per_generation"] = self._steps_for(merged["batch"])
         return Scenario.create(self.model, **merged)

@@ -209,3 +209,22 @@ def test_the_step_flops_equal_the_counter(settings):
     fl = build_flops(sc.structure)
     assert {p: fl.phase_expr(p).xreplace(values) for p in ("forward", "backward")} == \
         {p: counted[p] for p in ("forward", "backward")}
+
+
+def test_a_shorter_sequence_keeps_the_image_tokens_share():
+    """A probe or curve at a shorter seq (diagnose, explain) keeps the image tokens' share of it, as the prompt's."""
+    sc = _scenario(method="full", seq=128, image_tokens=64)
+    assert sc.with_changes(seq=32).image_tokens == 16 and sc.with_changes(seq=64).image_tokens == 64
+
+
+def test_explain_refuses_a_trained_tower_and_explains_a_frozen_one():
+    from symvram.analysis.explain import explain_context
+
+    with pytest.raises(UserError, match="explain --train-vision"):
+        explain_context(_scenario(method="full", train_vision=True))
+    from test_towers import REAL_SIZES
+
+    real = Scenario.create(spec_from_config(REAL_SIZES["qwen3-vl-8b"], "qwen3-vl-8b", "config", "test"), method="full",
+                           stack="torch", seq=4096, image_tokens=1024)
+    ctx = explain_context(real)   # re-derived at a text preset without the images (same_settings)
+    assert ctx["other"]["model"].tower is None and "act_images" in evaluate(real).terms

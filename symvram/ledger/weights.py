@@ -180,7 +180,9 @@ def tower_terms(s: Structure) -> list[Term]:
     or fp32 once prepare_model_for_kbit_training has cast it (its Linear4bit biases too: the tower never runs
     the forward that casts them back)."""
     t = s.tower
-    why = f"{t.description}, loaded by {t.loader}: frozen; a text-only batch never runs it"
+    why = f"{t.description}, loaded by {t.loader}: " + (
+        "trained on the images (--train-vision)" if s.train_vision else
+        "frozen; it runs on the images and keeps nothing" if s.images else "frozen; a text-only batch never runs it")
     if s.method == "qlora":
         packed = sp.Add(*(n * nf4_bytes(sp.Integer(e), s.double_quant)[0] for e, n in t.linear_weights))
         states = sp.Add(*(n * nf4_bytes(sp.Integer(e), s.double_quant)[1] for e, n in t.linear_weights))
