@@ -46,7 +46,7 @@ MAX_BATCH = 1_000_000
 MAX_RANK = 1 << 20
 MAX_GPUS = 1_000_000
 # Largest value --set accepts, by symbol name, else by group: beyond these a number is a typo.
-FIELD_SYMBOLS = {"batch", "seq", "rank", "gpus", "tp"}  # symbols that are also Scenario fields
+FIELD_SYMBOLS = {"batch", "seq", "rank", "gpus", "tp", "image_tokens"}  # symbols that are also Scenario fields
 SET_LIMITS = {"P": 10**15, "model": MAX_DIM, "bytes": 64, "quant": 1 << 20, "zero": 10**13,
               "mfu": 1, "overlap": 1, "time": 10**18}
 

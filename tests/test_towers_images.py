@@ -228,3 +228,9 @@ def test_explain_refuses_a_trained_tower_and_explains_a_frozen_one():
                            stack="torch", seq=4096, image_tokens=1024)
     ctx = explain_context(real)   # re-derived at a text preset without the images (same_settings)
     assert ctx["other"]["model"].tower is None and "act_images" in evaluate(real).terms
+
+
+def test_set_image_tokens_is_the_flag():
+    """--set image_tokens=N is --image-tokens N (a symbol that is also a setting: checked, and in the structure)."""
+    sc = _scenario(method="full", image_tokens=0, overrides={"image_tokens": 64})
+    assert sc.image_tokens == 64 and sc.structure.images and evaluate(sc).peak == evaluate(_scenario(method="full")).peak
