@@ -12,7 +12,7 @@ import difflib
 import json
 import re
 import tomllib
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from functools import cache
 from importlib import resources
 from pathlib import Path
@@ -64,6 +64,35 @@ class ModelSpec:
     description: str = ""
     tower: "Tower | None" = None
     layer_pattern: str = ""   # each layer's kind as its letter, in order, where the family spells them (Nemotron-H)
+    loader: str = "causal-lm"   # the Auto class a multimodal config is read as loaded by (ledger.towers.LOADERS)
+    # the same config as AutoModelForImageTextToText builds it, where AutoModelForCausalLM builds a text-only class
+    image_text_to_text: "ModelSpec | None" = field(default=None, compare=False, repr=False)
+
+    def loaded_as(self, loader: str) -> "ModelSpec":
+        """This model as ``loader`` builds it (``--loader``): AutoModelForImageTextToText's class carries the vision
+        tower where AutoModelForCausalLM's is text-only (Qwen3.5, Llama 4: modeling_auto.py:941, :894); where both
+        build the same class (Gemma 3) or only one can (Qwen3-VL, Mistral 3), the model itself, so labelled.
+
+        >>> m = spec_from_config({"model_type": "qwen3_5", "vision_config": {}, "text_config": {
+        ...     "model_type": "qwen3_5_text", "hidden_size": 64, "intermediate_size": 176, "num_hidden_layers": 4,
+        ...     "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 24, "vocab_size": 1000}}, "q", "config", "t")
+        >>> m.tower, m.loaded_as("image-text-to-text").tower.loader
+        (None, 'Qwen3_5ForConditionalGeneration')
+        """
+        from .ledger.towers import LOADERS
+
+        if loader not in LOADERS:
+            raise UserError(f"--loader must be one of {', '.join(LOADERS)}; got {excerpt(loader)}")
+        if loader == self.loader:
+            return self
+        if loader == "image-text-to-text" and self.image_text_to_text is not None:
+            return self.image_text_to_text
+        if loader == "image-text-to-text" and self.tower is None:
+            raise UserError(f"--loader image-text-to-text: {self.name} is not a multimodal config "
+                            "(AutoModelForImageTextToText builds a vision tower beside a text_config's decoder)")
+        if loader == "causal-lm":   # a reading as image-text-to-text (the variant above) cannot go back
+            raise UserError(f"--loader causal-lm: {self.name} was read as {self.loader} loads it")
+        return replace(self, loader=loader)   # the class both build, or the only one that builds it
 
     @property
     def dims(self) -> dict[str, int]:
@@ -73,6 +102,7 @@ class ModelSpec:
         if self.tower is not None:
             d.update(tower_params=self.tower.params, tower_float_buffers=self.tower.float_buffers,
                      tower_index_buffers=self.tower.index_buffers)
+            d.update(self.tower.images or ())
         if self.params is not None:
             d["P"] = self.params
         return d
@@ -467,8 +497,9 @@ class ConfigFields:
         return family(chosen) if chosen else fam
 
 
-def _text_model(fields: ConfigFields) -> ConfigFields:
-    """A multimodal config's language model: its ``text_config`` when only that names a family (Gemma 3 4B–27B)."""
+def _text_model(fields: ConfigFields, loader: str = "causal-lm") -> ConfigFields:
+    """A multimodal config's language model: its ``text_config`` when only that names a family (Gemma 3 4B–27B),
+    tied as the class ``loader`` builds ties it."""
     from .ledger.architecture import families_by_model_type
     from .ledger.towers import text_decoder, tied_by_default
 
@@ -482,7 +513,7 @@ def _text_model(fields: ConfigFields) -> ConfigFields:
     if not isinstance(inner, str) or inner not in known | decoders or (isinstance(outer, str) and outer in known):
         return fields
     # transformers ties by the outer config (modeling_utils.py:2492): its field, else its class's default
-    outer_default = tied_by_default(outer)
+    outer_default = tied_by_default(outer, loader)
     tied = fields.cfg.get("tie_word_embeddings",
                           text.cfg.get("tie_word_embeddings") if outer_default is None else outer_default)
     return ConfigFields({**text.cfg, **fixed, "tie_word_embeddings": tied}, fields.source + " (its text_config: the language model)",
@@ -515,18 +546,22 @@ def _option_on(f: "ConfigFields", key: str, default) -> bool:
     return f.boolean(key, default)
 
 
-def spec_from_config(cfg: dict, name: str, kind: str, source: str) -> ModelSpec:
+def spec_from_config(cfg: dict, name: str, kind: str, source: str, loader: str = "causal-lm") -> ModelSpec:
     """Build a ModelSpec from config.json-style fields (also used for presets): the family's data
-    entry names the fields it reads and their defaults; ``ConfigFields`` checks each."""
+    entry names the fields it reads and their defaults; ``ConfigFields`` checks each. A multimodal config is read
+    as ``loader`` builds it (``ModelSpec.loaded_as``: the other loader's reading beside it where they differ)."""
     from sympy import sympify
 
     from .ledger.architecture import expr
 
-    from .ledger.towers import read_tower
+    from .ledger.towers import LOADERS, read_tower, text_only_loaders
 
-    f = _text_model(ConfigFields(cfg, source))
+    f = _text_model(ConfigFields(cfg, source), loader)
     fam = f.family()
-    tower = read_tower(cfg, source) if f.cfg is not cfg else None
+    tower = read_tower(cfg, source, loader) if f.cfg is not cfg else None
+    # AutoModelForImageTextToText's reading where AutoModelForCausalLM builds a text-only class (Qwen3.5, Llama 4)
+    other = (spec_from_config(cfg, name, kind, source, "image-text-to-text")
+             if f.cfg is not cfg and loader == LOADERS[0] and loader in text_only_loaders(cfg.get("model_type")) else None)
     dims: dict[str, int] = {}
     pattern = f.layer_pattern(fam.extra("layer_pattern")) if fam.extra("layer_pattern") else ""
     for symbol, keys, default in fam.dims:
@@ -602,7 +637,8 @@ def spec_from_config(cfg: dict, name: str, kind: str, source: str) -> ModelSpec:
         max_position=f.optional_integer("max_position_embeddings", 1 << 40),
         params=f.optional_integer("params", 10**15),
         published_params=f.optional_integer("published_params", 10**15),
-        description=f.text("description", ""), tower=tower, layer_pattern=pattern,
+        description=f.text("description", ""), tower=tower, layer_pattern=pattern, loader=loader,
+        image_text_to_text=other,
     )
 
 

@@ -17,6 +17,7 @@ from .errors import UserError, did_you_mean, excerpt
 from .ledger.architecture import Family, built, family
 from .ledger.objectives import objectives
 from .ledger.structure import BNB_OPTIM_BITS, Structure
+from .ledger.towers import LOADERS
 from .presets import MAX_DIM, ModelSpec, load_model
 from .stacks import DEFAULT_SEQ, STACK_EXTRAS, STACK_SETTINGS, check_stack, concrete, resolve, runs_trainer, stacks
 from .symbols import SYMBOLS, sym
@@ -45,7 +46,7 @@ MAX_BATCH = 1_000_000
 MAX_RANK = 1 << 20
 MAX_GPUS = 1_000_000
 # Largest value --set accepts, by symbol name, else by group: beyond these a number is a typo.
-FIELD_SYMBOLS = {"batch", "seq", "rank", "gpus", "tp"}  # symbols that are also Scenario fields
+FIELD_SYMBOLS = {"batch", "seq", "rank", "gpus", "tp", "image_tokens"}  # symbols that are also Scenario fields
 SET_LIMITS = {"P": 10**15, "model": MAX_DIM, "bytes": 64, "quant": 1 << 20, "zero": 10**13,
               "mfu": 1, "overlap": 1, "time": 10**18}
 
@@ -300,6 +301,9 @@ class Scenario:
     cpo_alpha: float = 1.0          # CPO/SimPO: CPOConfig.cpo_alpha, the weight of the chosen rows' NLL (0: not computed)
     router_aux_loss_coef: float | None = None  # the MoE load-balancing loss's weight: TRL's SFT/DPO/KTO configs' (None:
     # the model config's), LLaMA-Factory's moe_aux_loss_coef (non-zero: the model's forward computes the loss)
+    loader: str = "causal-lm"       # a multimodal checkpoint: the Auto class it is loaded by (ModelSpec.loaded_as)
+    image_tokens: int = 0           # a multimodal checkpoint: image tokens per sample, within seq (one image each)
+    train_vision: bool = False      # the vision tower takes gradients (its weights under full, its adapters under LoRA all-linear)
     overrides: tuple[tuple[str, float], ...] = field(default=())
     versions: tuple[tuple[str, str], ...] = ()   # --versions: library versions asked for (symvram.versions)
     # the settings given (not filled by the stack): with_changes keeps them and lets the stack fill the rest again
@@ -311,6 +315,9 @@ class Scenario:
         (``stack``, else the model's default stack: see symvram.stacks)."""
         spec = model if isinstance(model, ModelSpec) else load_model(model)
         kw = {k: v for k, v in kw.items() if v is not None and k != "given"}
+        if "loader" in kw:   # AutoModelForImageTextToText: Qwen3.5's and Llama 4's class with their vision tower
+            spec = spec.loaded_as(kw["loader"])
+        kw["loader"] = spec.loader
         if "max_completion_length" in kw:   # GRPO: the sequence is the prompt and the longest completion
             kw["seq"] = _grpo_seq(kw)
         unknown = sorted(set(kw) - set(cls.__dataclass_fields__))
@@ -421,6 +428,9 @@ class Scenario:
         seq = merged["seq"]
         if "prompt" not in kw and isinstance(seq, int) and not isinstance(seq, bool) and 0 < seq <= self.prompt:
             merged["prompt"] = max(self.prompt * seq // self.seq, 1 if self.objective == "grpo" else 0)
+        # so do the image tokens (counted within seq): a sequence shorter than them keeps their share of it
+        if "image_tokens" not in kw and isinstance(seq, int) and not isinstance(seq, bool) and 0 < seq < self.image_tokens:
+            merged["image_tokens"] = max(self.image_tokens * seq // self.seq, 1)
         if self.objective == "grpo" and "steps_per_generation" not in kw and merged["batch"] != self.batch:
             merged["steps_per_generation"] = self._steps_for(merged["batch"])
         return Scenario.create(self.model, **merged)
@@ -499,7 +509,10 @@ class Scenario:
         _choice(self.autocast, HALF_DTYPES, "--autocast")
         _choice(self.mp_policy, HALF_DTYPES, "--mp-policy")
         _choice(self.attention, ATTENTIONS, "--attention")
+        _choice(self.loader, LOADERS, "--loader")
         tower = self.model.tower
+        if tower is not None and tower.forward_refused:
+            raise UserError(f"{self.model.name} loaded as {tower.loader}: {tower.forward_refused}")
         if self.lora and tower is not None and not family(self.model.family).is_all_linear(self.targets, self.model.options) \
                 and (hit := [t for t in self.targets if t in tower.unsupported_targets]):
             raise UserError(f"LoRA targets {', '.join(hit)} on a multimodal {tower.model_type} checkpoint: "
@@ -524,6 +537,7 @@ class Scenario:
         _positive_int(self.seq, "--seq", MAX_SEQ)
         if self.packing:
             self._check_packing()
+        self._check_images()
         _positive_int(self.gpus, "--gpus", MAX_GPUS)
         _positive_int(self.tp, "--tp", 1024)
         if isinstance(self.zero, bool) or self.zero not in (0, 1, 2, 3):
@@ -740,6 +754,51 @@ class Scenario:
         if why:
             raise UserError(f"--stack litgpt with {why} is not modelled; LitGPT 0.5.13's finetune full and finetune "
                             "lora on its Llama configs are (its traces: benchmarks/results/litgpt_trace.json)")
+
+    def _check_images(self) -> None:
+        """--image-tokens N and --train-vision: modelled for a tower whose image forward towers.toml describes
+        (Qwen3-VL's), one image per sample, its N tokens within --seq, on one GPU under the plain recipe."""
+        if not isinstance(self.train_vision, bool):
+            raise UserError(f"train_vision must be True or False; got {excerpt(self.train_vision)}")
+        if self.image_tokens == 0 and not self.train_vision:
+            return
+        if self.image_tokens != 0:
+            _positive_int(self.image_tokens, "--image-tokens", MAX_SEQ)
+        tower = self.model.tower
+        if self.train_vision and not self.image_tokens:
+            raise UserError("--train-vision: the tower takes gradients only from images; give --image-tokens N "
+                            "(on a text-only batch it never runs and its memory is the frozen tower's)")
+        if tower is not None and tower.images_refused:
+            raise UserError(f"--image-tokens: {self.model.name}'s {tower.model_type} config is not modelled: "
+                            f"{tower.images_refused}")
+        if tower is None or tower.images is None:
+            what = (f"{tower.model_type}'s tower ({tower.description})" if tower is not None else
+                    f"{self.model.name} loads no vision tower")
+            raise UserError(f"--image-tokens/--train-vision: {what}: only Qwen3-VL's image forward is modelled "
+                            "(qwen3_vl, qwen3_vl_moe)")
+        if self.image_tokens > self.seq:
+            raise UserError(f"--image-tokens {self.image_tokens} exceeds --seq {self.seq}: the image tokens are "
+                            "counted within the sequence the decoder sees (the processor expands each image's "
+                            "placeholder in input_ids)")
+        unmodelled = [name for name, on in (
+            ("--gpus/--zero/--tp", self.gpus > 1 or self.zero or self.tp > 1), ("--packing", self.packing),
+            (f"--objective {self.objective}", self.objective != "sft"), ("--method qlora", self.method == "qlora"),
+            ("--dora", self.dora), ("--offload-activations", self.offload_activations), ("--liger", self.liger),
+            ("--stack unsloth", self.unsloth_kernels), (f"--loss-impl {self.loss_impl}", self.loss_impl != "torch"),
+            (f"--stack {self.stack}", self.model_code != "transformers"), ("--offload", self.offload != "none"),
+            ("--modules-to-save", bool(self.modules_to_save))) if on]
+        if unmodelled:
+            raise UserError(f"--image-tokens with {', '.join(unmodelled)} is not modelled (images are modelled on "
+                            "one GPU for SFT, full fine-tuning or LoRA, transformers' loss)")
+        unmodelled = [name for name, on in (
+            ("--grad-checkpointing", self.grad_checkpointing), (f"--autocast {self.autocast}", self.autocast != "none"),
+            ("--lora-dropout", self.lora and self.lora_dropout > 0)) if on]
+        if self.train_vision and unmodelled:
+            raise UserError(f"--train-vision with {', '.join(unmodelled)} is not modelled (a trainable tower is "
+                            "modelled without checkpointing, autocast or LoRA dropout: --stack torch)")
+        if self.train_vision and self.lora and not family(self.model.family).is_all_linear(self.targets, self.model.options):
+            raise UserError(f"--train-vision with LoRA targets {', '.join(self.targets)}: modelled for all-linear, which "
+                            f"adapts every linear of {tower.model_type}'s tower (PEFT matches no other target name in it)")
 
     def _check_packing(self) -> None:
         """Packing is modelled on SDPA, where transformers turns restarting position ids into a block-diagonal mask."""
@@ -1031,7 +1090,8 @@ class Scenario:
             packed=self.packing > 0, liger=self.liger, unsloth_kernels=self.unsloth_kernels,
             shift_logits_copy=self.loss_impl == "torch" and applies("hf_shift_logits_copy", self.versions),
             forward_logits_upcast=self.loss_impl == "torch" and applies("hf_forward_logits_upcast", self.versions),
-            tower=self.model.tower,
+            tower=self.model.tower, images=self.image_tokens > 0, train_vision=self.train_vision,
+            pixel_cast=self.image_tokens > 0 and self.dtype != "fp32",
         )
 
     @cached_property
@@ -1065,6 +1125,7 @@ class Scenario:
         trainable_dtype = self.adapter_dtype if self.lora else self.dtype
         vals.update(
             batch=self.batch, seq=self.seq, rank=self.rank, gpus=self.gpus, tp=self.tp, prompt=self.prompt,
+            image_tokens=self.image_tokens,
             steps_per_generation=self.steps_per_generation,
             bytes_weight=sizes[self.dtype], bytes_act=sizes[self.compute_dtype],
             bytes_grad=sizes[trainable_dtype], bytes_adapter=sizes[self.adapter_dtype],

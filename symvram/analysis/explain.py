@@ -120,6 +120,9 @@ def same_settings(sc: Scenario, model: str) -> Scenario:
                           if set(members) == set(sc.targets)
                           or (g == "all-linear" and arch.is_all_linear(sc.targets, sc.structure.options))), sc.targets)
     spec = load_model(model)
+    if spec.tower is None and spec.image_text_to_text is None:   # a text model: a multimodal checkpoint's loader and
+        for name in ("loader", "image_tokens", "train_vision"):  # images stay with it
+            kw.pop(name)
     other = family(spec.family)
     if isinstance(kw["targets"], str) and kw["targets"] not in other.target_sets:   # a group only this family has
         kw["targets"] = other.extra("default_targets", "all-linear")   # (Nemotron-H's "linear"): the other's default
@@ -416,6 +419,10 @@ def explain_context(sc: Scenario, gpu: str = "a100-80g", other: str | None = Non
     """
     if units not in UNITS:
         raise UserError(f"--units must be one of {', '.join(UNITS)}; got {units!r}")
+    if sc.train_vision:   # the worked answer sets the step beside its checkpointed twin
+        raise UserError("explain --train-vision: the worked answer compares the step with activation checkpointing, "
+                        "which a trained vision tower is not modelled under (its blocks recompute in its own backward, "
+                        "after the decoder's); symvram estimate gives the step")
     card = load_card(gpu)
     bd = evaluate(sc)
     lora_bd = bd if sc.lora else evaluate(sc.with_changes(method="lora"))   # the same recipe, adapters only

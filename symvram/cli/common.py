@@ -8,7 +8,7 @@ from pathlib import Path
 
 from ..api import objectives
 from ..errors import EXCERPT, UserError, excerpt, one_line
-from ..scenario import (ATTENTIONS, CHECKPOINT_IMPLS, DEVICES, DTYPES, HALF_DTYPES, LOSS_IMPLS, METHODS,
+from ..scenario import (ATTENTIONS, CHECKPOINT_IMPLS, DEVICES, DTYPES, HALF_DTYPES, LOADERS, LOSS_IMPLS, METHODS,
                         OFFLOADS, OPTIMIZER_IMPLS, OPTIMIZERS, ROUTINGS, STATE_DTYPES, Scenario)
 from ..stacks import stack_names, stacks
 from ..units import UNITS
@@ -178,6 +178,22 @@ def add_scenario_arguments(p: argparse.ArgumentParser) -> None:
                         "at each sample (TRL's packing / padding_free collator: per_device_train_batch_size × "
                         "max_length); under SDPA transformers builds a block-diagonal mask from them: each layer "
                         "saves a 16-bit s² mask and k, v repeated to every head; sets --batch 1 --seq TOKENS")
+    g.add_argument("--loader", choices=LOADERS,
+                   help="a multimodal checkpoint: the Auto class that loads it — causal-lm (AutoModelForCausalLM, "
+                        "default: Qwen3.5's and Llama 4's text-only ForCausalLM, no tower) or image-text-to-text "
+                        "(AutoModelForImageTextToText: their ForConditionalGeneration, the vision tower on the card "
+                        "too); a model_type only one of them builds (Qwen3-VL, Mistral 3) is read as that one")
+    g.add_argument("--image-tokens", metavar="N", type=positive_int,
+                   help="a multimodal checkpoint (Qwen3-VL): N image tokens per sample, one image of N·merge² "
+                        "patches, counted within --seq (the processor expands the image placeholder in input_ids, as "
+                        "the tools' max_length counts it); the batch carries the fp32 pixel_values and the tower runs: "
+                        "frozen, it saves nothing (a transient in the forward)")
+    g.add_argument("--train-vision", action="store_true", default=None,
+                   help="with --image-tokens: the vision tower trains too — under full fine-tuning its weights "
+                        "(gradients, optimizer states, master copies), under LoRA all-linear the adapters PEFT puts on "
+                        "its linears — and saves its blocks' and mergers' activations; LLaMA-Factory's "
+                        "freeze_vision_tower and freeze_multi_modal_projector: false. Default: the tower frozen "
+                        "(requires_grad off: it runs and saves nothing)")
     g.add_argument("--offload-activations", action="store_true", default=None,
                    help="TRL's activation_offloading (SFTConfig(activation_offloading=True)) with checkpointing: each "
                         "layer's checkpointed input is copied to pinned host memory in the forward and brought back "
@@ -230,7 +246,7 @@ def add_output_arguments(p: argparse.ArgumentParser, required: bool = False,
     p.add_argument("--force", action="store_true", help="overwrite --output if it exists")
 
 
-SCENARIO_FLAGS = ("stack", "checkpoint_every", "offload_activations", "packing", "liger", "checkpoint_impl", "loss_impl", "kbit_prep", "routing", "dora", "modules_to_save", "optimizer_in_backward", "method", "rank", "targets", "lora_dropout", "double_quant", "dtype", "master", "state_dtype",
+SCENARIO_FLAGS = ("stack", "checkpoint_every", "offload_activations", "packing", "loader", "image_tokens", "train_vision", "liger", "checkpoint_impl", "loss_impl", "kbit_prep", "routing", "dora", "modules_to_save", "optimizer_in_backward", "method", "rank", "targets", "lora_dropout", "double_quant", "dtype", "master", "state_dtype",
                   "optimizer", "optimizer_impl", "adapter_dtype", "autocast", "batch", "seq", "grad_checkpointing",
                   "attention", "device", "gpus", "zero", "offload", "mp_policy", "tp", "sequence_parallel", "versions",
                   "objective", "prompt", "precompute_ref", "max_completion_length", "num_generations",

@@ -160,7 +160,8 @@ def needs_grad(s_: Structure, first: bool) -> dict[str, bool]:
         return any(m.input_group == group and (not s_.lora or m.name in s_.targets) and feeding in _feeds(m.name, fam)
                    for m in fam.linears + fam.moe_weights)
 
-    layer_in = not (first and s_.lora) or embedding_output_grad(s_)
+    # images from a trained tower (--train-vision): masked_scatter puts features that need a gradient into layer 0's input
+    layer_in = not (first and s_.lora) or embedding_output_grad(s_) or (s_.images and s_.train_vision)
     out = {"attn_in": layer_in, "q_latent": layer_in or trained_reader("attn_in", "q"),   # latent attention's a-proj
            "kv_latent": layer_in or trained_reader("attn_in", "kv")}                       # outputs
     out.update({x: out[lat] or trained_reader(lat) or trained_reader("attn_in", x)   # a latent's b-proj, or q/k/v_proj
@@ -1169,7 +1170,8 @@ ACTIVATION_FIELDS = ("method", "family", "first_kind", "lead_kinds", "kind_depth
                      "unsloth_kernels", "params_cast",
                      "model_code",
                      "kbit_prepared", "loss_impl", "modules_to_save", "score_head", "weight_casts", "fsdp_mixed_precision", "bnb_input_saved",
-                     "shift_logits_copy", "forward_logits_upcast", "tower", "objective", "nll")
+                     "shift_logits_copy", "forward_logits_upcast", "tower", "objective", "nll", "images",
+                     "train_vision", "pixel_cast")
 
 
 def refuse_unmodelled(fam) -> None:
@@ -1251,7 +1253,7 @@ def saved_terms(s_: Structure) -> list[Term]:
         b_res, n_c = residual_bytes(s_), checkpointed_layers(s_)
         terms.append(Term("act_checkpoints", Role.SAVED_ACTIVATION, n_c * b_res * T * h + position_ids(s_),
                           r"A_{\mathrm{ckpt}}", "checkpointing keeps each layer's input"
-                          + (" (and the position ids)" if s_.model_code != "torchtune" else "")
+                          + (" (and the position ids)" if position_ids(s_) != 0 else "")
                           + "; layers are recomputed in backward"
                           + (f" — every {s_.checkpoint_every}th layer (0, {s_.checkpoint_every}, …)"
                              if s_.checkpoint_every > 1 else ""),
@@ -1415,6 +1417,58 @@ def saved_terms(s_: Structure) -> list[Term]:
         terms.append(Term("act_ids_copy", Role.SAVED_ACTIVATION, b_id * T, r"A_{\mathrm{ids,copy}}",
                           "the copy of input_ids the multimodal forward embeds (an image token id outside the "
                           "vocabulary blanked), saved by the trainable embedding for its backward", s_.tower.source))
+    if s_.images:
+        terms += image_terms(s_)
+    return terms
+
+
+QWEN3_VL = "transformers models/qwen3_vl/modeling_qwen3_vl.py"
+
+
+def image_terms(s_: Structure) -> list[Term]:
+    """--image-tokens N: each sample's N image tokens (one image of N·merge² patches) are placeholders within its
+    seq tokens, which the tower's merged patches replace (Qwen3VLModel.forward, modeling_qwen3_vl.py:1170-1176:
+    masked_scatter; the DeepStack features are added at the first layers' image positions, :831-850). The batch
+    brings the processor's fp32 pixel_values, image_grid_thw and mm_token_type_ids (int64, b × seq); get_rope_index
+    caches its (b, 1) rope deltas on the model (:1109-1116). A frozen tower runs without saving anything (its
+    weights and the fp32 pixel_values need no gradient; its forward's working set is a transient before the
+    decoder's, not a moment); a trainable one saves its blocks' tensors (towers.toml [qwen3_vl.images]) until its
+    own backward, which runs after the decoder's first layer."""
+    n = b * sym("image_tokens")
+    terms = [Term("act_images", Role.STEP_INPUT, b_32 * n * sym("tower_pixels") + b_id * (b * seq + 3 * b + b),
+                  r"A_{\mathrm{img}}", "the batch's fp32 pixel_values (merge² patches per image token), its image_grid_thw "
+                  "and mm_token_type_ids (int64), and the rope deltas get_rope_index caches on the model",
+                  QWEN3_VL + ":919-1013 get_rope_index, :1027-1043 get_image_features"),
+             Term("act_image_mask", Role.SAVED_ACTIVATION, b_mask * b * seq, r"A_{\mathrm{img,mask}}",
+                  "the image-token mask (bool, b × seq) the DeepStack layers' indexing keeps for backward",
+                  QWEN3_VL + ":841-850 _deepstack_process", lifetime=span(Phase.FORWARD, Phase.FIRST_LAYER_BACKWARD))]
+    if embedding_leaf(s_):
+        # the frozen embedding's output is a leaf that requires grad (embedding_leaf); the image tokens'
+        # masked_scatter makes layer 0's input a new tensor, and the leaf stays beside it, held by masked_scatter's
+        # graph (its AccumulateGrad node)
+        terms.append(Term("act_image_embed_leaf", Role.SAVED_ACTIVATION, residual_bytes(s_) * T * h,
+                          r"A_{\mathrm{emb,leaf}}", "the embedding's output, a leaf that requires grad under "
+                          "checkpointing, beside the masked_scatter copy of it (image features in) that layer 0 reads",
+                          QWEN3_VL + ":1170-1176; transformers modeling_utils.py:2147-2177",
+                          lifetime=span(Phase.FORWARD, Phase.FIRST_LAYER_BACKWARD)))
+    if s_.train_vision:
+        # LayerNorm's mean and rstd: fp32 on CUDA (layer_norm_kernel.cu: the accumulate type), the input's dtype on CPU
+        b_stat = b_32 if s_.device == "cuda" else b_c
+        if s_.lora:   # its adapters train (all-linear): the frozen linears save nothing, lora_A its cast input
+            saved = (b_c * sym("tower_lora_act_elems") + b_a * sym("tower_lora_adapter_elems")
+                     + b_a * r * sym("tower_lora_rank_elems") + b_32 * sym("tower_lora_fp32_elems")
+                     + b_stat * sym("tower_lora_stat_elems"))
+            why = ("what the vision tower saves for its trained LoRA adapters: its ViT blocks' residual sums, attention "
+                   "and MLP tensors, each adapted linear's input in the adapters' dtype and lora_A's rank-wide output")
+        else:
+            saved = (b_c * sym("tower_act_elems") + b_32 * sym("tower_fp32_elems") + b_id * sym("tower_index_elems")
+                     + b_stat * sym("tower_stat_elems") + (b_w * sym("tower_pixels") if s_.pixel_cast else 0))
+            why = ("what the trainable vision tower saves for backward: its ViT blocks' norms, attention and MLP, the "
+                   "patch merger and DeepStack mergers, the position interpolation"
+                   + ", and the pixel_values cast to the weights' dtype the patch embedding's Conv3d reads" * s_.pixel_cast)
+        terms.append(Term("act_tower", Role.SAVED_ACTIVATION, n * saved, r"A_{\mathrm{tower}}", why,
+                          QWEN3_VL + ":78-355, :670-729" + "; peft tuners/lora/layer.py Linear.forward" * s_.lora,
+                          lifetime=span(Phase.FORWARD, Phase.FIRST_LAYER_BACKWARD)))
     return terms
 
 
@@ -1462,8 +1516,9 @@ def position_ids(s_: Structure) -> sp.Expr:
     """The position ids (int64, [1, seq]) that checkpointing keeps beside the layer inputs: transformers' decoder
     passes them to every layer; torchtune's takes none (TransformerDecoder.forward's input_pos is None, torchtune 0.6.1
     modules/transformer.py:552-560, :635-641: its RoPE slices its cache,
-    models/llama3_1/_position_embeddings.py:165)."""
-    return 0 if s_.model_code == "torchtune" else b_id * seq
+    models/llama3_1/_position_embeddings.py:165); with images Qwen3-VL gives the layers (3, b, seq) mRoPE positions and
+    no text position ids (transformers 5.24 modeling_qwen3_vl.py:790-796: text_position_ids None)."""
+    return 0 if s_.model_code == "torchtune" or s_.images else b_id * seq
 
 
 def embedding_leaf(s_: Structure) -> bool:

@@ -194,7 +194,33 @@ def _layers(s_: Structure) -> tuple:
 # a biased linear is an addmm, which op-level checkpointing saves uncounted: activations.sac_matmuls)
 FLOPS_FIELDS = ("method", "family", "first_kind", "targets", "head_targets", "attention", "grad_checkpointing",
                 "checkpoint_every", "checkpoint_ops", "tensor_parallel", "dora",
-                "dropout", "modules_to_save", "options")
+                "dropout", "modules_to_save", "options", "tower", "images", "train_vision")
+
+
+def _tower_flops(s_: Structure) -> list[Term]:
+    """--image-tokens N: the vision tower's matmuls (towers.toml [images], per image token; attention per image of
+    N tokens). Its forward always runs; its backward only with --train-vision: full fine-tuning takes every weight's
+    gradient and every input's but the pixels'; LoRA all-linear the adapters' and, through the frozen bases, every
+    input's but block 0's qkv (its LayerNorm reads no-grad patches) and the pixels'. SDPA's backward: 5 matmuls."""
+    n, source = b * sym("image_tokens"), "transformers models/qwen3_vl/modeling_qwen3_vl.py; " + COUNTER
+    attn = b * sym("image_tokens")**2 * sym("tower_attn_flops")
+    adapted = s_.lora and s_.tower_lora   # PEFT's all-linear put adapters on every tower linear
+    rows = 2 * r * n * sym("tower_lora_rows")
+    terms = [Term("fwd_tower", Role.FORWARD_FLOPS, n * sym("tower_flops") + attn + (rows if adapted else 0),
+                  r"F_{\mathrm{tower}}", "the vision tower's forward: patch embedding, ViT blocks (attention per image), "
+                  "mergers" + (", its LoRA adapters" if adapted else ""), source)]
+    if s_.train_vision:
+        skipped = sym("tower_conv_flops") + (sym("tower_first_flops") if s_.lora else 0)
+        bwd = n * (sym("tower_flops") - skipped) + sp.Rational(5, 2) * attn
+        if s_.lora:
+            bwd += rows + 2 * r * n * (sym("tower_lora_rows") - sym("tower_lora_first"))
+        else:
+            bwd += n * sym("tower_flops")
+        terms.append(Term("bwd_tower", Role.BACKWARD_FLOPS, bwd, r"F_{\nabla\mathrm{tower}}",
+                          "the trained tower's backward: input gradients (not the pixels'" + ", nor block 0's qkv"
+                          * s_.lora + "), " + ("its adapters' gradients and the gradient through them"
+                                               if s_.lora else "every weight's gradient") + ", SDPA's 5 matmuls", source))
+    return terms
 
 
 def build_flops(s_: Structure) -> FlopsLedger:
@@ -270,6 +296,8 @@ def _build_flops(s_: Structure) -> FlopsLedger:
                           "checkpointing reruns every layer's forward in backward, stopping after the last saved "
                           "tensor (the down projection's product is skipped when nothing saves it)",
                           "torch.utils.checkpoint (non-reentrant, early stop)"))
+    if s_.images:
+        terms += _tower_flops(s_)
     if split != 1:
         terms = [replace(x, expr=x.expr * split, why=x.why + " (÷ t: tensor parallel)")
                  for x in terms]

@@ -72,6 +72,9 @@ class Structure:
     shift_logits_copy: bool = False   # transformers < 4.49: the loss copies the shifted fp32 logits (symvram.versions)
     forward_logits_upcast: bool = False  # transformers < 4.45: the forward returns fp32 logits (symvram.versions)
     tower: Tower | None = None        # a multimodal checkpoint's vision tower, loaded beside the decoder (frozen)
+    images: bool = False              # image tokens in each sample (--image-tokens): the tower runs in the forward
+    train_vision: bool = False        # the tower takes gradients (its weights under full fine-tuning)
+    pixel_cast: bool = False          # the tower's weights are not fp32: it casts the fp32 pixel_values to their dtype
 
     def keep(self, fields: tuple[str, ...]) -> "Structure":
         """The structure with only ``fields`` kept, the rest at their defaults: the cache key of a ledger

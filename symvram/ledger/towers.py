@@ -50,6 +50,12 @@ class Tower:
     unsupported_targets: tuple[str, ...] = ()   # target names PEFT matches to tower modules it cannot wrap
     unsupported_why: str = ""
     config: str = "{}"
+    modules: tuple[str, ...] = ()   # the tower's top modules by name (what a user freezes: requires_grad_(False))
+    # images modelled (towers.toml [images]): the ledger's symbols per image token (pixel_values elements, what a
+    # trainable tower saves by dtype, its parameter tensors) and their values; None where its image forward is not
+    images: tuple[tuple[str, int], ...] | None = None
+    images_refused: str = ""   # why this config's image forward is not modelled, where its tower's could be
+    forward_refused: str = ""   # why the class that carries this tower cannot run a training step
 
     def lora_width(self, targets: tuple[str, ...], all_linear: bool) -> int:
         """Σ copies·(d_in + d_out) over the linears LoRA adapts: all of them under ``all-linear``, else those whose
@@ -87,16 +93,28 @@ def tower_model_types() -> tuple[str, ...]:
     return tuple(_entries())
 
 
-def tied_by_default(model_type) -> bool | None:
-    """The outer config class's tie_word_embeddings default for a described tower's model_type, where
-    AutoModelForCausalLM builds the outer class (else None: Qwen3.5's and Llama 4's causal LM is built from the
-    text_config, auto_factory.py:236-242, and ties as the text_config says).
+def tied_by_default(model_type, loader: str = "causal-lm") -> bool | None:
+    """The outer config class's tie_word_embeddings default for a described tower's model_type, where ``loader``
+    builds the outer class (else None: Qwen3.5's and Llama 4's causal LM is built from the text_config,
+    auto_factory.py:236-242, and ties as the text_config says).
 
     >>> tied_by_default("gemma3"), tied_by_default("qwen3_5"), tied_by_default("qwen3_vl")
     (True, None, False)
+    >>> tied_by_default("qwen3_5", "image-text-to-text")
+    False
     """
     entry = _entries().get(model_type, {})
-    return None if "causal-lm" in entry.get("text_only", ()) else entry.get("tie_word_embeddings")
+    return None if loader in entry.get("text_only", ()) else entry.get("tie_word_embeddings")
+
+
+def text_only_loaders(model_type) -> tuple[str, ...]:
+    """The loaders whose class for a described tower's model_type has no tower (Qwen3.5's and Llama 4's
+    ForCausalLM); () for any other model_type.
+
+    >>> text_only_loaders("qwen3_5"), text_only_loaders("gemma3")
+    (('causal-lm',), ())
+    """
+    return tuple(_entries().get(model_type, {}).get("text_only", ())) if isinstance(model_type, str) else ()
 
 
 def text_decoder(model_type) -> tuple[str, str, dict] | None:
@@ -157,12 +175,16 @@ def read_tower(cfg: dict, source: str, loader: str = "causal-lm") -> Tower | Non
     params = (sum(n * (i * o + bias) for _, i, o, n, bias in linears)
               + sum(count(e) for e in entry.get("tensors", {}).values()))
     buffers = entry.get("buffers", {})
+    images, when = entry.get("images", {}), entry.get("images", {}).get("when")   # when: a condition on the fields
+    images_modelled = bool(images) and (when is None or count(f"Piecewise((1, {when['condition']}), (0, True))") == 1)
     outer = {k: v for k, v in cfg.items() if k != "text_config"}
     return Tower(model_type=cfg["model_type"], description=entry["description"], source=entry["source"], loader=cls,
                  params=params, linears=linears, float_buffers=count(buffers.get("float", "0")),
                  index_buffers=count(buffers.get("index", "0")), config=json.dumps(outer, sort_keys=True),
                  unsupported_targets=tuple(entry.get("unsupported_targets", {}).get("names", ())),
                  unsupported_why=entry.get("unsupported_targets", {}).get("why", ""),
+                 modules=tuple(entry.get("modules", ())), forward_refused=entry.get("forward_refused", ""),
+                 images=tuple((k, count(v)) for k, v in images.items() if k != "when") if images_modelled else None, images_refused=when["why"] if images and not images_modelled else "",
                  **{name: bool(sp.sympify(entry.get("conditions", {}).get(name, "0"), locals=local)
                                    .xreplace({local[k]: v for k, v in values.items()}))
                     for name in ("ids_copy", "rope_per_sample")})

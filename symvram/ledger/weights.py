@@ -222,7 +222,9 @@ def tower_terms(s: Structure) -> list[Term]:
     or fp32 once prepare_model_for_kbit_training has cast it (its Linear4bit biases too: the tower never runs
     the forward that casts them back)."""
     t = s.tower
-    why = f"{t.description}, loaded by {t.loader}: frozen; a text-only batch never runs it"
+    why = f"{t.description}, loaded by {t.loader}: " + (
+        "trained on the images (--train-vision)" if s.train_vision else
+        "frozen; it runs on the images and keeps nothing" if s.images else "frozen; a text-only batch never runs it")
     if s.method == "qlora":
         packed = sp.Add(*(n * nf4_bytes(sp.Integer(e), s.double_quant)[0] for e, n in t.linear_weights))
         states = sp.Add(*(n * nf4_bytes(sp.Integer(e), s.double_quant)[1] for e, n in t.linear_weights))
@@ -397,8 +399,9 @@ def trainable_terms(s: Structure) -> list[Term]:
     if s.tower_lora:
         terms.append(Term("adapters_tower", Role.ADAPTER, P_lora_tower * b_a, r"M_{\mathrm{LoRA,tower}}",
                           "LoRA A and B on the vision tower's linears the targets match (PEFT matches module names; "
-                          "all-linear takes every one): on a text-only batch the tower never runs, so they get no "
-                          "gradient and the optimizer no state for them", "peft tuners/tuners_utils.py "
+                          "all-linear takes every one): " + ("trained on the images (--train-vision): their gradients "
+                          "and states are counted with the decoder's" if s.train_vision else "on a text-only batch or "
+                          "a frozen tower they get no gradient and the optimizer no state for them"), "peft tuners/tuners_utils.py "
                           "_maybe_include_all_linear_layers; torch/optim/adamw.py _init_group skips grad None"))
     if s.modules_to_save:
         terms.append(Term("saved_modules", Role.TRAINABLE_COPY, P_save * saved_copy_bytes(s), r"M_{\mathrm{save}}",
@@ -456,11 +459,12 @@ def trainable_tensors(s: Structure) -> sp.Expr:
     """How many trainable tensors (not elements): LoRA has an A and a B per target and layer (and one per
     modules_to_save copy)."""
     fam = s.arch
-    if s.lora:   # A, B (and DoRA's m) per target
+    if s.lora:   # A, B (and DoRA's m) per target; --train-vision: per tower linear adapted (all-linear: each)
         return (3 if s.dora else 2) * fam.over_layers(lambda k: sum(t in k.linear_map for t in s.targets)) \
-            + len(outer_adapter_sizes(s)) + len(s.modules_to_save)
+            + len(outer_adapter_sizes(s)) + len(s.modules_to_save) \
+            + (2 * sum(n for *_, n, _ in s.tower.linears) if s.train_vision else 0)
     return ((1 if s.tied and not s.score_head else 2) + fam.over_layers(lambda k: k.tensors_per_layer(s.options)) + 1
-            + fam.model_weight_tensors(s.options))
+            + fam.model_weight_tensors(s.options) + (sym("tower_tensors") if s.train_vision else 0))
 
 
 def largest_trainable_matrix(s: Structure) -> sp.Expr:
@@ -469,9 +473,11 @@ def largest_trainable_matrix(s: Structure) -> sp.Expr:
     if s.lora:
         r = sym("rank")
         mats = [k.linear(t) for k in kinds for t in s.targets if t in k.linear_map]
-        return sp.Max(*{r * m.d_out for m in mats} | {r * m.d_in for m in mats} | set(outer_adapter_sizes(s)),
+        tower = {r * d for _, i, o, *_ in s.tower.linears for d in (i, o)} if s.train_vision else set()
+        return sp.Max(*{r * m.d_out for m in mats} | {r * m.d_in for m in mats} | set(outer_adapter_sizes(s)) | tower,
                       evaluate=False)  # SymPy's pairwise comparison of symbolic sizes is slow and decides nothing here
-    return sp.Max(V * h, *{m.params for k in kinds for m in k.linears + k.moe_weights}, evaluate=False)
+    tower = {sp.Integer(i * o) for _, i, o, *_ in s.tower.linears} if s.train_vision else set()
+    return sp.Max(V * h, *{m.params for k in kinds for m in k.linears + k.moe_weights} | tower, evaluate=False)
 
 
 IN_BACKWARD = ("torch optimizer-in-backward recipe (Tensor.register_post_accumulate_grad_hook: one optimizer per "
@@ -550,11 +556,13 @@ def definitions(s: Structure) -> list[tuple[sp.Symbol, sp.Expr]]:
         defs.append((P_lora, fam.lora_params(s.targets, sym("rank")) + magnitude + sp.Add(*outer_adapter_sizes(s))))
         if s.modules_to_save:
             defs.append((P_save, sp.Add(*(saved_module_params(name) for name in s.modules_to_save))))
-        defs.append((P_train, P_lora + (P_save if s.modules_to_save else 0)))
         if s.tower_lora:
             defs.append((P_lora_tower, sym("rank") * s.tower_lora_width))
-    else:
-        defs.append((P_train, P))
+        # --train-vision: the adapters PEFT put on the tower's linears train too
+        defs.append((P_train, P_lora + (P_save if s.modules_to_save else 0)
+                     + (P_lora_tower if s.train_vision and s.tower_lora else 0)))
+    else:   # --train-vision: the tower's weights train beside the decoder's
+        defs.append((P_train, P + P_tower if s.train_vision else P))
     return defs
 
 

@@ -17,7 +17,8 @@ SHOWN = ("objective", "prompt", "precompute_ref", "stack", "method", "batch", "s
          "targets", "lora_dropout", "modules_to_save",
          "double_quant", "kbit_prep", "dtype",
          "loss_impl", "autocast", "adapter_dtype", "master", "optimizer", "optimizer_impl", "state_dtype", "attention", "gpus",
-         "zero", "offload", "mp_policy", "tp")
+         "zero", "offload", "mp_policy", "tp", "loader", "image_tokens", "train_vision")
+MULTIMODAL = {"loader", "image_tokens", "train_vision"}   # shown for a multimodal checkpoint, or when given
 LORA_ONLY = {"rank", "targets", "lora_dropout", "modules_to_save", "adapter_dtype"}
 
 
@@ -44,7 +45,8 @@ def provenance_rows(sc, reading, cli: set[str], model_source: str) -> list[tuple
                 or (key == "modules_to_save" and not sc.modules_to_save) \
                 or (key == "mp_policy" and sc.mp_policy == "none" and key not in cli and key not in settings) \
                 or (key in ("objective", "prompt", "precompute_ref") and sc.objective == "sft"
-                    and key not in cli and key not in settings):
+                    and key not in cli and key not in settings) \
+                or (key in MULTIMODAL and sc.model.tower is None and key not in cli and key not in settings):
             continue
         value = getattr(sc, key)
         if key in cli:

@@ -197,7 +197,9 @@ def setup_line(sc) -> str:
 def tower_note(sc) -> str:
     """The vision tower a multimodal checkpoint loads beside the decoder, for a header ("" without one)."""
     t = sc.model.tower
-    return "" if t is None else f" + {t.params:,} of its vision tower (frozen; loaded as {t.loader})"
+    return "" if t is None else (f" + {t.params:,} of its vision tower ({('its adapters trained' if sc.lora else 'trained') if sc.train_vision else 'frozen'}; "
+                                 f"loaded as {t.loader}" + f"; {sc.image_tokens} image tokens per sample" * bool(sc.image_tokens)
+                                 + ")")
 
 
 def detail(bd: Breakdown, units: str = "GiB", fmt: str = "table") -> str:
@@ -205,8 +207,10 @@ def detail(bd: Breakdown, units: str = "GiB", fmt: str = "table") -> str:
     sc = bd.scenario
     md = fmt == "markdown"
     lines = [("## " if md else "") + setup_line(sc), summary(sc), ""]
+    tower = bd.derived.get("P_lora_tower", sc.model.tower.params if sc.model.tower else 0) if sc.train_vision else 0
     params = f"parameters: {bd.derived['P']:,} total, {bd.derived['P_train']:,} trainable " \
-             f"({100 * bd.derived['P_train'] / bd.derived['P']:.2f} %)" + tower_note(sc)
+             + (f"({tower:,} of them the tower's)" if tower else
+                f"({100 * bd.derived['P_train'] / bd.derived['P']:.2f} %)") + tower_note(sc)
     lines += [params, ""]
     per = " per GPU" if sc.gpus * sc.tp > 1 else ""  # sharded results are each GPU's, and say so
     rows = [["block", "term", f"bytes{per} ({units})", "formula", "why"]]

@@ -406,7 +406,8 @@ BNB_ADAMW = {"adamw_bnb_8bit": "adamw8bit", "adamw_8bit": "adamw8bit", "paged_ad
 # Scenario settings a table may set directly
 _SETTINGS = ("stack", "kbit_prep", "rank", "lora_dropout", "targets", "seq", "batch", "grad_checkpointing", "attention", "gpus",
              "double_quant", "tp", "checkpoint_impl", "checkpoint_every", "offload_activations", "packing", "liger", "loss_impl", "dora", "optimizer_in_backward", "modules_to_save", "objective", "precompute_ref",
-             *GRPO_SETTINGS, *CREATE_SETTINGS, "cpo_alpha", "router_aux_loss_coef")
+             *GRPO_SETTINGS, *CREATE_SETTINGS, "cpo_alpha", "router_aux_loss_coef", "image_tokens",
+             "train_vision")
 
 
 def _join(*values: Value | None) -> str:
@@ -445,6 +446,13 @@ def _resolve(f: dict[str, Value], reading: Reading, cli: dict) -> dict[str, Valu
         if save.value:
             reading.warnings.append(f"{save.source}: modules_to_save applies beside LoRA adapters; full fine-tuning "
                                     "trains those modules anyway (ignored)")
+    vision, projector = f.get("vision_trains"), f.get("projector_trains")
+    if vision is not None and projector is not None and (vision.value or projector.value):
+        if vision.value != projector.value:   # --train-vision trains the whole tower, its merger too
+            raise UserError(f"{_join(vision, projector)}: the vision tower and its projector (Qwen3-VL's visual.merger) "
+                            "trained apart are not modelled; --train-vision trains both (freeze_vision_tower: false "
+                            "and freeze_multi_modal_projector: false)")
+        out["train_vision"] = Value(True, _join(vision, projector), max(vision.priority, projector.priority))
     # LoRA targets: a flag for every linear layer wins over a list
     linear = f.get("target_linear")
     if linear is not None and linear.value:

@@ -55,7 +55,8 @@ FACTS = ("model", "adapter", "quant", "bf16", "fp16", "pure_bf16", "model_dtype"
          "packing_on", "padding_free", "packing_strategy", "use_unsloth",
          "ds_stage", "ds_offload_optimizer", "ds_offload_param", "fsdp", "fsdp_offload", "distributed",
          "lora_attn_modules", "lora_mlp", "optim_fused", "optim_foreach", "precision",
-         "lora_query", "lora_key", "lora_value", "lora_projection", "lora_head")
+         "lora_query", "lora_key", "lora_value", "lora_projection", "lora_head", "vision_trains",
+         "projector_trains")
 # Memory-relevant settings the ledger does not hold yet: the default it assumes, and what a change does
 PENDING = {
     "offloaded_checkpointing": (False, "axolotl's offloaded gradient checkpointing (Unsloth's recipe) keeps the "
@@ -179,6 +180,11 @@ LLAMAFACTORY = Tool("llamafactory", "LLaMA-Factory 0.9.5", (
     Row("additional_target", None, c.other_modules, why=SAVE_OTHERS),
     Row("use_dora", "dora", BOOL),
     Row("cutoff_len", "seq", c.integer, default=2048),
+    # a multimodal model's parts (hparams/finetuning_args.py:527-538; model_utils/visual.py:392-406 for Qwen3-VL: the
+    # tower is visual.pos_embed, patch_embed, blocks and deepstack_merger_list, the projector visual.merger)
+    Row("freeze_vision_tower", "vision_trains", lambda v: not BOOL(v), default=False),
+    Row("freeze_multi_modal_projector", "projector_trains", lambda v: not BOOL(v), default=False),
+    Row("freeze_language_model", None, c.is_on, why="a frozen language model (only the vision tower trains)"),
     Row("per_device_train_batch_size", "batch", c.integer, default=8),  # the Trainer's
     Row("gradient_accumulation_steps", INFO, c.integer, default=1),
     Row("disable_gradient_checkpointing", "grad_checkpointing", lambda v: not BOOL(v), default=True),

@@ -119,11 +119,14 @@ class _AnatomyTracker(PeakTracker):
 def _run(spec: dict, capture_at: dict | None):
     from torch._subclasses.fake_tensor import FakeTensorMode
 
-    fake_mode = FakeTensorMode()
+    import contextlib
+
+    # images: real CPU tensors (Qwen3-VL reads its grids as Python ints), as measure runs them
+    fake_mode = None if spec.get("image_tokens") else FakeTensorMode()
     model, optimizer, input_ids, labels, trainable, total = prepare(spec, fake_mode)
     tr = _AnatomyTracker(optimizer, capture_at)
     tr.track_external(model, optimizer, input_ids, labels)
-    with _untraced_packed_check(), fake_mode, tr:
+    with (_untraced_packed_check() if fake_mode else contextlib.nullcontext()), fake_mode or contextlib.nullcontext(), tr:
         _train_steps(spec, model, optimizer, input_ids, labels, tr, tr.set_phase)
     return tr, trainable, total
 

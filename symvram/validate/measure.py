@@ -118,7 +118,7 @@ def build_model(spec: dict):
 
     cfg = _config(spec["arch"], spec["attention"])
     dtype = _DTYPES[spec["dtype"]]
-    tower = read_tower(spec["arch"], "measurement spec")
+    tower = read_tower(spec["arch"], "measurement spec", spec.get("loader", "causal-lm"))
     auto = (transformers.AutoModelForImageTextToText if tower and tower.loader not in
             transformers.models.auto.modeling_auto.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.values()
             else causal_lm_auto(cfg))   # the class a user loads the model as (ledger.towers, validate.layout)
@@ -165,6 +165,9 @@ def build_model(spec: dict):
             )
     elif spec["method"] != "full":
         raise ValueError(f"unknown method {spec['method']!r}")
+    if tower and spec.get("image_tokens") and not spec.get("train_vision"):   # the user's freeze of the tower
+        for name in tower.modules:   # (its weights, or its LoRA adapters): it runs, and takes no gradient
+            next(m for n, m in model.named_modules() if n.split(".")[-1] == name).requires_grad_(False)
     if spec["grad_checkpointing"] and not prepared:
         with warnings.catch_warnings():  # deprecated alias of activation_checkpointing_enable
             warnings.simplefilter("ignore", FutureWarning)
@@ -616,6 +619,7 @@ def _train_steps(spec, model, optimizer, input_ids, labels, tracker=None, on_pha
     ac = spec["autocast"]
     offload = _offloading(spec, model)
     dev_type = input_ids.device.type if input_ids.device.type != "meta" else "cpu"
+    images = image_inputs(spec, model, input_ids)   # the batch's pixel_values and grids, alive the whole run
     for step in range(1, int(spec["steps"]) + 1):
 
         def phase(name, _step=step):
@@ -635,7 +639,7 @@ def _train_steps(spec, model, optimizer, input_ids, labels, tracker=None, on_pha
                 if spec.get("loss_impl", "torch") == "chunked":
                     loss = _chunked_loss(model, input_ids, labels)
                 else:
-                    out = model(input_ids=input_ids, labels=labels, **_packed_positions(spec, input_ids))
+                    out = model(input_ids=input_ids, labels=labels, **_packed_positions(spec, input_ids), **images)
                     loss = out.loss
                     del out  # the HF Trainer drops the outputs (logits) before backward
             phase("backward")
@@ -647,6 +651,34 @@ def _train_steps(spec, model, optimizer, input_ids, labels, tracker=None, on_pha
         optimizer.zero_grad(set_to_none=True)
         if tracker is not None:
             tracker.reset_mod_stats()
+
+
+def image_inputs(spec, model, input_ids) -> dict:
+    """``image_tokens`` N per sample: one image per sample whose grid is (1, m, m·N) patches (m the spatial merge
+    size: N·m² patches, N image tokens after the merger), as Qwen3-VL's processor hands them to the model: the
+    flattened patches (Σ patches, C·t·p²) in fp32 (as the image processor returns them), image_grid_thw, and mm_token_type_ids marking the
+    N placeholder tokens ``image_placeholders`` wrote into input_ids (modeling_qwen3_vl.py:1139-1150, :1200-1208);
+    nothing for a text-only run."""
+    n = int(spec.get("image_tokens", 0))
+    if not n:
+        return {}
+    v = model.config.vision_config
+    b, m = input_ids.shape[0], v.spatial_merge_size
+    width = v.in_channels * v.temporal_patch_size * v.patch_size ** 2
+    pixels = torch.randn(b * n * m * m, width, device=input_ids.device)   # fp32, as the image processor returns them
+    grid = torch.tensor([[1, m, m * n]] * b, device=input_ids.device)
+    return {"pixel_values": pixels, "image_grid_thw": grid,
+            "mm_token_type_ids": (input_ids == model.config.image_token_id).long()}
+
+
+def image_placeholders(spec, config, input_ids) -> None:
+    """The N image tokens of each sample written into its input_ids after its first token (the processor expands
+    an image's placeholder into as many tokens as the merger makes); other positions never hold the image token."""
+    n = int(spec.get("image_tokens", 0))
+    if n:
+        token = config.image_token_id
+        input_ids[input_ids == token] = 0
+        input_ids[:, 1:1 + n] = token
 
 
 PACKED_SAMPLES = 4   # samples per packed row: the block-diagonal mask is (s, s) whatever their number
@@ -799,6 +831,7 @@ def prepare(spec: dict, fake_mode=None, device: str = "cpu"):
     ctx = fake_mode if fake_mode is not None else contextlib.nullcontext()
     with ctx:
         input_ids = torch.randint(0, V, (b, s), device=device)
+        image_placeholders(spec, model.config, input_ids)
         labels = input_ids.clone()
     return model, optimizer, input_ids, labels, trainable, total
 
@@ -815,10 +848,12 @@ def measure(spec: dict, flops: bool = False) -> dict:
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     t0 = time.perf_counter()
-    forced = spec.get("routing") == "worst"   # a router forced to experts 0..k-1 needs real values: real CPU tensors
+    # a router forced to experts 0..k-1, or images (Qwen3-VL's grids and mRoPE positions are read as Python ints,
+    # modeling_qwen3_vl.py:304, :962-983), need real values: real CPU tensors
+    forced = spec.get("routing") == "worst" or bool(spec.get("image_tokens"))
     fake_mode = None if forced else FakeTensorMode(allow_non_fake_inputs=False)
     model, optimizer, input_ids, labels, trainable, total = prepare(spec, fake_mode)
-    if forced:
+    if spec.get("routing") == "worst":
         force_worst_routing(model)
     tracker = PeakTracker(optimizer)
     tracker.track_external(model, *getattr(optimizer, "per_parameter", {None: optimizer}).values(), input_ids, labels)
@@ -855,11 +890,12 @@ def count_flops(spec: dict) -> dict[str, int]:
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     spec = {**normalize_spec(spec), "steps": 1}
-    fake_mode = FakeTensorMode(allow_non_fake_inputs=False)
+    real = bool(spec.get("image_tokens"))   # images: real CPU tensors, as measure runs them
+    fake_mode = None if real else FakeTensorMode(allow_non_fake_inputs=False)
     model, optimizer, input_ids, labels, *_ = prepare(spec, fake_mode)
     counter = flop_counter()
     phases = PhaseFlops(counter)
-    with _untraced_packed_check(), fake_mode, counter:
+    with (contextlib.nullcontext() if real else _untraced_packed_check()), fake_mode or contextlib.nullcontext(), counter:
         _train_steps(spec, model, optimizer, input_ids, labels, on_phase=phases)
     return phases.last_step()
 

@@ -32,7 +32,8 @@ OPTIONAL: dict[str, Any] = {"stack": "torch", "checkpoint_impl": "non-reentrant"
                             "optimizer_in_backward": False, "checkpoint_every": 1, "checkpoint_ops": False, "offload_activations": False, "packing": 0, "objective": "sft", "prompt": 0, "precompute_ref": False,
                             "num_generations": 8, "steps_per_generation": 1, "gradient_accumulation_steps": 1,
                             "num_iterations": 1, "beta": 0.0, "loss_type": "dapo", "generation": "hf",
-                            "routing": "balanced", "cpo_alpha": 1.0, "router_aux_loss_coef": None}
+                            "routing": "balanced", "cpo_alpha": 1.0, "router_aux_loss_coef": None,
+                            "image_tokens": 0, "train_vision": False, "loader": "causal-lm"}
 
 
 def _stack_values(name: str, dtype: str) -> dict[str, Any]:
