@@ -201,20 +201,7 @@ def _layer_of(s_: Structure, first: bool) -> dict[str, tuple[sp.Expr, str, str, 
     out: dict[str, tuple[sp.Expr, str, str, str]] = {}
 
     targets = set(s_.targets) if s_.lora else set()
-    saving = [n for n in fam.active_norms(s_.options) if grad[n.at] if not n.after or grad_in or n.after in targets]
-    if saving:
-        out["act_norms"] = (sp.Add(*(norm_saved(s_, n.rows, n.width, matmul_bytes(s_) if n.after else None, n.weight)
-                                     + norm_weight_copy(s_, n.width) for n in saving)), r"A_{\mathrm{norm}}",
-                            "each Liger RMSNorm keeps its input and the fp32 1/rms" if s_.liger else
-                            "each Unsloth RMSNorm keeps its input and the fp32 1/rms" if s_.unsloth_kernels else
-                            NORM_WHY[fam.norm] + " (and a 16-bit weight's fp32 copy)" * (norm_weight_copy(s_, 1) != 0),
-                            LIGER if s_.liger else UNSLOTH_KERNELS if s_.unsloth_kernels else TRANSFORMERS)
-        if not s_.lora and not s_.liger and any(n.weight for n in saving):   # Liger's backward recomputes it for dW
-            out["act_norm_weight_input"] = (sp.Add(*(norm_weight_input(s_) * T * n.rows * n.width for n in saving
-                                                     if n.weight)),
-                                            r"A_{\mathrm{norm},w}",
-                                            "a trainable norm weight also keeps the normalized "
-                                            + ("16-bit" if fam.norm == "rms" else "fp32") + " tensor", TRANSFORMERS)
+    out.update(_norms_saved(s_, fam.active_norms(s_.options), grad))
 
     if fam.mixer == "parallel" and lat["ssm_out"]:   # Falcon-H1: the Mamba-2 mixer beside attention (below)
         out.update(_mamba2(s_))
@@ -319,41 +306,61 @@ def _layer_of(s_: Structure, first: bool) -> dict[str, tuple[sp.Expr, str, str, 
                                       " and the GELU's output, kept by the product with the layer's slice of the "
                                       "per-layer embeddings, which needs a gradient"), GEMMA4 + ":1405-1413")
     if s_.weight_casts:
-        out["act_weight_casts"] = (b_c * fam.linear_params_per_layer(), r"A_{\mathrm{cast},W}",
-                                   "autocast casts each linear weight to the compute dtype per call; backward needs "
-                                   "the cast, so it is saved", "torch.autocast")
+        out["act_weight_casts"] = _weight_casts(s_, fam.linears)
     lin_targets = [t for t in s_.targets if fam.linear(t) in fam.linears]  # nn.Linear targets (PEFT's lora.Linear)
     group_grad = {"attn_in": grad_in, "attn_out": resid_grad or attn_grad, "mlp_in": resid_grad, "mlp_act": mlp_grad,
                   "q_latent": lat["q_latent"], "kv_latent": lat["kv_latent"], "ple_in": lat["ple_in"],
                   "ple_act": lat["ple_act"], "router_in": lat["router_in"], "ssm_in": grad_in, "ssm_out": lat["ssm_out"]}
-    if s_.lora and s_.autocast and s_.adapter_upcast and lin_targets and not s_.unsloth_kernels:
+    if not s_.lora:
+        out["act_linear_inputs"] = _linear_inputs(s_, fam.linears, fam.group_width)
+    elif s_.unsloth_kernels:
+        out.update(_unsloth_lora_inputs(s_))
+    else:
+        out.update(_lora_saved(s_, lin_targets, fam.group_width, group_grad))
+    return _kind_dims(fam, out)
+
+
+def _weight_casts(s_: Structure, linears) -> tuple[sp.Expr, str, str, str]:
+    """Autocast's compute-dtype cast of each of ``linears``' weights, saved for the input's gradient."""
+    return (b_c * sp.Add(*(m.params for m in linears)), r"A_{\mathrm{cast},W}",
+            "autocast casts each linear weight to the compute dtype per call; backward needs the cast, so it is saved",
+            "torch.autocast")
+
+
+def _linear_inputs(s_: Structure, linears, groups: dict[str, sp.Expr]) -> tuple[sp.Expr, str, str, str]:
+    """What trainable ``linears`` keep of their inputs for the weight gradient: each distinct input once (a group of
+    ``groups``, its width), under autocast each call's own cast of a residual-stream input; none where o_proj reads
+    the tensor SDPA keeps."""
+    saved = sp.Integer(0)
+    for group, width in groups.items():
+        n = sum(1 for m in linears if m.input_group == group)
+        if _per_call_cast(s_, group):
+            saved += n * b_c * T * width
+        elif not _shared_with_attention(s_, group):
+            saved += b_c * T * width
+    return (saved, r"A_{\mathrm{lin}}", "each distinct linear input, saved for the weight gradient (q, k, v share "
+            "one; SDPA's output is o_proj's input; under autocast each call saves its own cast)",
+            "torch.nn.functional.linear backward")
+
+
+def _lora_saved(s_: Structure, lin_targets: list[str], groups: dict[str, sp.Expr],
+                group_grad: dict[str, bool]) -> dict[str, tuple[sp.Expr, str, str, str]]:
+    """What PEFT's lora.Linear targets ``lin_targets`` (reading the tensors of ``groups``, their widths; ``group_grad``:
+    which of those need a gradient) save beside their frozen base layers: autocast's adapter casts, an old
+    bitsandbytes' 4-bit inputs, lora_A's inputs (and dropout's masks), lora_B's r-wide inputs, DoRA's tensors."""
+    fam = s_.arch
+    out: dict[str, tuple[sp.Expr, str, str, str]] = {}
+    if s_.autocast and s_.adapter_upcast and lin_targets:
         # lora_A's cast weight is saved only for its input's gradient: not in the first layer's q, k, v
         casts = sp.Add(*((fam.linear(t).d_in if group_grad[fam.linear(t).input_group] else 0) + fam.linear(t).d_out
                          for t in lin_targets))
         out["act_adapter_casts"] = (matmul_bytes(s_) * r * casts, r"A_{\mathrm{cast},LoRA}", "autocast's cache of the adapters "
                                     "cast to the compute dtype, saved for backward (lora_A's only where its input "
                                     "needs a gradient)", "torch.autocast weight cache")
-    if not s_.lora:
-        saved = sp.Integer(0)
-        for group, width in fam.group_width.items():
-            n = sum(1 for m in fam.linears if m.input_group == group)
-            if _per_call_cast(s_, group):
-                saved += n * b_c * T * width
-            elif not _shared_with_attention(s_, group):
-                saved += b_c * T * width
-        out["act_linear_inputs"] = (saved, r"A_{\mathrm{lin}}",
-                                    "each distinct linear input, saved for the weight gradient (q, k, v share one; "
-                                    "SDPA's output is o_proj's input; under autocast each call saves its own cast)",
-                                    "torch.nn.functional.linear backward")
-        return _kind_dims(fam, out)
-
-    if s_.unsloth_kernels:
-        out.update(_unsloth_lora_inputs(s_))
-        return _kind_dims(fam, out)
     b_ad = compute_adapter_bytes(s_)  # the adapters as they compute (cast by an FSDP2 policy)
     autocast_copy = s_.autocast and s_.adapter_upcast  # lora_A's autocast saves a compute-dtype copy per target
     inputs, masks = sp.Integer(0), sp.Integer(0)
-    for group, width in fam.group_width.items():
+    for group, width in groups.items():
         n = sum(1 for t in lin_targets if fam.linear(t).input_group == group)
         if n:
             kept, mask = lora_input_bytes(s_, n, width, _per_call_cast(s_, group), _shared_with_attention(s_, group),
@@ -361,7 +368,7 @@ def _layer_of(s_: Structure, first: bool) -> dict[str, tuple[sp.Expr, str, str, 
             inputs, masks = inputs + kept, masks + mask
     if s_.bnb_input_saved:   # bitsandbytes < 0.43.3: each 4-bit linear keeps its input A (versions.MECHANISMS)
         kept = sp.Integer(0)
-        for group, width in fam.group_width.items():
+        for group, width in groups.items():
             lora_keeps_it = any(fam.linear(t).input_group == group for t in lin_targets) and not (
                 s_.dropout or autocast_copy or _per_call_cast(s_, group) or s_.adapter_upcast)
             if group_grad[group] and not _shared_with_attention(s_, group) and not lora_keeps_it:
@@ -379,7 +386,7 @@ def _layer_of(s_: Structure, first: bool) -> dict[str, tuple[sp.Expr, str, str, 
     else:
         why = "lora_A keeps its input for its weight gradient (targets reading one tensor share it)"
     if not lin_targets:
-        return _kind_dims(fam, out)
+        return out
     out["act_lora_inputs"] = (inputs, r"A_{\mathrm{LoRA,in}}", why, PEFT)
     if masks != 0:
         mask_why = ("CPU dropout multiplies by a saved noise tensor of the input's dtype" if s_.device == "cpu"
@@ -395,7 +402,32 @@ def _layer_of(s_: Structure, first: bool) -> dict[str, tuple[sp.Expr, str, str, 
                            "DoRA keeps, per target, the LoRA result (adapter dtype) and the base result for the "
                            "magnitude's gradient, the fp32 weight norm and m/‖W′‖ (and m/‖W′‖ − 1 where the "
                            "input needs a gradient)", "peft tuners/lora/dora.py DoraLinearLayer.forward")
-    return _kind_dims(fam, out)
+    return out
+
+
+def _norms_saved(s_: Structure, norms, grad: dict[str, bool]) -> dict[str, tuple[sp.Expr, str, str, str]]:
+    """What ``norms`` of one layer save (``grad``: ``_grad_sites``): a norm saves once its site needs a gradient (a
+    norm after a projection, a q/k/v norm, only where the layer's input needs one too or LoRA trains that
+    projection): its ``norm_saved`` tensors and a 16-bit weight's fp32 copy; a trainable weight also the normalized
+    tensor."""
+    fam, targets = s_.arch, set(s_.targets) if s_.lora else set()
+    saving = [n for n in norms if grad[n.at] if not n.after or grad["layer_in"] or n.after in targets]
+    out: dict[str, tuple[sp.Expr, str, str, str]] = {}
+    if not saving:
+        return out
+    out["act_norms"] = (sp.Add(*(norm_saved(s_, n.rows, n.width, matmul_bytes(s_) if n.after else None, n.weight)
+                                 + norm_weight_copy(s_, n.width) for n in saving)), r"A_{\mathrm{norm}}",
+                        "each Liger RMSNorm keeps its input and the fp32 1/rms" if s_.liger else
+                        "each Unsloth RMSNorm keeps its input and the fp32 1/rms" if s_.unsloth_kernels else
+                        NORM_WHY[fam.norm] + " (and a 16-bit weight's fp32 copy)" * (norm_weight_copy(s_, 1) != 0),
+                        LIGER if s_.liger else UNSLOTH_KERNELS if s_.unsloth_kernels else TRANSFORMERS)
+    if not s_.lora and not s_.liger and any(n.weight for n in saving):   # Liger's backward recomputes it for dW
+        out["act_norm_weight_input"] = (sp.Add(*(norm_weight_input(s_) * T * n.rows * n.width for n in saving
+                                                 if n.weight)),
+                                        r"A_{\mathrm{norm},w}",
+                                        "a trainable norm weight also keeps the normalized "
+                                        + ("16-bit" if fam.norm == "rms" else "fp32") + " tensor", TRANSFORMERS)
+    return out
 
 
 def _kind_dims(fam, out: dict[str, tuple[sp.Expr, str, str, str]]) -> dict[str, tuple[sp.Expr, str, str, str]]:
