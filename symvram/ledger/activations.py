@@ -1218,7 +1218,7 @@ def saved_terms(s_: Structure) -> list[Term]:
                              if s_.checkpoint_every > 1 else ""),
                           "torch.utils.checkpoint (non-reentrant)" + EVERY_N * (s_.checkpoint_every > 1)))
         if fam.extra("stored_kv"):
-            terms.append(stored_kv_term(s_))
+            terms += [stored_kv_term(s_), stored_kv_graph_term(s_)]
         if s_.checkpoint_ops:
             terms += sac_terms(s_)
         if s_.checkpoint_every > 1:   # the other layers save as without checkpointing (none is the first)
@@ -1377,6 +1377,67 @@ def stored_kv_term(s_: Structure) -> Term:
                 "the k and v the last layer of each attention type stores for the KV-sharing layers (shared_kv_states), "
                 "held by every checkpointed layer's recompute", GEMMA4 + ":1214-1215 Gemma4TextAttention.forward",
                 lifetime=span(Phase.FORWARD, Phase.FIRST_LAYER_BACKWARD))
+
+
+def _kv_branch(s_: Structure) -> dict[str, tuple[sp.Expr, str, str, str]]:
+    return _kv_branch_of(s_.keep(ACTIVATION_FIELDS))
+
+
+@lru_cache(maxsize=64)
+def _kv_branch_of(s_: Structure) -> dict[str, tuple[sp.Expr, str, str, str]]:
+    """What the K/V branch of one layer of ``s_``'s kind saves, as the layer saves it (``_layer_of``'s building
+    blocks): its input norm, the projections feeding k and v (their inputs where they train, autocast's weight
+    casts, their LoRA tensors) and the norms after them (Gemma 4's k_norm and weightless v_norm). The recompute
+    graph that a stored k, v hold keeps these (``stored_kv_graph_term``)."""
+    fam = s_.arch
+    kv = [m for m in fam.linears if m.input_group == "attn_in" and set(_feeds(m.name, fam)) & set("kv")]
+    grad, names = _grad_sites(s_, first=False), {m.name for m in kv}
+    out = _norms_saved(s_, [n for n in fam.active_norms(s_.options) if n.at == "layer_in" or n.after in names], grad)
+    if s_.weight_casts:
+        out["act_weight_casts"] = _weight_casts(s_, kv)
+    group = {"attn_in": fam.group_width["attn_in"]}
+    if not s_.lora:
+        out["act_linear_inputs"] = _linear_inputs(s_, kv, group)
+    else:
+        out.update(_lora_saved(s_, [t for t in s_.targets if fam.linear(t) in kv], group,
+                               {"attn_in": grad["layer_in"]}))
+    return _kind_dims(fam, out)
+
+
+def stored_kv_graph_at(s_: Structure, kind: str, below: tuple[str, ...]) -> sp.Expr:
+    """The K/V branches the storing layers' recompute graphs hold (``stored_kv_graph_term``) when the first-layer
+    moments recompute the lowest layer of ``kind``, ``below`` the kinds of the layers under it: each storing
+    kind's (its last layer stores) once that layer is above, i.e. its kind has more layers than ``below`` holds
+    and, for ``kind`` itself, more than the one recomputed; nothing for a family that stores none."""
+    if not (s_.arch.extra("stored_kv") and s_.grad_checkpointing):
+        return sp.Integer(0)
+    storing = [(n, layer.family.partition(":")[2], layer) for n, layer in s_.layer_kinds
+               if not layer.arch.extra("kv_shared") and "attn_in" in layer.arch.group_width]
+    return sp.Add(*(at_least(n, below.count(name) + 1 + (name == kind)) * sp.Add(*(e for e, *_ in _kv_branch(layer).values()))
+                    for n, name, layer in storing))
+
+
+def stored_kv_graph_term(s_: Structure) -> Term:
+    """Gemma 4 under non-reentrant checkpointing: a storing layer's recompute runs its forward again with the same
+    shared_kv_states dict (every checkpointed layer's arguments hold it), so ``shared_kv_states[layer_type] = k, v``
+    (modeling_gemma4.py:1230-1231) leaves the *recomputed* k and v there, whose autograd graph the recompute built
+    under torch's ``_recomputation_hook``, whose pack hook returns the tensor itself (torch utils/checkpoint.py
+    :1094-1133): that graph, never run backward, keeps the K/V branch's saved tensors (``_kv_branch``) after the
+    layer's own backward has freed the rest, until the dict dies with the first layer's backward. The last layers
+    recompute first, so at the first-layer moments each storing layer above the layer those moments recompute
+    holds its branch (``stored_kv_graph_at``, for the kind ``_reached_kind`` picks)."""
+    if s_.checkpoint_every > 1:
+        raise UserError(f"{s_.arch.key} with gradient checkpointing every {s_.checkpoint_every} layers: whether the "
+                        "layers storing K/V for the shared ones are recomputed depends on their indices (not "
+                        "modelled); checkpoint every layer")
+    depths = s_.kind_depths or ((s_.first_kind, ()),)
+    reached = _reached_kind(s_) if s_.kind_depths else [sp.Integer(1)]
+    expr = sp.Add(*(wins * stored_kv_graph_at(s_, kind, below) for (kind, below), wins in zip(depths, reached)))
+    return Term("act_stored_kv_graph", Role.SAVED_ACTIVATION, expr, r"A_{\mathrm{KV,graph}}",
+                "the recompute graph of the k and v each storing layer leaves in shared_kv_states: its input norm's, "
+                "k and v projections' and k_norm's, v_norm's saved tensors, held once its backward is done",
+                GEMMA4 + ":1230-1231; torch utils/checkpoint.py:1094-1133 _recomputation_hook",
+                lifetime=span(Phase.FIRST_LAYER_RECOMPUTE, Phase.FIRST_LAYER_BACKWARD))
 
 
 def per_layer_embedding_terms(s_: Structure) -> list[Term]:
