@@ -1425,11 +1425,8 @@ def stored_kv_graph_term(s_: Structure) -> Term:
     :1094-1133): that graph, never run backward, keeps the K/V branch's saved tensors (``_kv_branch``) after the
     layer's own backward has freed the rest, until the dict dies with the first layer's backward. The last layers
     recompute first, so at the first-layer moments each storing layer above the layer those moments recompute
-    holds its branch (``stored_kv_graph_at``, for the kind ``_reached_kind`` picks)."""
-    if s_.checkpoint_every > 1:
-        raise UserError(f"{s_.arch.key} with gradient checkpointing every {s_.checkpoint_every} layers: whether the "
-                        "layers storing K/V for the shared ones are recomputed depends on their indices (not "
-                        "modelled); checkpoint every layer")
+    holds its branch (``stored_kv_graph_at``, for the kind ``_reached_kind`` picks). Every layer is checkpointed:
+    every_n_layers is refused for a family of several layer kinds (Scenario's selective-checkpointing check)."""
     depths = s_.kind_depths or ((s_.first_kind, ()),)
     reached = _reached_kind(s_) if s_.kind_depths else [sp.Integer(1)]
     expr = sp.Add(*(wins * stored_kv_graph_at(s_, kind, below) for (kind, below), wins in zip(depths, reached)))
