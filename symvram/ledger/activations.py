@@ -1379,6 +1379,11 @@ def stored_kv_term(s_: Structure) -> Term:
                 lifetime=span(Phase.FORWARD, Phase.FIRST_LAYER_BACKWARD))
 
 
+def _kv_linears(fam) -> list:
+    """The projections of a layer that feed its k and v (none in a layer reading shared K/V)."""
+    return [m for m in fam.linears if m.input_group == "attn_in" and set(_feeds(m.name, fam)) & set("kv")]
+
+
 def _kv_branch(s_: Structure) -> dict[str, tuple[sp.Expr, str, str, str]]:
     return _kv_branch_of(s_.keep(ACTIVATION_FIELDS))
 
@@ -1390,7 +1395,7 @@ def _kv_branch_of(s_: Structure) -> dict[str, tuple[sp.Expr, str, str, str]]:
     casts, their LoRA tensors) and the norms after them (Gemma 4's k_norm and weightless v_norm). The recompute
     graph that a stored k, v hold keeps these (``stored_kv_graph_term``)."""
     fam = s_.arch
-    kv = [m for m in fam.linears if m.input_group == "attn_in" and set(_feeds(m.name, fam)) & set("kv")]
+    kv = _kv_linears(fam)
     grad, names = _grad_sites(s_, first=False), {m.name for m in kv}
     out = _norms_saved(s_, [n for n in fam.active_norms(s_.options) if n.at == "layer_in" or n.after in names], grad)
     if s_.weight_casts:
@@ -1404,17 +1409,15 @@ def _kv_branch_of(s_: Structure) -> dict[str, tuple[sp.Expr, str, str, str]]:
     return _kind_dims(fam, out)
 
 
-def stored_kv_graph_at(s_: Structure, kind: str, below: tuple[str, ...]) -> sp.Expr:
+def _stored_kv_graph_at(s_: Structure, kind: str, below: tuple[str, ...]) -> sp.Expr:
     """The K/V branches the storing layers' recompute graphs hold (``stored_kv_graph_term``) when the first-layer
-    moments recompute the lowest layer of ``kind``, ``below`` the kinds of the layers under it: each storing
-    kind's (its last layer stores) once that layer is above, i.e. its kind has more layers than ``below`` holds
-    and, for ``kind`` itself, more than the one recomputed; nothing for a family that stores none."""
-    if not (s_.arch.extra("stored_kv") and s_.grad_checkpointing):
-        return sp.Integer(0)
+    moments recompute the lowest layer of ``kind``, ``below`` the kinds of the layers under it: each storing kind's
+    (a kind with its own k and v: its last layer stores) once that layer is above, i.e. its kind has more layers than
+    ``below`` holds and, for ``kind`` itself, more than the one recomputed."""
     storing = [(n, layer.family.partition(":")[2], layer) for n, layer in s_.layer_kinds
-               if not layer.arch.extra("kv_shared") and "attn_in" in layer.arch.group_width]
-    return sp.Add(*(at_least(n, below.count(name) + 1 + (name == kind)) * sp.Add(*(e for e, *_ in _kv_branch(layer).values()))
-                    for n, name, layer in storing))
+               if not layer.arch.extra("kv_shared") and _kv_linears(layer.arch)]
+    return sp.Add(*(at_least(n, below.count(name) + 1 + (name == kind))
+                    * sp.Add(*(e for e, *_ in _kv_branch(layer).values())) for n, name, layer in storing))
 
 
 def stored_kv_graph_term(s_: Structure) -> Term:
@@ -1425,11 +1428,10 @@ def stored_kv_graph_term(s_: Structure) -> Term:
     :1094-1133): that graph, never run backward, keeps the K/V branch's saved tensors (``_kv_branch``) after the
     layer's own backward has freed the rest, until the dict dies with the first layer's backward. The last layers
     recompute first, so at the first-layer moments each storing layer above the layer those moments recompute
-    holds its branch (``stored_kv_graph_at``, for the kind ``_reached_kind`` picks). Every layer is checkpointed:
-    every_n_layers is refused for a family of several layer kinds (Scenario's selective-checkpointing check)."""
-    depths = s_.kind_depths or ((s_.first_kind, ()),)
-    reached = _reached_kind(s_) if s_.kind_depths else [sp.Integer(1)]
-    expr = sp.Add(*(wins * stored_kv_graph_at(s_, kind, below) for (kind, below), wins in zip(depths, reached)))
+    holds its branch (``_stored_kv_graph_at``, for the kind ``_reached_kind`` picks of the family's layer kinds).
+    Every layer is checkpointed: every_n_layers is refused for layers of several kinds (scenario.py:620-631)."""
+    expr = sp.Add(*(wins * _stored_kv_graph_at(s_, kind, below)
+                    for (kind, below), wins in zip(s_.kind_depths, _reached_kind(s_))))
     return Term("act_stored_kv_graph", Role.SAVED_ACTIVATION, expr, r"A_{\mathrm{KV,graph}}",
                 "the recompute graph of the k and v each storing layer leaves in shared_kv_states: its input norm's, "
                 "k and v projections' and k_norm's, v_norm's saved tensors, held once its backward is done",
