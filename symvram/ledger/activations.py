@@ -969,6 +969,16 @@ def mlp_width(fam) -> sp.Expr:
 
 
 def _layer_backward_temp(s_: Structure) -> tuple[sp.Expr, str, str]:
+    """The temporaries of the last layer's MLP backward, net of what that backward has freed already (or of the
+    norm backward a layer's output norm begins it with, where that is larger: ``_layer_end_norm_backward``)."""
+    temp, why, source = _mlp_backward_temp(s_)
+    larger = _layer_end_norm_backward(s_, temp)
+    if larger != temp:
+        why += "; or, where larger, the layer's output norm's backward that begins it"
+    return larger, why, source
+
+
+def _mlp_backward_temp(s_: Structure) -> tuple[sp.Expr, str, str]:
     """The temporaries of the last layer's MLP backward, net of what that backward has freed already."""
     if s_.arch.mlp_kind == "none":   # a mixer-only block (Nemotron-H's Mamba and attention layers): no MLP backward
         return sp.Integer(0), "a block without an MLP: no MLP backward", s_.arch.source
@@ -1010,6 +1020,21 @@ def _layer_backward_temp(s_: Structure) -> tuple[sp.Expr, str, str]:
                 "the incoming hidden gradient, net of the freed down output and index", MOE)
     return (3 * b_c * S * f_e + b_c * T * h - freed, "the SiLU·up backward of the experts: three d_E-wide gradients "
             "per token-expert pair and the incoming hidden gradient, net of the freed down output and index", MOE)
+
+
+def _layer_end_norm_backward(s_: Structure, mlp: sp.Expr) -> sp.Expr:
+    """A layer whose output is normed before its residual add (Gemma's post_feedforward_layernorm, Gemma 4's
+    post_per_layer_input_norm): its backward begins in that RMSNorm's, with every other saved tensor of the layer
+    still alive: four fp32 hidden-sized gradients beside the incoming 16-bit one (a trainable weight's fifth, the
+    product for its gradient, net of the normalized input that weight kept, ``act_norm_weight_input``, freed once
+    that mul's backward has run). Measured on tiny Gemma 4 under checkpointing at layer 0 (the peak of full
+    fine-tuning: three fp32 mul, a div and a pow of (b, s, h) beside the 16-bit gradient, the layer's saved tensors
+    one fp32 (b, s, h) short). The larger of that and the MLP backward (``mlp``); torch's RMSNorm ops only (Liger's
+    and Unsloth's kernels have their own)."""
+    if s_.liger or s_.unsloth_kernels or not any(
+            n.at in ("mlp_out", "ple_out") and n.width == h for n in s_.arch.active_norms(s_.options)):
+        return mlp
+    return sp.Max(mlp, 4 * b_32 * T * h + b_c * T * h, evaluate=False)
 
 
 def _output_projection_done(s_: Structure) -> tuple[sp.Expr, sp.Expr]:
@@ -1430,8 +1455,7 @@ def stored_kv_graph_term(s_: Structure) -> Term:
     recompute first, so at the first-layer moments each storing layer above the layer those moments recompute
     holds its branch (``_stored_kv_graph_at``, for the kind ``_reached_kind`` picks of the family's layer kinds).
     Every layer is checkpointed: every_n_layers is refused for layers of several kinds (scenario.py:620-631)."""
-    expr = sp.Add(*(wins * _stored_kv_graph_at(s_, kind, below)
-                    for (kind, below), wins in zip(s_.kind_depths, _reached_kind(s_))))
+    expr = _at_reached_kind(s_, "act_stored_kv_graph")
     return Term("act_stored_kv_graph", Role.SAVED_ACTIVATION, expr, r"A_{\mathrm{KV,graph}}",
                 "the recompute graph of the k and v each storing layer leaves in shared_kv_states: its input norm's, "
                 "k and v projections' and k_norm's, v_norm's saved tensors, held once its backward is done",
@@ -1634,12 +1658,19 @@ def _first_layer_params(s_: Structure) -> sp.Expr:
     embed = r * (V + h) if "embed_tokens" in s_.head_targets else 0   # LoRA on the embedding: its gradients come last too
     if s_.lora and not s_.arch.kinds:
         return layer_lora_params(s_) + embed
-    if not s_.lora:
-        embed = 0 if s_.tied and not s_.score_head else V * h
+    if not s_.lora:   # and the weights outside the layers that every layer reads (Gemma 4's per-layer-input table,
+        # projection and norm: per_layer_inputs is made before the decoder loop, modeling_gemma4.py:1628-1629, :1667)
+        embed = (0 if s_.tied and not s_.score_head else V * h) + s_.arch.model_tensor_params + sp.Add(
+            *(m.params for m in s_.arch.model_linears))
     if not s_.kind_depths:
         return _kind_params(s_, s_.first_layer) + embed
-    return embed + sp.Add(*(wins * sp.Add(*(_kind_params(s_, s_.layer(k)) for k in (*below, name)))
+    return embed + sp.Add(*(wins * _params_up_to(s_, name, below)
                             for (name, below), wins in zip(s_.kind_depths, _reached_kind(s_))))
+
+
+def _params_up_to(s_: Structure, name: str, below: tuple[str, ...]) -> sp.Expr:
+    """The trainable parameters of the layers up to the lowest of the kind ``name`` (``below``: the kinds under it)."""
+    return sp.Add(*(_kind_params(s_, s_.layer(k)) for k in (*below, name)))
 
 
 def _kind_params(s_: Structure, layer: Structure) -> sp.Expr:
@@ -1654,21 +1685,41 @@ def _experts_rerun(layer: Structure) -> bool:
     return layer.grad_checkpointing and layer.arch.moe and bool(layer.arch.extra("experts_dense"))
 
 
+def _kind_first_layer(s_: Structure, name: str, below: tuple[str, ...]) -> dict[str, sp.Expr]:
+    """The first-layer moments' parts that depend on the layer they recompute, for the lowest layer of the kind
+    ``name`` (``below``: the kinds of the layers under it): that layer's saved tensors, recomputed
+    (``first_layer_recomputed``), its backward's working set (``first_layer_backward_temp``), the stored K/V
+    graphs of the storing layers above it (``act_stored_kv_graph``), the checkpointed inputs of the layers below
+    it (``first_checkpoint``, beside layer 0's own), and, negated, the gradients not made yet: its own and those
+    of the layers below it (``grads_before_first_layer``)."""
+    layer, stored = s_.layer(name), s_.arch.extra("stored_kv") and not s_.offload_checkpoints
+    return {"first_layer_recomputed": _layer_bytes(layer) + sliding_extra(layer),
+            "first_layer_backward_temp": _layer_backward_temp(layer)[0],
+            "act_stored_kv_graph": _stored_kv_graph_at(s_, name, below) if stored else sp.Integer(0),
+            "first_checkpoint": len(below) * residual_bytes(s_) * T * h,
+            "grads_before_first_layer": -b_g * _params_up_to(s_, name, below)}
+
+
+def _at_reached_kind(s_: Structure, part: str) -> sp.Expr:
+    """One part of ``_kind_first_layer`` at the kind the first-layer moments recompute (``_reached_kind``)."""
+    return sp.Add(*(wins * _kind_first_layer(s_, name, below)[part]
+                    for (name, below), wins in zip(s_.kind_depths, _reached_kind(s_))))
+
+
 def _reached_kind(s_: Structure) -> list[sp.Expr]:
     """Per kind of ``s_.kind_depths``: 1 when the first-layer moment is that kind's lowest layer, else 0. Its
-    recompute and backward (``one_layer``, ``layer_backward_temp``: the largest kind's) run there with the
-    gradients of the layers above it made, those of the layers below and its own not yet (Llama 4 with a dense
-    layer 0: at layer 1, the first MoE one, its expert weights' gradients do not exist yet; was +5.3 % on a tiny
-    config under full fine-tuning). The kind whose layer, net of those gradients, is the largest; of equal ones
-    the lowest."""
+    recompute and backward run there with the gradients of the layers above it made, those of the layers below
+    and its own not yet (Llama 4 with a dense layer 0: at layer 1, the first MoE one, its expert weights'
+    gradients do not exist yet; was +5.3 % on a tiny config under full fine-tuning). The kind whose moment, each
+    part its own (``_kind_first_layer``), is the largest; of equal ones the lowest. A kind whose experts its
+    recompute reruns counts the larger of that and its backward (the two moments it has there)."""
     values = []
     for name, below in s_.kind_depths:
-        layer = s_.layer(name)
-        grads = b_g * sp.Add(*(_kind_params(s_, s_.layer(k)) for k in (*below, name)))
-        working = _layer_backward_temp(layer)[0]
-        if _experts_rerun(layer):   # its experts recomputed: the larger of that and its backward
-            working = sp.Max(working, _experts_forward_temp(layer, recompute=True), evaluate=False)
-        values.append(_layer_bytes(layer) + working - grads)
+        layer, parts = s_.layer(name), _kind_first_layer(s_, name, below)
+        if _experts_rerun(layer):
+            parts["first_layer_backward_temp"] = sp.Max(parts["first_layer_backward_temp"],
+                                                        _experts_forward_temp(layer, recompute=True), evaluate=False)
+        values.append(sp.Add(*parts.values()))
     return largest_indicators(values)
 
 
@@ -2045,7 +2096,14 @@ def transient_terms(s_: Structure) -> list[Term]:
     temp, why, source = _layer_backward_temp(s_)
     if s_.arch.kinds:   # the last layer's MLP backward and the first's: the larger kind's
         temp = largest_kind(s_, lambda k: _layer_backward_temp(k)[0])
-    terms.append(Term("layer_backward_temp", Role.BACKWARD_TEMPORARY, temp, r"M_{\mathrm{mlp}'}", why, source))
+    if s_.kind_depths:   # the first layer's moments: the kind they recompute's own (_reached_kind)
+        terms.append(Term("first_layer_backward_temp", Role.BACKWARD_TEMPORARY,
+                          _at_reached_kind(s_, "first_layer_backward_temp"), r"M_{\mathrm{mlp}',0}",
+                          "the backward (MLP, or output norm where larger) of the lowest layer of the kind the first-layer "
+                          "moments recompute",
+                          source, lifetime=(Phase.FIRST_LAYER_BACKWARD,)))
+    terms.append(Term("layer_backward_temp", Role.BACKWARD_TEMPORARY, temp, r"M_{\mathrm{mlp}'}", why, source,
+                      **({"lifetime": (Phase.LAST_LAYER_BACKWARD,)} if s_.kind_depths else {})))
     # optimizer in backward: the gradients never accumulate, each is stepped and freed where it is made (when
     # lm_head is, its backward has returned: its saved input is freed and the hidden states' gradient, as large, lives)
     if not s_.optimizer_in_backward:
@@ -2088,16 +2146,22 @@ def transient_terms(s_: Structure) -> list[Term]:
         # (Unsloth's checkpointer recomputes an offloaded first layer on its staging buffer: only a kept one counts)
         first_kept = unsloth_keeps(s_) if s_.offload_checkpoints and not embedding_leaf(s_) else 1
         # and, where the moment is a higher layer's (_reached_kind), the checkpointed inputs of the layers below it
-        below = sp.Add(*(wins * len(kinds) for (_, kinds), wins in zip(s_.kind_depths, _reached_kind(s_))))
+        below = _at_reached_kind(s_, "first_checkpoint")
         terms.append(Term("first_checkpoint", Role.RECOMPUTED_ACTIVATION,
-                          (first_kept + below) * residual_bytes(s_) * T * h + b_id * seq,
+                          first_kept * residual_bytes(s_) * T * h + below + b_id * seq,
                           r"A_{\mathrm{ckpt},0}", "the first layer's checkpointed input (the embedding output) and the "
                           "position ids, kept until that layer's backward ends" + (", and the checkpointed inputs of "
                           "the layers below the lowest of the kind the first-layer moments recompute" if below != 0
                           else ""), "torch.utils.checkpoint", lifetime=RECOMPUTES[2:]))
+    if s_.kind_depths:   # the first layer's recompute: the lowest layer of the kind it is (_reached_kind)
+        terms.append(Term("first_layer_recomputed", Role.RECOMPUTED_ACTIVATION,
+                          _at_reached_kind(s_, "first_layer_recomputed"), r"M_{\mathrm{layer},0}",
+                          "the saved tensors of the lowest layer of the kind the first-layer moments recompute, "
+                          "recomputed, alive until its backward ends", "torch.utils.checkpoint", lifetime=RECOMPUTES[2:]))
     terms.append(Term("one_layer", Role.RECOMPUTED_ACTIVATION, one_layer + sliding_extra(s_), r"M_{\mathrm{layer}}",
                       "one layer's saved tensors (recomputed under checkpointing), alive until its backward ends",
                       "torch.utils.checkpoint / autograd",   # without checkpointing: the first layer's, still saved
-                      lifetime=(RECOMPUTES[2:] if s_.checkpoint_every > 1 else RECOMPUTES) if s_.grad_checkpointing
+                      lifetime=RECOMPUTES[:2] if s_.kind_depths else
+                      (RECOMPUTES[2:] if s_.checkpoint_every > 1 else RECOMPUTES) if s_.grad_checkpointing
                       else (Phase.FIRST_LAYER_BACKWARD,)))
     return terms
