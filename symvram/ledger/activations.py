@@ -210,20 +210,7 @@ def _layer_of(s_: Structure, first: bool) -> dict[str, tuple[sp.Expr, str, str, 
     out: dict[str, tuple[sp.Expr, str, str, str]] = {}
 
     targets = set(s_.targets) if s_.lora else set()
-    saving = [n for n in fam.active_norms(s_.options) if grad[n.at] if not n.after or grad_in or n.after in targets]
-    if saving:
-        out["act_norms"] = (sp.Add(*(norm_saved(s_, n.rows, n.width, matmul_bytes(s_) if n.after else None, n.weight)
-                                     + norm_weight_copy(s_, n.width) for n in saving)), r"A_{\mathrm{norm}}",
-                            "each Liger RMSNorm keeps its input and the fp32 1/rms" if s_.liger else
-                            "each Unsloth RMSNorm keeps its input and the fp32 1/rms" if s_.unsloth_kernels else
-                            NORM_WHY[fam.norm] + " (and a 16-bit weight's fp32 copy)" * (norm_weight_copy(s_, 1) != 0),
-                            LIGER if s_.liger else UNSLOTH_KERNELS if s_.unsloth_kernels else TRANSFORMERS)
-        if not s_.lora and not s_.liger and any(n.weight for n in saving):   # Liger's backward recomputes it for dW
-            out["act_norm_weight_input"] = (sp.Add(*(norm_weight_input(s_) * T * n.rows * n.width for n in saving
-                                                     if n.weight)),
-                                            r"A_{\mathrm{norm},w}",
-                                            "a trainable norm weight also keeps the normalized "
-                                            + ("16-bit" if fam.norm == "rms" else "fp32") + " tensor", TRANSFORMERS)
+    out.update(_norms_saved(s_, fam.active_norms(s_.options), grad))
 
     if fam.mixer == "parallel" and lat["ssm_out"]:   # Falcon-H1: the Mamba-2 mixer beside attention (below)
         out.update(_mamba2(s_))
@@ -328,42 +315,62 @@ def _layer_of(s_: Structure, first: bool) -> dict[str, tuple[sp.Expr, str, str, 
                                       " and the GELU's output, kept by the product with the layer's slice of the "
                                       "per-layer embeddings, which needs a gradient"), GEMMA4 + ":1405-1413")
     if s_.weight_casts:
-        out["act_weight_casts"] = (b_c * fam.linear_params_per_layer(), r"A_{\mathrm{cast},W}",
-                                   "autocast casts each linear weight to the compute dtype per call; backward needs "
-                                   "the cast, so it is saved", "torch.autocast")
+        out["act_weight_casts"] = _weight_casts(s_, fam.linears)
     lin_targets = [t for t in s_.targets if fam.linear_map.get(t) in fam.linears]  # the layer's nn.Linear targets
     # (PEFT's lora.Linear; not one outside the layers)
     group_grad = {"attn_in": grad_in, "attn_out": resid_grad or attn_grad, "mlp_in": resid_grad, "mlp_act": mlp_grad,
                   "q_latent": lat["q_latent"], "kv_latent": lat["kv_latent"], "ple_in": lat["ple_in"],
                   "ple_act": lat["ple_act"], "router_in": lat["router_in"], "ssm_in": grad_in, "ssm_out": lat["ssm_out"]}
-    if s_.lora and s_.autocast and s_.adapter_upcast and lin_targets and not s_.unsloth_kernels:
+    if not s_.lora:
+        out["act_linear_inputs"] = _linear_inputs(s_, fam.linears, fam.group_width)
+    elif s_.unsloth_kernels:
+        out.update(_unsloth_lora_inputs(s_))
+    else:
+        out.update(_lora_saved(s_, lin_targets, fam.group_width, group_grad))
+    return _kind_dims(fam, out)
+
+
+def _weight_casts(s_: Structure, linears) -> tuple[sp.Expr, str, str, str]:
+    """Autocast's compute-dtype cast of each of ``linears``' weights, saved for the input's gradient."""
+    return (b_c * sp.Add(*(m.params for m in linears)), r"A_{\mathrm{cast},W}",
+            "autocast casts each linear weight to the compute dtype per call; backward needs the cast, so it is saved",
+            "torch.autocast")
+
+
+def _linear_inputs(s_: Structure, linears, groups: dict[str, sp.Expr]) -> tuple[sp.Expr, str, str, str]:
+    """What trainable ``linears`` keep of their inputs for the weight gradient: each distinct input once (a group of
+    ``groups``, its width), under autocast each call's own cast of a residual-stream input; none where o_proj reads
+    the tensor SDPA keeps."""
+    saved = sp.Integer(0)
+    for group, width in groups.items():
+        n = sum(1 for m in linears if m.input_group == group)
+        if _per_call_cast(s_, group):
+            saved += n * b_c * T * width
+        elif not _shared_with_attention(s_, group):
+            saved += b_c * T * width
+    return (saved, r"A_{\mathrm{lin}}", "each distinct linear input, saved for the weight gradient (q, k, v share "
+            "one; SDPA's output is o_proj's input; under autocast each call saves its own cast)",
+            "torch.nn.functional.linear backward")
+
+
+def _lora_saved(s_: Structure, lin_targets: list[str], groups: dict[str, sp.Expr],
+                group_grad: dict[str, bool]) -> dict[str, tuple[sp.Expr, str, str, str]]:
+    """What PEFT's lora.Linear targets ``lin_targets`` (reading the tensors of ``groups``, their widths; ``group_grad``:
+    which of those need a gradient) save beside their frozen base layers: autocast's adapter casts, an old
+    bitsandbytes' 4-bit inputs, lora_A's inputs (and dropout's masks), lora_B's r-wide inputs, DoRA's tensors."""
+    fam = s_.arch
+    out: dict[str, tuple[sp.Expr, str, str, str]] = {}
+    if s_.autocast and s_.adapter_upcast and lin_targets:
         # lora_A's cast weight is saved only for its input's gradient: not in the first layer's q, k, v
         casts = sp.Add(*((fam.linear(t).d_in if group_grad[fam.linear(t).input_group] else 0) + fam.linear(t).d_out
                          for t in lin_targets))
         out["act_adapter_casts"] = (matmul_bytes(s_) * r * casts, r"A_{\mathrm{cast},LoRA}", "autocast's cache of the adapters "
                                     "cast to the compute dtype, saved for backward (lora_A's only where its input "
                                     "needs a gradient)", "torch.autocast weight cache")
-    if not s_.lora:
-        saved = sp.Integer(0)
-        for group, width in fam.group_width.items():
-            n = sum(1 for m in fam.linears if m.input_group == group)
-            if _per_call_cast(s_, group):
-                saved += n * b_c * T * width
-            elif not _shared_with_attention(s_, group):
-                saved += b_c * T * width
-        out["act_linear_inputs"] = (saved, r"A_{\mathrm{lin}}",
-                                    "each distinct linear input, saved for the weight gradient (q, k, v share one; "
-                                    "SDPA's output is o_proj's input; under autocast each call saves its own cast)",
-                                    "torch.nn.functional.linear backward")
-        return _kind_dims(fam, out)
-
-    if s_.unsloth_kernels:
-        out.update(_unsloth_lora_inputs(s_))
-        return _kind_dims(fam, out)
     b_ad = compute_adapter_bytes(s_)  # the adapters as they compute (cast by an FSDP2 policy)
     autocast_copy = s_.autocast and s_.adapter_upcast  # lora_A's autocast saves a compute-dtype copy per target
     inputs, masks = sp.Integer(0), sp.Integer(0)
-    for group, width in fam.group_width.items():
+    for group, width in groups.items():
         n = sum(1 for t in lin_targets if fam.linear(t).input_group == group)
         if s_.model_code == "litgpt" and group == "attn_in":
             n = min(n, 1)   # q, k, v: one LoRAQKVLinear, one dropout and one lora_A (litgpt 0.5.13 lora.py:405)
@@ -373,7 +380,7 @@ def _layer_of(s_: Structure, first: bool) -> dict[str, tuple[sp.Expr, str, str, 
             inputs, masks = inputs + kept, masks + mask
     if s_.bnb_input_saved:   # bitsandbytes < 0.43.3: each 4-bit linear keeps its input A (versions.MECHANISMS)
         kept = sp.Integer(0)
-        for group, width in fam.group_width.items():
+        for group, width in groups.items():
             lora_keeps_it = any(fam.linear(t).input_group == group for t in lin_targets) and not (
                 s_.dropout or autocast_copy or _per_call_cast(s_, group) or s_.adapter_upcast)
             if group_grad[group] and not _shared_with_attention(s_, group) and not lora_keeps_it:
@@ -391,7 +398,7 @@ def _layer_of(s_: Structure, first: bool) -> dict[str, tuple[sp.Expr, str, str, 
     else:
         why = "lora_A keeps its input for its weight gradient (targets reading one tensor share it)"
     if not lin_targets:
-        return _kind_dims(fam, out)
+        return out
     litgpt = s_.model_code == "litgpt"
     if litgpt:
         why += " (LitGPT's fused qkv: one for q, k and v)"
@@ -416,7 +423,32 @@ def _layer_of(s_: Structure, first: bool) -> dict[str, tuple[sp.Expr, str, str, 
                            "DoRA keeps, per target, the LoRA result (adapter dtype) and the base result for the "
                            "magnitude's gradient, the fp32 weight norm and m/‖W′‖ (and m/‖W′‖ − 1 where the "
                            "input needs a gradient)", "peft tuners/lora/dora.py DoraLinearLayer.forward")
-    return _kind_dims(fam, out)
+    return out
+
+
+def _norms_saved(s_: Structure, norms, grad: dict[str, bool]) -> dict[str, tuple[sp.Expr, str, str, str]]:
+    """What ``norms`` of one layer save (``grad``: ``_grad_sites``): a norm saves once its site needs a gradient (a
+    norm after a projection, a q/k/v norm, only where the layer's input needs one too or LoRA trains that
+    projection): its ``norm_saved`` tensors and a 16-bit weight's fp32 copy; a trainable weight also the normalized
+    tensor."""
+    fam, targets = s_.arch, set(s_.targets) if s_.lora else set()
+    saving = [n for n in norms if grad[n.at] if not n.after or grad["layer_in"] or n.after in targets]
+    out: dict[str, tuple[sp.Expr, str, str, str]] = {}
+    if not saving:
+        return out
+    out["act_norms"] = (sp.Add(*(norm_saved(s_, n.rows, n.width, matmul_bytes(s_) if n.after else None, n.weight)
+                                 + norm_weight_copy(s_, n.width) for n in saving)), r"A_{\mathrm{norm}}",
+                        "each Liger RMSNorm keeps its input and the fp32 1/rms" if s_.liger else
+                        "each Unsloth RMSNorm keeps its input and the fp32 1/rms" if s_.unsloth_kernels else
+                        NORM_WHY[fam.norm] + " (and a 16-bit weight's fp32 copy)" * (norm_weight_copy(s_, 1) != 0),
+                        LIGER if s_.liger else UNSLOTH_KERNELS if s_.unsloth_kernels else TRANSFORMERS)
+    if not s_.lora and not s_.liger and any(n.weight for n in saving):   # Liger's backward recomputes it for dW
+        out["act_norm_weight_input"] = (sp.Add(*(norm_weight_input(s_) * T * n.rows * n.width for n in saving
+                                                 if n.weight)),
+                                        r"A_{\mathrm{norm},w}",
+                                        "a trainable norm weight also keeps the normalized "
+                                        + ("16-bit" if fam.norm == "rms" else "fp32") + " tensor", TRANSFORMERS)
+    return out
 
 
 def _kind_dims(fam, out: dict[str, tuple[sp.Expr, str, str, str]]) -> dict[str, tuple[sp.Expr, str, str, str]]:
@@ -995,6 +1027,16 @@ def mlp_width(fam) -> sp.Expr:
 
 
 def _layer_backward_temp(s_: Structure) -> tuple[sp.Expr, str, str]:
+    """The temporaries of the last layer's MLP backward, net of what that backward has freed already (or of the
+    norm backward a layer's output norm begins it with, where that is larger: ``_layer_end_norm_backward``)."""
+    temp, why, source = _mlp_backward_temp(s_)
+    larger = _layer_end_norm_backward(s_, temp)
+    if larger != temp:
+        why += "; or, where larger, the layer's output norm's backward that begins it"
+    return larger, why, source
+
+
+def _mlp_backward_temp(s_: Structure) -> tuple[sp.Expr, str, str]:
     """The temporaries of the last layer's MLP backward, net of what that backward has freed already."""
     if s_.arch.mlp_kind == "none":   # a mixer-only block (Nemotron-H's Mamba and attention layers): no MLP backward
         return sp.Integer(0), "a block without an MLP: no MLP backward", s_.arch.source
@@ -1036,6 +1078,21 @@ def _layer_backward_temp(s_: Structure) -> tuple[sp.Expr, str, str]:
                 "the incoming hidden gradient, net of the freed down output and index", MOE)
     return (3 * b_c * S * f_e + b_c * T * h - freed, "the SiLU·up backward of the experts: three d_E-wide gradients "
             "per token-expert pair and the incoming hidden gradient, net of the freed down output and index", MOE)
+
+
+def _layer_end_norm_backward(s_: Structure, mlp: sp.Expr) -> sp.Expr:
+    """A layer whose output is normed before its residual add (Gemma's post_feedforward_layernorm, Gemma 4's
+    post_per_layer_input_norm): its backward begins in that RMSNorm's, with every other saved tensor of the layer
+    still alive: four fp32 hidden-sized gradients beside the incoming 16-bit one (a trainable weight's fifth, the
+    product for its gradient, net of the normalized input that weight kept, ``act_norm_weight_input``, freed once
+    that mul's backward has run). Measured on tiny Gemma 4 under checkpointing at layer 0 (the peak of full
+    fine-tuning: three fp32 mul, a div and a pow of (b, s, h) beside the 16-bit gradient, the layer's saved tensors
+    one fp32 (b, s, h) short). The larger of that and the MLP backward (``mlp``); torch's RMSNorm ops only (Liger's
+    and Unsloth's kernels have their own)."""
+    if s_.liger or s_.unsloth_kernels or not any(
+            n.at in ("mlp_out", "ple_out") and n.width == h for n in s_.arch.active_norms(s_.options)):
+        return mlp
+    return sp.Max(mlp, 4 * b_32 * T * h + b_c * T * h, evaluate=False)
 
 
 def _output_projection_done(s_: Structure) -> tuple[sp.Expr, sp.Expr]:
@@ -1259,7 +1316,7 @@ def saved_terms(s_: Structure) -> list[Term]:
                              if s_.checkpoint_every > 1 else ""),
                           "torch.utils.checkpoint (non-reentrant)" + EVERY_N * (s_.checkpoint_every > 1)))
         if fam.extra("stored_kv"):
-            terms.append(stored_kv_term(s_))
+            terms += [stored_kv_term(s_), stored_kv_graph_term(s_)]
         if s_.checkpoint_ops:
             terms += sac_terms(s_)
         if s_.checkpoint_every > 1:   # the other layers save as without checkpointing (none is the first)
@@ -1483,6 +1540,65 @@ def stored_kv_term(s_: Structure) -> Term:
                 "the k and v the last layer of each attention type stores for the KV-sharing layers (shared_kv_states), "
                 "held by every checkpointed layer's recompute", GEMMA4 + ":1214-1215 Gemma4TextAttention.forward",
                 lifetime=span(Phase.FORWARD, Phase.FIRST_LAYER_BACKWARD))
+
+
+def _kv_linears(fam) -> list:
+    """The projections of a layer that feed its k and v (none in a layer reading shared K/V)."""
+    return [m for m in fam.linears if m.input_group == "attn_in" and set(_feeds(m.name, fam)) & set("kv")]
+
+
+def _kv_branch(s_: Structure) -> dict[str, tuple[sp.Expr, str, str, str]]:
+    return _kv_branch_of(s_.keep(ACTIVATION_FIELDS))
+
+
+@lru_cache(maxsize=64)
+def _kv_branch_of(s_: Structure) -> dict[str, tuple[sp.Expr, str, str, str]]:
+    """What the K/V branch of one layer of ``s_``'s kind saves, as the layer saves it (``_layer_of``'s building
+    blocks): its input norm, the projections feeding k and v (their inputs where they train, autocast's weight
+    casts, their LoRA tensors) and the norms after them (Gemma 4's k_norm and weightless v_norm). The recompute
+    graph that a stored k, v hold keeps these (``stored_kv_graph_term``)."""
+    fam = s_.arch
+    kv = _kv_linears(fam)
+    grad, names = _grad_sites(s_, first=False), {m.name for m in kv}
+    out = _norms_saved(s_, [n for n in fam.active_norms(s_.options) if n.at == "layer_in" or n.after in names], grad)
+    if s_.weight_casts:
+        out["act_weight_casts"] = _weight_casts(s_, kv)
+    group = {"attn_in": fam.group_width["attn_in"]}
+    if not s_.lora:
+        out["act_linear_inputs"] = _linear_inputs(s_, kv, group)
+    else:
+        out.update(_lora_saved(s_, [t for t in s_.targets if fam.linear(t) in kv], group,
+                               {"attn_in": grad["layer_in"]}))
+    return _kind_dims(fam, out)
+
+
+def _stored_kv_graph_at(s_: Structure, kind: str, below: tuple[str, ...]) -> sp.Expr:
+    """The K/V branches the storing layers' recompute graphs hold (``stored_kv_graph_term``) when the first-layer
+    moments recompute the lowest layer of ``kind``, ``below`` the kinds of the layers under it: each storing kind's
+    (a kind with its own k and v: its last layer stores) once that layer is above, i.e. its kind has more layers than
+    ``below`` holds and, for ``kind`` itself, more than the one recomputed."""
+    storing = [(n, layer.family.partition(":")[2], layer) for n, layer in s_.layer_kinds
+               if not layer.arch.extra("kv_shared") and _kv_linears(layer.arch)]
+    return sp.Add(*(at_least(n, below.count(name) + 1 + (name == kind))
+                    * sp.Add(*(e for e, *_ in _kv_branch(layer).values())) for n, name, layer in storing))
+
+
+def stored_kv_graph_term(s_: Structure) -> Term:
+    """Gemma 4 under non-reentrant checkpointing: a storing layer's recompute runs its forward again with the same
+    shared_kv_states dict (every checkpointed layer's arguments hold it), so ``shared_kv_states[layer_type] = k, v``
+    (modeling_gemma4.py:1230-1231) leaves the *recomputed* k and v there, whose autograd graph the recompute built
+    under torch's ``_recomputation_hook``, whose pack hook returns the tensor itself (torch utils/checkpoint.py
+    :1094-1133): that graph, never run backward, keeps the K/V branch's saved tensors (``_kv_branch``) after the
+    layer's own backward has freed the rest, until the dict dies with the first layer's backward. The last layers
+    recompute first, so at the first-layer moments each storing layer above the layer those moments recompute
+    holds its branch (``_stored_kv_graph_at``, for the kind ``_reached_kind`` picks of the family's layer kinds).
+    Every layer is checkpointed: every_n_layers is refused for layers of several kinds (scenario.py:620-631)."""
+    expr = _at_reached_kind(s_, "act_stored_kv_graph")
+    return Term("act_stored_kv_graph", Role.SAVED_ACTIVATION, expr, r"A_{\mathrm{KV,graph}}",
+                "the recompute graph of the k and v each storing layer leaves in shared_kv_states: its input norm's, "
+                "k and v projections' and k_norm's, v_norm's saved tensors, held once its backward is done",
+                GEMMA4 + ":1230-1231; torch utils/checkpoint.py:1094-1133 _recomputation_hook",
+                lifetime=span(Phase.FIRST_LAYER_RECOMPUTE, Phase.FIRST_LAYER_BACKWARD))
 
 
 def per_layer_embedding_terms(s_: Structure) -> list[Term]:
@@ -1738,12 +1854,19 @@ def _first_layer_params(s_: Structure) -> sp.Expr:
     embed = r * (V + h) if "embed_tokens" in s_.head_targets else 0   # LoRA on the embedding: its gradients come last too
     if s_.lora and not s_.arch.kinds:
         return layer_lora_params(s_) + embed
-    if not s_.lora:
-        embed = 0 if s_.tied and not s_.score_head else V * h
+    if not s_.lora:   # and the weights outside the layers that every layer reads (Gemma 4's per-layer-input table,
+        # projection and norm: per_layer_inputs is made before the decoder loop, modeling_gemma4.py:1628-1629, :1667)
+        embed = (0 if s_.tied and not s_.score_head else V * h) + s_.arch.model_tensor_params + sp.Add(
+            *(m.params for m in s_.arch.model_linears))
     if not s_.kind_depths:
         return _kind_params(s_, s_.first_layer) + embed
-    return embed + sp.Add(*(wins * sp.Add(*(_kind_params(s_, s_.layer(k)) for k in (*below, name)))
+    return embed + sp.Add(*(wins * _params_up_to(s_, name, below)
                             for (name, below), wins in zip(s_.kind_depths, _reached_kind(s_))))
+
+
+def _params_up_to(s_: Structure, name: str, below: tuple[str, ...]) -> sp.Expr:
+    """The trainable parameters of the layers up to the lowest of the kind ``name`` (``below``: the kinds under it)."""
+    return sp.Add(*(_kind_params(s_, s_.layer(k)) for k in (*below, name)))
 
 
 def _kind_params(s_: Structure, layer: Structure) -> sp.Expr:
@@ -1758,21 +1881,41 @@ def _experts_rerun(layer: Structure) -> bool:
     return layer.grad_checkpointing and layer.arch.moe and bool(layer.arch.extra("experts_dense"))
 
 
+def _kind_first_layer(s_: Structure, name: str, below: tuple[str, ...]) -> dict[str, sp.Expr]:
+    """The first-layer moments' parts that depend on the layer they recompute, for the lowest layer of the kind
+    ``name`` (``below``: the kinds of the layers under it): that layer's saved tensors, recomputed
+    (``first_layer_recomputed``), its backward's working set (``first_layer_backward_temp``), the stored K/V
+    graphs of the storing layers above it (``act_stored_kv_graph``), the checkpointed inputs of the layers below
+    it (``first_checkpoint``, beside layer 0's own), and, negated, the gradients not made yet: its own and those
+    of the layers below it (``grads_before_first_layer``)."""
+    layer, stored = s_.layer(name), s_.arch.extra("stored_kv") and not s_.offload_checkpoints
+    return {"first_layer_recomputed": _layer_bytes(layer) + sliding_extra(layer),
+            "first_layer_backward_temp": _layer_backward_temp(layer)[0],
+            "act_stored_kv_graph": _stored_kv_graph_at(s_, name, below) if stored else sp.Integer(0),
+            "first_checkpoint": len(below) * residual_bytes(s_) * T * h,
+            "grads_before_first_layer": -b_g * _params_up_to(s_, name, below)}
+
+
+def _at_reached_kind(s_: Structure, part: str) -> sp.Expr:
+    """One part of ``_kind_first_layer`` at the kind the first-layer moments recompute (``_reached_kind``)."""
+    return sp.Add(*(wins * _kind_first_layer(s_, name, below)[part]
+                    for (name, below), wins in zip(s_.kind_depths, _reached_kind(s_))))
+
+
 def _reached_kind(s_: Structure) -> list[sp.Expr]:
     """Per kind of ``s_.kind_depths``: 1 when the first-layer moment is that kind's lowest layer, else 0. Its
-    recompute and backward (``one_layer``, ``layer_backward_temp``: the largest kind's) run there with the
-    gradients of the layers above it made, those of the layers below and its own not yet (Llama 4 with a dense
-    layer 0: at layer 1, the first MoE one, its expert weights' gradients do not exist yet; was +5.3 % on a tiny
-    config under full fine-tuning). The kind whose layer, net of those gradients, is the largest; of equal ones
-    the lowest."""
+    recompute and backward run there with the gradients of the layers above it made, those of the layers below
+    and its own not yet (Llama 4 with a dense layer 0: at layer 1, the first MoE one, its expert weights'
+    gradients do not exist yet; was +5.3 % on a tiny config under full fine-tuning). The kind whose moment, each
+    part its own (``_kind_first_layer``), is the largest; of equal ones the lowest. A kind whose experts its
+    recompute reruns counts the larger of that and its backward (the two moments it has there)."""
     values = []
     for name, below in s_.kind_depths:
-        layer = s_.layer(name)
-        grads = b_g * sp.Add(*(_kind_params(s_, s_.layer(k)) for k in (*below, name)))
-        working = _layer_backward_temp(layer)[0]
-        if _experts_rerun(layer):   # its experts recomputed: the larger of that and its backward
-            working = sp.Max(working, _experts_forward_temp(layer, recompute=True), evaluate=False)
-        values.append(_layer_bytes(layer) + working - grads)
+        layer, parts = s_.layer(name), _kind_first_layer(s_, name, below)
+        if _experts_rerun(layer):
+            parts["first_layer_backward_temp"] = sp.Max(parts["first_layer_backward_temp"],
+                                                        _experts_forward_temp(layer, recompute=True), evaluate=False)
+        values.append(sp.Add(*parts.values()))
     return largest_indicators(values)
 
 
@@ -2205,7 +2348,14 @@ def transient_terms(s_: Structure) -> list[Term]:
     temp, why, source = _layer_backward_temp(s_)
     if s_.arch.kinds:   # the last layer's MLP backward and the first's: the larger kind's
         temp = largest_kind(s_, lambda k: _layer_backward_temp(k)[0])
-    terms.append(Term("layer_backward_temp", Role.BACKWARD_TEMPORARY, temp, r"M_{\mathrm{mlp}'}", why, source))
+    if s_.kind_depths:   # the first layer's moments: the kind they recompute's own (_reached_kind)
+        terms.append(Term("first_layer_backward_temp", Role.BACKWARD_TEMPORARY,
+                          _at_reached_kind(s_, "first_layer_backward_temp"), r"M_{\mathrm{mlp}',0}",
+                          "the backward (MLP, or output norm where larger) of the lowest layer of the kind the first-layer "
+                          "moments recompute",
+                          source, lifetime=(Phase.FIRST_LAYER_BACKWARD,)))
+    terms.append(Term("layer_backward_temp", Role.BACKWARD_TEMPORARY, temp, r"M_{\mathrm{mlp}'}", why, source,
+                      **({"lifetime": (Phase.LAST_LAYER_BACKWARD,)} if s_.kind_depths else {})))
     # optimizer in backward: the gradients never accumulate, each is stepped and freed where it is made (when
     # lm_head is, its backward has returned: its saved input is freed and the hidden states' gradient, as large, lives)
     if not s_.optimizer_in_backward:
@@ -2248,16 +2398,22 @@ def transient_terms(s_: Structure) -> list[Term]:
         # (Unsloth's checkpointer recomputes an offloaded first layer on its staging buffer: only a kept one counts)
         first_kept = unsloth_keeps(s_) if s_.offload_checkpoints and not embedding_leaf(s_) else 1
         # and, where the moment is a higher layer's (_reached_kind), the checkpointed inputs of the layers below it
-        below = sp.Add(*(wins * len(kinds) for (_, kinds), wins in zip(s_.kind_depths, _reached_kind(s_))))
+        below = _at_reached_kind(s_, "first_checkpoint")
         terms.append(Term("first_checkpoint", Role.RECOMPUTED_ACTIVATION,
-                          (first_kept + below) * residual_bytes(s_) * T * h + b_id * seq,
+                          first_kept * residual_bytes(s_) * T * h + below + b_id * seq,
                           r"A_{\mathrm{ckpt},0}", "the first layer's checkpointed input (the embedding output) and the "
                           "position ids, kept until that layer's backward ends" + (", and the checkpointed inputs of "
                           "the layers below the lowest of the kind the first-layer moments recompute" if below != 0
                           else ""), "torch.utils.checkpoint", lifetime=RECOMPUTES[2:]))
+    if s_.kind_depths:   # the first layer's recompute: the lowest layer of the kind it is (_reached_kind)
+        terms.append(Term("first_layer_recomputed", Role.RECOMPUTED_ACTIVATION,
+                          _at_reached_kind(s_, "first_layer_recomputed"), r"M_{\mathrm{layer},0}",
+                          "the saved tensors of the lowest layer of the kind the first-layer moments recompute, "
+                          "recomputed, alive until its backward ends", "torch.utils.checkpoint", lifetime=RECOMPUTES[2:]))
     terms.append(Term("one_layer", Role.RECOMPUTED_ACTIVATION, one_layer + sliding_extra(s_), r"M_{\mathrm{layer}}",
                       "one layer's saved tensors (recomputed under checkpointing), alive until its backward ends",
                       "torch.utils.checkpoint / autograd",   # without checkpointing: the first layer's, still saved
-                      lifetime=(RECOMPUTES[2:] if s_.checkpoint_every > 1 else RECOMPUTES) if s_.grad_checkpointing
+                      lifetime=RECOMPUTES[:2] if s_.kind_depths else
+                      (RECOMPUTES[2:] if s_.checkpoint_every > 1 else RECOMPUTES) if s_.grad_checkpointing
                       else (Phase.FIRST_LAYER_BACKWARD,)))
     return terms
