@@ -1567,7 +1567,7 @@ def _kv_branch_of(s_: Structure) -> dict[str, tuple[sp.Expr, str, str, str]]:
     if not s_.lora:
         out["act_linear_inputs"] = _linear_inputs(s_, kv, group)
     else:
-        out.update(_lora_saved(s_, [t for t in s_.targets if fam.linear(t) in kv], group,
+        out.update(_lora_saved(s_, [t for t in s_.targets if fam.linear_map.get(t) in kv], group,
                                {"attn_in": grad["layer_in"]}))
     return _kind_dims(fam, out)
 
