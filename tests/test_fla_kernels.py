@@ -80,7 +80,8 @@ def test_auto_takes_fla_on_cuda_and_torch_on_cpu():
 
 
 def test_every_stored_deltanet_case_follows_the_torch_path():
-    """validate traces on the CPU (FakeTensorMode): every stored case maps to --kernels torch, so keeps its estimate."""
+    """validate traces on the CPU (FakeTensorMode): every stored case maps to --kernels torch, so keeps its estimate;
+    so does a case measured with real CUDA tensors (gpu_session.sh), where the validate extra installs no fla."""
     from symvram.validate.spec import normalize_spec, to_scenario
 
     cases = [json.loads(line) for line in (ROOT / "benchmarks/cases.jsonl").read_text().splitlines() if line.strip()]
@@ -88,7 +89,8 @@ def test_every_stored_deltanet_case_follows_the_torch_path():
                 ("qwen3_5_text", "qwen3_5_moe_text", "qwen3_next", "olmo_hybrid")]
     assert deltanet
     for case in deltanet:
-        assert to_scenario(normalize_spec(case)).structure.kernels == "torch", case["name"]
+        for device in ("fake", "cuda"):
+            assert to_scenario(normalize_spec({**case, "device": device})).structure.kernels == "torch", case["name"]
 
 
 @pytest.mark.parametrize("model, kw, why", [

@@ -153,7 +153,11 @@ def to_scenario(spec: dict) -> Scenario:
         **{k: s.get(k, v) for k, v in OPTIONAL.items() if k != "modules_to_save"},
         modules_to_save=s.get("modules_to_save", []),
         grad_checkpointing=s["grad_checkpointing"], attention=s["attention"],
-        device="cuda" if s["device"] == "cuda" else "cpu")
+        device="cuda" if s["device"] == "cuda" else "cpu",
+        # what a spec measures is transformers' torch path for a Gated DeltaNet: FakeTensorMode and the CPU run no
+        # Triton, and the validate extra installs neither flash-linear-attention nor causal-conv1d for a CUDA run
+        # (--kernels fla is modelled from their source, not measured)
+        kernels="torch")
 
 
 def from_scenario(sc: Scenario) -> dict:
