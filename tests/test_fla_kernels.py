@@ -111,3 +111,37 @@ def test_the_cli_flag_and_its_refusal():
     assert torch.returncode == 0 and "Gated DeltaNet on transformers' torch path" in " ".join(torch.stdout.split())
     bad = subprocess.run([*run, "--kernels", "fla", "--device", "cpu"], capture_output=True, text=True, cwd=ROOT)
     assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1 and "--device cpu" in bad.stderr
+
+
+def test_a_spec_names_the_path_a_cuda_run_took():
+    """A spec's ``kernels`` (default torch, left out of the canonical spec so stored keys stay) is the path the run
+    took: gpu_session.sh's fla rows estimate on fla's terms; validate's own specs keep the torch path."""
+    from symvram.validate.spec import from_scenario, normalize_spec, to_scenario
+
+    spec = {"arch": TINY, "method": "lora", "rank": 8, "seq": S, "batch": B}
+    assert "kernels" not in normalize_spec(spec) and normalize_spec({**spec, "kernels": "fla"})["kernels"] == "fla"
+    assert to_scenario({**spec, "kernels": "fla", "device": "cuda"}).structure.kernels == "fla"
+    with pytest.raises(UserError, match="--device cpu"):
+        to_scenario({**spec, "kernels": "fla"})   # a fake run is a CPU run
+    assert "kernels" not in from_scenario(_scenario(TINY, "fla"))
+
+
+def test_measure_refuses_a_path_the_run_does_not_take():
+    """Without flash-linear-attention and causal-conv1d (this machine; FakeTensorMode and the CPU run no Triton) a
+    run takes the torch path: a spec saying fla is refused before anything is built."""
+    pytest.importorskip("torch")
+    import importlib.util
+
+    from symvram.validate.measure import _check_kernels
+    from symvram.validate.spec import normalize_spec
+
+    if importlib.util.find_spec("fla") or importlib.util.find_spec("causal_conv1d"):
+        pytest.skip("flash-linear-attention or causal-conv1d installed")
+    spec = {"arch": TINY, "method": "lora", "rank": 8, "seq": S, "batch": B, "device": "cuda"}
+    _check_kernels(normalize_spec(spec))
+    with pytest.raises(UserError, match="takes the torch path"):
+        _check_kernels(normalize_spec({**spec, "kernels": "fla"}))
+    with pytest.raises(UserError, match="no Gated DeltaNet"):
+        _check_kernels(normalize_spec({"arch": {"model_type": "llama", "hidden_size": 64, "intermediate_size": 128,
+                                                "num_hidden_layers": 2, "num_attention_heads": 4,
+                                                "vocab_size": 100}, "kernels": "fla"}))

@@ -32,7 +32,10 @@ OPTIONAL: dict[str, Any] = {"stack": "torch", "checkpoint_impl": "non-reentrant"
                             "optimizer_in_backward": False, "checkpoint_every": 1, "checkpoint_ops": False, "offload_activations": False, "packing": 0, "objective": "sft", "prompt": 0, "precompute_ref": False,
                             "num_generations": 8, "steps_per_generation": 1, "gradient_accumulation_steps": 1,
                             "num_iterations": 1, "beta": 0.0, "loss_type": "dapo", "generation": "hf",
-                            "routing": "balanced", "cpo_alpha": 1.0, "router_aux_loss_coef": None}
+                            "routing": "balanced", "cpo_alpha": 1.0, "router_aux_loss_coef": None,
+                            # the Gated DeltaNet path a CUDA run took (measure._check_kernels): torch, or fla where
+                            # flash-linear-attention and causal-conv1d are installed (benchmarks/gpu_session.sh)
+                            "kernels": "torch"}
 
 
 def _stack_values(name: str, dtype: str) -> dict[str, Any]:
@@ -153,11 +156,7 @@ def to_scenario(spec: dict) -> Scenario:
         **{k: s.get(k, v) for k, v in OPTIONAL.items() if k != "modules_to_save"},
         modules_to_save=s.get("modules_to_save", []),
         grad_checkpointing=s["grad_checkpointing"], attention=s["attention"],
-        device="cuda" if s["device"] == "cuda" else "cpu",
-        # what a spec measures is transformers' torch path for a Gated DeltaNet: FakeTensorMode and the CPU run no
-        # Triton, and the validate extra installs neither flash-linear-attention nor causal-conv1d for a CUDA run
-        # (--kernels fla is modelled from their source, not measured)
-        kernels="torch")
+        device="cuda" if s["device"] == "cuda" else "cpu")
 
 
 def from_scenario(sc: Scenario) -> dict:
@@ -176,7 +175,10 @@ def from_scenario(sc: Scenario) -> dict:
             "dtype": sc.dtype, "autocast": None if sc.autocast == "none" else sc.autocast,
             "optimizer": sc.optimizer, "optimizer_impl": sc.optimizer_impl,
             "grad_checkpointing": sc.grad_checkpointing, "attention": sc.attention,
-            **{k: getattr(sc, k) for k, v in OPTIONAL.items() if k != "modules_to_save" and getattr(sc, k) != v}}
+            # validate traces a Gated DeltaNet on transformers' torch path (FakeTensorMode and the CPU run no Triton):
+            # its spec keeps the default kernels, and the estimate it is compared with follows that path too
+            **{k: getattr(sc, k) for k, v in OPTIONAL.items() if k not in ("modules_to_save", "kernels")
+               and getattr(sc, k) != v}}
     if sc.router_aux_loss_coef and not sc.trl_trainer:   # LLaMA-Factory's configure_moe (model_utils/moe.py:160-199)
         spec["arch"].update(output_router_logits=True, router_aux_loss_coef=sc.router_aux_loss_coef)
     if sc.lora:
