@@ -230,8 +230,8 @@ def summary(sc) -> str:
         if sc.structure.kernels == "fla":
             parts.append("Gated DeltaNet on flash-linear-attention's and causal-conv1d's kernels (--kernels fla: "
                          "chunk_gated_delta_rule, causal_conv1d_fn; the gated RMSNorm stays transformers' torch module) "
-                         "— what they save modelled from fla 0.6.0 source, not measured (Triton)"
-                         + "; under checkpointing their backward's temporaries are not modelled" * sc.grad_checkpointing)
+                         "— what they save modelled from fla 0.6.0 source, not measured (Triton); the backward's "
+                         "working set (the per-chunk states it recomputes) is not modelled")
         else:
             parts.append("Gated DeltaNet on transformers' torch path (torch_chunk_gated_delta_rule, run when "
                          "flash-linear-attention is not installed, --kernels torch; fla's kernels are --kernels fla"

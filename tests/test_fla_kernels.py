@@ -115,7 +115,8 @@ def test_the_cli_flag_and_its_refusal():
 
 def test_a_spec_names_the_path_a_cuda_run_took():
     """A spec's ``kernels`` (default torch, left out of the canonical spec so stored keys stay) is the path the run
-    took: gpu_session.sh's fla rows estimate on fla's terms; validate's own specs keep the torch path."""
+    took: gpu_session.sh's fla rows estimate on fla's terms; validate's specs say the scenario's path (its default
+    CPU run: torch), and a CUDA run without fla refuses an fla spec (below)."""
     from symvram.validate.spec import from_scenario, normalize_spec, to_scenario
 
     spec = {"arch": TINY, "method": "lora", "rank": 8, "seq": S, "batch": B}
@@ -123,7 +124,8 @@ def test_a_spec_names_the_path_a_cuda_run_took():
     assert to_scenario({**spec, "kernels": "fla", "device": "cuda"}).structure.kernels == "fla"
     with pytest.raises(UserError, match="--device cpu"):
         to_scenario({**spec, "kernels": "fla"})   # a fake run is a CPU run
-    assert "kernels" not in from_scenario(_scenario(TINY, "fla"))
+    assert from_scenario(_scenario(TINY, None))["kernels"] == "fla"   # auto on CUDA: validate --device cuda
+    assert "kernels" not in from_scenario(_scenario(TINY, None, device="cpu"))
 
 
 def test_measure_refuses_a_path_the_run_does_not_take():

@@ -827,7 +827,8 @@ def _check_kernels(spec: dict) -> None:
     if spec.get("kernels", "torch") != ran:
         raise UserError(f"kernels {spec.get('kernels', 'torch')}: this run takes the {ran} path for the Gated "
                         "DeltaNet layers (" + ("flash-linear-attention and causal-conv1d are installed" if ran == "fla"
-                                               else "fla's kernels need CUDA and both packages") + ")")
+                                               else "fla's kernels need CUDA and both packages")
+                        + f"); --kernels {ran} estimates that path")
 
 
 def measure(spec: dict, flops: bool = False) -> dict:

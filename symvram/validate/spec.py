@@ -175,10 +175,10 @@ def from_scenario(sc: Scenario) -> dict:
             "dtype": sc.dtype, "autocast": None if sc.autocast == "none" else sc.autocast,
             "optimizer": sc.optimizer, "optimizer_impl": sc.optimizer_impl,
             "grad_checkpointing": sc.grad_checkpointing, "attention": sc.attention,
-            # validate traces a Gated DeltaNet on transformers' torch path (FakeTensorMode and the CPU run no Triton):
-            # its spec keeps the default kernels, and the estimate it is compared with follows that path too
             **{k: getattr(sc, k) for k, v in OPTIONAL.items() if k not in ("modules_to_save", "kernels")
-               and getattr(sc, k) != v}}
+               and getattr(sc, k) != v},
+            # the Gated DeltaNet path resolved (auto: fla on CUDA, torch on the CPU, where validate traces)
+            **({"kernels": sc.structure.kernels} if sc.structure.kernels != OPTIONAL["kernels"] else {})}
     if sc.router_aux_loss_coef and not sc.trl_trainer:   # LLaMA-Factory's configure_moe (model_utils/moe.py:160-199)
         spec["arch"].update(output_router_logits=True, router_aux_loss_coef=sc.router_aux_loss_coef)
     if sc.lora:
