@@ -965,18 +965,15 @@ class Scenario:
         without Gated DeltaNet layers follows neither (torch)."""
         if self.kernels != "auto":
             return self.kernels
-        deltanet = any(k.extra("gated_deltanet") for _, k in family(self.model.family).layer_kinds)
-        return "fla" if deltanet and self.device == "cuda" else "torch"
+        return "fla" if family(self.model.family).has_deltanet and self.device == "cuda" else "torch"
 
     def _check_fla(self) -> None:
-        """``--kernels fla`` is modelled for the Gated DeltaNet mixers on CUDA (ledger.activations._gated_deltanet)."""
+        """``--kernels fla`` is modelled for the Gated DeltaNet mixers on CUDA (ledger.activations._fla_deltanet)."""
         fam = family(self.model.family)
-        why = ("--device cpu (fla's kernels are Triton, and transformers takes them only with CUDA or XPU: "
-               "utils/import_utils.py:1015-1021)" if self.device == "cpu" else
-               f"{fam.key}'s Mamba-2 layers (they run mamba_ssm's kernels, not fla's; mamba_ssm is not modelled)"
+        why = ("--device cpu (fla's kernels are Triton GPU kernels)" if self.device == "cpu" else
+               f"{fam.key}'s Mamba-2 layers (they run mamba_ssm's fused kernels, not fla's)"
                if fam.mamba or any(k.mamba for _, k in fam.layer_kinds) else
-               f"{fam.key}, which has no Gated DeltaNet layers"
-               if not any(k.extra("gated_deltanet") for _, k in fam.layer_kinds) else
+               f"{fam.key}, which has no Gated DeltaNet layers" if not fam.has_deltanet else
                f"--stack {self.stack} (its own model code)" if self.model_code != "transformers" else None)
         if why:
             raise UserError(f"--kernels fla with {why} is not modelled; fla's kernels are modelled for the Gated "

@@ -226,7 +226,7 @@ def summary(sc) -> str:
     elif sc.offload_activations:
         parts.append("TRL's activation offloading (its rules traced on the CPU; the copy streams' overlap and pinned "
                      "host memory modelled, not measured)")
-    if any(k.extra("gated_deltanet") for _, k in sc.structure.arch.layer_kinds):
+    if sc.structure.arch.has_deltanet:
         if sc.structure.kernels == "fla":
             parts.append("Gated DeltaNet on flash-linear-attention's and causal-conv1d's kernels (--kernels fla: "
                          "chunk_gated_delta_rule, causal_conv1d_fn; the gated RMSNorm stays transformers' torch module) "

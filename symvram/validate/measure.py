@@ -815,7 +815,7 @@ def _check_kernels(spec: dict) -> None:
     from ..presets import decoder_family
 
     known = decoder_family(spec["arch"])
-    if not known or not any(k.extra("gated_deltanet") for _, k in family(known).layer_kinds):
+    if not known or not family(known).has_deltanet:
         if spec.get("kernels", "torch") != "torch":
             raise UserError(f"kernels {spec['kernels']}: the model has no Gated DeltaNet layers")
         return
