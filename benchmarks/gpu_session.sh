@@ -9,6 +9,10 @@
 #   step_time_gpu.json/.log  benchmarks/step_time_gpu.py --large: predicted vs measured seconds per step
 #   measurements_cuda.jsonl  benchmarks/cases.jsonl measured with real CUDA tensors, smallest estimate first,
 #   measure.log              none started after SECONDS_FOR_PEAKS (default 240); rerun to resume
+#   measurements_cuda_fla.jsonl  only where flash-linear-attention and causal-conv1d are installed: the Gated DeltaNet
+#                            cases of benchmarks/cases.jsonl on their kernels ("kernels": "fla", symvram's --kernels
+#                            fla, modelled from their source); none started after 60 s (then the torch-path rows of
+#                            those cases above fail: that box runs fla's kernels, measure._check_kernels)
 #   allocator_reserved.jsonl benchmarks/allocator_gpu.py reserved: max_memory_reserved() with the default
 #                            allocator and with expandable_segments:True, mem_get_info() (the nvidia-smi
 #                            level), beside symvram's replay, for six Llama-3-8B settings (LoRA/QLoRA,
@@ -39,6 +43,15 @@ timeout 120 "$py" "$here/benchmarks/moe_kbit_gpu.py" --out "$out/moe_kbit.jsonl"
 "$py" "$here/benchmarks/step_time_gpu.py" --large --out "$out/step_time_gpu.json" 2>&1 | tee "$out/step_time_gpu.log"
 "$py" "$here/benchmarks/measure_cases.py" "$here/benchmarks/cases.jsonl" --device cuda --smallest-first \
   --max-gib 125 --stop-after "$budget" --out "$out/measurements_cuda.jsonl" 2>&1 | tee "$out/measure.log"
+if "$py" -c 'import fla, causal_conv1d' 2>/dev/null; then
+  "$py" -c 'import json, sys
+for c in map(json.loads, filter(str.strip, open(sys.argv[1]))):
+    if c.get("arch", {}).get("model_type") in ("qwen3_5_text", "qwen3_5_moe_text", "qwen3_next", "olmo_hybrid"):
+        print(json.dumps({**c, "name": c["name"] + "_fla", "kernels": "fla"}))' "$here/benchmarks/cases.jsonl" \
+    >"$out/cases_fla.jsonl"
+  "$py" "$here/benchmarks/measure_cases.py" "$out/cases_fla.jsonl" --device cuda --smallest-first --max-gib 125 \
+    --stop-after 60 --out "$out/measurements_cuda_fla.jsonl" 2>&1 | tee "$out/measure_fla.log"
+fi
 "$py" "$here/benchmarks/allocator_gpu.py" reserved --seq 2048 --stop-after "$((allocator_budget / 2))" \
   --out "$out/allocator_reserved.jsonl" 2>&1 | tee "$out/allocator.log"
 "$py" "$here/benchmarks/allocator_gpu.py" oom-line --stop-after "$((allocator_budget / 2))" \

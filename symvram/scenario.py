@@ -32,6 +32,9 @@ OPTIMIZERS = ("adamw", "sgd", "sgd-momentum", "lion", "adafactor", *BNB_OPTIMIZE
 OPTIMIZER_IMPLS = ("foreach", "fused", "forloop")
 ATTENTIONS = ("sdpa", "eager")
 DEVICES = ("cuda", "cpu")
+# --kernels: the Gated DeltaNet mixers' code path (Scenario.deltanet_kernels): auto (fla on CUDA, torch on the CPU),
+# torch (transformers' fallback), fla (flash-linear-attention's and causal-conv1d's kernels)
+KERNELS = ("auto", "torch", "fla")
 CHECKPOINT_IMPLS = ("non-reentrant", "reentrant", "unsloth")
 KBIT_PREPS = ("peft", "none")
 ROUTINGS = ("balanced", "worst")   # MoE: the routing priced (worst: every token on the same k experts)
@@ -268,6 +271,7 @@ class Scenario:
     attention: str = "sdpa"
     lora_dropout: float = 0.0
     device: str = "cuda"
+    kernels: str = "auto"           # the Gated DeltaNet path: auto | torch | fla (Scenario.deltanet_kernels)
     double_quant: bool = True
     gpus: int = 1
     zero: int = 0
@@ -532,6 +536,9 @@ class Scenario:
         if self.attention not in fam.attention_kernels:
             raise UserError(f"--attention {self.attention}: {fam.attention_why or fam.key + ' runs ' + ', '.join(fam.attention_kernels)}")
         _choice(self.device, DEVICES, "--device")
+        _choice(self.kernels, KERNELS, "--kernels")
+        if self.kernels == "fla":
+            self._check_fla()
         _choice(self.offload, OFFLOADS, "--offload")
         _positive_int(self.batch, "--batch", MAX_BATCH)
         _positive_int(self.seq, "--seq", MAX_SEQ)
@@ -1007,6 +1014,30 @@ class Scenario:
                             f"the load-balancing loss's working sets are derived for routed experts without "
                             f"{', '.join(unmodelled)} (Mixtral's and Qwen3-MoE's blocks)")
 
+    @property
+    def deltanet_kernels(self) -> str:
+        """Which code runs a Gated DeltaNet mixer: ``fla`` (flash-linear-attention's chunk_gated_delta_rule and
+        causal-conv1d's causal_conv1d_fn, which transformers 5.24 imports when they are installed:
+        integrations/hub_kernels.py:990-1020, models/qwen3_5/modeling_qwen3_5.py:255, :286) or ``torch`` (its
+        fallback). ``--kernels auto`` takes fla on CUDA (a GPU user installs them) and torch on the CPU, where fla's
+        Triton kernels do not run (and where validate traces: every stored case follows the torch path); a model
+        without Gated DeltaNet layers follows neither (torch)."""
+        if self.kernels != "auto":
+            return self.kernels
+        return "fla" if family(self.model.family).has_deltanet and self.device == "cuda" else "torch"
+
+    def _check_fla(self) -> None:
+        """``--kernels fla`` is modelled for the Gated DeltaNet mixers on CUDA (ledger.activations._fla_deltanet)."""
+        fam = family(self.model.family)
+        why = ("--device cpu (fla's kernels are Triton GPU kernels)" if self.device == "cpu" else
+               f"{fam.key}'s Mamba-2 layers (they run mamba_ssm's fused kernels, not fla's)"
+               if fam.mamba or any(k.mamba for _, k in fam.layer_kinds) else
+               f"{fam.key}, which has no Gated DeltaNet layers" if not fam.has_deltanet else
+               f"--stack {self.stack} (its own model code)" if self.model_code != "transformers" else None)
+        if why:
+            raise UserError(f"--kernels fla with {why} is not modelled; fla's kernels are modelled for the Gated "
+                            "DeltaNet layers of transformers' Qwen3.5, Qwen3-Next and OLMo Hybrid on CUDA")
+
     def _moe_layers(self) -> bool:
         """Whether the model has MoE layers: a layer kind of the family that is an MoE block and has layers here
         (Gemma 4's only under enable_moe_block)."""
@@ -1069,7 +1100,7 @@ class Scenario:
             and self.adapter_dtype != (self.autocast if self.autocast != "none" else self.compute_dtype),
             autocast=self.autocast != "none", weight_casts=self.autocast != "none" and self.dtype == "fp32",
             dropout=self.lora and self.lora_dropout > 0 and not objectives()[self.objective].get("disable_dropout"),
-            device=self.device, objective=self.objective, reference=self.reference, score_head=self.score_head,
+            device=self.device, kernels=self.deltanet_kernels, objective=self.objective, reference=self.reference, score_head=self.score_head,
             nll=self.nll,
             old_logps=self.objective == "grpo"
             and self.gradient_accumulation_steps % (self.steps_per_generation * self.num_iterations) != 0,

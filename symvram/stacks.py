@@ -226,10 +226,17 @@ def summary(sc) -> str:
     elif sc.offload_activations:
         parts.append("TRL's activation offloading (its rules traced on the CPU; the copy streams' overlap and pinned "
                      "host memory modelled, not measured)")
-    if any(k.extra("gated_deltanet") for _, k in sc.structure.arch.layer_kinds):
-        parts.append("Gated DeltaNet on transformers' torch path (torch_chunk_gated_delta_rule, run when "
-                     "flash-linear-attention is not installed; the fla kernels' saved tensors are not modelled"
-                     + "; under checkpointing its backward's temporaries are not either" * sc.grad_checkpointing + ")")
+    if sc.structure.arch.has_deltanet:
+        if sc.structure.kernels == "fla":
+            parts.append("Gated DeltaNet on flash-linear-attention's and causal-conv1d's kernels (--kernels fla: "
+                         "chunk_gated_delta_rule, causal_conv1d_fn; the gated RMSNorm stays transformers' torch module) "
+                         "— what they save modelled from fla 0.6.0 source, not measured (Triton); the backward's "
+                         "working set (the per-chunk states it recomputes) is not modelled")
+        else:
+            parts.append("Gated DeltaNet on transformers' torch path (torch_chunk_gated_delta_rule, run when "
+                         "flash-linear-attention is not installed, --kernels torch; fla's kernels are --kernels fla"
+                         + "; under checkpointing its backward's temporaries are not modelled" * sc.grad_checkpointing
+                         + ")")
     if any(k.mamba for _, k in sc.structure.arch.layer_kinds):
         parts.append("Mamba-2 on transformers' torch path (mamba2_chunk_scan, run when mamba_ssm and causal_conv1d are "
                      "not installed; mamba_ssm's fused kernels' saved tensors are not modelled"

@@ -252,6 +252,7 @@ OPTIONS = {
     "--optimizer": ["adamw", "sgd", "sgd-momentum", "lion", "adafactor"], "--optimizer-impl": ["foreach", "fused", "forloop"],
     "--adapter-dtype": ["bf16", "fp16", "fp32"], "--autocast": ["none", "bf16", "fp16"], "--batch": NUMBERS,
     "--seq": NUMBERS, "--grad-checkpointing": None, "--attention": ["sdpa", "eager"], "--device": ["cuda", "cpu"],
+    "--kernels": ["auto", "torch", "fla"],
     "--gpus": NUMBERS, "--zero": ["0", "1", "2", "3"], "--offload": ["none", "optimizer", "optimizer+params"],
     "--tp": ["1", "2", "3", "8"], "--sequence-parallel": None, "--units": ["GiB", "GB"], "--format": ["table", "json"],
     "--set": ["layers=1", "kv_heads=1", "heads=64", "vocab=1", "bytes_state=1", "quant_bits=2", "rank=1", "tp=2",

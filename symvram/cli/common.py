@@ -8,8 +8,8 @@ from pathlib import Path
 
 from ..api import objectives
 from ..errors import EXCERPT, UserError, excerpt, one_line
-from ..scenario import (ATTENTIONS, CHECKPOINT_IMPLS, DEVICES, DTYPES, HALF_DTYPES, LOADERS, LOSS_IMPLS, METHODS,
-                        OFFLOADS, OPTIMIZER_IMPLS, OPTIMIZERS, ROUTINGS, STATE_DTYPES, Scenario)
+from ..scenario import (ATTENTIONS, CHECKPOINT_IMPLS, DEVICES, DTYPES, HALF_DTYPES, KERNELS, LOADERS, LOSS_IMPLS,
+                        METHODS, OFFLOADS, OPTIMIZER_IMPLS, OPTIMIZERS, ROUTINGS, STATE_DTYPES, Scenario)
 from ..stacks import stack_names, stacks
 from ..units import UNITS
 
@@ -215,6 +215,10 @@ def add_scenario_arguments(p: argparse.ArgumentParser) -> None:
                         "same k experts); transformers' grouped_mm experts hold the T·k token-expert pairs in buffers "
                         "of T·k rows however they fall, so both price the same there and the header says so")
     g.add_argument("--device", choices=DEVICES, help="cuda (default) or cpu: which tensors dropout keeps")
+    g.add_argument("--kernels", choices=KERNELS,
+                   help="Gated DeltaNet layers (Qwen3.5, Qwen3-Next, OLMo Hybrid): fla (flash-linear-attention's and "
+                        "causal-conv1d's kernels, installed), torch (transformers' fallback without them) or auto "
+                        "(default: fla on cuda, torch on cpu)")
     g = p.add_argument_group("several GPUs (per-GPU bytes; offloaded bytes reported as host memory)")
     g.add_argument("--gpus", type=positive_int, help="data-parallel GPUs N, the ZeRO/FSDP shard degree (default 1)")
     g.add_argument("--zero", type=int, choices=(0, 1, 2, 3), help="ZeRO stage: 0 = DDP (default), 1 = optimizer "
@@ -248,7 +252,7 @@ def add_output_arguments(p: argparse.ArgumentParser, required: bool = False,
 
 SCENARIO_FLAGS = ("stack", "checkpoint_every", "offload_activations", "packing", "loader", "image_tokens", "train_vision", "liger", "checkpoint_impl", "loss_impl", "kbit_prep", "routing", "dora", "modules_to_save", "optimizer_in_backward", "method", "rank", "targets", "lora_dropout", "double_quant", "dtype", "master", "state_dtype",
                   "optimizer", "optimizer_impl", "adapter_dtype", "autocast", "batch", "seq", "grad_checkpointing",
-                  "attention", "device", "gpus", "zero", "offload", "mp_policy", "tp", "sequence_parallel", "versions",
+                  "attention", "device", "kernels", "gpus", "zero", "offload", "mp_policy", "tp", "sequence_parallel", "versions",
                   "objective", "prompt", "precompute_ref", "max_completion_length", "num_generations",
                   "steps_per_generation", "gradient_accumulation_steps", "num_iterations", "beta", "loss_type",
                   "generation", "cpo_alpha", "router_aux_loss_coef")

@@ -508,7 +508,8 @@ def _gated_deltanet(s_: Structure) -> dict[str, tuple[sp.Expr, str, str, str]]:
     - the gated RMSNorm (:204-220): its fp32 input and 1/rms, silu(z)'s fp32 input and output, weight · norm(x);
       a trainable weight also keeps norm(x) in the compute dtype, a trainable A_log its exp and softplus's output.
 
-    Flash-linear-attention's chunk_gated_delta_rule (the default GPU path) saves less: modelled by ``--kernels``."""
+    With ``--kernels fla`` (structure ``kernels``: flash-linear-attention's and causal-conv1d's kernels) the conv and
+    the rule are :func:`_fla_deltanet`'s instead; the gates and the gated RMSNorm stay these torch ops."""
     conv_dim = 2 * n_k * d_k + n_v * d_v
     chunks = ceil_div(seq, C_d)
     S_p = C_d * chunks
@@ -547,11 +548,62 @@ def _gated_deltanet(s_: Structure) -> dict[str, tuple[sp.Expr, str, str, str]]:
                                  GDN + " torch_chunk_gated_delta_rule"),
            "act_deltanet_norm": (norm, r"A_{\mathrm{norm},g}", "the gated RMSNorm: its fp32 input and 1/rms, "
                                  "silu(z)'s fp32 input and output, and weight · norm(x)", GDN + " Qwen3_5RMSNormGated")}
+    if s_.kernels == "fla":
+        out.update(_fla_deltanet(s_))
     if not s_.lora:
         out["act_deltanet_weights"] = (b_c * T * n_v * d_v + b_32 * T * n_v + b_32 * n_v, r"A_{\Delta,w}",
                                        "trainable mixer weights: the norm keeps norm(x) for its weight, A_log its exp "
                                        "and softplus's output", GDN + " Qwen3_5GatedDeltaNet.forward")
     return out
+
+
+FLA = "fla 0.6.0 (fla-core 0.6.0) fla/ops/gated_delta_rule/chunk.py"
+CAUSAL_CONV1D = "causal-conv1d causal_conv1d/causal_conv1d_interface.py"
+
+
+def _fla_deltanet(s_: Structure) -> dict[str, tuple[sp.Expr, str, str, str]]:
+    """The conv and the delta rule of a Gated DeltaNet mixer on its GPU path (``--kernels fla``): transformers 5.24
+    imports causal_conv1d's causal_conv1d_fn and fla's chunk_gated_delta_rule in place of its torch functions when
+    they are installed (integrations/hub_kernels.py:990-1020, _KERNELS_INTERNAL_PATH_MAPPINGS :70; the call passes
+    use_qk_l2norm_in_kernel=True, modeling_qwen3_5.py:632-642). Modelled from the source of flash-linear-attention
+    0.6.0 (fla-core 0.6.0, 2026-10-23: the release before transformers 5.24.0's of 2026-11-21) and of causal-conv1d
+    (github Dao-AILab/causal-conv1d at 0d2252d, v1.6.1.post4); Triton and CUDA kernels: not measured.
+
+    - the conv: CausalConv1dFn.forward saves (x, weight, bias, seq_idx, initial_states) (causal_conv1d_interface.py
+      :59): x is in_proj's output as the (b, conv_dim, s) transposed view (channel-last: no copy, :24-25), in the
+      linear's output dtype (the kernel takes a wider weight, csrc/causal_conv1d.cpp:158-159, :249-250); its output
+      (empty_like(x), cpp_functions.py:103, SiLU applied in the kernel) is not kept: the backward recomputes it;
+    - the rule: ChunkGatedDeltaRuleFunction.forward (chunk.py:253-335) runs under input_guard, which makes every
+      input contiguous (fla/utils/decorators.py:97-133, :92-95): v, a view of the conv output's last n_v·d_v columns,
+      becomes a copy; it saves (chunk.py:310-326) q and k l2-normalised in their dtype (l2norm_fwd: empty_like,
+      fla/modules/norm/l2norm.py:112-139) with their fp32 1/‖·‖ (b·s·n_k each: n_k heads, not repeated to n_v),
+      that v, g's chunk-local cumsum in fp32 (chunk.py:62-68, fla/ops/utils/cumsum.py:459), β (the very tensor
+      sigmoid keeps, counted with the gates; OLMo Hybrid's 2·sigmoid(b) under linear_allow_neg_eigval is a tensor
+      of its own, ``extras.neg_eigval``) and A, the solved (I + A)⁻¹ of every chunk, (b, s, n_v, C_Δ) in k's dtype
+      (chunk_fwd.py:385); initial_state, cu_seqlens, chunk_indices, g_input, A_log and dt_bias are None here. The
+      per-chunk states h, v_new, w and u are not kept: the backward recomputes them (chunk.py:147-171). No sequence
+      padding (the kernels mask the last chunk). FlashQLA's backend (a separate package, fla's dispatch priority 3
+      on SM90+, ops/gated_delta_rule/backends/flash_qla.py) is not modelled: fla's Triton path is.
+
+    >>> from symvram.ledger.structure import Structure
+    >>> sorted(_fla_deltanet(Structure(family="qwen3_5_text:linear", kernels="fla")))
+    ['act_deltanet_conv', 'act_deltanet_rule']
+    """
+    b_x = matmul_bytes(s_) if s_.autocast else b_c   # what in_proj returns: the conv's input and output dtype
+    conv = b_x * T * (2 * n_k * d_k + n_v * d_v)
+    rule = (2 * b_x * T * n_k * d_k + 2 * b_32 * T * n_k         # l2-normalised q, k and their fp32 1/‖·‖
+            + b_x * T * n_v * d_v                                 # v's contiguous copy
+            + b_32 * T * n_v                                      # g's chunk-local cumsum (fp32)
+            + b_x * T * n_v * C_d                                 # A: (I + A)⁻¹ per chunk, C_Δ wide per token
+            + (b_x * T * n_v if s_.arch.extra("neg_eigval") else 0))   # OLMo Hybrid's β = 2·sigmoid(b)
+    return {"act_deltanet_conv": (conv, r"A_{\mathrm{conv}}", "causal-conv1d's CausalConv1dFn keeps its input "
+                                  "(in_proj's output; the SiLU output is recomputed in the backward)",
+                                  CAUSAL_CONV1D + " CausalConv1dFn"),
+            "act_deltanet_rule": (rule, r"A_{\Delta}", "fla's chunk_gated_delta_rule keeps the l2-normalised q and k "
+                                  "and their fp32 1/‖·‖, v's contiguous copy, g's fp32 chunk cumsum and the solved "
+                                  "C_Δ-wide (I + A)⁻¹ per token and value head; the per-chunk states are recomputed "
+                                  "in the backward (fla path: ChunkGatedDeltaRuleFunction)",
+                                  FLA + " ChunkGatedDeltaRuleFunction")}
 
 
 MAMBA = "transformers models/nemotron_h/modeling_nemotron_h.py"
@@ -1222,7 +1274,7 @@ def per_layer_bytes(s_: Structure) -> sp.Expr:
 
 # the only fields the activation and transient terms read (not the optimizer, master copy, quantization, sharding)
 ACTIVATION_FIELDS = ("method", "family", "first_kind", "lead_kinds", "kind_depths", "options", "tied", "targets", "adapter_upcast", "attention", "autocast",
-                     "compute_fp32", "device", "dora", "dropout", "grad_checkpointing", "head_targets",
+                     "compute_fp32", "device", "kernels", "dora", "dropout", "grad_checkpointing", "head_targets",
                      "optimizer_in_backward", "checkpoint_every", "checkpoint_ops", "offload_activations", "offload_checkpoints", "packed", "liger",
                      "unsloth_kernels", "params_cast",
                      "model_code",

@@ -235,6 +235,16 @@ class Family:
         """
         return any(k.moe for _, k in self.layer_kinds)
 
+    @cached_property
+    def has_deltanet(self) -> bool:
+        """Whether any of the family's layer kinds runs a Gated DeltaNet mixer (``extras.gated_deltanet``), whose
+        code path ``--kernels`` chooses.
+
+        >>> family("qwen3_5_text").has_deltanet, family("llama").has_deltanet
+        (True, False)
+        """
+        return any(k.extra("gated_deltanet") for _, k in self.layer_kinds)
+
     @property
     def mixer(self) -> str:
         """The layer's token mixer: attention (every family's), a Mamba-2 mixer, both side by side (Falcon-H1's

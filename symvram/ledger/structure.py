@@ -39,6 +39,7 @@ class Structure:
     weight_casts: bool = False        # weights stored wider than the autocast dtype: each linear saves a cast copy
     dropout: bool = False             # LoRA dropout p > 0
     device: str = "cuda"              # cuda | cpu: which tensors dropout keeps
+    kernels: str = "torch"            # torch | fla: a Gated DeltaNet mixer on transformers' torch path or fla's kernels
     attention: str = "sdpa"           # sdpa | eager
     grad_checkpointing: bool = False  # non-reentrant activation checkpointing of each decoder layer
     double_quant: bool = True         # QLoRA: absmax constants quantized again

@@ -836,6 +836,34 @@ def prepare(spec: dict, fake_mode=None, device: str = "cpu"):
     return model, optimizer, input_ids, labels, trainable, total
 
 
+def _check_kernels(spec: dict) -> None:
+    """A spec's ``kernels`` is the Gated DeltaNet path the run takes: transformers 5.24 imports fla's
+    chunk_gated_delta_rule and causal-conv1d's causal_conv1d_fn whenever the packages are installed
+    (integrations/hub_kernels.py:1008-1020), so on CUDA the spec must say which ones are; FakeTensorMode and the
+    CPU run the torch path only (fla's kernels are Triton)."""
+    import importlib.util
+
+    from ..errors import UserError
+    from ..ledger.architecture import family
+    from ..presets import decoder_family
+
+    known = decoder_family(spec["arch"])
+    if not known or not family(known).has_deltanet:
+        if spec.get("kernels", "torch") != "torch":
+            raise UserError(f"kernels {spec['kernels']}: the model has no Gated DeltaNet layers")
+        return
+    installed = [m for m in ("fla", "causal_conv1d") if importlib.util.find_spec(m) is not None]
+    ran = "fla" if spec.get("device") == "cuda" and len(installed) == 2 else "torch"
+    if spec.get("device") == "cuda" and len(installed) == 1:
+        raise UserError(f"only {installed[0]} of flash-linear-attention and causal-conv1d is installed: transformers "
+                        "would mix their kernels with its torch code, a path not modelled")
+    if spec.get("kernels", "torch") != ran:
+        raise UserError(f"kernels {spec.get('kernels', 'torch')}: this run takes the {ran} path for the Gated "
+                        "DeltaNet layers (" + ("flash-linear-attention and causal-conv1d are installed" if ran == "fla"
+                                               else "fla's kernels need CUDA and both packages")
+                        + f"); --kernels {ran} estimates that path")
+
+
 def measure(spec: dict, flops: bool = False) -> dict:
     """Measure the peak of live tensor bytes of ``spec['steps']`` training steps.
 
@@ -843,6 +871,7 @@ def measure(spec: dict, flops: bool = False) -> dict:
     holds the matmul-class FLOPs of one step (``count_flops``), counted in a fake run of their own.
     """
     spec = normalize_spec(spec)
+    _check_kernels(spec)
     if spec.get("device") == "cuda":
         return _measure_cuda(spec)
     from torch._subclasses.fake_tensor import FakeTensorMode

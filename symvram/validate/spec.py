@@ -33,7 +33,10 @@ OPTIONAL: dict[str, Any] = {"stack": "torch", "checkpoint_impl": "non-reentrant"
                             "num_generations": 8, "steps_per_generation": 1, "gradient_accumulation_steps": 1,
                             "num_iterations": 1, "beta": 0.0, "loss_type": "dapo", "generation": "hf",
                             "routing": "balanced", "cpo_alpha": 1.0, "router_aux_loss_coef": None,
-                            "image_tokens": 0, "train_vision": False, "loader": "causal-lm"}
+                            "image_tokens": 0, "train_vision": False, "loader": "causal-lm",
+                            # the Gated DeltaNet path a CUDA run took (measure._check_kernels): torch, or fla where
+                            # flash-linear-attention and causal-conv1d are installed (benchmarks/gpu_session.sh)
+                            "kernels": "torch"}
 
 
 def _stack_values(name: str, dtype: str) -> dict[str, Any]:
@@ -173,7 +176,10 @@ def from_scenario(sc: Scenario) -> dict:
             "dtype": sc.dtype, "autocast": None if sc.autocast == "none" else sc.autocast,
             "optimizer": sc.optimizer, "optimizer_impl": sc.optimizer_impl,
             "grad_checkpointing": sc.grad_checkpointing, "attention": sc.attention,
-            **{k: getattr(sc, k) for k, v in OPTIONAL.items() if k != "modules_to_save" and getattr(sc, k) != v}}
+            **{k: getattr(sc, k) for k, v in OPTIONAL.items() if k not in ("modules_to_save", "kernels")
+               and getattr(sc, k) != v},
+            # the Gated DeltaNet path resolved (auto: fla on CUDA, torch on the CPU, where validate traces)
+            **({"kernels": sc.structure.kernels} if sc.structure.kernels != OPTIONAL["kernels"] else {})}
     if sc.router_aux_loss_coef and not sc.trl_trainer:   # LLaMA-Factory's configure_moe (model_utils/moe.py:160-199)
         spec["arch"].update(output_router_logits=True, router_aux_loss_coef=sc.router_aux_loss_coef)
     if sc.lora:
