@@ -15,9 +15,9 @@ from .fit import add_card_arguments
 
 HELP = """\
 Reads the run from its training config, as --from does (axolotl or LLaMA-Factory YAML, TRL SFTConfig or
-TrainingArguments JSON, and the DeepSpeed / accelerate files they name or that follow), predicts its peak per
-GPU and sets it against the card: the verdict, and when it does not fit, the triage — what is over and the
-cheapest fixes as edits to the file. The exit status gates a launcher:
+TrainingArguments JSON, a torchtune recipe or LitGPT finetune YAML, and the DeepSpeed / accelerate files they
+name or that follow), predicts its peak per GPU and sets it against the card: the verdict, and when it does
+not fit, the triage — what is over and the cheapest fixes as edits to the file. The exit status gates a launcher:
 
   0  the predicted peak fits the card (less --headroom)
   1  it does not fit

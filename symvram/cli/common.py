@@ -65,7 +65,8 @@ def add_scenario_arguments(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("your training config")
     g.add_argument("--from", dest="from_files", action="append", default=[], metavar="FILE",
                    help="read the run from a training config: axolotl or LLaMA-Factory YAML, TRL SFTConfig / "
-                        "TrainingArguments JSON, DeepSpeed JSON, accelerate config YAML; repeatable; files it "
+                        "TrainingArguments JSON, a torchtune recipe or LitGPT finetune YAML, DeepSpeed JSON, "
+                        "accelerate config YAML; repeatable; files it "
                         "names (deepspeed: ds.json) are read too; flags given here win over the files")
     g.add_argument("--verbose", action="store_true", help="with --from: also list the keys not read "
                                                           "(not known to change memory)")
