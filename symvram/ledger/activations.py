@@ -853,6 +853,75 @@ def _moe_layer(s_: Structure) -> dict[str, tuple[sp.Expr, str, str, str]]:
     return out
 
 
+def routed_block_live(s_: Structure, R: sp.Expr, grad: bool = False) -> tuple[sp.Expr, sp.Expr, sp.Expr]:
+    """What one routed-experts block on R tokens (S = R·k_E token-expert pairs) holds beyond what autograd saves
+    (``grad``: the block recomputed under checkpointing) or, under no_grad, all it holds (transformers 5.24
+    integrations/moe.py:424-537 grouped_mm_experts_forward; the router, e.g. modeling_mixtral.py:104-111,
+    modeling_qwen3_moe.py:259-268): (through the block, the gated product being made, at the un-permute).
+
+    Through the block: the router's logits (the block keeps them as ``_`` until it returns), the top-k weights —
+    saved where the family renormalizes them in place and returns them uncast (Mixtral's fp32) or softmaxes the k
+    logits (gpt-oss), a local where they are cast (Qwen3-MoE's ``.to(router_logits.dtype)``, :266) — and the int64
+    top-k indices (saved by topk); the sorted expert ids (a local, but saved by the biases' gather where they train,
+    :480) and their permutation (saved by the weights' gather, :447), the gathered tokens (saved where the experts
+    train), the sorted weights (saved by their product, :523), histc's 4-byte input (fp32 on the CPU, int32 on CUDA:
+    :450-451) and the E counts, and the int32 offsets (saved). The gated product: the gate_up output (2·d_E), its
+    SiLU and the product (d_E each). At the un-permute (:526-529): the weighted product, in the routing weights'
+    dtype (bf16 × Mixtral's fp32 weights promotes), the down bias gathered per pair (gpt-oss, :507) and under no_grad
+    the down output, the inverse permutation and the un-permuted copy; recomputed, the down output and the inverse
+    permutation are saved and the un-permute does not run: it saves its index before its output exists
+    (torch autograd saves an op's inputs first), which is checkpoint's last saved tensor of the layer, so the
+    recompute stops there (torch/utils/checkpoint.py early stop) with the arange of :528 made.
+
+    >>> from symvram.ledger.structure import Structure
+    >>> routed_block_live(Structure(method="lora", family="qwen3_moe", grad_checkpointing=True), T, True)[2]
+    batch*bytes_act*experts_per_token*hidden*seq + batch*bytes_index*experts_per_token*seq
+    """
+    fam, S = s_.arch, R * k_e
+    _, _, _, experts_train = _moe_parts(s_)
+    b_sw = b_32 if fam.extra("routing_weights_fp32") else b_c   # Mixtral's fp32 weights; Qwen3-MoE casts them
+    renorm = fam.extra("topk_renormalized") or "norm_topk_prob" in s_.options
+    weights_saved = fam.extra("router_topk_softmax") or (renorm and fam.extra("routing_weights_fp32"))
+    ids_saved = fam.extra("expert_biases") and experts_train
+    bias = b_c * S * h if fam.extra("expert_biases") else 0
+    if not grad:
+        router = b_c * R * E + (b_sw + b_id) * R * k_e
+        sorted_ = 2 * b_id * S + b_c * S * h + b_sw * S + b_32 * S + (b_32 + b_i32) * E
+        return router + sorted_, 4 * b_c * S * f_e, b_c * S * h + 2 * b_sw * S * h + bias + b_id * S
+    router = b_c * R * E + (0 if weights_saved else b_sw * R * k_e)
+    sorted_ = (0 if ids_saved else b_id * S) + (0 if experts_train else b_c * S * h) + b_32 * S + b_32 * E
+    return router + sorted_, sp.Integer(0), b_sw * S * h + bias + b_id * S
+
+
+def routed_ends_block(fam) -> bool:
+    """A routed-experts block whose un-permuted sum is its output (Mixtral, Qwen3-MoE, gpt-oss): nothing of the
+    layer saves a tensor after it, so checkpoint's recompute stops at the un-permute (``routed_block_live``). A
+    shared expert, gate or dense MLP beside the experts saves later tensors: the recompute's last instant is theirs
+    (not modelled: those families keep the layer's recompute and backward moments)."""
+    return (fam.moe and not fam.extra("experts_dense") and not fam.extra("shared_expert")
+            and not any(m.input_group in ("mlp_in", "mlp_act") for m in fam.linears))
+
+
+def _routed_recompute(s_: Structure) -> sp.Expr:
+    """The last layer's routed experts recomputed inside its backward, at the un-permute where the recompute stops
+    (``routed_block_live``), beyond the layer's saved tensors: the block's locals, the gradient reaching the layer
+    (the residual stream's dtype) and the (S, h) copy autograd made of it (the backward of ``.view(T, k_E,
+    h).sum(1)``, moe.py:535: an expand that the view's backward copies; the un-permute's backward, the next node,
+    unpacks the first saved tensor and triggers the recompute), the attention sub-block's residual sum and the
+    normed MoE input (locals of the decoder layer and of the block, e.g. modeling_qwen3_moe.py:278-282), where the
+    router does not save that input."""
+    through, _, unpermute = routed_block_live(s_, T, grad=True)
+    b_sw = b_32 if s_.arch.extra("routing_weights_fp32") else b_c
+    moe_in = 0 if "act_moe_router_input" in _moe_layer(s_) else b_c * T * h
+    return through + unpermute + 2 * residual_bytes(s_) * T * h + b_sw * T * k_e * h + moe_in
+
+
+def experts_recompute_temp(s_: Structure) -> sp.Expr:
+    """What a layer's experts hold when checkpointing reruns them inside the layer's backward, beyond its saved
+    tensors: Llama 4's dense experts at their down bmm, or routed experts at their un-permute."""
+    return _experts_forward_temp(s_, recompute=True) if s_.arch.extra("experts_dense") else _routed_recompute(s_)
+
+
 def _router_delta_casts(s_: Structure, router) -> sp.Expr:
     """What the LoRA delta of a targeted router weight keeps: ParamWrapper computes (α/r)·B·A once per forward
     before the parametrization adds it (peft tuners/lora/layer.py:2590-2606 _activate_lora; Linear.get_delta_weight,
@@ -1699,8 +1768,10 @@ def _kind_params(s_: Structure, layer: Structure) -> sp.Expr:
 
 
 def _experts_rerun(layer: Structure) -> bool:
-    """A layer whose dense experts checkpointing reruns inside its backward (Llama 4's MoE layers)."""
-    return layer.grad_checkpointing and layer.arch.moe and bool(layer.arch.extra("experts_dense"))
+    """A layer whose experts checkpointing reruns inside its backward with a moment of their own: Llama 4's dense
+    experts, and routed experts whose block ends the layer (``routed_ends_block``)."""
+    return layer.grad_checkpointing and layer.arch.moe and bool(layer.arch.extra("experts_dense")
+                                                                or routed_ends_block(layer.arch))
 
 
 def _reached_kind(s_: Structure) -> list[sp.Expr]:
@@ -1716,7 +1787,7 @@ def _reached_kind(s_: Structure) -> list[sp.Expr]:
         grads = b_g * sp.Add(*(_kind_params(s_, s_.layer(k)) for k in (*below, name)))
         working = _layer_backward_temp(layer)[0]
         if _experts_rerun(layer):   # its experts recomputed: the larger of that and its backward
-            working = sp.Max(working, _experts_forward_temp(layer, recompute=True), evaluate=False)
+            working = sp.Max(working, experts_recompute_temp(layer), evaluate=False)
         values.append(_layer_bytes(layer) + working - grads)
     return largest_indicators(values)
 
@@ -2171,13 +2242,18 @@ def transient_terms(s_: Structure) -> list[Term]:
                           r"M_{\mathrm{exp,fwd}}", "the last layer's dense experts at their down bmm: its E·T-row output, "
                           "the router logits and (frozen experts) the scaled tokens and the SiLU·up product, net of "
                           "the shared expert's saved tensors made after them", LLAMA4))
-    if s_.arch.extra("experts_dense") and s_.grad_checkpointing:
+    if _experts_rerun(s_):
         # the last layer is an MoE one (Llama4TextConfig: layer i is when (i + 1) % interleave_moe_layer_step == 0);
         # the first-layer moments' layer one when it is the lowest MoE layer (_reached_kind) or layer 0 is
-        terms.append(Term("experts_recompute", Role.EXPERTS_TEMPORARY, _experts_forward_temp(s_, recompute=True),
-                          r"M_{\mathrm{exp,re}}", "recomputing a layer's dense experts, at their down bmm: the forward's "
-                          "working set there, beside the gradient reaching the layer and its E·T-row copy",
-                          LLAMA4 + "; torch.utils.checkpoint recompute",
+        dense = s_.arch.extra("experts_dense")
+        terms.append(Term("experts_recompute", Role.EXPERTS_TEMPORARY, experts_recompute_temp(s_),
+                          r"M_{\mathrm{exp,re}}", "recomputing a layer's " + (
+                              "dense experts, at their down bmm: the forward's working set there, beside the gradient "
+                              "reaching the layer and its E·T-row copy" if dense else
+                              "routed experts, at their un-permute (where the recompute stops): the block's locals, "
+                              "the weighted product, the residual sum and the gradient reaching the layer with its "
+                              "T·k_E-row copy"),
+                          (LLAMA4 if dense else MOE) + "; torch.utils.checkpoint recompute",
                           lifetime=(Phase.LAST_LAYER_RECOMPUTE, Phase.FIRST_LAYER_RECOMPUTE)
                           if any(_experts_rerun(s_.layer(k)) for k, _ in s_.kind_depths) or s_.first_layer.arch.moe
                           else (Phase.LAST_LAYER_RECOMPUTE,)))
