@@ -860,9 +860,9 @@ def routed_block_live(s_: Structure, R: sp.Expr, grad: bool = False) -> tuple[sp
     modeling_qwen3_moe.py:259-268): (through the block, the gated product being made, at the un-permute).
 
     Through the block: the router's logits (the block keeps them as ``_`` until it returns), the top-k weights —
-    saved where the family renormalizes them in place and returns them uncast (Mixtral's fp32) or softmaxes the k
-    logits (gpt-oss), a local where they are cast (Qwen3-MoE's ``.to(router_logits.dtype)``, :266) — and the int64
-    top-k indices (saved by topk); the sorted expert ids (a local, but saved by the biases' gather where they train,
+    saved where they are the softmax of the k logits (gpt-oss), else a local: renormalized in place, the division
+    keeps a clone of the values before it (Mixtral's fp32 weights), and Qwen3-MoE casts them
+    (``.to(router_logits.dtype)``, :266) — and the int64 top-k indices (saved by topk); the sorted expert ids (a local, but saved by the biases' gather where they train,
     :480) and their permutation (saved by the weights' gather, :447), the gathered tokens (saved where the experts
     train), the sorted weights (saved by their product, :523), histc's 4-byte input (fp32 on the CPU, int32 on CUDA:
     :450-451) and the E counts, and the int32 offsets (saved). The gated product: the gate_up output (2·d_E), its
@@ -880,8 +880,7 @@ def routed_block_live(s_: Structure, R: sp.Expr, grad: bool = False) -> tuple[sp
     fam, S = s_.arch, R * k_e
     _, _, _, experts_train = _moe_parts(s_)
     b_sw = b_32 if fam.extra("routing_weights_fp32") else b_c   # Mixtral's fp32 weights; Qwen3-MoE casts them
-    renorm = fam.extra("topk_renormalized") or "norm_topk_prob" in s_.options
-    weights_saved = fam.extra("router_topk_softmax") or (renorm and fam.extra("routing_weights_fp32"))
+    weights_saved = fam.extra("router_topk_softmax")
     ids_saved = fam.extra("expert_biases") and experts_train
     bias = b_c * S * h if fam.extra("expert_biases") else 0
     if not grad:
