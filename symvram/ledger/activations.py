@@ -871,7 +871,8 @@ def routed_block_live(s_: Structure, R: sp.Expr, grad: bool = False) -> tuple[sp
     the down output, the inverse permutation and the un-permuted copy; recomputed, the down output and the inverse
     permutation are saved and the un-permute does not run: it saves its index before its output exists
     (torch autograd saves an op's inputs first), which is checkpoint's last saved tensor of the layer, so the
-    recompute stops there (torch/utils/checkpoint.py early stop) with the arange of :528 made.
+    recompute stops there (torch/utils/checkpoint.py early stop) with the arange of :528 made; the gated product's
+    instant is then the net of ``_gated_recomputed``.
 
     >>> from symvram.ledger.structure import Structure
     >>> routed_block_live(Structure(method="lora", family="qwen3_moe", grad_checkpointing=True), T, True)[2]
@@ -879,17 +880,32 @@ def routed_block_live(s_: Structure, R: sp.Expr, grad: bool = False) -> tuple[sp
     """
     fam, S = s_.arch, R * k_e
     _, _, _, experts_train = _moe_parts(s_)
-    b_sw = b_32 if fam.extra("routing_weights_fp32") else b_c   # Mixtral's fp32 weights; Qwen3-MoE casts them
+    b_lg = matmul_bytes(s_)   # the router's logits, an autocast matmul's (16-bit on a prepared fp32 model)
+    # Mixtral's fp32 weights; Qwen3-MoE casts them to the logits' dtype
+    b_sw, b_tk = (b_32, b_32) if fam.extra("routing_weights_fp32") else (b_c, b_lg)
     weights_saved = fam.extra("router_topk_softmax")
     ids_saved = fam.extra("expert_biases") and experts_train
     bias = b_c * S * h if fam.extra("expert_biases") else 0
     if not grad:
-        router = b_c * R * E + (b_sw + b_id) * R * k_e
+        router = b_lg * R * E + (b_tk + b_id) * R * k_e
         sorted_ = 2 * b_id * S + b_c * S * h + b_sw * S + b_32 * S + (b_32 + b_i32) * E
         return router + sorted_, 4 * b_c * S * f_e, b_c * S * h + 2 * b_sw * S * h + bias + b_id * S
-    router = b_c * R * E + (0 if weights_saved else b_sw * R * k_e)
+    router = b_lg * R * E + (0 if weights_saved else b_tk * R * k_e)
     sorted_ = (0 if ids_saved else b_id * S) + (0 if experts_train else b_c * S * h) + b_32 * S + b_32 * E
-    return router + sorted_, sp.Integer(0), b_sw * S * h + bias + b_id * S
+    return router + sorted_, _gated_recomputed(s_, S), b_sw * S * h + bias + b_id * S
+
+
+def _gated_recomputed(s_: Structure, S: sp.Expr) -> sp.Expr:
+    """Recomputed routed experts as their gated product is made (the last op of ``_apply_gate``, moe.py:501;
+    _default_apply_gate, :578-579; gpt-oss's, modeling_gpt_oss.py:82-88), beyond the layer's saved tensors: the product
+    (saved where the experts train), gpt-oss's clamped up (a local of its gate) and the gate_up bias gathered per
+    pair (``selected_biases``, moe.py:480, bound until :507) — less the down output and the inverse permutation,
+    saved tensors of the layer not made yet. It is the recompute's peak where d_E is as wide as h (gpt-oss-20b)."""
+    fam = s_.arch
+    _, _, _, experts_train = _moe_parts(s_)
+    made = ((0 if experts_train else 1) + (1 if fam.extra("clamped_swiglu") else 0)
+            + (2 if fam.extra("expert_biases") else 0)) * b_c * S * f_e
+    return made - b_c * S * h - b_id * S
 
 
 def routed_ends_block(fam) -> bool:
@@ -906,19 +922,34 @@ def _routed_recompute(s_: Structure) -> sp.Expr:
     (``routed_block_live``), beyond the layer's saved tensors: the block's locals, the gradient reaching the layer
     (the residual stream's dtype) and the (S, h) copy autograd made of it (the backward of ``.view(T, k_E,
     h).sum(1)``, moe.py:535: an expand that the view's backward copies; the un-permute's backward, the next node,
-    unpacks the first saved tensor and triggers the recompute), the attention sub-block's residual sum and the
-    normed MoE input (locals of the decoder layer and of the block, e.g. modeling_qwen3_moe.py:278-282), where the
+    unpacks the first saved tensor and triggers the recompute), the attention sub-block's residual sum (a 16-bit
+    stream's: an fp32 one is the post-attention norm's saved input) and the normed MoE input (locals of the decoder layer and of the block, e.g. modeling_qwen3_moe.py:278-282), where the
     router does not save that input."""
-    through, _, unpermute = routed_block_live(s_, T, grad=True)
+    through, gated, unpermute = routed_block_live(s_, T, grad=True)
     b_sw = b_32 if s_.arch.extra("routing_weights_fp32") else b_c
     moe_in = 0 if "act_moe_router_input" in _moe_layer(s_) else b_c * T * h
-    return through + unpermute + 2 * residual_bytes(s_) * T * h + b_sw * T * k_e * h + moe_in
+    b_res = residual_bytes(s_)
+    # an fp32 stream (k-bit preparation) is what the post-attention norm saves itself (its .to(float32) is no copy)
+    residual = at_least(b_32, 2 * b_res) * b_res * T * h   # 1 for a 16-bit stream, 0 for an fp32 one
+    around = b_res * T * h + b_sw * T * k_e * h + residual + moe_in   # the gradient and its copy, the residual, the input
+    return through + around + sp.Max(gated, unpermute, evaluate=False)
 
 
 def experts_recompute_temp(s_: Structure) -> sp.Expr:
     """What a layer's experts hold when checkpointing reruns them inside the layer's backward, beyond its saved
-    tensors: Llama 4's dense experts at their down bmm, or routed experts at their un-permute."""
+    tensors: Llama 4's dense experts at their down bmm, or routed experts at their gated product or un-permute."""
     return _experts_forward_temp(s_, recompute=True) if s_.arch.extra("experts_dense") else _routed_recompute(s_)
+
+
+def _experts_recompute_tensors(s_: Structure) -> tuple[tuple[int, sp.Expr], ...]:
+    """The routed recompute's tensors for the allocation schedule (``Term.tensors``): each monomial beside the larger
+    instant one tensor shape times its count, and that instant (a net of tensors not made yet) one tensor."""
+    if s_.arch.extra("experts_dense"):
+        return ()
+    expr = _routed_recompute(s_)
+    larger = [a for a in sp.Add.make_args(expr) if isinstance(a, sp.Max)]
+    rest = [a.as_coeff_Mul() for a in sp.Add.make_args(sp.expand(expr - sp.Add(*larger)))]
+    return tuple((int(c), m) for c, m in rest) + tuple((1, a) for a in larger)
 
 
 def _router_delta_casts(s_: Structure, router) -> sp.Expr:
@@ -2253,6 +2284,7 @@ def transient_terms(s_: Structure) -> list[Term]:
                               "the weighted product, the residual sum and the gradient reaching the layer with its "
                               "T·k_E-row copy"),
                           (LLAMA4 if dense else MOE) + "; torch.utils.checkpoint recompute",
+                          tensors=_experts_recompute_tensors(s_),
                           lifetime=(Phase.LAST_LAYER_RECOMPUTE, Phase.FIRST_LAYER_RECOMPUTE)
                           if any(_experts_rerun(s_.layer(k)) for k, _ in s_.kind_depths) or s_.first_layer.arch.moe
                           else (Phase.LAST_LAYER_RECOMPUTE,)))
