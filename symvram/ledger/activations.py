@@ -853,7 +853,8 @@ def _moe_layer(s_: Structure) -> dict[str, tuple[sp.Expr, str, str, str]]:
     return out
 
 
-def routed_block_live(s_: Structure, R: sp.Expr, grad: bool = False) -> tuple[sp.Expr, sp.Expr, sp.Expr]:
+def routed_block_live(s_: Structure, R: sp.Expr, grad: bool = False,
+                      stops: bool = True) -> tuple[sp.Expr, sp.Expr, sp.Expr]:
     """What one routed-experts block on R tokens (S = R·k_E token-expert pairs) holds beyond what autograd saves
     (``grad``: the block recomputed under checkpointing) or, under no_grad, all it holds (transformers 5.24
     integrations/moe.py:424-537 grouped_mm_experts_forward; the router, e.g. modeling_mixtral.py:104-111,
@@ -871,8 +872,9 @@ def routed_block_live(s_: Structure, R: sp.Expr, grad: bool = False) -> tuple[sp
     the down output, the inverse permutation and the un-permuted copy; recomputed, the down output and the inverse
     permutation are saved and the un-permute does not run: it saves its index before its output exists
     (torch autograd saves an op's inputs first), which is checkpoint's last saved tensor of the layer, so the
-    recompute stops there (torch/utils/checkpoint.py early stop) with the arange of :528 made; the gated product's
-    instant is then the net of ``_gated_recomputed``.
+    recompute stops there (torch/utils/checkpoint.py early stop) with the arange of :528 made — unless the layer
+    saves tensors after the block (not ``stops``: Qwen2-MoE's shared-expert gate), where the un-permuted copy is made
+    instead (the arange freed); the gated product's instant is then the net of ``_gated_recomputed``.
 
     >>> from symvram.ledger.structure import Structure
     >>> routed_block_live(Structure(method="lora", family="qwen3_moe", grad_checkpointing=True), T, True)[2]
@@ -892,7 +894,8 @@ def routed_block_live(s_: Structure, R: sp.Expr, grad: bool = False) -> tuple[sp
         return router + sorted_, 4 * b_c * S * f_e, b_c * S * h + 2 * b_sw * S * h + bias + b_id * S
     router = b_lg * R * E + (0 if weights_saved else b_tk * R * k_e)
     sorted_ = (0 if ids_saved else b_id * S) + (0 if experts_train else b_c * S * h) + b_32 * S + b_32 * E
-    return router + sorted_, _gated_recomputed(s_, S), b_sw * S * h + bias + b_id * S
+    unpermute = b_sw * S * h + bias + (b_id * S if stops else b_sw * S * h)
+    return router + sorted_, _gated_recomputed(s_, S), unpermute
 
 
 def _gated_recomputed(s_: Structure, S: sp.Expr) -> sp.Expr:
@@ -908,31 +911,47 @@ def _gated_recomputed(s_: Structure, S: sp.Expr) -> sp.Expr:
     return made - b_c * S * h - b_id * S
 
 
-def routed_ends_block(fam) -> bool:
-    """A routed-experts block whose un-permuted sum is its output (Mixtral, Qwen3-MoE, gpt-oss): nothing of the
-    layer saves a tensor after it, so checkpoint's recompute stops at the un-permute (``routed_block_live``). A
-    shared expert, gate or dense MLP beside the experts saves later tensors: the recompute's last instant is theirs
-    (not modelled: those families keep the layer's recompute and backward moments)."""
-    return (fam.moe and not fam.extra("experts_dense") and not fam.extra("shared_expert")
-            and not any(m.input_group in ("mlp_in", "mlp_act") for m in fam.linears))
+def routed_rerun(s_: Structure) -> str | None:
+    """How checkpointing's recompute of a routed-experts layer ends (``routed_block_live``): ``"stops"`` where the
+    block's un-permuted sum is its output (Mixtral, Qwen3-MoE, gpt-oss: nothing of the layer saves a tensor after
+    it), ``"gated"`` where a shared expert runs before the routed ones and only its sigmoid gate follows them
+    (Qwen2-MoE, Qwen3-Next, Qwen3.5-MoE: modeling_qwen2_moe.py:340-351; under LoRA without targets on the shared
+    expert or its gate, whose inputs' copies would follow too). None for the other blocks — a shared expert or
+    dense MLP after the routed ones (DeepSeek-V3, GLM-4.5, Mistral 4, Granite, Gemma 4), Llama 4's dense experts:
+    not modelled here, they keep the layer's recompute and backward moments."""
+    fam = s_.arch
+    if not fam.moe or fam.extra("experts_dense"):
+        return None
+    beside = [m for m in fam.linears if m.input_group in ("mlp_in", "mlp_act")]
+    if not fam.extra("shared_expert") and not beside:
+        return "stops"
+    if fam.extra("shared_expert") is True and not (s_.lora and any(m.name in s_.targets for m in beside)):
+        return "gated"
+    return None
 
 
 def _routed_recompute(s_: Structure) -> sp.Expr:
-    """The last layer's routed experts recomputed inside its backward, at the un-permute where the recompute stops
-    (``routed_block_live``), beyond the layer's saved tensors: the block's locals, the gradient reaching the layer
+    """The last layer's routed experts recomputed inside its backward, at the un-permute or as the gated product is
+    made (``routed_block_live``, ``routed_rerun``), beyond the layer's saved tensors: the block's locals, the gradient reaching the layer
     (the residual stream's dtype) and the (S, h) copy autograd made of it (the backward of ``.view(T, k_E,
     h).sum(1)``, moe.py:535: an expand that the view's backward copies; the un-permute's backward, the next node,
-    unpacks the first saved tensor and triggers the recompute), the attention sub-block's residual sum (a 16-bit
+    unpacks the first saved tensor and triggers the recompute; a shared expert's gate after the block is a later
+    node, whose backward triggers it before the copy exists), the attention sub-block's residual sum (a 16-bit
     stream's: an fp32 one is the post-attention norm's saved input) and the normed MoE input (locals of the decoder layer and of the block, e.g. modeling_qwen3_moe.py:278-282), where the
     router does not save that input."""
-    through, gated, unpermute = routed_block_live(s_, T, grad=True)
+    stops = routed_rerun(s_) == "stops"
+    through, gated, unpermute = routed_block_live(s_, T, grad=True, stops=stops)
     b_sw = b_32 if s_.arch.extra("routing_weights_fp32") else b_c
-    moe_in = 0 if "act_moe_router_input" in _moe_layer(s_) else b_c * T * h
+    # the input is saved by the router where its weight trains, or by the shared expert's trainable linears
+    saved_in = "act_moe_router_input" in _moe_layer(s_) or (not s_.lora and not stops)
+    moe_in = 0 if saved_in else b_c * T * h
     b_res = residual_bytes(s_)
     # an fp32 stream (k-bit preparation) is what the post-attention norm saves itself (its .to(float32) is no copy)
     residual = at_least(b_32, 2 * b_res) * b_res * T * h   # 1 for a 16-bit stream, 0 for an fp32 one
-    around = b_res * T * h + b_sw * T * k_e * h + residual + moe_in   # the gradient and its copy, the residual, the input
-    return through + around + sp.Max(gated, unpermute, evaluate=False)
+    copy = b_sw * T * k_e * h if stops else 0   # the gate's backward triggers a "gated" recompute, before the copy
+    later = 0 if stops else b_c * T   # the shared expert's gate sigmoid, a saved tensor made after the routed block
+    around = b_res * T * h + copy + residual + moe_in   # the gradient and its copy, the residual sum, the MoE input
+    return through + around + sp.Max(gated - later, unpermute - later, evaluate=False)
 
 
 def experts_recompute_temp(s_: Structure) -> sp.Expr:
@@ -1799,9 +1818,9 @@ def _kind_params(s_: Structure, layer: Structure) -> sp.Expr:
 
 def _experts_rerun(layer: Structure) -> bool:
     """A layer whose experts checkpointing reruns inside its backward with a moment of their own: Llama 4's dense
-    experts, and routed experts whose block ends the layer (``routed_ends_block``)."""
+    experts, and routed experts whose recompute is modelled (``routed_rerun``)."""
     return layer.grad_checkpointing and layer.arch.moe and bool(layer.arch.extra("experts_dense")
-                                                                or routed_ends_block(layer.arch))
+                                                                or routed_rerun(layer))
 
 
 def _reached_kind(s_: Structure) -> list[sp.Expr]:
@@ -2280,9 +2299,9 @@ def transient_terms(s_: Structure) -> list[Term]:
                           r"M_{\mathrm{exp,re}}", "recomputing a layer's " + (
                               "dense experts, at their down bmm: the forward's working set there, beside the gradient "
                               "reaching the layer and its E·T-row copy" if dense else
-                              "routed experts, at their un-permute (where the recompute stops): the block's locals, "
-                              "the weighted product, the residual sum and the gradient reaching the layer with its "
-                              "T·k_E-row copy"),
+                              "routed experts, at their gated product or un-permute: the block's locals, the "
+                              "weighted product, the residual sum and the gradient reaching the layer (with its "
+                              "T·k_E-row copy where the recompute stops there)"),
                           (LLAMA4 if dense else MOE) + "; torch.utils.checkpoint recompute",
                           tensors=_experts_recompute_tensors(s_),
                           lifetime=(Phase.LAST_LAYER_RECOMPUTE, Phase.FIRST_LAYER_RECOMPUTE)
