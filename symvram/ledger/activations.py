@@ -938,6 +938,124 @@ def _moe_layer(s_: Structure) -> dict[str, tuple[sp.Expr, str, str, str]]:
     return out
 
 
+def routed_block_live(s_: Structure, R: sp.Expr, grad: bool = False,
+                      stops: bool = True) -> tuple[sp.Expr, sp.Expr, sp.Expr]:
+    """What one routed-experts block on R tokens (S = R·k_E token-expert pairs) holds beyond what autograd saves
+    (``grad``: the block recomputed under checkpointing) or, under no_grad, all it holds (transformers 5.24
+    integrations/moe.py:424-537 grouped_mm_experts_forward; the router, e.g. modeling_mixtral.py:104-111,
+    modeling_qwen3_moe.py:259-268): (through the block, the gated product being made, at the un-permute).
+
+    Through the block: the router's logits (the block keeps them as ``_`` until it returns), the top-k weights —
+    saved where they are the softmax of the k logits (gpt-oss), else a local: renormalized in place, the division
+    keeps a clone of the values before it (Mixtral's fp32 weights), and Qwen3-MoE casts them
+    (``.to(router_logits.dtype)``, :266) — and the int64 top-k indices (saved by topk); the sorted expert ids (a local, but saved by the biases' gather where they train,
+    :480) and their permutation (saved by the weights' gather, :447), the gathered tokens (saved where the experts
+    train), the sorted weights (saved by their product, :523), histc's 4-byte input (fp32 on the CPU, int32 on CUDA:
+    :450-451) and the E counts, and the int32 offsets (saved). The gated product: the gate_up output (2·d_E), its
+    SiLU and the product (d_E each). At the un-permute (:526-529): the weighted product, in the routing weights'
+    dtype (bf16 × Mixtral's fp32 weights promotes), the down bias gathered per pair (gpt-oss, :507) and under no_grad
+    the down output, the inverse permutation and the un-permuted copy; recomputed, the down output and the inverse
+    permutation are saved and the un-permute does not run: it saves its index before its output exists
+    (torch autograd saves an op's inputs first), which is checkpoint's last saved tensor of the layer, so the
+    recompute stops there (torch/utils/checkpoint.py early stop) with the arange of :528 made — unless the layer
+    saves tensors after the block (not ``stops``: Qwen2-MoE's shared-expert gate), where the un-permuted copy is made
+    instead (the arange freed); the gated product's instant is then the net of ``_gated_recomputed``.
+
+    >>> from symvram.ledger.structure import Structure
+    >>> routed_block_live(Structure(method="lora", family="qwen3_moe", grad_checkpointing=True), T, True)[2]
+    batch*bytes_act*experts_per_token*hidden*seq + batch*bytes_index*experts_per_token*seq
+    """
+    fam, S = s_.arch, R * k_e
+    _, _, _, experts_train = _moe_parts(s_)
+    b_lg = matmul_bytes(s_)   # the router's logits, an autocast matmul's (16-bit on a prepared fp32 model)
+    # Mixtral's fp32 weights; Qwen3-MoE casts them to the logits' dtype
+    b_sw, b_tk = (b_32, b_32) if fam.extra("routing_weights_fp32") else (b_c, b_lg)
+    weights_saved = fam.extra("router_topk_softmax")
+    ids_saved = fam.extra("expert_biases") and experts_train
+    bias = b_c * S * h if fam.extra("expert_biases") else 0
+    if not grad:
+        router = b_lg * R * E + (b_tk + b_id) * R * k_e
+        sorted_ = 2 * b_id * S + b_c * S * h + b_sw * S + b_32 * S + (b_32 + b_i32) * E
+        return router + sorted_, 4 * b_c * S * f_e, b_c * S * h + 2 * b_sw * S * h + bias + b_id * S
+    router = b_lg * R * E + (0 if weights_saved else b_tk * R * k_e)
+    sorted_ = (0 if ids_saved else b_id * S) + (0 if experts_train else b_c * S * h) + b_32 * S + b_32 * E
+    unpermute = b_sw * S * h + bias + (b_id * S if stops else b_sw * S * h)
+    return router + sorted_, _gated_recomputed(s_, S), unpermute
+
+
+def _gated_recomputed(s_: Structure, S: sp.Expr) -> sp.Expr:
+    """Recomputed routed experts as their gated product is made (the last op of ``_apply_gate``, moe.py:501;
+    _default_apply_gate, :578-579; gpt-oss's, modeling_gpt_oss.py:82-88), beyond the layer's saved tensors: the product
+    (saved where the experts train), gpt-oss's clamped up (a local of its gate) and the gate_up bias gathered per
+    pair (``selected_biases``, moe.py:480, bound until :507) — less the down output and the inverse permutation,
+    saved tensors of the layer not made yet. It is the recompute's peak where d_E is as wide as h (gpt-oss-20b)."""
+    fam = s_.arch
+    _, _, _, experts_train = _moe_parts(s_)
+    made = ((0 if experts_train else 1) + (1 if fam.extra("clamped_swiglu") else 0)
+            + (2 if fam.extra("expert_biases") else 0)) * b_c * S * f_e
+    return made - b_c * S * h - b_id * S
+
+
+def routed_rerun(s_: Structure) -> str | None:
+    """How checkpointing's recompute of a routed-experts layer ends (``routed_block_live``): ``"stops"`` where the
+    block's un-permuted sum is its output (Mixtral, Qwen3-MoE, gpt-oss: nothing of the layer saves a tensor after
+    it), ``"gated"`` where a shared expert runs before the routed ones and only its sigmoid gate follows them
+    (Qwen2-MoE, Qwen3-Next, Qwen3.5-MoE: modeling_qwen2_moe.py:340-351; under LoRA without targets on the shared
+    expert or its gate, whose inputs' copies would follow too). None for the other blocks — a shared expert or
+    dense MLP after the routed ones (DeepSeek-V3, GLM-4.5, Mistral 4, Granite, Gemma 4), Llama 4's dense experts:
+    not modelled here, they keep the layer's recompute and backward moments."""
+    fam = s_.arch
+    if not fam.moe or fam.extra("experts_dense"):
+        return None
+    beside = [m for m in fam.linears if m.input_group in ("mlp_in", "mlp_act")]
+    if not fam.extra("shared_expert") and not beside:
+        return "stops"
+    if fam.extra("shared_expert") is True and not (s_.lora and any(m.name in s_.targets for m in beside)):
+        return "gated"
+    return None
+
+
+def _routed_recompute(s_: Structure) -> sp.Expr:
+    """The last layer's routed experts recomputed inside its backward, at the un-permute or as the gated product is
+    made (``routed_block_live``, ``routed_rerun``), beyond the layer's saved tensors: the block's locals, the gradient reaching the layer
+    (the residual stream's dtype) and the (S, h) copy autograd made of it (the backward of ``.view(T, k_E,
+    h).sum(1)``, moe.py:535: an expand that the view's backward copies; the un-permute's backward, the next node,
+    unpacks the first saved tensor and triggers the recompute; a shared expert's gate after the block is a later
+    node, whose backward triggers it before the copy exists), the attention sub-block's residual sum (a 16-bit
+    stream's: an fp32 one is the post-attention norm's saved input) and the normed MoE input (locals of the decoder layer and of the block, e.g. modeling_qwen3_moe.py:278-282), where the
+    router does not save that input."""
+    stops = routed_rerun(s_) == "stops"
+    through, gated, unpermute = routed_block_live(s_, T, grad=True, stops=stops)
+    b_sw = b_32 if s_.arch.extra("routing_weights_fp32") else b_c
+    # the input is saved by the router where its weight trains, or by the shared expert's trainable linears
+    saved_in = "act_moe_router_input" in _moe_layer(s_) or (not s_.lora and not stops)
+    moe_in = 0 if saved_in else b_c * T * h
+    b_res = residual_bytes(s_)
+    # an fp32 stream (k-bit preparation) is what the post-attention norm saves itself (its .to(float32) is no copy)
+    residual = at_least(b_32, 2 * b_res) * b_res * T * h   # 1 for a 16-bit stream, 0 for an fp32 one
+    copy = b_sw * T * k_e * h if stops else 0   # the gate's backward triggers a "gated" recompute, before the copy
+    later = 0 if stops else b_c * T   # the shared expert's gate sigmoid, a saved tensor made after the routed block
+    around = b_res * T * h + copy + residual + moe_in   # the gradient and its copy, the residual sum, the MoE input
+    return through + around + sp.Max(gated - later, unpermute - later, evaluate=False)
+
+
+def experts_recompute_temp(s_: Structure) -> sp.Expr:
+    """What a layer's experts hold when checkpointing reruns them inside the layer's backward, beyond its saved
+    tensors: Llama 4's dense experts at their down bmm, or routed experts at their gated product or un-permute."""
+    return _experts_forward_temp(s_, recompute=True) if s_.arch.extra("experts_dense") else _routed_recompute(s_)
+
+
+def _experts_recompute_tensors(s_: Structure) -> tuple[tuple[int, sp.Expr], ...]:
+    """The routed recompute's tensors for the allocation schedule (``Term.tensors``): each monomial beside the larger
+    instant one tensor shape times its count, and that instant (a net of tensors not made yet) one tensor."""
+    if s_.arch.extra("experts_dense"):
+        return ()
+    expr = _routed_recompute(s_)
+    larger = [a for a in sp.Add.make_args(expr) if isinstance(a, sp.Max)]
+    rest = [a.as_coeff_Mul() for a in sp.Add.make_args(sp.expand(expr - sp.Add(*larger)))]
+    return tuple((int(c), m) for c, m in rest) + tuple((1, a) for a in larger)
+
+
 def _router_delta_casts(s_: Structure, router) -> sp.Expr:
     """What the LoRA delta of a targeted router weight keeps: ParamWrapper computes (α/r)·B·A once per forward
     before the parametrization adds it (peft tuners/lora/layer.py:2590-2606 _activate_lora; Linear.get_delta_weight,
@@ -1929,8 +2047,10 @@ def _kind_params(s_: Structure, layer: Structure) -> sp.Expr:
 
 
 def _experts_rerun(layer: Structure) -> bool:
-    """A layer whose dense experts checkpointing reruns inside its backward (Llama 4's MoE layers)."""
-    return layer.grad_checkpointing and layer.arch.moe and bool(layer.arch.extra("experts_dense"))
+    """A layer whose experts checkpointing reruns inside its backward with a moment of their own: Llama 4's dense
+    experts, and routed experts whose recompute is modelled (``routed_rerun``)."""
+    return layer.grad_checkpointing and layer.arch.moe and bool(layer.arch.extra("experts_dense")
+                                                                or routed_rerun(layer))
 
 
 def _kind_first_layer(s_: Structure, name: str, below: tuple[str, ...]) -> dict[str, sp.Expr]:
@@ -1966,7 +2086,7 @@ def _reached_kind(s_: Structure) -> list[sp.Expr]:
         layer, parts = s_.layer(name), _kind_first_layer(s_, name, below)
         if _experts_rerun(layer):
             parts["first_layer_backward_temp"] = sp.Max(parts["first_layer_backward_temp"],
-                                                        _experts_forward_temp(layer, recompute=True), evaluate=False)
+                                                        experts_recompute_temp(layer), evaluate=False)
         values.append(sp.Add(*parts.values()))
     return largest_indicators(values)
 
@@ -2428,13 +2548,19 @@ def transient_terms(s_: Structure) -> list[Term]:
                           r"M_{\mathrm{exp,fwd}}", "the last layer's dense experts at their down bmm: its E·T-row output, "
                           "the router logits and (frozen experts) the scaled tokens and the SiLU·up product, net of "
                           "the shared expert's saved tensors made after them", LLAMA4))
-    if s_.arch.extra("experts_dense") and s_.grad_checkpointing:
+    if _experts_rerun(s_):
         # the last layer is an MoE one (Llama4TextConfig: layer i is when (i + 1) % interleave_moe_layer_step == 0);
         # the first-layer moments' layer one when it is the lowest MoE layer (_reached_kind) or layer 0 is
-        terms.append(Term("experts_recompute", Role.EXPERTS_TEMPORARY, _experts_forward_temp(s_, recompute=True),
-                          r"M_{\mathrm{exp,re}}", "recomputing a layer's dense experts, at their down bmm: the forward's "
-                          "working set there, beside the gradient reaching the layer and its E·T-row copy",
-                          LLAMA4 + "; torch.utils.checkpoint recompute",
+        dense = s_.arch.extra("experts_dense")
+        terms.append(Term("experts_recompute", Role.EXPERTS_TEMPORARY, experts_recompute_temp(s_),
+                          r"M_{\mathrm{exp,re}}", "recomputing a layer's " + (
+                              "dense experts, at their down bmm: the forward's working set there, beside the gradient "
+                              "reaching the layer and its E·T-row copy" if dense else
+                              "routed experts, at their gated product or un-permute: the block's locals, the "
+                              "weighted product, the residual sum and the gradient reaching the layer (with its "
+                              "T·k_E-row copy where the recompute stops there)"),
+                          (LLAMA4 if dense else MOE) + "; torch.utils.checkpoint recompute",
+                          tensors=_experts_recompute_tensors(s_),
                           lifetime=(Phase.LAST_LAYER_RECOMPUTE, Phase.FIRST_LAYER_RECOMPUTE)
                           if any(_experts_rerun(s_.layer(k)) for k, _ in s_.kind_depths) or s_.first_layer.arch.moe
                           else (Phase.LAST_LAYER_RECOMPUTE,)))

@@ -25,9 +25,9 @@ from importlib import resources
 import sympy as sp
 
 from ..symbols import sym
-from .activations import (TRL_TOKEN_CHUNK, TRL_VOCAB_CHUNK, _trl_dtypes, norm_saved, residual_bytes, trl_loss_terms,
-                          trl_saved_term)
-from .architecture import E, V, L, dh, f, f_e, h, k_e, nh, nkv
+from .activations import (TRL_TOKEN_CHUNK, TRL_VOCAB_CHUNK, _trl_dtypes, norm_saved, residual_bytes, routed_block_live,
+                          trl_loss_terms, trl_saved_term)
+from .architecture import E, V, L, dh, f, h, nh, nkv
 from .structure import Structure
 from .terms import Phase, Role, Term, span
 from .weights import b_w, compute_weight_bytes
@@ -103,13 +103,8 @@ def _reference_tensors(s_: Structure) -> tuple[tuple[int, sp.Expr], ...]:
 
 
 def _moe_reference(s_: Structure, R: sp.Expr) -> sp.Expr:
-    """One routed-experts block under no_grad on R tokens, S = R·k_E token-expert pairs (transformers 5.24
-    integrations/moe.py:424-520 grouped_mm_experts_forward; the router, e.g. modeling_mixtral.py:104-111): the
-    router's logits (the block keeps them as ``_`` until it returns), the top-k weights and int64 indices; the
-    sorted expert ids and their permutation (int64), the gathered tokens, the sorted weights, histc's 4-byte input
-    (fp32 on the CPU, int32 on CUDA: moe.py:450-451) and the E counts and int32 offsets; then the larger of the
-    gated product being made (the gate_up output, 2·d_E, its SiLU and the product, d_E each) and the un-permuting
-    gather (the down output, its weighted copy and the gathered one, h each, and the inverse permutation).
+    """One routed-experts block under no_grad on R tokens (``activations.routed_block_live``): what it holds
+    through the block, then the larger of the gated product being made and the un-permuting gather.
 
     >>> from symvram.ledger.structure import Structure
     >>> e = _moe_reference(Structure(method="lora", family="mixtral", objective="dpo"), sym("batch") * sym("seq"))
@@ -118,12 +113,8 @@ def _moe_reference(s_: Structure, R: sp.Expr) -> sp.Expr:
     ...         sym("bytes_int32"): 4})   # Mixtral-8x7B, 1024 tokens: the gated product binds
     251748416
     """
-    fam, S = s_.arch, R * k_e
-    b_sw = b_32 if fam.extra("routing_weights_fp32") else b_c   # Mixtral's fp32 weights; Qwen3-MoE casts them
-    router = b_c * R * E + (b_sw + b_id) * R * k_e
-    sorted_ = 2 * b_id * S + b_c * S * h + b_sw * S + b_32 * S + (b_32 + b_i32) * E
-    gated, unpermute = 4 * b_c * S * f_e, 3 * b_c * S * h + b_id * S
-    return router + sorted_ + sp.Max(gated, unpermute, evaluate=False)
+    through, gated, unpermute = routed_block_live(s_, R)
+    return through + sp.Max(gated, unpermute, evaluate=False)
 
 
 def _aux_loss(s_: Structure) -> bool:

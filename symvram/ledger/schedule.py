@@ -304,8 +304,10 @@ def ledger_schedule(ledger: Ledger, layers: int, layer_order: tuple[str, ...] = 
     # a recompute runs with grad: the MLP's d_ff-wide saved tensors start with its input projections' outputs, which
     # their working set makes (its base result), so they are kept from after it (from the MLP's norm without one)
     mlp_made = ws_keys.index(MLP_INPUT_SET) + 1 if MLP_INPUT_SET in ws_keys else mlp_from
-    # what one op of the recompute holds beside the rebuilt layer (LoRA's down projection): made in each recompute
-    redo_temp_keys = [k for k, t in terms.items() if t.role is Role.RECOMPUTE_TEMPORARY and on_device[k]] if recompute else []
+    # what one op of the recompute holds beside the rebuilt layer (LoRA's down projection; the experts where the
+    # recompute reruns them, the ledger's experts_recompute): made in each recompute
+    redo_temp_keys = [k for k, t in terms.items() if on_device[k] and (t.role is Role.RECOMPUTE_TEMPORARY or (
+        t.role is Role.EXPERTS_TEMPORARY and Phase.LAST_LAYER_RECOMPUTE in t.phases))] if recompute else []
     redo_temps = [sh for k in redo_temp_keys for sh in whole(k)]
     # the tensors a checkpointed layer recomputes, by sub-block: the attention side's, then the MLP's (d_ff wide)
     redo_layer = [sh for k in redo_keys for sh in whole(k)]

@@ -366,8 +366,8 @@ MOMENTS = (
                "every layer's activations are saved while the last layer's experts run every token through all E "
                "of them (E·T-row temporaries)", Role.EXPERTS_TEMPORARY),
     MomentSpec("experts_recompute", "backward, recomputing the last layer's experts", Phase.LAST_LAYER_RECOMPUTE,
-               "the checkpointed inputs and the last layer's saved tensors rebuilt while its experts run every token "
-               "through all E of them again, beside the incoming gradient", Role.EXPERTS_TEMPORARY),
+               "the checkpointed inputs and the last layer's saved tensors rebuilt while its experts run again (Llama 4's "
+               "every token through all E of them), beside the incoming gradient", Role.EXPERTS_TEMPORARY),
     MomentSpec("first_experts_recompute", "backward, recomputing the first layer's experts",
                Phase.FIRST_LAYER_RECOMPUTE, "nearly every gradient made while the first layer's experts run again "
                "beside the incoming gradient", Role.EXPERTS_TEMPORARY),
