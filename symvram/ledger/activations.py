@@ -2068,6 +2068,11 @@ def _kind_first_layer(s_: Structure, name: str, below: tuple[str, ...]) -> dict[
             "grads_before_first_layer": -b_g * _params_up_to(s_, name, below)}
 
 
+# the first-layer moments' own value of a per-layer term (the kind they recompute: ``_kind_first_layer``); the
+# allocation schedule's layer loop makes the per-layer term's tensors in every layer, these stand for no others
+FIRST_LAYER_PARTS = {"first_layer_recomputed": "one_layer", "first_layer_backward_temp": "layer_backward_temp"}
+
+
 def _at_reached_kind(s_: Structure, part: str) -> sp.Expr:
     """One part of ``_kind_first_layer`` at the kind the first-layer moments recompute (``_reached_kind``)."""
     return sp.Add(*(wins * _kind_first_layer(s_, name, below)[part]

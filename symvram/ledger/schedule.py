@@ -52,7 +52,7 @@ import sympy as sp
 
 from ..symbols import sym
 from .functions import at_least, ceil_div, largest_indicators
-from .activations import MLP_INPUT_SET, MLP_OPENING_SET
+from .activations import FIRST_LAYER_PARTS, MLP_INPUT_SET, MLP_OPENING_SET
 from .architecture import f, f_e
 from .terms import LAYER_BACKWARDS, ROLES, STATES, Ledger, Phase, Place, Role
 
@@ -64,8 +64,9 @@ ALIASES = (Role.GRADIENTS_SO_FAR, Role.RECOMPUTED_ACTIVATION, Role.LAYER_END)
 
 
 def _per_layer_loop(t) -> bool:
-    """A backward temporary made anew in every layer's backward (alive in both layer phases, not between)."""
-    return t.role is Role.BACKWARD_TEMPORARY and t.phases == LAYER_BACKWARDS
+    """A backward temporary made anew in every layer's backward (alive in both layer phases, not between; or the
+    last layer's where the first layer's has a term of its own, ``FIRST_LAYER_PARTS``)."""
+    return t.role is Role.BACKWARD_TEMPORARY and (t.phases == LAYER_BACKWARDS or t.key in FIRST_LAYER_PARTS.values())
 
 
 def _program_order(t) -> tuple:
@@ -296,7 +297,7 @@ def ledger_schedule(ledger: Ledger, layers: int, layer_order: tuple[str, ...] = 
         for group, i in found:
             group.remove(i)
         return [i for _, i in found]
-    redo_keys = [k for k, t in terms.items() if t.role is Role.RECOMPUTED_ACTIVATION]
+    redo_keys = [k for k, t in terms.items() if t.role is Role.RECOMPUTED_ACTIVATION and k not in FIRST_LAYER_PARTS]
     ws_keys = [k for k, t in terms.items() if t.role is Role.LAYER_WORKING_SET and on_device[k]]
     working_sets = [whole(k) for k in ws_keys]
     head_sets = [sh for k, t in terms.items() if t.role is Role.HEAD_WORKING_SET and on_device[k] for sh in whole(k)]
@@ -414,7 +415,8 @@ def ledger_schedule(ledger: Ledger, layers: int, layer_order: tuple[str, ...] = 
                 kept += len(b.alloc_all([sh for k in lazy for sh in every(k)]))
             for k in sorted(m.terms, key=lambda k: _program_order(terms[k])):
                 t = terms[k]
-                if k in held or t.role in ALIASES or k in loop_temps or k in redo_temp_keys or not on_device[k]:
+                if (k in held or t.role in ALIASES or k in loop_temps or k in redo_temp_keys or k in FIRST_LAYER_PARTS
+                        or not on_device[k]):
                     continue
                 if t.role is Role.GRADIENT:
                     if not grads_outside_layers:   # the gradients outside the layers, once (embeddings, head)
