@@ -7,7 +7,8 @@ Each line of benchmarks/outside.jsonl is one published figure with its source UR
 the source gives it and what the source leaves open (and what this check takes for it). Kinds:
 
 * ``oom_seq``: the longest sequence a card trains (a published "max context length" table); symvram's answer is
-  ``fit --solve seq`` on that card: the caching allocator replayed over the ledger's schedule (modelled, not
+  ``fit --solve seq`` on that card (searched up to the model's context, or to the row's ``limit`` where the source
+  trained beyond it): the caching allocator replayed over the ledger's schedule (modelled, not
   measured) with the card's memory less its CUDA context. A published OOM (no length trains) matches when fit
   finds nothing that fits.
 * ``peak``: a published peak for one stated setup on one card, of the quantity ``measured`` names:
@@ -44,7 +45,7 @@ def predicted(row: dict) -> int | None:
     sc = Scenario.create(row["model"], **settings)
     card = load_card(row["card"])
     if row["kind"] == "oom_seq":
-        r = fit(sc, card, solve="seq")
+        r = fit(sc, card, solve="seq", limit=row.get("limit"))
         return None if r.status == "none" else r.value
     if row["kind"] == "peak":
         cm = card_memory(sc, card, allocator="default")
