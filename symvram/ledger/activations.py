@@ -2068,11 +2068,6 @@ def _kind_first_layer(s_: Structure, name: str, below: tuple[str, ...]) -> dict[
             "grads_before_first_layer": -b_g * _params_up_to(s_, name, below)}
 
 
-# the first-layer moments' own value of a per-layer term (the kind they recompute: ``_kind_first_layer``); the
-# allocation schedule's layer loop makes the per-layer term's tensors in every layer, these stand for no others
-FIRST_LAYER_PARTS = {"first_layer_recomputed": "one_layer", "first_layer_backward_temp": "layer_backward_temp"}
-
-
 def _at_reached_kind(s_: Structure, part: str) -> sp.Expr:
     """One part of ``_kind_first_layer`` at the kind the first-layer moments recompute (``_reached_kind``)."""
     return sp.Add(*(wins * _kind_first_layer(s_, name, below)[part]
@@ -2530,7 +2525,7 @@ def transient_terms(s_: Structure) -> list[Term]:
                           _at_reached_kind(s_, "first_layer_backward_temp"), r"M_{\mathrm{mlp}',0}",
                           "the backward (MLP, or output norm where larger) of the lowest layer of the kind the first-layer "
                           "moments recompute",
-                          source, lifetime=(Phase.FIRST_LAYER_BACKWARD,)))
+                          source, lifetime=(Phase.FIRST_LAYER_BACKWARD,), stands_for="layer_backward_temp"))
     terms.append(Term("layer_backward_temp", Role.BACKWARD_TEMPORARY, temp, r"M_{\mathrm{mlp}'}", why, source,
                       **({"lifetime": (Phase.LAST_LAYER_BACKWARD,)} if s_.kind_depths else {})))
     # optimizer in backward: the gradients never accumulate, each is stepped and freed where it is made (when
@@ -2592,7 +2587,8 @@ def transient_terms(s_: Structure) -> list[Term]:
         terms.append(Term("first_layer_recomputed", Role.RECOMPUTED_ACTIVATION,
                           _at_reached_kind(s_, "first_layer_recomputed"), r"M_{\mathrm{layer},0}",
                           "the saved tensors of the lowest layer of the kind the first-layer moments recompute, "
-                          "recomputed, alive until its backward ends", "torch.utils.checkpoint", lifetime=RECOMPUTES[2:]))
+                          "recomputed, alive until its backward ends", "torch.utils.checkpoint", lifetime=RECOMPUTES[2:],
+                          stands_for="one_layer"))
     terms.append(Term("one_layer", Role.RECOMPUTED_ACTIVATION, one_layer + sliding_extra(s_), r"M_{\mathrm{layer}}",
                       "one layer's saved tensors (recomputed under checkpointing), alive until its backward ends",
                       "torch.utils.checkpoint / autograd",   # without checkpointing: the first layer's, still saved

@@ -35,7 +35,8 @@ What a term does in the schedule is read from its role (ledger.terms.ROLES): a b
 both layer phases is made and freed in each layer's backward; the gradients so far, a recomputed layer and
 FSDP2's layer ends name memory other terms hold; a recompute temporary is made in each layer's recompute;
 optimizer states and step counts are made lazily; a term
-not on the device (offloaded, paged) is not the device allocator's.
+not on the device (offloaded, paged) is not the device allocator's; a first-layer term that is a per-layer term's
+value there (``Term.stands_for``) makes no tensors, the layer loop makes that term's in every layer.
 
 >>> from symvram.ledger import build_ledger
 >>> from symvram.ledger.structure import Structure
@@ -52,7 +53,7 @@ import sympy as sp
 
 from ..symbols import sym
 from .functions import at_least, ceil_div, largest_indicators
-from .activations import FIRST_LAYER_PARTS, MLP_INPUT_SET, MLP_OPENING_SET
+from .activations import MLP_INPUT_SET, MLP_OPENING_SET
 from .architecture import f, f_e
 from .terms import LAYER_BACKWARDS, ROLES, STATES, Ledger, Phase, Place, Role
 
@@ -63,10 +64,10 @@ MLP_WIDTHS = {f, f_e}   # a tensor of the MLP sub-block is d_ff wide (a dense ML
 ALIASES = (Role.GRADIENTS_SO_FAR, Role.RECOMPUTED_ACTIVATION, Role.LAYER_END)
 
 
-def _per_layer_loop(t) -> bool:
+def _per_layer_loop(t, stood_for: set[str]) -> bool:
     """A backward temporary made anew in every layer's backward (alive in both layer phases, not between; or the
-    last layer's where the first layer's has a term of its own, ``FIRST_LAYER_PARTS``)."""
-    return t.role is Role.BACKWARD_TEMPORARY and (t.phases == LAYER_BACKWARDS or t.key in FIRST_LAYER_PARTS.values())
+    last layer's where the first layer's has a term of its own: a key in ``stood_for``, ``Term.stands_for``)."""
+    return t.role is Role.BACKWARD_TEMPORARY and (t.phases == LAYER_BACKWARDS or t.key in stood_for)
 
 
 def _program_order(t) -> tuple:
@@ -280,7 +281,8 @@ def ledger_schedule(ledger: Ledger, layers: int, layer_order: tuple[str, ...] = 
     # the optimizer steps inside backward (a step temporary alive before the layers' backward): its states are
     # made lazily as each parameter's gradient arrives, the head's before the layers, each layer's after its backward
     in_backward = any(k in m.terms for m in moments[:loop_at] for k in step_temps)
-    loop_temps = [k for k, t in terms.items() if _per_layer_loop(t)]
+    stood_for = {t.stands_for for t in terms.values() if t.stands_for}   # what the first layer's terms are values of
+    loop_temps = [k for k, t in terms.items() if _per_layer_loop(t, stood_for)]
     netted = {k: _made_and_freed(ledger, terms[k], kinds) for k in loop_temps}
 
     def _take(freed, held):
@@ -297,7 +299,7 @@ def ledger_schedule(ledger: Ledger, layers: int, layer_order: tuple[str, ...] = 
         for group, i in found:
             group.remove(i)
         return [i for _, i in found]
-    redo_keys = [k for k, t in terms.items() if t.role is Role.RECOMPUTED_ACTIVATION and k not in FIRST_LAYER_PARTS]
+    redo_keys = [k for k, t in terms.items() if t.role is Role.RECOMPUTED_ACTIVATION and not t.stands_for]
     ws_keys = [k for k, t in terms.items() if t.role is Role.LAYER_WORKING_SET and on_device[k]]
     working_sets = [whole(k) for k in ws_keys]
     head_sets = [sh for k, t in terms.items() if t.role is Role.HEAD_WORKING_SET and on_device[k] for sh in whole(k)]
@@ -415,7 +417,7 @@ def ledger_schedule(ledger: Ledger, layers: int, layer_order: tuple[str, ...] = 
                 kept += len(b.alloc_all([sh for k in lazy for sh in every(k)]))
             for k in sorted(m.terms, key=lambda k: _program_order(terms[k])):
                 t = terms[k]
-                if (k in held or t.role in ALIASES or k in loop_temps or k in redo_temp_keys or k in FIRST_LAYER_PARTS
+                if (k in held or t.role in ALIASES or k in loop_temps or k in redo_temp_keys or t.stands_for
                         or not on_device[k]):
                     continue
                 if t.role is Role.GRADIENT:

@@ -262,6 +262,10 @@ class Term:
     # run as one forward of 2·batch rows): a monomial with the factor batch and coefficient c is c/rows tensors of
     # rows·batch rows — one [2b, s, h] tensor, not two [b, s, h] (ledger.schedule.pieces)
     rows: int = 1
+    # the per-layer term (its key) this term is the first-layer moments' value of, where they recompute the lowest
+    # layer of another kind (ledger.activations._kind_first_layer): the allocation schedule's layer loop makes that
+    # term's tensors in every layer, this one stands for no tensors of its own; "": a term of its own
+    stands_for: str = ""
 
     def __post_init__(self) -> None:
         check(self.expr, ROLES[self.role].unit, self.key)   # bytes for memory and traffic, FLOP for FLOPs
