@@ -22,6 +22,7 @@ from ..errors import UserError
 from ..symbols import sym
 from .architecture import E, L, V, dh, f, f_e, h, k_e, nh, nkv
 from .functions import at_least, ceil_div, largest_indicators, pow2_ceil
+from .positions import scored
 from .structure import Structure
 from .terms import TRAINING_STEP, Phase, Place, Role, Term, span
 from .weights import (compute_adapter_bytes, compute_weight_bytes, kind_adapter_params, layer_lora_params,
@@ -2109,16 +2110,12 @@ def _trl_dtypes(s_: Structure) -> tuple[sp.Expr, sp.Expr]:
     return hidden, (b_c if s_.autocast else hidden)
 
 
-SFT_SCORED = b * (seq - 1)   # TRL's fused head under SFT scores hidden[:, :-1] against labels[:, 1:] (every row's
-# last position has no next token: trl 1.16 trainer/utils.py:1617-1619 _fused_forward)
-
-
-def trl_loss_terms(s_: Structure, n: sp.Expr = SFT_SCORED) -> list[Term]:
+def trl_loss_terms(s_: Structure) -> list[Term]:
     """TRL 1.16 SFTTrainer's fused LM head (``add_fused_lm_head``, always installed): the logits are computed tile by
     tile into one [min(n, 4096), 32768] buffer and folded into per-token statistics; the backward recomputes each
-    tile and accumulates the gradients in fp32. ``n``: the positions it scores (under SFT every row's but its last)."""
+    tile and accumulates the gradients in fp32. n: the positions it scores (``positions.scored``)."""
     hidden, tile = _trl_dtypes(s_)
-    T = n  # noqa: N806 - the scored tokens, as the SFT formulas below name them
+    T = scored(s_)  # noqa: N806 - the scored tokens, as the SFT formulas below name them
     buffer = tile * sp.Min(T, TRL_TOKEN_CHUNK, evaluate=False) * TRL_VOCAB_CHUNK
     cast_tensors = []
     if s_.autocast and s_.weight_casts:  # weight[start:end].to(compute dtype): one vocabulary chunk at a time
@@ -2148,9 +2145,11 @@ def trl_loss_terms(s_: Structure, n: sp.Expr = SFT_SCORED) -> list[Term]:
                  source, tensors=backward)]
 
 
-def trl_saved_term(s_: Structure, n: sp.Expr = SFT_SCORED, why: str = "(every position labelled but each row's "
-                   "last, labels[:, 1:]; modelled from source, not measured here)") -> Term:
-    """What TRL's fused LM head saves for ``n`` scored positions: their hidden states' copy, labels, log_z, entropy."""
+def trl_saved_term(s_: Structure, why: str = "(every position labelled but each row's last, labels[:, 1:]; "
+                   "modelled from source, not measured here)") -> Term:
+    """What TRL's fused LM head saves for the positions it scores (``positions.scored``): their hidden states' copy,
+    labels, log_z, entropy."""
+    n = scored(s_)
     tensors = ((1, _trl_dtypes(s_)[0] * n * h), (1, b_id * n), (2, b_32 * n))
     return Term("act_logsoftmax", Role.LOSS_ACTIVATION, sp.Add(*(k * size for k, size in tensors)),
                 r"A_{\mathrm{TRL}}", "TRL's fused LM head keeps a copy of the labelled positions' hidden states, their "

@@ -17,10 +17,7 @@ the data table, each with its role, so the moments follow from their lifetimes.
 """
 from __future__ import annotations
 
-import tomllib
 from dataclasses import replace
-from functools import cache
-from importlib import resources
 
 import sympy as sp
 
@@ -28,27 +25,13 @@ from ..symbols import sym
 from .activations import (TRL_TOKEN_CHUNK, TRL_VOCAB_CHUNK, _trl_dtypes, norm_saved, residual_bytes, routed_block_live,
                           trl_loss_terms, trl_saved_term)
 from .architecture import E, V, L, dh, f, h, nh, nkv
+from .positions import objectives, rows, scored
 from .structure import Structure
 from .terms import Phase, Role, Term, span
 from .weights import b_w, compute_weight_bytes
 
 b, seq, p, k_g = sym("batch"), sym("seq"), sym("prompt"), sym("steps_per_generation")
 b_c, b_32, b_id, b_mask, b_i32 = (sym(n) for n in ("bytes_act", "bytes_fp32", "bytes_index", "bytes_mask", "bytes_int32"))
-
-
-@cache
-def objectives() -> dict[str, dict]:
-    return tomllib.loads(resources.files("symvram.data").joinpath("objectives.toml").read_text(encoding="utf-8"))
-
-
-def rows(objective: str) -> int:
-    """Sequences the trained forward runs per example: 2 for DPO's chosen + rejected, 1 for KTO's completion."""
-    return int(objectives()[objective]["rows"])
-
-
-def scored(s_: Structure) -> sp.Expr:
-    """Positions TRL's fused LM head scores in the forward's rows: the completion's, after the first token."""
-    return rows(s_.objective) * b * (seq - sp.Max(p, 1))
 
 
 def _row_positions(s_: Structure) -> sp.Expr:
@@ -314,9 +297,9 @@ def reshape(s_: Structure, activation_terms: list[Term]) -> list[Term]:
         return out
     if objectives()[s_.objective].get("logits"):
         return logits_terms(s_, [_rows(t, twice) for t in activation_terms])
-    fused = {t.key: t for t in trl_loss_terms(s_, scored(s_))}
+    fused = {t.key: t for t in trl_loss_terms(s_)}
     mask = b_mask * _row_positions(s_)   # labels != -100, kept by the index and the scatter for backward
-    saved = trl_saved_term(s_, scored(s_), "(the completion's positions)")
+    saved = trl_saved_term(s_, "(the completion's positions)")
     fused["act_logsoftmax"] = Term(saved.key, saved.role, saved.expr + mask, saved.label,
                                    saved.why + " and the positions' mask", saved.source,
                                    tensors=(*saved.tensors, (1, mask)))
