@@ -36,12 +36,12 @@ class SymbolDef:
     group: str
     integer: bool = False
     default: float | int | None = None
+    zero_allowed: bool = False    # a run setting that may be 0 (the prompt): nonnegative, not positive
 
     @cached_property
     def symbol(self) -> sp.Symbol:
-        if self.integer:
-            return sp.Symbol(self.name, positive=True, integer=True)
-        return sp.Symbol(self.name, positive=True)
+        sign = {"nonnegative": True} if self.zero_allowed else {"positive": True}
+        return sp.Symbol(self.name, integer=True, **sign) if self.integer else sp.Symbol(self.name, **sign)
 
 
 def _load() -> dict[str, SymbolDef]:

@@ -92,6 +92,21 @@ def test_estimate_is_trls_step(objective, method, checkpointing):
     assert abs(estimate - measured) / measured < 0.0025, (estimate, measured)
 
 
+@pytest.mark.parametrize("objective", ["dpo", "kto"])
+def test_no_prompt_is_trls_step(objective):
+    """With no prompt tokens TRL's fused head still scores s − 1 positions a row (labels[:, 1:]), as with a
+    one-token prompt: the prompt symbol may be 0, so max(p, 1) does not fold to p."""
+    spec = {"arch": ARCH, "method": "lora", "rank": 8, "batch": 2, "seq": 32, "prompt": 0, "objective": objective,
+            "stack": "trl", "autocast": "bf16", "grad_checkpointing": True}
+    sc = to_scenario(spec)
+    assert evaluate(sc).terms == evaluate(to_scenario({**spec, "prompt": 1})).terms   # both score s − 1
+    pytest.importorskip("trl", reason="TRL not installed (pip install 'symvram[trl]')")
+    from symvram.validate.objectives import measure_preference
+
+    estimate, measured = evaluate(sc).peak, measure_preference(spec)["peak_bytes"]
+    assert abs(estimate - measured) / measured < 0.0025, (estimate, measured)
+
+
 def _file(tmp_path, name, text):
     path = tmp_path / name
     path.write_text(text)

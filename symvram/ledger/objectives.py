@@ -25,18 +25,13 @@ from ..symbols import sym
 from .activations import (TRL_TOKEN_CHUNK, TRL_VOCAB_CHUNK, _trl_dtypes, norm_saved, residual_bytes, routed_block_live,
                           trl_loss_terms, trl_saved_term)
 from .architecture import E, V, L, dh, f, h, nh, nkv
-from .positions import objectives, rows, scored
+from .positions import objectives, row_positions, rows, scored
 from .structure import Structure
 from .terms import Phase, Role, Term, span
 from .weights import b_w, compute_weight_bytes
 
 b, seq, p, k_g = sym("batch"), sym("seq"), sym("prompt"), sym("steps_per_generation")
 b_c, b_32, b_id, b_mask, b_i32 = (sym(n) for n in ("bytes_act", "bytes_fp32", "bytes_index", "bytes_mask", "bytes_int32"))
-
-
-def _row_positions(s_: Structure) -> sp.Expr:
-    """The [rows·b, seq − 1] grid the fused head's per-token outputs are scattered back to."""
-    return rows(s_.objective) * b * (seq - 1)
 
 
 def _output_bytes(s_: Structure) -> sp.Expr:
@@ -61,7 +56,7 @@ def _reference_head(s_: Structure) -> tuple[tuple[int, sp.Expr], ...]:
     R, n = rows(s_.objective) * b * seq, scored(s_)
     hidden, tile = _trl_dtypes(s_)
     return ((1, residual_bytes(s_) * R * h), (1, tile * sp.Min(n, TRL_TOKEN_CHUNK, evaluate=False) * TRL_VOCAB_CHUNK),
-            (7, b_32 * n), *_head_outputs(s_), (1, hidden * n * h), (1, b_id * n), (1, b_mask * _row_positions(s_)))
+            (7, b_32 * n), *_head_outputs(s_), (1, hidden * n * h), (1, b_id * n), (1, b_mask * row_positions(s_)))
 
 
 def _reference_forward(s_: Structure) -> sp.Expr:
@@ -193,7 +188,7 @@ def _decode_step(s_: Structure) -> sp.Expr:
 
 EXPRESSIONS = {
     "ref_weights": lambda s_, base: sp.Add(*(t.expr for t in base)),
-    "outputs": lambda s_, base: _output_bytes(s_) * _row_positions(s_),
+    "outputs": lambda s_, base: _output_bytes(s_) * row_positions(s_),
     "labels": lambda s_, base: b_id * rows(s_.objective) * b * seq,
     "kl_logps": lambda s_, base: 2 * b_32 * b,
     "ref_forward": lambda s_, base: _reference_forward(s_),
@@ -298,7 +293,7 @@ def reshape(s_: Structure, activation_terms: list[Term]) -> list[Term]:
     if objectives()[s_.objective].get("logits"):
         return logits_terms(s_, [_rows(t, twice) for t in activation_terms])
     fused = {t.key: t for t in trl_loss_terms(s_)}
-    mask = b_mask * _row_positions(s_)   # labels != -100, kept by the index and the scatter for backward
+    mask = b_mask * row_positions(s_)   # labels != -100, kept by the index and the scatter for backward
     saved = trl_saved_term(s_, "(the completion's positions)")
     fused["act_logsoftmax"] = Term(saved.key, saved.role, saved.expr + mask, saved.label,
                                    saved.why + " and the positions' mask", saved.source,

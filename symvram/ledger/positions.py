@@ -4,7 +4,9 @@ the objectives (the preference objectives' and GRPO's).
 
 >>> from symvram.ledger.structure import Structure
 >>> scored(Structure()), scored(Structure(objective="dpo"))
-(batch*(seq - 1), 2*batch*(-prompt + seq))
+(batch*(seq - 1), 2*batch*(seq - Max(1, prompt)))
+>>> scored(Structure(objective="dpo")).subs({sym("batch"): 1, sym("seq"): 8, sym("prompt"): 0})
+14
 """
 from __future__ import annotations
 
@@ -30,9 +32,15 @@ def rows(objective: str) -> int:
     return int(objectives()[objective]["rows"])
 
 
+def row_positions(s_: Structure) -> sp.Expr:
+    """The [rows·b, seq − 1] grid of positions TRL's fused LM head runs over (hidden[:, :-1] against
+    labels[:, 1:], trl 1.16 trainer/utils.py:1617-1619 _fused_forward), which its per-token outputs are
+    scattered back to."""
+    return rows(s_.objective) * b * (seq - 1)
+
+
 def scored(s_: Structure) -> sp.Expr:
-    """Positions TRL's fused LM head scores in the forward's rows: hidden[:, :-1] against labels[:, 1:], of those
-    the labelled ones (labels != -100): every row's but its last under SFT (no prompt: trl 1.16
-    trainer/utils.py:1617-1619 _fused_forward), the completion's after the first token under an objective with a
-    prompt (s − max(p, 1), which SymPy writes s − p: the prompt symbol is positive)."""
-    return rows(s_.objective) * b * (seq - (1 if s_.objective == "sft" else sp.Max(p, 1)))
+    """Of ``row_positions``, the labelled ones (labels != -100) the head scores: all of them under SFT (no
+    prompt), the completion's after its first token under an objective with a prompt: s − max(p, 1) per row (the
+    prompt symbol is nonnegative, so ``--prompt 0`` scores s − 1)."""
+    return row_positions(s_) if s_.objective == "sft" else rows(s_.objective) * b * (seq - sp.Max(p, 1))
