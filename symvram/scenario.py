@@ -14,7 +14,7 @@ from functools import cache, cached_property
 from importlib import resources
 
 from .errors import UserError, did_you_mean, excerpt
-from .ledger.architecture import Family, built, family
+from .ledger.architecture import Family, built, family, family_names
 from .ledger.objectives import objectives
 from .ledger.structure import BNB_OPTIM_BITS, Structure
 from .ledger.towers import LOADERS
@@ -931,7 +931,7 @@ class Scenario:
         """The load-balancing loss's weight, where given: a number; a non-zero one on a model that returns no router
         logits is TRL's ValueError (sft_trainer.py:1200-1204, dpo_trainer.py:900-904, kto_trainer.py:911-915), and
         the loss it turns on is modelled where the family's config has the coefficient (its
-        ``router_aux_loss_coef`` option: Mixtral, Qwen3-MoE)."""
+        ``router_aux_loss_coef`` option: Mixtral, Qwen2-MoE, Qwen3-MoE, Qwen3.5-MoE, Qwen3-Next, gpt-oss)."""
         coef = self.router_aux_loss_coef
         if coef is None:
             return
@@ -947,7 +947,7 @@ class Scenario:
         if "router_aux_loss_coef" not in dict(family(self.model.family).options):
             raise UserError(f"--router-aux-loss-coef {coef} on {self.model.family} is not modelled: the load-balancing "
                             "loss's tensors are derived for the families whose config has router_aux_loss_coef "
-                            "(mixtral, qwen3_moe)")
+                            f"({', '.join(n for n in family_names() if 'router_aux_loss_coef' in dict(family(n).options))})")
 
     @property
     def trl_trainer(self) -> bool:

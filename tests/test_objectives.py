@@ -297,17 +297,30 @@ SFT_AUX_SPEC = {"rank": 8, "targets": ["q_proj", "k_proj", "v_proj", "o_proj"], 
                 "autocast": "bf16"}
 
 
+def _sft_aux_arch(family: str) -> dict:
+    """The tiny config of a family whose config has router_aux_loss_coef (default 0.001) and whose modeling file has
+    load_balancing_loss_func over its router's F.linear logits (OutputRecorder(TopKRouter, index=0))."""
+    from test_families import tiny_config
+    from test_hybrids import MOE, NEXT
+
+    return {"qwen3_5_moe_text": MOE, "qwen3_next": NEXT}.get(family) or MOE_ARCHS.get(family) or tiny_config(family)
+
+
 @pytest.mark.parametrize("family, method, checkpointing", [
-    ("mixtral", "lora", True), ("mixtral", "full", False), ("qwen3_moe", "lora", True), ("qwen3_moe", "full", False)])
+    ("mixtral", "lora", True), ("mixtral", "full", False), ("qwen3_moe", "lora", True), ("qwen3_moe", "full", False),
+    ("gpt_oss", "lora", True), ("gpt_oss", "full", False), ("qwen2_moe", "lora", True), ("qwen2_moe", "full", False),
+    ("qwen3_5_moe_text", "lora", True), ("qwen3_next", "full", False)])
 def test_sft_load_balancing_loss_is_trls_step(family, method, checkpointing):
     """TRL's SFTTrainer adds the MoE load-balancing loss from the config's coefficient (trl 1.16
     sft_trainer.py:1195-1211, 1566-1629) and SFTConfig(router_aux_loss_coef=0.0) leaves it out, traced: what the loss
     adds to the peak of TRL's own compute_loss is what its terms add to the estimate's (at the backward, every
-    layer's router-logit gradient; at the fused head's forward the trace holds the router logits, as many bytes)."""
+    layer's router-logit gradient; at the fused head's forward the trace holds the router logits, as many bytes).
+    gpt-oss, Qwen2-MoE, Qwen3.5-MoE and Qwen3-Next too (configuration_gpt_oss.py:70, configuration_qwen2_moe.py:102,
+    configuration_qwen3_5_moe.py:113, configuration_qwen3_next.py:119): the estimate counted no loss before."""
     pytest.importorskip("trl", reason="TRL not installed (pip install 'symvram[trl]')")
     from symvram.validate.objectives import measure_preference
 
-    spec = {**SFT_AUX_SPEC, "arch": MOE_ARCHS[family], "method": method, "stack": "trl",
+    spec = {**SFT_AUX_SPEC, "arch": _sft_aux_arch(family), "method": method, "stack": "trl",
             "grad_checkpointing": checkpointing}
     off = {**spec, "router_aux_loss_coef": 0.0}
     on_, off_ = evaluate(to_scenario(spec)), evaluate(to_scenario(off))
