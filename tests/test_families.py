@@ -689,3 +689,25 @@ def test_the_tools_linear_names_are_what_peft_adapts(model_type):
         _peft_cannot_run(model, config, set(leaves) & set(fam.extra("untargetable", {})))
         return
     assert set(resolved) == _adapted(peft.get_peft_model(model, config).base_model, fam)
+
+
+@pytest.mark.parametrize("model_type", ["deepseek_v3", "glm4_moe", "glm4_moe_lite"])
+def test_the_fp32_router_is_16_bit_under_autocast(model_type):
+    """DeepSeek-V3's and GLM-4.5's router computes F.linear(x.float(), W.float()) (modeling_deepseek_v3.py:133,
+    modeling_glm4_moe.py:259); autocast casts that linear's inputs back to bf16, so its sigmoid scores, the gathered
+    top-k weights and their sum are bf16, and so are the routing weights the experts multiply by (the trace's saved
+    sigmoid output, division result and sorted weights are bf16). Hand derivation per MoE layer and token: the
+    sigmoid's E scores, the k int64 indices, the sum and the k renormalized weights, 16-bit. Traced: the estimate is
+    the measurement to the 8 B of the 0-d loss (it counted them fp32: 3,320 B over on this config)."""
+    pytest.importorskip("transformers")
+    from symvram.validate.measure import measure
+    from symvram.validate.spec import to_scenario
+
+    spec = {"batch": 2, "seq": 32, "arch": tiny_config(model_type), "method": "full", "stack": "hf",
+            "grad_checkpointing": False, "dtype": "bf16"}
+    result = evaluate(to_scenario(spec))
+    v = result.values
+    assert result.scenario.autocast
+    T, E, k = 2 * 32, v["experts"], v["experts_per_token"]
+    assert result.terms["act_moe_router"] == (v["layers"] - v["dense_layers"]) * T * (2 * E + 8 * k + 2 + 2 * k)
+    assert 0 <= measure(spec)["peak_bytes"] - result.peak <= 8

@@ -46,6 +46,24 @@ def matmul_bytes(s_: Structure) -> sp.Expr:
     return sym("bytes_autocast") if s_.kbit_prepared and s_.autocast else b_c
 
 
+def router_logit_bytes(s_: Structure) -> sp.Expr:
+    """Bytes per element of the router's logits and of what is derived from them: an autocast matmul's, or without
+    autocast the compute dtype's — fp32 where the router casts its input and weight to fp32 (DeepSeek-V3, GLM-4.5:
+    ``F.linear(x.float(), W.float())``, modeling_deepseek_v3.py:133, modeling_glm4_moe.py:259), whose sigmoid scores
+    and gathered weights stay fp32; autocast casts that linear's inputs back to 16-bit, and all of them are 16-bit
+    (traced: the sigmoid's saved output and the routing weights bf16)."""
+    return b_32 if s_.arch.extra("router_fp32") and not s_.autocast else matmul_bytes(s_)
+
+
+def routing_weight_bytes(s_: Structure) -> sp.Expr:
+    """Bytes per element of the top-k routing weights the experts multiply by: fp32 where the family makes them so
+    (Gemma 4's, ``routing_weights_fp32``), the logits' where they are gathered from the fp32 router's scores, else
+    the compute dtype's."""
+    if s_.arch.extra("routing_weights_fp32"):
+        return b_32
+    return router_logit_bytes(s_) if s_.arch.extra("router_fp32") else b_c
+
+
 def _per_call_cast(s_: Structure, group: str) -> bool:
     """Under autocast, a linear reading the (wider) residual-stream norm output casts it per call."""
     return s_.weight_casts and group in ("attn_in", "mlp_in", "ssm_in")
@@ -870,12 +888,13 @@ def _moe_layer(s_: Structure) -> dict[str, tuple[sp.Expr, str, str, str]]:
     router, experts, targeted, experts_train = _moe_parts(s_)
     S = T * k_e
     renorm = fam.extra("topk_renormalized") or "norm_topk_prob" in s_.options
-    b_sw = b_32 if fam.extra("routing_weights_fp32") else b_c
+    b_sw = routing_weight_bytes(s_)
     if fam.extra("router_topk_softmax"):  # gpt-oss: top-k of the logits, then a softmax over those k (Granite: fp32)
         b_p = b_32 if fam.extra("router_topk_softmax") == "fp32" else b_c
         router_saved, router_why = b_id * T * k_e + b_p * T * k_e, "the int64 top-k indices and the softmax of the k logits"
     else:
-        b_p = b_c if fam.extra("router_compute_dtype") else b_32   # Mistral 4: the softmax of the 16-bit logits
+        # Mistral 4: the softmax of the 16-bit logits; DeepSeek-V3, GLM-4.5: the sigmoid of the fp32 router's
+        b_p = b_c if fam.extra("router_compute_dtype") else router_logit_bytes(s_) if fam.extra("router_fp32") else b_32
         router_saved = b_p * T * E + b_id * T * k_e + (b_p * T + b_p * T * k_e if renorm else 0)
         scores = "sigmoid" if fam.extra("router_fp32") else "softmax"   # DeepSeek-V3 and GLM-4.5 score by a sigmoid
         router_why = (f"the router's {'16-bit' if b_p == b_c else 'fp32'} {scores} over E experts and the int64 top-k "
@@ -968,9 +987,9 @@ def routed_block_live(s_: Structure, R: sp.Expr, grad: bool = False,
     """
     fam, S = s_.arch, R * k_e
     _, _, _, experts_train = _moe_parts(s_)
-    b_lg = matmul_bytes(s_)   # the router's logits, an autocast matmul's (16-bit on a prepared fp32 model)
+    b_lg = router_logit_bytes(s_)   # an autocast matmul's (16-bit on a prepared fp32 model), or the fp32 router's
     # Mixtral's fp32 weights; Qwen3-MoE casts them to the logits' dtype
-    b_sw, b_tk = (b_32, b_32) if fam.extra("routing_weights_fp32") else (b_c, b_lg)
+    b_sw, b_tk = (b_32, b_32) if fam.extra("routing_weights_fp32") else (routing_weight_bytes(s_), b_lg)
     weights_saved = fam.extra("router_topk_softmax")
     ids_saved = fam.extra("expert_biases") and experts_train
     bias = b_c * S * h if fam.extra("expert_biases") else 0
@@ -1027,7 +1046,7 @@ def _routed_recompute(s_: Structure) -> sp.Expr:
     router does not save that input."""
     stops = routed_rerun(s_) == "stops"
     through, gated, unpermute = routed_block_live(s_, T, grad=True, stops=stops)
-    b_sw = b_32 if s_.arch.extra("routing_weights_fp32") else b_c
+    b_sw = routing_weight_bytes(s_)
     # the input is saved by the router where its weight trains, or by the shared expert's trainable linears
     saved_in = "act_moe_router_input" in _moe_layer(s_) or (not s_.lora and not stops)
     moe_in = 0 if saved_in else b_c * T * h
