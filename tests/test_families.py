@@ -711,3 +711,20 @@ def test_the_fp32_router_is_16_bit_under_autocast(model_type):
     T, E, k = 2 * 32, v["experts"], v["experts_per_token"]
     assert result.terms["act_moe_router"] == (v["layers"] - v["dense_layers"]) * T * (2 * E + 8 * k + 2 + 2 * k)
     assert 0 <= measure(spec)["peak_bytes"] - result.peak <= 8
+
+
+@pytest.mark.parametrize("model_type", ["llama", "deepseek_v3"])
+def test_lora_on_o_proj_alone_keeps_no_first_layer_lora_a_cast(model_type):
+    """LoRA on o_proj alone: in the first layer nothing before o_proj trains, so attention's output needs no gradient
+    and lora_A's autocast cast of its weight is not saved (mm saves mat2 only for self's gradient); the layers after
+    it save both casts (the first layer's correction, ``act_first_layer``, takes 2 B · r · n_h·d_head off). Traced:
+    the estimate is the measurement to the 8 B of the 0-d loss (it kept layer 0's cast: +1,536 B on Llama's tiny
+    config, +1,280 B on DeepSeek-V3's)."""
+    pytest.importorskip("peft")
+    from symvram.validate.measure import measure
+    from symvram.validate.spec import to_scenario
+
+    spec = {"rank": 8, "targets": ["o_proj"], "batch": 2, "seq": 32, "arch": tiny_config(model_type), "method": "lora",
+            "stack": "hf", "grad_checkpointing": False, "dtype": "bf16"}
+    result = evaluate(to_scenario(spec))
+    assert 0 <= measure(spec)["peak_bytes"] - result.peak <= 8

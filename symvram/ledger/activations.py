@@ -337,7 +337,7 @@ def _layer_of(s_: Structure, first: bool) -> dict[str, tuple[sp.Expr, str, str, 
         out["act_weight_casts"] = _weight_casts(s_, fam.linears)
     lin_targets = [t for t in s_.targets if fam.linear_map.get(t) in fam.linears]  # the layer's nn.Linear targets
     # (PEFT's lora.Linear; not one outside the layers)
-    group_grad = {"attn_in": grad_in, "attn_out": resid_grad or attn_grad, "mlp_in": resid_grad, "mlp_act": mlp_grad,
+    group_grad = {"attn_in": grad_in, "attn_out": attn_grad, "mlp_in": resid_grad, "mlp_act": mlp_grad,
                   "q_latent": lat["q_latent"], "kv_latent": lat["kv_latent"], "ple_in": lat["ple_in"],
                   "ple_act": lat["ple_act"], "router_in": lat["router_in"], "ssm_in": grad_in, "ssm_out": lat["ssm_out"]}
     if not s_.lora:
